@@ -1,0 +1,209 @@
+"""Stage 5: Measurements → Verdicts. Pure functions of one probe's numbers, usable in any test.
+
+Boundary l is the input of block l; boundary L is the stack's output, so "block l" in a message is
+the block whose input is boundary l.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stability.probe import Measurements
+from stability.spec import GROWTH_CLASSES
+
+__all__ = ["Verdict", "gradient_arrival", "variance_growth", "identity_at_init", "classify_growth", "GrowthFit"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One invariant judged on one case: the headline number, the bound, and where it was decided."""
+
+    invariant: str
+    passed: bool
+    observed: float
+    bound: str
+    block: int | None
+    detail: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        mark = "holds" if self.passed else "violated"
+        return f"{self.invariant} {mark}: {self.detail}"
+
+
+def _nonfinite(m: Measurements, invariant: str, bound: str) -> Verdict | None:
+    if m.nonfinite_at is None:
+        return None
+    b = m.nonfinite_at
+    if m.nonfinite_kind == "activation":
+        where = f"block {b - 1} produced a non-finite activation (NaN/inf first seen at boundary {b})" if b > 0 else "the input holds NaN/inf"
+        block = max(b - 1, 0)
+    else:
+        where = f"the gradient became non-finite at the input of block {b}" if b < m.n_blocks else "the output gradient is NaN/inf"
+        block = b
+    return Verdict(invariant, False, math.nan, bound, block, where + "; lower the learning scale or use a wider dtype")
+
+
+def gradient_arrival(m: Measurements, *, lo: float = 0.1, hi: float = 10.0) -> Verdict:
+    """grad_norm[0] / grad_norm[-1] must lie in [lo, hi]; zero, underflow, NaN or inf is a collapse."""
+    bound = f"[{lo:g}, {hi:g}]"
+    bad = _nonfinite(m, "gradient_arrival", bound)
+    if bad is not None:
+        return bad
+    g = m.grad_norm
+    top = g[-1]
+    if top == 0:
+        return Verdict("gradient_arrival", False, 0.0, bound, m.n_blocks, "the output gradient is zero; the loss does not depend on the output")
+    ratios = [v / top for v in g]  # cumulative arrival at each boundary, from the output down
+    ratio = ratios[0]
+    if ratio == 0:
+        first = next(i for i in range(len(g) - 1, -1, -1) if g[i] == 0)
+        return Verdict("gradient_arrival", False, 0.0, bound, first, f"the gradient is exactly zero from the input of block {first} down (collapse)")
+    if lo <= ratio <= hi:
+        with np.errstate(divide="ignore"):
+            worst = int(np.argmax(np.abs(np.log(np.asarray(ratios)))))  # farthest from 1
+        return Verdict("gradient_arrival", True, ratio, bound, worst, f"gradient ratio {ratio:.3g} within {bound}")
+    side, limit = ("vanishes", lo) if ratio < lo else ("explodes", hi)
+    crossed = [i for i in range(len(g) - 1, -1, -1) if (ratios[i] < lo if ratio < lo else ratios[i] > hi)]
+    first = crossed[0]
+    per_block = ratio ** (1.0 / m.n_blocks) if m.n_blocks else 1.0
+    return Verdict(
+        "gradient_arrival", False, ratio, bound, first,
+        f"gradient ratio {ratio:.3g} {'<' if ratio < lo else '>'} {limit:g}: the gradient {side} "
+        f"(crosses the bound at the input of block {first}; {per_block:.4g} per block on average)",
+    )
+
+
+@dataclass(frozen=True)
+class GrowthFit:
+    """How a per-boundary statistic grows over depth, relative to the input's."""
+
+    growth: str  # one of GROWTH_CLASSES
+    ratios: list[float]  # s_l / s_0
+    max_ratio: float
+    min_ratio: float
+    final_ratio: float
+    rate: float  # per-block factor exp(slope of log r_l vs l)
+    slope: float  # slope of r_l vs l (least squares): the linear growth per block
+    exponent: float | None  # p in r_l − 1 ∝ l^p (log-log fit), None when r never exceeds 1
+
+
+def classify_growth(values: list[float], *, bounded_ratio: float = 4.0) -> GrowthFit:
+    """Classify the growth of `values` (one per boundary) as decaying, bounded, linear, polynomial
+    or exponential.
+
+    With r_l = s_l / s_0: *decaying* if r_L < 1/bounded_ratio; *bounded* if max r ≤ bounded_ratio;
+    otherwise *exponential* when the log-growth per block over the second half of the stack is at
+    least 0.75 × that over the first half (a constant rate, as in r_l = gˡ); otherwise linear or
+    polynomial by the exponent p of r_l − 1 ∝ lᵖ (linear when p ≤ 1.5). Linear growth
+    r = 1 + a·l always has a late/early ratio ≤ 0.51 once r_L > 4, so the two cannot be confused.
+    """
+    s = np.asarray(values, dtype=np.float64)
+    r = s / s[0]
+    L = len(r) - 1
+    depth = np.arange(L + 1, dtype=np.float64)
+    pos = r > 0
+    rate = float(np.exp(np.polyfit(depth[pos], np.log(r[pos]), 1)[0])) if pos.sum() >= 2 else math.nan
+    slope = float(np.polyfit(depth, r, 1)[0]) if L >= 1 else 0.0
+    above = (depth >= 1) & (r > 1)
+    exponent = float(np.polyfit(np.log(depth[above]), np.log(r[above] - 1), 1)[0]) if above.sum() >= 2 else None
+    max_r, min_r, final = float(r.max()), float(r.min()), float(r[-1])
+    if (r == 0).any() or final < 1.0 / bounded_ratio:
+        growth = "decaying"
+    elif max_r <= bounded_ratio:
+        growth = "bounded"
+    elif L < 2:
+        growth = "exponential"
+    else:
+        h = L // 2
+        early = math.log(r[h]) / h if r[h] > 0 else 0.0
+        late = math.log(r[L] / r[h]) / (L - h) if r[h] > 0 and r[L] > 0 else 0.0
+        if early > 0 and late >= 0.75 * early:
+            growth = "exponential"
+        elif exponent is not None and exponent > 1.5:
+            growth = "polynomial"
+        else:
+            growth = "linear"
+    return GrowthFit(growth, r.tolist(), max_r, min_r, final, rate, slope, exponent)
+
+
+def variance_growth(
+    m: Measurements,
+    *,
+    max_growth: str = "linear",
+    max_ratio: float | None = None,
+    min_ratio: float | None = None,
+    statistic: str = "variance",
+    bounded_ratio: float = 4.0,
+) -> Verdict:
+    """The activation variance (or second moment) over depth: at most `max_growth`, and its ratio
+    to the input's within [min_ratio, max_ratio] at every boundary."""
+    if max_growth not in GROWTH_CLASSES:
+        raise ValueError(f"max_growth={max_growth!r}: choose one of {', '.join(GROWTH_CLASSES)}")
+    parts = [f"growth ≤ {max_growth}"]
+    if max_ratio is not None:
+        parts.append(f"ratio ≤ {max_ratio:g}")
+    if min_ratio is not None:
+        parts.append(f"ratio ≥ {min_ratio:g}")
+    bound = ", ".join(parts)
+    bad = _nonfinite(m, "variance_growth", bound)
+    if bad is not None:
+        return bad
+    values = m.act_var if statistic == "variance" else m.act_sq_mean
+    if values[0] == 0:
+        return Verdict("variance_growth", False, math.nan, bound, 0, f"the input's {statistic} is zero; feed a non-constant input")
+    fit = classify_growth(values, bounded_ratio=bounded_ratio)
+    extra = {"growth": fit.growth, "rate": fit.rate, "slope": fit.slope, "exponent": fit.exponent, "final_ratio": fit.final_ratio}
+    fits = f"{fit.growth} (×{fit.rate:.4g} per block, +{fit.slope:.3g}·s₀ per block)"
+    r = fit.ratios
+    if GROWTH_CLASSES.index(fit.growth) > GROWTH_CLASSES.index(max_growth):
+        first = next((i for i, v in enumerate(r) if v > bounded_ratio), len(r) - 1)
+        return Verdict("variance_growth", False, fit.max_ratio, bound, max(first - 1, 0),
+                       f"{statistic} grows {fits}, worse than {max_growth}; it passes {bounded_ratio:g}× the input's after block {max(first - 1, 0)}", extra)
+    if max_ratio is not None and fit.max_ratio > max_ratio:
+        first = next(i for i, v in enumerate(r) if v > max_ratio)
+        return Verdict("variance_growth", False, fit.max_ratio, bound, max(first - 1, 0),
+                       f"{statistic} ratio {fit.max_ratio:.3g} > {max_ratio:g}, first after block {max(first - 1, 0)}; growth {fits}", extra)
+    if min_ratio is not None and fit.min_ratio < min_ratio:
+        first = next(i for i, v in enumerate(r) if v < min_ratio)
+        return Verdict("variance_growth", False, fit.min_ratio, bound, max(first - 1, 0),
+                       f"{statistic} ratio {fit.min_ratio:.3g} < {min_ratio:g}, first after block {max(first - 1, 0)}; growth {fits}", extra)
+    return Verdict("variance_growth", True, fit.max_ratio, bound, int(np.argmax(r)), f"{statistic} grows {fits}, max ratio {fit.max_ratio:.3g}", extra)
+
+
+def identity_at_init(m: Measurements, *, atol: float = 0.0) -> Verdict:
+    """‖f(x) − x‖/‖x‖ ≤ atol and ‖∂L/∂x − ∂L/∂y‖/‖∂L/∂y‖ ≤ atol (the Jacobian is the identity)."""
+    bound = "exactly 0 (bit-exact)" if atol == 0 else f"≤ {atol:g}"
+    bad = _nonfinite(m, "identity_at_init", bound)
+    if bad is not None:
+        return bad
+    if m.identity_error is None:
+        return Verdict("identity_at_init", False, math.nan, bound, None, "the output's shape differs from the input's, so the stack cannot be the identity")
+    fwd, bwd = m.identity_error, m.input_grad_error if m.input_grad_error is not None else 0.0
+    observed = max(fwd, bwd)
+    if observed <= atol:
+        return Verdict("identity_at_init", True, observed, bound, None,
+                       "output equals input and input gradient equals output gradient" + (" bit-exactly" if observed == 0 else f" (error {observed:.3g})"))
+    first = _first_change(m, atol)
+    which = "output differs from the input" if fwd > atol else "input gradient differs from the output gradient"
+    return Verdict("identity_at_init", False, observed, bound, first,
+                   f"{which}: relative error {fwd:.3g} forward, {bwd:.3g} backward; block {first} is the first to change its input" if first is not None
+                   else f"{which}: relative error {fwd:.3g} forward, {bwd:.3g} backward")
+
+
+def _first_change(m: Measurements, atol: float) -> int | None:
+    """The first block whose output statistics differ from its input's (beyond atol)."""
+    for i in range(m.n_blocks):
+        for series in (m.act_sq_mean, m.act_var):
+            a, b = series[i], series[i + 1]
+            if abs(b - a) > atol * max(abs(a), 1e-300) or (atol == 0 and a != b):
+                return i
+    for i in range(m.n_blocks - 1, -1, -1):
+        a, b = m.grad_norm[i + 1], m.grad_norm[i]
+        if abs(b - a) > atol * max(abs(a), 1e-300) or (atol == 0 and a != b):
+            return i
+    return None

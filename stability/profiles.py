@@ -1,0 +1,55 @@
+"""Hypothesis settings for the three run profiles: ci, dev, thorough.
+
+- `ci`: derandomized (the same examples on every run and machine), no example database, a small
+  budget, so `stability check` on the shipped specs is quick and a failure in CI replays exactly
+  with `--profile ci` or the printed `--case`.
+- `dev` (the default locally): random search with the example database in `.hypothesis/`, so a
+  failure found once is tried first on the next run.
+- `thorough` (nightly): a large budget, the database, and `hypothesis.target()` steering toward
+  the worst gradient ratio and the fastest variance growth.
+
+The settings are also registered as Hypothesis profiles named `stability-ci`, `stability-dev` and
+`stability-thorough` for users' own `@given` tests. Hypothesis's own `ci` profile is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, Phase, settings
+
+from stability.errors import UsageError, did_you_mean
+
+__all__ = ["PROFILES", "get_profile", "default_profile_name"]
+
+_COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False)
+
+PROFILES: dict[str, settings] = {
+    "ci": settings(
+        max_examples=10,
+        derandomize=True,
+        database=None,
+        phases=(Phase.explicit, Phase.generate, Phase.shrink),
+        **_COMMON,
+    ),
+    "dev": settings(max_examples=25, phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink), **_COMMON),
+    "thorough": settings(max_examples=300, **_COMMON),
+}
+
+for _name, _settings in PROFILES.items():
+    settings.register_profile(f"stability-{_name}", _settings)
+
+
+def default_profile_name() -> str:
+    """STABILITY_PROFILE if set; else `ci` when the CI variable is set; else `dev`."""
+    name = os.environ.get("STABILITY_PROFILE")
+    if name:
+        return name
+    return "ci" if os.environ.get("CI") else "dev"
+
+
+def get_profile(name: str | None = None) -> tuple[str, settings]:
+    name = name or default_profile_name()
+    if name not in PROFILES:
+        raise UsageError(f"unknown profile '{name}'{did_you_mean(name, PROFILES)}; choose one of {', '.join(PROFILES)}")
+    return name, PROFILES[name]

@@ -1,0 +1,108 @@
+"""Hypothesis strategies over a spec's search space, for the engine and for users' own tests.
+
+    from hypothesis import given
+    from stability import load_spec, strategies as sst, probe
+
+    spec = load_spec("specs/preact.toml")
+
+    @given(sst.networks(spec))
+    def test_gradient_arrives(net):
+        m = probe(net.blocks, net.x, seed=net.loss_seed)
+        assert 0.1 < m.gradient_ratio < 10
+
+Strategies draw only plain values (a `Case`); the network is built lazily in the test body on
+first access, so Hypothesis's "too slow" health check measures generation, not building. All
+randomness (weights, input, projection loss) derives from the case's seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+
+from stability.build import Network, build, derive_seed, make_input
+from stability.case import Case
+from stability.spec import ZERO_BRANCH_INITS, Spec
+
+__all__ = ["cases", "networks", "DrawnNetwork"]
+
+
+def _devices(spec: Spec, device: str | None) -> list[str]:
+    if device in (None, "auto"):
+        return ["cuda"] if torch.cuda.is_available() and "cuda" in spec.space.device else ["cpu"]
+    if device == "all":
+        return [d for d in spec.space.device if d == "cpu" or torch.cuda.is_available()] or ["cpu"]
+    return [device]
+
+
+def cases(spec: Spec, *, device: str | None = "cpu", invariant: str | None = None) -> st.SearchStrategy[Case]:
+    """Cases from `spec.space`. Shrinks toward the smallest depth, width and batch and the first
+    listed init and dtype. `device`: "cpu", "cuda", "auto" (cuda when present) or "all".
+    With `invariant="identity_at_init"` only zero-branch inits are drawn (built-in families)."""
+    s = spec.space
+    branch = list(s.branch_init)
+    if invariant == "identity_at_init" and spec.family != "custom":
+        branch = [b for b in branch if b in ZERO_BRANCH_INITS]
+    conv = spec.block.layer == "conv2d"
+    lo, hi = s.depth
+    # One draw in eight takes the deepest allowed depth, so every search covers it; the flag
+    # shrinks to "off" and the depth then shrinks toward lo as usual.
+    depth = st.tuples(st.integers(0, 7), st.integers(lo, hi)).map(lambda t: hi if t[0] == 7 else t[1])
+    return st.builds(
+        Case,
+        depth=depth,
+        width=st.integers(*s.width),
+        batch=st.integers(*s.batch),
+        spatial=st.integers(*(s.spatial or (8, 8))) if conv else st.none(),
+        input_width=st.integers(*s.input_width) if s.input_width else st.none(),
+        weight_init=st.sampled_from(list(s.weight_init)),
+        branch_init=st.sampled_from(branch),
+        dtype=st.sampled_from(list(s.dtype)),
+        device=st.sampled_from(_devices(spec, device)),
+        seed=st.integers(*s.seed),
+    )
+
+
+@dataclass
+class DrawnNetwork:
+    """A drawn case whose network and input are built on first access (in the test body)."""
+
+    spec: Spec
+    case: Case
+    _built: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def network(self) -> Network:
+        if "net" not in self._built:
+            self._built["net"] = build(self.spec, self.case)
+        return self._built["net"]
+
+    @property
+    def blocks(self) -> torch.nn.Sequential:
+        return self.network.blocks
+
+    @property
+    def x(self) -> torch.Tensor:
+        if "x" not in self._built:
+            x = make_input(self.spec, self.case)
+            stem = self.network.stem
+            if stem is not None:
+                with torch.no_grad():
+                    x = stem(x)
+            self._built["x"] = x
+        return self._built["x"]
+
+    @property
+    def loss_seed(self) -> int:
+        return derive_seed(self.case.seed, 2)
+
+    def __repr__(self) -> str:
+        return f"DrawnNetwork({self.spec.name}: {self.case})"
+
+
+def networks(spec: Spec, *, device: str | None = "cpu", invariant: str | None = None) -> st.SearchStrategy[DrawnNetwork]:
+    """A drawn case with its (lazily built) blocks and input tensor."""
+    return cases(spec, device=device, invariant=invariant).map(lambda c: DrawnNetwork(spec, c))
