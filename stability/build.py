@@ -7,10 +7,12 @@ CPU and GPU. The input and the probe's loss use their own streams derived from t
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import math
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,7 +66,8 @@ def build(spec: Spec, case: Case) -> Network:
         if spec.family == "custom":
             net = _build_custom(spec, case)
         else:
-            net = Network(_BUILDERS[spec.family](spec, case, gen))
+            with _construction_dtype(case):
+                net = Network(_BUILDERS[spec.family](spec, case, gen))
     device = torch.device(case.device)
     dtype = torch_dtype(case.dtype)
     for module in (net.blocks, net.stem, net.head):
@@ -72,6 +75,22 @@ def build(spec: Spec, case: Case) -> Network:
             module.to(device=device, dtype=dtype)
             module.train(spec.probe.mode == "train")
     return net
+
+
+@contextlib.contextmanager
+def _construction_dtype(case: Case) -> Iterator[None]:
+    """Build float64 cases in float64, so that spec constants (init_gain, skip_scale,
+    branch_scale, gate_bias, bias_init, projection_spectrum) keep float64 precision instead of
+    being rounded to float32 before the final cast; other dtypes are built in float32 as before."""
+    if case.dtype != "float64":
+        yield
+        return
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
 
 
 def make_input(spec: Spec, case: Case) -> torch.Tensor:

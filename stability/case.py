@@ -36,6 +36,24 @@ class Case:
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def varying(self, spec: Spec) -> str:
+        """Only the values the spec's space lets vary (the rest are fixed by the spec)."""
+        s = spec.space
+        fixed = {
+            "depth": s.depth[0] == s.depth[1],
+            "width": s.width[0] == s.width[1],
+            "batch": s.batch[0] == s.batch[1],
+            "spatial": s.spatial is None or s.spatial[0] == s.spatial[1],
+            "input_width": s.input_width is None or s.input_width[0] == s.input_width[1],
+            "weight_init": len(s.weight_init) == 1,
+            "branch_init": len(s.branch_init) == 1,
+            "dtype": len(s.dtype) == 1,
+            "device": self.device == "cpu",
+            "seed": False,
+        }
+        parts = [f"{_SHORT.get(k, k)}={v}" for k, v in self.as_dict().items() if v is not None and not fixed[k]]
+        return ",".join(parts)
+
     def __str__(self) -> str:
         parts = []
         for key, value in self.as_dict().items():

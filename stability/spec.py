@@ -29,6 +29,9 @@ __all__ = [
     "load_spec",
     "find_specs",
     "parse_spec",
+    "validate_spec",
+    "spec_schema",
+    "describe_family",
     "FAMILIES",
     "INVARIANTS",
     "GROWTH_CLASSES",
@@ -134,6 +137,13 @@ def _branch_scale(value: Any) -> Any:
     raise ValueError('expected a number or "1/sqrt(depth)" or "1/depth"' + did_you_mean(value, ["1/sqrt(depth)", "1/depth"]))
 
 
+def _float_pair(value: Any) -> Any:
+    """A TOML array `[a, b]` → (a, b): strict mode accepts only a tuple for a tuple field."""
+    if isinstance(value, list) and len(value) == 2:
+        return tuple(value)
+    return value
+
+
 def _bias_init(value: Any) -> Any:
     if value == "default":
         return value
@@ -153,7 +163,7 @@ class Block(_Model):
     norm_groups: int = Field(8, ge=1)
     skip: Skip = "identity"
     skip_scale: float | None = None
-    projection_spectrum: tuple[float, float] | None = None
+    projection_spectrum: Annotated[tuple[float, float], BeforeValidator(_float_pair)] | None = None
     branch_layers: int = Field(2, ge=1, le=2)
     branch_scale: Annotated[float | str, BeforeValidator(_branch_scale)] = 1.0
     gate_bias: float = -2.0
@@ -466,3 +476,13 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
 
 def describe_family(family: str) -> str:
     return _FAMILY_DESCRIPTIONS[family]
+
+
+def spec_schema() -> dict[str, Any]:
+    """The JSON Schema of the spec format (for editors and TOML language servers)."""
+    schema = Spec.model_json_schema()
+    schema["properties"].pop("path", None)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "stability spec"
+    schema["description"] = "A stability spec file: the architecture, its search space and the invariants it must satisfy."
+    return schema

@@ -1,0 +1,5 @@
+import sys
+
+from stability.cli import main
+
+sys.exit(main())

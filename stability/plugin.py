@@ -1,0 +1,145 @@
+"""pytest plugin (entry point `pytest11: stability`): spec files are collected as tests.
+
+Each (spec, invariant) pair is one item, e.g. `specs/preact_mlp.toml::gradient_arrival`; with
+`--stability-device all` the device is appended (`…::gradient_arrival[cuda]`). A spec that fails
+validation is one failed item showing the loader's one-line error. The plugin only wires: the
+work happens in `stability.engine`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stability.engine import InvariantResult, RunOptions, run_spec
+from stability.errors import SpecError, StabilityError
+from stability.profiles import PROFILES, default_profile_name
+from stability.spec import Spec, load_spec
+
+__all__ = ["SpecFile", "SpecItem"]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("stability", "stability: spec files as tests")
+    group.addoption("--stability-profile", choices=sorted(PROFILES), default=None,
+                    help="search budget for spec items (default: STABILITY_PROFILE, else ci under CI, else dev)")
+    group.addoption("--stability-device", choices=["cpu", "cuda", "auto", "all"], default="cpu",
+                    help="device for spec items: cpu (default), cuda, auto (cuda when present), all (one item per device)")
+    group.addoption("--stability-case-timeout", type=float, default=120.0, help="per-case time limit in seconds")
+    parser.addini("stability_spec_dirs", "folder names whose *.toml files are collected as specs", type="args", default=["specs"])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs CUDA; skipped with a reason where it is absent")
+    if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("OMP_NUM_THREADS"):
+        # One intra-op thread per xdist worker: n workers × n threads would oversubscribe the cores.
+        import torch
+
+        torch.set_num_threads(1)
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix != ".toml":
+        return None
+    dirs = set(parent.config.getini("stability_spec_dirs"))
+    explicit = any(Path(str(a).split("::")[0]).resolve() == file_path.resolve() for a in parent.config.args)
+    if explicit or dirs & {p.name for p in file_path.parents}:
+        return SpecFile.from_parent(parent, path=file_path)
+    return None
+
+
+def _relative(path: Path) -> Path:
+    """The spec's path relative to the working directory when it lies below it, so that the
+    reproduction commands printed in failures are short and can be pasted as they are."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
+
+
+def _devices(config: pytest.Config) -> list[str]:
+    choice = config.getoption("--stability-device")
+    if choice == "all":
+        return ["cpu", "cuda"]
+    if choice == "auto":
+        import torch
+
+        return ["cuda" if torch.cuda.is_available() else "cpu"]
+    return [choice]
+
+
+class SpecFile(pytest.File):
+    def collect(self) -> Any:
+        try:
+            spec = load_spec(_relative(self.path))
+        except SpecError as exc:
+            yield SpecErrorItem.from_parent(self, name="load", error=exc)
+            return
+        devices = _devices(self.config)
+        for name, _ in spec.invariants():
+            for device in devices:
+                item_name = name if len(devices) == 1 else f"{name}[{device}]"
+                item = SpecItem.from_parent(self, name=item_name, spec=spec, invariant=name, device=device)
+                if device == "cuda":
+                    item.add_marker(pytest.mark.gpu)
+                yield item
+
+
+class SpecErrorItem(pytest.Item):
+    def __init__(self, *, error: SpecError, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.error = error
+
+    def runtest(self) -> None:
+        raise self.error
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        return f"stability: error: {excinfo.value}"
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"{self.path.name}::load"
+
+
+class _Unmet(Exception):
+    def __init__(self, result: InvariantResult) -> None:
+        super().__init__(result.message)
+        self.result = result
+
+
+class SpecItem(pytest.Item):
+    def __init__(self, *, spec: Spec, invariant: str, device: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec, self.invariant, self.device = spec, invariant, device
+
+    def runtest(self) -> None:
+        if self.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                pytest.skip("CUDA is not available on this machine (gpu item)")
+        profile = self.config.getoption("--stability-profile") or default_profile_name()
+        options = RunOptions(profile=profile, device=self.device, case_timeout=self.config.getoption("--stability-case-timeout"))
+        result = run_spec(self.spec, options, only=self.invariant).results[0]
+        if not result.met:
+            raise _Unmet(result)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        exc = excinfo.value
+        if isinstance(exc, _Unmet):
+            r = exc.result
+            lines = [r.message]
+            if r.error:
+                lines.append(f"error: {r.error}")
+            if r.reproduce:
+                lines.append(f"reproduce: {r.reproduce}")
+            lines.append(f"explain:   stability explain {r.name}")
+            return "\n".join(lines)
+        if isinstance(exc, StabilityError):
+            return f"stability: error: {exc}"
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"{self.path.name}::{self.name}"

@@ -1,0 +1,207 @@
+"""Stage 6: SpecResults → the terminal table, the JSON report and JUnit XML.
+
+Files are written atomically (a temporary file in the same folder, then `os.replace`), so an
+interrupted run never leaves a truncated report and never destroys the previous one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from stability.engine import InvariantResult, SpecResult
+
+__all__ = ["print_table", "print_failures", "to_json", "write_json", "write_junit", "write_atomic", "summary_line"]
+
+SCHEMA_VERSION = 1
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Write `data` to `path` through a temporary file and a rename: all or nothing."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _fmt(x: float | None) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    if x == 0:
+        return "0"
+    return f"{x:.3g}"
+
+
+def _mark(r: InvariantResult) -> str:
+    if r.met:
+        return "[green]✓[/green]"
+    return "[red]✗ error[/red]" if r.error else "[red]✗[/red]"
+
+
+def print_table(results: Iterable[SpecResult], console: Console) -> None:
+    """One row per (spec, invariant): verdict, expectation, observed, bound, deciding case."""
+    table = Table(show_lines=False, header_style="bold", title=None)
+    table.add_column("spec")
+    table.add_column("invariant")
+    table.add_column("expect")
+    table.add_column("", justify="center")
+    table.add_column("observed", justify="right")
+    table.add_column("bound")
+    table.add_column("deciding case", overflow="fold")
+    for res in results:
+        for r in res.results:
+            v = r.verdict
+            detail = ""
+            if v is not None and v.extra.get("growth"):
+                detail = f" ({v.extra['growth']})"
+            table.add_row(
+                escape(res.spec.name),
+                r.name,
+                r.expect,
+                _mark(r),
+                (_fmt(v.observed) if v is not None else "—") + detail,
+                escape(v.bound) if v is not None else "",
+                escape(r.case.varying(res.spec)) if r.case is not None else "",
+            )
+    console.print(table)
+
+
+def print_failures(results: Iterable[SpecResult], console: Console) -> None:
+    """For every unmet expectation: what happened, how to reproduce it, where to read more."""
+    for res in results:
+        for r in res.results:
+            if r.met:
+                continue
+            console.print(f"[red]✗[/red] {escape(r.message)}", highlight=False, soft_wrap=True)
+            if r.error:
+                console.print(f"    error: {escape(r.error)}", highlight=False, soft_wrap=True)
+            if r.reproduce:
+                console.print(f"    reproduce: {escape(r.reproduce)}", highlight=False, soft_wrap=True)
+            console.print(f"    explain:   stability explain {r.name}", highlight=False)
+
+
+def summary_line(results: list[SpecResult], seconds: float, *, interrupted: bool = False) -> str:
+    pairs = [r for res in results for r in res.results]
+    failed = sum(not r.met for r in pairs)
+    head = "interrupted: " if interrupted else ""
+    return (
+        f"{head}{len(results)} spec(s), {len(pairs)} expectation(s): {len(pairs) - failed} met, "
+        f"{failed} not met, {sum(len(res.cases) for res in results)} case(s) probed in {seconds:.1f} s"
+    )
+
+
+def _num(x: float | None) -> float | None | str:
+    if x is None:
+        return None
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)  # JSON has no NaN/inf: "nan", "inf", "-inf"
+    return x
+
+
+def _nums(xs: list[float]) -> list[Any]:
+    return [_num(x) for x in xs]
+
+
+def to_json(results: list[SpecResult], *, seconds: float = 0.0, interrupted: bool = False) -> dict[str, Any]:
+    """The machine-readable report: per spec, per invariant, per case."""
+    specs = []
+    for res in results:
+        invariants = []
+        for r in res.results:
+            v = r.verdict
+            invariants.append({
+                "name": r.name,
+                "expect": r.expect,
+                "met": r.met,
+                "status": r.status,
+                "verdict": None if v is None else ("holds" if v.passed else "violated"),
+                "observed": None if v is None else _num(v.observed),
+                "bound": None if v is None else v.bound,
+                "block": None if v is None else v.block,
+                "detail": None if v is None else v.detail,
+                "extra": {} if v is None else {k: _num(val) if isinstance(val, float) else val for k, val in v.extra.items()},
+                "case": None if r.case is None else r.case.as_dict(),
+                "examples": r.examples,
+                "message": r.message,
+                "reproduce": r.reproduce,
+                "error": r.error,
+            })
+        cases = []
+        for record in res.cases.values():
+            m = record.measurements
+            cases.append({
+                "case": record.case.as_dict(),
+                "error": record.error,
+                "seconds": record.seconds,
+                "measurements": None if m is None else {
+                    "grad_norm": _nums(m.grad_norm),
+                    "act_var": _nums(m.act_var),
+                    "act_sq_mean": _nums(m.act_sq_mean),
+                    "identity_error": _num(m.identity_error),
+                    "input_grad_error": _num(m.input_grad_error),
+                    "nonfinite_at": m.nonfinite_at,
+                    "channels": m.channels,
+                    "param_grad_norm": {k: _num(v) for k, v in m.param_grad_norm.items()},
+                },
+            })
+        specs.append({
+            "name": res.spec.name,
+            "file": res.spec.path,
+            "family": res.spec.family,
+            "description": res.spec.description,
+            "met": res.met,
+            "verdict": "pass" if res.met else "fail",
+            "profile": res.profile,
+            "seconds": res.seconds,
+            "invariants": invariants,
+            "cases": cases,
+        })
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "met": all(res.met for res in results) and not interrupted,
+        "interrupted": interrupted,
+        "seconds": seconds,
+        "specs": specs,
+    }
+
+
+def write_json(path: str | Path, results: list[SpecResult], *, seconds: float = 0.0, interrupted: bool = False) -> None:
+    write_atomic(path, json.dumps(to_json(results, seconds=seconds, interrupted=interrupted), indent=2) + "\n")
+
+
+def write_junit(path: str | Path, results: list[SpecResult], *, seconds: float = 0.0) -> None:
+    """JUnit XML: one testcase per (spec, invariant), named like the pytest item."""
+    pairs = [(res, r) for res in results for r in res.results]
+    suite = ET.Element(
+        "testsuite", name="stability", tests=str(len(pairs)),
+        failures=str(sum(not r.met and not r.error for _, r in pairs)),
+        errors=str(sum(bool(r.error) and not r.met for _, r in pairs)), time=f"{seconds:.3f}",
+    )
+    for res, r in pairs:
+        tc = ET.SubElement(suite, "testcase", classname=res.spec.path, name=r.name, time=f"{res.seconds / max(len(res.results), 1):.3f}")
+        if not r.met:
+            tag = "error" if r.error else "failure"
+            el = ET.SubElement(tc, tag, message=r.message)
+            el.text = "\n".join(filter(None, [r.message, r.error and f"error: {r.error}", r.reproduce and f"reproduce: {r.reproduce}"]))
+    write_atomic(path, ET.tostring(ET.ElementTree(suite).getroot(), encoding="unicode", xml_declaration=True) + "\n")

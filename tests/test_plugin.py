@@ -1,0 +1,103 @@
+"""The pytest plugin, run the way users run it: pytest in a project with a specs/ folder."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+GOOD = """
+name = "good"
+description = "zero-init preact"
+family = "preact"
+[space]
+depth = [1, 12]
+width = [4, 8]
+batch = 2
+branch_init = ["zero"]
+[expect.gradient_arrival]
+[expect.identity_at_init]
+"""
+
+CLAIM = """
+name = "highway-claim"
+description = "claims a positive gate bias keeps the gradient arriving"
+family = "highway"
+[block]
+gate_bias = 2.0
+[space]
+depth = [1, 30]
+width = [4, 8]
+batch = 2
+branch_init = ["zero"]
+[expect.gradient_arrival]
+lo = 0.01
+"""
+
+
+def project(tmp_path: Path, **specs: str) -> Path:
+    (tmp_path / "specs").mkdir()
+    for name, text in specs.items():
+        (tmp_path / "specs" / f"{name}.toml").write_text(text)
+    (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\ntestpaths = ['specs']\n")
+    return tmp_path
+
+
+def pytest_run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--stability-profile", "ci", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=300,
+    )
+
+
+def test_items_are_spec_and_invariant(tmp_path: Path) -> None:
+    proj = project(tmp_path, good=GOOD, claim=CLAIM)
+    run = pytest_run(proj, "--collect-only", "-q")
+    assert "specs/good.toml::gradient_arrival" in run.stdout
+    assert "specs/good.toml::identity_at_init" in run.stdout
+    assert "specs/claim.toml::gradient_arrival" in run.stdout
+    assert "3 tests collected" in run.stdout
+
+
+def test_a_false_claim_fails_with_the_shrunk_case_and_a_reproduction(tmp_path: Path) -> None:
+    proj = project(tmp_path, good=GOOD, claim=CLAIM)
+    run = pytest_run(proj, "-q", "--junitxml", "out.xml")
+    assert run.returncode == 1, run.stdout
+    assert "2 passed" in run.stdout and "1 failed" in run.stdout
+    # 0.1192^L < 0.01 from L = 3: the smallest failing depth.
+    assert "smallest failing case depth=3,width=4" in run.stdout
+    assert "reproduce: stability check" in run.stdout and "reproduce: stability check specs/claim.toml --case depth=3,width=4," in run.stdout
+    cases = ET.parse(proj / "out.xml").getroot().iter("testcase")
+    names = sorted(c.get("name") for c in cases)
+    assert names == ["gradient_arrival", "gradient_arrival", "identity_at_init"]
+
+
+def test_a_spec_that_fails_validation_is_one_failed_item_with_the_loader_error(tmp_path: Path) -> None:
+    proj = project(tmp_path, broken=GOOD.replace("depth = [1, 12]", "depth = [0, 12]"))
+    run = pytest_run(proj, "-q")
+    assert run.returncode == 1
+    assert "stability: error: " in run.stdout and "space.depth" in run.stdout and "must be at least 1" in run.stdout
+    assert "Traceback" not in run.stdout
+
+
+def test_works_with_xdist(tmp_path: Path) -> None:
+    pytest.importorskip("xdist")
+    proj = project(tmp_path, good=GOOD, claim=CLAIM)
+    run = pytest_run(proj, "-q", "-n", "2")
+    assert "2 passed" in run.stdout and "1 failed" in run.stdout
+    assert "smallest failing case depth=3,width=4" in run.stdout
+
+
+def test_gpu_items_skip_with_a_reason_without_cuda(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA; the skip path is for machines without it")
+    proj = project(tmp_path, good=GOOD)
+    run = pytest_run(proj, "-q", "-rs", "--stability-device", "all")
+    assert "good.toml::gradient_arrival[cuda]" in run.stdout or "2 skipped" in run.stdout
+    assert "CUDA is not available" in run.stdout
+    assert "2 passed" in run.stdout and "2 skipped" in run.stdout
