@@ -31,7 +31,7 @@ from stability.blocks import (
     Transition,
 )
 from stability.case import Case
-from stability.errors import SpecError
+from stability.errors import CaseError, SpecError
 from stability.spec import Spec
 
 __all__ = ["Network", "build", "make_input", "derive_seed", "torch_dtype", "channel_counts"]
@@ -364,6 +364,8 @@ def _build_custom(spec: Spec, case: Case) -> Network:
     kwargs = values if takes_all else {k: v for k, v in values.items() if k in params}
     try:
         out = fn(**kwargs)
+    except CaseError:  # the per-case time limit or memory refusal, not a broken factory
+        raise
     except Exception as exc:
         raise SpecError(
             spec.path, "block.factory", f"raised {type(exc).__name__}: {exc} (case {case})",

@@ -137,6 +137,11 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
         print_table(results, console)
     print_failures(results, console)
     console.print(summary_line(results, seconds, interrupted=interrupted), highlight=False)
+    if interrupted:  # a partial run must not replace the last complete report
+        kept = [f for f in (args.json, args.junit, args.html) if f]
+        if kept:
+            print(f"stability: interrupted; not written (any previous report is left as it was): {', '.join(kept)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if args.json:
         write_json(args.json, results, seconds=seconds, interrupted=interrupted)
     if args.junit:
@@ -145,8 +150,6 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
         from stability.html import write_html
 
         write_html(args.html, results, seconds=seconds)
-    if interrupted:
-        return EXIT_INTERRUPTED
     return EXIT_OK if all(r.met for r in results) else EXIT_FAILED
 
 
@@ -176,7 +179,7 @@ def _list(args: argparse.Namespace, console: Console) -> int:
 def _explain(args: argparse.Namespace, console: Console) -> int:
     from stability.explain import explain_text
 
-    console.print(explain_text(args.invariant), highlight=False)
+    console.print(explain_text(args.invariant), highlight=False, markup=False)
     return EXIT_OK
 
 

@@ -10,6 +10,7 @@ a strict xfail. Measurements are cached per case, so invariants share probes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from stability import invariants as inv
 from stability.build import build, derive_seed, make_input
 from stability.case import Case, parse_case_string, reproduce_command
 from stability.errors import CaseError, SpecError
-from stability.guard import check_budget, time_limit
+from stability.guard import check_budget, time_limit, warm_up
 from stability.invariants import Verdict
 from stability.probe import Measurements, probe
 from stability.profiles import get_profile
@@ -109,6 +110,8 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
         return CaseRecord(case, None, "CUDA is not available on this machine; use --device cpu", 0.0)
     try:
         check_budget(spec, case, options.memory_budget)
+        if options.case_timeout:
+            warm_up(case.device)  # torch's lazy imports and CUDA start-up are no case's own time
         with time_limit(options.case_timeout):
             net = build(spec, case)
             x = make_input(spec, case)
@@ -128,6 +131,14 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
             torch.cuda.empty_cache()
         first = str(exc).splitlines()[0] if str(exc) else "out of memory"
         return CaseRecord(case, None, f"out of memory on {case.device}: {first}", time.perf_counter() - t0)
+    except SpecError:
+        raise
+    except Exception as exc:  # any other exception a block raised (BatchNorm's ValueError on one value
+        # per channel, a user block's own check): this case fails, the run goes on, no traceback
+        what = " ".join(f"{type(exc).__name__}: {exc}".split())
+        if spec.family == "custom":
+            raise SpecError(spec.path, "block.factory", f"the blocks do not run: {what} (case {case})", value=spec.block.factory) from None
+        return CaseRecord(case, None, f"the case does not run: {what}", time.perf_counter() - t0)
     return CaseRecord(case, m, None, time.perf_counter() - t0)
 
 
@@ -247,7 +258,7 @@ def _search(
         return InvariantResult(name, expectation.expect, False, None, None, len(seen), f"the search failed: {exc}", error=str(exc))
     examples = len({c for c, _ in seen})
     if failing:
-        c = failing[-1]  # Hypothesis replays the shrunk example last
+        c = _smallest_depth(spec, name, failing[-1], measured)  # Hypothesis replays its shrunk example last
         record = measured(c)
         v = judge(spec, name, record)
         met = expectation.expect == "violated" and record.error is None
@@ -263,6 +274,22 @@ def _search(
         name, expectation.expect, met, v, c, examples, _message(spec, name, expectation.expect, met, v, c, False, examples),
         reproduce_command(spec, c), None,
     )
+
+
+def _smallest_depth(spec: Spec, name: str, case: Case, measured: Callable[[Case], CaseRecord]) -> Case:
+    """Bisect the depth of a failing case down to the smallest depth that still fails, the other
+    values held. Hypothesis's shrinker cannot leave the one-in-eight "deepest depth" draw (the
+    depth is then fixed at the maximum whatever the shrinker tries), so this finishes the job; on
+    an already-minimal case it costs log2(depth) probes, all cached."""
+    lo, hi = spec.space.depth[0], case.depth
+    while lo < hi:
+        mid = (lo + hi) // 2
+        trial = dataclasses.replace(case, depth=mid)
+        if judge(spec, name, measured(trial)).passed:
+            lo = mid + 1
+        else:
+            hi = mid
+    return dataclasses.replace(case, depth=hi)
 
 
 def _message(spec: Spec, name: str, expect: str, met: bool, v: Verdict, case: Case, replay: bool, examples: int | None = None) -> str:

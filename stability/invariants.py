@@ -96,11 +96,13 @@ def classify_growth(values: list[float], *, bounded_ratio: float = 4.0) -> Growt
     """Classify the growth of `values` (one per boundary) as decaying, bounded, linear, polynomial
     or exponential.
 
-    With r_l = s_l / s_0: *decaying* if r_L < 1/bounded_ratio; *bounded* if max r ≤ bounded_ratio;
-    otherwise *exponential* when the log-growth per block over the second half of the stack is at
-    least 0.75 × that over the first half (a constant rate, as in r_l = gˡ); otherwise linear or
-    polynomial by the exponent p of r_l − 1 ∝ lᵖ (linear when p ≤ 1.5). Linear growth
-    r = 1 + a·l always has a late/early ratio ≤ 0.51 once r_L > 4, so the two cannot be confused.
+    With r_l = s_l / s_0: *decaying* if r_L < 1/bounded_ratio; *bounded* if max r ≤ bounded_ratio.
+    Otherwise two one-parameter models are fitted by least squares, both through r_0 = 1: linear
+    r = 1 + a·l and exponential r = gˡ, and their residuals are compared in log space (where the
+    noise of a finite-width network is roughly even across depth); *exponential* if gˡ fits
+    better, else *polynomial* or *linear* by the exponent p of r_l − 1 ∝ lᵖ (linear when
+    p ≤ 1.5). Every point counts, so one noisy block cannot flip the class. A single block shows
+    no shape: with L = 1 both models fit exactly and the growth is called linear.
     """
     s = np.asarray(values, dtype=np.float64)
     r = s / s[0]
@@ -116,13 +118,14 @@ def classify_growth(values: list[float], *, bounded_ratio: float = 4.0) -> Growt
         growth = "decaying"
     elif max_r <= bounded_ratio:
         growth = "bounded"
-    elif L < 2:
-        growth = "exponential"
     else:
-        h = L // 2
-        early = math.log(r[h]) / h if r[h] > 0 else 0.0
-        late = math.log(r[L] / r[h]) / (L - h) if r[h] > 0 and r[L] > 0 else 0.0
-        if early > 0 and late >= 0.75 * early:
+        l, logr = depth[pos], np.log(r[pos])
+        ll = float((l * l).sum())
+        a = max(float((l * (r[pos] - 1)).sum()) / ll, 0.0)  # r = 1 + a·l
+        b = float((l * logr).sum()) / ll  # log r = b·l
+        sse_linear = float(((logr - np.log1p(a * l)) ** 2).sum())
+        sse_exponential = float(((logr - b * l) ** 2).sum())
+        if sse_exponential < sse_linear:
             growth = "exponential"
         elif exponent is not None and exponent > 1.5:
             growth = "polynomial"

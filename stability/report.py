@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
@@ -31,7 +32,10 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is an ordinary file
         with os.fdopen(fd, "wb") as fh:
             fh.write(data.encode("utf-8") if isinstance(data, str) else data)
             fh.flush()
@@ -190,8 +194,19 @@ def write_json(path: str | Path, results: list[SpecResult], *, seconds: float = 
     write_atomic(path, json.dumps(to_json(results, seconds=seconds, interrupted=interrupted), indent=2) + "\n")
 
 
+# Characters XML 1.0 cannot hold at all, escaped or not (ElementTree writes them raw, and the file
+# no longer parses): control characters other than tab, newline and carriage return, surrogates.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml(text: str) -> str:
+    """`text` with characters XML cannot hold written as \\xNN (a file name may contain ESC)."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def write_junit(path: str | Path, results: list[SpecResult], *, seconds: float = 0.0) -> None:
-    """JUnit XML: one testcase per (spec, invariant), named like the pytest item."""
+    """JUnit XML: one testcase per (spec, invariant), named like the pytest item. ElementTree
+    escapes markup (<, &, quotes); characters XML cannot hold at all are written as \\xNN."""
     pairs = [(res, r) for res in results for r in res.results]
     suite = ET.Element(
         "testsuite", name="stability", tests=str(len(pairs)),
@@ -199,9 +214,9 @@ def write_junit(path: str | Path, results: list[SpecResult], *, seconds: float =
         errors=str(sum(bool(r.error) and not r.met for _, r in pairs)), time=f"{seconds:.3f}",
     )
     for res, r in pairs:
-        tc = ET.SubElement(suite, "testcase", classname=res.spec.path, name=r.name, time=f"{res.seconds / max(len(res.results), 1):.3f}")
+        tc = ET.SubElement(suite, "testcase", classname=_xml(res.spec.path), name=r.name, time=f"{res.seconds / max(len(res.results), 1):.3f}")
         if not r.met:
             tag = "error" if r.error else "failure"
-            el = ET.SubElement(tc, tag, message=r.message)
-            el.text = "\n".join(filter(None, [r.message, r.error and f"error: {r.error}", r.reproduce and f"reproduce: {r.reproduce}"]))
+            el = ET.SubElement(tc, tag, message=_xml(r.message))
+            el.text = _xml("\n".join(filter(None, [r.message, r.error and f"error: {r.error}", r.reproduce and f"reproduce: {r.reproduce}"])))
     write_atomic(path, ET.tostring(ET.ElementTree(suite).getroot(), encoding="unicode", xml_declaration=True) + "\n")

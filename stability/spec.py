@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from stability.errors import SpecError, did_you_mean
 
@@ -113,12 +113,20 @@ def _nonempty_list(value: Any) -> Any:
     return value
 
 
-IntRange = Annotated[tuple[int, int], BeforeValidator(_positive_range)]
-SeedRange = Annotated[tuple[int, int], BeforeValidator(_seed_range)]
+def _range_schema(minimum: int) -> WithJsonSchema:
+    one = {"type": "integer", "minimum": minimum}
+    pair = {"type": "array", "items": one, "minItems": 2, "maxItems": 2}
+    return WithJsonSchema({"anyOf": [one, pair], "description": "n or an inclusive [lo, hi] range"})
+
+
+IntRange = Annotated[tuple[int, int], BeforeValidator(_positive_range), _range_schema(1)]
+SeedRange = Annotated[tuple[int, int], BeforeValidator(_seed_range), _range_schema(0)]
 
 
 def _choices(kind: Any) -> Any:
-    return Annotated[list[kind], BeforeValidator(_nonempty_list)]
+    one = {"enum": list(get_args(kind))}
+    schema = {"anyOf": [one, {"type": "array", "items": one, "minItems": 1}], "description": "one choice or a list"}
+    return Annotated[list[kind], BeforeValidator(_nonempty_list), WithJsonSchema(schema)]
 
 
 class _Model(BaseModel):
@@ -353,7 +361,10 @@ _TYPE_WORDS = {
 
 
 def _spec_error(file: str, data: dict[str, Any], exc: ValidationError) -> SpecError:
-    err = exc.errors(include_url=False)[0]
+    errors = exc.errors(include_url=False)
+    # An unknown key first: a misspelt required key also shows up as "missing", and the unknown
+    # key's "did you mean" is the message that names the fix.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(err["loc"])
     key = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in loc).replace(".[", "[")
     kind = err["type"]
@@ -366,7 +377,7 @@ def _spec_error(file: str, data: dict[str, Any], exc: ValidationError) -> SpecEr
         fix = f"remove it{hint}" if hint else "remove it"
         if known:
             fix += f"; known keys here: {', '.join(known)}"
-        return SpecError(file, key, "unknown key", fix=fix)
+        return SpecError(file, key, "unknown key", value=value, fix=fix)
     if kind == "missing":
         return SpecError(file, key, "is required but missing", fix=f"add `{loc[-1]} = ...`; see `stability schema`")
     if kind == "literal_error":
@@ -423,6 +434,12 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
     elif b.kernel_size % 2 == 0:
         raise SpecError(f, "block.kernel_size", "must be odd so that 'same' padding keeps the spatial size", value=b.kernel_size, fix=f"use {b.kernel_size + 1}")
 
+    one_value_per_channel = b.layer == "linear" or (s.spatial or (8, 8))[0] == 1
+    if b.norm == "batch" and spec.probe.mode == "train" and s.batch[0] == 1 and one_value_per_channel:
+        raise SpecError(
+            f, "space.batch", "batch norm in train mode needs more than one value per channel, and a batch of 1 gives one",
+            value=list(s.batch), fix=f"start the range at 2 ([2, {max(s.batch[1], 2)}]), or set probe.mode = \"eval\"",
+        )
     if _set(data, "block", "norm_groups") and b.norm != "group":
         raise SpecError(f, "block.norm_groups", "only applies to norm = \"group\"", value=b.norm_groups, fix='remove it or set block.norm = "group"')
     if b.skip == "scaled":
@@ -443,14 +460,17 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
     if fam == "plain" and "zero" in s.branch_init:
         raise SpecError(f, "space.branch_init", "'zero' zeroes a residual branch; family 'plain' has none", value=s.branch_init, fix='use "default"')
 
-    if s.input_width is not None and s.input_width != s.width:
+    # A case draws input_width and width independently: they can differ unless both are one value.
+    if s.input_width is not None and not (s.input_width == s.width and s.width[0] == s.width[1]):
+        joins = f"widths {list(s.input_width)} (space.input_width) and {list(s.width)} (space.width), drawn independently"
         if fam in ("postnorm", "preact") and b.skip in ("identity", "scaled", "norm"):
-            raise SpecError(f, "block.skip", f"an identity skip cannot join widths {list(s.input_width)} (space.input_width) and {list(s.width)} (space.width)", value=b.skip, fix='set block.skip = "projection" or remove space.input_width')
+            raise SpecError(f, "block.skip", f"an identity skip cannot join {joins}", value=b.skip, fix='set block.skip = "projection" or remove space.input_width')
         if fam in ("highway", "dense", "custom"):
             raise SpecError(f, "space.input_width", f"family '{fam}' keeps one width throughout", value=list(s.input_width), fix="remove it")
-
-    if "identity" in s.weight_init and s.width != (s.input_width or s.width):
-        raise SpecError(f, "space.weight_init", "'identity' needs square weights", value=s.weight_init, fix="remove space.input_width")
+        if b.projection_spectrum is not None:
+            raise SpecError(f, "block.projection_spectrum", f"sets the singular values of a square projection, but the first block joins {joins}", value=list(b.projection_spectrum), fix="remove space.input_width or block.projection_spectrum")
+        if "identity" in s.weight_init:
+            raise SpecError(f, "space.weight_init", f"'identity' needs square weights, but the first block joins {joins}", value=s.weight_init, fix="remove space.input_width")
 
     if not spec.invariants():
         raise SpecError(f, "expect", "declares no invariant", fix=f"add at least one of [expect.{INVARIANTS[0]}], [expect.{INVARIANTS[1]}], [expect.{INVARIANTS[2]}]")

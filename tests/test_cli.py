@@ -61,7 +61,7 @@ def test_an_unknown_key_exits_2_naming_it(tmp_path: Path, capsys: pytest.Capture
     assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert f"{path}: block.activaton: unknown key" in err and 'did you mean "activation"' in err
+    assert f"{path}: block.activaton = 'sigmoid': unknown key" in err and 'did you mean "activation"' in err
 
 
 def test_json_report(tmp_path: Path) -> None:

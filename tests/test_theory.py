@@ -497,8 +497,8 @@ def test_classify_growth_on_synthetic_sequences() -> None:
 @settings(max_examples=200, deadline=None, derandomize=True, database=None)
 @given(a=st.floats(0.01, 100.0), depth=st.integers(2, 200))
 def test_linear_growth_is_linear_or_bounded(a: float, depth: int) -> None:
-    """r_l = 1 + a·l is 'linear' once r_L > 4 (the bounded ratio) and 'bounded' before: the
-    docstring's claim that its late/early log-rate ratio stays ≤ 0.51 < 0.75 at every depth."""
+    """r_l = 1 + a·l is 'linear' once r_L > 4 (the bounded ratio) and 'bounded' before: the linear
+    model fits it exactly, so the exponential one can never fit better."""
     fit = classify_growth([1 + a * l for l in range(depth + 1)])
     assert fit.growth == ("linear" if fit.max_ratio > 4 else "bounded")
 

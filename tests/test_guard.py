@@ -1,0 +1,243 @@
+"""No case can take the run down: a case too big for memory is refused, with its estimate, before
+anything is built; a case that runs too long is stopped at the per-case time limit; either way the
+run goes on and the case is reported as what it is."""
+
+from __future__ import annotations
+
+import re
+import signal
+import sys
+import threading
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import stability.engine
+from stability.build import channel_counts
+from stability.case import corner_case
+from stability.engine import RunOptions, evaluate, judge
+from stability.errors import CaseError
+from stability.guard import (
+    _OVERHEAD_PER_BLOCK,
+    _SAVED_PER_BLOCK,
+    CaseTimeout,
+    check_budget,
+    estimate_bytes,
+    memory_budget,
+    time_limit,
+)
+from stability.spec import Spec, parse_spec
+
+Cli = Callable[..., tuple[int, str, str]]
+SIZE = re.compile(r"\d+(\.\d+)? (KiB|MiB|GiB|TiB)")
+
+SPECS_DIR = Path(__file__).resolve().parent.parent / "specs"
+
+
+def passing_spec(base: str, name: str) -> str:
+    """A spec that passes: orthogonal weights and no activation, so the gradient arrives whole."""
+    return (
+        base.replace('name = "base"', f'name = "{name}"')
+        .replace('family = "plain"', 'family = "plain"\n[block]\nactivation = "identity"')
+        .replace("batch = 2", 'batch = 2\nweight_init = ["orthogonal"]')
+    )
+
+
+def _spec(family: str, space: str, block: str = "", path: str = "<string>") -> Spec:
+    return parse_spec(
+        f'name = "g"\ndescription = "d"\nfamily = "{family}"\n[block]\n{block}\n[space]\n{space}\n'
+        "[expect.gradient_arrival]\n",
+        file=path,
+    )
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+def test_depth_ten_million_is_refused_through_check(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
+    if memory_budget("cpu") > 400 * 2**30:
+        pytest.skip("this machine's default budget would hold 10**7 blocks")
+    path = write_spec(base_spec.replace("depth = [1, 4]", "depth = 10000000"))
+    t0 = time.perf_counter()
+    code, out, err = cli("check", path, "--profile", "ci")
+    assert code == 1, err
+    assert "refused: this case needs at least" in out and SIZE.search(out), out
+    assert "10000000 blocks" in out and "the memory budget is" in out
+    assert time.perf_counter() - t0 < 10
+
+
+def test_width_a_million_is_refused_through_check(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
+    text = base_spec.replace("depth = [1, 4]", "depth = 2").replace("width = [4, 8]", "width = 1000000").replace("batch = 2", "batch = 1")
+    code, out, err = cli("check", write_spec(text), "--profile", "ci")
+    assert code == 1, err
+    assert "refused: this case needs about" in out and re.search(r"\d+\.\d TiB", out), out
+
+
+@pytest.mark.parametrize(
+    ("family", "space", "block"),
+    [
+        ("plain", "depth = 10000000\nwidth = 4", ""),
+        ("plain", "depth = 1\nwidth = 1000000", ""),
+        ("preact", "depth = 10000000\nwidth = 4", ""),
+        ("highway", "depth = 1000000000\nwidth = 4", ""),
+        ("dense", "depth = 10000000\nwidth = 4", ""),  # the dense estimate walks its depth: the bound comes first
+        ("postnorm", "depth = 4\nwidth = 64\nbatch = 100000\nspatial = 1000", 'layer = "conv2d"'),
+        ("custom", "depth = 100000000\nwidth = 4", 'factory = "custom_blocks:residual_mlp"'),
+    ],
+    ids=["deep-plain", "wide-plain", "deep-preact", "deeper-highway", "deep-dense", "big-conv", "deep-custom"],
+)
+def test_a_refused_case_allocates_nothing_and_builds_nothing(
+    monkeypatch: pytest.MonkeyPatch, family: str, space: str, block: str
+) -> None:
+    spec = _spec(family, space, block, path=str(SPECS_DIR / "huge.toml"))
+
+    def must_not_build(*args: object) -> None:
+        raise AssertionError("the case was built although it is over the budget")
+
+    monkeypatch.setattr(stability.engine, "build", must_not_build)
+    case = corner_case(spec)
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        record = evaluate(spec, case, RunOptions(memory_budget=8 * 2**30))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert time.perf_counter() - t0 < 1.0
+    assert peak < 2**20, f"the estimate itself allocated {peak} bytes"
+    assert record.measurements is None and record.error is not None
+    assert record.error.startswith("refused: this case needs") and SIZE.search(record.error)
+    verdict = judge(spec, "gradient_arrival", record)
+    assert not verdict.passed and "refused" in verdict.detail
+
+
+@pytest.mark.parametrize(
+    ("family", "space", "block"),
+    [
+        ("plain", "depth = 7\nwidth = 5\nbatch = 3\ninput_width = 2", ""),
+        ("postnorm", "depth = 5\nwidth = 6\nbatch = 2\ninput_width = 3", 'skip = "projection"'),
+        ("preact", "depth = 4\nwidth = 4\nbatch = 2\nspatial = 5", 'layer = "conv2d"'),
+        ("highway", "depth = 9\nwidth = 3\nbatch = 4", ""),
+        ("dense", "depth = 7\nwidth = 4\nbatch = 2\nspatial = 3", 'layer = "conv2d"\ngrowth = 3\ntransition_every = 2\ncompression = 0.5'),
+    ],
+)
+def test_the_estimate_sums_every_boundary_plus_the_per_block_overhead(family: str, space: str, block: str) -> None:
+    """The closed form (no per-block list for non-dense families) equals the plain per-boundary sum."""
+    spec = _spec(family, space, block)
+    case = corner_case(spec)
+    item = 2 if case.dtype in ("bfloat16", "float16") else 8 if case.dtype == "float64" else 4
+    conv = spec.block.layer == "conv2d"
+    k2 = spec.block.kernel_size**2 if conv else 1
+    pixels = case.spatial**2 if conv else 1
+    counts = channel_counts(spec, case)
+    params = acts = 0
+    for c_in, c_out in zip(counts[:-1], counts[1:]):
+        if family == "dense":
+            params += c_in * spec.block.growth * k2
+        else:
+            params += (1 if family == "plain" else 2) * c_in * c_out * k2 + (c_in * c_out if spec.block.skip == "projection" else 0)
+        acts += _SAVED_PER_BLOCK[family] * case.batch * max(c_in, c_out) * pixels
+    expected = (3 * params + acts) * item + case.depth * _OVERHEAD_PER_BLOCK[family]
+    assert estimate_bytes(spec, case) == expected
+
+
+def test_a_case_inside_the_budget_is_not_refused() -> None:
+    spec = _spec("plain", "depth = 3\nwidth = 4\nbatch = 2")
+    check_budget(spec, corner_case(spec), 2**30)
+    with pytest.raises(CaseError, match="refused"):
+        check_budget(spec, corner_case(spec), 2**10)
+
+
+def test_batch_norm_on_one_value_per_channel_is_refused_by_the_loader(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
+    """Batch norm in train mode with one value per channel raises inside torch (a ValueError, not
+    the RuntimeError the probe wraps); it once escaped as a traceback. The loader now refuses the
+    spec up front, naming the key and the fix."""
+    text = base_spec.replace('family = "plain"', 'family = "plain"\n[block]\nnorm = "batch"').replace("batch = 2", "batch = 1")
+    bad = write_spec(text, "a_batch_of_one.toml")
+    code, out, err = cli("check", bad, "--profile", "ci")
+    assert code == 2 and "Traceback" not in out + err, err
+    assert f"{bad}: space.batch = [1, 1]: batch norm in train mode needs more than one value per channel" in err
+    assert "start the range at 2" in err
+
+
+# ----------------------------------------------------------------------------- time
+
+
+def test_a_slow_case_is_stopped_at_the_case_timeout_and_the_run_goes_on(
+    cli: Cli, custom_spec: Callable[..., Path], factory_dir: Path, base_spec: str
+) -> None:
+    slow = custom_spec("slow", depth="3")
+    fine = factory_dir / "zz_fine.toml"  # runs after the slow one (paths are checked in order)
+    fine.write_text(passing_spec(base_spec, "fine-after-slow"))
+    t0 = time.perf_counter()
+    code, out, err = cli("check", slow, fine, "--case-timeout", "0.5", "--profile", "ci")
+    assert time.perf_counter() - t0 < 15  # each slow block alone would sleep 10 s
+    assert code == 1, err
+    assert "ran past the per-case time limit of 0.5 s" in out
+    assert "raise --case-timeout" in out
+    row = next(line for line in out.splitlines() if "fine-after-slow" in line)
+    assert "✓" in row, out
+    assert "1 met, 1 not met" in out
+
+
+def test_a_factory_that_is_slow_to_build_is_a_timeout_not_a_bad_spec(cli: Cli, custom_spec: Callable[..., Path]) -> None:
+    code, out, err = cli("check", custom_spec("slow_to_build", depth="2"), "--case-timeout", "0.3", "--profile", "ci")
+    assert code == 1, err
+    assert "ran past the per-case time limit" in out
+
+
+def test_time_limit_interrupts_a_python_loop_and_restores_the_alarm() -> None:
+    previous = signal.getsignal(signal.SIGALRM)
+    t0 = time.perf_counter()
+    with pytest.raises(CaseTimeout, match="per-case time limit of 0.2 s"):
+        with time_limit(0.2):
+            while True:
+                time.sleep(0.01)
+    assert 0.15 < time.perf_counter() - t0 < 2.0
+    assert signal.getsignal(signal.SIGALRM) is previous
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("seconds", [None, 0, float("inf"), float("nan")])
+def test_no_time_limit(seconds: float | None) -> None:
+    with time_limit(seconds):
+        time.sleep(0.05)
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_time_limit_is_a_no_op_off_the_main_thread() -> None:
+    errors: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            with time_limit(0.01):
+                time.sleep(0.1)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    worker = threading.Thread(target=body)
+    worker.start()
+    worker.join()
+    assert errors == []
+
+
+def test_the_time_limit_never_breaks_an_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An import cut short leaves a half-initialised module in sys.modules for the rest of the run
+    (this happened with torch's lazy import of sympy during a first backward pass): the alarm
+    waits for the import to finish, then fires."""
+    (tmp_path / "stability_slow_import.py").write_text(
+        "import time\nfor _ in range(40):\n    time.sleep(0.01)\nLAST = 'fully imported'\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "stability_slow_import", raising=False)
+    t0 = time.perf_counter()
+    with pytest.raises(CaseTimeout):
+        with time_limit(0.1):
+            import stability_slow_import  # noqa: F401
+            while True:
+                time.sleep(0.01)
+    assert time.perf_counter() - t0 >= 0.4  # the import's 0.4 s ran to the end
+    assert sys.modules["stability_slow_import"].LAST == "fully imported"
