@@ -25,7 +25,7 @@ layer = "{layer}"
 [space]
 depth = [1, 40]
 width = [1, 64]
-batch = [1, 8]
+batch = [2, 8]
 {space}
 {expect}
 """
@@ -103,7 +103,7 @@ def test_dense_transitions_compress() -> None:
     # 8 → 12 → 16 ⇒ ⌊0.5·16⌋ = 8 → 12 → 16 ⇒ 8 → 12 (no transition after the last block)
     assert channel_counts(spec, case) == [8, 12, 8, 12, 8, 12]
     y = build(spec, case).blocks(make_input(spec, case))
-    assert y.shape == (1, 12)
+    assert y.shape == (2, 12)
 
 
 def test_the_same_case_builds_the_same_weights_and_input() -> None:

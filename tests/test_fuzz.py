@@ -216,6 +216,9 @@ def valid_documents(draw: st.DrawFn) -> dict[str, Any]:
             block["kernel_size"] = draw(st.sampled_from([1, 3, 5]))
         if draw(st.booleans()):
             space["spatial"] = _range(draw, 1, 4)
+    spatial_lo = space.get("spatial", 8) if isinstance(space.get("spatial", 8), int) else space["spatial"][0]
+    if block.get("norm") == "batch" and (layer == "linear" or spatial_lo == 1):
+        space["batch"] = _range(draw, 2, 4)  # batch norm in train mode needs two values per channel
     skip = draw(st.sampled_from(SKIPS)) if family in ("postnorm", "preact") else None
     # a first block from input_width to width: no identity skip, no square-only option
     mixed_width = (family == "plain" or skip in ("projection", "none")) and draw(st.booleans())

@@ -41,7 +41,7 @@ def _one_thread() -> Iterator[None]:
 def _spec(family: str, block: str, space: str = "") -> Spec:
     return parse_spec(
         f'name = "memory"\ndescription = "memory"\nfamily = "{family}"\n[block]\n{block}\n'
-        f"[space]\ndepth = [1, 64]\nwidth = [1, 64]\nbatch = [1, 16]\n{space}\n[expect.gradient_arrival]\n"
+        f"[space]\ndepth = [1, 64]\nwidth = [1, 64]\nbatch = [2, 16]\n{space}\n[expect.gradient_arrival]\n"
     )
 
 
