@@ -24,7 +24,7 @@ from hypothesis.errors import HypothesisException
 from stability import invariants as inv
 from stability.build import build, derive_seed, make_input
 from stability.case import Case, parse_case_string, reproduce_command
-from stability.errors import CaseError, SpecError
+from stability.errors import BlockError, CaseError, SpecError
 from stability.guard import check_budget, time_limit, warm_up
 from stability.invariants import Verdict
 from stability.probe import Measurements, probe
@@ -122,9 +122,11 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
                 net.blocks, x, loss=spec.probe.loss, seed=derive_seed(case.seed, 2),
                 checkpoint_every=spec.probe.checkpoint_every,
             )
-    except CaseError as exc:
-        if spec.family == "custom" and not isinstance(exc.__cause__, torch.OutOfMemoryError) and "time limit" not in str(exc) and "refused" not in str(exc):
+    except BlockError as exc:  # a block raised: for a custom factory, its blocks do not chain
+        if spec.family == "custom":
             raise SpecError(spec.path, "block.factory", f"the blocks do not run: {exc} (case {case})", value=spec.block.factory) from None
+        return CaseRecord(case, None, f"the case does not run: {exc}", time.perf_counter() - t0)
+    except CaseError as exc:  # the time limit, or refused for memory
         return CaseRecord(case, None, str(exc), time.perf_counter() - t0)
     except torch.OutOfMemoryError as exc:
         if torch.cuda.is_available():

@@ -11,7 +11,7 @@ import difflib
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["StabilityError", "SpecError", "UsageError", "CaseError", "did_you_mean"]
+__all__ = ["StabilityError", "SpecError", "UsageError", "CaseError", "BlockError", "did_you_mean"]
 
 
 def did_you_mean(value: object, choices: Iterable[object]) -> str:
@@ -57,3 +57,9 @@ class UsageError(StabilityError):
 
 class CaseError(StabilityError):
     """One drawn case could not be built or probed; reported for that case, the run goes on."""
+
+
+class BlockError(CaseError):
+    """A block raised, or returned something that is not a tensor, during the probe's forward
+    pass. For a custom factory this is bad input (the blocks do not chain); for a built-in family
+    it fails the case."""

@@ -159,6 +159,12 @@ def variance_growth(
     values = m.act_var if statistic == "variance" else m.act_sq_mean
     if values[0] == 0:
         return Verdict("variance_growth", False, math.nan, bound, 0, f"the input's {statistic} is zero; feed a non-constant input")
+    over = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
+    if over is not None:  # the activations are finite (their mean is), but their squares overflow
+        block = max(over - 1, 0)
+        return Verdict("variance_growth", False, math.inf, bound, block,
+                       f"the {statistic} overflows the float range after block {block} (activations beyond ~1e19 in magnitude); "
+                       "the variance runs away: scale the branches or the init down")
     fit = classify_growth(values, bounded_ratio=bounded_ratio)
     extra = {"growth": fit.growth, "rate": fit.rate, "slope": fit.slope, "exponent": fit.exponent, "final_ratio": fit.final_ratio}
     fits = f"{fit.growth} (×{fit.rate:.4g} per block, +{fit.slope:.3g}·s₀ per block)"

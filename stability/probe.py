@@ -1,17 +1,31 @@
 """Stage 4: blocks and an input → `Measurements`, from one forward and one backward pass.
 
 Boundary l is the input of block l (l = 0 … L−1) and boundary L is the output of the stack.
-During the forward pass each boundary tensor gets its statistics reduced to two scalars
-(`torch.var_mean`) and a gradient hook that reduces its gradient to one norm; nothing else about it
+During the forward pass each boundary tensor gets its statistics reduced to a few scalars
+(`_MomentGroups`) and a gradient hook that reduces its gradient to one norm; nothing else about it
 is kept, so the probe holds no activation beyond what autograd saves anyway. A single
-`torch.autograd.grad` call then runs the one backward pass and returns the parameter gradients.
-All scalars are moved to the host together at the end (one device synchronisation).
+`torch.autograd.grad` call then runs the one backward pass; each parameter's gradient is reduced to
+its norm by a hook as soon as it is produced (`_norms_of_param_grads`). All scalars are moved to
+the host together at the end (one device synchronisation).
+
+Cost (docs/performance.md has the measurements). On the CPU `torch.var_mean` runs a scalar Welford
+loop, ~7 ns per float32 element on one core (110 µs for a 64×256 boundary, 3.4 ms for
+64×32×16×16): a third of the probe's time on a deep MLP. Boundaries of 2,048 elements or more on
+the CPU therefore use the corrected two-pass formula (Chan, Golub & LeVeque 1983, eq. 1.7): with
+d = h − mean(h), var = Σd²/n − (Σd/n)², mean = mean(h) + Σd/n, each Σ a vectorised cascade `sum`
+(a BLAS `dot` is faster but accumulates in float32 with ~1e-6 relative error); it agrees with a
+float64 reference to ~1e-7 relative in float32, as var_mean does. Smaller tensors, where one
+call's fixed cost dominates, and CUDA tensors, where var_mean is one fast kernel, keep
+`torch.var_mean`. Because every extra operation inside a forward pass costs ~20 µs of dispatch on
+a CPU, the two-pass reductions run on groups of boundaries copied into one buffer.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -19,11 +33,17 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from stability.errors import CaseError
+from stability.errors import BlockError, CaseError
 
 __all__ = ["Measurements", "probe", "projection_vector"]
 
 _LOW = (torch.float16, torch.bfloat16)
+#: At or above this many elements a CPU boundary's moments use two-pass sums instead of var_mean
+#: (the measured break-even of the two on one core is ~1,700 elements).
+_TWO_PASS_MIN = 2048
+#: Two-pass boundaries are reduced in groups of at most this many bytes (`_MomentGroups`); 1 MiB
+#: (16 rows of 64×256 float32) was the fastest of 0.5, 1 and 2 MiB on a 512 KiB-L2 core.
+_GROUP_BYTES = 1 << 20
 
 
 @dataclass
@@ -68,9 +88,32 @@ def _as_list(blocks: nn.Module | Iterable[nn.Module]) -> list[nn.Module]:
 
 
 def _named_parameters(blocks: nn.Module | Iterable[nn.Module], modules: list[nn.Module]) -> list[tuple[str, nn.Parameter]]:
+    """What `named_parameters()` yields (trainable ones only), from a direct walk of `_modules`:
+    the generic generator took ~3% of a probe of a depth-256 MLP."""
     if isinstance(blocks, nn.Module):
-        return [(n, p) for n, p in blocks.named_parameters() if p.requires_grad]
-    return [(f"{i}.{n}", p) for i, m in enumerate(modules) for n, p in m.named_parameters() if p.requires_grad]
+        return [(n, p) for n, p in _walk_parameters(blocks) if p.requires_grad]
+    return [(f"{i}.{n}", p) for i, m in enumerate(modules) for n, p in _walk_parameters(m) if p.requires_grad]
+
+
+def _walk_parameters(root: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """`list(root.named_parameters())`: same names, order and de-duplication (a module or a
+    parameter reached twice is listed once)."""
+    out: list[tuple[str, nn.Parameter]] = []
+    seen_modules: set[int] = set()
+    seen_params: set[int] = set()
+
+    def walk(module: nn.Module, prefix: str) -> None:
+        seen_modules.add(id(module))
+        for name, p in module._parameters.items():
+            if p is not None and id(p) not in seen_params:
+                seen_params.add(id(p))
+                out.append((prefix + name, p))
+        for name, child in module._modules.items():
+            if child is not None and id(child) not in seen_modules:
+                walk(child, f"{prefix}{name}.")
+
+    walk(root, "")
+    return out
 
 
 def _rel_diff64(a: torch.Tensor, b: torch.Tensor) -> float | None:
@@ -108,7 +151,7 @@ def probe(
     low = x.dtype in _LOW
     norm_dtype = torch.float32 if low else None
     grad_norms: list[torch.Tensor | None] = [None] * (n + 1)
-    stats: list[torch.Tensor] = []  # (2,) per boundary: variance, mean
+    moments = _MomentGroups()
     channels: list[int] = []
     recording = [True]  # False while a checkpointed segment is recomputed
 
@@ -116,8 +159,7 @@ def probe(
         if not recording[0]:
             return
         hd = h.detach()
-        var, mean = torch.var_mean(hd.float() if low else hd, correction=0)
-        stats.append(torch.stack((var, mean)))
+        moments.add(hd.float() if low else hd)
         channels.append(h.shape[1] if h.dim() > 1 else 1)
         if i > 0 and h.requires_grad:
 
@@ -131,12 +173,16 @@ def probe(
             observe(i, h)
             try:
                 h = modules[i](h)
-            except RuntimeError as exc:
-                if "out of memory" in str(exc).lower():
+            except (CaseError, torch.OutOfMemoryError):  # the time limit, or a device out of memory
+                raise
+            except Exception as exc:
+                if not recording[0]:  # checkpoint's recomputation signals its early stop this way
                     raise
-                raise CaseError(f"block {i} ({type(modules[i]).__name__}) failed on an input of shape {tuple(h.shape)}: {exc}") from exc
+                what = " ".join(f"{type(exc).__name__}: {exc}".split())
+                raise BlockError(f"block {i} ({type(modules[i]).__name__}) failed on an input of shape {tuple(h.shape)}: {what}") from exc
             if not isinstance(h, torch.Tensor):
-                raise CaseError(f"block {i} ({type(modules[i]).__name__}) returned {type(h).__name__}, not a tensor")
+                raise BlockError(f"block {i} ({type(modules[i]).__name__}) returned {type(h).__name__}, not a tensor")
+        moments.flush()  # nothing pending outlives a checkpointed segment
         return h
 
     named = _named_parameters(blocks, modules)
@@ -151,6 +197,7 @@ def probe(
             h = run(h, 0, n)
         y = h
         observe(n, y)
+        moments.flush()
         recording[0] = False  # the backward pass may recompute checkpointed segments: observe once
         if loss == "projection":
             out_grad = projection_vector(y.shape, seed, dtype=y.dtype, device=y.device)
@@ -160,20 +207,23 @@ def probe(
             root, root_grad = y, out_grad
         else:
             root, root_grad, out_grad = ((y - target) ** 2).mean(), None, None
-        grads = torch.autograd.grad(
-            root, [x0, *params], grad_outputs=root_grad, allow_unused=True, materialize_grads=True
-        ) if (root.requires_grad) else [torch.zeros_like(x0), *[torch.zeros_like(p) for p in params]]
-    g0 = grads[0]
+        pnorm_slots: list[torch.Tensor | None] = [None] * len(params)
+        if root.requires_grad:
+            with _norms_of_param_grads(params, pnorm_slots, norm_dtype):
+                g0 = torch.autograd.grad(root, [x0, *params], grad_outputs=root_grad, allow_unused=True, materialize_grads=True)[0]
+        else:
+            g0 = torch.zeros_like(x0)
     grad_norms[0] = torch.linalg.vector_norm(g0, dtype=norm_dtype)
     zero = torch.zeros((), device=x.device, dtype=torch.float32 if low else x.dtype)
     norms = torch.stack([zero if g is None else g.to(zero.dtype) for g in grad_norms])
-    pnorms = torch._foreach_norm(list(grads[1:])) if params else []
-    host = torch.cat([norms.double(), torch.stack(stats).double().flatten(), torch.stack(list(pnorms)).double() if params else norms.new_zeros(0).double()]).tolist()
+    pnorms = torch.stack([zero if t is None else t.to(zero.dtype) for t in pnorm_slots] or [zero])[: len(params)].double()
+    stats = _stack64(moments.parts)
+    k = stats.numel()
+    host = torch.cat([norms.double(), stats, pnorms]).tolist()
     grad_norm = host[: n + 1]
-    var = host[n + 1 : 3 * (n + 1) : 2]
-    mean = host[n + 2 : 3 * (n + 1) : 2]
+    var, mean = _combine(host[n + 1 : n + 1 + k], moments.counts)
     sq_mean = [v + m * m for v, m in zip(var, mean)]
-    pgn = dict(zip([name for name, _ in named], host[3 * (n + 1) :]))
+    pgn = dict(zip([name for name, _ in named], host[n + 1 + k :]))
     identity_error = _rel_diff64(y, x0)
     input_grad_error = _rel_diff64(g0, out_grad) if out_grad is not None else None
     nonfinite_at, kind = _first_nonfinite(var, mean, grad_norm)
@@ -190,11 +240,146 @@ def probe(
     )
 
 
+def _moments(h: torch.Tensor, out: list[torch.Tensor]) -> int:
+    """Append h's moments to `out` as 0-dim tensors (no host sync); return how to read them.
+
+    Returns 0 after appending (var, mean) from `torch.var_mean`, or n = h.numel() after appending
+    (m, Σd, Σd²) with m = mean(h) and d = h − m (corrected two-pass; see the module docstring).
+    `probe` computes the same quantities a group of boundaries at a time (`_MomentGroups`);
+    `probe_seeds` calls this one per seed under vmap.
+    """
+    f = h.reshape(-1)  # (N,): a view when h is contiguous
+    n = _two_pass_count(f.numel(), f.device, f.dtype)
+    if n == 0:
+        var, mean = torch.var_mean(f, correction=0)
+        out += (var, mean)
+        return 0
+    m = f.mean()
+    d = f - m  # (N,), a temporary of our own: squared in place below
+    out += (m, d.sum(), d.mul_(d).sum())  # mul_, not square_: vmap (probe_seeds) has no rule for square_
+    return n
+
+
+class _MomentGroups:
+    """Boundary moments for `probe`, computed a group of boundaries at a time.
+
+    Inside a forward pass every extra tensor operation costs ~20 µs of dispatch on a CPU, about
+    four times its arithmetic on a 64×256 boundary, and the two-pass moments take five. So each
+    two-pass boundary is only copied into a row of a reusable (K, N) buffer (one operation), and
+    the five run on the whole buffer when it is full (K rows of at most `_GROUP_BYTES` together),
+    when the size changes, at the end of a checkpointed segment and at the end of the forward
+    pass. The copy is ours, so a later in-place change to the boundary cannot leak into it, and
+    the buffer is the only memory the statistics hold. Row k of the buffer gives exactly what
+    `_moments` gives for that boundary, up to the order of float summation.
+    """
+
+    def __init__(self) -> None:
+        self.parts: list[torch.Tensor] = []  # 0-dim, in boundary order: (var, mean) or (m, Σd, Σd²) each
+        self.counts: list[int] = []  # per boundary, as `_moments` returns
+        self._buffer: torch.Tensor | None = None  # (K, N)
+        self._rows: list[torch.Tensor] = []  # views of the buffer's rows
+        self._used = 0
+
+    def add(self, h: torch.Tensor) -> None:
+        f = h.reshape(-1)  # (N,)
+        n = _two_pass_count(f.numel(), f.device, f.dtype)
+        self.counts.append(n)
+        if n == 0:
+            self.flush()
+            self.parts += torch.var_mean(f, correction=0)
+            return
+        buffer = self._buffer
+        if buffer is None or buffer.shape[1] != n or buffer.dtype != f.dtype or buffer.device != f.device:
+            self.flush()
+            k = max(1, _GROUP_BYTES // (n * f.element_size()))
+            buffer = self._buffer = torch.empty((k, n), dtype=f.dtype, device=f.device)
+            self._rows = list(buffer.unbind(0))
+        self._rows[self._used].copy_(f)
+        self._used += 1
+        if self._used == len(self._rows):
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._used:
+            return
+        d = self._buffer[: self._used]  # type: ignore[index]  # (k, N)
+        m = d.mean(dim=1, keepdim=True)  # (k, 1)
+        d.sub_(m)  # d = h − m, row by row, in place: the buffer is ours
+        s = d.sum(dim=1)  # (k,)
+        q = d.square_().sum(dim=1)  # (k,)
+        self.parts += torch.stack((m.squeeze(1), s, q), dim=1).reshape(-1).unbind(0)  # m, Σd, Σd² per row
+        self._used = 0
+
+
+@contextlib.contextmanager
+def _norms_of_param_grads(params: list[nn.Parameter], slots: list[torch.Tensor | None], norm_dtype: torch.dtype | None) -> Iterator[None]:
+    """While the backward pass runs, reduce each parameter's gradient to its norm (into `slots`)
+    the moment autograd produces it, and hand autograd a stride-0 zero in its place.
+
+    So no parameter gradient outlives its own step of the backward pass: `torch.autograd.grad`
+    would otherwise return all of them together (as much memory as the parameters), and on a deep
+    checkpointed stack those long-lived gradients, allocated between the short-lived activations,
+    fragment the heap (glibc kept 5.4 GiB resident for a depth-10,000 probe that needs 1.8 GiB).
+    The norm is also taken while the gradient is still in cache. The hooks are removed on exit.
+    """
+
+    def hook(g: torch.Tensor, j: int) -> torch.Tensor:
+        slots[j] = torch.linalg.vector_norm(g, dtype=norm_dtype)
+        return g.new_zeros(()).expand(g.shape)
+
+    handles = [p.register_hook(functools.partial(hook, j=j)) for j, p in enumerate(params)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _stack64(scalars: list[torch.Tensor]) -> torch.Tensor:
+    """0-dim tensors → one float64 (k,) tensor: one stack and one cast when the dtypes agree
+    (a cast per scalar was ~3% of a probe of a depth-256 MLP)."""
+    if not scalars:
+        return torch.zeros(0, dtype=torch.float64)
+    if all(t.dtype == scalars[0].dtype for t in scalars):
+        return torch.stack(scalars).to(torch.float64)
+    return torch.stack([t.to(torch.float64) for t in scalars])
+
+
+def _two_pass_count(numel: int, device: torch.device, dtype: torch.dtype) -> int:
+    """What `_moments` returns for a tensor of this size, device and dtype: 0 or numel."""
+    return numel if numel >= _TWO_PASS_MIN and device.type == "cpu" and dtype.is_floating_point else 0
+
+
+def _combine(values: list[float], counts: list[int]) -> tuple[list[float], list[float]]:
+    """Host-side (float64) variance and mean per boundary from what `_moments` appended."""
+    var: list[float] = []
+    mean: list[float] = []
+    k = 0
+    for n in counts:
+        if n == 0:
+            var.append(values[k])
+            mean.append(values[k + 1])
+            k += 2
+            continue
+        m, s, q = values[k : k + 3]
+        k += 3
+        ds = s / n
+        if math.isfinite(ds):
+            mean.append(m + ds)
+            var.append(max(q / n - ds * ds, 0.0))  # q = inf (overflow) gives inf, q = nan gives nan
+        else:  # an inf or nan in h: non-finite, as from var_mean
+            mean.append(m)
+            var.append(math.nan)
+    return var, mean
+
+
 def _first_nonfinite(var: list[float], mean: list[float], grad: list[float]) -> tuple[int | None, Literal["activation", "gradient"] | None]:
     """The first boundary a non-finite value reached: in forward order for activations, in
-    backward order (from the output down) for gradients."""
-    for i, (v, m) in enumerate(zip(var, mean)):
-        if not (math.isfinite(v) and math.isfinite(m)):
+    backward order (from the output down) for gradients. An activation is non-finite exactly when
+    its mean is (a sum holding inf or NaN is inf or NaN); the variance alone can overflow on
+    finite activations beyond ~1e19, which `variance_growth` reports as an overflow instead."""
+    for i, m in enumerate(mean):
+        if not math.isfinite(m):
             return i, "activation"
     for i in range(len(grad) - 1, -1, -1):
         if not math.isfinite(grad[i]):

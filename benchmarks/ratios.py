@@ -1,0 +1,479 @@
+"""Side-by-side performance ratios of the probe, printed as one Markdown table.
+
+    python benchmarks/ratios.py                 # every section (about 10-20 minutes on 2 cores)
+    python benchmarks/ratios.py --only a,c,e    # some sections
+    python benchmarks/ratios.py --json out.json # also write the numbers
+
+Sections (docs/performance.md has the targets and the latest figures):
+  a  probe overhead over bare forward + backward (median of interleaved runs), and the naive
+     approach (one autograd.grad per boundary, quadratic in depth) beside it
+  b  scaling: probe time against depth 64 … 1024, with the fitted exponent
+  c  memory: bytes autograd saves for the backward pass, probe against bare forward + backward,
+     and the peak RSS each adds (subprocesses)
+  d  depth: a depth-10,000 pre-activation MLP probed with checkpoint_every=100, peak RSS of the
+     subprocess, and the verdict against the un-checkpointed probe at a depth where both fit
+  e  many seeds: `probe_seeds` (one vectorised pass) against a Python loop of `probe`
+  f  the gate: `stability check specs --profile ci` and the whole pytest run, wall time
+
+Not an asv benchmark: asv imports this module while discovering benchmarks, so nothing runs at
+import and no function here starts with time_, peakmem_, mem_ or track_.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ROOT / "specs"
+PY = sys.executable
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _net(text: str, **case: Any) -> tuple[Any, Any, Any]:
+    """(spec, blocks, x) from spec text and case overrides."""
+    from stability import build, make_input, parse_spec
+    from stability.case import corner_case
+
+    spec = parse_spec(text)
+    c = corner_case(spec, **case)
+    return spec, build(spec, c).blocks, make_input(spec, c)
+
+
+def _mlp_text(family: str = "plain", norm: str = "none", layer: str = "linear", extra: str = "") -> str:
+    return f"""
+name = "ratios-{family}-{layer}"
+description = "benchmarks/ratios.py"
+family = "{family}"
+[block]
+layer = "{layer}"
+activation = "relu"
+norm = "{norm}"
+{extra}
+[space]
+depth = [1, 100000]
+width = [1, 4096]
+batch = [1, 4096]
+{"spatial = [1, 64]" if layer == "conv2d" else ""}
+weight_init = ["kaiming_normal"]
+branch_init = ["default"]
+device = ["cpu"]
+[expect.gradient_arrival]
+lo = 0.5
+hi = 100.0
+"""
+
+
+def _bare(blocks: Any, x: Any, r: Any) -> Callable[[], None]:
+    """One forward + one backward to the input and every parameter, no statistics."""
+    import torch
+
+    params = [p for p in blocks.parameters() if p.requires_grad]
+
+    def run() -> None:
+        x0 = x.detach().requires_grad_(True)
+        y = blocks(x0)
+        torch.autograd.grad(y, [x0, *params], grad_outputs=r)
+
+    return run
+
+
+def _naive(blocks: Any, x: Any, r: Any) -> Callable[[], None]:
+    """The obvious way to get every boundary's gradient: keep every boundary and call
+    autograd.grad once per boundary. Each call walks back from the output to that boundary, so
+    depth L costs L(L+1)/2 block backward passes."""
+    import torch
+
+    params = [p for p in blocks.parameters() if p.requires_grad]
+
+    def run() -> None:
+        x0 = x.detach().requires_grad_(True)
+        hs, h = [x0], x0
+        for b in blocks:
+            h = b(h)
+            hs.append(h)
+        loss = (h * r).sum()
+        for hi in hs[1:-1]:
+            torch.autograd.grad(loss, hi, retain_graph=True)
+        torch.autograd.grad(loss, [x0, *params])
+
+    return run
+
+
+def _interleaved(fns: dict[str, Callable[[], None]], reps: int, warmup: int = 1) -> dict[str, float]:
+    """Median seconds per function, the functions run in turn (a b a b …) so that load changes on
+    a shared machine hit all of them alike. The clock is CLOCK (process CPU time by default: with
+    one thread it is the work done, and a busy neighbour does not stretch it)."""
+    for _ in range(warmup):
+        for f in fns.values():
+            f()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(reps):
+        for k, f in fns.items():
+            t0 = CLOCK()
+            f()
+            times[k].append(CLOCK() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _fit_exponent(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of log y on log x: t ∝ depth^k."""
+    lx, ly = [math.log(v) for v in xs], [math.log(v) for v in ys]
+    mx, my = statistics.fmean(lx), statistics.fmean(ly)
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
+
+
+def _subprocess_json(code: str, timeout: float = 3600, env: dict[str, str] | None = None) -> dict[str, Any]:
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env={**_env(), **(env or {})})
+    if out.returncode != 0:
+        raise RuntimeError(f"subprocess failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(THREADS))
+
+
+Row = tuple[str, str, str, str, str]  # what, measured, target, met, command/notes
+ROWS: list[Row] = []
+DATA: dict[str, Any] = {}
+THREADS = 1
+CLOCK: Callable[[], float] = time.process_time
+
+
+def _row(what: str, measured: str, target: str, met: bool | None, note: str = "") -> None:
+    ROWS.append((what, measured, target, "—" if met is None else ("yes" if met else "**no**"), note))
+    print(f"  {what}: {measured} (target {target})", flush=True)
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+def section_a(reps: int) -> None:
+    """Probe overhead over bare fwd+bwd; the naive per-boundary approach beside it."""
+    import torch
+
+    from stability import probe
+    from stability.probe import projection_vector
+
+    print("(a) probe overhead", flush=True)
+    cases = [
+        ("MLP: plain, ReLU, Kaiming, depth 256, width 256, batch 64", _mlp_text(), dict(depth=256, width=256, batch=64)),
+        ("conv: plain, ReLU, Kaiming, depth 32, 32 channels, 16×16, batch 16", _mlp_text(layer="conv2d", extra="kernel_size = 3"), dict(depth=32, width=32, batch=16, spatial=16)),
+    ]
+    for label, text, case in cases:
+        _, blocks, x = _net(text, **case)
+        with torch.no_grad():
+            r = projection_vector(blocks(x).shape, 0, dtype=x.dtype, device=x.device)
+        t = _interleaved({"bare": _bare(blocks, x, r), "probe": lambda: probe(blocks, x, seed=0)}, reps)
+        ratio = t["probe"] / t["bare"]
+        DATA[f"a.{label}"] = {**t, "ratio": ratio}
+        _row(f"(a) probe / bare fwd+bwd, {label}", f"{ratio:.3f}× ({t['probe'] * 1e3:.1f} ms vs {t['bare'] * 1e3:.1f} ms)", "≤ 1.15×", ratio <= 1.15)
+    # The naive approach: quadratic in depth (MLP width 256, batch 64; fewer repeats, it is slow).
+    depths, naive, bare = [32, 64, 128, 256], [], []
+    for depth in depths:
+        _, blocks, x = _net(_mlp_text(), depth=depth, width=256, batch=64)
+        r = projection_vector((64, 256), 0, dtype=x.dtype, device=x.device)
+        t = _interleaved({"bare": _bare(blocks, x, r), "naive": _naive(blocks, x, r)}, max(3, reps // 4), warmup=0)
+        naive.append(t["naive"])
+        bare.append(t["bare"])
+    k = _fit_exponent(depths, naive)
+    DATA["a.naive"] = {"depths": depths, "naive": naive, "bare": bare, "exponent": k}
+    ratios = ", ".join(f"{d}: {n / b:.1f}×" for d, n, b in zip(depths, naive, bare))
+    _row("(a) naive (one autograd.grad per boundary) / bare, MLP width 256", ratios + f"; time ∝ depth^{k:.2f}", "grows with depth (quadratic)", None)
+
+
+def section_b(reps: int) -> None:
+    from stability import probe
+
+    print("(b) scaling", flush=True)
+    depths, times = [64, 128, 256, 512, 1024], []
+    for depth in depths:
+        _, blocks, x = _net(_mlp_text(), depth=depth, width=256, batch=64)
+        times.append(_interleaved({"probe": lambda: probe(blocks, x, seed=0)}, reps)["probe"])
+        del blocks
+    k = _fit_exponent(depths, times)
+    DATA["b"] = {"depths": depths, "seconds": times, "exponent": k}
+    detail = ", ".join(f"{d}: {t * 1e3:.0f} ms" for d, t in zip(depths, times))
+    _row("(b) probe time vs depth 64…1024 (MLP width 256, batch 64), fitted exponent", f"{k:.3f} ({detail})", "≤ 1.1", k <= 1.1)
+
+
+_RSS_CODE = """
+import json, resource, torch
+torch.set_num_threads({threads})
+from benchmarks.ratios import _net, _mlp_text, _bare
+from benchmarks._nets import reset_peak_rss
+from stability import probe
+from stability.probe import projection_vector
+_, blocks, x = _net(_mlp_text(), depth=256, width=256, batch=64)
+r = projection_vector((64, 256), 0, dtype=x.dtype, device=x.device)
+bare = _bare(blocks, x, r)
+bare(); probe(blocks, x)  # warm up allocator and kernels
+def rss(): return int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()
+before = rss(); reset_peak_rss()
+{call}
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({{"before": before, "peak": peak}}))
+"""
+
+
+def section_c() -> None:
+    import torch
+
+    from stability import probe
+    from stability.memory import _storage_key, saved_activation_bytes
+
+    print("(c) memory", flush=True)
+    for label, text, case in [
+        ("MLP depth 256, width 256, batch 64", _mlp_text(), dict(depth=256, width=256, batch=64)),
+        ("conv depth 32, 32 channels, 16×16, batch 16", _mlp_text(layer="conv2d"), dict(depth=32, width=32, batch=16, spatial=16)),
+    ]:
+        _, blocks, x = _net(text, **case)
+        bare = saved_activation_bytes(blocks, x)
+        # The probe's own forward pass, counted by the same rule (distinct storages, parameters and
+        # buffers excluded) under the same saved_tensors_hooks: what the probe adds is only what
+        # its statistics and hooks make autograd save.
+        held = {_storage_key(t)[0] for t in (*blocks.parameters(), *blocks.buffers())}
+        sizes: dict[int, int] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            key, nbytes = _storage_key(t)
+            if key not in held:
+                sizes[key] = nbytes
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            probe(blocks, x)
+        probed = sum(sizes.values())
+        extra = probed / bare - 1
+        DATA[f"c.{label}"] = {"bare_bytes": bare, "probe_bytes": probed}
+        _row(f"(c) saved activation bytes, probe vs bare, {label}", f"{probed / 2**20:.2f} MiB vs {bare / 2**20:.2f} MiB ({extra * 100:+.2f}%)", "≤ +5%", extra <= 0.05)
+    # Peak RSS each adds over the resident network (subprocesses, MLP depth 256).
+    rss = {}
+    for name, call in [("bare", "bare()"), ("probe", "probe(blocks, x)")]:
+        rss[name] = _subprocess_json(_RSS_CODE.format(threads=THREADS, call=call))
+    add = {k: (v["peak"] - v["before"]) for k, v in rss.items()}
+    DATA["c.rss"] = rss
+    _row(
+        "(c) peak RSS added by one call, MLP depth 256 (subprocess, after warm-up)",
+        f"probe {add['probe'] / 2**20:.1f} MiB vs bare {add['bare'] / 2**20:.1f} MiB",
+        "—",
+        None,
+        "informational: allocator caching makes RSS coarse",
+    )
+
+
+_DEEP_CODE = """
+import json, resource, time, torch
+torch.set_num_threads({threads})
+from torch.utils.checkpoint import checkpoint
+from stability import load_spec, build, make_input, probe
+from stability.case import corner_case
+from stability.invariants import gradient_arrival
+from stability.memory import saved_activation_bytes
+spec = load_spec("specs/preact_mlp.toml")
+case = corner_case(spec, depth={depth}, width=64, batch={batch}, weight_init="kaiming_normal", branch_init="default", dtype="float32")
+t0 = time.perf_counter(); net = build(spec, case); x = make_input(spec, case); t_build = time.perf_counter() - t0
+out = {{"build_s": t_build}}
+if {saved}:
+    out["saved_bytes"] = saved_activation_bytes(net.blocks, x, checkpoint_every={every})
+t0 = time.perf_counter()
+if {bare}:  # the same checkpointed forward + backward without the probe
+    blocks = list(net.blocks)
+    def run(h, a, b):
+        for i in range(a, b):
+            h = blocks[i](h)
+        return h
+    x0 = x.detach().requires_grad_(True); h = x0
+    for s in range(0, len(blocks), {every}):
+        h = checkpoint(run, h, s, min(s + {every}, len(blocks)), use_reentrant=False)
+    torch.autograd.grad(h, [x0, *net.blocks.parameters()], grad_outputs=torch.ones_like(h))
+else:
+    m = probe(net.blocks, x, checkpoint_every={every})
+    ga = spec.expect.gradient_arrival
+    v = gradient_arrival(m, lo=ga.lo, hi=ga.hi)
+    out.update(ratio=m.gradient_ratio, passed=v.passed, detail=v.detail, nonfinite=m.nonfinite_at,
+               grad_norm_head=m.grad_norm[:3])
+out["probe_s"] = time.perf_counter() - t0
+out["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps(out))
+"""
+
+
+def _deep(depth: int, batch: int, every: int, *, bare: bool = False, saved: bool = False, env: dict[str, str] | None = None) -> dict[str, Any]:
+    code = _DEEP_CODE.format(threads=THREADS, depth=depth, batch=batch, every=every, bare=bare, saved=saved)
+    return _subprocess_json(code, env=env)
+
+
+def section_d(batch: int) -> None:
+    print("(d) depth 10,000 with checkpointing", flush=True)
+    gib = 2**30
+    deep = _deep(10_000, batch, 100)
+    tuned = _deep(10_000, batch, 100, env={"MALLOC_MMAP_THRESHOLD_": "65536"})
+    bare = _deep(10_000, batch, 100, bare=True)
+    DATA["d.deep"], DATA["d.deep_mmap_threshold"], DATA["d.bare_checkpointed"] = deep, tuned, bare
+    _row(
+        f"(d) preact MLP depth 10,000, width 64, batch {batch}, checkpoint_every=100: peak RSS (glibc defaults)",
+        f"{deep['peak_rss'] / gib:.2f} GiB (build {deep['build_s']:.0f} s, probe {deep['probe_s']:.0f} s wall; ratio {deep['ratio']:.4g}, "
+        f"{'pass' if deep['passed'] else 'fail'}); the same checkpointed fwd+bwd without the probe: {bare['peak_rss'] / gib:.2f} GiB",
+        "≤ 4 GiB",
+        deep["peak_rss"] <= 4 * gib,
+        "glibc keeps freed heap memory between the short-lived activations and the long-lived autograd nodes; see docs/performance.md",
+    )
+    _row(
+        f"(d) the same with MALLOC_MMAP_THRESHOLD_=65536 (64 KiB+ blocks from mmap, returned on free)",
+        f"{tuned['peak_rss'] / gib:.2f} GiB (probe {tuned['probe_s']:.0f} s wall); ratio {tuned['ratio']:.4g}",
+        "≤ 4 GiB",
+        tuned["peak_rss"] <= 4 * gib,
+    )
+    both = {every: _deep(1000, batch, every, saved=True) for every in (1000, 100)}
+    DATA["d.compare"] = both
+    same = both[1000]["passed"] == both[100]["passed"]
+    exact = both[1000]["ratio"] == both[100]["ratio"] and both[1000]["grad_norm_head"] == both[100]["grad_norm_head"]
+    unckpt_10k = both[1000]["saved_bytes"] * 10 / gib
+    _row(
+        f"(d) same verdict with and without checkpointing, depth 1,000, batch {batch}",
+        f"{'pass' if both[1000]['passed'] else 'fail'} / {'pass' if both[100]['passed'] else 'fail'}; ratio {both[1000]['ratio']:.6g} / {both[100]['ratio']:.6g} "
+        f"({'bit-identical' if exact else 'differs'}); saved activations {both[1000]['saved_bytes'] / 2**20:.0f} MiB / {both[100]['saved_bytes'] / 2**20:.1f} MiB "
+        f"(so ≈ {unckpt_10k:.1f} GiB un-checkpointed at depth 10,000)",
+        "same verdict",
+        same,
+    )
+
+
+def section_e(reps: int) -> None:
+    from stability import build, load_spec, make_input, probe
+    from stability.batched import probe_seeds
+    from stability.build import derive_seed
+    from stability.case import corner_case
+
+    print("(e) many seeds", flush=True)
+    for name, overrides, exact in [
+        ("plain_mlp", dict(depth=16, width=32, batch=8), True),
+        ("preact_mlp", dict(depth=16, width=32, batch=8, weight_init="kaiming_normal", branch_init="default"), False),
+    ]:
+        spec = load_spec(SPECS / f"{name}.toml")
+        cases = [corner_case(spec, seed=s, **overrides) for s in range(32)]
+        nets = [build(spec, c).blocks for c in cases]
+        xs = [make_input(spec, c) for c in cases]
+        seeds = [derive_seed(c.seed, 2) for c in cases]
+        out: dict[str, Any] = {}
+
+        def loop() -> None:
+            out["loop"] = [probe(n, x, seed=s) for n, x, s in zip(nets, xs, seeds)]
+
+        def batched() -> None:
+            out["batched"] = probe_seeds(nets, xs, seeds=seeds)
+
+        t = _interleaved({"loop": loop, "batched": batched}, reps)
+        speedup = t["loop"] / t["batched"]
+        worst, identical = 0.0, True
+        for a, b in zip(out["loop"], out["batched"]):
+            pairs = [*zip(a.grad_norm, b.grad_norm), *zip(a.act_var, b.act_var), *zip(a.act_sq_mean, b.act_sq_mean)]
+            pairs += [(a.param_grad_norm[k], b.param_grad_norm[k]) for k in a.param_grad_norm]
+            for u, v in pairs:
+                identical &= u == v
+                if u != v:
+                    worst = max(worst, abs(u - v) / max(abs(u), abs(v)))
+        DATA[f"e.{name}"] = {**t, "speedup": speedup, "identical": identical, "max_rel_diff": worst}
+        label = ", ".join(f"{k}={v}" for k, v in overrides.items())
+        _row(
+            f"(e) 32 seeds, probe_seeds vs loop of probe, {name} ({label})",
+            f"{speedup:.2f}× ({t['batched'] * 1e3:.0f} ms vs {t['loop'] * 1e3:.0f} ms); numbers "
+            + ("bit-identical" if identical else f"equal to {worst:.1e} relative"),
+            "≥ 4×, identical numbers" if exact else "≥ 4× (layer norm: identical up to rounding)",
+            speedup >= 4 and (identical or not exact),
+            "" if identical else "layer-norm γ gradients reduced in another order under vmap; see tests/test_batched.py",
+        )
+
+
+def section_f() -> None:
+    print("(f) the gate", flush=True)
+    specs = sorted(str(p.relative_to(ROOT)) for p in SPECS.glob("*.toml"))
+    cli = [str(Path(PY).parent / "stability"), "check", "specs", "--profile", "ci", "-q"]
+    def timed(cmd: list[str]) -> tuple[subprocess.CompletedProcess[str], float, float]:
+        c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=_env())
+        wall = time.perf_counter() - t0
+        c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return done, wall, (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
+
+    done, wall, cpu = timed(cli)
+    DATA["f.check"] = {"wall_s": wall, "cpu_s": cpu, "exit": done.returncode, "specs": len(specs)}
+    _row(f"(f) `stability check specs --profile ci -q` ({len(specs)} specs)", f"{wall:.1f} s wall, {cpu:.1f} s CPU, exit {done.returncode}", "—", None)
+    done, wall, cpu = timed([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-200:]
+    DATA["f.pytest"] = {"wall_s": wall, "cpu_s": cpu, "exit": done.returncode, "summary": summary}
+    _row("(f) whole pytest run (`pytest -q`)", f"{wall:.1f} s wall, {cpu:.1f} s CPU, exit {done.returncode}: {summary}", "—", None)
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    global THREADS, CLOCK
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", default="a,b,c,d,e,f", help="comma-separated sections (default all)")
+    p.add_argument("--reps", type=int, default=9, help="timed repetitions per measurement (default 9)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: stable on shared machines)")
+    p.add_argument("--clock", choices=["cpu", "wall"], default="cpu", help="cpu: process CPU time (default; robust on shared machines), wall: perf_counter")
+    p.add_argument("--deep-batch", type=int, default=256, help="batch of the depth-10,000 network (default 256)")
+    p.add_argument("--json", metavar="FILE", help="also write every number as JSON")
+    args = p.parse_args(argv)
+    THREADS = args.threads
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    import torch
+
+    torch.set_num_threads(THREADS)
+    sections = {s.strip() for s in args.only.split(",") if s.strip()}
+    t0 = time.perf_counter()
+    if "a" in sections:
+        section_a(args.reps)
+    if "b" in sections:
+        section_b(max(3, args.reps // 2))
+    if "c" in sections:
+        section_c()
+    if "d" in sections:
+        section_d(args.deep_batch)
+    if "e" in sections:
+        section_e(args.reps)
+    if "f" in sections:
+        section_f()
+    DATA["meta"] = {
+        "torch": torch.__version__,
+        "threads": THREADS,
+        "cpu_count": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "seconds": time.perf_counter() - t0,
+        "clock": args.clock,
+        "command": "python benchmarks/ratios.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "maxrss_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }
+    print()
+    clock = "process CPU time" if args.clock == "cpu" else "wall time"
+    print(f"torch {torch.__version__}, {THREADS} thread(s), {os.cpu_count()} CPUs, {clock}, medians of interleaved runs, {DATA['meta']['seconds']:.0f} s\n")
+    print("| measurement | measured | target | met | note |")
+    print("|---|---|---|---|---|")
+    for row in ROWS:
+        print("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(DATA, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    raise SystemExit(main())

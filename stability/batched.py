@@ -1,0 +1,303 @@
+"""Stage 4, many seeds at once: S networks of one architecture → S `Measurements`, from one
+vectorised forward and one backward pass.
+
+`probe` measures one network; a seed sweep (one architecture drawn with 32 seeds) would call it 32
+times, and on small networks each call is mostly per-operation overhead. `probe_seeds` stacks the
+S networks' parameters and buffers along a new leading dimension and runs the whole stack once for
+all seeds, under a single `torch.func.vmap` of `torch.func.functional_call`:
+
+- activation moments are reduced per seed inside the vmapped forward (the same `_moments` as
+  `probe`, so the same formula per seed);
+- every boundary l > 0 gets a zero "probe perturbation" added, h_l + ε_l with ε_l = 0, so
+  ∂L/∂ε_l = ∂L/∂h_l. The ε_l are stride-0 expansions of one scalar zero (no memory), and a hook on
+  each reduces its gradient to one norm per seed as soon as the backward pass produces it;
+- one `torch.autograd.grad` call runs the backward pass of all seeds together.
+
+Same numbers as `probe`, up to float rounding: the batched kernels (a batched matmul, a grouped
+convolution, reductions over rows of an (S, …) tensor instead of a whole tensor) may sum in a
+different order. tests/test_batched.py pins the tolerance and explains it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+import torch
+from torch import nn
+from torch.func import functional_call, vmap
+
+from stability.errors import CaseError
+from stability.probe import (
+    _LOW,
+    Measurements,
+    _as_list,
+    _combine,
+    _first_nonfinite,
+    _moments,
+    _two_pass_count,
+    projection_vector,
+)
+
+__all__ = ["probe_seeds"]
+
+_State = tuple[list[tuple[str, torch.Tensor]], list[tuple[str, torch.Tensor]]]
+
+
+def probe_seeds(
+    networks: Sequence[nn.Module | Iterable[nn.Module]],
+    inputs: Sequence[torch.Tensor] | torch.Tensor,
+    *,
+    seeds: Sequence[int] | None = None,
+    loss: Literal["projection", "sum"] = "projection",
+) -> list[Measurements]:
+    """Probe S networks of one architecture (one per seed) in one vectorised fwd + one bwd.
+
+    `networks[s]` is what `probe` takes as `blocks` (an `nn.Sequential` or an iterable of blocks);
+    all S must have the same block types and parameter and buffer names, shapes and dtypes.
+    `inputs` holds one input per network (a sequence, or one tensor stacked along dim 0).
+    `seeds[s]` is the loss seed `probe` would get as `seed=` (default 0 for every network).
+    Returns what `[probe(networks[s], inputs[s], loss=loss, seed=seeds[s]) for s in range(S)]`
+    returns, computed together. Train-mode batch-norm running statistics are updated on stacked
+    copies, not on the networks.
+    """
+    if loss not in ("projection", "sum"):
+        raise ValueError(f'probe_seeds(loss={loss!r}): choose "projection" or "sum"')
+    stacks = [_as_list(net) for net in networks]
+    n_nets = len(stacks)
+    if n_nets == 0:
+        raise ValueError("probe_seeds: networks is empty; pass one network per seed")
+    x = inputs if isinstance(inputs, torch.Tensor) else torch.stack(list(inputs))  # (S, B, …)
+    if x.shape[0] != n_nets:
+        raise ValueError(f"probe_seeds: {n_nets} networks but {x.shape[0]} inputs; pass one input per network")
+    seeds = [0] * n_nets if seeds is None else list(seeds)
+    if len(seeds) != n_nets:
+        raise ValueError(f"probe_seeds: {n_nets} networks but {len(seeds)} seeds; pass one loss seed per network")
+    blocks = stacks[0]
+    n = len(blocks)
+    states = _states(stacks)
+    params, buffers, names = _stack_states(states)
+    shapes = _boundary_shapes(blocks, x[0])  # per seed: input of block l, then the output
+
+    low = x.dtype in _LOW
+    norm_dtype = torch.float32 if low else None
+    grad_norms: list[torch.Tensor | None] = [None] * (n + 1)  # (S,) each
+
+    def forward(p: dict[str, torch.Tensor], b: dict[str, torch.Tensor], h: torch.Tensor, eps: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        # One seed (vmap adds the S dimension): h (B, …), eps[l − 1] shaped like boundary l.
+        moments: list[torch.Tensor] = []
+        for i, block in enumerate(blocks):
+            _moments(h.detach().float() if low else h.detach(), moments)
+            if i > 0:
+                h = h + eps[i - 1]  # + 0: ∂L/∂eps[i − 1] is the gradient at boundary i
+            try:
+                h = functional_call(block, (p[i], b[i]), (h,))
+            except RuntimeError as exc:
+                if "out of memory" in str(exc).lower():
+                    raise
+                raise CaseError(f"block {i} ({type(block).__name__}) failed under vmap on an input of shape {tuple(h.shape)}: {exc}") from exc
+        _moments(h.detach().float() if low else h.detach(), moments)
+        return h, moments
+
+    counts = _moment_counts(shapes, x)
+    with torch.enable_grad():
+        x0 = x.detach().requires_grad_(True)  # (S, B, …)
+        zero = torch.zeros((), dtype=x.dtype, device=x.device, requires_grad=True)
+        eps = [zero.expand(n_nets, *shape) for shape in shapes[1:n]]  # (S, …) each, stride 0
+        for i, e in enumerate(eps, start=1):
+
+            def hook(g: torch.Tensor, i: int = i) -> None:
+                grad_norms[i] = torch.linalg.vector_norm(g.reshape(n_nets, -1), dim=1, dtype=norm_dtype)
+
+            e.register_hook(hook)
+        y, moments = vmap(forward, in_dims=(0, 0, 0, 0))(params, buffers, x0, eps)  # y (S, B, …)
+        if loss == "projection":
+            out_grad = torch.stack([projection_vector(y.shape[1:], s, dtype=y.dtype, device=y.device) for s in seeds])
+        else:
+            out_grad = torch.ones_like(y)
+        flat = [p for block in params for p in block.values() if p.requires_grad]
+        inputs_ = [x0, *flat, zero] if eps else [x0, *flat]
+        if y.requires_grad:
+            grads = torch.autograd.grad(y, inputs_, grad_outputs=out_grad, allow_unused=True, materialize_grads=True)
+        else:
+            grads = [torch.zeros_like(t) for t in inputs_]
+    g0 = grads[0]
+    grad_norms[0] = torch.linalg.vector_norm(g0.reshape(n_nets, -1), dim=1, dtype=norm_dtype)
+    if n > 0:
+        grad_norms[n] = torch.linalg.vector_norm(out_grad.reshape(n_nets, -1), dim=1, dtype=norm_dtype)
+    norm_zero = torch.zeros(n_nets, device=x.device, dtype=torch.float32 if low else x.dtype)
+    norms = torch.stack([norm_zero if g is None else g.to(norm_zero.dtype) for g in grad_norms], dim=1)  # (S, n+1)
+    pnorms = [torch.linalg.vector_norm(g.reshape(n_nets, -1), dim=1) for g in grads[1 : 1 + len(flat)]]  # (S,) each
+    identity = _rows_rel_diff64(y, x0)
+    input_grad = _rows_rel_diff64(g0, out_grad)
+    nan = norms.new_full((n_nets, 1), torch.nan).double()
+    host = torch.cat(
+        [
+            norms.double(),
+            torch.stack([t.to(torch.float64) for t in moments], dim=1),
+            torch.stack(pnorms, dim=1).double() if pnorms else norms.new_zeros(n_nets, 0).double(),
+            identity if identity is not None else nan,
+            input_grad if input_grad is not None else nan,
+        ],
+        dim=1,
+    ).tolist()  # (S, …): one host transfer for every seed
+    k = len(moments)
+    channels = [shape[1] if len(shape) > 1 else 1 for shape in shapes]
+    out: list[Measurements] = []
+    for row in host:
+        grad_norm = row[: n + 1]
+        var, mean = _combine(row[n + 1 : n + 1 + k], counts)
+        nonfinite_at, kind = _first_nonfinite(var, mean, grad_norm)
+        out.append(
+            Measurements(
+                grad_norm=grad_norm,
+                act_var=var,
+                act_sq_mean=[v + m * m for v, m in zip(var, mean)],
+                param_grad_norm=dict(zip(names, row[n + 1 + k : n + 1 + k + len(names)])),
+                identity_error=row[-2] if identity is not None else None,
+                input_grad_error=row[-1] if input_grad is not None else None,
+                nonfinite_at=nonfinite_at,
+                nonfinite_kind=kind,
+                channels=list(channels),
+            )
+        )
+    return out
+
+
+def _state(stack: list[nn.Module]) -> _State:
+    """(parameters, buffers) of one network as ("<block>.<name>", tensor) lists, in block order.
+
+    The same names and order as `named_parameters()` / `named_buffers()`, from a direct walk of
+    `_modules` (several times faster than the generic generators).
+    """
+    params: list[tuple[str, torch.Tensor]] = []
+    buffers: list[tuple[str, torch.Tensor]] = []
+    seen: set[int] = set()
+
+    def walk(module: nn.Module, prefix: str) -> None:
+        if id(module) in seen:  # a shared submodule: its tensors are listed once, as named_parameters does
+            return
+        seen.add(id(module))
+        params.extend((prefix + k, p) for k, p in module._parameters.items() if p is not None)
+        buffers.extend((prefix + k, b) for k, b in module._buffers.items() if b is not None)
+        for k, child in module._modules.items():
+            if child is not None:
+                walk(child, f"{prefix}{k}.")
+
+    for i, block in enumerate(stack):
+        walk(block, f"{i}.")
+    return params, buffers
+
+
+def _same_state(stack: list[nn.Module], template: _State, s: int) -> _State:
+    """Network s's tensors at network 0's names (a dictionary lookup per tensor instead of a
+    walk), checked to have network 0's shapes and dtypes."""
+    out: _State = ([], [])
+    for kind, table in ((0, "_parameters"), (1, "_buffers")):
+        for name, first in template[kind]:
+            *path, key = name.split(".")
+            try:
+                module = stack[int(path[0])]
+                for part in path[1:]:
+                    module = module._modules[part]  # type: ignore[assignment]
+                t = getattr(module, table)[key]
+            except (IndexError, KeyError, TypeError):
+                t = None
+            if t is None or t.shape != first.shape or t.dtype != first.dtype or t.device != first.device:
+                found = "nothing" if t is None else f"{tuple(t.shape)} {t.dtype} on {t.device}"
+                raise ValueError(
+                    f"probe_seeds: network {s} differs from network 0 at {name}: {found} where network 0 has "
+                    f"{tuple(first.shape)} {first.dtype} on {first.device}; every network must have the same architecture"
+                )
+            out[kind].append((name, t))
+    return out
+
+
+def _stack_states(states: list[_State]) -> tuple[list[dict[str, torch.Tensor]], list[dict[str, torch.Tensor]], list[str]]:
+    """Per block, {name: (S, …) tensor} for parameters (autograd leaves) and buffers, and the
+    names (as `probe` reports them) of the parameters that take a gradient, in order."""
+    n = 1 + max((int(name.partition(".")[0]) for part in states[0] for name, _ in part), default=-1)
+    params: list[dict[str, torch.Tensor]] = [{} for _ in range(n)]
+    buffers: list[dict[str, torch.Tensor]] = [{} for _ in range(n)]
+    names: list[str] = []
+    with torch.no_grad():
+        for kind, target in ((0, params), (1, buffers)):
+            for j, (name, first) in enumerate(states[0][kind]):
+                block, _, rest = name.partition(".")
+                t = torch.stack([state[kind][j][1] for state in states])  # (S, …)
+                if kind == 0 and first.requires_grad:
+                    t.requires_grad_(True)
+                    names.append(name)
+                target[int(block)][rest] = t
+    return params, buffers, names
+
+
+def _boundary_shapes(blocks: list[nn.Module], x: torch.Tensor) -> list[tuple[int, ...]]:
+    """Per-seed shapes at every boundary, from one forward pass of network 0 without autograd.
+
+    Needed before the vmapped pass to shape the zero perturbations. Runs on the meta device when
+    every block moves there cleanly would save the arithmetic, but train-mode norms and custom
+    blocks make that fragile; one unrecorded forward of one seed is ~1/(2S) of a seed loop.
+    """
+    shapes = [tuple(x.shape)]
+    h = x
+    with torch.no_grad(), _frozen_buffers(blocks):
+        for i, block in enumerate(blocks):
+            try:
+                h = block(h)
+            except RuntimeError as exc:
+                if "out of memory" in str(exc).lower():
+                    raise
+                raise CaseError(f"block {i} ({type(block).__name__}) failed on an input of shape {tuple(h.shape)}: {exc}") from exc
+            if not isinstance(h, torch.Tensor):
+                raise CaseError(f"block {i} ({type(block).__name__}) returned {type(h).__name__}, not a tensor")
+            shapes.append(tuple(h.shape))
+    return shapes
+
+
+class _frozen_buffers:
+    """Restores network 0's buffers (batch-norm running statistics) after the shape pass."""
+
+    def __init__(self, blocks: list[nn.Module]) -> None:
+        self.saved = [(b, b.clone()) for block in blocks for b in block.buffers()]
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        with torch.no_grad():
+            for b, copy in self.saved:
+                b.copy_(copy)
+
+
+def _moment_counts(shapes: list[tuple[int, ...]], x: torch.Tensor) -> list[int]:
+    """What `_moments` returns per boundary (it depends only on size, device and dtype), so the
+    vmapped forward need not return Python ints."""
+    dtype = torch.float32 if x.dtype in _LOW else x.dtype
+    return [_two_pass_count(math.prod(shape), x.device, dtype) for shape in shapes]
+
+
+def _states(stacks: list[list[nn.Module]]) -> list[_State]:
+    """Every network's (parameters, buffers), after checking they share network 0's architecture."""
+    kinds = [type(m) for m in stacks[0]]
+    for s, stack in enumerate(stacks[1:], start=1):
+        other = [type(m) for m in stack]
+        if other != kinds:
+            raise ValueError(
+                f"probe_seeds: network {s} differs from network 0: its blocks are {[t.__name__ for t in other]}, "
+                f"not {[t.__name__ for t in kinds]}; every network must have the same architecture"
+            )
+    template = _state(stacks[0])
+    return [template] + [_same_state(stack, template, s) for s, stack in enumerate(stacks[1:], start=1)]
+
+
+def _rows_rel_diff64(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None:
+    """‖a_s − b_s‖ / ‖b_s‖ per seed in float64, (S, 1); None when the shapes differ."""
+    if a.shape != b.shape:
+        return None
+    a64 = a.detach().to(torch.float64).reshape(a.shape[0], -1)
+    b64 = b.detach().to(torch.float64).reshape(b.shape[0], -1)
+    num = torch.linalg.vector_norm(a64 - b64, dim=1)
+    den = torch.linalg.vector_norm(b64, dim=1)
+    return torch.where(den > 0, num / torch.where(den > 0, den, 1.0), num).unsqueeze(1)
