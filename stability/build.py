@@ -138,8 +138,11 @@ def _norm(spec: Spec, channels: int) -> nn.Module:
         return nn.GroupNorm(1, channels) if conv else nn.LayerNorm(channels)
     if kind == "rms":
         return ChannelRMSNorm(channels) if conv else nn.RMSNorm(channels, eps=1e-6)
-    groups = max(g for g in range(1, min(spec.block.norm_groups, channels) + 1) if channels % g == 0)
-    return nn.GroupNorm(groups, channels)
+    # The most groups (≤ norm_groups) that divide the channels and, without a spatial extent to
+    # share, leave each group at least two values: GroupNorm refuses one value per group.
+    least = 1 if conv else 2
+    fits = [g for g in range(1, min(spec.block.norm_groups, channels) + 1) if channels % g == 0 and channels // g >= least]
+    return nn.GroupNorm(max(fits, default=1), channels)
 
 
 def _act(spec: Spec) -> nn.Module:

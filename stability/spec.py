@@ -440,6 +440,12 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
             f, "space.batch", "batch norm in train mode needs more than one value per channel, and a batch of 1 gives one",
             value=list(s.batch), fix=f"start the range at 2 ([2, {max(s.batch[1], 2)}]), or set probe.mode = \"eval\"",
         )
+    for key, rng in (("width", s.width), ("input_width", s.input_width)):
+        if b.norm == "group" and rng is not None and rng[0] == 1 and one_value_per_channel:
+            raise SpecError(
+                f, f"space.{key}", f"group norm needs more than one value per group, and a {key} of 1 gives one",
+                value=list(rng), fix=f"start the range at 2 ([2, {max(rng[1], 2)}]), or use another norm",
+            )
     if _set(data, "block", "norm_groups") and b.norm != "group":
         raise SpecError(f, "block.norm_groups", "only applies to norm = \"group\"", value=b.norm_groups, fix='remove it or set block.norm = "group"')
     if b.skip == "scaled":

@@ -219,6 +219,8 @@ def valid_documents(draw: st.DrawFn) -> dict[str, Any]:
     spatial_lo = space.get("spatial", 8) if isinstance(space.get("spatial", 8), int) else space["spatial"][0]
     if block.get("norm") == "batch" and (layer == "linear" or spatial_lo == 1):
         space["batch"] = _range(draw, 2, 4)  # batch norm in train mode needs two values per channel
+    if block.get("norm") == "group" and (layer == "linear" or spatial_lo == 1):
+        space["width"] = _range(draw, 2, 8)  # group norm needs two values per group
     skip = draw(st.sampled_from(SKIPS)) if family in ("postnorm", "preact") else None
     # a first block from input_width to width: no identity skip, no square-only option
     mixed_width = (family == "plain" or skip in ("projection", "none")) and draw(st.booleans())
@@ -238,7 +240,7 @@ def valid_documents(draw: st.DrawFn) -> dict[str, Any]:
         block["transition_every"] = draw(st.integers(0, 3))
         block["compression"] = draw(st.floats(0.1, 1.0))
     if mixed_width:
-        space["input_width"] = _range(draw, 1, 8)
+        space["input_width"] = _range(draw, 2 if block.get("norm") == "group" else 1, 8)
     inits = WEIGHT_INITS if not mixed_width else [w for w in WEIGHT_INITS if w != "identity"]
     space["weight_init"] = draw(st.lists(st.sampled_from(inits), min_size=1, max_size=3, unique=True))
     space["init_std"] = draw(small_floats)
