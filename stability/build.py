@@ -138,10 +138,9 @@ def _norm(spec: Spec, channels: int) -> nn.Module:
         return nn.GroupNorm(1, channels) if conv else nn.LayerNorm(channels)
     if kind == "rms":
         return ChannelRMSNorm(channels) if conv else nn.RMSNorm(channels, eps=1e-6)
-    # The most groups (≤ norm_groups) that divide the channels and, without a spatial extent to
-    # share, leave each group at least two values: GroupNorm refuses one value per group.
-    least = 1 if conv else 2
-    fits = [g for g in range(1, min(spec.block.norm_groups, channels) + 1) if channels % g == 0 and channels // g >= least]
+    # The most groups (≤ norm_groups) that divide the channels and leave each group at least two
+    # channels, so a group never holds one value (GroupNorm refuses that, e.g. on a 1×1 image).
+    fits = [g for g in range(1, min(spec.block.norm_groups, channels) + 1) if channels % g == 0 and channels // g >= 2]
     return nn.GroupNorm(max(fits, default=1), channels)
 
 
