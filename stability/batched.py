@@ -6,8 +6,8 @@ times, and on small networks each call is mostly per-operation overhead. `probe_
 S networks' parameters and buffers along a new leading dimension and runs the whole stack once for
 all seeds, under a single `torch.func.vmap` of `torch.func.functional_call`:
 
-- activation moments are reduced per seed inside the vmapped forward (the same `_moments` as
-  `probe`, so the same formula per seed);
+- activation moments are reduced per seed inside the vmapped forward, by the formula `probe`
+  uses (`probe._moments`: var_mean for small boundaries, corrected two-pass sums for large ones);
 - every boundary l > 0 gets a zero "probe perturbation" added, h_l + ε_l with ε_l = 0, so
   ∂L/∂ε_l = ∂L/∂h_l. The ε_l are stride-0 expansions of one scalar zero (no memory), and a hook on
   each reduces its gradient to one norm per seed as soon as the backward pass produces it;
@@ -236,9 +236,9 @@ def _stack_states(states: list[_State]) -> tuple[list[dict[str, torch.Tensor]], 
 def _boundary_shapes(blocks: list[nn.Module], x: torch.Tensor) -> list[tuple[int, ...]]:
     """Per-seed shapes at every boundary, from one forward pass of network 0 without autograd.
 
-    Needed before the vmapped pass to shape the zero perturbations. Runs on the meta device when
-    every block moves there cleanly would save the arithmetic, but train-mode norms and custom
-    blocks make that fragile; one unrecorded forward of one seed is ~1/(2S) of a seed loop.
+    Needed before the vmapped pass to shape the zero perturbations. (The meta device would skip
+    the arithmetic, but custom blocks need not run there; one unrecorded forward of one seed costs
+    about 1/(2S) of a loop over the seeds.)
     """
     shapes = [tuple(x.shape)]
     h = x

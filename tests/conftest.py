@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import itertools
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from stability.cli import main
 
@@ -194,3 +195,13 @@ def custom_spec(factory_dir: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread() -> Iterator[None]:
+    """The tests' tensors are small; intra-op threads only add synchronisation, and on a loaded
+    2-core runner they spin against each other (10× slower measured). Restored afterwards."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

@@ -13,7 +13,6 @@ seeing it, fails here.
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,14 +24,6 @@ from stability.spec import validate_spec
 CONTROLS = sorted((Path(__file__).resolve().parent.parent / "specs").glob("control_*.toml"))
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """The tensors here are small (at most 16×512); intra-op threads only add synchronisation, and
-    on a loaded 2-core runner they spin against each other (10× slower measured). Restored after."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def test_the_controls_are_there() -> None:

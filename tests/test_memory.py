@@ -13,7 +13,6 @@ thresholds, stated where used.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -28,14 +27,6 @@ from stability.spec import Spec
 _ITEM = {torch.float32: 4, torch.float64: 8}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """The tensors here are small (at most 16×512); intra-op threads only add synchronisation, and
-    on a loaded 2-core runner they spin against each other (10× slower measured). Restored after."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def _spec(family: str, block: str, space: str = "") -> Spec:

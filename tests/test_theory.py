@@ -15,7 +15,6 @@ errors of the measured average, so the tolerance's reason is itself checked.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -44,14 +43,6 @@ from stability.spec import Spec
 EPS = float(np.finfo(np.float64).eps)  # 2^-52
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """The tensors here are small (at most 16×512); intra-op threads only add synchronisation, and
-    on a loaded 2-core runner they spin against each other (10× slower measured). Restored after."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def _chain_rtol(blocks: int) -> float:
