@@ -6,6 +6,7 @@ spec (`load_spec`) → case (`Case`, `strategies.cases`) → network (`build`) �
 """
 
 from stability import strategies
+from stability.batched import probe_seeds
 from stability.build import Network, build, make_input
 from stability.case import Case, parse_case_string
 from stability.engine import CaseRecord, InvariantResult, RunOptions, SpecResult, evaluate, run_spec
@@ -41,6 +42,7 @@ __all__ = [
     "parse_case_string",
     "parse_spec",
     "probe",
+    "probe_seeds",
     "run_spec",
     "strategies",
     "variance_growth",

@@ -20,15 +20,16 @@ different order. tests/test_batched.py pins the tolerance and explains it.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Literal
 
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from stability.errors import CaseError
+from stability.errors import BlockError
 from stability.probe import (
     _LOW,
     Measurements,
@@ -96,7 +97,7 @@ def probe_seeds(
             except RuntimeError as exc:
                 if "out of memory" in str(exc).lower():
                     raise
-                raise CaseError(f"block {i} ({type(block).__name__}) failed under vmap on an input of shape {tuple(h.shape)}: {exc}") from exc
+                raise BlockError(f"block {i} ({type(block).__name__}) failed under vmap on an input of shape {tuple(h.shape)}: {exc}") from exc
         _moments(h.detach().float() if low else h.detach(), moments)
         return h, moments
 
@@ -249,25 +250,22 @@ def _boundary_shapes(blocks: list[nn.Module], x: torch.Tensor) -> list[tuple[int
             except RuntimeError as exc:
                 if "out of memory" in str(exc).lower():
                     raise
-                raise CaseError(f"block {i} ({type(block).__name__}) failed on an input of shape {tuple(h.shape)}: {exc}") from exc
+                raise BlockError(f"block {i} ({type(block).__name__}) failed on an input of shape {tuple(h.shape)}: {exc}") from exc
             if not isinstance(h, torch.Tensor):
-                raise CaseError(f"block {i} ({type(block).__name__}) returned {type(h).__name__}, not a tensor")
+                raise BlockError(f"block {i} ({type(block).__name__}) returned {type(h).__name__}, not a tensor")
             shapes.append(tuple(h.shape))
     return shapes
 
 
-class _frozen_buffers:
+@contextlib.contextmanager
+def _frozen_buffers(blocks: list[nn.Module]) -> Iterator[None]:
     """Restores network 0's buffers (batch-norm running statistics) after the shape pass."""
-
-    def __init__(self, blocks: list[nn.Module]) -> None:
-        self.saved = [(b, b.clone()) for block in blocks for b in block.buffers()]
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
+    saved = [(b, b.clone()) for block in blocks for b in block.buffers()]
+    try:
+        yield
+    finally:
         with torch.no_grad():
-            for b, copy in self.saved:
+            for b, copy in saved:
                 b.copy_(copy)
 
 
