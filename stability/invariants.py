@@ -99,9 +99,9 @@ def classify_growth(values: list[float], *, bounded_ratio: float = 4.0) -> Growt
     With r_l = s_l / s_0: *decaying* if r_L < 1/bounded_ratio; *bounded* if max r ≤ bounded_ratio.
     Otherwise two one-parameter models are fitted by least squares, both through r_0 = 1: linear
     r = 1 + a·l and exponential r = gˡ, and their residuals are compared in log space (where the
-    noise of a finite-width network is roughly even across depth); *exponential* if gˡ fits
-    better, else *polynomial* or *linear* by the exponent p of r_l − 1 ∝ lᵖ (linear when
-    p ≤ 1.5). Every point counts, so one noisy block cannot flip the class. A single block shows
+    noise of a finite-width network is roughly even across depth); *exponential* if gˡ leaves
+    less than half the linear model's residual (a shallow noisy stack cannot tell them apart),
+    else *polynomial* or *linear* by the exponent p of r_l − 1 ∝ lᵖ (linear when p ≤ 1.5). Every point counts, so one noisy block cannot flip the class. A single block shows
     no shape: with L = 1 both models fit exactly and the growth is called linear.
     """
     s = np.asarray(values, dtype=np.float64)
@@ -125,7 +125,7 @@ def classify_growth(values: list[float], *, bounded_ratio: float = 4.0) -> Growt
         b = float((l * logr).sum()) / ll  # log r = b·l
         sse_linear = float(((logr - np.log1p(a * l)) ** 2).sum())
         sse_exponential = float(((logr - b * l) ** 2).sum())
-        if sse_exponential < sse_linear:
+        if sse_exponential < 0.5 * sse_linear:  # clearly better, not within a few blocks' noise
             growth = "exponential"
         elif exponent is not None and exponent > 1.5:
             growth = "polynomial"
