@@ -15,39 +15,43 @@ import time
 from benchmarks import _nets
 
 
-class ForwardBackward:
+class _OnTheGrid:
+    """The grid, the clock, and a network built in setup (not timed) and then warmed by one call
+    of the benchmark itself: a process's first backward costs ~0.4 s, and `asv run --quick` times
+    a single call."""
+
+    params = _nets.GRID
+    param_names = _nets.GRID_NAMES
+    timeout = 300
+    warmup_time = 0.2
+    timer = time.process_time
+
+    def setup(self, family: str, depth: int, layer: str) -> None:
+        _nets.threads()
+        self.blocks, self.x = _nets.network(family, depth, layer)
+        self.run()
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+
+class ForwardBackward(_OnTheGrid):
     """Bare forward + backward (input and parameter gradients): the probe's baseline."""
 
-    params = _nets.GRID
-    param_names = _nets.GRID_NAMES
-    timeout = 300
-    warmup_time = 0.2
-    timer = time.process_time
-
-    def setup(self, family: str, depth: int, layer: str) -> None:
-        _nets.threads()
-        self.blocks, self.x = _nets.network(family, depth, layer)
-        _nets.forward_backward(self.blocks, self.x)  # warm: a process's first backward costs ~0.4 s
-
-    def time_forward_backward(self, family: str, depth: int, layer: str) -> None:
+    def run(self) -> None:
         _nets.forward_backward(self.blocks, self.x)
 
+    def time_forward_backward(self, family: str, depth: int, layer: str) -> None:
+        self.run()
 
-class Probe:
+
+class Probe(_OnTheGrid):
     """`probe`: one forward + one backward with every boundary's statistics."""
 
-    params = _nets.GRID
-    param_names = _nets.GRID_NAMES
-    timeout = 300
-    warmup_time = 0.2
-    timer = time.process_time
-
-    def setup(self, family: str, depth: int, layer: str) -> None:
-        _nets.threads()
-        self.blocks, self.x = _nets.network(family, depth, layer)
-        self.time_probe(family, depth, layer)  # warm, so that even `asv run --quick` times a warm call
-
-    def time_probe(self, family: str, depth: int, layer: str) -> None:
+    def run(self) -> None:
         from stability import probe
 
         probe(self.blocks, self.x, seed=0)
+
+    def time_probe(self, family: str, depth: int, layer: str) -> None:
+        self.run()

@@ -230,10 +230,8 @@ print(json.dumps({{"before": before, "peak": peak}}))
 
 
 def section_c() -> None:
-    import torch
-
     from stability import probe
-    from stability.memory import _storage_key, saved_activation_bytes
+    from stability.memory import counting_saved_bytes, saved_activation_bytes
 
     print("(c) memory", flush=True)
     for label, text, case in [
@@ -243,18 +241,9 @@ def section_c() -> None:
         _, blocks, x = _net(text, **case)
         bare = saved_activation_bytes(blocks, x)
         # The probe's own forward pass, counted by the same rule (distinct storages, parameters and
-        # buffers excluded) under the same saved_tensors_hooks: what the probe adds is only what
-        # its statistics and hooks make autograd save.
-        held = {_storage_key(t)[0] for t in (*blocks.parameters(), *blocks.buffers())}
-        sizes: dict[int, int] = {}
-
-        def pack(t: torch.Tensor) -> torch.Tensor:
-            key, nbytes = _storage_key(t)
-            if key not in held:
-                sizes[key] = nbytes
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        # buffers excluded): what the probe adds is only what its statistics and hooks make
+        # autograd save.
+        with counting_saved_bytes([blocks]) as sizes:
             probe(blocks, x)
         probed = sum(sizes.values())
         extra = probed / bare - 1

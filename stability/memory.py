@@ -22,13 +22,14 @@ pointers cannot be reused within one call.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ["saved_activation_bytes"]
+__all__ = ["saved_activation_bytes", "counting_saved_bytes"]
 
 
 def _as_list(blocks: nn.Module | Iterable[nn.Module]) -> list[nn.Module]:
@@ -59,27 +60,13 @@ def saved_activation_bytes(
     """
     modules = _as_list(blocks)
     n = len(modules)
-    held: set[int] = set()
-    for m in modules:
-        for t in (*m.parameters(), *m.buffers()):
-            held.add(_storage_key(t)[0])
-    sizes: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        key, nbytes = _storage_key(t)
-        if key not in held:
-            sizes[key] = nbytes
-        return t
-
-    def unpack(t: torch.Tensor) -> torch.Tensor:
-        return t
 
     def run(h: torch.Tensor, start: int, stop: int) -> torch.Tensor:
         for i in range(start, stop):
             h = modules[i](h)
         return h
 
-    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+    with torch.enable_grad(), counting_saved_bytes(modules) as sizes:
         h = x.detach().requires_grad_(True)  # as in `probe`: a view of x, no copy
         if checkpoint_every and checkpoint_every < n:
             for start in range(0, n, checkpoint_every):
@@ -88,3 +75,21 @@ def saved_activation_bytes(
             h = run(h, 0, n)
     del h  # frees the graph and with it every saved tensor
     return sum(sizes.values())
+
+
+@contextlib.contextmanager
+def counting_saved_bytes(modules: Iterable[nn.Module]) -> Iterator[dict[int, int]]:
+    """Within the block, every tensor autograd saves is recorded as {storage: bytes}, counting
+    each distinct storage once and leaving out the modules' own parameters and buffers. The
+    tensors themselves are saved as usual (nothing is copied or kept beyond autograd's own)."""
+    held = {_storage_key(t)[0] for m in modules for t in (*m.parameters(), *m.buffers())}
+    sizes: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        key, nbytes = _storage_key(t)
+        if key not in held:
+            sizes[key] = nbytes
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield sizes
