@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -33,7 +33,7 @@ from torch.utils.checkpoint import checkpoint
 
 from stability.errors import BlockError, CaseError
 
-__all__ = ["Measurements", "probe", "projection_vector"]
+__all__ = ["Measurements", "BoundaryObserver", "probe", "projection_vector"]
 
 _LOW = (torch.float16, torch.bfloat16)
 #: At or above this many elements a CPU boundary's moments use two-pass sums instead of var_mean
@@ -59,6 +59,8 @@ class Measurements:
     nonfinite_at: int | None
     nonfinite_kind: Literal["activation", "gradient"] | None = None
     channels: list[int] = field(default_factory=list)
+    #: What each opt-in `BoundaryObserver` returned, by its `name` (empty when none ran).
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_blocks(self) -> int:
@@ -69,6 +71,26 @@ class Measurements:
         """grad_norm[0] / grad_norm[-1]: how much of the output gradient reaches the input."""
         top = self.grad_norm[-1]
         return self.grad_norm[0] / top if top else math.nan
+
+
+@runtime_checkable
+class BoundaryObserver(Protocol):
+    """An opt-in measurement taken during the probe's one forward pass (rank collapse, channel
+    statistics, attention entropy, …). The probe calls `start` once with the blocks, `observe`
+    once per boundary l = 0 … L with the detached boundary tensor (never again while a checkpointed
+    segment is recomputed), and `finish` after the backward pass; what `finish` returns is stored in
+    `Measurements.extra[name]`. An observer must not keep the tensors it is shown (reduce them to a
+    few scalars), so the probe still holds no activation beyond what autograd saves. With no
+    observers the probe does no extra work at all.
+    """
+
+    name: str
+
+    def start(self, blocks: Sequence[nn.Module]) -> None: ...
+
+    def observe(self, index: int, h: torch.Tensor) -> None: ...
+
+    def finish(self) -> Any: ...
 
 
 def projection_vector(shape: Sequence[int], seed: int, *, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
@@ -134,6 +156,7 @@ def probe(
     seed: int = 0,
     target: torch.Tensor | None = None,
     checkpoint_every: int = 0,
+    observers: Sequence[BoundaryObserver] = (),
 ) -> Measurements:
     """Measure gradient arrival, activation statistics and identity error in one fwd + one bwd.
 
@@ -141,6 +164,7 @@ def probe(
     `loss="projection"` backpropagates L = Σ y⊙r with r ~ N(0, 1) from `seed`; `"sum"` uses
     L = Σ y; `"mse"` uses L = mean((y − target)²). With `checkpoint_every = N > 0`, blocks run in
     checkpointed segments of N (recomputed during the backward pass): same numbers, less memory.
+    `observers` add opt-in measurements (`BoundaryObserver`); their results land in `.extra`.
     """
     modules = _as_list(blocks)
     n = len(modules)
@@ -160,6 +184,8 @@ def probe(
             return
         hd = h.detach()
         moments.add(hd.float() if low else hd)
+        for o in observers:
+            o.observe(i, hd)
         channels.append(h.shape[1] if h.dim() > 1 else 1)
         if i > 0 and h.requires_grad:
 
@@ -187,6 +213,8 @@ def probe(
 
     named = _named_parameters(blocks, modules)
     params = [p for _, p in named]
+    for o in observers:
+        o.start(modules)
     with torch.enable_grad():
         x0 = x.detach().requires_grad_(True)  # a view of x: no copy
         h = x0
@@ -235,6 +263,7 @@ def probe(
         nonfinite_at=nonfinite_at,
         nonfinite_kind=kind,
         channels=channels,
+        extra={o.name: o.finish() for o in observers},
     )
 
 

@@ -187,3 +187,38 @@ def test_zero_branch_preact_is_bit_exactly_the_identity(depth: int, width: int, 
     assert len(set(m.grad_norm)) == 1 and len(set(m.act_var)) == 1  # every boundary identical
     y = net.blocks(x)
     assert torch.equal(y, x)
+
+
+class _Recorder:
+    """A BoundaryObserver that keeps every boundary's sum and the blocks it was started with."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.sums: list[tuple[int, float]] = []
+        self.started: int | None = None
+
+    def start(self, blocks: list[nn.Module]) -> None:
+        self.started = len(blocks)
+
+    def observe(self, index: int, h: torch.Tensor) -> None:
+        assert not h.requires_grad  # observers see detached tensors
+        self.sums.append((index, float(h.sum())))
+
+    def finish(self) -> list[tuple[int, float]]:
+        return self.sums
+
+
+@pytest.mark.parametrize("checkpoint_every", [0, 2])
+def test_observers_see_every_boundary_once_in_order(checkpoint_every: int) -> None:
+    # y_l = 2^l · x on a chain of slope 2: boundary l sums to 2^l · Σx, once per boundary even when
+    # checkpointed segments are recomputed in the backward pass.
+    rec = _Recorder()
+    m = probe(chain(2.0, 5), X, observers=[rec], checkpoint_every=checkpoint_every)
+    assert rec.started == 5
+    total = float(X.sum())
+    assert m.extra["recorder"] == [(i, total * 2.0**i) for i in range(6)]
+
+
+def test_no_observers_means_empty_extra() -> None:
+    assert probe(chain(0.5, 3), X).extra == {}
