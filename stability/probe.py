@@ -31,6 +31,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from stability.adapters import CallKwargs, Stack, find_blocks, hidden_state, resolve_call_kwargs
 from stability.errors import BlockError, CaseError
 
 __all__ = ["Measurements", "BoundaryObserver", "probe", "projection_vector"]
@@ -99,7 +100,12 @@ def projection_vector(shape: Sequence[int], seed: int, *, dtype: torch.dtype, de
     return torch.randn(tuple(shape), generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
 
 
-def _as_list(blocks: nn.Module | Iterable[nn.Module]) -> list[nn.Module]:
+def _as_list(blocks: nn.Module | Iterable[nn.Module] | Stack) -> list[nn.Module]:
+    if isinstance(blocks, Stack):
+        found = find_blocks(blocks)
+        if found is None:
+            raise TypeError(f"Stack.blocks is a {type(blocks.blocks).__name__}: give an nn.Sequential, an nn.ModuleList or a module with .blocks/.layers/.layer/.h/.block")
+        return found
     if isinstance(blocks, nn.Sequential):
         return list(blocks)
     if isinstance(blocks, nn.ModuleList):
@@ -109,10 +115,12 @@ def _as_list(blocks: nn.Module | Iterable[nn.Module]) -> list[nn.Module]:
     return list(blocks)
 
 
-def _named_parameters(blocks: nn.Module | Iterable[nn.Module], modules: list[nn.Module]) -> list[tuple[str, nn.Parameter]]:
+def _named_parameters(blocks: nn.Module | Iterable[nn.Module] | Stack, modules: list[nn.Module]) -> list[tuple[str, nn.Parameter]]:
     """What `named_parameters()` yields (trainable ones only), from a direct walk of `_modules`:
     the generic generator took ~3% of a probe of a depth-256 MLP."""
-    if isinstance(blocks, nn.Module):
+    if isinstance(blocks, Stack) and isinstance(blocks.blocks, (nn.Sequential, nn.ModuleList)):
+        blocks = blocks.blocks
+    if isinstance(blocks, nn.Module) and not isinstance(blocks, Stack):
         return [(n, p) for n, p in _walk_parameters(blocks) if p.requires_grad]
     return [(f"{i}.{n}", p) for i, m in enumerate(modules) for n, p in _walk_parameters(m) if p.requires_grad]
 
@@ -149,7 +157,7 @@ def _rel_diff64(a: torch.Tensor, b: torch.Tensor) -> float | None:
 
 
 def probe(
-    blocks: nn.Module | Iterable[nn.Module],
+    blocks: nn.Module | Iterable[nn.Module] | Stack,
     x: torch.Tensor,
     *,
     loss: Literal["projection", "sum", "mse"] = "projection",
@@ -157,16 +165,63 @@ def probe(
     target: torch.Tensor | None = None,
     checkpoint_every: int = 0,
     observers: Sequence[BoundaryObserver] = (),
+    call_kwargs: CallKwargs | None = None,
+    rng_seed: int | None = None,
 ) -> Measurements:
     """Measure gradient arrival, activation statistics and identity error in one fwd + one bwd.
 
-    `blocks` is an `nn.Sequential` (its children are the blocks) or any iterable of modules.
-    `loss="projection"` backpropagates L = Σ y⊙r with r ~ N(0, 1) from `seed`; `"sum"` uses
-    L = Σ y; `"mse"` uses L = mean((y − target)²). With `checkpoint_every = N > 0`, blocks run in
-    checkpointed segments of N (recomputed during the backward pass): same numbers, less memory.
-    `observers` add opt-in measurements (`BoundaryObserver`); their results land in `.extra`.
+    `blocks` is an `nn.Sequential` (its children are the blocks), an `nn.ModuleList`, any iterable
+    of modules, or a `stability.Stack` (its `stem` is applied to `x` without gradient first and its
+    `call_kwargs` are used). Each block is called as `block(h, **call_kwargs)` and the hidden state
+    taken from its result by `stability.adapters.hidden_state` (a tensor; else `last_hidden_state`
+    or `hidden_states`; else element 0 of a tuple or list). `loss="projection"` backpropagates
+    L = Σ y⊙r with r ~ N(0, 1) from `seed`; `"sum"` uses L = Σ y; `"mse"` uses
+    L = mean((y − target)²). With `checkpoint_every = N > 0`, blocks run in checkpointed segments
+    of N (recomputed during the backward pass): same numbers, less memory. `observers` add opt-in
+    measurements (`BoundaryObserver`); their results land in `.extra`.
+
+    Determinism and side effects: both passes run under `torch.random.fork_rng` with the global
+    generator seeded from `rng_seed` (default: a stream derived from `seed`), so dropout masks are a
+    function of the seeds and the caller's RNG state is left as it was. Every buffer of the blocks
+    and the stem (BatchNorm running statistics, `num_batches_tracked`) and every training flag is
+    put back afterwards; cost: one copy of the buffers (2C + 1 numbers per BatchNorm of C channels;
+    nothing for a stack without buffers), never of the parameters. Block 0 receives its own copy
+    of the input (one extra input-sized tensor), so a block that modifies its input in place works
+    at position 0 and never touches `x`, and the identity error compares the output with the input
+    as it was before any block ran.
     """
+    stem: nn.Module | None = None
+    if isinstance(blocks, Stack):
+        stem = blocks.stem
+        call_kwargs = blocks.call_kwargs if call_kwargs is None else call_kwargs
     modules = _as_list(blocks)
+    named = _named_parameters(blocks, modules)
+    state = _ModuleState(modules if stem is None else [stem, *modules])
+    try:
+        with torch.random.fork_rng(devices=_rng_devices(x)):
+            _seed_global_rng(_DROPOUT_STREAM ^ seed if rng_seed is None else rng_seed, x.device)
+            if stem is not None:
+                with torch.no_grad():
+                    x = stem(x)
+            kwargs = resolve_call_kwargs(call_kwargs, x)
+            return _one_pass(modules, named, x, kwargs, loss=loss, seed=seed, target=target, checkpoint_every=checkpoint_every, observers=observers)
+    finally:
+        state.restore()
+
+
+def _one_pass(
+    modules: list[nn.Module],
+    named: list[tuple[str, nn.Parameter]],
+    x: torch.Tensor,
+    kwargs: dict[str, Any],
+    *,
+    loss: str,
+    seed: int,
+    target: torch.Tensor | None,
+    checkpoint_every: int,
+    observers: Sequence[BoundaryObserver],
+) -> Measurements:
+    """`probe`'s forward and backward pass, with the modules, RNG and stem already prepared."""
     n = len(modules)
     if loss == "mse" and target is None:
         raise ValueError('probe(loss="mse") needs target=')
@@ -198,7 +253,7 @@ def probe(
         for i in range(start, stop):
             observe(i, h)
             try:
-                h = modules[i](h)
+                out = modules[i](h, **kwargs) if kwargs else modules[i](h)
             except (CaseError, torch.OutOfMemoryError):  # the time limit, or a device out of memory
                 raise
             except Exception as exc:
@@ -206,18 +261,22 @@ def probe(
                     raise
                 what = " ".join(f"{type(exc).__name__}: {exc}".split())
                 raise BlockError(f"block {i} ({type(modules[i]).__name__}) failed on an input of shape {tuple(h.shape)}: {what}") from exc
-            if not isinstance(h, torch.Tensor):
-                raise BlockError(f"block {i} ({type(modules[i]).__name__}) returned {type(h).__name__}, not a tensor")
+            found = out if isinstance(out, torch.Tensor) else hidden_state(out)
+            if found is None:
+                raise BlockError(
+                    f"block {i} ({type(modules[i]).__name__}) returned {type(out).__name__} with no tensor hidden state "
+                    "(a tensor; else last_hidden_state or hidden_states; else element 0 of a tuple or list)"
+                )
+            h = found
         moments.flush()  # nothing pending outlives a checkpointed segment
         return h
 
-    named = _named_parameters(blocks, modules)
     params = [p for _, p in named]
     for o in observers:
         o.start(modules)
     with torch.enable_grad():
-        x0 = x.detach().requires_grad_(True)  # a view of x: no copy
-        h = x0
+        x0 = x.detach().requires_grad_(True)  # a view of x: the input as it was, and the gradient's leaf
+        h = x0.clone()  # block 0's own copy (x's shape): it may modify it in place without touching x0 or x
         if checkpoint_every and checkpoint_every < n:
             for start in range(0, n, checkpoint_every):
                 h = checkpoint(run, h, start, min(start + checkpoint_every, n), use_reentrant=False)
@@ -421,3 +480,71 @@ def _first_nonfinite(var: list[float], mean: list[float], grad: list[float]) -> 
         if not math.isfinite(grad[i]):
             return i, "gradient"
     return None, None
+
+
+#: Mixed into `seed` for the global-RNG stream when `probe` gets no `rng_seed` (an odd 63-bit
+#: constant, so the dropout stream is not the projection vector's stream).
+_DROPOUT_STREAM = 0x5851F42D4C957F2D
+
+
+def _rng_devices(x: torch.Tensor) -> list[int]:
+    """The CUDA device whose generator `fork_rng` must save and restore (none for a CPU input)."""
+    if x.device.type != "cuda":
+        return []
+    return [x.device.index if x.device.index is not None else torch.cuda.current_device()]
+
+
+def _seed_global_rng(seed: int, device: torch.device) -> None:
+    """Seed the CPU generator, and the input's CUDA device's generator (only those `fork_rng`
+    restores: `torch.manual_seed` would also reseed every other GPU)."""
+    torch.default_generator.manual_seed(seed % 2**63)
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            torch.cuda.manual_seed(seed % 2**63)
+
+
+class _ModuleState:
+    """Every buffer and training flag of some modules (and their submodules), to put back after a
+    probe: BatchNorm in training mode updates its running statistics and `num_batches_tracked` in
+    place (without bumping the tensors' version counters, so every buffer is copied). The copy is
+    one `stack` per (dtype, device, shape) group and the restore one `_foreach_copy_` per group;
+    a stack without buffers costs one walk of its modules (~1 µs per module)."""
+
+    def __init__(self, roots: Sequence[nn.Module]) -> None:
+        modules: list[nn.Module] = []
+        buffers: list[tuple[nn.Module, str, torch.Tensor]] = []
+        seen: set[int] = set()
+
+        def walk(m: nn.Module) -> None:
+            seen.add(id(m))
+            modules.append(m)
+            for name, t in m._buffers.items():
+                if t is not None:
+                    buffers.append((m, name, t))
+            for c in m._modules.values():
+                if c is not None and id(c) not in seen:
+                    walk(c)
+
+        for root in roots:
+            if id(root) not in seen:
+                walk(root)
+        self.modules, self.buffers = modules, buffers
+        self.flags = [m.training for m in modules]
+        self.groups: list[tuple[list[torch.Tensor], torch.Tensor]] = []  # (buffers of one kind, their saved copies stacked)
+        by_kind: dict[tuple[torch.dtype, torch.device, torch.Size], list[torch.Tensor]] = {}
+        for _, _, t in buffers:
+            by_kind.setdefault((t.dtype, t.device, t.shape), []).append(t)
+        with torch.no_grad():
+            for tensors in by_kind.values():
+                self.groups.append((tensors, torch.stack(tensors)))  # (k, *shape): one copy of them all
+
+    def restore(self) -> None:
+        for m, flag in zip(self.modules, self.flags, strict=True):
+            if m.training is not flag:
+                m.training = flag
+        for m, name, t in self.buffers:
+            if m._buffers.get(name) is not t:  # a module that replaced a buffer gets the original back
+                m._buffers[name] = t
+        with torch.no_grad():
+            for tensors, saved in self.groups:
+                torch._foreach_copy_(tensors, list(saved.unbind(0)))
