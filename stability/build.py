@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from stability.adapters import CallKwargs, Stack, find_blocks, set_modes
 from stability.blocks import (
     ChannelRMSNorm,
     DenseLayer,
@@ -51,11 +52,13 @@ def derive_seed(seed: int, stream: int) -> int:
 
 @dataclass
 class Network:
-    """What a probe needs: the blocks, plus an optional stem applied before them."""
+    """What a probe needs: the blocks, plus an optional stem applied before them, and the extra
+    keyword arguments every block is called with (`stability.Stack.call_kwargs`)."""
 
     blocks: nn.Sequential
     stem: nn.Module | None = None
     head: nn.Module | None = None
+    call_kwargs: CallKwargs | None = None
 
 
 def build(spec: Spec, case: Case) -> Network:
@@ -73,7 +76,7 @@ def build(spec: Spec, case: Case) -> Network:
     for module in (net.blocks, net.stem, net.head):
         if module is not None:
             module.to(device=device, dtype=dtype)
-            module.train(spec.probe.mode == "train")
+            set_modes(module, norm_train=spec.probe.mode == "train", dropout_train=spec.probe.dropout == "on")
     return net
 
 
@@ -366,21 +369,29 @@ def _build_custom(spec: Spec, case: Case) -> Network:
     kwargs = values if takes_all else {k: v for k, v in values.items() if k in params}
     try:
         out = fn(**kwargs)
-    except CaseError:  # the per-case time limit or memory refusal, not a broken factory
+    except CaseError:  # the per-case time limit or memory refusal
         raise
-    except Exception as exc:
-        raise SpecError(
-            spec.path, "block.factory", f"raised {type(exc).__name__}: {exc} (case {case})",
-            value=spec.block.factory, fix="fix the factory; it receives " + ", ".join(sorted(kwargs)),
-        ) from None
+    except Exception as exc:  # the factory's own check on this case (e.g. heads not dividing width): this case fails
+        what = " ".join(f"{type(exc).__name__}: {exc}".split())
+        raise CaseError(f"the factory {spec.block.factory} raised {what}") from None
+    return _network_from(spec, out)
+
+
+def _network_from(spec: Spec, out: Any) -> Network:
+    """What a factory returned → a `Network`, by the rules of `stability.adapters`."""
     if isinstance(out, nn.Sequential):
         return Network(out)
-    if isinstance(out, nn.Module) and isinstance(getattr(out, "blocks", None), nn.Module):
-        blocks = out.blocks
-        if not isinstance(blocks, nn.Sequential):
-            blocks = nn.Sequential(*blocks.children()) if not isinstance(blocks, nn.ModuleList) else nn.Sequential(*blocks)
+    found = find_blocks(out) if isinstance(out, (nn.Module, Stack)) else None
+    if found is None:
+        raise SpecError(
+            spec.path, "block.factory",
+            f"returned {type(out).__name__}, not an nn.Sequential, an nn.ModuleList, a stability.Stack or a module with one of "
+            ".blocks/.layers/.layer/.h/.block",
+            value=spec.block.factory, fix="return nn.Sequential(*blocks), the library's ModuleList, or stability.Stack(blocks=...)",
+        )
+    blocks = nn.Sequential(*found)
+    if isinstance(out, Stack):
+        return Network(blocks, stem=out.stem, head=out.head, call_kwargs=out.call_kwargs)
+    if isinstance(getattr(out, "blocks", None), nn.Module):  # a module with .blocks may carry .stem and .head
         return Network(blocks, stem=getattr(out, "stem", None), head=getattr(out, "head", None))
-    raise SpecError(
-        spec.path, "block.factory", f"returned {type(out).__name__}, not an nn.Sequential or a module with a `blocks` attribute",
-        value=spec.block.factory, fix="return nn.Sequential(*blocks)",
-    )
+    return Network(blocks)

@@ -22,6 +22,7 @@ from hypothesis import example, given, target
 from hypothesis.errors import HypothesisException
 
 from stability import invariants as inv
+from stability.applicability import narrow_for, not_applicable_reason
 from stability.build import build, derive_seed, make_input
 from stability.case import Case, parse_case_string, reproduce_command
 from stability.errors import BlockError, CaseError, SpecError
@@ -29,7 +30,7 @@ from stability.guard import check_budget, time_limit, warm_up
 from stability.invariants import Verdict
 from stability.probe import Measurements, probe
 from stability.profiles import get_profile
-from stability.spec import ZERO_BRANCH_INITS, Spec
+from stability.spec import Spec
 from stability.strategies import cases
 
 __all__ = ["CaseRecord", "InvariantResult", "SpecResult", "evaluate", "judge", "run_spec", "RunOptions"]
@@ -67,9 +68,14 @@ class InvariantResult:
     message: str
     reproduce: str | None = None
     error: str | None = None
+    #: False when the replayed case lies outside the cases the invariant applies to: then `met` is
+    #: True (nothing was judged), `verdict` is None and `status` is "not_applicable".
+    applicable: bool = True
 
     @property
     def status(self) -> str:
+        if not self.applicable:
+            return "not_applicable"
         return "ok" if self.met else ("error" if self.error else "failed")
 
 
@@ -102,8 +108,9 @@ def _apply(name: str, expectation: Any, m: Measurements) -> Verdict:
 
 
 def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseRecord:
-    """Build and probe one case. Problems with the case become `CaseRecord.error`; a broken custom
-    factory is bad input and raises `SpecError`."""
+    """Build and probe one case. Problems with the case become `CaseRecord.error`: a block's or
+    the factory's own exception on this case, the time limit, memory. A factory that cannot be
+    imported or returns something that is not a stack of blocks is bad input: `SpecError`."""
     options = options or RunOptions()
     t0 = time.perf_counter()
     if case.device.startswith("cuda") and not torch.cuda.is_available():
@@ -120,11 +127,9 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
                     x = net.stem(x)
             m = probe(
                 net.blocks, x, loss=spec.probe.loss, seed=derive_seed(case.seed, 2),
-                checkpoint_every=spec.probe.checkpoint_every,
+                checkpoint_every=spec.probe.checkpoint_every, call_kwargs=net.call_kwargs, rng_seed=derive_seed(case.seed, 3),
             )
-    except BlockError as exc:  # a block raised: for a custom factory, its blocks do not chain
-        if spec.family == "custom":
-            raise SpecError(spec.path, "block.factory", f"the blocks do not run: {exc} (case {case})", value=spec.block.factory) from None
+    except BlockError as exc:  # a block raised on this case (any family): this case fails, the run goes on
         return CaseRecord(case, None, f"the case does not run: {exc}", time.perf_counter() - t0)
     except CaseError as exc:  # the time limit, or refused for memory
         return CaseRecord(case, None, str(exc), time.perf_counter() - t0)
@@ -138,8 +143,6 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
     except Exception as exc:  # any other exception a block raised (BatchNorm's ValueError on one value
         # per channel, a user block's own check): this case fails, the run goes on, no traceback
         what = " ".join(f"{type(exc).__name__}: {exc}".split())
-        if spec.family == "custom":
-            raise SpecError(spec.path, "block.factory", f"the blocks do not run: {what} (case {case})", value=spec.block.factory) from None
         return CaseRecord(case, None, f"the case does not run: {what}", time.perf_counter() - t0)
     return CaseRecord(case, m, None, time.perf_counter() - t0)
 
@@ -152,7 +155,7 @@ def judge(spec: Spec, name: str, record: CaseRecord) -> Verdict:
 
 
 def _applies(spec: Spec, name: str, case: Case) -> bool:
-    return name != "identity_at_init" or spec.family == "custom" or case.branch_init in ZERO_BRANCH_INITS
+    return not_applicable_reason(spec, name, case) is None
 
 
 def _severity(name: str, v: Verdict, expectation: Any) -> float:
@@ -215,15 +218,16 @@ def run_spec(
 
 
 def _replay(spec: Spec, name: str, expectation: Any, case: Case, measured: Callable[[Case], CaseRecord]) -> InvariantResult:
-    if not _applies(spec, name, case):
-        return InvariantResult(name, expectation.expect, True, None, case, 0, f"not applicable: branch_init={case.branch_init} is not a zero-branch init")
+    reason = not_applicable_reason(spec, name, case)
+    if reason is not None:
+        return InvariantResult(
+            name, expectation.expect, True, None, case, 0, f"{spec.path}::{name}: not applicable at {case}: {reason}", applicable=False,
+        )
     record = measured(case)
     v = judge(spec, name, record)
     met = v.passed == (expectation.expect == "holds") and record.error is None
-    return InvariantResult(
-        name, expectation.expect, met, v, case, 1, _message(spec, name, expectation.expect, met, v, case, True),
-        reproduce_command(spec, case), record.error,
-    )
+    message = _unmeasured(spec, name, case, record) or _message(spec, name, expectation.expect, met, v, case, True)
+    return InvariantResult(name, expectation.expect, met, v, case, 1, message, reproduce_command(spec, case), record.error)
 
 
 def _search(
@@ -245,7 +249,7 @@ def _search(
             failing.append(c)
             raise _Found
 
-    strategy = cases(spec, device=options.device, invariant=name)
+    strategy = cases(narrow_for(spec, name), device=options.device, invariant=name)
     run = profile(given(strategy)(test))
     pinned = [parse_case_string(text, spec, device=options.device) for text in spec.space.examples]
     for c in reversed(pinned):
@@ -264,10 +268,8 @@ def _search(
         record = measured(c)
         v = judge(spec, name, record)
         met = expectation.expect == "violated" and record.error is None
-        return InvariantResult(
-            name, expectation.expect, met, v, c, examples, _message(spec, name, expectation.expect, met, v, c, False),
-            reproduce_command(spec, c), record.error,
-        )
+        message = _unmeasured(spec, name, c, record) or _message(spec, name, expectation.expect, met, v, c, False)
+        return InvariantResult(name, expectation.expect, met, v, c, examples, message, reproduce_command(spec, c), record.error)
     if not seen:
         return InvariantResult(name, expectation.expect, False, None, None, 0, "no applicable case was drawn", error="no applicable case")
     c, v = max(seen, key=lambda cv: _severity(name, cv[1], expectation))
@@ -307,3 +309,11 @@ def _message(spec: Spec, name: str, expect: str, met: bool, v: Verdict, case: Ca
     if replay:
         return f"{where}: expected to be violated, but it holds at {case}: {v.detail}"
     return f"{where}: expected to be violated, but no case among {examples} broke it; closest: {v.detail} at {case}"
+
+
+def _unmeasured(spec: Spec, name: str, case: Case, record: CaseRecord) -> str | None:
+    """The message for a deciding case that could not be measured (a block or the factory raised,
+    the time limit, memory): the case fails whatever the expectation; None when it was measured."""
+    if record.error is None:
+        return None
+    return f"{spec.path}::{name}: the case could not be measured at {case}: {record.error}"

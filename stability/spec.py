@@ -204,6 +204,10 @@ class Space(_Model):
 
 class _Invariant(_Model):
     expect: Expectation = "holds"
+    #: The cases this invariant applies to: case key → the values it applies to (e.g.
+    #: { branch_init = ["zero"] }); unnamed keys are unrestricted. Default: every case (on a
+    #: built-in family identity_at_init also needs a zero-branch init). See stability.applicability.
+    applies_when: dict[str, list[str | int]] | None = None
 
 
 class GradientArrival(_Invariant):
@@ -239,6 +243,10 @@ class Probe(_Model):
     loss: Literal["projection", "sum"] = "projection"
     mode: Literal["train", "eval"] = "train"
     checkpoint_every: int = Field(0, ge=0)
+    #: Training flag of every module but the batch-statistics norms (dropout, attention dropout,
+    #: stochastic depth): "off" measures the network's deterministic function; "on" one dropout
+    #: draw, seeded from the case. Independent of `mode`, which sets the norms.
+    dropout: Literal["on", "off"] = "off"
 
 
 class Spec(_Model):
@@ -491,8 +499,10 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
             raise SpecError(f, "expect.identity_at_init", f"family '{fam}' has no branch to zero, so it is never the identity by construction", fix="remove it")
         if fam != "custom" and not ZERO_BRANCH_INITS & set(s.branch_init):
             raise SpecError(f, "space.branch_init", "identity_at_init is checked on zero-branch cases, and this space has none", value=s.branch_init, fix='add "zero", "rezero" or "skipinit"')
+    from stability.applicability import check_applies_when
     from stability.case import parse_case_string
 
+    check_applies_when(spec, data)
     for i, text in enumerate(s.examples):
         try:
             parse_case_string(text, spec)

@@ -230,24 +230,34 @@ def test_factory_function_that_does_not_exist(cli: Cli, custom_spec: Callable[..
     check_fails(cli, custom_spec("raisse"), "block.factory", "has no function 'raisse'", 'did you mean "raises"?')
 
 
-def test_factory_that_raises(cli: Cli, custom_spec: Callable[..., Path]) -> None:
-    check_fails(cli, custom_spec("raises"), "block.factory", "raised ValueError: the factory itself is broken",
-                "it receives depth, width")
+def failed_case(cli: Cli, path: Path, *fragments: str) -> str:
+    """A block's or a factory's own exception on a drawn case: that case fails with its reproduce
+    command (exit 1), not a bad-input error (exit 2) for the whole run."""
+    code, out, err = cli("check", path, "--profile", "ci")
+    assert code == 1, (code, out, err)
+    assert "Traceback" not in out + err and "stability: error" not in err, err
+    assert "could not be measured" in out and f"reproduce: stability check {path} --case " in out, out
+    text = " ".join(out.split())
+    for fragment in fragments:
+        assert fragment in text, f"{fragment!r} missing from: {out}"
+    return out
+
+
+def test_factory_that_raises_fails_its_cases(cli: Cli, custom_spec: Callable[..., Path]) -> None:
+    failed_case(cli, custom_spec("raises"), "raised ValueError: the factory itself is broken")
 
 
 def test_factory_that_returns_no_module(cli: Cli, custom_spec: Callable[..., Path]) -> None:
     check_fails(cli, custom_spec("not_a_module"), "block.factory", "returned int", "return nn.Sequential(*blocks)")
 
 
-def test_factory_blocks_whose_shapes_do_not_chain(cli: Cli, custom_spec: Callable[..., Path]) -> None:
-    check_fails(cli, custom_spec("shapes_do_not_chain", width="4"), "block.factory", "the blocks do not run",
-                "block 1 (Linear) failed on an input of shape (2, 5)")
+def test_factory_blocks_whose_shapes_do_not_chain_fail_the_case(cli: Cli, custom_spec: Callable[..., Path]) -> None:
+    failed_case(cli, custom_spec("shapes_do_not_chain", width="4"), "the case does not run", "block 1 (Linear) failed on an input of shape (2, 5)")
 
 
 def test_factory_blocks_that_raise_something_other_than_a_runtime_error(cli: Cli, custom_spec: Callable[..., Path]) -> None:
     # a ValueError from a user's block once escaped as a traceback (only RuntimeError was caught)
-    check_fails(cli, custom_spec("block_raises"), "block.factory", "the blocks do not run",
-                "ValueError: my block only takes even widths")
+    failed_case(cli, custom_spec("block_raises"), "ValueError: my block only takes even widths")
 
 
 def test_factory_not_in_module_function_form(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
