@@ -6,6 +6,7 @@ spec (`load_spec`) → case (`Case`, `strategies.cases`) → network (`build`) �
 """
 
 from stability import strategies
+from stability.adapters import Stack
 from stability.batched import probe_seeds
 from stability.build import Network, build, make_input
 from stability.case import Case, parse_case_string
@@ -28,6 +29,7 @@ __all__ = [
     "Spec",
     "SpecError",
     "SpecResult",
+    "Stack",
     "StabilityError",
     "UsageError",
     "Verdict",

@@ -45,6 +45,7 @@ th { background: #f6f8fa; font-weight: 600; white-space: nowrap; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 td.mark { text-align: center; font-size: 16px; width: 28px; }
 .ok .mark, .mark.ok { color: var(--ok); }
+.not_applicable .mark { color: var(--muted); }
 .failed .mark, .mark.failed, .error .mark { color: var(--bad); font-weight: 700; }
 tr.failed > td, tr.error > td { background: var(--bad-bg); }
 tr.failed > td.inv, tr.error > td.inv, table.cases tr.failed > td:first-child { box-shadow: inset 4px 0 0 var(--bad); }
@@ -97,10 +98,12 @@ def _fmt(x: float | None) -> str:
 
 
 def _status(r: InvariantResult) -> str:
-    return "ok" if r.met else ("error" if r.error else "failed")
+    return r.status
 
 
-def _mark(met: bool) -> str:
+def _mark(met: bool, applicable: bool = True) -> str:
+    if not applicable:
+        return "n/a"
     return "✓" if met else "✗"
 
 
@@ -139,9 +142,9 @@ def _verdict_rows(index: int, res: SpecResult) -> list[str]:
         rows.append(
             f'<tr class="{status}">{name}'
             f'<td class="inv">{_e(r.name)}</td><td>{_e(r.expect)}</td>'
-            f'<td class="mark" title="{_e(status)}">{_mark(r.met)}</td>'
+            f'<td class="mark" title="{_e(status)}">{_mark(r.met, r.applicable)}</td>'
             f'<td class="num">{_e(_observed(r))}</td>'
-            f'<td class="bound">{_e(v.bound) if v is not None else ""}</td>'
+            f'<td class="bound">{_e(v.bound) if v is not None else ("not applicable" if not r.applicable else "")}</td>'
             f'<td class="case mono">{_case_text(case)}</td>'
             f"<td>{reproduce}</td></tr>"
         )
@@ -182,7 +185,7 @@ def _case_roles(res: SpecResult) -> dict[Case, list[tuple[str, bool]]]:
     """For each case that decided an invariant: (invariant, expectation met)."""
     roles: dict[Case, list[tuple[str, bool]]] = {}
     for r in res.results:
-        if r.case is not None:
+        if r.case is not None and r.applicable:  # a not-applicable invariant decided nothing
             roles.setdefault(r.case, []).append((r.name, r.met))
     return roles
 
@@ -236,7 +239,7 @@ def _messages(res: SpecResult) -> str:
     items = []
     for r in res.results:
         status = _status(r)
-        items.append(f'<li class="{status}"><span class="mark">{_mark(r.met)}</span>{_e(r.message)}</li>')
+        items.append(f'<li class="{status}"><span class="mark">{_mark(r.met, r.applicable)}</span>{_e(r.message)}</li>')
     return f'<ul class="messages">{"".join(items)}</ul>'
 
 

@@ -58,6 +58,8 @@ def _fmt(x: float | None) -> str:
 
 
 def _mark(r: InvariantResult) -> str:
+    if not r.applicable:
+        return "[dim]n/a[/dim]"
     if r.met:
         return "[green]✓[/green]"
     return "[red]✗ error[/red]" if r.error else "[red]✗[/red]"
@@ -85,7 +87,7 @@ def print_table(results: Iterable[SpecResult], console: Console) -> None:
                 r.expect,
                 _mark(r),
                 (_fmt(v.observed) if v is not None else "—") + detail,
-                escape(v.bound) if v is not None else "",
+                escape(v.bound) if v is not None else ("not applicable" if not r.applicable else ""),
                 escape(r.case.varying(res.spec)) if r.case is not None else "",
             )
     console.print(table)
@@ -108,10 +110,11 @@ def print_failures(results: Iterable[SpecResult], console: Console) -> None:
 def summary_line(results: list[SpecResult], seconds: float, *, interrupted: bool = False) -> str:
     pairs = [r for res in results for r in res.results]
     failed = sum(not r.met for r in pairs)
+    skipped = sum(not r.applicable for r in pairs)
     head = "interrupted: " if interrupted else ""
     return (
-        f"{head}{len(results)} spec(s), {len(pairs)} expectation(s): {len(pairs) - failed} met, "
-        f"{failed} not met, {sum(len(res.cases) for res in results)} case(s) probed in {seconds:.1f} s"
+        f"{head}{len(results)} spec(s), {len(pairs)} expectation(s): {len(pairs) - failed - skipped} met, "
+        f"{failed} not met, {f'{skipped} not applicable, ' if skipped else ''}{sum(len(res.cases) for res in results)} case(s) probed in {seconds:.1f} s"
     )
 
 
@@ -211,10 +214,13 @@ def write_junit(path: str | Path, results: list[SpecResult], *, seconds: float =
     suite = ET.Element(
         "testsuite", name="stability", tests=str(len(pairs)),
         failures=str(sum(not r.met and not r.error for _, r in pairs)),
-        errors=str(sum(bool(r.error) and not r.met for _, r in pairs)), time=f"{seconds:.3f}",
+        errors=str(sum(bool(r.error) and not r.met for _, r in pairs)), skipped=str(sum(not r.applicable for _, r in pairs)),
+        time=f"{seconds:.3f}",
     )
     for res, r in pairs:
         tc = ET.SubElement(suite, "testcase", classname=_xml(res.spec.path), name=r.name, time=f"{res.seconds / max(len(res.results), 1):.3f}")
+        if not r.applicable:
+            ET.SubElement(tc, "skipped", message=_xml(r.message))
         if not r.met:
             tag = "error" if r.error else "failure"
             el = ET.SubElement(tc, tag, message=_xml(r.message))
