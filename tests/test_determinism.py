@@ -115,3 +115,77 @@ def test_a_failing_property_shrinks_to_the_same_minimal_case_twice(cli: Callable
     assert first["case"] is not None and first["verdict"] == "violated"
     assert first["case"] == second["case"]
     assert first["observed"] == second["observed"] and first["message"] == second["message"]
+
+
+ENCODER_FACTORY = '''
+from torch import nn
+
+from stability import Stack
+
+
+def pre_ln_encoder(depth, width):
+    """PyTorch's pre-LN encoder layers with dropout 0.1 as the library builds them; the stem makes
+    the drawn (batch, width) input one sequence of `batch` tokens."""
+    layer = nn.TransformerEncoderLayer(width, 1, dim_feedforward=2 * width, dropout=0.1, batch_first=True, norm_first=True)
+    return Stack(blocks=nn.TransformerEncoder(layer, depth, enable_nested_tensor=False).layers, stem=nn.Unflatten(0, (1, -1)))
+'''
+
+DROPOUT_SPEC = """\
+name = "dropout-encoder"
+description = "pre-LN encoder layers with dropout 0.1, measured with dropout on"
+family = "custom"
+
+[block]
+factory = "determinism_encoder:pre_ln_encoder"
+
+[space]
+depth = [1, 6]
+width = [4, 12]
+batch = [3, 8]
+
+[probe]
+dropout = "{dropout}"
+
+[expect.gradient_arrival]
+lo = 0.9
+hi = 1.5
+"""
+
+
+def _without_seconds(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_seconds(v) for k, v in value.items() if k != "seconds"}
+    if isinstance(value, list):
+        return [_without_seconds(v) for v in value]
+    return value
+
+
+def test_a_dropout_spec_gives_identical_json_three_times_and_replays_bit_for_bit(cli: Callable[..., tuple[int, str, str]], tmp_path: Path) -> None:
+    import torch
+
+    (tmp_path / "determinism_encoder.py").write_text(ENCODER_FACTORY, encoding="utf-8")
+    spec = tmp_path / "dropout.toml"
+    spec.write_text(DROPOUT_SPEC.format(dropout="on"), encoding="utf-8")
+    reports = []
+    for i in range(3):
+        torch.manual_seed(1000 + i)  # the caller's RNG differs on every run; the masks must not
+        out = tmp_path / f"run{i}.json"
+        code, text, err = cli("check", spec, "--profile", "ci", "--json", out)
+        assert code in (0, 1) and not err, err
+        reports.append(_without_seconds(json.loads(out.read_text())))
+    assert reports[0] == reports[1] == reports[2]
+    inv = reports[0]["specs"][0]["invariants"][0]
+    searched = next(c["measurements"] for c in reports[0]["specs"][0]["cases"] if c["case"] == inv["case"])
+    case = ",".join(f"{k}={v}" for k, v in inv["case"].items() if v is not None)
+    replays = []
+    for i in range(2):
+        torch.manual_seed(i)
+        out = tmp_path / f"replay{i}.json"
+        cli("check", spec, "--case", case, "--json", out)
+        replays.append(json.loads(out.read_text())["specs"][0]["cases"][0]["measurements"])
+    assert replays[0] == replays[1] == searched  # the same floats, bit for bit
+    spec.write_text(DROPOUT_SPEC.format(dropout="off"), encoding="utf-8")
+    out = tmp_path / "off.json"
+    cli("check", spec, "--case", case, "--json", out)
+    off = json.loads(out.read_text())["specs"][0]["cases"][0]["measurements"]
+    assert off["grad_norm"] != searched["grad_norm"]  # dropout was really on: the masks change the numbers
