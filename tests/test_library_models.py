@@ -1,0 +1,150 @@
+"""Library blocks as they are, probed from small configs with random init (nothing downloaded):
+GPT-2 and Llama blocks from Hugging Face `transformers` through the factories and specs of
+docs/library-models.md, run exactly as written there; timm and torchvision where they import.
+The bands the verdicts are checked against are derived in docs/library-models.md ("Why these
+bounds"); each test also shows that its check can fail."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from stability import Stack, probe
+from stability.adapters import set_modes
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "library-models.md"
+Cli = Callable[..., tuple[int, str, str]]
+
+
+def _snippets(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)
+
+
+@pytest.fixture(scope="module")
+def hf_blocks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """docs/library-models.md's `hf_blocks.py` and its three specs, written to a folder as a user would."""
+    pytest.importorskip("transformers", reason="Hugging Face transformers is not installed (pip install -e '.[hf]')")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HF_HUB_OFFLINE", "1")  # random init from configs: nothing may be downloaded
+    folder = tmp_path_factory.mktemp("hf")
+    (folder / "hf_blocks.py").write_text(_snippets("python")[0], encoding="utf-8")
+    for name, text in zip(["gpt2", "llama", "gpt2_zero"], _snippets("toml")[:3], strict=True):
+        (folder / f"{name}.toml").write_text(text, encoding="utf-8")
+    mp.syspath_prepend(str(folder))
+    import hf_blocks as module
+
+    yield folder, module
+    sys.modules.pop("hf_blocks", None)
+    mp.undo()
+
+
+def _factory_lines(module: Any, name: str) -> int:
+    import inspect
+
+    source = inspect.getsource(getattr(module, name)).splitlines()
+    return len([line for line in source[1:] if line.strip()])  # the body, without the def line
+
+
+def test_the_factories_are_at_most_five_lines(hf_blocks: Any) -> None:
+    _, module = hf_blocks
+    assert _factory_lines(module, "gpt2") <= 5 and _factory_lines(module, "llama") <= 5
+
+
+def test_the_documented_specs_meet_their_derived_bands(hf_blocks: Any, cli: Cli) -> None:
+    folder, _ = hf_blocks
+    report = folder / "report.json"
+    specs = [folder / f"{n}.toml" for n in ("gpt2", "llama", "gpt2_zero")]
+    code, out, err = cli("check", *specs, "--profile", "ci", "--json", report)
+    assert code == 0, out + err
+    data = json.loads(report.read_text())
+    assert [s["name"] for s in data["specs"]] == ["gpt2-blocks", "llama-blocks", "gpt2-zero-init"]
+    for spec in data["specs"]:
+        assert all(c["error"] is None for c in spec["cases"]), spec["name"]
+        assert {c["case"]["depth"] for c in spec["cases"]} >= {1, 8}, spec["name"]  # the corners were probed
+    identity = data["specs"][2]["invariants"][0]
+    assert identity["observed"] == 0.0  # every zero-weight block is h + 0 + 0 = h, bit for bit
+
+
+def _modes(stack: Stack, *, dropout: bool) -> Stack:
+    for block in stack.blocks:  # type: ignore[union-attr]
+        set_modes(block, norm_train=True, dropout_train=dropout)
+    return stack
+
+
+def _x(seed: int, width: int = 32) -> torch.Tensor:
+    return torch.randn(16, width, generator=torch.Generator().manual_seed(seed))  # 16 tokens of width 32
+
+
+@pytest.mark.parametrize(("name", "grad_band", "var_band"), [("gpt2", 0.09, 0.12), ("llama", 0.15, 0.08)])
+def test_probed_values_lie_in_the_derived_bands_and_a_large_init_leaves_them(hf_blocks: Any, name: str, grad_band: float, var_band: float) -> None:
+    _, module = hf_blocks
+    factory = getattr(module, name)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        m = probe(_modes(factory(8, 32), dropout=False), _x(seed), seed=seed)
+        assert abs(m.gradient_ratio - 1) <= grad_band
+        assert all(abs(v / m.act_var[0] - 1) <= var_band for v in m.act_var)
+        assert m.channels[0] == 16  # (1, T, C): one sequence of 16 tokens reached block 0
+    # The bands are narrow only because c = Cσ² is small: at σ = 1 the branches dominate.
+    torch.manual_seed(0)
+    m = probe(_modes(factory(8, 32, init_std=1.0), dropout=False), _x(0), seed=0)
+    assert abs(m.gradient_ratio - 1) > grad_band or abs(m.act_var[-1] / m.act_var[0] - 1) > var_band
+
+
+def test_a_nonzero_init_is_not_the_identity(hf_blocks: Any) -> None:
+    _, module = hf_blocks
+    torch.manual_seed(0)
+    m = probe(_modes(module.gpt2(2, 32), dropout=False), _x(0))
+    assert m.identity_error is not None and m.identity_error > 0  # the bit-exact 0 of the zero-init spec is not automatic
+
+
+def test_gpt2_dropout_is_seeded_and_off_by_default(hf_blocks: Any) -> None:
+    _, module = hf_blocks
+    torch.manual_seed(0)
+    stack = module.gpt2(4, 32)  # GPT2Config's dropouts: 0.1 on attention, residual and embedding
+    on = [probe(_modes(stack, dropout=True), _x(0), rng_seed=5).grad_norm for _ in range(2)]
+    off = probe(_modes(stack, dropout=False), _x(0), rng_seed=5).grad_norm
+    assert on[0] == on[1] and on[0] != off
+
+
+# ----------------------------------------------------------------------------- timm and torchvision
+
+
+def _import_vision() -> tuple[Any, Any]:
+    try:
+        import timm
+        import torchvision
+    except Exception as exc:  # the PyPI torchvision for torch 2.13.0 is a CUDA build: RuntimeError on a CPU torch
+        pytest.skip(f"timm/torchvision do not import here ({type(exc).__name__}: {exc}); see docs/library-models.md, section 5")
+    return timm, torchvision
+
+
+def test_torchvision_resnet_layer_with_zero_init_residual_is_the_identity_after_relu() -> None:
+    _, torchvision = _import_vision()
+    torch.manual_seed(0)
+    layer = torchvision.models.resnet18(zero_init_residual=True).layer1.train()  # BasicBlock: relu(x + bn2(...)), bn2.weight = 0
+    x = torch.randn(2, 64, 8, 8)
+    m = probe(layer, x)
+    # The branch ends in a BatchNorm with weight 0 and bias 0, so each block is relu(x + 0):
+    # block 0 (ReLU in place on its input, here a copy) maps x to relu(x), block 1 leaves it.
+    relu = x.relu()
+    assert m.act_var[1] == pytest.approx(float(relu.var(unbiased=False)), rel=1e-5)
+    assert m.act_var[2] == pytest.approx(m.act_var[1], rel=1e-6)
+
+
+def test_timm_vit_blocks_are_probed_with_layerscale() -> None:
+    timm, _ = _import_vision()
+    torch.manual_seed(0)
+    model = timm.models.vision_transformer.VisionTransformer(img_size=16, patch_size=4, embed_dim=32, depth=4, num_heads=4, init_values=1e-5)
+    m = probe(Stack(blocks=model.blocks, stem=nn.Unflatten(0, (1, -1))), _x(0))
+    # LayerScale γ = 1e-5 scales each branch: the stack is the identity to ~1e-5 per block.
+    assert m.identity_error is not None and m.identity_error < 4 * 2e-5
+    assert abs(m.gradient_ratio - 1) < 4 * 2e-5
