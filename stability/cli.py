@@ -192,6 +192,10 @@ def _stdout_gone() -> None:
 
 
 def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
+    if not args.in_process:
+        from stability.processes import start_server
+
+        start_server()  # the server imports torch while this process loads and validates the specs
     import torch
 
     from stability.engine import RunOptions
@@ -209,6 +213,9 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
         "cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device in ("auto", "all") else args.device)
     ]
     budget = _validate(args, specs, devices)
+    roots = [str(Path(r).resolve()) for r in args.source_root or []]
+    specs, refused = _factories_allowed(specs, roots)
+    load_errors += refused
     threads = args.threads or default_threads()
     if args.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -224,7 +231,6 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
                 skipped.append(f"{spec.name} ({device} not in space.device)")
                 continue
             tasks.append(Task(spec, options, args.case, args.only))
-    roots = [str(Path(r).resolve()) for r in args.source_root or []]
     if args.in_process:
         executor: Any = InProcessExecutor()
     else:
@@ -288,6 +294,24 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
         print(f"stability: error: nothing was judged ({'; '.join(why) or 'no spec ran'}); exit code {EXIT_NOTHING}", file=sys.stderr)
         return EXIT_NOTHING
     return EXIT_OK
+
+
+def _factories_allowed(specs: list, roots: list[str]) -> tuple[list, list[SpecError]]:
+    """Custom specs whose factory is found under the factory rule (by path, importing nothing),
+    and one SpecError, printed now, for each spec whose factory is refused: it does not run."""
+    from stability.factory import locate_factory, source_roots
+
+    allowed, refused = [], []
+    with source_roots(roots):
+        for spec in specs:
+            try:
+                if spec.family == "custom":
+                    locate_factory(spec.path, spec.block.factory or "")
+                allowed.append(spec)
+            except SpecError as exc:
+                print(f"stability: error: {printable(str(exc))}", file=sys.stderr)
+                refused.append(exc)
+    return allowed, refused
 
 
 def _terminal(results: list, console: Console, seconds: float, *, table: bool, interrupted: bool) -> None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
-import multiprocessing.forkserver
 import os
 import signal
 import sys
@@ -43,6 +42,7 @@ from typing import Any
 from stability.case import Case
 from stability.engine import CaseRecord, InvariantResult
 from stability.executor import Executor, Outcome, Task, run_task, unfinished_outcome
+from stability.processes import get_context
 
 __all__ = ["WorkerExecutor", "KILL_AFTER_S", "TERM_GRACE_S", "default_threads"]
 
@@ -51,22 +51,6 @@ __all__ = ["WorkerExecutor", "KILL_AFTER_S", "TERM_GRACE_S", "default_threads"]
 KILL_AFTER_S = 0.5
 #: Between SIGTERM and SIGKILL.
 TERM_GRACE_S = 0.2
-#: Modules the forkserver imports once, before any child is forked.
-PRELOAD = ["torch", "hypothesis", "stability.engine", "stability.executor", "stability.worker", "stability._forkserver"]
-
-_context: Any = None
-
-
-def _get_context() -> Any:
-    global _context
-    if _context is None:
-        method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-        _context = multiprocessing.get_context(method)
-        if method == "forkserver":
-            _context.set_forkserver_preload(PRELOAD)
-    return _context
-
-
 def default_threads() -> int:
     """Threads per worker: $STABILITY_THREADS if set, else 1 (one worker per core is faster on a
     shared runner than a few workers each spinning several intra-op threads)."""
@@ -143,6 +127,7 @@ class _Running:
     conn: Connection
     started: float
     current: Case | None = None
+    case_started: float = 0.0
     deadline: float | None = None
     records: list[CaseRecord] = field(default_factory=list)
     results: list[InvariantResult] = field(default_factory=list)
@@ -172,7 +157,7 @@ class WorkerExecutor(Executor):
         self.jobs, self.threads, self.env = jobs, threads, env
 
     def map(self, tasks: Sequence[Task], *, on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
-        ctx = _get_context()
+        ctx = get_context()
         env = dict(os.environ if self.env is None else self.env)
         cwd = os.getcwd()
         pending = deque(enumerate(tasks))
@@ -225,9 +210,9 @@ class WorkerExecutor(Executor):
                 run.crash = f"sent a result that cannot be read ({type(exc).__name__}: {exc})"
                 return True
             if kind == "start":
-                run.current = payload
+                run.current, run.case_started = payload, time.monotonic()
                 timeout = run.task.options.case_timeout
-                run.deadline = time.monotonic() + timeout + KILL_AFTER_S if timeout else None
+                run.deadline = run.case_started + timeout + KILL_AFTER_S if timeout else None
             elif kind == "case":
                 run.records.append(payload)
                 run.current, run.deadline = None, None
@@ -253,7 +238,10 @@ class WorkerExecutor(Executor):
     def _timed_out(self, run: _Running) -> Outcome:
         limit = run.task.options.case_timeout or 0.0
         reason = f"ran past the per-case time limit of {limit:g} s and was stopped; lower space.depth/width or raise --case-timeout"
-        return unfinished_outcome(run.task, reason, done=run.results, records=run.records, case=run.current, spec_error=False,
+        records = list(run.records)
+        if run.current is not None:  # the stopped case, with the time it was given
+            records.append(CaseRecord(run.current, None, reason, time.monotonic() - run.case_started))
+        return unfinished_outcome(run.task, reason, done=run.results, records=records, case=run.current, spec_error=False,
                                   seconds=time.monotonic() - run.started)
 
     def _finish(self, run: _Running) -> Outcome:
