@@ -320,7 +320,7 @@ def _terminal(results: list, console: Console, seconds: float, *, table: bool, i
     from stability.report import print_failures, print_table, summary_line
 
     try:
-        if table:
+        if table and results:
             print_table(results, console)
         print_failures(results, console)
         console.print(summary_line(results, seconds, interrupted=interrupted), highlight=False)

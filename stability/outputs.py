@@ -81,8 +81,8 @@ def check_outputs(*, json: str | None, junit: str | None, html: str | None, inpu
             target = given
             if raw.endswith(("/", os.sep)) or given.is_dir():
                 raise UsageError(f"{option} {raw}: is a folder; give a file path, e.g. {given / ('report.json' if option == '--json' else 'junit.xml')}")
-        check_replaceable(target, option)
         _writable_folder(target.parent, option, raw)
+        check_replaceable(target, option)
         resolved = target.resolve()
         if resolved in protected:
             raise UsageError(f"{option} {raw}: is the input spec {protected[resolved]}; a report must not overwrite a spec, choose another path")
