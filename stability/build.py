@@ -8,13 +8,10 @@ CPU and GPU. The input and the probe's loss use their own streams derived from t
 from __future__ import annotations
 
 import contextlib
-import importlib
 import inspect
 import math
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -331,28 +328,11 @@ _BUILDERS = {
 
 
 def _resolve_factory(spec: Spec) -> Any:
-    target = spec.block.factory or ""
-    mod_name, _, fn_name = target.partition(":")
-    for folder in (str(Path(spec.path).resolve().parent), str(Path.cwd())):
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
-    try:
-        module = importlib.import_module(mod_name)
-    except Exception as exc:
-        raise SpecError(
-            spec.path, "block.factory", f"module '{mod_name}' does not import ({type(exc).__name__}: {exc})",
-            value=target, fix="check the module name and that its folder is on PYTHONPATH or beside the spec",
-        ) from None
-    fn = getattr(module, fn_name, None)
-    if fn is None or not callable(fn):
-        names = [n for n in dir(module) if callable(getattr(module, n)) and not n.startswith("_")]
-        from stability.errors import did_you_mean
+    """The factory function, found under the rule of `stability.factory` (the spec's folder or a
+    configured source root; never the standard library or site-packages)."""
+    from stability.factory import load_factory
 
-        raise SpecError(
-            spec.path, "block.factory", f"module '{mod_name}' has no function '{fn_name}'{did_you_mean(fn_name, names)}",
-            value=target,
-        )
-    return fn
+    return load_factory(spec.path, spec.block.factory or "")
 
 
 def _build_custom(spec: Spec, case: Case) -> Network:
@@ -371,10 +351,15 @@ def _build_custom(spec: Spec, case: Case) -> Network:
         out = fn(**kwargs)
     except CaseError:  # the per-case time limit or memory refusal
         raise
+    except SystemExit as exc:  # a factory may not decide the gate's exit code
+        raise SpecError(
+            spec.path, "block.factory", f"called sys.exit({exc.code!r}) (case {case})", value=spec.block.factory,
+            fix="a factory must return blocks, not exit",
+        ) from None
     except Exception as exc:  # the factory's own check on this case (e.g. heads not dividing width): this case fails
         what = " ".join(f"{type(exc).__name__}: {exc}".split())
         raise CaseError(f"the factory {spec.block.factory} raised {what}") from None
-    return _network_from(spec, out)
+    return _nonempty(spec, case, _network_from(spec, out))
 
 
 def _network_from(spec: Spec, out: Any) -> Network:
@@ -395,3 +380,13 @@ def _network_from(spec: Spec, out: Any) -> Network:
     if isinstance(getattr(out, "blocks", None), nn.Module):  # a module with .blocks may carry .stem and .head
         return Network(blocks, stem=getattr(out, "stem", None), head=getattr(out, "head", None))
     return Network(blocks)
+
+
+def _nonempty(spec: Spec, case: Case, net: Network) -> Network:
+    """A stack with no blocks measures nothing, and nothing measured is not a pass."""
+    if len(net.blocks) == 0:
+        raise SpecError(
+            spec.path, "block.factory", f"returned an empty stack (no blocks) for case {case}", value=spec.block.factory,
+            fix="return one module per block, e.g. nn.Sequential(*[Block(width) for _ in range(depth)])",
+        )
+    return net

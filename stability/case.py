@@ -108,6 +108,8 @@ def parse_case_string(text: str, spec: Spec, *, device: str | None = None) -> Ca
                 f"--case: unknown key '{key}'{did_you_mean(key, known + list(_ALIASES))}; "
                 f"known keys: {', '.join(['init', *known])}"
             )
+        if key in given:
+            raise UsageError(f"--case {text!r}: {_SHORT.get(key, key)} is given twice; give each key once")
         if key in _INT_KEYS:
             try:
                 given[key] = int(raw)

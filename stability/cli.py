@@ -1,25 +1,35 @@
 """The `stability` command: check, list, explain, schema.
 
-Exit codes: 0 every expectation met; 1 some expectation not met (the CI gate); 2 bad spec or bad
-usage (one line on stderr, never a traceback); 130 interrupted (after the partial summary).
+Exit codes: 0 at least one expectation judged and every one met; 1 some expectation not met (the
+CI gate); 2 bad spec, bad usage, an unreadable input or a spec that could not run (a broken
+factory, a crashed worker), reported after every other spec has run (one line on stderr each,
+never a traceback); 5 nothing was judged (pytest's "no tests ran"); 130 interrupted (after the
+partial summary). `check` runs every spec in its own worker process (`stability.worker`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
 from stability.errors import SpecError, StabilityError, UsageError
+from stability.text import printable
 
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: Nothing was judged (every spec skipped for its device, --only naming an undeclared invariant, a
+#: replayed case no invariant applies to): pytest's "no tests were collected" code.
+EXIT_NOTHING = 5
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,6 +38,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
+    from stability.spec import INVARIANTS
+
     p = _Parser(prog="stability", description="Property-based stability checks for deep networks.")
     p.add_argument("--version", action="version", version="stability 0.1.0")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -37,14 +49,22 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--profile", choices=["ci", "dev", "thorough"], help="search budget (default: STABILITY_PROFILE, else ci under CI, else dev)")
     c.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto", "all"], help="where cases run (default cpu)")
     c.add_argument("--case", help="replay one case, e.g. depth=23,width=8,init=xavier_normal,seed=5")
-    c.add_argument("--only", choices=["gradient_arrival", "variance_growth", "identity_at_init"], help="check one invariant")
+    c.add_argument("--only", choices=list(INVARIANTS), help="check one invariant")
     c.add_argument("--json", metavar="FILE", help="write the machine-readable report")
     c.add_argument("--junit", metavar="FILE", help="write JUnit XML (one testcase per spec and invariant)")
     c.add_argument("--html", metavar="DIR", help="write a self-contained HTML report with plots")
-    c.add_argument("--case-timeout", type=float, default=120.0, metavar="S", help="per-case time limit in seconds (default 120; 0 = none)")
+    c.add_argument("--case-timeout", type=_seconds, default=120.0, metavar="S", help="per-case time limit in seconds (default 120; 0 = none)")
     c.add_argument("--memory-budget", metavar="SIZE", help="refuse cases estimated above SIZE (e.g. 4GiB; default half the free RAM)")
     c.add_argument("--deterministic", action="store_true", help="torch.use_deterministic_algorithms(True) (for CUDA runs)")
     c.add_argument("--quiet", "-q", action="store_true", help="only the summary and failures")
+    c.add_argument("--jobs", "-j", type=_count("jobs", auto=True), default=1, metavar="N",
+                   help="run N specs at once, each in its own worker process (default 1; auto = one per usable core)")
+    c.add_argument("--threads", type=_count("threads"), default=None, metavar="N",
+                   help="torch threads per worker (default: STABILITY_THREADS, else 1)")
+    c.add_argument("--source-root", action="append", metavar="DIR",
+                   help="a folder whose .py files custom factories may come from, besides each spec's own folder (repeatable)")
+    c.add_argument("--in-process", action="store_true",
+                   help="run specs in this process, without worker isolation (for debugging; a factory can then change global state)")
 
     ls = sub.add_parser("list", help="list specs and the families they use")
     ls.add_argument("paths", nargs="*")
@@ -65,6 +85,17 @@ def _default_paths(paths: list[str]) -> list[str]:
 
 
 def _load_all(paths: list[str]) -> list:
+    specs, errors = _load_each(paths)
+    if errors:
+        for exc in errors[:-1]:
+            print(f"stability: error: {printable(str(exc))}", file=sys.stderr)
+        raise errors[-1]
+    return specs
+
+
+def _load_each(paths: list[str]) -> tuple[list, list[SpecError]]:
+    """Every spec that loads, and one SpecError per file that does not. Two specs with one name
+    are refused outright (UsageError-like SpecError, nothing runs): the reports key on names."""
     from stability.spec import find_specs, load_spec
 
     files = find_specs(_default_paths(paths))
@@ -76,81 +107,226 @@ def _load_all(paths: list[str]) -> list:
             specs.append(load_spec(f))
         except SpecError as exc:
             errors.append(exc)
-    if errors:
-        for exc in errors[:-1]:
-            print(f"stability: error: {exc}", file=sys.stderr)
-        raise errors[-1]
     names: dict[str, str] = {}
     for s in specs:
         if s.name in names:
+            for exc in errors:
+                print(f"stability: error: {printable(str(exc))}", file=sys.stderr)
             raise SpecError(s.path, "name", f"is already used by {names[s.name]}", value=s.name, fix="give each spec a unique name")
         names[s.name] = s.path
-    return specs
+    return specs, errors
 
 
-def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
+def _seconds(text: str) -> float:
+    """--case-timeout: seconds ≥ 0, finite (0 = no limit)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time limit; give seconds ≥ 0 (0 = no limit)")
+    return value
+
+
+def _count(option: str, *, auto: bool = False) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if auto and text == "auto":
+            return _cores()
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a count; give a whole number ≥ 1" + (" or auto" if auto else ""))
+        return value
+
+    parse.__name__ = option
+    return parse
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _validate(args: argparse.Namespace, specs: list, devices: list[str]) -> int | None:
+    """Everything that can be refused before any probing: the memory budget, source roots, the
+    replayed case, the report paths. Returns the memory budget."""
     import torch
 
-    from stability.engine import RunOptions, run_spec
-    from stability.guard import parse_size
-    from stability.report import print_failures, print_table, summary_line, write_json, write_junit
+    from stability.case import parse_case_string
+    from stability.guard import memory_budget, parse_size
+    from stability.outputs import check_outputs
 
-    specs = _load_all(args.paths)
-    if args.case and len(specs) != 1:
-        raise UsageError(f"--case replays one case of one spec, but {len(specs)} specs were given; pass a single spec file")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: CUDA is not available on this machine; use --device cpu or auto")
-    if args.deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
     budget = None
-    if args.memory_budget:
+    if args.memory_budget is not None:
         try:
             budget = parse_size(args.memory_budget)
         except ValueError:
             raise UsageError(f"--memory-budget {args.memory_budget!r}: write a size like 4GiB or 512MiB") from None
+    elif os.environ.get("STABILITY_MEMORY_BUDGET"):
+        memory_budget("cpu")  # raises UsageError naming the variable
+    for root in args.source_root or []:
+        if not Path(root).is_dir():
+            raise UsageError(f"--source-root {root}: is not a folder; give the folder that holds your factory modules")
+    if args.case:
+        if len(specs) != 1:
+            raise UsageError(f"--case replays one case of one spec, but {len(specs)} specs were given; pass a single spec file")
+        for device in devices:
+            case = parse_case_string(args.case, specs[0], device=device)
+            if case.device.startswith("cuda") and not torch.cuda.is_available():
+                raise UsageError(f"--case {args.case!r}: device={case.device} but CUDA is not available on this machine; replay it with device=cpu")
+    check_outputs(json=args.json, junit=args.junit, html=args.html, inputs=[s.path for s in specs])
+    return budget
+
+
+def _stdout_gone() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
+    if not args.in_process:
+        from stability.processes import start_server
+
+        start_server()  # the server imports torch while this process loads and validates the specs
+    import torch
+
+    from stability.engine import RunOptions
+    from stability.executor import InProcessExecutor, Outcome, Task
+    from stability.factory import SOURCE_ROOTS_ENV, source_roots
+    from stability.report import judged_count, write_json, write_junit
+    from stability.worker import WorkerExecutor, default_threads
+
+    specs, load_errors = _load_each(args.paths)
+    for exc in load_errors:
+        print(f"stability: error: {printable(str(exc))}", file=sys.stderr)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: CUDA is not available on this machine; use --device cpu or auto")
     devices = ["cpu", "cuda"] if args.device == "all" and torch.cuda.is_available() else [
         "cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device in ("auto", "all") else args.device)
     ]
+    budget = _validate(args, specs, devices)
+    roots = [str(Path(r).resolve()) for r in args.source_root or []]
+    specs, refused = _factories_allowed(specs, roots)
+    load_errors += refused
+    threads = args.threads or default_threads()
+    if args.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        if args.in_process:
+            torch.use_deterministic_algorithms(True)
+    tasks: list[Task] = []
+    skipped: list[str] = []
+    for device in devices:
+        options = RunOptions(profile=args.profile, device=device, case_timeout=args.case_timeout or None, memory_budget=budget,
+                             deterministic=args.deterministic)
+        for spec in specs:
+            if device not in spec.space.device and not args.case:
+                skipped.append(f"{spec.name} ({device} not in space.device)")
+                continue
+            tasks.append(Task(spec, options, args.case, args.only))
+    if args.in_process:
+        executor: Any = InProcessExecutor()
+    else:
+        env = dict(os.environ)
+        if roots:
+            env[SOURCE_ROOTS_ENV] = os.pathsep.join([*roots, *filter(None, [env.get(SOURCE_ROOTS_ENV)])])
+        executor = WorkerExecutor(jobs=args.jobs, threads=threads, env=env)
     t0 = time.perf_counter()
-    results = []
+    done: dict[int, Outcome] = {}
+    order = {id(t): i for i, t in enumerate(tasks)}
     interrupted = False
     show_progress = console.is_terminal and not os.environ.get("CI") and not args.quiet
     try:
         from rich.progress import Progress
 
-        with Progress(console=err, transient=True, disable=not show_progress) as progress:
-            task = progress.add_task("checking", total=len(specs) * len(devices))
-            for device in devices:
-                options = RunOptions(profile=args.profile, device=device, case_timeout=args.case_timeout or None, memory_budget=budget, deterministic=args.deterministic)
-                for spec in specs:
-                    progress.update(task, description=f"{spec.name} ({device})")
-                    if device not in spec.space.device and not args.case:
-                        progress.advance(task)
-                        continue
-                    results.append(run_spec(spec, options, case=args.case, only=args.only))
-                    progress.advance(task)
+        with Progress(console=err, transient=True, disable=not show_progress) as progress, source_roots(roots if args.in_process else []):
+            bar = progress.add_task("checking", total=len(tasks))
+
+            def finished(outcome: Outcome) -> None:
+                done[order[id(outcome.task)]] = outcome
+                progress.update(bar, advance=1, description=printable(outcome.task.spec.name))
+
+            executor.map(tasks, on_done=finished)
     except KeyboardInterrupt:
         interrupted = True
     seconds = time.perf_counter() - t0
-    if not args.quiet or interrupted:
-        print_table(results, console)
-    print_failures(results, console)
-    console.print(summary_line(results, seconds, interrupted=interrupted), highlight=False)
+    outcomes = [done[i] for i in sorted(done)]
+    results = [o.result for o in outcomes]
+    errors = [str(e) for e in load_errors] + [o.error for o in outcomes if o.error]
     if interrupted:  # a partial run must not replace the last complete report
+        _terminal(results, console, seconds, table=True, interrupted=True)
         kept = [f for f in (args.json, args.junit, args.html) if f]
         if kept:
             print(f"stability: interrupted; not written (any previous report is left as it was): {', '.join(kept)}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    # The reports first: whatever happens to the terminal afterwards, they are complete.
     if args.json:
-        write_json(args.json, results, seconds=seconds, interrupted=interrupted)
+        write_json(args.json, results, seconds=seconds, errors=errors)
     if args.junit:
         write_junit(args.junit, results, seconds=seconds)
     if args.html:
         from stability.html import write_html
 
         write_html(args.html, results, seconds=seconds)
-    return EXIT_OK if all(r.met for r in results) else EXIT_FAILED
+    _terminal(results, console, seconds, table=not args.quiet, interrupted=False)
+    for o in outcomes:
+        if o.error:
+            print(f"stability: error: {printable(o.error)}", file=sys.stderr)
+    if errors:
+        return EXIT_USAGE
+    if not all(r.met for r in results):
+        return EXIT_FAILED
+    if judged_count(results) == 0:
+        why = []
+        if skipped:
+            why.append(f"skipped for their device: {', '.join(skipped)}")
+        if args.only and not any(r.name == args.only for res in results for r in res.results):
+            why.append(f"no spec declares --only {args.only}")
+        if any(res.results for res in results):
+            why.append("no declared invariant applied to the case")
+        print(f"stability: error: nothing was judged ({'; '.join(why) or 'no spec ran'}); exit code {EXIT_NOTHING}", file=sys.stderr)
+        return EXIT_NOTHING
+    return EXIT_OK
+
+
+def _factories_allowed(specs: list, roots: list[str]) -> tuple[list, list[SpecError]]:
+    """Custom specs whose factory is found under the factory rule (by path, importing nothing),
+    and one SpecError, printed now, for each spec whose factory is refused: it does not run."""
+    from stability.factory import locate_factory, source_roots
+
+    allowed, refused = [], []
+    with source_roots(roots):
+        for spec in specs:
+            try:
+                if spec.family == "custom":
+                    locate_factory(spec.path, spec.block.factory or "")
+                allowed.append(spec)
+            except SpecError as exc:
+                print(f"stability: error: {printable(str(exc))}", file=sys.stderr)
+                refused.append(exc)
+    return allowed, refused
+
+
+def _terminal(results: list, console: Console, seconds: float, *, table: bool, interrupted: bool) -> None:
+    """The table, the failures and the summary line. A closed stdout (`| head -1`, `| true`) only
+    silences the rest of the output: it changes neither the reports nor the exit code."""
+    from stability.report import print_failures, print_table, summary_line
+
+    try:
+        if table and results:
+            print_table(results, console)
+        print_failures(results, console)
+        console.print(summary_line(results, seconds, interrupted=interrupted), highlight=False)
+        console.file.flush()
+    except BrokenPipeError:
+        _stdout_gone()
 
 
 def _list(args: argparse.Namespace, console: Console) -> int:
@@ -205,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             return _explain(args, console)
         return _schema()
     except StabilityError as exc:
-        print(f"stability: error: {exc}", file=sys.stderr)
+        print(f"stability: error: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("stability: interrupted", file=sys.stderr)

@@ -190,8 +190,13 @@ def run_spec(
     case: Case | str | None = None,
     only: str | None = None,
     on_case: Callable[[CaseRecord], None] | None = None,
+    on_start: Callable[[Case], None] | None = None,
+    on_result: Callable[[InvariantResult], None] | None = None,
 ) -> SpecResult:
-    """Judge every declared invariant of `spec` (or only `only`). With `case`, judge that one case."""
+    """Judge every declared invariant of `spec` (or only `only`). With `case`, judge that one case.
+    `on_start(case)` is called before a case is built, `on_case(record)` after it is probed and
+    `on_result(result)` when an invariant is judged (a supervising process uses them to enforce
+    the time limit and to know what was finished)."""
     options = options or RunOptions()
     profile_name, profile = get_profile(options.profile)
     t0 = time.perf_counter()
@@ -199,6 +204,8 @@ def run_spec(
 
     def measured(c: Case) -> CaseRecord:
         if c not in cache:
+            if on_start is not None:
+                on_start(c)
             cache[c] = evaluate(spec, c, options)
             if on_case is not None:
                 on_case(cache[c])
@@ -214,6 +221,8 @@ def run_spec(
             results.append(_replay(spec, name, expectation, case, measured))
         else:
             results.append(_search(spec, name, expectation, options, profile_name, profile, measured))
+        if on_result is not None:
+            on_result(results[-1])
     return SpecResult(spec, results, cache, time.perf_counter() - t0, profile_name)
 
 

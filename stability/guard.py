@@ -100,7 +100,12 @@ def memory_budget(device: str) -> int:
     the available host RAM, or 80% of the free memory of the CUDA device."""
     raw = os.environ.get("STABILITY_MEMORY_BUDGET")
     if raw:
-        return parse_size(raw)
+        try:
+            return parse_size(raw)
+        except (ValueError, OverflowError):
+            from stability.errors import UsageError
+
+            raise UsageError(f"STABILITY_MEMORY_BUDGET={raw!r}: write a size like 4GiB or 512MiB") from None
     if device.startswith("cuda") and torch.cuda.is_available():
         free, _ = torch.cuda.mem_get_info()
         return int(free * 0.8)
@@ -108,6 +113,18 @@ def memory_budget(device: str) -> int:
 
 
 def parse_size(text: str) -> int:
+    """'4GiB', '512MiB', '1e9' → bytes. Raises ValueError for anything that is not a finite,
+    positive size (inf, nan, -1, 0, 'bogus')."""
+    try:
+        size = _parse_size(text)
+    except OverflowError:
+        raise ValueError(f"{text!r} is not a finite size") from None
+    if size <= 0:
+        raise ValueError(f"{text!r} is not a positive size")
+    return size
+
+
+def _parse_size(text: str) -> int:
     units = {"k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30, "t": 2**40, "tib": 2**40}
     t = text.strip().lower().replace(" ", "")
     for suffix in sorted(units, key=len, reverse=True):

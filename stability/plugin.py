@@ -16,6 +16,7 @@ import pytest
 
 from stability.engine import InvariantResult, RunOptions, run_spec
 from stability.errors import SpecError, StabilityError
+from stability.factory import source_roots
 from stability.profiles import PROFILES, default_profile_name
 from stability.spec import Spec, load_spec
 
@@ -30,10 +31,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="device for spec items: cpu (default), cuda, auto (cuda when present), all (one item per device)")
     group.addoption("--stability-case-timeout", type=float, default=120.0, help="per-case time limit in seconds")
     parser.addini("stability_spec_dirs", "folder names whose *.toml files are collected as specs", type="args", default=["specs"])
+    parser.addini("stability_source_roots", "folders (relative to the rootdir) custom factories may come from, besides each spec's folder",
+                  type="paths", default=[])
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs CUDA; skipped with a reason where it is absent")
+    config.stash[_NAMES] = {}
     if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("OMP_NUM_THREADS"):
         # One intra-op thread per xdist worker: n workers × n threads would oversubscribe the cores.
         import torch
@@ -71,12 +75,23 @@ def _devices(config: pytest.Config) -> list[str]:
     return [choice]
 
 
+#: Spec names already collected in this session, by name → file: a second spec with one name is
+#: refused, as `stability check` refuses it.
+_NAMES = pytest.StashKey[dict[str, str]]()
+
+
 class SpecFile(pytest.File):
     def collect(self) -> Any:
         try:
             spec = load_spec(_relative(self.path))
         except SpecError as exc:
             yield SpecErrorItem.from_parent(self, name="load", error=exc)
+            return
+        names = self.config.stash.setdefault(_NAMES, {})
+        first = names.setdefault(spec.name, spec.path)
+        if first != spec.path:
+            error = SpecError(spec.path, "name", f"is already used by {first}", value=spec.name, fix="give each spec a unique name")
+            yield SpecErrorItem.from_parent(self, name="load", error=error)
             return
         devices = _devices(self.config)
         for name, _ in spec.invariants():
@@ -122,7 +137,13 @@ class SpecItem(pytest.Item):
                 pytest.skip("CUDA is not available on this machine (gpu item)")
         profile = self.config.getoption("--stability-profile") or default_profile_name()
         options = RunOptions(profile=profile, device=self.device, case_timeout=self.config.getoption("--stability-case-timeout"))
-        result = run_spec(self.spec, options, only=self.invariant).results[0]
+        roots = [str(p) for p in self.config.getini("stability_source_roots")]
+        try:
+            with source_roots(roots):
+                result = run_spec(self.spec, options, only=self.invariant).results[0]
+        except SystemExit as exc:  # the spec's code exited: one line, not Hypothesis's traceback
+            raise SpecError(self.spec.path, "block.factory", f"the spec's code called sys.exit({exc.code!r})", value=self.spec.block.factory,
+                            fix="a factory and its blocks must not exit") from None
         if not result.applicable:
             pytest.skip(result.message)
         if not result.met:

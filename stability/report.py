@@ -21,8 +21,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from stability.engine import InvariantResult, SpecResult
+from stability.text import printable
 
-__all__ = ["print_table", "print_failures", "to_json", "write_json", "write_junit", "write_atomic", "summary_line"]
+__all__ = ["judged_count", "print_table", "print_failures", "to_json", "write_json", "write_junit", "write_atomic", "summary_line"]
 
 SCHEMA_VERSION = 1
 
@@ -30,6 +31,9 @@ SCHEMA_VERSION = 1
 def write_atomic(path: str | Path, data: str | bytes) -> None:
     """Write `data` to `path` through a temporary file and a rename: all or nothing."""
     path = Path(path)
+    from stability.outputs import check_replaceable
+
+    check_replaceable(path)  # never replace a device, a FIFO or a folder
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     umask = os.umask(0)
@@ -82,13 +86,13 @@ def print_table(results: Iterable[SpecResult], console: Console) -> None:
             if v is not None and v.extra.get("growth"):
                 detail = f" ({v.extra['growth']})"
             table.add_row(
-                escape(res.spec.name),
+                escape(printable(res.spec.name)),
                 r.name,
                 r.expect,
                 _mark(r),
                 (_fmt(v.observed) if v is not None else "—") + detail,
-                escape(v.bound) if v is not None else ("not applicable" if not r.applicable else ""),
-                escape(r.case.varying(res.spec)) if r.case is not None else "",
+                escape(printable(v.bound)) if v is not None else ("not applicable" if not r.applicable else ""),
+                escape(printable(r.case.varying(res.spec))) if r.case is not None else "",
             )
     console.print(table)
 
@@ -99,11 +103,11 @@ def print_failures(results: Iterable[SpecResult], console: Console) -> None:
         for r in res.results:
             if r.met:
                 continue
-            console.print(f"[red]✗[/red] {escape(r.message)}", highlight=False, soft_wrap=True)
+            console.print(f"[red]✗[/red] {escape(printable(r.message))}", highlight=False, soft_wrap=True)
             if r.error:
-                console.print(f"    error: {escape(r.error)}", highlight=False, soft_wrap=True)
+                console.print(f"    error: {escape(printable(r.error))}", highlight=False, soft_wrap=True)
             if r.reproduce:
-                console.print(f"    reproduce: {escape(r.reproduce)}", highlight=False, soft_wrap=True)
+                console.print(f"    reproduce: {escape(printable(r.reproduce))}", highlight=False, soft_wrap=True)
             console.print(f"    explain:   stability explain {r.name}", highlight=False)
 
 
@@ -118,6 +122,12 @@ def summary_line(results: list[SpecResult], seconds: float, *, interrupted: bool
     )
 
 
+def judged_count(results: Iterable[SpecResult]) -> int:
+    """How many expectations were actually judged on a measured case ("not applicable" replays
+    and specs skipped for their device judge nothing)."""
+    return sum(r.verdict is not None for res in results for r in res.results)
+
+
 def _num(x: float | None) -> float | None | str:
     if x is None:
         return None
@@ -130,7 +140,7 @@ def _nums(xs: list[float]) -> list[Any]:
     return [_num(x) for x in xs]
 
 
-def to_json(results: list[SpecResult], *, seconds: float = 0.0, interrupted: bool = False) -> dict[str, Any]:
+def to_json(results: list[SpecResult], *, seconds: float = 0.0, interrupted: bool = False, errors: list[str] | None = None) -> dict[str, Any]:
     """The machine-readable report: per spec, per invariant, per case."""
     specs = []
     for res in results:
@@ -184,17 +194,21 @@ def to_json(results: list[SpecResult], *, seconds: float = 0.0, interrupted: boo
             "invariants": invariants,
             "cases": cases,
         })
-    return {
+    report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
-        "met": all(res.met for res in results) and not interrupted,
+        # a run that judged nothing is not a pass (the CLI exits 5 for it)
+        "met": all(res.met for res in results) and not interrupted and not errors and judged_count(results) > 0,
         "interrupted": interrupted,
         "seconds": seconds,
         "specs": specs,
     }
+    if errors is not None:  # spec files that could not be read or validated, specs that could not run
+        report["errors"] = list(errors)
+    return report
 
 
-def write_json(path: str | Path, results: list[SpecResult], *, seconds: float = 0.0, interrupted: bool = False) -> None:
-    write_atomic(path, json.dumps(to_json(results, seconds=seconds, interrupted=interrupted), indent=2) + "\n")
+def write_json(path: str | Path, results: list[SpecResult], *, seconds: float = 0.0, interrupted: bool = False, errors: list[str] | None = None) -> None:
+    write_atomic(path, json.dumps(to_json(results, seconds=seconds, interrupted=interrupted, errors=errors), indent=2) + "\n")
 
 
 # Characters XML 1.0 cannot hold at all, escaped or not (ElementTree writes them raw, and the file

@@ -10,6 +10,8 @@ builder.
 from __future__ import annotations
 
 import math
+import os
+import stat
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -270,14 +272,25 @@ class Spec(_Model):
 
 
 def find_specs(paths: list[str | Path]) -> list[Path]:
-    """Expand files and folders into the sorted list of `*.toml` spec files they name."""
+    """Expand files and folders into the sorted list of `*.toml` spec files they name. A file
+    named twice (`specs specs/a.toml`) is listed once; a path that exists but is not a regular file
+    (a FIFO, a device) is listed so that loading it reports what it is."""
     found: list[Path] = []
+    seen: set[Path] = set()
+
+    def add(p: Path) -> None:
+        key = p.resolve()
+        if key not in seen:
+            seen.add(key)
+            found.append(p)
+
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            found.extend(sorted(p.rglob("*.toml")))
-        elif p.is_file():
-            found.append(p)
+            for f in sorted(p.rglob("*.toml")):
+                add(f)
+        elif p.is_file() or os.path.lexists(p):
+            add(p)
         else:
             from stability.errors import UsageError
 
@@ -286,15 +299,27 @@ def find_specs(paths: list[str | Path]) -> list[Path]:
 
 
 def load_spec(path: str | Path) -> Spec:
-    """Read and validate one spec file. Raises `SpecError` with a one-line explanation."""
+    """Read and validate one spec file. Raises `SpecError` with a one-line explanation. Only a
+    regular file is read (a FIFO would block forever); a UTF-8 byte-order mark is accepted."""
     path = Path(path)
     file = str(path)
     try:
-        raw = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise SpecError(file, None, f"cannot be read ({exc.strerror})", fix="check the path") from None
     try:
-        text = raw.decode("utf-8")
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file"
+            raise SpecError(file, None, f"is not a regular file ({kind}); it was not read", fix="pass spec files only")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise SpecError(file, None, f"cannot be read ({exc.strerror})", fix="check the path") from None
+    finally:
+        os.close(fd)
+    try:
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise SpecError(
             file, None, f"is not UTF-8 text (byte {exc.start}: {raw[exc.start:exc.start + 1]!r})",
@@ -311,7 +336,12 @@ def parse_spec(text: str, *, file: str = "<string>") -> Spec:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(file, None, f"is not valid TOML: {exc}", fix="fix the TOML syntax at that line") from None
-    return validate_spec(data, file=file)
+    except RecursionError:
+        raise SpecError(file, None, "nests arrays or tables too deeply to read", fix="a spec needs only a few levels of nesting") from None
+    try:
+        return validate_spec(data, file=file)
+    except RecursionError:
+        raise SpecError(file, None, "nests arrays or tables too deeply to validate", fix="a spec needs only a few levels of nesting") from None
 
 
 def validate_spec(data: Any, *, file: str = "<string>") -> Spec:
@@ -325,7 +355,24 @@ def validate_spec(data: Any, *, file: str = "<string>") -> Spec:
     except ValidationError as exc:
         raise _spec_error(file, data, exc) from None
     _check_combinations(spec, data)
+    _check_factory_args(spec)
     return spec
+
+
+#: What a custom factory receives from the drawn case; `factory_args` may not override these.
+CASE_ARGUMENTS = (
+    "depth", "width", "batch", "spatial", "input_width", "weight_init", "init", "branch_init", "dtype", "torch_dtype",
+    "device", "seed", "layer",
+)
+
+
+def _check_factory_args(spec: Spec) -> None:
+    clash = sorted(set(spec.block.factory_args) & set(CASE_ARGUMENTS))
+    if clash:
+        raise SpecError(
+            spec.path, f"block.factory_args.{clash[0]}", "would override the value drawn from [space]",
+            value=spec.block.factory_args[clash[0]], fix=f"set it in [space] instead (e.g. {clash[0]} = ...), or rename the argument",
+        )
 
 
 def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:

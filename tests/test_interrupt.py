@@ -100,7 +100,7 @@ def test_ctrl_c_in_process(monkeypatch: pytest.MonkeyPatch, cli: Cli, write_spec
         return real(spec, *args, **kwargs)
 
     monkeypatch.setattr(stability.engine, "run_spec", run_spec)
-    code, out, err = cli("check", a.parent, "--json", report, "--profile", "ci")
+    code, out, err = cli("check", a.parent, "--json", report, "--profile", "ci", "--in-process")
     assert code == 130
     assert "first" in out and "interrupted: 1 spec(s)" in out
     assert report.read_text() == OLD_REPORT

@@ -223,7 +223,7 @@ def test_factory_module_that_does_not_import(cli: Cli, custom_spec: Callable[...
 
 def test_factory_module_that_does_not_exist(cli: Cli, custom_spec: Callable[..., Path]) -> None:
     check_fails(cli, custom_spec("no_such_module_anywhere_xyz:blocks"),
-                "block.factory = 'no_such_module_anywhere_xyz:blocks'", "module 'no_such_module_anywhere_xyz' does not import")
+                "block.factory = 'no_such_module_anywhere_xyz:blocks'", "module 'no_such_module_anywhere_xyz' was not found as a .py file")
 
 
 def test_factory_function_that_does_not_exist(cli: Cli, custom_spec: Callable[..., Path]) -> None:

@@ -1,0 +1,91 @@
+"""Report paths checked before anything runs, so that a run never ends with its results lost to a
+bad path and never destroys a file it was not asked to write.
+
+Rules (docs/ci.md): a report path must not be empty; `--json` / `--junit` must not name a folder;
+`--html` names a folder (it gets `index.html`) and must not name a file; a report may only replace
+a regular file (never a device such as `/dev/null`, a FIFO or a socket); two reports may not share
+a path; a report may not be one of the input spec files. A missing parent folder is created when
+the report is written, provided the nearest existing ancestor is a writable folder (checked by
+creating and removing a temporary file in it, so `/proc` or a read-only mount is refused up front).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from stability.errors import UsageError
+
+__all__ = ["check_outputs", "check_replaceable"]
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def check_replaceable(path: Path, option: str = "report") -> None:
+    """Raise UsageError unless `path` is absent or an existing regular file."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: cannot be checked ({exc.strerror}); choose another path") from None
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{option} {path}: is {_kind(mode)}, not a regular file; a report only ever replaces a regular file, choose a file path")
+
+
+def _writable_folder(folder: Path, option: str, shown: str) -> None:
+    """The nearest existing ancestor of `folder` must be a folder we can create a file in."""
+    probe = folder
+    while not os.path.lexists(probe):
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"{option} {shown}: {probe} is not a folder; choose a path inside a folder")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".stability-check.", dir=probe)
+    except OSError as exc:
+        raise UsageError(f"{option} {shown}: cannot write in {probe} ({exc.strerror}); choose a writable folder") from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
+def check_outputs(*, json: str | None, junit: str | None, html: str | None, inputs: Iterable[str | Path] = ()) -> None:
+    """Validate the report paths of one run; raise UsageError (exit 2) on the first problem."""
+    files: dict[Path, str] = {}
+    protected = {Path(p).resolve(): str(p) for p in inputs}
+    for option, raw in (("--json", json), ("--junit", junit), ("--html", html)):
+        if raw is None:
+            continue
+        if not raw.strip():
+            raise UsageError(f"{option} '': the path is empty; give a file name (or leave the option out)")
+        given = Path(raw)
+        if option == "--html":
+            if given.exists() and not given.is_dir():
+                raise UsageError(f"{option} {raw}: is a file; give a folder (the report is written to FOLDER/index.html)")
+            target = given / "index.html"
+        else:
+            target = given
+            if raw.endswith(("/", os.sep)) or given.is_dir():
+                raise UsageError(f"{option} {raw}: is a folder; give a file path, e.g. {given / ('report.json' if option == '--json' else 'junit.xml')}")
+        _writable_folder(target.parent, option, raw)
+        check_replaceable(target, option)
+        resolved = target.resolve()
+        if resolved in protected:
+            raise UsageError(f"{option} {raw}: is the input spec {protected[resolved]}; a report must not overwrite a spec, choose another path")
+        if resolved in files:
+            raise UsageError(f"{option} {raw}: is also the path of {files[resolved]}; give each report its own path")
+        files[resolved] = option

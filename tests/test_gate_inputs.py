@@ -1,0 +1,169 @@
+"""Hostile inputs get one line and the right exit code, never a traceback or a hang: FIFOs among
+the specs, byte-order marks, deep nesting, bad sizes and limits, impossible replays, a file named
+twice, a run that judges nothing (exit 5), control characters on the terminal, a closed stdout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from gate_support import plain, run_check
+
+Cli = Callable[..., tuple[int, str, str]]
+
+
+def one_error(result: tuple[int, str, str], *fragments: str, code: int = 2) -> str:
+    got, out, err = result
+    assert got == code, (got, out, err)
+    assert "Traceback" not in out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("stability: error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def test_a_fifo_among_the_specs_is_reported_and_the_others_run(cli: Cli, write_spec: Callable[..., Path], base_spec: str, tmp_path: Path) -> None:
+    good = write_spec(base_spec, "a.toml")
+    fifo = tmp_path / "b.toml"
+    os.mkfifo(fifo)
+    report = tmp_path / "out" / "r.json"
+    code, out, err = cli("check", tmp_path, "--profile", "ci", "--json", report)
+    assert code == 2, err
+    assert f"stability: error: {fifo}: is not a regular file (a FIFO); it was not read" in err
+    assert "1 spec(s), 1 expectation(s): " in out  # the good spec still ran and reported
+    data = json.loads(report.read_text())
+    assert [s["file"] for s in data["specs"]] == [str(good)] and data["met"] is False
+    assert any("a FIFO" in e for e in data["errors"])
+
+
+def test_a_fifo_named_directly_is_not_no_such_file(cli: Cli, tmp_path: Path) -> None:
+    fifo = tmp_path / "x.toml"
+    os.mkfifo(fifo)
+    one_error(cli("check", fifo), "is not a regular file (a FIFO)")
+
+
+def test_a_byte_order_mark_is_accepted(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
+    spec = write_spec(b"\xef\xbb\xbf" + base_spec.encode(), "bom.toml")
+    code, out, err = cli("check", spec, "--case", "depth=1", "--in-process")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("junk = " + "[" * 600 + "]" * 600, "nests arrays or tables too deeply to read"),
+        ("junk = " + "{a=" * 600 + "1" + "}" * 600, "nests arrays or tables too deeply to read"),
+        ("[" + ".".join(["t"] * 3000) + "]\nx = 1", "nests arrays or tables too deeply to validate"),
+    ],
+    ids=["arrays-600", "inline-tables-600", "tables-3000"],
+)
+def test_deep_nesting_is_one_line(cli: Cli, write_spec: Callable[..., Path], base_spec: str, text: str, fragment: str) -> None:
+    spec = write_spec(base_spec + "\n" + text + "\n" if text.startswith("[") else text + "\n" + base_spec)
+    one_error(cli("check", spec), str(spec), fragment)
+
+
+@pytest.mark.parametrize("size", ["inf", "-1", "0", "nan", "bogus"])
+def test_a_memory_budget_that_is_not_a_size(cli: Cli, write_spec: Callable[..., Path], base_spec: str, size: str) -> None:
+    one_error(cli("check", write_spec(base_spec), "--memory-budget", size), f"--memory-budget {size!r}: write a size like 4GiB")
+
+
+def test_a_memory_budget_variable_that_is_not_a_size(cli: Cli, write_spec: Callable[..., Path], base_spec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STABILITY_MEMORY_BUDGET", "bogus")
+    one_error(cli("check", write_spec(base_spec)), "STABILITY_MEMORY_BUDGET='bogus': write a size like 4GiB")
+
+
+@pytest.mark.parametrize("limit", ["nan", "-5", "inf"])
+def test_a_case_timeout_that_is_not_a_limit(cli: Cli, write_spec: Callable[..., Path], base_spec: str, limit: str) -> None:
+    one_error(cli("check", write_spec(base_spec), "--case-timeout", limit), f"argument --case-timeout: {limit!r} is not a time limit")
+
+
+@pytest.mark.parametrize(("option", "value"), [("--jobs", "0"), ("-j", "many"), ("--threads", "-1")])
+def test_counts_that_are_not_counts(cli: Cli, write_spec: Callable[..., Path], base_spec: str, option: str, value: str) -> None:
+    one_error(cli("check", write_spec(base_spec), option, value), f"{value!r} is not a count")
+
+
+def test_threads_variable_that_is_not_a_count(cli: Cli, write_spec: Callable[..., Path], base_spec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STABILITY_THREADS", "two")
+    one_error(cli("check", write_spec(base_spec)), "STABILITY_THREADS='two'")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_replaying_a_cuda_case_without_cuda(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
+    one_error(cli("check", write_spec(base_spec), "--case", "depth=1,device=cuda"), "device=cuda but CUDA is not available")
+
+
+def test_a_case_key_given_twice(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
+    one_error(cli("check", write_spec(base_spec), "--case", "depth=1,depth=2"), "depth is given twice")
+
+
+def test_a_file_named_twice_is_checked_once(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
+    spec = write_spec(base_spec)
+    code, out, err = cli("check", spec.parent, spec, "--case", "depth=1", "--in-process")
+    assert code == 0 and "already used" not in err, err
+
+
+def test_a_run_on_no_matching_device_judges_nothing_and_exits_5(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
+    spec = write_spec(base_spec.replace("batch = 2", 'batch = 2\ndevice = ["cuda"]'))
+    line = one_error(cli("check", spec, "--in-process"), "nothing was judged", "base (cpu not in space.device)", code=5)
+    assert "exit code 5" in line
+
+
+def test_only_an_undeclared_invariant_exits_5(cli: Cli, write_spec: Callable[..., Path], base_spec: str, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    one_error(cli("check", write_spec(base_spec), "--only", "variance_growth", "--json", report, "--in-process"),
+              "no spec declares --only variance_growth", code=5)
+    assert json.loads(report.read_text())["met"] is False
+
+
+def test_control_characters_never_reach_the_terminal(cli: Cli, tmp_path: Path, base_spec: str) -> None:
+    spec = tmp_path / "a\x1b]0;owned\x07b.toml"
+    spec.write_text(base_spec.replace('name = "base"', 'name = "x\\u001b[2Jy"').replace("batch = 2", "batch = 0"))
+    line = one_error(cli("check", spec))
+    assert "\x1b" not in line and "\x07" not in line and "a\\x1b]0;owned\\x07b.toml" in line
+    spec.write_text(base_spec.replace('name = "base"', 'name = "x\\u001b[2Jy\\u202e"'))
+    code, out, err = cli("check", spec, "--case", "depth=4", "--in-process")
+    assert code == 1
+    assert "\x1b" not in out + err and "\u202e" not in out + err
+    assert "x\\x1b[2Jy\\u202e" in out
+
+
+@pytest.mark.parametrize("tail", ["head -1", "true"])
+def test_a_closed_stdout_changes_neither_the_verdict_nor_the_report(tmp_path: Path, tail: str) -> None:
+    (tmp_path / "fail.toml").write_text(plain("fail", activation="sigmoid", depth="[20, 30]"))
+    report = tmp_path / "r.json"
+    proc = run_check(tmp_path / "fail.toml", "--profile", "ci", "--json", report, "--in-process", cwd=tmp_path, shell_tail=tail)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+    data = json.loads(report.read_text())
+    assert data["met"] is False and data["specs"][0]["invariants"][0]["status"] == "failed"
+
+
+def test_the_pytest_plugin_reports_sys_exit_in_one_line_and_refuses_duplicate_names(tmp_path: Path) -> None:
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "blocks_exit.py").write_text(
+        "import sys\nfrom torch import nn\n"
+        "class Exit(nn.Module):\n    def forward(self, x):\n        sys.exit(3)\n"
+        "def make(depth, width):\n    return nn.Sequential(Exit())\n"
+    )
+    (specs / "a.toml").write_text(plain("same"))
+    (specs / "b.toml").write_text(plain("same"))
+    (specs / "c.toml").write_text(
+        'name = "exits"\ndescription = "d"\nfamily = "custom"\n[block]\nfactory = "blocks_exit:make"\n'
+        "[space]\ndepth = 1\nwidth = 2\nbatch = 2\n[expect.gradient_arrival]\n"
+    )
+    env = {**os.environ, "STABILITY_PROFILE": "ci"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(specs)],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    out = proc.stdout
+    assert proc.returncode == 1, out
+    assert "b.toml: name = 'same': is already used by" in out
+    assert "the spec's code called sys.exit(3)" in out
+    assert "Hypothesis" not in out and "Falsifying" not in out

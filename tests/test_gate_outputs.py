@@ -1,0 +1,101 @@
+"""Report paths are checked before anything runs (stability/outputs.py): a path that would lose
+the results or destroy something is refused with exit 2 and one line, and nothing is written."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+Cli = Callable[..., tuple[int, str, str]]
+
+
+def refused(result: tuple[int, str, str], *fragments: str) -> str:
+    code, out, err = result
+    assert code == 2, (code, out, err)
+    assert "Traceback" not in out + err and out == ""  # nothing ran: no table
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("stability: error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def spec(write_spec: Callable[..., Path], base_spec: str) -> Path:
+    return write_spec(base_spec, "a.toml")
+
+
+def test_an_empty_json_path(cli: Cli, spec: Path) -> None:
+    refused(cli("check", spec, "--json", ""), "--json '': the path is empty")
+
+
+@pytest.mark.parametrize("option", ["--json", "--junit"])
+def test_a_folder_where_a_file_is_expected(cli: Cli, spec: Path, tmp_path: Path, option: str) -> None:
+    refused(cli("check", spec, option, tmp_path), f"{option} {tmp_path}: is a folder; give a file path")
+
+
+def test_html_to_a_file(cli: Cli, spec: Path, tmp_path: Path) -> None:
+    f = tmp_path / "report.html"
+    f.write_text("old")
+    refused(cli("check", spec, "--html", f), "is a file; give a folder")
+    assert f.read_text() == "old"
+
+
+def test_a_device_is_never_replaced(cli: Cli, spec: Path) -> None:
+    before = os.stat("/dev/null")
+    refused(cli("check", spec, "--json", "/dev/null"), "--json /dev/null: is a device, not a regular file")
+    after = os.stat("/dev/null")
+    assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev
+
+
+def test_a_fifo_is_never_replaced_nor_opened(cli: Cli, spec: Path, tmp_path: Path) -> None:
+    fifo = tmp_path / "report.xml"
+    os.mkfifo(fifo)
+    refused(cli("check", spec, "--junit", fifo), "is a FIFO, not a regular file")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_two_reports_on_one_path(cli: Cli, spec: Path, tmp_path: Path) -> None:
+    r = tmp_path / "r.json"
+    refused(cli("check", spec, "--json", r, "--junit", tmp_path / "." / "r.json"), "--junit", "is also the path of --json")
+    assert not r.exists()
+
+
+def test_a_report_over_the_input_spec(cli: Cli, spec: Path) -> None:
+    text = spec.read_text()
+    relative = Path(os.path.relpath(spec))
+    refused(cli("check", spec, "--json", relative), f"is the input spec {spec}")
+    assert spec.read_text() == text
+
+
+def test_a_path_under_a_file(cli: Cli, spec: Path, tmp_path: Path) -> None:
+    f = tmp_path / "plain-file"
+    f.write_text("x")
+    refused(cli("check", spec, "--json", f / "r.json"), f"{f} is not a folder")
+
+
+def test_a_folder_that_cannot_be_written(cli: Cli, spec: Path) -> None:
+    refused(cli("check", spec, "--json", "/proc/stability-report.json"), "cannot write in /proc")
+    assert not os.path.exists("/proc/stability-report.json")
+
+
+def test_a_missing_parent_is_created_when_the_report_is_written(cli: Cli, spec: Path, tmp_path: Path) -> None:
+    r = tmp_path / "new" / "deeper" / "r.json"
+    code, _, err = cli("check", spec, "--case", "depth=1", "--json", r, "--in-process")
+    assert code == 0, err
+    assert r.is_file() and sorted(p.name for p in r.parent.iterdir()) == ["r.json"]
+
+
+def test_write_atomic_refuses_a_non_regular_file(tmp_path: Path) -> None:
+    from stability.errors import UsageError
+    from stability.report import write_atomic
+
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match="is a FIFO"):
+        write_atomic(fifo, "x")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and sorted(p.name for p in tmp_path.iterdir()) == ["f"]

@@ -1,0 +1,110 @@
+"""The gate cannot be turned green: a failing spec next to every false-green factory still ends
+in exit 1 or 2 with a complete JSON report; exits, crashes, swallowed timeouts, leaked threads and
+leaked global state stay inside the spec's own worker process (stability/worker.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gate_support import custom, plain, run_check, write_factories
+
+#: name → (spec text, expected status of its invariants)
+SPECS: dict[str, tuple[str, str]] = {
+    "failing": (plain("failing", activation="sigmoid", depth="[20, 30]"), "failed"),
+    "passing": (plain("passing"), "ok"),
+    "sys-exit-factory": (custom("sys-exit-factory", "sys:exit"), "refused"),
+    "exit-at-import": (custom("exit-at-import", "stability_gate_exit_at_import:make"), "error"),
+    "os-exit-at-import": (custom("os-exit-at-import", "stability_gate_os_exit_at_import:make"), "error"),
+    "exit-in-factory": (custom("exit-in-factory", "exit_in_factory"), "error"),
+    "exit-in-forward": (custom("exit-in-forward", "exit_in_forward"), "error"),
+    "os-exit-in-forward": (custom("os-exit-in-forward", "os_exit_in_forward"), "error"),
+    "empty-stack": (custom("empty-stack", "empty"), "error"),
+    "swallows-timeout": (custom("swallows-timeout", "swallow_timeout"), "error"),
+    "leaks-thread": (custom("leaks-thread", "leak_thread"), "ok"),
+    "a-leaks-state": (custom("a-leaks-state", "leak_state"), "ok"),
+    "b-needs-clean-state": (custom("b-needs-clean-state", "needs_clean_state"), "ok"),
+}
+TIMEOUT = 4.0
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One `stability check` over every spec above, in a subprocess, with -j 2."""
+    folder = tmp_path_factory.mktemp("gate")
+    write_factories(folder)
+    for i, (name, (text, _)) in enumerate(SPECS.items()):
+        (folder / f"{i:02d}_{name}.toml").write_text(text, encoding="utf-8")
+    report = folder / "out" / "report.json"
+    t0 = time.monotonic()
+    proc = run_check(folder, "--json", report, "--profile", "ci", "--case-timeout", TIMEOUT, "-j", "2", cwd=folder)
+    seconds = time.monotonic() - t0
+    data = json.loads(report.read_text())
+    return {"proc": proc, "seconds": seconds, "json": data, "specs": {s["name"]: s for s in data["specs"]}}
+
+
+def test_a_failing_spec_beside_every_false_green_factory_exits_2_with_a_complete_report(run: dict[str, Any]) -> None:
+    proc = run["proc"]
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    data = run["json"]
+    assert data["met"] is False
+    ran = {name for name, (_, status) in SPECS.items() if status != "refused"}
+    assert set(run["specs"]) == ran  # every spec that was allowed to run is in the report
+    for name in ran:
+        want = SPECS[name][1]
+        got = {inv["status"] for inv in run["specs"][name]["invariants"]}
+        assert got == {want}, (name, run["specs"][name]["invariants"])
+    assert any("sys:exit" in e for e in data["errors"])
+
+
+def test_sys_exit_as_a_factory_is_refused_before_anything_runs(run: dict[str, Any]) -> None:
+    line = next(line for line in run["proc"].stderr.splitlines() if "sys:exit" in line)
+    assert line.startswith("stability: error: ") and "00_" not in line
+    assert "block.factory = 'sys:exit': module 'sys' was not found as a .py file of your own code" in line
+
+
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [
+        ("exit-at-import", "module 'stability_gate_exit_at_import' called sys.exit(0) while importing"),
+        ("os-exit-at-import", "the worker exited with code 0 before reporting"),
+        ("exit-in-factory", "called sys.exit(0) (case depth=2"),
+        ("exit-in-forward", "the spec's code called sys.exit(3)"),
+        ("os-exit-in-forward", "the worker exited with code 0 before reporting (sys.exit or os._exit in the spec's code?) while running case depth=2"),
+        ("empty-stack", "returned an empty stack (no blocks)"),
+    ],
+)
+def test_an_exit_or_an_empty_stack_is_a_spec_error_naming_its_reason(run: dict[str, Any], name: str, fragment: str) -> None:
+    spec = run["specs"][name]
+    inv = spec["invariants"][0]
+    assert fragment in inv["error"], inv
+    assert inv["met"] is False and inv["verdict"] is None
+    errors = [line for line in run["proc"].stderr.splitlines() if spec["file"] in line]
+    assert errors and all(line.startswith("stability: error: ") for line in errors)
+
+
+def test_a_block_that_swallows_the_timeout_is_stopped_within_the_limit_plus_one_second(run: dict[str, Any]) -> None:
+    spec = run["specs"]["swallows-timeout"]
+    inv = spec["invariants"][0]
+    assert f"ran past the per-case time limit of {TIMEOUT:g} s and was stopped" in inv["error"]
+    assert inv["reproduce"].startswith("stability check ") and "--case depth=2,width=4" in inv["reproduce"]
+    stopped = spec["cases"][-1]
+    assert stopped["error"] == inv["error"]
+    assert TIMEOUT <= stopped["seconds"] <= TIMEOUT + 1.0, stopped["seconds"]
+    # a failed case, not a spec error: it is not among the errors that make exit code 2
+    assert not any(spec["file"] in e for e in run["json"]["errors"])
+
+
+def test_a_leaked_thread_does_not_keep_the_run_alive(run: dict[str, Any]) -> None:
+    assert run["specs"]["leaks-thread"]["met"] is True
+    assert run["seconds"] < 100  # the thread sleeps 120 s
+
+
+def test_global_state_does_not_leak_from_one_spec_to_the_next(run: dict[str, Any]) -> None:
+    assert run["specs"]["a-leaks-state"]["met"] is True
+    inv = run["specs"]["b-needs-clean-state"]["invariants"][0]
+    assert inv["met"] is True, inv["error"]
