@@ -123,9 +123,9 @@ def draws_from_the_spec_alone() -> Iterator[None]:
 
 
 def _no_local_constants() -> Any:
-    from hypothesis.internal.conjecture import providers
+    from hypothesis.internal.constants_ast import Constants
 
-    return providers.Constants()
+    return Constants()
 
 
 def unfinished_outcome(
