@@ -276,7 +276,7 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     if args.json:
         write_json(args.json, results, seconds=seconds, errors=errors)
     if args.junit:
-        write_junit(args.junit, results, seconds=seconds)
+        write_junit(args.junit, results, seconds=seconds, load_errors=[(e.file, str(e)) for e in load_errors])
     if args.html:
         from stability.html import write_html
 
