@@ -17,12 +17,16 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from stability.errors import SpecError, StabilityError, UsageError
 from stability.text import printable
+
+if TYPE_CHECKING:
+    from stability.engine import SpecResult
+    from stability.spec import Spec
 
 __all__ = ["main"]
 
@@ -84,7 +88,7 @@ def _default_paths(paths: list[str]) -> list[str]:
     return ["specs"]
 
 
-def _load_all(paths: list[str]) -> list:
+def _load_all(paths: list[str]) -> list[Spec]:
     specs, errors = _load_each(paths)
     if errors:
         for exc in errors[:-1]:
@@ -93,15 +97,16 @@ def _load_all(paths: list[str]) -> list:
     return specs
 
 
-def _load_each(paths: list[str]) -> tuple[list, list[SpecError]]:
+def _load_each(paths: list[str]) -> tuple[list[Spec], list[SpecError]]:
     """Every spec that loads, and one SpecError per file that does not. Two specs with one name
     are refused outright (UsageError-like SpecError, nothing runs): the reports key on names."""
     from stability.spec import find_specs, load_spec
 
-    files = find_specs(_default_paths(paths))
+    files = find_specs(list(_default_paths(paths)))
     if not files:
         raise UsageError(f"{', '.join(paths) or 'specs'}: no *.toml spec files found; add one (see `stability schema`)")
-    specs, errors = [], []
+    specs: list[Spec] = []
+    errors: list[SpecError] = []
     for f in files:
         try:
             specs.append(load_spec(f))
@@ -110,8 +115,8 @@ def _load_each(paths: list[str]) -> tuple[list, list[SpecError]]:
     names: dict[str, str] = {}
     for s in specs:
         if s.name in names:
-            for exc in errors:
-                print(f"stability: error: {printable(str(exc))}", file=sys.stderr)
+            for error in errors:
+                print(f"stability: error: {printable(str(error))}", file=sys.stderr)
             raise SpecError(s.path, "name", f"is already used by {names[s.name]}", value=s.name, fix="give each spec a unique name")
         names[s.name] = s.path
     return specs, errors
@@ -151,7 +156,7 @@ def _cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _validate(args: argparse.Namespace, specs: list, devices: list[str]) -> int | None:
+def _validate(args: argparse.Namespace, specs: list[Spec], devices: list[str]) -> int | None:
     """Everything that can be refused before any probing: the memory budget, source roots, the
     replayed case, the report paths. Returns the memory budget."""
     import torch
@@ -232,6 +237,7 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
                 continue
             tasks.append(Task(spec, options, args.case, args.only))
     if args.in_process:
+        torch.set_num_threads(threads)  # this process is the worker
         executor: Any = InProcessExecutor()
     else:
         env = dict(os.environ)
@@ -270,7 +276,7 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     if args.json:
         write_json(args.json, results, seconds=seconds, errors=errors)
     if args.junit:
-        write_junit(args.junit, results, seconds=seconds)
+        write_junit(args.junit, results, seconds=seconds, load_errors=[(e.file, str(e)) for e in load_errors])
     if args.html:
         from stability.html import write_html
 
@@ -296,12 +302,13 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     return EXIT_OK
 
 
-def _factories_allowed(specs: list, roots: list[str]) -> tuple[list, list[SpecError]]:
+def _factories_allowed(specs: list[Spec], roots: list[str]) -> tuple[list[Spec], list[SpecError]]:
     """Custom specs whose factory is found under the factory rule (by path, importing nothing),
     and one SpecError, printed now, for each spec whose factory is refused: it does not run."""
     from stability.factory import locate_factory, source_roots
 
-    allowed, refused = [], []
+    allowed: list[Spec] = []
+    refused: list[SpecError] = []
     with source_roots(roots):
         for spec in specs:
             try:
@@ -314,7 +321,7 @@ def _factories_allowed(specs: list, roots: list[str]) -> tuple[list, list[SpecEr
     return allowed, refused
 
 
-def _terminal(results: list, console: Console, seconds: float, *, table: bool, interrupted: bool) -> None:
+def _terminal(results: list[SpecResult], console: Console, seconds: float, *, table: bool, interrupted: bool) -> None:
     """The table, the failures and the summary line. A closed stdout (`| head -1`, `| true`) only
     silences the rest of the output: it changes neither the reports nor the exit code."""
     from stability.report import print_failures, print_table, summary_line

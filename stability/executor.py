@@ -20,15 +20,17 @@ that gives:
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from stability.case import Case, reproduce_command
 from stability.engine import CaseRecord, InvariantResult, RunOptions, SpecResult
 from stability.errors import StabilityError
 from stability.spec import Spec
 
-__all__ = ["Task", "Outcome", "Executor", "InProcessExecutor", "run_task", "unfinished_outcome"]
+__all__ = ["Task", "Outcome", "Executor", "InProcessExecutor", "run_task", "unfinished_outcome", "draws_from_the_spec_alone"]
 
 
 @dataclass(frozen=True)
@@ -87,10 +89,43 @@ def run_task(
             on_result(r)
 
     try:
-        result = engine.run_spec(task.spec, task.options, case=task.case, only=task.only, on_case=measured, on_start=started, on_result=judged)
+        with draws_from_the_spec_alone():
+            result = engine.run_spec(task.spec, task.options, case=task.case, only=task.only, on_case=measured, on_start=started,
+                                     on_result=judged)
     except StabilityError as exc:
         return unfinished_outcome(task, str(exc), done=done, records=records, case=current[0] if current else None)
     return Outcome(task, result)
+
+
+@contextlib.contextmanager
+def draws_from_the_spec_alone() -> Iterator[None]:
+    """Make Hypothesis's draws a function of the spec, the profile and the device alone.
+
+    Hypothesis mixes into 5% of its draws integer, float and string literals collected from
+    every *local* module imported so far (`hypothesis.internal.conjecture.providers.
+    _get_local_constants`: the project's own modules, a factory module). So which cases a spec
+    gets depended on which modules happened to be imported before it: in one process, a spec run
+    after a custom spec drew the factory module's literals as seeds and depths, and a run from
+    pytest drew different cases from a run from the CLI. Inside this block the local pool is
+    empty (Hypothesis's own global constants stay); the in-process and the worker paths give the
+    same cases, in any order. There is no public switch for this; tests/test_gate_executor.py
+    fails loudly if the internal it replaces goes away."""
+    from hypothesis.internal.cache import LRUCache
+    from hypothesis.internal.conjecture import providers
+
+    real, cache = providers._get_local_constants, providers.CONSTANTS_CACHE
+    providers._get_local_constants = _no_local_constants
+    providers.CONSTANTS_CACHE = LRUCache(1024)  # it holds the local pool filtered per choice: start empty
+    try:
+        yield
+    finally:
+        providers._get_local_constants, providers.CONSTANTS_CACHE = real, cache
+
+
+def _no_local_constants() -> Any:
+    from hypothesis.internal.constants_ast import Constants
+
+    return Constants()
 
 
 def unfinished_outcome(

@@ -16,6 +16,7 @@ import pytest
 
 from stability.engine import InvariantResult, RunOptions, run_spec
 from stability.errors import SpecError, StabilityError
+from stability.executor import draws_from_the_spec_alone
 from stability.factory import source_roots
 from stability.profiles import PROFILES, default_profile_name
 from stability.spec import Spec, load_spec
@@ -139,7 +140,7 @@ class SpecItem(pytest.Item):
         options = RunOptions(profile=profile, device=self.device, case_timeout=self.config.getoption("--stability-case-timeout"))
         roots = [str(p) for p in self.config.getini("stability_source_roots")]
         try:
-            with source_roots(roots):
+            with source_roots(roots), draws_from_the_spec_alone():  # the same cases as `stability check`
                 result = run_spec(self.spec, options, only=self.invariant).results[0]
         except SystemExit as exc:  # the spec's code exited: one line, not Hypothesis's traceback
             raise SpecError(self.spec.path, "block.factory", f"the spec's code called sys.exit({exc.code!r})", value=self.spec.block.factory,

@@ -221,16 +221,22 @@ def _xml(text: str) -> str:
     return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def write_junit(path: str | Path, results: list[SpecResult], *, seconds: float = 0.0) -> None:
-    """JUnit XML: one testcase per (spec, invariant), named like the pytest item. ElementTree
-    escapes markup (<, &, quotes); characters XML cannot hold at all are written as \\xNN."""
+def write_junit(path: str | Path, results: list[SpecResult], *, seconds: float = 0.0, load_errors: Iterable[tuple[str, str]] = ()) -> None:
+    """JUnit XML: one testcase per (spec, invariant), named like the pytest item, plus one `load`
+    testcase with an error per spec file that could not be used (`load_errors`: (file, message)).
+    ElementTree escapes markup (<, &, quotes); characters XML cannot hold at all are written as
+    \\xNN."""
     pairs = [(res, r) for res in results for r in res.results]
+    unloaded = list(load_errors)
     suite = ET.Element(
-        "testsuite", name="stability", tests=str(len(pairs)),
+        "testsuite", name="stability", tests=str(len(pairs) + len(unloaded)),
         failures=str(sum(not r.met and not r.error for _, r in pairs)),
-        errors=str(sum(bool(r.error) and not r.met for _, r in pairs)), skipped=str(sum(not r.applicable for _, r in pairs)),
-        time=f"{seconds:.3f}",
+        errors=str(sum(bool(r.error) and not r.met for _, r in pairs) + len(unloaded)),
+        skipped=str(sum(not r.applicable for _, r in pairs)), time=f"{seconds:.3f}",
     )
+    for file, message in unloaded:
+        tc = ET.SubElement(suite, "testcase", classname=_xml(file), name="load", time="0.000")
+        ET.SubElement(tc, "error", message=_xml(message)).text = _xml(message)
     for res, r in pairs:
         tc = ET.SubElement(suite, "testcase", classname=_xml(res.spec.path), name=r.name, time=f"{res.seconds / max(len(res.results), 1):.3f}")
         if not r.applicable:

@@ -12,6 +12,7 @@ The protocol is one pipe per child, carrying plain pickled data, child → paren
     ("start", Case)            a case is about to be built (the parent starts its clock)
     ("case", CaseRecord)       that case was probed (the clock stops)
     ("result", InvariantResult) one invariant was judged
+    ("cpu", float)             the child's own CPU seconds, just before it is done
     ("done", Outcome)          the spec is finished (its cases are the streamed records)
 
 The parent enforces the per-case time limit itself: a case still running `case_timeout` +
@@ -26,14 +27,17 @@ factory left running cannot keep anything alive; the parent kills it if it linge
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.spawn
 import os
+import resource
 import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -91,6 +95,8 @@ def _child_main(conn: Connection, task: Task, env: dict[str, str], cwd: str, thr
             on_result=lambda r: conn.send(("result", r)),
         )
         outcome.result.cases = {}  # already streamed, one record at a time
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        conn.send(("cpu", usage.ru_utime + usage.ru_stime))
         conn.send(("done", outcome))
     except KeyboardInterrupt:
         code = 130
@@ -117,6 +123,27 @@ def _send(conn: Connection, message: tuple[str, Any]) -> None:
 
 
 # ----------------------------------------------------------------------------- the parent
+
+
+@contextlib.contextmanager
+def _without_main() -> Iterator[None]:
+    """Start a child without re-running the parent's `__main__` in it. multiprocessing normally
+    re-imports the main script in every child (as `__mp_main__`), which re-runs a user's
+    unguarded script, costs an import per child, and fails outright for `python - < script` or a
+    REPL. A child here only ever runs `stability.worker._child_main`, so it needs none of it."""
+    real = multiprocessing.spawn.get_preparation_data
+
+    def preparation_data(name: str) -> dict[str, Any]:
+        data = real(name)
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+        return data
+
+    multiprocessing.spawn.get_preparation_data = preparation_data
+    try:
+        yield
+    finally:
+        multiprocessing.spawn.get_preparation_data = real
 
 
 @dataclass
@@ -155,6 +182,8 @@ class WorkerExecutor(Executor):
         if jobs < 1 or threads < 1:
             raise ValueError("jobs and threads must be at least 1")
         self.jobs, self.threads, self.env = jobs, threads, env
+        #: CPU seconds (user + system) the children that finished reported for themselves.
+        self.cpu_seconds = 0.0
 
     def map(self, tasks: Sequence[Task], *, on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
         ctx = get_context()
@@ -170,7 +199,8 @@ class WorkerExecutor(Executor):
                     parent_conn, child_conn = ctx.Pipe(duplex=False)
                     proc = ctx.Process(target=_child_main, args=(child_conn, task, env, cwd, self.threads), daemon=True,
                                        name=f"stability-{task.spec.name}")
-                    proc.start()
+                    with _without_main():
+                        proc.start()
                     child_conn.close()
                     running[parent_conn] = _Running(index, task, proc, parent_conn, time.monotonic())
                 now = time.monotonic()
@@ -218,6 +248,8 @@ class WorkerExecutor(Executor):
                 run.current, run.deadline = None, None
             elif kind == "result":
                 run.results.append(payload)
+            elif kind == "cpu":
+                self.cpu_seconds += payload
             elif kind == "done":
                 run.outcome = payload
                 return True

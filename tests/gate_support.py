@@ -64,6 +64,35 @@ class Swallow(nn.Module):
         return x
 
 
+class Crash(nn.Module):
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+
+    def forward(self, x):
+        if self.how == "segfault":
+            import ctypes
+
+            ctypes.string_at(0)
+        if self.how == "killed":
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+        return x + torch.empty(2**40)  # 4 TiB, more memory than the machine has: torch raises
+
+
+def segfault(depth, width):
+    return nn.Sequential(Crash("segfault"))
+
+
+def killed(depth, width):
+    return nn.Sequential(Crash("killed"))
+
+
+def out_of_memory(depth, width):
+    return nn.Sequential(Crash("oom"))
+
+
 def swallow_timeout(depth, width):
     return nn.Sequential(Swallow())
 
@@ -75,7 +104,8 @@ def leak_thread(depth, width):
 
 def leak_state(depth, width):
     torch.set_default_dtype(torch.float64)
-    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.manual_seed(1234)
     sys.path.insert(0, "/nonexistent-leaked-path")
     return nn.Sequential(*[nn.Linear(width, width, dtype=torch.float32) for _ in range(depth)])
 
@@ -84,7 +114,7 @@ def needs_clean_state(depth, width):
     leaked = []
     if torch.get_default_dtype() != torch.float32:
         leaked.append("default dtype")
-    if torch.are_deterministic_algorithms_enabled():
+    if torch.backends.cudnn.deterministic:
         leaked.append("deterministic flag")
     if "/nonexistent-leaked-path" in sys.path:
         leaked.append("sys.path")

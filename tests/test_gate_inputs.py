@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,14 +34,17 @@ def test_a_fifo_among_the_specs_is_reported_and_the_others_run(cli: Cli, write_s
     good = write_spec(base_spec, "a.toml")
     fifo = tmp_path / "b.toml"
     os.mkfifo(fifo)
-    report = tmp_path / "out" / "r.json"
-    code, out, err = cli("check", tmp_path, "--profile", "ci", "--json", report)
+    report, junit = tmp_path / "out" / "r.json", tmp_path / "out" / "r.xml"
+    code, out, err = cli("check", tmp_path, "--profile", "ci", "--json", report, "--junit", junit)
     assert code == 2, err
     assert f"stability: error: {fifo}: is not a regular file (a FIFO); it was not read" in err
     assert "1 spec(s), 1 expectation(s): " in out  # the good spec still ran and reported
     data = json.loads(report.read_text())
     assert [s["file"] for s in data["specs"]] == [str(good)] and data["met"] is False
     assert any("a FIFO" in e for e in data["errors"])
+    suite = ET.fromstring(junit.read_bytes())
+    load = [tc for tc in suite.iter("testcase") if tc.get("name") == "load"]
+    assert len(load) == 1 and load[0].get("classname") == str(fifo) and suite.get("errors") == "1"
 
 
 def test_a_fifo_named_directly_is_not_no_such_file(cli: Cli, tmp_path: Path) -> None:

@@ -1,0 +1,72 @@
+"""The executors (stability/executor.py, stability/worker.py): the shipped specs give the same
+report, bit for bit, in this process and through worker processes, in any number of jobs."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stability.engine import RunOptions
+from stability.executor import InProcessExecutor, Outcome, Task, run_task
+from stability.report import to_json
+from stability.spec import find_specs, load_spec
+from stability.worker import WorkerExecutor
+
+SPECS = Path(__file__).resolve().parent.parent / "specs"
+
+
+def _without_times(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_times(v) for k, v in value.items() if k != "seconds"}
+    if isinstance(value, list):
+        return [_without_times(v) for v in value]
+    return value
+
+
+def _report(outcomes: list[Outcome]) -> str:
+    return json.dumps(_without_times(to_json([o.result for o in outcomes])), indent=1)
+
+
+@pytest.fixture(scope="module")
+def tasks() -> list[Task]:
+    options = RunOptions(profile="ci")
+    return [Task(load_spec(f), options) for f in find_specs([SPECS])]
+
+
+def test_the_shipped_specs_give_bit_identical_json_in_process_and_in_workers(tasks: list[Task]) -> None:
+    seen: list[str] = []
+    workers = WorkerExecutor(jobs=2, threads=1).map(tasks, on_done=lambda o: seen.append(o.task.spec.name))
+    here = InProcessExecutor().map(tasks)  # the session fixture runs this process on one thread too
+    assert [o.error for o in workers] == [None] * len(tasks)
+    assert [o.task.spec.name for o in workers] == [t.spec.name for t in tasks]  # task order, whatever the finishing order
+    assert sorted(seen) == sorted(t.spec.name for t in tasks)
+    assert _report(workers) == _report(here)
+
+
+def test_an_outcome_pickles_whole(tasks: list[Task]) -> None:
+    """What a distributed executor would ship back: the outcome as plain data."""
+    task = next(t for t in tasks if t.spec.family == "custom")
+    outcome = run_task(Task(task.spec, task.options, case="depth=2"))
+    again = pickle.loads(pickle.dumps(outcome))
+    assert _report([again]) == _report([outcome])
+    assert again.result.results[0].verdict == outcome.result.results[0].verdict
+
+
+def test_the_hypothesis_internal_that_draws_depend_on_is_still_there() -> None:
+    """`draws_from_the_spec_alone` replaces these; if Hypothesis renames them, fail here, loudly,
+    instead of silently letting imported modules steer the draws again."""
+    from hypothesis.internal.cache import LRUCache
+    from hypothesis.internal.conjecture import providers
+
+    from stability.executor import draws_from_the_spec_alone
+
+    assert callable(providers._get_local_constants) and isinstance(providers.CONSTANTS_CACHE, LRUCache)
+    real = providers._get_local_constants
+    with draws_from_the_spec_alone():
+        pool = providers._get_local_constants()
+        assert not (pool.integers or pool.floats or pool.strings or pool.bytes)
+    assert providers._get_local_constants is real
