@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import torch
-from torch import nn
 
 from stability import Stack, probe
 from stability.adapters import set_modes
