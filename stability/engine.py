@@ -325,4 +325,4 @@ def _unmeasured(spec: Spec, name: str, case: Case, record: CaseRecord) -> str | 
     the time limit, memory): the case fails whatever the expectation; None when it was measured."""
     if record.error is None:
         return None
-    return f"{spec.path}::{name}: the case could not be measured at {case} (error below)"
+    return f"{spec.path}::{name}: the case could not be measured at {case}"

@@ -508,7 +508,10 @@ class _ModuleState:
     probe: BatchNorm in training mode updates its running statistics and `num_batches_tracked` in
     place (without bumping the tensors' version counters, so every buffer is copied). The copy is
     one `stack` per (dtype, device, shape) group and the restore one `_foreach_copy_` per group;
-    a stack without buffers costs one walk of its modules (~1 µs per module)."""
+    a stack without buffers costs one walk of its modules (~1 µs per module). Measured on one
+    loaded core, CPU time, 30 interleaved repeats of a depth-256 width-64 MLP (768 modules plus
+    the blocks): +1.1 ms on a 40 ms probe with LayerNorm, +2.8 ms on a 44 ms probe with BatchNorm
+    (768 buffers copied and put back)."""
 
     def __init__(self, roots: Sequence[nn.Module]) -> None:
         modules: list[nn.Module] = []

@@ -42,7 +42,7 @@ def make(depth, width, branch_init):
 
 
 def custom(applies: str = "") -> str:
-    return textwrap.dedent(f"""\
+    return textwrap.dedent("""\
         name = "applicable"
         description = "a residual MLP whose factory zeroes its branches on branch_init = zero"
         family = "custom"

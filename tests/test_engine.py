@@ -90,3 +90,32 @@ def test_every_search_covers_the_deepest_allowed_depth() -> None:
     res = run_spec(spec, RunOptions(profile="ci"))
     assert res.results[0].met
     assert max(c.depth for c in res.cases) == 40
+
+
+ODD_WIDTH_FACTORY = '''
+from torch import nn
+
+
+def even_only(depth, width):
+    assert width % 2 == 0, "width must be even"  # a library block's own check, like a head count
+    return nn.Sequential(*[nn.Identity() for _ in range(depth)])
+'''
+
+
+def test_a_factory_that_refuses_some_cases_fails_those_cases_and_the_other_specs_still_run(tmp_path, cli) -> None:
+    (tmp_path / "engine_odd_width.py").write_text(ODD_WIDTH_FACTORY, encoding="utf-8")
+    spec = (
+        'name = "{name}"\ndescription = "d"\nfamily = "custom"\n[block]\nfactory = "engine_odd_width:even_only"\n'
+        "[space]\ndepth = [1, 4]\nwidth = {width}\nbatch = 2\n[expect.gradient_arrival]\nlo = 0.5\nhi = 2.0\n"
+    )
+    mixed, even = tmp_path / "a_mixed.toml", tmp_path / "b_even.toml"
+    mixed.write_text(spec.format(name="mixed", width="[2, 9]"), encoding="utf-8")
+    even.write_text(spec.format(name="even", width="[2, 2]"), encoding="utf-8")
+    code, out, err = cli("check", mixed, even, "--profile", "ci")
+    assert code == 1 and not err, err
+    text = " ".join(out.split())
+    assert f"{mixed}::gradient_arrival: the case could not be measured at depth=1,width=3," in text  # shrunk to the smallest odd width
+    assert "error: the factory engine_odd_width:even_only raised AssertionError: width must be even" in text
+    assert f"reproduce: stability check {mixed} --case depth=1,width=3," in text
+    assert "│ even │ gradient_arrival │ holds │ ✓ │" in text
+    assert "2 spec(s), 2 expectation(s): 1 met, 1 not met" in text
