@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, ValidationError, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationError, WithJsonSchema
 
 from stability.errors import SpecError, did_you_mean
 
@@ -206,8 +206,19 @@ def _range_schema(minimum: int) -> WithJsonSchema:
     })
 
 
-IntRange = Annotated[IntSpace, PlainValidator(_positive_range), _range_schema(1)]
-SeedRange = Annotated[IntSpace, PlainValidator(_seed_range), _range_schema(0)]
+def _dump_space(space: tuple[int, int]) -> Any:
+    """An `IntSpace` (or a default plain pair) in the spec's own syntax, for `model_dump`."""
+    if not isinstance(space, IntSpace):
+        return [space[0], space[1]]
+    if space.values is not None:
+        return {"values": list(space.values)}
+    if space.multiple_of > 1:
+        return {"range": [space[0], space[1]], "multiple_of": space.multiple_of}
+    return [space[0], space[1]]
+
+
+IntRange = Annotated[IntSpace, PlainValidator(_positive_range), PlainSerializer(_dump_space), _range_schema(1)]
+SeedRange = Annotated[IntSpace, PlainValidator(_seed_range), PlainSerializer(_dump_space), _range_schema(0)]
 
 
 def _choices(kind: Any) -> Any:
@@ -283,7 +294,7 @@ class Space(_Model):
 
     depth: IntRange
     width: IntRange
-    batch: IntRange = IntSpace(8, 8)
+    batch: IntRange = (8, 8)  # type: ignore[assignment]  # a plain pair: what the JSON schema shows as the default
     spatial: IntRange | None = None
     input_width: IntRange | None = None
     weight_init: _choices(WeightInit) = ["default"]  # type: ignore[valid-type]
@@ -293,7 +304,7 @@ class Space(_Model):
     branch_init: _choices(BranchInit) = ["default"]  # type: ignore[valid-type]
     dtype: _choices(DType) = ["float32"]  # type: ignore[valid-type]
     device: _choices(Device) = ["cpu", "cuda"]  # type: ignore[valid-type]
-    seed: SeedRange = IntSpace(0, 2**16 - 1)
+    seed: SeedRange = (0, 2**16 - 1)  # type: ignore[assignment]
     examples: list[str] = Field(default_factory=list)
     tokens: IntRange | None = None
 
