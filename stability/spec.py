@@ -671,6 +671,8 @@ def _check_tokens(spec: Spec, data: dict[str, Any]) -> None:
             raise SpecError(f, "space.input_width", "family 'transformer' keeps one width throughout", value=list(s.input_width), fix="remove it")
         if e.identity_at_init is not None and b.norm_position == "post" and b.norm != "none":
             raise SpecError(f, "expect.identity_at_init", "a post-norm block normalises the sum, so it is never the identity", fix="remove it, or use norm_position = \"pre\" or \"sandwich\"")
+        if e.identity_at_init is not None and "zero" not in s.branch_init:
+            raise SpecError(f, "space.branch_init", "identity_at_init is checked on zero-branch cases, and this space has none", value=s.branch_init, fix='add "zero" (it zeroes the last layer of every sublayer)')
         if e.identity_at_init is not None and b.skip == "none":
             raise SpecError(f, "expect.identity_at_init", 'a block without a skip (skip = "none") is never the identity', fix="remove it")
     for key, inv in (("rank_collapse", e.rank_collapse), ("attention_entropy", e.attention_entropy)):

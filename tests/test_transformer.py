@@ -258,3 +258,8 @@ def test_smallest_violating_depth_stays_inside_a_constrained_depth() -> None:
     spec = validate_spec(data, file=str(path))
     (r,) = run_spec(spec, RunOptions(profile="ci")).results
     assert r.met and r.case is not None and r.case.depth in (2, 4, 8)
+
+
+def test_identity_on_a_transformer_asks_for_zero_branches() -> None:
+    with pytest.raises(SpecError, match='space.branch_init = \\[\'default\'\\]: identity_at_init is checked on zero-branch cases.*add "zero"'):
+        parse_spec(_spec('norm = "layer"\nhead_dim = 8\nresidual = "rezero"', "", "[expect.identity_at_init]"))
