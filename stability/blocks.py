@@ -19,6 +19,7 @@ __all__ = [
     "Transition",
     "ChannelRMSNorm",
     "Scale",
+    "ChannelsLast",
 ]
 
 
@@ -114,12 +115,13 @@ class HighwayBlock(nn.Module):
 class DenseLayer(nn.Module):
     """y = cat(x, W·act(norm(x))): (B, k0 + k·l, …) → (B, k0 + k·(l+1), …) (Huang et al. 2017)."""
 
-    def __init__(self, norm: nn.Module, act: nn.Module, layer: nn.Module) -> None:
+    def __init__(self, norm: nn.Module, act: nn.Module, layer: nn.Module, *, channel_dim: int = 1) -> None:
         super().__init__()
         self.norm, self.act, self.layer = norm, act, layer
+        self.channel_dim = channel_dim  # -1 for (B, T, C) token inputs
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([x, self.layer(self.act(self.norm(x)))], dim=1)
+        return torch.cat([x, self.layer(self.act(self.norm(x)))], dim=self.channel_dim)
 
 
 class Transition(nn.Module):
@@ -131,3 +133,15 @@ class Transition(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.layer(self.act(self.norm(x)))
+
+
+class ChannelsLast(nn.Module):
+    """Applies a channels-first norm (BatchNorm1d, GroupNorm: (B, C, T)) to (B, T, C) tokens, so
+    batch norm takes its statistics per channel over the batch and the tokens (B·T values)."""
+
+    def __init__(self, norm: nn.Module) -> None:
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x.transpose(1, -1)).transpose(1, -1)  # (B, T, C) → (B, C, T) → (B, T, C)

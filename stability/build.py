@@ -20,6 +20,7 @@ from torch import nn
 from stability.adapters import CallKwargs, Stack, find_blocks, set_modes
 from stability.blocks import (
     ChannelRMSNorm,
+    ChannelsLast,
     DenseLayer,
     HighwayBlock,
     PlainBlock,
@@ -94,12 +95,14 @@ def _construction_dtype(case: Case) -> Iterator[None]:
 
 
 def make_input(spec: Spec, case: Case) -> torch.Tensor:
-    """x ~ N(0, 1) of shape (B, C) or (B, C, S, S), drawn on the CPU from the case's input stream."""
+    """x ~ N(0, 1) of shape (B, C), (B, C, S, S) or (B, T, C), drawn on the CPU from the case's input stream."""
     gen = torch.Generator().manual_seed(derive_seed(case.seed, 1))
     channels = case.input_width or case.width
     shape: tuple[int, ...] = (case.batch, channels)
     if spec.block.layer == "conv2d":
         shape += (case.spatial or 8, case.spatial or 8)
+    elif spec.block.layer == "tokens":  # (B, T, C): channels last
+        shape = (case.batch, case.tokens or 8, channels)
     x = torch.randn(shape, generator=gen, dtype=torch.float64)
     return x.to(device=case.device, dtype=torch_dtype(case.dtype))
 
@@ -132,6 +135,8 @@ def _norm(spec: Spec, channels: int) -> nn.Module:
     kind, conv = spec.block.norm, spec.block.layer == "conv2d"
     if kind == "none":
         return nn.Identity()
+    if spec.block.layer == "tokens" and kind == "batch":  # (B, T, C): statistics per channel over (B, T)
+        return ChannelsLast(nn.BatchNorm1d(channels))
     if kind == "batch":
         return nn.BatchNorm2d(channels) if conv else nn.BatchNorm1d(channels)
     if kind == "layer":
@@ -141,7 +146,8 @@ def _norm(spec: Spec, channels: int) -> nn.Module:
     # The most groups (≤ norm_groups) that divide the channels and leave each group at least two
     # channels, so a group never holds one value (GroupNorm refuses that, e.g. on a 1×1 image).
     fits = [g for g in range(1, min(spec.block.norm_groups, channels) + 1) if channels % g == 0 and channels // g >= 2]
-    return nn.GroupNorm(max(fits, default=1), channels)
+    group = nn.GroupNorm(max(fits, default=1), channels)
+    return ChannelsLast(group) if spec.block.layer == "tokens" else group
 
 
 def _act(spec: Spec) -> nn.Module:
@@ -236,7 +242,7 @@ def _gain(spec: Spec, case: Case, channels: int) -> nn.Module:
     if case.branch_init == "rezero":
         parts.append(Scale(torch.tensor(0.0), learnable=True))
     elif case.branch_init == "skipinit":
-        parts.append(Scale(torch.zeros(channels), learnable=True))
+        parts.append(Scale(torch.zeros(channels), learnable=True, channel_dim=-1 if spec.block.layer == "tokens" else 1))
     if not parts:
         return nn.Identity()
     return parts[0] if len(parts) == 1 else nn.Sequential(*parts)
@@ -301,7 +307,7 @@ def _build_dense(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequential:
     c = counts[0]
     for l in range(1, case.depth + 1):
         layer = _layer(spec, c, spec.block.growth)
-        block: nn.Module = DenseLayer(_norm(spec, c), _act(spec), layer)
+        block: nn.Module = DenseLayer(_norm(spec, c), _act(spec), layer, channel_dim=-1 if spec.block.layer == "tokens" else 1)
         _init_all(spec, case, block, gen)
         if case.branch_init == "zero":
             _zero(layer)
@@ -321,7 +327,14 @@ _BUILDERS = {
     "preact": lambda spec, case, gen: _residual(spec, case, gen, pre=True),
     "highway": _build_highway,
     "dense": _build_dense,
+    "transformer": lambda spec, case, gen: _build_transformer(spec, case, gen),
 }
+
+
+def _build_transformer(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequential:
+    from stability.transformer import build_transformer  # it builds on this module's init helpers
+
+    return build_transformer(spec, case, gen)
 
 
 # ----------------------------------------------------------------------------- custom

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stability.errors import UsageError, did_you_mean
-from stability.spec import Spec
+from stability.spec import IntSpace, Spec
 
 __all__ = ["Case", "parse_case_string", "corner_case", "reproduce_command"]
 
@@ -32,6 +32,7 @@ class Case:
     dtype: str
     device: str
     seed: int
+    tokens: int | None = None  # the sequence length T of (B, T, C) token inputs
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -50,6 +51,7 @@ class Case:
             "dtype": len(s.dtype) == 1,
             "device": self.device == "cpu",
             "seed": False,
+            "tokens": s.tokens is None or s.tokens[0] == s.tokens[1],
         }
         parts = [f"{_SHORT.get(k, k)}={v}" for k, v in self.as_dict().items() if v is not None and not fixed[k]]
         return ",".join(parts)
@@ -65,7 +67,7 @@ class Case:
 
 _SHORT = {"weight_init": "init"}
 _ALIASES = {"init": "weight_init"}
-_INT_KEYS = ("depth", "width", "batch", "spatial", "input_width", "seed")
+_INT_KEYS = ("depth", "width", "batch", "spatial", "input_width", "seed", "tokens")
 _CHOICE_KEYS = ("weight_init", "branch_init", "dtype", "device")
 
 
@@ -84,6 +86,7 @@ def corner_case(spec: Spec, **overrides: Any) -> Case:
         "dtype": s.dtype[0],
         "device": "cpu" if "cpu" in s.device else s.device[0],
         "seed": s.seed[0],
+        "tokens": (s.tokens or (8, 8))[0] if spec.block.layer == "tokens" else None,
     }
     values.update(overrides)
     return Case(**values)
@@ -131,10 +134,14 @@ def _check_inside(case: Case, spec: Spec) -> None:
         ranges["spatial"] = s.spatial or (8, 8)
     if s.input_width is not None:
         ranges["input_width"] = s.input_width
+    if spec.block.layer == "tokens":
+        ranges["tokens"] = s.tokens or (8, 8)
     for key, (lo, hi) in ranges.items():
         value = getattr(case, key)
         if value is None or not lo <= value <= hi:
             raise UsageError(f"--case: {key}={value} is outside the spec's space [{lo}, {hi}]")
+        if isinstance(ranges[key], IntSpace) and not ranges[key].admits(value):  # type: ignore[attr-defined]
+            raise UsageError(f"--case: {key}={value} is not in the spec's space {ranges[key].describe()}")  # type: ignore[attr-defined]
     for key in _CHOICE_KEYS:
         choices = list(getattr(s, key))
         value = getattr(case, key)

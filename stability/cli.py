@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from stability.errors import SpecError, StabilityError, UsageError
+from stability.spec import INVARIANTS
 from stability.text import printable
 
 if TYPE_CHECKING:

@@ -23,6 +23,7 @@ from hypothesis.errors import HypothesisException
 
 from stability import invariants as inv
 from stability.applicability import narrow_for, not_applicable_reason
+from stability import token_invariants
 from stability.build import build, derive_seed, make_input
 from stability.case import Case, parse_case_string, reproduce_command
 from stability.errors import BlockError, CaseError, SpecError
@@ -104,6 +105,8 @@ def _apply(name: str, expectation: Any, m: Measurements) -> Verdict:
             statistic=expectation.statistic,
             bounded_ratio=expectation.bounded_ratio,
         )
+    if name in token_invariants.TOKEN_INVARIANTS:
+        return token_invariants.judge(name, expectation, m)
     return inv.identity_at_init(m, atol=expectation.atol)
 
 
@@ -128,7 +131,9 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
             m = probe(
                 net.blocks, x, loss=spec.probe.loss, seed=derive_seed(case.seed, 2),
                 checkpoint_every=spec.probe.checkpoint_every, call_kwargs=net.call_kwargs, rng_seed=derive_seed(case.seed, 3),
+                observers=token_invariants.observers_for(spec),
             )
+            m = token_invariants.finish_measurements(spec, m)
     except BlockError as exc:  # a block raised on this case (any family): this case fails, the run goes on
         return CaseRecord(case, None, f"the case does not run: {exc}", time.perf_counter() - t0)
     except CaseError as exc:  # the time limit, or refused for memory
@@ -164,6 +169,8 @@ def _severity(name: str, v: Verdict, expectation: Any) -> float:
         if not v.observed > 0:
             return math.inf
         return -min(math.log(v.observed / expectation.lo), math.log(expectation.hi / v.observed))
+    if name == "attention_entropy":  # lower entropy is closer to collapse
+        return -v.observed if math.isfinite(v.observed) else math.inf
     return v.observed if math.isfinite(v.observed) else math.inf
 
 
@@ -179,6 +186,8 @@ def _target(name: str, v: Verdict) -> None:
         target(math.log10(v.observed), label="exploding gradient (log10)")
     elif name == "variance_growth":
         target(math.log10(v.observed), label="variance growth (log10 ratio)")
+    elif name in token_invariants.TOKEN_INVARIANTS:
+        target(-v.observed if name == "attention_entropy" else v.observed, label=name)
     else:
         target(v.observed, label="identity error")
 
@@ -294,6 +303,17 @@ def _smallest_depth(spec: Spec, name: str, case: Case, measured: Callable[[Case]
     values held. Hypothesis's shrinker cannot leave the one-in-eight "deepest depth" draw (the
     depth is then fixed at the maximum whatever the shrinker tries), so this finishes the job; on
     an already-minimal case it costs log2(depth) probes, all cached."""
+    space = spec.space.depth
+    if getattr(space, "constrained", False):  # bisect over the depths the space admits
+        depths = [d for d in (space.values or range(space[0], case.depth + 1, space.multiple_of)) if d <= case.depth]
+        lo, hi = 0, len(depths) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if judge(spec, name, measured(dataclasses.replace(case, depth=depths[mid]))).passed:
+                lo = mid + 1
+            else:
+                hi = mid
+        return dataclasses.replace(case, depth=depths[hi])
     lo, hi = spec.space.depth[0], case.depth
     while lo < hi:
         mid = (lo + hi) // 2

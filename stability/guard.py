@@ -33,7 +33,7 @@ __all__ = ["estimate_bytes", "memory_budget", "check_budget", "time_limit", "war
 
 # Saved tensors per layer-sized activation, by family: a generous count of what autograd keeps
 # (layer input, norm input and statistics, activation output, the addition's operands).
-_SAVED_PER_BLOCK = {"plain": 4, "postnorm": 9, "preact": 9, "highway": 8, "dense": 4}
+_SAVED_PER_BLOCK = {"plain": 4, "postnorm": 9, "preact": 9, "highway": 8, "dense": 4, "transformer": 16}
 # Fixed bytes per block besides tensor data: module objects, parameter tensors, autograd nodes and
 # hooks. Measured peak on CPU at width 4 (torch 2.13): plain ~25 KiB, dense ~30 KiB, highway ~40-55
 # KiB, postnorm/preact ~45-62 KiB per block; these are those with margin.
@@ -43,6 +43,7 @@ _OVERHEAD_PER_BLOCK = {
     "preact": 96 * 2**10,
     "highway": 96 * 2**10,
     "dense": 64 * 2**10,
+    "transformer": 192 * 2**10,
 }
 # A custom block is at least one module with a parameter (a bare nn.Linear measures ~14 KiB).
 _CUSTOM_MIN_PER_BLOCK = 8 * 2**10
@@ -75,7 +76,11 @@ def estimate_bytes(spec: Spec, case: Case) -> int | None:
     conv = spec.block.layer == "conv2d"
     k2 = spec.block.kernel_size**2 if conv else 1
     pixels = (case.spatial or 8) ** 2 if conv else 1
+    if spec.block.layer == "tokens":
+        pixels = case.tokens or 8  # (B, T, C): T positions per channel
     per_block = _SAVED_PER_BLOCK[spec.family]
+    if spec.family == "transformer":
+        return _transformer_bytes(spec, case, item) + _min_bytes(spec, case)
     if spec.family == "dense":
         counts = channel_counts(spec, case)
         pairs = [(c_in, c_out, 1) for c_in, c_out in zip(counts[:-1], counts[1:])]
@@ -93,6 +98,19 @@ def estimate_bytes(spec: Spec, case: Case) -> int | None:
         acts += n * per_block * case.batch * max(c_in, c_out) * pixels
     # weights, their gradients, one optimiser-free copy; then the fixed cost of every block
     return int((params * 3 + acts) * item) + _min_bytes(spec, case)
+
+
+def _transformer_bytes(spec: Spec, case: Case, item: int) -> int:
+    """Parameters (4·C² attention + 2·r·C² MLP per block, times 3 as above) plus saved activations:
+    16 token-sized tensors and the MLP's hidden ones (B·T·r·C, 3 of them), and the attention
+    scores and probabilities (B·H·T², 3 of them) per block."""
+    from stability.transformer import head_count
+
+    c, t, b = case.width, case.tokens or 8, case.batch
+    hidden = max(1, round(spec.block.mlp_ratio * c)) if spec.block.mlp else 0
+    params = case.depth * (4 * c * c + 2 * c * hidden + 8 * c + hidden)
+    acts = case.depth * b * t * (_SAVED_PER_BLOCK["transformer"] * c + 3 * hidden + 3 * head_count(spec, c) * t)
+    return int((params * 3 + acts) * item)
 
 
 def memory_budget(device: str) -> int:

@@ -179,6 +179,7 @@ def to_json(results: list[SpecResult], *, seconds: float = 0.0, interrupted: boo
                     "input_grad_error": _num(m.input_grad_error),
                     "nonfinite_at": m.nonfinite_at,
                     "channels": m.channels,
+                    **({"tokens": m.extra["tokens"]} if isinstance(m.extra.get("tokens"), list) else {}),  # (B, T, C) inputs
                     "param_grad_norm": {k: _num(v) for k, v in m.param_grad_norm.items()},
                 },
             })

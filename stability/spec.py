@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationError, WithJsonSchema
 
 from stability.errors import SpecError, did_you_mean
 
@@ -38,10 +38,14 @@ __all__ = [
     "INVARIANTS",
     "GROWTH_CLASSES",
     "ZERO_BRANCH_INITS",
+    "IntSpace",
+    "RankCollapse",
+    "AttentionEntropy",
+    "GradientBalance",
 ]
 
-Family = Literal["plain", "postnorm", "preact", "highway", "dense", "custom"]
-LayerKind = Literal["linear", "conv2d"]
+Family = Literal["plain", "postnorm", "preact", "highway", "dense", "custom", "transformer"]
+LayerKind = Literal["linear", "conv2d", "tokens"]
 Activation = Literal["relu", "gelu", "tanh", "sigmoid", "identity"]
 Norm = Literal["batch", "layer", "rms", "group", "none"]
 Skip = Literal["identity", "projection", "scaled", "norm", "none"]
@@ -57,13 +61,15 @@ WeightInit = Literal[
     "identity",
 ]
 DType = Literal["float32", "float64", "bfloat16", "float16"]
+NormPosition = Literal["pre", "post", "sandwich"]
+Residual = Literal["none", "deepnorm", "rezero", "skipinit", "layerscale", "gpt2"]
 Device = Literal["cpu", "cuda"]
 Growth = Literal["decaying", "bounded", "linear", "polynomial", "exponential"]
 Expectation = Literal["holds", "violated"]
 
 FAMILIES: tuple[str, ...] = get_args(Family)
 GROWTH_CLASSES: tuple[str, ...] = get_args(Growth)
-INVARIANTS: tuple[str, ...] = ("gradient_arrival", "variance_growth", "identity_at_init")
+INVARIANTS: tuple[str, ...] = ("gradient_arrival", "variance_growth", "identity_at_init", "rank_collapse", "attention_entropy", "gradient_balance")
 #: Branch inits under which every branch outputs exactly zero at initialisation.
 ZERO_BRANCH_INITS: frozenset[str] = frozenset({"zero", "rezero", "skipinit"})
 
@@ -74,37 +80,108 @@ _FAMILY_DESCRIPTIONS = {
     "highway": "x_{l+1} = T*H(x) + (1-T)*x, T = sigmoid(W_T x + b_T): a gated route around",
     "dense": "block l reads the concatenation of all earlier outputs, adds `growth` channels",
     "custom": "your own nn.Module from `factory = \"package.module:function\"`",
+    "transformer": "x + Attn(norm(x)), then x + MLP(norm(x)) on (B, T, C) tokens: pre-, post- or sandwich-norm, with the residual schemes of the literature",
 }
 
 
+class IntSpace(tuple[int, int]):
+    """The values an integer key of `[space]` may take: `(lo, hi)` as a tuple (the smallest and
+    largest drawable value), plus `values` (an explicit sorted set) or `multiple_of` (a step from
+    0), so a strategy draws only valid values and a replayed case is checked for membership."""
+
+    values: tuple[int, ...] | None
+    multiple_of: int
+
+    def __new__(cls, lo: int, hi: int, *, values: tuple[int, ...] | None = None, multiple_of: int = 1) -> IntSpace:
+        self = super().__new__(cls, (lo, hi))
+        self.values = values
+        self.multiple_of = multiple_of
+        return self
+
+    @property
+    def constrained(self) -> bool:
+        return self.values is not None or self.multiple_of > 1
+
+    def admits(self, value: int) -> bool:
+        """Whether `value` is one the space can draw."""
+        if self.values is not None:
+            return value in self.values
+        return self[0] <= value <= self[1] and value % self.multiple_of == 0
+
+    def describe(self) -> str:
+        """The set in the spec's own syntax, for messages: `[lo, hi]`, `{ values = [...] }`, …"""
+        if self.values is not None:
+            return "{ values = [" + ", ".join(map(str, self.values)) + "] }"
+        if self.multiple_of > 1:
+            return f"{{ range = [{self[0]}, {self[1]}], multiple_of = {self.multiple_of} }}"
+        return f"[{self[0]}, {self[1]}]"
+
+    def __repr__(self) -> str:
+        return self.describe() if self.constrained else tuple.__repr__(self)
+
+
+_INT_FORMS = "expected an integer or a [lo, hi] pair of integers, or a table { values = [...] } or { range = [lo, hi], multiple_of = m }"
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _int_range(value: Any) -> Any:
-    """`n` or `[lo, hi]` (inclusive) → (lo, hi)."""
+    """`n`, `[lo, hi]` (inclusive), `{ values = [a, b, …] }` or `{ range = [lo, hi], multiple_of = m }`
+    → an `IntSpace`. With `multiple_of`, lo and hi become the first and last multiple inside."""
     if isinstance(value, bool):
-        raise ValueError("expected an integer or a [lo, hi] pair of integers")
+        raise ValueError(_INT_FORMS)
     if isinstance(value, int):
-        return (value, value)
+        return IntSpace(value, value)
     if isinstance(value, (list, tuple)):
-        if len(value) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise ValueError("expected an integer or a [lo, hi] pair of integers")
+        if len(value) != 2 or not all(_is_int(v) for v in value):
+            raise ValueError(_INT_FORMS)
         lo, hi = value
         if lo > hi:
             raise ValueError(f"empty range: lo {lo} > hi {hi}; write [{hi}, {lo}]")
-        return (lo, hi)
-    raise ValueError("expected an integer or a [lo, hi] pair of integers")
+        return IntSpace(lo, hi)
+    if isinstance(value, dict):
+        unknown = sorted(set(value) - {"values", "range", "multiple_of"})
+        if unknown:
+            raise ValueError(f"unknown key '{unknown[0]}' in the table{did_you_mean(unknown[0], ['values', 'range', 'multiple_of'])}; {_INT_FORMS}")
+        if "values" in value:
+            if set(value) != {"values"}:
+                raise ValueError("{ values = [...] } lists every value already; remove range/multiple_of")
+            vals = value["values"]
+            if not isinstance(vals, list) or not vals or not all(_is_int(v) for v in vals):
+                raise ValueError("values must be a non-empty list of integers, e.g. { values = [64, 128, 256] }")
+            ordered = tuple(sorted(set(vals)))
+            return IntSpace(ordered[0], ordered[-1], values=ordered)
+        if "range" not in value:
+            raise ValueError("a table needs `values` or `range`, e.g. { range = [16, 256], multiple_of = 16 }")
+        lo, hi = _int_range(value["range"])
+        step = value.get("multiple_of", 1)
+        if not _is_int(step) or step < 1:
+            raise ValueError(f"multiple_of must be an integer ≥ 1 (got {step!r})")
+        first, last = -(-lo // step) * step, (hi // step) * step
+        if first > last:
+            raise ValueError(f"no multiple of {step} lies in [{lo}, {hi}]; use e.g. range = [{max(step, first - step)}, {first}]")
+        return IntSpace(first, last, multiple_of=step)
+    raise ValueError(_INT_FORMS)
 
 
 def _positive_range(value: Any) -> Any:
-    lo, hi = _int_range(value)
+    space = _int_range(value)
+    lo, hi = space
     if lo < 1:
+        if space.constrained:
+            raise ValueError(f"must be at least 1 (got {lo}); drop {lo} from the set")
         raise ValueError(f"must be at least 1 (got {lo}); use a range like [1, {max(hi, 1)}]")
-    return (lo, hi)
+    return space
 
 
 def _seed_range(value: Any) -> Any:
-    lo, hi = _int_range(value)
+    space = _int_range(value)
+    lo, hi = space
     if lo < 0 or hi >= 2**63:
         raise ValueError("seeds must lie in [0, 2**63 - 1]")
-    return (lo, hi)
+    return space
 
 
 def _nonempty_list(value: Any) -> Any:
@@ -118,11 +195,32 @@ def _nonempty_list(value: Any) -> Any:
 def _range_schema(minimum: int) -> WithJsonSchema:
     one = {"type": "integer", "minimum": minimum}
     pair = {"type": "array", "items": one, "minItems": 2, "maxItems": 2}
-    return WithJsonSchema({"anyOf": [one, pair], "description": "n or an inclusive [lo, hi] range"})
+    values = {"type": "object", "properties": {"values": {"type": "array", "items": one, "minItems": 1}}, "required": ["values"], "additionalProperties": False}
+    stepped = {
+        "type": "object",
+        "properties": {"range": {"anyOf": [one, pair]}, "multiple_of": {"type": "integer", "minimum": 1}},
+        "required": ["range"],
+        "additionalProperties": False,
+    }
+    return WithJsonSchema({
+        "anyOf": [one, pair, values, stepped],
+        "description": "n, an inclusive [lo, hi] range, { values = [...] }, or { range = [lo, hi], multiple_of = m }",
+    })
 
 
-IntRange = Annotated[tuple[int, int], BeforeValidator(_positive_range), _range_schema(1)]
-SeedRange = Annotated[tuple[int, int], BeforeValidator(_seed_range), _range_schema(0)]
+def _dump_space(space: tuple[int, int]) -> Any:
+    """An `IntSpace` (or a default plain pair) in the spec's own syntax, for `model_dump`."""
+    if not isinstance(space, IntSpace):
+        return [space[0], space[1]]
+    if space.values is not None:
+        return {"values": list(space.values)}
+    if space.multiple_of > 1:
+        return {"range": [space[0], space[1]], "multiple_of": space.multiple_of}
+    return [space[0], space[1]]
+
+
+IntRange = Annotated[IntSpace, PlainValidator(_positive_range), PlainSerializer(_dump_space), _range_schema(1)]
+SeedRange = Annotated[IntSpace, PlainValidator(_seed_range), PlainSerializer(_dump_space), _range_schema(0)]
 
 
 def _choices(kind: Any) -> Any:
@@ -183,6 +281,14 @@ class Block(_Model):
     kernel_size: int = Field(3, ge=1)
     factory: str | None = None
     factory_args: dict[str, Any] = Field(default_factory=dict)
+    norm_position: NormPosition = "pre"
+    causal: bool = False
+    heads: int | None = Field(None, ge=1)
+    head_dim: int | None = Field(None, ge=1)
+    mlp: bool = True
+    mlp_ratio: float = Field(4.0, gt=0.0)
+    residual: Residual = "none"
+    layerscale_init: float = Field(0.1, gt=0.0)
 
 
 class Space(_Model):
@@ -190,7 +296,7 @@ class Space(_Model):
 
     depth: IntRange
     width: IntRange
-    batch: IntRange = (8, 8)
+    batch: IntRange = (8, 8)  # type: ignore[assignment]  # a plain pair: what the JSON schema shows as the default
     spatial: IntRange | None = None
     input_width: IntRange | None = None
     weight_init: _choices(WeightInit) = ["default"]  # type: ignore[valid-type]
@@ -200,8 +306,9 @@ class Space(_Model):
     branch_init: _choices(BranchInit) = ["default"]  # type: ignore[valid-type]
     dtype: _choices(DType) = ["float32"]  # type: ignore[valid-type]
     device: _choices(Device) = ["cpu", "cuda"]  # type: ignore[valid-type]
-    seed: SeedRange = (0, 2**16 - 1)
+    seed: SeedRange = (0, 2**16 - 1)  # type: ignore[assignment]
     examples: list[str] = Field(default_factory=list)
+    tokens: IntRange | None = None
 
 
 class _Invariant(_Model):
@@ -235,10 +342,31 @@ class IdentityAtInit(_Invariant):
     atol: float = Field(0.0, ge=0.0)
 
 
+class RankCollapse(_Invariant):
+    """Mean pairwise cosine similarity of the output tokens ≤ max_similarity (Dong et al. 2021)."""
+
+    max_similarity: float = Field(0.9, gt=-1.0, le=1.0)
+
+
+class AttentionEntropy(_Invariant):
+    """min over blocks and heads of the mean normalised attention-row entropy ≥ min_entropy (Zhai et al. 2023)."""
+
+    min_entropy: float = Field(0.5, ge=0.0, le=1.0)
+
+
+class GradientBalance(_Invariant):
+    """max / min of the per-block parameter-gradient norms ≤ max_spread (Xiong et al. 2020)."""
+
+    max_spread: float = Field(10.0, ge=1.0)
+
+
 class Expect(_Model):
     gradient_arrival: GradientArrival | None = None
     variance_growth: VarianceGrowth | None = None
     identity_at_init: IdentityAtInit | None = None
+    rank_collapse: RankCollapse | None = None
+    attention_entropy: AttentionEntropy | None = None
+    gradient_balance: GradientBalance | None = None
 
 
 class Probe(_Model):
@@ -362,7 +490,7 @@ def validate_spec(data: Any, *, file: str = "<string>") -> Spec:
 #: What a custom factory receives from the drawn case; `factory_args` may not override these.
 CASE_ARGUMENTS = (
     "depth", "width", "batch", "spatial", "input_width", "weight_init", "init", "branch_init", "dtype", "torch_dtype",
-    "device", "seed", "layer",
+    "device", "seed", "layer", "tokens",
 )
 
 
@@ -460,7 +588,7 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
             fix = f"remove it; it applies to {', '.join(families)}" + (f" ({why})" if why else "")
             raise SpecError(f, f"{table}.{key}", f"makes no sense for family '{fam}'", value=data[table][key], fix=fix)
 
-    only("block", "skip", ("postnorm", "preact"))
+    only("block", "skip", ("postnorm", "preact", "transformer"))
     only("block", "skip_scale", ("postnorm", "preact"))
     only("block", "projection_spectrum", ("postnorm", "preact"))
     only("block", "branch_layers", ("postnorm", "preact"))
@@ -472,7 +600,9 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
     only("block", "factory", ("custom",))
     only("block", "factory_args", ("custom",))
     for key in ("activation", "norm", "norm_groups"):
-        only("block", key, ("plain", "postnorm", "preact", "highway", "dense"), "a custom factory builds its own layers")
+        only("block", key, ("plain", "postnorm", "preact", "highway", "dense", "transformer"), "a custom factory builds its own layers")
+    for key in ("norm_position", "causal", "heads", "head_dim", "mlp", "mlp_ratio", "residual", "layerscale_init"):
+        only("block", key, ("transformer",))
 
     if fam == "custom":
         if not b.factory:
@@ -481,15 +611,17 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
         if not sep or not mod or not fn.isidentifier():
             raise SpecError(f, "block.factory", 'must look like "package.module:function"', value=b.factory)
 
-    if b.layer == "linear":
+    if b.layer in ("linear", "tokens"):
         if _set(data, "block", "kernel_size"):
-            raise SpecError(f, "block.kernel_size", "is a conv2d option but block.layer is 'linear'", value=b.kernel_size, fix='remove it or set block.layer = "conv2d"')
+            raise SpecError(f, "block.kernel_size", f"is a conv2d option but block.layer is '{b.layer}'", value=b.kernel_size, fix='remove it or set block.layer = "conv2d"')
         if _set(data, "space", "spatial"):
-            raise SpecError(f, "space.spatial", "is a conv2d option but block.layer is 'linear'", value=list(s.spatial or ()), fix='remove it or set block.layer = "conv2d"')
+            raise SpecError(f, "space.spatial", f"is a conv2d option but block.layer is '{b.layer}'", value=list(s.spatial or ()), fix='remove it or set block.layer = "conv2d"')
     elif b.kernel_size % 2 == 0:
         raise SpecError(f, "block.kernel_size", "must be odd so that 'same' padding keeps the spatial size", value=b.kernel_size, fix=f"use {b.kernel_size + 1}")
 
     one_value_per_channel = b.layer == "linear" or (s.spatial or (8, 8))[0] == 1
+    if b.layer == "tokens":  # (B, T, C): B·T values per channel
+        one_value_per_channel = (s.tokens or (8, 8))[0] == 1
     if b.norm == "batch" and spec.probe.mode == "train" and s.batch[0] == 1 and one_value_per_channel:
         raise SpecError(
             f, "space.batch", "batch norm in train mode needs more than one value per channel, and a batch of 1 gives one",
@@ -533,6 +665,7 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
         if "identity" in s.weight_init:
             raise SpecError(f, "space.weight_init", f"'identity' needs square weights, but the first block joins {joins}", value=s.weight_init, fix="remove space.input_width")
 
+    _check_tokens(spec, data)
     if not spec.invariants():
         raise SpecError(f, "expect", "declares no invariant", fix=f"add at least one of [expect.{INVARIANTS[0]}], [expect.{INVARIANTS[1]}], [expect.{INVARIANTS[2]}]")
     ga = spec.expect.gradient_arrival
@@ -555,6 +688,59 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
             parse_case_string(text, spec)
         except Exception as exc:  # a UsageError for an unknown key or a value outside the space
             raise SpecError(f, f"space.examples[{i}]", str(exc), value=text) from None
+
+
+def _check_tokens(spec: Spec, data: dict[str, Any]) -> None:
+    """Token inputs, the transformer family, and the invariants that need tokens or attention."""
+    f, fam, b, s, e = spec.path, spec.family, spec.block, spec.space, spec.expect
+    if b.layer != "tokens" and _set(data, "space", "tokens"):
+        raise SpecError(f, "space.tokens", f"is a token-input option but block.layer is '{b.layer}'", value=list(s.tokens or ()), fix='remove it or set block.layer = "tokens"')
+    if fam == "transformer":
+        if b.layer != "tokens":
+            raise SpecError(f, "block.layer", "family 'transformer' works on (batch, tokens, channels) inputs", value=b.layer, fix='set block.layer = "tokens"')
+        if b.norm not in ("layer", "rms", "none"):
+            raise SpecError(f, "block.norm", "family 'transformer' normalises each token: choose \"layer\", \"rms\" or \"none\"", value=b.norm, fix='use norm = "layer"')
+        if b.skip not in ("identity", "none"):
+            raise SpecError(f, "block.skip", "family 'transformer' has an identity skip or none", value=b.skip, fix='use skip = "identity" (or "none" for a negative control); scale the branches with block.residual')
+        if b.residual == "deepnorm" and b.norm_position != "post":
+            raise SpecError(f, "block.residual", "DeepNorm (Wang et al. 2022) up-weights the skip of a post-norm block", value=b.residual, fix='set block.norm_position = "post"')
+        if b.residual in ("deepnorm", "rezero", "skipinit", "layerscale") and b.skip == "none":
+            raise SpecError(f, "block.residual", f"'{b.residual}' scales a residual connection, and skip = \"none\" removes it", value=b.residual, fix='remove block.residual or set block.skip = "identity"')
+        if _set(data, "block", "layerscale_init") and b.residual != "layerscale":
+            raise SpecError(f, "block.layerscale_init", 'only applies to residual = "layerscale"', value=b.layerscale_init, fix='remove it or set block.residual = "layerscale"')
+        if _set(data, "block", "mlp_ratio") and not b.mlp:
+            raise SpecError(f, "block.mlp_ratio", "sizes the MLP sublayer, and mlp = false removes it", value=b.mlp_ratio, fix="remove it or set mlp = true")
+        if b.heads is not None and b.head_dim is not None:
+            raise SpecError(f, "block.head_dim", "is set together with block.heads; one of them follows from the width", value=b.head_dim, fix="keep one: head_dim (heads = width / head_dim) or heads (head_dim = width / heads)")
+        step = b.head_dim or b.heads or 1
+        name = "block.head_dim" if b.head_dim else "block.heads"
+        w = s.width
+        fits = all(v % step == 0 for v in w.values) if w.values is not None else (w.multiple_of % step == 0 or (w[0] == w[1] and w[0] % step == 0))
+        if not fits:
+            lo, hi = max(step, -(-w[0] // step) * step), max(step, (w[1] // step) * step)
+            raise SpecError(
+                f, "space.width", f"must be a multiple of {name} = {step} for every drawn value, so the heads divide the width",
+                value=w.describe(), fix=f"write width = {{ range = [{lo}, {max(lo, hi)}], multiple_of = {step} }}",
+            )
+        if any(i in ("rezero", "skipinit") for i in s.branch_init):
+            raise SpecError(f, "space.branch_init", "family 'transformer' sets ReZero and SkipInit with block.residual", value=s.branch_init, fix='use "default" or "zero", and block.residual = "rezero" or "skipinit"')
+        if s.input_width is not None:
+            raise SpecError(f, "space.input_width", "family 'transformer' keeps one width throughout", value=list(s.input_width), fix="remove it")
+        if e.identity_at_init is not None and b.norm_position == "post" and b.norm != "none":
+            raise SpecError(f, "expect.identity_at_init", "a post-norm block normalises the sum, so it is never the identity", fix="remove it, or use norm_position = \"pre\" or \"sandwich\"")
+        if e.identity_at_init is not None and "zero" not in s.branch_init:
+            raise SpecError(f, "space.branch_init", "identity_at_init is checked on zero-branch cases, and this space has none", value=s.branch_init, fix='add "zero" (it zeroes the last layer of every sublayer)')
+        if e.identity_at_init is not None and b.skip == "none":
+            raise SpecError(f, "expect.identity_at_init", 'a block without a skip (skip = "none") is never the identity', fix="remove it")
+    for key, inv in (("rank_collapse", e.rank_collapse), ("attention_entropy", e.attention_entropy)):
+        if inv is None:
+            continue
+        if b.layer != "tokens":
+            raise SpecError(f, f"expect.{key}", "is measured over tokens, and this spec has no token inputs", fix='set block.layer = "tokens" (with space.tokens), or remove it')
+        if (s.tokens or (8, 8))[0] < 2:
+            raise SpecError(f, "space.tokens", f"{key} compares tokens, so it needs at least 2", value=list(s.tokens or ()), fix=f"start the range at 2 ([2, {max((s.tokens or (8, 8))[1], 2)}])")
+    if e.attention_entropy is not None and fam not in ("transformer", "custom"):
+        raise SpecError(f, "expect.attention_entropy", f"family '{fam}' has no attention", fix='remove it, or use family = "transformer"')
 
 
 def describe_family(family: str) -> str:

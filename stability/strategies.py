@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 
 from stability.build import Network, build, derive_seed, make_input
 from stability.case import Case
-from stability.spec import ZERO_BRANCH_INITS, Spec
+from stability.spec import ZERO_BRANCH_INITS, IntSpace, Spec
 
-__all__ = ["cases", "networks", "DrawnNetwork"]
+__all__ = ["cases", "networks", "DrawnNetwork", "integers_in"]
 
 
 def _devices(spec: Spec, device: str | None) -> list[str]:
@@ -47,23 +47,38 @@ def cases(spec: Spec, *, device: str | None = "cpu", invariant: str | None = Non
     if invariant == "identity_at_init" and spec.family != "custom":
         branch = [b for b in branch if b in ZERO_BRANCH_INITS]
     conv = spec.block.layer == "conv2d"
+    tokens = spec.block.layer == "tokens"
     lo, hi = s.depth
     # One draw in eight takes the deepest allowed depth, so every search covers it; the flag
     # shrinks to "off" and the depth then shrinks toward lo as usual.
-    depth = st.tuples(st.integers(0, 7), st.integers(lo, hi)).map(lambda t: hi if t[0] == 7 else t[1])
+    depth = st.tuples(st.integers(0, 7), integers_in(s.depth)).map(lambda t: hi if t[0] == 7 else t[1])
     return st.builds(
         Case,
         depth=depth,
-        width=st.integers(*s.width),
-        batch=st.integers(*s.batch),
-        spatial=st.integers(*(s.spatial or (8, 8))) if conv else st.none(),
-        input_width=st.integers(*s.input_width) if s.input_width else st.none(),
+        width=integers_in(s.width),
+        batch=integers_in(s.batch),
+        spatial=integers_in(s.spatial or (8, 8)) if conv else st.none(),
+        input_width=integers_in(s.input_width) if s.input_width else st.none(),
         weight_init=st.sampled_from(list(s.weight_init)),
         branch_init=st.sampled_from(branch),
         dtype=st.sampled_from(list(s.dtype)),
         device=st.sampled_from(_devices(spec, device)),
-        seed=st.integers(*s.seed),
+        seed=integers_in(s.seed),
+        tokens=integers_in(s.tokens or (8, 8)) if tokens else st.none(),
     )
+
+
+def integers_in(space: tuple[int, int]) -> st.SearchStrategy[int]:
+    """Only the values an integer key of [space] admits, shrinking toward the smallest: an
+    explicit `values` set is sampled by index, a `multiple_of` range draws k and maps it to k·m,
+    so a constraint holds by construction and no draw is ever filtered out."""
+    lo, hi = space
+    if isinstance(space, IntSpace) and space.values is not None:
+        return st.sampled_from(space.values)
+    step = space.multiple_of if isinstance(space, IntSpace) else 1
+    if step == 1:
+        return st.integers(lo, hi)
+    return st.integers(lo // step, hi // step).map(lambda k: k * step)
 
 
 @dataclass

@@ -201,9 +201,13 @@ def valid_documents(draw: st.DrawFn) -> dict[str, Any]:
     batch ≤ 4, spatial ≤ 4. (If the loader still refuses one, the test skips it, but only for a
     SpecError.)"""
     family = draw(st.sampled_from(FAMILIES))
-    layer = "linear" if family == "custom" else draw(st.sampled_from(["linear", "conv2d"]))
+    if family == "transformer":
+        return draw(_transformer_documents())
+    layer = "linear" if family == "custom" else draw(st.sampled_from(["linear", "conv2d", "tokens"]))
     block: dict[str, Any] = {"layer": layer}
     space: dict[str, Any] = {"depth": _range(draw, 1, 6), "width": _range(draw, 1, 8), "batch": _range(draw, 1, 4)}
+    if layer == "tokens" and draw(st.booleans()):
+        space["tokens"] = _range(draw, 2, 4)
     if family == "custom":
         block["factory"] = "custom_blocks:residual_mlp"
     else:
@@ -273,6 +277,45 @@ def valid_documents(draw: st.DrawFn) -> dict[str, Any]:
     }
     return {"name": "fuzzed", "description": "drawn by the fuzzer", "family": family, "block": block,
             "space": space, "expect": expect, "probe": probe}
+
+
+@st.composite
+def _transformer_documents(draw: st.DrawFn) -> dict[str, Any]:
+    """A valid transformer spec: the width a multiple of head_dim by construction, every option."""
+    head_dim = draw(st.integers(1, 4))
+    k_lo = draw(st.integers(1, 3))
+    k_hi = draw(st.integers(k_lo, 3))
+    position = draw(st.sampled_from(["pre", "post", "sandwich"]))
+    skip = draw(st.sampled_from(["identity", "none"]))
+    block: dict[str, Any] = {
+        "layer": "tokens", "norm": draw(st.sampled_from(["layer", "rms", "none"])), "norm_position": position,
+        "causal": draw(st.booleans()), "head_dim": head_dim, "mlp": draw(st.booleans()), "activation": draw(st.sampled_from(ACTIVATIONS)),
+        "skip": skip,
+    }
+    residuals = ["none", "gpt2"] + (["rezero", "skipinit", "layerscale"] + (["deepnorm"] if position == "post" else []) if skip == "identity" else [])
+    block["residual"] = draw(st.sampled_from(residuals))
+    if block["residual"] == "layerscale" and draw(st.booleans()):
+        block["layerscale_init"] = draw(small_floats)
+    if block["mlp"] and draw(st.booleans()):
+        block["mlp_ratio"] = draw(st.floats(0.25, 4.0))
+    width: Any = {"range": [k_lo * head_dim, k_hi * head_dim], "multiple_of": head_dim} if draw(st.booleans()) else {"values": sorted({k_lo * head_dim, k_hi * head_dim})}
+    space: dict[str, Any] = {
+        "depth": _range(draw, 1, 4), "width": width, "batch": _range(draw, 1, 3), "tokens": _range(draw, 2, 5),
+        "weight_init": draw(st.lists(st.sampled_from(WEIGHT_INITS), min_size=1, max_size=3, unique=True)),
+        "branch_init": draw(st.lists(st.sampled_from(["default", "zero"]), min_size=1, max_size=2, unique=True)),
+        "dtype": draw(st.lists(st.sampled_from(DTYPES), min_size=1, max_size=2, unique=True)), "device": ["cpu"], "seed": [0, 2**16],
+    }
+    expect: dict[str, Any] = {}
+    for name, table in (("rank_collapse", {"max_similarity": 0.9}), ("attention_entropy", {"min_entropy": 0.5}), ("gradient_balance", {"max_spread": 10.0})):
+        if draw(st.booleans()):
+            expect[name] = {**table, "expect": draw(st.sampled_from(["holds", "violated"]))}
+    identity_ok = skip == "identity" and "zero" in space["branch_init"] and (position != "post" or block["norm"] == "none")
+    if identity_ok and draw(st.booleans()):
+        expect["identity_at_init"] = {"atol": 0.0}
+    if not expect:
+        expect["gradient_arrival"] = {}
+    probe = {"loss": draw(st.sampled_from(["projection", "sum"])), "mode": draw(st.sampled_from(["train", "eval"])), "checkpoint_every": draw(st.integers(0, 3))}
+    return {"name": "fuzzed", "description": "drawn by the fuzzer", "family": "transformer", "block": block, "space": space, "expect": expect, "probe": probe}
 
 
 @LOADER
