@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any, NoReturn
 
 from rich.console import Console
 
@@ -23,7 +24,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
+    def error(self, message: str) -> NoReturn:  # one line, exit 2
         raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
 
 
@@ -64,10 +65,10 @@ def _default_paths(paths: list[str]) -> list[str]:
     return ["specs"]
 
 
-def _load_all(paths: list[str]) -> list:
+def _load_all(paths: list[str]) -> list[Any]:
     from stability.spec import find_specs, load_spec
 
-    files = find_specs(_default_paths(paths))
+    files = find_specs([*_default_paths(paths)])
     if not files:
         raise UsageError(f"{', '.join(paths) or 'specs'}: no *.toml spec files found; add one (see `stability schema`)")
     specs, errors = [], []
@@ -77,8 +78,8 @@ def _load_all(paths: list[str]) -> list:
         except SpecError as exc:
             errors.append(exc)
     if errors:
-        for exc in errors[:-1]:
-            print(f"stability: error: {exc}", file=sys.stderr)
+        for earlier in errors[:-1]:
+            print(f"stability: error: {earlier}", file=sys.stderr)
         raise errors[-1]
     names: dict[str, str] = {}
     for s in specs:

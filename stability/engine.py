@@ -28,7 +28,7 @@ from stability.errors import BlockError, CaseError, SpecError
 from stability.guard import check_budget, time_limit, warm_up
 from stability.invariants import Verdict
 from stability.probe import Measurements, probe
-from stability.profiles import get_profile
+from stability.profiles import get_profile, keyed
 from stability.spec import ZERO_BRANCH_INITS, Spec
 from stability.strategies import cases
 
@@ -246,12 +246,11 @@ def _search(
             raise _Found
 
     strategy = cases(spec, device=options.device, invariant=name)
-    run = profile(given(strategy)(test))
+    # One example database entry per (spec, invariant, device), not one for every spec.
+    run = keyed(profile, f"{spec.path}::{name}::{options.device}")(given(strategy)(test))
     pinned = [parse_case_string(text, spec, device=options.device) for text in spec.space.examples]
     for c in reversed(pinned):
         run = example(c)(run)
-    # One example database entry per (spec, invariant, device), not one for every spec.
-    run.hypothesis._hypothesis_internal_add_digest = f"{spec.path}::{name}::{options.device}".encode()
     try:
         run()
     except _Found:

@@ -78,7 +78,8 @@ class DrawnNetwork:
     def network(self) -> Network:
         if "net" not in self._built:
             self._built["net"] = build(self.spec, self.case)
-        return self._built["net"]
+        net: Network = self._built["net"]
+        return net
 
     @property
     def blocks(self) -> torch.nn.Sequential:
@@ -93,7 +94,8 @@ class DrawnNetwork:
                 with torch.no_grad():
                     x = stem(x)
             self._built["x"] = x
-        return self._built["x"]
+        x_: torch.Tensor = self._built["x"]
+        return x_
 
     @property
     def loss_seed(self) -> int:
