@@ -380,8 +380,8 @@ def identity_figure(
     values = [v for _, (fwd, bwd) in series for v in (*fwd, *bwd) if math.isfinite(v)]
     values += [v for r, _ in series if r.measurements is not None for v in (r.measurements.identity_error, r.measurements.input_grad_error)
                if v is not None and math.isfinite(v)]
-    top = max(1.0, max(values, default=1.0), atol or 0.0)
-    decades = range(-8, math.ceil(math.log10(top)) + 1, 2)
+    y_top = max(1.0, max(values, default=1.0), atol or 0.0)
+    decades = range(-8, math.ceil(math.log10(y_top)) + 1, 2)
     ax.yaxis.set_major_locator(FixedLocator([0.0, *(10.0**k for k in decades)]))
     ax.set_ylim(-_ID_LINTHRESH, 10.0 ** decades[-1] * 3)
     ax.set_title(title, fontsize=11, loc="left")
