@@ -31,6 +31,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from stability.allocator import tune_malloc
 from stability.errors import BlockError, CaseError
 
 __all__ = ["Measurements", "BoundaryObserver", "probe", "projection_vector"]
@@ -213,6 +214,8 @@ def probe(
 
     named = _named_parameters(blocks, modules)
     params = [p for _, p in named]
+    if checkpoint_every:
+        tune_malloc()  # deep checkpointed stacks: keep freed activations from piling up (stability/allocator.py)
     for o in observers:
         o.start(modules)
     with torch.enable_grad():
