@@ -116,6 +116,9 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     t0 = time.perf_counter()
     results = []
     interrupted = False
+    from stability.render import Renderer
+
+    renderer = Renderer() if args.html else None  # plots drawn in the background as each spec finishes (stability/render.py)
     show_progress = console.is_terminal and not os.environ.get("CI") and not args.quiet
     try:
         from rich.progress import Progress
@@ -130,6 +133,8 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
                         progress.advance(task)
                         continue
                     results.append(run_spec(spec, options, case=args.case, only=args.only))
+                    if renderer is not None:
+                        renderer.submit(results[-1])
                     progress.advance(task)
     except KeyboardInterrupt:
         interrupted = True
@@ -139,6 +144,8 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     print_failures(results, console)
     console.print(summary_line(results, seconds, interrupted=interrupted), highlight=False)
     if interrupted:  # a partial run must not replace the last complete report
+        if renderer is not None:
+            renderer.close()
         kept = [f for f in (args.json, args.junit, args.html) if f]
         if kept:
             print(f"stability: interrupted; not written (any previous report is left as it was): {', '.join(kept)}", file=sys.stderr)
@@ -150,7 +157,8 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     if args.html:
         from stability.html import write_html
 
-        write_html(args.html, results, seconds=seconds)
+        with renderer or Renderer() as plots:
+            write_html(args.html, results, seconds=seconds, pngs=plots.pngs)
     return EXIT_OK if all(r.met for r in results) else EXIT_FAILED
 
 

@@ -14,13 +14,14 @@ import base64
 import html
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from stability.case import Case
 from stability.engine import CaseRecord, InvariantResult, SpecResult, judge
 from stability.errors import UsageError
-from stability.plots import spec_figures, to_png, variance_band
+from stability.plots import variance_band
+from stability.render import spec_pngs
 from stability.report import summary_line, write_atomic
 from stability.spec import ZERO_BRANCH_INITS, describe_family
 
@@ -248,11 +249,14 @@ def _messages(res: SpecResult) -> str:
     return f'<ul class="messages">{"".join(items)}</ul>'
 
 
-def _figures(res: SpecResult) -> str:
-    figures = spec_figures(res)
+#: Renders one spec's figures to {name: PNG bytes}: `spec_pngs` inline, or `Renderer.pngs`.
+PngSource = Callable[[SpecResult], dict[str, bytes]]
+
+
+def _figures(res: SpecResult, pngs: PngSource = spec_pngs) -> str:
     parts = []
-    for key, fig in figures.items():
-        uri = _data_uri(to_png(fig))
+    for key, png in pngs(res).items():
+        uri = _data_uri(png)
         parts.append(
             f'<figure><img src="{uri}" alt="{_e(key)} plot of {_e(res.spec.name)}" width="640" height="370">'
             f"<figcaption>{_e(figure_caption(res, key))}</figcaption></figure>"
@@ -290,7 +294,7 @@ def figure_caption(res: SpecResult, key: str) -> str:
     )
 
 
-def _spec_section(index: int, res: SpecResult) -> str:
+def _spec_section(index: int, res: SpecResult, pngs: PngSource = spec_pngs) -> str:
     spec = res.spec
     status = "ok" if res.met else "failed"
     facts = [
@@ -304,15 +308,16 @@ def _spec_section(index: int, res: SpecResult) -> str:
         f'<h2><span class="mark {status}">{_mark(res.met)}</span> {_e(spec.name)}<span class="family">{_e(spec.family)}</span></h2>'
         f'<p class="description">{_e(spec.description)}</p>'
         f'<p class="facts">{"".join(facts)}</p>'
-        f"{_messages(res)}{_figures(res)}{_cases_table(res)}</section>"
+        f"{_messages(res)}{_figures(res, pngs)}{_cases_table(res)}</section>"
     )
 
 
 # ----------------------------------------------------------------------------- page
 
 
-def render_html(results: Iterable[SpecResult], *, seconds: float = 0.0, interrupted: bool = False) -> str:
-    """The whole report as one HTML document (a string)."""
+def render_html(results: Iterable[SpecResult], *, seconds: float = 0.0, interrupted: bool = False, pngs: PngSource = spec_pngs) -> str:
+    """The whole report as one HTML document (a string). `pngs` renders a spec's plots
+    (`stability.render.Renderer.pngs` takes them from a background process)."""
     results = list(results)
     met = all(res.met for res in results) and not interrupted
     summary = summary_line(results, seconds, interrupted=interrupted)
@@ -322,7 +327,7 @@ def render_html(results: Iterable[SpecResult], *, seconds: float = 0.0, interrup
     jump = f"<p>not met: {', '.join(failing)}</p>" if failing else ""
     # Sections of specs with an unmet expectation come first: that is what a reader opens the page for.
     order = sorted(range(len(results)), key=lambda i: (results[i].met, i))
-    sections = "".join(_spec_section(i, results[i]) for i in order)
+    sections = "".join(_spec_section(i, results[i], pngs) for i in order)
     title = f"stability report: {'pass' if met else 'FAIL'}"
     return (
         "<!DOCTYPE html>\n"
@@ -337,11 +342,11 @@ def render_html(results: Iterable[SpecResult], *, seconds: float = 0.0, interrup
     )
 
 
-def write_html(dir: str | Path, results: Iterable[SpecResult], *, seconds: float = 0.0, interrupted: bool = False) -> Path:
+def write_html(dir: str | Path, results: Iterable[SpecResult], *, seconds: float = 0.0, interrupted: bool = False, pngs: PngSource = spec_pngs) -> Path:
     """Write DIR/index.html (atomically) and return its path."""
     folder = Path(dir)
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--html {dir}: is a file; give a folder (the report is written to FOLDER/index.html)")
     path = folder / "index.html"
-    write_atomic(path, render_html(results, seconds=seconds, interrupted=interrupted))
+    write_atomic(path, render_html(results, seconds=seconds, interrupted=interrupted, pngs=pngs))
     return path

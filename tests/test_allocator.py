@@ -16,8 +16,10 @@ ROOT = Path(__file__).resolve().parent.parent
 GLIBC = sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION") is not None if hasattr(os, "confstr") else False
 
 _CHILD = """
-import json, sys
-from stability.allocator import tune_malloc
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("allocator", "stability/allocator.py")  # the module alone: no torch import
+allocator = importlib.util.module_from_spec(spec); spec.loader.exec_module(allocator)
+tune_malloc = allocator.tune_malloc
 first = tune_malloc()
 print(json.dumps({"first": first, "again": tune_malloc()}))
 """
