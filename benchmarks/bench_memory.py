@@ -48,3 +48,29 @@ class SavedActivations:
         return self.count(self.blocks, self.x)
 
     track_saved_activation_bytes.unit = "bytes"  # type: ignore[attr-defined]
+
+
+class DeepCheckpointed:
+    """Process peak RSS of a checkpointed probe of a deep pre-activation MLP (depth 2,000, width
+    64, batch 256, `checkpoint_every=100`): the shape of the depth-10,000 target of
+    `benchmarks/ratios.py` (d) at a fifth of the depth. Under glibc's default malloc settings the
+    resident memory of this probe climbs ~0.4 MiB per block even though its live memory does not;
+    the harness's own allocator setting (stability/allocator.py) keeps it flat, and this benchmark
+    catches a change that loses it. Nothing in the environment is set: asv runs it as a user would."""
+
+    timeout = 900
+
+    def setup(self) -> None:
+        from stability import build, load_spec, make_input
+        from stability.case import corner_case
+
+        _nets.threads()
+        spec = load_spec(_nets.SPECS_DIR / "preact_mlp.toml")
+        case = corner_case(spec, depth=2000, width=64, batch=256, weight_init="kaiming_normal", branch_init="default", dtype="float32")
+        self.blocks, self.x = build(spec, case).blocks, make_input(spec, case)
+        _nets.reset_peak_rss()
+
+    def peakmem_probe_deep_checkpointed(self) -> None:
+        from stability import probe
+
+        probe(self.blocks, self.x, seed=0, checkpoint_every=100)

@@ -135,8 +135,11 @@ def _fit_exponent(xs: list[float], ys: list[float]) -> float:
     return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
 
 
-def _subprocess_json(code: str, timeout: float = 3600, env: dict[str, str] | None = None) -> dict[str, Any]:
-    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env={**_env(), **(env or {})})
+def _subprocess_json(code: str, timeout: float = 3600, env: dict[str, str] | None = None, *, inherit: bool = True) -> dict[str, Any]:
+    """Run `code` in a fresh interpreter; its last stdout line is JSON. `inherit=False`: `env` is
+    the whole environment (not added to this process's)."""
+    full = {**_env(), **(env or {})} if inherit else dict(env or {})
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=full)
     if out.returncode != 0:
         raise RuntimeError(f"subprocess failed ({out.returncode}):\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -265,8 +268,9 @@ def section_c() -> None:
 
 
 _DEEP_CODE = """
-import json, resource, time, torch
+import json, os, resource, time, torch
 torch.set_num_threads({threads})
+malloc_env = sorted(k for k in os.environ if k.startswith("MALLOC_") or k == "LD_PRELOAD")
 from torch.utils.checkpoint import checkpoint
 from stability import load_spec, build, make_input, probe
 from stability.case import corner_case
@@ -275,11 +279,13 @@ from stability.memory import saved_activation_bytes
 spec = load_spec("specs/preact_mlp.toml")
 case = corner_case(spec, depth={depth}, width=64, batch={batch}, weight_init="kaiming_normal", branch_init="default", dtype="float32")
 t0 = time.perf_counter(); net = build(spec, case); x = make_input(spec, case); t_build = time.perf_counter() - t0
-out = {{"build_s": t_build}}
+out = {{"build_s": t_build, "malloc_env": malloc_env}}
 if {saved}:
     out["saved_bytes"] = saved_activation_bytes(net.blocks, x, checkpoint_every={every})
 t0 = time.perf_counter()
-if {bare}:  # the same checkpointed forward + backward without the probe
+if {bare}:  # the same checkpointed forward + backward without the probe (same allocator setting)
+    from stability.allocator import tune_malloc
+    tune_malloc()
     blocks = list(net.blocks)
     def run(h, a, b):
         for i in range(a, b):
@@ -293,8 +299,12 @@ else:
     m = probe(net.blocks, x, checkpoint_every={every})
     ga = spec.expect.gradient_arrival
     v = gradient_arrival(m, lo=ga.lo, hi=ga.hi)
+    from stability.allocator import tune_malloc
     out.update(ratio=m.gradient_ratio, passed=v.passed, detail=v.detail, nonfinite=m.nonfinite_at,
-               grad_norm_head=m.grad_norm[:3])
+               grad_norm_head=m.grad_norm[:3], malloc_tuned=tune_malloc())
+    if {saved}:  # every number, to compare runs exactly
+        out.update(grad_norm=m.grad_norm, act_var=m.act_var, act_sq_mean=m.act_sq_mean, param_grad_norm=m.param_grad_norm,
+                   identity_error=m.identity_error, input_grad_error=m.input_grad_error)
 out["probe_s"] = time.perf_counter() - t0
 out["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps(out))
@@ -302,35 +312,40 @@ print(json.dumps(out))
 
 
 def _deep(depth: int, batch: int, every: int, *, bare: bool = False, saved: bool = False, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """One fresh subprocess, with no allocator variable (MALLOC_*, LD_PRELOAD) unless `env` sets one."""
     code = _DEEP_CODE.format(threads=THREADS, depth=depth, batch=batch, every=every, bare=bare, saved=saved)
-    return _subprocess_json(code, env=env)
+    clean = {k: v for k, v in _env().items() if not (k.startswith("MALLOC_") or k == "LD_PRELOAD")}
+    return _subprocess_json(code, env={**clean, **(env or {})}, inherit=False)
 
 
 def section_d(batch: int) -> None:
     print("(d) depth 10,000 with checkpointing", flush=True)
     gib = 2**30
-    deep = _deep(10_000, batch, 100)
-    tuned = _deep(10_000, batch, 100, env={"MALLOC_MMAP_THRESHOLD_": "65536"})
+    deep = _deep(10_000, batch, 100)  # no allocator variable: the harness sets glibc's mmap threshold itself
+    untuned = _deep(10_000, batch, 100, env={"STABILITY_MALLOC_TUNE": "0"})  # glibc's defaults, for reference
     bare = _deep(10_000, batch, 100, bare=True)
-    DATA["d.deep"], DATA["d.deep_mmap_threshold"], DATA["d.bare_checkpointed"] = deep, tuned, bare
+    DATA["d.deep"], DATA["d.deep_glibc_defaults"], DATA["d.bare_checkpointed"] = deep, untuned, bare
     _row(
-        f"(d) preact MLP depth 10,000, width 64, batch {batch}, checkpoint_every=100: peak RSS (glibc defaults)",
+        f"(d) preact MLP depth 10,000, width 64, batch {batch}, checkpoint_every=100: peak RSS, fresh process, no allocator variable",
         f"{deep['peak_rss'] / gib:.2f} GiB (build {deep['build_s']:.0f} s, probe {deep['probe_s']:.0f} s wall; ratio {deep['ratio']:.4g}, "
-        f"{'pass' if deep['passed'] else 'fail'}); the same checkpointed fwd+bwd without the probe: {bare['peak_rss'] / gib:.2f} GiB",
+        f"{'pass' if deep['passed'] else 'fail'}; mmap threshold set by the harness: {deep['malloc_tuned']}; allocator variables: {deep['malloc_env'] or 'none'}); "
+        f"the same checkpointed fwd+bwd without the probe: {bare['peak_rss'] / gib:.2f} GiB",
         "≤ 4 GiB",
-        deep["peak_rss"] <= 4 * gib,
-        "glibc keeps freed heap memory between the short-lived activations and the long-lived autograd nodes; see docs/performance.md",
+        deep["peak_rss"] <= 4 * gib and not deep["malloc_env"],
+        "stability/allocator.py: mallopt(M_MMAP_THRESHOLD, 65536) on glibc, so 64 KiB+ activations come from mmap and return on free",
     )
     _row(
-        f"(d) the same with MALLOC_MMAP_THRESHOLD_=65536 (64 KiB+ blocks from mmap, returned on free)",
-        f"{tuned['peak_rss'] / gib:.2f} GiB (probe {tuned['probe_s']:.0f} s wall); ratio {tuned['ratio']:.4g}",
-        "≤ 4 GiB",
-        tuned["peak_rss"] <= 4 * gib,
+        "(d) the same with glibc's defaults (STABILITY_MALLOC_TUNE=0), for reference",
+        f"{untuned['peak_rss'] / gib:.2f} GiB (probe {untuned['probe_s']:.0f} s wall); ratio {untuned['ratio']:.4g}",
+        "—",
+        None,
+        "freed heap memory stays trapped between long-lived autograd nodes; see docs/performance.md",
     )
     both = {every: _deep(1000, batch, every, saved=True) for every in (1000, 100)}
     DATA["d.compare"] = both
     same = both[1000]["passed"] == both[100]["passed"]
-    exact = both[1000]["ratio"] == both[100]["ratio"] and both[1000]["grad_norm_head"] == both[100]["grad_norm_head"]
+    keys = ("ratio", "passed", "grad_norm", "act_var", "act_sq_mean", "param_grad_norm", "identity_error", "input_grad_error")
+    exact = all(both[1000][k] == both[100][k] for k in keys)  # every number the probe reports
     unckpt_10k = both[1000]["saved_bytes"] * 10 / gib
     _row(
         f"(d) same verdict with and without checkpointing, depth 1,000, batch {batch}",

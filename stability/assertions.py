@@ -40,7 +40,7 @@ class StabilityAssertionError(AssertionError):
 
 
 def _compact(values: list[float], keep: int = 4) -> str:
-    shown = values if len(values) <= 2 * keep else values[:keep] + [None] + values[-keep:]  # type: ignore[list-item]
+    shown: list[float | None] = [*values] if len(values) <= 2 * keep else [*values[:keep], None, *values[-keep:]]
     return "[" + ", ".join("…" if v is None else f"{v:.3g}" for v in shown) + "]"
 
 

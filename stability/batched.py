@@ -85,7 +85,7 @@ def probe_seeds(
     norm_dtype = torch.float32 if low else None
     grad_norms: list[torch.Tensor | None] = [None] * (n + 1)  # (S,) each
 
-    def forward(p: dict[str, torch.Tensor], b: dict[str, torch.Tensor], h: torch.Tensor, eps: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def forward(p: list[dict[str, torch.Tensor]], b: list[dict[str, torch.Tensor]], h: torch.Tensor, eps: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
         # One seed (vmap adds the S dimension): h (B, …), eps[l − 1] shaped like boundary l.
         moments: list[torch.Tensor] = []
         for i, block in enumerate(blocks):
@@ -111,7 +111,7 @@ def probe_seeds(
             def hook(g: torch.Tensor, i: int = i) -> None:
                 grad_norms[i] = torch.linalg.vector_norm(g.reshape(n_nets, -1), dim=1, dtype=norm_dtype)
 
-            e.register_hook(hook)
+            e.register_hook(hook)  # type: ignore[no-untyped-call]  # torch leaves Tensor.register_hook unannotated
         y, moments = vmap(forward, in_dims=(0, 0, 0, 0))(params, buffers, x0, eps)  # y (S, B, …)
         if loss == "projection":
             out_grad = torch.stack([projection_vector(y.shape[1:], s, dtype=y.dtype, device=y.device) for s in seeds])
@@ -122,7 +122,7 @@ def probe_seeds(
         if y.requires_grad:
             grads = torch.autograd.grad(y, inputs_, grad_outputs=out_grad, allow_unused=True, materialize_grads=True)
         else:
-            grads = [torch.zeros_like(t) for t in inputs_]
+            grads = tuple(torch.zeros_like(t) for t in inputs_)
     g0 = grads[0]
     grad_norms[0] = torch.linalg.vector_norm(g0.reshape(n_nets, -1), dim=1, dtype=norm_dtype)
     if n > 0:
@@ -154,8 +154,8 @@ def probe_seeds(
             Measurements(
                 grad_norm=grad_norm,
                 act_var=var,
-                act_sq_mean=[v + m * m for v, m in zip(var, mean)],
-                param_grad_norm=dict(zip(names, row[n + 1 + k : n + 1 + k + len(names)])),
+                act_sq_mean=[v + m * m for v, m in zip(var, mean, strict=True)],
+                param_grad_norm=dict(zip(names, row[n + 1 + k : n + 1 + k + len(names)], strict=True)),
                 identity_error=row[-2] if identity is not None else None,
                 input_grad_error=row[-1] if input_grad is not None else None,
                 nonfinite_at=nonfinite_at,

@@ -7,6 +7,8 @@ initialises them from a spec and a case.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -26,10 +28,10 @@ __all__ = [
 class ChannelRMSNorm(nn.Module):
     """RMS norm over the channel dimension of (B, C, H, W): x / sqrt(mean_c(x²) + eps) · γ."""
 
-    def __init__(self, channels: int, eps: float = 1e-6, **factory: object) -> None:
+    def __init__(self, channels: int, eps: float = 1e-6, **factory: Any) -> None:
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(channels, **factory))  # type: ignore[arg-type]
+        self.weight = nn.Parameter(torch.ones(channels, **factory))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rms = x.pow(2).mean(dim=1, keepdim=True).add(self.eps).rsqrt()  # (B, 1, H, W)
@@ -48,7 +50,7 @@ class Scale(nn.Module):
             self.register_buffer("scale", value)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        s = self.scale
+        s: torch.Tensor = self.scale
         if s.dim() == 1:  # per channel: (C,) → broadcast along the channel dim
             shape = [1] * x.dim()
             shape[self.channel_dim] = -1
@@ -64,7 +66,8 @@ class PlainBlock(nn.Module):
         self.layer, self.norm, self.act = layer, norm, act
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.act(self.norm(self.layer(x)))
+        y: torch.Tensor = self.act(self.norm(self.layer(x)))
+        return y
 
 
 class PreActBlock(nn.Module):
@@ -80,7 +83,8 @@ class PreActBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.gain(self.branch(x))
-        return out if self.skip is None else self.skip(x) + out
+        y: torch.Tensor = out if self.skip is None else self.skip(x) + out
+        return y
 
 
 class PostNormBlock(nn.Module):
@@ -94,7 +98,8 @@ class PostNormBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.gain(self.branch(x))
-        return self.act(self.norm(out if self.skip is None else self.skip(x) + out))
+        y: torch.Tensor = self.act(self.norm(out if self.skip is None else self.skip(x) + out))
+        return y
 
 
 class HighwayBlock(nn.Module):
@@ -109,7 +114,8 @@ class HighwayBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         t = torch.sigmoid(self.gate(x))  # same shape as x
-        return t * self.transform(x) + (1.0 - t) * x
+        y: torch.Tensor = t * self.transform(x) + (1.0 - t) * x
+        return y
 
 
 class DenseLayer(nn.Module):
@@ -132,7 +138,8 @@ class Transition(nn.Module):
         self.norm, self.act, self.layer = norm, act, layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layer(self.act(self.norm(x)))
+        y: torch.Tensor = self.layer(self.act(self.norm(x)))
+        return y
 
 
 class ChannelsLast(nn.Module):

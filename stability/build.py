@@ -12,7 +12,7 @@ import inspect
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -36,7 +36,7 @@ from stability.spec import Spec
 __all__ = ["Network", "build", "make_input", "derive_seed", "torch_dtype", "channel_counts"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
-_NONLINEARITY = {"relu": "relu", "gelu": "relu", "tanh": "tanh", "sigmoid": "sigmoid", "identity": "linear"}
+_NONLINEARITY: dict[str, Literal["relu", "tanh", "sigmoid", "linear"]] = {"relu": "relu", "gelu": "relu", "tanh": "tanh", "sigmoid": "sigmoid", "identity": "linear"}
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -124,7 +124,7 @@ def channel_counts(spec: Spec, case: Case) -> list[int]:
 # ----------------------------------------------------------------------------- pieces
 
 
-def _layer(spec: Spec, c_in: int, c_out: int, *, kernel: int | None = None, bias: bool = True) -> nn.Module:
+def _layer(spec: Spec, c_in: int, c_out: int, *, kernel: int | None = None, bias: bool = True) -> nn.Linear | nn.Conv2d:
     if spec.block.layer == "conv2d":
         k = spec.block.kernel_size if kernel is None else kernel
         return nn.Conv2d(c_in, c_out, k, padding=k // 2, bias=bias)
@@ -151,13 +151,14 @@ def _norm(spec: Spec, channels: int) -> nn.Module:
 
 
 def _act(spec: Spec) -> nn.Module:
-    return {
+    act: nn.Module = {
         "relu": nn.ReLU,
         "gelu": nn.GELU,
         "tanh": nn.Tanh,
         "sigmoid": nn.Sigmoid,
         "identity": nn.Identity,
     }[spec.block.activation]()
+    return act
 
 
 def _init_weight(spec: Spec, case: Case, w: torch.Tensor, gen: torch.Generator) -> None:
@@ -217,7 +218,7 @@ def _skip(spec: Spec, c_in: int, c_out: int, gen: torch.Generator, case: Case) -
     if kind == "identity":
         return nn.Identity()
     if kind == "scaled":
-        return Scale(torch.tensor(float(spec.block.skip_scale)), learnable=False)
+        return Scale(torch.tensor(float(spec.block.skip_scale or 0.0)), learnable=False)  # the spec requires skip_scale with skip = "scaled"
     if kind == "norm":
         return _norm(spec, c_in)
     proj = _layer(spec, c_in, c_out, kernel=1, bias=False)
@@ -250,7 +251,7 @@ def _gain(spec: Spec, case: Case, channels: int) -> nn.Module:
 
 def _build_plain(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequential:
     blocks = []
-    for l in range(case.depth):
+    for l in range(case.depth):  # noqa: E741 (l: the boundary index, as in the papers)
         c_in = (case.input_width or case.width) if l == 0 else case.width
         blocks.append(PlainBlock(_layer(spec, c_in, case.width), _norm(spec, case.width), _act(spec)))
     net = nn.Sequential(*blocks)
@@ -259,9 +260,9 @@ def _build_plain(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequential:
 
 
 def _residual(spec: Spec, case: Case, gen: torch.Generator, *, pre: bool) -> nn.Sequential:
-    blocks = []
+    blocks: list[nn.Module] = []
     w = case.width
-    for l in range(case.depth):
+    for l in range(case.depth):  # noqa: E741 (l: the boundary index, as in the papers)
         c_in = (case.input_width or w) if l == 0 else w
         if pre:  # F = W2·act(norm(W1·act(norm(x))))  or  W1·act(norm(x)) with one layer
             branch = nn.Sequential(_norm(spec, c_in), _act(spec), _layer(spec, c_in, w))
@@ -296,7 +297,7 @@ def _build_highway(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequentia
             with torch.no_grad():
                 gate.weight.zero_()
         with torch.no_grad():
-            gate.bias.fill_(spec.block.gate_bias)
+            gate.bias.fill_(spec.block.gate_bias)  # type: ignore[union-attr]  # built with bias=True
         blocks.append(HighwayBlock(transform, gate))
     return nn.Sequential(*blocks)
 
@@ -305,7 +306,7 @@ def _build_dense(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequential:
     counts = channel_counts(spec, case)
     blocks: list[nn.Module] = []
     c = counts[0]
-    for l in range(1, case.depth + 1):
+    for l in range(1, case.depth + 1):  # noqa: E741 (l: the boundary index, as in the papers)
         layer = _layer(spec, c, spec.block.growth)
         block: nn.Module = DenseLayer(_norm(spec, c), _act(spec), layer, channel_dim=-1 if spec.block.layer == "tokens" else 1)
         _init_all(spec, case, block, gen)

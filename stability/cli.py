@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from rich.console import Console
 
@@ -38,12 +38,11 @@ EXIT_NOTHING = 5
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
+    def error(self, message: str) -> NoReturn:  # one line, exit 2
         raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
 
 
 def _parser() -> argparse.ArgumentParser:
-    from stability.spec import INVARIANTS
 
     p = _Parser(prog="stability", description="Property-based stability checks for deep networks.")
     p.add_argument("--version", action="version", version="stability 0.1.0")
@@ -249,6 +248,9 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     done: dict[int, Outcome] = {}
     order = {id(t): i for i, t in enumerate(tasks)}
     interrupted = False
+    from stability.render import Renderer
+
+    renderer = Renderer() if args.html else None  # plots drawn in the background as each spec finishes (stability/render.py)
     show_progress = console.is_terminal and not os.environ.get("CI") and not args.quiet
     try:
         from rich.progress import Progress
@@ -259,6 +261,8 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
             def finished(outcome: Outcome) -> None:
                 done[order[id(outcome.task)]] = outcome
                 progress.update(bar, advance=1, description=printable(outcome.task.spec.name))
+                if renderer is not None and outcome.result is not None:
+                    renderer.submit(outcome.result)
 
             executor.map(tasks, on_done=finished)
     except KeyboardInterrupt:
@@ -269,6 +273,8 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     errors = [str(e) for e in load_errors] + [o.error for o in outcomes if o.error]
     if interrupted:  # a partial run must not replace the last complete report
         _terminal(results, console, seconds, table=True, interrupted=True)
+        if renderer is not None:
+            renderer.close()
         kept = [f for f in (args.json, args.junit, args.html) if f]
         if kept:
             print(f"stability: interrupted; not written (any previous report is left as it was): {', '.join(kept)}", file=sys.stderr)
@@ -281,7 +287,8 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     if args.html:
         from stability.html import write_html
 
-        write_html(args.html, results, seconds=seconds)
+        with renderer or Renderer() as plots:
+            write_html(args.html, results, seconds=seconds, pngs=plots.pngs)
     _terminal(results, console, seconds, table=not args.quiet, interrupted=False)
     for o in outcomes:
         if o.error:

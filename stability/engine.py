@@ -22,15 +22,15 @@ from hypothesis import example, given, target
 from hypothesis.errors import HypothesisException
 
 from stability import invariants as inv
-from stability.applicability import narrow_for, not_applicable_reason
 from stability import token_invariants
+from stability.applicability import narrow_for, not_applicable_reason
 from stability.build import build, derive_seed, make_input
 from stability.case import Case, parse_case_string, reproduce_command
 from stability.errors import BlockError, CaseError, SpecError
 from stability.guard import check_budget, time_limit, warm_up
 from stability.invariants import Verdict
 from stability.probe import Measurements, probe
-from stability.profiles import get_profile
+from stability.profiles import get_profile, keyed
 from stability.spec import Spec
 from stability.strategies import cases
 
@@ -268,12 +268,11 @@ def _search(
             raise _Found
 
     strategy = cases(narrow_for(spec, name), device=options.device, invariant=name)
-    run = profile(given(strategy)(test))
+    # One example database entry per (spec, invariant, device), not one for every spec.
+    run = keyed(profile, f"{spec.path}::{name}::{options.device}")(given(strategy)(test))
     pinned = [parse_case_string(text, spec, device=options.device) for text in spec.space.examples]
     for c in reversed(pinned):
         run = example(c)(run)
-    # One example database entry per (spec, invariant, device), not one for every spec.
-    run.hypothesis._hypothesis_internal_add_digest = f"{spec.path}::{name}::{options.device}".encode()
     try:
         run()
     except _Found:

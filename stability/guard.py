@@ -83,7 +83,7 @@ def estimate_bytes(spec: Spec, case: Case) -> int | None:
         return _transformer_bytes(spec, case, item) + _min_bytes(spec, case)
     if spec.family == "dense":
         counts = channel_counts(spec, case)
-        pairs = [(c_in, c_out, 1) for c_in, c_out in zip(counts[:-1], counts[1:])]
+        pairs = [(c_in, c_out, 1) for c_in, c_out in zip(counts[:-1], counts[1:], strict=True)]
     else:  # boundaries are [c0, w, w, …, w]: one c0 → w block, then depth − 1 blocks w → w
         c0, w = case.input_width or case.width, case.width
         pairs = [(c0, w, 1), (w, w, case.depth - 1)]
@@ -229,6 +229,7 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         yield
         return
 
+    assert seconds is not None  # for mypy: `usable` checked it
     give_up = time.monotonic() + seconds + _IMPORT_GRACE_S
 
     def on_alarm(signum: int, frame: FrameType | None) -> None:

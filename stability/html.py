@@ -14,13 +14,14 @@ import base64
 import html
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from stability.case import Case
 from stability.engine import CaseRecord, InvariantResult, SpecResult, judge
 from stability.errors import UsageError
-from stability.plots import spec_figures, to_png
+from stability.plots import variance_band
+from stability.render import spec_pngs
 from stability.report import summary_line, write_atomic
 from stability.spec import ZERO_BRANCH_INITS, describe_family
 
@@ -160,7 +161,7 @@ def _verdict_rows(index: int, res: SpecResult) -> list[str]:
 
 
 def _verdict_table(results: list[SpecResult]) -> str:
-    head = "".join(f"<th>{h}</th>" for h in ("spec", "invariant", "expect", "", "observed", "bound", "deciding case", "reproduce"))
+    head = "".join(f"<th>{h}</th>" for h in ("spec", "invariant", "expect", "met", "observed", "bound", "deciding case", "reproduce"))
     body = "".join(row for i, res in enumerate(results) for row in _verdict_rows(i, res))
     return f'<table class="verdicts"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
@@ -218,18 +219,26 @@ def _case_row(res: SpecResult, record: CaseRecord, roles: list[tuple[str, bool]]
     return f'<tr class="{cls}">{"".join(cells)}</tr>'
 
 
+_CASE_COLUMNS = (
+    "failed: ✗ when the case decided an unmet expectation or could not be measured; gradient ratio r₀ = ‖∂L/∂x₀‖ / ‖∂L/∂x_L‖; "
+    "max Var (or E(x²)) ratio: the largest ratio of a boundary's statistic to the input's; identity error: ‖f(x) − x‖ / ‖x‖; "
+    "one ✓/✗ column per invariant (— where it does not apply); seconds: build and probe time of the case."
+)
+
+
 def _cases_table(res: SpecResult) -> str:
     roles = _case_roles(res)
     records = sorted(res.cases.values(), key=lambda rec: (rec.case.depth, str(rec.case)))
     names = [n for n, _ in res.spec.invariants()]
     identity = ["identity error"] if res.spec.expect.identity_at_init is not None else []
     ratio = "max Var ratio" if _statistic(res) == "variance" else "max E(x²) ratio"
-    head = ["", "case", "r₀ gradient", ratio, *identity, *names, "s", "note"]
+    head = ["failed", "case", "gradient ratio r₀", ratio, *identity, *names, "seconds", "note"]
     body = "".join(_case_row(res, rec, roles.get(rec.case, [])) for rec in records)
     failing = sum(any(not met for _, met in roles.get(rec.case, [])) for rec in records)
     opened = " open" if failing else ""
     return (
         f"<details{opened}><summary>{len(records)} probed case(s); ✓/✗ per invariant on each case</summary>"
+        f'<p class="facts">{_e(_CASE_COLUMNS)}</p>'
         f'<table class="cases"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}</tr></thead>'
         f"<tbody>{body}</tbody></table></details>"
     )
@@ -243,25 +252,52 @@ def _messages(res: SpecResult) -> str:
     return f'<ul class="messages">{"".join(items)}</ul>'
 
 
-def _figures(res: SpecResult) -> str:
-    figures = spec_figures(res)
-    captions = {
-        "gradient": "Gradient norm at each boundary relative to the output's; the invariant judges the left end (l = 0). "
-        "Shaded: the declared bound. A line that stops short has a zero or non-finite gradient there (a collapse).",
-        "variance": "Activation statistic at each boundary relative to the input's. Shaded: the ratios the spec allows. "
-        "A line that stops short has a zero or non-finite value there.",
-    }
+#: Renders one spec's figures to {name: PNG bytes}: `spec_pngs` inline, or `Renderer.pngs`.
+PngSource = Callable[[SpecResult], dict[str, bytes]]
+
+
+def _figures(res: SpecResult, pngs: PngSource = spec_pngs) -> str:
     parts = []
-    for key, fig in figures.items():
-        uri = _data_uri(to_png(fig))
+    for key, png in pngs(res).items():
+        uri = _data_uri(png)
         parts.append(
             f'<figure><img src="{uri}" alt="{_e(key)} plot of {_e(res.spec.name)}" width="640" height="370">'
-            f"<figcaption>{_e(captions[key])}</figcaption></figure>"
+            f"<figcaption>{_e(figure_caption(res, key))}</figcaption></figure>"
         )
     return f'<div class="plots">{"".join(parts)}</div>'
 
 
-def _spec_section(index: int, res: SpecResult) -> str:
+def figure_caption(res: SpecResult, key: str) -> str:
+    """What the figure `key` of `spec_figures(res)` shows; it mentions a shaded band exactly when
+    the figure draws one."""
+    expect = res.spec.expect
+    if key == "gradient":
+        what = "Gradient norm at each boundary relative to the output's; the invariant judges the left end (l = 0). "
+        bound = "Shaded: the declared bound. " if expect.gradient_arrival is not None else "No bound: gradient_arrival is not declared. "
+        return what + bound + "A line that stops short has a zero or non-finite gradient there (a collapse)."
+    if key == "variance":
+        what = "Activation statistic at each boundary relative to the input's. "
+        vg = expect.variance_growth
+        if vg is None:
+            bound = "No band: variance_growth is not declared. "
+        elif variance_band(res) is not None:
+            bound = "Shaded: the ratios the spec allows. "
+        else:
+            bound = (f'No band: max_growth = "{vg.max_growth}" limits how the ratio grows with depth (judged from a fit over the '
+                     "probed depths), not its value at each boundary. ")
+        return what + bound + "A line that stops short has a zero or non-finite value there."
+    ia = expect.identity_at_init
+    bound = f"Shaded: errors up to atol = {ia.atol:g}. " if ia is not None and ia.atol > 0 else "Green line at 0: the bound, exactly 0 (bit-exact). "
+    return (
+        "Identity at initialisation, zero-branch cases only: at each boundary, the relative change of the second moment from "
+        "the input's (solid) and of the gradient norm from the output's (dashed); both stay at 0 while every block is the "
+        "identity, and a line leaves 0 after the first block that changes its input. Dots: the errors the invariant judges, "
+        "‖f(x) − x‖/‖x‖ at the output and ‖∂L/∂x − ∂L/∂y‖/‖∂L/∂y‖ at the input. " + bound
+        + "Symmetric-log axis: values below 1e-9 are drawn on a linear scale, so 0 is on the axis."
+    )
+
+
+def _spec_section(index: int, res: SpecResult, pngs: PngSource = spec_pngs) -> str:
     spec = res.spec
     status = "ok" if res.met else "failed"
     facts = [
@@ -275,15 +311,16 @@ def _spec_section(index: int, res: SpecResult) -> str:
         f'<h2><span class="mark {status}">{_mark(res.met)}</span> {_e(spec.name)}<span class="family">{_e(spec.family)}</span></h2>'
         f'<p class="description">{_e(spec.description)}</p>'
         f'<p class="facts">{"".join(facts)}</p>'
-        f"{_messages(res)}{_figures(res)}{_cases_table(res)}</section>"
+        f"{_messages(res)}{_figures(res, pngs)}{_cases_table(res)}</section>"
     )
 
 
 # ----------------------------------------------------------------------------- page
 
 
-def render_html(results: Iterable[SpecResult], *, seconds: float = 0.0, interrupted: bool = False) -> str:
-    """The whole report as one HTML document (a string)."""
+def render_html(results: Iterable[SpecResult], *, seconds: float = 0.0, interrupted: bool = False, pngs: PngSource = spec_pngs) -> str:
+    """The whole report as one HTML document (a string). `pngs` renders a spec's plots
+    (`stability.render.Renderer.pngs` takes them from a background process)."""
     results = list(results)
     met = all(res.met for res in results) and not interrupted
     summary = summary_line(results, seconds, interrupted=interrupted)
@@ -293,7 +330,7 @@ def render_html(results: Iterable[SpecResult], *, seconds: float = 0.0, interrup
     jump = f"<p>not met: {', '.join(failing)}</p>" if failing else ""
     # Sections of specs with an unmet expectation come first: that is what a reader opens the page for.
     order = sorted(range(len(results)), key=lambda i: (results[i].met, i))
-    sections = "".join(_spec_section(i, results[i]) for i in order)
+    sections = "".join(_spec_section(i, results[i], pngs) for i in order)
     title = f"stability report: {'pass' if met else 'FAIL'}"
     return (
         "<!DOCTYPE html>\n"
@@ -308,11 +345,11 @@ def render_html(results: Iterable[SpecResult], *, seconds: float = 0.0, interrup
     )
 
 
-def write_html(dir: str | Path, results: Iterable[SpecResult], *, seconds: float = 0.0, interrupted: bool = False) -> Path:
+def write_html(dir: str | Path, results: Iterable[SpecResult], *, seconds: float = 0.0, interrupted: bool = False, pngs: PngSource = spec_pngs) -> Path:
     """Write DIR/index.html (atomically) and return its path."""
     folder = Path(dir)
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--html {dir}: is a file; give a folder (the report is written to FOLDER/index.html)")
     path = folder / "index.html"
-    write_atomic(path, render_html(results, seconds=seconds, interrupted=interrupted))
+    write_atomic(path, render_html(results, seconds=seconds, interrupted=interrupted, pngs=pngs))
     return path

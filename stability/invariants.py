@@ -119,7 +119,7 @@ def classify_growth(values: list[float], *, bounded_ratio: float = 4.0) -> Growt
     elif max_r <= bounded_ratio:
         growth = "bounded"
     else:
-        l, logr = depth[pos], np.log(r[pos])
+        l, logr = depth[pos], np.log(r[pos])  # noqa: E741 (l: the boundary index, as in the papers)
         ll = float((l * l).sum())
         a = max(float((l * (r[pos] - 1)).sum()) / ll, 0.0)  # r = 1 + a·l
         b = float((l * logr).sum()) / ll  # log r = b·l

@@ -6,6 +6,10 @@
 - *activation variance*: Var(x_l) / Var(x_0) (or the second moment, as the spec's `statistic`
   says) at every boundary (log scale); the band is what `max_growth = "bounded"`, `max_ratio` and
   `min_ratio` allow.
+- *identity at initialisation* (when the spec declares `identity_at_init`): for every zero-branch
+  case, how far each boundary's second moment and gradient norm have moved from the identity's
+  (both equal at every boundary when each block is the identity), and, as dots, the two errors the
+  invariant judges (symmetric-log scale, so an exact 0 is drawn at 0).
 
 Lines are coloured by depth (by weight init when the depth is fixed); the case that decided the
 invariant is drawn thick on top, red when the expectation was not met. Figures are built on
@@ -27,10 +31,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import ListedColormap, Normalize
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
 from stability.case import Case
 from stability.engine import CaseRecord, InvariantResult, SpecResult
+from stability.spec import ZERO_BRANCH_INITS
 
 __all__ = [
     "BAND_EDGE_GID",
@@ -38,6 +43,7 @@ __all__ = [
     "HIGHLIGHT_GID",
     "Highlight",
     "gradient_figure",
+    "identity_figure",
     "variance_figure",
     "variance_band",
     "spec_figures",
@@ -48,6 +54,8 @@ __all__ = [
 BAND_GID = "stability-bound-band"
 BAND_EDGE_GID = "stability-bound-edge"
 HIGHLIGHT_GID = "stability-highlight"
+#: `gid` of the dots that mark the two errors `identity_at_init` judges.
+JUDGED_GID = "stability-judged"
 
 _FIGSIZE = (6.4, 3.7)  # inches; 640 × 370 px at the default dpi
 _DPI = 100
@@ -266,13 +274,14 @@ def _result(spec_result: SpecResult, name: str) -> InvariantResult | None:
 
 
 def spec_figures(result: SpecResult) -> dict[str, Figure]:
-    """The two figures of one spec: {"gradient": …, "variance": …}."""
+    """The figures of one spec: {"gradient": …, "variance": …}, and "identity" when the spec
+    declares `identity_at_init`."""
     spec = result.spec
     records = list(result.cases.values())
     ga = spec.expect.gradient_arrival
     vg = spec.expect.variance_growth
     statistic = vg.statistic if vg is not None else "variance"
-    return {
+    figures = {
         "gradient": gradient_figure(
             records,
             bound=(ga.lo, ga.hi) if ga is not None else None,
@@ -288,6 +297,104 @@ def spec_figures(result: SpecResult) -> dict[str, Figure]:
             + ("" if vg is not None else " (not declared)"),
         ),
     }
+    ia = spec.expect.identity_at_init
+    if ia is not None:
+        figures["identity"] = identity_figure(
+            identity_records(result), atol=ia.atol, highlight=_highlight(_result(result, "identity_at_init")),
+        )
+    return figures
+
+
+def _identity_series(record: CaseRecord) -> tuple[list[float], list[float]] | None:
+    """Per boundary l: |E[x_l²] − E[x_0²]| / E[x_0²] (forward) and |‖g_l‖ − ‖g_L‖| / ‖g_L‖
+    (backward, g_l = ∂L/∂x_l). A stack of identity blocks has both exactly 0 everywhere."""
+    m = record.measurements
+    if m is None or not m.act_sq_mean or not m.grad_norm:
+        return None
+    q0, top = m.act_sq_mean[0], m.grad_norm[-1]
+    if not (math.isfinite(q0) and q0 > 0 and math.isfinite(top) and top > 0):
+        return None
+    fwd = [abs(q - q0) / q0 if math.isfinite(q) else math.nan for q in m.act_sq_mean]
+    bwd = [abs(g - top) / top if math.isfinite(g) else math.nan for g in m.grad_norm]
+    return fwd, bwd
+
+
+#: Linear range of the identity plot's symmetric-log axis: errors below it are rounding.
+_ID_LINTHRESH = 1e-9
+
+
+def identity_figure(
+    records: Sequence[CaseRecord],
+    *,
+    atol: float | None = None,
+    highlight: Highlight | None = None,
+    title: str = "identity at initialisation",
+) -> Figure:
+    """How far each boundary is from the identity, one pair of lines per (zero-branch) case.
+
+    Solid: |E[x_l²] − E[x_0²]| / E[x_0²]; dashed: |‖∂L/∂x_l‖ − ‖∂L/∂x_L‖| / ‖∂L/∂x_L‖. Dots: the
+    errors `identity_at_init` judges, ‖f(x) − x‖/‖x‖ at the output (l = L) and
+    ‖∂L/∂x_0 − ∂L/∂y‖/‖∂L/∂y‖ at the input (l = 0). The bound: [0, atol] shaded, or a line at 0.
+    """
+    fig, ax = _new_figure()
+    ax.set_yscale("symlog", linthresh=_ID_LINTHRESH, linscale=0.4)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: "0" if y == 0 else _power_of_ten(y)))
+    ax.yaxis.set_minor_locator(NullLocator())
+    series = [(r, s) for r in records if (s := _identity_series(r)) is not None]
+    colours, mappable, by_init = _colouring([r for r, _ in series])
+    alpha = 0.85 if len(series) <= 20 else max(0.25, 0.85 * 20 / len(series))
+    for record, (fwd, bwd) in sorted(series, key=lambda rs: highlight is not None and rs[0].case == highlight.case):
+        top = highlight is not None and record.case == highlight.case
+        colour = (_FAIL_COLOR if highlight.failed else _DECIDING_COLOR) if top and highlight is not None else colours[record.case]
+        lw, z = (3.0, 5) if top else (1.1, 2)
+        xs = range(len(fwd))
+        (line,) = ax.plot(xs, fwd, color=colour, lw=lw, alpha=1.0 if top else alpha, zorder=z)
+        ax.plot(xs, bwd, color=colour, lw=lw, ls="--", alpha=1.0 if top else alpha, zorder=z)
+        if top and highlight is not None:
+            line.set_gid(HIGHLIGHT_GID)
+            line.set_label(f"{highlight.label} (depth {record.case.depth})")
+        m = record.measurements
+        if m is not None:
+            judged = [(len(fwd) - 1, m.identity_error), (0, m.input_grad_error)]
+            px = [x for x, v in judged if v is not None and math.isfinite(v)]
+            py = [v for _, v in judged if v is not None and math.isfinite(v)]
+            ax.plot(px, py, ls="none", marker="o", ms=7 if top else 4, color=colour, zorder=z + 1, gid=JUDGED_GID)
+    ax.plot([], [], color="#666666", lw=1.5, label="forward: |E[x_l²] − E[x_0²]| / E[x_0²]")
+    ax.plot([], [], color="#666666", lw=1.5, ls="--", label="backward: |‖g_l‖ − ‖g_L‖| / ‖g_L‖")
+    ax.plot([], [], color="#666666", ls="none", marker="o", label="judged: ‖f(x) − x‖/‖x‖ (l = L), ‖∂L/∂x − ∂L/∂y‖/‖∂L/∂y‖ (l = 0)")
+    for name, colour in by_init.items():
+        ax.plot([], [], color=colour, lw=2, label=f"init {name}")
+    if mappable is not None:
+        fig.subplots_adjust(right=0.915)
+        bar = fig.colorbar(mappable, ax=ax, label="depth", pad=0.015, aspect=30, fraction=0.05)
+        bar.ax.yaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
+        bar.ax.minorticks_off()
+    ax.set_ylabel("relative change from the input's")
+    if atol is not None:
+        if atol > 0:
+            ax.axhspan(0.0, atol, color=_BAND_COLOR, alpha=0.13, zorder=0, label=f"allowed: error ≤ {atol:g}").set_gid(BAND_GID)
+            ax.axhline(atol, color=_BAND_COLOR, lw=1.0, ls="--", zorder=1, gid=BAND_EDGE_GID)
+        else:
+            ax.axhline(0.0, color=_BAND_COLOR, lw=2.0, zorder=1, gid=BAND_EDGE_GID, label="bound: exactly 0")
+    # 0 at the bottom, then every other decade from 1e-8 up to the largest error (at least 1)
+    values = [v for _, (fwd, bwd) in series for v in (*fwd, *bwd) if math.isfinite(v)]
+    values += [v for r, _ in series if r.measurements is not None for v in (r.measurements.identity_error, r.measurements.input_grad_error)
+               if v is not None and math.isfinite(v)]
+    y_top = max(1.0, max(values, default=1.0), atol or 0.0)
+    decades = range(-8, math.ceil(math.log10(y_top)) + 1, 2)
+    ax.yaxis.set_major_locator(FixedLocator([0.0, *(10.0**k for k in decades)]))
+    ax.set_ylim(-_ID_LINTHRESH, 10.0 ** decades[-1] * 3)
+    ax.set_title(title, fontsize=11, loc="left")
+    if not series:
+        ax.text(0.5, 0.5, "no zero-branch case was probed", transform=ax.transAxes, ha="center", va="center", color="#666666")
+    ax.legend(loc="best", fontsize=7, framealpha=0.85)
+    return fig
+
+
+def identity_records(result: SpecResult) -> list[CaseRecord]:
+    """The probed cases `identity_at_init` applies to: zero-branch inits (every case of a custom spec)."""
+    custom = result.spec.family == "custom"
+    return [r for r in result.cases.values() if custom or r.case.branch_init in ZERO_BRANCH_INITS]
 
 
 def to_png(fig: Figure, *, dpi: int = _DPI) -> bytes:

@@ -163,7 +163,7 @@ class SpecItem(pytest.Item):
             return "\n".join(lines)
         if isinstance(exc, StabilityError):
             return f"stability: error: {exc}"
-        return super().repr_failure(excinfo)
+        return super().repr_failure(excinfo)  # type: ignore[return-value]  # a str or pytest's TerminalRepr, which pytest does not export
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, f"{self.path.name}::{self.name}"

@@ -32,6 +32,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from stability.adapters import CallKwargs, Stack, find_blocks, hidden_state, resolve_call_kwargs
+from stability.allocator import tune_malloc
 from stability.errors import BlockError, CaseError
 
 __all__ = ["Measurements", "BoundaryObserver", "probe", "projection_vector"]
@@ -247,7 +248,7 @@ def _one_pass(
             def hook(g: torch.Tensor, i: int = i) -> None:
                 grad_norms[i] = torch.linalg.vector_norm(g, dtype=norm_dtype)
 
-            h.register_hook(hook)
+            h.register_hook(hook)  # type: ignore[no-untyped-call]  # torch leaves Tensor.register_hook unannotated
 
     def run(h: torch.Tensor, start: int, stop: int) -> torch.Tensor:
         for i in range(start, stop):
@@ -272,6 +273,8 @@ def _one_pass(
         return h
 
     params = [p for _, p in named]
+    if checkpoint_every:
+        tune_malloc()  # deep checkpointed stacks: keep freed activations from piling up (stability/allocator.py)
     for o in observers:
         o.start(modules)
     with torch.enable_grad():
@@ -293,7 +296,7 @@ def _one_pass(
             out_grad = torch.ones_like(y)
             root, root_grad = y, out_grad
         else:
-            root, root_grad, out_grad = ((y - target) ** 2).mean(), None, None
+            root, root_grad, out_grad = ((y - target) ** 2).mean(), None, None  # type: ignore[operator]  # target is set: checked at the top
         grads = torch.autograd.grad(
             root, [x0, *params], grad_outputs=root_grad, allow_unused=True, materialize_grads=True
         ) if (root.requires_grad) else [torch.zeros_like(x0), *[torch.zeros_like(p) for p in params]]
@@ -307,8 +310,8 @@ def _one_pass(
     host = torch.cat([norms.double(), stats, pnorms]).tolist()
     grad_norm = host[: n + 1]
     var, mean = _combine(host[n + 1 : n + 1 + k], moments.counts)
-    sq_mean = [v + m * m for v, m in zip(var, mean)]
-    pgn = dict(zip([name for name, _ in named], host[n + 1 + k :]))
+    sq_mean = [v + m * m for v, m in zip(var, mean, strict=True)]
+    pgn = dict(zip([name for name, _ in named], host[n + 1 + k :], strict=True))
     identity_error = _rel_diff64(y, x0)
     input_grad_error = _rel_diff64(g0, out_grad) if out_grad is not None else None
     nonfinite_at, kind = _first_nonfinite(var, mean, grad_norm)

@@ -15,14 +15,17 @@ The settings are also registered as Hypothesis profiles named `stability-ci`, `s
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis.database import ExampleDatabase
 
 from stability.errors import UsageError, did_you_mean
 
-__all__ = ["PROFILES", "get_profile", "default_profile_name"]
+__all__ = ["PROFILES", "get_profile", "default_profile_name", "KeyedDatabase", "keyed"]
 
-_COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False)
+_COMMON: dict[str, Any] = dict(deadline=None, suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False)
 
 PROFILES: dict[str, settings] = {
     "ci": settings(
@@ -53,3 +56,40 @@ def get_profile(name: str | None = None) -> tuple[str, settings]:
     if name not in PROFILES:
         raise UsageError(f"unknown profile '{name}'{did_you_mean(name, PROFILES)}; choose one of {', '.join(PROFILES)}")
     return name, PROFILES[name]
+
+
+class KeyedDatabase(ExampleDatabase):
+    """An example database that files every key under `prefix` in another database.
+
+    Hypothesis keys a test's saved examples by a digest of the test function's source; `run_spec`
+    runs the same function for every (spec, invariant, device), so without a prefix those would
+    all share one entry. Built on the public `ExampleDatabase` interface (save, fetch, delete,
+    move), so it does not depend on how Hypothesis computes its keys.
+    """
+
+    def __init__(self, inner: ExampleDatabase, prefix: bytes) -> None:
+        super().__init__()
+        self.inner = inner
+        self.prefix = prefix
+
+    def __repr__(self) -> str:
+        return f"KeyedDatabase({self.inner!r}, {self.prefix!r})"
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.inner.save(self.prefix + key, value)
+
+    def fetch(self, key: bytes) -> Iterable[bytes]:
+        return self.inner.fetch(self.prefix + key)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self.inner.delete(self.prefix + key, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.inner.move(self.prefix + src, self.prefix + dest, value)
+
+
+def keyed(profile: settings, key: str) -> settings:
+    """`profile` with its example database (if any) keyed by `key`: one entry per key."""
+    if profile.database is None:
+        return profile
+    return settings(profile, database=KeyedDatabase(profile.database, key.encode() + b"::"))

@@ -246,4 +246,4 @@ def write_junit(path: str | Path, results: list[SpecResult], *, seconds: float =
             tag = "error" if r.error else "failure"
             el = ET.SubElement(tc, tag, message=_xml(r.message))
             el.text = _xml("\n".join(filter(None, [r.message, r.error and f"error: {r.error}", r.reproduce and f"reproduce: {r.reproduce}"])))
-    write_atomic(path, ET.tostring(ET.ElementTree(suite).getroot(), encoding="unicode", xml_declaration=True) + "\n")
+    write_atomic(path, ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n")

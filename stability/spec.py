@@ -119,6 +119,14 @@ class IntSpace(tuple[int, int]):
     def __repr__(self) -> str:
         return self.describe() if self.constrained else tuple.__repr__(self)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles with its constraints (specs travel to worker processes)."""
+        return (_int_space, (self[0], self[1], self.values, self.multiple_of))
+
+
+def _int_space(lo: int, hi: int, values: tuple[int, ...] | None, multiple_of: int) -> IntSpace:
+    return IntSpace(lo, hi, values=values, multiple_of=multiple_of)
+
 
 _INT_FORMS = "expected an integer or a [lo, hi] pair of integers, or a table { values = [...] } or { range = [lo, hi], multiple_of = m }"
 
@@ -268,17 +276,17 @@ class Block(_Model):
     layer: LayerKind = "linear"
     activation: Activation = "relu"
     norm: Norm = "none"
-    norm_groups: int = Field(8, ge=1)
+    norm_groups: int = Field(default=8, ge=1)
     skip: Skip = "identity"
     skip_scale: float | None = None
     projection_spectrum: Annotated[tuple[float, float], BeforeValidator(_float_pair)] | None = None
-    branch_layers: int = Field(2, ge=1, le=2)
+    branch_layers: int = Field(default=2, ge=1, le=2)
     branch_scale: Annotated[float | str, BeforeValidator(_branch_scale)] = 1.0
     gate_bias: float = -2.0
-    growth: int = Field(8, ge=1)
-    transition_every: int = Field(0, ge=0)
-    compression: float = Field(1.0, gt=0.0, le=1.0)
-    kernel_size: int = Field(3, ge=1)
+    growth: int = Field(default=8, ge=1)
+    transition_every: int = Field(default=0, ge=0)
+    compression: float = Field(default=1.0, gt=0.0, le=1.0)
+    kernel_size: int = Field(default=3, ge=1)
     factory: str | None = None
     factory_args: dict[str, Any] = Field(default_factory=dict)
     norm_position: NormPosition = "pre"
@@ -372,7 +380,7 @@ class Expect(_Model):
 class Probe(_Model):
     loss: Literal["projection", "sum"] = "projection"
     mode: Literal["train", "eval"] = "train"
-    checkpoint_every: int = Field(0, ge=0)
+    checkpoint_every: int = Field(default=0, ge=0)
     #: Training flag of every module but the batch-statistics norms (dropout, attention dropout,
     #: stochastic depth): "off" measures the network's deterministic function; "on" one dropout
     #: draw, seeded from the case. Independent of `mode`, which sets the norms.
@@ -505,14 +513,14 @@ def _check_factory_args(spec: Spec) -> None:
 
 def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The pydantic model class that owns the last key of `loc` (for 'did you mean')."""
-    model: Any = Spec
+    model: type[BaseModel] | None = Spec
     for part in loc[:-1]:
         if not isinstance(part, str) or model is None:
             return None
         field = model.model_fields.get(part)
         if field is None:
             return None
-        nxt = None
+        nxt: type[BaseModel] | None = None
         for arg in (field.annotation, *get_args(field.annotation)):
             if isinstance(arg, type) and issubclass(arg, BaseModel):
                 nxt = arg
@@ -661,7 +669,8 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
         if fam in ("highway", "dense", "custom"):
             raise SpecError(f, "space.input_width", f"family '{fam}' keeps one width throughout", value=list(s.input_width), fix="remove it")
         if b.projection_spectrum is not None:
-            raise SpecError(f, "block.projection_spectrum", f"sets the singular values of a square projection, but the first block joins {joins}", value=list(b.projection_spectrum), fix="remove space.input_width or block.projection_spectrum")
+            raise SpecError(f, "block.projection_spectrum", f"sets the singular values of a square projection, but the first block joins {joins}", value=list(b.projection_spectrum),
+                            fix="remove space.input_width or block.projection_spectrum")
         if "identity" in s.weight_init:
             raise SpecError(f, "space.weight_init", f"'identity' needs square weights, but the first block joins {joins}", value=s.weight_init, fix="remove space.input_width")
 

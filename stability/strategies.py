@@ -93,7 +93,8 @@ class DrawnNetwork:
     def network(self) -> Network:
         if "net" not in self._built:
             self._built["net"] = build(self.spec, self.case)
-        return self._built["net"]
+        net: Network = self._built["net"]
+        return net
 
     @property
     def blocks(self) -> torch.nn.Sequential:
@@ -108,7 +109,8 @@ class DrawnNetwork:
                 with torch.no_grad():
                     x = stem(x)
             self._built["x"] = x
-        return self._built["x"]
+        x_: torch.Tensor = self._built["x"]
+        return x_
 
     @property
     def loss_seed(self) -> int:

@@ -218,3 +218,92 @@ def test_cli_check_writes_the_report_and_exits_1(tmp_path: Path, spec_file: Path
 def test_an_empty_run_still_renders() -> None:
     page = render_html([], seconds=0.0)
     assert "0 spec(s)" in page and "</html>" in page
+
+
+# ----------------------------------------------------------------------------- what each plot and table says
+
+GROWTH_ONLY = """\
+name = "growth-only"
+description = "only limits the growth class"
+family = "preact"
+[block]
+norm = "layer"
+[space]
+depth = [1, 6]
+width = 8
+batch = 4
+branch_init = ["zero", "default"]
+[expect.variance_growth]
+max_growth = "linear"
+[expect.identity_at_init]
+atol = {atol}
+"""
+
+
+@pytest.fixture(scope="module")
+def growth_only() -> list[SpecResult]:
+    from stability import parse_spec
+
+    return [run_spec(parse_spec(GROWTH_ONLY.format(atol=atol), file=f"g{atol}.toml"), RunOptions(profile="ci")) for atol in (0.0, 1e-6)]
+
+
+def _has_band(fig: Figure) -> bool:
+    return any(p.get_gid() == BAND_GID for ax in fig.axes for p in ax.patches)
+
+
+def test_a_caption_mentions_a_shaded_band_exactly_when_the_plot_draws_one(failing: SpecResult, growth_only: list[SpecResult]) -> None:
+    from stability.html import figure_caption
+
+    seen = set()
+    for res in [failing, *growth_only]:
+        for key, fig in spec_figures(res).items():
+            caption = figure_caption(res, key)
+            assert ("Shaded" in caption) == _has_band(fig), (res.spec.name, key, caption)
+            seen.add((key, _has_band(fig)))
+    assert {("variance", False), ("variance", True), ("identity", True), ("identity", False), ("gradient", False)} <= seen
+    growth = growth_only[0]
+    assert 'No band: max_growth = "linear"' in figure_caption(growth, "variance")
+
+
+def test_identity_plot_shows_each_zero_branch_case_and_the_judged_errors(growth_only: list[SpecResult]) -> None:
+    from stability.plots import JUDGED_GID
+
+    res = growth_only[0]
+    fig = spec_figures(res)["identity"]
+    zero = [r for r in res.cases.values() if r.case.branch_init == "zero" and r.measurements is not None]
+    assert zero and all(r.case.branch_init in ("zero", "default") for r in res.cases.values())
+    (ax,) = [a for a in fig.axes if a.get_yscale() == "symlog"]
+    dots = [ln for ln in ax.lines if ln.get_gid() == JUDGED_GID]
+    assert len(dots) == len(zero)  # one pair of dots per zero-branch case, none for default-branch ones
+    for r in zero:
+        m = r.measurements
+        assert m is not None and m.identity_error == 0.0 and m.input_grad_error == 0.0  # a zero-branch pre-activation stack is the identity
+    for ln in dots:
+        assert _ys(ln) == [0.0, 0.0]
+    # the lines: relative change of E[x_l²] and of the gradient norm, exactly 0 for the identity
+    data = [_ys(ln) for ln in ax.lines if ln.get_gid() not in (JUDGED_GID,) and len(ln.get_xdata()) > 0 and ln.get_gid() != "stability-bound-edge"]
+    assert data and all(v == 0.0 for ys in data for v in ys)
+    assert any(ln.get_gid() == "stability-bound-edge" and _ys(ln)[0] == 0.0 for ln in ax.lines)  # atol = 0: the line at 0
+
+
+def test_identity_plot_draws_nonzero_errors_where_a_block_changes_its_input() -> None:
+    from stability.plots import identity_figure
+
+    case = _case(3, branch_init="zero")
+    m = Measurements(grad_norm=[2.0, 1.0, 1.0, 1.0], act_var=[1, 1, 1, 1], act_sq_mean=[1.0, 1.0, 4.0, 4.0], param_grad_norm={},
+                     identity_error=0.5, input_grad_error=1.0, nonfinite_at=None)
+    fig = identity_figure([CaseRecord(case, m)], atol=0.1, highlight=Highlight(case, failed=True))
+    line = _highlighted(fig)
+    assert _ys(line) == [0.0, 0.0, 3.0, 3.0] and line.get_color() == "#d62728"  # |4 − 1| / 1 from boundary 2 on
+    dashed = [ln for ln in fig.axes[0].lines if ln.get_linestyle() == "--" and len(ln.get_xdata())]
+    assert any(_ys(ln) == [1.0, 0.0, 0.0, 0.0] for ln in dashed)  # |2 − 1| / 1 at the input
+    assert _has_band(fig)
+
+
+def test_every_column_of_both_tables_is_labelled(failing: SpecResult, growth_only: list[SpecResult]) -> None:
+    page = render_html([failing, *growth_only])
+    heads = re.findall(r"<th>(.*?)</th>", page)
+    assert heads and all(h.strip() for h in heads), heads
+    assert "<th>seconds</th>" in page and "<th>s</th>" not in page and "<th>gradient ratio r₀</th>" in page
+    assert "seconds: build and probe time of the case" in page
+    assert len(re.findall(r'<img src="data:image/png', page)) == 2 + 3 + 3  # identity plots for the identity specs

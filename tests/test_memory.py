@@ -3,8 +3,8 @@
 Fact 8 (dense): block l reads k0 + k·l channels, so the activations saved for the backward pass sum
 to Σ_l B·(k0 + k·l) — quadratic in depth. Fact 9 (residual): every block saves the same few tensors,
 so the sum is linear in depth; checkpointing every N blocks keeps only the ⌈L/N⌉ segment inputs and
-changes no number the probe reports (shared/seeds/jacobian-of-residual-stacks.txt, "Memory and the
-alternative designs"; shared/seeds/skip-connections-worked-example.txt, gradient checkpointing).
+changes no number the probe reports (Huang et al. 2017 for dense connectivity; Chen et al. 2016,
+"Training Deep Nets with Sublinear Memory Cost", for checkpointing).
 
 Byte counts are integers, so the closed forms are checked exactly; the fits carry their own
 thresholds, stated where used.

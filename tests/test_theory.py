@@ -1,8 +1,10 @@
 """Facts 1-7 of docs/theory.md, each checked through the harness against its closed form.
 
-Sources: shared/seeds/skip-connections-worked-example.txt (the 0.5 / 1.5 table),
-residual-identity-and-paths.txt (0.9^100, 0.99^100, 0.9^50, the route around),
-jacobian-of-residual-stacks.txt (I + J, cancelling branches, projections, gates, variance).
+Sources: He et al. 2016, "Deep Residual Learning" and "Identity Mappings in Deep Residual
+Networks" (the block Jacobian I + J, the route around, post-activation, scaled and projection
+shortcuts); Veit et al. 2016 (the expansion into paths); Srivastava et al. 2015 (highway gates);
+Bengio, Simard & Frasconi 1994 and Glorot & Bengio 2010 (products of per-layer factors);
+Schoenholz et al. 2017 and De & Smith 2020 (forward variance, plain and residual).
 
 Every expected value is computed here from its formula, never pasted from a run. Tolerances:
 EPS = 2^-52 is float64's machine epsilon; a chain of L blocks in which each block rounds once or

@@ -1,0 +1,136 @@
+"""Docs that run: every Python and shell snippet in README.md and docs/*.md is executed, so a
+copied snippet works; and nothing in the repository points outside it.
+
+A fenced block tagged `python` is executed as a module (with the repository root as the working
+folder), and every `test_*` function it defines is called, as pytest would. A block tagged `sh`,
+`bash`, `shell` or `console` runs under `bash -eu -o pipefail` in a scratch folder that links the
+repository's top-level folders (`specs/`, `benchmarks/`, …), with this environment's `bin/` first on
+PATH, HOME in the scratch folder and one torch thread, and must exit 0. A block that installs software or runs for minutes is
+marked in the Markdown, on the line before its fence, with `<!-- not-run: REASON -->`; such blocks
+are reported as skipped with that reason (`pytest -rs` lists them). Untagged blocks and blocks
+tagged `text`, `toml`, `yaml`, `diff` are shown output or data, not snippets (TOML blocks are
+loaded by tests/test_docs.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import settings
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: Fence tag → how the block runs.
+KINDS = {"python": "python", "py": "python", "sh": "sh", "bash": "sh", "shell": "sh", "console": "sh"}
+FENCE = re.compile(r"^(?P<indent>[ ]*)```(?P<tag>[\w+-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
+NOT_RUN = re.compile(r"^\s*<!--\s*not-run:\s*(?P<reason>.*?)\s*-->\s*$")
+#: Hypothesis budget for `@given` tests defined by a snippet: the snippet's own settings apply,
+#: the number of examples is cut so the docs run in seconds.
+SNIPPET_EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class Snippet:
+    path: Path
+    line: int
+    kind: str  # "python" | "sh"
+    body: str
+    not_run: str | None  # the reason given by a `<!-- not-run: … -->` marker, or None
+
+    @property
+    def id(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+def snippets() -> Iterator[Snippet]:
+    for path in DOC_FILES:
+        text = path.read_text(encoding="utf-8")
+        for m in FENCE.finditer(text):
+            kind = KINDS.get(m.group("tag").lower())
+            if kind is None:
+                continue
+            before = [ln for ln in text[: m.start()].splitlines() if ln.strip()]
+            marker = NOT_RUN.match(before[-1]) if before else None
+            body = "\n".join(ln[len(m.group("indent")) :] for ln in m.group("body").splitlines())
+            yield Snippet(path, text.count("\n", 0, m.start()) + 1, kind, body, marker.group("reason") if marker else None)
+
+
+ALL = list(snippets())
+
+
+def test_the_docs_have_snippets_and_every_skipped_one_says_why() -> None:
+    assert len(ALL) >= 5, [s.id for s in ALL]
+    run = [s for s in ALL if s.not_run is None]
+    skipped = [s for s in ALL if s.not_run is not None]
+    assert run, "no snippet runs"
+    for s in skipped:
+        assert len(s.not_run or "") >= 10, f"{s.id}: say why the snippet does not run (<!-- not-run: REASON -->)"
+    print(f"\n{len(run)} snippet(s) run, {len(skipped)} not run:")
+    for s in skipped:
+        print(f"  {s.id} ({s.kind}): {s.not_run}")
+
+
+def _scratch_folder(tmp_path: Path) -> Path:
+    for entry in ROOT.iterdir():
+        if entry.name.startswith(".") or entry.name in {"build", "dist"}:
+            continue
+        (tmp_path / entry.name).symlink_to(entry)
+    return tmp_path
+
+
+@pytest.mark.parametrize("snippet", ALL, ids=lambda s: s.id)
+def test_snippet_runs(snippet: Snippet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if snippet.not_run is not None:
+        pytest.skip(f"not run ({snippet.id}): {snippet.not_run}")
+    if snippet.kind == "python":
+        monkeypatch.chdir(ROOT)
+        namespace: dict[str, Any] = {"__name__": "docs_snippet"}
+        code = compile(snippet.body, snippet.id, "exec")
+        exec(code, namespace)  # the snippet, as a user would paste it into a module
+        tests = [f for name, f in namespace.items() if name.startswith("test_") and callable(f)]
+        settings.register_profile("docs-snippets", settings(max_examples=SNIPPET_EXAMPLES))
+        previous = settings._current_profile  # restored below: the suite's own profile stays in force
+        settings.load_profile("docs-snippets")
+        try:
+            for test in tests:
+                test()
+        finally:
+            settings.load_profile(previous or "default")
+        return
+    home = tmp_path / "home"  # what a snippet writes to ~ (asv's machine file) stays in the scratch folder
+    home.mkdir()
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "PATH": path, "HOME": str(home), "OMP_NUM_THREADS": "1"}
+    work = tmp_path / "work"
+    work.mkdir()
+    done = subprocess.run(
+        ["bash", "-eu", "-o", "pipefail", "-c", snippet.body], cwd=_scratch_folder(work), env=env,
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, f"{snippet.id} exited {done.returncode}:\n{snippet.body}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+
+
+def test_nothing_in_the_repository_points_outside_it() -> None:
+    """No file refers to a folder beside the repository (the theory is cited from the literature)."""
+    outside = "shared" + "/"  # spelled in two parts so this file does not match itself
+    try:
+        files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: every file but the usual outputs
+        files = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(ROOT).parts)]
+    hits = []
+    for name in files:
+        path = ROOT / name
+        if not path.is_file() or path.suffix in {".png", ".jpg", ".gz", ".whl"}:
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+            if outside in line:
+                hits.append(f"{name}:{number}: {line.strip()[:120]}")
+    assert not hits, "these lines point outside the repository; cite the source instead:\n" + "\n".join(hits)

@@ -1,0 +1,45 @@
+"""stability/render.py: plots rendered in a background process are the same bytes as inline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stability import RunOptions, SpecResult, load_spec, run_spec
+from stability.html import render_html
+from stability.render import Renderer, spec_pngs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def results() -> list[SpecResult]:
+    return [run_spec(load_spec(ROOT / "specs" / name), RunOptions(profile="ci")) for name in ("control_scaled_skip.toml", "preact_mlp.toml")]
+
+
+def test_background_plots_are_the_same_bytes_as_inline(results: list[SpecResult]) -> None:
+    with Renderer() as renderer:
+        for res in results:
+            renderer.submit(res)
+        background = [renderer.pngs(res) for res in results]
+    inline = [spec_pngs(res) for res in results]
+    assert background == inline
+    expected = [["gradient", "variance"] + (["identity"] if res.spec.expect.identity_at_init is not None else []) for res in results]
+    assert [list(p) for p in inline] == expected and ["gradient", "variance", "identity"] in expected
+    assert all(png.startswith(b"\x89PNG") for p in inline for png in p.values())
+
+
+def test_a_result_never_submitted_is_rendered_inline(results: list[SpecResult]) -> None:
+    with Renderer() as renderer:
+        assert renderer.pngs(results[0]) == spec_pngs(results[0])
+
+
+def test_the_page_is_the_same_with_background_plots(results: list[SpecResult]) -> None:
+    with Renderer() as renderer:
+        for res in results:
+            renderer.submit(res)
+        page = render_html(results, seconds=1.0, pngs=renderer.pngs)
+    inline = render_html(results, seconds=1.0)
+    strip = lambda s: s.split("generated", 1)[1].split("·", 1)[1]  # noqa: E731  (the generation time differs)
+    assert strip(page) == strip(inline)
