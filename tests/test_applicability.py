@@ -127,6 +127,11 @@ def test_choice_keys_narrow_the_drawn_space() -> None:
     spec = parse_spec(custom(ZERO_ONLY).replace('factory = "applicability_factory:make"', 'factory = "m:f"'))
     assert narrow_for(spec, "identity_at_init").space.branch_init == ["zero"]
     assert spec.space.branch_init == ["default", "zero"]
+    deep = parse_spec(custom('applies_when = { depth = [2, 4], init = ["default"] }\n').replace('factory = "applicability_factory:make"', 'factory = "m:f"'))
+    narrowed = narrow_for(deep, "identity_at_init").space
+    assert narrowed.depth == (2, 4) and narrowed.weight_init == ["default"] and narrowed.width == (2, 6)
+    depth3 = parse_case_string("depth=3,branch_init=zero", deep)
+    assert "depth=3 is outside expect.identity_at_init.applies_when depth = [2, 4]" in (not_applicable_reason(deep, "identity_at_init", depth3) or "")
 
 
 @pytest.mark.parametrize(("applies", "fragments"), [
