@@ -97,6 +97,7 @@ def test_a_replayed_case_outside_is_not_applicable_everywhere(cli: Cli, spec_fil
     assert code == 0, out
     assert "n/a" in out and "not applicable" in out and "✓" not in out
     assert "0 met, 0 not met, 1 not applicable, 0 case(s) probed" in out
+    assert "n/a " + f"{path}::identity_at_init: not applicable at depth=2,width=3," in " ".join(out.split())
     inv = json.loads(out_json.read_text())["specs"][0]["invariants"][0]
     assert inv["status"] == "not_applicable" and inv["verdict"] is None and inv["observed"] is None
     assert "branch_init=default is outside expect.identity_at_init.applies_when" in inv["message"]
