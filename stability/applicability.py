@@ -48,10 +48,17 @@ def not_applicable_reason(spec: Spec, name: str, case: Case) -> str | None:
 
 
 def narrow_for(spec: Spec, name: str) -> Spec:
-    """`spec` with its choice keys (init, branch_init, dtype, device) narrowed to the values
-    invariant `name` applies to, so the search draws only applicable cases on those keys."""
+    """`spec` with its space narrowed toward the cases invariant `name` applies to: choice keys
+    (init, branch_init, dtype, device) to the values listed, integer ranges to the smallest range
+    holding the values listed (the search skips the values in between that are not listed)."""
     rule = _rule(getattr(spec.expect, name))
-    update = {k: [c for c in getattr(spec.space, k) if c in v] for k, v in rule.items() if isinstance(getattr(spec.space, k, None), list)}
+    update: dict[str, Any] = {}
+    for key, values in rule.items():
+        current = getattr(spec.space, key, None)
+        if isinstance(current, list):
+            update[key] = [c for c in current if c in values]
+        elif isinstance(current, tuple) and values and all(isinstance(v, int) for v in values):
+            update[key] = (min(values), max(values))
     if not update:
         return spec
     return spec.model_copy(update={"space": spec.space.model_copy(update=update)})

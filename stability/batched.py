@@ -29,6 +29,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
+from stability.adapters import Stack
 from stability.errors import BlockError
 from stability.probe import (
     _LOW,
@@ -65,6 +66,8 @@ def probe_seeds(
     """
     if loss not in ("projection", "sum"):
         raise ValueError(f'probe_seeds(loss={loss!r}): choose "projection" or "sum"')
+    if any(isinstance(net, Stack) and (net.call_kwargs is not None or net.stem is not None) for net in networks):
+        raise TypeError("probe_seeds calls each block as block(h): probe a stability.Stack with call_kwargs or a stem with probe()")
     stacks = [_as_list(net) for net in networks]
     n_nets = len(stacks)
     if n_nets == 0:

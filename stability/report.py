@@ -101,6 +101,9 @@ def print_failures(results: Iterable[SpecResult], console: Console) -> None:
     """For every unmet expectation: what happened, how to reproduce it, where to read more."""
     for res in results:
         for r in res.results:
+            if not r.applicable:  # why nothing was judged: never a pass, never a failure
+                console.print(f"[dim]n/a {escape(r.message)}[/dim]", highlight=False, soft_wrap=True)
+                continue
             if r.met:
                 continue
             console.print(f"[red]✗[/red] {escape(printable(r.message))}", highlight=False, soft_wrap=True)

@@ -121,3 +121,11 @@ def test_set_modes_splits_batch_statistics_norms_from_everything_else() -> None:
     assert [m.training for m in net.modules()] == [False, False, True, False, False, True, False]
     set_modes(net, norm_train=False, dropout_train=True)
     assert [m.training for m in net.modules()] == [True, True, False, True, True, False, True]
+
+
+def test_probe_seeds_refuses_a_stack_it_would_call_wrongly() -> None:
+    from stability import probe_seeds
+
+    stack = Stack(blocks=nn.ModuleList([Mul(1.0)]), call_kwargs={"scale": 2.0})
+    with pytest.raises(TypeError, match="probe a stability.Stack with call_kwargs or a stem with probe"):
+        probe_seeds([stack], [x64()])

@@ -97,6 +97,7 @@ def test_a_replayed_case_outside_is_not_applicable_everywhere(cli: Cli, spec_fil
     assert code == 5 and "nothing was judged" in err, out  # judged nothing: pytest's "no tests ran", never a pass
     assert "n/a" in out and "not applicable" in out and "✓" not in out
     assert "0 met, 0 not met, 1 not applicable, 0 case(s) probed" in out
+    assert "n/a " + f"{path}::identity_at_init: not applicable at depth=2,width=3," in " ".join(out.split())
     inv = json.loads(out_json.read_text())["specs"][0]["invariants"][0]
     assert inv["status"] == "not_applicable" and inv["verdict"] is None and inv["observed"] is None
     assert "branch_init=default is outside expect.identity_at_init.applies_when" in inv["message"]
@@ -127,6 +128,11 @@ def test_choice_keys_narrow_the_drawn_space() -> None:
     spec = parse_spec(custom(ZERO_ONLY).replace('factory = "applicability_factory:make"', 'factory = "m:f"'))
     assert narrow_for(spec, "identity_at_init").space.branch_init == ["zero"]
     assert spec.space.branch_init == ["default", "zero"]
+    deep = parse_spec(custom('applies_when = { depth = [2, 4], init = ["default"] }\n').replace('factory = "applicability_factory:make"', 'factory = "m:f"'))
+    narrowed = narrow_for(deep, "identity_at_init").space
+    assert narrowed.depth == (2, 4) and narrowed.weight_init == ["default"] and narrowed.width == (2, 6)
+    depth3 = parse_case_string("depth=3,branch_init=zero", deep)
+    assert "depth=3 is outside expect.identity_at_init.applies_when depth = [2, 4]" in (not_applicable_reason(deep, "identity_at_init", depth3) or "")
 
 
 @pytest.mark.parametrize(("applies", "fragments"), [

@@ -82,7 +82,7 @@ def _x(seed: int, width: int = 32) -> torch.Tensor:
     return torch.randn(16, width, generator=torch.Generator().manual_seed(seed))  # 16 tokens of width 32
 
 
-@pytest.mark.parametrize(("name", "grad_band", "var_band"), [("gpt2", 0.09, 0.12), ("llama", 0.15, 0.08)])
+@pytest.mark.parametrize(("name", "grad_band", "var_band"), [("gpt2", 0.12, 0.12), ("llama", 0.17, 0.22)])
 def test_probed_values_lie_in_the_derived_bands_and_a_large_init_leaves_them(hf_blocks: Any, name: str, grad_band: float, var_band: float) -> None:
     _, module = hf_blocks
     factory = getattr(module, name)
