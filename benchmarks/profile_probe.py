@@ -1,0 +1,93 @@
+"""Where the probe's time goes: each part of it replaced by a no-op in turn, against a bare forward
++ backward, on the three networks of docs/performance.md target (a).
+
+    python benchmarks/profile_probe.py [REPS] [mlp|norm_mlp|conv ...]
+
+Prints, per network, the median process CPU time (one thread, REPS interleaved runs of all six
+variants, default 9) of: bare, probe, probe without the boundary moments, without the
+parameter-gradient norms, without the boundary-gradient hooks, and with none of the three.
+Not an asv benchmark (nothing runs at import; no function is named time_/peakmem_/track_).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CASES: dict[str, tuple[dict[str, str], dict[str, int]]] = {
+    "mlp": ({}, dict(depth=256, width=256, batch=64)),
+    "norm_mlp": ({"norm": "layer"}, dict(depth=256, width=256, batch=64)),
+    "conv": ({"layer": "conv2d", "extra": "kernel_size = 3"}, dict(depth=32, width=32, batch=16, spatial=16)),
+}
+
+
+def variants(blocks: Any, x: Any, r: Any) -> dict[str, Callable[[], None]]:
+    import torch
+
+    from benchmarks.ratios import _bare
+    from stability.probe import probe
+
+    mod = sys.modules["stability.probe"]  # the module (stability.probe the attribute is the function)
+    orig = {"add": mod._MomentGroups.add, "norms": mod._param_norms, "hook": torch.Tensor.register_hook}
+
+    def run(*, moments: bool = True, norms: bool = True, hooks: bool = True) -> Callable[[], None]:
+        def f() -> None:
+            if not moments:
+                mod._MomentGroups.add = lambda self, h: None
+            if not norms:
+                mod._param_norms = lambda grads, nd: torch.zeros(len(grads), dtype=torch.float64)
+            if not hooks:
+                torch.Tensor.register_hook = lambda self, hook: None
+            try:
+                probe(blocks, x, seed=0)
+            finally:
+                mod._MomentGroups.add, mod._param_norms, torch.Tensor.register_hook = orig["add"], orig["norms"], orig["hook"]
+
+        return f
+
+    return {
+        "bare": _bare(blocks, x, r),
+        "probe": run(),
+        "no_moments": run(moments=False),
+        "no_param_norms": run(norms=False),
+        "no_grad_hooks": run(hooks=False),
+        "skeleton": run(moments=False, norms=False, hooks=False),
+    }
+
+
+def main(argv: list[str]) -> int:
+    sys.path.insert(0, str(ROOT))
+    import torch
+
+    from benchmarks.ratios import _mlp_text, _net
+    from stability.probe import projection_vector
+
+    torch.set_num_threads(1)
+    reps = int(argv[0]) if argv else 9
+    for name in argv[1:] or list(CASES):
+        text_args, case = CASES[name]
+        _, blocks, x = _net(_mlp_text(**text_args), **case)
+        with torch.no_grad():
+            r = projection_vector(blocks(x).shape, 0, dtype=x.dtype, device=x.device)
+        fns = variants(blocks, x, r)
+        for f in fns.values():
+            f()
+        times: dict[str, list[float]] = {k: [] for k in fns}
+        for _ in range(reps):
+            for k, f in fns.items():
+                t0 = time.process_time()
+                f()
+                times[k].append(time.process_time() - t0)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        print(name, " ".join(f"{k}={v * 1e3:.1f}ms({v / med['bare']:.3f}x)" for k, v in med.items()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
