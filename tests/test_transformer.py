@@ -147,23 +147,21 @@ def test_batch_norm_on_tokens_normalises_each_channel_over_batch_and_tokens() ->
     torch.testing.assert_close(flat.var(0, unbiased=False), torch.ones(8), rtol=1e-4, atol=0)
 
 
-def test_custom_factories_receive_tokens() -> None:
-    captured: dict[str, int] = {}
-    import sys
-    import types
-
-    mod = types.ModuleType("tok_factory_mod")
-
-    def make(depth: int, width: int, tokens: int) -> nn.Sequential:
-        captured["tokens"] = tokens
-        return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])
-
-    mod.make = make  # type: ignore[attr-defined]
-    sys.modules["tok_factory_mod"] = mod
-    spec = parse_spec(_spec('factory = "tok_factory_mod:make"', "width = 4", family="custom").replace(
-        "width = { range = [16, 32], multiple_of = 8 }\n", ""))
+def test_custom_factories_receive_tokens(tmp_path: Path) -> None:
+    # The factory builds one block per token, so the number of blocks measured shows what it got.
+    (tmp_path / "tok_factory_mod.py").write_text(
+        "from torch import nn\n\n\n"
+        "def make(depth, width, tokens):\n"
+        "    return nn.Sequential(*[nn.Linear(width, width) for _ in range(tokens)])\n",
+        encoding="utf-8",
+    )
+    path = tmp_path / "spec.toml"
+    path.write_text(_spec('factory = "tok_factory_mod:make"', "width = 4", family="custom").replace(
+        "width = { range = [16, 32], multiple_of = 8 }\n", ""), encoding="utf-8")
+    spec = load_spec(path)
     record = evaluate(spec, corner_case(spec, tokens=6))
-    assert captured["tokens"] == 6 and record.measurements is not None and record.measurements.channels[0] == 4
+    assert record.measurements is not None, record.error
+    assert record.measurements.n_blocks == 6 and record.measurements.channels[0] == 4
 
 
 def test_observers_only_for_what_the_spec_declares() -> None:
