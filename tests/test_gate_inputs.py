@@ -149,7 +149,7 @@ def test_a_closed_stdout_changes_neither_the_verdict_nor_the_report(tmp_path: Pa
     assert data["met"] is False and data["specs"][0]["invariants"][0]["status"] == "failed"
 
 
-def test_the_pytest_plugin_reports_sys_exit_in_one_line_and_refuses_duplicate_names(tmp_path: Path) -> None:
+def test_the_pytest_plugin_reports_sys_exit_deep_nesting_and_duplicate_names_in_one_line(tmp_path: Path) -> None:
     specs = tmp_path / "specs"
     specs.mkdir()
     (specs / "blocks_exit.py").write_text(
@@ -163,6 +163,7 @@ def test_the_pytest_plugin_reports_sys_exit_in_one_line_and_refuses_duplicate_na
         'name = "exits"\ndescription = "d"\nfamily = "custom"\n[block]\nfactory = "blocks_exit:make"\n'
         "[space]\ndepth = 1\nwidth = 2\nbatch = 2\n[expect.gradient_arrival]\n"
     )
+    (specs / "deep.toml").write_text("junk = " + "[" * 600 + "]" * 600 + "\n" + plain("deep"))
     env = {**os.environ, "STABILITY_PROFILE": "ci"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(specs)],
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
@@ -170,4 +171,6 @@ def test_the_pytest_plugin_reports_sys_exit_in_one_line_and_refuses_duplicate_na
     assert proc.returncode == 1, out
     assert "b.toml: name = 'same': is already used by" in out
     assert "the spec's code called sys.exit(3)" in out
+    assert "deep.toml: nests arrays or tables too deeply to read" in out  # one item fails, collection goes on
+    assert "3 failed, 1 passed" in out  # a.toml ran; b (duplicate), c (exit) and deep failed, one line each
     assert "Hypothesis" not in out and "Falsifying" not in out
