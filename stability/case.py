@@ -129,7 +129,7 @@ def parse_case_string(text: str, spec: Spec, *, device: str | None = None) -> Ca
 
 def _check_inside(case: Case, spec: Spec) -> None:
     s = spec.space
-    ranges = {"depth": s.depth, "width": s.width, "batch": s.batch, "seed": s.seed}
+    ranges: dict[str, tuple[int, int]] = {"depth": s.depth, "width": s.width, "batch": s.batch, "seed": s.seed}
     if spec.block.layer == "conv2d":
         ranges["spatial"] = s.spatial or (8, 8)
     if s.input_width is not None:
@@ -140,8 +140,9 @@ def _check_inside(case: Case, spec: Spec) -> None:
         value = getattr(case, key)
         if value is None or not lo <= value <= hi:
             raise UsageError(f"--case: {key}={value} is outside the spec's space [{lo}, {hi}]")
-        if isinstance(ranges[key], IntSpace) and not ranges[key].admits(value):  # type: ignore[attr-defined]
-            raise UsageError(f"--case: {key}={value} is not in the spec's space {ranges[key].describe()}")  # type: ignore[attr-defined]
+        space = ranges[key]
+        if isinstance(space, IntSpace) and not space.admits(value):
+            raise UsageError(f"--case: {key}={value} is not in the spec's space {space.describe()}")
     for key in _CHOICE_KEYS:
         choices = list(getattr(s, key))
         value = getattr(case, key)

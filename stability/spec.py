@@ -629,7 +629,7 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
 
     one_value_per_channel = b.layer == "linear" or (s.spatial or (8, 8))[0] == 1
     if b.layer == "tokens":  # (B, T, C): B·T values per channel
-        one_value_per_channel = (s.tokens or (8, 8))[0] == 1
+        one_value_per_channel = s.tokens is not None and s.tokens[0] == 1  # default 8 tokens
     if b.norm == "batch" and spec.probe.mode == "train" and s.batch[0] == 1 and one_value_per_channel:
         raise SpecError(
             f, "space.batch", "batch norm in train mode needs more than one value per channel, and a batch of 1 gives one",
