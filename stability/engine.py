@@ -22,6 +22,7 @@ from hypothesis import example, given, target
 from hypothesis.errors import HypothesisException
 
 from stability import invariants as inv
+from stability import theory_checks as theory
 from stability.build import build, derive_seed, make_input
 from stability.case import Case, parse_case_string, reproduce_command
 from stability.errors import BlockError, CaseError, SpecError
@@ -98,6 +99,12 @@ def _apply(name: str, expectation: Any, m: Measurements) -> Verdict:
             statistic=expectation.statistic,
             bounded_ratio=expectation.bounded_ratio,
         )
+    if name == "jacobian_spectrum":
+        return theory.jacobian_spectrum(m, max_spread=expectation.max_spread, mean_lo=expectation.mean_lo, mean_hi=expectation.mean_hi)
+    if name == "mean_field":
+        return theory.mean_field(m, k_sigma=expectation.k_sigma)
+    if name == "lesion":
+        return theory.lesion(m, max_change=expectation.max_change, statistic=expectation.statistic)
     return inv.identity_at_init(m, atol=expectation.atol)
 
 
@@ -122,6 +129,7 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
                 net.blocks, x, loss=spec.probe.loss, seed=derive_seed(case.seed, 2),
                 checkpoint_every=spec.probe.checkpoint_every,
             )
+            m.extra.update(theory.extra_measurements(spec, case, net.blocks, x, seed=derive_seed(case.seed, 3)))
     except BlockError as exc:  # a block raised: for a custom factory, its blocks do not chain
         if spec.family == "custom":
             raise SpecError(spec.path, "block.factory", f"the blocks do not run: {exc} (case {case})", value=spec.block.factory) from None
@@ -161,6 +169,8 @@ def _severity(name: str, v: Verdict, expectation: Any) -> float:
         if not v.observed > 0:
             return math.inf
         return -min(math.log(v.observed / expectation.lo), math.log(expectation.hi / v.observed))
+    if name == "mean_field" and v.observed > 0 and v.extra.get("predicted", 0) > 0:
+        return abs(math.log(v.observed / v.extra["predicted"]))
     return v.observed if math.isfinite(v.observed) else math.inf
 
 
@@ -176,6 +186,12 @@ def _target(name: str, v: Verdict) -> None:
         target(math.log10(v.observed), label="exploding gradient (log10)")
     elif name == "variance_growth":
         target(math.log10(v.observed), label="variance growth (log10 ratio)")
+    elif name == "jacobian_spectrum":
+        target(math.log10(v.observed), label="Jacobian spread (log10)")
+    elif name == "lesion":
+        target(v.observed, label="lesion change")
+    elif name == "mean_field" and v.extra.get("predicted", 0) > 0:
+        target(abs(math.log(v.observed / v.extra["predicted"])), label="mean-field mismatch (log)")
     else:
         target(v.observed, label="identity error")
 
