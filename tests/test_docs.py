@@ -13,10 +13,11 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from stability.cli import main
-from stability.spec import Block, Expect, GradientArrival, IdentityAtInit, Probe, Space, Spec, VarianceGrowth, parse_spec
+from stability.spec import Block, Expect, GradientArrival, IdentityAtInit, JacobianSpread, Lesion, MeanFieldRate, Probe, Space, Spec, VarianceGrowth, parse_spec
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 MODELS: list[type[BaseModel]] = [Spec, Block, Space, Expect, GradientArrival, VarianceGrowth, IdentityAtInit, Probe]
+MODELS += [JacobianSpread, MeanFieldRate, Lesion]
 
 
 def _read(name: str) -> str:
