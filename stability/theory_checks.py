@@ -215,4 +215,4 @@ def lesion(m: Measurements, *, max_change: float = 0.5, statistic: str = "max") 
     value = worst if statistic == "max" else statistics.median(c for c, _ in finite)
     what = f"removing block {block} changes the output by {worst:.3g} (relative); median over {len(finite)} blocks {statistics.median(c for c, _ in finite):.3g}"
     ok = value <= max_change
-    return Verdict("lesion", ok, value, bound, block, f"{what}: {statistic} {'within' if ok else 'above'} {max_change:g}", {"changes": changes})
+    return Verdict("lesion", ok, value, bound, block, f"{what}: {statistic} {'within' if ok else 'above'} {max_change:g}", {"changes": [None if math.isnan(c) else c for c in changes]})

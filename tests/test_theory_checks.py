@@ -116,6 +116,7 @@ def test_lesion_verdict() -> None:
     changes = [0.1, 0.7, math.nan, 0.2]
     v = lesion(_m([1, 1], {"lesion": changes}), max_change=0.7)
     assert v.passed and v.observed == 0.7 and v.block == 1
+    assert v.extra["changes"] == [0.1, 0.7, None, 0.2]  # JSON has no NaN
     assert not lesion(_m([1, 1], {"lesion": changes}), max_change=0.69).passed
     med = lesion(_m([1, 1], {"lesion": changes}), max_change=0.2, statistic="median")
     assert med.passed and med.observed == 0.2
