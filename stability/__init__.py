@@ -5,7 +5,7 @@ spec (`load_spec`) → case (`Case`, `strategies.cases`) → network (`build`) �
 (`probe`) → verdicts (`gradient_arrival`, `variance_growth`, `identity_at_init`) → report.
 """
 
-from stability import strategies
+from stability import meanfield, strategies
 from stability.adapters import Stack
 from stability.batched import probe_seeds
 from stability.build import Network, build, make_input
@@ -13,6 +13,9 @@ from stability.case import Case, parse_case_string
 from stability.engine import CaseRecord, InvariantResult, RunOptions, SpecResult, evaluate, run_spec
 from stability.errors import CaseError, SpecError, StabilityError, UsageError
 from stability.invariants import Verdict, classify_growth, gradient_arrival, identity_at_init, variance_growth
+from stability.jacobian import JacobianSpectrum, jacobian_spectrum, jacobian_svdvals
+from stability.lesion import lesion_changes
+from stability.paths import path_length_shares
 from stability.probe import Measurements, probe
 from stability.spec import Spec, find_specs, load_spec, parse_spec
 
@@ -49,3 +52,4 @@ __all__ = [
     "strategies",
     "variance_growth",
 ]
+__all__ += ["JacobianSpectrum", "jacobian_spectrum", "jacobian_svdvals", "lesion_changes", "meanfield", "path_length_shares"]

@@ -24,6 +24,7 @@ from hypothesis.errors import HypothesisException
 from stability import invariants as inv
 from stability import token_invariants
 from stability.applicability import narrow_for, not_applicable_reason
+from stability import theory_checks as theory
 from stability.build import build, derive_seed, make_input
 from stability.case import Case, parse_case_string, reproduce_command
 from stability.errors import BlockError, CaseError, SpecError
@@ -107,6 +108,12 @@ def _apply(name: str, expectation: Any, m: Measurements) -> Verdict:
         )
     if name in token_invariants.TOKEN_INVARIANTS:
         return token_invariants.judge(name, expectation, m)
+    if name == "jacobian_spectrum":
+        return theory.jacobian_spectrum(m, max_spread=expectation.max_spread, mean_lo=expectation.mean_lo, mean_hi=expectation.mean_hi)
+    if name == "mean_field":
+        return theory.mean_field(m, k_sigma=expectation.k_sigma)
+    if name == "lesion":
+        return theory.lesion(m, max_change=expectation.max_change, statistic=expectation.statistic)
     return inv.identity_at_init(m, atol=expectation.atol)
 
 
@@ -134,6 +141,7 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
                 observers=token_invariants.observers_for(spec),
             )
             m = token_invariants.finish_measurements(spec, m)
+            m.extra.update(theory.extra_measurements(spec, case, net.blocks, x, seed=derive_seed(case.seed, 3)))
     except BlockError as exc:  # a block raised on this case (any family): this case fails, the run goes on
         return CaseRecord(case, None, f"the case does not run: {exc}", time.perf_counter() - t0)
     except CaseError as exc:  # the time limit, or refused for memory
@@ -171,6 +179,8 @@ def _severity(name: str, v: Verdict, expectation: Any) -> float:
         return -min(math.log(v.observed / expectation.lo), math.log(expectation.hi / v.observed))
     if name == "attention_entropy":  # lower entropy is closer to collapse
         return -v.observed if math.isfinite(v.observed) else math.inf
+    if name == "mean_field" and v.observed > 0 and v.extra.get("predicted", 0) > 0:
+        return abs(math.log(v.observed / v.extra["predicted"]))
     return v.observed if math.isfinite(v.observed) else math.inf
 
 
@@ -188,6 +198,12 @@ def _target(name: str, v: Verdict) -> None:
         target(math.log10(v.observed), label="variance growth (log10 ratio)")
     elif name in token_invariants.TOKEN_INVARIANTS:
         target(-v.observed if name == "attention_entropy" else v.observed, label=name)
+    elif name == "jacobian_spectrum":
+        target(math.log10(v.observed), label="Jacobian spread (log10)")
+    elif name == "lesion":
+        target(v.observed, label="lesion change")
+    elif name == "mean_field" and v.extra.get("predicted", 0) > 0:
+        target(abs(math.log(v.observed / v.extra["predicted"])), label="mean-field mismatch (log)")
     else:
         target(v.observed, label="identity error")
 

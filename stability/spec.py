@@ -28,6 +28,9 @@ __all__ = [
     "GradientArrival",
     "VarianceGrowth",
     "IdentityAtInit",
+    "JacobianSpread",
+    "MeanFieldRate",
+    "Lesion",
     "load_spec",
     "find_specs",
     "parse_spec",
@@ -70,6 +73,7 @@ Expectation = Literal["holds", "violated"]
 FAMILIES: tuple[str, ...] = get_args(Family)
 GROWTH_CLASSES: tuple[str, ...] = get_args(Growth)
 INVARIANTS: tuple[str, ...] = ("gradient_arrival", "variance_growth", "identity_at_init", "rank_collapse", "attention_entropy", "gradient_balance")
+INVARIANTS += ("jacobian_spectrum", "mean_field", "lesion")
 #: Branch inits under which every branch outputs exactly zero at initialisation.
 ZERO_BRANCH_INITS: frozenset[str] = frozenset({"zero", "rezero", "skipinit"})
 
@@ -368,6 +372,33 @@ class GradientBalance(_Invariant):
     max_spread: float = Field(10.0, ge=1.0)
 
 
+class JacobianSpread(_Invariant):
+    """σ_max² / ⟨σ²⟩ of the input–output Jacobian ≤ max_spread, and ⟨σ²⟩ in [mean_lo, mean_hi] when set
+    (Pennington, Schoenholz & Ganguli 2017). Measured after the probe, only when declared."""
+
+    max_spread: float = Field(4.0, ge=1.0)
+    mean_lo: float | None = Field(None, gt=0.0)
+    mean_hi: float | None = Field(None, gt=0.0)
+    probes: int = Field(16, ge=2, le=1024)
+    iterations: int = Field(50, ge=1, le=10_000)
+    exact: bool = False
+
+
+class MeanFieldRate(_Invariant):
+    """The measured per-block factor of ‖∂L/∂x‖² matches the mean-field χ within k_sigma finite-width
+    standard deviations (Schoenholz et al. 2017; the band is stability.meanfield.log_factor_variance)."""
+
+    k_sigma: float = Field(4.0, gt=0.0)
+
+
+class Lesion(_Invariant):
+    """Removing one block (replacing it by the identity) changes the output by at most max_change,
+    relative (Veit et al. 2016), over the blocks' maximum or median."""
+
+    max_change: float = Field(0.5, gt=0.0)
+    statistic: Literal["max", "median"] = "max"
+
+
 class Expect(_Model):
     gradient_arrival: GradientArrival | None = None
     variance_growth: VarianceGrowth | None = None
@@ -375,6 +406,9 @@ class Expect(_Model):
     rank_collapse: RankCollapse | None = None
     attention_entropy: AttentionEntropy | None = None
     gradient_balance: GradientBalance | None = None
+    jacobian_spectrum: JacobianSpread | None = None
+    mean_field: MeanFieldRate | None = None
+    lesion: Lesion | None = None
 
 
 class Probe(_Model):
@@ -688,6 +722,9 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
             raise SpecError(f, "expect.identity_at_init", f"family '{fam}' has no branch to zero, so it is never the identity by construction", fix="remove it")
         if fam != "custom" and not ZERO_BRANCH_INITS & set(s.branch_init):
             raise SpecError(f, "space.branch_init", "identity_at_init is checked on zero-branch cases, and this space has none", value=s.branch_init, fix='add "zero", "rezero" or "skipinit"')
+    from stability.theory_checks import check_spec
+
+    check_spec(spec)
     from stability.applicability import check_applies_when
     from stability.case import parse_case_string
 

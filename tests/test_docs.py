@@ -19,6 +19,9 @@ from stability.spec import (
     Expect,
     GradientArrival,
     GradientBalance,
+    JacobianSpread,
+    Lesion,
+    MeanFieldRate,
     IdentityAtInit,
     Probe,
     RankCollapse,
@@ -30,6 +33,7 @@ from stability.spec import (
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 MODELS: list[type[BaseModel]] = [Spec, Block, Space, Expect, GradientArrival, VarianceGrowth, IdentityAtInit, Probe, RankCollapse, AttentionEntropy, GradientBalance]
+MODELS += [JacobianSpread, MeanFieldRate, Lesion]
 
 
 def _read(name: str) -> str:
