@@ -176,8 +176,7 @@ def heatmap_figure(result: SweepResult, measure: str, *, facet: dict[str, Value]
     fig = Figure(figsize=(6.4, 4.4), dpi=_DPI, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    cmap = colormaps["RdBu_r"].copy()
-    cmap.set_bad("#bdbdbd")  # not measured (every seed failed to run)
+    cmap = colormaps["RdBu_r"].with_extremes(bad="#bdbdbd")  # grey: not measured (every seed failed to run)
     finite = grid[np.isfinite(grid)]
     half = min(max(float(np.abs(finite).max()) if finite.size else 1.0, 0.5), _CLIP)
     shown = np.clip(np.where(np.isinf(grid), np.sign(grid) * _CLIP, grid), -half, half)
