@@ -50,8 +50,10 @@ def _log10_ratio(m: Any, spec: Any, measure: str) -> float:
         vg = spec.expect.variance_growth
         series = m.act_sq_mean if vg is not None and vg.statistic == "second_moment" else m.act_var
         a, b = series[-1], series[0]
-    if not (math.isfinite(a) and math.isfinite(b)) or b <= 0:
-        return math.nan if not math.isfinite(a) else -math.inf
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return math.inf  # overflowed on the way (vanishing goes to 0, not to NaN/inf): drawn as exploded
+    if b <= 0:
+        return math.inf if a > 0 else math.nan
     return math.log10(a / b) if a > 0 else -math.inf
 
 
@@ -173,7 +175,7 @@ def heatmap_figure(result: SweepResult, measure: str, *, facet: dict[str, Value]
             if x_axis:
                 p[x_axis.key] = x
             grid[i, j] = values.get(point_key(p), math.nan)
-    fig = Figure(figsize=(6.4, 4.4), dpi=_DPI, layout="constrained")
+    fig = Figure(figsize=(6.4, 5.2), dpi=_DPI, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     cmap = colormaps["RdBu_r"].with_extremes(bad="#bdbdbd")  # grey: not measured (every seed failed to run)
@@ -199,16 +201,17 @@ def heatmap_figure(result: SweepResult, measure: str, *, facet: dict[str, Value]
         title += "\n" + ", ".join(f"{k}={v}" for k, v in facet.items())
     ax.set_title(title, fontsize=10)
     _budgets(ax, result, measure, x_axis.key if x_axis else None, xs, x_pos, facet)
-    _mean_field(ax, result, x_axis.key if x_axis else None, xe, ye)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="lower left", fontsize=8, framealpha=0.85)
+    _mean_field(ax, result, measure, x_axis.key if x_axis else None, xe, ye)
+    if ax.get_legend_handles_labels()[0]:  # below the map, so it hides no cell
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize=8, ncol=2, frameon=False)
     return fig
 
 
 def _budgets(ax: Any, result: SweepResult, measure: str, x_key: str | None, xs: list[Value], x_pos: list[float], facet: dict[str, Value]) -> None:
     """The bisected depth budget of the invariant this measurement belongs to, one marker per slice."""
     name = "gradient_arrival" if measure == "gradient" else "variance_growth"
-    px, py = [], []
+    found: list[tuple[float, int]] = []
+    floor: list[tuple[float, int]] = []  # holds at the top of the range: the budget is at least that
     for b in result.budgets:
         if b.invariant != name or b.budget is None:
             continue
@@ -217,15 +220,16 @@ def _budgets(ax: Any, result: SweepResult, measure: str, x_key: str | None, xs: 
             continue
         x = s.get(x_key) if x_key else "—"
         if x in xs:
-            px.append(x_pos[xs.index(x)])
-            py.append(b.budget)
-    if px:
-        order = np.argsort(px)
-        ax.plot(np.asarray(px)[order], np.asarray(py)[order], "D", color="white", markeredgecolor="black", markersize=6,
-                linestyle="none", label=f"{name} depth budget (bisection)")
+            (floor if b.status == "at_least" else found).append((x_pos[xs.index(x)], b.budget))
+    if found:
+        ax.plot(*zip(*found, strict=True), "D", color="white", markeredgecolor="black", markersize=6, linestyle="none",
+                label="depth budget (bisection)")
+    if floor:
+        ax.plot(*zip(*floor, strict=True), "^", color="white", markeredgecolor="black", markersize=7, linestyle="none",
+                label="holds at the deepest depth searched")
 
 
-def _mean_field(ax: Any, result: SweepResult, x_key: str | None, xe: np.ndarray, ye: np.ndarray) -> None:
+def _mean_field(ax: Any, result: SweepResult, measure: str, x_key: str | None, xe: np.ndarray, ye: np.ndarray) -> None:
     found = overlay_for(result, x_key)
     if found is None:
         return
@@ -236,11 +240,18 @@ def _mean_field(ax: Any, result: SweepResult, x_key: str | None, xe: np.ndarray,
     with np.errstate(divide="ignore"):
         line = 6.0 / np.abs(np.log(chis))
     line[~np.isfinite(line)] = np.nan
-    ax.plot(grid, line, "--", color="black", linewidth=1.6, label="6ξ, mean field (Schoenholz et al. 2017)")
+    ax.plot(grid, line, "--", color="black", linewidth=1.6, label="6ξ (mean field)")
+    ga = result.spec.expect.gradient_arrival
+    if measure == "gradient" and ga is not None and not (math.isclose(-math.log(ga.lo), 3, rel_tol=1e-4) and math.isclose(math.log(ga.hi), 3, rel_tol=1e-4)):
+        # r₀ ≈ χ₁^(L/2) leaves [lo, hi] at L = 2 ln(1/lo) ξ (χ₁ < 1) or 2 ln(hi) ξ (χ₁ > 1)
+        with np.errstate(divide="ignore"):
+            budget = np.where(chis < 1, 2 * math.log(1 / ga.lo), 2 * math.log(ga.hi)) / np.abs(np.log(chis))
+        budget[~np.isfinite(budget)] = np.nan
+        ax.plot(grid, budget, "-.", color="#444444", linewidth=1.2, label=f"mean field: r₀ leaves [{ga.lo:g}, {ga.hi:g}]")
     cross = np.nonzero(np.diff(np.sign(chis - 1.0)))[0]
     for k in cross[:1]:
         s0 = grid[k] + (1.0 - chis[k]) * (grid[k + 1] - grid[k]) / (chis[k + 1] - chis[k])
-        ax.axvline(s0, color="black", linestyle=":", linewidth=1.2, label=f"χ₁ = 1 (order | chaos), σ_w² ≈ {s0:.2g}")
+        ax.axvline(s0, color="black", linestyle=":", linewidth=1.2, label=f"χ₁ = 1: order | chaos (σ_w² ≈ {s0:.2g})")
     ax.set_ylim(ye[0], ye[-1])
 
 

@@ -101,16 +101,20 @@ def _heatmaps(result: SweepResult) -> str:
             caption = (
                 f"{MEASURES[measure]}. Blue: shrinks over depth; red: grows; grey: not measured. "
                 "White diamonds: the bisected depth budget of "
-                f"{'gradient_arrival' if measure == 'gradient' else 'variance_growth'} per column."
+                f"{'gradient_arrival' if measure == 'gradient' else 'variance_growth'} per column; triangles: it still holds at the "
+                "deepest depth searched."
             )
             if overlay is not None:
                 caption += (
                     f" Dashed: the mean-field depth scale 6ξ, ξ = 1/|ln χ₁| ({overlay[0]}, σ_b² = {overlay[1]:.3g}); "
                     "dotted: χ₁ = 1, the order-to-chaos boundary (Schoenholz et al. 2017)."
                 )
+                ga = result.spec.expect.gradient_arrival
+                if measure == "gradient" and ga is not None:
+                    caption += f" Dash-dotted (where drawn): the depth at which the mean-field r₀ ≈ χ₁^(L/2) leaves [{ga.lo:g}, {ga.hi:g}]."
             label = ", ".join(f"{k}={v}" for k, v in facet.items())
             parts.append(
-                f'<figure><img src="{uri}" alt="{_e(measure)} phase diagram {_e(label)}" width="640" height="440">'
+                f'<figure><img src="{uri}" alt="{_e(measure)} phase diagram {_e(label)}" width="640" height="520">'
                 f"<figcaption>{_e(caption)}</figcaption></figure>"
             )
     return f'<div class="heatmaps">{"".join(parts)}</div>'
