@@ -23,7 +23,6 @@ import io
 import json
 import math
 import statistics
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -33,6 +32,7 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
 from stability.grid import Value, point_key
+from stability.meanfield import ACTIVATIONS, critical_sigma_w2, mean_field
 from stability.sweep import SweepResult
 from stability.sweep_exec import measurements_from_json
 
@@ -76,60 +76,22 @@ def measure_values(result: SweepResult, measure: str) -> dict[str, float]:
 # ----------------------------------------------------------------------------- mean field
 
 
-def _gauss() -> tuple[np.ndarray, np.ndarray]:
-    z, w = np.polynomial.hermite_e.hermegauss(121)  # ∫ f(z) e^{-z²/2} dz ≈ Σ w f(z)
-    return z, w / math.sqrt(2 * math.pi)  # Σ w = 1: expectations under z ~ N(0, 1)
-
-
-_PHI: dict[str, tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]] = {
-    "tanh": (np.tanh, lambda h: 1.0 / np.cosh(h) ** 2),
-    "relu": (lambda h: np.maximum(h, 0.0), lambda h: (h > 0).astype(float)),
-    "identity": (lambda h: h, lambda h: np.ones_like(h)),
-}
-
-
 def mean_field_chi1(activation: str, sigma_w2: float, sigma_b2: float = 0.0) -> float:
-    """χ₁ = σ_w² E[φ'(√q* z)²] at the fixed point q* = σ_w² E[φ(√q* z)²] + σ_b² (Poole et al.
-    2016 eq. 3; Schoenholz et al. 2017 eq. 9). Uses `stability.meanfield` where it exists."""
-    try:
-        from stability.meanfield import mean_field  # type: ignore[import-not-found,unused-ignore]
-
-        return float(mean_field(activation, sigma_w2=sigma_w2, sigma_b2=sigma_b2).chi1)
-    except ImportError:
-        pass
-    return float(_chi1(activation, np.array([sigma_w2], dtype=float), sigma_b2)[0])
-
-
-def _chi1(activation: str, sigma_w2: np.ndarray, sigma_b2: float) -> np.ndarray:
-    """χ₁ for many σ_w² at once (the q-map iterated from q = 1 to its fixed point)."""
-    if activation not in _PHI:
-        raise ValueError(f"no mean-field prediction for activation {activation!r}")
-    if activation == "relu":  # φ'² = 1{h > 0}: E = 1/2 at every q > 0, whether or not q has a fixed point
-        return sigma_w2 / 2.0
-    phi, dphi = _PHI[activation]
-    z, w = _gauss()  # (K,)
-    q = np.ones_like(sigma_w2)  # (S,)
-    for _ in range(5000):  # geometric convergence off the critical line; on it q* = 0 is reached like 1/l
-        nxt = sigma_w2 * (phi(np.sqrt(q)[:, None] * z) ** 2 @ w) + sigma_b2  # (S,)
-        done = np.abs(nxt - q) <= 1e-14 * np.maximum(q, 1e-300)
-        q = nxt
-        if done.all():
-            break
-    chi: np.ndarray = sigma_w2 * (dphi(np.sqrt(q)[:, None] * z) ** 2 @ w)
-    return chi
+    """χ₁ = σ_w² E[φ'(√q* z)²] at the fixed point q* of the q-map (Poole et al. 2016 eq. 3;
+    Schoenholz et al. 2017 eq. 9), from `stability.meanfield`."""
+    return float(mean_field(activation, sigma_w2=sigma_w2, sigma_b2=sigma_b2).chi1)
 
 
 def depth_scale(activation: str, sigma_w2: float, sigma_b2: float = 0.0) -> float:
     """ξ = 1 / |ln χ₁| (inf at χ₁ = 1, the critical line)."""
-    chi = mean_field_chi1(activation, sigma_w2, sigma_b2)
-    return math.inf if chi == 1 or not math.isfinite(chi) else 1.0 / abs(math.log(chi))
+    return float(mean_field(activation, sigma_w2=sigma_w2, sigma_b2=sigma_b2).xi)
 
 
 def overlay_for(result: SweepResult, x_key: str | None) -> tuple[str, float] | None:
     """(activation, σ_b²) when the mean-field line applies: a plain stack with Gaussian weights
     swept over σ_w², biases zero or PyTorch's default (σ_b² = 1/(3·fan_in))."""
     spec = result.spec
-    if x_key != "sigma_w2" or spec.family != "plain" or spec.block.norm != "none" or spec.block.activation not in _PHI:
+    if x_key != "sigma_w2" or spec.family != "plain" or spec.block.norm != "none" or spec.block.activation not in ACTIVATIONS:
         return None
     bias = spec.space.bias_init
     if bias == "default":
@@ -234,9 +196,9 @@ def _mean_field(ax: Any, result: SweepResult, measure: str, x_key: str | None, x
     if found is None:
         return
     activation, sigma_b2 = found
-    grid = np.linspace(xe[0], xe[-1], 400)
+    grid = np.linspace(xe[0], xe[-1], 200)
     grid = grid[grid > 0]
-    chis = _chi1(activation, grid, sigma_b2)
+    chis = np.array([mean_field_chi1(activation, float(s), sigma_b2) for s in grid])
     with np.errstate(divide="ignore"):
         line = 6.0 / np.abs(np.log(chis))
     line[~np.isfinite(line)] = np.nan
@@ -248,10 +210,12 @@ def _mean_field(ax: Any, result: SweepResult, measure: str, x_key: str | None, x
             budget = np.where(chis < 1, 2 * math.log(1 / ga.lo), 2 * math.log(ga.hi)) / np.abs(np.log(chis))
         budget[~np.isfinite(budget)] = np.nan
         ax.plot(grid, budget, "-.", color="#444444", linewidth=1.2, label=f"mean field: r₀ leaves [{ga.lo:g}, {ga.hi:g}]")
-    cross = np.nonzero(np.diff(np.sign(chis - 1.0)))[0]
-    for k in cross[:1]:
-        s0 = grid[k] + (1.0 - chis[k]) * (grid[k + 1] - grid[k]) / (chis[k + 1] - chis[k])
-        ax.axvline(s0, color="black", linestyle=":", linewidth=1.2, label=f"χ₁ = 1: order | chaos (σ_w² ≈ {s0:.2g})")
+    try:
+        critical = critical_sigma_w2(activation, sigma_b2)
+    except ValueError:  # no order-to-chaos transition for this activation and σ_b²
+        critical = math.nan
+    if xe[0] <= critical <= xe[-1]:
+        ax.axvline(critical, color="black", linestyle=":", linewidth=1.2, label=f"χ₁ = 1: order | chaos (σ_w² = {critical:.3g})")
     ax.set_ylim(ye[0], ye[-1])
 
 
