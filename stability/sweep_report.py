@@ -110,8 +110,10 @@ def _heatmaps(result: SweepResult) -> str:
                     "dotted: χ₁ = 1, the order-to-chaos boundary (Schoenholz et al. 2017)."
                 )
                 ga = result.spec.expect.gradient_arrival
-                if measure == "gradient" and ga is not None:
-                    caption += f" Dash-dotted (where drawn): the depth at which the mean-field r₀ ≈ χ₁^(L/2) leaves [{ga.lo:g}, {ga.hi:g}]."
+                if measure == "gradient" and ga is not None and not (math.isclose(-math.log(ga.lo), 3, rel_tol=1e-4) and math.isclose(math.log(ga.hi), 3, rel_tol=1e-4)):
+                    caption += f" Dash-dotted: the depth at which the mean-field r₀ ≈ χ₁^(L/2) leaves [{ga.lo:g}, {ga.hi:g}]."
+                elif measure == "gradient" and ga is not None:
+                    caption += " The spec's bounds are e^(∓3), so r₀ ≈ χ₁^(L/2) leaves them at L = 6ξ: the diamonds should follow the dashed line."
             label = ", ".join(f"{k}={v}" for k, v in facet.items())
             parts.append(
                 f'<figure><img src="{uri}" alt="{_e(measure)} phase diagram {_e(label)}" width="640" height="520">'
