@@ -68,6 +68,11 @@ def _depth_range(text: str) -> tuple[int, int]:
 def _backend(args: argparse.Namespace) -> Any:
     from stability.sweep_exec import SerialBackend
 
+    if args.device == "cuda" and not args.scheduler:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda: CUDA is not available on this machine; use --device cpu, or --scheduler with GPU workers")
     if args.serial:
         if args.scheduler or args.workers:
             raise UsageError("--serial runs in this process; drop --workers / --scheduler, or drop --serial")
@@ -77,7 +82,7 @@ def _backend(args: argparse.Namespace) -> Any:
     try:
         from stability.sweep_exec import DaskBackend
 
-        return DaskBackend(scheduler=args.scheduler, n_workers=args.workers)
+        return DaskBackend(scheduler=args.scheduler, n_workers=args.workers, gpu=args.device == "cuda")
     except ImportError:
         raise UsageError("Dask distributed is not installed: pip install 'stability[sweep]', or run with --serial") from None
     except OSError as exc:
@@ -125,11 +130,12 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
             raise UsageError(f"--html {args.html}: is a file; give a folder (the report is written to FOLDER/index.html)")
     from stability.sweep import code_version, run_sweep
 
-    store = Store(db)
     version = code_version()
+    Store(db).close()  # a bad --db is reported before a cluster starts
+    backend = _backend(args)
+    store = Store(db)
     resumed_id = getattr(args, "resumed_id", None)
     sweep_id = resumed_id if resumed_id is not None else store.start_sweep(version, _recorded_args(argv))
-    backend = _backend(args)
     try:
         with _progress(err, disabled=args.quiet) as update:
             result = run_sweep(spec, axes, store, backend, seeds=seeds, device=args.device, depth_range=depth_range,

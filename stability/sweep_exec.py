@@ -198,7 +198,7 @@ class DaskBackend:
     comes back failed with Dask's reason.
     """
 
-    def __init__(self, *, scheduler: str | None = None, n_workers: int | None = None, client: Any = None) -> None:
+    def __init__(self, *, scheduler: str | None = None, n_workers: int | None = None, client: Any = None, gpu: bool = False) -> None:
         import dask
         from distributed import Client, LocalCluster
 
@@ -209,9 +209,13 @@ class DaskBackend:
         elif scheduler:
             self.client = Client(scheduler, timeout="30s")  # type: ignore[no-untyped-call,unused-ignore]
         else:
-            n = n_workers or os.cpu_count() or 1
+            # CUDA points need the GPU resource: one local worker holds it (several workers would
+            # share the same device; for one worker per GPU start workers with CUDA_VISIBLE_DEVICES
+            # and --resources GPU=1 yourself, and pass --scheduler).
+            n = n_workers or (1 if gpu else os.cpu_count() or 1)
+            extra = {"resources": {"GPU": 1}} if gpu else {}
             with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
-                self._cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)  # type: ignore[no-untyped-call,unused-ignore]
+                self._cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, **extra)  # type: ignore[no-untyped-call,unused-ignore]
             self.client = Client(self._cluster)  # type: ignore[no-untyped-call,unused-ignore]
         self.workers = max(1, len(self.client.scheduler_info().get("workers", {})))
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from stability.cli import main
 from stability.grid import parse_axis
@@ -187,6 +188,7 @@ def test_compare_lists_budgets_that_moved_and_fails_when_one_went_down(tmp_path:
         (["--seeds", "0"], "at least 1 seed"),
         (["--depth-range", "8:2"], "1 <= LO <= HI"),
         (["--serial", "--workers", "2"], "--serial runs in this process"),
+        pytest.param(["--serial", "--device", "cuda"], "CUDA is not available", marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
     ],
 )
 def test_bad_usage_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], words: str) -> None:
