@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from stability.cli import main
 from stability.grid import parse_axis
@@ -215,3 +217,26 @@ def test_spec_content_not_path_keys_the_store(tmp_path: Path) -> None:
     b = parse_spec(LINEAR + "\n# a comment\n", file="elsewhere/b.toml")
     c = parse_spec(LINEAR.replace("batch = 2", "batch = 3"))
     assert spec_hash(a) == spec_hash(b) != spec_hash(c)
+
+
+@given(st.integers(1, 64), st.integers(0, 4096), st.integers(0, 4096))
+def test_bisection_finds_every_threshold_in_about_log2_steps(lo: int, a: int, b: int) -> None:
+    """Holds at depth d iff d <= t: the bisection returns t (or says it lies outside [lo, hi])."""
+    from stability.sweep import _Bisection
+
+    hi = lo + a
+    t = b
+    bis = _Bisection(lo, hi)
+    steps = 0
+    while depths := bis.next_depths():
+        for d in depths:
+            steps += 1
+            bis.update(d, d <= t, f"depth={d},seed=0", "")
+    budget, status = bis.budget()
+    if t >= hi:
+        assert (budget, status) == (hi, "at_least")
+    elif t < lo:
+        assert (budget, status) == (None, "below")
+    else:
+        assert (budget, status) == (t, "found") and bis.deciding[0] == f"depth={t + 1},seed=0"
+    assert steps <= 2 + 2 * max(1, math.ceil(math.log2(hi - lo + 1)))
