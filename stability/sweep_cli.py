@@ -8,6 +8,7 @@ Exit codes: 0 done; 1 `--compare` found a budget that went down; 2 bad usage; 13
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from typing import Any
 
@@ -198,7 +199,7 @@ def print_budgets(budgets: list[Budget], console: Console) -> None:
     for col in ("slice", "invariant", "budget", "deciding case", "why"):
         t.add_column(col, overflow="fold")
     for b in budgets:
-        t.add_row(escape(b.slice), b.invariant, _budget_text(b), escape(b.deciding_case or ""), escape(b.detail))
+        t.add_row(escape(", ".join(f"{k}={v}" for k, v in json.loads(b.slice).items()) or "(whole grid)"), b.invariant, _budget_text(b), escape(b.deciding_case or ""), escape(b.detail))
     console.print(t)
 
 
