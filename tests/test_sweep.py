@@ -132,7 +132,7 @@ def test_a_sweep_killed_mid_way_resumes_to_the_same_tables(tmp_path: Path, monke
     spec = _write(tmp_path, CUSTOM.format(name="make"))
     args = [str(spec), "--over", "depth=1,2,3,4,5,6", "--seeds", "3", "--serial", "-q"]
     killed = tmp_path / "killed.sqlite"
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen([sys.executable, "-m", "stability", "sweep", *args, "--db", str(killed)], cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
