@@ -153,7 +153,7 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
     failed = sum(p.failed for p in result.points)
     console.print(
         f"{len(result.points)} grid point(s) × {len(seeds)} seed(s), {len(result.extra_points)} more for the budgets: "
-        f"{result.probed} probe(s) run on {result.workers} worker(s), {result.cached} point(s) from {db}"
+        f"{result.probed} probe(s) run on {result.workers} worker(s), {result.cached} point(s) reused from {db}"
         + (f", {failed} point(s) failed" if failed else "") + f", in {result.seconds:.1f} s",
         highlight=False,
     )

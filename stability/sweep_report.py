@@ -154,7 +154,7 @@ def render_sweep_html(result: SweepResult) -> str:
     summary = (
         f"{len(result.points)} grid point(s) × {len(result.seeds)} seed(s) (seeds {result.seeds[0]}–{result.seeds[-1]}), "
         f"{len(result.extra_points)} more for the budgets; {result.probed} probe(s) run on {result.workers} worker(s), "
-        f"{result.cached} point(s) from the store, in {result.seconds:.1f} s" + (f"; {failed} point(s) could not be measured" if failed else "")
+        f"{result.cached} point(s) reused from the store, in {result.seconds:.1f} s" + (f"; {failed} point(s) could not be measured" if failed else "")
     )
     title = f"stability sweep: {spec.name}"
     return (
