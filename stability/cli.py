@@ -77,6 +77,23 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("invariant", nargs="?")
 
     sub.add_parser("schema", help="print the JSON Schema of the spec format")
+
+    sw = sub.add_parser("sweep", help="a spec over a grid: phase diagrams and depth budgets, stored in SQLite (docs/sweeps.md)")
+    sw.add_argument("spec", nargs="?", help="one spec file")
+    sw.add_argument("--over", action="append", default=[], metavar="KEY=VALUES", help="an axis, e.g. depth=log:2:1024:10, sigma_w2=lin:0.5:3:11, width=64,256 (repeat for more)")
+    sw.add_argument("--seeds", type=int, default=8, metavar="N", help="seeds per point, the ensemble (default 8)")
+    sw.add_argument("--first-seed", type=int, metavar="S", help="first seed of the ensemble (default: the spec's first seed)")
+    sw.add_argument("--depth-range", metavar="LO:HI", help="depths the budget bisection searches (default: the depth axis's range, else the spec's)")
+    sw.add_argument("--no-budget", action="store_true", help="only the grid, no depth budgets")
+    sw.add_argument("--db", default=None, metavar="PATH", help="results database (default .stability/results.sqlite)")
+    sw.add_argument("--resume", action="store_true", help="rerun the last unfinished sweep recorded in the database (stored points are never recomputed)")
+    sw.add_argument("--compare", nargs=2, metavar=("REV_A", "REV_B"), help="budgets that moved between two code versions (git revisions); exit 1 if one went down")
+    sw.add_argument("--serial", action="store_true", help="run in this process instead of on Dask workers")
+    sw.add_argument("--workers", type=int, metavar="N", help="local Dask worker processes (default: one per CPU core)")
+    sw.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="use a running Dask cluster instead of a local one")
+    sw.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where points run (cuda points need workers with the GPU resource)")
+    sw.add_argument("--html", metavar="DIR", help="write the report with the phase diagrams to DIR/index.html")
+    sw.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     return p
 
 
@@ -381,6 +398,12 @@ def _schema() -> int:
     return EXIT_OK
 
 
+def _sweep(args: argparse.Namespace, console: Console, err: Console, argv: list[str] | None) -> int:
+    from stability.sweep_cli import sweep_command
+
+    return sweep_command(args, console, err, list(sys.argv[1:] if argv is None else argv))
+
+
 def main(argv: list[str] | None = None) -> int:
     console = Console(highlight=False)
     if not console.is_terminal:  # logs and CI: wide enough for one line per row
@@ -394,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
             return _list(args, console)
         if args.command == "explain":
             return _explain(args, console)
+        if args.command == "sweep":
+            return _sweep(args, console, err, argv)
         return _schema()
     except StabilityError as exc:
         print(f"stability: error: {printable(str(exc))}", file=sys.stderr)

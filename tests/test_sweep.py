@@ -1,0 +1,242 @@
+"""`stability sweep`: depth budgets by bisection against closed forms, the store (repeated points
+free, kill + resume to the same tables), `--compare`, and the CLI's one-line errors."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stability.cli import main
+from stability.grid import parse_axis
+from stability.phase import measure_values
+from stability.spec import load_spec, parse_spec
+from stability.store import Store
+from stability.sweep import run_sweep
+from stability.sweep_exec import SerialBackend
+
+#: x_{l+1} = g·x_l exactly (W = g·I, no bias, identity activation): r₀ = g^L and Var ratio g^(2L).
+LINEAR = """
+name = "scalar-chain"
+description = "W = g I, identity activation: every number is a power of g"
+family = "plain"
+[block]
+activation = "identity"
+[space]
+depth = [1, 8]
+width = 4
+batch = 2
+weight_init = ["identity"]
+init_gain = 0.9
+bias_init = 0.0
+[expect.gradient_arrival]
+lo = 0.1
+hi = 10.0
+[expect.variance_growth]
+max_growth = "bounded"
+min_ratio = 0.5
+"""
+
+
+def _write(tmp_path: Path, text: str, name: str = "spec.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_budgets_match_the_closed_form_of_a_scalar_chain(tmp_path: Path) -> None:
+    spec = load_spec(_write(tmp_path, LINEAR))
+    axes = [parse_axis("depth=1,4,16,64"), parse_axis("init_gain=0.9,0.8")]
+    with Store(tmp_path / "r.sqlite") as store:
+        result = run_sweep(spec, axes, store, SerialBackend(), seeds=[0, 1])
+        budgets = {(b.slice, b.invariant): b for b in result.budgets}
+        for g in (0.9, 0.8):
+            # g^L >= 0.1  <=>  L <= ln 0.1 / ln g;   g^(2L) >= 0.5  <=>  L <= ln 0.5 / (2 ln g)
+            arrival = budgets[(f'{{"init_gain":{g}}}', "gradient_arrival")]
+            assert arrival.status == "found" and arrival.budget == math.floor(math.log(0.1) / math.log(g))
+            growth = budgets[(f'{{"init_gain":{g}}}', "variance_growth")]
+            assert growth.budget == math.floor(math.log(0.5) / (2 * math.log(g)))
+            assert arrival.deciding_case is not None and f"depth={arrival.budget + 1}," in arrival.deciding_case
+            assert arrival.reproduce is not None and f"--over depth={arrival.budget + 1} --over init_gain={g}" in arrival.reproduce
+        grad, var = measure_values(result, "gradient"), measure_values(result, "variance")
+        for depth in (1, 4, 16, 64):
+            key = f'{{"depth":{depth},"init_gain":0.8}}'
+            assert math.isclose(grad[key], depth * math.log10(0.8), rel_tol=1e-5)
+            assert math.isclose(var[key], 2 * depth * math.log10(0.8), rel_tol=1e-5)
+        # the bisection probes about log2 of the range per slice, not every depth
+        assert len(result.extra_points) <= 2 * 2 * 7
+        again = run_sweep(spec, axes, store, SerialBackend(), seeds=[0, 1])
+        assert again.probed == 0 and [b.budget for b in again.budgets] == [b.budget for b in result.budgets]
+
+
+def test_a_budget_beyond_the_range_or_below_it_says_so(tmp_path: Path) -> None:
+    spec = load_spec(_write(tmp_path, LINEAR.replace("init_gain = 0.9", "init_gain = 1.0")))
+    with Store(tmp_path / "r.sqlite") as store:
+        result = run_sweep(spec, [parse_axis("depth=1,32")], store, SerialBackend(), seeds=[0])
+        assert {(b.invariant, b.status, b.budget) for b in result.budgets} == {("gradient_arrival", "at_least", 32), ("variance_growth", "at_least", 32)}
+        spec = load_spec(_write(tmp_path, LINEAR.replace("init_gain = 0.9", "init_gain = 0.01"), "low.toml"))
+        result = run_sweep(spec, [parse_axis("depth=1,32")], store, SerialBackend(), seeds=[0])
+        assert {(b.invariant, b.status) for b in result.budgets} == {("gradient_arrival", "below"), ("variance_growth", "below")}
+
+
+SLOW_FACTORY = '''
+import time
+from torch import nn
+
+
+def make(depth, width):
+    time.sleep(0.1)
+    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])
+
+
+def crash_at_3(depth, width):
+    if depth == 3:
+        import os
+        os._exit(3)
+    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])
+'''
+
+CUSTOM = """
+name = "custom-{name}"
+description = "custom factory"
+family = "custom"
+[block]
+factory = "sweep_test_factories:{name}"
+[space]
+depth = [1, 8]
+width = 4
+batch = 2
+[expect.gradient_arrival]
+lo = 1e-6
+hi = 1e6
+"""
+
+
+def _tables(db: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    with Store(db) as store:
+        return store.table("probes"), store.table("budgets")
+
+
+def test_a_sweep_killed_mid_way_resumes_to_the_same_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write(tmp_path, SLOW_FACTORY, "sweep_test_factories.py")
+    spec = _write(tmp_path, CUSTOM.format(name="make"))
+    args = [str(spec), "--over", "depth=1,2,3,4,5,6", "--seeds", "3", "--serial", "-q"]
+    killed = tmp_path / "killed.sqlite"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen([sys.executable, "-m", "stability", "sweep", *args, "--db", str(killed)], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    rows = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+        try:
+            with sqlite3.connect(killed, timeout=5) as db:
+                rows = db.execute("SELECT count(*) FROM probes").fetchone()[0]
+        except sqlite3.OperationalError:  # not created yet
+            continue
+        if rows >= 6:  # two points of six stored
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read() if proc.stderr else ""
+    assert 6 <= rows < 18
+    monkeypatch.chdir(tmp_path)  # the factory module sits beside the spec; the in-process runs find it there too
+    assert main(["sweep", "--resume", "--db", str(killed), "--serial", "-q"]) == 0
+    whole = tmp_path / "whole.sqlite"
+    assert main(["sweep", *args, "--db", str(whole)]) == 0
+    probes, budgets = _tables(whole)
+    assert len(probes) == 18 and len(budgets) == 1
+    assert _tables(killed) == (probes, budgets)
+    with Store(killed) as store:
+        assert store.last_unfinished() is None  # the resumed sweep is marked finished
+
+
+def test_compare_lists_budgets_that_moved_and_fails_when_one_went_down(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = load_spec(_write(tmp_path, LINEAR))
+    db = tmp_path / "r.sqlite"
+    with Store(db) as store:
+        run_sweep(spec, [parse_axis("depth=1,64")], store, SerialBackend(), seeds=[0], version="0.1.0+gaaaaaaaaaaaa")
+        halved = load_spec(_write(tmp_path, LINEAR.replace("init_gain = 0.9", "init_gain = 0.81"), "halved.toml"))
+        # the same spec content under a second code version whose init halves the budget
+        import stability.sweep as sweep_module
+
+        real = sweep_module.spec_hash
+        monkeypatch.setattr(sweep_module, "spec_hash", lambda s: real(spec))
+        run_sweep(halved, [parse_axis("depth=1,64")], store, SerialBackend(), seeds=[0], version="0.1.0+gbbbbbbbbbbbb")
+    capsys.readouterr()
+    assert main(["sweep", "--compare", "0.1.0+gaaaa", "0.1.0+gbbbb", "--db", str(db)]) == 1
+    out = capsys.readouterr().out
+    assert "gradient_arrival" in out and "21" in out and "10" in out and "lower" in out
+    assert main(["sweep", "--compare", "0.1.0+gaaaa", "0.1.0+gaaaa", "--db", str(db)]) == 0
+    assert main(["sweep", "--compare", "nope", "0.1.0+gaaaa", "--db", str(db)]) == 2
+    assert "no budgets stored for that code version" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--over", "depht=2"], 'did you mean "depth"'),
+        (["--over", "depth=log:2:8"], "write log:LO:HI:N"),
+        (["--seeds", "0"], "at least 1 seed"),
+        (["--depth-range", "8:2"], "1 <= LO <= HI"),
+        (["--serial", "--workers", "2"], "--serial runs in this process"),
+        pytest.param(["--serial", "--device", "cuda"], "CUDA is not available", marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
+    ],
+)
+def test_bad_usage_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], words: str) -> None:
+    spec = _write(tmp_path, LINEAR)
+    assert main(["sweep", str(spec), *args, "--db", str(tmp_path / "r.sqlite")]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_custom_factory_that_raises_fails_its_points_not_the_sweep(tmp_path: Path) -> None:
+    _write(tmp_path, "def broken(depth, width):\n    raise ValueError('no such block')\n", "sweep_test_broken.py")
+    spec = load_spec(_write(tmp_path, CUSTOM.format(name="make").replace("sweep_test_factories:make", "sweep_test_broken:broken")))
+    with Store(tmp_path / "r.sqlite") as store:
+        result = run_sweep(spec, [parse_axis("depth=1,2")], store, SerialBackend(), seeds=[0])
+    assert all(p.failed for p in result.points)
+    assert "no such block" in result.points[0].rows[0]["error"]
+    assert result.budgets[0].status == "below" and "case not measured" in result.budgets[0].detail
+
+
+def test_spec_content_not_path_keys_the_store(tmp_path: Path) -> None:
+    from stability.sweep import spec_hash
+
+    a = parse_spec(LINEAR, file="a.toml")
+    b = parse_spec(LINEAR + "\n# a comment\n", file="elsewhere/b.toml")
+    c = parse_spec(LINEAR.replace("batch = 2", "batch = 3"))
+    assert spec_hash(a) == spec_hash(b) != spec_hash(c)
+
+
+@given(st.integers(1, 64), st.integers(0, 4096), st.integers(0, 4096))
+def test_bisection_finds_every_threshold_in_about_log2_steps(lo: int, a: int, b: int) -> None:
+    """Holds at depth d iff d <= t: the bisection returns t (or says it lies outside [lo, hi])."""
+    from stability.sweep import _Bisection
+
+    hi = lo + a
+    t = b
+    bis = _Bisection(lo, hi)
+    steps = 0
+    while depths := bis.next_depths():
+        for d in depths:
+            steps += 1
+            bis.update(d, d <= t, f"depth={d},seed=0", "")
+    budget, status = bis.budget()
+    if t >= hi:
+        assert (budget, status) == (hi, "at_least")
+    elif t < lo:
+        assert (budget, status) == (None, "below")
+    else:
+        assert (budget, status) == (t, "found") and bis.deciding[0] == f"depth={t + 1},seed=0"
+    assert steps <= 2 + 2 * max(1, math.ceil(math.log2(hi - lo + 1)))

@@ -1,0 +1,88 @@
+"""The sweep's backends: a real Dask `LocalCluster` of two worker processes gives bit-identical
+rows to the serial backend, and a factory that kills its worker process fails its point, not the
+sweep."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stability.grid import parse_axis
+from stability.spec import load_spec
+from stability.store import Store
+from stability.sweep import run_sweep
+from stability.sweep_exec import PointTask, SerialBackend, measurements_from_json, measurements_to_json, run_point
+
+pytest.importorskip("distributed", reason="Dask distributed is not installed (pip install 'stability[sweep]')")
+
+SPECS = Path(__file__).resolve().parent.parent / "specs"
+
+CRASHING = '''
+import os
+from torch import nn
+
+
+def crash_at_3(depth, width):
+    if depth == 3:
+        os._exit(3)  # what a segfaulting extension does to its process
+    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])
+'''
+
+CUSTOM = """
+name = "crashing"
+description = "a factory that kills its process at depth 3"
+family = "custom"
+[block]
+factory = "sweep_exec_crashing:crash_at_3"
+[space]
+depth = [1, 8]
+width = 4
+batch = 2
+[expect.gradient_arrival]
+lo = 1e-6
+hi = 1e6
+"""
+
+
+@pytest.fixture(scope="module")
+def dask_backend() -> Iterator[object]:
+    from stability.sweep_exec import DaskBackend
+
+    backend = DaskBackend(n_workers=2)  # a LocalCluster: processes=True, threads_per_worker=1, dashboard_address=None
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+def test_two_dask_workers_give_the_serial_rows_bit_for_bit(tmp_path: Path, dask_backend: object) -> None:
+    spec = load_spec(SPECS / "preact_mlp.toml")
+    axes = [parse_axis("depth=2,9,17"), parse_axis("width=16,24")]
+    with Store(tmp_path / "serial.sqlite") as a, Store(tmp_path / "dask.sqlite") as b:
+        serial = run_sweep(spec, axes, a, SerialBackend(), seeds=[0, 1], depth_range=(1, 32))
+        dask = run_sweep(spec, axes, b, dask_backend, seeds=[0, 1], depth_range=(1, 32))  # type: ignore[arg-type]
+        assert dask.workers == 2 and dask.probed == serial.probed > 0
+        assert b.table("probes") == a.table("probes")  # every measurement, as stored: identical float reprs
+        assert b.table("budgets") == a.table("budgets")
+
+
+def test_a_factory_that_kills_its_worker_fails_that_point_and_the_sweep_goes_on(tmp_path: Path, dask_backend: object) -> None:
+    (tmp_path / "sweep_exec_crashing.py").write_text(CRASHING)
+    (tmp_path / "spec.toml").write_text(CUSTOM)
+    spec = load_spec(tmp_path / "spec.toml")
+    with Store(tmp_path / "r.sqlite") as store:
+        result = run_sweep(spec, [parse_axis("depth=1,2,3,4")], store, dask_backend, seeds=[0, 1], budgets=False)  # type: ignore[arg-type]
+    by_depth = {p.point["depth"]: p for p in result.points}
+    assert by_depth[3].failed and "worker process running this point died" in by_depth[3].rows[0]["error"]
+    for depth in (1, 2, 4):
+        assert not by_depth[depth].failed and all(r["error"] is None for r in by_depth[depth].rows)
+
+
+def test_measurements_round_trip_exactly(tmp_path: Path) -> None:
+    spec = load_spec(SPECS / "plain_tanh_mlp.toml")
+    rows = run_point(PointTask(spec, {"depth": 5}, (0,)))
+    m = measurements_from_json(rows[0]["m"])
+    assert measurements_to_json(m) == rows[0]["m"] and all(math.isfinite(g) for g in m.grad_norm)
