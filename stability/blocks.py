@@ -151,4 +151,5 @@ class ChannelsLast(nn.Module):
         self.norm = norm
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(x.transpose(1, -1)).transpose(1, -1)  # (B, T, C) → (B, C, T) → (B, T, C)
+        y: torch.Tensor = self.norm(x.transpose(1, -1))  # (B, T, C) → (B, C, T)
+        return y.transpose(1, -1)  # → (B, T, C)

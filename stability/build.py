@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -322,7 +322,7 @@ def _build_dense(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequential:
     return nn.Sequential(*blocks)
 
 
-_BUILDERS = {
+_BUILDERS: dict[str, Callable[[Spec, Case, torch.Generator], nn.Sequential]] = {
     "plain": _build_plain,
     "postnorm": lambda spec, case, gen: _residual(spec, case, gen, pre=False),
     "preact": lambda spec, case, gen: _residual(spec, case, gen, pre=True),

@@ -22,9 +22,9 @@ from hypothesis import example, given, target
 from hypothesis.errors import HypothesisException
 
 from stability import invariants as inv
+from stability import theory_checks as theory
 from stability import token_invariants
 from stability.applicability import narrow_for, not_applicable_reason
-from stability import theory_checks as theory
 from stability.build import build, derive_seed, make_input
 from stability.case import Case, parse_case_string, reproduce_command
 from stability.errors import BlockError, CaseError, SpecError

@@ -32,8 +32,14 @@ REFERENCES: dict[str, str] = {
     "veit": 'Veit, Wilber, Belongie (2016). "Residual Networks Behave Like Ensembles of Relatively Shallow Networks". NeurIPS 2016, arXiv:1605.06431.',
     "delving": 'He, Zhang, Ren, Sun (2015). "Delving Deep into Rectifiers: Surpassing Human-Level Performance on ImageNet Classification". ICCV 2015, arXiv:1502.01852.',
     "rank": 'Dong, Cordonnier, Loukas (2021). "Attention is Not All You Need: Pure Attention Loses Rank Doubly Exponentially with Depth". ICML 2021, arXiv:2103.03404.',
-    "signal": 'Noci, Anagnostidis, Biggio, Orvieto, Singh, Lucchi (2022). "Signal Propagation in Transformers: Theoretical Perspectives and the Role of Rank Collapse". NeurIPS 2022, arXiv:2206.03126.',
-    "entropy": 'Zhai, Likhomanenko, Littwin, Busbridge, Ramapuram, Zhang, Gu, Susskind (2023). "Stabilizing Transformer Training by Preventing Attention Entropy Collapse". ICML 2023, arXiv:2303.06296.',
+    "signal": (
+        'Noci, Anagnostidis, Biggio, Orvieto, Singh, Lucchi (2022). "Signal Propagation in Transformers: Theoretical Perspectives and the Role of Rank'
+        ' Collapse". NeurIPS 2022, arXiv:2206.03126.'
+    ),
+    "entropy": (
+        'Zhai, Likhomanenko, Littwin, Busbridge, Ramapuram, Zhang, Gu, Susskind (2023). "Stabilizing Transformer Training by Preventing Attention Entropy'
+        ' Collapse". ICML 2023, arXiv:2303.06296.'
+    ),
     "layernorm": 'Xiong, Yang, He, Zheng, Zheng, Xing, Zhang, Lan, Wang, Liu (2020). "On Layer Normalization in the Transformer Architecture". ICML 2020, arXiv:2002.04745.',
     "deepnet": 'Wang, Ma, Dong, Huang, Zhang, Wei (2022). "DeepNet: Scaling Transformers to 1,000 Layers". arXiv:2203.00555.',
     "layerscale": 'Touvron, Cord, Sablayrolles, Synnaeve, Jégou (2021). "Going deeper with Image Transformers" (CaiT, LayerScale). ICCV 2021, arXiv:2103.17239.',

@@ -295,12 +295,12 @@ class Block(_Model):
     factory_args: dict[str, Any] = Field(default_factory=dict)
     norm_position: NormPosition = "pre"
     causal: bool = False
-    heads: int | None = Field(None, ge=1)
-    head_dim: int | None = Field(None, ge=1)
+    heads: int | None = Field(default=None, ge=1)
+    head_dim: int | None = Field(default=None, ge=1)
     mlp: bool = True
-    mlp_ratio: float = Field(4.0, gt=0.0)
+    mlp_ratio: float = Field(default=4.0, gt=0.0)
     residual: Residual = "none"
-    layerscale_init: float = Field(0.1, gt=0.0)
+    layerscale_init: float = Field(default=0.1, gt=0.0)
 
 
 class Space(_Model):
@@ -661,9 +661,9 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
     elif b.kernel_size % 2 == 0:
         raise SpecError(f, "block.kernel_size", "must be odd so that 'same' padding keeps the spatial size", value=b.kernel_size, fix=f"use {b.kernel_size + 1}")
 
-    one_value_per_channel = b.layer == "linear" or (s.spatial or (8, 8))[0] == 1
+    one_value_per_channel = b.layer == "linear" or (s.spatial[0] if s.spatial else 8) == 1
     if b.layer == "tokens":  # (B, T, C): B·T values per channel
-        one_value_per_channel = s.tokens is not None and s.tokens[0] == 1  # default 8 tokens
+        one_value_per_channel = s.tokens is not None and min(s.tokens) == 1  # default 8 tokens
     if b.norm == "batch" and spec.probe.mode == "train" and s.batch[0] == 1 and one_value_per_channel:
         raise SpecError(
             f, "space.batch", "batch norm in train mode needs more than one value per channel, and a batch of 1 gives one",
@@ -747,17 +747,29 @@ def _check_tokens(spec: Spec, data: dict[str, Any]) -> None:
         if b.norm not in ("layer", "rms", "none"):
             raise SpecError(f, "block.norm", "family 'transformer' normalises each token: choose \"layer\", \"rms\" or \"none\"", value=b.norm, fix='use norm = "layer"')
         if b.skip not in ("identity", "none"):
-            raise SpecError(f, "block.skip", "family 'transformer' has an identity skip or none", value=b.skip, fix='use skip = "identity" (or "none" for a negative control); scale the branches with block.residual')
+            raise SpecError(
+                f, "block.skip", "family 'transformer' has an identity skip or none",
+                value=b.skip,
+                fix='use skip = "identity" (or "none" for a negative control); scale the branches with block.residual',
+            )
         if b.residual == "deepnorm" and b.norm_position != "post":
             raise SpecError(f, "block.residual", "DeepNorm (Wang et al. 2022) up-weights the skip of a post-norm block", value=b.residual, fix='set block.norm_position = "post"')
         if b.residual in ("deepnorm", "rezero", "skipinit", "layerscale") and b.skip == "none":
-            raise SpecError(f, "block.residual", f"'{b.residual}' scales a residual connection, and skip = \"none\" removes it", value=b.residual, fix='remove block.residual or set block.skip = "identity"')
+            raise SpecError(
+                f, "block.residual", f"'{b.residual}' scales a residual connection, and skip = \"none\" removes it",
+                value=b.residual,
+                fix='remove block.residual or set block.skip = "identity"',
+            )
         if _set(data, "block", "layerscale_init") and b.residual != "layerscale":
             raise SpecError(f, "block.layerscale_init", 'only applies to residual = "layerscale"', value=b.layerscale_init, fix='remove it or set block.residual = "layerscale"')
         if _set(data, "block", "mlp_ratio") and not b.mlp:
             raise SpecError(f, "block.mlp_ratio", "sizes the MLP sublayer, and mlp = false removes it", value=b.mlp_ratio, fix="remove it or set mlp = true")
         if b.heads is not None and b.head_dim is not None:
-            raise SpecError(f, "block.head_dim", "is set together with block.heads; one of them follows from the width", value=b.head_dim, fix="keep one: head_dim (heads = width / head_dim) or heads (head_dim = width / heads)")
+            raise SpecError(
+                f, "block.head_dim", "is set together with block.heads; one of them follows from the width",
+                value=b.head_dim,
+                fix="keep one: head_dim (heads = width / head_dim) or heads (head_dim = width / heads)",
+            )
         step = b.head_dim or b.heads or 1
         name = "block.head_dim" if b.head_dim else "block.heads"
         w = s.width
@@ -769,13 +781,21 @@ def _check_tokens(spec: Spec, data: dict[str, Any]) -> None:
                 value=w.describe(), fix=f"write width = {{ range = [{lo}, {max(lo, hi)}], multiple_of = {step} }}",
             )
         if any(i in ("rezero", "skipinit") for i in s.branch_init):
-            raise SpecError(f, "space.branch_init", "family 'transformer' sets ReZero and SkipInit with block.residual", value=s.branch_init, fix='use "default" or "zero", and block.residual = "rezero" or "skipinit"')
+            raise SpecError(
+                f, "space.branch_init", "family 'transformer' sets ReZero and SkipInit with block.residual",
+                value=s.branch_init,
+                fix='use "default" or "zero", and block.residual = "rezero" or "skipinit"',
+            )
         if s.input_width is not None:
             raise SpecError(f, "space.input_width", "family 'transformer' keeps one width throughout", value=list(s.input_width), fix="remove it")
         if e.identity_at_init is not None and b.norm_position == "post" and b.norm != "none":
             raise SpecError(f, "expect.identity_at_init", "a post-norm block normalises the sum, so it is never the identity", fix="remove it, or use norm_position = \"pre\" or \"sandwich\"")
         if e.identity_at_init is not None and "zero" not in s.branch_init:
-            raise SpecError(f, "space.branch_init", "identity_at_init is checked on zero-branch cases, and this space has none", value=s.branch_init, fix='add "zero" (it zeroes the last layer of every sublayer)')
+            raise SpecError(
+                f, "space.branch_init", "identity_at_init is checked on zero-branch cases, and this space has none",
+                value=s.branch_init,
+                fix='add "zero" (it zeroes the last layer of every sublayer)',
+            )
         if e.identity_at_init is not None and b.skip == "none":
             raise SpecError(f, "expect.identity_at_init", 'a block without a skip (skip = "none") is never the identity', fix="remove it")
     for key, inv in (("rank_collapse", e.rank_collapse), ("attention_entropy", e.attention_entropy)):
