@@ -70,6 +70,7 @@ __all__ = [
     "gaussian_expectation",
     "layer_profile",
     "log_factor_variance",
+    "log_rate_variance",
 ]
 
 #: Activations the builder offers (`block.activation`).
@@ -368,6 +369,7 @@ class LayerProfile:
     kappa: tuple[float, ...]
     residual: bool
     branch_scale: float
+    activation: str = ""
 
 
 def layer_profile(
@@ -406,7 +408,7 @@ def layer_profile(
         else:
             chis.append(sigma_w2 * m2)
             second = _second_moment(activation, q)
-    return LayerProfile(tuple(qs), tuple(chis), tuple(kappas), residual, float(branch_scale))
+    return LayerProfile(tuple(qs), tuple(chis), tuple(kappas), residual, float(branch_scale), activation)
 
 
 def log_factor_variance(profile: LayerProfile, *, width: int) -> tuple[float, ...]:
@@ -435,3 +437,35 @@ def log_factor_variance(profile: LayerProfile, *, width: int) -> tuple[float, ..
         else:
             out.append((3 * kappa - 1) / width)
     return tuple(out)
+
+
+def log_rate_variance(profile: LayerProfile, *, width: int) -> float:
+    """Var[ln(‖∂L/∂x_0‖² / ‖∂L/∂x_L‖²)] at width n, first order in 1/n: Σ_l v_l
+    (`log_factor_variance`) plus, for a residual stack, the covariance between blocks.
+
+    In a plain stack every block draws fresh pre-activations, so the per-block factors are
+    independent. In a residual stack the stream x_l changes little from block to block, so the
+    masks D_l = φ′(x_l) are correlated, and with them the part of each factor that comes from the
+    mean of D_l² over the n units: block l's log factor holds a_l·δ_l, a_l = α²χ_F,l/(1 + α²χ_F,l),
+    δ_l = mean_j(D²_lj)/E[D_l²] − 1, Var δ_l = (κ_l − 1)/n (already in v_l). For ReLU,
+    Cov(δ_l, δ_m) = (2/π) arcsin(ρ_lm)/n with ρ_lm = √(p_l/p_m) (l < m) the correlation of the
+    stream at the two blocks (the branches add uncorrelated increments) and P(x_l > 0, x_m > 0) =
+    1/4 + arcsin(ρ)/(2π). For other activations the Cauchy–Schwarz bound √((κ_l − 1)(κ_m − 1))/n
+    is used (conservative); the identity has κ = 1 and no such term.
+    """
+    total = float(sum(log_factor_variance(profile, width=width)))
+    if not profile.residual or profile.branch_scale == 0.0:
+        return total
+    a2 = profile.branch_scale**2
+    weights = [((c - 1.0) / (1.0 + (c - 1.0))) if a2 > 0 else 0.0 for c in profile.chi]  # α²χ_F / (1 + α²χ_F)
+    relu = profile.activation == "relu"
+    depth = len(profile.chi)
+    for i in range(depth):
+        for j in range(i + 1, depth):
+            if relu:
+                rho = min(1.0, math.sqrt(profile.q[i] / profile.q[j])) if profile.q[j] > 0 else 1.0
+                cov = (2.0 / math.pi) * math.asin(rho) / width
+            else:
+                cov = math.sqrt(max(profile.kappa[i] - 1.0, 0.0) * max(profile.kappa[j] - 1.0, 0.0)) / width
+            total += 2.0 * weights[i] * weights[j] * cov
+    return total

@@ -119,6 +119,8 @@ class MeanFieldPrediction:
     width: int
     log_chi: tuple[float, ...]
     log_var: tuple[float, ...]
+    #: Var of the summed log factors: Σ log_var plus the covariance between blocks of a residual stack.
+    total_var: float = 0.0
 
     @property
     def chi(self) -> float:
@@ -134,7 +136,8 @@ def predict(spec: Spec, case: Case) -> MeanFieldPrediction:
     )
     var = meanfield.log_factor_variance(prof, width=case.width)
     log_chi = tuple(math.log(c) if c > 0 else -math.inf for c in prof.chi)
-    return MeanFieldPrediction(spec.block.activation, sw2, sb2, alpha, residual, case.width, log_chi, var)
+    total = meanfield.log_rate_variance(prof, width=case.width)
+    return MeanFieldPrediction(spec.block.activation, sw2, sb2, alpha, residual, case.width, log_chi, var, total)
 
 
 def extra_measurements(spec: Spec, case: Case, blocks: nn.Module, x: torch.Tensor, *, seed: int) -> dict[str, Any]:
@@ -181,8 +184,8 @@ def mean_field(m: Measurements, *, k_sigma: float = 4.0) -> Verdict:
         return _missing("mean_field", f"± {k_sigma:g} sd")
     depth = len(pred.log_chi)
     g0, gl = m.grad_norm[0], m.grad_norm[-1]
-    var = sum(pred.log_var)
-    half = var / (2 * depth) + k_sigma * math.sqrt(var) / depth + 1e-6  # 1e-6: float32 rounding of the norms
+    var = max(pred.total_var, sum(pred.log_var))
+    half = sum(pred.log_var) / (2 * depth) + k_sigma * math.sqrt(var) / depth + 1e-6  # 1e-6: float32 rounding of the norms
     rho = sum(pred.log_chi) / depth
     lo, hi = math.exp(rho - half), math.exp(rho + half)
     bound = f"χ = {pred.chi:.4g} in [{lo:.4g}, {hi:.4g}]"
