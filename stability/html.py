@@ -22,7 +22,8 @@ from stability.engine import CaseRecord, InvariantResult, SpecResult, judge
 from stability.errors import UsageError
 from stability.plots import spec_figures, to_png
 from stability.report import summary_line, write_atomic
-from stability.spec import ZERO_BRANCH_INITS, describe_family
+from stability.spec import TRAINING_INVARIANTS, ZERO_BRANCH_INITS, describe_family
+from stability.train_plots import CAPTIONS as TRAINING_CAPTIONS
 
 __all__ = ["render_html", "write_html"]
 
@@ -170,6 +171,8 @@ def _data_uri(png: bytes) -> str:
 
 
 def _applies(res: SpecResult, name: str, case: Case) -> bool:
+    if name in TRAINING_INVARIANTS:  # judged on optimizer runs, not on the probed cases listed here
+        return False
     return name != "identity_at_init" or res.spec.family == "custom" or case.branch_init in ZERO_BRANCH_INITS
 
 
@@ -248,6 +251,7 @@ def _figures(res: SpecResult) -> str:
         "variance": "Activation statistic at each boundary relative to the input's. Shaded: the ratios the spec allows. "
         "A line that stops short has a zero or non-finite value there.",
     }
+    captions |= {key: TRAINING_CAPTIONS["update_size" if key == "update_size" else "loss"] for key in figures if key not in captions}
     parts = []
     for key, fig in figures.items():
         uri = _data_uri(to_png(fig))

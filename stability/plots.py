@@ -31,6 +31,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
 from stability.case import Case
 from stability.engine import CaseRecord, InvariantResult, SpecResult
+from stability.spec import TRAINING_INVARIANTS
 
 __all__ = [
     "BAND_EDGE_GID",
@@ -268,11 +269,16 @@ def _result(spec_result: SpecResult, name: str) -> InvariantResult | None:
 def spec_figures(result: SpecResult) -> dict[str, Figure]:
     """The two figures of one spec: {"gradient": …, "variance": …}."""
     spec = result.spec
+    from stability.train_plots import training_figures  # the training invariants' figures, chosen per invariant
+
+    trained = training_figures(result)
+    if all(name in TRAINING_INVARIANTS for name, _ in spec.invariants()):
+        return trained  # nothing was probed: no gradient or variance plot to draw
     records = list(result.cases.values())
     ga = spec.expect.gradient_arrival
     vg = spec.expect.variance_growth
     statistic = vg.statistic if vg is not None else "variance"
-    return {
+    return trained | {
         "gradient": gradient_figure(
             records,
             bound=(ga.lo, ga.hi) if ga is not None else None,
