@@ -67,6 +67,7 @@ class InvariantResult:
     message: str
     reproduce: str | None = None
     error: str | None = None
+    skipped: bool = False  # not run in this profile (a training invariant outside train.profiles)
 
     @property
     def status(self) -> str:
@@ -353,7 +354,7 @@ def run_training(
         return InvariantResult(
             name, expectation.expect, True, None, None, 0,
             f"{where}: skipped in profile {profile_name} (train.profiles = {', '.join(t.profiles)}); "
-            f"run it with --profile {t.profiles[0]}",
+            f"run it with --profile {t.profiles[0]}", skipped=True,
         )
     _, profile = get_profile(profile_name)
     n = t.cases * (10 if profile_name == "thorough" else 1)

@@ -269,7 +269,7 @@ class Trainability(_Invariant):
     """A short run: finite loss, final/initial ≤ max_loss_ratio; with compare_depths, the deeper
     stack's final loss ≤ max_depth_ratio × the shallower one's."""
 
-    max_loss_ratio: float | None = Field(0.5, gt=0.0)
+    max_loss_ratio: float | None = Field(None, gt=0.0)
     compare_depths: DepthPair | None = None
     max_depth_ratio: float = Field(1.0, gt=0.0)
 

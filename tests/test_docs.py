@@ -14,9 +14,11 @@ from pydantic_core import PydanticUndefined
 
 from stability.cli import main
 from stability.spec import Block, Expect, GradientArrival, IdentityAtInit, Probe, Space, Spec, VarianceGrowth, parse_spec
+from stability.spec import ResidualSize, Train, Trainability, UpdateSize
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 MODELS: list[type[BaseModel]] = [Spec, Block, Space, Expect, GradientArrival, VarianceGrowth, IdentityAtInit, Probe]
+MODELS += [Train, UpdateSize, Trainability, ResidualSize]  # the training checks (docs/training.md)
 
 
 def _read(name: str) -> str:
