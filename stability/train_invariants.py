@@ -123,7 +123,7 @@ def trainability(
                            f"the loss became non-finite at step {r.diverged_at} (depth {r.depth}, loss {r.losses[max(r.diverged_at - 1, 0)]:.3g} "
                            f"the step before): the run diverged; lower train.lr or add train.warmup steps", extra)
     ratios = {r.depth: r.final / r.initial if r.initial > 0 else math.nan for r in runs}
-    extra["loss_ratio"] = {str(d): v for d, v in ratios.items()}
+    extra["loss_ratio"] = {str(d): v if math.isfinite(v) else None for d, v in ratios.items()}
     if max_loss_ratio is not None:
         for r in runs:
             q = ratios[r.depth]
@@ -175,7 +175,7 @@ def residual_size(
             return Verdict("residual_size", False, math.nan, bound, None,
                            "a block changes the shape of its input (or a boundary is zero), so ‖x_(l+1) − x_l‖/‖x_l‖ is undefined", extra)
         means[r.depth] = float(np.mean(r.residuals))
-    extra["means"] = {str(d): v for d, v in means.items()}
+    extra["means"] = {str(d): v if math.isfinite(v) else None for d, v in means.items()}
     last = runs[-1]
     mean = means[last.depth]
     block = int(np.argmax(last.residuals))

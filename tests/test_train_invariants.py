@@ -142,3 +142,22 @@ def test_the_seeds_claims_replay_bit_exactly_with_the_expected_verdict(file: str
     assert a.met and a.error is None, a.message
     assert a.verdict is not None and b.verdict is not None and a.verdict.passed is passes
     assert a.verdict.extra == b.verdict.extra and a.message == b.message  # every loss, bit for bit
+
+
+def test_training_verdicts_write_strict_json(tmp_path: Path) -> None:
+    """NaN and inf never reach the JSON report: a diverged curve's last loss is null."""
+    import json
+
+    from stability.engine import InvariantResult, SpecResult
+    from stability.report import write_json
+
+    spec = load_spec(SPECS / "warmup_full_branch.toml")
+    v = trainability([TrainRun([1.0, 1e30, math.inf], 2, 2, 0.0, depth=16)], max_loss_ratio=0.5)
+    result = InvariantResult("trainability", "violated", True, v, None, 1, "m")
+    write_json(tmp_path / "r.json", [SpecResult(spec, [result])])
+
+    def refuse(name: str) -> None:
+        raise ValueError(name)
+
+    data = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"), parse_constant=refuse)
+    assert "null" in json.dumps(data) and data
