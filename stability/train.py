@@ -39,7 +39,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -50,21 +49,18 @@ from stability.spec import Spec, Train
 __all__ = [
     "TrainModel",
     "TrainRun",
-    "UpdateRecord",
-    "UpdateSweep",
     "Task",
     "make_task",
     "trainable",
     "lr_scales",
     "reference_shapes",
     "fit",
-    "update_record",
-    "measure_update",
-    "update_sweep",
-    "log_slope",
     "relative_residuals",
     "train_case",
     "single_thread",
+    "run_on",
+    "trainable_params",
+    "Shapes",
 ]
 
 # derive_seed streams of the training run (0–2 belong to the builder and the probe).
@@ -329,13 +325,14 @@ def fit(
     return TrainRun(losses, steps, None, time.perf_counter() - t0)
 
 
-def _named_params(model: TrainModel) -> list[tuple[str, nn.Parameter]]:
+def trainable_params(model: TrainModel) -> list[tuple[str, nn.Parameter]]:
     return [(n, p) for n, p in model.modules().named_parameters() if p.requires_grad]
 
 
-def _run(spec: Spec, model: TrainModel, task: Task, case: Case) -> TrainRun:
+def run_on(spec: Spec, model: TrainModel, task: Task, case: Case) -> TrainRun:
+    """`fit` the model to the task with the spec's optimizer settings, seeded from the case."""
     t = _train(spec)
-    named = _named_params(model)
+    named = trainable_params(model)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(case.seed, _GLOBAL_STREAM))
         return fit(
@@ -382,80 +379,8 @@ def train_case(spec: Spec, case: Case) -> TrainRun:
     with single_thread(case.device):
         model = trainable(spec, case)
         task = make_task(spec, case)
-        run = _run(spec, model, task, case)
+        run = run_on(spec, model, task, case)
         run.depth = case.depth
         if run.diverged_at is None:
             run.residuals = relative_residuals(model, task.x)
     return run
-
-
-# ----------------------------------------------------------------------------- update size
-
-
-@dataclass
-class UpdateRecord:
-    """What `train.steps` steps changed at one width: per boundary (h_0 … h_L, then the
-    output) the RMS change ‖Δh‖/√n on the training set, and per weight ‖ΔW‖_F / ‖W‖_F."""
-
-    width: int
-    rms_delta: list[float]
-    weight_change: dict[str, float]
-    run: TrainRun
-
-
-def measure_update(model: TrainModel, task: Task, train: Callable[[], TrainRun]) -> tuple[list[float], dict[str, float], TrainRun]:
-    """Run `train()` (which updates `model`) and measure, on `task.x`, RMS(Δh) = ‖h_after − h_before‖/√n
-    at every boundary and ‖W_after − W_before‖_F / ‖W_before‖_F for every weight of 2 or more dims."""
-    with torch.no_grad():
-        before = [h.detach().clone() for h in model.boundaries(task.x)]
-    weights = {n: p.detach().clone() for n, p in _named_params(model) if p.dim() >= 2}
-    run = train()
-    with torch.no_grad():
-        after = model.boundaries(task.x)
-    rms = [float((a.double() - b.double()).norm()) / math.sqrt(b.numel()) for a, b in zip(after, before, strict=True)]
-    params = dict(_named_params(model))
-    change = {}
-    for n, w in weights.items():
-        den = float(w.double().norm())
-        change[n] = float((params[n].detach().double() - w.double()).norm()) / den if den > 0 else math.inf
-    return rms, change, run
-
-
-def update_record(spec: Spec, case: Case, *, reference: tuple[Shapes, Shapes] | None = None) -> UpdateRecord:
-    """Train the case's network and measure how far each boundary and weight moved."""
-    with single_thread(case.device):
-        model = trainable(spec, case, reference=reference)
-        task = make_task(spec, case)
-        rms, change, run = measure_update(model, task, lambda: _run(spec, model, task, case))
-    run.depth = case.depth
-    return UpdateRecord(case.width, rms, change, run)
-
-
-def log_slope(widths: Sequence[int], values: Sequence[float]) -> float:
-    """Least-squares slope of log(value) against log(width); NaN unless every value is finite and > 0."""
-    v = np.asarray(values, dtype=np.float64)
-    if not (np.isfinite(v).all() and (v > 0).all()):
-        return math.nan
-    return float(np.polyfit(np.log(np.asarray(widths, dtype=np.float64)), np.log(v), 1)[0])
-
-
-@dataclass
-class UpdateSweep:
-    """The coordinate check of one case: an `UpdateRecord` per width, and per boundary the slope
-    of log RMS(Δh) against log width (Yang et al. 2021)."""
-
-    widths: list[int]
-    records: list[UpdateRecord]
-    slopes: list[float]
-
-    def rms(self, boundary: int) -> list[float]:
-        return [r.rms_delta[boundary] for r in self.records]
-
-
-def update_sweep(spec: Spec, case: Case, widths: Sequence[int]) -> UpdateSweep:
-    """`update_record` at every width (the other values of the case held)."""
-    reference = reference_shapes(spec, case) if _train(spec).parametrization == "mup" else None
-    records = [update_record(spec, dataclasses.replace(case, width=w), reference=reference) for w in widths]
-    n = len(records[0].rms_delta)
-    slopes = [log_slope(widths, [r.rms_delta[b] for r in records]) for b in range(n)]
-    return UpdateSweep(list(widths), records, slopes)

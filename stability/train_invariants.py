@@ -21,7 +21,8 @@ from stability.errors import CaseError
 from stability.guard import check_budget, time_limit, warm_up
 from stability.invariants import Verdict
 from stability.spec import Spec
-from stability.train import TrainRun, UpdateSweep, train_case, update_sweep
+from stability.train import TrainRun, train_case
+from stability.train_update import UpdateSweep, update_sweep
 
 __all__ = ["update_size", "trainability", "residual_size", "evaluate", "run_depths", "boundary_name"]
 

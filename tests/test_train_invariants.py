@@ -12,8 +12,9 @@ import pytest
 from stability import RunOptions, load_spec, run_spec
 from stability.errors import SpecError
 from stability.spec import parse_spec
-from stability.train import TrainRun, UpdateRecord, UpdateSweep, log_slope
+from stability.train import TrainRun
 from stability.train_invariants import residual_size, trainability, update_size
+from stability.train_update import UpdateRecord, UpdateSweep, log_slope
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 

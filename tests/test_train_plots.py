@@ -11,9 +11,10 @@ from stability.engine import InvariantResult, SpecResult
 from stability.html import render_html
 from stability.invariants import Verdict
 from stability.spec import parse_spec
-from stability.train import TrainRun, UpdateRecord, UpdateSweep, log_slope
+from stability.train import TrainRun
 from stability.train_invariants import trainability, update_size
 from stability.train_plots import CONE_GID, DIVERGED_GID, FAILING_WIDTH_GID, loss_figure, training_figures, update_size_figure
+from stability.train_update import UpdateRecord, UpdateSweep, log_slope
 
 
 def _gids(fig: Figure) -> set[str]:
