@@ -25,7 +25,8 @@ REFERENCES: dict[str, str] = {
     "skipinit": 'De, Smith (2020). "Batch Normalization Biases Residual Blocks Towards the Identity Function in Deep Networks" (SkipInit). NeurIPS 2020, arXiv:2002.10444.',
     "glorot": 'Glorot, Bengio (2010). "Understanding the difficulty of training deep feedforward neural networks". AISTATS 2010.',
     "delving": 'He, Zhang, Ren, Sun (2015). "Delving Deep into Rectifiers: Surpassing Human-Level Performance on ImageNet Classification". ICCV 2015, arXiv:1502.01852.',
-    "mup": 'Yang, Hu, Babuschkin, Sidor, Liu, Farhi, Ryder, Pachocki, Chen, Gao (2021). "Tensor Programs V: Tuning Large Neural Networks via Zero-Shot Hyperparameter Transfer" (muP). arXiv:2203.03466.',
+    "mup": 'Yang, Hu, Babuschkin, Sidor, Liu, Farhi, Ryder, Pachocki, Chen, Gao (2021). "Tensor Programs V: Tuning Large Neural Networks '
+    'via Zero-Shot Hyperparameter Transfer" (muP). arXiv:2203.03466.',
     "fixup": 'Zhang, Dauphin, Ma (2019). "Fixup Initialization: Residual Learning Without Normalization". ICLR 2019, arXiv:1901.09321.',
     "veit": 'Veit, Wilber, Belongie (2016). "Residual Networks Behave Like Ensembles of Relatively Shallow Networks". NeurIPS 2016, arXiv:1605.06431.',
     "goyal": 'Goyal, Dollar, Girshick, Noordhuis, Wesolowski, Kyrola, Tulloch, Jia, He (2017). "Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour" (gradual warm-up). arXiv:1706.02677.',

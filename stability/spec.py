@@ -583,11 +583,14 @@ def _check_training(spec: Spec) -> None:
     f = spec.path
     declared = [n for n in TRAINING_INVARIANTS if getattr(spec.expect, n) is not None]
     if declared and spec.train is None:
-        raise SpecError(f, "train", f"is required by expect.{declared[0]} (the optimizer run it judges)", fix='add [train] with steps = 100, lr = 0.01 (see docs/training.md)')
+        raise SpecError(f, "train", f"is required by expect.{declared[0]} (the optimizer run it judges)",
+                        fix="add [train] with steps = 100, lr = 0.01 (see docs/training.md)")
     if spec.train is not None and not declared:
-        raise SpecError(f, "train", "applies only to the training invariants, and this spec declares none", fix=f"remove it or add one of {', '.join(f'[expect.{n}]' for n in TRAINING_INVARIANTS)}")
+        raise SpecError(f, "train", "applies only to the training invariants, and this spec declares none",
+                        fix=f"remove it or add one of {', '.join(f'[expect.{n}]' for n in TRAINING_INVARIANTS)}")
     if declared and spec.family == "custom":
-        raise SpecError(f, f"expect.{declared[0]}", "is checked on the built-in families only (the run adds an input layer and a readout to the family's blocks)", fix="remove it, or describe the network with a built-in family")
+        raise SpecError(f, f"expect.{declared[0]}", "is checked on the built-in families only (the run adds an input layer and a readout to the family's blocks)",
+                        fix="remove it, or describe the network with a built-in family")
     if spec.train is not None and spec.train.warmup >= spec.train.steps:
         raise SpecError(f, "train.warmup", f"must be below train.steps = {spec.train.steps}", value=spec.train.warmup, fix="shorten the warm-up or raise steps")
 

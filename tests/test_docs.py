@@ -13,8 +13,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from stability.cli import main
-from stability.spec import Block, Expect, GradientArrival, IdentityAtInit, Probe, Space, Spec, VarianceGrowth, parse_spec
-from stability.spec import ResidualSize, Train, Trainability, UpdateSize
+from stability.spec import Block, Expect, GradientArrival, IdentityAtInit, Probe, ResidualSize, Space, Spec, Train, Trainability, UpdateSize, VarianceGrowth, parse_spec
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 MODELS: list[type[BaseModel]] = [Spec, Block, Space, Expect, GradientArrival, VarianceGrowth, IdentityAtInit, Probe]
