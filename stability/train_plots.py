@@ -21,7 +21,7 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import FixedLocator, NullLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
 from stability.engine import InvariantResult, SpecResult
 from stability.spec import TRAINING_INVARIANTS
@@ -48,7 +48,7 @@ CAPTIONS = {
 def _new_figure() -> tuple[Figure, Any]:
     fig = Figure(figsize=_FIGSIZE, dpi=_DPI)
     FigureCanvasAgg(fig)
-    fig.subplots_adjust(left=0.125, right=0.975, bottom=0.135, top=0.925)
+    fig.subplots_adjust(left=0.14, right=0.975, bottom=0.135, top=0.925)
     ax = fig.add_subplot()
     ax.grid(True, which="major", alpha=0.3)
     return fig, ax
@@ -115,7 +115,7 @@ def loss_figure(extra: dict[str, Any], *, title: str = "training loss") -> Figur
     palette = colormaps["tab10"]
     for i, (depth, losses) in enumerate(curves.items()):
         ys = _positive(losses)
-        ax.plot(range(len(ys)), ys, color=palette(i % 10), lw=1.5, label=f"depth {depth}")
+        ax.plot(range(len(ys)), ys, color=palette(i % 10), lw=1.5, label=f"depth {depth}", marker="o" if len(ys) <= 20 else None, ms=4)
         bad = [k for k, v in enumerate(losses) if v is None]
         if bad:
             finite = [y for y in ys if math.isfinite(y)]
@@ -127,7 +127,19 @@ def loss_figure(extra: dict[str, Any], *, title: str = "training loss") -> Figur
         ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="#666666")
     else:
         ax.legend(loc="best", fontsize=8, framealpha=0.85)
+        _plain_log_labels(ax)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     return fig
+
+
+def _plain_log_labels(ax: Any) -> None:
+    """Log-axis labels as plain numbers (0.3, 1e+04), and the 2 and 5 ticks labelled only when the
+    axis spans under two decades (mathtext labels would crowd the axis label)."""
+    lo, hi = ax.get_ylim()
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:g}"))
+    narrow = lo > 0 and hi / lo < 100
+    ax.yaxis.set_minor_locator(LogLocator(base=10, subs=(2.0, 3.0, 5.0)))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _pos: f"{y:g}") if narrow else NullFormatter())
 
 
 def _figure(r: InvariantResult) -> tuple[str, Figure] | None:
