@@ -32,10 +32,10 @@ from stability.guard import check_budget, time_limit, warm_up
 from stability.invariants import Verdict
 from stability.probe import Measurements, probe
 from stability.profiles import get_profile, keyed
-from stability.spec import Spec
+from stability.spec import TRAINING_INVARIANTS, Spec
 from stability.strategies import cases
 
-__all__ = ["CaseRecord", "InvariantResult", "SpecResult", "evaluate", "judge", "run_spec", "RunOptions"]
+__all__ = ["CaseRecord", "InvariantResult", "SpecResult", "evaluate", "judge", "run_spec", "run_training", "RunOptions"]
 
 
 @dataclass
@@ -73,11 +73,14 @@ class InvariantResult:
     #: False when the replayed case lies outside the cases the invariant applies to: then `met` is
     #: True (nothing was judged), `verdict` is None and `status` is "not_applicable".
     applicable: bool = True
+    skipped: bool = False  # not run in this profile (a training invariant outside train.profiles)
 
     @property
     def status(self) -> str:
         if not self.applicable:
             return "not_applicable"
+        if self.skipped:
+            return "skipped"
         return "ok" if self.met else ("error" if self.error else "failed")
 
 
@@ -114,6 +117,8 @@ def _apply(name: str, expectation: Any, m: Measurements) -> Verdict:
         return theory.mean_field(m, k_sigma=expectation.k_sigma)
     if name == "lesion":
         return theory.lesion(m, max_change=expectation.max_change, statistic=expectation.statistic)
+    if name in TRAINING_INVARIANTS:  # judged on an optimizer run (run_training), not on a probe
+        raise ValueError(f"{name} is judged by stability.train_invariants.evaluate, not from a probe's Measurements")
     return inv.identity_at_init(m, atol=expectation.atol)
 
 
@@ -239,8 +244,12 @@ def run_spec(
     if isinstance(case, str):
         case = parse_case_string(case, spec, device=options.device)
     results = []
+    train_cache: dict[Any, Any] = {}  # optimizer runs shared by the training invariants of this spec
     for name, expectation in spec.invariants():
         if only is not None and name != only:
+            continue
+        if name in TRAINING_INVARIANTS:
+            results.append(run_training(spec, name, expectation, options, profile_name, case=case, cache=train_cache))
             continue
         if case is not None:
             results.append(_replay(spec, name, expectation, case, measured))
@@ -361,3 +370,79 @@ def _unmeasured(spec: Spec, name: str, case: Case, record: CaseRecord) -> str | 
     if record.error is None:
         return None
     return f"{spec.path}::{name}: the case could not be measured at {case}"
+
+
+# ----------------------------------------------------------------------------- training invariants
+
+
+def run_training(
+    spec: Spec, name: str, expectation: Any, options: RunOptions, profile_name: str, *,
+    case: Case | None = None, cache: dict[Any, Any] | None = None,
+) -> InvariantResult:
+    """Judge a training invariant (update_size, trainability, residual_size): each case is an
+    optimizer run (stability.train), not a probe. With `case`, that case is replayed whatever the
+    profile. Otherwise, in the profiles `train.profiles` lists, Hypothesis draws `train.cases` cases
+    (ten times as many in `thorough`), generation only: a training run is too costly to shrink.
+    In other profiles the invariant is skipped and says so."""
+    from hypothesis import Phase, settings
+
+    from stability.train_invariants import evaluate as evaluate_training
+
+    assert spec.train is not None  # the loader requires [train] with a training invariant
+    t = spec.train
+    cache = {} if cache is None else cache
+    where = f"{spec.path}::{name}"
+
+    def run(c: Case) -> tuple[Verdict, str | None]:
+        v, error = evaluate_training(spec, name, c, case_timeout=options.case_timeout, memory_budget=options.memory_budget, cache=cache)
+        if v is None:
+            return Verdict(name, False, math.nan, "", None, f"case not trained: {error}"), error
+        return v, None
+
+    def result(c: Case, v: Verdict, error: str | None, met: bool, message: str, examples: int) -> InvariantResult:
+        return InvariantResult(name, expectation.expect, met, v, c, examples, message, reproduce_command(spec, c), error)
+
+    if case is not None:
+        v, error = run(case)
+        met = v.passed == (expectation.expect == "holds") and error is None
+        return result(case, v, error, met, _message(spec, name, expectation.expect, met, v, case, True), 1)
+    if profile_name not in t.profiles:
+        return InvariantResult(
+            name, expectation.expect, True, None, None, 0,
+            f"{where}: skipped in profile {profile_name} (train.profiles = {', '.join(t.profiles)}); "
+            f"run it with --profile {t.profiles[0]}", skipped=True,
+        )
+    _, profile = get_profile(profile_name)
+    n = t.cases * (10 if profile_name == "thorough" else 1)
+    seen: dict[Case, tuple[Verdict, str | None]] = {}
+    failing: list[Case] = []
+
+    def test(c: Case) -> None:
+        if c not in seen:
+            seen[c] = run(c)
+        v, error = seen[c]
+        if error is not None or not v.passed:
+            failing.append(c)
+            raise _Found
+
+    search = settings(profile, max_examples=n, phases=(Phase.explicit, Phase.generate), database=None)
+    test_fn = search(given(cases(spec, device=options.device, invariant=name))(test))
+    for c in reversed([parse_case_string(text, spec, device=options.device) for text in spec.space.examples]):
+        test_fn = example(c)(test_fn)
+    try:
+        test_fn()
+    except _Found:
+        pass
+    except HypothesisException as exc:
+        return InvariantResult(name, expectation.expect, False, None, None, len(seen), f"the search failed: {exc}", error=str(exc))
+    if failing:
+        c = failing[-1]
+        v, error = seen[c]
+        met = expectation.expect == "violated" and error is None  # not shrunk: worded like a replay
+        return result(c, v, error, met, _message(spec, name, expectation.expect, met, v, c, True), len(seen))
+    if not seen:
+        return InvariantResult(name, expectation.expect, False, None, None, 0, "no case was drawn", error="no case")
+    # The case closest to failing: the largest headline number (slope magnitude, loss ratio, mean residual).
+    c, (v, _) = max(seen.items(), key=lambda cv: abs(cv[1][0].observed) if math.isfinite(cv[1][0].observed) else math.inf)
+    met = expectation.expect == "holds"
+    return result(c, v, None, met, _message(spec, name, expectation.expect, met, v, c, False, len(seen)), len(seen))

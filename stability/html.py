@@ -23,7 +23,8 @@ from stability.errors import UsageError
 from stability.plots import variance_band
 from stability.render import spec_pngs
 from stability.report import summary_line, write_atomic
-from stability.spec import ZERO_BRANCH_INITS, describe_family
+from stability.spec import TRAINING_INVARIANTS, ZERO_BRANCH_INITS, describe_family
+from stability.train_plots import CAPTIONS as TRAINING_CAPTIONS
 
 __all__ = ["render_html", "write_html"]
 
@@ -174,6 +175,8 @@ def _data_uri(png: bytes) -> str:
 
 
 def _applies(res: SpecResult, name: str, case: Case) -> bool:
+    if name in TRAINING_INVARIANTS:  # judged on optimizer runs, not on the probed cases listed here
+        return False
     return name != "identity_at_init" or res.spec.family == "custom" or case.branch_init in ZERO_BRANCH_INITS
 
 
@@ -271,6 +274,8 @@ def figure_caption(res: SpecResult, key: str) -> str:
     """What the figure `key` of `spec_figures(res)` shows; it mentions a shaded band exactly when
     the figure draws one."""
     expect = res.spec.expect
+    if key not in ("gradient", "variance", "identity"):  # a training invariant's figure (stability/train_plots.py)
+        return TRAINING_CAPTIONS["update_size" if key == "update_size" else "loss"]
     if key == "gradient":
         what = "Gradient norm at each boundary relative to the output's; the invariant judges the left end (l = 0). "
         bound = "Shaded: the declared bound. " if expect.gradient_arrival is not None else "No bound: gradient_arrival is not declared. "

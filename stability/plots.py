@@ -35,7 +35,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocat
 
 from stability.case import Case
 from stability.engine import CaseRecord, InvariantResult, SpecResult
-from stability.spec import ZERO_BRANCH_INITS
+from stability.spec import TRAINING_INVARIANTS, ZERO_BRANCH_INITS
 
 __all__ = [
     "BAND_EDGE_GID",
@@ -277,11 +277,16 @@ def spec_figures(result: SpecResult) -> dict[str, Figure]:
     """The figures of one spec: {"gradient": …, "variance": …}, and "identity" when the spec
     declares `identity_at_init`."""
     spec = result.spec
+    from stability.train_plots import training_figures  # the training invariants' figures, chosen per invariant
+
+    trained = training_figures(result)
+    if all(name in TRAINING_INVARIANTS for name, _ in spec.invariants()):
+        return trained  # nothing was probed: no gradient or variance plot to draw
     records = list(result.cases.values())
     ga = spec.expect.gradient_arrival
     vg = spec.expect.variance_growth
     statistic = vg.statistic if vg is not None else "variance"
-    figures = {
+    figures = trained | {
         "gradient": gradient_figure(
             records,
             bound=(ga.lo, ga.hi) if ga is not None else None,

@@ -145,6 +145,8 @@ class SpecItem(pytest.Item):
         except SystemExit as exc:  # the spec's code exited: one line, not Hypothesis's traceback
             raise SpecError(self.spec.path, "block.factory", f"the spec's code called sys.exit({exc.code!r})", value=self.spec.block.factory,
                             fix="a factory and its blocks must not exit") from None
+        if result.skipped:  # a training invariant outside its spec's train.profiles
+            pytest.skip(result.message)
         if not result.applicable:
             pytest.skip(result.message)
         if not result.met:

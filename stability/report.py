@@ -64,6 +64,8 @@ def _fmt(x: float | None) -> str:
 def _mark(r: InvariantResult) -> str:
     if not r.applicable:
         return "[dim]n/a[/dim]"
+    if r.skipped:
+        return "[dim]skipped[/dim]"
     if r.met:
         return "[green]✓[/green]"
     return "[red]✗ error[/red]" if r.error else "[red]✗[/red]"
@@ -118,10 +120,12 @@ def summary_line(results: list[SpecResult], seconds: float, *, interrupted: bool
     pairs = [r for res in results for r in res.results]
     failed = sum(not r.met for r in pairs)
     skipped = sum(not r.applicable for r in pairs)
+    off = sum(r.skipped for r in pairs)  # training invariants outside their spec's train.profiles
     head = "interrupted: " if interrupted else ""
     return (
-        f"{head}{len(results)} spec(s), {len(pairs)} expectation(s): {len(pairs) - failed - skipped} met, "
-        f"{failed} not met, {f'{skipped} not applicable, ' if skipped else ''}{sum(len(res.cases) for res in results)} case(s) probed in {seconds:.1f} s"
+        f"{head}{len(results)} spec(s), {len(pairs)} expectation(s): {len(pairs) - failed - skipped - off} met, "
+        f"{failed} not met, {f'{skipped} not applicable, ' if skipped else ''}{f'{off} skipped in this profile, ' if off else ''}"
+        f"{sum(len(res.cases) for res in results)} case(s) probed in {seconds:.1f} s"
     )
 
 
@@ -236,14 +240,14 @@ def write_junit(path: str | Path, results: list[SpecResult], *, seconds: float =
         "testsuite", name="stability", tests=str(len(pairs) + len(unloaded)),
         failures=str(sum(not r.met and not r.error for _, r in pairs)),
         errors=str(sum(bool(r.error) and not r.met for _, r in pairs) + len(unloaded)),
-        skipped=str(sum(not r.applicable for _, r in pairs)), time=f"{seconds:.3f}",
+        skipped=str(sum(not r.applicable or r.skipped for _, r in pairs)), time=f"{seconds:.3f}",
     )
     for file, message in unloaded:
         tc = ET.SubElement(suite, "testcase", classname=_xml(file), name="load", time="0.000")
         ET.SubElement(tc, "error", message=_xml(message)).text = _xml(message)
     for res, r in pairs:
         tc = ET.SubElement(suite, "testcase", classname=_xml(res.spec.path), name=r.name, time=f"{res.seconds / max(len(res.results), 1):.3f}")
-        if not r.applicable:
+        if not r.applicable or r.skipped:
             ET.SubElement(tc, "skipped", message=_xml(r.message))
         if not r.met:
             tag = "error" if r.error else "failure"

@@ -31,6 +31,11 @@ __all__ = [
     "JacobianSpread",
     "MeanFieldRate",
     "Lesion",
+    "Train",
+    "UpdateSize",
+    "Trainability",
+    "ResidualSize",
+    "TRAINING_INVARIANTS",
     "load_spec",
     "find_specs",
     "parse_spec",
@@ -74,6 +79,9 @@ FAMILIES: tuple[str, ...] = get_args(Family)
 GROWTH_CLASSES: tuple[str, ...] = get_args(Growth)
 INVARIANTS: tuple[str, ...] = ("gradient_arrival", "variance_growth", "identity_at_init", "rank_collapse", "attention_entropy", "gradient_balance")
 INVARIANTS += ("jacobian_spectrum", "mean_field", "lesion")
+#: Invariants judged on a short optimizer run (stability.train), not on the probe's one pass.
+TRAINING_INVARIANTS: tuple[str, ...] = ("update_size", "trainability", "residual_size")
+INVARIANTS += TRAINING_INVARIANTS
 #: Branch inits under which every branch outputs exactly zero at initialisation.
 ZERO_BRANCH_INITS: frozenset[str] = frozenset({"zero", "rezero", "skipinit"})
 
@@ -399,6 +407,52 @@ class Lesion(_Invariant):
     statistic: Literal["max", "median"] = "max"
 
 
+def _depth_pair(value: Any) -> Any:
+    """`compare_depths = [shallow, deep]` → (shallow, deep), shallow < deep."""
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        if not 1 <= value[0] < value[1]:
+            raise ValueError(f"must be [shallow, deep] with 1 <= shallow < deep (got {value}); write [{min(value)}, {max(value)}]")
+        return tuple(value)
+    raise ValueError("expected [shallow, deep], two depths, e.g. [4, 32]")
+
+
+def _widths(value: Any) -> Any:
+    if isinstance(value, list) and len(value) >= 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        if value != sorted(set(value)) or value[0] < 1:
+            raise ValueError(f"must be at least two increasing positive widths (got {value}); write {sorted(set(v for v in value if v >= 1))}")
+        return value
+    raise ValueError("expected a list of at least two widths, e.g. [64, 128, 256, 512]")
+
+
+DepthPair = Annotated[tuple[int, int], BeforeValidator(_depth_pair), WithJsonSchema({"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 2})]
+
+
+class UpdateSize(_Invariant):
+    """The coordinate check: |slope| of log RMS(Δh) against log width ≤ max_abs_slope."""
+
+    widths: Annotated[list[int], BeforeValidator(_widths), WithJsonSchema({"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2})]
+    max_abs_slope: float = Field(0.25, gt=0.0)
+    at: Literal["all", "output"] = "all"
+
+
+class Trainability(_Invariant):
+    """A short run: finite loss, final/initial ≤ max_loss_ratio; with compare_depths, the deeper
+    stack's final loss ≤ max_depth_ratio × the shallower one's."""
+
+    max_loss_ratio: float | None = Field(None, gt=0.0)
+    compare_depths: DepthPair | None = None
+    max_depth_ratio: float = Field(1.0, gt=0.0)
+
+
+class ResidualSize(_Invariant):
+    """After the run, the blocks' relative change ‖x_(l+1) − x_l‖/‖x_l‖ (mean over blocks) ≤ max_mean;
+    with compare_depths, the deeper stack's mean ≤ max_depth_ratio × the shallower one's."""
+
+    max_mean: float | None = Field(None, gt=0.0)
+    compare_depths: DepthPair | None = None
+    max_depth_ratio: float = Field(1.0, gt=0.0)
+
+
 class Expect(_Model):
     gradient_arrival: GradientArrival | None = None
     variance_growth: VarianceGrowth | None = None
@@ -409,6 +463,9 @@ class Expect(_Model):
     jacobian_spectrum: JacobianSpread | None = None
     mean_field: MeanFieldRate | None = None
     lesion: Lesion | None = None
+    update_size: UpdateSize | None = None
+    trainability: Trainability | None = None
+    residual_size: ResidualSize | None = None
 
 
 class Probe(_Model):
@@ -419,6 +476,25 @@ class Probe(_Model):
     #: stochastic depth): "off" measures the network's deterministic function; "on" one dropout
     #: draw, seeded from the case. Independent of `mode`, which sets the norms.
     dropout: Literal["on", "off"] = "off"
+
+
+class Train(_Model):
+    """The optimizer run of the training invariants (stability.train): every run is full-batch on
+    a fixed synthetic set drawn from the case's seed, so it replays bit-exactly on the CPU."""
+
+    steps: int = Field(ge=1, le=10_000)
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    lr: float = Field(gt=0.0)
+    warmup: int = Field(0, ge=0)
+    parametrization: Literal["sp", "mup"] = "sp"
+    base_width: int = Field(64, ge=1)
+    task: Literal["teacher", "labels"] = "teacher"
+    samples: int = Field(64, ge=1, le=65_536)
+    input_dim: int = Field(16, ge=1)
+    outputs: int = Field(4, ge=1)
+    seconds: float = Field(30.0, gt=0.0)
+    profiles: Annotated[list[Literal["ci", "dev", "thorough"]], BeforeValidator(_nonempty_list)] = ["ci", "dev", "thorough"]
+    cases: int = Field(3, ge=1, le=100)
 
 
 class Spec(_Model):
@@ -432,6 +508,7 @@ class Spec(_Model):
     expect: Expect
     probe: Probe = Probe()
     path: str = "<string>"
+    train: Train | None = None
 
     def invariants(self) -> list[tuple[str, _Invariant]]:
         """(name, expectation) for every invariant the spec declares, in a fixed order."""
@@ -734,6 +811,24 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
             parse_case_string(text, spec)
         except Exception as exc:  # a UsageError for an unknown key or a value outside the space
             raise SpecError(f, f"space.examples[{i}]", str(exc), value=text) from None
+    _check_training(spec)
+
+
+def _check_training(spec: Spec) -> None:
+    """The `[train]` table and the training invariants come together."""
+    f = spec.path
+    declared = [n for n in TRAINING_INVARIANTS if getattr(spec.expect, n) is not None]
+    if declared and spec.train is None:
+        raise SpecError(f, "train", f"is required by expect.{declared[0]} (the optimizer run it judges)",
+                        fix="add [train] with steps = 100, lr = 0.01 (see docs/training.md)")
+    if spec.train is not None and not declared:
+        raise SpecError(f, "train", "applies only to the training invariants, and this spec declares none",
+                        fix=f"remove it or add one of {', '.join(f'[expect.{n}]' for n in TRAINING_INVARIANTS)}")
+    if declared and spec.family == "custom":
+        raise SpecError(f, f"expect.{declared[0]}", "is checked on the built-in families only (the run adds an input layer and a readout to the family's blocks)",
+                        fix="remove it, or describe the network with a built-in family")
+    if spec.train is not None and spec.train.warmup >= spec.train.steps:
+        raise SpecError(f, "train.warmup", f"must be below train.steps = {spec.train.steps}", value=spec.train.warmup, fix="shorten the warm-up or raise steps")
 
 
 def _check_tokens(spec: Spec, data: dict[str, Any]) -> None:

@@ -24,9 +24,13 @@ from stability.spec import (
     MeanFieldRate,
     IdentityAtInit,
     Probe,
+    ResidualSize,
     RankCollapse,
     Space,
     Spec,
+    Train,
+    Trainability,
+    UpdateSize,
     VarianceGrowth,
     parse_spec,
 )
@@ -34,6 +38,7 @@ from stability.spec import (
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 MODELS: list[type[BaseModel]] = [Spec, Block, Space, Expect, GradientArrival, VarianceGrowth, IdentityAtInit, Probe, RankCollapse, AttentionEntropy, GradientBalance]
 MODELS += [JacobianSpread, MeanFieldRate, Lesion]
+MODELS += [Train, UpdateSize, Trainability, ResidualSize]  # the training checks (docs/training.md)
 
 
 def _read(name: str) -> str:

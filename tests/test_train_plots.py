@@ -1,0 +1,56 @@
+"""stability/train_plots.py: the update-size-vs-width and loss-curve figures, and their place in
+the HTML report (the bound drawn, the failing width and a diverged step marked)."""
+
+from __future__ import annotations
+
+import math
+
+from matplotlib.figure import Figure
+
+from stability.engine import InvariantResult, SpecResult
+from stability.html import render_html
+from stability.invariants import Verdict
+from stability.spec import parse_spec
+from stability.train import TrainRun
+from stability.train_invariants import trainability, update_size
+from stability.train_plots import CONE_GID, DIVERGED_GID, FAILING_WIDTH_GID, loss_figure, training_figures, update_size_figure
+from stability.train_update import UpdateRecord, UpdateSweep, log_slope
+
+
+def _gids(fig: Figure) -> set[str]:
+    return {a.get_gid() for a in fig.findobj() if a.get_gid()}
+
+
+def _verdict(exponent: float) -> Verdict:
+    widths = [64, 128, 256, 512]
+    run = TrainRun([1.0, 0.9], 1, None, 0.0)
+    records = [UpdateRecord(w, [1.0, 0.1 * float(w) ** exponent], {"w": 0.01}, run) for w in widths]
+    slopes = [log_slope(widths, [r.rms_delta[b] for r in records]) for b in range(2)]
+    return update_size(UpdateSweep(widths, records, slopes), max_abs_slope=0.5)
+
+
+def test_update_size_figure_draws_the_cone_and_marks_the_first_width_outside_it() -> None:
+    failing = _verdict(1.0)
+    fig = update_size_figure(failing.extra, failed=True)
+    assert {CONE_GID, FAILING_WIDTH_GID} <= _gids(fig)
+    marks = [a for a in fig.findobj() if a.get_gid() == FAILING_WIDTH_GID]
+    assert marks[0].get_offsets()[0][0] == failing.extra["failing_width"] == 128  # type: ignore[attr-defined]
+    holding = update_size_figure(_verdict(0.0).extra, failed=False)
+    assert CONE_GID in _gids(holding) and FAILING_WIDTH_GID not in _gids(holding)
+
+
+def test_loss_figure_marks_a_diverged_step() -> None:
+    v = trainability([TrainRun([1.0, 10.0, math.inf], 2, 2, 0.0, depth=8), TrainRun([1.0, 0.5, 0.25], 2, None, 0.0, depth=4)])
+    fig = loss_figure(v.extra)
+    assert DIVERGED_GID in _gids(fig) and len(fig.axes[0].lines) == 2
+
+
+def test_the_html_report_shows_the_training_figures() -> None:
+    spec = parse_spec('name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 64\n'
+                      '[train]\nsteps = 1\nlr = 0.001\n[expect.update_size]\nwidths = [64, 128, 256, 512]\n')
+    v = _verdict(1.0)
+    result = InvariantResult("update_size", "holds", False, v, None, 1, "t::update_size: expected to hold, but it fails")
+    spec_result = SpecResult(spec, [result])
+    assert list(training_figures(spec_result)) == ["update_size"]
+    page = render_html([spec_result])
+    assert "RMS change of the activation" in page and page.count("data:image/png;base64,") == 1
