@@ -24,6 +24,7 @@ from hypothesis.errors import HypothesisException
 from stability import invariants as inv
 from stability.build import build, derive_seed, make_input
 from stability.case import Case, parse_case_string, reproduce_command
+from stability.ensemble import ensemble_size, probe_ensemble
 from stability.errors import BlockError, CaseError, SpecError
 from stability.guard import check_budget, time_limit, warm_up
 from stability.invariants import Verdict
@@ -122,6 +123,8 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
                 net.blocks, x, loss=spec.probe.loss, seed=derive_seed(case.seed, 2),
                 checkpoint_every=spec.probe.checkpoint_every,
             )
+            if spec.expect.variance_growth is not None and ensemble_size(spec) > 1:  # the law is judged on seeds
+                m.extra["ensemble"] = probe_ensemble(spec, case, m, size=ensemble_size(spec))
     except BlockError as exc:  # a block raised: for a custom factory, its blocks do not chain
         if spec.family == "custom":
             raise SpecError(spec.path, "block.factory", f"the blocks do not run: {exc} (case {case})", value=spec.block.factory) from None

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from stability.growth import describe_ensemble, ensemble_growth
 from stability.probe import Measurements
 from stability.spec import GROWTH_CLASSES
 
@@ -166,11 +167,21 @@ def variance_growth(
                        f"the {statistic} overflows the float range after block {block} (activations beyond ~1e19 in magnitude); "
                        "the variance runs away: scale the branches or the init down")
     fit = classify_growth(values, bounded_ratio=bounded_ratio)
-    extra = {"growth": fit.growth, "rate": fit.rate, "slope": fit.slope, "exponent": fit.exponent, "final_ratio": fit.final_ratio}
+    extra: dict[str, Any] = {"growth": fit.growth, "rate": fit.rate, "slope": fit.slope, "exponent": fit.exponent, "final_ratio": fit.final_ratio}
     fits = f"{fit.growth} (×{fit.rate:.4g} per block, +{fit.slope:.3g}·s₀ per block)"
+    judged = fit.growth
+    ens, why = ensemble_growth(m.extra, statistic, bounded_ratio=bounded_ratio)
+    if ens is not None:  # the law is judged on the seed ensemble (stability/growth.py)
+        judged = ens.lowest
+        extra.update(growth=ens.growth, lowest=ens.lowest, decided=ens.decided, rate=ens.rate, slope=ens.slope, exponent=ens.exponent,
+                     final_ratio=ens.final_ratio, ensemble={"size": ens.size, "chi2": ens.chi2, **ens.spread()})
+        fits = describe_ensemble(ens)
+    elif why != "no ensemble":
+        extra["ensemble"] = {"skipped": why}
     r = fit.ratios
-    if GROWTH_CLASSES.index(fit.growth) > GROWTH_CLASSES.index(max_growth):
-        first = next((i for i, v in enumerate(r) if v > bounded_ratio), len(r) - 1)
+    if GROWTH_CLASSES.index(judged) > GROWTH_CLASSES.index(max_growth):
+        shown = ens.ratios if ens is not None else r  # the profile the class was judged on
+        first = next((i for i, v in enumerate(shown) if v > bounded_ratio), len(shown) - 1)
         return Verdict("variance_growth", False, fit.max_ratio, bound, max(first - 1, 0),
                        f"{statistic} grows {fits}, worse than {max_growth}; it passes {bounded_ratio:g}× the input's after block {max(first - 1, 0)}", extra)
     if max_ratio is not None and fit.max_ratio > max_ratio:

@@ -239,6 +239,9 @@ class Probe(_Model):
     loss: Literal["projection", "sum"] = "projection"
     mode: Literal["train", "eval"] = "train"
     checkpoint_every: int = Field(0, ge=0)
+    #: Seeds the variance-growth law is judged on (the case's and ensemble − 1 derived ones;
+    #: stability/growth.py). 1 judges the case's own profile alone.
+    ensemble: int = Field(8, ge=1, le=256)
 
 
 class Spec(_Model):
