@@ -102,7 +102,7 @@ def probe_ensemble(spec: Spec, case: Case, first: Measurements, *, size: int, ve
         if not vectorised:
             found = [
                 probe(n, x, loss=spec.probe.loss, seed=ls, checkpoint_every=spec.probe.checkpoint_every)
-                for n, x, ls in zip(nets, xs, loss_seeds)
+                for n, x, ls in zip(nets, xs, loss_seeds, strict=True)
             ]
     everyone = [first, *found]
     return Ensemble(seeds, [m.act_var for m in everyone], [m.act_sq_mean for m in everyone], vectorised)

@@ -272,7 +272,7 @@ def test_ensemble_spread_is_reported(basic_block_spec: Callable[..., Spec]) -> N
     v = judge(spec, "variance_growth", evaluate(spec, _case(7, 8, 5, spatial=2, seed=1)))
     spread = v.extra["ensemble"]
     assert spread["size"] == 8
-    for lo, q25, mid, q75, hi in zip(spread["min"], spread["q25"], spread["mean_log"], spread["q75"], spread["max"]):
+    for lo, q25, mid, q75, hi in zip(spread["min"], spread["q25"], spread["mean_log"], spread["q75"], spread["max"], strict=True):
         assert lo <= q25 <= q75 <= hi
         assert lo <= mid <= hi
     assert spread["min"][0] == spread["max"][0] == 1.0
