@@ -37,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--profile", choices=["ci", "dev", "thorough"], help="search budget (default: STABILITY_PROFILE, else ci under CI, else dev)")
     c.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto", "all"], help="where cases run (default cpu)")
     c.add_argument("--case", help="replay one case, e.g. depth=23,width=8,init=xavier_normal,seed=5")
-    c.add_argument("--only", choices=["gradient_arrival", "variance_growth", "identity_at_init"], help="check one invariant")
+    c.add_argument("--only", choices=["gradient_arrival", "variance_growth", "identity_at_init", "mean_shift"], help="check one invariant")
     c.add_argument("--json", metavar="FILE", help="write the machine-readable report")
     c.add_argument("--junit", metavar="FILE", help="write JUnit XML (one testcase per spec and invariant)")
     c.add_argument("--html", metavar="DIR", help="write a self-contained HTML report with plots")

@@ -24,6 +24,7 @@ from hypothesis.errors import HypothesisException
 from stability import invariants as inv
 from stability.build import build, derive_seed, make_input
 from stability.case import Case, parse_case_string, reproduce_command
+from stability.channels import ChannelStats
 from stability.ensemble import ensemble_size, probe_ensemble
 from stability.errors import BlockError, CaseError, SpecError
 from stability.guard import check_budget, time_limit, warm_up
@@ -99,6 +100,8 @@ def _apply(name: str, expectation: Any, m: Measurements) -> Verdict:
             statistic=expectation.statistic,
             bounded_ratio=expectation.bounded_ratio,
         )
+    if name == "mean_shift":
+        return inv.mean_shift(m, max_ratio=expectation.max_ratio)
     return inv.identity_at_init(m, atol=expectation.atol)
 
 
@@ -122,6 +125,7 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
             m = probe(
                 net.blocks, x, loss=spec.probe.loss, seed=derive_seed(case.seed, 2),
                 checkpoint_every=spec.probe.checkpoint_every,
+                observers=[ChannelStats()] if spec.expect.mean_shift is not None else (),
             )
             if spec.expect.variance_growth is not None and ensemble_size(spec) > 1:  # the law is judged on seeds
                 m.extra["ensemble"] = probe_ensemble(spec, case, m, size=ensemble_size(spec))
@@ -179,6 +183,8 @@ def _target(name: str, v: Verdict) -> None:
         target(math.log10(v.observed), label="exploding gradient (log10)")
     elif name == "variance_growth":
         target(math.log10(v.observed), label="variance growth (log10 ratio)")
+    elif name == "mean_shift":
+        target(v.observed, label="mean shift (squared channel mean / channel variance)")
     else:
         target(v.observed, label="identity error")
 

@@ -16,7 +16,7 @@ from stability.growth import describe_ensemble, ensemble_growth
 from stability.probe import Measurements
 from stability.spec import GROWTH_CLASSES
 
-__all__ = ["Verdict", "gradient_arrival", "variance_growth", "identity_at_init", "classify_growth", "GrowthFit"]
+__all__ = ["Verdict", "gradient_arrival", "variance_growth", "identity_at_init", "classify_growth", "GrowthFit", "mean_shift"]
 
 
 @dataclass(frozen=True)
@@ -227,3 +227,29 @@ def _first_change(m: Measurements, atol: float) -> int | None:
         if abs(b - a) > atol * max(abs(a), 1e-300) or (atol == 0 and a != b):
             return i
     return None
+
+
+def mean_shift(m: Measurements, *, max_ratio: float = 0.25) -> Verdict:
+    """ρ_L ≤ max_ratio at the output, ρ = (M − V/(N − 1)) / V from the channel statistics
+    (`stability.channels.ChannelStats`, in `m.extra["channels"]`): the mean shift that ReLU
+    branches accumulate (Brock, De & Smith 2021), which the whole-tensor variance mixes in."""
+    bound = f"≤ {max_ratio:g}"
+    bad = _nonfinite(m, "mean_shift", bound)
+    if bad is not None:
+        return bad
+    prof = m.extra.get("channels")
+    if prof is None:
+        return Verdict("mean_shift", False, math.nan, bound, None, "channel statistics were not measured; probe with observers=[stability.channels.ChannelStats()]")
+    rho = [prof.ratio(i) for i in range(len(prof.var))]
+    extra: dict[str, Any] = {"ratio": rho, "sq_channel_mean": prof.sq_mean, "channel_var": prof.var, "whole_var": list(m.act_var)}
+    final = rho[-1]
+    numbers = (f"average squared channel mean {prof.sq_mean[-1]:.3g}, average channel variance {prof.var[-1]:.3g} "
+               f"(whole-tensor variance {m.act_var[-1]:.3g}; input {prof.sq_mean[0]:.3g}, {prof.var[0]:.3g})")
+    if not math.isfinite(final):
+        return Verdict("mean_shift", False, math.nan, bound, m.n_blocks, f"the output's channel variance is zero or undefined: {numbers}", extra)
+    if final <= max_ratio:
+        return Verdict("mean_shift", True, final, bound, None, f"mean shift ρ = {final:.3g} at the output {bound}: {numbers}", extra)
+    first = next(i for i, r in enumerate(rho) if math.isfinite(r) and r > max_ratio)
+    return Verdict("mean_shift", False, final, bound, max(first - 1, 0),
+                   f"mean shift ρ = {final:.3g} > {max_ratio:g} at the output (first above the bound after block {max(first - 1, 0)}): {numbers}; "
+                   "the per-channel offsets grow inside the variance", extra)

@@ -26,6 +26,7 @@ __all__ = [
     "GradientArrival",
     "VarianceGrowth",
     "IdentityAtInit",
+    "MeanShift",
     "load_spec",
     "find_specs",
     "parse_spec",
@@ -61,7 +62,7 @@ Expectation = Literal["holds", "violated"]
 
 FAMILIES: tuple[str, ...] = get_args(Family)
 GROWTH_CLASSES: tuple[str, ...] = get_args(Growth)
-INVARIANTS: tuple[str, ...] = ("gradient_arrival", "variance_growth", "identity_at_init")
+INVARIANTS: tuple[str, ...] = ("gradient_arrival", "variance_growth", "identity_at_init", "mean_shift")
 #: Branch inits under which every branch outputs exactly zero at initialisation.
 ZERO_BRANCH_INITS: frozenset[str] = frozenset({"zero", "rezero", "skipinit"})
 
@@ -229,10 +230,20 @@ class IdentityAtInit(_Invariant):
     atol: float = Field(0.0, ge=0.0)
 
 
+class MeanShift(_Invariant):
+    """At the output, the average squared channel mean beyond sampling noise, relative to the
+    average channel variance, ρ = (M − V/(N − 1)) / V, must be ≤ max_ratio (Brock, De & Smith 2021;
+    stability/channels.py). 0.25 lets the per-channel offsets carry at most a fifth of the second
+    moment (ρ/(1 + ρ)); one ReLU of a standard normal already gives ρ ≈ 0.47."""
+
+    max_ratio: float = Field(0.25, gt=0.0)
+
+
 class Expect(_Model):
     gradient_arrival: GradientArrival | None = None
     variance_growth: VarianceGrowth | None = None
     identity_at_init: IdentityAtInit | None = None
+    mean_shift: MeanShift | None = None
 
 
 class Probe(_Model):
