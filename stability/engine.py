@@ -29,6 +29,7 @@ from stability.ensemble import ensemble_size, probe_ensemble
 from stability.errors import BlockError, CaseError, SpecError
 from stability.guard import check_budget, time_limit, warm_up
 from stability.invariants import Verdict
+from stability.laws import annotate
 from stability.probe import Measurements, probe
 from stability.profiles import get_profile
 from stability.spec import ZERO_BRANCH_INITS, Spec
@@ -155,7 +156,7 @@ def judge(spec: Spec, name: str, record: CaseRecord) -> Verdict:
     expectation = getattr(spec.expect, name)
     if record.measurements is None:
         return Verdict(name, False, math.nan, "", None, f"case not measured: {record.error}")
-    return _apply(name, expectation, record.measurements)
+    return annotate(spec, record.case, _apply(name, expectation, record.measurements), record.measurements)  # + the law's prediction
 
 
 def _applies(spec: Spec, name: str, case: Case) -> bool:

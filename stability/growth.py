@@ -174,8 +174,12 @@ def describe_ensemble(g: EnsembleGrowth) -> str:
     head += f"; mean of {g.size} seeds, final ratio {g.final_ratio:.3g} in [{g.lo[-1]:.3g}, {g.hi[-1]:.3g}])"
     if not g.decided:
         depth = len(g.ratios) - 1
-        why = f"depth {depth} is too small to tell" if depth < MIN_DECIDABLE_DEPTH else f"{g.lowest} is not ruled out"
-        head += f"; undecided at this depth ({why}: {g.lowest} … {g.growth} fit within the ensemble's noise)"
+        if depth < MIN_DECIDABLE_DEPTH:
+            head += f"; undecided at this depth (depth {depth} is too small to tell {g.lowest} from {g.growth}: judged {g.lowest})"
+        elif GROWTH_CLASSES.index(g.lowest) <= GROWTH_CLASSES.index("linear"):
+            head += f"; undecided at this depth ({g.lowest} … {g.growth} fit within the ensemble's noise: judged {g.lowest})"
+        else:
+            head += f"; {g.lowest} is not ruled out at this depth (judged {g.lowest})"
     return head
 
 
