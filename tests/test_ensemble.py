@@ -321,3 +321,22 @@ def test_non_vectorisable_blocks_fall_back_to_the_loop(tmp_path: Path) -> None:
     alone = probe(build(spec, member).blocks, make_input(spec, member), seed=derive_seed(member.seed, 2))
     assert ens.act_var[2] == alone.act_var
     torch.testing.assert_close(torch.tensor(ens.act_var[0]), torch.tensor(record.measurements.act_var), rtol=0, atol=0)  # type: ignore[union-attr]
+
+
+def test_html_variance_plot_draws_the_ensemble_spread_as_a_band() -> None:
+    from stability.engine import run_spec
+    from stability.plots import ENSEMBLE_GID, ensemble_spread, spec_figures
+
+    spec = load_spec(SPECS / "control_unnormalised_residual.toml")
+    result = run_spec(spec, case="depth=10,width=16,batch=8,seed=2")
+    fig = spec_figures(result)["variance"]
+    (band,) = [c for c in fig.axes[0].collections if c.get_gid() == ENSEMBLE_GID]
+    record = next(iter(result.cases.values()))
+    spread = ensemble_spread(record, "variance")
+    assert spread is not None
+    lo, hi, size = spread
+    assert size == 8
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert max(ys) == pytest.approx(max(hi), rel=1e-12)
+    assert min(ys) == pytest.approx(min(lo), rel=1e-12)
+    assert lo[-1] <= record.measurements.act_var[-1] / record.measurements.act_var[0] <= hi[-1]  # type: ignore[union-attr]
