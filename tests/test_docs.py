@@ -13,10 +13,10 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from stability.cli import main
-from stability.spec import Block, Expect, GradientArrival, IdentityAtInit, Probe, Space, Spec, VarianceGrowth, parse_spec
+from stability.spec import Block, Expect, GradientArrival, IdentityAtInit, MeanShift, Probe, Space, Spec, VarianceGrowth, parse_spec
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-MODELS: list[type[BaseModel]] = [Spec, Block, Space, Expect, GradientArrival, VarianceGrowth, IdentityAtInit, Probe]
+MODELS: list[type[BaseModel]] = [Spec, Block, Space, Expect, GradientArrival, VarianceGrowth, IdentityAtInit, Probe, MeanShift]
 
 
 def _read(name: str) -> str:
