@@ -25,7 +25,7 @@ from stability import invariants as inv
 from stability.build import build, derive_seed, make_input
 from stability.case import Case, parse_case_string, reproduce_command
 from stability.channels import ChannelStats
-from stability.ensemble import ensemble_size, probe_ensemble
+from stability.ensemble import ensemble_size, probe_ensemble_until_decided
 from stability.errors import BlockError, CaseError, SpecError
 from stability.guard import check_budget, time_limit, warm_up
 from stability.invariants import Verdict
@@ -129,7 +129,7 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
                 observers=[ChannelStats()] if spec.expect.mean_shift is not None else (),
             )
             if spec.expect.variance_growth is not None and ensemble_size(spec) > 1:  # the law is judged on seeds
-                m.extra["ensemble"] = probe_ensemble(spec, case, m, size=ensemble_size(spec))
+                m.extra["ensemble"] = probe_ensemble_until_decided(spec, case, m, size=ensemble_size(spec))
     except BlockError as exc:  # a block raised: for a custom factory, its blocks do not chain
         if spec.family == "custom":
             raise SpecError(spec.path, "block.factory", f"the blocks do not run: {exc} (case {case})", value=spec.block.factory) from None

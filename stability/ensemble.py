@@ -18,6 +18,7 @@ the *law* needs the distribution.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import torch
@@ -26,10 +27,11 @@ from stability.batched import probe_seeds
 from stability.build import build, derive_seed, make_input
 from stability.case import Case
 from stability.errors import BlockError
+from stability.growth import MIN_DECIDABLE_DEPTH, classify_ensemble
 from stability.probe import Measurements, probe
 from stability.spec import Spec
 
-__all__ = ["Ensemble", "ENSEMBLE_STREAM", "ensemble_seeds", "probe_ensemble", "ensemble_size"]
+__all__ = ["Ensemble", "ENSEMBLE_STREAM", "ensemble_seeds", "probe_ensemble", "probe_ensemble_until_decided", "ensemble_size"]
 
 #: The `derive_seed` stream the ensemble's seeds come from (0 weights, 1 input, 2 loss are the
 #: case's own; a high number keeps clear of streams other features add).
@@ -75,34 +77,56 @@ def probe_ensemble(spec: Spec, case: Case, first: Measurements, *, size: int, ve
     and `probe` raise.
     """
     seeds = ensemble_seeds(case.seed, size)
-    members = [dataclasses.replace(case, seed=s) for s in seeds[1:]]
-    found: list[Measurements] = []
-    vectorised = False
-    if members:
-        nets, xs = [], []
-        for member in members:
-            net = build(spec, member)
-            x = make_input(spec, member)
-            if net.stem is not None:
-                with torch.no_grad():
-                    x = net.stem(x)
-            nets.append(net.blocks)
-            xs.append(x)
-        loss_seeds = [derive_seed(s, 2) for s in seeds[1:]]
-        batched_ok = vectorise and spec.probe.checkpoint_every == 0 and spec.probe.loss in ("projection", "sum")
-        if batched_ok:
-            try:
-                found = probe_seeds(nets, xs, seeds=loss_seeds, loss=spec.probe.loss)
-                vectorised = True
-            except (BlockError, RuntimeError, ValueError) as exc:
-                if "out of memory" in str(exc).lower():
-                    raise
-                found = []
-                nets = [build(spec, m).blocks for m in members]  # fresh buffers: the failed pass may have run some blocks
-        if not vectorised:
-            found = [
-                probe(n, x, loss=spec.probe.loss, seed=ls, checkpoint_every=spec.probe.checkpoint_every)
-                for n, x, ls in zip(nets, xs, loss_seeds, strict=True)
-            ]
+    found, vectorised = _probe_members(spec, case, seeds[1:], vectorise=vectorise)
     everyone = [first, *found]
     return Ensemble(seeds, [m.act_var for m in everyone], [m.act_sq_mean for m in everyone], vectorised)
+
+
+def probe_ensemble_until_decided(spec: Spec, case: Case, first: Measurements, *, size: int, max_size: int | None = None) -> Ensemble:
+    """`probe_ensemble`, then, while the growth laws stay undecided (more than one class plausible,
+    stability/growth.py) at a depth where they can be told apart, double the ensemble with the next
+    seeds of the same stream, up to `max_size` (default 4 × size). A sequential design: the cases
+    whose verdict hinges on the noise get the seeds they need, the rest cost `size`."""
+    ens = probe_ensemble(spec, case, first, size=size)
+    vg = spec.expect.variance_growth
+    limit = max_size if max_size is not None else 4 * size
+    if vg is None or case.depth < MIN_DECIDABLE_DEPTH:
+        return ens
+    while ens.size < limit:
+        usable = [p for p in ens.profiles(vg.statistic) if p and p[0] > 0 and all(math.isfinite(v) for v in p)]
+        if len(usable) < 2 or classify_ensemble(usable, bounded_ratio=vg.bounded_ratio).decided:
+            break
+        more = min(ens.size, limit - ens.size)
+        seeds = ensemble_seeds(case.seed, ens.size + more)
+        found, vectorised = _probe_members(spec, case, seeds[ens.size:])
+        ens = Ensemble(seeds, ens.act_var + [m.act_var for m in found], ens.act_sq_mean + [m.act_sq_mean for m in found], ens.vectorised and vectorised)
+    return ens
+
+
+def _probe_members(spec: Spec, case: Case, seeds: list[int], *, vectorise: bool = True) -> tuple[list[Measurements], bool]:
+    """The members with these seeds, probed together (or one by one where vmap cannot run a block)."""
+    members = [dataclasses.replace(case, seed=s) for s in seeds]
+    if not members:
+        return [], False
+    nets, xs = [], []
+    for member in members:
+        net = build(spec, member)
+        x = make_input(spec, member)
+        if net.stem is not None:
+            with torch.no_grad():
+                x = net.stem(x)
+        nets.append(net.blocks)
+        xs.append(x)
+    loss_seeds = [derive_seed(s, 2) for s in seeds]
+    if vectorise and spec.probe.checkpoint_every == 0 and spec.probe.loss in ("projection", "sum"):
+        try:
+            return probe_seeds(nets, xs, seeds=loss_seeds, loss=spec.probe.loss), True
+        except (BlockError, RuntimeError, ValueError) as exc:
+            if "out of memory" in str(exc).lower():
+                raise
+            nets = [build(spec, m).blocks for m in members]  # fresh buffers: the failed pass may have run some blocks
+    found = [
+        probe(n, x, loss=spec.probe.loss, seed=ls, checkpoint_every=spec.probe.checkpoint_every)
+        for n, x, ls in zip(nets, xs, loss_seeds, strict=True)
+    ]
+    return found, False

@@ -6,8 +6,8 @@ looped probes, and the false-class rates the growth law is held to (issue 12):
 - the exponential controls (unnormalised residual doubling, plain ReLU above criticality) are
   called exponential at every drawn depth ≥ 8, and the plain tanh stack below criticality decays.
 
-Measured results of the ≥ 100-case runs (marked slow) are recorded in docs/theory.md ("Growth on
-seed ensembles"); smaller always-run versions of each use the same code and the same assertions.
+Measured results of the ≥ 100-case runs (marked slow) are recorded in docs/ensembles.md ("Measured
+false-class rates"); smaller always-run versions of each use the same code and the same assertions.
 """
 
 from __future__ import annotations
@@ -176,10 +176,10 @@ def test_linear_stacks_are_rarely_called_exponential(kind: str, basic_block_spec
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["preact_mlp", "basic_block"])
-def test_linear_stacks_are_called_exponential_in_at_most_1_percent_of_120(kind: str, basic_block_spec: Callable[..., Spec]) -> None:
+def test_linear_stacks_are_called_exponential_in_at_most_1_percent_of_100(kind: str, basic_block_spec: Callable[..., Spec]) -> None:
     spec = load_spec(SPECS / "preact_mlp.toml") if kind == "preact_mlp" else basic_block_spec()
-    bad = _false_exponentials(spec, _linear_stack_cases(kind, 120, seed=1))
-    assert len(bad) <= 1, bad  # ≤ 1% of 120
+    bad = _false_exponentials(spec, _linear_stack_cases(kind, 100, seed=1))
+    assert len(bad) <= 1, bad  # ≤ 1% of 100
 
 
 PLAIN_RELU_HOT = """
@@ -249,8 +249,8 @@ def test_exponential_controls_are_exponential_at_every_depth_from_8(kind: str) -
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["unnormalised_residual", "plain_relu_hot", "plain_tanh_cold"])
-def test_exponential_controls_are_exponential_at_every_depth_from_8_over_120(kind: str) -> None:
-    assert not _missed_controls(kind, 120, seed=1)
+def test_exponential_controls_are_exponential_at_every_depth_from_8_over_100(kind: str) -> None:
+    assert not _missed_controls(kind, 100, seed=1)
 
 
 def test_shallow_growth_is_undecided_not_exponential() -> None:
@@ -271,7 +271,7 @@ def test_ensemble_spread_is_reported(basic_block_spec: Callable[..., Spec]) -> N
     spec = basic_block_spec()
     v = judge(spec, "variance_growth", evaluate(spec, _case(7, 8, 5, spatial=2, seed=1)))
     spread = v.extra["ensemble"]
-    assert spread["size"] == 8
+    assert spread["size"] in (8, 16, 32)  # 8, doubled while the laws stay undecided
     for lo, q25, mid, q75, hi in zip(spread["min"], spread["q25"], spread["mean_log"], spread["q75"], spread["max"], strict=True):
         assert lo <= q25 <= q75 <= hi
         assert lo <= mid <= hi
@@ -335,8 +335,33 @@ def test_html_variance_plot_draws_the_ensemble_spread_as_a_band() -> None:
     spread = ensemble_spread(record, "variance")
     assert spread is not None
     lo, hi, size = spread
-    assert size == 8
+    assert size == record.measurements.extra["ensemble"].size >= 8  # type: ignore[union-attr]
     ys = band.get_paths()[0].vertices[:, 1]
     assert max(ys) == pytest.approx(max(hi), rel=1e-12)
     assert min(ys) == pytest.approx(min(lo), rel=1e-12)
     assert lo[-1] <= record.measurements.act_var[-1] / record.measurements.act_var[0] <= hi[-1]  # type: ignore[union-attr]
+
+
+def test_undecided_ensembles_grow_until_decided_or_four_times_the_size() -> None:
+    """The sequential design: 8 seeds, doubled while more than one class stays plausible, up to 32;
+    the first members are the fixed-size ensemble's, seed for seed."""
+    from stability.ensemble import probe_ensemble_until_decided
+    from stability.growth import classify_ensemble
+
+    spec = load_spec(SPECS / "control_unnormalised_residual.toml")
+    sizes = []
+    for depth, seed in ((10, 0), (12, 1), (9, 5)):
+        case = _case(depth, 8, 4, seed=seed, weight_init="kaiming_normal")
+        first = probe(build(spec, case).blocks, make_input(spec, case), seed=derive_seed(case.seed, 2))
+        ens = probe_ensemble_until_decided(spec, case, first, size=8)
+        assert ens.size in (8, 16, 32)
+        assert ens.seeds == ensemble_seeds(case.seed, ens.size)
+        assert ens.size == 32 or classify_ensemble(ens.act_var).decided
+        fixed = probe_ensemble(spec, case, first, size=8)
+        assert ens.act_var[:8] == fixed.act_var
+        sizes.append(ens.size)
+    capped = probe_ensemble_until_decided(spec, _case(10, 8, 4, seed=0, weight_init="kaiming_normal"),
+                                          probe(build(spec, _case(10, 8, 4, seed=0, weight_init="kaiming_normal")).blocks,
+                                                make_input(spec, _case(10, 8, 4, seed=0, weight_init="kaiming_normal")), seed=derive_seed(0, 2)),
+                                          size=8, max_size=8)
+    assert capped.size == 8
