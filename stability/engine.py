@@ -27,9 +27,12 @@ from stability import token_invariants
 from stability.applicability import narrow_for, not_applicable_reason
 from stability.build import build, derive_seed, make_input
 from stability.case import Case, parse_case_string, reproduce_command
+from stability.channels import ChannelStats
+from stability.ensemble import ensemble_size, probe_ensemble_until_decided
 from stability.errors import BlockError, CaseError, SpecError
 from stability.guard import check_budget, time_limit, warm_up
 from stability.invariants import Verdict
+from stability.laws import annotate
 from stability.probe import Measurements, probe
 from stability.profiles import get_profile, keyed
 from stability.spec import TRAINING_INVARIANTS, Spec
@@ -119,6 +122,8 @@ def _apply(name: str, expectation: Any, m: Measurements) -> Verdict:
         return theory.lesion(m, max_change=expectation.max_change, statistic=expectation.statistic)
     if name in TRAINING_INVARIANTS:  # judged on an optimizer run (run_training), not on a probe
         raise ValueError(f"{name} is judged by stability.train_invariants.evaluate, not from a probe's Measurements")
+    if name == "mean_shift":
+        return inv.mean_shift(m, max_ratio=expectation.max_ratio)
     return inv.identity_at_init(m, atol=expectation.atol)
 
 
@@ -143,10 +148,12 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
             m = probe(
                 net.blocks, x, loss=spec.probe.loss, seed=derive_seed(case.seed, 2),
                 checkpoint_every=spec.probe.checkpoint_every, call_kwargs=net.call_kwargs, rng_seed=derive_seed(case.seed, 3),
-                observers=token_invariants.observers_for(spec),
+                observers=[*token_invariants.observers_for(spec), *([ChannelStats()] if spec.expect.mean_shift is not None else [])],
             )
             m = token_invariants.finish_measurements(spec, m)
             m.extra.update(theory.extra_measurements(spec, case, net.blocks, x, seed=derive_seed(case.seed, 3)))
+            if spec.expect.variance_growth is not None and ensemble_size(spec) > 1:  # the law is judged on seeds
+                m.extra["ensemble"] = probe_ensemble_until_decided(spec, case, m, size=ensemble_size(spec))
     except BlockError as exc:  # a block raised on this case (any family): this case fails, the run goes on
         return CaseRecord(case, None, f"the case does not run: {exc}", time.perf_counter() - t0)
     except CaseError as exc:  # the time limit, or refused for memory
@@ -169,7 +176,8 @@ def judge(spec: Spec, name: str, record: CaseRecord) -> Verdict:
     expectation = getattr(spec.expect, name)
     if record.measurements is None:
         return Verdict(name, False, math.nan, "", None, f"case not measured: {record.error}")
-    return _apply(name, expectation, record.measurements)
+    verdict: Verdict = annotate(spec, record.case, _apply(name, expectation, record.measurements), record.measurements)
+    return verdict  # with the law's prediction appended where one applies (stability/laws.py)
 
 
 def _applies(spec: Spec, name: str, case: Case) -> bool:
@@ -209,6 +217,8 @@ def _target(name: str, v: Verdict) -> None:
         target(v.observed, label="lesion change")
     elif name == "mean_field" and v.extra.get("predicted", 0) > 0:
         target(abs(math.log(v.observed / v.extra["predicted"])), label="mean-field mismatch (log)")
+    elif name == "mean_shift":
+        target(v.observed, label="mean shift (squared channel mean / channel variance)")
     else:
         target(v.observed, label="identity error")
 

@@ -47,6 +47,7 @@ REFERENCES: dict[str, str] = {
     'via Zero-Shot Hyperparameter Transfer" (muP). arXiv:2203.03466.',
     "fixup": 'Zhang, Dauphin, Ma (2019). "Fixup Initialization: Residual Learning Without Normalization". ICLR 2019, arXiv:1901.09321.',
     "goyal": 'Goyal, Dollar, Girshick, Noordhuis, Wesolowski, Kyrola, Tulloch, Jia, He (2017). "Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour" (gradual warm-up). arXiv:1706.02677.',
+    "spp": 'Brock, De, Smith (2021). "Characterizing signal propagation to close the performance gap in unnormalized ResNets". ICLR 2021, arXiv:2101.08692.',
 }
 
 
@@ -367,6 +368,40 @@ A diverged run, or a block that changes the shape of its input, fails.""",
   ReZero branches, branch_scale = "1/sqrt(depth)". He et al. 2015 (Sec. 4.2) and Veit et al.
   2016 found learned residuals small, and smaller in deeper networks.""",
         references=("resnet", "identity", "veit", "rezero"),
+    ),
+    "mean_shift": _Entry(
+        summary="the channels' means stay small next to their variances at the output (no mean shift)",
+        computes="""\
+At every boundary, with channels c = 1 … C (dim 1 of (B, C) and (B, C, H, W); the last axis of
+(B, T, C) tokens) and N values per channel, the signal-propagation statistics of Brock, De and
+Smith (2021), as timm's extract_spp_stats computes them:
+
+    average squared channel mean   M = mean_c m_c²      m_c = channel c's mean over the N values
+    average channel variance       V = mean_c v_c       v_c = its variance (divisor N)
+    whole-tensor variance          Var = V + M - (mean_c m_c)²
+
+and judges the output's mean shift beyond what sampling alone gives (a mean over N values has
+variance v/N even when the true mean is 0):
+
+    rho = (M - V/(N - 1)) / V ≤ max_ratio     (default 0.25)
+
+timm's avg_ch_var uses the unbiased variance, V·N/(N - 1). rho/(1 + rho) is the share of the
+second moment that fixed per-channel offsets carry; a single ReLU of a standard normal gives
+rho ≈ 0.47. The message prints M and V at the input and the output beside the whole variance.""",
+        fails="""\
+- ReLU (or GELU, or any non-centred activation) branches: relu(h) has a positive mean in every
+  channel, and the next weight matrix turns it into a fixed offset per channel; summed over the
+  blocks of a residual stack the offsets grow with depth, inside what looks like variance growth.
+- Batch norm before the ReLU centres the branch's input, not its output: the offsets of a
+  pre-activation batch-norm stack still accumulate on the route around.
+- Positive biases, or a sigmoid, shift every channel the same way.""",
+        fixes="""\
+- Centre what the branch adds: a centred activation (tanh, or a ReLU minus its mean, as the
+  NF-ResNets' scaled activations do), weight standardisation (Brock et al. 2021), or a norm at
+  the end of the branch.
+- Scale the branches down (branch_scale = "1/sqrt(depth)") so the offsets add up more slowly.
+- If the offsets are harmless for your use, raise expect.mean_shift.max_ratio.""",
+        references=("spp", "identity", "delving"),
     ),
 }
 

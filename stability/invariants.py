@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from stability.growth import describe_ensemble, ensemble_growth
 from stability.probe import Measurements
 from stability.spec import GROWTH_CLASSES
 
-__all__ = ["Verdict", "gradient_arrival", "variance_growth", "identity_at_init", "classify_growth", "GrowthFit"]
+__all__ = ["Verdict", "gradient_arrival", "variance_growth", "identity_at_init", "classify_growth", "GrowthFit", "mean_shift"]
 
 
 @dataclass(frozen=True)
@@ -166,11 +167,21 @@ def variance_growth(
                        f"the {statistic} overflows the float range after block {block} (activations beyond ~1e19 in magnitude); "
                        "the variance runs away: scale the branches or the init down")
     fit = classify_growth(values, bounded_ratio=bounded_ratio)
-    extra = {"growth": fit.growth, "rate": fit.rate, "slope": fit.slope, "exponent": fit.exponent, "final_ratio": fit.final_ratio}
+    extra: dict[str, Any] = {"growth": fit.growth, "rate": fit.rate, "slope": fit.slope, "exponent": fit.exponent, "final_ratio": fit.final_ratio}
     fits = f"{fit.growth} (×{fit.rate:.4g} per block, +{fit.slope:.3g}·s₀ per block)"
+    judged = fit.growth
+    ens, why = ensemble_growth(m.extra, statistic, bounded_ratio=bounded_ratio)
+    if ens is not None:  # the law is judged on the seed ensemble (stability/growth.py)
+        judged = ens.lowest
+        extra.update(growth=ens.growth, lowest=ens.lowest, decided=ens.decided, rate=ens.rate, slope=ens.slope, exponent=ens.exponent,
+                     final_ratio=ens.final_ratio, ensemble={"size": ens.size, "chi2": ens.chi2, **ens.spread()})
+        fits = describe_ensemble(ens)
+    elif why != "no ensemble":
+        extra["ensemble"] = {"skipped": why}
     r = fit.ratios
-    if GROWTH_CLASSES.index(fit.growth) > GROWTH_CLASSES.index(max_growth):
-        first = next((i for i, v in enumerate(r) if v > bounded_ratio), len(r) - 1)
+    if GROWTH_CLASSES.index(judged) > GROWTH_CLASSES.index(max_growth):
+        shown = ens.ratios if ens is not None else r  # the profile the class was judged on
+        first = next((i for i, v in enumerate(shown) if v > bounded_ratio), len(shown) - 1)
         return Verdict("variance_growth", False, fit.max_ratio, bound, max(first - 1, 0),
                        f"{statistic} grows {fits}, worse than {max_growth}; it passes {bounded_ratio:g}× the input's after block {max(first - 1, 0)}", extra)
     if max_ratio is not None and fit.max_ratio > max_ratio:
@@ -216,3 +227,29 @@ def _first_change(m: Measurements, atol: float) -> int | None:
         if abs(b - a) > atol * max(abs(a), 1e-300) or (atol == 0 and a != b):
             return i
     return None
+
+
+def mean_shift(m: Measurements, *, max_ratio: float = 0.25) -> Verdict:
+    """ρ_L ≤ max_ratio at the output, ρ = (M − V/(N − 1)) / V from the channel statistics
+    (`stability.channels.ChannelStats`, in `m.extra["channels"]`): the mean shift that ReLU
+    branches accumulate (Brock, De & Smith 2021), which the whole-tensor variance mixes in."""
+    bound = f"≤ {max_ratio:g}"
+    bad = _nonfinite(m, "mean_shift", bound)
+    if bad is not None:
+        return bad
+    prof = m.extra.get("channels")
+    if prof is None:
+        return Verdict("mean_shift", False, math.nan, bound, None, "channel statistics were not measured; probe with observers=[stability.channels.ChannelStats()]")
+    rho = [prof.ratio(i) for i in range(len(prof.var))]
+    extra: dict[str, Any] = {"ratio": rho, "sq_channel_mean": prof.sq_mean, "channel_var": prof.var, "whole_var": list(m.act_var)}
+    final = rho[-1]
+    numbers = (f"average squared channel mean {prof.sq_mean[-1]:.3g}, average channel variance {prof.var[-1]:.3g} "
+               f"(whole-tensor variance {m.act_var[-1]:.3g}; input {prof.sq_mean[0]:.3g}, {prof.var[0]:.3g})")
+    if not math.isfinite(final):
+        return Verdict("mean_shift", False, math.nan, bound, m.n_blocks, f"the output's channel variance is zero or undefined: {numbers}", extra)
+    if final <= max_ratio:
+        return Verdict("mean_shift", True, final, bound, None, f"mean shift ρ = {final:.3g} at the output {bound}: {numbers}", extra)
+    first = next(i for i, r in enumerate(rho) if math.isfinite(r) and r > max_ratio)
+    return Verdict("mean_shift", False, final, bound, max(first - 1, 0),
+                   f"mean shift ρ = {final:.3g} > {max_ratio:g} at the output (first above the bound after block {max(first - 1, 0)}): {numbers}; "
+                   "the per-channel offsets grow inside the variance", extra)

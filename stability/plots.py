@@ -41,6 +41,7 @@ __all__ = [
     "BAND_EDGE_GID",
     "BAND_GID",
     "HIGHLIGHT_GID",
+    "ENSEMBLE_GID",
     "Highlight",
     "gradient_figure",
     "identity_figure",
@@ -56,6 +57,9 @@ BAND_EDGE_GID = "stability-bound-edge"
 HIGHLIGHT_GID = "stability-highlight"
 #: `gid` of the dots that mark the two errors `identity_at_init` judges.
 JUDGED_GID = "stability-judged"
+
+#: The shaded min–max spread of the highlighted case's seed ensemble (stability/ensemble.py).
+ENSEMBLE_GID = "stability-ensemble-band"
 
 _FIGSIZE = (6.4, 3.7)  # inches; 640 × 370 px at the default dpi
 _DPI = 100
@@ -254,6 +258,7 @@ def variance_figure(
     fig, ax = _new_figure()
     series = [(r, ys) for r in records if (ys := _variance_ratios(r, statistic)) is not None]
     _draw_lines(fig, ax, series, highlight)
+    _draw_ensemble(ax, records, highlight, statistic)
     ax.set_ylabel("Var(x_l) / Var(x_0)" if statistic == "variance" else "E[x_l²] / E[x_0²]")
     if band is not None:
         lo, hi = band
@@ -261,6 +266,32 @@ def variance_figure(
         _draw_band(ax, lo, hi, f"allowed: {text}")
     _finish(ax, title, None)
     return fig
+
+
+def ensemble_spread(record: CaseRecord, statistic: str) -> tuple[list[float], list[float], int] | None:
+    """Per-boundary min and max of the ratio over the case's seed ensemble, and its size; None
+    without an ensemble (or with fewer than two finite members)."""
+    ens = None if record.measurements is None else record.measurements.extra.get("ensemble")
+    if ens is None:
+        return None
+    rows = [[v / p[0] for v in p] for p in ens.profiles(statistic) if p and p[0] > 0 and all(math.isfinite(v) for v in p)]
+    if len(rows) < 2:
+        return None
+    cols = list(zip(*rows, strict=True))
+    return [min(c) for c in cols], [max(c) for c in cols], len(rows)
+
+
+def _draw_ensemble(ax: Axes, records: Sequence[CaseRecord], highlight: Highlight | None, statistic: str) -> None:
+    """Shade the highlighted case's ensemble spread (min to max over its seeds) behind its line."""
+    record = next((r for r in records if highlight is not None and r.case == highlight.case), None)
+    spread = None if record is None else ensemble_spread(record, statistic)
+    if spread is None:
+        return
+    lo, hi, size = spread
+    colour = _FAIL_COLOR if highlight is not None and highlight.failed else _DECIDING_COLOR
+    band = ax.fill_between(range(len(lo)), _positive(lo), _positive(hi), color=colour, alpha=0.12, zorder=4, lw=0,
+                           label=f"its {size} seeds (min–max)")
+    band.set_gid(ENSEMBLE_GID)
 
 
 def _highlight(result: InvariantResult | None) -> Highlight | None:

@@ -36,6 +36,7 @@ __all__ = [
     "Trainability",
     "ResidualSize",
     "TRAINING_INVARIANTS",
+    "MeanShift",
     "load_spec",
     "find_specs",
     "parse_spec",
@@ -82,6 +83,7 @@ INVARIANTS += ("jacobian_spectrum", "mean_field", "lesion")
 #: Invariants judged on a short optimizer run (stability.train), not on the probe's one pass.
 TRAINING_INVARIANTS: tuple[str, ...] = ("update_size", "trainability", "residual_size")
 INVARIANTS += TRAINING_INVARIANTS
+INVARIANTS += ("mean_shift",)
 #: Branch inits under which every branch outputs exactly zero at initialisation.
 ZERO_BRANCH_INITS: frozenset[str] = frozenset({"zero", "rezero", "skipinit"})
 
@@ -453,6 +455,15 @@ class ResidualSize(_Invariant):
     max_depth_ratio: float = Field(1.0, gt=0.0)
 
 
+class MeanShift(_Invariant):
+    """At the output, the average squared channel mean beyond sampling noise, relative to the
+    average channel variance, ρ = (M − V/(N − 1)) / V, must be ≤ max_ratio (Brock, De & Smith 2021;
+    stability/channels.py). 0.25 lets the per-channel offsets carry at most a fifth of the second
+    moment (ρ/(1 + ρ)); one ReLU of a standard normal already gives ρ ≈ 0.47."""
+
+    max_ratio: float = Field(0.25, gt=0.0)
+
+
 class Expect(_Model):
     gradient_arrival: GradientArrival | None = None
     variance_growth: VarianceGrowth | None = None
@@ -466,6 +477,7 @@ class Expect(_Model):
     update_size: UpdateSize | None = None
     trainability: Trainability | None = None
     residual_size: ResidualSize | None = None
+    mean_shift: MeanShift | None = None
 
 
 class Probe(_Model):
@@ -476,6 +488,9 @@ class Probe(_Model):
     #: stochastic depth): "off" measures the network's deterministic function; "on" one dropout
     #: draw, seeded from the case. Independent of `mode`, which sets the norms.
     dropout: Literal["on", "off"] = "off"
+    #: Seeds the variance-growth law is judged on (the case's and ensemble − 1 derived ones;
+    #: stability/growth.py). 1 judges the case's own profile alone.
+    ensemble: int = Field(default=8, ge=1, le=256)
 
 
 class Train(_Model):

@@ -132,9 +132,9 @@ def test_scalar_chains_give_the_product_of_slopes() -> None:
     x = torch.linspace(-1.0, 2.0, 5, dtype=torch.float64).reshape(5, 1)
     got = probe_seeds([chain(w) for w in slopes], [x] * len(slopes), seeds=[0] * len(slopes))
     for w, m in zip(slopes, got):
-        assert m.gradient_ratio == pytest.approx(w**depth, rel=1e-12)
+        assert m.gradient_ratio == pytest.approx(w**depth, rel=1e-12, abs=0)  # 0.5**40 ≈ 9e-13: approx's default abs=1e-12 would swamp it
         for i in range(depth + 1):  # boundary i sees w^(L − i) of the output gradient
-            assert m.grad_norm[i] / m.grad_norm[-1] == pytest.approx(w ** (depth - i), rel=1e-12)
+            assert m.grad_norm[i] / m.grad_norm[-1] == pytest.approx(w ** (depth - i), rel=1e-12, abs=0)
 
 
 def test_sum_loss_matches_probe() -> None:

@@ -22,6 +22,7 @@ from stability.spec import (
     JacobianSpread,
     Lesion,
     MeanFieldRate,
+    MeanShift,
     IdentityAtInit,
     Probe,
     ResidualSize,
@@ -39,6 +40,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 MODELS: list[type[BaseModel]] = [Spec, Block, Space, Expect, GradientArrival, VarianceGrowth, IdentityAtInit, Probe, RankCollapse, AttentionEntropy, GradientBalance]
 MODELS += [JacobianSpread, MeanFieldRate, Lesion]
 MODELS += [Train, UpdateSize, Trainability, ResidualSize]  # the training checks (docs/training.md)
+MODELS += [MeanShift]
 
 
 def _read(name: str) -> str:

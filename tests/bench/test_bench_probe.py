@@ -20,6 +20,7 @@ from stability import build, make_input, parse_spec, probe
 from stability.batched import probe_seeds
 from stability.build import derive_seed
 from stability.case import corner_case
+from stability.probe import projection_vector
 
 FAMILY_BLOCK = {
     "plain": 'norm = "none"',
@@ -69,12 +70,30 @@ def network(family: str, depth: int, width: int, batch: int, layer: str = "linea
     return build(spec, case).blocks, make_input(spec, case)
 
 
+def reference(blocks, x: torch.Tensor, seed: int = 0) -> tuple[float, float, float]:  # noqa: ANN001
+    """What the probe should report, by plain autograd and float64 reductions: ‖∂L/∂x‖ for
+    L = Σ y⊙r (r the probe's projection vector), ‖∂L/∂y‖ = ‖r‖, and Var(y) (divisor n)."""
+    x0 = x.detach().clone().requires_grad_(True)
+    y = blocks(x0)
+    r = projection_vector(y.shape, seed, dtype=y.dtype, device=y.device)
+    (g,) = torch.autograd.grad(y, [x0], grad_outputs=r)
+    return float(g.double().norm()), float(r.double().norm()), float(y.detach().double().var(correction=0))
+
+
+def check_values(m, blocks, x: torch.Tensor) -> None:  # noqa: ANN001
+    g0, g_top, var = reference(blocks, x)
+    assert m.grad_norm[0] == pytest.approx(g0, rel=1e-5, abs=0)
+    assert m.grad_norm[-1] == pytest.approx(g_top, rel=1e-6, abs=0)
+    assert m.act_var[-1] == pytest.approx(var, rel=1e-5, abs=0)
+
+
 @pytest.mark.benchmark(group="probe")
 @pytest.mark.parametrize("family", ["plain", "preact", "dense"])
 def test_probe_mlp(benchmark, family: str) -> None:  # noqa: ANN001
     blocks, x = network(family, 32, 64, 16)
     m = benchmark(probe, blocks, x)
     assert m.n_blocks == 32 and m.nonfinite_at is None
+    check_values(m, blocks, x)
 
 
 @pytest.mark.benchmark(group="probe")
@@ -82,6 +101,7 @@ def test_probe_conv(benchmark) -> None:  # noqa: ANN001
     blocks, x = network("preact", 8, 8, 4, layer="conv2d")
     m = benchmark(probe, blocks, x)
     assert m.n_blocks == 8 and m.nonfinite_at is None
+    check_values(m, blocks, x)
 
 
 @pytest.mark.benchmark(group="probe")
@@ -104,6 +124,7 @@ def test_forward_backward_mlp(benchmark) -> None:  # noqa: ANN001
 
     grads = benchmark(step)
     assert len(grads) == 1 + len(params)
+    assert float(grads[0].double().norm()) == pytest.approx(probe(blocks, x, loss="sum").grad_norm[0], rel=1e-5, abs=0)
 
 
 @pytest.mark.benchmark(group="seeds")
@@ -115,6 +136,10 @@ def test_probe_seeds_32(benchmark) -> None:  # noqa: ANN001
     seeds = [derive_seed(c.seed, 2) for c in cases]
     out = benchmark(probe_seeds, nets, xs, seeds=seeds)
     assert len(out) == 32 and all(m.n_blocks == 16 for m in out)
+    for s in (0, 17, 31):  # the vectorised numbers are each seed's own (tests/test_batched.py pins the tolerance)
+        alone = probe(nets[s], xs[s], seed=seeds[s])
+        assert out[s].grad_norm == pytest.approx(alone.grad_norm, rel=1e-5, abs=0)
+        assert out[s].act_var == pytest.approx(alone.act_var, rel=1e-5, abs=0)
 
 
 @pytest.mark.benchmark(group="build")
@@ -124,3 +149,9 @@ def test_build(benchmark, family: str) -> None:  # noqa: ANN001
     case = corner_case(spec, depth=64, width=64, batch=16)
     net = benchmark(build, spec, case)
     assert len(net.blocks) == 64
+    again = build(spec, case)  # the same case builds the same weights, bit for bit
+    for (name, p), (_, q) in zip(net.blocks.named_parameters(), again.blocks.named_parameters(), strict=True):
+        assert torch.equal(p, q), name
+    with torch.no_grad():
+        y = net.blocks(make_input(spec, case))
+    assert y.shape[0] == 16 and bool(torch.isfinite(y).all())

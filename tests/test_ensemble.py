@@ -1,0 +1,367 @@
+"""Seed ensembles (stability/ensemble.py) through the engine: the members, the vectorised and
+looped probes, and the false-class rates the growth law is held to (issue 12):
+
+- a stack whose seed-averaged profile is linear (pre-activation MLP, a BasicBlock-style conv stack)
+  is called exponential in ≤ 1% of ≥ 100 drawn cases;
+- the exponential controls (unnormalised residual doubling, plain ReLU above criticality) are
+  called exponential at every drawn depth ≥ 8, and the plain tanh stack below criticality decays.
+
+Measured results of the ≥ 100-case runs (marked slow) are recorded in docs/ensembles.md ("Measured
+false-class rates"); smaller always-run versions of each use the same code and the same assertions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from stability import load_spec, parse_spec, probe
+from stability.build import build, derive_seed, make_input
+from stability.case import Case
+from stability.engine import evaluate, judge
+from stability.ensemble import ENSEMBLE_STREAM, ensemble_seeds, probe_ensemble
+from stability.spec import Spec
+
+SPECS = Path(__file__).resolve().parent.parent / "specs"
+
+BASIC_BLOCK = '''
+"""A stack with torchvision's BasicBlock structure (He et al. 2015): conv3x3, BatchNorm, ReLU,
+conv3x3, BatchNorm, identity skip add, ReLU; PyTorch's default init."""
+from torch import nn
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.conv1 = nn.Conv2d(width, width, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU()
+        self.conv2 = nn.Conv2d(width, width, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + x)
+
+
+def basic_blocks(depth, width):
+    return nn.Sequential(*[BasicBlock(width) for _ in range(depth)])
+'''
+
+
+@pytest.fixture
+def basic_block_spec(tmp_path: Path) -> Callable[..., Spec]:
+    (tmp_path / "bb_blocks.py").write_text(BASIC_BLOCK, encoding="utf-8")
+
+    def make(*, depth: str = "[1, 48]", ensemble: int = 8) -> Spec:
+        text = textwrap.dedent(f"""\
+            name = "basic-block"
+            description = "BasicBlock-style stack"
+            family = "custom"
+            [block]
+            layer = "conv2d"
+            factory = "bb_blocks:basic_blocks"
+            [space]
+            depth = {depth}
+            width = [8, 16]
+            batch = [4, 8]
+            spatial = [2, 4]
+            [probe]
+            ensemble = {ensemble}
+            [expect.variance_growth]
+            max_growth = "linear"
+            """)
+        path = tmp_path / "bb.toml"
+        path.write_text(text, encoding="utf-8")
+        return load_spec(path)
+
+    return make
+
+
+def _case(depth: int, width: int, batch: int, *, seed: int, spatial: int | None = None, weight_init: str = "default",
+          branch_init: str = "default") -> Case:
+    return Case(depth, width, batch, spatial, None, weight_init, branch_init, "float32", "cpu", seed)
+
+
+def _verdict_growth(spec: Spec, case: Case) -> tuple[str, str, bool]:
+    record = evaluate(spec, case)
+    assert record.error is None, record.error
+    v = judge(spec, "variance_growth", record)
+    return v.extra["growth"], v.extra["lowest"], v.passed
+
+
+# ----------------------------------------------------------------------------- members
+
+
+def test_members_are_the_case_then_derived_seeds() -> None:
+    seeds = ensemble_seeds(1, 8)
+    assert seeds[0] == 1
+    assert len(set(seeds)) == 8
+    assert seeds[1] == derive_seed(derive_seed(1, ENSEMBLE_STREAM), 1)
+    assert ensemble_seeds(1, 8) == seeds  # reproducible from the case alone
+    assert not {derive_seed(1, k) for k in range(3)} & set(seeds[1:])  # clear of the case's own streams
+
+
+def test_vectorised_and_looped_members_agree_and_loop_equals_probe(basic_block_spec: Callable[..., Spec]) -> None:
+    """The fallback (a loop of `probe`) gives exactly what probing each member alone gives; the
+    vectorised pass (BatchNorm in train mode runs under vmap) agrees to float32 rounding."""
+    spec = basic_block_spec()
+    case = _case(7, 8, 5, spatial=2, seed=1)
+    net = build(spec, case)
+    first = probe(net.blocks, make_input(spec, case), seed=derive_seed(case.seed, 2))
+    fast = probe_ensemble(spec, case, first, size=4)
+    slow = probe_ensemble(spec, case, first, size=4, vectorise=False)
+    assert fast.vectorised and not slow.vectorised
+    for k, s in enumerate(slow.seeds[1:], start=1):
+        member = dataclasses.replace(case, seed=s)
+        alone = probe(build(spec, member).blocks, make_input(spec, member), seed=derive_seed(s, 2))
+        assert slow.act_var[k] == alone.act_var  # bit-identical
+        assert fast.act_var[k] == pytest.approx(alone.act_var, rel=1e-5)
+    assert fast.act_var[0] == first.act_var
+
+
+# ----------------------------------------------------------------------------- the reported case
+
+
+def test_basic_block_case_of_the_issue_is_not_exponential(basic_block_spec: Callable[..., Spec]) -> None:
+    """depth=7, width=8, batch=5, spatial=2, seed=1 (the issue's case): the ensemble's averaged
+    profile is not exponential and the verdict passes max_growth = "linear". At seed 5 of the same
+    size this stack's own profile is called "exponential ×1.305" by the one-seed classifier; the
+    ensemble of that case is not."""
+    spec = basic_block_spec()
+    growth, lowest, passed = _verdict_growth(spec, _case(7, 8, 5, spatial=2, seed=1))
+    assert growth != "exponential" and lowest != "exponential"
+    assert passed
+    single = basic_block_spec(ensemble=1)
+    noisy = _case(7, 8, 5, spatial=2, seed=5)
+    assert judge(single, "variance_growth", evaluate(single, noisy)).extra["growth"] == "exponential"  # one seed's noise
+    growth, lowest, passed = _verdict_growth(spec, noisy)
+    assert growth != "exponential" and lowest != "exponential" and passed
+
+
+# ----------------------------------------------------------------------------- false-class rates
+
+
+def _linear_stack_cases(kind: str, n: int, seed: int) -> list[Case]:
+    rng = random.Random(seed)
+    if kind == "preact_mlp":
+        return [_case(rng.randint(2, 64), 16, rng.randint(4, 16), seed=rng.randrange(2**16),
+                      weight_init=rng.choice(["kaiming_normal", "xavier_normal", "default"])) for _ in range(n)]
+    return [_case(rng.randint(2, 48), rng.choice([8, 16]), rng.randint(4, 8), spatial=rng.choice([2, 4]), seed=rng.randrange(2**16))
+            for _ in range(n)]
+
+
+def _false_exponentials(spec: Spec, cases: list[Case]) -> list[tuple[Case, str]]:
+    out = []
+    for case in cases:
+        growth, lowest, passed = _verdict_growth(spec, case)
+        if growth == "exponential" or lowest == "exponential" or not passed:
+            out.append((case, growth))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["preact_mlp", "basic_block"])
+def test_linear_stacks_are_rarely_called_exponential(kind: str, basic_block_spec: Callable[..., Spec]) -> None:
+    spec = load_spec(SPECS / "preact_mlp.toml") if kind == "preact_mlp" else basic_block_spec()
+    bad = _false_exponentials(spec, _linear_stack_cases(kind, 8, seed=0))
+    assert not bad
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["preact_mlp", "basic_block"])
+def test_linear_stacks_are_called_exponential_in_at_most_1_percent_of_100(kind: str, basic_block_spec: Callable[..., Spec]) -> None:
+    spec = load_spec(SPECS / "preact_mlp.toml") if kind == "preact_mlp" else basic_block_spec()
+    bad = _false_exponentials(spec, _linear_stack_cases(kind, 100, seed=1))
+    assert len(bad) <= 1, bad  # ≤ 1% of 100
+
+
+PLAIN_RELU_HOT = """
+name = "plain-relu-hot"
+description = "plain ReLU MLP with weight variance 4/fan_in, twice He's: second moment x2 per block"
+family = "plain"
+[block]
+activation = "relu"
+[space]
+depth = [1, 64]
+width = 32
+batch = [4, 16]
+weight_init = "normal"
+init_std = 0.3535533905932738
+bias_init = 0.0
+[expect.variance_growth]
+expect = "violated"
+max_growth = "linear"
+statistic = "second_moment"
+"""
+
+PLAIN_TANH_COLD = """
+name = "plain-tanh-cold"
+description = "plain tanh MLP with weight variance 0.5/fan_in: ordered phase, the signal decays"
+family = "plain"
+[block]
+activation = "tanh"
+[space]
+depth = [1, 64]
+width = 16
+batch = [4, 16]
+weight_init = "normal"
+init_std = 0.17677669529663687
+bias_init = 0.0
+[expect.variance_growth]
+expect = "violated"
+max_growth = "bounded"
+"""
+
+
+def _control(kind: str) -> tuple[Spec, Callable[[random.Random], Case]]:
+    if kind == "unnormalised_residual":
+        spec = load_spec(SPECS / "control_unnormalised_residual.toml")
+        return spec, lambda rng: _case(rng.randint(8, 64), rng.choice([8, 16, 32, 64]), rng.randint(4, 16), seed=rng.randrange(2**16),
+                                       weight_init="kaiming_normal")
+    spec = parse_spec(PLAIN_RELU_HOT if kind == "plain_relu_hot" else PLAIN_TANH_COLD)
+    return spec, lambda rng: _case(rng.randint(8, 64), spec.space.width[0], rng.randint(4, 16), seed=rng.randrange(2**16), weight_init="normal")
+
+
+def _missed_controls(kind: str, n: int, seed: int) -> list[tuple[Case, str, str]]:
+    spec, draw = _control(kind)
+    want = "decaying" if kind == "plain_tanh_cold" else "exponential"
+    rng = random.Random(seed)
+    missed = []
+    for _ in range(n):
+        case = draw(rng)
+        growth, lowest, passed = _verdict_growth(spec, case)
+        if growth != want or (want == "exponential" and passed):  # a decaying law does not break "bounded" growth
+            missed.append((case, growth, lowest))
+    return missed
+
+
+@pytest.mark.parametrize("kind", ["unnormalised_residual", "plain_relu_hot", "plain_tanh_cold"])
+def test_exponential_controls_are_exponential_at_every_depth_from_8(kind: str) -> None:
+    assert not _missed_controls(kind, 6, seed=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["unnormalised_residual", "plain_relu_hot", "plain_tanh_cold"])
+def test_exponential_controls_are_exponential_at_every_depth_from_8_over_100(kind: str) -> None:
+    assert not _missed_controls(kind, 100, seed=1)
+
+
+def test_shallow_growth_is_undecided_not_exponential() -> None:
+    """Depth 2 of the doubling control: the verdict cannot tell the laws apart and says so; the
+    search must find a deeper case to show the violation (it cannot shrink to noise at depth 2)."""
+    spec = load_spec(SPECS / "control_unnormalised_residual.toml")
+    record = evaluate(spec, _case(2, 16, 8, seed=3, weight_init="kaiming_normal"))
+    v = judge(spec, "variance_growth", record)
+    assert v.passed
+    assert v.extra["lowest"] == "linear"
+    if v.extra["growth"] != "linear":
+        assert "undecided at this depth" in v.detail
+    deep = judge(spec, "variance_growth", evaluate(spec, _case(12, 16, 8, seed=3, weight_init="kaiming_normal")))
+    assert not deep.passed and deep.extra["growth"] == "exponential"
+
+
+def test_ensemble_spread_is_reported(basic_block_spec: Callable[..., Spec]) -> None:
+    spec = basic_block_spec()
+    v = judge(spec, "variance_growth", evaluate(spec, _case(7, 8, 5, spatial=2, seed=1)))
+    spread = v.extra["ensemble"]
+    assert spread["size"] in (8, 16, 32)  # 8, doubled while the laws stay undecided
+    for lo, q25, mid, q75, hi in zip(spread["min"], spread["q25"], spread["mean_log"], spread["q75"], spread["max"], strict=True):
+        assert lo <= q25 <= q75 <= hi
+        assert lo <= mid <= hi
+    assert spread["min"][0] == spread["max"][0] == 1.0
+
+
+def test_non_vectorisable_blocks_fall_back_to_the_loop(tmp_path: Path) -> None:
+    """A block that reads a tensor's value in Python (`.item()`) cannot run under vmap."""
+    (tmp_path / "item_blocks.py").write_text(textwrap.dedent('''
+        import torch
+        from torch import nn
+
+        class Gated(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.lin = nn.Linear(width, width)
+
+            def forward(self, x):
+                return x + self.lin(x) * (0.5 if x.abs().max().item() > 0 else 1.0)
+
+        def make(depth, width):
+            return nn.Sequential(*[Gated(width) for _ in range(depth)])
+        '''), encoding="utf-8")
+    path = tmp_path / "item.toml"
+    path.write_text(textwrap.dedent("""\
+        name = "item"
+        description = "a block vmap cannot run"
+        family = "custom"
+        [block]
+        factory = "item_blocks:make"
+        [space]
+        depth = 6
+        width = 8
+        batch = 4
+        [probe]
+        ensemble = 3
+        [expect.variance_growth]
+        max_growth = "exponential"
+        """), encoding="utf-8")
+    spec = load_spec(path)
+    case = _case(6, 8, 4, seed=0)
+    record = evaluate(spec, case)
+    assert record.error is None, record.error
+    ens = record.measurements.extra["ensemble"]  # type: ignore[union-attr]
+    assert not ens.vectorised and ens.size == 3
+    member = dataclasses.replace(case, seed=ens.seeds[2])
+    alone = probe(build(spec, member).blocks, make_input(spec, member), seed=derive_seed(member.seed, 2))
+    assert ens.act_var[2] == alone.act_var
+    torch.testing.assert_close(torch.tensor(ens.act_var[0]), torch.tensor(record.measurements.act_var), rtol=0, atol=0)  # type: ignore[union-attr]
+
+
+def test_html_variance_plot_draws_the_ensemble_spread_as_a_band() -> None:
+    from stability.engine import run_spec
+    from stability.plots import ENSEMBLE_GID, ensemble_spread, spec_figures
+
+    spec = load_spec(SPECS / "control_unnormalised_residual.toml")
+    result = run_spec(spec, case="depth=10,width=16,batch=8,seed=2")
+    fig = spec_figures(result)["variance"]
+    (band,) = [c for c in fig.axes[0].collections if c.get_gid() == ENSEMBLE_GID]
+    record = next(iter(result.cases.values()))
+    spread = ensemble_spread(record, "variance")
+    assert spread is not None
+    lo, hi, size = spread
+    assert size == record.measurements.extra["ensemble"].size >= 8  # type: ignore[union-attr]
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert max(ys) == pytest.approx(max(hi), rel=1e-12)
+    assert min(ys) == pytest.approx(min(lo), rel=1e-12)
+    assert lo[-1] <= record.measurements.act_var[-1] / record.measurements.act_var[0] <= hi[-1]  # type: ignore[union-attr]
+
+
+def test_undecided_ensembles_grow_until_decided_or_four_times_the_size() -> None:
+    """The sequential design: 8 seeds, doubled while more than one class stays plausible, up to 32;
+    the first members are the fixed-size ensemble's, seed for seed."""
+    from stability.ensemble import probe_ensemble_until_decided
+    from stability.growth import classify_ensemble
+
+    spec = load_spec(SPECS / "control_unnormalised_residual.toml")
+    sizes = []
+    for depth, seed in ((10, 0), (12, 1), (9, 5)):
+        case = _case(depth, 8, 4, seed=seed, weight_init="kaiming_normal")
+        first = probe(build(spec, case).blocks, make_input(spec, case), seed=derive_seed(case.seed, 2))
+        ens = probe_ensemble_until_decided(spec, case, first, size=8)
+        assert ens.size in (8, 16, 32)
+        assert ens.seeds == ensemble_seeds(case.seed, ens.size)
+        assert ens.size == 32 or classify_ensemble(ens.act_var).decided
+        fixed = probe_ensemble(spec, case, first, size=8)
+        assert ens.act_var[:8] == fixed.act_var
+        sizes.append(ens.size)
+    capped = probe_ensemble_until_decided(spec, _case(10, 8, 4, seed=0, weight_init="kaiming_normal"),
+                                          probe(build(spec, _case(10, 8, 4, seed=0, weight_init="kaiming_normal")).blocks,
+                                                make_input(spec, _case(10, 8, 4, seed=0, weight_init="kaiming_normal")), seed=derive_seed(0, 2)),
+                                          size=8, max_size=8)
+    assert capped.size == 8

@@ -1,0 +1,119 @@
+"""`classify_ensemble` (stability/growth.py) on closed-form profiles: exact laws, laws with known
+multiplicative noise, the thresholds at their exact values, and depths too small to decide."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from stability.growth import DECISION_CHI2, MIN_DECIDABLE_DEPTH, classify_ensemble, describe_ensemble
+from stability.invariants import classify_growth
+
+
+def _noisy(law: np.ndarray, *, seeds: int = 8, sigma: float = 0.05, seed: int = 0) -> np.ndarray:
+    """S profiles: the law times independent log-normal factors per block (a random walk in log
+    space, as finite-width noise is), so each seed's log-increments are the law's plus N(0, σ²)."""
+    rng = np.random.default_rng(seed)
+    steps = rng.normal(0.0, sigma, size=(seeds, len(law) - 1))
+    walk = np.concatenate([np.zeros((seeds, 1)), np.cumsum(steps, axis=1)], axis=1)
+    return law[None, :] * np.exp(walk)
+
+
+L = np.arange(0, 49, dtype=np.float64)
+
+
+def test_exact_exponential_is_exponential_with_its_rate() -> None:
+    g = classify_ensemble([1.3**L, 1.3**L])
+    assert (g.growth, g.lowest) == ("exponential", "exponential")
+    assert g.rate == pytest.approx(1.3, rel=1e-12)
+    assert g.chi2["exponential"] == pytest.approx(0.0, abs=1e-9)  # the law fits exactly
+
+
+def test_exact_linear_is_linear() -> None:
+    law = 1.0 + 0.37 * L
+    g = classify_ensemble([law, law])
+    assert (g.growth, g.lowest) == ("linear", "linear")
+    assert g.slope == pytest.approx(0.37, rel=1e-12)
+
+
+def test_power_law_between_linear_and_exponential_is_polynomial() -> None:
+    """The transformer profile 1 + 0.012·l^1.94 of issue 12: the single-seed classifier, which
+    weighs only exponential against linear, calls it exponential; the ensemble's power law wins."""
+    law = 1.0 + 0.012 * L**1.94
+    assert classify_growth(law.tolist()).growth == "exponential"  # the old verdict, for the record
+    g = classify_ensemble(_noisy(law, sigma=0.02))
+    assert (g.growth, g.lowest) == ("polynomial", "polynomial")
+    assert g.exponent == pytest.approx(1.94, abs=0.1)
+    assert g.chi2["power"] + DECISION_CHI2 < g.chi2["exponential"]
+
+
+@pytest.mark.parametrize(("p", "expected"), [(1.2, "linear"), (2.5, "polynomial")])
+def test_power_laws_either_side_of_the_linear_cut(p: float, expected: str) -> None:
+    law = 1.0 + 0.05 * L**p
+    g = classify_ensemble(_noisy(law, sigma=0.01, seed=1))
+    assert g.growth == expected
+    assert g.exponent == pytest.approx(p, abs=0.15)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_noisy_linear_is_never_exponential(seed: int) -> None:
+    """Per-block noise as large as the signal's curvature: the linear law must stay plausible."""
+    law = 1.0 + 0.37 * np.arange(0, 8, dtype=np.float64)
+    g = classify_ensemble(_noisy(law, sigma=0.3, seed=seed))
+    assert g.lowest != "exponential"
+
+
+def test_noisy_exponential_is_exponential_at_depth_8() -> None:
+    law = 2.0 ** np.arange(0, 9, dtype=np.float64)
+    g = classify_ensemble(_noisy(law, sigma=0.4, seed=3))
+    assert g.growth == "exponential"
+    assert g.lowest in ("polynomial", "exponential")  # faster than linear beyond doubt
+
+
+@pytest.mark.parametrize("depth", range(1, MIN_DECIDABLE_DEPTH))
+def test_too_shallow_is_undecided_and_judged_linear(depth: int) -> None:
+    """With at most one increment past the first block every law fits: the verdict passes
+    max_growth = "linear" and says why, whatever the numbers."""
+    law = 3.0 ** np.arange(0, depth + 1, dtype=np.float64) * 2.0
+    law[0] = 1.0
+    g = classify_ensemble([law, law * 1.01])
+    assert g.lowest == "linear"
+    if depth >= 2:
+        assert not g.decided
+        assert "undecided at this depth" in describe_ensemble(g)
+
+
+def test_bounded_and_decaying_thresholds_are_inclusive_and_strict() -> None:
+    """bounded: max R ≤ bounded_ratio (equal counts); decaying: R_L < 1/bounded_ratio (equal does not)."""
+    at = np.array([1.0, 2.0, 4.0])
+    assert classify_ensemble([at, at]).growth == "bounded"
+    over = np.array([1.0, 2.0, math.nextafter(4.0, 5.0)])
+    assert classify_ensemble([over, over]).growth != "bounded"
+    edge = np.array([1.0, 0.5, 0.25])
+    assert classify_ensemble([edge, edge]).growth == "bounded"
+    under = np.array([1.0, 0.5, math.nextafter(0.25, 0.0)])
+    assert classify_ensemble([under, under]).growth == "decaying"
+
+
+def test_rise_then_fall_uses_the_extreme_not_the_final_value() -> None:
+    up_down = np.array([1.0, 3.0, 6.0, 3.0, 1.5])
+    g = classify_ensemble([up_down, up_down])
+    assert g.max_ratio == pytest.approx(6.0, rel=1e-12)
+    assert g.growth != "bounded"  # 6 > 4 at boundary 2, though the final ratio is 1.5
+
+
+def test_average_is_geometric_and_spread_is_per_boundary() -> None:
+    a = np.array([1.0, 2.0, 8.0])
+    b = np.array([2.0, 2.0, 4.0])  # its own boundary-0 value divides it: ratios 1, 1, 2
+    g = classify_ensemble([a, b])
+    assert g.ratios == pytest.approx([1.0, math.sqrt(2.0), 4.0], rel=1e-12)
+    assert g.lo == pytest.approx([1.0, 1.0, 2.0], rel=1e-12)
+    assert g.hi == pytest.approx([1.0, 2.0, 8.0], rel=1e-12)
+    assert g.rate == pytest.approx(2.0, rel=1e-12)  # R_L^(1/L) = 4^(1/2)
+
+
+def test_refuses_a_single_profile() -> None:
+    with pytest.raises(ValueError, match="at least 2 profiles"):
+        classify_ensemble([[1.0, 2.0]])
