@@ -108,25 +108,30 @@ def _probe_members(spec: Spec, case: Case, seeds: list[int], *, vectorise: bool 
     members = [dataclasses.replace(case, seed=s) for s in seeds]
     if not members:
         return [], False
-    nets, xs = [], []
+    built, xs = [], []
     for member in members:
         net = build(spec, member)
         x = make_input(spec, member)
         if net.stem is not None:
             with torch.no_grad():
                 x = net.stem(x)
-        nets.append(net.blocks)
+        built.append(net)
         xs.append(x)
+    nets = [net.blocks for net in built]
     loss_seeds = [derive_seed(s, 2) for s in seeds]
-    if vectorise and spec.probe.checkpoint_every == 0 and spec.probe.loss in ("projection", "sum"):
+    # Blocks called with keyword arguments (a library Stack's call_kwargs) go through `probe`,
+    # which passes them; probe_seeds calls each block with the hidden state alone.
+    keyword = any(net.call_kwargs is not None for net in built)
+    if vectorise and not keyword and spec.probe.checkpoint_every == 0 and spec.probe.loss in ("projection", "sum"):
         try:
             return probe_seeds(nets, xs, seeds=loss_seeds, loss=spec.probe.loss), True
         except (BlockError, RuntimeError, ValueError) as exc:
             if "out of memory" in str(exc).lower():
                 raise
-            nets = [build(spec, m).blocks for m in members]  # fresh buffers: the failed pass may have run some blocks
+            built = [build(spec, m) for m in members]  # fresh buffers: the failed pass may have run some blocks
     found = [
-        probe(n, x, loss=spec.probe.loss, seed=ls, checkpoint_every=spec.probe.checkpoint_every)
-        for n, x, ls in zip(nets, xs, loss_seeds, strict=True)
+        probe(net.blocks, x, loss=spec.probe.loss, seed=ls, checkpoint_every=spec.probe.checkpoint_every,
+              call_kwargs=net.call_kwargs, rng_seed=derive_seed(m.seed, 3))
+        for net, x, ls, m in zip(built, xs, loss_seeds, members, strict=True)
     ]
     return found, False
