@@ -195,7 +195,9 @@ class DaskBackend:
     CPU core, one thread each), closed by `close()`; `scheduler="tcp://HOST:PORT"` connects to a
     running cluster and leaves it running. A worker process that dies during a point (the factory
     crashed it) is restarted by its nanny; the point is not retried (`allowed-failures = 0`) and
-    comes back failed with Dask's reason.
+    comes back failed with Dask's reason. Each local worker is sent one task at a time
+    (`worker-saturation = 1.0`), so no other point is on a worker when it dies. On a cluster of your
+    own, set both in its scheduler's Dask configuration for the same isolation.
     """
 
     def __init__(self, *, scheduler: str | None = None, n_workers: int | None = None, client: Any = None, gpu: bool = False) -> None:
@@ -214,7 +216,10 @@ class DaskBackend:
             # and --resources GPU=1 yourself, and pass --scheduler).
             n = n_workers or (1 if gpu else os.cpu_count() or 1)
             extra = {"resources": {"GPU": 1}} if gpu else {}
-            with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+            # A worker holds only the task it runs (saturation 1.0: no queued task dies with it), and a
+            # task whose worker died is not retried: the crashing point fails, no other point does.
+            isolation = {"distributed.scheduler.allowed-failures": 0, "distributed.scheduler.worker-saturation": 1.0}
+            with dask.config.set(isolation):
                 self._cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, **extra)  # type: ignore[no-untyped-call,unused-ignore]
             self.client = Client(self._cluster)  # type: ignore[no-untyped-call,unused-ignore]
         self.workers = max(1, len(self.client.scheduler_info().get("workers", {})))
