@@ -20,9 +20,11 @@ from stability.sweep_exec import DaskBackend, SerialBackend
 def main() -> None:
     p = argparse.ArgumentParser(description="sweep throughput at 1 and 2 Dask workers")
     p.add_argument("--rounds", type=int, default=2)
-    rounds = p.parse_args().rounds
+    p.add_argument("--depths", default="8,16,32,64", help="the depth axis (bigger depths: bigger points)")
+    args = p.parse_args()
+    rounds = args.rounds
     spec = load_spec(Path(__file__).resolve().parent.parent / "specs" / "plain_tanh_mlp.toml")
-    axes = [parse_axis("depth=8,16,32,64"), parse_axis("sigma_w2=lin:0.5:3:6")]
+    axes = [parse_axis(f"depth={args.depths}"), parse_axis("sigma_w2=lin:0.5:3:6")]
     backends: dict[str, SerialBackend | DaskBackend] = {"serial": SerialBackend(), "1 worker": DaskBackend(n_workers=1), "2 workers": DaskBackend(n_workers=2)}
     for name, b in backends.items():  # warm: every worker imports torch and runs one point
         run_sweep(spec, [parse_axis("depth=2"), parse_axis("sigma_w2=0.5,1")], Store(":memory:"), b, seeds=range(2), budgets=False, version=f"warm-{name}")

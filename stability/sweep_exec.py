@@ -194,8 +194,10 @@ class DaskBackend:
     `scheduler=None` starts a `LocalCluster` of `n_workers` worker processes (default: one per
     CPU core, one thread each), closed by `close()`; `scheduler="tcp://HOST:PORT"` connects to a
     running cluster and leaves it running. A worker process that dies during a point (the factory
-    crashed it) is restarted by its nanny; the point is not retried (`allowed-failures = 0`) and
-    comes back failed with Dask's reason.
+    crashed it) is restarted by its nanny; Dask does not retry the point (`allowed-failures = 0`);
+    every point the dead worker held is then run again alone, so the one that crashes it comes back
+    failed with Dask's reason and any point that was only queued beside it succeeds. Each local
+    worker is sent one task at a time (`worker-saturation = 1.0`) to keep such reruns rare.
     """
 
     def __init__(self, *, scheduler: str | None = None, n_workers: int | None = None, client: Any = None, gpu: bool = False) -> None:
@@ -214,7 +216,10 @@ class DaskBackend:
             # and --resources GPU=1 yourself, and pass --scheduler).
             n = n_workers or (1 if gpu else os.cpu_count() or 1)
             extra = {"resources": {"GPU": 1}} if gpu else {}
-            with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+            # A worker holds only the task it runs (saturation 1.0: no queued task dies with it), and a
+            # task whose worker died is not retried: the crashing point fails, no other point does.
+            isolation = {"distributed.scheduler.allowed-failures": 0, "distributed.scheduler.worker-saturation": 1.0}
+            with dask.config.set(isolation):
                 self._cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, **extra)  # type: ignore[no-untyped-call,unused-ignore]
             self.client = Client(self._cluster)  # type: ignore[no-untyped-call,unused-ignore]
         self.workers = max(1, len(self.client.scheduler_info().get("workers", {})))
@@ -222,18 +227,29 @@ class DaskBackend:
     def run(self, tasks: Sequence[PointTask]) -> Iterator[tuple[int, list[Row]]]:
         from distributed import as_completed
 
-        futures = {}
-        for i, task in enumerate(tasks):
-            resources = {"GPU": 1} if task.device.startswith("cuda") else None
-            fut = self.client.submit(run_point, task, pure=False, resources=resources)
-            futures[fut] = i
+        futures = {self._submit(task): i for i, task in enumerate(tasks)}
+        died: list[int] = []
         for fut in as_completed(list(futures)):  # type: ignore[no-untyped-call,unused-ignore]
             i = futures[fut]
             try:
                 rows = fut.result()
-            except Exception as exc:  # KilledWorker: the worker process died during this point
+            except Exception:  # KilledWorker: a worker process died while it held this point
+                died.append(i)
+                continue
+            yield i, rows
+        # A worker that dies takes every point it held, not only the one that crashed it. Each such
+        # point runs again alone on the cluster: one that crashed its worker crashes it again and is
+        # failed with the reason; one that was only beside it now succeeds.
+        for i in sorted(died):
+            try:
+                rows = self._submit(tasks[i]).result()
+            except Exception as exc:
                 rows = _failed(tasks[i], f"the worker process running this point died ({_one_line(exc)})")
             yield i, rows
+
+    def _submit(self, task: PointTask) -> Any:
+        resources = {"GPU": 1} if task.device.startswith("cuda") else None
+        return self.client.submit(run_point, task, pure=False, resources=resources)
 
     def close(self) -> None:
         if self._own_client:
