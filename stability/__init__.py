@@ -9,9 +9,11 @@ from stability import strategies
 from stability.batched import probe_seeds
 from stability.build import Network, build, make_input
 from stability.case import Case, parse_case_string
+from stability.channels import ChannelStats
 from stability.engine import CaseRecord, InvariantResult, RunOptions, SpecResult, evaluate, run_spec
 from stability.errors import CaseError, SpecError, StabilityError, UsageError
-from stability.invariants import Verdict, classify_growth, gradient_arrival, identity_at_init, variance_growth
+from stability.growth import classify_ensemble
+from stability.invariants import Verdict, classify_growth, gradient_arrival, identity_at_init, mean_shift, variance_growth
 from stability.probe import Measurements, probe
 from stability.spec import Spec, find_specs, load_spec, parse_spec
 
@@ -46,4 +48,7 @@ __all__ = [
     "run_spec",
     "strategies",
     "variance_growth",
+    "mean_shift",
+    "ChannelStats",
+    "classify_ensemble",
 ]
