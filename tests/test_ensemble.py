@@ -58,6 +58,15 @@ def basic_blocks(depth, width):
 '''
 
 
+@pytest.fixture(autouse=True)
+def _slow_only_when_asked(request: pytest.FixtureRequest) -> None:
+    """The ≥ 100-case checks run with `pytest -m slow` (several CPU-minutes); the default run and CI
+    skip them, with their measured results in docs/ensembles.md, and run the small versions."""
+    expr = request.config.getoption("markexpr") or ""
+    if request.node.get_closest_marker("slow") is not None and ("slow" not in expr or "not slow" in expr):
+        pytest.skip("slow (≥ 100 drawn cases): run with -m slow; measured results in docs/ensembles.md")
+
+
 @pytest.fixture
 def basic_block_spec(tmp_path: Path) -> Callable[..., Spec]:
     (tmp_path / "bb_blocks.py").write_text(BASIC_BLOCK, encoding="utf-8")
