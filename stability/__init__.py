@@ -10,9 +10,11 @@ from stability.adapters import Stack
 from stability.batched import probe_seeds
 from stability.build import Network, build, make_input
 from stability.case import Case, parse_case_string
+from stability.channels import ChannelStats
 from stability.engine import CaseRecord, InvariantResult, RunOptions, SpecResult, evaluate, run_spec
 from stability.errors import CaseError, SpecError, StabilityError, UsageError
-from stability.invariants import Verdict, classify_growth, gradient_arrival, identity_at_init, variance_growth
+from stability.growth import classify_ensemble
+from stability.invariants import Verdict, classify_growth, gradient_arrival, identity_at_init, mean_shift, variance_growth
 from stability.jacobian import JacobianSpectrum, jacobian_spectrum, jacobian_svdvals
 from stability.lesion import lesion_changes
 from stability.paths import path_length_shares
@@ -51,5 +53,8 @@ __all__ = [
     "run_spec",
     "strategies",
     "variance_growth",
+    "mean_shift",
+    "ChannelStats",
+    "classify_ensemble",
 ]
 __all__ += ["JacobianSpectrum", "jacobian_spectrum", "jacobian_svdvals", "lesion_changes", "meanfield", "path_length_shares"]

@@ -241,7 +241,7 @@ def mean_shift(m: Measurements, *, max_ratio: float = 0.25) -> Verdict:
     if prof is None:
         return Verdict("mean_shift", False, math.nan, bound, None, "channel statistics were not measured; probe with observers=[stability.channels.ChannelStats()]")
     rho = [prof.ratio(i) for i in range(len(prof.var))]
-    extra: dict[str, Any] = {"ratio": rho, "sq_channel_mean": prof.sq_mean, "channel_var": prof.var, "whole_var": list(m.act_var)}
+    extra: dict[str, Any] = {"ratio": [r if math.isfinite(r) else None for r in rho], "sq_channel_mean": prof.sq_mean, "channel_var": prof.var, "whole_var": list(m.act_var)}
     final = rho[-1]
     numbers = (f"average squared channel mean {prof.sq_mean[-1]:.3g}, average channel variance {prof.var[-1]:.3g} "
                f"(whole-tensor variance {m.act_var[-1]:.3g}; input {prof.sq_mean[0]:.3g}, {prof.var[0]:.3g})")
