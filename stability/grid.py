@@ -25,16 +25,18 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from stability.case import Case, corner_case
 from stability.errors import UsageError, did_you_mean
-from stability.spec import Spec
+from stability.spec import BranchInit, DType, Spec, WeightInit
 
 __all__ = ["Axis", "parse_axis", "grid_points", "apply_point", "point_key", "INT_KEYS", "KEYS"]
 
 INT_KEYS = ("depth", "width", "batch")
 _CHOICE_KEYS = ("weight_init", "branch_init", "dtype")
+#: The values a choice key can take: the spec format's own (a sweep may leave the spec's space, never the format).
+_CHOICES: dict[str, tuple[str, ...]] = {"weight_init": get_args(WeightInit), "branch_init": get_args(BranchInit), "dtype": get_args(DType)}
 _SPACE_FLOATS = ("init_std", "init_gain")
 _BLOCK_FLOATS = ("branch_scale", "skip_scale", "gate_bias")
 KEYS = (*INT_KEYS, *_CHOICE_KEYS, *_SPACE_FLOATS, *_BLOCK_FLOATS, "sigma_w2")
@@ -79,6 +81,10 @@ def parse_axis(text: str) -> Axis:
         values: list[Value] = [v.strip() for v in raw.split(",") if v.strip()]
         if not values:
             raise UsageError(f"--over {key}={raw}: name at least one value")
+        known = _CHOICES[key]
+        for v in values:
+            if v not in known:
+                raise UsageError(f"--over {key}={raw}: {v!r} is not one of {', '.join(known)}{did_you_mean(v, known)}")
         return Axis(key, tuple(dict.fromkeys(values)))
     kind, _, rest = raw.partition(":")
     if kind in ("log", "lin"):

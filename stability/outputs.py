@@ -72,6 +72,8 @@ def check_outputs(*, json: str | None, junit: str | None, html: str | None, inpu
             continue
         if not raw.strip():
             raise UsageError(f"{option} '': the path is empty; give a file name (or leave the option out)")
+        if raw.strip() == "-":  # not standard output: the terminal report is written there already
+            raise UsageError(f"{option} -: reports are written to files, not to standard output; give a file name such as report.json")
         given = Path(raw)
         if option == "--html":
             if given.exists() and not given.is_dir():

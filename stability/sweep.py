@@ -175,6 +175,8 @@ class Sweep:
         self.hash = spec_hash(spec)
         self.progress = progress
         self.done = self.cached = self.known = 0
+        self._fresh: set[str] = set()  # points probed by this run: found again later (bisection), they are not "reused"
+        self._reused: set[str] = set()  # points found in the store from an earlier run, each counted once
         self.probed = 0
 
     def evaluate(self, points: list[dict[str, Value]]) -> list[PointResult]:
@@ -187,13 +189,16 @@ class Sweep:
             if rows is not None:
                 results[i] = PointResult(p, rows, True)
                 self.done += 1
-                self.cached += 1
+                if point_key(p) not in self._fresh and point_key(p) not in self._reused:
+                    self._reused.add(point_key(p))
+                    self.cached += 1
             else:
                 tasks.append(PointTask(self.spec, p, tuple(self.seeds), self.device, tag={"index": i}))
         self._report()
         for j, rows in self.backend.run(tasks):
             task = tasks[j]
             self.store.put(self.hash, self.version, self.spec.name, point_key(task.point), self.device, rows)
+            self._fresh.add(point_key(task.point))
             results[task.tag["index"]] = PointResult(task.point, rows, False)
             self.done += 1
             self.probed += len(rows)

@@ -103,6 +103,14 @@ def _run_point(task: PointTask) -> list[Row]:
     except StabilityError as exc:
         return [{"seed": s, "case": "", "m": None, "error": str(exc)} for s in task.seeds]
     rows: dict[int, Row] = {}
+    from stability.errors import CaseError
+    from stability.guard import check_budget
+
+    try:  # the memory guard first, as `evaluate` applies it: a point at depth 10^9 is refused, not built
+        for spec_s, case in pairs:
+            check_budget(spec_s, case)
+    except CaseError as exc:
+        return [{"seed": c.seed, "case": str(c), "m": None, "error": str(exc)} for _, c in pairs]
     spec = pairs[0][0]
     batched = spec.family != "custom" and spec.probe.checkpoint_every == 0
     if batched:

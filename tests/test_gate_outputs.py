@@ -33,6 +33,13 @@ def test_an_empty_json_path(cli: Cli, spec: Path) -> None:
     refused(cli("check", spec, "--json", ""), "--json '': the path is empty")
 
 
+@pytest.mark.parametrize("option", ["--json", "--junit", "--html"])
+def test_a_dash_is_not_standard_output_and_writes_no_file_named_dash(cli: Cli, spec: Path, tmp_path: Path, option: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    refused(cli("check", spec, option, "-"), f"{option} -: reports are written to files, not to standard output")
+    assert not (tmp_path / "-").exists()
+
+
 @pytest.mark.parametrize("option", ["--json", "--junit"])
 def test_a_folder_where_a_file_is_expected(cli: Cli, spec: Path, tmp_path: Path, option: str) -> None:
     refused(cli("check", spec, option, tmp_path), f"{option} {tmp_path}: is a folder; give a file path")

@@ -76,3 +76,18 @@ def test_sigma_w2_sets_a_normal_init_of_variance_sigma_w2_over_fan_in() -> None:
 def test_block_keys_refuse_families_without_them() -> None:
     with pytest.raises(UsageError, match="applies to postnorm, preact"):
         apply_point(parse_spec(SPEC), {"branch_scale": 0.5}, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [("weight_init=bogus", "'bogus' is not one of default, kaiming_normal"), ("branch_init=zero,bogus", "'bogus' is not one of default, zero"),
+     ("dtype=int8", "'int8' is not one of float32, float64"), ("init=orthogona", 'did you mean "orthogonal"')],
+)
+def test_a_choice_outside_the_spec_format_is_refused_before_anything_runs(text: str, words: str) -> None:
+    # A bogus choice once ran as a point and showed a budget as if it had passed.
+    with pytest.raises(UsageError, match=words):
+        parse_axis(text)
+
+
+def test_choices_the_format_knows_are_accepted() -> None:
+    assert parse_axis("init=orthogonal,normal").values == ("orthogonal", "normal")
