@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -119,3 +121,14 @@ def test_a_factory_that_refuses_some_cases_fails_those_cases_and_the_other_specs
     assert f"reproduce: stability check {mixed} --case depth=1,width=3," in text
     assert "│ even │ gradient_arrival │ holds │ ✓ │" in text
     assert "2 spec(s), 2 expectation(s): 1 met, 1 not met" in text
+
+
+def test_the_readme_example_fails_as_the_readme_shows(cli: Any) -> None:
+    """docs/examples/highway_claim.toml is the README's failing example: exit 1, the same shrunk
+    case and ratio as the output printed there."""
+    root = Path(__file__).resolve().parent.parent
+    code, out, _ = cli("check", root / "docs" / "examples" / "highway_claim.toml", "--profile", "ci")
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    assert code == 1
+    assert "depth=3,width=4,batch=2,init=default,branch_init=zero,dtype=float32,device=cpu,seed=0: gradient ratio 0.00169 < 0.01" in out
+    assert "depth=3,width=4,batch=2,init=default,branch_init=zero,dtype=float32,device=cpu,seed=0: gradient ratio 0.00169 < 0.01" in readme
