@@ -196,3 +196,14 @@ class _Transaction:
 
     def __exit__(self, kind: object, *rest: object) -> None:
         self.db.execute("ROLLBACK" if kind is not None else "COMMIT")
+
+
+def budget_text(b: Budget) -> str:
+    """A depth budget as the terminal table and the HTML report both show it."""
+    if b.status == "found":
+        return str(b.budget)
+    if b.status == "at_least":
+        return f"≥ {b.budget}"
+    if b.status == "below":
+        return "fails at the smallest depth"
+    return "not applicable"

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from stability.errors import UsageError
-from stability.store import DEFAULT_DB, Budget, Store
+from stability.store import DEFAULT_DB, Budget, Store, budget_text
 
 __all__ = ["sweep_command", "print_budgets"]
 
@@ -199,18 +199,8 @@ def print_budgets(budgets: list[Budget], console: Console) -> None:
     for col in ("slice", "invariant", "budget", "deciding case", "why"):
         t.add_column(col, overflow="fold")
     for b in budgets:
-        t.add_row(escape(", ".join(f"{k}={v}" for k, v in json.loads(b.slice).items()) or "(whole grid)"), b.invariant, _budget_text(b), escape(b.deciding_case or ""), escape(b.detail))
+        t.add_row(escape(", ".join(f"{k}={v}" for k, v in json.loads(b.slice).items()) or "(whole grid)"), b.invariant, budget_text(b), escape(b.deciding_case or ""), escape(b.detail))
     console.print(t)
-
-
-def _budget_text(b: Budget) -> str:
-    if b.status == "found":
-        return str(b.budget)
-    if b.status == "at_least":
-        return f"≥ {b.budget}"
-    if b.status == "below":
-        return "fails at the smallest depth"
-    return "not applicable"
 
 
 def _compare(store: Store, revs: list[str], console: Console) -> int:

@@ -19,7 +19,7 @@ from stability.grid import Value, point_key
 from stability.html import _CSS
 from stability.phase import MEASURES, heatmap_figure, measure_values, overlay_for, to_png
 from stability.report import write_atomic
-from stability.store import Budget
+from stability.store import budget_text
 from stability.sweep import SweepResult, ensemble_verdict
 
 __all__ = ["render_sweep_html", "write_sweep_html"]
@@ -47,16 +47,6 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
-def _budget_cell(b: Budget) -> str:
-    if b.status == "found":
-        return str(b.budget)
-    if b.status == "at_least":
-        return f"≥ {b.budget}"
-    if b.status == "below":
-        return "fails at the smallest depth"
-    return "not applicable"
-
-
 def _slice_text(text: str) -> str:
     d = json.loads(text)
     return ", ".join(f"{k}={v}" for k, v in d.items()) or "(whole grid)"
@@ -73,7 +63,7 @@ def _budget_table(result: SweepResult) -> str:
         case = f'<span class="mono case">{_e(b.deciding_case)}</span>' if b.deciding_case and failing else ""
         rows.append(
             f'<tr class="{cls}"><td>{_e(_slice_text(b.slice))}</td><td class="inv">{_e(b.invariant)}</td>'
-            f'<td class="num">{_e(_budget_cell(b))}</td><td>{case}{why}{repro}</td></tr>'
+            f'<td class="num">{_e(budget_text(b))}</td><td>{case}{why}{repro}</td></tr>'
         )
     head = "".join(f"<th>{h}</th>" for h in ("slice", "invariant", "depth budget", "deciding case (first failing depth)"))
     return (
