@@ -27,6 +27,11 @@ CASES: dict[str, tuple[dict[str, str], dict[str, int]]] = {
 }
 
 
+class _NoHandle:
+    def remove(self) -> None:
+        pass
+
+
 def variants(blocks: Any, x: Any, r: Any) -> dict[str, Callable[[], None]]:
     import torch
 
@@ -34,20 +39,22 @@ def variants(blocks: Any, x: Any, r: Any) -> dict[str, Callable[[], None]]:
     from stability.probe import probe
 
     mod = sys.modules["stability.probe"]  # the module (stability.probe the attribute is the function)
-    orig = {"add": mod._MomentGroups.add, "norms": mod._param_norms, "hook": torch.Tensor.register_hook}
+    orig = {"add": mod._Moments.add, "norms": mod._param_norms, "hook": torch.Tensor.register_hook, "large": mod._LargeParamNorms.__enter__}
 
     def run(*, moments: bool = True, norms: bool = True, hooks: bool = True) -> Callable[[], None]:
         def f() -> None:
             if not moments:
-                mod._MomentGroups.add = lambda self, h: None
+                mod._Moments.add = lambda self, h: None
             if not norms:
-                mod._param_norms = lambda grads, nd: torch.zeros(len(grads), dtype=torch.float64)
+                mod._param_norms = lambda grads, nd, given=None: torch.zeros(len(grads), dtype=torch.float64)
+                mod._LargeParamNorms.__enter__ = lambda self: self
             if not hooks:
-                torch.Tensor.register_hook = lambda self, hook: None
+                torch.Tensor.register_hook = lambda self, hook: _NoHandle() if not self.is_leaf else orig["hook"](self, hook)  # boundaries only
             try:
                 probe(blocks, x, seed=0)
             finally:
-                mod._MomentGroups.add, mod._param_norms, torch.Tensor.register_hook = orig["add"], orig["norms"], orig["hook"]
+                mod._Moments.add, mod._param_norms, torch.Tensor.register_hook = orig["add"], orig["norms"], orig["hook"]
+                mod._LargeParamNorms.__enter__ = orig["large"]
 
         return f
 

@@ -46,7 +46,7 @@ REL = 1e-12
 def test_plain_chain_ratio_is_the_product_of_slopes(slope: float, depth: int) -> None:
     m = probe(chain(slope, depth), X)
     assert m.gradient_ratio == pytest.approx(slope**depth, rel=REL)
-    assert m.grad_norm[-1] == pytest.approx(float(torch.linalg.vector_norm(torch.randn(5, 1, generator=torch.Generator().manual_seed(0), dtype=torch.float64))), rel=REL)
+    assert m.grad_norm[-1] == pytest.approx(float(torch.linalg.vector_norm(torch.randn(5, 1, generator=torch.Generator().manual_seed(0)).double())), rel=REL)
 
 
 def test_quoted_values_of_the_chain() -> None:
@@ -81,7 +81,7 @@ def test_parameter_gradients_follow_the_product_rule() -> None:
     # L = Σ r_i · (Π_k w_k) x_i  ⇒  ∂L/∂w_l = (Σ r_i x_i) · Π_{k≠l} w_k = (r·x) · a^(L−1)
     a, depth, seed = 0.8, 7, 3
     m = probe(chain(a, depth), X, seed=seed)
-    r = torch.randn(5, 1, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    r = torch.randn(5, 1, generator=torch.Generator().manual_seed(seed)).double()  # the projection vector: drawn in float32
     expected = abs(float((r * X).sum())) * a ** (depth - 1)
     assert set(m.param_grad_norm) == {f"{l}.weight" for l in range(depth)}
     for value in m.param_grad_norm.values():

@@ -1,0 +1,179 @@
+"""The probe's boundary moments and gradient norms on the CPU, against float64 references.
+
+`probe._Moments` reduces each boundary of ≥ 2,048 elements to Σh and Σh² at once (one-pass, with
+the corrected two-pass formula where mean² > var would cancel); `probe._norm` takes long norms a
+row of 4,096 at a time, because torch's float32 `vector_norm` drifts to 1e-5 relative at 2^20
+elements and 6e-4 at 2^24. Every bound below is the stated accuracy in float32 (docs/performance.md):
+a float32 cascade sum of n ≤ 2^22 terms is within ~2e-7 relative, and the one-pass variance loses at
+most a factor (1 + mean²/var) ≤ 2 of that to cancellation before the two-pass formula takes over.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from stability import probe
+
+P = sys.modules["stability.probe"]  # the module (stability.probe the attribute is the function)
+REL = 5e-7  # 2 × ~2e-7 (see above); torch's own vector_norm is within this up to 2^16 elements
+
+
+def _reference(x: torch.Tensor) -> tuple[float, float]:
+    x64 = x.double()
+    return float(x64.var(correction=0)), float(x64.mean())
+
+
+@pytest.mark.parametrize("n", [2048, 16384, 131072, 1 << 20])
+@pytest.mark.parametrize("shift", [0.0, 0.5, 0.99, 1.01, 3.0, 1e3, -1e5])
+def test_moments_match_float64_at_every_size_and_mean(n: int, shift: float) -> None:
+    """Shift = mean/std: ≤ 1 takes the one-pass sums, > 1 the two-pass correction (at 1e3 the
+    one-pass formula alone is off by ~10%, so this fails without the correction)."""
+    g = torch.Generator().manual_seed(n)
+    for scale in (1.0, 1e-3, 1e4):
+        x = ((torch.randn(n, generator=g, dtype=torch.float64) + shift) * scale).float()
+        var_ref, mean_ref = _reference(x)
+        m = P._Moments()
+        m.add(x)
+        (var,), (mean,) = m.result([])
+        assert abs(var - var_ref) <= REL * var_ref
+        assert abs(mean - mean_ref) <= REL * math.sqrt(var_ref) + 1e-7 * abs(mean_ref)
+
+
+def test_moments_divide_by_n_exactly() -> None:
+    """h = μ ± c (half each): var = c² and mean = μ exactly, at a size on the summed path."""
+    n = 4096
+    signs = torch.tensor([1.0, -1.0]).repeat(n // 2)
+    for mu, c in [(0.0, 1.0), (0.25, 0.5), (1000.0, 0.125)]:  # the last: mean² ≫ var, two-pass
+        m = P._Moments()
+        m.add(mu + c * signs)
+        (var,), (mean,) = m.result([])
+        assert var == c * c
+        assert mean == mu
+
+
+def test_small_boundaries_use_var_mean_and_keep_order() -> None:
+    m = P._Moments()
+    big = torch.arange(4096, dtype=torch.float32)
+    small = torch.tensor([1.0, 2.0, 3.0, 6.0])
+    m.add(small)
+    m.add(big)
+    m.add(small * 2)
+    host = torch.stack(m.parts).double().tolist()
+    var, mean = m.result(host)
+    assert mean == [3.0, 2047.5, 6.0]
+    assert var[0] == pytest.approx(3.5, rel=1e-7, abs=0)
+    assert var[1] == pytest.approx((4096**2 - 1) / 12, rel=REL, abs=0)  # mean² > var: the two-pass path
+    assert var[2] == pytest.approx(14.0, rel=1e-7, abs=0)
+
+
+@pytest.mark.parametrize(("bad", "var_is", "mean_is"), [(math.inf, "nan", "inf"), (math.nan, "nan", "nan"), (1e20, "inf", "finite")])
+def test_non_finite_and_overflowing_boundaries(bad: float, var_is: str, mean_is: str) -> None:
+    """inf or nan in h: var nan (non-finite, as var_mean says); a finite 1e20 overflows Σh² in
+    float32: var inf with a finite mean, which variance_growth reports as an overflow."""
+    x = torch.randn(4096)
+    x[7] = bad
+    m = P._Moments()
+    m.add(x)
+    (var,), (mean,) = m.result([])
+    kinds = {"nan": math.isnan, "inf": math.isinf, "finite": math.isfinite}
+    assert kinds[var_is](var)
+    assert kinds[mean_is](mean)
+
+
+@pytest.mark.parametrize("n", [1000, 65536, 65537, 1 << 20, (1 << 22) + 5])
+def test_norm_is_accurate_at_every_size(n: int) -> None:
+    g = torch.randn(n, generator=torch.Generator().manual_seed(3)).abs() + 0.5  # all positive: the worst case for accumulation
+    ref = float(g.double().square().sum().sqrt())
+    assert abs(float(P._norm(g, None)) - ref) <= REL * ref
+
+
+def test_norm_of_a_large_non_contiguous_tensor() -> None:
+    g = torch.randn(1024, 1024, generator=torch.Generator().manual_seed(4)).t()
+    ref = float(g.double().square().sum().sqrt())
+    out = P._norm(g, None)
+    assert out.dtype == torch.float32
+    assert abs(float(out) - ref) <= REL * ref
+
+
+class _Scale(nn.Module):
+    def __init__(self, a: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.tensor(a))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.weight * h
+
+
+def test_probe_on_large_boundaries_against_closed_forms() -> None:
+    """A chain h_{l+1} = a·h_l on 2^20-element float32 boundaries with mean ≫ std at the input:
+    var_l = a^(2l)·var_0 and mean_l = a^l·mean_0; the gradient at boundary l is a^(L−l)·r, so
+    ‖g_l‖ = a^(L−l)·‖r‖ with r the probe's projection vector (drawn in float32 from the seed)."""
+    a, depth, seed = 0.5, 4, 11
+    x = (torch.randn(1, 1 << 20, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 0.01 + 50.0).float()
+    m = probe(nn.Sequential(*[_Scale(a) for _ in range(depth)]), x, seed=seed)
+    var0, mean0 = _reference(x)
+    r = torch.randn(1, 1 << 20, generator=torch.Generator().manual_seed(seed)).double()
+    rnorm = float(r.square().sum().sqrt())
+    for l in range(depth + 1):
+        # each boundary is a float32 product, exact up to its own rounding (powers of 2: exact)
+        assert abs(m.act_var[l] - a ** (2 * l) * var0) <= REL * a ** (2 * l) * var0
+        assert abs(m.act_sq_mean[l] - a ** (2 * l) * (var0 + mean0**2)) <= REL * a ** (2 * l) * (var0 + mean0**2)
+        assert abs(m.grad_norm[l] - a ** (depth - l) * rnorm) <= REL * a ** (depth - l) * rnorm
+
+
+def _reference_param_norms(blocks: nn.Module, x: torch.Tensor, seed: int) -> dict[str, float]:
+    """‖∂L/∂p‖ by a plain autograd.grad in float64 (L = Σ y⊙r with the probe's r)."""
+    b64 = copy.deepcopy(blocks).double()
+    named = list(b64.named_parameters())
+    y = b64(x.double())
+    r = torch.randn(y.shape, generator=torch.Generator().manual_seed(seed)).double()
+    grads = torch.autograd.grad(y, [p for _, p in named], grad_outputs=r)
+    return {n: float(g.square().sum().sqrt()) for (n, _), g in zip(named, grads, strict=True)}
+
+
+def test_large_parameter_norms_taken_by_hooks_match_autograd_and_leave_no_hook() -> None:
+    """Weights of 256×256 (≥ the hook size) and biases (reduced afterwards), one Linear shared by
+    blocks 0 and 2 (its hook must see the sum of both uses): every norm within float32 accuracy
+    of a float64 autograd reference, and no hook left on any parameter afterwards."""
+    torch.manual_seed(0)
+    shared = nn.Linear(256, 256)
+    blocks = nn.Sequential(shared, nn.Tanh(), nn.Linear(256, 256), shared, nn.Linear(256, 128, bias=False))
+    x = torch.randn(8, 256)
+    m = probe(blocks, x, seed=5)
+    ref = _reference_param_norms(blocks, x, seed=5)
+    assert set(m.param_grad_norm) == set(ref) == {"0.weight", "0.bias", "2.weight", "2.bias", "4.weight"}
+    for name, value in ref.items():
+        assert abs(m.param_grad_norm[name] - value) <= 1e-5 * value, name  # float32 forward and backward against float64
+    for p in blocks.parameters():
+        assert not p._backward_hooks
+
+
+def test_hooks_are_removed_when_a_block_fails() -> None:
+    class Boom(nn.Module):
+        def forward(self, h: torch.Tensor) -> torch.Tensor:
+            raise RuntimeError("boom")
+
+    lin = nn.Linear(256, 256)
+    with pytest.raises(Exception, match="boom"):
+        probe(nn.Sequential(lin, Boom()), torch.randn(4, 256))
+    assert not lin.weight._backward_hooks
+
+
+def test_an_unused_large_parameter_has_gradient_norm_zero() -> None:
+    class Skip(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.unused = nn.Linear(256, 256)
+
+        def forward(self, h: torch.Tensor) -> torch.Tensor:
+            return 2.0 * h
+
+    m = probe(nn.Sequential(Skip(), nn.Linear(256, 256)), torch.randn(4, 256))
+    assert m.param_grad_norm["0.unused.weight"] == 0.0
+    assert m.param_grad_norm["1.weight"] > 0.0
