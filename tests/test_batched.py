@@ -161,3 +161,20 @@ def test_rejects_networks_that_differ() -> None:
         probe_seeds([a, a], [x, x], seeds=[0])
     with pytest.raises(ValueError, match="choose"):
         probe_seeds([a], [x], loss="mse")  # type: ignore[arg-type]
+
+
+def test_large_boundaries_have_accurate_norms_per_seed() -> None:
+    """Per-seed boundaries of 2^18 elements (above the size where torch's float32 vector_norm
+    drifts): each seed's gradient norms equal the closed form a^(L−l)·‖r_s‖ to float32 accuracy,
+    r_s the projection vector of seed s (drawn in float32), as `probe` reports them."""
+    a, depth, width = 0.5, 3, 1 << 18
+    nets = [nn.Sequential(*[nn.Linear(1, 1, bias=False) for _ in range(depth)]) for _ in range(2)]
+    for net in nets:
+        for lin in net:
+            nn.init.constant_(lin.weight, a)
+    xs = [torch.randn(width, 1, generator=torch.Generator().manual_seed(s)) for s in range(2)]
+    for seed, m in zip([3, 4], probe_seeds(nets, xs, seeds=[3, 4]), strict=True):
+        r = torch.randn(width, 1, generator=torch.Generator().manual_seed(seed)).double()
+        rnorm = float(r.square().sum().sqrt())
+        for l in range(depth + 1):
+            assert abs(m.grad_norm[l] - a ** (depth - l) * rnorm) <= 5e-7 * a ** (depth - l) * rnorm
