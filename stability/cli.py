@@ -69,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="a folder whose .py files custom factories may come from, besides each spec's own folder (repeatable)")
     c.add_argument("--in-process", action="store_true",
                    help="run specs in this process, without worker isolation (for debugging; a factory can then change global state)")
+    c.add_argument("--seed", type=int, default=None, metavar="N",
+                   help="Hypothesis seed for the search, to repeat a dev or thorough run (default: random; ci is derandomized)")
 
     ls = sub.add_parser("list", help="list specs and the families they use")
     ls.add_argument("paths", nargs="*")
@@ -247,7 +249,7 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     skipped: list[str] = []
     for device in devices:
         options = RunOptions(profile=args.profile, device=device, case_timeout=args.case_timeout or None, memory_budget=budget,
-                             deterministic=args.deterministic)
+                             deterministic=args.deterministic, seed=args.seed)
         for spec in specs:
             if device not in spec.space.device and not args.case:
                 skipped.append(f"{spec.name} ({device} not in space.device)")

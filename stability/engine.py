@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from hypothesis import example, given, target
+from hypothesis import example, given, seed, target
 from hypothesis.errors import HypothesisException
 
 from stability import invariants as inv
@@ -50,6 +50,9 @@ class RunOptions:
     case_timeout: float | None = 120.0
     memory_budget: int | None = None
     deterministic: bool = False
+    #: Hypothesis's seed for the search (`stability check --seed N`); None: the profile's own
+    #: (random in dev and thorough, derandomized in ci).
+    seed: int | None = None
 
 
 @dataclass
@@ -308,6 +311,8 @@ def _search(
     pinned = [parse_case_string(text, spec, device=options.device) for text in spec.space.examples]
     for c in reversed(pinned):
         run = example(c)(run)
+    if options.seed is not None:
+        run = seed(options.seed)(run)
     try:
         run()
     except _Found:
@@ -439,6 +444,8 @@ def run_training(
     test_fn = search(given(cases(spec, device=options.device, invariant=name))(test))
     for c in reversed([parse_case_string(text, spec, device=options.device) for text in spec.space.examples]):
         test_fn = example(c)(test_fn)
+    if options.seed is not None:
+        test_fn = seed(options.seed)(test_fn)
     try:
         test_fn()
     except _Found:

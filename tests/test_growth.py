@@ -10,6 +10,7 @@ import pytest
 
 from stability.growth import DECISION_CHI2, MIN_DECIDABLE_DEPTH, classify_ensemble, describe_ensemble
 from stability.invariants import classify_growth
+from stability.spec import GROWTH_CLASSES
 
 
 def _noisy(law: np.ndarray, *, seeds: int = 8, sigma: float = 0.05, seed: int = 0) -> np.ndarray:
@@ -117,3 +118,38 @@ def test_average_is_geometric_and_spread_is_per_boundary() -> None:
 def test_refuses_a_single_profile() -> None:
     with pytest.raises(ValueError, match="at least 2 profiles"):
         classify_ensemble([[1.0, 2.0]])
+
+
+def _walks(increments: np.ndarray, *, sd: float, seeds: int = 8, seed: int = 0) -> np.ndarray:
+    """S profiles whose log-increments are `increments` (block 1 … L) plus N(0, sd²) per seed and block."""
+    rng = np.random.default_rng(seed)
+    d = increments[None, :] + rng.normal(0.0, sd, size=(seeds, len(increments)))
+    return np.exp(np.concatenate([np.zeros((seeds, 1)), np.cumsum(d, axis=1)], axis=1))
+
+
+@pytest.mark.parametrize(("b", "a", "sd"), [(0.51, 0.14, 0.43), (0.61, 0.06, 0.31)])
+def test_exponential_with_the_controls_decaying_transient_is_exponential(b: float, a: float, sd: float) -> None:
+    """The unnormalised residual control's measured shape (docs/ensembles.md; per-block seed spread
+    from benchmarks/residual_lyapunov.py): mean increments b + a·e^(−l/15) falling from ~0.65 to a
+    positive constant b (width 16: 0.51, width 32: 0.61), 8 seeds. Every draw at every depth from 8
+    is reported exponential and violates "at most linear"; by depth 16 every other law is ruled out."""
+    for depth in (8, 16, 32, 64):
+        blocks = np.arange(1, depth + 1, dtype=np.float64)
+        for seed in range(6):
+            g = classify_ensemble(_walks(b + a * np.exp(-blocks / 15.0), sd=sd, seed=seed))
+            assert g.growth == "exponential", (depth, seed, g.chi2)
+            assert GROWTH_CLASSES.index(g.lowest) > GROWTH_CLASSES.index("linear")
+            if depth >= 16:
+                assert g.lowest == "exponential", (depth, seed, g.chi2)
+
+
+def test_power_law_with_the_same_noise_is_never_judged_exponential() -> None:
+    """R_l = 1 + 0.5·l² with the control's per-block spread: exponential is never the judged class,
+    and from depth 32 the reported class is polynomial."""
+    for depth in (8, 16, 32, 64):
+        blocks = np.arange(0, depth + 1, dtype=np.float64)
+        for seed in range(6):
+            g = classify_ensemble(_walks(np.diff(np.log(1.0 + 0.5 * blocks**2)), sd=0.3, seed=seed))
+            assert g.lowest != "exponential"
+            if depth >= 32:
+                assert g.growth == "polynomial", (depth, seed, g.chi2)
