@@ -28,7 +28,7 @@ from stability.applicability import narrow_for, not_applicable_reason
 from stability.build import build, derive_seed, make_input
 from stability.case import Case, parse_case_string, reproduce_command
 from stability.channels import ChannelStats
-from stability.ensemble import ensemble_size, probe_ensemble_until_decided
+from stability.ensemble import ensemble_size, probe_channel_ensemble, probe_ensemble_until_decided
 from stability.errors import BlockError, CaseError, SpecError
 from stability.guard import check_budget, time_limit, warm_up
 from stability.invariants import Verdict
@@ -157,6 +157,8 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
             m.extra.update(theory.extra_measurements(spec, case, net.blocks, x, seed=derive_seed(case.seed, 3)))
             if spec.expect.variance_growth is not None and ensemble_size(spec) > 1:  # the law is judged on seeds
                 m.extra["ensemble"] = probe_ensemble_until_decided(spec, case, m, size=ensemble_size(spec))
+            if spec.expect.mean_shift is not None and ensemble_size(spec) > 1:  # so is the mean shift
+                m.extra["channel_ensemble"] = probe_channel_ensemble(spec, case, m, size=ensemble_size(spec))
     except BlockError as exc:  # a block raised on this case (any family): this case fails, the run goes on
         return CaseRecord(case, None, f"the case does not run: {exc}", time.perf_counter() - t0)
     except CaseError as exc:  # the time limit, or refused for memory

@@ -232,7 +232,12 @@ def _first_change(m: Measurements, atol: float) -> int | None:
 def mean_shift(m: Measurements, *, max_ratio: float = 0.25) -> Verdict:
     """ρ_L ≤ max_ratio at the output, ρ = (M − V/(N − 1)) / V from the channel statistics
     (`stability.channels.ChannelStats`, in `m.extra["channels"]`): the mean shift that ReLU
-    branches accumulate (Brock, De & Smith 2021), which the whole-tensor variance mixes in."""
+    branches accumulate (Brock, De & Smith 2021), which the whole-tensor variance mixes in.
+
+    Where the engine measured the case's seed ensemble (`m.extra["channel_ensemble"]`, one
+    `ChannelProfile` per network, `stability.ensemble.probe_channel_ensemble`), ρ_l is the mean
+    over the networks of their own ρ_l (each scale-free), so one network's sampling noise is not
+    judged as the architecture's mean shift; the spread is reported beside it."""
     bound = f"≤ {max_ratio:g}"
     bad = _nonfinite(m, "mean_shift", bound)
     if bad is not None:
@@ -240,16 +245,31 @@ def mean_shift(m: Measurements, *, max_ratio: float = 0.25) -> Verdict:
     prof = m.extra.get("channels")
     if prof is None:
         return Verdict("mean_shift", False, math.nan, bound, None, "channel statistics were not measured; probe with observers=[stability.channels.ChannelStats()]")
-    rho = [prof.ratio(i) for i in range(len(prof.var))]
+    members = m.extra.get("channel_ensemble") or [prof]
+    per_member = [[p.ratio(i) for i in range(len(p.var))] for p in members]  # (S, L+1)
+    rho = [_finite_mean([r[i] for r in per_member]) for i in range(len(prof.var))]
     extra: dict[str, Any] = {"ratio": [r if math.isfinite(r) else None for r in rho], "sq_channel_mean": prof.sq_mean, "channel_var": prof.var, "whole_var": list(m.act_var)}
     final = rho[-1]
-    numbers = (f"average squared channel mean {prof.sq_mean[-1]:.3g}, average channel variance {prof.var[-1]:.3g} "
+    spread = ""
+    if len(members) > 1:
+        finals = [r[-1] for r in per_member]
+        extra["ensemble"] = {"size": len(members), "final_ratio": [r if math.isfinite(r) else None for r in finals]}
+        live = [r for r in finals if math.isfinite(r)]
+        if live:
+            spread = f" (mean of {len(members)} networks, from {min(live):.3g} to {max(live):.3g})"
+    numbers = (f"this network's average squared channel mean {prof.sq_mean[-1]:.3g}, average channel variance {prof.var[-1]:.3g} "
                f"(whole-tensor variance {m.act_var[-1]:.3g}; input {prof.sq_mean[0]:.3g}, {prof.var[0]:.3g})")
     if not math.isfinite(final):
         return Verdict("mean_shift", False, math.nan, bound, m.n_blocks, f"the output's channel variance is zero or undefined: {numbers}", extra)
     if final <= max_ratio:
-        return Verdict("mean_shift", True, final, bound, None, f"mean shift ρ = {final:.3g} at the output {bound}: {numbers}", extra)
+        return Verdict("mean_shift", True, final, bound, None, f"mean shift ρ = {final:.3g}{spread} at the output {bound}: {numbers}", extra)
     first = next(i for i, r in enumerate(rho) if math.isfinite(r) and r > max_ratio)
     return Verdict("mean_shift", False, final, bound, max(first - 1, 0),
-                   f"mean shift ρ = {final:.3g} > {max_ratio:g} at the output (first above the bound after block {max(first - 1, 0)}): {numbers}; "
+                   f"mean shift ρ = {final:.3g}{spread} > {max_ratio:g} at the output (first above the bound after block {max(first - 1, 0)}): {numbers}; "
                    "the per-channel offsets grow inside the variance", extra)
+
+
+def _finite_mean(values: list[float]) -> float:
+    """The mean of the finite values; nan when none is finite."""
+    live = [v for v in values if math.isfinite(v)]
+    return sum(live) / len(live) if live else math.nan
