@@ -257,7 +257,8 @@ def mean_shift(m: Measurements, *, max_ratio: float = 0.25) -> Verdict:
         live = [r for r in finals if math.isfinite(r)]
         if live:
             spread = f" (mean of {len(members)} networks, from {min(live):.3g} to {max(live):.3g})"
-    numbers = (f"this network's average squared channel mean {prof.sq_mean[-1]:.3g}, average channel variance {prof.var[-1]:.3g} "
+    own = "this network's " if len(members) > 1 else ""
+    numbers = (f"{own}average squared channel mean {prof.sq_mean[-1]:.3g}, average channel variance {prof.var[-1]:.3g} "
                f"(whole-tensor variance {m.act_var[-1]:.3g}; input {prof.sq_mean[0]:.3g}, {prof.var[0]:.3g})")
     if not math.isfinite(final):
         return Verdict("mean_shift", False, math.nan, bound, m.n_blocks, f"the output's channel variance is zero or undefined: {numbers}", extra)
