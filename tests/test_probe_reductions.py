@@ -177,3 +177,22 @@ def test_an_unused_large_parameter_has_gradient_norm_zero() -> None:
     m = probe(nn.Sequential(Skip(), nn.Linear(256, 256)), torch.randn(4, 256))
     assert m.param_grad_norm["0.unused.weight"] == 0.0
     assert m.param_grad_norm["1.weight"] > 0.0
+
+
+def test_checkpointed_probe_with_hooked_parameters_gives_identical_numbers() -> None:
+    """Weights of 128×128 (hooked: ≥ the hook size) and boundaries of 32×128 (summed path): a
+    checkpointed probe recomputes segments in the backward pass, and every number it reports
+    is still bit-identical to the plain probe's."""
+    torch.manual_seed(3)
+    blocks = nn.Sequential(*[nn.Sequential(nn.Linear(128, 128), nn.ReLU()) for _ in range(6)])
+    x = torch.randn(32, 128)
+    plain = probe(blocks, x, seed=2)
+    for every in (1, 2, 4):
+        ckpt = probe(blocks, x, seed=2, checkpoint_every=every)
+        assert ckpt.grad_norm == plain.grad_norm
+        assert ckpt.act_var == plain.act_var
+        assert ckpt.act_sq_mean == plain.act_sq_mean
+        assert ckpt.param_grad_norm == plain.param_grad_norm
+        assert ckpt.identity_error == plain.identity_error
+    for p in blocks.parameters():
+        assert not p._backward_hooks
