@@ -1,5 +1,5 @@
 """The probe's overhead over a bare forward + backward, tracked as a ratio: the three networks of
-target (a) in docs/performance.md (plain MLP, normalised MLP, conv stack). A ratio of two CPU times
+target (a) in docs/performance.md (plain MLP, the two normalised MLPs, conv stack). A ratio of two CPU times
 measured in turn in one process moves much less with machine load than either time alone, so a
 change that adds per-boundary work shows up here even on a shared runner."""
 
@@ -16,6 +16,7 @@ NETWORKS: dict[str, tuple[dict[str, str], dict[str, int]]] = {
     "mlp": ({}, dict(depth=256, width=256, batch=64)),
     "norm_mlp": ({"norm": "layer"}, dict(depth=256, width=256, batch=64)),
     "conv": ({"layer": "conv2d", "extra": "kernel_size = 3"}, dict(depth=32, width=32, batch=16, spatial=16)),
+    "ln_first_mlp": ({}, {}),  # LayerNorm → Linear → ReLU blocks (benchmarks.ratios._ln_first_mlp)
 }
 
 
@@ -27,12 +28,12 @@ class Overhead:
     def setup(self, network: str) -> None:
         import torch
 
-        from benchmarks.ratios import _bare, _mlp_text, _net
+        from benchmarks.ratios import _bare, _ln_first_mlp, _mlp_text, _net
         from stability.probe import projection_vector
 
         _nets.threads()
         text_args, case = NETWORKS[network]
-        _, self.blocks, self.x = _net(_mlp_text(**text_args), **case)
+        self.blocks, self.x = _ln_first_mlp() if network == "ln_first_mlp" else _net(_mlp_text(**text_args), **case)[1:]
         with torch.no_grad():
             r = projection_vector(self.blocks(self.x).shape, 0, dtype=self.x.dtype, device=self.x.device)
         self.bare = _bare(self.blocks, self.x, r)

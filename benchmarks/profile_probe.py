@@ -1,7 +1,7 @@
 """Where the probe's time goes: each part of it replaced by a no-op in turn, against a bare forward
 + backward, on the three networks of docs/performance.md target (a).
 
-    python benchmarks/profile_probe.py [REPS] [mlp|norm_mlp|conv ...]
+    python benchmarks/profile_probe.py [REPS] [mlp|norm_mlp|conv|ln_first_mlp ...]
 
 Prints, per network, the median process CPU time (one thread, REPS interleaved runs of all six
 variants, default 9) of: bare, probe, probe without the boundary moments, without the
@@ -24,6 +24,7 @@ CASES: dict[str, tuple[dict[str, str], dict[str, int]]] = {
     "mlp": ({}, dict(depth=256, width=256, batch=64)),
     "norm_mlp": ({"norm": "layer"}, dict(depth=256, width=256, batch=64)),
     "conv": ({"layer": "conv2d", "extra": "kernel_size = 3"}, dict(depth=32, width=32, batch=16, spatial=16)),
+    "ln_first_mlp": ({}, {}),  # LayerNorm → Linear → ReLU blocks (benchmarks.ratios._ln_first_mlp)
 }
 
 
@@ -72,14 +73,14 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from benchmarks.ratios import _mlp_text, _net
+    from benchmarks.ratios import _ln_first_mlp, _mlp_text, _net
     from stability.probe import projection_vector
 
     torch.set_num_threads(1)
     reps = int(argv[0]) if argv else 9
     for name in argv[1:] or list(CASES):
         text_args, case = CASES[name]
-        _, blocks, x = _net(_mlp_text(**text_args), **case)
+        blocks, x = _ln_first_mlp() if name == "ln_first_mlp" else _net(_mlp_text(**text_args), **case)[1:]
         with torch.no_grad():
             r = projection_vector(blocks(x).shape, 0, dtype=x.dtype, device=x.device)
         fns = variants(blocks, x, r)

@@ -76,6 +76,24 @@ hi = 100.0
 """
 
 
+def _ln_first_mlp(depth: int = 256, width: int = 256, batch: int = 64) -> tuple[Any, Any]:
+    """(blocks, x): blocks of LayerNorm → Linear → ReLU (Kaiming-normal weights, zero biases), the
+    normalised MLP of the issue's independent measurement; the plain family's own normalised
+    block is Linear → LayerNorm → ReLU."""
+    import torch
+    from torch import nn
+
+    gen = torch.Generator().manual_seed(0)
+    blocks = []
+    for _ in range(depth):
+        lin = nn.Linear(width, width)
+        with torch.no_grad():
+            lin.weight.copy_(torch.randn(width, width, generator=gen) * math.sqrt(2.0 / width))
+            lin.bias.zero_()
+        blocks.append(nn.Sequential(nn.LayerNorm(width), lin, nn.ReLU()))
+    return nn.Sequential(*blocks), torch.randn(batch, width, generator=gen)
+
+
 def _bare(blocks: Any, x: Any, r: Any) -> Callable[[], None]:
     """One forward + one backward to the input and every parameter, no statistics."""
     import torch
@@ -206,9 +224,10 @@ def section_a(reps: int) -> None:
         ("MLP: plain, ReLU, Kaiming, depth 256, width 256, batch 64", _mlp_text(), dict(depth=256, width=256, batch=64)),
         ("normalised MLP: Linear → LayerNorm → ReLU blocks, depth 256, width 256, batch 64", _mlp_text(norm="layer"), dict(depth=256, width=256, batch=64)),
         ("conv: plain, ReLU, Kaiming, depth 32, 32 channels, 16×16, batch 16", _mlp_text(layer="conv2d", extra="kernel_size = 3"), dict(depth=32, width=32, batch=16, spatial=16)),
+        ("normalised MLP: LayerNorm → Linear → ReLU blocks, depth 256, width 256, batch 64", None, {}),
     ]
     for label, text, case in cases:
-        _, blocks, x = _net(text, **case)
+        blocks, x = _ln_first_mlp() if text is None else _net(text, **case)[1:]
         with torch.no_grad():
             r = projection_vector(blocks(x).shape, 0, dtype=x.dtype, device=x.device)
         t = _interleaved({"bare": _bare(blocks, x, r), "bare_freed": _bare_freed(blocks, x, r), "probe": lambda: probe(blocks, x, seed=0)}, reps)
