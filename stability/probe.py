@@ -481,31 +481,42 @@ def _param_norms(grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, g
     if not grads:
         return torch.zeros(0, dtype=torch.float64)
     given = given or {}
-    groups: dict[tuple[object, ...], list[int]] = {}
-    for j, g in enumerate(grads):
-        if g.numel() <= _SMALL_PARAM and j not in given:
-            groups.setdefault((tuple(g.shape), g.dtype, g.device), []).append(j)
-    order = [j for j, g in enumerate(grads) if j not in given and (_SMALL_PARAM < g.numel() <= _NORM_DIRECT_MAX or g.device.type != "cpu")]
-    pieces = []
-    if order:
-        big = [grads[j] for j in order]
+    groups: dict[tuple[object, ...], list[int]] = {}  # small gradients by (shape, dtype, device)
+    middle: list[int] = []  # up to _NORM_DIRECT_MAX elements, or not on the CPU: one _foreach_norm
+    huge: list[int] = []  # longer CPU gradients: _norm each
+    for j, g in enumerate(grads):  # one pass: this loop is the function's cost for ~1,000 parameters
+        if j in given:
+            continue
+        n = g.numel()
+        if n <= _SMALL_PARAM:
+            groups.setdefault((g.shape, g.dtype, g.device), []).append(j)
+        elif n <= _NORM_DIRECT_MAX or not g.is_cpu:
+            middle.append(j)
+        else:
+            huge.append(j)
+    order: list[int] = []
+    pieces: list[torch.Tensor] = []
+    if middle:
+        big = [grads[j] for j in middle]
         if norm_dtype is None:
             pieces.append(torch.stack(torch._foreach_norm(big)).to(torch.float64))
         else:
             pieces.append(torch.stack([torch.linalg.vector_norm(g, dtype=norm_dtype) for g in big]).to(torch.float64))
-    huge = [j for j, g in enumerate(grads) if j not in given and g.numel() > _NORM_DIRECT_MAX and g.device.type == "cpu"]
+        order += middle
     if huge:
         pieces.append(torch.stack([_norm(grads[j], norm_dtype) for j in huge]).to(torch.float64))
-        order.extend(huge)
+        order += huge
     if given:
         done = sorted(given)
         pieces.append(torch.stack([given[j] for j in done]).to(device=grads[0].device, dtype=torch.float64))
-        order.extend(done)
+        order += done
     for idx in groups.values():
-        stacked = torch.stack([grads[j].reshape(-1) for j in idx])  # (k, numel)
+        stacked = torch.stack([grads[j] for j in idx]).reshape(len(idx), -1)  # (k, numel): one reshape, not one per gradient
         pieces.append(torch.linalg.vector_norm(stacked, dim=1, dtype=norm_dtype).to(torch.float64))
-        order.extend(idx)
-    flat = torch.cat(pieces)  # (P,), in `order`
+        order += idx
+    flat = torch.cat(pieces) if len(pieces) > 1 else pieces[0]  # (P,), in `order`
+    if order == list(range(len(order))):
+        return flat
     inverse = torch.empty(len(order), dtype=torch.long)
     inverse[torch.tensor(order)] = torch.arange(len(order))
     return flat.index_select(0, inverse.to(flat.device))
