@@ -12,7 +12,6 @@ import torch
 
 from benchmarks import _nets
 
-
 #: The full grid on a CUDA (or ROCm) build of torch. Decided without initialising CUDA, which
 #: would break CUDA in the processes asv's forkserver forks.
 GRID = _nets.GRID if (torch.version.cuda or torch.version.hip) else [["plain"], [16], ["linear"]]

@@ -179,7 +179,7 @@ def _fit_exponent(xs: list[float], ys: list[float]) -> float:
     """Least-squares slope of log y on log x: t ∝ depth^k."""
     lx, ly = [math.log(v) for v in xs], [math.log(v) for v in ys]
     mx, my = statistics.fmean(lx), statistics.fmean(ly)
-    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sum((a - mx) ** 2 for a in lx)
 
 
 def _subprocess_json(code: str, timeout: float = 3600, env: dict[str, str] | None = None, *, inherit: bool = True) -> dict[str, Any]:
@@ -230,7 +230,7 @@ def section_a(reps: int) -> None:
         blocks, x = _ln_first_mlp() if text is None else _net(text, **case)[1:]
         with torch.no_grad():
             r = projection_vector(blocks(x).shape, 0, dtype=x.dtype, device=x.device)
-        t = _interleaved({"bare": _bare(blocks, x, r), "bare_freed": _bare_freed(blocks, x, r), "probe": lambda: probe(blocks, x, seed=0)}, reps)
+        t = _interleaved({"bare": _bare(blocks, x, r), "bare_freed": _bare_freed(blocks, x, r), "probe": lambda blocks=blocks, x=x: probe(blocks, x, seed=0)}, reps)
         ratio = t["probe"] / t["bare"]
         DATA[f"a.{label}"] = {**t, "ratio": ratio, "ratio_freed": t["probe"] / t["bare_freed"]}
         _row(f"(a) probe / bare fwd+bwd, {label}", f"{ratio:.3f}× ({t['probe'] * 1e3:.1f} ms vs {t['bare'] * 1e3:.1f} ms)", "≤ 1.10×", ratio <= 1.10,
@@ -247,7 +247,7 @@ def section_a(reps: int) -> None:
         bare.append(t["bare"])
     k = _fit_exponent(depths, naive)
     DATA["a.naive"] = {"depths": depths, "naive": naive, "bare": bare, "exponent": k}
-    ratios = ", ".join(f"{d}: {n / b:.1f}×" for d, n, b in zip(depths, naive, bare))
+    ratios = ", ".join(f"{d}: {n / b:.1f}×" for d, n, b in zip(depths, naive, bare, strict=True))
     _row("(a) naive (one autograd.grad per boundary) / bare, MLP width 256", ratios + f"; time ∝ depth^{k:.2f}", "grows with depth (quadratic)", None)
 
 
@@ -258,11 +258,11 @@ def section_b(reps: int) -> None:
     depths, times = [64, 128, 256, 512, 1024], []
     for depth in depths:
         _, blocks, x = _net(_mlp_text(), depth=depth, width=256, batch=64)
-        times.append(_interleaved({"probe": lambda: probe(blocks, x, seed=0)}, reps)["probe"])
-        del blocks
+        times.append(_interleaved({"probe": lambda blocks=blocks, x=x: probe(blocks, x, seed=0)}, reps)["probe"])
+        del blocks, x
     k = _fit_exponent(depths, times)
     DATA["b"] = {"depths": depths, "seconds": times, "exponent": k}
-    detail = ", ".join(f"{d}: {t * 1e3:.0f} ms" for d, t in zip(depths, times))
+    detail = ", ".join(f"{d}: {t * 1e3:.0f} ms" for d, t in zip(depths, times, strict=True))
     _row("(b) probe time vs depth 64…1024 (MLP width 256, batch 64), fitted exponent", f"{k:.3f} ({detail})", "≤ 1.1", k <= 1.1)
 
 
@@ -428,17 +428,17 @@ def section_e(reps: int) -> None:
         seeds = [derive_seed(c.seed, 2) for c in cases]
         out: dict[str, Any] = {}
 
-        def loop() -> None:
-            out["loop"] = [probe(n, x, seed=s) for n, x, s in zip(nets, xs, seeds)]
+        def loop(out: dict[str, Any] = out, nets: list[Any] = nets, xs: list[Any] = xs, seeds: list[int] = seeds) -> None:
+            out["loop"] = [probe(n, x, seed=s) for n, x, s in zip(nets, xs, seeds, strict=True)]
 
-        def batched() -> None:
+        def batched(out: dict[str, Any] = out, nets: list[Any] = nets, xs: list[Any] = xs, seeds: list[int] = seeds) -> None:
             out["batched"] = probe_seeds(nets, xs, seeds=seeds)
 
         t = _interleaved({"loop": loop, "batched": batched}, reps)
         speedup = t["loop"] / t["batched"]
         worst, identical = 0.0, True
-        for a, b in zip(out["loop"], out["batched"]):
-            pairs = [*zip(a.grad_norm, b.grad_norm), *zip(a.act_var, b.act_var), *zip(a.act_sq_mean, b.act_sq_mean)]
+        for a, b in zip(out["loop"], out["batched"], strict=True):
+            pairs = [*zip(a.grad_norm, b.grad_norm, strict=True), *zip(a.act_var, b.act_var, strict=True), *zip(a.act_sq_mean, b.act_sq_mean, strict=True)]
             pairs += [(a.param_grad_norm[k], b.param_grad_norm[k]) for k in a.param_grad_norm]
             for u, v in pairs:
                 identical &= u == v

@@ -75,7 +75,7 @@ def _assert_close(got: Measurements, want: Measurements, rtol: float) -> None:
         g, w = getattr(got, field), getattr(want, field)
         assert len(g) == len(w)
         scale = max((abs(v) for v in w if math.isfinite(v)), default=0.0)
-        for i, (a, b) in enumerate(zip(g, w)):
+        for i, (a, b) in enumerate(zip(g, w, strict=True)):
             close(a, b, scale, f"{field}[{i}]")
     assert list(got.param_grad_norm) == list(want.param_grad_norm)
     scale = max((abs(v) for v in want.param_grad_norm.values() if math.isfinite(v)), default=0.0)
@@ -93,8 +93,8 @@ def test_matches_probe_per_seed_float64(path: Path) -> None:
     nets, xs, seeds = _inputs(spec, cases)
     got = probe_seeds(nets, xs, seeds=seeds, loss=spec.probe.loss)
     nets, xs, seeds = _inputs(spec, cases)  # fresh copies: train-mode batch norm updates buffers
-    want = [probe(n, x, seed=s, loss=spec.probe.loss) for n, x, s in zip(nets, xs, seeds)]
-    for g, w in zip(got, want):
+    want = [probe(n, x, seed=s, loss=spec.probe.loss) for n, x, s in zip(nets, xs, seeds, strict=True)]
+    for g, w in zip(got, want, strict=True):
         _assert_close(g, w, rtol=1e-10)
 
 
@@ -103,8 +103,8 @@ def test_matches_probe_per_seed_float32(name: str) -> None:
     spec, cases = _cases(Path(SPECS[0].parent, f"{name}.toml"), "float32")
     nets, xs, seeds = _inputs(spec, cases)
     got = probe_seeds(nets, xs, seeds=seeds)
-    want = [probe(n, x, seed=s) for n, x, s in zip(nets, xs, seeds)]
-    for g, w in zip(got, want):
+    want = [probe(n, x, seed=s) for n, x, s in zip(nets, xs, seeds, strict=True)]
+    for g, w in zip(got, want, strict=True):
         _assert_close(g, w, rtol=1e-5)
 
 
@@ -131,7 +131,7 @@ def test_scalar_chains_give_the_product_of_slopes() -> None:
 
     x = torch.linspace(-1.0, 2.0, 5, dtype=torch.float64).reshape(5, 1)
     got = probe_seeds([chain(w) for w in slopes], [x] * len(slopes), seeds=[0] * len(slopes))
-    for w, m in zip(slopes, got):
+    for w, m in zip(slopes, got, strict=True):
         assert m.gradient_ratio == pytest.approx(w**depth, rel=1e-12, abs=0)  # 0.5**40 ≈ 9e-13: approx's default abs=1e-12 would swamp it
         for i in range(depth + 1):  # boundary i sees w^(L − i) of the output gradient
             assert m.grad_norm[i] / m.grad_norm[-1] == pytest.approx(w ** (depth - i), rel=1e-12, abs=0)
@@ -141,8 +141,8 @@ def test_sum_loss_matches_probe() -> None:
     spec, cases = _cases(Path(SPECS[0].parent, "highway_mlp.toml"), "float64", n=3)
     nets, xs, _ = _inputs(spec, cases)
     got = probe_seeds(nets, torch.stack(xs), loss="sum")
-    want = [probe(n, x, loss="sum") for n, x in zip(nets, xs)]
-    for g, w in zip(got, want):
+    want = [probe(n, x, loss="sum") for n, x in zip(nets, xs, strict=True)]
+    for g, w in zip(got, want, strict=True):
         _assert_close(g, w, rtol=1e-10)
 
 

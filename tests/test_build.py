@@ -110,9 +110,9 @@ def test_the_same_case_builds_the_same_weights_and_input() -> None:
     spec = parse_spec(spec_text("preact", space='weight_init = ["kaiming_normal"]'))
     a, b = corner_case(spec, depth=4, width=6, seed=7), corner_case(spec, depth=4, width=6, seed=8)
     na, na2, nb = build(spec, a), build(spec, a), build(spec, b)
-    for p, q in zip(na.blocks.parameters(), na2.blocks.parameters()):
+    for p, q in zip(na.blocks.parameters(), na2.blocks.parameters(), strict=True):
         assert torch.equal(p, q)
-    assert not all(torch.equal(p, q) for p, q in zip(na.blocks.parameters(), nb.blocks.parameters()))
+    assert not all(torch.equal(p, q) for p, q in zip(na.blocks.parameters(), nb.blocks.parameters(), strict=True))
     assert torch.equal(make_input(spec, a), make_input(spec, a))
     state = torch.random.get_rng_state()
     build(spec, a)

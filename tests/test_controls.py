@@ -16,7 +16,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-import torch
 
 from stability import RunOptions, load_spec, run_spec
 from stability.spec import validate_spec

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from stability import parse_spec
-from stability.engine import evaluate
 from stability.case import corner_case
+from stability.engine import evaluate
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available on this machine")]
 
@@ -40,5 +40,5 @@ def test_cpu_and_cuda_agree(dtype: str, depth: int, rtol: float) -> None:
     cpu = evaluate(SPEC, corner_case(SPEC, depth=depth, width=32, dtype=dtype, device="cpu", seed=3)).measurements
     gpu = evaluate(SPEC, corner_case(SPEC, depth=depth, width=32, dtype=dtype, device="cuda", seed=3)).measurements
     assert cpu is not None and gpu is not None
-    for a, b in zip(cpu.grad_norm + cpu.act_var, gpu.grad_norm + gpu.act_var):
+    for a, b in zip(cpu.grad_norm + cpu.act_var, gpu.grad_norm + gpu.act_var, strict=True):
         assert b == pytest.approx(a, rel=rtol)

@@ -134,7 +134,7 @@ def test_the_estimate_sums_every_boundary_plus_the_per_block_overhead(family: st
     pixels = case.spatial**2 if conv else 1
     counts = channel_counts(spec, case)
     params = acts = 0
-    for c_in, c_out in zip(counts[:-1], counts[1:]):
+    for c_in, c_out in zip(counts[:-1], counts[1:], strict=True):
         if family == "dense":
             params += c_in * spec.block.growth * k2
         else:
