@@ -152,21 +152,13 @@ def _walk_parameters(root: nn.Module) -> list[tuple[str, nn.Parameter]]:
 
 
 def _rel_diff(a: torch.Tensor, b: torch.Tensor) -> float | None:
-    """‖a − b‖ / ‖b‖, 0 exactly when a and b are bit-identical.
-
-    Computed in the tensors' own precision (float32 for half precision) with `_norm`: within ~3e-7
-    relative in float32 (the rounding of a − b and of the two norms), without the two float64
-    copies of each tensor a float64 computation needs (0.5 ms on a 16×32×16×16 output). Where
-    float32 overflows (values beyond ~1e19) it is recomputed in float64.
-    """
+    """‖a − b‖ / ‖b‖ in float64, so it is 0 exactly when a and b are bit-identical, and a
+    difference far below float32's range (or between tensors of two dtypes) is not lost."""
     if a.shape != b.shape:
         return None
-    a, b = a.detach(), b.detach()
-    if a.dtype != b.dtype or a.dtype in _LOW:
-        a, b = a.float(), b.float()
-    num, den = float(_norm(a - b, None)), float(_norm(b, None))
-    if not (math.isfinite(num) and math.isfinite(den)) and a.dtype != torch.float64:
-        return _rel_diff(a.double(), b.double())
+    b64 = b.detach().to(torch.float64)
+    num = float(torch.linalg.vector_norm(a.detach().to(torch.float64) - b64))
+    den = float(torch.linalg.vector_norm(b64))
     return num / den if den > 0 else num
 
 
@@ -318,7 +310,8 @@ def _one_pass(
         ) if (root.requires_grad) else [torch.zeros_like(x0), *[torch.zeros_like(p) for p in params]]
     g0 = grads[0]
     grad_norms[0] = _norm(g0, norm_dtype)
-    zero = torch.zeros((), device=x.device, dtype=torch.float32 if low else x.dtype)
+    wide = any(g is not None and g.dtype == torch.float64 for g in grad_norms)  # a norm taken again in float64 (`_norm`)
+    zero = torch.zeros((), device=x.device, dtype=torch.float64 if wide else torch.float32 if low else x.dtype)
     norms = torch.stack([zero if g is None else g.to(zero.dtype) for g in grad_norms])
     pnorms = _param_norms(list(grads[1:]), norm_dtype, given=large.norms)
     stats = _stack64(moments.parts)
@@ -376,7 +369,7 @@ class _Moments:
     sums' relative error by (1 + mean²/var) (Chan, Golub & LeVeque 1983), so where mean² > var the
     boundary, still in cache, gets the corrected two-pass formula instead (eq. 1.7: d = h − c with
     c the one-pass mean, var = Σd²/n − (Σd/n)², mean = c + Σd/n). In float32 the variance is so
-    within 5e-7 of a float64 reference (tests/test_probe_moments.py); float64 boundaries are
+    within 5e-7 of a float64 reference (tests/test_probe_reductions.py); float64 boundaries are
     exact to ~1e-15. Nothing is copied or kept: an earlier design copied every boundary into a
     1 MiB buffer and reduced 16 at a time, and that buffer's traffic through the cache cost more
     than the reductions. Smaller boundaries, where a call's fixed cost dominates, and CUDA
@@ -406,7 +399,11 @@ class _Moments:
             q = f.square().sum().item()  # (N,) temporary, freed at once
         mean = s / n
         var = q / n - mean * mean
-        if not math.isfinite(s):  # an inf or nan in h: non-finite, as from var_mean
+        if (not (math.isfinite(s) and math.isfinite(q)) or q == 0.0) and f.dtype != torch.float64 and bool(torch.isfinite(f).all()) and bool(f.any()):
+            f64 = f.double()  # finite values whose sums over- or underflow float32 (beyond ~1e19 or below ~1e-19): float64
+            mean = float(f64.mean())
+            var = float((f64 - mean).square_().mean())
+        elif not math.isfinite(s):  # an inf or nan in h: non-finite, as from var_mean
             var = math.nan
         elif not mean * mean <= var:  # cancellation (or a q that overflowed to inf): two-pass
             c = _as_dtype(mean, f.dtype)
@@ -448,13 +445,21 @@ class _LargeParamNorms:
     def __init__(self, params: list[nn.Parameter], norm_dtype: torch.dtype | None) -> None:
         self.params = params
         self.norm_dtype = norm_dtype
-        self.norms: dict[int, torch.Tensor] = {}  # parameter index → 0-dim norm
+        self._by_id: dict[int, torch.Tensor] = {}  # id(parameter) → 0-dim norm
         self._handles: list[Any] = []
 
+    @property
+    def norms(self) -> dict[int, torch.Tensor]:
+        """Parameter index → 0-dim norm, for every index of a hooked parameter (a parameter listed
+        twice, shared by two blocks of a list, has one hook and the same norm at both indices)."""
+        return {j: self._by_id[id(p)] for j, p in enumerate(self.params) if id(p) in self._by_id}
+
     def __enter__(self) -> _LargeParamNorms:
-        for j, p in enumerate(self.params):
-            if p.numel() >= _HOOK_PARAM:
-                self._handles.append(p.register_hook(self._hook(j)))  # type: ignore[no-untyped-call]  # torch leaves Tensor.register_hook unannotated
+        seen: set[int] = set()
+        for p in self.params:
+            if p.numel() >= _HOOK_PARAM and id(p) not in seen:
+                seen.add(id(p))
+                self._handles.append(p.register_hook(self._hook(id(p))))  # type: ignore[no-untyped-call]  # torch leaves Tensor.register_hook unannotated
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -462,9 +467,9 @@ class _LargeParamNorms:
             handle.remove()
         self._handles.clear()
 
-    def _hook(self, j: int) -> Any:
+    def _hook(self, key: int) -> Any:
         def hook(g: torch.Tensor) -> torch.Tensor:
-            self.norms[j] = _norm(g, self.norm_dtype)
+            self._by_id[key] = _norm(g, self.norm_dtype)
             return g.new_zeros(()).expand_as(g)  # what autograd returns for this parameter: no memory
 
         return hook
@@ -515,11 +520,15 @@ def _param_norms(grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, g
         pieces.append(torch.linalg.vector_norm(stacked, dim=1, dtype=norm_dtype).to(torch.float64))
         order += idx
     flat = torch.cat(pieces) if len(pieces) > 1 else pieces[0]  # (P,), in `order`
-    if order == list(range(len(order))):
-        return flat
-    inverse = torch.empty(len(order), dtype=torch.long)
-    inverse[torch.tensor(order)] = torch.arange(len(order))
-    return flat.index_select(0, inverse.to(flat.device))
+    if order != list(range(len(order))):
+        inverse = torch.empty(len(order), dtype=torch.long)
+        inverse[torch.tensor(order)] = torch.arange(len(order))
+        flat = flat.index_select(0, inverse.to(flat.device))
+    if flat.is_cpu:  # a float32 norm of 0 or inf where the gradient is finite and not zero: float64
+        for j, v in enumerate(flat.tolist()):
+            if not 0.0 < v < math.inf and j not in given and grads[j].dtype != torch.float64:
+                flat[j] = _out_of_range_norm(grads[j], flat[j])
+    return flat
 
 
 def _norm(g: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
@@ -534,16 +543,27 @@ def _norm(g: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     n = g.numel()
     if n <= _NORM_DIRECT_MAX or g.device.type != "cpu":
         out: torch.Tensor = torch.linalg.vector_norm(g, dtype=dtype)
-        return out
-    if not g.is_contiguous():
+    elif not g.is_contiguous():
         out = torch.linalg.vector_norm(g, dtype=torch.float64)
-        return out.to(dtype or g.dtype)
-    f = g.reshape(-1)  # (n,), a view
-    k = n - n % _NORM_ROW
-    rows = torch.linalg.vector_norm(f[:k].view(-1, _NORM_ROW), dim=1, dtype=dtype)  # (k / _NORM_ROW,)
-    if k < n:
-        rows = torch.cat((rows, torch.linalg.vector_norm(f[k:], dtype=dtype).reshape(1)))
-    return _norm(rows, None)
+    else:
+        f = g.reshape(-1)  # (n,), a view
+        k = n - n % _NORM_ROW
+        rows = torch.linalg.vector_norm(f[:k].view(-1, _NORM_ROW), dim=1, dtype=dtype)  # (k / _NORM_ROW,)
+        if k < n:
+            rows = torch.cat((rows, torch.linalg.vector_norm(f[k:], dtype=dtype).reshape(1)))
+        out = _norm(rows, None)
+    if g.is_cpu and out.dtype != torch.float64 and not 0.0 < out.item() < math.inf:
+        out = _out_of_range_norm(g, out)
+    return out
+
+
+def _out_of_range_norm(g: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """A float32 norm of 0 or inf (the squares under- or overflow below ~1e-19 or above ~1e19 per
+    element; a CPU read costs nothing): taken again in float64 where g is finite and not all zero."""
+    if bool(torch.isfinite(g).all()) and bool(g.any()):
+        again: torch.Tensor = torch.linalg.vector_norm(g, dtype=torch.float64)
+        return again
+    return out
 
 
 def _stack64(scalars: list[torch.Tensor]) -> torch.Tensor:

@@ -72,18 +72,47 @@ def test_small_boundaries_use_var_mean_and_keep_order() -> None:
     assert var[2] == pytest.approx(14.0, rel=1e-7, abs=0)
 
 
-@pytest.mark.parametrize(("bad", "var_is", "mean_is"), [(math.inf, "nan", "inf"), (math.nan, "nan", "nan"), (1e20, "inf", "finite")])
-def test_non_finite_and_overflowing_boundaries(bad: float, var_is: str, mean_is: str) -> None:
-    """inf or nan in h: var nan (non-finite, as var_mean says); a finite 1e20 overflows Σh² in
-    float32: var inf with a finite mean, which variance_growth reports as an overflow."""
+@pytest.mark.parametrize(("bad", "var_is", "mean_is"), [(math.inf, "nan", "inf"), (math.nan, "nan", "nan")])
+def test_non_finite_boundaries(bad: float, var_is: str, mean_is: str) -> None:
+    """inf or nan in h: var nan (non-finite, as var_mean says)."""
     x = torch.randn(4096)
     x[7] = bad
     m = P._Moments()
     m.add(x)
     (var,), (mean,) = m.result([])
-    kinds = {"nan": math.isnan, "inf": math.isinf, "finite": math.isfinite}
+    kinds = {"nan": math.isnan, "inf": math.isinf}
     assert kinds[var_is](var)
     assert kinds[mean_is](mean)
+
+
+@pytest.mark.parametrize("scale", [1e20, 1e36, 1e-25, 1e-40])
+def test_finite_boundaries_whose_float32_sums_overflow_or_underflow(scale: float) -> None:
+    """Finite values whose squares (or sums) leave float32's range are reduced in float64: the
+    true variance and mean, not inf, nan or 0 (and the boundary is not called non-finite)."""
+    x = (torch.randn(4096, generator=torch.Generator().manual_seed(2), dtype=torch.float64) * scale).float()
+    x[7] = 3.0e38 if scale == 1e36 else x[7]  # near float32's largest finite value
+    var_ref, mean_ref = _reference(x)
+    m = P._Moments()
+    m.add(x)
+    (var,), (mean,) = m.result([])
+    assert math.isfinite(var) and math.isfinite(mean)
+    assert abs(var - var_ref) <= 1e-12 * var_ref
+    assert abs(mean - mean_ref) <= 1e-12 * math.sqrt(var_ref)
+
+
+@pytest.mark.parametrize("scale", [1e-25, 1e25])
+def test_norms_whose_float32_squares_leave_the_range(scale: float) -> None:
+    """A gradient of 1e-25 (squares underflow) or 1e25 (squares overflow) per element: its norm is
+    taken again in float64, and the probe reports it instead of 0 or a non-finite gradient."""
+    g = torch.randn(5000, generator=torch.Generator().manual_seed(3)) * scale
+    ref = float(g.double().square().sum().sqrt())
+    assert abs(float(P._norm(g, None)) - ref) <= REL * ref
+    a = 1e-12 if scale < 1 else 1e12  # h_{l+1} = a·h_l: the gradient shrinks or grows by a per block
+    m = probe(nn.Sequential(_Scale(a), _Scale(a), _Scale(1.0)), torch.randn(1, 5000), seed=1)
+    assert m.nonfinite_at is None
+    r = torch.randn(1, 5000, generator=torch.Generator().manual_seed(1)).double()
+    rnorm = float(r.square().sum().sqrt())
+    assert abs(m.grad_norm[0] - a * a * rnorm) <= 1e-6 * a * a * rnorm
 
 
 @pytest.mark.parametrize("n", [1000, 65536, 65537, 1 << 20, (1 << 22) + 5])
@@ -96,8 +125,7 @@ def test_norm_is_accurate_at_every_size(n: int) -> None:
 def test_norm_of_a_large_non_contiguous_tensor() -> None:
     g = torch.randn(1024, 1024, generator=torch.Generator().manual_seed(4)).t()
     ref = float(g.double().square().sum().sqrt())
-    out = P._norm(g, None)
-    assert out.dtype == torch.float32
+    out = P._norm(g, None)  # reduced in float64 (no row view of a transposed tensor)
     assert abs(float(out) - ref) <= REL * ref
 
 
@@ -196,3 +224,38 @@ def test_checkpointed_probe_with_hooked_parameters_gives_identical_numbers() -> 
         assert ckpt.identity_error == plain.identity_error
     for p in blocks.parameters():
         assert not p._backward_hooks
+
+
+def test_a_large_parameter_shared_by_blocks_of_a_list_has_its_norm_under_every_name() -> None:
+    """A list of blocks names a shared Linear once per block ('0.weight', '2.weight'): one hook,
+    the same (whole) gradient norm under both names, equal to a float64 autograd reference."""
+    torch.manual_seed(1)
+    lin = nn.Linear(128, 128)
+    x = torch.randn(32, 128)
+    m = probe([lin, nn.Tanh(), lin], x, seed=4)
+    ref = _reference_param_norms(nn.Sequential(lin, nn.Tanh(), lin), x, seed=4)
+    for name in ("0.weight", "2.weight"):
+        assert abs(m.param_grad_norm[name] - ref["0.weight"]) <= 1e-5 * ref["0.weight"]
+    assert not lin.weight._backward_hooks
+
+
+class _Half(nn.Module):
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return 0.5 * h
+
+
+class _Wider(nn.Module):
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h.double() + 1e-10
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-25, 1e25])
+def test_identity_error_keeps_differences_at_any_scale(scale: float) -> None:
+    """y = x/2: the relative error is 0.5 exactly (float64) at any input scale."""
+    m = probe(nn.Sequential(_Half()), torch.randn(4, 8) * scale)
+    assert m.identity_error == 0.5
+
+
+def test_identity_error_between_two_dtypes() -> None:
+    m = probe(nn.Sequential(_Wider()), torch.ones(4, 8))
+    assert m.identity_error == pytest.approx(1e-10, rel=1e-6, abs=0)
