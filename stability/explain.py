@@ -421,8 +421,10 @@ vectors u_i = h_i / ‖h_i‖ and s = Σ_i u_i,
 
 O(T·C) per sequence instead of the T×T Gram matrix (a zero token counts as similarity 0). It is
 1 when all tokens point the same way (rank one) and about 0 for independent random tokens. The
-invariant judges the output boundary: similarity ≤ max_similarity (default 0.9), and the message
-names the first block after which the similarity is above the bound.""",
+invariant judges the output boundary: similarity ≤ max_similarity (default 0.9), or no higher
+than the input's own (a few random tokens can be similar by chance, and an identity block passes
+them on: that is not a collapse); the message names the first block after which the similarity is
+above the bound.""",
     fails="""\
 - Attention without skip connections: each softmax attention averages the tokens, and pure
   attention loses rank doubly exponentially with depth (Dong et al. 2021).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -81,6 +82,31 @@ def test_rank_collapse_passes_below_the_bound_and_says_why_when_unmeasured() -> 
     assert not rank_collapse(_m(extra={"rank_collapse": [0.0, 0.51]}), max_similarity=0.5).passed
     v = rank_collapse(_m(), max_similarity=0.5)
     assert not v.passed and "not measured" in v.detail
+
+
+def test_rank_collapse_judges_what_the_network_adds_to_the_inputs_similarity() -> None:
+    """Above the bound but no higher than the input's own similarity (a ReZero stack at init passes
+    a chance-similar input on unchanged): holds; one step higher than the input: violated."""
+    v = rank_collapse(_m(extra={"rank_collapse": [0.321, 0.321, 0.321]}), max_similarity=0.3)
+    assert v.passed and v.observed == 0.321 and "no higher than the input's own 0.321" in v.detail
+    assert rank_collapse(_m(extra={"rank_collapse": [0.321, 0.2, 0.3]}), max_similarity=0.3).passed
+    v = rank_collapse(_m(extra={"rank_collapse": [0.321, 0.321, 0.3211]}), max_similarity=0.3)
+    assert not v.passed and v.block == 0
+    assert not rank_collapse(_m(extra={"rank_collapse": [math.nan, 0.99]}), max_similarity=0.3).passed
+
+
+def test_rank_collapse_of_an_identity_stack_on_a_chance_similar_input() -> None:
+    """The reviewer's case: transformer_rezero.toml at depth 1, width 16, 4 tokens, seed 59414,
+    whose random input has similarity 0.321 > 0.3; ReZero blocks are the identity at init."""
+    from stability import load_spec
+    from stability.case import Case
+    from stability.engine import evaluate, judge
+
+    spec = load_spec(Path(__file__).resolve().parent.parent / "specs" / "transformer_rezero.toml")
+    case = Case(1, 16, 2, None, None, "xavier_normal", "default", "float32", "cpu", 59414, tokens=4)
+    v = judge(spec, "rank_collapse", evaluate(spec, case))
+    assert v.passed
+    assert v.observed > 0.3
 
 
 # ----------------------------------------------------------------------------- attention entropy
