@@ -28,7 +28,7 @@ from stability.applicability import narrow_for, not_applicable_reason
 from stability.build import build, derive_seed, make_input
 from stability.case import Case, parse_case_string, reproduce_command
 from stability.channels import ChannelStats
-from stability.ensemble import ensemble_size, probe_channel_ensemble, probe_ensemble_until_decided
+from stability.ensemble import ensemble_size, lesion_ensemble, probe_channel_ensemble, probe_ensemble_until_decided
 from stability.errors import BlockError, CaseError, SpecError
 from stability.guard import check_budget, time_limit, warm_up
 from stability.invariants import Verdict
@@ -159,6 +159,8 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
                 m.extra["ensemble"] = probe_ensemble_until_decided(spec, case, m, size=ensemble_size(spec))
             if spec.expect.mean_shift is not None and ensemble_size(spec) > 1:  # so is the mean shift
                 m.extra["channel_ensemble"] = probe_channel_ensemble(spec, case, m, size=ensemble_size(spec))
+            if spec.expect.lesion is not None and ensemble_size(spec) > 1 and "lesion" in m.extra:  # and the lesions
+                m.extra["lesion_ensemble"] = lesion_ensemble(spec, case, m.extra["lesion"], size=ensemble_size(spec))
     except BlockError as exc:  # a block raised on this case (any family): this case fails, the run goes on
         return CaseRecord(case, None, f"the case does not run: {exc}", time.perf_counter() - t0)
     except CaseError as exc:  # the time limit, or refused for memory

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -29,10 +30,11 @@ from stability.case import Case
 from stability.channels import ChannelProfile, ChannelStats
 from stability.errors import BlockError
 from stability.growth import MIN_DECIDABLE_DEPTH, classify_ensemble
+from stability.lesion import lesion_changes
 from stability.probe import Measurements, probe
 from stability.spec import Spec
 
-__all__ = ["Ensemble", "ENSEMBLE_STREAM", "ensemble_seeds", "probe_ensemble", "probe_ensemble_until_decided", "ensemble_size", "probe_channel_ensemble"]
+__all__ = ["Ensemble", "ENSEMBLE_STREAM", "ensemble_seeds", "probe_ensemble", "probe_ensemble_until_decided", "ensemble_size", "probe_channel_ensemble", "lesion_ensemble"]
 
 #: The `derive_seed` stream the ensemble's seeds come from (0 weights, 1 input, 2 loss are the
 #: case's own; a high number keeps clear of streams other features add).
@@ -138,14 +140,9 @@ def _probe_members(spec: Spec, case: Case, seeds: list[int], *, vectorise: bool 
     return found, False
 
 
-def probe_channel_ensemble(spec: Spec, case: Case, first: Measurements, *, size: int) -> list[ChannelProfile]:
-    """The channel statistics (`ChannelStats`) of the case's ensemble, for `mean_shift`: member 0
-    is the case's own (`first.extra["channels"]`), the size − 1 others are built from
-    `ensemble_seeds` and probed one at a time with the observer (`probe_seeds` hands no boundary
-    to observers). The mean shift of one finite network is a noisy sample of the architecture's
-    (a centred tanh stack of width 18 at batch 8 gives ρ from −0.1 to 0.3 across seeds, around a
-    median of −0.03), so the invariant judges the ensemble's mean."""
-    profiles: list[ChannelProfile] = [first.extra["channels"]]
+def _members(spec: Spec, case: Case, size: int) -> list[tuple[Any, torch.Tensor, int]]:
+    """(built network, its input after the stem, member seed) for members 1 … size − 1."""
+    out = []
     for s in ensemble_seeds(case.seed, size)[1:]:
         member = dataclasses.replace(case, seed=s)
         net = build(spec, member)
@@ -153,7 +150,31 @@ def probe_channel_ensemble(spec: Spec, case: Case, first: Measurements, *, size:
         if net.stem is not None:
             with torch.no_grad():
                 x = net.stem(x)
+        out.append((net, x, s))
+    return out
+
+
+def probe_channel_ensemble(spec: Spec, case: Case, first: Measurements, *, size: int) -> list[ChannelProfile]:
+    """The channel statistics (`ChannelStats`) of the case's ensemble, for `mean_shift`: member 0
+    is the case's own (`first.extra["channels"]`), the size − 1 others are built from
+    `ensemble_seeds` and probed one at a time with the observer (`probe_seeds` hands no boundary
+    to observers). The mean shift of one finite network is a noisy sample of the architecture's
+    (a centred tanh stack of width 18 at batch 8 gives ρ from −0.1 to 0.3 across seeds, around a
+    median of −0.03), so the invariant judges the ensemble's median."""
+    profiles: list[ChannelProfile] = [first.extra["channels"]]
+    for net, x, s in _members(spec, case, size):
         m = probe(net.blocks, x, loss=spec.probe.loss, seed=derive_seed(s, 2), checkpoint_every=spec.probe.checkpoint_every,
                   call_kwargs=net.call_kwargs, rng_seed=derive_seed(s, 3), observers=[ChannelStats()])
         profiles.append(m.extra["channels"])
     return profiles
+
+
+def lesion_ensemble(spec: Spec, case: Case, first: list[float], *, size: int) -> list[list[float]]:
+    """The lesion changes (`stability.lesion.lesion_changes`) of the case's ensemble: member 0 is
+    the case's own, the others built from `ensemble_seeds`. One network seeing one input of a few
+    values is a noisy sample (a 1/√L-scaled pre-activation stack at width 16, batch 1 exceeds a
+    change of 0.8 in ~1 of 80 draws), so `lesion` judges the median over the networks."""
+    out = [first]
+    for net, x, _ in _members(spec, case, size):
+        out.append(lesion_changes(net.blocks, x))
+    return out

@@ -556,3 +556,43 @@ def test_mean_shift_verdicts_over_100_cases_at_the_smallest_width_and_batch(name
     rhos = sorted(rho for _, _, rho, _ in results)
     print(f"{name} at the corner: ρ from {rhos[0]:.3f} to {rhos[-1]:.3f}, median {rhos[50]:.3f}; wrong {len(wrong)}")
     assert not wrong
+
+
+# ----------------------------------------------------------------------------- lesions on the ensemble
+
+
+def _lesion(spec: Spec, case: Case) -> tuple[bool, float, dict[str, object]]:
+    record = evaluate(spec, case)
+    assert record.error is None, record.error
+    v = judge(spec, "lesion", record)
+    return v.passed, v.observed, v.extra
+
+
+def test_lesion_is_judged_on_the_ensemble_median() -> None:
+    """The reviewer's case of preact_isometry.toml (depth 4, width 17, batch 1, seed 0): its own
+    network's largest lesion change is above 0.8; the median over 8 networks is the verdict."""
+    spec = load_spec(SPECS / "preact_isometry.toml")
+    case = Case(4, 17, 1, None, None, "kaiming_normal", "default", "float32", "cpu", 0)
+    passed, value, extra = _lesion(spec, case)
+    own = max(c for c in extra["changes"] if c is not None)
+    assert own > 0.8
+    ens = extra["ensemble"]
+    assert ens["size"] == 8 and value == statistics.median(ens["values"]) and passed
+    single = spec.model_copy(update={"probe": spec.probe.model_copy(update={"ensemble": 1})})
+    passed1, value1, _ = _lesion(single, case)
+    assert (passed1, value1) == (False, own)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["preact_isometry", "control_lesion_plain"])
+def test_lesion_verdicts_over_100_cases_at_the_smallest_width_and_batch(name: str) -> None:
+    spec = load_spec(SPECS / f"{name}.toml")
+    rng = random.Random(3)
+    inits = spec.space.weight_init
+    cases = [Case(rng.randint(*spec.space.depth), spec.space.width[0], spec.space.batch[0], None, None, rng.choice(inits), "default",
+                  "float32", "cpu", rng.randrange(2**16)) for _ in range(100)]
+    results = [(c, *_lesion(spec, c)[:2]) for c in cases]
+    wrong = [(c, v) for c, passed, v in results if passed != (name == "preact_isometry")]
+    values = sorted(v for _, _, v in results)
+    print(f"{name} lesion at the corner: from {values[0]:.3f} to {values[-1]:.3f}, median {values[50]:.3f}; wrong {len(wrong)}")
+    assert not wrong
