@@ -8,7 +8,9 @@ work happens in `stability.engine`.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from stability.executor import draws_from_the_spec_alone
 from stability.factory import source_roots
 from stability.profiles import PROFILES, default_profile_name
 from stability.spec import Spec, load_spec
+from stability.worker import default_threads
 
 __all__ = ["SpecFile", "SpecItem"]
 
@@ -125,6 +128,25 @@ class _Unmet(Exception):
         self.result = result
 
 
+@contextlib.contextmanager
+def _spec_threads() -> Iterator[None]:
+    """torch's intra-op threads while a spec item runs: what `stability check` gives each worker
+    ($STABILITY_THREADS, else 1), unless OMP_NUM_THREADS says otherwise; the session's own count
+    is put back afterwards, so the user's other tests keep theirs. torch's default (one thread per
+    core) made a loaded 2-core box run two spec items 15× slower than with one thread."""
+    import torch
+
+    if os.environ.get("OMP_NUM_THREADS"):
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(default_threads())
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 class SpecItem(pytest.Item):
     def __init__(self, *, spec: Spec, invariant: str, device: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -140,7 +162,7 @@ class SpecItem(pytest.Item):
         options = RunOptions(profile=profile, device=self.device, case_timeout=self.config.getoption("--stability-case-timeout"))
         roots = [str(p) for p in self.config.getini("stability_source_roots")]
         try:
-            with source_roots(roots), draws_from_the_spec_alone():  # the same cases as `stability check`
+            with source_roots(roots), draws_from_the_spec_alone(), _spec_threads():  # the same cases (and threads) as `stability check`
                 result = run_spec(self.spec, options, only=self.invariant).results[0]
         except SystemExit as exc:  # the spec's code exited: one line, not Hypothesis's traceback
             raise SpecError(self.spec.path, "block.factory", f"the spec's code called sys.exit({exc.code!r})", value=self.spec.block.factory,

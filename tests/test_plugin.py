@@ -101,3 +101,25 @@ def test_gpu_items_skip_with_a_reason_without_cuda(tmp_path: Path) -> None:
     assert "good.toml::gradient_arrival[cuda]" in run.stdout or "2 skipped" in run.stdout
     assert "CUDA is not available" in run.stdout
     assert "2 passed" in run.stdout and "2 skipped" in run.stdout
+
+
+def test_spec_items_run_with_the_gates_thread_count_and_put_the_sessions_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from stability.plugin import _spec_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("STABILITY_THREADS", raising=False)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with _spec_threads():
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        monkeypatch.setenv("STABILITY_THREADS", "2")
+        torch.set_num_threads(1)
+        with _spec_threads():
+            assert torch.get_num_threads() == 2
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
