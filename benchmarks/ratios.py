@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import os
+import random
 import resource
 import statistics
 import subprocess
@@ -160,17 +161,21 @@ def _naive(blocks: Any, x: Any, r: Any) -> Callable[[], None]:
 
 
 def _interleaved(fns: dict[str, Callable[[], None]], reps: int, warmup: int = 1) -> dict[str, float]:
-    """Median seconds per function, the functions run in turn (a b a b …) so that load changes on
-    a shared machine hit all of them alike. The clock is CLOCK (process CPU time by default: with
-    one thread it is the work done, and a busy neighbour does not stretch it)."""
+    """Median seconds per function, the functions run in turn (each round in a new shuffled order,
+    fixed seed) so that load changes on a shared machine hit all of them alike and no function
+    always inherits the allocator and cache another leaves. The clock is CLOCK (process CPU time by
+    default: with one thread it is the work done, and a busy neighbour does not stretch it)."""
     for _ in range(warmup):
         for f in fns.values():
             f()
     times: dict[str, list[float]] = {k: [] for k in fns}
+    order = list(fns)
+    rng = random.Random(0)
     for _ in range(reps):
-        for k, f in fns.items():
+        rng.shuffle(order)  # each function follows each other one: what a call leaves behind (the allocator's free lists, the cache) is shared out
+        for k in order:
             t0 = CLOCK()
-            f()
+            fns[k]()
             times[k].append(CLOCK() - t0)
     return {k: statistics.median(v) for k, v in times.items()}
 
@@ -212,25 +217,48 @@ def _row(what: str, measured: str, target: str, met: bool | None, note: str = ""
 # ----------------------------------------------------------------------------- sections
 
 
-def section_a(reps: int) -> None:
-    """Probe overhead over bare fwd+bwd; the naive per-boundary approach beside it."""
+#: Section (a)'s networks: label, spec-text arguments for `_mlp_text` (None: `_ln_first_mlp`), case.
+A_CASES: list[tuple[str, dict[str, str] | None, dict[str, int]]] = [
+    ("MLP: plain, ReLU, Kaiming, depth 256, width 256, batch 64", {}, dict(depth=256, width=256, batch=64)),
+    ("normalised MLP: Linear → LayerNorm → ReLU blocks, depth 256, width 256, batch 64", {"norm": "layer"}, dict(depth=256, width=256, batch=64)),
+    ("conv: plain, ReLU, Kaiming, depth 32, 32 channels, 16×16, batch 16", {"layer": "conv2d", "extra": "kernel_size = 3"}, dict(depth=32, width=32, batch=16, spatial=16)),
+    ("normalised MLP: LayerNorm → Linear → ReLU blocks, depth 256, width 256, batch 64", None, {}),
+]
+
+_A_CODE = """
+import json, sys, torch
+torch.set_num_threads({threads})
+import benchmarks.ratios as R
+R.CLOCK = R.time.{clock}
+print(json.dumps(R._overhead({index}, {reps})))
+"""
+
+
+def _overhead(index: int, reps: int) -> dict[str, float]:
+    """Median CPU seconds of bare, bare_freed and probe on network `index` of `A_CASES`, interleaved."""
     import torch
 
     from stability import probe
     from stability.probe import projection_vector
 
+    _, text_args, case = A_CASES[index]
+    blocks, x = _ln_first_mlp() if text_args is None else _net(_mlp_text(**text_args), **case)[1:]
+    with torch.no_grad():
+        r = projection_vector(blocks(x).shape, 0, dtype=x.dtype, device=x.device)
+    return _interleaved({"bare": _bare(blocks, x, r), "bare_freed": _bare_freed(blocks, x, r), "probe": lambda: probe(blocks, x, seed=0)}, reps)
+
+
+def section_a(reps: int) -> None:
+    """Probe overhead over bare fwd+bwd, each network in a fresh interpreter (so that one network's
+    allocations do not shape the allocator the next one meets); the naive per-boundary approach
+    beside it."""
+
+    from stability.probe import projection_vector
+
     print("(a) probe overhead", flush=True)
-    cases = [
-        ("MLP: plain, ReLU, Kaiming, depth 256, width 256, batch 64", _mlp_text(), dict(depth=256, width=256, batch=64)),
-        ("normalised MLP: Linear → LayerNorm → ReLU blocks, depth 256, width 256, batch 64", _mlp_text(norm="layer"), dict(depth=256, width=256, batch=64)),
-        ("conv: plain, ReLU, Kaiming, depth 32, 32 channels, 16×16, batch 16", _mlp_text(layer="conv2d", extra="kernel_size = 3"), dict(depth=32, width=32, batch=16, spatial=16)),
-        ("normalised MLP: LayerNorm → Linear → ReLU blocks, depth 256, width 256, batch 64", None, {}),
-    ]
-    for label, text, case in cases:
-        blocks, x = _ln_first_mlp() if text is None else _net(text, **case)[1:]
-        with torch.no_grad():
-            r = projection_vector(blocks(x).shape, 0, dtype=x.dtype, device=x.device)
-        t = _interleaved({"bare": _bare(blocks, x, r), "bare_freed": _bare_freed(blocks, x, r), "probe": lambda blocks=blocks, x=x: probe(blocks, x, seed=0)}, reps)
+    clock = "process_time" if CLOCK is time.process_time else "perf_counter"
+    for index, (label, _, _) in enumerate(A_CASES):
+        t = _subprocess_json(_A_CODE.format(threads=THREADS, clock=clock, index=index, reps=reps))
         ratio = t["probe"] / t["bare"]
         DATA[f"a.{label}"] = {**t, "ratio": ratio, "ratio_freed": t["probe"] / t["bare_freed"]}
         _row(f"(a) probe / bare fwd+bwd, {label}", f"{ratio:.3f}× ({t['probe'] * 1e3:.1f} ms vs {t['bare'] * 1e3:.1f} ms)", "≤ 1.10×", ratio <= 1.10,
