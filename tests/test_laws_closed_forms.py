@@ -117,7 +117,7 @@ def test_normalised_branch_with_bias_and_scaled_skip() -> None:
     spec = _spec("preact", 'activation = "relu"\nnorm = "layer"\nskip = "scaled"\nskip_scale = 0.8\nbranch_scale = 0.5',
                  'weight_init = ["kaiming_normal"]\nbias_init = 0.5')
     lam2, a2, c, depth, q0 = 0.64, 0.25, 1.0 + 0.25, 7, 2.0
-    qs = [lam2**l * q0 + a2 * c * (1 - lam2**l) / (1 - lam2) for l in range(depth + 1)]  # closed form of the recursion
+    qs = [lam2**j * q0 + a2 * c * (1 - lam2**j) / (1 - lam2) for j in range(depth + 1)]  # closed form of the recursion
     v, g = _both(spec, _case(depth, 16, "kaiming_normal"), q0=q0)
     assert v.predicted == pytest.approx(qs[-1] / q0, **EXACT)
     assert g.predicted == pytest.approx(math.sqrt(math.prod(lam2 + a2 * 1.0 / q for q in qs[:-1])), **EXACT)
