@@ -1,0 +1,186 @@
+"""The builder's custom-factory path and the dense family's corners, in process
+(stability/build.py): what each kind of factory return becomes, the exact error for each bad one,
+and a dense stack of token inputs or with zero branches. Written from the mutation check
+(docs/mutation.md)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from stability import Case, parse_spec
+from stability.build import build, make_input
+from stability.errors import CaseError, SpecError
+from stability.spec import Spec
+
+MODULE = "stability_build_custom_factories"
+FACTORIES = '''
+import sys
+import torch
+from torch import nn
+from stability import Stack
+
+
+def exits(depth, width):
+    sys.exit(3)
+
+
+def raises(depth, width):
+    raise ValueError("heads  do not\\n divide the width")
+
+
+def empty(depth, width):
+    return nn.Sequential()
+
+
+def number(depth, width):
+    return 42
+
+
+class WithParts(nn.Module):
+    def __init__(self, depth, width):
+        super().__init__()
+        self.stem = nn.Linear(width, width)
+        self.blocks = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
+        self.head = nn.Linear(width, 2)
+
+
+def with_parts(depth, width):
+    return WithParts(depth, width)
+
+
+class Layers(nn.Module):
+    def __init__(self, depth, width):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
+        self.stem = nn.Linear(width, width)  # only a module with .blocks carries a stem
+
+
+def layers(depth, width):
+    return Layers(depth, width)
+
+
+def stack(depth, width):
+    return Stack(blocks=[nn.Linear(width, width) for _ in range(depth)], stem=nn.Identity(), head=nn.Linear(width, 1), call_kwargs={"k": 1})
+
+
+def sees(**values):
+    sees.values = values
+    return nn.Sequential(nn.Linear(values["width"], values["width"]))
+
+
+def picks(depth, width, init, layer, torch_dtype, extra):
+    picks.values = dict(depth=depth, width=width, init=init, layer=layer, torch_dtype=torch_dtype, extra=extra)
+    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])
+'''
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("custom")
+    (d / f"{MODULE}.py").write_text(FACTORIES, encoding="utf-8")
+    return d
+
+
+def _spec(folder: Path, fn: str, args: str = "") -> Spec:
+    text = textwrap.dedent(f"""\
+        name = "c"
+        description = "d"
+        family = "custom"
+        [block]
+        factory = "{MODULE}:{fn}"
+        {args}
+        [space]
+        depth = [1, 4]
+        width = 4
+        batch = 2
+        [expect.gradient_arrival]
+        """)
+    return parse_spec(text, file=str(folder / f"{fn}.toml"))
+
+
+CASE = Case(3, 4, 2, None, None, "default", "default", "float64", "cpu", 5)
+
+
+def test_a_factory_that_exits_is_a_spec_error_naming_the_key(folder: Path) -> None:
+    spec = _spec(folder, "exits")
+    with pytest.raises(SpecError) as info:
+        build(spec, CASE)
+    e = info.value
+    assert (e.file, e.key, e.value) == (spec.path, "block.factory", f"{MODULE}:exits")
+    assert e.problem == f"called sys.exit(3) (case {CASE})" and e.fix == "a factory must return blocks, not exit"
+
+
+def test_a_factory_that_raises_fails_the_case_with_its_message_on_one_line(folder: Path) -> None:
+    with pytest.raises(CaseError) as info:
+        build(_spec(folder, "raises"), CASE)
+    assert str(info.value) == f"the factory {MODULE}:raises raised ValueError: heads do not divide the width"
+
+
+def test_an_empty_stack_and_a_non_module_are_spec_errors(folder: Path) -> None:
+    spec = _spec(folder, "empty")
+    with pytest.raises(SpecError) as info:
+        build(spec, CASE)
+    assert (info.value.file, info.value.key, info.value.value) == (spec.path, "block.factory", f"{MODULE}:empty")
+    assert info.value.problem == f"returned an empty stack (no blocks) for case {CASE}"
+    assert info.value.fix == "return one module per block, e.g. nn.Sequential(*[Block(width) for _ in range(depth)])"
+    spec = _spec(folder, "number")
+    with pytest.raises(SpecError) as info:
+        build(spec, CASE)
+    assert (info.value.file, info.value.key, info.value.value) == (spec.path, "block.factory", f"{MODULE}:number")
+    assert info.value.problem == ("returned int, not an nn.Sequential, an nn.ModuleList, a stability.Stack or a module with one of "
+                                  ".blocks/.layers/.layer/.h/.block")
+    assert info.value.fix == "return nn.Sequential(*blocks), the library's ModuleList, or stability.Stack(blocks=...)"
+
+
+def test_a_module_with_blocks_keeps_its_stem_and_head_and_other_containers_do_not(folder: Path) -> None:
+    net = build(_spec(folder, "with_parts"), CASE)
+    assert len(net.blocks) == 3 and isinstance(net.stem, torch.nn.Linear) and isinstance(net.head, torch.nn.Linear)
+    assert net.head.out_features == 2 and net.blocks[0].weight.dtype == torch.float64 and net.stem.weight.dtype == torch.float64
+    net = build(_spec(folder, "layers"), CASE)
+    assert len(net.blocks) == 3 and net.stem is None and net.head is None
+    net = build(_spec(folder, "stack"), CASE)
+    assert len(net.blocks) == 3 and isinstance(net.stem, torch.nn.Identity) and net.head is not None and net.call_kwargs == {"k": 1}
+
+
+def test_a_factory_gets_the_case_values_it_asks_for(folder: Path) -> None:
+    import importlib
+
+    build(_spec(folder, "sees", "factory_args = { extra = 7 }"), CASE)
+    module = importlib.import_module(MODULE)
+    seen = module.sees.values
+    assert {k: seen[k] for k in ("depth", "width", "batch", "seed", "init", "layer", "torch_dtype", "extra", "branch_init")} == {
+        "depth": 3, "width": 4, "batch": 2, "seed": 5, "init": "default", "layer": "linear", "torch_dtype": torch.float64, "extra": 7, "branch_init": "default"}
+    build(_spec(folder, "picks", "factory_args = { extra = 7 }"), CASE)
+    assert module.picks.values == {"depth": 3, "width": 4, "init": "default", "layer": "linear", "torch_dtype": torch.float64, "extra": 7}
+
+
+def _dense(layer: str, extra: str = "") -> Spec:
+    return parse_spec(f'name = "d"\ndescription = "d"\nfamily = "dense"\n[block]\nlayer = "{layer}"\ngrowth = 3\nactivation = "relu"\n'
+                      f'[space]\ndepth = [1, 8]\nwidth = 4\nbatch = 2\n{extra}\n[expect.gradient_arrival]\n')
+
+
+def test_dense_token_layers_concatenate_along_the_channels() -> None:
+    spec = _dense("tokens", "tokens = 5")
+    case = Case(3, 4, 2, None, None, "default", "default", "float64", "cpu", 0, tokens=5)
+    net = build(spec, case)
+    x = make_input(spec, case)  # (B, T, C)
+    assert x.shape == (2, 5, 4)
+    for i, block in enumerate(net.blocks):
+        y = block(x)
+        assert y.shape == (2, 5, 4 + 3 * (i + 1))
+        assert torch.equal(y[..., : x.shape[-1]], x)  # the input passes through unchanged
+        x = y
+
+
+def test_dense_zero_branches_add_zero_channels() -> None:
+    spec = _dense("linear", 'branch_init = ["zero"]')
+    case = Case(4, 4, 2, None, None, "default", "zero", "float64", "cpu", 0)
+    x = make_input(spec, case)
+    y = build(spec, case).blocks(x)
+    assert y.shape == (2, 16) and torch.equal(y[:, :4], x) and torch.count_nonzero(y[:, 4:]) == 0
+    default = build(spec, Case(4, 4, 2, None, None, "default", "default", "float64", "cpu", 0)).blocks(x)
+    assert torch.count_nonzero(default[:, 4:]) > 0
