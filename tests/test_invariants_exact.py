@@ -102,3 +102,10 @@ def test_channel_moments_of_a_vector_take_each_entry_as_a_channel() -> None:
     h = torch.tensor([1.0, 2.0, 3.0, 6.0], dtype=torch.float64)  # (C,): four channels of one value each
     for layout in ("auto", "channels_first", "channels_last"):
         assert channel_moments(h, layout=layout).tolist() == [12.5, 0.0, 3.0]  # type: ignore[arg-type]  # M = mean m_c², V = 0, m̄ = 3
+
+
+def test_identity_first_change_compares_relative_to_atol() -> None:
+    # atol = 1: block 0 changes the statistics by 50% (within), block 1 by 167% (beyond)
+    m = _m([1.0, 1.0, 1.0], [1.0, 1.5, 4.0], identity=2.0, grad_error=0.0)
+    assert identity_at_init(m, atol=1.0).block == 1
+    assert identity_at_init(m, atol=0.4).block == 0
