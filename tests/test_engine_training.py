@@ -88,3 +88,16 @@ def test_a_search_that_finds_a_failure_reports_it_unshrunk(monkeypatch: pytest.M
     _stand_in(monkeypatch, lambda c: (None, "boom") if c.depth >= 4 else (_v(True, 1.0), None))
     (r,) = run_spec(_spec("violated", '["ci"]'), RunOptions(profile="ci")).results
     assert not r.met and r.error == "boom" and r.verdict is not None and r.verdict.detail == "case not trained: boom"
+
+
+def test_a_search_hypothesis_refuses_is_an_error_result_not_a_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hypothesis import strategies as st
+
+    from stability import engine
+
+    seen = _stand_in(monkeypatch, lambda c: (_v(True, 1.0), None))
+    monkeypatch.setattr(engine, "cases", lambda spec, **_: st.nothing())
+    (r,) = run_spec(_spec("holds", '["ci"]'), RunOptions(profile="ci")).results
+    assert (r.met, r.verdict, r.case, r.examples, r.status) == (False, None, None, 0, "error") and seen == []
+    assert r.error == "Cannot generate test cases from empty strategy: nothing() (arg 0)"
+    assert r.message == f"the search failed: {r.error}"
