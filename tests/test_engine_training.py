@@ -99,5 +99,5 @@ def test_a_search_hypothesis_refuses_is_an_error_result_not_a_traceback(monkeypa
     monkeypatch.setattr(engine, "cases", lambda spec, **_: st.nothing())
     (r,) = run_spec(_spec("holds", '["ci"]'), RunOptions(profile="ci")).results
     assert (r.met, r.verdict, r.case, r.examples, r.status) == (False, None, None, 0, "error") and seen == []
-    assert r.error == "Cannot generate test cases from empty strategy: nothing() (arg 0)"
+    assert r.error and "empty strategy" in r.error  # Hypothesis's own words
     assert r.message == f"the search failed: {r.error}"
