@@ -15,6 +15,7 @@ from stability import engine, parse_spec
 from stability.case import Case
 from stability.engine import CaseRecord
 from stability.invariants import Verdict
+from stability.probe import Measurements
 
 SPEC = parse_spec('name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = [1, 8]\nwidth = 4\nbatch = 2\n'
                   "[expect.gradient_arrival]\nlo = 0.1\nhi = 10.0\n[expect.variance_growth]\n", file="specs/e.toml")
@@ -105,3 +106,24 @@ def test_a_replayed_case_that_cannot_be_measured_fails_and_keeps_its_error() -> 
     assert r.reproduce is not None and str(CASE) in r.reproduce
     assert r.verdict is not None and not r.verdict.passed and r.verdict.detail == "case not measured: the case does not run: ValueError: no"
     assert engine._unmeasured(SPEC, "gradient_arrival", CASE, CaseRecord(CASE, None, None)) is None
+
+
+def _halving(c: Case) -> CaseRecord:
+    """Gradient ratio 0.5^depth: below lo = 0.05 from depth 5 on."""
+    grad = [0.5 ** (c.depth - i) for i in range(c.depth + 1)]
+    return CaseRecord(c, Measurements(grad, [1.0] * (c.depth + 1), [1.0] * (c.depth + 1), {}, None, None, None))
+
+
+@pytest.mark.parametrize(("depth", "start", "smallest"), [("{ range = [2, 16], multiple_of = 3 }", 15, 6), ("{ values = [2, 4, 9, 12] }", 12, 9), ("[1, 16]", 16, 5)])
+def test_the_depth_bisection_stays_inside_the_space(depth: str, start: int, smallest: int) -> None:
+    spec = parse_spec(f'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = {depth}\nwidth = 4\nbatch = 2\n'
+                      "[expect.gradient_arrival]\nlo = 0.05\nhi = 10.0\n", file="specs/e.toml")
+    probed: list[int] = []
+
+    def measured(c: Case) -> CaseRecord:
+        probed.append(c.depth)
+        return _halving(c)
+
+    found = engine._smallest_depth(spec, "gradient_arrival", Case(start, 4, 2, None, None, "default", "default", "float32", "cpu", 0), measured)
+    assert found.depth == smallest and found.width == 4
+    assert all(spec.space.depth.admits(d) for d in probed)  # type: ignore[union-attr]
