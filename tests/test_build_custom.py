@@ -5,6 +5,7 @@ and a dense stack of token inputs or with zero branches. Written from the mutati
 
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
 
@@ -184,3 +185,59 @@ def test_dense_zero_branches_add_zero_channels() -> None:
     assert y.shape == (2, 16) and torch.equal(y[:, :4], x) and torch.count_nonzero(y[:, 4:]) == 0
     default = build(spec, Case(4, 4, 2, None, None, "default", "default", "float64", "cpu", 0)).blocks(x)
     assert torch.count_nonzero(default[:, 4:]) > 0
+
+
+def _family(family: str, block: str, space: str = "", width: int = 4) -> Spec:
+    return parse_spec(f'name = "b"\ndescription = "d"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 8]\nwidth = {width}\nbatch = 2\n{space}\n'
+                      "[expect.gradient_arrival]\n")
+
+
+def _case(depth: int, width: int = 4, **kw: object) -> Case:
+    base = dict(batch=2, spatial=None, input_width=None, weight_init="default", branch_init="default", dtype="float64", device="cpu", seed=0)
+    base.update(kw)
+    return Case(depth, width, **base)  # type: ignore[arg-type]
+
+
+def test_plain_first_layer_reads_the_input_width() -> None:
+    spec = _family("plain", 'activation = "relu"', "input_width = [6, 6]")
+    net = build(spec, _case(3, input_width=6))
+    assert [b.layer.in_features for b in net.blocks] == [6, 4, 4]
+    assert net.blocks(make_input(spec, _case(3, input_width=6))).shape == (2, 4)
+
+
+def test_a_branch_scale_and_a_rezero_gain_are_both_applied() -> None:
+    spec = _family("preact", 'activation = "relu"\nbranch_scale = 0.5', 'branch_init = ["rezero"]')
+    case = _case(3, branch_init="rezero")
+    net = build(spec, case)
+    x = make_input(spec, case)
+    assert torch.equal(net.blocks(x), x)  # ReZero's α = 0 after the 0.5: the identity, bit for bit
+    with torch.no_grad():
+        for b in net.blocks:
+            for p in b.gain.parameters():
+                p.fill_(1.0)
+    y = net.blocks[0](x)
+    branch = net.blocks[0].branch(x)
+    torch.testing.assert_close(y, x + 0.5 * branch, rtol=1e-15, atol=0)
+
+
+def test_kaiming_uniform_weights_have_he_bounds() -> None:
+    spec = _family("plain", 'activation = "relu"', 'weight_init = ["kaiming_uniform"]', width=400)
+    net = build(spec, _case(2, 400, weight_init="kaiming_uniform"))
+    w = net.blocks[0].layer.weight.detach()
+    bound = math.sqrt(6.0 / 400)  # gain √2 · √(3/fan_in)
+    assert float(w.abs().max()) <= bound and float(w.abs().max()) > 0.99 * bound
+    assert float(w.var()) == pytest.approx(2.0 / 400, rel=0.02)  # 160,000 draws: sd of the estimate ≈ 0.3%
+
+
+def test_conv_layers_keep_the_spatial_size_and_projections_are_one_by_one() -> None:
+    spec = _family("plain", 'layer = "conv2d"\nkernel_size = 5\nactivation = "relu"', "spatial = 6")
+    case = _case(2, spatial=6)
+    assert build(spec, case).blocks(make_input(spec, case)).shape == (2, 4, 6, 6)
+    pre = _family("preact", 'layer = "conv2d"\nkernel_size = 3\nactivation = "relu"\nskip = "projection"', "spatial = 6")
+    net = build(pre, _case(2, spatial=6))
+    assert net.blocks[0].skip.kernel_size == (1, 1) and net.blocks[0].skip.bias is None
+
+
+def test_linear_rms_norm_uses_eps_one_millionth() -> None:
+    net = build(_family("plain", 'activation = "relu"\nnorm = "rms"'), _case(2))
+    assert isinstance(net.blocks[0].norm, torch.nn.RMSNorm) and net.blocks[0].norm.eps == 1e-6

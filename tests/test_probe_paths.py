@@ -144,3 +144,31 @@ def test_low_precision_gradient_norms_are_taken_in_float32(dtype: torch.dtype) -
     want = [float(torch.linalg.vector_norm(h.grad, dtype=torch.float32)) for h in hs[1:]]  # type: ignore[arg-type]
     assert m.grad_norm[1:] == pytest.approx(want, rel=1e-6, abs=0.0)
     assert m.grad_norm[0] == pytest.approx(float(torch.linalg.vector_norm(x0.grad, dtype=torch.float32)), rel=1e-6, abs=0.0)  # type: ignore[arg-type]
+
+
+def test_large_low_precision_parameter_gradients_are_normed_in_float32() -> None:
+    blocks = nn.Sequential(_seeded(nn.Linear(80, 80)).half())  # 6,400 > 4,096 weights: the large-tensor path
+    x = _x(4, 80, dtype=torch.float16)
+    m = probe(blocks, x, seed=1)
+    x0 = x.clone().requires_grad_(True)
+    y = blocks(x0)
+    y.backward(projection_vector(y.shape, 1, dtype=y.dtype, device=y.device))
+    w = blocks[0].weight.grad
+    assert w is not None
+    assert m.param_grad_norm["0.weight"] == pytest.approx(float(torch.linalg.vector_norm(w, dtype=torch.float32)), rel=1e-6, abs=0.0)
+
+
+def test_a_vector_boundary_counts_as_one_channel() -> None:
+    m = probe(nn.Sequential(nn.Linear(5, 5).double(), nn.Linear(5, 5).double()), _x(5))  # (C,) with no batch axis
+    assert m.channels == [1, 1, 1]
+
+
+def test_a_stacks_call_kwargs_reach_every_block_unless_overridden() -> None:
+    class Scaled(nn.Module):
+        def forward(self, x: torch.Tensor, *, scale: float = 1.0) -> torch.Tensor:
+            return scale * x
+
+    x = _x(2, 3)
+    stack = Stack(blocks=nn.Sequential(Scaled(), Scaled()), call_kwargs={"scale": 2.0})
+    assert probe(stack, x, loss="sum").gradient_ratio == pytest.approx(4.0, rel=1e-15, abs=0.0)
+    assert probe(stack, x, loss="sum", call_kwargs={"scale": 3.0}).gradient_ratio == pytest.approx(9.0, rel=1e-15, abs=0.0)
