@@ -109,3 +109,53 @@ def test_identity_first_change_compares_relative_to_atol() -> None:
     m = _m([1.0, 1.0, 1.0], [1.0, 1.5, 4.0], identity=2.0, grad_error=0.0)
     assert identity_at_init(m, atol=1.0).block == 1
     assert identity_at_init(m, atol=0.4).block == 0
+
+
+def test_identity_first_change_in_the_gradients_is_relative_to_atol_too() -> None:
+    # statistics unchanged; gradients 1, 1.5, 4 from the input up: |1.5 − 4| = 2.5 ≤ 1·4 and
+    # |1 − 1.5| = 0.5 ≤ 1·1.5, so at atol = 1 no block is named; at atol = 0.5 block 1 is
+    m = _m([1.0, 1.5, 4.0], identity=0.0, grad_error=2.0)
+    assert identity_at_init(m, atol=1.0).block is None
+    assert identity_at_init(m, atol=0.5).block == 1
+
+
+def test_variance_growth_verdicts_in_full() -> None:
+    zero = variance_growth(_m([1.0, 1.0], [0.0, 1.0]))
+    assert (zero.invariant, zero.passed, zero.block) == ("variance_growth", False, 0) and math.isnan(zero.observed)
+    assert zero.detail == "the input's variance is zero; feed a non-constant input"
+    over = variance_growth(_m([1.0, 1.0, 1.0], [1.0, 2.0, math.inf]))
+    assert (over.passed, over.observed, over.block) == (False, math.inf, 1)
+    assert over.detail.startswith("the variance overflows the float range after block 1")
+    first = variance_growth(_m([1.0, 1.0, 1.0], [math.inf, 2.0, 2.0]))
+    assert first.block == 0  # an overflow at the input is block 0, never −1
+    ok = variance_growth(_m([1.0] * 4, [1.0, 3.0, 2.0, 2.5]))
+    assert ok.passed and ok.observed == 3.0 and ok.block == 1 and ok.detail.endswith("max ratio 3")
+    low = variance_growth(_m([1.0] * 4, [1.0, 0.8, 0.5, 0.9]), min_ratio=0.6)
+    assert not low.passed and low.observed == 0.5 and low.block == 1
+    assert low.detail.startswith("variance ratio 0.5 < 0.6, first after block 1; growth bounded")
+
+
+def test_variance_growth_passes_its_bounded_ratio_to_the_classifier() -> None:
+    values = [1.0, 3.0, 5.0, 6.0]  # max ratio 6: bounded under 8, not under the default 4
+    assert variance_growth(_m([1.0] * 4, values), max_growth="bounded", bounded_ratio=8.0).passed
+    assert not variance_growth(_m([1.0] * 4, values), max_growth="bounded").passed
+
+
+def test_a_cubic_is_polynomial_not_exponential() -> None:
+    from stability.invariants import classify_growth
+
+    fit = classify_growth([1.0 + 20.0 * k**3 for k in range(9)])
+    assert fit.growth == "polynomial" and fit.exponent is not None and 2.5 < fit.exponent < 3.5
+
+
+def test_variance_growth_on_an_ensemble_reports_the_ensembles_numbers() -> None:
+    from stability.ensemble import Ensemble
+    from stability.growth import classify_ensemble
+
+    profiles = [[1.0, 1.5, 2.0, 2.4, 3.1], [1.0, 1.4, 2.1, 2.6, 2.9], [1.0, 1.6, 1.9, 2.5, 3.0]]
+    ens = Ensemble([0, 1, 2], profiles, profiles, True)
+    v = variance_growth(_m([1.0] * 5, profiles[0], extra={"ensemble": ens}))
+    want = classify_ensemble(profiles)
+    assert v.extra["rate"] == want.rate and v.extra["slope"] == want.slope and v.extra["growth"] == want.growth
+    assert v.extra["ensemble"]["size"] == 3 and v.extra["ensemble"]["chi2"] == want.chi2
+    assert v.extra["ensemble"]["mean_log"] == want.ratios
