@@ -26,7 +26,7 @@ def _spec(extra: str = "") -> Spec:
                       f'dtype = ["float64"]\n{extra}\n[expect.variance_growth]\n', file="specs/e.toml")
 
 
-def _case(depth: int = 4, seed: int = 3) -> Case:
+def _case(depth: int = 4, seed: int = 2) -> Case:  # seed 2: the first four members' input variances are 0.50, 1.44, 1.67, 1.10
     return Case(depth, 8, 4, None, None, "default", "default", "float64", "cpu", seed)
 
 
