@@ -123,3 +123,10 @@ def test_mean_shift_verdicts_in_full() -> None:
     _same(mean_shift(_m([1.0] * 4, [1.5, 2.5, 2.75, 3.0], extra={"channels": dead})),
           Verdict("mean_shift", False, math.nan, "≤ 0.25", 3, f"the output's channel variance is zero or undefined: {numbers}",
                   {"ratio": [0.0, 0.125, 0.0, None], "sq_channel_mean": dead.sq_mean, "channel_var": dead.var, "whole_var": [1.5, 2.5, 2.75, 3.0]}))
+
+
+def test_the_growth_rate_is_fitted_through_the_positive_boundaries_only() -> None:
+    assert classify_growth([1.0, 0.5, 0.25]).rate == pytest.approx(0.5, rel=1e-12, abs=0.0)  # below 1 counts too
+    gap = classify_growth([1.0, 2.0, 0.0, 8.0])  # log r = l·log 2 at l = 0, 1, 3; the collapsed boundary is left out
+    assert gap.growth == "decaying" and gap.rate == pytest.approx(2.0, rel=1e-12, abs=0.0)
+    assert math.isnan(classify_growth([1.0, 0.0, 0.0]).rate)  # one positive boundary: no rate
