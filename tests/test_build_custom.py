@@ -69,13 +69,15 @@ def stack(depth, width):
 
 
 def sees(**values):
-    sees.values = values
-    return nn.Sequential(nn.Linear(values["width"], values["width"]))
+    out = nn.Sequential(nn.Linear(values["width"], values["width"]))
+    out.seen = values
+    return out
 
 
 def picks(depth, width, init, layer, torch_dtype, extra):
-    picks.values = dict(depth=depth, width=width, init=init, layer=layer, torch_dtype=torch_dtype, extra=extra)
-    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])
+    out = nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])
+    out.seen = dict(depth=depth, width=width, init=init, layer=layer, torch_dtype=torch_dtype, extra=extra)
+    return out
 '''
 
 
@@ -148,15 +150,10 @@ def test_a_module_with_blocks_keeps_its_stem_and_head_and_other_containers_do_no
 
 
 def test_a_factory_gets_the_case_values_it_asks_for(folder: Path) -> None:
-    import importlib
-
-    build(_spec(folder, "sees", "factory_args = { extra = 7 }"), CASE)
-    module = importlib.import_module(MODULE)
-    seen = module.sees.values
+    seen = build(_spec(folder, "sees", "factory_args = { extra = 7 }"), CASE).blocks.seen
     assert {k: seen[k] for k in ("depth", "width", "batch", "seed", "init", "layer", "torch_dtype", "extra", "branch_init")} == {
         "depth": 3, "width": 4, "batch": 2, "seed": 5, "init": "default", "layer": "linear", "torch_dtype": torch.float64, "extra": 7, "branch_init": "default"}
-    build(_spec(folder, "picks", "factory_args = { extra = 7 }"), CASE)
-    assert module.picks.values == {"depth": 3, "width": 4, "init": "default", "layer": "linear", "torch_dtype": torch.float64, "extra": 7}
+    assert build(_spec(folder, "picks", "factory_args = { extra = 7 }"), CASE).blocks.seen == {"depth": 3, "width": 4, "init": "default", "layer": "linear", "torch_dtype": torch.float64, "extra": 7}
 
 
 def _dense(layer: str, extra: str = "") -> Spec:
