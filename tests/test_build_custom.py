@@ -238,3 +238,22 @@ def test_conv_layers_keep_the_spatial_size_and_projections_are_one_by_one() -> N
 def test_linear_rms_norm_uses_eps_one_millionth() -> None:
     net = build(_family("plain", 'activation = "relu"\nnorm = "rms"'), _case(2))
     assert isinstance(net.blocks[0].norm, torch.nn.RMSNorm) and net.blocks[0].norm.eps == 1e-6
+
+
+def test_dense_transitions_are_one_by_one_and_never_after_the_last_layer() -> None:
+    spec = _family("dense", 'layer = "conv2d"\nactivation = "relu"\ngrowth = 2\ntransition_every = 2\ncompression = 0.5', "spatial = 4")
+    from stability.build import channel_counts
+
+    case = _case(4, spatial=4)
+    assert channel_counts(spec, case) == [4, 6, 4, 6, 8]  # 4+2=6 → 8 → ⌊0.5·8⌋ = 4 → 6 → 8: no transition after layer 4
+    net = build(spec, case)
+    transitions = [b[1] for b in net.blocks if isinstance(b, torch.nn.Sequential)]
+    assert len(transitions) == 1 and transitions[0].layer.kernel_size == (1, 1)
+    assert net.blocks(make_input(spec, case)).shape == (2, 8, 4, 4)
+
+
+def test_branch_scale_one_over_depth_and_group_norm_groups() -> None:
+    net = build(_family("preact", 'activation = "relu"\nbranch_scale = "1/depth"'), _case(4))
+    assert float(net.blocks[0].gain.scale) == 0.25
+    grouped = build(_family("plain", 'activation = "relu"\nnorm = "group"\nnorm_groups = 4', width=8), _case(2, 8))
+    assert grouped.blocks[0].norm.num_groups == 4  # the most groups ≤ 4 that divide 8 and keep ≥ 2 channels each

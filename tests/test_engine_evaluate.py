@@ -131,3 +131,40 @@ def test_the_thorough_profile_steers_the_search(monkeypatch: pytest.MonkeyPatch)
     labels.clear()
     run_spec(_plain(), RunOptions(profile="dev"))
     assert labels == []
+
+
+def test_a_cuda_case_without_cuda_says_so() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the refusal is for machines without it")
+    record = evaluate(_plain(), Case(3, 4, 2, None, None, "default", "default", "float64", "cuda", 0))
+    assert (record.measurements, record.error, record.seconds) == (None, "CUDA is not available on this machine; use --device cpu", 0.0)
+
+
+def test_a_stacks_call_kwargs_reach_the_probe(tmp_path: Path) -> None:
+    (tmp_path / "stability_evaluate_kwargs.py").write_text(
+        "from torch import nn\nfrom stability import Stack\n\n\nclass Scaled(nn.Module):\n"
+        "    def forward(self, x, *, scale=1.0):\n        return scale * x\n\n\n"
+        "def make(depth, width):\n    return Stack(blocks=nn.Sequential(*[Scaled() for _ in range(depth)]), call_kwargs={'scale': 2.0})\n", encoding="utf-8")
+    spec = parse_spec('name = "k"\ndescription = "d"\nfamily = "custom"\n[block]\nfactory = "stability_evaluate_kwargs:make"\n[space]\n'
+                      'depth = 3\nwidth = 4\nbatch = 2\ndtype = ["float64"]\n[probe]\nloss = "sum"\n[expect.gradient_arrival]\nlo = 1e-9\nhi = 1e9\n', file=str(tmp_path / "k.toml"))
+    record = evaluate(spec, Case(3, 4, 2, None, None, "default", "default", "float64", "cpu", 0))
+    assert record.measurements is not None and record.measurements.gradient_ratio == pytest.approx(8.0, rel=1e-15, abs=0.0)  # 2³
+
+
+def test_a_replayed_case_outside_the_invariant_is_not_applicable() -> None:
+    spec = parse_spec('name = "p"\ndescription = "d"\nfamily = "preact"\n[space]\ndepth = 2\nwidth = 4\nbatch = 2\n'
+                      'branch_init = ["default", "zero"]\n[expect.identity_at_init]\n', file="specs/p.toml")
+    (r,) = run_spec(spec, RunOptions(), case="branch_init=default").results
+    assert (r.name, r.met, r.verdict, r.examples, r.applicable, r.status) == ("identity_at_init", True, None, 0, False, "not_applicable")
+    assert r.message.startswith(f"specs/p.toml::identity_at_init: not applicable at {r.case}: ")
+
+
+def test_the_depth_bisection_keeps_the_failing_depth_itself() -> None:
+    spec = parse_spec('name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = { range = [3, 15], multiple_of = 3 }\nwidth = 4\nbatch = 2\n'
+                      "[expect.gradient_arrival]\nlo = 0.5\nhi = 10.0\n", file="specs/e.toml")
+
+    def measured(c: Case) -> CaseRecord:  # fails only at depth 15: ratio 0.4 there, 1 elsewhere
+        grad = [0.4 if c.depth == 15 else 1.0] + [1.0] * c.depth
+        return CaseRecord(c, Measurements(grad, [1.0] * (c.depth + 1), [1.0] * (c.depth + 1), {}, None, None, None))
+
+    assert engine._smallest_depth(spec, "gradient_arrival", Case(15, 4, 2, None, None, "default", "default", "float32", "cpu", 0), measured).depth == 15

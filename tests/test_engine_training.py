@@ -82,7 +82,7 @@ def test_a_search_with_no_failure_reports_the_largest_headline_number(monkeypatc
 def test_a_search_that_finds_a_failure_reports_it_unshrunk(monkeypatch: pytest.MonkeyPatch) -> None:
     _stand_in(monkeypatch, lambda c: (_v(c.depth < 4, float(c.depth)), None))
     (r,) = run_spec(_spec("violated", '["ci"]'), RunOptions(profile="ci")).results
-    assert r.met and r.expect == "violated" and r.case is not None and r.case.depth >= 4 and r.error is None
+    assert r.met and r.name == "trainability" and r.expect == "violated" and r.case is not None and r.case.depth >= 4 and r.error is None
     assert r.verdict is not None and not r.verdict.passed
     assert r.message == f"specs/t.toml::trainability: violated as expected at {r.case}: ratio {r.case.depth:g}"  # worded like a replay
     _stand_in(monkeypatch, lambda c: (None, "boom") if c.depth >= 4 else (_v(True, 1.0), None))
@@ -101,3 +101,9 @@ def test_a_search_hypothesis_refuses_is_an_error_result_not_a_traceback(monkeypa
     assert (r.met, r.verdict, r.case, r.examples, r.status) == (False, None, None, 0, "error") and seen == []
     assert r.error and "empty strategy" in r.error  # Hypothesis's own words
     assert r.message == f"the search failed: {r.error}"
+
+
+def test_a_listed_profile_other_than_thorough_draws_train_cases_cases(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _stand_in(monkeypatch, lambda c: (_v(True, 1.0), None))
+    run_spec(_spec("holds", '["ci"]'), RunOptions(profile="ci"))
+    assert 1 <= len(set(seen)) <= 3  # train.cases = 3 (ten times as many only in thorough)

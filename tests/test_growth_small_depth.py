@@ -34,3 +34,13 @@ def test_the_ensemble_description_names_the_exponent_and_why_it_is_undecided() -
     assert describe_ensemble(poly) == "polynomial (×2.08 per block, +2.7·s₀ per block, ∝ l^1.87; mean of 4 seeds, final ratio 9 in [8, 10])"
     at_min = EnsembleGrowth("exponential", "linear", exponent=None, **common)  # type: ignore[arg-type]  # depth 3 = MIN_DECIDABLE_DEPTH
     assert describe_ensemble(at_min).endswith("; undecided at this depth (linear … exponential fit within the ensemble's noise: judged linear)")
+
+
+def test_an_exact_power_law_gives_its_exponent_precisely() -> None:
+    import numpy as np
+    import pytest
+
+    depth = np.arange(0, 33, dtype=np.float64)
+    law = 1.0 + 0.05 * depth**2.2
+    g = classify_ensemble([law, law])  # no noise: the golden-section search must land on 2.2, not on a grid point
+    assert g.exponent == pytest.approx(2.2, abs=1e-3)

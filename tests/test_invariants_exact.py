@@ -159,3 +159,18 @@ def test_variance_growth_on_an_ensemble_reports_the_ensembles_numbers() -> None:
     assert v.extra["rate"] == want.rate and v.extra["slope"] == want.slope and v.extra["growth"] == want.growth
     assert v.extra["ensemble"]["size"] == 3 and v.extra["ensemble"]["chi2"] == want.chi2
     assert v.extra["ensemble"]["mean_log"] == want.ratios
+
+
+def test_channel_stats_count_values_per_channel_in_the_layout_asked_for() -> None:
+    from stability.channels import ChannelStats
+
+    obs = ChannelStats(layout="channels_first")
+    obs.start([])
+    obs.observe(0, torch.ones(2, 3, 5, dtype=torch.float64))  # (B, C, T) read channels-first: C = 3, N = 10
+    obs.observe(1, torch.ones(7, 1, dtype=torch.float64))  # one channel: N = 7
+    prof = obs.finish()
+    assert prof.count == [10, 7]
+    auto = ChannelStats()
+    auto.start([])
+    auto.observe(0, torch.ones(2, 3, 5, dtype=torch.float64))  # auto: (B, T, C) tokens, C = 5, N = 6
+    assert auto.finish().count == [6]

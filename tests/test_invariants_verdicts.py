@@ -130,3 +130,18 @@ def test_the_growth_rate_is_fitted_through_the_positive_boundaries_only() -> Non
     gap = classify_growth([1.0, 2.0, 0.0, 8.0])  # log r = l·log 2 at l = 0, 1, 3; the collapsed boundary is left out
     assert gap.growth == "decaying" and gap.rate == pytest.approx(2.0, rel=1e-12, abs=0.0)
     assert math.isnan(classify_growth([1.0, 0.0, 0.0]).rate)  # one positive boundary: no rate
+
+
+def test_failing_growth_verdicts_name_their_invariant_and_bound() -> None:
+    fast = variance_growth(_m([1.0] * 5, [1.0, 2.0, 4.0, 8.0, 16.0]), max_ratio=32.0, min_ratio=0.5)
+    assert (fast.invariant, fast.passed, fast.bound, fast.block) == ("variance_growth", False, "growth ≤ linear, ratio ≤ 32, ratio ≥ 0.5", 2)
+    low = variance_growth(_m([1.0] * 3, [1.0, 0.8, 0.3]), min_ratio=0.5)
+    assert (low.invariant, low.passed, low.observed, low.bound, low.block) == ("variance_growth", False, 0.3, "growth ≤ linear, ratio ≥ 0.5", 1)
+    assert classify_growth([1.0, 3.0]).slope == pytest.approx(2.0, rel=1e-12, abs=0.0)  # one block: the slope of two points
+
+
+def test_the_ensemble_law_is_judged_on_the_variance_profiles_when_asked_and_on_two_members() -> None:
+    var = [[1.0, 1.2, 1.3, 1.5, 1.6], [1.0, 1.1, 1.4, 1.4, 1.7]]
+    sq = [[1.0, 2.5, 5.0, 6.5, 7.0], [1.0, 2.4, 4.6, 6.0, 7.5]]
+    v = variance_growth(_m([1.0] * 5, var[0], sq[0], extra={"ensemble": Ensemble([0, 1], var, sq, True)}))
+    assert v.extra["ensemble"]["size"] == 2 and v.extra["ensemble"]["mean_log"] == classify_ensemble(var).ratios

@@ -33,3 +33,18 @@ def test_estimate_of_a_scaled_identity_reports_every_field(dtype: torch.dtype) -
     assert 0 < est.mean_sq_se and abs(est.mean_sq - 9.0) < 5 * est.mean_sq_se  # Hutchinson: 9·‖v‖²/N per probe
     top, used = power_max_sq(Times(3.0), x, iterations=5, generator=torch.Generator().manual_seed(0))
     assert top == pytest.approx(9.0, rel=1e-6, abs=0.0) and used == 2
+
+
+def test_exact_spectrum_fields_and_a_small_mean() -> None:
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    ex = jacobian_spectrum(Times(0.5), x, exact=True)  # every σ² = 0.25
+    assert (ex.method, ex.n, ex.mean_sq_se, ex.probes, ex.iterations) == ("exact", 6, 0.0, 0, 0)
+    assert ex.mean_sq == pytest.approx(0.25, rel=1e-15, abs=0.0) and ex.spread == pytest.approx(1.0, rel=1e-15, abs=0.0)
+    assert ex.var_sq == pytest.approx(0.0, rel=0.0, abs=1e-30)
+
+
+def test_hutchinson_needs_two_probes() -> None:
+    from stability.jacobian import hutchinson_mean_sq
+
+    with pytest.raises(ValueError, match=r"^probes must be at least 2 to state a standard error, got 1$"):
+        hutchinson_mean_sq(Times(1.0), torch.ones(2, 2), probes=1, generator=torch.Generator())

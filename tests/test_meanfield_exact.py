@@ -65,3 +65,12 @@ def test_plain_iteration_fallback_finds_a_stable_point_or_says_unbounded() -> No
     assert abs(t(q + h) - t(q - h)) / (2 * h) < 1.0  # stable
     assert mf.fixed_point("gelu", sigma_w2=3.0) == math.inf
     assert mf.mean_field("gelu", sigma_w2=3.0, sigma_b2=0.01).q_star == math.inf
+
+
+def test_defaults_and_an_empty_profile() -> None:
+    m = mf.mean_field("relu", sigma_w2=1.0)  # σ_b² = 0 by default: q* = 0 for a ReLU below criticality
+    assert m.sigma_b2 == 0.0 and m.q_star == 0.0 and m.chi1 == _within(0.5, 4 * EPS)
+    p = mf.layer_profile("tanh", sigma_w2=1.0, depth=0)
+    assert (p.q, p.chi, p.kappa) == ((), (), ())
+    with pytest.raises(ValueError, match="depth must be >= 0, got -1"):
+        mf.layer_profile("tanh", sigma_w2=1.0, depth=-1)

@@ -172,3 +172,16 @@ def test_a_stacks_call_kwargs_reach_every_block_unless_overridden() -> None:
     stack = Stack(blocks=nn.Sequential(Scaled(), Scaled()), call_kwargs={"scale": 2.0})
     assert probe(stack, x, loss="sum").gradient_ratio == pytest.approx(4.0, rel=1e-15, abs=0.0)
     assert probe(stack, x, loss="sum", call_kwargs={"scale": 3.0}).gradient_ratio == pytest.approx(9.0, rel=1e-15, abs=0.0)
+
+
+def test_an_output_that_depends_on_nothing_has_zero_gradients_everywhere() -> None:
+    class Cut(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(3, 3).double()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.lin(x).detach()
+
+    m = probe(nn.Sequential(Cut()), _x(2, 3))
+    assert m.grad_norm[0] == 0.0 and m.param_grad_norm == {"0.lin.weight": 0.0, "0.lin.bias": 0.0}
