@@ -145,3 +145,34 @@ def test_the_ensemble_law_is_judged_on_the_variance_profiles_when_asked_and_on_t
     sq = [[1.0, 2.5, 5.0, 6.5, 7.0], [1.0, 2.4, 4.6, 6.0, 7.5]]
     v = variance_growth(_m([1.0] * 5, var[0], sq[0], extra={"ensemble": Ensemble([0, 1], var, sq, True)}))
     assert v.extra["ensemble"]["size"] == 2 and v.extra["ensemble"]["mean_log"] == classify_ensemble(var).ratios
+
+
+def test_gradient_arrival_crossings_at_the_exact_bounds_and_above_one() -> None:
+    from stability.invariants import gradient_arrival
+
+    assert gradient_arrival(_m([1.0, 2.0, 4.0], [1.0] * 3), lo=0.5).block == 0  # ratios 0.25, 0.5, 1: 0.5 is not below 0.5
+    assert gradient_arrival(_m([4.0, 2.0, 1.0], [1.0] * 3), hi=2.0).block == 0  # ratios 4, 2, 1: 2 is not above 2
+    assert gradient_arrival(_m([1.5, 3.0, 1.0], [1.0] * 3), lo=2.0).block == 2  # lo > 1: the output's own ratio 1 is below it
+    one = gradient_arrival(_m([1.0], [1.0]), lo=2.0)  # no block at all
+    assert not one.passed and one.detail.endswith("(crosses the bound at the input of block 0; 1 per block on average)")
+
+
+def test_classify_growth_edges() -> None:
+    assert classify_growth([1.0, 2.0]).rate == pytest.approx(2.0, rel=1e-12, abs=0.0)  # two points give a rate
+    assert classify_growth([1.0]).slope == 0.0 and math.isnan(classify_growth([1.0]).rate)
+    assert classify_growth([1.0, 2.0, 5.0]).exponent == pytest.approx(2.0, rel=1e-12, abs=0.0)  # r − 1 = 1, 4 at l = 1, 2
+    r = [1.0, 1.5, 3.0, 5.0, 8.0]
+    import numpy as np
+
+    want = float(np.polyfit(np.log([1.0, 2.0, 3.0, 4.0]), np.log([0.5, 2.0, 4.0, 7.0]), 1)[0])  # every l ≥ 1 with r > 1
+    assert classify_growth(r).exponent == pytest.approx(want, rel=1e-12, abs=0.0)
+
+
+def test_variance_growth_blocks_at_the_exact_bounds() -> None:
+    assert variance_growth(_m([1.0] * 4, [1.0, 4.0, 3.0, 6.0]), max_ratio=4.0, max_growth="exponential").block == 2  # 4 is not above 4
+    assert variance_growth(_m([1.0] * 3, [1.0, 0.5, 0.8]), min_ratio=0.5).passed  # 0.5 is not below 0.5
+    worse = variance_growth(_m([1.0] * 3, [1.0, 1.5, 2.0]), max_growth="decaying")  # bounded > decaying, never above 4
+    assert (worse.passed, worse.block) == (False, 1) and worse.detail.endswith("it passes 4× the input's after block 1")
+    unusable = Ensemble([0, 1], [[1.0, 1.5, 2.0], [1.0, math.nan, 2.0]], [[1.0, 1.5, 2.0], [1.0, math.nan, 2.0]], False)
+    v = variance_growth(_m([1.0] * 3, [1.0, 1.5, 2.0], extra={"ensemble": unusable}))
+    assert v.extra["ensemble"] == {"skipped": "1 of 2 ensemble members have a finite profile"}
