@@ -60,9 +60,11 @@ def test_variance_growth_judges_the_statistic_asked_for_and_reports_the_fit() ->
     var = variance_growth(m, max_ratio=4.0)
     fit = classify_growth([1.0, 1.5, 2.0, 2.5])
     assert var.passed and var.observed == 2.5 and var.detail.startswith("variance grows bounded")
+    assert (var.invariant, var.bound, var.block) == ("variance_growth", "growth ≤ linear, ratio ≤ 4", 3)
     assert var.extra == {"growth": fit.growth, "rate": fit.rate, "slope": fit.slope, "exponent": fit.exponent, "final_ratio": 2.5}
     sq = variance_growth(m, max_ratio=4.0, statistic="second_moment", max_growth="exponential")
-    assert not sq.passed and sq.observed == 15.0 and sq.block == 1 and sq.detail.startswith("second_moment ratio 15 > 4, first after block 1")
+    assert not sq.passed and sq.observed == 15.0 and sq.block == 1 and sq.detail.startswith("second_moment ratio 15 > 4, first after block 1; growth ")
+    assert (sq.invariant, sq.bound) == ("variance_growth", "growth ≤ exponential, ratio ≤ 4") and sq.extra["final_ratio"] == 15.0
     assert sq.extra["final_ratio"] == 15.0 and sq.extra["exponent"] == classify_growth([2.0, 5.0, 12.0, 30.0]).exponent
 
 
@@ -137,6 +139,8 @@ def test_failing_growth_verdicts_name_their_invariant_and_bound() -> None:
     assert (fast.invariant, fast.passed, fast.bound, fast.block) == ("variance_growth", False, "growth ≤ linear, ratio ≤ 32, ratio ≥ 0.5", 2)
     low = variance_growth(_m([1.0] * 3, [1.0, 0.8, 0.3]), min_ratio=0.5)
     assert (low.invariant, low.passed, low.observed, low.bound, low.block) == ("variance_growth", False, 0.3, "growth ≤ linear, ratio ≥ 0.5", 1)
+    assert low.detail.startswith("variance ratio 0.3 < 0.5, first after block 1; growth ") and low.extra["final_ratio"] == 0.3
+    assert variance_growth(_m([1.0] * 4, [1.0, 0.8, 0.3, 0.2]), min_ratio=0.5).block == 1  # the first boundary below, not the last
     assert classify_growth([1.0, 3.0]).slope == pytest.approx(2.0, rel=1e-12, abs=0.0)  # one block: the slope of two points
 
 
