@@ -257,3 +257,20 @@ def test_branch_scale_one_over_depth_and_group_norm_groups() -> None:
     assert float(net.blocks[0].gain.scale) == 0.25
     grouped = build(_family("plain", 'activation = "relu"\nnorm = "group"\nnorm_groups = 4', width=8), _case(2, 8))
     assert grouped.blocks[0].norm.num_groups == 4  # the most groups ≤ 4 that divide 8 and keep ≥ 2 channels each
+
+
+def test_highway_transform_ends_in_its_activation_and_xavier_uniform_has_glorot_bounds() -> None:
+    net = build(_family("highway", 'activation = "relu"'), _case(2))
+    assert isinstance(net.blocks[0].transform[-1], torch.nn.ReLU)
+    spec = _family("plain", 'activation = "relu"', 'weight_init = ["xavier_uniform"]', width=300)
+    w = build(spec, _case(2, 300, weight_init="xavier_uniform")).blocks[0].layer.weight.detach()
+    bound = math.sqrt(6.0 / 600)
+    assert float(w.abs().max()) <= bound and float(w.abs().max()) > 0.99 * bound
+
+
+def test_skipinit_gain_on_tokens_is_per_channel_on_the_last_axis() -> None:
+    spec = _family("preact", 'layer = "tokens"\nactivation = "relu"', 'branch_init = ["skipinit"]\ntokens = 3')
+    case = _case(2, branch_init="skipinit", tokens=3)  # T = 3 ≠ C = 4: a gain on the wrong axis cannot broadcast
+    net = build(spec, case)
+    x = make_input(spec, case)
+    assert torch.equal(net.blocks(x), x)

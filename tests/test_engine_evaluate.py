@@ -168,3 +168,32 @@ def test_the_depth_bisection_keeps_the_failing_depth_itself() -> None:
         return CaseRecord(c, Measurements(grad, [1.0] * (c.depth + 1), [1.0] * (c.depth + 1), {}, None, None, None))
 
     assert engine._smallest_depth(spec, "gradient_arrival", Case(15, 4, 2, None, None, "default", "default", "float32", "cpu", 0), measured).depth == 15
+
+
+def test_mean_shift_is_judged_at_the_specs_bound() -> None:
+    from stability.channels import ChannelProfile
+
+    prof = ChannelProfile([1.0, 1.4], [1.0, 1.0], [0.0, 0.0], [2, 2])  # ρ = M/V − 1 = 0.4 at the output
+    m = Measurements([1.0, 1.0], [1.0, 1.0], [1.0, 1.0], {}, None, None, None, extra={"channels": prof})
+    assert engine._apply("mean_shift", SimpleNamespace(max_ratio=0.5), m).passed
+    assert not engine._apply("mean_shift", SimpleNamespace(max_ratio=0.3), m).passed
+
+
+def test_a_replayed_probe_case_is_worded_as_a_replay_and_a_sum_loss_is_used() -> None:
+    spec = _plain(block='activation = "tanh"\n[probe]\nloss = "sum"')
+    (r,) = run_spec(spec, RunOptions(), case="depth=2,width=4,batch=2,seed=4").results
+    assert r.verdict is not None and r.message == f"specs/e.toml::gradient_arrival: holds at {r.case}: {r.verdict.detail}"
+    case = Case(2, 4, 2, None, None, "default", "default", "float64", "cpu", 4)
+    record = evaluate(spec, case)
+    net = build(spec, case)
+    want = probe(net.blocks, make_input(spec, case), loss="sum", seed=derive_seed(4, 2), rng_seed=derive_seed(4, 3))
+    assert record.measurements is not None and record.measurements.grad_norm == want.grad_norm
+
+
+def test_a_probe_search_hypothesis_refuses_is_an_error_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hypothesis import strategies as st
+
+    monkeypatch.setattr(engine, "cases", lambda spec, **_: st.nothing())
+    (r,) = run_spec(_plain(), RunOptions(profile="ci")).results
+    assert (r.name, r.expect, r.met, r.verdict, r.case, r.examples, r.status) == ("gradient_arrival", "holds", False, None, None, 0, "error")
+    assert r.error and r.message == f"the search failed: {r.error}"

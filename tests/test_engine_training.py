@@ -107,3 +107,27 @@ def test_a_listed_profile_other_than_thorough_draws_train_cases_cases(monkeypatc
     seen = _stand_in(monkeypatch, lambda c: (_v(True, 1.0), None))
     run_spec(_spec("holds", '["ci"]'), RunOptions(profile="ci"))
     assert 1 <= len(set(seen)) <= 3  # train.cases = 3 (ten times as many only in thorough)
+
+
+def test_training_search_is_generate_only_and_tries_pinned_cases_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _stand_in(monkeypatch, lambda c: (_v(False, 2.0), None))
+    spec = _spec("holds", '["ci"]')
+    (r,) = run_spec(spec, RunOptions(profile="ci")).results
+    assert len(set(seen)) == 1  # no shrinking: the first failing case is the one reported
+    assert r.message == f"specs/t.toml::trainability: expected to hold, but it fails at {r.case}: ratio 2"
+    from stability.spec import parse_spec
+
+    pinned = parse_spec((SPECS / "degradation_plain.toml").read_text(encoding="utf-8")
+                        .replace('profiles = ["thorough"]', 'profiles = ["ci"]').replace("depth = 4\n", 'depth = [2, 6]\nexamples = ["depth=5,seed=7"]\n'),
+                        file="specs/t.toml")
+    seen.clear()
+    run_spec(pinned, RunOptions(profile="ci"))
+    assert seen[0].depth == 5 and seen[0].seed == 7
+
+
+def test_replayed_training_case_that_meets_and_a_skipped_ones_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    _stand_in(monkeypatch, lambda c: (_v(True, 1.0), None))
+    (r,) = run_spec(_spec("holds"), RunOptions(), case="depth=4").results
+    assert r.met and r.message == f"specs/t.toml::trainability: holds at {r.case}: ratio 1"
+    (s,) = run_spec(_spec(), RunOptions(profile="ci")).results
+    assert s.name == "trainability" and s.skipped

@@ -44,3 +44,19 @@ def test_an_exact_power_law_gives_its_exponent_precisely() -> None:
     law = 1.0 + 0.05 * depth**2.23
     g = classify_ensemble([law, law])  # no noise: the golden-section search must land on 2.23, between grid points 0.1 apart
     assert g.exponent == pytest.approx(2.23, abs=1e-3)
+
+
+def test_only_a_polynomial_description_names_its_exponent() -> None:
+    from stability.growth import EnsembleGrowth, describe_ensemble
+
+    common = dict(size=2, ratios=[1.0, 2.0, 3.0, 4.0], lo=[1.0] * 4, hi=[1.0] * 4, q25=[1.0] * 4, q75=[1.0] * 4, rate=1.59, slope=1.0)
+    assert "∝ l^" not in describe_ensemble(EnsembleGrowth("linear", "linear", exponent=1.1, **common))  # type: ignore[arg-type]
+
+
+def test_channel_stats_with_nothing_observed_is_an_empty_profile() -> None:
+    from stability.channels import ChannelStats
+
+    obs = ChannelStats()
+    obs.start([])
+    prof = obs.finish()
+    assert (prof.sq_mean, prof.var, prof.grand_mean, prof.count) == ([], [], [], [])

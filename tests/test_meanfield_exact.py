@@ -74,3 +74,15 @@ def test_defaults_and_an_empty_profile() -> None:
     assert (p.q, p.chi, p.kappa) == ((), (), ())
     with pytest.raises(ValueError, match="depth must be >= 0, got -1"):
         mf.layer_profile("tanh", sigma_w2=1.0, depth=-1)
+
+
+def test_critical_homogeneous_map_keeps_every_q_and_the_residual_covariance_uses_the_streams_ratio() -> None:
+    assert mf.fixed_point("relu", sigma_w2=2.0, q0=3.5) == 3.5  # T(q) = q: every q is fixed
+    assert mf.fixed_point("identity", sigma_w2=1.0, q0=0.25) == 0.25
+    # residual ReLU fed E[x²] = 0.5: p = (0.5, 0.625); ρ = √(0.5/0.625) although both are below 1
+    res = mf.layer_profile("relu", sigma_w2=2.0, depth=2, residual=True, branch_scale=0.5, input_second_moment=0.5)
+    assert res.q == pytest.approx((0.5, 0.625), rel=1e-15, abs=0.0)
+    n = 50
+    v = (4 * 0.25 + 0.0625 * 5) / (n * 1.25**2)
+    want = 2 * v + 2 * 0.2**2 * (2 / math.pi) * math.asin(math.sqrt(0.5 / 0.625)) / n
+    assert mf.log_rate_variance(res, width=n) == _within(want, 1e-14)

@@ -185,3 +185,17 @@ def test_an_output_that_depends_on_nothing_has_zero_gradients_everywhere() -> No
 
     m = probe(nn.Sequential(Cut()), _x(2, 3))
     assert m.grad_norm[0] == 0.0 and m.param_grad_norm == {"0.lin.weight": 0.0, "0.lin.bias": 0.0}
+
+
+def test_a_parameter_the_output_does_not_use_has_a_zero_gradient() -> None:
+    class Spare(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.used = nn.Linear(3, 3).double()
+            self.unused = nn.Linear(3, 3).double()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.used(x)
+
+    m = probe(nn.Sequential(Spare()), _x(2, 3))
+    assert m.param_grad_norm["0.unused.weight"] == 0.0 and m.param_grad_norm["0.used.weight"] > 0.0
