@@ -130,6 +130,8 @@ def _recursion(spec: Spec, case: Case, q0: float) -> tuple[float, float, str, st
         return q / q0, grad2, formula, "He et al. 2016; Balduzzi et al. 2017"
     branch = g * phi + bias  # norm → unit second moment, act → φ, last layer → g·φ (+ b²)
     for _ in range(depth):
+        if not q > 0:
+            return None  # λ = 0 and α = 0: nothing is left to normalise, and the norm's Jacobian is undefined
         grad2 *= lam2 + a2 * g * phi / q
         q = lam2 * q + a2 * branch
     formula = f"q_L = λ²q + α²(g·φ + b²) per block from q_0 = {q0:.4g}: λ² = {lam2:g}, α = {alpha:.4g}, g·φ = {g * phi:.4g}, L = {depth}"

@@ -257,6 +257,8 @@ def fixed_point(
             nxt = t(q)
             if nxt < _TINY:
                 return 0.0
+            if nxt > 1e-3 * _Q_MAX and t(nxt) > nxt:
+                return math.inf  # as below: without this the iteration settles on the clamp at _Q_MAX
             if abs(nxt - q) <= tol * max(q, nxt):
                 return nxt
             q = nxt

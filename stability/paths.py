@@ -44,8 +44,8 @@ def _gated_forward(blocks: Sequence[nn.Module], x: torch.Tensor, gate: torch.Ten
         branch, gain = getattr(b, "branch", None), getattr(b, "gain", None)
         if not (isinstance(branch, nn.Module) and isinstance(gain, nn.Module) and hasattr(b, "skip")):
             raise TypeError(f"{type(b).__name__} is not a residual block with .branch, .skip and .gain (a PreActBlock)")
-        skip = b.skip
-        route = skip(h) if isinstance(skip, nn.Module) else h
+        skip = b.skip  # None: no route around (skip = "none"), as in PreActBlock.forward
+        route = skip(h) if isinstance(skip, nn.Module) else torch.zeros_like(h)
         h = route + gate * gain(branch(h))
     return h
 

@@ -1,0 +1,129 @@
+"""The engine's small decisions, one at a time (stability/engine.py): how close a passing verdict
+came to its bound (which case is reported), what the search steers towards in `thorough`, the
+exact messages, and a replayed case that could not be measured. Written from the mutation check
+(docs/mutation.md): each assertion pins a value a plausible slip changes."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from stability import engine, parse_spec
+from stability.case import Case
+from stability.engine import CaseRecord
+from stability.invariants import Verdict
+from stability.probe import Measurements
+
+SPEC = parse_spec('name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = [1, 8]\nwidth = 4\nbatch = 2\n'
+                  "[expect.gradient_arrival]\nlo = 0.1\nhi = 10.0\n[expect.variance_growth]\n", file="specs/e.toml")
+CASE = Case(3, 4, 2, None, None, "default", "default", "float32", "cpu", 0)
+
+
+def _v(observed: float, **extra: Any) -> Verdict:
+    return Verdict("x", True, observed, "b", None, "the detail", dict(extra))
+
+
+def test_severity_of_a_gradient_ratio_is_its_log_distance_to_the_nearer_bound() -> None:
+    arrival = SimpleNamespace(lo=0.1, hi=10.0)
+    assert engine._severity("gradient_arrival", _v(1.0), arrival) == pytest.approx(-math.log(10.0), rel=1e-15, abs=0)
+    assert engine._severity("gradient_arrival", _v(0.2), arrival) == pytest.approx(-math.log(2.0), rel=1e-15, abs=0)  # nearer lo
+    assert engine._severity("gradient_arrival", _v(5.0), arrival) == pytest.approx(-math.log(2.0), rel=1e-15, abs=0)  # nearer hi
+    assert engine._severity("gradient_arrival", _v(0.0), arrival) == math.inf
+    assert engine._severity("gradient_arrival", _v(math.nan), arrival) == math.inf
+
+
+def test_severity_of_the_other_invariants() -> None:
+    none = SimpleNamespace()
+    assert engine._severity("attention_entropy", _v(2.5), none) == -2.5  # lower entropy is closer to collapse
+    assert engine._severity("attention_entropy", _v(math.nan), none) == math.inf
+    assert engine._severity("mean_field", _v(0.5, predicted=2.0), none) == pytest.approx(math.log(4.0), rel=1e-15, abs=0)
+    assert engine._severity("mean_field", _v(2.0, predicted=0.5), none) == pytest.approx(math.log(4.0), rel=1e-15, abs=0)
+    assert engine._severity("mean_field", _v(0.5), none) == 0.5  # no prediction: the observed value
+    assert engine._severity("mean_field", _v(0.5, predicted=0.0), none) == 0.5
+    assert engine._severity("mean_field", _v(0.0, predicted=2.0), none) == 0.0
+    for name in ("variance_growth", "identity_at_init", "lesion", "mean_shift", "jacobian_spectrum"):
+        assert engine._severity(name, _v(3.0), none) == 3.0
+        assert engine._severity(name, _v(math.inf), none) == math.inf
+        assert engine._severity(name, _v(math.nan), none) == math.inf
+
+
+@pytest.mark.parametrize(
+    ("name", "verdict", "targets"),
+    [
+        ("gradient_arrival", _v(100.0), [(-2.0, "vanishing gradient (log10)"), (2.0, "exploding gradient (log10)")]),
+        ("variance_growth", _v(1000.0), [(3.0, "variance growth (log10 ratio)")]),
+        ("attention_entropy", _v(0.5), [(-0.5, "attention_entropy")]),
+        ("rank_collapse", _v(0.5), [(0.5, "rank_collapse")]),
+        ("jacobian_spectrum", _v(0.01), [(-2.0, "Jacobian spread (log10)")]),
+        ("lesion", _v(0.25), [(0.25, "lesion change")]),
+        ("mean_field", _v(0.5, predicted=2.0), [(math.log(4.0), "mean-field mismatch (log)")]),
+        ("mean_shift", _v(0.75), [(0.75, "mean shift (squared channel mean / channel variance)")]),
+        ("identity_at_init", _v(1e-3), [(1e-3, "identity error")]),
+        ("variance_growth", _v(0.0), []),
+        ("variance_growth", _v(-1.0), []),
+        ("variance_growth", _v(math.inf), []),
+    ],
+)
+def test_thorough_search_steers_by_the_right_score(monkeypatch: pytest.MonkeyPatch, name: str, verdict: Verdict, targets: list[tuple[float, str]]) -> None:
+    got: list[tuple[float, str]] = []
+    monkeypatch.setattr(engine, "target", lambda value, *, label: got.append((value, label)))
+    engine._target(name, verdict)
+    assert [label for _, label in got] == [label for _, label in targets]
+    for (value, _), (want, _) in zip(got, targets, strict=True):
+        assert value == pytest.approx(want, rel=1e-12, abs=0)
+
+
+def test_messages_say_what_was_expected_where_and_at_which_case() -> None:
+    v = _v(1.0)
+    w = "specs/e.toml::gradient_arrival"
+    msg = engine._message
+    assert msg(SPEC, "gradient_arrival", "holds", True, v, CASE, False, 12) == f"{w}: holds on 12 cases; closest to its bound: the detail at {CASE}"
+    assert msg(SPEC, "gradient_arrival", "holds", True, v, CASE, True) == f"{w}: holds at {CASE}: the detail"
+    assert msg(SPEC, "gradient_arrival", "holds", False, v, CASE, False) == f"{w}: expected to hold, but it fails at smallest failing case {CASE}: the detail"
+    assert msg(SPEC, "gradient_arrival", "holds", False, v, CASE, True) == f"{w}: expected to hold, but it fails at {CASE}: the detail"
+    assert msg(SPEC, "gradient_arrival", "violated", True, v, CASE, False) == f"{w}: violated as expected at smallest violating case {CASE}: the detail"
+    assert msg(SPEC, "gradient_arrival", "violated", True, v, CASE, True) == f"{w}: violated as expected at {CASE}: the detail"
+    assert msg(SPEC, "gradient_arrival", "violated", False, v, CASE, True) == f"{w}: expected to be violated, but it holds at {CASE}: the detail"
+    assert msg(SPEC, "gradient_arrival", "violated", False, v, CASE, False, 7) == f"{w}: expected to be violated, but no case among 7 broke it; closest: the detail at {CASE}"
+
+
+def test_a_replayed_case_that_cannot_be_measured_fails_and_keeps_its_error() -> None:
+    expectation = SimpleNamespace(expect="violated", lo=0.1, hi=10.0)
+    calls: list[Case] = []
+
+    def measured(c: Case) -> CaseRecord:
+        calls.append(c)
+        return CaseRecord(c, None, "the case does not run: ValueError: no")
+
+    r = engine._replay(SPEC, "gradient_arrival", expectation, CASE, measured)
+    assert calls == [CASE]
+    assert r.met is False and r.error == "the case does not run: ValueError: no" and r.status == "error"
+    assert r.message == f"specs/e.toml::gradient_arrival: the case could not be measured at {CASE}"
+    assert (r.name, r.expect, r.case, r.examples) == ("gradient_arrival", "violated", CASE, 1)
+    assert r.reproduce is not None and str(CASE) in r.reproduce
+    assert r.verdict is not None and not r.verdict.passed and r.verdict.detail == "case not measured: the case does not run: ValueError: no"
+    assert engine._unmeasured(SPEC, "gradient_arrival", CASE, CaseRecord(CASE, None, None)) is None
+
+
+def _halving(c: Case) -> CaseRecord:
+    """Gradient ratio 0.5^depth: below lo = 0.05 from depth 5 on."""
+    grad = [0.5 ** (c.depth - i) for i in range(c.depth + 1)]
+    return CaseRecord(c, Measurements(grad, [1.0] * (c.depth + 1), [1.0] * (c.depth + 1), {}, None, None, None))
+
+
+@pytest.mark.parametrize(("depth", "start", "smallest"), [("{ range = [2, 16], multiple_of = 3 }", 15, 6), ("{ values = [2, 4, 9, 12] }", 12, 9), ("[1, 16]", 16, 5)])
+def test_the_depth_bisection_stays_inside_the_space(depth: str, start: int, smallest: int) -> None:
+    spec = parse_spec(f'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = {depth}\nwidth = 4\nbatch = 2\n'
+                      "[expect.gradient_arrival]\nlo = 0.05\nhi = 10.0\n", file="specs/e.toml")
+    probed: list[int] = []
+
+    def measured(c: Case) -> CaseRecord:
+        probed.append(c.depth)
+        return _halving(c)
+
+    found = engine._smallest_depth(spec, "gradient_arrival", Case(start, 4, 2, None, None, "default", "default", "float32", "cpu", 0), measured)
+    assert found.depth == smallest and found.width == 4
+    assert all(spec.space.depth.admits(d) for d in probed)  # type: ignore[union-attr]
