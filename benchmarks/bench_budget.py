@@ -50,8 +50,7 @@ class DepthBudget:
         spec = load_spec(Path(_nets.SPECS_DIR, f"{name}.toml"))
         axes = [Axis("branch_init", ("default",))] if "default" in spec.space.branch_init and spec.family != "plain" else []
         with Store(":memory:") as store:
-            result = run_sweep(spec, axes, store, SerialBackend(), seeds=range(spec.space.seed[0], spec.space.seed[0] + SEEDS),
-                               depth_range=(spec.space.depth[0], CASES[which]), version="asv")
+            result = run_sweep(spec, axes, store, SerialBackend(), seeds=range(spec.space.seed[0], spec.space.seed[0] + SEEDS), depth_range=(spec.space.depth[0], CASES[which]), version="asv")
         budget = next(b for b in result.budgets if b.invariant == invariant)
         self.budget = budget.budget if budget.budget is not None else 1
 

@@ -34,9 +34,18 @@ def main() -> None:
     judged: dict[str, int] = {}
     t0 = time.perf_counter()
     for _ in range(args.cases):
-        case = Case(rng.randint(*args.depth), rng.choice([16, 24, 32, 48, 64]), rng.randint(4, 16), None, None,
-                    rng.choice(["kaiming_normal", "xavier_normal", "default"]), "default", rng.choice(["float32", "float64"]), "cpu",
-                    rng.randrange(2**16))
+        case = Case(
+            rng.randint(*args.depth),
+            rng.choice([16, 24, 32, 48, 64]),
+            rng.randint(4, 16),
+            None,
+            None,
+            rng.choice(["kaiming_normal", "xavier_normal", "default"]),
+            "default",
+            rng.choice(["float32", "float64"]),
+            "cpu",
+            rng.randrange(2**16),
+        )
         v = judge(spec, "variance_growth", evaluate(spec, case))
         lowest = str(v.extra.get("lowest"))
         judged[lowest] = judged.get(lowest, 0) + 1

@@ -155,8 +155,12 @@ def main(argv: list[str]) -> int:
             r = projection_vector(blocks(x).shape, 0, dtype=x.dtype, device=x.device)
         if by_part:
             got = parts(blocks, x, r, reps)
-            print(name, f"probe={got['probe'] * 1e3:.1f}ms bare={got['bare'] * 1e3:.1f}ms ({got['probe'] / got['bare']:.3f}x);",
-                  "; ".join(f"{k} {v * 1e3:.2f} ms" for k, v in got.items() if k not in ("probe", "bare")), flush=True)
+            print(
+                name,
+                f"probe={got['probe'] * 1e3:.1f}ms bare={got['bare'] * 1e3:.1f}ms ({got['probe'] / got['bare']:.3f}x);",
+                "; ".join(f"{k} {v * 1e3:.2f} ms" for k, v in got.items() if k not in ("probe", "bare")),
+                flush=True,
+            )
             continue
         fns = variants(blocks, x, r)
         for f in fns.values():

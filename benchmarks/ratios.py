@@ -261,8 +261,13 @@ def section_a(reps: int) -> None:
         t = _subprocess_json(_A_CODE.format(threads=THREADS, clock=clock, index=index, reps=reps))
         ratio = t["probe"] / t["bare"]
         DATA[f"a.{label}"] = {**t, "ratio": ratio, "ratio_freed": t["probe"] / t["bare_freed"]}
-        _row(f"(a) probe / bare fwd+bwd, {label}", f"{ratio:.3f}× ({t['probe'] * 1e3:.1f} ms vs {t['bare'] * 1e3:.1f} ms)", "≤ 1.10×", ratio <= 1.10,
-             f"{t['probe'] / t['bare_freed']:.3f}× a bare pass that drops large parameter gradients as the probe does ({t['bare_freed'] * 1e3:.1f} ms)")
+        _row(
+            f"(a) probe / bare fwd+bwd, {label}",
+            f"{ratio:.3f}× ({t['probe'] * 1e3:.1f} ms vs {t['bare'] * 1e3:.1f} ms)",
+            "≤ 1.10×",
+            ratio <= 1.10,
+            f"{t['probe'] / t['bare_freed']:.3f}× a bare pass that drops large parameter gradients as the probe does ({t['bare_freed'] * 1e3:.1f} ms)",
+        )
     if not NAIVE:
         return
     # The naive approach: quadratic in depth (MLP width 256, batch 64; fewer repeats, it is slow).
@@ -476,8 +481,7 @@ def section_e(reps: int) -> None:
         label = ", ".join(f"{k}={v}" for k, v in overrides.items())
         _row(
             f"(e) 32 seeds, probe_seeds vs loop of probe, {name} ({label})",
-            f"{speedup:.2f}× ({t['batched'] * 1e3:.0f} ms vs {t['loop'] * 1e3:.0f} ms); numbers "
-            + ("bit-identical" if identical else f"equal to {worst:.1e} relative"),
+            f"{speedup:.2f}× ({t['batched'] * 1e3:.0f} ms vs {t['loop'] * 1e3:.0f} ms); numbers " + ("bit-identical" if identical else f"equal to {worst:.1e} relative"),
             "≥ 4×, identical numbers" if exact else "≥ 4× (layer norm: identical up to rounding)",
             speedup >= 4 and (identical or not exact),
             "" if identical else "layer-norm γ gradients reduced in another order under vmap; see tests/test_batched.py",
@@ -488,6 +492,7 @@ def section_f() -> None:
     print("(f) the gate", flush=True)
     specs = sorted(str(p.relative_to(ROOT)) for p in SPECS.glob("*.toml"))
     cli = [str(Path(PY).parent / "stability"), "check", "specs", "--profile", "ci", "-q"]
+
     def timed(cmd: list[str]) -> tuple[subprocess.CompletedProcess[str], float, float]:
         c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()

@@ -87,9 +87,9 @@ def report(logs: torch.Tensor, frozen: torch.Tensor, *, windows: list[tuple[int,
     n = inc.shape[0]
     print(f"{'blocks':>10} {'mean inc':>9} {'± se':>7} {'frozen':>7} {'inc | live':>10}")
     for a, b in windows:
-        d = inc[:, a - 1:b].mean(dim=1)  # (S,): each network's mean increment over the window
+        d = inc[:, a - 1 : b].mean(dim=1)  # (S,): each network's mean increment over the window
         live = ~frozen[:, b]
-        live_inc = float(inc[live, a - 1:b].mean()) if bool(live.any()) else float("nan")
+        live_inc = float(inc[live, a - 1 : b].mean()) if bool(live.any()) else float("nan")
         print(f"{a:>4}-{b:<5} {float(d.mean()):9.4f} {float(d.std() / math.sqrt(n)):7.4f} {float(frozen[:, b].double().mean()):7.3f} {live_inc:10.4f}")
     depth = logs.shape[1] - 1
     for at in sorted({8, 16, 32, 63, 64, 128, 256, 512, depth} & set(range(1, depth + 1))):

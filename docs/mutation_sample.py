@@ -91,5 +91,6 @@ def main() -> None:
         rate = f"{dead / judged:6.1%} [{lo:.1%}, {hi:.1%}]" if judged else "-"
         print(f"{mod:26} {n:7d} {c['killed']:6d} {c['timeout']:7d} {c['survived'] + c['suspicious']:8d} {c['no tests']:8d} {unrun:5d}  {rate}")
 
+
 if __name__ == "__main__":
     main()

@@ -41,10 +41,20 @@ def _check(specs: str, html_dir: Path, profile: str) -> None:
 def _screenshot(browser: str, page: Path, out: Path, size: str) -> None:
     with tempfile.TemporaryDirectory(prefix="stability-chromium-") as profile_dir:
         cmd = [
-            browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            f"--user-data-dir={profile_dir}", f"--window-size={size}", "--hide-scrollbars",
-            f"--screenshot={out}", page.resolve().as_uri(),
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile_dir}",
+            f"--window-size={size}",
+            "--hide-scrollbars",
+            f"--screenshot={out}",
+            page.resolve().as_uri(),
         ]
         print("+", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

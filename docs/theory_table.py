@@ -31,12 +31,9 @@ EPS = float(np.finfo(np.float64).eps)
 T, M = "tests/test_theory.py", "tests/test_memory.py"
 
 
-def spec(
-    family: str, block: str = "", space: str = "", expect: str = "[expect.gradient_arrival]\nlo = 1e-300\nhi = 1e300", batch: str = "[1, 64]"
-) -> Spec:
+def spec(family: str, block: str = "", space: str = "", expect: str = "[expect.gradient_arrival]\nlo = 1e-300\nhi = 1e300", batch: str = "[1, 64]") -> Spec:
     return parse_spec(
-        f'name = "theory"\ndescription = "theory"\nfamily = "{family}"\n[block]\n{block}\n'
-        f'[space]\ndepth = [1, 100]\nwidth = [1, 512]\nbatch = {batch}\ndevice = ["cpu"]\n{space}\n{expect}\n'
+        f'name = "theory"\ndescription = "theory"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 100]\nwidth = [1, 512]\nbatch = {batch}\ndevice = ["cpu"]\n{space}\n{expect}\n'
     )
 
 
@@ -252,11 +249,7 @@ def rows() -> Iterator[tuple[str, ...]]:
             width=4,
             batch=4,
         )
-        where = (
-            f"{T}::test_highway_carry_factor"
-            if bias < 0
-            else f"{T}::test_highway_positive_bias_closes_the_carry; specs/control_highway_closed.toml"
-        )
+        where = f"{T}::test_highway_carry_factor" if bias < 0 else f"{T}::test_highway_positive_bias_closes_the_carry; specs/control_highway_closed.toml"
         yield (
             "6 highway",
             f"W_T = 0, H = 0, b_T = {bias:g}: (1 − σ(b_T))^L, L = {L}",
@@ -471,8 +464,11 @@ def theory_rows() -> Iterator[tuple[str, ...]]:
     for name, published, exact in (("relu", 1.7139588594, math.sqrt(2 / (1 - 1 / math.pi))), ("tanh", 1.5939117670, 1 / math.sqrt(var_tanh))):
         got = mf.nf_gain(name)
         yield (
-            "10 mean field", f"NF-ResNet gain γ = 1/√Var[{name}(z)] (Brock et al. 2021; published {published})", f"{TM}::test_nf_gains",
-            g(exact) + (" (√(2/(1 − 1/π)))" if name == "relu" else " (1/√Var by trapezoid)"), g(got),
+            "10 mean field",
+            f"NF-ResNet gain γ = 1/√Var[{name}(z)] (Brock et al. 2021; published {published})",
+            f"{TM}::test_nf_gains",
+            g(exact) + (" (√(2/(1 − 1/π)))" if name == "relu" else " (1/√Var by trapezoid)"),
+            g(got),
             ("4ε rel." if name == "relu" else f"1e-10 rel.; seen {rel(got, exact)}") + f"; published value off by {abs(published / got - 1):.1e} rel. (a finite-sample estimate)",
         )
     for act, init, width in (("relu", "kaiming_normal", 64), ("relu", "kaiming_normal", 256), ("tanh", "xavier_normal", 64), ("tanh", "xavier_normal", 256)):
@@ -487,9 +483,11 @@ def theory_rows() -> Iterator[tuple[str, ...]]:
             rates.append(meas / 10)
         z = np.asarray(zs)
         yield (
-            "10 mean field", f"plain {act}, {init}, width {width}, L = 10: z = (ln g₀²/g_L² − Σ(ln χ_l − v_l/2))/√Σv_l, v_l = (3κ_l − 1)/n (120 seeds)",
+            "10 mean field",
+            f"plain {act}, {init}, width {width}, L = 10: z = (ln g₀²/g_L² − Σ(ln χ_l − v_l/2))/√Σv_l, v_l = (3κ_l − 1)/n (120 seeds)",
             f"{TC}::test_measured_gradient_rate_matches_chi1_within_the_derived_finite_width_spread",
-            f"χ = {pr.chi:.4g}; mean z 0, Var z 1", f"per-block factor e^(mean ln) = {math.exp(float(np.mean(rates))):.4g}; mean z {z.mean():+.3f}, Var z {z.var(ddof=1):.3f}",
+            f"χ = {pr.chi:.4g}; mean z 0, Var z 1",
+            f"per-block factor e^(mean ln) = {math.exp(float(np.mean(rates))):.4g}; mean z {z.mean():+.3f}, Var z {z.var(ddof=1):.3f}",
             f"|mean| ≤ {4 / math.sqrt(120):.2f}; Var in [0.65, 1.4] (±3 s.d.)",
         )
     # ---- fact 11: Jacobian spectrum (Pennington, Schoenholz & Ganguli 2017)
@@ -523,9 +521,12 @@ def theory_rows() -> Iterator[tuple[str, ...]]:
                 vals.append(jacobian_spectrum(_relu_stack(depth, 192, orthogonal=orthogonal, seed=seed), x, exact=True).var_sq)
             v = np.asarray(vals, dtype=float)
             yield (
-                "11 isometry", f"plain ReLU, σ_w² = 2, {'orthogonal' if orthogonal else 'Gaussian'} W, width 192, L = {depth}: Var σ² = {'L' if orthogonal else '2L'}, ⟨σ²⟩ = 1 (6 seeds)",
-                f"{TJ}::test_relu_plain_stack_spectrum_spreads_linearly_with_depth", g((1 if orthogonal else 2) * depth),
-                f"{v.mean():.3f} ± {v.std(ddof=1) / math.sqrt(6):.3f} (s.e.)", f"4 s.e. + 2L(L+1)/n = {4 * v.std(ddof=1) / math.sqrt(6) + 2 * depth * (depth + 1) / 192:.3f}",
+                "11 isometry",
+                f"plain ReLU, σ_w² = 2, {'orthogonal' if orthogonal else 'Gaussian'} W, width 192, L = {depth}: Var σ² = {'L' if orthogonal else '2L'}, ⟨σ²⟩ = 1 (6 seeds)",
+                f"{TJ}::test_relu_plain_stack_spectrum_spreads_linearly_with_depth",
+                g((1 if orthogonal else 2) * depth),
+                f"{v.mean():.3f} ± {v.std(ddof=1) / math.sqrt(6):.3f} (s.e.)",
+                f"4 s.e. + 2L(L+1)/n = {4 * v.std(ddof=1) / math.sqrt(6) + 2 * depth * (depth + 1) / 192:.3f}",
             )
     blocks = _relu_stack(3, 10, orthogonal=False, seed=3)
     x = torch.randn(2, 10, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
@@ -568,8 +569,11 @@ def theory_rows() -> Iterator[tuple[str, ...]]:
         r = torch.randn(2, 256, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
         sh, law = path_length_shares(blocks, x, r), binomial_shares(8, alpha)
         yield (
-            "12 paths", f"branches α·Q_l (orthogonal), α = {alpha}, L = 8: share of ‖∂L/∂x‖² through k branches = Binomial(L, α²/(1+α²))",
-            f"{TP}::test_shares_follow_the_binomial_law", "[" + ", ".join(f"{v:.3f}" for v in law) + "]", "[" + ", ".join(f"{v:.3f}" for v in sh) + "]",
+            "12 paths",
+            f"branches α·Q_l (orthogonal), α = {alpha}, L = 8: share of ‖∂L/∂x‖² through k branches = Binomial(L, α²/(1+α²))",
+            f"{TP}::test_shares_follow_the_binomial_law",
+            "[" + ", ".join(f"{v:.3f}" for v in law) + "]",
+            "[" + ", ".join(f"{v:.3f}" for v in sh) + "]",
             f"{10 / math.sqrt(512):.2f} rel. per k; seen {max(abs(a / b - 1) for a, b in zip(sh, law, strict=True)):.3f}",
         )
     # ---- fact 13: lesions (Veit et al. 2016)
@@ -592,8 +596,12 @@ def theory_rows() -> Iterator[tuple[str, ...]]:
             case = corner_case(sp, depth=8, width=16, batch=2, seed=seed)
             worst.append(max(lesion_changes(build(sp, case).blocks, make_input(sp, case))))
         yield (
-            "13 lesions", f"{path}: largest change over blocks, depth 8, width 16 (10 seeds)", f"tests/test_controls.py; {path}",
-            "small (residual)" if "preact" in path else "≈ 1 or more (plain)", f"{min(worst):.3f} to {max(worst):.3f}", "bound 0.8 (the specs' max_change)",
+            "13 lesions",
+            f"{path}: largest change over blocks, depth 8, width 16 (10 seeds)",
+            f"tests/test_controls.py; {path}",
+            "small (residual)" if "preact" in path else "≈ 1 or more (plain)",
+            f"{min(worst):.3f} to {max(worst):.3f}",
+            "bound 0.8 (the specs' max_change)",
         )
 
 
@@ -623,9 +631,7 @@ def main() -> int:
     out.write("Generated by `python docs/theory_table.py > docs/theory.md`; do not edit by hand.\n\n")
     out.write("Each row: a fact from the literature (sources in tests/test_theory.py), its formula, where the test suite checks it, the value the\n")
     out.write("formula predicts (computed by the script), the value the harness measures (through specs and\n")
-    out.write(
-        "`probe`), and the tolerance the test uses. ε = 2⁻⁵² (float64). Statistical rows (fact 7) are means over\n"
-    )
+    out.write("`probe`), and the tolerance the test uses. ε = 2⁻⁵² (float64). Statistical rows (fact 7) are means over\n")
     out.write("fixed seeds ± their standard error; their tests assert the tolerance is at least 3 standard errors.\n\n")
     out.write("| fact | formula | checked in | predicted | measured | tolerance |\n|---|---|---|---|---|---|\n")
     for row in rows():
@@ -647,13 +653,9 @@ def main() -> int:
     out.write("residual chains with orthogonal branches, where every path has norm α^k and distinct paths are\n")
     out.write("uncorrelated (Veit et al. 2016).\n\n")
     out.write("## Negative controls (`stability check specs/control_*.toml --profile ci`)\n\n")
-    out.write(
-        'Each control declares `expect = "violated"`; tests/test_controls.py asserts it is met, and not met when\n'
-    )
+    out.write('Each control declares `expect = "violated"`; tests/test_controls.py asserts it is met, and not met when\n')
     out.write('flipped to "holds".\n\n')
-    out.write(
-        "| spec | invariant | expectation | smallest violating case found | verdict | seconds |\n|---|---|---|---|---|---|\n"
-    )
+    out.write("| spec | invariant | expectation | smallest violating case found | verdict | seconds |\n|---|---|---|---|---|---|\n")
     for row in controls():
         out.write("| " + " | ".join(row) + " |\n")
     return 0

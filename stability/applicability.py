@@ -76,13 +76,16 @@ def check_applies_when(spec: Spec, data: dict[str, Any]) -> None:
             continue
         where = f"expect.{name}.applies_when"
         if not table:
-            raise SpecError(spec.path, where, "is empty", value=table, fix="name at least one case key, e.g. { branch_init = [\"zero\"] }, or remove it")
+            raise SpecError(spec.path, where, "is empty", value=table, fix='name at least one case key, e.g. { branch_init = ["zero"] }, or remove it')
         for raw_key, values in table.items():
             key = _ALIASES.get(raw_key, raw_key)
             if key not in keys:
                 known = ["init", *keys]
                 raise SpecError(
-                    spec.path, f"{where}.{raw_key}", f"is not a case key{did_you_mean(raw_key, known)}", value=values,
+                    spec.path,
+                    f"{where}.{raw_key}",
+                    f"is not a case key{did_you_mean(raw_key, known)}",
+                    value=values,
                     fix=f"use one of {', '.join(known)}",
                 )
             if not values:
@@ -97,6 +100,9 @@ def check_applies_when(spec: Spec, data: dict[str, Any]) -> None:
                     raise SpecError(spec.path, f"{where}.{raw_key}", f"{v!r}: space.{key} is not set, so every case has {key}={getattr(corner, key)}", value=values, fix="remove the key")
         if name == "identity_at_init" and spec.family != "custom" and "branch_init" in table and not ZERO_BRANCH_INITS & set(table["branch_init"]):
             raise SpecError(
-                spec.path, f"{where}.branch_init", "names no zero-branch init, and identity_at_init applies to zero-branch cases only on a built-in family",
-                value=table["branch_init"], fix=f"list some of {sorted(ZERO_BRANCH_INITS)}",
+                spec.path,
+                f"{where}.branch_init",
+                "names no zero-branch init, and identity_at_init applies to zero-branch cases only on a built-in family",
+                value=table["branch_init"],
+                fix=f"list some of {sorted(ZERO_BRANCH_INITS)}",
             )

@@ -51,8 +51,13 @@ def _check(v: Verdict, m: Measurements) -> Measurements:
 
 
 def assert_gradient_arrives(
-    blocks: Blocks, x: torch.Tensor, *, lo: float = 0.1, hi: float = 10.0,
-    loss: Literal["projection", "sum"] = "projection", seed: int = 0,
+    blocks: Blocks,
+    x: torch.Tensor,
+    *,
+    lo: float = 0.1,
+    hi: float = 10.0,
+    loss: Literal["projection", "sum"] = "projection",
+    seed: int = 0,
 ) -> Measurements:
     """Fail unless ‖∂L/∂x‖ / ‖∂L/∂y‖ lies in [lo, hi]. Returns the measurements."""
     m = probe(blocks, x, loss=loss, seed=seed)
@@ -60,8 +65,14 @@ def assert_gradient_arrives(
 
 
 def assert_variance_growth(
-    blocks: Blocks, x: torch.Tensor, *, max_growth: str = "linear", max_ratio: float | None = None,
-    min_ratio: float | None = None, statistic: str = "variance", seed: int = 0,
+    blocks: Blocks,
+    x: torch.Tensor,
+    *,
+    max_growth: str = "linear",
+    max_ratio: float | None = None,
+    min_ratio: float | None = None,
+    statistic: str = "variance",
+    seed: int = 0,
 ) -> Measurements:
     """Fail when the activation variance grows faster than `max_growth` or leaves the ratios."""
     m = probe(blocks, x, seed=seed)

@@ -290,8 +290,7 @@ def _states(stacks: list[list[nn.Module]]) -> list[_State]:
         other = [type(m) for m in stack]
         if other != kinds:
             raise ValueError(
-                f"probe_seeds: network {s} differs from network 0: its blocks are {[t.__name__ for t in other]}, "
-                f"not {[t.__name__ for t in kinds]}; every network must have the same architecture"
+                f"probe_seeds: network {s} differs from network 0: its blocks are {[t.__name__ for t in other]}, not {[t.__name__ for t in kinds]}; every network must have the same architecture"
             )
     template = _state(stacks[0])
     return [template] + [_same_state(stack, template, s) for s, stack in enumerate(stacks[1:], start=1)]

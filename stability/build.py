@@ -367,7 +367,10 @@ def _build_custom(spec: Spec, case: Case) -> Network:
         raise
     except SystemExit as exc:  # a factory may not decide the gate's exit code
         raise SpecError(
-            spec.path, "block.factory", f"called sys.exit({exc.code!r}) (case {case})", value=spec.block.factory,
+            spec.path,
+            "block.factory",
+            f"called sys.exit({exc.code!r}) (case {case})",
+            value=spec.block.factory,
             fix="a factory must return blocks, not exit",
         ) from None
     except Exception as exc:  # the factory's own check on this case (e.g. heads not dividing width): this case fails
@@ -383,10 +386,11 @@ def _network_from(spec: Spec, out: Any) -> Network:
     found = find_blocks(out) if isinstance(out, (nn.Module, Stack)) else None
     if found is None:
         raise SpecError(
-            spec.path, "block.factory",
-            f"returned {type(out).__name__}, not an nn.Sequential, an nn.ModuleList, a stability.Stack or a module with one of "
-            ".blocks/.layers/.layer/.h/.block",
-            value=spec.block.factory, fix="return nn.Sequential(*blocks), the library's ModuleList, or stability.Stack(blocks=...)",
+            spec.path,
+            "block.factory",
+            f"returned {type(out).__name__}, not an nn.Sequential, an nn.ModuleList, a stability.Stack or a module with one of .blocks/.layers/.layer/.h/.block",
+            value=spec.block.factory,
+            fix="return nn.Sequential(*blocks), the library's ModuleList, or stability.Stack(blocks=...)",
         )
     blocks = nn.Sequential(*found)
     if isinstance(out, Stack):
@@ -400,7 +404,10 @@ def _nonempty(spec: Spec, case: Case, net: Network) -> Network:
     """A stack with no blocks measures nothing, and nothing measured is not a pass."""
     if len(net.blocks) == 0:
         raise SpecError(
-            spec.path, "block.factory", f"returned an empty stack (no blocks) for case {case}", value=spec.block.factory,
+            spec.path,
+            "block.factory",
+            f"returned an empty stack (no blocks) for case {case}",
+            value=spec.block.factory,
             fix="return one module per block, e.g. nn.Sequential(*[Block(width) for _ in range(depth)])",
         )
     return net

@@ -61,16 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--memory-budget", metavar="SIZE", help="refuse cases estimated above SIZE (e.g. 4GiB; default half the free RAM)")
     c.add_argument("--deterministic", action="store_true", help="torch.use_deterministic_algorithms(True) (for CUDA runs)")
     c.add_argument("--quiet", "-q", action="store_true", help="only the summary and failures")
-    c.add_argument("--jobs", "-j", type=_count("jobs", auto=True), default=1, metavar="N",
-                   help="run N specs at once, each in its own worker process (default 1; auto = one per usable core)")
-    c.add_argument("--threads", type=_count("threads"), default=None, metavar="N",
-                   help="torch threads per worker (default: STABILITY_THREADS, else 1)")
-    c.add_argument("--source-root", action="append", metavar="DIR",
-                   help="a folder whose .py files custom factories may come from, besides each spec's own folder (repeatable)")
-    c.add_argument("--in-process", action="store_true",
-                   help="run specs in this process, without worker isolation (for debugging; a factory can then change global state)")
-    c.add_argument("--seed", type=int, default=None, metavar="N",
-                   help="Hypothesis seed for the search, to repeat a dev or thorough run (default: random; ci is derandomized)")
+    c.add_argument("--jobs", "-j", type=_count("jobs", auto=True), default=1, metavar="N", help="run N specs at once, each in its own worker process (default 1; auto = one per usable core)")
+    c.add_argument("--threads", type=_count("threads"), default=None, metavar="N", help="torch threads per worker (default: STABILITY_THREADS, else 1)")
+    c.add_argument("--source-root", action="append", metavar="DIR", help="a folder whose .py files custom factories may come from, besides each spec's own folder (repeatable)")
+    c.add_argument("--in-process", action="store_true", help="run specs in this process, without worker isolation (for debugging; a factory can then change global state)")
+    c.add_argument("--seed", type=int, default=None, metavar="N", help="Hypothesis seed for the search, to repeat a dev or thorough run (default: random; ci is derandomized)")
 
     ls = sub.add_parser("list", help="list specs and the families they use")
     ls.add_argument("paths", nargs="*")
@@ -233,9 +228,11 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
         print(f"stability: error: {printable(str(exc))}", file=sys.stderr)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: CUDA is not available on this machine; use --device cpu or auto")
-    devices = ["cpu", "cuda"] if args.device == "all" and torch.cuda.is_available() else [
-        "cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device in ("auto", "all") else args.device)
-    ]
+    devices = (
+        ["cpu", "cuda"]
+        if args.device == "all" and torch.cuda.is_available()
+        else ["cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device in ("auto", "all") else args.device)]
+    )
     budget = _validate(args, specs, devices)
     roots = [str(Path(r).resolve()) for r in args.source_root or []]
     specs, refused = _factories_allowed(specs, roots)
@@ -248,8 +245,7 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     tasks: list[Task] = []
     skipped: list[str] = []
     for device in devices:
-        options = RunOptions(profile=args.profile, device=device, case_timeout=args.case_timeout or None, memory_budget=budget,
-                             deterministic=args.deterministic, seed=args.seed)
+        options = RunOptions(profile=args.profile, device=device, case_timeout=args.case_timeout or None, memory_budget=budget, deterministic=args.deterministic, seed=args.seed)
         for spec in specs:
             if device not in spec.space.device and not args.case:
                 skipped.append(f"{spec.name} ({device} not in space.device)")

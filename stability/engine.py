@@ -149,8 +149,13 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
                 with torch.no_grad():
                     x = net.stem(x)
             m = probe(
-                net.blocks, x, loss=spec.probe.loss, seed=derive_seed(case.seed, 2),
-                checkpoint_every=spec.probe.checkpoint_every, call_kwargs=net.call_kwargs, rng_seed=derive_seed(case.seed, 3),
+                net.blocks,
+                x,
+                loss=spec.probe.loss,
+                seed=derive_seed(case.seed, 2),
+                checkpoint_every=spec.probe.checkpoint_every,
+                call_kwargs=net.call_kwargs,
+                rng_seed=derive_seed(case.seed, 3),
                 observers=[*token_invariants.observers_for(spec), *([ChannelStats()] if spec.expect.mean_shift is not None else [])],
             )
             m = token_invariants.finish_measurements(spec, m)
@@ -281,7 +286,14 @@ def _replay(spec: Spec, name: str, expectation: Any, case: Case, measured: Calla
     reason = not_applicable_reason(spec, name, case)
     if reason is not None:
         return InvariantResult(
-            name, expectation.expect, True, None, case, 0, f"{spec.path}::{name}: not applicable at {case}: {reason}", applicable=False,
+            name,
+            expectation.expect,
+            True,
+            None,
+            case,
+            0,
+            f"{spec.path}::{name}: not applicable at {case}: {reason}",
+            applicable=False,
         )
     record = measured(case)
     v = judge(spec, name, record)
@@ -291,7 +303,12 @@ def _replay(spec: Spec, name: str, expectation: Any, case: Case, measured: Calla
 
 
 def _search(
-    spec: Spec, name: str, expectation: Any, options: RunOptions, profile_name: str, profile: Any,
+    spec: Spec,
+    name: str,
+    expectation: Any,
+    options: RunOptions,
+    profile_name: str,
+    profile: Any,
     measured: Callable[[Case], CaseRecord],
 ) -> InvariantResult:
     failing: list[Case] = []
@@ -336,8 +353,15 @@ def _search(
     c, v = max(seen, key=lambda cv: _severity(name, cv[1], expectation))
     met = expectation.expect == "holds"
     return InvariantResult(
-        name, expectation.expect, met, v, c, examples, _message(spec, name, expectation.expect, met, v, c, False, examples),
-        reproduce_command(spec, c), None,
+        name,
+        expectation.expect,
+        met,
+        v,
+        c,
+        examples,
+        _message(spec, name, expectation.expect, met, v, c, False, examples),
+        reproduce_command(spec, c),
+        None,
     )
 
 
@@ -395,8 +419,14 @@ def _unmeasured(spec: Spec, name: str, case: Case, record: CaseRecord) -> str | 
 
 
 def run_training(
-    spec: Spec, name: str, expectation: Any, options: RunOptions, profile_name: str, *,
-    case: Case | None = None, cache: dict[Any, Any] | None = None,
+    spec: Spec,
+    name: str,
+    expectation: Any,
+    options: RunOptions,
+    profile_name: str,
+    *,
+    case: Case | None = None,
+    cache: dict[Any, Any] | None = None,
 ) -> InvariantResult:
     """Judge a training invariant (update_size, trainability, residual_size): each case is an
     optimizer run (stability.train), not a probe. With `case`, that case is replayed whatever the
@@ -427,9 +457,14 @@ def run_training(
         return result(case, v, error, met, _message(spec, name, expectation.expect, met, v, case, True), 1)
     if profile_name not in t.profiles:
         return InvariantResult(
-            name, expectation.expect, True, None, None, 0,
-            f"{where}: skipped in profile {profile_name} (train.profiles = {', '.join(t.profiles)}); "
-            f"run it with --profile {t.profiles[0]}", skipped=True,
+            name,
+            expectation.expect,
+            True,
+            None,
+            None,
+            0,
+            f"{where}: skipped in profile {profile_name} (train.profiles = {', '.join(t.profiles)}); run it with --profile {t.profiles[0]}",
+            skipped=True,
         )
     _, profile = get_profile(profile_name)
     n = t.cases * (10 if profile_name == "thorough" else 1)

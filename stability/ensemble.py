@@ -101,7 +101,7 @@ def probe_ensemble_until_decided(spec: Spec, case: Case, first: Measurements, *,
             break
         more = min(ens.size, limit - ens.size)
         seeds = ensemble_seeds(case.seed, ens.size + more)
-        found, vectorised = _probe_members(spec, case, seeds[ens.size:])
+        found, vectorised = _probe_members(spec, case, seeds[ens.size :])
         ens = Ensemble(seeds, ens.act_var + [m.act_var for m in found], ens.act_sq_mean + [m.act_sq_mean for m in found], ens.vectorised and vectorised)
     return ens
 
@@ -133,8 +133,7 @@ def _probe_members(spec: Spec, case: Case, seeds: list[int], *, vectorise: bool 
                 raise
             built = [build(spec, m) for m in members]  # fresh buffers: the failed pass may have run some blocks
     found = [
-        probe(net.blocks, x, loss=spec.probe.loss, seed=ls, checkpoint_every=spec.probe.checkpoint_every,
-              call_kwargs=net.call_kwargs, rng_seed=derive_seed(m.seed, 3))
+        probe(net.blocks, x, loss=spec.probe.loss, seed=ls, checkpoint_every=spec.probe.checkpoint_every, call_kwargs=net.call_kwargs, rng_seed=derive_seed(m.seed, 3))
         for net, x, ls, m in zip(built, xs, loss_seeds, members, strict=True)
     ]
     return found, False
@@ -163,8 +162,16 @@ def probe_channel_ensemble(spec: Spec, case: Case, first: Measurements, *, size:
     median of −0.03), so the invariant judges the ensemble's median."""
     profiles: list[ChannelProfile] = [first.extra["channels"]]
     for net, x, s in _members(spec, case, size):
-        m = probe(net.blocks, x, loss=spec.probe.loss, seed=derive_seed(s, 2), checkpoint_every=spec.probe.checkpoint_every,
-                  call_kwargs=net.call_kwargs, rng_seed=derive_seed(s, 3), observers=[ChannelStats()])
+        m = probe(
+            net.blocks,
+            x,
+            loss=spec.probe.loss,
+            seed=derive_seed(s, 2),
+            checkpoint_every=spec.probe.checkpoint_every,
+            call_kwargs=net.call_kwargs,
+            rng_seed=derive_seed(s, 3),
+            observers=[ChannelStats()],
+        )
         profiles.append(m.extra["channels"])
     return profiles
 

@@ -90,8 +90,7 @@ def run_task(
 
     try:
         with draws_from_the_spec_alone():
-            result = engine.run_spec(task.spec, task.options, case=task.case, only=task.only, on_case=measured, on_start=started,
-                                     on_result=judged)
+            result = engine.run_spec(task.spec, task.options, case=task.case, only=task.only, on_case=measured, on_start=started, on_result=judged)
     except StabilityError as exc:
         return unfinished_outcome(task, str(exc), done=done, records=records, case=current[0] if current else None)
     return Outcome(task, result)
@@ -151,10 +150,19 @@ def unfinished_outcome(
         if name in finished:
             continue
         expectation = getattr(spec.expect, name)
-        results.append(InvariantResult(
-            name, expectation.expect, False, None, case, 0, f"{spec.path}::{name}: not judged{where}: {reason}",
-            reproduce_command(spec, case) if case is not None else None, reason,
-        ))
+        results.append(
+            InvariantResult(
+                name,
+                expectation.expect,
+                False,
+                None,
+                case,
+                0,
+                f"{spec.path}::{name}: not judged{where}: {reason}",
+                reproduce_command(spec, case) if case is not None else None,
+                reason,
+            )
+        )
     cases = {r.case: r for r in records}
     if case is not None and case not in cases:
         cases[case] = CaseRecord(case, None, reason, 0.0)

@@ -33,12 +33,10 @@ REFERENCES: dict[str, str] = {
     "delving": 'He, Zhang, Ren, Sun (2015). "Delving Deep into Rectifiers: Surpassing Human-Level Performance on ImageNet Classification". ICCV 2015, arXiv:1502.01852.',
     "rank": 'Dong, Cordonnier, Loukas (2021). "Attention is Not All You Need: Pure Attention Loses Rank Doubly Exponentially with Depth". ICML 2021, arXiv:2103.03404.',
     "signal": (
-        'Noci, Anagnostidis, Biggio, Orvieto, Singh, Lucchi (2022). "Signal Propagation in Transformers: Theoretical Perspectives and the Role of Rank'
-        ' Collapse". NeurIPS 2022, arXiv:2206.03126.'
+        'Noci, Anagnostidis, Biggio, Orvieto, Singh, Lucchi (2022). "Signal Propagation in Transformers: Theoretical Perspectives and the Role of Rank Collapse". NeurIPS 2022, arXiv:2206.03126.'
     ),
     "entropy": (
-        'Zhai, Likhomanenko, Littwin, Busbridge, Ramapuram, Zhang, Gu, Susskind (2023). "Stabilizing Transformer Training by Preventing Attention Entropy'
-        ' Collapse". ICML 2023, arXiv:2303.06296.'
+        'Zhai, Likhomanenko, Littwin, Busbridge, Ramapuram, Zhang, Gu, Susskind (2023). "Stabilizing Transformer Training by Preventing Attention Entropy Collapse". ICML 2023, arXiv:2303.06296.'
     ),
     "layernorm": 'Xiong, Yang, He, Zheng, Zheng, Xing, Zhang, Lan, Wang, Liu (2020). "On Layer Normalization in the Transformer Architecture". ICML 2020, arXiv:2002.04745.',
     "deepnet": 'Wang, Ma, Dong, Huang, Zhang, Wei (2022). "DeepNet: Scaling Transformers to 1,000 Layers". arXiv:2203.00555.',
@@ -515,26 +513,25 @@ def explain_text(name: str | None = None) -> str:
         return _overview()
     entry = _ENTRIES.get(name)
     if entry is None:
-        raise UsageError(
-            f"unknown invariant '{name}'{did_you_mean(name, _ENTRIES)}; choose one of {', '.join(_ENTRIES)} "
-            "(or run `stability explain` for the list)"
-        )
+        raise UsageError(f"unknown invariant '{name}'{did_you_mean(name, _ENTRIES)}; choose one of {', '.join(_ENTRIES)} (or run `stability explain` for the list)")
     refs = "\n".join(textwrap.fill(REFERENCES[key], width=94, initial_indent="- ", subsequent_indent="  ") for key in entry.references)
-    return "\n".join([
-        f"{name}: {entry.summary}",
-        "",
-        "What the harness computes",
-        _indent(_mean_field_computes() if name in _COMPUTED else entry.computes),
-        "",
-        "Why it typically fails",
-        _indent(entry.fails),
-        "",
-        "Usual fixes",
-        _indent(entry.fixes),
-        "",
-        "References",
-        _indent(refs),
-    ])
+    return "\n".join(
+        [
+            f"{name}: {entry.summary}",
+            "",
+            "What the harness computes",
+            _indent(_mean_field_computes() if name in _COMPUTED else entry.computes),
+            "",
+            "Why it typically fails",
+            _indent(entry.fails),
+            "",
+            "Usual fixes",
+            _indent(entry.fixes),
+            "",
+            "References",
+            _indent(refs),
+        ]
+    )
 
 
 if set(_ENTRIES) != set(INVARIANTS):  # pragma: no cover - a new invariant needs its explanation

@@ -52,7 +52,7 @@ def source_roots(roots: Sequence[str | Path]) -> Iterator[None]:
     try:
         yield
     finally:
-        del _configured[len(_configured) - len(added):]
+        del _configured[len(_configured) - len(added) :]
 
 
 def configured_roots() -> list[Path]:
@@ -101,10 +101,12 @@ def locate_factory(spec_path: str, target: str) -> tuple[str, str, Path, Path]:
             return mod_name, fn_name, file, root
     where = ", ".join(str(r) for r in roots)
     raise SpecError(
-        spec_path, "block.factory",
+        spec_path,
+        "block.factory",
         f"module '{mod_name}' was not found as a .py file of your own code (looked in: {where}); a factory must live beside "
         f"the spec or under a --source-root, never in the standard library or site-packages ({_THREAT_MODEL})",
-        value=target, fix=f"put {parts[-1]}.py beside the spec, or pass --source-root FOLDER",
+        value=target,
+        fix=f"put {parts[-1]}.py beside the spec, or pass --source-root FOLDER",
     )
 
 
@@ -157,12 +159,14 @@ def load_factory(spec_path: str, target: str) -> Callable[..., Any]:
     try:
         module = _import(mod_name, file, root)
     except SystemExit as exc:
-        raise SpecError(spec_path, "block.factory", f"module '{mod_name}' called sys.exit({exc.code!r}) while importing", value=target,
-                        fix="a factory module must not exit") from None
+        raise SpecError(spec_path, "block.factory", f"module '{mod_name}' called sys.exit({exc.code!r}) while importing", value=target, fix="a factory module must not exit") from None
     except Exception as exc:
         raise SpecError(
-            spec_path, "block.factory", f"module '{mod_name}' does not import ({type(exc).__name__}: {exc})",
-            value=target, fix=f"fix {file}",
+            spec_path,
+            "block.factory",
+            f"module '{mod_name}' does not import ({type(exc).__name__}: {exc})",
+            value=target,
+            fix=f"fix {file}",
         ) from None
     fn = getattr(module, fn_name, None)
     if fn is None or not callable(fn):

@@ -122,8 +122,14 @@ def classify_ensemble(profiles: Sequence[Sequence[float]], *, bounded_ratio: flo
     rate = float(math.exp(mean_log[-1] / depth)) if depth else 1.0
     slope = float(np.polyfit(np.arange(n_bound, dtype=np.float64), big, 1)[0]) if depth else 0.0
     common = dict(
-        size=n_seeds, ratios=big.tolist(), lo=r.min(axis=0).tolist(), hi=r.max(axis=0).tolist(),
-        q25=q25.tolist(), q75=q75.tolist(), rate=rate, slope=slope,
+        size=n_seeds,
+        ratios=big.tolist(),
+        lo=r.min(axis=0).tolist(),
+        hi=r.max(axis=0).tolist(),
+        q25=q25.tolist(),
+        q75=q75.tolist(),
+        rate=rate,
+        slope=slope,
     )
     if bool((r <= 0).any()) or big[-1] < 1.0 / bounded_ratio:
         return EnsembleGrowth("decaying", "decaying", exponent=None, **common)

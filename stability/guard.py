@@ -218,13 +218,7 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     """Raise CaseTimeout if the body runs longer than `seconds` (main thread on POSIX only;
     elsewhere no limit applies). The check fires between tensor operations, never inside an
     import."""
-    usable = (
-        seconds is not None
-        and seconds > 0
-        and math.isfinite(seconds)
-        and hasattr(signal, "setitimer")
-        and threading.current_thread() is threading.main_thread()
-    )
+    usable = seconds is not None and seconds > 0 and math.isfinite(seconds) and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
     if not usable:
         yield
         return

@@ -137,9 +137,7 @@ def _verdict_rows(index: int, res: SpecResult) -> list[str]:
         status = _status(r)
         v = r.verdict
         case = r.case.varying(res.spec) if r.case is not None else ""
-        reproduce = (
-            f"<details><summary>command</summary><code>{_e(r.reproduce)}</code></details>" if r.reproduce and r.met else ""
-        )
+        reproduce = f"<details><summary>command</summary><code>{_e(r.reproduce)}</code></details>" if r.reproduce and r.met else ""
         name = f'<td class="{spec_cls}" rowspan="{span}"><a href="#{_anchor(index)}">{_e(res.spec.name)}</a></td>' if n == 0 else ""
         rows.append(
             f'<tr class="{status}">{name}'
@@ -263,10 +261,7 @@ def _figures(res: SpecResult, pngs: PngSource = spec_pngs) -> str:
     parts = []
     for key, png in pngs(res).items():
         uri = _data_uri(png)
-        parts.append(
-            f'<figure><img src="{uri}" alt="{_e(key)} plot of {_e(res.spec.name)}" width="640" height="370">'
-            f"<figcaption>{_e(figure_caption(res, key))}</figcaption></figure>"
-        )
+        parts.append(f'<figure><img src="{uri}" alt="{_e(key)} plot of {_e(res.spec.name)}" width="640" height="370"><figcaption>{_e(figure_caption(res, key))}</figcaption></figure>')
     return f'<div class="plots">{"".join(parts)}</div>'
 
 
@@ -288,8 +283,7 @@ def figure_caption(res: SpecResult, key: str) -> str:
         elif variance_band(res) is not None:
             bound = "Shaded: the ratios the spec allows. "
         else:
-            bound = (f'No band: max_growth = "{vg.max_growth}" limits how the ratio grows with depth (judged from a fit over the '
-                     "probed depths), not its value at each boundary. ")
+            bound = f'No band: max_growth = "{vg.max_growth}" limits how the ratio grows with depth (judged from a fit over the probed depths), not its value at each boundary. '
         return what + bound + "A line that stops short has a zero or non-finite value there."
     ia = expect.identity_at_init
     bound = f"Shaded: errors up to atol = {ia.atol:g}. " if ia is not None and ia.atol > 0 else "Green line at 0: the bound, exactly 0 (bit-exact). "
@@ -297,8 +291,7 @@ def figure_caption(res: SpecResult, key: str) -> str:
         "Identity at initialisation, zero-branch cases only: at each boundary, the relative change of the second moment from "
         "the input's (solid) and of the gradient norm from the output's (dashed); both stay at 0 while every block is the "
         "identity, and a line leaves 0 after the first block that changes its input. Dots: the errors the invariant judges, "
-        "‖f(x) − x‖/‖x‖ at the output and ‖∂L/∂x − ∂L/∂y‖/‖∂L/∂y‖ at the input. " + bound
-        + "Symmetric-log axis: values below 1e-9 are drawn on a linear scale, so 0 is on the axis."
+        "‖f(x) − x‖/‖x‖ at the output and ‖∂L/∂x − ∂L/∂y‖/‖∂L/∂y‖ at the input. " + bound + "Symmetric-log axis: values below 1e-9 are drawn on a linear scale, so 0 is on the axis."
     )
 
 

@@ -74,9 +74,12 @@ def gradient_arrival(m: Measurements, *, lo: float = 0.1, hi: float = 10.0) -> V
     first = crossed[0]
     per_block = ratio ** (1.0 / m.n_blocks) if m.n_blocks else 1.0
     return Verdict(
-        "gradient_arrival", False, ratio, bound, first,
-        f"gradient ratio {ratio:.3g} {'<' if ratio < lo else '>'} {limit:g}: the gradient {side} "
-        f"(crosses the bound at the input of block {first}; {per_block:.4g} per block on average)",
+        "gradient_arrival",
+        False,
+        ratio,
+        bound,
+        first,
+        f"gradient ratio {ratio:.3g} {'<' if ratio < lo else '>'} {limit:g}: the gradient {side} (crosses the bound at the input of block {first}; {per_block:.4g} per block on average)",
     )
 
 
@@ -164,9 +167,14 @@ def variance_growth(
     over = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
     if over is not None:  # the activations are finite (their mean is), but their squares overflow
         block = max(over - 1, 0)
-        return Verdict("variance_growth", False, math.inf, bound, block,
-                       f"the {statistic} overflows the float range after block {block} (activations beyond ~1e19 in magnitude); "
-                       "the variance runs away: scale the branches or the init down")
+        return Verdict(
+            "variance_growth",
+            False,
+            math.inf,
+            bound,
+            block,
+            f"the {statistic} overflows the float range after block {block} (activations beyond ~1e19 in magnitude); the variance runs away: scale the branches or the init down",
+        )
     fit = classify_growth(values, bounded_ratio=bounded_ratio)
     extra: dict[str, Any] = {"growth": fit.growth, "rate": fit.rate, "slope": fit.slope, "exponent": fit.exponent, "final_ratio": fit.final_ratio}
     fits = f"{fit.growth} (×{fit.rate:.4g} per block, +{fit.slope:.3g}·s₀ per block)"
@@ -174,8 +182,16 @@ def variance_growth(
     ens, why = ensemble_growth(m.extra, statistic, bounded_ratio=bounded_ratio)
     if ens is not None:  # the law is judged on the seed ensemble (stability/growth.py)
         judged = ens.lowest
-        extra.update(growth=ens.growth, lowest=ens.lowest, decided=ens.decided, rate=ens.rate, slope=ens.slope, exponent=ens.exponent,
-                     final_ratio=ens.final_ratio, ensemble={"size": ens.size, "chi2": ens.chi2, **ens.spread()})
+        extra.update(
+            growth=ens.growth,
+            lowest=ens.lowest,
+            decided=ens.decided,
+            rate=ens.rate,
+            slope=ens.slope,
+            exponent=ens.exponent,
+            final_ratio=ens.final_ratio,
+            ensemble={"size": ens.size, "chi2": ens.chi2, **ens.spread()},
+        )
         fits = describe_ensemble(ens)
     elif why != "no ensemble":
         extra["ensemble"] = {"skipped": why}
@@ -183,16 +199,25 @@ def variance_growth(
     if GROWTH_CLASSES.index(judged) > GROWTH_CLASSES.index(max_growth):
         shown = ens.ratios if ens is not None else r  # the profile the class was judged on
         first = next((i for i, v in enumerate(shown) if v > bounded_ratio), len(shown) - 1)
-        return Verdict("variance_growth", False, fit.max_ratio, bound, max(first - 1, 0),
-                       f"{statistic} grows {fits}, worse than {max_growth}; it passes {bounded_ratio:g}× the input's after block {max(first - 1, 0)}", extra)
+        return Verdict(
+            "variance_growth",
+            False,
+            fit.max_ratio,
+            bound,
+            max(first - 1, 0),
+            f"{statistic} grows {fits}, worse than {max_growth}; it passes {bounded_ratio:g}× the input's after block {max(first - 1, 0)}",
+            extra,
+        )
     if max_ratio is not None and fit.max_ratio > max_ratio:
         first = next(i for i, v in enumerate(r) if v > max_ratio)
-        return Verdict("variance_growth", False, fit.max_ratio, bound, max(first - 1, 0),
-                       f"{statistic} ratio {fit.max_ratio:.3g} > {max_ratio:g}, first after block {max(first - 1, 0)}; growth {fits}", extra)
+        return Verdict(
+            "variance_growth", False, fit.max_ratio, bound, max(first - 1, 0), f"{statistic} ratio {fit.max_ratio:.3g} > {max_ratio:g}, first after block {max(first - 1, 0)}; growth {fits}", extra
+        )
     if min_ratio is not None and fit.min_ratio < min_ratio:
         first = next(i for i, v in enumerate(r) if v < min_ratio)
-        return Verdict("variance_growth", False, fit.min_ratio, bound, max(first - 1, 0),
-                       f"{statistic} ratio {fit.min_ratio:.3g} < {min_ratio:g}, first after block {max(first - 1, 0)}; growth {fits}", extra)
+        return Verdict(
+            "variance_growth", False, fit.min_ratio, bound, max(first - 1, 0), f"{statistic} ratio {fit.min_ratio:.3g} < {min_ratio:g}, first after block {max(first - 1, 0)}; growth {fits}", extra
+        )
     return Verdict("variance_growth", True, fit.max_ratio, bound, int(np.argmax(r)), f"{statistic} grows {fits}, max ratio {fit.max_ratio:.3g}", extra)
 
 
@@ -207,13 +232,21 @@ def identity_at_init(m: Measurements, *, atol: float = 0.0) -> Verdict:
     fwd, bwd = m.identity_error, m.input_grad_error if m.input_grad_error is not None else 0.0
     observed = max(fwd, bwd)
     if observed <= atol:
-        return Verdict("identity_at_init", True, observed, bound, None,
-                       "output equals input and input gradient equals output gradient" + (" bit-exactly" if observed == 0 else f" (error {observed:.3g})"))
+        return Verdict(
+            "identity_at_init", True, observed, bound, None, "output equals input and input gradient equals output gradient" + (" bit-exactly" if observed == 0 else f" (error {observed:.3g})")
+        )
     first = _first_change(m, atol)
     which = "output differs from the input" if fwd > atol else "input gradient differs from the output gradient"
-    return Verdict("identity_at_init", False, observed, bound, first,
-                   f"{which}: relative error {fwd:.3g} forward, {bwd:.3g} backward; block {first} is the first to change its input" if first is not None
-                   else f"{which}: relative error {fwd:.3g} forward, {bwd:.3g} backward")
+    return Verdict(
+        "identity_at_init",
+        False,
+        observed,
+        bound,
+        first,
+        f"{which}: relative error {fwd:.3g} forward, {bwd:.3g} backward; block {first} is the first to change its input"
+        if first is not None
+        else f"{which}: relative error {fwd:.3g} forward, {bwd:.3g} backward",
+    )
 
 
 def _first_change(m: Measurements, atol: float) -> int | None:
@@ -261,16 +294,24 @@ def mean_shift(m: Measurements, *, max_ratio: float = 0.25) -> Verdict:
         if live:
             spread = f" (median of {len(members)} networks, from {min(live):.3g} to {max(live):.3g})"
     own = "this network's " if len(members) > 1 else ""
-    numbers = (f"{own}average squared channel mean {prof.sq_mean[-1]:.3g}, average channel variance {prof.var[-1]:.3g} "
-               f"(whole-tensor variance {m.act_var[-1]:.3g}; input {prof.sq_mean[0]:.3g}, {prof.var[0]:.3g})")
+    numbers = (
+        f"{own}average squared channel mean {prof.sq_mean[-1]:.3g}, average channel variance {prof.var[-1]:.3g} "
+        f"(whole-tensor variance {m.act_var[-1]:.3g}; input {prof.sq_mean[0]:.3g}, {prof.var[0]:.3g})"
+    )
     if not math.isfinite(final):
         return Verdict("mean_shift", False, math.nan, bound, m.n_blocks, f"the output's channel variance is zero or undefined: {numbers}", extra)
     if final <= max_ratio:
         return Verdict("mean_shift", True, final, bound, None, f"mean shift ρ = {final:.3g}{spread} at the output {bound}: {numbers}", extra)
     first = next(i for i, r in enumerate(rho) if math.isfinite(r) and r > max_ratio)
-    return Verdict("mean_shift", False, final, bound, max(first - 1, 0),
-                   f"mean shift ρ = {final:.3g}{spread} > {max_ratio:g} at the output (first above the bound after block {max(first - 1, 0)}): {numbers}; "
-                   "the per-channel offsets grow inside the variance", extra)
+    return Verdict(
+        "mean_shift",
+        False,
+        final,
+        bound,
+        max(first - 1, 0),
+        f"mean shift ρ = {final:.3g}{spread} > {max_ratio:g} at the output (first above the bound after block {max(first - 1, 0)}): {numbers}; the per-channel offsets grow inside the variance",
+        extra,
+    )
 
 
 def _finite_median(values: list[float]) -> float:

@@ -121,9 +121,7 @@ def jacobian_svdvals(blocks: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return s
 
 
-def jacobian_spectrum(
-    blocks: nn.Module, x: torch.Tensor, *, probes: int = 16, iterations: int = 50, seed: int = 0, exact: bool = False
-) -> JacobianSpectrum:
+def jacobian_spectrum(blocks: nn.Module, x: torch.Tensor, *, probes: int = 16, iterations: int = 50, seed: int = 0, exact: bool = False) -> JacobianSpectrum:
     """⟨σ²⟩, σ_max² and their ratio for the stack `blocks` at input x (B, …); see the module docstring."""
     x = x.detach()
     n = x.numel()

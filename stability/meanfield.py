@@ -227,9 +227,7 @@ def _check(activation: str, sigma_w2: float, sigma_b2: float) -> None:
 _HOMOGENEOUS = {"relu": 0.5, "identity": 1.0}
 
 
-def fixed_point(
-    activation: str, *, sigma_w2: float, sigma_b2: float = 0.0, q0: float = 1.0, tol: float = 1e-13, max_iter: int = 10_000
-) -> float:
+def fixed_point(activation: str, *, sigma_w2: float, sigma_b2: float = 0.0, q0: float = 1.0, tol: float = 1e-13, max_iter: int = 10_000) -> float:
     """q* of the map T(q) = σ_w² E[φ(√q z)²] + σ_b² (Poole et al. 2016, eq. 3), the limit of T
     iterated from q0.
 
@@ -289,9 +287,7 @@ def _chi_at(activation: str, sigma_w2: float, q: float) -> float:
     return sigma_w2 * _slope_moments(activation, q)[0]
 
 
-def chi1(
-    activation: str, *, sigma_w2: float, sigma_b2: float = 0.0, residual: bool = False, branch_scale: float = 1.0
-) -> float:
+def chi1(activation: str, *, sigma_w2: float, sigma_b2: float = 0.0, residual: bool = False, branch_scale: float = 1.0) -> float:
     """χ₁: the expected per-block factor of ‖∂L/∂x‖² at the fixed point (see `mean_field`)."""
     return mean_field(activation, sigma_w2=sigma_w2, sigma_b2=sigma_b2, residual=residual, branch_scale=branch_scale).chi1
 
@@ -308,9 +304,7 @@ def _xi(chi: float) -> float:
     return 1.0 / abs(math.log(chi))
 
 
-def mean_field(
-    activation: str, *, sigma_w2: float, sigma_b2: float = 0.0, residual: bool = False, branch_scale: float = 1.0
-) -> MeanField:
+def mean_field(activation: str, *, sigma_w2: float, sigma_b2: float = 0.0, residual: bool = False, branch_scale: float = 1.0) -> MeanField:
     """q*, χ₁ and ξ for a plain stack (Schoenholz et al. 2017, eqs. 3, 5, 16), or for the reduced
     residual stack x + α(W φ(x) + b) with α = `branch_scale` (Yang & Schoenholz 2017), whose χ₁ is
     1 + α² σ_w² E[φ′(√p z)²] at the input's p = 1 and whose stream has no fixed point."""

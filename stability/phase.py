@@ -184,11 +184,9 @@ def _budgets(ax: Any, result: SweepResult, measure: str, x_key: str | None, xs: 
         if x in xs:
             (floor if b.status == "at_least" else found).append((x_pos[xs.index(x)], b.budget))
     if found:
-        ax.plot(*zip(*found, strict=True), "D", color="white", markeredgecolor="black", markersize=6, linestyle="none",
-                label="depth budget (bisection)")
+        ax.plot(*zip(*found, strict=True), "D", color="white", markeredgecolor="black", markersize=6, linestyle="none", label="depth budget (bisection)")
     if floor:
-        ax.plot(*zip(*floor, strict=True), "^", color="white", markeredgecolor="black", markersize=7, linestyle="none",
-                label="holds at the deepest depth searched")
+        ax.plot(*zip(*floor, strict=True), "^", color="white", markeredgecolor="black", markersize=7, linestyle="none", label="holds at the deepest depth searched")
 
 
 def _mean_field(ax: Any, result: SweepResult, measure: str, x_key: str | None, xe: np.ndarray, ye: np.ndarray) -> None:

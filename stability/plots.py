@@ -289,8 +289,7 @@ def _draw_ensemble(ax: Axes, records: Sequence[CaseRecord], highlight: Highlight
         return
     lo, hi, size = spread
     colour = _FAIL_COLOR if highlight is not None and highlight.failed else _DECIDING_COLOR
-    band = ax.fill_between(range(len(lo)), _positive(lo), _positive(hi), color=colour, alpha=0.12, zorder=4, lw=0,
-                           label=f"its {size} seeds (min–max)")
+    band = ax.fill_between(range(len(lo)), _positive(lo), _positive(hi), color=colour, alpha=0.12, zorder=4, lw=0, label=f"its {size} seeds (min–max)")
     band.set_gid(ENSEMBLE_GID)
 
 
@@ -329,14 +328,15 @@ def spec_figures(result: SpecResult) -> dict[str, Figure]:
             statistic=statistic,
             band=variance_band(result),
             highlight=_highlight(_result(result, "variance_growth")),
-            title=("activation variance" if statistic == "variance" else "activation second moment")
-            + ("" if vg is not None else " (not declared)"),
+            title=("activation variance" if statistic == "variance" else "activation second moment") + ("" if vg is not None else " (not declared)"),
         ),
     }
     ia = spec.expect.identity_at_init
     if ia is not None:
         figures["identity"] = identity_figure(
-            identity_records(result), atol=ia.atol, highlight=_highlight(_result(result, "identity_at_init")),
+            identity_records(result),
+            atol=ia.atol,
+            highlight=_highlight(_result(result, "identity_at_init")),
         )
     return figures
 
@@ -414,8 +414,7 @@ def identity_figure(
             ax.axhline(0.0, color=_BAND_COLOR, lw=2.0, zorder=1, gid=BAND_EDGE_GID, label="bound: exactly 0")
     # 0 at the bottom, then every other decade from 1e-8 up to the largest error (at least 1)
     values = [v for _, (fwd, bwd) in series for v in (*fwd, *bwd) if math.isfinite(v)]
-    values += [v for r, _ in series if r.measurements is not None for v in (r.measurements.identity_error, r.measurements.input_grad_error)
-               if v is not None and math.isfinite(v)]
+    values += [v for r, _ in series if r.measurements is not None for v in (r.measurements.identity_error, r.measurements.input_grad_error) if v is not None and math.isfinite(v)]
     y_top = max(1.0, max(values, default=1.0), atol or 0.0)
     decades = range(-8, math.ceil(math.log10(y_top)) + 1, 2)
     ax.yaxis.set_major_locator(FixedLocator([0.0, *(10.0**k for k in decades)]))
@@ -438,4 +437,3 @@ def to_png(fig: Figure, *, dpi: int = _DPI) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
     return buf.getvalue()
-

@@ -29,14 +29,11 @@ __all__ = ["SpecFile", "SpecItem"]
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("stability", "stability: spec files as tests")
-    group.addoption("--stability-profile", choices=sorted(PROFILES), default=None,
-                    help="search budget for spec items (default: STABILITY_PROFILE, else ci under CI, else dev)")
-    group.addoption("--stability-device", choices=["cpu", "cuda", "auto", "all"], default="cpu",
-                    help="device for spec items: cpu (default), cuda, auto (cuda when present), all (one item per device)")
+    group.addoption("--stability-profile", choices=sorted(PROFILES), default=None, help="search budget for spec items (default: STABILITY_PROFILE, else ci under CI, else dev)")
+    group.addoption("--stability-device", choices=["cpu", "cuda", "auto", "all"], default="cpu", help="device for spec items: cpu (default), cuda, auto (cuda when present), all (one item per device)")
     group.addoption("--stability-case-timeout", type=float, default=120.0, help="per-case time limit in seconds")
     parser.addini("stability_spec_dirs", "folder names whose *.toml files are collected as specs", type="args", default=["specs"])
-    parser.addini("stability_source_roots", "folders (relative to the rootdir) custom factories may come from, besides each spec's folder",
-                  type="paths", default=[])
+    parser.addini("stability_source_roots", "folders (relative to the rootdir) custom factories may come from, besides each spec's folder", type="paths", default=[])
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -165,8 +162,7 @@ class SpecItem(pytest.Item):
             with source_roots(roots), draws_from_the_spec_alone(), _spec_threads():  # the same cases (and threads) as `stability check`
                 result = run_spec(self.spec, options, only=self.invariant).results[0]
         except SystemExit as exc:  # the spec's code exited: one line, not Hypothesis's traceback
-            raise SpecError(self.spec.path, "block.factory", f"the spec's code called sys.exit({exc.code!r})", value=self.spec.block.factory,
-                            fix="a factory and its blocks must not exit") from None
+            raise SpecError(self.spec.path, "block.factory", f"the spec's code called sys.exit({exc.code!r})", value=self.spec.block.factory, fix="a factory and its blocks must not exit") from None
         if result.skipped:  # a training invariant outside its spec's train.profiles
             pytest.skip(result.message)
         if not result.applicable:

@@ -311,9 +311,11 @@ def _one_pass(
             root, root_grad = y, out_grad
         else:
             root, root_grad, out_grad = ((y - target) ** 2).mean(), None, None  # type: ignore[operator]  # target is set: checked at the top
-        grads = torch.autograd.grad(
-            root, [x0, *params], grad_outputs=root_grad, allow_unused=True, materialize_grads=True
-        ) if (root.requires_grad) else [torch.zeros_like(x0), *[torch.zeros_like(p) for p in params]]
+        grads = (
+            torch.autograd.grad(root, [x0, *params], grad_outputs=root_grad, allow_unused=True, materialize_grads=True)
+            if (root.requires_grad)
+            else [torch.zeros_like(x0), *[torch.zeros_like(p) for p in params]]
+        )
     g0 = grads[0]
     grad_norms[0] = _norm(g0, norm_dtype)
     wide = any(g is not None and g.dtype == torch.float64 for g in grad_norms)  # a norm taken again in float64 (`_norm`)

@@ -154,54 +154,62 @@ def to_json(results: list[SpecResult], *, seconds: float = 0.0, interrupted: boo
         invariants = []
         for r in res.results:
             v = r.verdict
-            invariants.append({
-                "name": r.name,
-                "expect": r.expect,
-                "met": r.met,
-                "status": r.status,
-                "verdict": None if v is None else ("holds" if v.passed else "violated"),
-                "observed": None if v is None else _num(v.observed),
-                "bound": None if v is None else v.bound,
-                "block": None if v is None else v.block,
-                "detail": None if v is None else v.detail,
-                "extra": {} if v is None else {k: _num(val) if isinstance(val, float) else val for k, val in v.extra.items()},
-                "case": None if r.case is None else r.case.as_dict(),
-                "examples": r.examples,
-                "message": r.message,
-                "reproduce": r.reproduce,
-                "error": r.error,
-            })
+            invariants.append(
+                {
+                    "name": r.name,
+                    "expect": r.expect,
+                    "met": r.met,
+                    "status": r.status,
+                    "verdict": None if v is None else ("holds" if v.passed else "violated"),
+                    "observed": None if v is None else _num(v.observed),
+                    "bound": None if v is None else v.bound,
+                    "block": None if v is None else v.block,
+                    "detail": None if v is None else v.detail,
+                    "extra": {} if v is None else {k: _num(val) if isinstance(val, float) else val for k, val in v.extra.items()},
+                    "case": None if r.case is None else r.case.as_dict(),
+                    "examples": r.examples,
+                    "message": r.message,
+                    "reproduce": r.reproduce,
+                    "error": r.error,
+                }
+            )
         cases = []
         for record in res.cases.values():
             m = record.measurements
-            cases.append({
-                "case": record.case.as_dict(),
-                "error": record.error,
-                "seconds": record.seconds,
-                "measurements": None if m is None else {
-                    "grad_norm": _nums(m.grad_norm),
-                    "act_var": _nums(m.act_var),
-                    "act_sq_mean": _nums(m.act_sq_mean),
-                    "identity_error": _num(m.identity_error),
-                    "input_grad_error": _num(m.input_grad_error),
-                    "nonfinite_at": m.nonfinite_at,
-                    "channels": m.channels,
-                    **({"tokens": m.extra["tokens"]} if isinstance(m.extra.get("tokens"), list) else {}),  # (B, T, C) inputs
-                    "param_grad_norm": {k: _num(v) for k, v in m.param_grad_norm.items()},
-                },
-            })
-        specs.append({
-            "name": res.spec.name,
-            "file": res.spec.path,
-            "family": res.spec.family,
-            "description": res.spec.description,
-            "met": res.met,
-            "verdict": "pass" if res.met else "fail",
-            "profile": res.profile,
-            "seconds": res.seconds,
-            "invariants": invariants,
-            "cases": cases,
-        })
+            cases.append(
+                {
+                    "case": record.case.as_dict(),
+                    "error": record.error,
+                    "seconds": record.seconds,
+                    "measurements": None
+                    if m is None
+                    else {
+                        "grad_norm": _nums(m.grad_norm),
+                        "act_var": _nums(m.act_var),
+                        "act_sq_mean": _nums(m.act_sq_mean),
+                        "identity_error": _num(m.identity_error),
+                        "input_grad_error": _num(m.input_grad_error),
+                        "nonfinite_at": m.nonfinite_at,
+                        "channels": m.channels,
+                        **({"tokens": m.extra["tokens"]} if isinstance(m.extra.get("tokens"), list) else {}),  # (B, T, C) inputs
+                        "param_grad_norm": {k: _num(v) for k, v in m.param_grad_norm.items()},
+                    },
+                }
+            )
+        specs.append(
+            {
+                "name": res.spec.name,
+                "file": res.spec.path,
+                "family": res.spec.family,
+                "description": res.spec.description,
+                "met": res.met,
+                "verdict": "pass" if res.met else "fail",
+                "profile": res.profile,
+                "seconds": res.seconds,
+                "invariants": invariants,
+                "cases": cases,
+            }
+        )
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         # a run that judged nothing is not a pass (the CLI exits 5 for it)
@@ -237,10 +245,13 @@ def write_junit(path: str | Path, results: list[SpecResult], *, seconds: float =
     pairs = [(res, r) for res in results for r in res.results]
     unloaded = list(load_errors)
     suite = ET.Element(
-        "testsuite", name="stability", tests=str(len(pairs) + len(unloaded)),
+        "testsuite",
+        name="stability",
+        tests=str(len(pairs) + len(unloaded)),
         failures=str(sum(not r.met and not r.error for _, r in pairs)),
         errors=str(sum(bool(r.error) and not r.met for _, r in pairs) + len(unloaded)),
-        skipped=str(sum(not r.applicable or r.skipped for _, r in pairs)), time=f"{seconds:.3f}",
+        skipped=str(sum(not r.applicable or r.skipped for _, r in pairs)),
+        time=f"{seconds:.3f}",
     )
     for file, message in unloaded:
         tc = ET.SubElement(suite, "testcase", classname=_xml(file), name="load", time="0.000")

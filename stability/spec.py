@@ -93,7 +93,7 @@ _FAMILY_DESCRIPTIONS = {
     "preact": "x_{l+1} = x_l + F(x_l): bare addition, nothing on the route around (He et al. 2016)",
     "highway": "x_{l+1} = T*H(x) + (1-T)*x, T = sigmoid(W_T x + b_T): a gated route around",
     "dense": "block l reads the concatenation of all earlier outputs, adds `growth` channels",
-    "custom": "your own nn.Module from `factory = \"package.module:function\"`",
+    "custom": 'your own nn.Module from `factory = "package.module:function"`',
     "transformer": "x + Attn(norm(x)), then x + MLP(norm(x)) on (B, T, C) tokens: pre-, post- or sandwich-norm, with the residual schemes of the literature",
 }
 
@@ -224,10 +224,12 @@ def _range_schema(minimum: int) -> WithJsonSchema:
         "required": ["range"],
         "additionalProperties": False,
     }
-    return WithJsonSchema({
-        "anyOf": [one, pair, values, stepped],
-        "description": "n, an inclusive [lo, hi] range, { values = [...] }, or { range = [lo, hi], multiple_of = m }",
-    })
+    return WithJsonSchema(
+        {
+            "anyOf": [one, pair, values, stepped],
+            "description": "n, an inclusive [lo, hi] range, { values = [...] }, or { range = [lo, hi], multiple_of = m }",
+        }
+    )
 
 
 def _dump_space(space: tuple[int, int]) -> Any:
@@ -584,7 +586,9 @@ def load_spec(path: str | Path) -> Spec:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise SpecError(
-            file, None, f"is not UTF-8 text (byte {exc.start}: {raw[exc.start:exc.start + 1]!r})",
+            file,
+            None,
+            f"is not UTF-8 text (byte {exc.start}: {raw[exc.start : exc.start + 1]!r})",
             fix="save the spec as UTF-8",
         ) from None
     return parse_spec(text, file=file)
@@ -593,7 +597,7 @@ def load_spec(path: str | Path) -> Spec:
 def parse_spec(text: str, *, file: str = "<string>") -> Spec:
     """Validate spec text (TOML). Raises `SpecError` with a one-line explanation."""
     if not text.strip():
-        raise SpecError(file, None, "is empty", fix='a spec needs at least name, description, family, [space] and [expect]')
+        raise SpecError(file, None, "is empty", fix="a spec needs at least name, description, family, [space] and [expect]")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -623,8 +627,20 @@ def validate_spec(data: Any, *, file: str = "<string>") -> Spec:
 
 #: What a custom factory receives from the drawn case; `factory_args` may not override these.
 CASE_ARGUMENTS = (
-    "depth", "width", "batch", "spatial", "input_width", "weight_init", "init", "branch_init", "dtype", "torch_dtype",
-    "device", "seed", "layer", "tokens",
+    "depth",
+    "width",
+    "batch",
+    "spatial",
+    "input_width",
+    "weight_init",
+    "init",
+    "branch_init",
+    "dtype",
+    "torch_dtype",
+    "device",
+    "seed",
+    "layer",
+    "tokens",
 )
 
 
@@ -632,8 +648,11 @@ def _check_factory_args(spec: Spec) -> None:
     clash = sorted(set(spec.block.factory_args) & set(CASE_ARGUMENTS))
     if clash:
         raise SpecError(
-            spec.path, f"block.factory_args.{clash[0]}", "would override the value drawn from [space]",
-            value=spec.block.factory_args[clash[0]], fix=f"set it in [space] instead (e.g. {clash[0]} = ...), or rename the argument",
+            spec.path,
+            f"block.factory_args.{clash[0]}",
+            "would override the value drawn from [space]",
+            value=spec.block.factory_args[clash[0]],
+            fix=f"set it in [space] instead (e.g. {clash[0]} = ...), or rename the argument",
         )
 
 
@@ -758,17 +777,23 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
         one_value_per_channel = s.tokens is not None and min(s.tokens) == 1  # default 8 tokens
     if b.norm == "batch" and spec.probe.mode == "train" and s.batch[0] == 1 and one_value_per_channel:
         raise SpecError(
-            f, "space.batch", "batch norm in train mode needs more than one value per channel, and a batch of 1 gives one",
-            value=list(s.batch), fix=f"start the range at 2 ([2, {max(s.batch[1], 2)}]), or set probe.mode = \"eval\"",
+            f,
+            "space.batch",
+            "batch norm in train mode needs more than one value per channel, and a batch of 1 gives one",
+            value=list(s.batch),
+            fix=f'start the range at 2 ([2, {max(s.batch[1], 2)}]), or set probe.mode = "eval"',
         )
     for key, rng in (("width", s.width), ("input_width", s.input_width)):
         if b.norm == "group" and rng is not None and rng[0] == 1 and one_value_per_channel:
             raise SpecError(
-                f, f"space.{key}", f"group norm needs more than one value per group, and a {key} of 1 gives one",
-                value=list(rng), fix=f"start the range at 2 ([2, {max(rng[1], 2)}]), or use another norm",
+                f,
+                f"space.{key}",
+                f"group norm needs more than one value per group, and a {key} of 1 gives one",
+                value=list(rng),
+                fix=f"start the range at 2 ([2, {max(rng[1], 2)}]), or use another norm",
             )
     if _set(data, "block", "norm_groups") and b.norm != "group":
-        raise SpecError(f, "block.norm_groups", "only applies to norm = \"group\"", value=b.norm_groups, fix='remove it or set block.norm = "group"')
+        raise SpecError(f, "block.norm_groups", 'only applies to norm = "group"', value=b.norm_groups, fix='remove it or set block.norm = "group"')
     if b.skip == "scaled":
         if b.skip_scale is None:
             raise SpecError(f, "block.skip_scale", 'is required with skip = "scaled"', fix="add skip_scale = 0.5 (the fixed λ on the route around)")
@@ -795,8 +820,13 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
         if fam in ("highway", "dense", "custom"):
             raise SpecError(f, "space.input_width", f"family '{fam}' keeps one width throughout", value=list(s.input_width), fix="remove it")
         if b.projection_spectrum is not None:
-            raise SpecError(f, "block.projection_spectrum", f"sets the singular values of a square projection, but the first block joins {joins}", value=list(b.projection_spectrum),
-                            fix="remove space.input_width or block.projection_spectrum")
+            raise SpecError(
+                f,
+                "block.projection_spectrum",
+                f"sets the singular values of a square projection, but the first block joins {joins}",
+                value=list(b.projection_spectrum),
+                fix="remove space.input_width or block.projection_spectrum",
+            )
         if "identity" in s.weight_init:
             raise SpecError(f, "space.weight_init", f"'identity' needs square weights, but the first block joins {joins}", value=s.weight_init, fix="remove space.input_width")
 
@@ -834,14 +864,16 @@ def _check_training(spec: Spec) -> None:
     f = spec.path
     declared = [n for n in TRAINING_INVARIANTS if getattr(spec.expect, n) is not None]
     if declared and spec.train is None:
-        raise SpecError(f, "train", f"is required by expect.{declared[0]} (the optimizer run it judges)",
-                        fix="add [train] with steps = 100, lr = 0.01 (see docs/training.md)")
+        raise SpecError(f, "train", f"is required by expect.{declared[0]} (the optimizer run it judges)", fix="add [train] with steps = 100, lr = 0.01 (see docs/training.md)")
     if spec.train is not None and not declared:
-        raise SpecError(f, "train", "applies only to the training invariants, and this spec declares none",
-                        fix=f"remove it or add one of {', '.join(f'[expect.{n}]' for n in TRAINING_INVARIANTS)}")
+        raise SpecError(f, "train", "applies only to the training invariants, and this spec declares none", fix=f"remove it or add one of {', '.join(f'[expect.{n}]' for n in TRAINING_INVARIANTS)}")
     if declared and spec.family == "custom":
-        raise SpecError(f, f"expect.{declared[0]}", "is checked on the built-in families only (the run adds an input layer and a readout to the family's blocks)",
-                        fix="remove it, or describe the network with a built-in family")
+        raise SpecError(
+            f,
+            f"expect.{declared[0]}",
+            "is checked on the built-in families only (the run adds an input layer and a readout to the family's blocks)",
+            fix="remove it, or describe the network with a built-in family",
+        )
     if spec.train is not None and spec.train.warmup >= spec.train.steps:
         raise SpecError(f, "train.warmup", f"must be below train.steps = {spec.train.steps}", value=spec.train.warmup, fix="shorten the warm-up or raise steps")
 
@@ -855,10 +887,12 @@ def _check_tokens(spec: Spec, data: dict[str, Any]) -> None:
         if b.layer != "tokens":
             raise SpecError(f, "block.layer", "family 'transformer' works on (batch, tokens, channels) inputs", value=b.layer, fix='set block.layer = "tokens"')
         if b.norm not in ("layer", "rms", "none"):
-            raise SpecError(f, "block.norm", "family 'transformer' normalises each token: choose \"layer\", \"rms\" or \"none\"", value=b.norm, fix='use norm = "layer"')
+            raise SpecError(f, "block.norm", 'family \'transformer\' normalises each token: choose "layer", "rms" or "none"', value=b.norm, fix='use norm = "layer"')
         if b.skip not in ("identity", "none"):
             raise SpecError(
-                f, "block.skip", "family 'transformer' has an identity skip or none",
+                f,
+                "block.skip",
+                "family 'transformer' has an identity skip or none",
                 value=b.skip,
                 fix='use skip = "identity" (or "none" for a negative control); scale the branches with block.residual',
             )
@@ -866,7 +900,9 @@ def _check_tokens(spec: Spec, data: dict[str, Any]) -> None:
             raise SpecError(f, "block.residual", "DeepNorm (Wang et al. 2022) up-weights the skip of a post-norm block", value=b.residual, fix='set block.norm_position = "post"')
         if b.residual in ("deepnorm", "rezero", "skipinit", "layerscale") and b.skip == "none":
             raise SpecError(
-                f, "block.residual", f"'{b.residual}' scales a residual connection, and skip = \"none\" removes it",
+                f,
+                "block.residual",
+                f"'{b.residual}' scales a residual connection, and skip = \"none\" removes it",
                 value=b.residual,
                 fix='remove block.residual or set block.skip = "identity"',
             )
@@ -876,7 +912,9 @@ def _check_tokens(spec: Spec, data: dict[str, Any]) -> None:
             raise SpecError(f, "block.mlp_ratio", "sizes the MLP sublayer, and mlp = false removes it", value=b.mlp_ratio, fix="remove it or set mlp = true")
         if b.heads is not None and b.head_dim is not None:
             raise SpecError(
-                f, "block.head_dim", "is set together with block.heads; one of them follows from the width",
+                f,
+                "block.head_dim",
+                "is set together with block.heads; one of them follows from the width",
                 value=b.head_dim,
                 fix="keep one: head_dim (heads = width / head_dim) or heads (head_dim = width / heads)",
             )
@@ -887,22 +925,29 @@ def _check_tokens(spec: Spec, data: dict[str, Any]) -> None:
         if not fits:
             lo, hi = max(step, -(-w[0] // step) * step), max(step, (w[1] // step) * step)
             raise SpecError(
-                f, "space.width", f"must be a multiple of {name} = {step} for every drawn value, so the heads divide the width",
-                value=w.describe(), fix=f"write width = {{ range = [{lo}, {max(lo, hi)}], multiple_of = {step} }}",
+                f,
+                "space.width",
+                f"must be a multiple of {name} = {step} for every drawn value, so the heads divide the width",
+                value=w.describe(),
+                fix=f"write width = {{ range = [{lo}, {max(lo, hi)}], multiple_of = {step} }}",
             )
         if any(i in ("rezero", "skipinit") for i in s.branch_init):
             raise SpecError(
-                f, "space.branch_init", "family 'transformer' sets ReZero and SkipInit with block.residual",
+                f,
+                "space.branch_init",
+                "family 'transformer' sets ReZero and SkipInit with block.residual",
                 value=s.branch_init,
                 fix='use "default" or "zero", and block.residual = "rezero" or "skipinit"',
             )
         if s.input_width is not None:
             raise SpecError(f, "space.input_width", "family 'transformer' keeps one width throughout", value=list(s.input_width), fix="remove it")
         if e.identity_at_init is not None and b.norm_position == "post" and b.norm != "none":
-            raise SpecError(f, "expect.identity_at_init", "a post-norm block normalises the sum, so it is never the identity", fix="remove it, or use norm_position = \"pre\" or \"sandwich\"")
+            raise SpecError(f, "expect.identity_at_init", "a post-norm block normalises the sum, so it is never the identity", fix='remove it, or use norm_position = "pre" or "sandwich"')
         if e.identity_at_init is not None and "zero" not in s.branch_init:
             raise SpecError(
-                f, "space.branch_init", "identity_at_init is checked on zero-branch cases, and this space has none",
+                f,
+                "space.branch_init",
+                "identity_at_init is checked on zero-branch cases, and this space has none",
                 value=s.branch_init,
                 fix='add "zero" (it zeroes the last layer of every sublayer)',
             )

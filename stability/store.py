@@ -122,8 +122,7 @@ class Store:
         """The stored rows of every seed of a point, in `seeds` order; None if any seed is missing."""
         marks = ",".join("?" * len(seeds))
         cur = self.db.execute(
-            f"SELECT seed, case_text, measurements, error FROM probes WHERE spec_hash = ? AND code_version = ? AND point = ? "
-            f"AND device = ? AND seed IN ({marks})",
+            f"SELECT seed, case_text, measurements, error FROM probes WHERE spec_hash = ? AND code_version = ? AND point = ? AND device = ? AND seed IN ({marks})",
             (spec_hash, code_version, point, device, *seeds),
         )
         found = {seed: {"seed": seed, "case": case, "m": m, "error": err} for seed, case, m, err in cur}
@@ -141,10 +140,7 @@ class Store:
 
     def put_budgets(self, spec_hash: str, code_version: str, seeds: Sequence[int], depth_range: tuple[int, int], budgets: Iterable[Budget]) -> None:
         seeds_text, range_text = json.dumps(list(seeds)), f"{depth_range[0]}:{depth_range[1]}"
-        values = [
-            (spec_hash, code_version, b.spec_name, b.slice, b.invariant, seeds_text, range_text, b.budget, b.status, b.deciding_case, b.detail, b.reproduce)
-            for b in budgets
-        ]
+        values = [(spec_hash, code_version, b.spec_name, b.slice, b.invariant, seeds_text, range_text, b.budget, b.status, b.deciding_case, b.detail, b.reproduce) for b in budgets]
         with self._transaction():
             self.db.executemany("INSERT OR REPLACE INTO budgets VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", values)
 

@@ -166,8 +166,15 @@ class Sweep:
     """Runs the points of one spec on a backend, through the store."""
 
     def __init__(
-        self, spec: Spec, store: Store, backend: Backend, *, seeds: Sequence[int], device: str = "cpu",
-        version: str | None = None, progress: Progress | None = None,
+        self,
+        spec: Spec,
+        store: Store,
+        backend: Backend,
+        *,
+        seeds: Sequence[int],
+        device: str = "cpu",
+        version: str | None = None,
+        progress: Progress | None = None,
     ) -> None:
         self.spec, self.store, self.backend = spec, store, backend
         self.seeds, self.device = list(seeds), device
@@ -243,8 +250,7 @@ class Sweep:
                 budget, status = b.budget()
                 case, detail = b.deciding
                 failing_depth = b.bad
-                out.append(Budget(self.spec.name, point_key(s), n, budget, status, case, detail,
-                                  self.reproduce(s, failing_depth, case) if case is not None and failing_depth is not None else None))
+                out.append(Budget(self.spec.name, point_key(s), n, budget, status, case, detail, self.reproduce(s, failing_depth, case) if case is not None and failing_depth is not None else None))
         self.store.put_budgets(self.hash, self.version, self.seeds, depth_range, out)
         return out, list(seen.values())
 
@@ -300,8 +306,17 @@ def compare(store: Store, rev_a: str, rev_b: str) -> tuple[str, str, Moved]:
 
 
 def run_sweep(
-    spec: Spec, axes: list[Axis], store: Store, backend: Backend, *, seeds: Sequence[int], device: str = "cpu",
-    depth_range: tuple[int, int] | None = None, budgets: bool = True, progress: Progress | None = None, version: str | None = None,
+    spec: Spec,
+    axes: list[Axis],
+    store: Store,
+    backend: Backend,
+    *,
+    seeds: Sequence[int],
+    device: str = "cpu",
+    depth_range: tuple[int, int] | None = None,
+    budgets: bool = True,
+    progress: Progress | None = None,
+    version: str | None = None,
 ) -> SweepResult:
     """The grid, then the budgets (see the module docstring)."""
     t0 = time.perf_counter()
@@ -318,6 +333,16 @@ def run_sweep(
         on_grid = {point_key(p.point) for p in points}
         extra = [r for r in probed if point_key(r.point) not in on_grid]
     return SweepResult(
-        spec, axes, list(seeds), points, found, depth_range, sweep.version, time.perf_counter() - t0,
-        sweep.probed, sweep.cached, backend.workers, extra,
+        spec,
+        axes,
+        list(seeds),
+        points,
+        found,
+        depth_range,
+        sweep.version,
+        time.perf_counter() - t0,
+        sweep.probed,
+        sweep.cached,
+        backend.workers,
+        extra,
     )

@@ -139,8 +139,7 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
     sweep_id = resumed_id if resumed_id is not None else store.start_sweep(version, _recorded_args(argv))
     try:
         with _progress(err, disabled=args.quiet) as update:
-            result = run_sweep(spec, axes, store, backend, seeds=seeds, device=args.device, depth_range=depth_range,
-                               budgets=not args.no_budget, progress=update, version=version)
+            result = run_sweep(spec, axes, store, backend, seeds=seeds, device=args.device, depth_range=depth_range, budgets=not args.no_budget, progress=update, version=version)
     except KeyboardInterrupt:
         console.print(f"interrupted: the points finished so far are stored in {db}; `stability sweep --resume --db {db}` continues", highlight=False)
         store.close()
@@ -153,8 +152,7 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
     failed = sum(p.failed for p in result.points)
     console.print(
         f"{len(result.points)} grid point(s) × {len(seeds)} seed(s), {len(result.extra_points)} more for the budgets: "
-        f"{result.probed} probe(s) run on {result.workers} worker(s), {result.cached} point(s) reused from {db}"
-        + (f", {failed} point(s) failed" if failed else "") + f", in {result.seconds:.1f} s",
+        f"{result.probed} probe(s) run on {result.workers} worker(s), {result.cached} point(s) reused from {db}" + (f", {failed} point(s) failed" if failed else "") + f", in {result.seconds:.1f} s",
         highlight=False,
     )
     if args.html:
@@ -171,9 +169,15 @@ class _progress:
 
     def __init__(self, err: Console, *, disabled: bool) -> None:
         self.bar = Progress(
-            TextColumn("sweep"), BarColumn(), TextColumn("{task.completed}/{task.total} points"),
-            TextColumn("{task.fields[cached]} cached"), TextColumn("ETA {task.fields[eta]}"), TimeElapsedColumn(),
-            console=err, transient=True, disable=disabled or not err.is_terminal,
+            TextColumn("sweep"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} points"),
+            TextColumn("{task.fields[cached]} cached"),
+            TextColumn("ETA {task.fields[eta]}"),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+            disable=disabled or not err.is_terminal,
         )
         self.task = self.bar.add_task("sweep", total=0, cached=0, eta="—")
         self.t0 = time.perf_counter()

@@ -69,9 +69,15 @@ def measurements_from_json(text: str) -> Any:
 
     d = json.loads(text)
     return Measurements(
-        grad_norm=d["grad_norm"], act_var=d["act_var"], act_sq_mean=d["act_sq_mean"], param_grad_norm={},
-        identity_error=d["identity_error"], input_grad_error=d["input_grad_error"], nonfinite_at=d["nonfinite_at"],
-        nonfinite_kind=d["nonfinite_kind"], channels=d["channels"],
+        grad_norm=d["grad_norm"],
+        act_var=d["act_var"],
+        act_sq_mean=d["act_sq_mean"],
+        param_grad_norm={},
+        identity_error=d["identity_error"],
+        input_grad_error=d["input_grad_error"],
+        nonfinite_at=d["nonfinite_at"],
+        nonfinite_kind=d["nonfinite_kind"],
+        channels=d["channels"],
     )
 
 

@@ -61,10 +61,7 @@ def _budget_table(result: SweepResult) -> str:
         why = f"<div>{_e(b.detail)}</div>" if b.detail else ""
         repro = f"<div>reproduce: <code>{_e(b.reproduce)}</code></div>" if b.reproduce else ""
         case = f'<span class="mono case">{_e(b.deciding_case)}</span>' if b.deciding_case and failing else ""
-        rows.append(
-            f'<tr class="{cls}"><td>{_e(_slice_text(b.slice))}</td><td class="inv">{_e(b.invariant)}</td>'
-            f'<td class="num">{_e(budget_text(b))}</td><td>{case}{why}{repro}</td></tr>'
-        )
+        rows.append(f'<tr class="{cls}"><td>{_e(_slice_text(b.slice))}</td><td class="inv">{_e(b.invariant)}</td><td class="num">{_e(budget_text(b))}</td><td>{case}{why}{repro}</td></tr>')
     head = "".join(f"<th>{h}</th>" for h in ("slice", "invariant", "depth budget", "deciding case (first failing depth)"))
     return (
         f"<p>For each slice of the grid and each declared invariant: the largest depth in [{lo}, {hi}] at which it holds on "
@@ -95,20 +92,14 @@ def _heatmaps(result: SweepResult) -> str:
                 "deepest depth searched."
             )
             if overlay is not None:
-                caption += (
-                    f" Dashed: the mean-field depth scale 6ξ, ξ = 1/|ln χ₁| ({overlay[0]}, σ_b² = {overlay[1]:.3g}); "
-                    "dotted: χ₁ = 1, the order-to-chaos boundary (Schoenholz et al. 2017)."
-                )
+                caption += f" Dashed: the mean-field depth scale 6ξ, ξ = 1/|ln χ₁| ({overlay[0]}, σ_b² = {overlay[1]:.3g}); dotted: χ₁ = 1, the order-to-chaos boundary (Schoenholz et al. 2017)."
                 ga = result.spec.expect.gradient_arrival
                 if measure == "gradient" and ga is not None and not (math.isclose(-math.log(ga.lo), 3, rel_tol=1e-4) and math.isclose(math.log(ga.hi), 3, rel_tol=1e-4)):
                     caption += f" Dash-dotted: the depth at which the mean-field r₀ ≈ χ₁^(L/2) leaves [{ga.lo:g}, {ga.hi:g}]."
                 elif measure == "gradient" and ga is not None:
                     caption += " The spec's bounds are e^(∓3), so r₀ ≈ χ₁^(L/2) leaves them at L = 6ξ: the diamonds should follow the dashed line."
             label = ", ".join(f"{k}={v}" for k, v in facet.items())
-            parts.append(
-                f'<figure><img src="{uri}" alt="{_e(measure)} phase diagram {_e(label)}" width="640" height="520">'
-                f"<figcaption>{_e(caption)}</figcaption></figure>"
-            )
+            parts.append(f'<figure><img src="{uri}" alt="{_e(measure)} phase diagram {_e(label)}" width="640" height="520"><figcaption>{_e(caption)}</figcaption></figure>')
     return f'<div class="heatmaps">{"".join(parts)}</div>'
 
 

@@ -63,8 +63,9 @@ def check_spec(spec: Spec) -> None:
     residual_ok = spec.family == "preact" and b.branch_layers == 1 and b.skip == "identity"
     if spec.family != "plain" and not residual_ok:
         raise SpecError(
-            f, key, f"the mean-field oracle covers plain stacks and one-layer pre-activation residual stacks, not family '{spec.family}'"
-            + (" with this block" if spec.family == "preact" else ""),
+            f,
+            key,
+            f"the mean-field oracle covers plain stacks and one-layer pre-activation residual stacks, not family '{spec.family}'" + (" with this block" if spec.family == "preact" else ""),
             fix='use family = "plain", or "preact" with branch_layers = 1 and skip = "identity"',
         )
     if b.layer != "linear":
@@ -72,7 +73,10 @@ def check_spec(spec: Spec) -> None:
     bad = [w for w in s.weight_init if w not in _MEAN_FIELD_INITS]
     if bad:
         raise SpecError(
-            f, "space.weight_init", f"'{bad[0]}' is not an i.i.d. init with a mean-field variance", value=s.weight_init,
+            f,
+            "space.weight_init",
+            f"'{bad[0]}' is not an i.i.d. init with a mean-field variance",
+            value=s.weight_init,
             fix=f"use {', '.join(_MEAN_FIELD_INITS)}",
         )
     if s.bias_init not in ("default", 0.0):
@@ -131,9 +135,7 @@ class MeanFieldPrediction:
 def predict(spec: Spec, case: Case) -> MeanFieldPrediction:
     sw2, sb2, alpha = mean_field_parameters(spec, case)
     residual = spec.family == "preact"
-    prof = meanfield.layer_profile(
-        spec.block.activation, sigma_w2=sw2, sigma_b2=sb2, depth=case.depth, residual=residual, branch_scale=alpha
-    )
+    prof = meanfield.layer_profile(spec.block.activation, sigma_w2=sw2, sigma_b2=sb2, depth=case.depth, residual=residual, branch_scale=alpha)
     var = meanfield.log_factor_variance(prof, width=case.width)
     log_chi = tuple(math.log(c) if c > 0 else -math.inf for c in prof.chi)
     total = meanfield.log_rate_variance(prof, width=case.width)
@@ -197,9 +199,7 @@ def mean_field(m: Measurements, *, k_sigma: float = 4.0) -> Verdict:
     z = (rho_hat - rho) / (math.sqrt(var) / depth) if var > 0 else (0.0 if rho_hat == rho else math.inf)
     what = (
         f"measured {measured:.4g} per block (‖∂L/∂x‖² factor, {depth} blocks) vs mean-field χ = {pred.chi:.4g} "
-        f"({pred.activation}, σ_w² = {pred.sigma_w2:.4g}, σ_b² = {pred.sigma_b2:.3g}"
-        + (f", residual α = {pred.branch_scale:.3g}" if pred.residual else "")
-        + f"; {z:+.2f} sd at width {pred.width})"
+        f"({pred.activation}, σ_w² = {pred.sigma_w2:.4g}, σ_b² = {pred.sigma_b2:.3g}" + (f", residual α = {pred.branch_scale:.3g}" if pred.residual else "") + f"; {z:+.2f} sd at width {pred.width})"
     )
     ok = abs(rho_hat - rho) <= half
     return Verdict("mean_field", ok, measured, bound, None, f"{what}: {'within' if ok else 'outside'} [{lo:.4g}, {hi:.4g}]", extra)

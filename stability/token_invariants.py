@@ -235,17 +235,27 @@ def rank_collapse(m: Measurements, *, max_similarity: float = 0.9) -> Verdict:
         return Verdict("rank_collapse", False, math.nan, bound, None, "the token similarity is undefined: the output has fewer than 2 tokens or is not (B, T, C)")
     if out <= max_similarity:
         worst = max(range(len(sims)), key=lambda i: sims[i] if math.isfinite(sims[i]) else -math.inf)
-        return Verdict("rank_collapse", True, out, bound, max(worst - 1, 0),
-                       f"output tokens' mean cosine similarity {out:.3g} (input {sims[0]:.3g}, highest {sims[worst]:.3g} at boundary {worst})")
+        return Verdict("rank_collapse", True, out, bound, max(worst - 1, 0), f"output tokens' mean cosine similarity {out:.3g} (input {sims[0]:.3g}, highest {sims[worst]:.3g} at boundary {worst})")
     if math.isfinite(sims[0]) and out <= sims[0]:
-        return Verdict("rank_collapse", True, out, bound, None,
-                       f"output tokens' mean cosine similarity {out:.3g} is above {max_similarity:g} but no higher than the input's own {sims[0]:.3g}: "
-                       "the random input's similarity, not a collapse (the network does not raise it)")
+        return Verdict(
+            "rank_collapse",
+            True,
+            out,
+            bound,
+            None,
+            f"output tokens' mean cosine similarity {out:.3g} is above {max_similarity:g} but no higher than the input's own {sims[0]:.3g}: "
+            "the random input's similarity, not a collapse (the network does not raise it)",
+        )
     first = next(i for i, s in enumerate(sims) if math.isfinite(s) and s > max_similarity)
     block = max(first - 1, 0)
-    return Verdict("rank_collapse", False, out, bound, block,
-                   f"output tokens' mean cosine similarity {out:.3g} > {max_similarity:g}: the tokens collapse toward one direction "
-                   f"(input {sims[0]:.3g}; above the bound from the output of block {block})")
+    return Verdict(
+        "rank_collapse",
+        False,
+        out,
+        bound,
+        block,
+        f"output tokens' mean cosine similarity {out:.3g} > {max_similarity:g}: the tokens collapse toward one direction (input {sims[0]:.3g}; above the bound from the output of block {block})",
+    )
 
 
 def attention_entropy(m: Measurements, *, min_entropy: float = 0.5) -> Verdict:
@@ -265,8 +275,14 @@ def attention_entropy(m: Measurements, *, min_entropy: float = 0.5) -> Verdict:
     head = min(range(len(data["heads"][k])), key=lambda j: data["heads"][k][j])
     if low >= min_entropy:
         return Verdict("attention_entropy", True, low, bound, block, f"lowest normalised attention entropy {low:.3g} (block {block}, head {head})")
-    return Verdict("attention_entropy", False, low, bound, block,
-                   f"normalised attention entropy {low:.3g} < {min_entropy:g} at block {block}, head {head}: the attention concentrates on few keys (entropy collapse)")
+    return Verdict(
+        "attention_entropy",
+        False,
+        low,
+        bound,
+        block,
+        f"normalised attention entropy {low:.3g} < {min_entropy:g} at block {block}, head {head}: the attention concentrates on few keys (entropy collapse)",
+    )
 
 
 def gradient_balance(m: Measurements, *, max_spread: float = 10.0) -> Verdict:

@@ -336,8 +336,12 @@ def run_on(spec: Spec, model: TrainModel, task: Task, case: Case) -> TrainRun:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(case.seed, _GLOBAL_STREAM))
         return fit(
-            [(p, model.lr_scale.get(n, 1.0)) for n, p in named], lambda: task.loss(model.forward(task.x)),
-            optimizer=t.optimizer, lr=t.lr, steps=t.steps, warmup=t.warmup,
+            [(p, model.lr_scale.get(n, 1.0)) for n, p in named],
+            lambda: task.loss(model.forward(task.x)),
+            optimizer=t.optimizer,
+            lr=t.lr,
+            steps=t.steps,
+            warmup=t.warmup,
         )
 
 

@@ -66,17 +66,23 @@ def update_size(sweep: UpdateSweep, *, max_abs_slope: float = 0.25, at: str = "a
     }
     for r in sweep.records:
         if r.run.diverged_at is not None:
-            return Verdict("update_size", False, math.nan, bound, None,
-                           f"the loss became non-finite at step {r.run.diverged_at} at width {r.width}; lower train.lr", extra)
+            return Verdict("update_size", False, math.nan, bound, None, f"the loss became non-finite at step {r.run.diverged_at} at width {r.width}; lower train.lr", extra)
     bad = [b for b in candidates if not math.isfinite(sweep.slopes[b])]
     if bad:
         b = bad[0]
         values = sweep.rms(b)
         w = next(w for w, v in zip(sweep.widths, values, strict=True) if not (math.isfinite(v) and v > 0))
         extra.update(boundary=b, failing_width=w)
-        return Verdict("update_size", False, math.nan, bound, b,
-                       f"RMS(Δh) at {boundary_name(b, n)} is {values[sweep.widths.index(w)]:.3g} at width {w}: no slope on a log scale "
-                       "(an update of exactly zero means that layer does not learn; raise train.lr or train.steps)", extra)
+        return Verdict(
+            "update_size",
+            False,
+            math.nan,
+            bound,
+            b,
+            f"RMS(Δh) at {boundary_name(b, n)} is {values[sweep.widths.index(w)]:.3g} at width {w}: no slope on a log scale "
+            "(an update of exactly zero means that layer does not learn; raise train.lr or train.steps)",
+            extra,
+        )
     worst = max(candidates, key=lambda b: abs(sweep.slopes[b]))
     slope = sweep.slopes[worst]
     values = sweep.rms(worst)
@@ -90,7 +96,7 @@ def update_size(sweep: UpdateSweep, *, max_abs_slope: float = 0.25, at: str = "a
         return Verdict("update_size", True, slope, bound, worst, f"{growth}: the update size does not depend on the width", extra)
     extra["failing_width"] = failing
     trend = "grows" if slope > 0 else "shrinks"
-    fix = "use µP (train.parametrization = \"mup\") or scale the hidden learning rates by 1/width" if slope > 0 else "the layer stops learning as the width grows; use µP's learning-rate scaling"
+    fix = 'use µP (train.parametrization = "mup") or scale the hidden learning rates by 1/width' if slope > 0 else "the layer stops learning as the width grows; use µP's learning-rate scaling"
     return Verdict("update_size", False, slope, bound, worst, f"{growth}: the update {trend} with the width, first outside the bound at width {failing}; {fix}", extra)
 
 
@@ -120,24 +126,36 @@ def trainability(
     for r in runs:
         if r.diverged_at is not None:
             extra["diverged_at"] = r.diverged_at
-            return Verdict("trainability", False, math.inf, bound, None,
-                           f"the loss became non-finite at step {r.diverged_at} (depth {r.depth}, loss {r.losses[max(r.diverged_at - 1, 0)]:.3g} "
-                           f"the step before): the run diverged; lower train.lr or add train.warmup steps", extra)
+            return Verdict(
+                "trainability",
+                False,
+                math.inf,
+                bound,
+                None,
+                f"the loss became non-finite at step {r.diverged_at} (depth {r.depth}, loss {r.losses[max(r.diverged_at - 1, 0)]:.3g} "
+                f"the step before): the run diverged; lower train.lr or add train.warmup steps",
+                extra,
+            )
     ratios = {r.depth: r.final / r.initial if r.initial > 0 else math.nan for r in runs}
     extra["loss_ratio"] = {str(d): v if math.isfinite(v) else None for d, v in ratios.items()}
     if max_loss_ratio is not None:
         for r in runs:
             q = ratios[r.depth]
             if not q <= max_loss_ratio:
-                return Verdict("trainability", False, q, bound, None,
-                               f"the loss fell only to {q:.3g} of its start ({r.initial:.3g} → {r.final:.3g} in {r.steps} steps, depth {r.depth}); "
-                               f"bound {max_loss_ratio:g}", extra)
+                return Verdict(
+                    "trainability",
+                    False,
+                    q,
+                    bound,
+                    None,
+                    f"the loss fell only to {q:.3g} of its start ({r.initial:.3g} → {r.final:.3g} in {r.steps} steps, depth {r.depth}); bound {max_loss_ratio:g}",
+                    extra,
+                )
     if compare_depths is not None:
         shallow, deep = runs[0], runs[1]
         q = deep.final / shallow.final if shallow.final > 0 else math.inf
         extra["depth_ratio"] = q
-        text = (f"after {deep.steps} steps the depth-{deep.depth} stack's loss is {deep.final:.3g}, {q:.3g}× the depth-{shallow.depth} "
-                f"stack's {shallow.final:.3g}")
+        text = f"after {deep.steps} steps the depth-{deep.depth} stack's loss is {deep.final:.3g}, {q:.3g}× the depth-{shallow.depth} stack's {shallow.final:.3g}"
         if q <= max_depth_ratio:
             return Verdict("trainability", True, q, bound, None, text + ": deeper is no worse", extra)
         return Verdict("trainability", False, q, bound, None, text + ": the deeper stack trains worse (the degradation problem)", extra)
@@ -170,11 +188,11 @@ def residual_size(
     means: dict[int, float] = {}
     for r in runs:
         if r.diverged_at is not None:
-            return Verdict("residual_size", False, math.nan, bound, None,
-                           f"the run diverged at step {r.diverged_at} (depth {r.depth}), so there is no trained network to measure; lower train.lr", extra)
+            return Verdict(
+                "residual_size", False, math.nan, bound, None, f"the run diverged at step {r.diverged_at} (depth {r.depth}), so there is no trained network to measure; lower train.lr", extra
+            )
         if not r.residuals or not all(math.isfinite(v) for v in r.residuals):
-            return Verdict("residual_size", False, math.nan, bound, None,
-                           "a block changes the shape of its input (or a boundary is zero), so ‖x_(l+1) − x_l‖/‖x_l‖ is undefined", extra)
+            return Verdict("residual_size", False, math.nan, bound, None, "a block changes the shape of its input (or a boundary is zero), so ‖x_(l+1) − x_l‖/‖x_l‖ is undefined", extra)
         means[r.depth] = float(np.mean(r.residuals))
     extra["means"] = {str(d): v if math.isfinite(v) else None for d, v in means.items()}
     last = runs[-1]
@@ -221,7 +239,12 @@ def _check_memory(spec: Spec, variants: Sequence[Case], budget: int | None) -> N
 
 
 def evaluate(
-    spec: Spec, name: str, case: Case, *, case_timeout: float | None = None, memory_budget: int | None = None,
+    spec: Spec,
+    name: str,
+    case: Case,
+    *,
+    case_timeout: float | None = None,
+    memory_budget: int | None = None,
     cache: RunCache | None = None,
 ) -> tuple[Verdict | None, str | None]:
     """Run what `name` needs for `case` and judge it: (verdict, None), or (None, why it could not
@@ -254,7 +277,5 @@ def evaluate(
     except Exception as exc:  # a block raised during training; the run goes on
         return None, "the case does not train: " + " ".join(f"{type(exc).__name__}: {exc}".split())
     if name == "trainability":
-        return trainability(runs, max_loss_ratio=expectation.max_loss_ratio, compare_depths=expectation.compare_depths,
-                            max_depth_ratio=expectation.max_depth_ratio), None
-    return residual_size(runs, max_mean=expectation.max_mean, compare_depths=expectation.compare_depths,
-                         max_depth_ratio=expectation.max_depth_ratio), None
+        return trainability(runs, max_loss_ratio=expectation.max_loss_ratio, compare_depths=expectation.compare_depths, max_depth_ratio=expectation.max_depth_ratio), None
+    return residual_size(runs, max_mean=expectation.max_mean, compare_depths=expectation.compare_depths, max_depth_ratio=expectation.max_depth_ratio), None

@@ -82,8 +82,7 @@ def update_size_figure(extra: dict[str, Any], *, failed: bool, title: str = "upd
     if judged is not None:
         ys = _positive(rms[judged])
         name = "output" if judged == n - 1 else f"boundary {judged}"
-        ax.plot(widths, ys, color=_FAIL_COLOR if failed else "#111111", lw=3.0, marker="o", ms=5, zorder=5,
-                          label=f"judged: {name} (slope {extra.get('slope', math.nan):.2f})")
+        ax.plot(widths, ys, color=_FAIL_COLOR if failed else "#111111", lw=3.0, marker="o", ms=5, zorder=5, label=f"judged: {name} (slope {extra.get('slope', math.nan):.2f})")
         b_max = float(extra.get("max_abs_slope", 0.0))
         w0, y0 = widths[0], ys[0]
         if math.isfinite(y0) and b_max > 0:
@@ -94,8 +93,7 @@ def update_size_figure(extra: dict[str, Any], *, failed: bool, title: str = "upd
         failing = extra.get("failing_width")
         if failing is not None and failing in widths:
             y = ys[widths.index(failing)]
-            mark = ax.scatter([failing], [y if math.isfinite(y) else y0], marker="X", s=140, color=_FAIL_COLOR, zorder=6,
-                              edgecolors="white", label=f"first width outside: {failing}")
+            mark = ax.scatter([failing], [y if math.isfinite(y) else y0], marker="X", s=140, color=_FAIL_COLOR, zorder=6, edgecolors="white", label=f"first width outside: {failing}")
             mark.set_gid(FAILING_WIDTH_GID)
     ax.xaxis.set_major_locator(FixedLocator(widths))
     ax.xaxis.set_minor_locator(NullLocator())
@@ -120,8 +118,7 @@ def loss_figure(extra: dict[str, Any], *, title: str = "training loss") -> Figur
         if bad:
             finite = [y for y in ys if math.isfinite(y)]
             y = finite[-1] if finite else 1.0
-            mark = ax.scatter([bad[0]], [y], marker="X", s=140, color=_FAIL_COLOR, zorder=6, edgecolors="white",
-                              label=f"depth {depth}: not finite at step {bad[0]}")
+            mark = ax.scatter([bad[0]], [y], marker="X", s=140, color=_FAIL_COLOR, zorder=6, edgecolors="white", label=f"depth {depth}: not finite at step {bad[0]}")
             mark.set_gid(DIVERGED_GID)
     if not curves:
         ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="#666666")

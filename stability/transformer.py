@@ -105,7 +105,15 @@ class Sublayer(nn.Module):
     """One sublayer F in its residual connection; see the module docstring for the three orders."""
 
     def __init__(
-        self, fn: nn.Module, *, position: str, norm_in: nn.Module, norm_out: nn.Module, skip: bool, alpha: float, gain: nn.Module,
+        self,
+        fn: nn.Module,
+        *,
+        position: str,
+        norm_in: nn.Module,
+        norm_out: nn.Module,
+        skip: bool,
+        alpha: float,
+        gain: nn.Module,
     ) -> None:
         super().__init__()
         self.fn, self.norm_in, self.norm_out, self.gain = fn, norm_in, norm_out, gain

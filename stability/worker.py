@@ -55,6 +55,8 @@ __all__ = ["WorkerExecutor", "KILL_AFTER_S", "TERM_GRACE_S", "default_threads"]
 KILL_AFTER_S = 0.5
 #: Between SIGTERM and SIGKILL.
 TERM_GRACE_S = 0.2
+
+
 def default_threads() -> int:
     """Threads per worker: $STABILITY_THREADS if set, else 1 (one worker per core is faster on a
     shared runner than a few workers each spinning several intra-op threads)."""
@@ -197,8 +199,7 @@ class WorkerExecutor(Executor):
                 while pending and len(running) < self.jobs:
                     index, task = pending.popleft()
                     parent_conn, child_conn = ctx.Pipe(duplex=False)
-                    proc = ctx.Process(target=_child_main, args=(child_conn, task, env, cwd, self.threads), daemon=True,
-                                       name=f"stability-{task.spec.name}")
+                    proc = ctx.Process(target=_child_main, args=(child_conn, task, env, cwd, self.threads), daemon=True, name=f"stability-{task.spec.name}")
                     with _without_main():
                         proc.start()
                     child_conn.close()
@@ -273,8 +274,7 @@ class WorkerExecutor(Executor):
         records = list(run.records)
         if run.current is not None:  # the stopped case, with the time it was given
             records.append(CaseRecord(run.current, None, reason, time.monotonic() - run.case_started))
-        return unfinished_outcome(run.task, reason, done=run.results, records=records, case=run.current, spec_error=False,
-                                  seconds=time.monotonic() - run.started)
+        return unfinished_outcome(run.task, reason, done=run.results, records=records, case=run.current, spec_error=False, seconds=time.monotonic() - run.started)
 
     def _finish(self, run: _Running) -> Outcome:
         if run.outcome is not None:  # reported: collect the child (it leaves by itself; kill a lingering one)
@@ -299,5 +299,4 @@ class WorkerExecutor(Executor):
         else:
             what = f"the worker exited with code {code} before reporting (sys.exit or os._exit in the spec's code?)"
         where = f" while running case {run.current}" if run.current is not None else ""
-        return unfinished_outcome(run.task, f"{what}{where}", done=run.results, records=run.records, case=run.current,
-                                  seconds=time.monotonic() - run.started)
+        return unfinished_outcome(run.task, f"{what}{where}", done=run.results, records=run.records, case=run.current, seconds=time.monotonic() - run.started)

@@ -178,7 +178,7 @@ def custom_spec(factory_dir: Path) -> Callable[..., Path]:
     def write(factory: str, *, depth: str = "10", width: str = "4", batch: str = "2", expect: str = "") -> Path:
         target = factory if ":" in factory else f"{FACTORY_MODULE}:{factory}"
         text = textwrap.dedent(f"""\
-            name = "custom-{factory.replace(':', '-')}"
+            name = "custom-{factory.replace(":", "-")}"
             description = "a test factory"
             family = "custom"
 

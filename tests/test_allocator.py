@@ -68,10 +68,10 @@ print(json.dumps({{"added": peak - base, "grad": m.grad_norm, "var": m.act_var}}
 def test_deep_checkpointed_probe_stays_small_with_the_same_numbers() -> None:
     """Depth 1,000 (a tenth of benchmarks/ratios.py (d)): with glibc's defaults the resident memory
     climbs ~0.4 MiB per block; with the harness's setting it does not. Same numbers either way."""
+
     def run(env: dict[str, str]) -> dict[str, object]:
         clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "STABILITY_MALLOC_TUNE"}
-        out = subprocess.run([sys.executable, "-c", _DEEP.format(depth=1000)], capture_output=True, text=True, env={**clean, **env},
-                             cwd=ROOT, check=True, timeout=600)
+        out = subprocess.run([sys.executable, "-c", _DEEP.format(depth=1000)], capture_output=True, text=True, env={**clean, **env}, cwd=ROOT, check=True, timeout=600)
         result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
         return result
 

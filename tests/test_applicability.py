@@ -19,7 +19,7 @@ from stability.spec import parse_spec
 
 Cli = Callable[..., tuple[int, str, str]]
 
-FACTORY = '''
+FACTORY = """
 import torch
 from torch import nn
 
@@ -38,11 +38,12 @@ class Residual(nn.Module):
 
 def make(depth, width, branch_init):
     return nn.Sequential(*[Residual(width, branch_init == "zero") for _ in range(depth)])
-'''
+"""
 
 
 def custom(applies: str = "") -> str:
-    return textwrap.dedent("""\
+    return (
+        textwrap.dedent("""\
         name = "applicable"
         description = "a residual MLP whose factory zeroes its branches on branch_init = zero"
         family = "custom"
@@ -58,7 +59,9 @@ def custom(applies: str = "") -> str:
 
         [expect.identity_at_init]
         atol = 0.0
-        """) + applies
+        """)
+        + applies
+    )
 
 
 @pytest.fixture
@@ -109,7 +112,8 @@ def test_a_replayed_case_outside_is_not_applicable_everywhere(cli: Cli, spec_fil
 
 
 def test_a_builtin_identity_is_not_applicable_off_zero_branch() -> None:
-    spec = parse_spec(textwrap.dedent("""\
+    spec = parse_spec(
+        textwrap.dedent("""\
         name = "p"
         description = "d"
         family = "preact"
@@ -118,7 +122,8 @@ def test_a_builtin_identity_is_not_applicable_off_zero_branch() -> None:
         width = 4
         branch_init = ["default", "zero"]
         [expect.identity_at_init]
-        """))
+        """)
+    )
     default = parse_case_string("branch_init=default", spec)
     assert "not a zero-branch init" in (not_applicable_reason(spec, "identity_at_init", default) or "")
     assert not_applicable_reason(spec, "identity_at_init", parse_case_string("branch_init=zero", spec)) is None
@@ -135,14 +140,17 @@ def test_choice_keys_narrow_the_drawn_space() -> None:
     assert "depth=3 is outside expect.identity_at_init.applies_when depth = [2, 4]" in (not_applicable_reason(deep, "identity_at_init", depth3) or "")
 
 
-@pytest.mark.parametrize(("applies", "fragments"), [
-    ('applies_when = { brnch_init = ["zero"] }', ["applies_when.brnch_init", "is not a case key", 'did you mean "branch_init"?']),
-    ('applies_when = { branch_init = ["rezero"] }', ["applies_when.branch_init", "'rezero' is not in space.branch_init ['default', 'zero']"]),
-    ('applies_when = { depth = [9] }', ["applies_when.depth", "9 is outside space.depth [1, 4]"]),
-    ('applies_when = { branch_init = [] }', ["lists no value"]),
-    ("applies_when = {}", ["applies_when", "is empty"]),
-    ('applies_when = { branch_init = "zero" }', ["applies_when.branch_init", "must be a list"]),
-])
+@pytest.mark.parametrize(
+    ("applies", "fragments"),
+    [
+        ('applies_when = { brnch_init = ["zero"] }', ["applies_when.brnch_init", "is not a case key", 'did you mean "branch_init"?']),
+        ('applies_when = { branch_init = ["rezero"] }', ["applies_when.branch_init", "'rezero' is not in space.branch_init ['default', 'zero']"]),
+        ("applies_when = { depth = [9] }", ["applies_when.depth", "9 is outside space.depth [1, 4]"]),
+        ("applies_when = { branch_init = [] }", ["lists no value"]),
+        ("applies_when = {}", ["applies_when", "is empty"]),
+        ('applies_when = { branch_init = "zero" }', ["applies_when.branch_init", "must be a list"]),
+    ],
+)
 def test_bad_applies_when_is_one_line_naming_the_key(applies: str, fragments: list[str]) -> None:
     with pytest.raises(SpecError) as info:
         parse_spec(custom(applies + "\n"), file="s.toml")

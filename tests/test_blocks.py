@@ -65,8 +65,7 @@ def test_plain_preact_postnorm_and_highway_follow_their_formulas() -> None:
     torch.testing.assert_close(PreActBlock(branch, Scale(torch.tensor(3.0, dtype=torch.float64), learnable=False), half)(x), 3 * x + 0.5 * (x @ W.T))
     torch.testing.assert_close(PostNormBlock(branch, None, half, nn.Identity(), relu)(x), torch.relu(0.5 * (x @ W.T)))
     torch.testing.assert_close(PostNormBlock(branch, nn.Identity(), half, nn.Identity(), relu)(x), torch.relu(x + 0.5 * (x @ W.T)))
-    torch.testing.assert_close(PostNormBlock(branch, Scale(torch.tensor(-1.0, dtype=torch.float64), learnable=False), half, nn.Identity(), relu)(x),
-                               torch.relu(-x + 0.5 * (x @ W.T)))
+    torch.testing.assert_close(PostNormBlock(branch, Scale(torch.tensor(-1.0, dtype=torch.float64), learnable=False), half, nn.Identity(), relu)(x), torch.relu(-x + 0.5 * (x @ W.T)))
     gate = nn.Linear(3, 3, dtype=torch.float64)
     with torch.no_grad():
         gate.weight.copy_(_lin(0.5).weight)

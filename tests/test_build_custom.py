@@ -18,7 +18,7 @@ from stability.errors import CaseError, SpecError
 from stability.spec import Spec
 
 MODULE = "stability_build_custom_factories"
-FACTORIES = '''
+FACTORIES = """
 import sys
 import torch
 from torch import nn
@@ -78,7 +78,7 @@ def picks(depth, width, init, layer, torch_dtype, extra):
     out = nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])
     out.seen = dict(depth=depth, width=width, init=init, layer=layer, torch_dtype=torch_dtype, extra=extra)
     return out
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +134,7 @@ def test_an_empty_stack_and_a_non_module_are_spec_errors(folder: Path) -> None:
     with pytest.raises(SpecError) as info:
         build(spec, CASE)
     assert (info.value.file, info.value.key, info.value.value) == (spec.path, "block.factory", f"{MODULE}:number")
-    assert info.value.problem == ("returned int, not an nn.Sequential, an nn.ModuleList, a stability.Stack or a module with one of "
-                                  ".blocks/.layers/.layer/.h/.block")
+    assert info.value.problem == ("returned int, not an nn.Sequential, an nn.ModuleList, a stability.Stack or a module with one of .blocks/.layers/.layer/.h/.block")
     assert info.value.fix == "return nn.Sequential(*blocks), the library's ModuleList, or stability.Stack(blocks=...)"
 
 
@@ -152,13 +151,24 @@ def test_a_module_with_blocks_keeps_its_stem_and_head_and_other_containers_do_no
 def test_a_factory_gets_the_case_values_it_asks_for(folder: Path) -> None:
     seen = build(_spec(folder, "sees", "factory_args = { extra = 7 }"), CASE).blocks.seen
     assert {k: seen[k] for k in ("depth", "width", "batch", "seed", "init", "layer", "torch_dtype", "extra", "branch_init")} == {
-        "depth": 3, "width": 4, "batch": 2, "seed": 5, "init": "default", "layer": "linear", "torch_dtype": torch.float64, "extra": 7, "branch_init": "default"}
+        "depth": 3,
+        "width": 4,
+        "batch": 2,
+        "seed": 5,
+        "init": "default",
+        "layer": "linear",
+        "torch_dtype": torch.float64,
+        "extra": 7,
+        "branch_init": "default",
+    }
     assert build(_spec(folder, "picks", "factory_args = { extra = 7 }"), CASE).blocks.seen == {"depth": 3, "width": 4, "init": "default", "layer": "linear", "torch_dtype": torch.float64, "extra": 7}
 
 
 def _dense(layer: str, extra: str = "") -> Spec:
-    return parse_spec(f'name = "d"\ndescription = "d"\nfamily = "dense"\n[block]\nlayer = "{layer}"\ngrowth = 3\nactivation = "relu"\n'
-                      f'[space]\ndepth = [1, 8]\nwidth = 4\nbatch = 2\n{extra}\n[expect.gradient_arrival]\n')
+    return parse_spec(
+        f'name = "d"\ndescription = "d"\nfamily = "dense"\n[block]\nlayer = "{layer}"\ngrowth = 3\nactivation = "relu"\n'
+        f"[space]\ndepth = [1, 8]\nwidth = 4\nbatch = 2\n{extra}\n[expect.gradient_arrival]\n"
+    )
 
 
 def test_dense_token_layers_concatenate_along_the_channels() -> None:
@@ -185,8 +195,7 @@ def test_dense_zero_branches_add_zero_channels() -> None:
 
 
 def _family(family: str, block: str, space: str = "", width: int = 4) -> Spec:
-    return parse_spec(f'name = "b"\ndescription = "d"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 8]\nwidth = {width}\nbatch = 2\n{space}\n'
-                      "[expect.gradient_arrival]\n")
+    return parse_spec(f'name = "b"\ndescription = "d"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 8]\nwidth = {width}\nbatch = 2\n{space}\n[expect.gradient_arrival]\n')
 
 
 def _case(depth: int, width: int = 4, **kw: object) -> Case:

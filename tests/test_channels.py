@@ -78,7 +78,8 @@ def _timm_avg_ch_var(output: torch.Tensor) -> float:
 
 def _preact_bn_relu_conv() -> tuple[nn.Sequential, torch.Tensor]:
     """The issue's 6-block pre-activation conv stack: BatchNorm, ReLU, 16 channels."""
-    spec = parse_spec("""
+    spec = parse_spec(
+        """
         name = "spp"
         description = "pre-activation conv stack, BatchNorm and ReLU"
         family = "preact"
@@ -92,7 +93,8 @@ def _preact_bn_relu_conv() -> tuple[nn.Sequential, torch.Tensor]:
         batch = 8
         spatial = 8
         [expect.variance_growth]
-        """.replace("\n        ", "\n"))
+        """.replace("\n        ", "\n")
+    )
     case = Case(6, 16, 8, 8, None, "default", "default", "float64", "cpu", 0)
     return build(spec, case).blocks, make_input(spec, case)
 

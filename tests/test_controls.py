@@ -23,8 +23,6 @@ from stability.spec import validate_spec
 CONTROLS = sorted((Path(__file__).resolve().parent.parent / "specs").glob("control_*.toml"))
 
 
-
-
 def test_the_controls_are_there() -> None:
     assert len(CONTROLS) >= 8
 

@@ -85,9 +85,12 @@ def test_the_same_search_in_two_processes_probes_the_same_cases_bit_identically(
     env["OMP_NUM_THREADS"] = "1"  # the same in both; two processes on two cores do not oversubscribe
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "stability", "check", str(spec), "--profile", "ci", "--only", "variance_growth",
-             "--json", str(tmp_path / f"{i}.json"), "-q"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+            [sys.executable, "-m", "stability", "check", str(spec), "--profile", "ci", "--only", "variance_growth", "--json", str(tmp_path / f"{i}.json"), "-q"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=tmp_path,
         )
         for i in range(2)
     ]

@@ -125,8 +125,12 @@ def test_snippet_runs(snippet: Snippet, tmp_path: Path, monkeypatch: pytest.Monk
     work = tmp_path / "work"
     work.mkdir()
     done = subprocess.run(
-        ["bash", "-eu", "-o", "pipefail", "-c", snippet.body], cwd=_scratch_folder(work), env=env,
-        capture_output=True, text=True, timeout=600,
+        ["bash", "-eu", "-o", "pipefail", "-c", snippet.body],
+        cwd=_scratch_folder(work),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, f"{snippet.id} exited {done.returncode}:\n{snippet.body}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
 

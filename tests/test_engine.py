@@ -94,14 +94,14 @@ def test_every_search_covers_the_deepest_allowed_depth() -> None:
     assert max(c.depth for c in res.cases) == 40
 
 
-ODD_WIDTH_FACTORY = '''
+ODD_WIDTH_FACTORY = """
 from torch import nn
 
 
 def even_only(depth, width):
     assert width % 2 == 0, "width must be even"  # a library block's own check, like a head count
     return nn.Sequential(*[nn.Identity() for _ in range(depth)])
-'''
+"""
 
 
 def test_a_factory_that_refuses_some_cases_fails_those_cases_and_the_other_specs_still_run(tmp_path, cli) -> None:

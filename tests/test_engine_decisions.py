@@ -17,8 +17,9 @@ from stability.engine import CaseRecord
 from stability.invariants import Verdict
 from stability.probe import Measurements
 
-SPEC = parse_spec('name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = [1, 8]\nwidth = 4\nbatch = 2\n'
-                  "[expect.gradient_arrival]\nlo = 0.1\nhi = 10.0\n[expect.variance_growth]\n", file="specs/e.toml")
+SPEC = parse_spec(
+    'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = [1, 8]\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\nlo = 0.1\nhi = 10.0\n[expect.variance_growth]\n', file="specs/e.toml"
+)
 CASE = Case(3, 4, 2, None, None, "default", "default", "float32", "cpu", 0)
 
 
@@ -116,8 +117,7 @@ def _halving(c: Case) -> CaseRecord:
 
 @pytest.mark.parametrize(("depth", "start", "smallest"), [("{ range = [2, 16], multiple_of = 3 }", 15, 6), ("{ values = [2, 4, 9, 12] }", 12, 9), ("[1, 16]", 16, 5)])
 def test_the_depth_bisection_stays_inside_the_space(depth: str, start: int, smallest: int) -> None:
-    spec = parse_spec(f'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = {depth}\nwidth = 4\nbatch = 2\n'
-                      "[expect.gradient_arrival]\nlo = 0.05\nhi = 10.0\n", file="specs/e.toml")
+    spec = parse_spec(f'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = {depth}\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\nlo = 0.05\nhi = 10.0\n', file="specs/e.toml")
     probed: list[int] = []
 
     def measured(c: Case) -> CaseRecord:

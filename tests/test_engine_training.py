@@ -117,9 +117,13 @@ def test_training_search_is_generate_only_and_tries_pinned_cases_first(monkeypat
     assert r.message == f"specs/t.toml::trainability: expected to hold, but it fails at {r.case}: ratio 2"
     from stability.spec import parse_spec
 
-    pinned = parse_spec((SPECS / "degradation_plain.toml").read_text(encoding="utf-8")
-                        .replace('profiles = ["thorough"]', 'profiles = ["ci"]').replace("depth = 4\n", 'depth = [2, 6]\nexamples = ["depth=5,seed=7"]\n'),
-                        file="specs/t.toml")
+    pinned = parse_spec(
+        (SPECS / "degradation_plain.toml")
+        .read_text(encoding="utf-8")
+        .replace('profiles = ["thorough"]', 'profiles = ["ci"]')
+        .replace("depth = 4\n", 'depth = [2, 6]\nexamples = ["depth=5,seed=7"]\n'),
+        file="specs/t.toml",
+    )
     seen.clear()
     run_spec(pinned, RunOptions(profile="ci"))
     assert seen[0].depth == 5 and seen[0].seed == 7

@@ -100,8 +100,7 @@ def basic_block_spec(tmp_path: Path) -> Callable[..., Spec]:
     return make
 
 
-def _case(depth: int, width: int, batch: int, *, seed: int, spatial: int | None = None, weight_init: str = "default",
-          branch_init: str = "default") -> Case:
+def _case(depth: int, width: int, batch: int, *, seed: int, spatial: int | None = None, weight_init: str = "default", branch_init: str = "default") -> Case:
     return Case(depth, width, batch, spatial, None, weight_init, branch_init, "float32", "cpu", seed)
 
 
@@ -167,10 +166,8 @@ def test_basic_block_case_of_the_issue_is_not_exponential(basic_block_spec: Call
 def _linear_stack_cases(kind: str, n: int, seed: int) -> list[Case]:
     rng = random.Random(seed)
     if kind == "preact_mlp":
-        return [_case(rng.randint(2, 64), 16, rng.randint(4, 16), seed=rng.randrange(2**16),
-                      weight_init=rng.choice(["kaiming_normal", "xavier_normal", "default"])) for _ in range(n)]
-    return [_case(rng.randint(2, 48), rng.choice([8, 16]), rng.randint(4, 8), spatial=rng.choice([2, 4]), seed=rng.randrange(2**16))
-            for _ in range(n)]
+        return [_case(rng.randint(2, 64), 16, rng.randint(4, 16), seed=rng.randrange(2**16), weight_init=rng.choice(["kaiming_normal", "xavier_normal", "default"])) for _ in range(n)]
+    return [_case(rng.randint(2, 48), rng.choice([8, 16]), rng.randint(4, 8), spatial=rng.choice([2, 4]), seed=rng.randrange(2**16)) for _ in range(n)]
 
 
 def _false_exponentials(spec: Spec, cases: list[Case]) -> list[tuple[Case, str]]:
@@ -240,8 +237,7 @@ def _control(kind: str) -> tuple[Spec, Callable[[random.Random], Case]]:
         spec = load_spec(SPECS / "control_unnormalised_residual.toml")
         lo, hi = spec.space.width
         widths = [w for w in (8, 16, 32, 64) if lo <= w <= hi]  # the spec's space: 16, 32, 64
-        return spec, lambda rng: _case(rng.randint(8, 64), rng.choice(widths), rng.randint(4, 16), seed=rng.randrange(2**16),
-                                       weight_init="kaiming_normal")
+        return spec, lambda rng: _case(rng.randint(8, 64), rng.choice(widths), rng.randint(4, 16), seed=rng.randrange(2**16), weight_init="kaiming_normal")
     spec = parse_spec(PLAIN_RELU_HOT if kind == "plain_relu_hot" else PLAIN_TANH_COLD)
     return spec, lambda rng: _case(rng.randint(8, 64), spec.space.width[0], rng.randint(4, 16), seed=rng.randrange(2**16), weight_init="normal")
 
@@ -255,8 +251,9 @@ def _control_verdicts(kind: str, n: int, seed: int) -> list[tuple[Case, str, str
 
 def _missed_controls(kind: str, n: int, seed: int) -> list[tuple[Case, str, str]]:
     want = "decaying" if kind == "plain_tanh_cold" else "exponential"
-    return [(case, growth, lowest) for case, growth, lowest, passed in _control_verdicts(kind, n, seed)
-            if growth != want or (want == "exponential" and passed)]  # a decaying law does not break "bounded" growth
+    return [
+        (case, growth, lowest) for case, growth, lowest, passed in _control_verdicts(kind, n, seed) if growth != want or (want == "exponential" and passed)
+    ]  # a decaying law does not break "bounded" growth
 
 
 @pytest.mark.parametrize("kind", ["unnormalised_residual", "plain_relu_hot", "plain_tanh_cold"])
@@ -379,7 +376,8 @@ def test_ensemble_spread_is_reported(basic_block_spec: Callable[..., Spec]) -> N
 
 def test_non_vectorisable_blocks_fall_back_to_the_loop(tmp_path: Path) -> None:
     """A block that reads a tensor's value in Python (`.item()`) cannot run under vmap."""
-    (tmp_path / "item_blocks.py").write_text(textwrap.dedent('''
+    (tmp_path / "item_blocks.py").write_text(
+        textwrap.dedent("""
         import torch
         from torch import nn
 
@@ -393,9 +391,12 @@ def test_non_vectorisable_blocks_fall_back_to_the_loop(tmp_path: Path) -> None:
 
         def make(depth, width):
             return nn.Sequential(*[Gated(width) for _ in range(depth)])
-        '''), encoding="utf-8")
+        """),
+        encoding="utf-8",
+    )
     path = tmp_path / "item.toml"
-    path.write_text(textwrap.dedent("""\
+    path.write_text(
+        textwrap.dedent("""\
         name = "item"
         description = "a block vmap cannot run"
         family = "custom"
@@ -409,7 +410,9 @@ def test_non_vectorisable_blocks_fall_back_to_the_loop(tmp_path: Path) -> None:
         ensemble = 3
         [expect.variance_growth]
         max_growth = "exponential"
-        """), encoding="utf-8")
+        """),
+        encoding="utf-8",
+    )
     spec = load_spec(path)
     case = _case(6, 8, 4, seed=0)
     record = evaluate(spec, case)
@@ -459,10 +462,13 @@ def test_undecided_ensembles_grow_until_decided_or_four_times_the_size() -> None
         fixed = probe_ensemble(spec, case, first, size=8)
         assert ens.act_var[:8] == fixed.act_var
         sizes.append(ens.size)
-    capped = probe_ensemble_until_decided(spec, _case(10, 8, 4, seed=0, weight_init="kaiming_normal"),
-                                          probe(build(spec, _case(10, 8, 4, seed=0, weight_init="kaiming_normal")).blocks,
-                                                make_input(spec, _case(10, 8, 4, seed=0, weight_init="kaiming_normal")), seed=derive_seed(0, 2)),
-                                          size=8, max_size=8)
+    capped = probe_ensemble_until_decided(
+        spec,
+        _case(10, 8, 4, seed=0, weight_init="kaiming_normal"),
+        probe(build(spec, _case(10, 8, 4, seed=0, weight_init="kaiming_normal")).blocks, make_input(spec, _case(10, 8, 4, seed=0, weight_init="kaiming_normal")), seed=derive_seed(0, 2)),
+        size=8,
+        max_size=8,
+    )
     assert capped.size == 8
 
 
@@ -473,8 +479,7 @@ def _mean_shift_cases(spec: Spec, n: int, seed: int) -> list[Case]:
     """n cases drawn uniformly from the spec's space (its first init), with fixed draws."""
     rng = random.Random(seed)
     (dlo, dhi), (wlo, whi), (blo, bhi) = spec.space.depth, spec.space.width, spec.space.batch
-    return [Case(rng.randint(dlo, dhi), rng.randint(wlo, whi), rng.randint(blo, bhi), None, None, spec.space.weight_init[0], "default", "float32", "cpu",
-                 rng.randrange(2**16)) for _ in range(n)]
+    return [Case(rng.randint(dlo, dhi), rng.randint(wlo, whi), rng.randint(blo, bhi), None, None, spec.space.weight_init[0], "default", "float32", "cpu", rng.randrange(2**16)) for _ in range(n)]
 
 
 def _mean_shift(spec: Spec, case: Case) -> tuple[bool, float, int]:
@@ -549,8 +554,9 @@ def test_mean_shift_verdicts_over_100_cases_at_the_smallest_width_and_batch(name
     """The corner the search favours (width 16, batch 8), where one network's ρ is noisiest."""
     spec = load_spec(SPECS / f"{name}.toml")
     rng = random.Random(2)
-    cases = [Case(rng.randint(*spec.space.depth), spec.space.width[0], spec.space.batch[0], None, None, spec.space.weight_init[0], "default",
-                  "float32", "cpu", rng.randrange(2**16)) for _ in range(100)]
+    cases = [
+        Case(rng.randint(*spec.space.depth), spec.space.width[0], spec.space.batch[0], None, None, spec.space.weight_init[0], "default", "float32", "cpu", rng.randrange(2**16)) for _ in range(100)
+    ]
     results = [(c, *_mean_shift(spec, c)) for c in cases]
     wrong = [(c, rho) for c, passed, rho, _ in results if passed != (name == "preact_tanh_mlp")]
     rhos = sorted(rho for _, _, rho, _ in results)
@@ -589,8 +595,7 @@ def test_lesion_verdicts_over_100_cases_at_the_smallest_width_and_batch(name: st
     spec = load_spec(SPECS / f"{name}.toml")
     rng = random.Random(3)
     inits = spec.space.weight_init
-    cases = [Case(rng.randint(*spec.space.depth), spec.space.width[0], spec.space.batch[0], None, None, rng.choice(inits), "default",
-                  "float32", "cpu", rng.randrange(2**16)) for _ in range(100)]
+    cases = [Case(rng.randint(*spec.space.depth), spec.space.width[0], spec.space.batch[0], None, None, rng.choice(inits), "default", "float32", "cpu", rng.randrange(2**16)) for _ in range(100)]
     results = [(c, *_lesion(spec, c)[:2]) for c in cases]
     wrong = [(c, v) for c, passed, v in results if passed != (name == "preact_isometry")]
     values = sorted(v for _, _, v in results)

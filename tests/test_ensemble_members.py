@@ -22,8 +22,10 @@ from stability.spec import Spec
 
 
 def _spec(extra: str = "") -> Spec:
-    return parse_spec('name = "e"\ndescription = "d"\nfamily = "preact"\n[block]\nactivation = "relu"\n[space]\ndepth = [1, 8]\nwidth = 8\nbatch = 4\n'
-                      f'dtype = ["float64"]\n{extra}\n[expect.variance_growth]\n', file="specs/e.toml")
+    return parse_spec(
+        f'name = "e"\ndescription = "d"\nfamily = "preact"\n[block]\nactivation = "relu"\n[space]\ndepth = [1, 8]\nwidth = 8\nbatch = 4\ndtype = ["float64"]\n{extra}\n[expect.variance_growth]\n',
+        file="specs/e.toml",
+    )
 
 
 def _case(depth: int = 4, seed: int = 2) -> Case:  # seed 2: the first four members' input variances are 0.50, 1.44, 1.67, 1.10
@@ -107,9 +109,14 @@ def test_members_of_a_stack_with_a_stem_are_probed_after_it(tmp_path: Path) -> N
     (tmp_path / "stability_ensemble_stem.py").write_text(
         "import torch\nfrom torch import nn\nfrom stability import Stack\n\n\ndef make(depth, width):\n"
         "    return Stack(blocks=nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in range(depth)]),\n"
-        "                 stem=nn.Linear(width, width))\n", encoding="utf-8")
-    spec = parse_spec('name = "s"\ndescription = "d"\nfamily = "custom"\n[block]\nfactory = "stability_ensemble_stem:make"\n[space]\n'
-                      'depth = 3\nwidth = 6\nbatch = 4\ndtype = ["float64"]\n[expect.variance_growth]\n', file=str(tmp_path / "s.toml"))
+        "                 stem=nn.Linear(width, width))\n",
+        encoding="utf-8",
+    )
+    spec = parse_spec(
+        'name = "s"\ndescription = "d"\nfamily = "custom"\n[block]\nfactory = "stability_ensemble_stem:make"\n[space]\n'
+        'depth = 3\nwidth = 6\nbatch = 4\ndtype = ["float64"]\n[expect.variance_growth]\n',
+        file=str(tmp_path / "s.toml"),
+    )
     case = Case(3, 6, 4, None, None, "default", "default", "float64", "cpu", 1)
     e = probe_ensemble(spec, case, _alone(spec, case), size=3)
     for k, seed in enumerate(e.seeds[1:], start=1):

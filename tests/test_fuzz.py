@@ -47,17 +47,85 @@ SHIPPED = [tomllib.loads(p.read_text(encoding="utf-8")) for p in sorted(SPECS_DI
 # ----------------------------------------------------------------------------- TOML values and text
 
 KNOWN_WORDS = [
-    "plain", "postnorm", "preact", "highway", "dense", "custom", "linear", "conv2d", "relu", "gelu", "batch",
-    "group", "identity", "projection", "scaled", "zero", "rezero", "skipinit", "normal", "orthogonal",
-    "float32", "bfloat16", "cpu", "cuda", "holds", "violated", "1/sqrt(depth)", "1/depth", "default",
-    "custom_blocks:residual_mlp", "depth=1", "depth=2,width=4", "nope:nope", "",
+    "plain",
+    "postnorm",
+    "preact",
+    "highway",
+    "dense",
+    "custom",
+    "linear",
+    "conv2d",
+    "relu",
+    "gelu",
+    "batch",
+    "group",
+    "identity",
+    "projection",
+    "scaled",
+    "zero",
+    "rezero",
+    "skipinit",
+    "normal",
+    "orthogonal",
+    "float32",
+    "bfloat16",
+    "cpu",
+    "cuda",
+    "holds",
+    "violated",
+    "1/sqrt(depth)",
+    "1/depth",
+    "default",
+    "custom_blocks:residual_mlp",
+    "depth=1",
+    "depth=2,width=4",
+    "nope:nope",
+    "",
 ]
 KNOWN_KEYS = [
-    "name", "description", "family", "block", "space", "expect", "probe", "path", "layer", "activation", "norm",
-    "skip", "skip_scale", "gate_bias", "growth", "kernel_size", "factory", "factory_args", "depth", "width",
-    "batch", "spatial", "input_width", "weight_init", "branch_init", "dtype", "device", "seed", "examples",
-    "gradient_arrival", "variance_growth", "identity_at_init", "lo", "hi", "expect", "atol", "max_growth",
-    "projection_spectrum", "branch_scale", "bias_init", "init_std", "checkpoint_every", "norm_groups",
+    "name",
+    "description",
+    "family",
+    "block",
+    "space",
+    "expect",
+    "probe",
+    "path",
+    "layer",
+    "activation",
+    "norm",
+    "skip",
+    "skip_scale",
+    "gate_bias",
+    "growth",
+    "kernel_size",
+    "factory",
+    "factory_args",
+    "depth",
+    "width",
+    "batch",
+    "spatial",
+    "input_width",
+    "weight_init",
+    "branch_init",
+    "dtype",
+    "device",
+    "seed",
+    "examples",
+    "gradient_arrival",
+    "variance_growth",
+    "identity_at_init",
+    "lo",
+    "hi",
+    "expect",
+    "atol",
+    "max_growth",
+    "projection_spectrum",
+    "branch_scale",
+    "bias_init",
+    "init_std",
+    "checkpoint_every",
+    "norm_groups",
 ]
 
 scalars = st.one_of(
@@ -275,8 +343,7 @@ def valid_documents(draw: st.DrawFn) -> dict[str, Any]:
         "mode": draw(st.sampled_from(["train", "eval"])),
         "checkpoint_every": draw(st.integers(0, 3)),
     }
-    return {"name": "fuzzed", "description": "drawn by the fuzzer", "family": family, "block": block,
-            "space": space, "expect": expect, "probe": probe}
+    return {"name": "fuzzed", "description": "drawn by the fuzzer", "family": family, "block": block, "space": space, "expect": expect, "probe": probe}
 
 
 @st.composite
@@ -288,8 +355,13 @@ def _transformer_documents(draw: st.DrawFn) -> dict[str, Any]:
     position = draw(st.sampled_from(["pre", "post", "sandwich"]))
     skip = draw(st.sampled_from(["identity", "none"]))
     block: dict[str, Any] = {
-        "layer": "tokens", "norm": draw(st.sampled_from(["layer", "rms", "none"])), "norm_position": position,
-        "causal": draw(st.booleans()), "head_dim": head_dim, "mlp": draw(st.booleans()), "activation": draw(st.sampled_from(ACTIVATIONS)),
+        "layer": "tokens",
+        "norm": draw(st.sampled_from(["layer", "rms", "none"])),
+        "norm_position": position,
+        "causal": draw(st.booleans()),
+        "head_dim": head_dim,
+        "mlp": draw(st.booleans()),
+        "activation": draw(st.sampled_from(ACTIVATIONS)),
         "skip": skip,
     }
     residuals = ["none", "gpt2"] + (["rezero", "skipinit", "layerscale"] + (["deepnorm"] if position == "post" else []) if skip == "identity" else [])
@@ -300,10 +372,15 @@ def _transformer_documents(draw: st.DrawFn) -> dict[str, Any]:
         block["mlp_ratio"] = draw(st.floats(0.25, 4.0))
     width: Any = {"range": [k_lo * head_dim, k_hi * head_dim], "multiple_of": head_dim} if draw(st.booleans()) else {"values": sorted({k_lo * head_dim, k_hi * head_dim})}
     space: dict[str, Any] = {
-        "depth": _range(draw, 1, 4), "width": width, "batch": _range(draw, 1, 3), "tokens": _range(draw, 2, 5),
+        "depth": _range(draw, 1, 4),
+        "width": width,
+        "batch": _range(draw, 1, 3),
+        "tokens": _range(draw, 2, 5),
         "weight_init": draw(st.lists(st.sampled_from(WEIGHT_INITS), min_size=1, max_size=3, unique=True)),
         "branch_init": draw(st.lists(st.sampled_from(["default", "zero"]), min_size=1, max_size=2, unique=True)),
-        "dtype": draw(st.lists(st.sampled_from(DTYPES), min_size=1, max_size=2, unique=True)), "device": ["cpu"], "seed": [0, 2**16],
+        "dtype": draw(st.lists(st.sampled_from(DTYPES), min_size=1, max_size=2, unique=True)),
+        "device": ["cpu"],
+        "seed": [0, 2**16],
     }
     expect: dict[str, Any] = {}
     for name, table in (("rank_collapse", {"max_similarity": 0.9}), ("attention_entropy", {"min_entropy": 0.5}), ("gradient_balance", {"max_spread": 10.0})):

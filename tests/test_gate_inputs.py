@@ -121,8 +121,7 @@ def test_a_run_on_no_matching_device_judges_nothing_and_exits_5(cli: Cli, write_
 
 def test_only_an_undeclared_invariant_exits_5(cli: Cli, write_spec: Callable[..., Path], base_spec: str, tmp_path: Path) -> None:
     report = tmp_path / "r.json"
-    one_error(cli("check", write_spec(base_spec), "--only", "variance_growth", "--json", report, "--in-process"),
-              "no spec declares --only variance_growth", code=5)
+    one_error(cli("check", write_spec(base_spec), "--only", "variance_growth", "--json", report, "--in-process"), "no spec declares --only variance_growth", code=5)
     assert json.loads(report.read_text())["met"] is False
 
 
@@ -153,20 +152,14 @@ def test_the_pytest_plugin_reports_sys_exit_deep_nesting_and_duplicate_names_in_
     specs = tmp_path / "specs"
     specs.mkdir()
     (specs / "blocks_exit.py").write_text(
-        "import sys\nfrom torch import nn\n"
-        "class Exit(nn.Module):\n    def forward(self, x):\n        sys.exit(3)\n"
-        "def make(depth, width):\n    return nn.Sequential(Exit())\n"
+        "import sys\nfrom torch import nn\nclass Exit(nn.Module):\n    def forward(self, x):\n        sys.exit(3)\ndef make(depth, width):\n    return nn.Sequential(Exit())\n"
     )
     (specs / "a.toml").write_text(plain("same"))
     (specs / "b.toml").write_text(plain("same"))
-    (specs / "c.toml").write_text(
-        'name = "exits"\ndescription = "d"\nfamily = "custom"\n[block]\nfactory = "blocks_exit:make"\n'
-        "[space]\ndepth = 1\nwidth = 2\nbatch = 2\n[expect.gradient_arrival]\n"
-    )
+    (specs / "c.toml").write_text('name = "exits"\ndescription = "d"\nfamily = "custom"\n[block]\nfactory = "blocks_exit:make"\n[space]\ndepth = 1\nwidth = 2\nbatch = 2\n[expect.gradient_arrival]\n')
     (specs / "deep.toml").write_text("junk = " + "[" * 600 + "]" * 600 + "\n" + plain("deep"))
     env = {**os.environ, "STABILITY_PROFILE": "ci"}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(specs)],
-                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(specs)], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
     out = proc.stdout
     assert proc.returncode == 1, out
     assert "b.toml: name = 'same': is already used by" in out

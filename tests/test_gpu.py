@@ -17,7 +17,8 @@ from stability.engine import evaluate
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available on this machine")]
 
-SPEC = parse_spec("""
+SPEC = parse_spec(
+    """
 name = "parity"
 description = "parity"
 family = "preact"
@@ -31,7 +32,8 @@ dtype = ["float32", "bfloat16"]
 device = ["cpu", "cuda"]
 weight_init = ["kaiming_normal"]
 [expect.gradient_arrival]
-""".replace("{layer}", "linear"))
+""".replace("{layer}", "linear")
+)
 
 
 @pytest.mark.parametrize(("dtype", "depth", "rtol"), [("float32", 16, 1e-4), ("bfloat16", 8, 5e-2)])

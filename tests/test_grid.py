@@ -80,8 +80,12 @@ def test_block_keys_refuse_families_without_them() -> None:
 
 @pytest.mark.parametrize(
     ("text", "words"),
-    [("weight_init=bogus", "'bogus' is not one of default, kaiming_normal"), ("branch_init=zero,bogus", "'bogus' is not one of default, zero"),
-     ("dtype=int8", "'int8' is not one of float32, float64"), ("init=orthogona", 'did you mean "orthogonal"')],
+    [
+        ("weight_init=bogus", "'bogus' is not one of default, kaiming_normal"),
+        ("branch_init=zero,bogus", "'bogus' is not one of default, zero"),
+        ("dtype=int8", "'int8' is not one of float32, float64"),
+        ("init=orthogona", 'did you mean "orthogonal"'),
+    ],
 )
 def test_a_choice_outside_the_spec_format_is_refused_before_anything_runs(text: str, words: str) -> None:
     # A bogus choice once ran as a point and showed a budget as if it had passed.

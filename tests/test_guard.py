@@ -48,8 +48,7 @@ def passing_spec(base: str, name: str) -> str:
 
 def _spec(family: str, space: str, block: str = "", path: str = "<string>") -> Spec:
     return parse_spec(
-        f'name = "g"\ndescription = "d"\nfamily = "{family}"\n[block]\n{block}\n[space]\n{space}\n'
-        "[expect.gradient_arrival]\n",
+        f'name = "g"\ndescription = "d"\nfamily = "{family}"\n[block]\n{block}\n[space]\n{space}\n[expect.gradient_arrival]\n',
         file=path,
     )
 
@@ -89,9 +88,7 @@ def test_width_a_million_is_refused_through_check(cli: Cli, write_spec: Callable
     ],
     ids=["deep-plain", "wide-plain", "deep-preact", "deeper-highway", "deep-dense", "big-conv", "deep-custom"],
 )
-def test_a_refused_case_allocates_nothing_and_builds_nothing(
-    monkeypatch: pytest.MonkeyPatch, family: str, space: str, block: str
-) -> None:
+def test_a_refused_case_allocates_nothing_and_builds_nothing(monkeypatch: pytest.MonkeyPatch, family: str, space: str, block: str) -> None:
     spec = _spec(family, space, block, path=str(SPECS_DIR / "huge.toml"))
 
     def must_not_build(*args: object) -> None:
@@ -166,9 +163,7 @@ def test_batch_norm_on_one_value_per_channel_is_refused_by_the_loader(cli: Cli, 
 # ----------------------------------------------------------------------------- time
 
 
-def test_a_slow_case_is_stopped_at_the_case_timeout_and_the_run_goes_on(
-    cli: Cli, custom_spec: Callable[..., Path], factory_dir: Path, base_spec: str
-) -> None:
+def test_a_slow_case_is_stopped_at_the_case_timeout_and_the_run_goes_on(cli: Cli, custom_spec: Callable[..., Path], factory_dir: Path, base_spec: str) -> None:
     slow = custom_spec("slow", depth="3")
     fine = factory_dir / "zz_fine.toml"  # runs after the slow one (paths are checked in order)
     fine.write_text(passing_spec(base_spec, "fine-after-slow"))
@@ -228,15 +223,14 @@ def test_the_time_limit_never_breaks_an_import(tmp_path: Path, monkeypatch: pyte
     """An import cut short leaves a half-initialised module in sys.modules for the rest of the run
     (this happened with torch's lazy import of sympy during a first backward pass): the alarm
     waits for the import to finish, then fires."""
-    (tmp_path / "stability_slow_import.py").write_text(
-        "import time\nfor _ in range(40):\n    time.sleep(0.01)\nLAST = 'fully imported'\n"
-    )
+    (tmp_path / "stability_slow_import.py").write_text("import time\nfor _ in range(40):\n    time.sleep(0.01)\nLAST = 'fully imported'\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "stability_slow_import", raising=False)
     t0 = time.perf_counter()
     with pytest.raises(CaseTimeout):
         with time_limit(0.1):
             import stability_slow_import  # noqa: F401
+
             while True:
                 time.sleep(0.01)
     assert time.perf_counter() - t0 >= 0.4  # the import's 0.4 s ran to the end

@@ -62,15 +62,13 @@ def page(failing: SpecResult) -> str:
 
 
 def _case(depth: int, **kw: object) -> Case:
-    values: dict[object, object] = dict(depth=depth, width=4, batch=2, spatial=None, input_width=None, weight_init="default",
-                                        branch_init="default", dtype="float32", device="cpu", seed=0)
+    values: dict[object, object] = dict(depth=depth, width=4, batch=2, spatial=None, input_width=None, weight_init="default", branch_init="default", dtype="float32", device="cpu", seed=0)
     values.update(kw)
     return Case(**values)  # type: ignore[arg-type]
 
 
 def _record(case: Case, grad: list[float], var: list[float]) -> CaseRecord:
-    m = Measurements(grad_norm=grad, act_var=var, act_sq_mean=[2 * v for v in var], param_grad_norm={},
-                     identity_error=None, input_grad_error=None, nonfinite_at=None)
+    m = Measurements(grad_norm=grad, act_var=var, act_sq_mean=[2 * v for v in var], param_grad_norm={}, identity_error=None, input_grad_error=None, nonfinite_at=None)
     return CaseRecord(case, m)
 
 
@@ -290,8 +288,7 @@ def test_identity_plot_draws_nonzero_errors_where_a_block_changes_its_input() ->
     from stability.plots import identity_figure
 
     case = _case(3, branch_init="zero")
-    m = Measurements(grad_norm=[2.0, 1.0, 1.0, 1.0], act_var=[1, 1, 1, 1], act_sq_mean=[1.0, 1.0, 4.0, 4.0], param_grad_norm={},
-                     identity_error=0.5, input_grad_error=1.0, nonfinite_at=None)
+    m = Measurements(grad_norm=[2.0, 1.0, 1.0, 1.0], act_var=[1, 1, 1, 1], act_sq_mean=[1.0, 1.0, 4.0, 4.0], param_grad_norm={}, identity_error=0.5, input_grad_error=1.0, nonfinite_at=None)
     fig = identity_figure([CaseRecord(case, m)], atol=0.1, highlight=Highlight(case, failed=True))
     line = _highlighted(fig)
     assert _ys(line) == [0.0, 0.0, 3.0, 3.0] and line.get_color() == "#d62728"  # |4 − 1| / 1 from boundary 2 on

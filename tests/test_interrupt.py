@@ -37,9 +37,12 @@ def _start_slow_run(factory_dir: Path, custom_spec: Callable[..., Path], base_sp
     env = {**os.environ, "STABILITY_TEST_MARKER": str(marker), "PYTHONUNBUFFERED": "1"}
     env.pop("CI", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "stability", "check", str(fast), str(slow), "--json", str(report), "--junit", str(junit),
-         "--profile", "ci", "--case-timeout", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+        [sys.executable, "-m", "stability", "check", str(fast), str(slow), "--json", str(report), "--junit", str(junit), "--profile", "ci", "--case-timeout", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
     )
     deadline = time.monotonic() + 120
     while not marker.exists():
@@ -59,9 +62,7 @@ def _untouched(report: Path, junit: Path) -> None:
     assert leftovers == []
 
 
-def test_ctrl_c_prints_the_partial_summary_and_keeps_the_previous_report(
-    factory_dir: Path, custom_spec: Callable[..., Path], base_spec: str, tmp_path: Path
-) -> None:
+def test_ctrl_c_prints_the_partial_summary_and_keeps_the_previous_report(factory_dir: Path, custom_spec: Callable[..., Path], base_spec: str, tmp_path: Path) -> None:
     proc, report, junit = _start_slow_run(factory_dir, custom_spec, base_spec, tmp_path)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
@@ -74,9 +75,7 @@ def test_ctrl_c_prints_the_partial_summary_and_keeps_the_previous_report(
     _untouched(report, junit)
 
 
-def test_sigkill_mid_run_keeps_the_previous_report(
-    factory_dir: Path, custom_spec: Callable[..., Path], base_spec: str, tmp_path: Path
-) -> None:
+def test_sigkill_mid_run_keeps_the_previous_report(factory_dir: Path, custom_spec: Callable[..., Path], base_spec: str, tmp_path: Path) -> None:
     proc, report, junit = _start_slow_run(factory_dir, custom_spec, base_spec, tmp_path)
     proc.kill()
     proc.communicate(timeout=60)
@@ -119,9 +118,7 @@ def test_reports_are_written_whole_with_no_temporary_files(cli: Cli, write_spec:
 
 @pytest.mark.parametrize("where", ["os.replace", "os.fsync"])
 @pytest.mark.parametrize("exc", [OSError("disk full"), KeyboardInterrupt()], ids=["error", "ctrl-c"])
-def test_a_write_that_fails_half_way_leaves_the_old_file_and_no_temporary(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, where: str, exc: BaseException
-) -> None:
+def test_a_write_that_fails_half_way_leaves_the_old_file_and_no_temporary(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, where: str, exc: BaseException) -> None:
     target = tmp_path / "out.json"
     target.write_text(OLD_REPORT)
 

@@ -13,9 +13,14 @@ from stability.probe import Measurements
 def measured(grad: list[float], var: list[float] | None = None, **kw: object) -> Measurements:
     var = var or [1.0] * len(grad)
     return Measurements(
-        grad_norm=grad, act_var=var, act_sq_mean=var, param_grad_norm={},
-        identity_error=kw.get("identity_error", 0.0), input_grad_error=kw.get("input_grad_error", 0.0),  # type: ignore[arg-type]
-        nonfinite_at=kw.get("nonfinite_at"), nonfinite_kind=kw.get("nonfinite_kind"),  # type: ignore[arg-type]
+        grad_norm=grad,
+        act_var=var,
+        act_sq_mean=var,
+        param_grad_norm={},
+        identity_error=kw.get("identity_error", 0.0),
+        input_grad_error=kw.get("input_grad_error", 0.0),  # type: ignore[arg-type]
+        nonfinite_at=kw.get("nonfinite_at"),
+        nonfinite_kind=kw.get("nonfinite_kind"),  # type: ignore[arg-type]
     )
 
 

@@ -13,8 +13,16 @@ from stability.invariants import Verdict, gradient_arrival, identity_at_init, me
 from stability.probe import Measurements
 
 
-def _m(grad: list[float], var: list[float] | None = None, *, nonfinite_at: int | None = None, kind: str | None = None,
-       identity: float | None = None, grad_error: float | None = None, extra: dict[str, object] | None = None) -> Measurements:
+def _m(
+    grad: list[float],
+    var: list[float] | None = None,
+    *,
+    nonfinite_at: int | None = None,
+    kind: str | None = None,
+    identity: float | None = None,
+    grad_error: float | None = None,
+    extra: dict[str, object] | None = None,
+) -> Measurements:
     var = var or [1.0] * len(grad)
     return Measurements(grad, var, list(var), {}, identity, grad_error, nonfinite_at, kind, extra=extra or {})  # type: ignore[arg-type]
 
@@ -29,18 +37,14 @@ def test_gradient_arrival_reports_the_farthest_boundary_and_where_the_bound_is_c
     v = gradient_arrival(_m([1.0, 4.0, 0.5, 1.0]), lo=0.2, hi=5.0)  # ratios 1, 4, 0.5, 1: 4 is farthest from 1 in log
     assert v == Verdict("gradient_arrival", True, 1.0, "[0.2, 5]", 1, "gradient ratio 1 within [0.2, 5]")
     v = gradient_arrival(_m([0.01, 0.05, 0.5, 1.0]), lo=0.1, hi=10.0)
-    assert v == Verdict("gradient_arrival", False, 0.01, "[0.1, 10]", 1,
-                        "gradient ratio 0.01 < 0.1: the gradient vanishes (crosses the bound at the input of block 1; 0.2154 per block on average)")
+    assert v == Verdict("gradient_arrival", False, 0.01, "[0.1, 10]", 1, "gradient ratio 0.01 < 0.1: the gradient vanishes (crosses the bound at the input of block 1; 0.2154 per block on average)")
     v = gradient_arrival(_m([1000.0, 20.0, 2.0, 1.0]), lo=0.1, hi=10.0)
-    assert v == Verdict("gradient_arrival", False, 1000.0, "[0.1, 10]", 1,
-                        "gradient ratio 1e+03 > 10: the gradient explodes (crosses the bound at the input of block 1; 10 per block on average)")
+    assert v == Verdict("gradient_arrival", False, 1000.0, "[0.1, 10]", 1, "gradient ratio 1e+03 > 10: the gradient explodes (crosses the bound at the input of block 1; 10 per block on average)")
 
 
 def test_gradient_arrival_exact_zeros() -> None:
-    assert gradient_arrival(_m([1.0, 1.0, 0.0])) == Verdict("gradient_arrival", False, 0.0, "[0.1, 10]", 2,
-                                                             "the output gradient is zero; the loss does not depend on the output")
-    assert gradient_arrival(_m([0.0, 0.0, 0.5, 1.0])) == Verdict("gradient_arrival", False, 0.0, "[0.1, 10]", 1,
-                                                                 "the gradient is exactly zero from the input of block 1 down (collapse)")
+    assert gradient_arrival(_m([1.0, 1.0, 0.0])) == Verdict("gradient_arrival", False, 0.0, "[0.1, 10]", 2, "the output gradient is zero; the loss does not depend on the output")
+    assert gradient_arrival(_m([0.0, 0.0, 0.5, 1.0])) == Verdict("gradient_arrival", False, 0.0, "[0.1, 10]", 1, "the gradient is exactly zero from the input of block 1 down (collapse)")
 
 
 def test_non_finite_verdicts_name_the_block() -> None:
@@ -57,9 +61,11 @@ def test_non_finite_verdicts_name_the_block() -> None:
 
 def test_identity_verdicts_say_bit_exact_or_the_error() -> None:
     assert identity_at_init(_m([1.0, 1.0], identity=0.0, grad_error=0.0)) == Verdict(
-        "identity_at_init", True, 0.0, "exactly 0 (bit-exact)", None, "output equals input and input gradient equals output gradient bit-exactly")
+        "identity_at_init", True, 0.0, "exactly 0 (bit-exact)", None, "output equals input and input gradient equals output gradient bit-exactly"
+    )
     assert identity_at_init(_m([1.0, 1.0], identity=1e-9, grad_error=None), atol=1e-6) == Verdict(
-        "identity_at_init", True, 1e-9, "≤ 1e-06", None, "output equals input and input gradient equals output gradient (error 1e-09)")
+        "identity_at_init", True, 1e-9, "≤ 1e-06", None, "output equals input and input gradient equals output gradient (error 1e-09)"
+    )
     v = identity_at_init(_m([1.0, 1.0], identity=None))
     assert not v.passed and math.isnan(v.observed) and v.detail == "the output's shape differs from the input's, so the stack cannot be the identity"
 

@@ -18,10 +18,17 @@ from stability.probe import Measurements
 NAN_TAIL = "; lower the learning scale or use a wider dtype"
 
 
-def _m(grad: list[float], var: list[float], sq: list[float] | None = None, *, nonfinite_at: int | None = None,
-       identity: float | None = None, grad_error: float | None = None, extra: dict[str, object] | None = None) -> Measurements:
-    return Measurements(grad, var, sq or list(var), {}, identity, grad_error, nonfinite_at, "activation" if nonfinite_at is not None else None,
-                        extra=extra or {})  # type: ignore[arg-type]
+def _m(
+    grad: list[float],
+    var: list[float],
+    sq: list[float] | None = None,
+    *,
+    nonfinite_at: int | None = None,
+    identity: float | None = None,
+    grad_error: float | None = None,
+    extra: dict[str, object] | None = None,
+) -> Measurements:
+    return Measurements(grad, var, sq or list(var), {}, identity, grad_error, nonfinite_at, "activation" if nonfinite_at is not None else None, extra=extra or {})  # type: ignore[arg-type]
 
 
 def _same(a: Verdict, b: Verdict) -> None:
@@ -45,14 +52,25 @@ BOUND = "growth ≤ linear, ratio ≤ 4, ratio ≥ 0.5"
 
 def test_variance_growth_early_exits_in_full() -> None:
     kw = dict(max_ratio=4.0, min_ratio=0.5)
-    _same(variance_growth(_m([1.0] * 3, [1.0, 2.0, 3.0], nonfinite_at=2), **kw),  # type: ignore[arg-type]
-          Verdict("variance_growth", False, math.nan, BOUND, 1, "block 1 produced a non-finite activation (NaN/inf first seen at boundary 2)" + NAN_TAIL))
-    _same(variance_growth(_m([1.0] * 3, [0.0, 2.0, 3.0]), **kw),  # type: ignore[arg-type]
-          Verdict("variance_growth", False, math.nan, BOUND, 0, "the input's variance is zero; feed a non-constant input"))
-    _same(variance_growth(_m([1.0] * 4, [1.0, 2.0, 3.0, math.inf]), **kw),  # type: ignore[arg-type]
-          Verdict("variance_growth", False, math.inf, BOUND, 2,
-                  "the variance overflows the float range after block 2 (activations beyond ~1e19 in magnitude); "
-                  "the variance runs away: scale the branches or the init down"))
+    _same(
+        variance_growth(_m([1.0] * 3, [1.0, 2.0, 3.0], nonfinite_at=2), **kw),  # type: ignore[arg-type]
+        Verdict("variance_growth", False, math.nan, BOUND, 1, "block 1 produced a non-finite activation (NaN/inf first seen at boundary 2)" + NAN_TAIL),
+    )
+    _same(
+        variance_growth(_m([1.0] * 3, [0.0, 2.0, 3.0]), **kw),  # type: ignore[arg-type]
+        Verdict("variance_growth", False, math.nan, BOUND, 0, "the input's variance is zero; feed a non-constant input"),
+    )
+    _same(
+        variance_growth(_m([1.0] * 4, [1.0, 2.0, 3.0, math.inf]), **kw),  # type: ignore[arg-type]
+        Verdict(
+            "variance_growth",
+            False,
+            math.inf,
+            BOUND,
+            2,
+            "the variance overflows the float range after block 2 (activations beyond ~1e19 in magnitude); the variance runs away: scale the branches or the init down",
+        ),
+    )
 
 
 def test_variance_growth_judges_the_statistic_asked_for_and_reports_the_fit() -> None:
@@ -78,21 +96,35 @@ def test_variance_growth_on_an_ensemble_uses_its_statistic_bound_and_words() -> 
     assert v.passed and v.detail.startswith(f"second_moment grows {describe_ensemble(want)}")
     e = v.extra
     assert (e["growth"], e["lowest"], e["decided"], e["rate"], e["slope"], e["exponent"], e["final_ratio"]) == (
-        want.growth, want.lowest, want.decided, want.rate, want.slope, want.exponent, want.final_ratio)
+        want.growth,
+        want.lowest,
+        want.decided,
+        want.rate,
+        want.slope,
+        want.exponent,
+        want.final_ratio,
+    )
     assert e["ensemble"]["mean_log"] == want.ratios and e["ensemble"]["size"] == 3
 
 
 def test_identity_verdicts_in_full() -> None:
     bound = "≤ 0.001"
-    _same(identity_at_init(_m([1.0] * 3, [1.0] * 3, nonfinite_at=1), atol=1e-3),
-          Verdict("identity_at_init", False, math.nan, bound, 0, "block 0 produced a non-finite activation (NaN/inf first seen at boundary 1)" + NAN_TAIL))
-    _same(identity_at_init(_m([1.0] * 3, [1.0] * 3, identity=None), atol=1e-3),
-          Verdict("identity_at_init", False, math.nan, bound, None, "the output's shape differs from the input's, so the stack cannot be the identity"))
-    _same(identity_at_init(_m([1.0] * 3, [1.0, 1.0, 3.0], identity=0.5, grad_error=0.25), atol=1e-3),
-          Verdict("identity_at_init", False, 0.5, bound, 1,
-                  "output differs from the input: relative error 0.5 forward, 0.25 backward; block 1 is the first to change its input"))
-    _same(identity_at_init(_m([1.0] * 3, [1.0] * 3, identity=0.5, grad_error=0.0), atol=1e-3),
-          Verdict("identity_at_init", False, 0.5, bound, None, "output differs from the input: relative error 0.5 forward, 0 backward"))
+    _same(
+        identity_at_init(_m([1.0] * 3, [1.0] * 3, nonfinite_at=1), atol=1e-3),
+        Verdict("identity_at_init", False, math.nan, bound, 0, "block 0 produced a non-finite activation (NaN/inf first seen at boundary 1)" + NAN_TAIL),
+    )
+    _same(
+        identity_at_init(_m([1.0] * 3, [1.0] * 3, identity=None), atol=1e-3),
+        Verdict("identity_at_init", False, math.nan, bound, None, "the output's shape differs from the input's, so the stack cannot be the identity"),
+    )
+    _same(
+        identity_at_init(_m([1.0] * 3, [1.0, 1.0, 3.0], identity=0.5, grad_error=0.25), atol=1e-3),
+        Verdict("identity_at_init", False, 0.5, bound, 1, "output differs from the input: relative error 0.5 forward, 0.25 backward; block 1 is the first to change its input"),
+    )
+    _same(
+        identity_at_init(_m([1.0] * 3, [1.0] * 3, identity=0.5, grad_error=0.0), atol=1e-3),
+        Verdict("identity_at_init", False, 0.5, bound, None, "output differs from the input: relative error 0.5 forward, 0 backward"),
+    )
 
 
 def test_first_change_is_relative_to_the_input_value_however_small() -> None:
@@ -108,23 +140,44 @@ def _prof(sq: list[float], var: list[float]) -> ChannelProfile:
 
 
 def test_mean_shift_verdicts_in_full() -> None:
-    _same(mean_shift(_m([1.0] * 2, [1.0] * 2, nonfinite_at=1), max_ratio=0.125),
-          Verdict("mean_shift", False, math.nan, "≤ 0.125", 0, "block 0 produced a non-finite activation (NaN/inf first seen at boundary 1)" + NAN_TAIL))
-    _same(mean_shift(_m([1.0] * 2, [1.0] * 2)),
-          Verdict("mean_shift", False, math.nan, "≤ 0.25", None, "channel statistics were not measured; probe with observers=[stability.channels.ChannelStats()]"))
+    _same(
+        mean_shift(_m([1.0] * 2, [1.0] * 2, nonfinite_at=1), max_ratio=0.125),
+        Verdict("mean_shift", False, math.nan, "≤ 0.125", 0, "block 0 produced a non-finite activation (NaN/inf first seen at boundary 1)" + NAN_TAIL),
+    )
+    _same(
+        mean_shift(_m([1.0] * 2, [1.0] * 2)), Verdict("mean_shift", False, math.nan, "≤ 0.25", None, "channel statistics were not measured; probe with observers=[stability.channels.ChannelStats()]")
+    )
     # ρ = 0, 0.125 (exactly at the bound), 0.5, 0.75: first above the bound at boundary 2, after block 1
     prof = _prof([1.0, 2.25, 6.0, 14.0], [1.0, 2.0, 4.0, 8.0])
     m = _m([1.0] * 4, [1.5, 2.5, 2.75, 3.0], extra={"channels": prof})
     numbers = "average squared channel mean 14, average channel variance 8 (whole-tensor variance 3; input 1, 1)"
     extra = {"ratio": [0.0, 0.125, 0.5, 0.75], "sq_channel_mean": prof.sq_mean, "channel_var": prof.var, "whole_var": [1.5, 2.5, 2.75, 3.0]}
-    _same(mean_shift(m, max_ratio=0.125),
-          Verdict("mean_shift", False, 0.75, "≤ 0.125", 1,
-                  f"mean shift ρ = 0.75 > 0.125 at the output (first above the bound after block 1): {numbers}; the per-channel offsets grow inside the variance", extra))
+    _same(
+        mean_shift(m, max_ratio=0.125),
+        Verdict(
+            "mean_shift",
+            False,
+            0.75,
+            "≤ 0.125",
+            1,
+            f"mean shift ρ = 0.75 > 0.125 at the output (first above the bound after block 1): {numbers}; the per-channel offsets grow inside the variance",
+            extra,
+        ),
+    )
     dead = _prof([1.0, 2.25, 3.0, 0.0], [1.0, 2.0, 3.0, 0.0])
     numbers = "average squared channel mean 0, average channel variance 0 (whole-tensor variance 3; input 1, 1)"
-    _same(mean_shift(_m([1.0] * 4, [1.5, 2.5, 2.75, 3.0], extra={"channels": dead})),
-          Verdict("mean_shift", False, math.nan, "≤ 0.25", 3, f"the output's channel variance is zero or undefined: {numbers}",
-                  {"ratio": [0.0, 0.125, 0.0, None], "sq_channel_mean": dead.sq_mean, "channel_var": dead.var, "whole_var": [1.5, 2.5, 2.75, 3.0]}))
+    _same(
+        mean_shift(_m([1.0] * 4, [1.5, 2.5, 2.75, 3.0], extra={"channels": dead})),
+        Verdict(
+            "mean_shift",
+            False,
+            math.nan,
+            "≤ 0.25",
+            3,
+            f"the output's channel variance is zero or undefined: {numbers}",
+            {"ratio": [0.0, 0.125, 0.0, None], "sq_channel_mean": dead.sq_mean, "channel_var": dead.var, "whole_var": [1.5, 2.5, 2.75, 3.0]},
+        ),
+    )
 
 
 def test_the_growth_rate_is_fitted_through_the_positive_boundaries_only() -> None:

@@ -20,8 +20,7 @@ SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 
 def _spec(family: str, block: str, space: str = "", expect: str = "[expect.variance_growth]\n") -> Spec:
-    return parse_spec(f'name = "t"\ndescription = "t"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 64]\nwidth = [8, 1024]\n'
-                      f'batch = [2, 64]\n{space}\n{expect}')
+    return parse_spec(f'name = "t"\ndescription = "t"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 64]\nwidth = [8, 1024]\nbatch = [2, 64]\n{space}\n{expect}')
 
 
 def _case(depth: int, width: int, batch: int, init: str, seed: int = 0) -> Case:
@@ -45,7 +44,7 @@ def test_normalised_branch_is_one_plus_l_alpha_squared_and_the_gradient_telescop
 
 
 def test_plain_chain_is_a_power_of_the_gain() -> None:
-    spec = _spec("plain", 'activation = "identity"', "weight_init = \"normal\"\ninit_std = 0.05\nbias_init = 0.0")
+    spec = _spec("plain", 'activation = "identity"', 'weight_init = "normal"\ninit_std = 0.05\nbias_init = 0.0')
     case = _case(10, 360, 8, "normal")
     law = laws.variance_law(spec, case, 1.0)
     assert law is not None and law.predicted == pytest.approx((360 * 0.05**2) ** 10, rel=1e-12)  # 0.9^10
@@ -82,7 +81,7 @@ def test_measured_ensembles_agree_with_the_laws() -> None:
     by a relative standard deviation √(2/n) (a χ²_n/n variable), so over L layers one seed's ratio
     scatters by about √(2L/n) and the mean of S seeds by √(2L/(nS)); the tolerances below are four
     of those."""
-    plain = _spec("plain", 'activation = "identity"', "weight_init = \"normal\"\ninit_std = 0.05\nbias_init = 0.0")
+    plain = _spec("plain", 'activation = "identity"', 'weight_init = "normal"\ninit_std = 0.05\nbias_init = 0.0')
     case = _case(10, 360, 8, "normal")
     q, g2 = _ensemble_mean_ratios(plain, case, 8)
     tol = 4 * math.sqrt(2 * 10 / (360 * 8))  # 0.33

@@ -18,8 +18,7 @@ EXACT = {"rel": 1e-12, "abs": 0.0}
 
 
 def _spec(family: str, block: str, space: str = "") -> Spec:
-    return parse_spec(f'name = "t"\ndescription = "t"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 64]\nwidth = [4, 1024]\n'
-                      f"batch = 2\n{space}\n[expect.variance_growth]\n")
+    return parse_spec(f'name = "t"\ndescription = "t"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 64]\nwidth = [4, 1024]\nbatch = 2\n{space}\n[expect.variance_growth]\n')
 
 
 def _case(depth: int, width: int, init: str, branch_init: str = "default", input_width: int | None = None) -> Case:
@@ -80,8 +79,7 @@ def test_residual_without_norm_scaled_skip(k: int) -> None:
     """q_{l+1} = λ²q_l + α²·branch(q_l); ReLU branch of k layers with bias second moment b²:
     k = 1: branch = g·φ·q + b²; k = 2: branch = g·φ·(g·φ·q + b²) + b². The squared gradient gains
     λ² + α²(gφ)^k per block."""
-    spec = _spec("preact", f'activation = "relu"\nskip = "scaled"\nskip_scale = 0.5\nbranch_scale = 0.75\nbranch_layers = {k}',
-                 'weight_init = ["normal"]\ninit_std = 0.25\nbias_init = 0.5')
+    spec = _spec("preact", f'activation = "relu"\nskip = "scaled"\nskip_scale = 0.5\nbranch_scale = 0.75\nbranch_layers = {k}', 'weight_init = ["normal"]\ninit_std = 0.25\nbias_init = 0.5')
     g_, phi, b2, lam2, a2, depth = 24 * 0.0625, 0.5, 0.25, 0.25, 0.5625, 5
     gp = g_ * phi
     per = lam2 + a2 * gp**k  # the factor on q
@@ -114,8 +112,7 @@ def test_zero_branches_keep_everything_exactly(branch_init: str) -> None:
 def test_normalised_branch_with_bias_and_scaled_skip() -> None:
     """With a norm before each layer the branch's second moment is g·φ + b² whatever q is:
     q_{l+1} = λ²q_l + α²(gφ + b²), and the squared gradient gains λ² + α²gφ/q_l (De & Smith 2020)."""
-    spec = _spec("preact", 'activation = "relu"\nnorm = "layer"\nskip = "scaled"\nskip_scale = 0.8\nbranch_scale = 0.5',
-                 'weight_init = ["kaiming_normal"]\nbias_init = 0.5')
+    spec = _spec("preact", 'activation = "relu"\nnorm = "layer"\nskip = "scaled"\nskip_scale = 0.8\nbranch_scale = 0.5', 'weight_init = ["kaiming_normal"]\nbias_init = 0.5')
     lam2, a2, c, depth, q0 = 0.64, 0.25, 1.0 + 0.25, 7, 2.0
     qs = [lam2**j * q0 + a2 * c * (1 - lam2**j) / (1 - lam2) for j in range(depth + 1)]  # closed form of the recursion
     v, g = _both(spec, _case(depth, 16, "kaiming_normal"), q0=q0)
@@ -216,8 +213,7 @@ def test_annotate_with_a_zero_prediction_says_infinitely_off() -> None:
 def test_a_normalised_stack_whose_skip_and_branch_both_vanish_has_no_law() -> None:
     """skip_scale = 0 and branch_scale = 0 (a spec the fuzzer drew): q_1 = 0, and λ² + α²gφ/q_1
     would divide by zero; the law does not apply rather than crash the verdict."""
-    spec = _spec("preact", 'activation = "relu"\nnorm = "batch"\nskip = "scaled"\nskip_scale = 0.0\nbranch_scale = 0.0\nbranch_layers = 1',
-                 'weight_init = ["default"]\nbias_init = "default"')
+    spec = _spec("preact", 'activation = "relu"\nnorm = "batch"\nskip = "scaled"\nskip_scale = 0.0\nbranch_scale = 0.0\nbranch_layers = 1', 'weight_init = ["default"]\nbias_init = "default"')
     assert laws.variance_law(spec, _case(2, 4, "default"), 1.0) is None
     assert laws.gradient_law(spec, _case(2, 4, "default"), 1.0) is None
     v, _ = _both(spec, _case(1, 4, "default"))  # one block: q_0 > 0, the law still applies

@@ -89,7 +89,7 @@ def test_a_budget_beyond_the_range_or_below_it_says_so(tmp_path: Path) -> None:
         assert {(b.invariant, b.status) for b in result.budgets} == {("gradient_arrival", "below"), ("variance_growth", "below")}
 
 
-SLOW_FACTORY = '''
+SLOW_FACTORY = """
 import time
 from torch import nn
 
@@ -104,7 +104,7 @@ def crash_at_3(depth, width):
         import os
         os._exit(3)
     return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])
-'''
+"""
 
 CUSTOM = """
 name = "custom-{name}"
@@ -133,8 +133,7 @@ def test_a_sweep_killed_mid_way_resumes_to_the_same_tables(tmp_path: Path, monke
     args = [str(spec), "--over", "depth=1,2,3,4,5,6", "--seeds", "3", "--serial", "-q"]
     killed = tmp_path / "killed.sqlite"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.Popen([sys.executable, "-m", "stability", "sweep", *args, "--db", str(killed)], cwd=tmp_path, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-m", "stability", "sweep", *args, "--db", str(killed)], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     rows = 0
     while time.monotonic() < deadline and proc.poll() is None:

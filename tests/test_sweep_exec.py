@@ -20,7 +20,7 @@ pytest.importorskip("distributed", reason="Dask distributed is not installed (pi
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 
-CRASHING = '''
+CRASHING = """
 import os
 from torch import nn
 
@@ -29,7 +29,7 @@ def crash_at_3(depth, width):
     if depth == 3:
         os._exit(3)  # what a segfaulting extension does to its process
     return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])
-'''
+"""
 
 CUSTOM = """
 name = "crashing"

@@ -45,8 +45,6 @@ from stability.spec import Spec
 EPS = float(np.finfo(np.float64).eps)  # 2^-52
 
 
-
-
 def _chain_rtol(blocks: int) -> float:
     """Each block rounds its factor once or twice (≤ EPS/2 each); the norms and the final division
     add a few more roundings. 2·(L + 8)·EPS bounds the sum with margin."""
@@ -63,14 +61,17 @@ def _within(expected: float, rtol: float) -> object:
 
 
 def _spec(
-    family: str, block: str = "", space: str = "", expect: str = "[expect.gradient_arrival]\nlo = 1e-300\nhi = 1e300",
-    *, ranges: str = _WIDE,
+    family: str,
+    block: str = "",
+    space: str = "",
+    expect: str = "[expect.gradient_arrival]\nlo = 1e-300\nhi = 1e300",
+    *,
+    ranges: str = _WIDE,
 ) -> Spec:
     """A spec file's text, validated as `stability check` would. The wide default bounds make
     `gradient_arrival` a pure measurement; tests that need the verdict set their own."""
     return parse_spec(
-        f'name = "theory"\ndescription = "theory"\nfamily = "{family}"\n[block]\nlayer = "linear"\n{block}\n'
-        f'[space]\n{ranges}\ndevice = ["cpu"]\n{space}\n{expect}\n',
+        f'name = "theory"\ndescription = "theory"\nfamily = "{family}"\n[block]\nlayer = "linear"\n{block}\n[space]\n{ranges}\ndevice = ["cpu"]\n{space}\n{expect}\n',
         file=f"<theory:{family}>",
     )
 
@@ -138,9 +139,16 @@ def test_plain_chain_multiplies_one_factor_per_layer(slope: float, depth: int, q
         assert m.grad_norm[l] / m.grad_norm[-1] == _within(slope ** (depth - l), _chain_rtol(depth))
 
 
-@pytest.mark.parametrize(("depth", "plain_quoted", "residual_quoted"), [
-    (2, "0.25", "2.25"), (4, "0.0625", "5.0625"), (6, "0.015625", "11.39"), (8, "0.0039", "25.63"), (10, "0.00098", "57.67"),
-])
+@pytest.mark.parametrize(
+    ("depth", "plain_quoted", "residual_quoted"),
+    [
+        (2, "0.25", "2.25"),
+        (4, "0.0625", "5.0625"),
+        (6, "0.015625", "11.39"),
+        (8, "0.0039", "25.63"),
+        (10, "0.00098", "57.67"),
+    ],
+)
 def test_plain_half_against_residual_one_and_a_half(depth: int, plain_quoted: str, residual_quoted: str) -> None:
     """The worked example's table: slope 0.5 per block gives 0.5^L; adding the input back makes
     each factor 1 + 0.5 = 1.5. Halving is exact in binary, so the plain column is checked with ==."""
@@ -168,7 +176,8 @@ def test_plain_and_residual_table_through_specs(depth: int) -> None:
     """Plain (W = 0.5·I) against preact with a one-layer linear branch W = 0.5·I: 0.5^L and 1.5^L."""
     plain = _spec("plain", 'activation = "identity"', 'weight_init = ["identity"]\ninit_gain = 0.5\nbias_init = 0.0\ndtype = ["float64"]')
     residual = _spec(
-        "preact", 'activation = "identity"\nnorm = "none"\nbranch_layers = 1',
+        "preact",
+        'activation = "identity"\nnorm = "none"\nbranch_layers = 1',
         'weight_init = ["identity"]\ninit_gain = 0.5\nbias_init = 0.0\ndtype = ["float64"]',
     )
     mp, _ = _replay(plain, depth=depth, width=4, batch=4)
@@ -182,9 +191,9 @@ def test_plain_and_residual_table_through_specs(depth: int) -> None:
 
 def _identity_spec(norm: str) -> Spec:
     return _spec(
-        "preact", f'activation = "relu"\nnorm = "{norm}"',
-        'weight_init = ["kaiming_normal", "default"]\nbranch_init = ["zero", "rezero", "skipinit"]\n'
-        'dtype = ["float32", "float64"]',
+        "preact",
+        f'activation = "relu"\nnorm = "{norm}"',
+        'weight_init = ["kaiming_normal", "default"]\nbranch_init = ["zero", "rezero", "skipinit"]\ndtype = ["float32", "float64"]',
         "[expect.identity_at_init]\natol = 0.0",
         ranges="depth = [1, 64]\nwidth = [1, 32]\nbatch = [2, 8]",  # batch ≥ 2: batch norm needs two samples
     )
@@ -279,8 +288,10 @@ def test_postnorm_after_the_addition_breaks_identity(branch_init: str) -> None:
     reported error is ‖relu∘LN iterated − x‖/‖x‖ (closed form in numpy; rtol 1e-10 as above)."""
     depth, width, batch = 3, 8, 4
     spec = _spec(
-        "postnorm", 'activation = "relu"\nnorm = "layer"',
-        'branch_init = ["zero", "rezero", "skipinit"]\ndtype = ["float64"]', "[expect.identity_at_init]\natol = 0.0",
+        "postnorm",
+        'activation = "relu"\nnorm = "layer"',
+        'branch_init = ["zero", "rezero", "skipinit"]\ndtype = ["float64"]',
+        "[expect.identity_at_init]\natol = 0.0",
     )
     m, (result,) = _replay(spec, depth=depth, width=width, batch=batch, branch_init=branch_init)
     assert result.verdict is not None and not result.verdict.passed and not identity_at_init(m).passed
@@ -301,9 +312,10 @@ def test_branch_at_minus_identity_cancels_the_route(depth: int) -> None:
     reports the collapse. Tolerance: 1 − 0.99 cancels two digits, so each block's rounding (≤ EPS
     relative on 0.99·g and on the stored −0.99) is amplified 100×: rtol = 200·(L + 1)·EPS."""
     spec = _spec(
-        "preact", 'activation = "identity"\nnorm = "none"\nbranch_layers = 1',
+        "preact",
+        'activation = "identity"\nnorm = "none"\nbranch_layers = 1',
         'weight_init = ["identity"]\ninit_gain = -0.99\nbias_init = 0.0\ndtype = ["float64"]',
-        "[expect.gradient_arrival]\nexpect = \"holds\"\nlo = 0.1\nhi = 10.0",
+        '[expect.gradient_arrival]\nexpect = "holds"\nlo = 0.1\nhi = 10.0',
     )
     m, (result,) = _replay(spec, depth=depth, width=4, batch=4)
     assert m.gradient_ratio == _within(0.01**depth, 200 * (depth + 1) * EPS)
@@ -320,7 +332,8 @@ def test_projection_shortcut_bounds_the_gradient_by_its_singular_values() -> Non
     here from the built weights (numpy; rtol 1e-12 ≫ L·width·EPS of two summation orders)."""
     depth, width, batch, s_min, s_max = 12, 8, 4, 0.25, 0.9
     spec = _spec(
-        "preact", f'norm = "layer"\nskip = "projection"\nprojection_spectrum = [{s_min}, {s_max}]',
+        "preact",
+        f'norm = "layer"\nskip = "projection"\nprojection_spectrum = [{s_min}, {s_max}]',
         'branch_init = ["zero"]\ndtype = ["float64"]',
     )
     case = corner_case(spec, depth=depth, width=width, batch=batch, dtype="float64")
@@ -341,7 +354,8 @@ def test_projection_bounds_are_attained_by_singular_directions() -> None:
     s_max or s_min (rtol 1e-12: one matrix-vector product in float64)."""
     s_min, s_max, width = 0.05, 1.0, 6
     spec = _spec(
-        "preact", f'norm = "layer"\nskip = "projection"\nprojection_spectrum = [{s_min}, {s_max}]',
+        "preact",
+        f'norm = "layer"\nskip = "projection"\nprojection_spectrum = [{s_min}, {s_max}]',
         'branch_init = ["zero"]\ndtype = ["float64"]',
     )
     case = corner_case(spec, depth=1, width=width, batch=1, dtype="float64")
@@ -376,7 +390,9 @@ def test_highway_positive_bias_closes_the_carry() -> None:
     """b_T = +2: 1 − σ(2) ≈ 0.119 per block; the harness reports the vanishing gradient."""
     depth = 6
     spec = _spec(
-        "highway", 'activation = "relu"\ngate_bias = 2.0', 'branch_init = ["zero"]\ndtype = ["float64"]',
+        "highway",
+        'activation = "relu"\ngate_bias = 2.0',
+        'branch_init = ["zero"]\ndtype = ["float64"]',
         "[expect.gradient_arrival]\nlo = 0.1\nhi = 10.0",
     )
     m, (result,) = _replay(spec, depth=depth, width=4, batch=4)
@@ -456,7 +472,8 @@ def test_branches_scaled_by_one_over_sqrt_depth_stay_bounded() -> None:
     predicted = (1 + 1 / depth) ** depth
     assert math.e / (2 * depth + 2) < math.e - predicted < math.e / (2 * depth + 1)  # → e from below
     spec = _spec(
-        "preact", 'activation = "relu"\nnorm = "none"\nbranch_scale = "1/sqrt(depth)"',
+        "preact",
+        'activation = "relu"\nnorm = "none"\nbranch_scale = "1/sqrt(depth)"',
         'weight_init = ["kaiming_normal"]\nbias_init = 0.0\ndtype = ["float64"]',
     )
     finals: list[float] = []

@@ -147,10 +147,7 @@ def test_lesion_verdict() -> None:
     ],
 )
 def test_mean_field_spec_errors(family: str, block: str, space: str, key: str) -> None:
-    text = (
-        f'name = "m"\ndescription = "m"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = 2\nwidth = 4\n{space}\n'
-        "[expect.mean_field]\n"
-    )
+    text = f'name = "m"\ndescription = "m"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = 2\nwidth = 4\n{space}\n[expect.mean_field]\n'
     with pytest.raises(SpecError, match=key.replace(".", r"\.")):
         parse_spec(text)
 

@@ -40,8 +40,7 @@ samples = 16
 """
 
 
-def _spec(*, family: str = "plain", layer: str = "linear", block: str = "", branch: str = "default", steps: int = 1,
-          optimizer: str = "sgd", lr: float = 0.01, param: str = "sp"):  # type: ignore[no-untyped-def]
+def _spec(*, family: str = "plain", layer: str = "linear", block: str = "", branch: str = "default", steps: int = 1, optimizer: str = "sgd", lr: float = 0.01, param: str = "sp"):  # type: ignore[no-untyped-def]
     return parse_spec(SPEC.format(family=family, layer=layer, block=block, branch=branch, steps=steps, optimizer=optimizer, lr=lr, param=param))
 
 
@@ -149,10 +148,20 @@ def test_gradient_descent_past_two_over_lambda_max_diverges_and_stops_at_the_fir
 def test_mup_learning_rate_multipliers_follow_table_3() -> None:
     """Yang et al. 2021 Table 3 with m = width/base_width: hidden weights SGD η, Adam η/m; input
     weights, biases and the readout SGD η·m, Adam η."""
-    shapes = {"embed.weight": torch.Size([256, 16]), "embed.bias": torch.Size([256]), "h.weight": torch.Size([256, 256]),
-              "readout.linear.weight": torch.Size([4, 256]), "readout.linear.bias": torch.Size([4])}
-    base = {"embed.weight": torch.Size([64, 16]), "embed.bias": torch.Size([64]), "h.weight": torch.Size([64, 64]),
-            "readout.linear.weight": torch.Size([4, 64]), "readout.linear.bias": torch.Size([4])}
+    shapes = {
+        "embed.weight": torch.Size([256, 16]),
+        "embed.bias": torch.Size([256]),
+        "h.weight": torch.Size([256, 256]),
+        "readout.linear.weight": torch.Size([4, 256]),
+        "readout.linear.bias": torch.Size([4]),
+    }
+    base = {
+        "embed.weight": torch.Size([64, 16]),
+        "embed.bias": torch.Size([64]),
+        "h.weight": torch.Size([64, 64]),
+        "readout.linear.weight": torch.Size([4, 64]),
+        "readout.linear.bias": torch.Size([4]),
+    }
     delta = {k: torch.Size([2 * s if s == 64 else s for s in v]) for k, v in base.items()}
     sgd = lr_scales(shapes, base, delta, optimizer="sgd")
     adam = lr_scales(shapes, base, delta, optimizer="adam")

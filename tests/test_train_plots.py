@@ -46,8 +46,7 @@ def test_loss_figure_marks_a_diverged_step() -> None:
 
 
 def test_the_html_report_shows_the_training_figures() -> None:
-    spec = parse_spec('name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 64\n'
-                      '[train]\nsteps = 1\nlr = 0.001\n[expect.update_size]\nwidths = [64, 128, 256, 512]\n')
+    spec = parse_spec('name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 64\n[train]\nsteps = 1\nlr = 0.001\n[expect.update_size]\nwidths = [64, 128, 256, 512]\n')
     v = _verdict(1.0)
     result = InvariantResult("update_size", "holds", False, v, None, 1, "t::update_size: expected to hold, but it fails")
     spec_result = SpecResult(spec, [result])

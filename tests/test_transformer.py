@@ -77,7 +77,8 @@ def test_residual_schemes_scale_exactly_the_documented_weights(residual: str) ->
     for blk_a, blk_b in zip(a, b, strict=True):
         assert isinstance(blk_a, TransformerBlock) and isinstance(blk_b, TransformerBlock)
         factors = {
-            "q": 1.0, "k": 1.0,
+            "q": 1.0,
+            "k": 1.0,
             "v": beta if residual == "deepnorm" else 1.0,
             "out": beta if residual == "deepnorm" else gpt2,
         }
@@ -93,7 +94,7 @@ def test_deepnorm_post_block_is_norm_of_alpha_x_plus_branch() -> None:
     case = corner_case(spec, depth=4, dtype="float64")
     blk = build(spec, case).blocks[0]
     x = make_input(spec, case)
-    alpha = 8 ** 0.25
+    alpha = 8**0.25
     ref = nn.functional.layer_norm(alpha * x + blk.attn.fn(x), (16,), blk.attn.norm_out.weight, blk.attn.norm_out.bias)
     torch.testing.assert_close(blk(x), ref, rtol=1e-13, atol=1e-13)
 
@@ -101,8 +102,7 @@ def test_deepnorm_post_block_is_norm_of_alpha_x_plus_branch() -> None:
 @pytest.mark.parametrize("position", ["pre", "sandwich"])
 @pytest.mark.parametrize("residual", ["none", "rezero", "skipinit"])
 def test_zero_branches_give_the_identity_bit_exactly(position: str, residual: str) -> None:
-    spec = parse_spec(_spec(f'norm = "rms"\nnorm_position = "{position}"\nhead_dim = 8\nresidual = "{residual}"', 'branch_init = ["zero"]',
-                            "[expect.identity_at_init]"))
+    spec = parse_spec(_spec(f'norm = "rms"\nnorm_position = "{position}"\nhead_dim = 8\nresidual = "{residual}"', 'branch_init = ["zero"]', "[expect.identity_at_init]"))
     record = evaluate(spec, corner_case(spec, depth=3))
     assert record.measurements is not None
     assert record.measurements.identity_error == 0.0 and record.measurements.input_grad_error == 0.0
@@ -122,8 +122,7 @@ def test_without_skip_and_mlp_the_stack_is_pure_attention() -> None:
 @pytest.mark.parametrize("family", ["plain", "postnorm", "preact", "highway", "dense"])
 @pytest.mark.parametrize("norm", ["batch", "layer", "group"])
 def test_builtin_families_act_per_token_and_report_channels_and_tokens(family: str, norm: str) -> None:
-    spec = parse_spec(_spec(f'norm = "{norm}"', 'width = 8\nbranch_init = ["default"]', family=family).replace(
-        "width = { range = [16, 32], multiple_of = 8 }\n", ""))
+    spec = parse_spec(_spec(f'norm = "{norm}"', 'width = 8\nbranch_init = ["default"]', family=family).replace("width = { range = [16, 32], multiple_of = 8 }\n", ""))
     case = corner_case(spec, depth=3, tokens=5)
     x = make_input(spec, case)
     assert x.shape == (2, 5, 8)
@@ -138,8 +137,7 @@ def test_builtin_families_act_per_token_and_report_channels_and_tokens(family: s
 
 
 def test_batch_norm_on_tokens_normalises_each_channel_over_batch_and_tokens() -> None:
-    spec = parse_spec(_spec('norm = "batch"\nactivation = "identity"', "width = 8", family="plain").replace(
-        "width = { range = [16, 32], multiple_of = 8 }\n", ""))
+    spec = parse_spec(_spec('norm = "batch"\nactivation = "identity"', "width = 8", family="plain").replace("width = { range = [16, 32], multiple_of = 8 }\n", ""))
     case = corner_case(spec, depth=1, tokens=5)
     out = build(spec, case).blocks(make_input(spec, case))  # (B, T, C)
     flat = out.reshape(-1, 8)
@@ -150,14 +148,11 @@ def test_batch_norm_on_tokens_normalises_each_channel_over_batch_and_tokens() ->
 def test_custom_factories_receive_tokens(tmp_path: Path) -> None:
     # The factory builds one block per token, so the number of blocks measured shows what it got.
     (tmp_path / "tok_factory_mod.py").write_text(
-        "from torch import nn\n\n\n"
-        "def make(depth, width, tokens):\n"
-        "    return nn.Sequential(*[nn.Linear(width, width) for _ in range(tokens)])\n",
+        "from torch import nn\n\n\ndef make(depth, width, tokens):\n    return nn.Sequential(*[nn.Linear(width, width) for _ in range(tokens)])\n",
         encoding="utf-8",
     )
     path = tmp_path / "spec.toml"
-    path.write_text(_spec('factory = "tok_factory_mod:make"', "width = 4", family="custom").replace(
-        "width = { range = [16, 32], multiple_of = 8 }\n", ""), encoding="utf-8")
+    path.write_text(_spec('factory = "tok_factory_mod:make"', "width = 4", family="custom").replace("width = { range = [16, 32], multiple_of = 8 }\n", ""), encoding="utf-8")
     spec = load_spec(path)
     record = evaluate(spec, corner_case(spec, tokens=6))
     assert record.measurements is not None, record.error
@@ -178,8 +173,7 @@ def test_observers_only_for_what_the_spec_declares() -> None:
 @settings(max_examples=60, deadline=None, database=None)
 @given(st.data())
 def test_strategies_draw_only_admitted_values(data: st.DataObject) -> None:
-    spec = parse_spec(_spec('norm = "layer"\nhead_dim = 8', 'depth = { values = [2, 5, 9] }\nbatch = { range = [3, 20], multiple_of = 4 }').replace(
-        "depth = [1, 6]\n", "").replace("batch = 2\n", ""))
+    spec = parse_spec(_spec('norm = "layer"\nhead_dim = 8', "depth = { values = [2, 5, 9] }\nbatch = { range = [3, 20], multiple_of = 4 }").replace("depth = [1, 6]\n", "").replace("batch = 2\n", ""))
     case = data.draw(cases(spec))
     assert case.depth in (2, 5, 9) and case.width in (16, 24, 32) and case.batch in (4, 8, 12, 16, 20) and 3 <= (case.tokens or 0) <= 6
 
@@ -259,5 +253,5 @@ def test_smallest_violating_depth_stays_inside_a_constrained_depth() -> None:
 
 
 def test_identity_on_a_transformer_asks_for_zero_branches() -> None:
-    with pytest.raises(SpecError, match='space.branch_init = \\[\'default\'\\]: identity_at_init is checked on zero-branch cases.*add "zero"'):
+    with pytest.raises(SpecError, match="space.branch_init = \\['default'\\]: identity_at_init is checked on zero-branch cases.*add \"zero\""):
         parse_spec(_spec('norm = "layer"\nhead_dim = 8\nresidual = "rezero"', "", "[expect.identity_at_init]"))

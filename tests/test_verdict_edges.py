@@ -118,7 +118,8 @@ def halving(depth, width):
 def _halving_spec(tmp_path: Path, expect: str) -> Path:
     (tmp_path / "halving_blocks.py").write_text(HALVING, encoding="utf-8")
     path = tmp_path / "halving.toml"
-    path.write_text(textwrap.dedent("""\
+    path.write_text(
+        textwrap.dedent("""\
         name = "halving"
         description = "x/2 per block"
         family = "custom"
@@ -128,7 +129,10 @@ def _halving_spec(tmp_path: Path, expect: str) -> Path:
         depth = [1, 30]
         width = 4
         batch = 2
-        """) + expect, encoding="utf-8")
+        """)
+        + expect,
+        encoding="utf-8",
+    )
     return path
 
 
