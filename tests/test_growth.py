@@ -153,3 +153,22 @@ def test_power_law_with_the_same_noise_is_never_judged_exponential() -> None:
             assert g.lowest != "exponential"
             if depth >= 32:
                 assert g.growth == "polynomial", (depth, seed, g.chi2)
+
+
+def test_power_law_exponent_never_exceeds_the_documented_cap() -> None:
+    """A profile steeper than any power law the classifier fits (1 + 1e-4·l⁵, eight seeds with
+    small multiplicative noise) is fitted at the cap, `growth._MAX_EXPONENT` = 3, never above it;
+    a law of exponent 2 is fitted near 2 (the grid reaches below the cap)."""
+    from stability import growth
+
+    rng = np.random.default_rng(0)
+    ls = np.arange(0, 33, dtype=np.float64)
+    for p, want in ((5.0, None), (2.0, 2.0)):
+        profiles = [(1.0 + (1e-4 if p == 5.0 else 0.05) * ls**p) * np.exp(rng.normal(0.0, 0.01, ls.shape)) for _ in range(8)]
+        profiles = [(prof / prof[0]).tolist() for prof in profiles]
+        g = growth.classify_ensemble(profiles)
+        assert g.exponent is not None and g.exponent <= growth._MAX_EXPONENT
+        if want is None:
+            assert g.exponent == pytest.approx(growth._MAX_EXPONENT, abs=0.11)  # the grid's last point, refined
+        else:
+            assert g.exponent == pytest.approx(want, abs=0.25)
