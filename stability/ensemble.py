@@ -19,19 +19,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from stability.batched import probe_seeds
-from stability.build import build, derive_seed, make_input
+from stability.build import Network, build, derive_seed, make_input
 from stability.case import Case
 from stability.channels import ChannelProfile, ChannelStats
 from stability.errors import BlockError
 from stability.growth import MIN_DECIDABLE_DEPTH, classify_ensemble
 from stability.lesion import lesion_changes
-from stability.probe import Measurements, probe
+from stability.probe import BoundaryObserver, Measurements, probe
 from stability.spec import Spec
 
 __all__ = ["Ensemble", "ENSEMBLE_STREAM", "ensemble_seeds", "probe_ensemble", "probe_ensemble_until_decided", "ensemble_size", "probe_channel_ensemble", "lesion_ensemble"]
@@ -106,51 +106,50 @@ def probe_ensemble_until_decided(spec: Spec, case: Case, first: Measurements, *,
     return ens
 
 
-def _probe_members(spec: Spec, case: Case, seeds: list[int], *, vectorise: bool = True) -> tuple[list[Measurements], bool]:
-    """The members with these seeds, probed together (or one by one where vmap cannot run a block)."""
-    members = [dataclasses.replace(case, seed=s) for s in seeds]
-    if not members:
-        return [], False
-    built, xs = [], []
-    for member in members:
-        net = build(spec, member)
-        x = make_input(spec, member)
-        if net.stem is not None:
-            with torch.no_grad():
-                x = net.stem(x)
-        built.append(net)
-        xs.append(x)
-    nets = [net.blocks for net in built]
-    loss_seeds = [derive_seed(s, 2) for s in seeds]
-    # Blocks called with keyword arguments (a library Stack's call_kwargs) go through `probe`,
-    # which passes them; probe_seeds calls each block with the hidden state alone.
-    keyword = any(net.call_kwargs is not None for net in built)
-    if vectorise and not keyword and spec.probe.checkpoint_every == 0 and spec.probe.loss in ("projection", "sum"):
-        try:
-            return probe_seeds(nets, xs, seeds=loss_seeds, loss=spec.probe.loss), True
-        except (BlockError, RuntimeError, ValueError) as exc:
-            if "out of memory" in str(exc).lower():
-                raise
-            built = [build(spec, m) for m in members]  # fresh buffers: the failed pass may have run some blocks
-    found = [
-        probe(net.blocks, x, loss=spec.probe.loss, seed=ls, checkpoint_every=spec.probe.checkpoint_every, call_kwargs=net.call_kwargs, rng_seed=derive_seed(m.seed, 3))
-        for net, x, ls, m in zip(built, xs, loss_seeds, members, strict=True)
-    ]
-    return found, False
-
-
-def _members(spec: Spec, case: Case, size: int) -> list[tuple[Any, torch.Tensor, int]]:
-    """(built network, its input after the stem, member seed) for members 1 … size − 1."""
+def _built(spec: Spec, case: Case, seeds: list[int]) -> list[tuple[Network, torch.Tensor]]:
+    """(network, its input after the stem) of the case's architecture with each of these seeds."""
     out = []
-    for s in ensemble_seeds(case.seed, size)[1:]:
+    for s in seeds:
         member = dataclasses.replace(case, seed=s)
         net = build(spec, member)
         x = make_input(spec, member)
         if net.stem is not None:
             with torch.no_grad():
                 x = net.stem(x)
-        out.append((net, x, s))
+        out.append((net, x))
     return out
+
+
+def _probe_member(spec: Spec, net: Network, x: torch.Tensor, seed: int, *, observers: Sequence[BoundaryObserver] = ()) -> Measurements:
+    """`probe` of one member with the streams the engine gives a case of that seed (loss 2, RNG 3)."""
+    return probe(
+        net.blocks,
+        x,
+        loss=spec.probe.loss,
+        seed=derive_seed(seed, 2),
+        checkpoint_every=spec.probe.checkpoint_every,
+        call_kwargs=net.call_kwargs,
+        rng_seed=derive_seed(seed, 3),
+        observers=observers,
+    )
+
+
+def _probe_members(spec: Spec, case: Case, seeds: list[int], *, vectorise: bool = True) -> tuple[list[Measurements], bool]:
+    """The members with these seeds, probed together (or one by one where vmap cannot run a block)."""
+    if not seeds:
+        return [], False
+    built = _built(spec, case, seeds)
+    # Blocks called with keyword arguments (a library Stack's call_kwargs) go through `probe`,
+    # which passes them; probe_seeds calls each block with the hidden state alone.
+    keyword = any(net.call_kwargs is not None for net, _ in built)
+    if vectorise and not keyword and spec.probe.checkpoint_every == 0 and spec.probe.loss in ("projection", "sum"):
+        try:
+            return probe_seeds([net.blocks for net, _ in built], [x for _, x in built], seeds=[derive_seed(s, 2) for s in seeds], loss=spec.probe.loss), True
+        except (BlockError, RuntimeError, ValueError) as exc:
+            if "out of memory" in str(exc).lower():
+                raise
+            built = _built(spec, case, seeds)  # fresh buffers: the failed pass may have run some blocks
+    return [_probe_member(spec, net, x, s) for (net, x), s in zip(built, seeds, strict=True)], False
 
 
 def probe_channel_ensemble(spec: Spec, case: Case, first: Measurements, *, size: int) -> list[ChannelProfile]:
@@ -160,20 +159,9 @@ def probe_channel_ensemble(spec: Spec, case: Case, first: Measurements, *, size:
     to observers). The mean shift of one finite network is a noisy sample of the architecture's
     (a centred tanh stack of width 18 at batch 8 gives ρ from −0.1 to 0.3 across seeds, around a
     median of −0.03), so the invariant judges the ensemble's median."""
-    profiles: list[ChannelProfile] = [first.extra["channels"]]
-    for net, x, s in _members(spec, case, size):
-        m = probe(
-            net.blocks,
-            x,
-            loss=spec.probe.loss,
-            seed=derive_seed(s, 2),
-            checkpoint_every=spec.probe.checkpoint_every,
-            call_kwargs=net.call_kwargs,
-            rng_seed=derive_seed(s, 3),
-            observers=[ChannelStats()],
-        )
-        profiles.append(m.extra["channels"])
-    return profiles
+    seeds = ensemble_seeds(case.seed, size)[1:]
+    members = [_probe_member(spec, net, x, s, observers=[ChannelStats()]) for (net, x), s in zip(_built(spec, case, seeds), seeds, strict=True)]
+    return [first.extra["channels"], *(m.extra["channels"] for m in members)]
 
 
 def lesion_ensemble(spec: Spec, case: Case, first: list[float], *, size: int) -> list[list[float]]:
@@ -181,7 +169,4 @@ def lesion_ensemble(spec: Spec, case: Case, first: list[float], *, size: int) ->
     the case's own, the others built from `ensemble_seeds`. One network seeing one input of a few
     values is a noisy sample (a 1/√L-scaled pre-activation stack at width 16, batch 1 exceeds a
     change of 0.8 in ~1 of 80 draws), so `lesion` judges the median over the networks."""
-    out = [first]
-    for net, x, _ in _members(spec, case, size):
-        out.append(lesion_changes(net.blocks, x))
-    return out
+    return [first, *(lesion_changes(net.blocks, x) for net, x in _built(spec, case, ensemble_seeds(case.seed, size)[1:]))]
