@@ -1,4 +1,4 @@
-"""The probe's overhead over a bare forward + backward, tracked as a ratio: the three networks of
+"""The probe's overhead over a bare forward + backward, tracked as a ratio: the networks of
 target (a) in docs/performance.md (plain MLP, the two normalised MLPs, conv stack). A ratio of two CPU times
 measured in turn in one process moves much less with machine load than either time alone, so a
 change that adds per-boundary work shows up here even on a shared runner."""
@@ -10,14 +10,7 @@ import time
 from typing import Any
 
 from benchmarks import _nets
-
-#: (spec text arguments for benchmarks.ratios._mlp_text, case) per network.
-NETWORKS: dict[str, tuple[dict[str, str], dict[str, int]]] = {
-    "mlp": ({}, dict(depth=256, width=256, batch=64)),
-    "norm_mlp": ({"norm": "layer"}, dict(depth=256, width=256, batch=64)),
-    "conv": ({"layer": "conv2d", "extra": "kernel_size = 3"}, dict(depth=32, width=32, batch=16, spatial=16)),
-    "ln_first_mlp": ({}, {}),  # LayerNorm → Linear → ReLU blocks (benchmarks.ratios._ln_first_mlp)
-}
+from benchmarks.ratios import NETWORKS
 
 
 class Overhead:
@@ -28,12 +21,12 @@ class Overhead:
     def setup(self, network: str) -> None:
         import torch
 
-        from benchmarks.ratios import _bare, _ln_first_mlp, _mlp_text, _net
+        from benchmarks.ratios import _bare
+        from benchmarks.ratios import network as build_network
         from stability.probe import projection_vector
 
         _nets.threads()
-        text_args, case = NETWORKS[network]
-        self.blocks, self.x = _ln_first_mlp() if network == "ln_first_mlp" else _net(_mlp_text(**text_args), **case)[1:]
+        self.blocks, self.x = build_network(network)
         with torch.no_grad():
             r = projection_vector(self.blocks(self.x).shape, 0, dtype=self.x.dtype, device=self.x.device)
         self.bare = _bare(self.blocks, self.x, r)

@@ -27,13 +27,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
-CASES: dict[str, tuple[dict[str, str], dict[str, int]]] = {
-    "mlp": ({}, dict(depth=256, width=256, batch=64)),
-    "norm_mlp": ({"norm": "layer"}, dict(depth=256, width=256, batch=64)),
-    "conv": ({"layer": "conv2d", "extra": "kernel_size = 3"}, dict(depth=32, width=32, batch=16, spatial=16)),
-    "ln_first_mlp": ({}, {}),  # LayerNorm → Linear → ReLU blocks (benchmarks.ratios._ln_first_mlp)
-}
-
 
 class _NoHandle:
     def remove(self) -> None:
@@ -141,16 +134,15 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from benchmarks.ratios import _ln_first_mlp, _mlp_text, _net
+    from benchmarks.ratios import NETWORKS, network
     from stability.probe import projection_vector
 
     torch.set_num_threads(1)
     by_part = bool(argv) and argv[0] == "--parts"
     argv = argv[1:] if by_part else argv
     reps = int(argv[0]) if argv else 9
-    for name in argv[1:] or list(CASES):
-        text_args, case = CASES[name]
-        blocks, x = _ln_first_mlp() if name == "ln_first_mlp" else _net(_mlp_text(**text_args), **case)[1:]
+    for name in argv[1:] or list(NETWORKS):
+        blocks, x = network(name)
         with torch.no_grad():
             r = projection_vector(blocks(x).shape, 0, dtype=x.dtype, device=x.device)
         if by_part:

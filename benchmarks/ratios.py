@@ -217,32 +217,42 @@ def _row(what: str, measured: str, target: str, met: bool | None, note: str = ""
 # ----------------------------------------------------------------------------- sections
 
 
-#: Section (a)'s networks: label, spec-text arguments for `_mlp_text` (None: `_ln_first_mlp`), case.
-A_CASES: list[tuple[str, dict[str, str] | None, dict[str, int]]] = [
-    ("MLP: plain, ReLU, Kaiming, depth 256, width 256, batch 64", {}, dict(depth=256, width=256, batch=64)),
-    ("normalised MLP: Linear → LayerNorm → ReLU blocks, depth 256, width 256, batch 64", {"norm": "layer"}, dict(depth=256, width=256, batch=64)),
-    ("conv: plain, ReLU, Kaiming, depth 32, 32 channels, 16×16, batch 16", {"layer": "conv2d", "extra": "kernel_size = 3"}, dict(depth=32, width=32, batch=16, spatial=16)),
-    ("normalised MLP: LayerNorm → Linear → ReLU blocks, depth 256, width 256, batch 64", None, {}),
-]
+#: The networks of target (a), by the name asv's `Overhead` and profile_probe.py use: the row's
+#: label, the spec-text arguments for `_mlp_text` (None: `_ln_first_mlp`), the case.
+NETWORKS: dict[str, tuple[str, dict[str, str] | None, dict[str, int]]] = {
+    "mlp": ("MLP: plain, ReLU, Kaiming, depth 256, width 256, batch 64", {}, dict(depth=256, width=256, batch=64)),
+    "norm_mlp": ("normalised MLP: Linear → LayerNorm → ReLU blocks, depth 256, width 256, batch 64", {"norm": "layer"}, dict(depth=256, width=256, batch=64)),
+    "conv": ("conv: plain, ReLU, Kaiming, depth 32, 32 channels, 16×16, batch 16", {"layer": "conv2d", "extra": "kernel_size = 3"}, dict(depth=32, width=32, batch=16, spatial=16)),
+    "ln_first_mlp": ("normalised MLP: LayerNorm → Linear → ReLU blocks, depth 256, width 256, batch 64", None, {}),
+}
+
+
+def network(name: str) -> tuple[Any, Any]:
+    """(blocks, x) of the target-(a) network `name` (a key of NETWORKS)."""
+    _, text_args, case = NETWORKS[name]
+    if text_args is None:
+        return _ln_first_mlp()
+    _, blocks, x = _net(_mlp_text(**text_args), **case)
+    return blocks, x
+
 
 _A_CODE = """
-import json, sys, torch
+import json, torch
 torch.set_num_threads({threads})
 import benchmarks.ratios as R
 R.CLOCK = R.time.{clock}
-print(json.dumps(R._overhead({index}, {reps})))
+print(json.dumps(R._overhead({name!r}, {reps})))
 """
 
 
-def _overhead(index: int, reps: int) -> dict[str, float]:
-    """Median CPU seconds of bare, bare_freed and probe on network `index` of `A_CASES`, interleaved."""
+def _overhead(name: str, reps: int) -> dict[str, float]:
+    """Median CPU seconds of bare, bare_freed and probe on network `name`, interleaved."""
     import torch
 
     from stability import probe
     from stability.probe import projection_vector
 
-    _, text_args, case = A_CASES[index]
-    blocks, x = _ln_first_mlp() if text_args is None else _net(_mlp_text(**text_args), **case)[1:]
+    blocks, x = network(name)
     with torch.no_grad():
         r = projection_vector(blocks(x).shape, 0, dtype=x.dtype, device=x.device)
     return _interleaved({"bare": _bare(blocks, x, r), "bare_freed": _bare_freed(blocks, x, r), "probe": lambda: probe(blocks, x, seed=0)}, reps)
@@ -257,8 +267,8 @@ def section_a(reps: int) -> None:
 
     print("(a) probe overhead", flush=True)
     clock = "process_time" if CLOCK is time.process_time else "perf_counter"
-    for index, (label, _, _) in enumerate(A_CASES):
-        t = _subprocess_json(_A_CODE.format(threads=THREADS, clock=clock, index=index, reps=reps))
+    for name, (label, _, _) in NETWORKS.items():
+        t = _subprocess_json(_A_CODE.format(threads=THREADS, clock=clock, name=name, reps=reps))
         ratio = t["probe"] / t["bare"]
         DATA[f"a.{label}"] = {**t, "ratio": ratio, "ratio_freed": t["probe"] / t["bare_freed"]}
         _row(
