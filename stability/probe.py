@@ -535,11 +535,11 @@ def _param_norms(grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, g
         inverse = torch.empty(len(order), dtype=torch.long)
         inverse[torch.tensor(order)] = torch.arange(len(order))
         flat = flat.index_select(0, inverse.to(flat.device))
-    if flat.is_cpu and middle:  # a float32 norm of 0 or inf (squares out of range): float64, one gradient at a time
+    if flat.is_cpu and middle:  # a float32 norm of 0 or inf (squares out of range, see `_norm`): float64, one gradient at a time
         values = flat.tolist()
         for j in middle:
             if not 0.0 < values[j] < math.inf and grads[j].dtype != torch.float64:
-                flat[j] = _out_of_range_norm(grads[j], flat[j])
+                flat[j] = torch.linalg.vector_norm(grads[j], dtype=torch.float64)
     return flat
 
 
@@ -551,32 +551,33 @@ def _norm(g: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     and 6e-4 at 2^24 (a 4096×4096 weight). Above `_NORM_DIRECT_MAX` elements the norm is
     therefore taken over rows of `_NORM_ROW` (≤ 1e-7 each) and then over the rows' norms: as
     fast, and within ~2e-7 at any size. A non-contiguous tensor that large is reduced in float64.
+    A float32 result of 0 or inf on the CPU (the squares under- or overflow below ~1e-19 or above
+    ~1e19 per element; reading it costs nothing there) is taken again in one float64 pass: the true
+    norm where g is finite and not all zero, and 0, inf or nan again otherwise. (A LayerNorm →
+    Linear → ReLU stack of depth 256 at Kaiming init has gradients of ~1e21 per element at its
+    input: float32 squares overflow there.)
     """
-    n = g.numel()
-    if n <= _NORM_DIRECT_MAX or g.device.type != "cpu":
-        out: torch.Tensor = torch.linalg.vector_norm(g, dtype=dtype)
-    elif not g.is_contiguous():
-        out = torch.linalg.vector_norm(g, dtype=torch.float64)
-    else:
-        f = g.reshape(-1)  # (n,), a view
-        k = n - n % _NORM_ROW
-        rows = torch.linalg.vector_norm(f[:k].view(-1, _NORM_ROW), dim=1, dtype=dtype)  # (k / _NORM_ROW,)
-        if k < n:
-            rows = torch.cat((rows, torch.linalg.vector_norm(f[k:], dtype=dtype).reshape(1)))
-        out = _norm(rows, None)
+    out = _row_norm(g, dtype)
     if g.is_cpu and out.dtype != torch.float64 and not 0.0 < out.item() < math.inf:
-        out = _out_of_range_norm(g, out)
+        out = torch.linalg.vector_norm(g, dtype=torch.float64)
     return out
 
 
-def _out_of_range_norm(g: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """A float32 norm of 0 or inf (the squares under- or overflow below ~1e-19 or above ~1e19 per
-    element; a CPU read costs nothing), taken again in float64 in one pass: the true norm where g
-    is finite and not all zero, and inf, nan or 0 again where g holds inf, nan or only zeros.
-    (A LayerNorm → Linear → ReLU stack of depth 256 at Kaiming init has gradients of ~1e21 per
-    element at its input: float32 squares overflow there.)"""
-    again: torch.Tensor = torch.linalg.vector_norm(g, dtype=torch.float64)
-    return again
+def _row_norm(g: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """`_norm` without the range check: by rows of `_NORM_ROW` above `_NORM_DIRECT_MAX` CPU elements."""
+    n = g.numel()
+    if n <= _NORM_DIRECT_MAX or g.device.type != "cpu":
+        out: torch.Tensor = torch.linalg.vector_norm(g, dtype=dtype)
+        return out
+    if not g.is_contiguous():
+        out = torch.linalg.vector_norm(g, dtype=torch.float64)
+        return out
+    f = g.reshape(-1)  # (n,), a view
+    k = n - n % _NORM_ROW
+    rows = torch.linalg.vector_norm(f[:k].view(-1, _NORM_ROW), dim=1, dtype=dtype)  # (k / _NORM_ROW,)
+    if k < n:
+        rows = torch.cat((rows, torch.linalg.vector_norm(f[k:], dtype=dtype).reshape(1)))
+    return _row_norm(rows, None)
 
 
 def _stack64(scalars: list[torch.Tensor]) -> torch.Tensor:
