@@ -120,35 +120,62 @@ def _as_list(blocks: nn.Module | Iterable[nn.Module] | Stack) -> list[nn.Module]
     return list(blocks)
 
 
+def _naming_root(blocks: nn.Module | Iterable[nn.Module] | Stack) -> nn.Module | None:
+    """The module whose `named_parameters()` names the probe's parameters (an `nn.Sequential`, an
+    `nn.ModuleList`, a single module, or a `Stack`'s blocks when they are one of those), or None
+    when `blocks` is a plain iterable of modules (their parameters are named `"{i}.{name}"`)."""
+    if isinstance(blocks, Stack):
+        return blocks.blocks if isinstance(blocks.blocks, (nn.Sequential, nn.ModuleList)) else None
+    return blocks if isinstance(blocks, nn.Module) else None
+
+
 def _named_parameters(blocks: nn.Module | Iterable[nn.Module] | Stack, modules: list[nn.Module]) -> list[tuple[str, nn.Parameter]]:
     """What `named_parameters()` yields (trainable ones only), from a direct walk of `_modules`:
-    the generic generator took ~3% of a probe of a depth-256 MLP."""
-    if isinstance(blocks, Stack) and isinstance(blocks.blocks, (nn.Sequential, nn.ModuleList)):
-        blocks = blocks.blocks
-    if isinstance(blocks, nn.Module) and not isinstance(blocks, Stack):
-        return [(n, p) for n, p in _walk_parameters(blocks) if p.requires_grad]
+    the generic generator took ~3% of a probe of a depth-256 MLP. (`probe` itself gets them from
+    the walk that `_ModuleState` makes anyway.)"""
+    root = _naming_root(blocks)
+    if root is not None:
+        return [(n, p) for n, p in _walk_parameters(root) if p.requires_grad]
     return [(f"{i}.{n}", p) for i, m in enumerate(modules) for n, p in _walk_parameters(m) if p.requires_grad]
 
 
 def _walk_parameters(root: nn.Module) -> list[tuple[str, nn.Parameter]]:
     """`list(root.named_parameters())`: same names, order and de-duplication (a module or a
     parameter reached twice is listed once)."""
-    out: list[tuple[str, nn.Parameter]] = []
-    seen_modules: set[int] = set()
+    return _walk([], root)[2]
+
+
+def _walk(roots: Sequence[nn.Module], named: nn.Module | None) -> tuple[list[nn.Module], list[tuple[nn.Module, str, torch.Tensor]], list[tuple[str, nn.Parameter]]]:
+    """(modules, buffers, named parameters) of `named` and `roots` and their submodules, each module
+    once: `named` first, its parameters listed as `named.named_parameters()` lists them (same
+    names, order and de-duplication); then the `roots` not reached from it (no parameters listed)."""
+    modules: list[nn.Module] = []
+    buffers: list[tuple[nn.Module, str, torch.Tensor]] = []
+    params: list[tuple[str, nn.Parameter]] = []
+    seen: set[int] = set()
     seen_params: set[int] = set()
 
-    def walk(module: nn.Module, prefix: str) -> None:
-        seen_modules.add(id(module))
-        for name, p in module._parameters.items():
-            if p is not None and id(p) not in seen_params:
-                seen_params.add(id(p))
-                out.append((prefix + name, p))
-        for name, child in module._modules.items():
-            if child is not None and id(child) not in seen_modules:
-                walk(child, f"{prefix}{name}.")
+    def walk(m: nn.Module, prefix: str | None) -> None:
+        seen.add(id(m))
+        modules.append(m)
+        for name, t in m._buffers.items():
+            if t is not None:
+                buffers.append((m, name, t))
+        if prefix is not None:
+            for name, p in m._parameters.items():
+                if p is not None and id(p) not in seen_params:
+                    seen_params.add(id(p))
+                    params.append((prefix + name, p))
+        for key, c in m._modules.items():
+            if c is not None and id(c) not in seen:
+                walk(c, None if prefix is None else f"{prefix}{key}.")
 
-    walk(root, "")
-    return out
+    if named is not None:
+        walk(named, "")
+    for root in roots:
+        if id(root) not in seen:
+            walk(root, None)
+    return modules, buffers, params
 
 
 def _rel_diff(a: torch.Tensor, b: torch.Tensor) -> float | None:
@@ -207,8 +234,9 @@ def probe(
         stem = blocks.stem
         call_kwargs = blocks.call_kwargs if call_kwargs is None else call_kwargs
     modules = _as_list(blocks)
-    named = _named_parameters(blocks, modules)
-    state = _ModuleState(modules if stem is None else [stem, *modules])
+    root = _naming_root(blocks)
+    state = _ModuleState(modules if stem is None else [*modules, stem], named=root)  # one walk: buffers, flags and (under `root`) parameters
+    named = [(n, p) for n, p in state.named if p.requires_grad] if root is not None else _named_parameters(blocks, modules)
     collecting = gc.isenabled()
     gc.disable()  # a pass makes a few thousand small objects (hooks, handles) and no garbage cycles: ~1 ms of collections otherwise
     try:
@@ -393,8 +421,8 @@ class _Moments:
 
     def add(self, h: torch.Tensor) -> None:
         f = h.reshape(-1)  # (N,): a view when h is contiguous
-        n = _two_pass_count(f.numel(), f.device, f.dtype)
-        if n == 0:
+        n = f.numel()
+        if n < _TWO_PASS_MIN or not f.is_cpu or not f.dtype.is_floating_point:  # `_two_pass_count` is 0
             self._pending.append(len(self.var))
             self.var.append(math.nan)
             self.mean.append(math.nan)
@@ -402,7 +430,7 @@ class _Moments:
             return
         s = f.sum().item()
         if n > _NORM_DIRECT_MAX:
-            q = _norm(f, None).item() ** 2  # rows of `_NORM_ROW`: no (N,) temporary
+            q = _row_norm(f, None).item() ** 2  # rows of `_NORM_ROW`: no (N,) temporary (the range is checked below)
         else:
             q = f.square().sum().item()  # (N,) temporary, freed at once
         mean = s / n
@@ -566,14 +594,17 @@ def _norm(g: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
 def _row_norm(g: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     """`_norm` without the range check: by rows of `_NORM_ROW` above `_NORM_DIRECT_MAX` CPU elements."""
     n = g.numel()
-    if n <= _NORM_DIRECT_MAX or g.device.type != "cpu":
+    if n <= _NORM_DIRECT_MAX or not g.is_cpu:
         out: torch.Tensor = torch.linalg.vector_norm(g, dtype=dtype)
         return out
     if not g.is_contiguous():
         out = torch.linalg.vector_norm(g, dtype=torch.float64)
         return out
-    f = g.reshape(-1)  # (n,), a view
     k = n - n % _NORM_ROW
+    if k == n and n <= _NORM_DIRECT_MAX * _NORM_ROW:  # whole rows, and few enough of them for one direct norm: the common case in two calls
+        out = torch.linalg.vector_norm(torch.linalg.vector_norm(g.view(-1, _NORM_ROW), dim=1, dtype=dtype))
+        return out
+    f = g.reshape(-1)  # (n,), a view
     rows = torch.linalg.vector_norm(f[:k].view(-1, _NORM_ROW), dim=1, dtype=dtype)  # (k / _NORM_ROW,)
     if k < n:
         rows = torch.cat((rows, torch.linalg.vector_norm(f[k:], dtype=dtype).reshape(1)))
@@ -661,26 +692,13 @@ class _ModuleState:
     a stack without buffers costs one walk of its modules (~1 µs per module). Measured on one
     loaded core, CPU time, 30 interleaved repeats of a depth-256 width-64 MLP (768 modules plus
     the blocks): +1.1 ms on a 40 ms probe with LayerNorm, +2.8 ms on a 44 ms probe with BatchNorm
-    (768 buffers copied and put back)."""
+    (768 buffers copied and put back).
 
-    def __init__(self, roots: Sequence[nn.Module]) -> None:
-        modules: list[nn.Module] = []
-        buffers: list[tuple[nn.Module, str, torch.Tensor]] = []
-        seen: set[int] = set()
+    The same walk (`_walk`) lists the parameters of `named` (walked first, with its own buffers
+    and flag) as `named_parameters()` does, in `.named`, so a probe walks its modules once."""
 
-        def walk(m: nn.Module) -> None:
-            seen.add(id(m))
-            modules.append(m)
-            for name, t in m._buffers.items():
-                if t is not None:
-                    buffers.append((m, name, t))
-            for c in m._modules.values():
-                if c is not None and id(c) not in seen:
-                    walk(c)
-
-        for root in roots:
-            if id(root) not in seen:
-                walk(root)
+    def __init__(self, roots: Sequence[nn.Module], *, named: nn.Module | None = None) -> None:
+        modules, buffers, self.named = _walk(roots, named)
         self.modules, self.buffers = modules, buffers
         self.flags = [m.training for m in modules]
         self.groups: list[tuple[list[torch.Tensor], torch.Tensor]] = []  # (buffers of one kind, their saved copies stacked)

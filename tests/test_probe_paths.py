@@ -199,3 +199,43 @@ def test_a_parameter_the_output_does_not_use_has_a_zero_gradient() -> None:
 
     m = probe(nn.Sequential(Spare()), _x(2, 3))
     assert m.param_grad_norm["0.unused.weight"] == 0.0 and m.param_grad_norm["0.used.weight"] > 0.0
+
+
+def test_names_follow_named_parameters_through_keys_nesting_sharing_and_a_stem() -> None:
+    # the probe lists parameters from the same walk that saves buffers and flags (one walk per probe)
+    from collections import OrderedDict
+
+    inner = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4)).double()
+    shared = nn.Linear(4, 4).double()
+    blocks = nn.Sequential(OrderedDict(first=inner, second=shared, third=nn.Sequential(shared, nn.LayerNorm(4).double())))
+    blocks.register_parameter("scale", nn.Parameter(torch.ones((), dtype=torch.float64)))
+    stem = nn.Sequential(shared)  # a module of the blocks reached again from the stem: still named once, under the blocks
+    for container in (blocks, Stack(blocks=blocks, stem=stem)):
+        m = probe(container, _x(3, 4))
+        assert list(m.param_grad_norm) == [n for n, _ in blocks.named_parameters()]
+    as_list = probe([inner, shared, shared], _x(3, 4))  # a plain list: "{i}.{name}", a repeated block at each of its places
+    assert list(as_list.param_grad_norm) == ["0.0.weight", "0.0.bias", "0.2.weight", "0.2.bias", "1.weight", "1.bias", "2.weight", "2.bias"]
+
+
+def test_the_containers_own_buffers_and_flag_are_put_back() -> None:
+    class Counting(nn.Sequential):
+        def __init__(self, *mods: nn.Module) -> None:
+            super().__init__(*mods)
+            self.register_buffer("calls", torch.zeros((), dtype=torch.float64))
+
+        def forward(self, h: torch.Tensor) -> torch.Tensor:  # not used by the probe (it calls the children)
+            return super().forward(h)
+
+    blocks = Counting(nn.Linear(3, 3).double())
+    blocks.calls += 5  # type: ignore[operator]
+
+    class Meddler(nn.Module):
+        def forward(self, h: torch.Tensor) -> torch.Tensor:
+            blocks.calls += 1  # type: ignore[operator]
+            blocks.eval()
+            return h
+
+    blocks.append(Meddler())
+    blocks.train()
+    probe(blocks, _x(2, 3))
+    assert float(blocks.calls) == 5.0 and blocks.training  # type: ignore[arg-type]
