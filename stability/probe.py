@@ -155,20 +155,22 @@ def _walk(roots: Sequence[nn.Module], named: nn.Module | None) -> tuple[list[nn.
     seen: set[int] = set()
     seen_params: set[int] = set()
 
-    def walk(m: nn.Module, prefix: str | None) -> None:
+    def walk(m: nn.Module, prefix: str | None) -> None:  # (the emptiness tests skip most modules' loops: a quarter of the walk)
         seen.add(id(m))
         modules.append(m)
-        for name, t in m._buffers.items():
-            if t is not None:
-                buffers.append((m, name, t))
-        if prefix is not None:
+        if m._buffers:
+            for name, t in m._buffers.items():
+                if t is not None:
+                    buffers.append((m, name, t))
+        if prefix is not None and m._parameters:
             for name, p in m._parameters.items():
                 if p is not None and id(p) not in seen_params:
                     seen_params.add(id(p))
                     params.append((prefix + name, p))
-        for key, c in m._modules.items():
-            if c is not None and id(c) not in seen:
-                walk(c, None if prefix is None else f"{prefix}{key}.")
+        if m._modules:
+            for key, c in m._modules.items():
+                if c is not None and id(c) not in seen:
+                    walk(c, None if prefix is None else f"{prefix}{key}.")
 
     if named is not None:
         walk(named, "")
@@ -273,7 +275,7 @@ def _one_pass(
         raise ValueError(f'probe(loss={loss!r}): choose "projection", "sum" or "mse"')
     low = x.dtype in _LOW
     norm_dtype = torch.float32 if low else None
-    grad_norms: list[torch.Tensor | None] = [None] * (n + 1)
+    grad_norms: list[torch.Tensor | float | None] = [None] * (n + 1)  # a float where the gradient is on the CPU (read at once, free there)
     moments = _Moments()
     channels: list[int] = []
     recording = [True]  # False while a checkpointed segment is recomputed
@@ -289,7 +291,7 @@ def _one_pass(
         if i > 0 and h.requires_grad:
 
             def hook(g: torch.Tensor, i: int = i) -> None:
-                grad_norms[i] = _norm(g, norm_dtype)
+                grad_norms[i] = _norm_value(g, norm_dtype) if g.is_cpu else _norm(g, norm_dtype)
 
             h.register_hook(hook)  # type: ignore[no-untyped-call]  # torch leaves Tensor.register_hook unannotated
 
@@ -345,18 +347,19 @@ def _one_pass(
             else [torch.zeros_like(x0), *[torch.zeros_like(p) for p in params]]
         )
     g0 = grads[0]
-    grad_norms[0] = _norm(g0, norm_dtype)
-    wide = any(g is not None and g.dtype == torch.float64 for g in grad_norms)  # a norm taken again in float64 (`_norm`)
-    zero = torch.zeros((), device=x.device, dtype=torch.float64 if wide else torch.float32 if low else x.dtype)
-    norms = torch.stack([zero if g is None else g.to(zero.dtype) for g in grad_norms])
+    grad_norms[0] = _norm_value(g0, norm_dtype) if g0.is_cpu else _norm(g0, norm_dtype)
+    on_device = [i for i, g in enumerate(grad_norms) if isinstance(g, torch.Tensor)]  # norms still on a GPU
+    norms = _stack64([g for g in grad_norms if isinstance(g, torch.Tensor)])
     pnorms = _param_norms(list(grads[1:]), norm_dtype, given=large.norms)
     stats = _stack64(moments.parts)
-    k = stats.numel()
-    host = torch.cat([norms.double(), stats, pnorms]).tolist()
-    grad_norm = host[: n + 1]
-    var, mean = moments.result(host[n + 1 : n + 1 + k])
+    d, k = len(on_device), stats.numel()
+    host = torch.cat([norms.to(pnorms.device), stats.to(pnorms.device), pnorms]).tolist()
+    grad_norm = [g if isinstance(g, float) else 0.0 for g in grad_norms]  # None: the gradient never arrived (the boundary does not reach the loss)
+    for j, i in enumerate(on_device):
+        grad_norm[i] = host[j]
+    var, mean = moments.result(host[d : d + k])
     sq_mean = [v + m * m for v, m in zip(var, mean, strict=True)]
-    pgn = dict(zip([name for name, _ in named], host[n + 1 + k :], strict=True))
+    pgn = dict(zip([name for name, _ in named], host[d + k :], strict=True))
     identity_error = _rel_diff(y, x0)
     input_grad_error = _rel_diff(g0, out_grad) if out_grad is not None else None
     nonfinite_at, kind = _first_nonfinite(var, mean, grad_norm)
@@ -589,6 +592,15 @@ def _norm(g: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     if g.is_cpu and out.dtype != torch.float64 and not 0.0 < out.item() < math.inf:
         out = torch.linalg.vector_norm(g, dtype=torch.float64)
     return out
+
+
+def _norm_value(g: torch.Tensor, dtype: torch.dtype | None) -> float:
+    """`_norm` of a CPU tensor, as a Python float (the value `_norm`'s tensor holds)."""
+    out = _row_norm(g, dtype)
+    value = out.item()
+    if out.dtype != torch.float64 and not 0.0 < value < math.inf:
+        value = torch.linalg.vector_norm(g, dtype=torch.float64).item()
+    return value
 
 
 def _row_norm(g: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
