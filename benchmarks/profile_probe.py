@@ -99,7 +99,7 @@ def parts(blocks: Any, x: Any, r: Any, reps: int) -> dict[str, float]:
     wrap(mod, "_rel_diff", "identity errors")
     wrap(mod, "projection_vector", "projection vector")
     wrap(mod, "_ModuleState", "module walks")
-    wrap(mod, "_named_parameters", "module walks")
+    wrap(mod, "_named_parameters", "module walks")  # (the walk itself is in _ModuleState)
     hook = torch.Tensor.register_hook
     saved.append((torch.Tensor, "register_hook", hook))
 

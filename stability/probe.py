@@ -129,20 +129,14 @@ def _naming_root(blocks: nn.Module | Iterable[nn.Module] | Stack) -> nn.Module |
     return blocks if isinstance(blocks, nn.Module) else None
 
 
-def _named_parameters(blocks: nn.Module | Iterable[nn.Module] | Stack, modules: list[nn.Module]) -> list[tuple[str, nn.Parameter]]:
-    """What `named_parameters()` yields (trainable ones only), from a direct walk of `_modules`:
-    the generic generator took ~3% of a probe of a depth-256 MLP. (`probe` itself gets them from
-    the walk that `_ModuleState` makes anyway.)"""
-    root = _naming_root(blocks)
-    if root is not None:
-        return [(n, p) for n, p in _walk_parameters(root) if p.requires_grad]
-    return [(f"{i}.{n}", p) for i, m in enumerate(modules) for n, p in _walk_parameters(m) if p.requires_grad]
-
-
-def _walk_parameters(root: nn.Module) -> list[tuple[str, nn.Parameter]]:
-    """`list(root.named_parameters())`: same names, order and de-duplication (a module or a
-    parameter reached twice is listed once)."""
-    return _walk([], root)[2]
+def _named_parameters(modules: list[nn.Module], state: _ModuleState, named_root: nn.Module | None) -> list[tuple[str, nn.Parameter]]:
+    """What `named_root.named_parameters()` yields (trainable ones only), from the walk `state`
+    made (a direct walk of `_modules`: the generic generator took ~3% of a probe of a depth-256
+    MLP). Without a naming root (a plain iterable of modules) each module's parameters are named
+    `"{i}.{name}"` by its place, a module listed twice at both places."""
+    if named_root is not None:
+        return [(n, p) for n, p in state.named if p.requires_grad]
+    return [(f"{i}.{n}", p) for i, m in enumerate(modules) for n, p in _walk([], m)[2] if p.requires_grad]
 
 
 def _walk(roots: Sequence[nn.Module], named: nn.Module | None) -> tuple[list[nn.Module], list[tuple[nn.Module, str, torch.Tensor]], list[tuple[str, nn.Parameter]]]:
@@ -238,7 +232,7 @@ def probe(
     modules = _as_list(blocks)
     root = _naming_root(blocks)
     state = _ModuleState(modules if stem is None else [*modules, stem], named=root)  # one walk: buffers, flags and (under `root`) parameters
-    named = [(n, p) for n, p in state.named if p.requires_grad] if root is not None else _named_parameters(blocks, modules)
+    named = _named_parameters(modules, state, root)
     collecting = gc.isenabled()
     gc.disable()  # a pass makes a few thousand small objects (hooks, handles) and no garbage cycles: ~1 ms of collections otherwise
     try:
@@ -424,8 +418,8 @@ class _Moments:
 
     def add(self, h: torch.Tensor) -> None:
         f = h.reshape(-1)  # (N,): a view when h is contiguous
-        n = f.numel()
-        if n < _TWO_PASS_MIN or not f.is_cpu or not f.dtype.is_floating_point:  # `_two_pass_count` is 0
+        n = _two_pass_count(f.numel(), f.device, f.dtype)
+        if n == 0:
             self._pending.append(len(self.var))
             self.var.append(math.nan)
             self.mean.append(math.nan)

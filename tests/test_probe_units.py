@@ -1,0 +1,230 @@
+"""The probe's reduction helpers one at a time, against the exact computation each promises
+(stability/probe.py): relative differences in the tensors' own dtype or in float64, rounding to a
+dtype, which boundaries get the two-pass moments, the host-side combination of those moments, the
+parameter-gradient norms of every size class in their own order, the range fallback of `_norm`,
+and the hooked low-precision parameters. Written from the mutation check (docs/mutation.md)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from stability import probe
+from stability.probe import (
+    _HOOK_PARAM,
+    _NORM_DIRECT_MAX,
+    _SMALL_PARAM,
+    _TWO_PASS_MIN,
+    _as_dtype,
+    _combine,
+    _moments,
+    _norm,
+    _norm_value,
+    _param_norms,
+    _rel_diff,
+    _two_pass_count,
+    projection_vector,
+)
+
+
+def _randn(*shape: int, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(dtype)
+
+
+def _norm64(t: torch.Tensor) -> float:
+    return float(torch.linalg.vector_norm(t.double()))
+
+
+# ----------------------------------------------------------------------------- _rel_diff
+
+
+def test_rel_diff_of_two_float32_tensors_is_computed_in_float32() -> None:
+    a, b = _randn(64, 33, seed=1), _randn(64, 33, seed=2)
+    own = float(torch.linalg.vector_norm(a - b)) / float(torch.linalg.vector_norm(b))
+    wide = _norm64(a.double() - b.double()) / _norm64(b)
+    assert own != wide  # the two ways differ in the last bits here, so the test below can tell them apart
+    assert _rel_diff(a, b) == own
+
+
+@pytest.mark.parametrize(("da", "db"), [(torch.float32, torch.float64), (torch.float64, torch.float32), (torch.float16, torch.float16), (torch.bfloat16, torch.bfloat16)])
+def test_rel_diff_of_mixed_or_half_precision_tensors_is_computed_in_float64(da: torch.dtype, db: torch.dtype) -> None:
+    a, b = _randn(40, 7, seed=3, dtype=da), _randn(40, 7, seed=4, dtype=db)
+    want = _norm64(a.double() - b.double()) / _norm64(b)
+    assert _rel_diff(a, b) == want
+
+
+def test_rel_diff_edges() -> None:
+    a = _randn(5, 4, seed=5)
+    assert _rel_diff(a, a.clone()) == 0.0
+    assert _rel_diff(a, a.reshape(4, 5)) is None  # another shape: no identity error
+    zero = torch.zeros(5, 4)
+    assert _rel_diff(a, zero) == float(torch.linalg.vector_norm(a))  # against zero: the absolute difference
+
+
+# ----------------------------------------------------------------------------- _as_dtype, _two_pass_count
+
+
+def test_as_dtype_rounds_to_the_dtype_and_keeps_float64() -> None:
+    assert _as_dtype(0.1, torch.float64) == 0.1
+    assert _as_dtype(0.1, torch.float32) == float(np.float32(0.1)) != 0.1
+    assert _as_dtype(0.1, torch.float16) == float(np.float16(0.1)) != float(np.float32(0.1))
+    assert _as_dtype(1.0 + 2**-9, torch.bfloat16) == 1.0  # 8 bits of mantissa
+
+
+def test_two_pass_count_is_the_size_for_large_cpu_float_tensors_only() -> None:
+    cpu, f32 = torch.device("cpu"), torch.float32
+    assert _two_pass_count(_TWO_PASS_MIN, cpu, f32) == _TWO_PASS_MIN
+    assert _two_pass_count(_TWO_PASS_MIN + 5, cpu, torch.float64) == _TWO_PASS_MIN + 5
+    assert _two_pass_count(_TWO_PASS_MIN - 1, cpu, f32) == 0
+    assert _two_pass_count(4 * _TWO_PASS_MIN, torch.device("cuda"), f32) == 0  # a device: var_mean (no host read mid-pass)
+    assert _two_pass_count(4 * _TWO_PASS_MIN, torch.device("meta"), f32) == 0
+    assert _two_pass_count(4 * _TWO_PASS_MIN, cpu, torch.int64) == 0
+
+
+# ----------------------------------------------------------------------------- _moments and _combine
+
+
+def test_moments_small_boundaries_give_var_mean_and_large_ones_the_two_pass_sums() -> None:
+    small = _randn(_TWO_PASS_MIN - 1, seed=6, dtype=torch.float64) * 3 + 2
+    out: list[torch.Tensor] = []
+    assert _moments(small, out) == 0 and len(out) == 2
+    var, mean = torch.var_mean(small, correction=0)
+    assert (float(out[0]), float(out[1])) == (float(var), float(mean))
+    large = _randn(8, 512, seed=7, dtype=torch.float64) * 3 + 2  # 4,096 elements
+    out = []
+    assert _moments(large, out) == large.numel() and len(out) == 3
+    m = float(large.mean())
+    d = large - large.mean()
+    assert [float(t) for t in out] == [m, float(d.sum()), float((d * d).sum())]
+    v, u = _combine([float(t) for t in out], [large.numel()])
+    assert v[0] == pytest.approx(float(large.var(unbiased=False)), rel=1e-13, abs=0.0)
+    assert u[0] == pytest.approx(m, rel=1e-15, abs=0.0)
+
+
+def test_combine_applies_the_corrected_two_pass_formula() -> None:
+    # m = 1, Σd = 2, Σd² = 10 over n = 4: mean = m + Σd/n = 1.5, var = Σd²/n − (Σd/n)² = 2.5 − 0.25 = 2.25
+    var, mean = _combine([0.7, -3.0, 1.0, 2.0, 10.0, 5.0, math.inf, 1.0], [0, 4, 2])
+    assert var[:2] == [0.7, 2.25] and mean[:2] == [-3.0, 1.5]
+    assert math.isnan(var[2]) and mean[2] == 5.0  # an inf sum: non-finite variance, the centre kept as the mean
+    v, m = _combine([0.0, 1.0, 0.3], [3])  # Σd²/n − (Σd/n)² = 0.1 − 0.11… < 0 (rounding does that near zero variance): clamped at 0
+    assert v == [0.0] and m == [1.0 / 3.0]
+
+
+# ----------------------------------------------------------------------------- _norm
+
+
+def test_norm_keeps_the_input_dtype_unless_the_squares_leave_the_range() -> None:
+    g = _randn(300, seed=8) * 1e-3  # a norm below 1: still float32
+    assert _norm(g, None).dtype == torch.float32
+    assert float(_norm(g, None)) == float(torch.linalg.vector_norm(g))
+    big = torch.full((300,), 2.0**100)  # squares overflow float32: taken again in float64
+    out = _norm(big, None)
+    assert out.dtype == torch.float64 and float(out) == pytest.approx(2.0**100 * math.sqrt(300), rel=1e-15, abs=0.0)
+    tiny = torch.full((300,), 2.0**-100)  # squares underflow to 0 in float32
+    assert float(_norm(tiny, None)) == pytest.approx(2.0**-100 * math.sqrt(300), rel=1e-15, abs=0.0)
+    assert float(_norm(torch.zeros(300), None)) == 0.0
+    assert _norm_value(big, None) == float(out) and _norm_value(g, None) == float(torch.linalg.vector_norm(g))
+
+
+def test_norm_of_half_precision_accumulates_in_the_dtype_given() -> None:
+    g = _randn(5000, seed=9, dtype=torch.float16)
+    out = _norm(g, torch.float32)
+    assert out.dtype == torch.float32
+    assert float(out) == float(torch.linalg.vector_norm(g, dtype=torch.float32))
+
+
+# ----------------------------------------------------------------------------- _param_norms
+
+
+def test_param_norms_of_every_size_class_in_their_own_order() -> None:
+    sizes = [(_NORM_DIRECT_MAX + 4096 + 3,), (3, 5), (_SMALL_PARAM + 1,), (_NORM_DIRECT_MAX * 2,), (3, 5), (7,), (_SMALL_PARAM,)]
+    grads = [_randn(*s, seed=10 + i) for i, s in enumerate(sizes)]  # huge, small, middle, huge (whole rows), small, small, small
+    out = _param_norms(grads, None)
+    assert out.dtype == torch.float64 and out.shape == (len(grads),)
+    assert out.tolist() == pytest.approx([_norm64(g) for g in grads], rel=5e-7, abs=0.0)
+    given = {1: torch.tensor(11.0), 3: torch.tensor(33.0)}  # norms already taken (by the hooks): not recomputed
+    mixed = _param_norms(grads, None, given=given).tolist()
+    assert mixed[1] == 11.0 and mixed[3] == 33.0
+    assert [mixed[j] for j in (0, 2, 4, 5, 6)] == pytest.approx([_norm64(grads[j]) for j in (0, 2, 4, 5, 6)], rel=5e-7, abs=0.0)
+    empty = _param_norms([], None)
+    assert empty.dtype == torch.float64 and empty.numel() == 0
+
+
+def test_param_norms_out_of_float32_range_are_taken_in_float64() -> None:
+    grads = [torch.full((_SMALL_PARAM + 10,), 2.0**83), torch.full((3, 3), 2.0**-83), torch.full((3, 3), 2.0)]  # squares beyond float32's range, both ways
+    out = _param_norms(grads, None).tolist()
+    assert out == pytest.approx([2.0**83 * math.sqrt(_SMALL_PARAM + 10), 3 * 2.0**-83, 6.0], rel=1e-14, abs=0.0)
+
+
+def test_hooked_low_precision_parameters_are_normed_in_float32() -> None:
+    side = int(math.isqrt(_HOOK_PARAM))
+    lin = nn.Linear(side, side)
+    with torch.no_grad():
+        lin.weight.copy_(_randn(side, side, seed=11) / side)
+    blocks = nn.Sequential(lin.half())
+    x = _randn(4, side, seed=12, dtype=torch.float16)
+    m = probe(blocks, x, seed=2)
+    x0 = x.clone().requires_grad_(True)
+    y = blocks(x0)
+    y.backward(projection_vector(y.shape, 2, dtype=y.dtype, device=y.device))
+    w = lin.weight.grad
+    assert w is not None and lin.weight.numel() >= _HOOK_PARAM
+    assert m.param_grad_norm["0.weight"] == float(torch.linalg.vector_norm(w, dtype=torch.float32))
+
+
+def test_param_norms_in_range_stay_in_float32_arithmetic_and_every_class_alone_is_float64() -> None:
+    # in-range float32 norms are not retaken in float64 (that is only for squares out of range):
+    # each equals the float32 reduction of its class exactly, whether the norm is below or above 1
+    small = [_randn(3, 5, seed=20) * 0.01, _randn(3, 5, seed=21) * 10.0]  # one group of two, norms < 1 and > 1
+    middle = [_randn(_SMALL_PARAM + 1, seed=22) * 1e-4, _randn(_SMALL_PARAM + 7, seed=23)]
+    out = _param_norms([*small, *middle], None).tolist()
+    want_small = torch.linalg.vector_norm(torch.stack(small).reshape(2, -1), dim=1).tolist()
+    want_middle = [float(t) for t in torch._foreach_norm(middle)]
+    assert out == [*want_small, *want_middle]
+    for alone in (small, middle, [_randn(_NORM_DIRECT_MAX + 1, seed=24)]):
+        assert _param_norms(alone, None).dtype == torch.float64
+    assert _param_norms(small, None, given={0: torch.tensor(1.0), 1: torch.tensor(2.0)}).tolist() == [1.0, 2.0]
+    assert _param_norms(small, None, given={0: torch.tensor(1.0), 1: torch.tensor(2.0)}).dtype == torch.float64
+
+
+@pytest.mark.parametrize("size", [7, _SMALL_PARAM + 3, _NORM_DIRECT_MAX + 4096])
+def test_param_norms_of_half_precision_gradients_accumulate_in_float32(size: int) -> None:
+    grads = [_randn(size, seed=25, dtype=torch.float16), _randn(size, seed=26, dtype=torch.float16)]
+    out = _param_norms(grads, torch.float32).tolist()
+    assert out == [float(_norm(g, torch.float32)) for g in grads]  # float32 accumulation, every size class
+    assert out != [float(torch.linalg.vector_norm(g)) for g in grads]  # (a float16 accumulation would differ)
+
+
+def test_large_parameters_are_normed_by_hooks_and_small_ones_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    probe_module = sys.modules["stability.probe"]  # the module (stability.probe, the attribute, is the function)
+    seen: list[dict[int, torch.Tensor]] = []
+    real = probe_module._param_norms
+
+    def spy(grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, given: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+        seen.append(dict(given or {}))
+        out: torch.Tensor = real(grads, norm_dtype, given=given)
+        return out
+
+    monkeypatch.setattr(probe_module, "_param_norms", spy)
+    side = int(math.isqrt(_HOOK_PARAM))
+    big = nn.Linear(side, side).double()
+    probe(nn.Sequential(big, nn.Linear(side, 8).double(), nn.Linear(8, side).double(), big), _randn(2, side, seed=27, dtype=torch.float64))
+    assert set(seen[0]) == {0}  # big.weight (side² = _HOOK_PARAM elements, used twice: one hook) only; biases and the 8×side weights at the end
+
+
+def test_walk_visits_each_module_once_and_names_only_the_naming_roots_parameters() -> None:
+    from stability.probe import _walk
+
+    shared = nn.Linear(3, 3)
+    root = nn.Sequential(shared, nn.Sequential(shared, nn.BatchNorm1d(3)))
+    stem = nn.Sequential(nn.Linear(3, 3), shared)
+    modules, buffers, params = _walk([stem, root[1]], root)
+    assert len(modules) == len({id(m) for m in modules}) == 6  # root, shared, inner, bn; stem and its own linear
+    assert [name for _, name, _ in buffers] == ["running_mean", "running_var", "num_batches_tracked"]
+    assert [n for n, _ in params] == [n for n, _ in root.named_parameters()] == ["0.weight", "0.bias", "1.1.weight", "1.1.bias"]
