@@ -155,9 +155,9 @@ def test_param_norms_of_every_size_class_in_their_own_order() -> None:
 
 
 def test_param_norms_out_of_float32_range_are_taken_in_float64() -> None:
-    grads = [torch.full((_SMALL_PARAM + 10,), 2.0**83), torch.full((3, 3), 2.0**-83), torch.full((3, 3), 2.0)]  # squares beyond float32's range, both ways
+    grads = [torch.full((_SMALL_PARAM + 10,), 2.0**83), torch.full((3, 3), 2.0**-83), torch.full((3, 3), 2.0), torch.full((2, 2), 2.0**83)]  # squares beyond float32's range, both ways
     out = _param_norms(grads, None).tolist()
-    assert out == pytest.approx([2.0**83 * math.sqrt(_SMALL_PARAM + 10), 3 * 2.0**-83, 6.0], rel=1e-14, abs=0.0)
+    assert out == pytest.approx([2.0**83 * math.sqrt(_SMALL_PARAM + 10), 3 * 2.0**-83, 6.0, 2.0**84], rel=1e-14, abs=0.0)
 
 
 def test_hooked_low_precision_parameters_are_normed_in_float32() -> None:
@@ -197,6 +197,7 @@ def test_param_norms_of_half_precision_gradients_accumulate_in_float32(size: int
     out = _param_norms(grads, torch.float32).tolist()
     assert out == [float(_norm(g, torch.float32)) for g in grads]  # float32 accumulation, every size class
     assert out != [float(torch.linalg.vector_norm(g)) for g in grads]  # (a float16 accumulation would differ)
+    assert _param_norms(grads, torch.float32).dtype == torch.float64
 
 
 def test_large_parameters_are_normed_by_hooks_and_small_ones_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -228,3 +229,6 @@ def test_walk_visits_each_module_once_and_names_only_the_naming_roots_parameters
     assert len(modules) == len({id(m) for m in modules}) == 6  # root, shared, inner, bn; stem and its own linear
     assert [name for _, name, _ in buffers] == ["running_mean", "running_var", "num_batches_tracked"]
     assert [n for n, _ in params] == [n for n, _ in root.named_parameters()] == ["0.weight", "0.bias", "1.1.weight", "1.1.bias"]
+    tied = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
+    tied[1].weight = tied[0].weight  # one parameter in two modules: listed once, under its first name
+    assert [n for n, _ in _walk([], tied)[2]] == [n for n, _ in tied.named_parameters()] == ["0.weight", "0.bias", "1.bias"]
