@@ -480,6 +480,7 @@ class _LargeParamNorms:
         self.norm_dtype = norm_dtype
         self._by_id: dict[int, torch.Tensor] = {}  # id(parameter) → 0-dim norm
         self._handles: list[Any] = []
+        self._zeros: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}  # one 0-dim zero per kind, expanded for every gradient
 
     @property
     def norms(self) -> dict[int, torch.Tensor]:
@@ -503,7 +504,10 @@ class _LargeParamNorms:
     def _hook(self, key: int) -> Any:
         def hook(g: torch.Tensor) -> torch.Tensor:
             self._by_id[key] = _norm(g, self.norm_dtype)
-            return g.new_zeros(()).expand_as(g)  # what autograd returns for this parameter: no memory
+            zero = self._zeros.get((g.dtype, g.device))
+            if zero is None:
+                zero = self._zeros[(g.dtype, g.device)] = g.new_zeros(())
+            return zero.expand_as(g)  # what autograd returns for this parameter: no memory (read by nobody: its norm is taken)
 
         return hook
 
