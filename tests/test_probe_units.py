@@ -232,3 +232,13 @@ def test_walk_visits_each_module_once_and_names_only_the_naming_roots_parameters
     tied = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
     tied[1].weight = tied[0].weight  # one parameter in two modules: listed once, under its first name
     assert [n for n, _ in _walk([], tied)[2]] == [n for n, _ in tied.named_parameters()] == ["0.weight", "0.bias", "1.bias"]
+
+
+def test_stack64_gives_float64_for_none_one_and_mixed_scalars() -> None:
+    from stability.probe import _stack64
+
+    assert _stack64([]).dtype == torch.float64 and _stack64([]).numel() == 0
+    one = _stack64([torch.tensor(0.1, dtype=torch.float32)])
+    assert one.dtype == torch.float64 and one.tolist() == [float(np.float32(0.1))]
+    mixed = _stack64([torch.tensor(0.1, dtype=torch.float32), torch.tensor(0.1, dtype=torch.float64), torch.tensor(0.1, dtype=torch.float16)])
+    assert mixed.dtype == torch.float64 and mixed.tolist() == [float(np.float32(0.1)), 0.1, float(np.float16(0.1))]
