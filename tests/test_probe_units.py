@@ -242,3 +242,85 @@ def test_stack64_gives_float64_for_none_one_and_mixed_scalars() -> None:
     assert one.dtype == torch.float64 and one.tolist() == [float(np.float32(0.1))]
     mixed = _stack64([torch.tensor(0.1, dtype=torch.float32), torch.tensor(0.1, dtype=torch.float64), torch.tensor(0.1, dtype=torch.float16)])
     assert mixed.dtype == torch.float64 and mixed.tolist() == [float(np.float32(0.1)), 0.1, float(np.float16(0.1))]
+
+
+# ----------------------------------------------------------------------------- probe's own steps
+
+
+def test_probe_puts_the_stems_batch_norm_statistics_back_and_restores_garbage_collection() -> None:
+    import gc
+
+    from stability import Stack
+
+    stem = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)).double().train()
+    before = [t.clone() for t in stem[1].buffers()]
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            gc.enable() if enabled else gc.disable()
+            probe(Stack(blocks=nn.Sequential(nn.Linear(4, 4).double()), stem=stem), _randn(8, 4, seed=30, dtype=torch.float64))
+            assert gc.isenabled() is enabled  # collection is off during a pass and as it was afterwards
+    finally:
+        gc.enable() if was else gc.disable()
+    assert all(torch.equal(a, b) for a, b in zip(before, stem[1].buffers(), strict=True))  # the stem ran in train mode and changed nothing
+
+
+def test_dropout_draws_come_from_the_documented_stream_of_the_seed() -> None:
+    from stability.probe import _DROPOUT_STREAM
+
+    drawn: list[float] = []
+
+    class Draws(nn.Module):
+        def forward(self, h: torch.Tensor) -> torch.Tensor:
+            drawn.append(float(torch.rand(())))  # the global generator, as dropout uses it
+            return h
+
+    probe(nn.Sequential(Draws()), _randn(2, 3, seed=31), seed=12345)
+    want = float(torch.rand((), generator=torch.Generator().manual_seed((_DROPOUT_STREAM ^ 12345) % 2**63)))
+    assert drawn == [want]
+
+
+def test_callable_call_kwargs_see_the_stacks_input() -> None:
+    from stability import Stack
+
+    class Scaled(nn.Module):
+        def forward(self, h: torch.Tensor, *, scale: float) -> torch.Tensor:
+            return scale * h
+
+    x = _randn(3, 4, seed=32, dtype=torch.float64)
+    m = probe(Stack(blocks=nn.Sequential(Scaled()), call_kwargs=lambda h: {"scale": float(h.shape[0])}), x, loss="sum")
+    assert m.grad_norm[0] == pytest.approx(3.0 * math.sqrt(x.numel()), rel=1e-15, abs=0.0)  # ∂(Σ 3x)/∂x = 3 everywhere
+
+
+def test_a_block_returning_a_tuple_is_followed_through_its_first_element() -> None:
+    class Pair(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4).double()
+
+        def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            out = self.lin(h)
+            return out, out.sum()
+
+    blocks = nn.Sequential(Pair(), Pair())
+    x = _randn(3, 4, seed=33, dtype=torch.float64)
+    plain = nn.Sequential(blocks[0].lin, blocks[1].lin)
+    got, want = probe(blocks, x), probe(plain, x)
+    assert (got.grad_norm, got.act_var) == (want.grad_norm, want.act_var)
+
+
+def test_half_precision_boundaries_are_reduced_in_float32_and_the_projection_is_rounded_to_half() -> None:
+    x = _randn(64, 64, seed=34, dtype=torch.float16)  # 4,096 ≥ the two-pass size: Σh and Σh² are float32 sums
+    m = probe(nn.Sequential(nn.Identity()), x, seed=6)
+    f = x.float()
+    assert m.act_var[0] == pytest.approx(float(f.var(unbiased=False)), rel=1e-6, abs=0.0)
+    r = projection_vector(x.shape, 6, dtype=torch.float16, device=x.device)
+    assert m.grad_norm[1] == float(torch.linalg.vector_norm(r, dtype=torch.float32))  # ∂L/∂y = r, in y's dtype
+
+
+def test_mse_loss_is_the_mean_squared_distance_to_the_target() -> None:
+    x = _randn(5, 3, seed=35, dtype=torch.float64)
+    target = _randn(5, 3, seed=36, dtype=torch.float64)
+    m = probe(nn.Sequential(nn.Identity()), x, loss="mse", target=target)
+    want = 2.0 * (x - target) / x.numel()  # ∂ mean((x − t)²) / ∂x
+    assert m.grad_norm[0] == pytest.approx(float(torch.linalg.vector_norm(want)), rel=1e-14, abs=0.0)
