@@ -302,9 +302,10 @@ def test_a_block_returning_a_tuple_is_followed_through_its_first_element() -> No
             out = self.lin(h)
             return out, out.sum()
 
-    blocks = nn.Sequential(Pair(), Pair())
+    first, second = Pair(), Pair()
+    blocks = nn.Sequential(first, second)
     x = _randn(3, 4, seed=33, dtype=torch.float64)
-    plain = nn.Sequential(blocks[0].lin, blocks[1].lin)
+    plain = nn.Sequential(first.lin, second.lin)
     got, want = probe(blocks, x), probe(plain, x)
     assert (got.grad_norm, got.act_var) == (want.grad_norm, want.act_var)
 
