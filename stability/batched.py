@@ -156,7 +156,7 @@ def probe_seeds(
     for row in host:
         grad_norm = row[: n + 1]
         var, mean = _combine(row[n + 1 : n + 1 + k], counts)
-        nonfinite_at, kind = _first_nonfinite(var, mean, grad_norm)
+        nonfinite_at, kind = _first_nonfinite(mean, grad_norm)
         out.append(
             Measurements(
                 grad_norm=grad_norm,

@@ -356,7 +356,7 @@ def _one_pass(
     pgn = dict(zip([name for name, _ in named], host[d + k :], strict=True))
     identity_error = _rel_diff(y, x0)
     input_grad_error = _rel_diff(g0, out_grad) if out_grad is not None else None
-    nonfinite_at, kind = _first_nonfinite(var, mean, grad_norm)
+    nonfinite_at, kind = _first_nonfinite(mean, grad_norm)
     return Measurements(
         grad_norm=grad_norm,
         act_var=var,
@@ -659,7 +659,7 @@ def _combine(values: list[float], counts: list[int]) -> tuple[list[float], list[
     return var, mean
 
 
-def _first_nonfinite(var: list[float], mean: list[float], grad: list[float]) -> tuple[int | None, Literal["activation", "gradient"] | None]:
+def _first_nonfinite(mean: list[float], grad: list[float]) -> tuple[int | None, Literal["activation", "gradient"] | None]:
     """The first boundary a non-finite value reached: in forward order for activations, in
     backward order (from the output down) for gradients. An activation is non-finite exactly when
     its mean is (a sum holding inf or NaN is inf or NaN); the variance alone can overflow on

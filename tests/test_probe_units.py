@@ -325,3 +325,28 @@ def test_mse_loss_is_the_mean_squared_distance_to_the_target() -> None:
     m = probe(nn.Sequential(nn.Identity()), x, loss="mse", target=target)
     want = 2.0 * (x - target) / x.numel()  # ∂ mean((x − t)²) / ∂x
     assert m.grad_norm[0] == pytest.approx(float(torch.linalg.vector_norm(want)), rel=1e-14, abs=0.0)
+
+
+def test_a_boundary_the_loss_does_not_reach_has_gradient_norm_zero() -> None:
+    class Fresh(nn.Module):  # ignores its input: nothing before it reaches the loss
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(3, 4, dtype=torch.float64))
+
+        def forward(self, h: torch.Tensor) -> torch.Tensor:
+            return self.w * 2.0
+
+    m = probe(nn.Sequential(nn.Linear(4, 4).double(), Fresh(), nn.Linear(4, 4).double()), _randn(3, 4, seed=37, dtype=torch.float64))
+    assert m.grad_norm[:2] == [0.0, 0.0] and m.grad_norm[2] > 0.0 and m.grad_norm[3] > 0.0
+
+
+def test_a_global_rng_seed_beyond_63_bits_is_taken_modulo_2_to_the_63() -> None:
+    drawn: list[float] = []
+
+    class Draws(nn.Module):
+        def forward(self, h: torch.Tensor) -> torch.Tensor:
+            drawn.append(float(torch.rand(())))
+            return h
+
+    probe(nn.Sequential(Draws()), _randn(2, 3, seed=38), rng_seed=2**63 + 7)
+    assert drawn == [float(torch.rand((), generator=torch.Generator().manual_seed(7)))]
