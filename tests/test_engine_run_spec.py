@@ -31,7 +31,8 @@ _M = Measurements([1.0], [1.0], [1.0], {}, None, None, None)
 
 def _plain(expect: str = "[expect.gradient_arrival]\nlo = 1e-6\nhi = 1e6\n", extra: str = "") -> Spec:
     return parse_spec(
-        f'name = "e"\ndescription = "d"\nfamily = "plain"\n[block]\nactivation = "tanh"\n[space]\ndepth = [1, 4]\nwidth = 4\nbatch = 2\ndtype = ["float64"]\ndevice = ["cpu", "cuda"]\n{extra}\n{expect}',
+        'name = "e"\ndescription = "d"\nfamily = "plain"\n[block]\nactivation = "tanh"\n'
+        f'[space]\ndepth = [1, 4]\nwidth = 4\nbatch = 2\ndtype = ["float64"]\ndevice = ["cpu", "cuda"]\n{extra}\n{expect}',
         file="specs/e.toml",
     )
 
@@ -199,4 +200,3 @@ def test_invariants_after_a_training_one_are_still_judged_and_training_gets_a_ca
     out = run_spec(spec, RunOptions(profile="ci"))
     assert [r.name for r in out.results] == ["trainability", "mean_shift"]
     assert len(caches) == 1 and isinstance(caches[0], dict)
-
