@@ -128,6 +128,7 @@ def test_a_passing_search_reports_the_case_closest_to_a_bound(monkeypatch: pytes
     assert len({c.depth for c in measured}) >= 2 and r.case is not None and r.case.depth == shallowest
     assert (r.name, r.expect, r.met, r.error) == ("gradient_arrival", "holds", True, None)
     assert r.reproduce == reproduce_command(spec, r.case)
+    assert r.message == f"specs/e.toml::gradient_arrival: holds on {r.examples} cases; closest to its bound: depth {shallowest} at {r.case}"
 
 
 def test_a_search_where_no_case_applies_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
