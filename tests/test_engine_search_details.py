@@ -1,13 +1,11 @@
 """The probe search's details in the engine (stability/engine.py) beyond tests/test_engine_decisions.py:
 the cases it draws (the run's device, pinned examples first, only zero-branch inits for
-`identity_at_init`), the failing search's exact words, a replay's fields and words, the depth
-bisection over a plain (lo, hi) range, and the `thorough` score of a verdict with or without a
-mean-field prediction. Cases are judged by stand-ins, so nothing is built or probed.
+`identity_at_init`), the failing and passing searches' exact words and fields, a replay's fields
+and words, and the depth bisection over a plain (lo, hi) range and down to the smallest admitted depth. Cases are judged by stand-ins, so nothing is built or probed.
 Written from the surviving mutants of the whole-module mutation run (docs/mutation.md)."""
 
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 from typing import Any
 
@@ -96,28 +94,6 @@ def test_the_depth_bisection_accepts_a_plain_lo_hi_pair(monkeypatch: pytest.Monk
     case = Case(16, 4, 2, None, None, "default", "default", "float32", "cpu", 0)
     found = engine._smallest_depth(spec, "gradient_arrival", case, lambda c: CaseRecord(c, _M))  # type: ignore[arg-type]
     assert found.depth == 6
-
-
-def _v(observed: float, **extra: Any) -> Verdict:
-    return Verdict("x", True, observed, "b", None, "d", dict(extra))
-
-
-@pytest.mark.parametrize(
-    ("name", "verdict", "targets"),
-    [
-        ("identity_at_init", _v(0.5, predicted=2.0), [(0.5, "identity error")]),  # a prediction alone is not the mean-field score
-        ("mean_field", _v(0.5), [(0.5, "identity error")]),  # no prediction: the plain score
-        ("mean_field", _v(0.5, predicted=0.0), [(0.5, "identity error")]),
-        ("mean_field", _v(2.0, predicted=0.5), [(math.log(4.0), "mean-field mismatch (log)")]),  # a prediction below 1 counts
-    ],
-)
-def test_thorough_score_of_mean_field_needs_a_positive_prediction(monkeypatch: pytest.MonkeyPatch, name: str, verdict: Verdict, targets: list[tuple[float, str]]) -> None:
-    got: list[tuple[float, str]] = []
-    monkeypatch.setattr(engine, "target", lambda value, *, label: got.append((value, label)))
-    engine._target(name, verdict)
-    assert [label for _, label in got] == [label for _, label in targets]
-    for (value, _), (want, _) in zip(got, targets, strict=True):
-        assert value == pytest.approx(want, rel=1e-12, abs=0)
 
 
 def test_a_passing_search_reports_the_case_closest_to_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
