@@ -16,6 +16,7 @@ from stability.meanfield import (
     MeanField,
     chi1,
     critical_sigma_w2,
+    fixed_point,
     gaussian_expectation,
     layer_profile,
     log_factor_variance,
@@ -84,3 +85,9 @@ def test_the_smooth_covariance_with_kappa_below_two() -> None:
     p = LayerProfile(q=(1.0, 1.0), chi=(2.0, 3.0), kappa=(1.5, 1.25), residual=True, branch_scale=1.0, activation="tanh")
     cross = 2 * (1 / 2) * (2 / 3) * math.sqrt(0.5 * 0.25) / 10
     assert log_rate_variance(p, width=10) == pytest.approx(sum(log_factor_variance(p, width=10)) + cross, rel=1e-14, abs=0)
+
+
+def test_fixed_points_in_closed_form_at_the_corners() -> None:
+    assert fixed_point("relu", sigma_w2=2.0) == 1.0 and fixed_point("relu", sigma_w2=2.0, q0=3.0) == 3.0  # every q is fixed: q0 itself
+    assert fixed_point("relu", sigma_w2=3.0) == math.inf  # slope 3/2 without bias: no finite fixed point
+    assert fixed_point("tanh", sigma_w2=0.5) == 0.0 and fixed_point("gelu", sigma_w2=0.5) == 0.0  # ordered, no bias: collapses to exactly 0
