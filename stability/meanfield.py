@@ -275,6 +275,8 @@ def fixed_point(activation: str, *, sigma_w2: float, sigma_b2: float = 0.0, q0: 
         if sigma_b2 == 0.0 and nxt < 1e-12 and t(nxt) < nxt:
             return 0.0  # T(q) = σ_w² φ′(0)² q + O(q²) near 0: a slope below 1 collapses q to 0
         if abs(nxt - q) <= tol * max(q, nxt):
+            if nxt == 0.0:  # T ≡ 0 (σ_w² = σ_b² = 0): q* = 0, where no relative step can test stability
+                return 0.0
             h = 1e-6 * nxt
             if abs(t(nxt + h) - t(nxt - h)) / (2.0 * h) <= 1.0 + 1e-9:
                 return nxt

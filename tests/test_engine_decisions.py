@@ -63,6 +63,10 @@ def test_severity_of_the_other_invariants() -> None:
         ("mean_field", _v(0.5, predicted=2.0), [(math.log(4.0), "mean-field mismatch (log)")]),
         ("mean_shift", _v(0.75), [(0.75, "mean shift (squared channel mean / channel variance)")]),
         ("identity_at_init", _v(1e-3), [(1e-3, "identity error")]),
+        ("identity_at_init", _v(0.5, predicted=2.0), [(0.5, "identity error")]),  # a prediction alone is not the mean-field score
+        ("mean_field", _v(0.5), [(0.5, "identity error")]),  # no prediction: the plain score
+        ("mean_field", _v(0.5, predicted=0.0), [(0.5, "identity error")]),
+        ("mean_field", _v(2.0, predicted=0.5), [(math.log(4.0), "mean-field mismatch (log)")]),  # a prediction below 1 counts
         ("variance_growth", _v(0.0), []),
         ("variance_growth", _v(-1.0), []),
         ("variance_growth", _v(math.inf), []),

@@ -1,0 +1,42 @@
+"""The three laws' fits in `classify_ensemble` (stability/growth.py) on exact, noise-free profiles,
+where each fit has a known answer: a flat profile is the linear law with a = 0 (χ² exactly 0), and
+an exact power law 1 + c·lᵖ is fitted at its own p anywhere on [0.1, 3], including between the
+grid's first two points and its last two. Written from the surviving mutants of the mutation check
+(docs/mutation.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stability import growth
+from stability.growth import classify_ensemble
+
+
+def test_a_flat_profile_is_the_linear_law_with_no_slope_exactly() -> None:
+    d = np.zeros(6)  # log-increments of a constant profile
+    w = np.ones(6)
+    ls = np.arange(2, 8, dtype=np.float64)
+    chi2, _ = growth._fits(d, w, ls)
+    assert chi2["linear"] == 0.0 and chi2["exponential"] == 0.0  # a = 0 is on the grid; g = 1 is the weighted mean
+
+
+@pytest.mark.parametrize("p", [0.15, 2.23, 2.95])
+def test_an_exact_power_law_is_fitted_at_its_exponent_across_the_grid(p: float) -> None:
+    depth = np.arange(0, 33, dtype=np.float64)
+    law = 1.0 + 0.05 * depth**p
+    noisy = law * np.exp(1e-9 * np.sin(depth))  # a second member a hair apart: the per-block variances are not zero
+    g = classify_ensemble([law, noisy], bounded_ratio=1.01)
+    assert g.exponent == pytest.approx(p, abs=2e-3)  # between grid points 0.1 apart, at either end too
+
+
+def test_an_ensemble_that_cannot_rule_out_faster_laws_reports_its_best_fit() -> None:
+    """Linear on average with 15% noise per block at depth 5: the linear law fits best and the
+    exponential cannot be ruled out (within DECISION_CHI2): reported and judged linear."""
+    rng = np.random.default_rng(1)
+    ls = np.arange(0, 6, dtype=np.float64)
+    profiles = [(1.0 + ls) * np.exp(rng.normal(0.0, 0.15, ls.shape)) for _ in range(4)]
+    g = classify_ensemble([(p / p[0]).tolist() for p in profiles])
+    assert min(g.chi2, key=lambda k: g.chi2[k] + (2.0 if k == "power" else 0.0)) == "linear"
+    assert 0.0 < g.chi2["exponential"] - g.chi2["linear"] <= growth.DECISION_CHI2  # exponential stays plausible
+    assert (g.growth, g.lowest, g.decided) == ("linear", "linear", True)
