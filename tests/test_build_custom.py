@@ -211,6 +211,13 @@ def test_plain_first_layer_reads_the_input_width() -> None:
     assert net.blocks(make_input(spec, _case(3, input_width=6))).shape == (2, 4)
 
 
+@pytest.mark.parametrize("family", ["preact", "postnorm"])
+def test_a_residual_stacks_first_block_reads_the_input_width(family: str) -> None:
+    spec = _family(family, 'activation = "relu"\nskip = "projection"', "input_width = [6, 6]")
+    case = _case(3, input_width=6)
+    assert build(spec, case).blocks(make_input(spec, case)).shape == (2, 4)  # block 0 maps 6 → 4, the others 4 → 4
+
+
 def test_a_branch_scale_and_a_rezero_gain_are_both_applied() -> None:
     spec = _family("preact", 'activation = "relu"\nbranch_scale = 0.5', 'branch_init = ["rezero"]')
     case = _case(3, branch_init="rezero")

@@ -27,3 +27,8 @@ def test_the_projection_has_exactly_the_prescribed_singular_values() -> None:
 def test_a_one_channel_projection_is_s_min() -> None:
     w = _spectrum_projection(_spec(0.1, 10.0), 1, torch.Generator().manual_seed(0))  # type: ignore[arg-type]
     assert w.dtype == torch.float64 and w.shape == (1, 1) and abs(float(w)) == 0.1
+
+
+def test_a_two_channel_projection_has_both_ends_of_the_spectrum() -> None:
+    w = _spectrum_projection(_spec(0.1, 10.0), 2, torch.Generator().manual_seed(0))  # type: ignore[arg-type]
+    torch.testing.assert_close(torch.linalg.svdvals(w), torch.tensor([10.0, 0.1], dtype=torch.float64), rtol=1e-13, atol=0.0)

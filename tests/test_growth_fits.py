@@ -21,7 +21,7 @@ def test_a_flat_profile_is_the_linear_law_with_no_slope_exactly() -> None:
     assert chi2["linear"] == 0.0 and chi2["exponential"] == 0.0  # a = 0 is on the grid; g = 1 is the weighted mean
 
 
-@pytest.mark.parametrize("p", [0.15, 2.23, 2.95])
+@pytest.mark.parametrize("p", [0.15, 2.23, 2.95, 3.0])  # 3.0: the cap itself
 def test_an_exact_power_law_is_fitted_at_its_exponent_across_the_grid(p: float) -> None:
     depth = np.arange(0, 33, dtype=np.float64)
     law = 1.0 + 0.05 * depth**p
