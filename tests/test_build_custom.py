@@ -290,3 +290,11 @@ def test_skipinit_gain_on_tokens_is_per_channel_on_the_last_axis() -> None:
     net = build(spec, case)
     x = make_input(spec, case)
     assert torch.equal(net.blocks(x), x)
+
+
+def test_a_group_norm_over_one_channel_has_one_group() -> None:
+    # no group count leaves two channels per group: one group of the single channel (GroupNorm(1, 1)), over its 4×4 values
+    spec = _family("plain", 'layer = "conv2d"\nactivation = "relu"\nnorm = "group"\nnorm_groups = 4', "spatial = 4", width=1)
+    net = build(spec, _case(2, width=1, spatial=4))
+    groups = [m for m in net.blocks.modules() if isinstance(m, torch.nn.GroupNorm)]
+    assert [(g.num_groups, g.num_channels) for g in groups] == [(1, 1), (1, 1)]
