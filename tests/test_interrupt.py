@@ -54,6 +54,19 @@ def _start_slow_run(factory_dir: Path, custom_spec: Callable[..., Path], base_sp
     return proc, report, junit
 
 
+def _communicate(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[str, str]:
+    """`proc.communicate(timeout)`; past the timeout, the failure names every process still alive
+    under it (its pid, state, kernel wait channel and command), so a hang can be told apart from a
+    slow exit, then kills them."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        tree = subprocess.run(["ps", "-o", "pid,ppid,stat,wchan:20,etime,args", "--ppid", str(proc.pid), "-p", str(proc.pid)], capture_output=True, text=True).stdout
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"stability check still running {timeout:g} s after the signal; its processes:\n{tree}\nstdout:\n{out}\nstderr:\n{err}")
+
+
 def _untouched(report: Path, junit: Path) -> None:
     assert report.read_text() == OLD_REPORT
     json.loads(report.read_text())  # still valid JSON
@@ -65,7 +78,7 @@ def _untouched(report: Path, junit: Path) -> None:
 def test_ctrl_c_prints_the_partial_summary_and_keeps_the_previous_report(factory_dir: Path, custom_spec: Callable[..., Path], base_spec: str, tmp_path: Path) -> None:
     proc, report, junit = _start_slow_run(factory_dir, custom_spec, base_spec, tmp_path)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = _communicate(proc)
     assert proc.returncode == 130, (out, err)
     assert "Traceback" not in out + err
     assert f"fast-{tmp_path.name}" in out  # the spec that finished is in the partial table
