@@ -24,6 +24,14 @@ OLD_REPORT = '{"schema_version": 1, "from": "the previous run"}\n'
 OLD_JUNIT = '<?xml version="1.0"?>\n<testsuite name="previous" />\n'
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT back to its default action. A suite started as a
+    background job of a non-interactive shell (`cmd &`) runs with SIGINT ignored, which every child
+    inherits and Python then leaves ignored, so the signal this test sends would never arrive; a
+    user's Ctrl-C reaches a process that does not ignore it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_slow_run(factory_dir: Path, custom_spec: Callable[..., Path], base_spec: str, tmp_path: Path) -> tuple[subprocess.Popen[str], Path, Path]:
     """`stability check fast.toml slow.toml --json --junit` in a subprocess, returned once the slow
     spec's forward pass has started (the fast spec is then done)."""
@@ -43,6 +51,7 @@ def _start_slow_run(factory_dir: Path, custom_spec: Callable[..., Path], base_sp
         text=True,
         env=env,
         cwd=tmp_path,
+        preexec_fn=_default_sigint,
     )
     deadline = time.monotonic() + 120
     while not marker.exists():
