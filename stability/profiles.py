@@ -10,6 +10,10 @@
 
 The settings are also registered as Hypothesis profiles named `stability-ci`, `stability-dev` and
 `stability-thorough` for users' own `@given` tests. Hypothesis's own `ci` profile is left alone.
+
+Each profile is built on Hypothesis's `default` profile, not on whatever profile is loaded: with a
+`CI` variable set, Hypothesis loads its own `ci` profile (derandomized, no database) at import,
+and a profile built on that would make `dev` and `thorough` derandomized in every CI job.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from stability.errors import UsageError, did_you_mean
 
 __all__ = ["PROFILES", "get_profile", "default_profile_name", "KeyedDatabase", "keyed"]
 
-_COMMON: dict[str, Any] = dict(deadline=None, suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False)
+_BASE = settings.get_profile("default")  # never the loaded one: see the module's docstring
+_COMMON: dict[str, Any] = dict(parent=_BASE, deadline=None, suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False)
 
 PROFILES: dict[str, settings] = {
     "ci": settings(
@@ -35,8 +40,8 @@ PROFILES: dict[str, settings] = {
         phases=(Phase.explicit, Phase.generate, Phase.shrink),
         **_COMMON,
     ),
-    "dev": settings(max_examples=25, phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink), **_COMMON),
-    "thorough": settings(max_examples=300, **_COMMON),
+    "dev": settings(max_examples=25, derandomize=False, phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink), **_COMMON),
+    "thorough": settings(max_examples=300, derandomize=False, **_COMMON),
 }
 
 for _name, _settings in PROFILES.items():

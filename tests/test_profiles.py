@@ -62,3 +62,17 @@ def test_each_spec_and_invariant_gets_its_own_database_entries(monkeypatch: pyte
 
 def test_the_engine_uses_no_private_hypothesis_attribute() -> None:
     assert "_hypothesis_internal" not in inspect.getsource(stability.engine)
+
+
+@pytest.mark.parametrize("ci_vars", [{}, {"CI": "true"}, {"GITHUB_ACTIONS": "true"}])
+def test_a_ci_variable_changes_no_profile(ci_vars: dict[str, str]) -> None:
+    # With a CI variable Hypothesis loads its own `ci` profile (derandomized, no database) at import;
+    # dev and thorough must stay random with their database all the same, so a fresh interpreter.
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "GITHUB_ACTIONS")} | ci_vars
+    code = "from stability.profiles import PROFILES as P; print([(k, p.derandomize, p.database is None, p.max_examples) for k, p in P.items()])"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str([("ci", True, True, 10), ("dev", False, False, 25), ("thorough", False, False, 300)])
