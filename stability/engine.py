@@ -28,7 +28,7 @@ from stability.applicability import narrow_for, not_applicable_reason
 from stability.build import build, derive_seed, make_input
 from stability.case import Case, parse_case_string, reproduce_command
 from stability.channels import ChannelStats
-from stability.ensemble import ensemble_size, lesion_ensemble, probe_channel_ensemble, probe_ensemble_until_decided
+from stability.ensemble import ensemble_size, lesion_ensemble, probe_channel_ensemble, probe_ensemble, probe_ensemble_until_decided
 from stability.errors import BlockError, CaseError, SpecError
 from stability.guard import check_budget, time_limit, warm_up
 from stability.invariants import Verdict
@@ -160,8 +160,12 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
             )
             m = token_invariants.finish_measurements(spec, m)
             m.extra.update(theory.extra_measurements(spec, case, net.blocks, x, seed=derive_seed(case.seed, 3)))
+            ens = None
             if spec.expect.variance_growth is not None and ensemble_size(spec) > 1:  # the law is judged on seeds
-                m.extra["ensemble"] = probe_ensemble_until_decided(spec, case, m, size=ensemble_size(spec))
+                ens = m.extra["ensemble"] = probe_ensemble_until_decided(spec, case, m, size=ensemble_size(spec))
+            if spec.expect.mean_field is not None and ensemble_size(spec) > 1:  # so is the mean-field factor (the same members)
+                ens = ens or probe_ensemble(spec, case, m, size=ensemble_size(spec))
+                m.extra["mean_field_ensemble"] = [(g[0], g[-1]) for g in ens.grad_norm]
             if spec.expect.mean_shift is not None and ensemble_size(spec) > 1:  # so is the mean shift
                 m.extra["channel_ensemble"] = probe_channel_ensemble(spec, case, m, size=ensemble_size(spec))
             if spec.expect.lesion is not None and ensemble_size(spec) > 1 and "lesion" in m.extra:  # and the lesions

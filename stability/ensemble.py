@@ -10,7 +10,9 @@ rebuilds the same ensemble) and never overlaps the case's weight, input or loss 
 The S − 1 new members are built and probed in one vectorised pass (`probe_seeds`); where vmap
 cannot run a block (a custom block doing something vmap has no rule for), the members are probed
 one at a time with `probe`, which gives the same numbers as probing each case alone.
-`gradient_arrival` and `identity_at_init` stay per-case: they bound what one network, the one a
+`mean_field` judges the ensemble's median per-block gradient factor (a log of a ratio of two
+gradient norms of one network at batch 1 has a heavy lower tail). `gradient_arrival` and
+`identity_at_init` stay per-case: they bound what one network, the one a
 user would train, does (an identity is exact or not, a gradient reaches the input or not); only
 the *law* needs the distribution.
 """
@@ -49,6 +51,8 @@ class Ensemble:
     act_var: list[list[float]]  # (S, L+1)
     act_sq_mean: list[list[float]]  # (S, L+1)
     vectorised: bool  # True when probe_seeds measured the new members, False for the loop of probe
+    #: (S, L+1): each member's gradient norms at every boundary (for `mean_field`); empty where not kept
+    grad_norm: list[list[float]] = dataclasses.field(default_factory=list)
 
     @property
     def size(self) -> int:
@@ -82,7 +86,7 @@ def probe_ensemble(spec: Spec, case: Case, first: Measurements, *, size: int, ve
     seeds = ensemble_seeds(case.seed, size)
     found, vectorised = _probe_members(spec, case, seeds[1:], vectorise=vectorise)
     everyone = [first, *found]
-    return Ensemble(seeds, [m.act_var for m in everyone], [m.act_sq_mean for m in everyone], vectorised)
+    return Ensemble(seeds, [m.act_var for m in everyone], [m.act_sq_mean for m in everyone], vectorised, [m.grad_norm for m in everyone])
 
 
 def probe_ensemble_until_decided(spec: Spec, case: Case, first: Measurements, *, size: int, max_size: int | None = None) -> Ensemble:
@@ -102,7 +106,13 @@ def probe_ensemble_until_decided(spec: Spec, case: Case, first: Measurements, *,
         more = min(ens.size, limit - ens.size)
         seeds = ensemble_seeds(case.seed, ens.size + more)
         found, vectorised = _probe_members(spec, case, seeds[ens.size :])
-        ens = Ensemble(seeds, ens.act_var + [m.act_var for m in found], ens.act_sq_mean + [m.act_sq_mean for m in found], ens.vectorised and vectorised)
+        ens = Ensemble(
+            seeds,
+            ens.act_var + [m.act_var for m in found],
+            ens.act_sq_mean + [m.act_sq_mean for m in found],
+            ens.vectorised and vectorised,
+            ens.grad_norm + [m.grad_norm for m in found],
+        )
     return ens
 
 

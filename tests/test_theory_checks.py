@@ -116,6 +116,49 @@ def test_mean_field_verdict_band_edges() -> None:
     assert not mean_field(_m([1.0] * 5, {})).passed  # not measured: never a silent pass
 
 
+def test_mean_field_judges_the_ensembles_median_factor() -> None:
+    spec = _spec("relu", "kaiming_normal", "bias_init = 0.0")
+    p = predict(spec, corner_case(spec, depth=4, width=100))  # type: ignore[arg-type]
+    half = sum(p.log_var) / 8 + 4 * math.sqrt(sum(p.log_var)) / 4 + 1e-6  # χ = 1: ρ = 0, band ±half
+    out, at = math.exp(1.5 * half * 2), math.exp(0.5 * half * 2)  # g_0/g_L with ρ̂ = 1.5·half and 0.5·half
+    own_outside = [(out, 1.0), (at, 1.0), (1.0, 1.0), (1 / at, 1.0), (at, 1.0)]  # the case's own outside, the median (at) inside
+    v = mean_field(_m([out, 1, 1, 1, 1.0], {"mean_field": p, "mean_field_ensemble": own_outside}))
+    assert v.passed and v.observed == pytest.approx(math.exp(0.5 * half), rel=1e-12, abs=0.0)
+    assert "the median of 5 networks" in v.detail and v.extra["ensemble"]["size"] == 5
+    assert v.extra["ensemble"]["values"][0] == pytest.approx(math.exp(1.5 * half), rel=1e-12, abs=0.0)
+    moved = [(out, 1.0), (out, 1.0), (out, 1.0), (1.0, 1.0), (1.0, 1.0)]  # three of five outside: a wrong χ moves the median
+    v = mean_field(_m([1.0] * 5, {"mean_field": p, "mean_field_ensemble": moved}))
+    assert not v.passed and v.observed == pytest.approx(math.exp(1.5 * half), rel=1e-12, abs=0.0)
+    low = [(1.0, 1.0), (1 / out, 1.0), (1 / out, 1.0), (1 / out, 1.0), (1.0, 1.0)]
+    assert not mean_field(_m([1.0] * 5, {"mean_field": p, "mean_field_ensemble": low})).passed
+    dead = [(1.0, 1.0), (1.0, 1.0), (0.0, 1.0)]  # one network's gradient never arrives: no median hides it
+    v = mean_field(_m([1.0] * 5, {"mean_field": p, "mean_field_ensemble": dead}))
+    assert not v.passed and "network 3 of the 3" in v.detail
+    assert not mean_field(_m([1.0] * 5, {"mean_field": p, "mean_field_ensemble": [(1.0, math.nan), (1.0, 1.0), (1.0, 1.0)]})).passed
+
+
+def test_mean_field_on_the_shipped_spec_is_judged_on_the_ensemble_and_not_fooled_by_one_seed() -> None:
+    # Case seed 4965 of specs/plain_meanfield.toml: this one network's factor is at −4.34 sd (outside
+    # the ±4 sd band); the spec's ensemble of 8 puts the median near the prediction.
+    from pathlib import Path
+
+    from stability import parse_spec
+    from stability.engine import evaluate
+
+    path = Path(__file__).resolve().parent.parent / "specs" / "plain_meanfield.toml"
+    spec = parse_spec(path.read_text(), file=str(path))
+    case = corner_case(spec, depth=9, width=43, batch=1, weight_init="normal", seed=4965)
+    rec = evaluate(spec, case)
+    assert rec.measurements is not None
+    members = rec.measurements.extra["mean_field_ensemble"]
+    assert len(members) == spec.probe.ensemble == 8
+    assert members[0] == (rec.measurements.grad_norm[0], rec.measurements.grad_norm[-1])
+    alone = mean_field(_m(rec.measurements.grad_norm, {"mean_field": rec.measurements.extra["mean_field"]}))
+    assert not alone.passed and "-4.34 sd" in alone.detail  # one network: the false alarm
+    v = mean_field(rec.measurements)
+    assert v.passed and "the median of 8 networks" in v.detail and "this one 0.2807, -4.34 sd" in v.detail
+
+
 def test_jacobian_verdict() -> None:
     sp = JacobianSpectrum(mean_sq=1.0, mean_sq_se=0.1, max_sq=4.0, spread=4.0, n=8, method="estimate")
     assert jacobian_spectrum(_m([1, 1], {"jacobian_spectrum": sp}), max_spread=4.0).passed  # at the bound: holds
