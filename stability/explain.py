@@ -77,7 +77,9 @@ ReLU, Hanin 2018), and mean ln chi_l - v_l/2, so the invariant holds when
 
     |ln(measured) - mean ln chi_l| <= sum(v_l)/(2L) + k_sigma sqrt(sum(v_l))/L
 
-The message prints the measured factor next to the prediction. chi_1 at the fixed point for the
+The measured factor judged is the median over the case's seed ensemble ([probe] ensemble, 8 by
+default: one network's log factor has a heavy lower tail at small batches), and the message prints
+it next to the prediction, with the case's own network. chi_1 at the fixed point for the
 builder's inits with sigma_b2 = 0 (below 1 the gradient vanishes, above 1 it explodes):
 
 {table}"""
