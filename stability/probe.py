@@ -229,22 +229,24 @@ def probe(
     if isinstance(blocks, Stack):
         stem = blocks.stem
         call_kwargs = blocks.call_kwargs if call_kwargs is None else call_kwargs
-    modules = _as_list(blocks)
-    root = _naming_root(blocks)
-    state = _ModuleState(modules if stem is None else [*modules, stem], named=root)  # one walk: buffers, flags and (under `root`) parameters
-    named = _named_parameters(modules, state, root)
     collecting = gc.isenabled()
-    gc.disable()  # a pass makes a few thousand small objects (hooks, handles) and no garbage cycles: ~1 ms of collections otherwise
+    gc.disable()  # the walk and the pass make thousands of small objects (tuples, hooks, handles) and no garbage cycles: up to ~1 ms of collections otherwise
     try:
-        with torch.random.fork_rng(devices=_rng_devices(x)):
-            _seed_global_rng(_DROPOUT_STREAM ^ seed if rng_seed is None else rng_seed, x.device)
-            if stem is not None:
-                with torch.no_grad():
-                    x = stem(x)
-            kwargs = resolve_call_kwargs(call_kwargs, x)
-            return _one_pass(modules, named, x, kwargs, loss=loss, seed=seed, target=target, checkpoint_every=checkpoint_every, observers=observers)
+        modules = _as_list(blocks)
+        root = _naming_root(blocks)
+        state = _ModuleState(modules if stem is None else [*modules, stem], named=root)  # one walk: buffers, flags and (under `root`) parameters
+        named = _named_parameters(modules, state, root)
+        try:
+            with torch.random.fork_rng(devices=_rng_devices(x)):
+                _seed_global_rng(_DROPOUT_STREAM ^ seed if rng_seed is None else rng_seed, x.device)
+                if stem is not None:
+                    with torch.no_grad():
+                        x = stem(x)
+                kwargs = resolve_call_kwargs(call_kwargs, x)
+                return _one_pass(modules, named, x, kwargs, loss=loss, seed=seed, target=target, checkpoint_every=checkpoint_every, observers=observers)
+        finally:
+            state.restore()
     finally:
-        state.restore()
         if collecting:
             gc.enable()
 

@@ -265,6 +265,43 @@ def test_probe_puts_the_stems_batch_norm_statistics_back_and_restores_garbage_co
     assert all(torch.equal(a, b) for a, b in zip(before, stem[1].buffers(), strict=True))  # the stem ran in train mode and changed nothing
 
 
+def test_garbage_collection_is_off_from_the_module_walk_on_and_back_after_a_refused_input() -> None:
+    import gc
+
+    from stability import Stack
+
+    seen: list[bool] = []
+
+    class Spy(nn.Module):  # its `_buffers` is read by the walk: a property records gc's state then
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = nn.Linear(2, 2)
+
+        def forward(self, h: torch.Tensor) -> torch.Tensor:
+            return self.inner(h)
+
+    spy = Spy()
+    real = spy.__dict__.pop("_buffers")
+
+    class Walked(type(spy)):  # type: ignore[misc]
+        @property
+        def _buffers(self) -> dict[str, torch.Tensor]:
+            seen.append(gc.isenabled())
+            return real
+
+    spy.__class__ = Walked
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        probe(nn.Sequential(spy), _randn(3, 2, seed=31))
+        assert seen and not any(seen) and gc.isenabled()  # off during the walk, on again after
+        with pytest.raises(TypeError):
+            probe(Stack(blocks=nn.Identity()), _randn(3, 2, seed=31))  # a module with no list of blocks: refused before the pass
+        assert gc.isenabled()
+    finally:
+        gc.enable() if was else gc.disable()
+
+
 def test_dropout_draws_come_from_the_documented_stream_of_the_seed() -> None:
     from stability.probe import _DROPOUT_STREAM
 
