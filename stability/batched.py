@@ -43,6 +43,7 @@ from stability.probe import (
     _first_nonfinite,
     _moments,
     _two_pass_count,
+    probe,
     projection_vector,
 )
 
@@ -134,7 +135,7 @@ def probe_seeds(
     grad_norms[0] = _rows_norm(g0, n_nets, norm_dtype)
     if n > 0:
         grad_norms[n] = _rows_norm(out_grad, n_nets, norm_dtype)
-    norm_zero = torch.zeros(n_nets, device=x.device, dtype=torch.float32 if low else x.dtype)
+    norm_zero = torch.zeros(n_nets, device=x.device, dtype=torch.float64 if x.device.type == "cpu" else torch.float32 if low else x.dtype)  # CPU: float64 (`_rows_norm` may return it)
     norms = torch.stack([norm_zero if g is None else g.to(norm_zero.dtype) for g in grad_norms], dim=1)  # (S, n+1)
     pnorms = [_rows_norm(g, n_nets, None) for g in grads[1 : 1 + len(flat)]]  # (S,) each
     identity = _rows_rel_diff64(y, x0)
@@ -144,7 +145,7 @@ def probe_seeds(
         [
             norms.double(),
             torch.stack([t.to(torch.float64) for t in moments], dim=1),
-            torch.stack(pnorms, dim=1).double() if pnorms else norms.new_zeros(n_nets, 0).double(),
+            torch.stack([p.double() for p in pnorms], dim=1) if pnorms else norms.new_zeros(n_nets, 0).double(),
             identity if identity is not None else nan,
             input_grad if input_grad is not None else nan,
         ],
@@ -153,7 +154,10 @@ def probe_seeds(
     k = len(moments)
     channels = [shape[1] if len(shape) > 1 else 1 for shape in shapes]
     out: list[Measurements] = []
-    for row in host:
+    for s, row in enumerate(host):
+        if _sums_out_of_range(row[n + 1 : n + 1 + k], counts):  # float32 sums beyond its range: `probe` takes them again in float64 (rare: |h| beyond ~1e19 or below ~1e-19)
+            out.append(probe(networks[s], x[s], loss=loss, seed=seeds[s]))
+            continue
         grad_norm = row[: n + 1]
         var, mean = _combine(row[n + 1 : n + 1 + k], counts)
         nonfinite_at, kind = _first_nonfinite(mean, grad_norm)
@@ -171,6 +175,22 @@ def probe_seeds(
             )
         )
     return out
+
+
+def _sums_out_of_range(values: list[float], counts: list[int]) -> bool:
+    """Whether a boundary's (m, Σd, Σd²) from `_moments` (counts as `_moment_counts`) left float32's
+    range on finite values: Σd² overflowed to inf, or underflowed to 0 around a non-zero mean (a
+    constant non-zero boundary also reads so, and is merely measured again)."""
+    k = 0
+    for count in counts:
+        if count == 0:
+            k += 2
+            continue
+        m, s, q = values[k : k + 3]
+        k += 3
+        if math.isfinite(m) and math.isfinite(s) and (q == math.inf or (q == 0.0 and m != 0.0)):
+            return True
+    return False
 
 
 def _state(stack: list[nn.Module]) -> _State:
@@ -299,9 +319,21 @@ def _states(stacks: list[list[nn.Module]]) -> list[_State]:
 def _rows_norm(t: torch.Tensor, n_nets: int, dtype: torch.dtype | None) -> torch.Tensor:
     """(S,) norms of t's S rows (t reshaped to (S, −1)), as accurate as `probe._norm`: above
     `_NORM_DIRECT_MAX` elements per row on the CPU they are taken over sub-rows of `_NORM_ROW` first
-    (torch's float32 vector_norm drifts to 1e-5 relative at 2^20 elements)."""
+    (torch's float32 vector_norm drifts to 1e-5 relative at 2^20 elements), and on the CPU a row
+    whose float32 norm is 0 or inf (squares out of float32's range, beyond ~1e19 or below ~1e-19
+    per element) is taken again in float64, as `probe._norm` does; the result is then float64."""
     f = t.reshape(n_nets, -1)  # (S, N)
-    n = f.shape[1]
+    out = _rows_norm_fast(f, dtype)
+    if f.device.type == "cpu" and out.dtype != torch.float64:
+        ok = (out > 0) & (out < math.inf)  # (S,)
+        if not bool(ok.all()):  # (a host read: free on the CPU)
+            out = torch.where(ok, out.to(torch.float64), torch.linalg.vector_norm(f, dim=1, dtype=torch.float64))
+    return out
+
+
+def _rows_norm_fast(f: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """`_rows_norm` of f (S, N) without the range check."""
+    n_nets, n = f.shape
     if n <= _NORM_DIRECT_MAX or f.device.type != "cpu":
         out: torch.Tensor = torch.linalg.vector_norm(f, dim=1, dtype=dtype)
         return out

@@ -85,19 +85,41 @@ def test_non_finite_boundaries(bad: float, var_is: str, mean_is: str) -> None:
     assert kinds[mean_is](mean)
 
 
+@pytest.mark.parametrize("n", [1000, 4096])  # the var_mean path of small boundaries, and the sums of larger ones
 @pytest.mark.parametrize("scale", [1e20, 1e36, 1e-25, 1e-40])
-def test_finite_boundaries_whose_float32_sums_overflow_or_underflow(scale: float) -> None:
+def test_finite_boundaries_whose_float32_sums_overflow_or_underflow(scale: float, n: int) -> None:
     """Finite values whose squares (or sums) leave float32's range are reduced in float64: the
     true variance and mean, not inf, nan or 0 (and the boundary is not called non-finite)."""
-    x = (torch.randn(4096, generator=torch.Generator().manual_seed(2), dtype=torch.float64) * scale).float()
+    x = (torch.randn(n, generator=torch.Generator().manual_seed(2), dtype=torch.float64) * scale).float()
     x[7] = 3.0e38 if scale == 1e36 else x[7]  # near float32's largest finite value
     var_ref, mean_ref = _reference(x)
     m = P._Moments()
     m.add(x)
-    (var,), (mean,) = m.result([])
+    (var,), (mean,) = m.result(torch.stack(m.parts).double().tolist() if m.parts else [])
     assert math.isfinite(var) and math.isfinite(mean)
     assert abs(var - var_ref) <= 1e-12 * var_ref
     assert abs(mean - mean_ref) <= 1e-12 * math.sqrt(var_ref)
+
+
+@pytest.mark.parametrize("n", [500, 4096])  # the var_mean path of small boundaries, and the sums of larger ones
+@pytest.mark.parametrize("a", [1e-14, 1e14])
+def test_boundaries_out_of_float32_squares_range_are_measured_alike_by_probe_and_probe_seeds(a: float, n: int) -> None:
+    # h_l = a^l x: var(h_2) = a^4 var(x), ~1e56 or 1e-56, and gradients of a^2 r, whose float32
+    # squares overflow or underflow; both probes report the true values.
+    from stability import probe_seeds
+
+    x = torch.randn(1, n, generator=torch.Generator().manual_seed(4))
+    ref = float(x.double().var(correction=0))
+    nets = [nn.Sequential(_Scale(a), _Scale(a)) for _ in range(2)]
+    ms = [probe(nets[0], x, seed=5), *probe_seeds(nets, [x, x], seeds=[5, 5])]
+    r = torch.randn(1, n, generator=torch.Generator().manual_seed(5)).double()
+    top = float(r.square().sum().sqrt())
+    for m in ms:
+        assert m.nonfinite_at is None
+        assert abs(m.grad_norm[0] - float(torch.tensor(a)) ** 2 * top) <= 1e-6 * float(torch.tensor(a)) ** 2 * top  # ∂L/∂x = a² r
+        for level, var in enumerate(m.act_var):
+            want = ref * float(torch.tensor(a)) ** (2 * level)  # a is a float32 parameter
+            assert abs(var - want) <= 1e-6 * want, (level, var, want)
 
 
 @pytest.mark.parametrize("scale", [1e-25, 1e25])
