@@ -64,7 +64,13 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--jobs", "-j", type=_count("jobs", auto=True), default=1, metavar="N", help="run N specs at once, each in its own worker process (default 1; auto = one per usable core)")
     c.add_argument("--threads", type=_count("threads"), default=None, metavar="N", help="torch threads per worker (default: STABILITY_THREADS, else 1)")
     c.add_argument("--source-root", action="append", metavar="DIR", help="a folder whose .py files custom factories may come from, besides each spec's own folder (repeatable)")
-    c.add_argument("--in-process", action="store_true", help="run specs in this process, without worker isolation (for debugging; a factory can then change global state)")
+    c.add_argument("--in-process", action="store_true", help="run specs in this process, without worker isolation (for debugging; a factory can then change global state; its output is not captured)")
+    c.add_argument(
+        "-s",
+        "--no-capture",
+        action="store_true",
+        help="let the specs' own code (factories, blocks) print to this terminal as it runs; by default what it prints is captured and shown with the spec's failures",
+    )
     c.add_argument("--seed", type=int, default=None, metavar="N", help="Hypothesis seed for the search, to repeat a dev or thorough run (default: random; ci is derandomized)")
 
     ls = sub.add_parser("list", help="list specs and the families they use")
@@ -258,7 +264,7 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
         env = dict(os.environ)
         if roots:
             env[SOURCE_ROOTS_ENV] = os.pathsep.join([*roots, *filter(None, [env.get(SOURCE_ROOTS_ENV)])])
-        executor = WorkerExecutor(jobs=args.jobs, threads=threads, env=env)
+        executor = WorkerExecutor(jobs=args.jobs, threads=threads, env=env, capture=not args.no_capture)
     t0 = time.perf_counter()
     done: dict[int, Outcome] = {}
     order = {id(t): i for i, t in enumerate(tasks)}

@@ -97,6 +97,9 @@ class SpecResult:
     cases: dict[Case, CaseRecord] = field(default_factory=dict)
     seconds: float = 0.0
     profile: str = "dev"
+    #: What the spec's own code (factory, blocks) wrote to stdout and stderr in its worker process,
+    #: bounded (stability/worker.py); empty when nothing was written or capture was off.
+    output: str = ""
 
     @property
     def met(self) -> bool:

@@ -99,8 +99,13 @@ def print_table(results: Iterable[SpecResult], console: Console) -> None:
     console.print(table)
 
 
+#: Lines of a failing spec's captured output the terminal shows (the JSON report has all that was kept).
+OUTPUT_LINES = 20
+
+
 def print_failures(results: Iterable[SpecResult], console: Console) -> None:
-    """For every unmet expectation: what happened, how to reproduce it, where to read more."""
+    """For every unmet expectation: what happened, how to reproduce it, where to read more; then,
+    for a spec with an unmet expectation, the last lines its own code printed."""
     for res in results:
         for r in res.results:
             if not r.applicable:  # why nothing was judged: never a pass, never a failure
@@ -114,6 +119,13 @@ def print_failures(results: Iterable[SpecResult], console: Console) -> None:
             if r.reproduce:
                 console.print(f"    reproduce: {escape(printable(r.reproduce))}", highlight=False, soft_wrap=True)
             console.print(f"    explain:   stability explain {r.name}", highlight=False)
+        if res.output.strip() and not res.met:
+            lines = res.output.rstrip().splitlines()
+            shown = lines[-OUTPUT_LINES:]
+            more = f"last {len(shown)} of {len(lines)} lines" if len(shown) < len(lines) else f"{len(lines)} line(s)"
+            console.print(f"    output of {escape(printable(res.spec.path))}'s code ({more}; all of it in --json):", highlight=False, soft_wrap=True)
+            for line in shown:
+                console.print(f"[dim]    | {escape(printable(line))}[/dim]", highlight=False, soft_wrap=True)
 
 
 def summary_line(results: list[SpecResult], seconds: float, *, interrupted: bool = False) -> str:
@@ -206,6 +218,7 @@ def to_json(results: list[SpecResult], *, seconds: float = 0.0, interrupted: boo
                 "verdict": "pass" if res.met else "fail",
                 "profile": res.profile,
                 "seconds": res.seconds,
+                "output": res.output,
                 "invariants": invariants,
                 "cases": cases,
             }
@@ -264,4 +277,6 @@ def write_junit(path: str | Path, results: list[SpecResult], *, seconds: float =
             tag = "error" if r.error else "failure"
             el = ET.SubElement(tc, tag, message=_xml(r.message))
             el.text = _xml("\n".join(filter(None, [r.message, r.error and f"error: {r.error}", r.reproduce and f"reproduce: {r.reproduce}"])))
+            if res.output:
+                ET.SubElement(tc, "system-out").text = _xml(res.output)
     write_atomic(path, ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n")

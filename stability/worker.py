@@ -15,6 +15,11 @@ The protocol is one pipe per child, carrying plain pickled data, child → paren
     ("cpu", float)             the child's own CPU seconds, just before it is done
     ("done", Outcome)          the spec is finished (its cases are the streamed records)
 
+and, unless capture is off, a second pipe carrying the child's file descriptors 1 and 2: what the
+spec's factory and blocks print (Python, warnings and C-level writes alike) never reaches the
+terminal between the report's lines; the parent keeps the first `OUTPUT_HEAD` and the last
+`OUTPUT_TAIL` bytes of it in `SpecResult.output`, which the reports show with the spec's failures.
+
 The parent enforces the per-case time limit itself: a case still running `case_timeout` +
 `KILL_AFTER_S` seconds after its "start" is stopped (SIGTERM, then SIGKILL after `TERM_GRACE_S`),
 whatever the child's code does with the in-process timeout exception. That case fails with its
@@ -55,6 +60,34 @@ __all__ = ["WorkerExecutor", "KILL_AFTER_S", "TERM_GRACE_S", "default_threads"]
 KILL_AFTER_S = 0.5
 #: Between SIGTERM and SIGKILL.
 TERM_GRACE_S = 0.2
+#: How much of a spec's own output the reports keep: its first and its last this many bytes.
+OUTPUT_HEAD = 4096
+OUTPUT_TAIL = 16384
+
+
+class _Output:
+    """A child's captured output, bounded however much the spec's code writes: the first
+    `OUTPUT_HEAD` bytes, the last `OUTPUT_TAIL`, and how many were left out between."""
+
+    def __init__(self) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def add(self, data: bytes) -> None:
+        room = OUTPUT_HEAD - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        self.tail += data
+        if len(self.tail) > OUTPUT_TAIL:
+            cut = len(self.tail) - OUTPUT_TAIL
+            self.dropped += cut
+            del self.tail[:cut]
+
+    def text(self) -> str:
+        middle = f"\n[... {self.dropped} bytes left out ...]\n" if self.dropped else ""
+        return bytes(self.head).decode(errors="replace") + middle + bytes(self.tail).decode(errors="replace")
 
 
 def default_threads() -> int:
@@ -77,10 +110,15 @@ def default_threads() -> int:
 # ----------------------------------------------------------------------------- the child
 
 
-def _child_main(conn: Connection, task: Task, env: dict[str, str], cwd: str, threads: int) -> None:
-    """Runs in the child: adopt the parent's environment and folder, set the threads, run the
-    task, send everything back, and leave without waiting for anything the spec left running."""
+def _child_main(conn: Connection, task: Task, env: dict[str, str], cwd: str, threads: int, output: Connection | None = None) -> None:
+    """Runs in the child: send file descriptors 1 and 2 into `output` (when capturing), adopt the
+    parent's environment and folder, set the threads, run the task, send everything back, and
+    leave without waiting for anything the spec left running."""
     code = 0
+    if output is not None:
+        os.dup2(output.fileno(), 1)
+        os.dup2(output.fileno(), 2)
+        output.close()
     try:
         os.environ.clear()
         os.environ.update(env)
@@ -162,6 +200,8 @@ class _Running:
     results: list[InvariantResult] = field(default_factory=list)
     outcome: Outcome | None = None
     crash: str | None = None
+    out: Connection | None = None  # the read end of the child's captured output, until its end
+    output: _Output = field(default_factory=_Output)
 
 
 def _signal_name(code: int) -> str:
@@ -180,10 +220,10 @@ class WorkerExecutor(Executor):
         "exits or crashes is reported and the other specs go on"
     )
 
-    def __init__(self, *, jobs: int = 1, threads: int = 1, env: dict[str, str] | None = None) -> None:
+    def __init__(self, *, jobs: int = 1, threads: int = 1, env: dict[str, str] | None = None, capture: bool = True) -> None:
         if jobs < 1 or threads < 1:
             raise ValueError("jobs and threads must be at least 1")
-        self.jobs, self.threads, self.env = jobs, threads, env
+        self.jobs, self.threads, self.env, self.capture = jobs, threads, env, capture
         #: CPU seconds (user + system) the children that finished reported for themselves.
         self.cpu_seconds = 0.0
 
@@ -199,15 +239,18 @@ class WorkerExecutor(Executor):
                 while pending and len(running) < self.jobs:
                     index, task = pending.popleft()
                     parent_conn, child_conn = ctx.Pipe(duplex=False)
-                    proc = ctx.Process(target=_child_main, args=(child_conn, task, env, cwd, self.threads), daemon=True, name=f"stability-{task.spec.name}")
+                    out_r, out_w = ctx.Pipe(duplex=False) if self.capture else (None, None)  # raw bytes: only the descriptors are used
+                    proc = ctx.Process(target=_child_main, args=(child_conn, task, env, cwd, self.threads, out_w), daemon=True, name=f"stability-{task.spec.name}")
                     with _without_main():
                         proc.start()
                     child_conn.close()
-                    running[parent_conn] = _Running(index, task, proc, parent_conn, time.monotonic())
+                    if out_w is not None:
+                        out_w.close()  # the child's copy is the only writer: its exit ends the output
+                    running[parent_conn] = _Running(index, task, proc, parent_conn, time.monotonic(), out=out_r)
                 now = time.monotonic()
                 deadlines = [r.deadline for r in running.values() if r.deadline is not None]
                 timeout = max(0.0, min(deadlines) - now) if deadlines else None
-                waitables: list[Any] = [*running, *(r.proc.sentinel for r in running.values())]
+                waitables: list[Any] = [*running, *(r.proc.sentinel for r in running.values()), *(r.out for r in running.values() if r.out is not None)]
                 multiprocessing.connection.wait(waitables, timeout)
                 for conn, run in list(running.items()):
                     finished = self._drain(run)
@@ -225,11 +268,31 @@ class WorkerExecutor(Executor):
             for run in running.values():
                 self._stop(run)
                 run.conn.close()
+                if run.out is not None:
+                    run.out.close()
         return [outcomes[i] for i in range(len(tasks))]
+
+    @staticmethod
+    def _read_output(run: _Running, *, chunks: int = 64) -> None:
+        """Move what the child has written so far into `run.output` (up to `chunks` reads of 64 KiB,
+        so a spec that prints without pause cannot hold the loop), closing the pipe at its end."""
+        for _ in range(chunks):
+            if run.out is None or not run.out.poll():
+                return
+            try:
+                data = os.read(run.out.fileno(), 1 << 16)
+            except OSError:
+                data = b""
+            if not data:  # every writer is gone
+                run.out.close()
+                run.out = None
+                return
+            run.output.add(data)
 
     def _drain(self, run: _Running) -> bool:
         """Read every message waiting from `run`'s child; True when the child is finished (it
         sent "done", or it is gone)."""
+        self._read_output(run)
         while True:
             try:
                 if not run.conn.poll():
@@ -268,6 +331,14 @@ class WorkerExecutor(Executor):
             run.proc.kill()
         run.proc.join()
 
+    def _close_output(self, run: _Running) -> None:
+        """Read the rest of a stopped child's output (what is in the pipe: a process the spec
+        started may still hold it open, so this never waits for its end), then close it."""
+        self._read_output(run, chunks=1 << 12)
+        if run.out is not None:
+            run.out.close()
+            run.out = None
+
     def _timed_out(self, run: _Running) -> Outcome:
         limit = run.task.options.case_timeout or 0.0
         reason = f"ran past the per-case time limit of {limit:g} s and was stopped; lower space.depth/width or raise --case-timeout"
@@ -277,9 +348,15 @@ class WorkerExecutor(Executor):
         return unfinished_outcome(run.task, reason, done=run.results, records=records, case=run.current, spec_error=False, seconds=time.monotonic() - run.started)
 
     def _finish(self, run: _Running) -> Outcome:
+        outcome = self._collect(run)
+        outcome.result.output = run.output.text()
+        return outcome
+
+    def _collect(self, run: _Running) -> Outcome:
         if run.outcome is not None:  # reported: collect the child (it leaves by itself; kill a lingering one)
             run.proc.join(1.0)
             self._stop(run)
+            self._close_output(run)
             run.conn.close()
             outcome = run.outcome
             if outcome.task is not run.task:
@@ -289,6 +366,7 @@ class WorkerExecutor(Executor):
                 outcome.result.cases = {r.case: r for r in run.records}
             return outcome
         self._stop(run)
+        self._close_output(run)
         run.conn.close()
         code = run.proc.exitcode
         if run.crash is not None:
