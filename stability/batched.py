@@ -86,7 +86,7 @@ def probe_seeds(
     blocks = stacks[0]
     n = len(blocks)
     states = _states(stacks)
-    params, buffers, names = _stack_states(states)
+    params, buffers, names = _stack_states(states, len(blocks))
     shapes = _boundary_shapes(blocks, x[0])  # per seed: input of block l, then the output
 
     low = x.dtype in _LOW
@@ -242,10 +242,10 @@ def _same_state(stack: list[nn.Module], template: _State, s: int) -> _State:
     return out
 
 
-def _stack_states(states: list[_State]) -> tuple[list[dict[str, torch.Tensor]], list[dict[str, torch.Tensor]], list[str]]:
-    """Per block, {name: (S, …) tensor} for parameters (autograd leaves) and buffers, and the
-    names (as `probe` reports them) of the parameters that take a gradient, in order."""
-    n = 1 + max((int(name.partition(".")[0]) for part in states[0] for name, _ in part), default=-1)
+def _stack_states(states: list[_State], n: int) -> tuple[list[dict[str, torch.Tensor]], list[dict[str, torch.Tensor]], list[str]]:
+    """Per block (n of them, those without parameters or buffers included), {name: (S, …) tensor}
+    for parameters (autograd leaves) and buffers, and the names (as `probe` reports them) of the
+    parameters that take a gradient, in order."""
     params: list[dict[str, torch.Tensor]] = [{} for _ in range(n)]
     buffers: list[dict[str, torch.Tensor]] = [{} for _ in range(n)]
     names: list[str] = []
@@ -312,8 +312,33 @@ def _states(stacks: list[list[nn.Module]]) -> list[_State]:
             raise ValueError(
                 f"probe_seeds: network {s} differs from network 0: its blocks are {[t.__name__ for t in other]}, not {[t.__name__ for t in kinds]}; every network must have the same architecture"
             )
+    _refuse_shared(stacks[0])
     template = _state(stacks[0])
     return [template] + [_same_state(stack, template, s) for s, stack in enumerate(stacks[1:], start=1)]
+
+
+def _refuse_shared(blocks: list[nn.Module]) -> None:
+    """Raise ValueError when two blocks share a parameter or a buffer (a tied stack such as
+    `nn.Sequential(*[block] * depth)`): the vectorised pass substitutes each block's own tensors,
+    listed once under the first block that holds them, so a later block would run on network 0's
+    weights. `probe` measures such networks exactly, one at a time (`stability.ensemble` falls back
+    to it)."""
+    owner: dict[int, int] = {}
+    for i, block in enumerate(blocks):
+        seen: set[int] = set()
+        mine: set[int] = set()  # the parameters and buffers reachable from block i (a shared ReLU holds none: harmless)
+        stack = [block]
+        while stack:
+            m = stack.pop()
+            if id(m) in seen:
+                continue
+            seen.add(id(m))
+            mine.update(id(t) for t in (*m._parameters.values(), *m._buffers.values()) if t is not None)
+            stack.extend(c for c in m._modules.values() if c is not None)
+        for key in mine:
+            first = owner.setdefault(key, i)
+            if first != i:
+                raise ValueError(f"probe_seeds: blocks {first} and {i} share a parameter or buffer (a tied stack); probe() measures such networks one at a time")
 
 
 def _rows_norm(t: torch.Tensor, n_nets: int, dtype: torch.dtype | None) -> torch.Tensor:

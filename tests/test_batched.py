@@ -163,6 +163,50 @@ def test_rejects_networks_that_differ() -> None:
         probe_seeds([a], [x], loss="mse")  # type: ignore[arg-type]
 
 
+def test_blocks_without_parameters_anywhere_in_the_stack_match_probe() -> None:
+    # Linear, ReLU, Linear, ReLU …: every other block has no parameters, the last one included.
+    def net(seed: int) -> nn.Sequential:
+        torch.manual_seed(seed)
+        return nn.Sequential(*[m for _ in range(3) for m in (nn.Linear(6, 6).double(), nn.ReLU())], nn.Identity())
+
+    nets = [net(s) for s in (1, 2, 3)]
+    xs = [torch.randn(4, 6, generator=torch.Generator().manual_seed(s), dtype=torch.float64) for s in (1, 2, 3)]
+    got = probe_seeds(nets, torch.stack(xs), seeds=[7, 8, 9])
+    want = [probe(n, x, seed=s) for n, x, s in zip(nets, xs, [7, 8, 9], strict=True)]
+    for g, w in zip(got, want, strict=True):
+        _assert_close(g, w, rtol=1e-10)
+
+
+@pytest.mark.parametrize("how", ["sequential", "module_list", "parameter"])
+def test_a_tied_stack_is_refused_and_the_ensemble_measures_it_one_network_at_a_time(how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    def net(seed: int) -> nn.Module:
+        torch.manual_seed(seed)
+        if how == "parameter":  # two modules, one weight
+            a, b = nn.Linear(5, 5, bias=False).double(), nn.Linear(5, 5, bias=False).double()
+            b.weight = a.weight
+            return nn.Sequential(a, nn.Tanh(), b)
+        block = nn.Sequential(nn.Linear(5, 5).double(), nn.Tanh())
+        return nn.Sequential(*[block] * 4) if how == "sequential" else nn.ModuleList([block] * 4)
+
+    x = torch.randn(3, 5, dtype=torch.float64)
+    with pytest.raises(ValueError, match="share a parameter or buffer"):
+        probe_seeds([net(1), net(2)], [x, x])
+    from stability.ensemble import _probe_members
+
+    spec = load_spec(SPECS[0].parent / "plain_mlp.toml")
+    nets = {s: net(s) for s in (11, 12)}
+
+    class _Net:  # what `_built` returns: (network, input after the stem)
+        def __init__(self, blocks: nn.Module) -> None:
+            self.blocks, self.stem, self.call_kwargs = blocks, None, None
+
+    monkeypatch.setattr("stability.ensemble._built", lambda spec, case, seeds: [(_Net(nets[s]), x) for s in seeds])
+    found, vectorised = _probe_members(spec, corner_case(spec), [11, 12])
+    assert not vectorised  # refused by probe_seeds, measured by probe
+    for m, s in zip(found, (11, 12), strict=True):
+        _assert_close(m, probe(nets[s], x, seed=derive_seed(s, 2), rng_seed=derive_seed(s, 3)), rtol=0.0)
+
+
 def test_large_boundaries_have_accurate_norms_per_seed() -> None:
     """Per-seed boundaries of 2^18 elements (above the size where torch's float32 vector_norm
     drifts): each seed's gradient norms equal the closed form a^(L−l)·‖r_s‖ to float32 accuracy,
