@@ -4,7 +4,9 @@ bad path and never destroys a file it was not asked to write.
 Rules (docs/ci.md): a report path must not be empty; `--json` / `--junit` must not name a folder;
 `--html` names a folder (it gets `index.html`) and must not name a file; a report may only replace
 a regular file (never a device such as `/dev/null`, a FIFO or a socket); two reports may not share
-a path; a report may not be one of the input spec files. A missing parent folder is created when
+a path; a report may not be one of the input spec files, and an existing non-empty file is only
+replaced when it is a stability report of the same kind (so `--json my_factory.py` or
+`--html docs` over a hand-written index.html is refused). A missing parent folder is created when
 the report is written, provided the nearest existing ancestor is a writable folder (checked by
 creating and removing a temporary file in it, so `/proc` or a read-only mount is refused up front).
 """
@@ -12,6 +14,7 @@ creating and removing a temporary file in it, so `/proc` or a read-only mount is
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterable
@@ -19,7 +22,14 @@ from pathlib import Path
 
 from stability.errors import UsageError
 
-__all__ = ["check_outputs", "check_replaceable"]
+__all__ = ["check_outputs", "check_replaceable", "check_ours"]
+
+#: How each kind of report this package writes begins (matched on its first KiB).
+_SIGNATURES = {
+    "JSON": re.compile(rb'\A\s*\{\s*"schema_version"\s*:'),
+    "JUnit": re.compile(rb'\A<\?xml[^>]*\?>\s*<testsuite name="stability"'),
+    "HTML": re.compile(rb"\A<!DOCTYPE html>\s*<html[^>]*>\s*<head>.{0,400}?<title>stability (report|sweep)", re.S),
+}
 
 
 def _kind(mode: int) -> str:
@@ -44,6 +54,21 @@ def check_replaceable(path: Path, option: str = "report") -> None:
         raise UsageError(f"{option} {path}: cannot be checked ({exc.strerror}); choose another path") from None
     if not stat.S_ISREG(mode):
         raise UsageError(f"{option} {path}: is {_kind(mode)}, not a regular file; a report only ever replaces a regular file, choose a file path")
+
+
+def check_ours(path: Path, kind: str, option: str, shown: str) -> None:
+    """Raise UsageError when `path` (a regular file or absent: `check_replaceable` first) is a
+    non-empty file that is not a stability report of `kind` ("JSON", "JUnit" or "HTML"): a report
+    replaces its own earlier self, never a file a user wrote."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1024)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UsageError(f"{option} {shown}: {path} cannot be read ({exc.strerror}); choose another path") from None
+    if head and not _SIGNATURES[kind].match(head):
+        raise UsageError(f"{option} {shown}: {path} exists and is not a stability {kind} report; a report never replaces a file it did not write, so choose another path or delete that file first")
 
 
 def _writable_folder(folder: Path, option: str, shown: str) -> None:
@@ -88,6 +113,7 @@ def check_outputs(*, json: str | None, junit: str | None, html: str | None, inpu
         resolved = target.resolve()
         if resolved in protected:
             raise UsageError(f"{option} {raw}: is the input spec {protected[resolved]}; a report must not overwrite a spec, choose another path")
+        check_ours(target, {"--json": "JSON", "--junit": "JUnit", "--html": "HTML"}[option], option, raw)
         if resolved in files:
             raise UsageError(f"{option} {raw}: is also the path of {files[resolved]}; give each report its own path")
         files[resolved] = option

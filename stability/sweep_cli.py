@@ -129,6 +129,10 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
 
         if Path(args.html).exists() and not Path(args.html).is_dir():
             raise UsageError(f"--html {args.html}: is a file; give a folder (the report is written to FOLDER/index.html)")
+        from stability.outputs import check_ours, check_replaceable
+
+        check_replaceable(Path(args.html) / "index.html", "--html")
+        check_ours(Path(args.html) / "index.html", "HTML", "--html", args.html)
     from stability.sweep import code_version, run_sweep
 
     version = code_version()

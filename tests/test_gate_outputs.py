@@ -106,3 +106,47 @@ def test_write_atomic_refuses_a_non_regular_file(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="is a FIFO"):
         write_atomic(fifo, "x")
     assert stat.S_ISFIFO(os.stat(fifo).st_mode) and sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+@pytest.mark.parametrize("option", ["--json", "--junit", "--html"])
+def test_a_file_the_user_wrote_is_never_replaced_by_a_report(cli: Cli, write_spec: Callable[..., Path], tmp_path: Path, option: str) -> None:
+    # The spec's own factory module, a hand-written page, any file that is not a stability report.
+    factory = tmp_path / "stability_outputs_factory.py"
+    factory.write_text("from torch import nn\n\ndef make(depth, width):\n    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])\n")
+    text = 'name = "c"\ndescription = "c"\nfamily = "custom"\n[block]\nfactory = "stability_outputs_factory:make"\n'
+    custom = write_spec(text + "[space]\ndepth = 2\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\nlo = 1e-3\nhi = 1e3\n", "c.toml")
+    if option == "--html":
+        folder = tmp_path / "site"
+        folder.mkdir()
+        (folder / "index.html").write_text("<!DOCTYPE html>\n<html><head><title>my project</title></head></html>\n")
+        target, written = folder, folder / "index.html"
+    else:
+        target = written = factory
+    before = written.read_bytes()
+    refused(cli("check", custom, option, target), f"{option} {target}: ", "exists and is not a stability", "a report never replaces a file it did not write")
+    assert written.read_bytes() == before
+
+
+@pytest.mark.parametrize("option", ["--json", "--junit", "--html"])
+def test_a_report_replaces_its_own_earlier_self_and_an_empty_file(cli: Cli, spec: Path, tmp_path: Path, option: str) -> None:
+    target = tmp_path / ("site" if option == "--html" else "report")
+    if option != "--html":
+        target.write_text("")  # an empty file (mktemp): nothing of the user's to lose
+    for _ in range(2):
+        code, _, err = cli("check", spec, option, target, "--profile", "ci")
+        assert code in (0, 1) and "stability: error" not in err, err  # judged (met or not), never refused
+    written = target / "index.html" if option == "--html" else target
+    assert written.stat().st_size > 0
+
+
+def test_a_sweeps_html_never_replaces_a_page_the_user_wrote(cli: Cli, tmp_path: Path) -> None:
+    spec = Path(__file__).resolve().parent.parent / "specs" / "plain_tanh_mlp.toml"
+    folder = tmp_path / "site"
+    folder.mkdir()
+    (folder / "index.html").write_text("<html>mine</html>")
+    args = ["sweep", spec, "--over", "depth=2,4", "--seeds", "1", "--serial", "-q", "--db", tmp_path / "r.sqlite", "--html", folder]
+    refused(cli(*args), f"--html {folder}: ", "is not a stability HTML report")
+    assert (folder / "index.html").read_text() == "<html>mine</html>"
+    (folder / "index.html").unlink()
+    assert cli(*args)[0] == 0
+    assert cli(*args)[0] == 0  # its own earlier page is replaced

@@ -21,7 +21,7 @@ from stability.report import write_atomic
 
 Cli = Callable[..., tuple[int, str, str]]
 OLD_REPORT = '{"schema_version": 1, "from": "the previous run"}\n'
-OLD_JUNIT = '<?xml version="1.0"?>\n<testsuite name="previous" />\n'
+OLD_JUNIT = '<?xml version="1.0"?>\n<testsuite name="stability" tests="0" />\n'  # a previous run's report (a report replaces only its own kind)
 
 
 def _default_sigint() -> None:
