@@ -51,9 +51,20 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
         return None
     dirs = set(parent.config.getini("stability_spec_dirs"))
     explicit = any(Path(str(a).split("::")[0]).resolve() == file_path.resolve() for a in parent.config.args)
-    if explicit or dirs & {p.name for p in file_path.parents}:
+    if explicit or dirs & _folders_below_root(file_path, parent.config.rootpath):
         return SpecFile.from_parent(parent, path=file_path)
     return None
+
+
+def _folders_below_root(file_path: Path, root: Path) -> set[str]:
+    """The names of the folders between the rootdir and `file_path`: a project that merely lies
+    somewhere below a folder named `specs` (/home/me/specs/project) has none of its .toml files
+    collected (pyproject.toml, ruff.toml), and a file outside the rootdir is collected only when named."""
+    try:
+        inside = file_path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return set()
+    return set(inside.parts[:-1])
 
 
 def _relative(path: Path) -> Path:

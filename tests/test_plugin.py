@@ -126,3 +126,17 @@ def test_spec_items_run_with_the_gates_thread_count_and_put_the_sessions_back(mo
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_project_below_a_folder_named_specs_collects_none_of_its_own_toml_files(tmp_path: Path) -> None:
+    proj = tmp_path / "specs" / "proj"  # e.g. /home/me/specs/proj: its pyproject.toml is no spec
+    proj.mkdir(parents=True)
+    (proj / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
+    (proj / "ruff.toml").write_text("line-length = 100\n")
+    (proj / "test_ok.py").write_text("def test_ok():\n    pass\n")
+    run = pytest_run(proj, "-q")
+    assert run.returncode == 0, run.stdout
+    assert "1 passed" in run.stdout and "toml" not in run.stdout
+    project(proj, good=GOOD)  # its own specs/ folder, below the rootdir, is collected
+    run = pytest_run(proj, "--collect-only", "-q")
+    assert "specs/good.toml::gradient_arrival" in run.stdout and "pyproject.toml" not in run.stdout
