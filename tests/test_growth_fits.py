@@ -40,3 +40,15 @@ def test_an_ensemble_that_cannot_rule_out_faster_laws_reports_its_best_fit() -> 
     assert min(g.chi2, key=lambda k: g.chi2[k] + (2.0 if k == "power" else 0.0)) == "linear"
     assert 0.0 < g.chi2["exponential"] - g.chi2["linear"] <= growth.DECISION_CHI2  # exponential stays plausible
     assert (g.growth, g.lowest, g.decided) == ("linear", "linear", True)
+
+
+def test_a_profile_proportional_to_depth_is_fitted_at_the_top_of_the_scale_grid() -> None:
+    # R_l ∝ l exactly: d_l = ln(l/(l−1)). The linear law ln((1 + a·l)/(1 + a·(l−1))) reaches it as
+    # a → ∞, missing it by −1/(a·l·(l−1)) to first order, so χ²(a) = C/a² with C = Σ w_l/(l(l−1))²
+    # falls all the way to the grid's top, a = e¹⁶, where the golden section must end.
+    ls = np.arange(2, 12, dtype=np.float64)
+    d = np.log(ls / (ls - 1))
+    w = np.linspace(1.0, 2.0, len(ls))
+    chi2, _ = growth._fits(d, w, ls)
+    c = float((w / (ls * (ls - 1)) ** 2).sum())
+    assert chi2["linear"] == pytest.approx(c * np.exp(-32.0), rel=1e-3, abs=0.0)
