@@ -41,9 +41,9 @@ def test_known_channel_means_and_variances(layout: str) -> None:
         z = _balanced(2 * 5).reshape(2, 5)  # (B, T)
         x = MU[None, None, :] + SIGMA[None, None, :] * z[:, :, None]  # (B=2, T=5, C=4): channels last
     m, v, grand = channel_moments(x).tolist()
-    assert m == pytest.approx(M_EXACT, rel=1e-14)
-    assert v == pytest.approx(V_EXACT, rel=1e-14)
-    assert grand == pytest.approx(float(MU.mean()), rel=1e-14)
+    assert m == pytest.approx(M_EXACT, rel=1e-14, abs=0.0)
+    assert v == pytest.approx(V_EXACT, rel=1e-14, abs=0.0)
+    assert grand == pytest.approx(float(MU.mean()), rel=1e-14, abs=0.0)
 
 
 def test_wrong_axis_would_differ() -> None:
@@ -62,7 +62,7 @@ def test_law_of_total_variance_against_the_probe() -> None:
     m = probe(build(spec, case).blocks, make_input(spec, case), observers=[obs])
     prof = m.extra["channels"]
     for b, var in enumerate(m.act_var):
-        assert prof.var[b] + prof.sq_mean[b] - prof.grand_mean[b] ** 2 == pytest.approx(var, rel=1e-12)
+        assert prof.var[b] + prof.sq_mean[b] - prof.grand_mean[b] ** 2 == pytest.approx(var, rel=1e-12, abs=0.0)
         assert prof.count[b] == 8 * 8 * 8
 
 
@@ -113,7 +113,7 @@ def test_against_timm_definitions_on_the_same_input() -> None:
             outputs.append(h)
     n = 8 * 8 * 8
     for b, out in enumerate(outputs):
-        assert prof.sq_mean[b] == pytest.approx(_timm_avg_sq_ch_mean(out), rel=1e-12)
+        assert prof.sq_mean[b] == pytest.approx(_timm_avg_sq_ch_mean(out), rel=1e-12, abs=0.0)
         assert prof.var[b] * n / (n - 1) == pytest.approx(_timm_avg_ch_var(out), rel=1e-12)  # timm's unbiased var
 
 

@@ -36,7 +36,7 @@ def test_exact_linear_is_linear() -> None:
     law = 1.0 + 0.37 * L
     g = classify_ensemble([law, law])
     assert (g.growth, g.lowest) == ("linear", "linear")
-    assert g.slope == pytest.approx(0.37, rel=1e-12)
+    assert g.slope == pytest.approx(0.37, rel=1e-12, abs=0.0)
 
 
 def test_power_law_between_linear_and_exponential_is_polynomial() -> None:

@@ -39,7 +39,7 @@ def test_normalised_branch_is_one_plus_l_alpha_squared_and_the_gradient_telescop
     case = _case(16, 64, 8, "kaiming_normal")
     v, g = laws.variance_law(spec, case, 1.0), laws.gradient_law(spec, case, 1.0)
     assert v is not None and g is not None
-    assert v.predicted == pytest.approx(1 + 16 * 0.25, rel=1e-14)  # 1 + Lα²
+    assert v.predicted == pytest.approx(1 + 16 * 0.25, rel=1e-14, abs=0.0)  # 1 + Lα²
     assert g.predicted**2 == pytest.approx(v.predicted, rel=1e-12)  # Π(1 + α²/q_l) = q_L/q_0
 
 
@@ -47,7 +47,7 @@ def test_plain_chain_is_a_power_of_the_gain() -> None:
     spec = _spec("plain", 'activation = "identity"', 'weight_init = "normal"\ninit_std = 0.05\nbias_init = 0.0')
     case = _case(10, 360, 8, "normal")
     law = laws.variance_law(spec, case, 1.0)
-    assert law is not None and law.predicted == pytest.approx((360 * 0.05**2) ** 10, rel=1e-12)  # 0.9^10
+    assert law is not None and law.predicted == pytest.approx((360 * 0.05**2) ** 10, rel=1e-12, abs=0.0)  # 0.9^10
 
 
 def test_no_law_where_the_spec_does_not_fix_one() -> None:
@@ -62,7 +62,7 @@ def test_meanfield_hook_supplies_chi(monkeypatch: pytest.MonkeyPatch) -> None:
     assert laws.gradient_law(tanh, _case(8, 16, 4, "xavier_normal"), 1.0) is None
     monkeypatch.setattr(laws, "MEANFIELD_HOOK", lambda spec, case: 0.81)
     law = laws.gradient_law(tanh, _case(8, 16, 4, "xavier_normal"), 1.0)
-    assert law is not None and law.predicted == pytest.approx(0.9**8, rel=1e-12)  # χ₁^(L/2)
+    assert law is not None and law.predicted == pytest.approx(0.9**8, rel=1e-12, abs=0.0)  # χ₁^(L/2)
 
 
 def _ensemble_mean_ratios(spec: Spec, case: Case, seeds: int) -> tuple[float, float]:

@@ -45,7 +45,7 @@ REL = 1e-12
 @pytest.mark.parametrize(("slope", "depth"), [(0.9, 50), (0.9, 100), (0.99, 100)])
 def test_plain_chain_ratio_is_the_product_of_slopes(slope: float, depth: int) -> None:
     m = probe(chain(slope, depth), X)
-    assert m.gradient_ratio == pytest.approx(slope**depth, rel=REL)
+    assert m.gradient_ratio == pytest.approx(slope**depth, rel=REL, abs=0.0)
     assert m.grad_norm[-1] == pytest.approx(float(torch.linalg.vector_norm(torch.randn(5, 1, generator=torch.Generator().manual_seed(0)).double())), rel=REL)
 
 
@@ -59,7 +59,7 @@ def test_quoted_values_of_the_chain() -> None:
 def test_plain_versus_residual_table(depth: int) -> None:
     plain = probe(chain(0.5, depth), X).gradient_ratio
     resid = probe(chain(0.5, depth, residual=True), X).gradient_ratio
-    assert plain == pytest.approx(0.5**depth, rel=REL)
+    assert plain == pytest.approx(0.5**depth, rel=REL, abs=0.0)
     assert resid == pytest.approx(1.5**depth, rel=REL)
     quoted = {2: (0.25, 2.25), 4: (0.0625, 5.0625), 6: (0.015625, 11.39), 8: (0.0039, 25.63), 10: (0.00098, 57.67)}
     qp, qr = quoted[depth]
@@ -72,9 +72,9 @@ def test_every_boundary_and_activation_statistic_follows_the_chain() -> None:
     var0 = float(X.var(correction=0))
     sq0 = float((X**2).mean())
     for l in range(depth + 1):
-        assert m.grad_norm[l] / m.grad_norm[-1] == pytest.approx(a ** (depth - l), rel=REL)
-        assert m.act_var[l] == pytest.approx(a ** (2 * l) * var0, rel=REL)
-        assert m.act_sq_mean[l] == pytest.approx(a ** (2 * l) * sq0, rel=REL)
+        assert m.grad_norm[l] / m.grad_norm[-1] == pytest.approx(a ** (depth - l), rel=REL, abs=0.0)
+        assert m.act_var[l] == pytest.approx(a ** (2 * l) * var0, rel=REL, abs=0.0)
+        assert m.act_sq_mean[l] == pytest.approx(a ** (2 * l) * sq0, rel=REL, abs=0.0)
 
 
 def test_parameter_gradients_follow_the_product_rule() -> None:
@@ -85,31 +85,31 @@ def test_parameter_gradients_follow_the_product_rule() -> None:
     expected = abs(float((r * X).sum())) * a ** (depth - 1)
     assert set(m.param_grad_norm) == {f"{l}.weight" for l in range(depth)}
     for value in m.param_grad_norm.values():
-        assert value == pytest.approx(expected, rel=REL)
+        assert value == pytest.approx(expected, rel=REL, abs=0.0)
 
 
 def test_identity_errors_of_a_scaled_identity() -> None:
     # y = a·x ⇒ ‖y − x‖/‖x‖ = |a − 1|; the input gradient is a·r ⇒ ‖a·r − r‖/‖r‖ = |a − 1|.
     m = probe(chain(0.75, 1), X)
-    assert m.identity_error == pytest.approx(0.25, rel=REL)
-    assert m.input_grad_error == pytest.approx(0.25, rel=REL)
+    assert m.identity_error == pytest.approx(0.25, rel=REL, abs=0.0)
+    assert m.input_grad_error == pytest.approx(0.25, rel=REL, abs=0.0)
 
 
 def test_sum_and_mse_losses() -> None:
     m = probe(chain(0.5, 3), X, loss="sum")
     assert m.grad_norm[-1] == pytest.approx(math.sqrt(5), rel=REL)  # ∂L/∂y = 1 everywhere
-    assert m.gradient_ratio == pytest.approx(0.125, rel=REL)
+    assert m.gradient_ratio == pytest.approx(0.125, rel=REL, abs=0.0)
     target = torch.zeros(5, 1, dtype=torch.float64)
     m = probe(chain(0.5, 3), X, loss="mse", target=target)
     y = X * 0.125
-    assert m.grad_norm[-1] == pytest.approx(float(torch.linalg.vector_norm(2 * y / 5)), rel=REL)
+    assert m.grad_norm[-1] == pytest.approx(float(torch.linalg.vector_norm(2 * y / 5)), rel=REL, abs=0.0)
     with pytest.raises(ValueError, match="target"):
         probe(chain(0.5, 1), X, loss="mse")
 
 
 def test_a_plain_list_of_modules_is_accepted() -> None:
     blocks = [scalar(0.5), scalar(0.5)]
-    assert probe(blocks, X).gradient_ratio == pytest.approx(0.25, rel=REL)
+    assert probe(blocks, X).gradient_ratio == pytest.approx(0.25, rel=REL, abs=0.0)
     assert set(probe(blocks, X).param_grad_norm) == {"0.weight", "1.weight"}
 
 

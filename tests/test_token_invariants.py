@@ -48,7 +48,7 @@ def test_antipodal_pair_has_similarity_minus_one_and_a_zero_token_counts_as_zero
     h = torch.tensor([[[1.0, 0.0], [-4.0, 0.0]]])
     assert mean_pairwise_cosine(h).tolist() == [-1.0]
     h3 = torch.tensor([[[1.0, 0.0], [2.0, 0.0], [0.0, 0.0]]])  # pairs (0,1) = 1, the rest 0: 2/6
-    assert mean_pairwise_cosine(h3).tolist() == [pytest.approx(1 / 3, rel=1e-15)]
+    assert mean_pairwise_cosine(h3).tolist() == [pytest.approx(1 / 3, rel=1e-15, abs=0.0)]
 
 
 def test_similarity_matches_the_gram_matrix() -> None:
@@ -70,8 +70,8 @@ def test_observer_records_every_boundary_through_the_probe() -> None:
     m = probe(nn.Sequential(nn.Identity(), Mean()), x, observers=[RankCollapseObserver()])
     sims = m.extra["rank_collapse"]
     assert len(sims) == 3
-    assert sims[0] == sims[1] == pytest.approx(mean_pairwise_cosine(x).mean().item(), rel=1e-15)
-    assert sims[2] == pytest.approx(1.0, rel=1e-15)
+    assert sims[0] == sims[1] == pytest.approx(mean_pairwise_cosine(x).mean().item(), rel=1e-15, abs=0.0)
+    assert sims[2] == pytest.approx(1.0, rel=1e-15, abs=0.0)
     v = rank_collapse(m, max_similarity=0.9)
     assert not v.passed and v.observed == sims[2] and v.block == 1 and "block 1" in v.detail
 
@@ -124,14 +124,14 @@ def test_one_hot_attention_has_entropy_zero_and_causal_rows_use_their_own_key_co
     t = 6
     causal = torch.tril(torch.ones(t, t, dtype=torch.float64))
     causal = (causal / causal.sum(-1, keepdim=True)).expand(1, 1, t, t)
-    assert normalised_row_entropy(causal, causal=True).tolist() == [pytest.approx(1.0, rel=1e-15)]
+    assert normalised_row_entropy(causal, causal=True).tolist() == [pytest.approx(1.0, rel=1e-15, abs=0.0)]
 
 
 def test_two_key_rows_match_the_binary_entropy() -> None:
     q = 0.2
     p = torch.tensor([[[[q, 1 - q], [0.5, 0.5]]]], dtype=torch.float64)
     h2 = -(q * math.log(q) + (1 - q) * math.log(1 - q)) / math.log(2)
-    assert normalised_row_entropy(p, causal=False).tolist() == [pytest.approx((h2 + 1.0) / 2, rel=1e-15)]
+    assert normalised_row_entropy(p, causal=False).tolist() == [pytest.approx((h2 + 1.0) / 2, rel=1e-15, abs=0.0)]
 
 
 def test_entropy_observer_hooks_attention_probs_and_removes_its_hooks() -> None:
@@ -150,7 +150,7 @@ def test_entropy_observer_hooks_attention_probs_and_removes_its_hooks() -> None:
     m = probe(blocks, torch.randn(2, 4, 3, dtype=torch.float64), observers=[obs])
     data = m.extra["attention_entropy"]
     assert data["blocks"] == [0, 2]
-    assert data["per_block"][0] == 1.0 and data["per_block"][1] == pytest.approx(1.0, rel=1e-15)
+    assert data["per_block"][0] == 1.0 and data["per_block"][1] == pytest.approx(1.0, rel=1e-15, abs=0.0)
     assert all(not mod._forward_hooks for mod in blocks.modules())
     assert attention_entropy(m, min_entropy=0.99).passed
 
