@@ -31,6 +31,7 @@ from stability.blocks import (
 )
 from stability.case import Case
 from stability.errors import CaseError, SpecError
+from stability.seeding import seeded
 from stability.spec import Spec
 
 __all__ = ["Network", "build", "make_input", "derive_seed", "torch_dtype", "channel_counts"]
@@ -61,7 +62,7 @@ class Network:
 
 def build(spec: Spec, case: Case) -> Network:
     """Build the network of one case on `case.device` in `case.dtype`."""
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), seeded(derive_seed(case.seed, 0)):
         torch.manual_seed(derive_seed(case.seed, 0))
         gen = torch.Generator().manual_seed(derive_seed(case.seed, 0))
         if spec.family == "custom":

@@ -32,6 +32,7 @@ from torch.utils.checkpoint import checkpoint
 from stability.adapters import CallKwargs, Stack, find_blocks, hidden_state, resolve_call_kwargs
 from stability.allocator import tune_malloc
 from stability.errors import BlockError, CaseError
+from stability.seeding import seeded
 
 __all__ = ["Measurements", "BoundaryObserver", "probe", "projection_vector"]
 
@@ -216,8 +217,9 @@ def probe(
     measurements (`BoundaryObserver`); their results land in `.extra`.
 
     Determinism and side effects: both passes run under `torch.random.fork_rng` with the global
-    generator seeded from `rng_seed` (default: a stream derived from `seed`), so dropout masks are a
-    function of the seeds and the caller's RNG state is left as it was. Every buffer of the blocks
+    generator seeded from `rng_seed` (default: a stream derived from `seed`), and Python's `random`
+    and `numpy.random` seeded from it too (`stability.seeding`), so dropout masks are a function of
+    the seeds and the caller's RNG state is left as it was. Every buffer of the blocks
     and the stem (BatchNorm running statistics, `num_batches_tracked`) and every training flag is
     put back afterwards; cost: one copy of the buffers (2C + 1 numbers per BatchNorm of C channels;
     nothing for a stack without buffers), never of the parameters. Block 0 receives its own copy
@@ -237,8 +239,9 @@ def probe(
         state = _ModuleState(modules if stem is None else [*modules, stem], named=root)  # one walk: buffers, flags and (under `root`) parameters
         named = _named_parameters(modules, state, root)
         try:
-            with torch.random.fork_rng(devices=_rng_devices(x)):
-                _seed_global_rng(_DROPOUT_STREAM ^ seed if rng_seed is None else rng_seed, x.device)
+            stream = _DROPOUT_STREAM ^ seed if rng_seed is None else rng_seed
+            with torch.random.fork_rng(devices=_rng_devices(x)), seeded(stream):
+                _seed_global_rng(stream, x.device)
                 if stem is not None:
                     with torch.no_grad():
                         x = stem(x)
