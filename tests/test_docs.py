@@ -140,6 +140,30 @@ def test_tutorial_files_are_valid() -> None:
     assert "only code a spec can run" in text and "exit code 1" in text and "exit code 0" in text
 
 
+def test_the_tutorials_pasted_replay_is_what_the_replay_prints(tmp_path: Path) -> None:
+    """§5 of custom-architectures.md shows a `--case` replay "pasted unedited": it must match what
+    that replay prints today, every line but the time taken."""
+    import os
+    import subprocess
+    import sys
+
+    text = _read("custom-architectures.md")
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "my_blocks.py").write_text(_blocks(text, "python")[0])
+    (tmp_path / "specs" / "my_arch.toml").write_text(next(b for b in _blocks(text, "toml") if 'family = "custom"' in b))
+    shown = next(b for b in _blocks(text, "text") if "--case depth=1" in b.splitlines()[0])
+    command = shown.splitlines()[0].removeprefix("$ ").split(";")[0]
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "STABILITY_PROFILE")} | {"COLUMNS": "200", "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "stability", *shlex.split(command)[1:]]
+    run = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    printed = (run.stdout + run.stderr).splitlines() + [f"exit code {run.returncode}"]
+
+    def untimed(lines: list[str]) -> list[str]:
+        return [re.sub(r"probed in [0-9.]+ s", "probed in T s", ln).rstrip() for ln in lines]
+
+    assert untimed(printed) == untimed(shown.splitlines()[1:])
+
+
 # ----------------------------------------------------------------------------- docs/ci.md
 
 
