@@ -359,7 +359,11 @@ def _build_custom(spec: Spec, case: Case) -> Network:
         "torch_dtype": torch_dtype(case.dtype),
         **spec.block.factory_args,
     }
-    params = inspect.signature(fn).parameters
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or C function without a signature: call it with nothing
+        params = {}  # type: ignore[assignment]
+    _check_fillable(spec, params, values)
     takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     kwargs = values if takes_all else {k: v for k, v in values.items() if k in params}
     try:
@@ -378,6 +382,27 @@ def _build_custom(spec: Spec, case: Case) -> Network:
         what = " ".join(f"{type(exc).__name__}: {exc}".split())
         raise CaseError(f"the factory {spec.block.factory} raised {what}") from None
     return _nonempty(spec, case, _network_from(spec, out))
+
+
+def _check_fillable(spec: Spec, params: Any, values: dict[str, Any]) -> None:
+    """A SpecError (exit 2, before any case is judged) when the factory asks for a parameter that
+    nothing fills: its parameters are filled by name from the case and `block.factory_args`, so a
+    required one with another name (or positional-only) fails on every case alike."""
+    missing = [
+        name
+        for name, p in params.items()
+        if p.default is inspect.Parameter.empty
+        and (p.kind is inspect.Parameter.POSITIONAL_ONLY or (p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY) and name not in values))
+    ]
+    if missing:
+        known = ", ".join(sorted(k for k in values if k not in spec.block.factory_args))
+        raise SpecError(
+            spec.path,
+            "block.factory",
+            f"asks for {', '.join(repr(m) for m in missing)}, which nothing fills (its parameters are filled by name from the case: {known}; and from block.factory_args)",
+            value=spec.block.factory,
+            fix=f"rename the parameter to one of those, give it a default, or set it in block.factory_args (e.g. factory_args = {{ {missing[0]} = ... }})",
+        )
 
 
 def _network_from(spec: Spec, out: Any) -> Network:

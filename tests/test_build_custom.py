@@ -74,6 +74,18 @@ def sees(**values):
     return out
 
 
+def asks_for_spec(spec, case, depth, width):
+    return nn.Sequential(nn.Linear(width, width))
+
+
+def positional_only(depth, /, width):
+    return nn.Sequential(nn.Linear(width, width))
+
+
+def defaults_are_fine(depth, width, scale=2.0, *, gain=1.0):
+    return nn.Sequential(nn.Linear(width, width))
+
+
 def picks(depth, width, init, layer, torch_dtype, extra):
     out = nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])
     out.seen = dict(depth=depth, width=width, init=init, layer=layer, torch_dtype=torch_dtype, extra=extra)
@@ -298,3 +310,13 @@ def test_a_group_norm_over_one_channel_has_one_group() -> None:
     net = build(spec, _case(2, width=1, spatial=4))
     groups = [m for m in net.blocks.modules() if isinstance(m, torch.nn.GroupNorm)]
     assert [(g.num_groups, g.num_channels) for g in groups] == [(1, 1), (1, 1)]
+
+
+@pytest.mark.parametrize(("fn", "names"), [("asks_for_spec", "'spec', 'case'"), ("positional_only", "'depth'")])
+def test_a_factory_asking_for_what_nothing_fills_is_a_spec_error_naming_it(folder: Path, fn: str, names: str) -> None:
+    with pytest.raises(SpecError) as info:
+        build(_spec(folder, fn), CASE)
+    msg = str(info.value)
+    assert f"asks for {names}, which nothing fills" in msg and "block.factory_args" in msg and "\n" not in msg
+    assert len(build(_spec(folder, "defaults_are_fine"), CASE).blocks) == 1
+    assert len(build(_spec(folder, "asks_for_spec", "factory_args = { spec = 1, case = 2 }"), CASE).blocks) == 1
