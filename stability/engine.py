@@ -80,6 +80,8 @@ class InvariantResult:
     #: True (nothing was judged), `verdict` is None and `status` is "not_applicable".
     applicable: bool = True
     skipped: bool = False  # not run in this profile (a training invariant outside train.profiles)
+    #: The cases judged for this invariant, in order (for `stability.audit.rejudge` in the parent).
+    judged: tuple[Case, ...] = ()
 
     @property
     def status(self) -> str:
@@ -306,7 +308,7 @@ def _replay(spec: Spec, name: str, expectation: Any, case: Case, measured: Calla
     v = judge(spec, name, record)
     met = v.passed == (expectation.expect == "holds") and record.error is None
     message = _unmeasured(spec, name, case, record) or _message(spec, name, expectation.expect, met, v, case, True)
-    return InvariantResult(name, expectation.expect, met, v, case, 1, message, reproduce_command(spec, case), record.error)
+    return InvariantResult(name, expectation.expect, met, v, case, 1, message, reproduce_command(spec, case), record.error, judged=(case,))
 
 
 def _search(
@@ -348,13 +350,14 @@ def _search(
     except HypothesisException as exc:  # e.g. an unsatisfiable space; reported, never a traceback
         return InvariantResult(name, expectation.expect, False, None, None, len(seen), f"the search failed: {exc}", error=str(exc))
     examples = len({c for c, _ in seen})
+    judged = tuple(dict.fromkeys(c for c, _ in seen))
     if failing:
         c = _smallest_depth(spec, name, failing[-1], measured)  # Hypothesis replays its shrunk example last
         record = measured(c)
         v = judge(spec, name, record)
         met = expectation.expect == "violated" and record.error is None
         message = _unmeasured(spec, name, c, record) or _message(spec, name, expectation.expect, met, v, c, False)
-        return InvariantResult(name, expectation.expect, met, v, c, examples, message, reproduce_command(spec, c), record.error)
+        return InvariantResult(name, expectation.expect, met, v, c, examples, message, reproduce_command(spec, c), record.error, judged=judged)
     if not seen:
         return InvariantResult(name, expectation.expect, False, None, None, 0, "no applicable case was drawn", error="no applicable case")
     c, v = max(seen, key=lambda cv: _severity(name, cv[1], expectation))
@@ -369,6 +372,7 @@ def _search(
         _message(spec, name, expectation.expect, met, v, c, False, examples),
         reproduce_command(spec, c),
         None,
+        judged=judged,
     )
 
 

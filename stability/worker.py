@@ -48,6 +48,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from stability.audit import rejudge
 from stability.case import Case
 from stability.engine import CaseRecord, InvariantResult
 from stability.executor import Executor, Outcome, Task, run_task, unfinished_outcome
@@ -350,6 +351,9 @@ class WorkerExecutor(Executor):
     def _finish(self, run: _Running) -> Outcome:
         outcome = self._collect(run)
         outcome.result.output = run.output.text()
+        contradiction = rejudge(outcome.result)  # with this process's own code, which no spec has touched
+        if contradiction is not None and outcome.error is None:
+            outcome.error = contradiction
         return outcome
 
     def _collect(self, run: _Running) -> Outcome:

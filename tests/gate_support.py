@@ -110,6 +110,19 @@ def leak_state(depth, width):
     return nn.Sequential(*[nn.Linear(width, width, dtype=torch.float32) for _ in range(depth)])
 
 
+class Shrink(nn.Module):
+    def forward(self, x):
+        return x * 1e-3
+
+
+def patch_judge(depth, width):
+    """Replaces the invariant in its worker with one that always passes, on a stack whose gradient vanishes."""
+    import stability.invariants as invariants
+
+    invariants.gradient_arrival = lambda m, lo=0.1, hi=10.0: invariants.Verdict("gradient_arrival", True, 1.0, "[lo, hi]", None, "fine")
+    return nn.Sequential(*[Shrink() for _ in range(depth)])
+
+
 def needs_clean_state(depth, width):
     leaked = []
     if torch.get_default_dtype() != torch.float32:

@@ -29,6 +29,7 @@ SPECS: dict[str, tuple[str, str]] = {
     "leaks-thread": (custom("leaks-thread", "leak_thread"), "ok"),
     "a-leaks-state": (custom("a-leaks-state", "leak_state"), "ok"),
     "b-needs-clean-state": (custom("b-needs-clean-state", "needs_clean_state"), "ok"),
+    "patches-judge": (custom("patches-judge", "patch_judge", depth="3"), "error"),
 }
 TIMEOUT = 4.0
 
@@ -120,3 +121,11 @@ def test_running_out_of_memory_in_a_block_fails_that_spec_and_the_run_goes_on(ru
     inv = spec["invariants"][0]
     assert spec["met"] is False and "allocate" in inv["error"], inv
     assert run["specs"]["passing"]["met"] is True  # and the other specs still ran
+
+
+def test_a_factory_that_replaces_the_judge_in_its_worker_is_caught_by_the_parent(run: dict[str, Any]) -> None:
+    spec = run["specs"]["patches-judge"]
+    inv = spec["invariants"][0]
+    assert inv["met"] is False and "the worker reported it met, but case depth=3,width=4" in inv["error"]
+    assert "fails when judged again from its measurements (gradient ratio 1e-09 < 0.01" in inv["error"]
+    assert any(spec["file"] in e and "may have replaced part of the harness" in e for e in run["json"]["errors"])
