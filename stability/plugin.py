@@ -18,11 +18,11 @@ import pytest
 
 from stability.engine import InvariantResult, RunOptions, run_spec
 from stability.errors import SpecError, StabilityError
-from stability.executor import draws_from_the_spec_alone
-from stability.factory import source_roots
+from stability.executor import Task, draws_from_the_spec_alone
+from stability.factory import SOURCE_ROOTS_ENV, source_roots
 from stability.profiles import PROFILES, default_profile_name
 from stability.spec import Spec, load_spec
-from stability.worker import default_threads
+from stability.worker import WorkerExecutor, default_threads
 
 __all__ = ["SpecFile", "SpecItem"]
 
@@ -169,11 +169,12 @@ class SpecItem(pytest.Item):
         profile = self.config.getoption("--stability-profile") or default_profile_name()
         options = RunOptions(profile=profile, device=self.device, case_timeout=self.config.getoption("--stability-case-timeout"))
         roots = [str(p) for p in self.config.getini("stability_source_roots")]
-        try:
+        self.output = ""
+        if self.spec.family == "custom":  # the user's own code: in a worker process, as `stability check` runs it
+            result = self._in_worker(options, roots)
+        else:  # the harness's own families run no user code: here, without a process to start
             with source_roots(roots), draws_from_the_spec_alone(), _spec_threads():  # the same cases (and threads) as `stability check`
                 result = run_spec(self.spec, options, only=self.invariant).results[0]
-        except SystemExit as exc:  # the spec's code exited: one line, not Hypothesis's traceback
-            raise SpecError(self.spec.path, "block.factory", f"the spec's code called sys.exit({exc.code!r})", value=self.spec.block.factory, fix="a factory and its blocks must not exit") from None
         if result.skipped:  # a training invariant outside its spec's train.profiles
             pytest.skip(result.message)
         if not result.applicable:
@@ -181,8 +182,24 @@ class SpecItem(pytest.Item):
         if not result.met:
             raise _Unmet(result)
 
+    def _in_worker(self, options: RunOptions, roots: list[str]) -> InvariantResult:
+        """Run the item's spec in a worker process (stability/worker.py): whatever the factory or
+        its blocks do (exit, crash, hang, leak global state, patch the harness) stays there, the
+        pytest session goes on, and the parent judges the cases again. What the spec's code printed
+        is shown with a failure."""
+        env = dict(os.environ)
+        if roots:
+            env[SOURCE_ROOTS_ENV] = os.pathsep.join([*roots, *filter(None, [env.get(SOURCE_ROOTS_ENV)])])
+        (outcome,) = WorkerExecutor(jobs=1, threads=default_threads(), env=env).map([Task(self.spec, options, only=self.invariant)])
+        self.output = outcome.result.output
+        if outcome.error is not None and not outcome.result.results:
+            raise StabilityError(outcome.error)
+        return outcome.result.results[0]
+
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         exc = excinfo.value
+        output = getattr(self, "output", "").rstrip()
+        shown = [f"output of the spec's code: | {line}" for line in output.splitlines()[-20:]] if output else []
         if isinstance(exc, _Unmet):
             r = exc.result
             lines = [r.message]
@@ -191,9 +208,9 @@ class SpecItem(pytest.Item):
             if r.reproduce:
                 lines.append(f"reproduce: {r.reproduce}")
             lines.append(f"explain:   stability explain {r.name}")
-            return "\n".join(lines)
+            return "\n".join(lines + shown)
         if isinstance(exc, StabilityError):
-            return f"stability: error: {exc}"
+            return "\n".join([f"stability: error: {exc}", *shown])
         return super().repr_failure(excinfo)  # type: ignore[return-value]  # a str or pytest's TerminalRepr, which pytest does not export
 
     def reportinfo(self) -> tuple[Path, int | None, str]:

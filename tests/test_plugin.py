@@ -140,3 +140,37 @@ def test_a_project_below_a_folder_named_specs_collects_none_of_its_own_toml_file
     project(proj, good=GOOD)  # its own specs/ folder, below the rootdir, is collected
     run = pytest_run(proj, "--collect-only", "-q")
     assert "specs/good.toml::gradient_arrival" in run.stdout and "pyproject.toml" not in run.stdout
+
+
+HOSTILE_FACTORY = """
+import os
+
+import torch
+from torch import nn
+
+
+def exits(depth, width):
+    os._exit(0)
+
+
+def leaks(depth, width):
+    torch.set_default_dtype(torch.float64)
+    return nn.Sequential(*[nn.Linear(width, width, dtype=torch.float32) for _ in range(depth)])
+"""
+
+
+def _custom(name: str, fn: str) -> str:
+    return (
+        f'name = "{name}"\ndescription = "x"\nfamily = "custom"\n[block]\nfactory = "plugin_hostile:{fn}"\n[space]\ndepth = 2\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\nlo = 1e-6\nhi = 1e6\n'
+    )
+
+
+def test_a_custom_specs_code_runs_in_a_worker_and_cannot_end_or_change_the_session(tmp_path: Path) -> None:
+    proj = project(tmp_path, exits=_custom("exits", "exits"), leaks=_custom("leaks", "leaks"))
+    (proj / "specs" / "plugin_hostile.py").write_text(HOSTILE_FACTORY)
+    (proj / "test_after.py").write_text("import torch\n\ndef test_default_dtype_untouched():\n    assert torch.get_default_dtype() == torch.float32\n")
+    (proj / "pyproject.toml").write_text("[tool.pytest.ini_options]\ntestpaths = ['specs', 'test_after.py']\n")
+    run = pytest_run(proj, "-q", "-p", "no:randomly")
+    assert run.returncode == 1, run.stdout + run.stderr  # os._exit(0) in a factory: one failed item, not a silent exit 0
+    assert "1 failed, 2 passed" in run.stdout, run.stdout
+    assert "specs/exits.toml::gradient_arrival" in run.stdout and "the worker exited with code 0 before reporting" in run.stdout
