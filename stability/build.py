@@ -405,16 +405,43 @@ def _check_fillable(spec: Spec, params: Any, values: dict[str, Any]) -> None:
         )
 
 
+def _nested_blocks(model: nn.Module, depth: int = 3) -> list[str]:
+    """Paths below `model` (up to `depth` levels) of modules `find_blocks` would take: where a whole
+    model (a Hugging Face *Model or *ForCausalLM: encoder.layer, transformer.h, model.layers) keeps
+    its blocks. Only a hint: the model's own forward passes masks and position embeddings that
+    its blocks alone would not get, so the harness does not pick one itself."""
+    found: list[str] = []
+    level = [(name, child) for name, child in model.named_children()]
+    for _ in range(depth):
+        below: list[tuple[str, nn.Module]] = []
+        for path, module in level:
+            if find_blocks(module) is not None and not isinstance(module, (nn.Sequential, nn.ModuleList)):
+                found.append(path)
+            else:
+                below += [(f"{path}.{name}", child) for name, child in module.named_children()]
+        if found:
+            return found[:3]
+        level = below
+    return []
+
+
 def _network_from(spec: Spec, out: Any) -> Network:
     """What a factory returned → a `Network`, by the rules of `stability.adapters`."""
     if isinstance(out, nn.Sequential):
         return Network(out)
     found = find_blocks(out) if isinstance(out, (nn.Module, Stack)) else None
     if found is None:
+        inner = _nested_blocks(out) if isinstance(out, nn.Module) else []
+        hint = (
+            f"; it holds blocks deeper, at {' and '.join('.' + p for p in inner)}: return that module (with a stability.Stack carrying "
+            "the attention mask or position embeddings its blocks need, as the whole model would pass them)"
+            if inner
+            else ""
+        )
         raise SpecError(
             spec.path,
             "block.factory",
-            f"returned {type(out).__name__}, not an nn.Sequential, an nn.ModuleList, a stability.Stack or a module with one of .blocks/.layers/.layer/.h/.block",
+            f"returned {type(out).__name__}, not an nn.Sequential, an nn.ModuleList, a stability.Stack or a module with one of .blocks/.layers/.layer/.h/.block{hint}",
             value=spec.block.factory,
             fix="return nn.Sequential(*blocks), the library's ModuleList, or stability.Stack(blocks=...)",
         )

@@ -153,3 +153,21 @@ def test_timm_vit_blocks_with_layerscale_are_the_identity_to_first_order(tmp_pat
     # per element: the stack moves the input by at most ~8e-5 relative.
     assert m.identity_error is not None and 0 < m.identity_error < 8e-5
     assert abs(m.gradient_ratio - 1) < 8e-5
+
+
+def test_a_whole_model_that_keeps_its_blocks_deeper_is_refused_with_the_path_to_return() -> None:
+    pytest.importorskip("transformers", reason="Hugging Face transformers is not installed (pip install -e '.[hf]')")
+    from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
+
+    from stability import parse_spec
+    from stability.build import _network_from
+    from stability.errors import SpecError
+
+    spec = parse_spec('name = "m"\ndescription = "m"\nfamily = "custom"\n[block]\nfactory = "m:make"\n[space]\ndepth = 2\nwidth = 32\n[expect.gradient_arrival]\n', file="specs/m.toml")
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=50))
+    bert = BertModel(BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64, vocab_size=50))
+    for model, path in ((gpt2, ".transformer"), (bert, ".encoder")):
+        with pytest.raises(SpecError) as info:
+            _network_from(spec, model)
+        assert f"it holds blocks deeper, at {path}: return that module" in str(info.value)
+    assert len(_network_from(spec, gpt2.transformer).blocks) == 2 and len(_network_from(spec, bert.encoder).blocks) == 2
