@@ -79,8 +79,18 @@ def gradient_arrival(m: Measurements, *, lo: float = 0.1, hi: float = 10.0) -> V
         ratio,
         bound,
         first,
-        f"gradient ratio {ratio:.3g} {'<' if ratio < lo else '>'} {limit:g}: the gradient {side} (crosses the bound at the input of block {first}; {per_block:.4g} per block on average)",
+        f"gradient ratio {_beside(ratio, limit)} {'<' if ratio < lo else '>'} {limit:g}: the gradient {side} (crosses the bound at the input of block {first}; {per_block:.4g} per block on average)",
     )
+
+
+def _beside(value: float, limit: float) -> str:
+    """`value` to 3 significant digits, or as many more as it takes not to print as `limit` (a ratio
+    of 1.0049 against a bound of 1 reads "1.0049 > 1", not "1 > 1")."""
+    for digits in range(3, 18):
+        text = f"{value:.{digits}g}"
+        if float(text) != limit:
+            return text
+    return repr(value)
 
 
 @dataclass(frozen=True)

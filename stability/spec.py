@@ -832,7 +832,7 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
 
     _check_tokens(spec, data)
     if not spec.invariants():
-        raise SpecError(f, "expect", "declares no invariant", fix=f"add at least one of [expect.{INVARIANTS[0]}], [expect.{INVARIANTS[1]}], [expect.{INVARIANTS[2]}]")
+        raise SpecError(f, "expect", "declares no invariant", fix=f"add at least one of {', '.join(f'[expect.{name}]' for name in INVARIANTS)} (`stability explain NAME` describes each)")
     ga = spec.expect.gradient_arrival
     if ga is not None and ga.lo > ga.hi:
         raise SpecError(f, "expect.gradient_arrival.lo", f"is above hi = {ga.hi}", value=ga.lo, fix="swap lo and hi")

@@ -293,7 +293,7 @@ def gradient_balance(m: Measurements, *, max_spread: float = 10.0) -> Verdict:
         return bad
     norms = block_gradient_norms(m)
     if not norms:
-        return _missing("gradient_balance", bound, "no block has parameters")
+        return _missing("gradient_balance", bound, "no block has a trainable parameter (requires_grad)")
     if not all(math.isfinite(v) for v in norms.values()):
         first = next(k for k, v in norms.items() if not math.isfinite(v))
         return Verdict("gradient_balance", False, math.nan, bound, first, f"block {first}'s parameter gradient is NaN/inf")

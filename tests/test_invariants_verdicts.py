@@ -214,6 +214,17 @@ def test_gradient_arrival_crossings_at_the_exact_bounds_and_above_one() -> None:
     assert not one.passed and one.detail.endswith("(crosses the bound at the input of block 0; 1 per block on average)")
 
 
+def test_a_ratio_just_past_its_bound_never_prints_as_the_bound() -> None:
+    from stability.invariants import gradient_arrival
+
+    above = gradient_arrival(_m([1.0049, 1.0], [1.0] * 2), lo=0.5, hi=1.0)
+    assert not above.passed and above.detail.startswith("gradient ratio 1.005 > 1:")  # 3 digits print "1"
+    below = gradient_arrival(_m([0.09999, 1.0], [1.0] * 2), lo=0.1)
+    assert not below.passed and below.detail.startswith("gradient ratio 0.09999 < 0.1:")
+    far = gradient_arrival(_m([0.0123456, 1.0], [1.0] * 2), lo=0.1)
+    assert far.detail.startswith("gradient ratio 0.0123 < 0.1:")  # 3 digits where 3 tell them apart
+
+
 def test_classify_growth_edges() -> None:
     assert classify_growth([1.0, 2.0]).rate == pytest.approx(2.0, rel=1e-12, abs=0.0)  # two points give a rate
     assert classify_growth([1.0]).slope == 0.0 and math.isnan(classify_growth([1.0]).rate)
