@@ -227,7 +227,7 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     from stability.executor import InProcessExecutor, Outcome, Task
     from stability.factory import SOURCE_ROOTS_ENV, source_roots
     from stability.report import judged_count, write_json, write_junit
-    from stability.worker import WorkerExecutor, default_threads
+    from stability.worker import WorkerExecutor, deep_stack, default_threads
 
     specs, load_errors = _load_each(args.paths)
     for exc in load_errors:
@@ -259,6 +259,7 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
             tasks.append(Task(spec, options, args.case, args.only))
     if args.in_process:
         torch.set_num_threads(threads)  # this process is the worker
+        deep_stack()  # and frees the probes' graphs: the stack a worker gets (stability/worker.py)
         executor: Any = InProcessExecutor()
     else:
         env = dict(os.environ)

@@ -54,7 +54,7 @@ from stability.engine import CaseRecord, InvariantResult
 from stability.executor import Executor, Outcome, Task, run_task, unfinished_outcome
 from stability.processes import get_context
 
-__all__ = ["WorkerExecutor", "KILL_AFTER_S", "TERM_GRACE_S", "default_threads"]
+__all__ = ["WorkerExecutor", "KILL_AFTER_S", "TERM_GRACE_S", "default_threads", "deep_stack"]
 
 #: How long past the per-case time limit the parent waits before stopping the child (the child's
 #: own alarm normally ends the case at the limit, with a cleaner message).
@@ -120,6 +120,7 @@ def _child_main(conn: Connection, task: Task, env: dict[str, str], cwd: str, thr
         os.dup2(output.fileno(), 1)
         os.dup2(output.fileno(), 2)
         output.close()
+    deep_stack()
     try:
         os.environ.clear()
         os.environ.update(env)
@@ -154,6 +155,25 @@ def _child_main(conn: Connection, task: Task, env: dict[str, str], cwd: str, thr
             except Exception:  # noqa: BLE001 -- a closed pipe must not change the result
                 pass
         os._exit(code)
+
+
+#: The C stack a worker's main thread may grow to: torch frees an autograd graph that carries
+#: Python hooks (the probe's, at every boundary) recursively, ~100 bytes of stack per node, so
+#: glibc's usual 8 MiB limit ended a depth-62,500 stack in SIGSEGV (reproduced in plain torch with
+#: `Tensor.register_hook` on every block); with this limit a depth-1,000,000 graph frees.
+STACK_BYTES = 512 << 20
+
+
+def deep_stack() -> None:
+    """Raise this process's soft stack limit to `STACK_BYTES` (never above the hard limit, never
+    lower than it was). Only the limit: no memory is taken until the stack grows."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
+        want = STACK_BYTES if hard == resource.RLIM_INFINITY else min(hard, STACK_BYTES)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_STACK, (want, hard))
+    except (ValueError, OSError):  # a platform or sandbox that refuses: the usual limit stays
+        pass
 
 
 def _send(conn: Connection, message: tuple[str, Any]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -129,3 +130,14 @@ def test_a_factory_that_replaces_the_judge_in_its_worker_is_caught_by_the_parent
     assert inv["met"] is False and "the worker reported it met, but case depth=3,width=4" in inv["error"]
     assert "fails when judged again from its measurements (gradient ratio 1e-09 < 0.01" in inv["error"]
     assert any(spec["file"] in e and "may have replaced part of the harness" in e for e in run["json"]["errors"])
+
+
+def test_a_stack_of_seventy_thousand_blocks_is_judged_not_a_segfault(tmp_path: Path) -> None:
+    # torch frees a graph carrying the probe's Python hooks recursively (~100 bytes of C stack per
+    # node): at depth 62,500 the usual 8 MiB stack ended the worker in SIGSEGV (exit 2).
+    (tmp_path / "stability_gate_deep.py").write_text("from torch import nn\n\ndef make(depth, width):\n    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])\n")
+    spec = custom("deep", "stability_gate_deep:make", depth="[1, 100000]", expect="[expect.gradient_arrival]\nlo = 1e-300\nhi = 1e300\n").replace("width = 4\nbatch = 2", "width = 2\nbatch = 1")
+    (tmp_path / "deep.toml").write_text(spec)
+    proc = run_check(tmp_path / "deep.toml", "--case", "depth=70000", "--json", tmp_path / "r.json", cwd=tmp_path, timeout=300)
+    inv = json.loads((tmp_path / "r.json").read_text())["specs"][0]["invariants"][0]
+    assert proc.returncode == 1 and inv["status"] == "failed" and "collapse" in inv["message"], (proc.returncode, inv)  # judged: the default-init stack's gradient underflows
