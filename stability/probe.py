@@ -19,6 +19,7 @@ tensors, where var_mean is one fast kernel and a host read would stall the pass,
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 from collections.abc import Iterable, Sequence
@@ -140,6 +141,25 @@ def _named_parameters(modules: list[nn.Module], state: _ModuleState, named_root:
     return [(f"{i}.{n}", p) for i, m in enumerate(modules) for n, p in _walk([], m)[2] if p.requires_grad]
 
 
+#: Module classes by whether they are torch's or this package's own (cached: one lookup a module).
+_HARNESS_CLASS: dict[type, bool] = {}
+
+
+def _harness_code_only(modules: Sequence[nn.Module]) -> bool:
+    """Whether every module is an instance of a torch or `stability` class: then no code of the
+    user's runs in the pass and nothing draws from Python's or NumPy's global generators, so the
+    probe need not seed them (`stability.seeding`: ~65 µs, mostly NumPy's get/set_state)."""
+    known = _HARNESS_CLASS
+    for m in modules:
+        cls = type(m)
+        ours = known.get(cls)
+        if ours is None:
+            ours = known[cls] = cls.__module__.startswith(("torch.", "stability."))
+        if not ours:
+            return False
+    return True
+
+
 def _walk(roots: Sequence[nn.Module], named: nn.Module | None) -> tuple[list[nn.Module], list[tuple[nn.Module, str, torch.Tensor]], list[tuple[str, nn.Parameter]]]:
     """(modules, buffers, named parameters) of `named` and `roots` and their submodules, each module
     once: `named` first, its parameters listed as `named.named_parameters()` lists them (same
@@ -217,9 +237,10 @@ def probe(
     measurements (`BoundaryObserver`); their results land in `.extra`.
 
     Determinism and side effects: both passes run under `torch.random.fork_rng` with the global
-    generator seeded from `rng_seed` (default: a stream derived from `seed`), and Python's `random`
-    and `numpy.random` seeded from it too (`stability.seeding`), so dropout masks are a function of
-    the seeds and the caller's RNG state is left as it was. Every buffer of the blocks
+    generator seeded from `rng_seed` (default: a stream derived from `seed`), and, when a module of
+    a class outside torch and this package runs (a user's code, which may draw from them), Python's
+    `random` and `numpy.random` seeded from it too (`stability.seeding`), so dropout masks are a
+    function of the seeds and the caller's RNG state is left as it was. Every buffer of the blocks
     and the stem (BatchNorm running statistics, `num_batches_tracked`) and every training flag is
     put back afterwards; cost: one copy of the buffers (2C + 1 numbers per BatchNorm of C channels;
     nothing for a stack without buffers), never of the parameters. Block 0 receives its own copy
@@ -240,7 +261,8 @@ def probe(
         named = _named_parameters(modules, state, root)
         try:
             stream = _DROPOUT_STREAM ^ seed if rng_seed is None else rng_seed
-            with torch.random.fork_rng(devices=_rng_devices(x)), seeded(stream):
+            python_rngs = contextlib.nullcontext() if _harness_code_only(state.modules) else seeded(stream)
+            with torch.random.fork_rng(devices=_rng_devices(x)), python_rngs:
                 _seed_global_rng(stream, x.device)
                 if stem is not None:
                     with torch.no_grad():

@@ -387,3 +387,31 @@ def test_a_global_rng_seed_beyond_63_bits_is_taken_modulo_2_to_the_63() -> None:
 
     probe(nn.Sequential(Draws()), _randn(2, 3, seed=38), rng_seed=2**63 + 7)
     assert drawn == [float(torch.rand((), generator=torch.Generator().manual_seed(7)))]
+
+
+def test_only_a_pass_that_runs_user_code_seeds_pythons_and_numpys_generators(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from stability.seeding import seeded
+
+    probe_module = sys.modules["stability.probe"]  # the module (stability.probe, the attribute, is the function)
+    calls: list[int] = []
+
+    def spy(seed: int) -> object:
+        calls.append(seed)
+        return seeded(seed)
+
+    monkeypatch.setattr(probe_module, "seeded", spy)
+
+    class Mine(nn.Module):  # a user's class: its forward may draw from random or numpy.random
+        def forward(self, h: torch.Tensor) -> torch.Tensor:
+            return h
+
+    torch_only = nn.Sequential(nn.Linear(3, 3), nn.Sequential(nn.ReLU(), nn.Linear(3, 3)))
+    assert probe_module._harness_code_only(list(torch_only.modules()))
+    probe(torch_only, _randn(2, 3, seed=32))
+    assert calls == []
+    nested = nn.Sequential(nn.Linear(3, 3), nn.Sequential(Mine()))
+    assert not probe_module._harness_code_only(list(nested.modules()))
+    probe(nested, _randn(2, 3, seed=32), seed=4)
+    assert len(calls) == 1
