@@ -15,7 +15,6 @@ verdict, not against a factory built to falsify the numbers.
 
 from __future__ import annotations
 
-from stability.applicability import not_applicable_reason
 from stability.case import Case, reproduce_command
 from stability.engine import CaseRecord, InvariantResult, SpecResult, judge
 from stability.invariants import Verdict
@@ -24,13 +23,12 @@ from stability.spec import TRAINING_INVARIANTS, Spec
 __all__ = ["rejudge"]
 
 
-def rejudge(result: SpecResult, records: dict[Case, CaseRecord] | None = None) -> str | None:
-    """Judge every case the worker judged again in this process; mark each invariant whose reported
-    outcome its measurements contradict as an error (with this process's verdict on the case that
-    contradicts it), and return a one-line description of the first contradiction (None when
-    everything agrees). `records` defaults to `result.cases`."""
-    spec = result.spec
-    cases = records if records is not None else result.cases
+def rejudge(result: SpecResult) -> str | None:
+    """Judge every case the worker judged again in this process, from `result.cases`; mark each
+    invariant whose reported outcome its measurements contradict as an error (with this process's
+    verdict on the case that contradicts it), and return a one-line description of the first
+    contradiction (None when everything agrees)."""
+    spec, cases = result.spec, result.cases
     first: str | None = None
     for i, r in enumerate(result.results):
         if not r.applicable or r.skipped or r.error or r.name in TRAINING_INVARIANTS or getattr(spec.expect, r.name, None) is None:
@@ -50,14 +48,14 @@ def _contradiction(spec: Spec, r: InvariantResult, cases: dict[Case, CaseRecord]
     contradicts `r`: its deciding case judged otherwise, or (for an expectation met to hold) any
     case it judged that fails."""
     deciding = cases.get(r.case) if r.case is not None else None
-    if r.case is not None and deciding is not None and deciding.measurements is not None and r.verdict is not None:
+    if deciding is not None and deciding.measurements is not None and r.verdict is not None:
         v = judge(spec, r.name, deciding)
         if v.passed != r.verdict.passed:
-            return r.case, v, f"case {r.case} {'passes' if v.passed else 'fails'} when judged again from its measurements ({v.detail})"
+            return deciding.case, v, f"case {deciding.case} {'passes' if v.passed else 'fails'} when judged again from its measurements ({v.detail})"
     if r.expect == "holds" and r.met:
-        for case in r.judged:  # every case its search judged
+        for case in r.judged:  # every case its search judged (each one it applies to)
             record = cases.get(case)
-            if record is None or record.measurements is None or not_applicable_reason(spec, r.name, case) is not None:
+            if record is None or record.measurements is None:
                 continue
             v = judge(spec, r.name, record)
             if not v.passed:

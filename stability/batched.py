@@ -39,6 +39,7 @@ from stability.probe import (
     _NORM_ROW,
     Measurements,
     _as_list,
+    _boundary_values,
     _combine,
     _first_nonfinite,
     _moments,
@@ -181,15 +182,11 @@ def _sums_out_of_range(values: list[float], counts: list[int]) -> bool:
     """Whether a boundary's (m, Σd, Σd²) from `_moments` (counts as `_moment_counts`) left float32's
     range on finite values: Σd² overflowed to inf, or underflowed to 0 around a non-zero mean (a
     constant non-zero boundary also reads so, and is merely measured again)."""
-    k = 0
-    for count in counts:
-        if count == 0:
-            k += 2
-            continue
-        m, s, q = values[k : k + 3]
-        k += 3
-        if math.isfinite(m) and math.isfinite(s) and (q == math.inf or (q == 0.0 and m != 0.0)):
-            return True
+    for count, parts in _boundary_values(values, counts):
+        if count:
+            m, s, q = parts
+            if math.isfinite(m) and math.isfinite(s) and (q == math.inf or (q == 0.0 and m != 0.0)):
+                return True
     return False
 
 

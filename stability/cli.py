@@ -225,7 +225,7 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
 
     from stability.engine import RunOptions
     from stability.executor import InProcessExecutor, Outcome, Task
-    from stability.factory import SOURCE_ROOTS_ENV, source_roots
+    from stability.factory import roots_environment, source_roots
     from stability.report import judged_count, write_json, write_junit
     from stability.worker import WorkerExecutor, deep_stack, default_threads
 
@@ -262,10 +262,7 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
         deep_stack()  # and frees the probes' graphs: the stack a worker gets (stability/worker.py)
         executor: Any = InProcessExecutor()
     else:
-        env = dict(os.environ)
-        if roots:
-            env[SOURCE_ROOTS_ENV] = os.pathsep.join([*roots, *filter(None, [env.get(SOURCE_ROOTS_ENV)])])
-        executor = WorkerExecutor(jobs=args.jobs, threads=threads, env=env, capture=not args.no_capture)
+        executor = WorkerExecutor(jobs=args.jobs, threads=threads, env=roots_environment(roots), capture=not args.no_capture)
     t0 = time.perf_counter()
     done: dict[int, Outcome] = {}
     order = {id(t): i for i, t in enumerate(tasks)}

@@ -349,8 +349,8 @@ def _search(
         pass
     except HypothesisException as exc:  # e.g. an unsatisfiable space; reported, never a traceback
         return InvariantResult(name, expectation.expect, False, None, None, len(seen), f"the search failed: {exc}", error=str(exc))
-    examples = len({c for c, _ in seen})
-    judged = tuple(dict.fromkeys(c for c, _ in seen))
+    judged = tuple(dict.fromkeys(c for c, _ in seen))  # each case once, in order
+    examples = len(judged)
     if failing:
         c = _smallest_depth(spec, name, failing[-1], measured)  # Hypothesis replays its shrunk example last
         record = measured(c)

@@ -36,7 +36,7 @@ from typing import Any
 
 from stability.errors import SpecError, did_you_mean
 
-__all__ = ["SOURCE_ROOTS_ENV", "source_roots", "configured_roots", "locate_factory", "load_factory"]
+__all__ = ["SOURCE_ROOTS_ENV", "source_roots", "configured_roots", "roots_environment", "locate_factory", "load_factory"]
 
 #: Environment variable holding extra source roots (an `os.pathsep`-separated list of folders).
 SOURCE_ROOTS_ENV = "STABILITY_SOURCE_ROOTS"
@@ -59,6 +59,15 @@ def configured_roots() -> list[Path]:
     """The source roots in force: those of `source_roots(...)` plus `$STABILITY_SOURCE_ROOTS`."""
     env = [Path(p) for p in os.environ.get(SOURCE_ROOTS_ENV, "").split(os.pathsep) if p.strip()]
     return [*_configured, *env]
+
+
+def roots_environment(roots: Sequence[str | Path]) -> dict[str, str]:
+    """This process's environment with `roots` put in front of `$STABILITY_SOURCE_ROOTS`: what a
+    worker process needs to allow the same factories as `source_roots(roots)` does here."""
+    env = dict(os.environ)
+    if roots:
+        env[SOURCE_ROOTS_ENV] = os.pathsep.join([*map(str, roots), *filter(None, [env.get(SOURCE_ROOTS_ENV)])])
+    return env
 
 
 def _forbidden_folders() -> list[Path]:

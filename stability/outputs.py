@@ -22,7 +22,7 @@ from pathlib import Path
 
 from stability.errors import UsageError
 
-__all__ = ["check_outputs", "check_replaceable", "check_ours"]
+__all__ = ["check_outputs", "check_replaceable"]
 
 #: How each kind of report this package writes begins (matched on its first KiB).
 _SIGNATURES = {
@@ -56,7 +56,7 @@ def check_replaceable(path: Path, option: str = "report") -> None:
         raise UsageError(f"{option} {path}: is {_kind(mode)}, not a regular file; a report only ever replaces a regular file, choose a file path")
 
 
-def check_ours(path: Path, kind: str, option: str, shown: str) -> None:
+def _check_ours(path: Path, kind: str, option: str, shown: str) -> None:
     """Raise UsageError when `path` (a regular file or absent: `check_replaceable` first) is a
     non-empty file that is not a stability report of `kind` ("JSON", "JUnit" or "HTML"): a report
     replaces its own earlier self, never a file a user wrote."""
@@ -113,7 +113,7 @@ def check_outputs(*, json: str | None, junit: str | None, html: str | None, inpu
         resolved = target.resolve()
         if resolved in protected:
             raise UsageError(f"{option} {raw}: is the input spec {protected[resolved]}; a report must not overwrite a spec, choose another path")
-        check_ours(target, {"--json": "JSON", "--junit": "JUnit", "--html": "HTML"}[option], option, raw)
+        _check_ours(target, {"--json": "JSON", "--junit": "JUnit", "--html": "HTML"}[option], option, raw)
         if resolved in files:
             raise UsageError(f"{option} {raw}: is also the path of {files[resolved]}; give each report its own path")
         files[resolved] = option

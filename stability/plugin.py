@@ -19,10 +19,10 @@ import pytest
 from stability.engine import InvariantResult, RunOptions, run_spec
 from stability.errors import SpecError, StabilityError
 from stability.executor import Task, draws_from_the_spec_alone
-from stability.factory import SOURCE_ROOTS_ENV, source_roots
+from stability.factory import roots_environment, source_roots
 from stability.profiles import PROFILES, default_profile_name
 from stability.spec import Spec, load_spec
-from stability.worker import WorkerExecutor, default_threads
+from stability.worker import OUTPUT_LINES, WorkerExecutor, default_threads
 
 __all__ = ["SpecFile", "SpecItem"]
 
@@ -159,6 +159,7 @@ class SpecItem(pytest.Item):
     def __init__(self, *, spec: Spec, invariant: str, device: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.spec, self.invariant, self.device = spec, invariant, device
+        self.output = ""  # what a custom spec's code printed in its worker (shown with a failure)
 
     def runtest(self) -> None:
         if self.device == "cuda":
@@ -169,7 +170,6 @@ class SpecItem(pytest.Item):
         profile = self.config.getoption("--stability-profile") or default_profile_name()
         options = RunOptions(profile=profile, device=self.device, case_timeout=self.config.getoption("--stability-case-timeout"))
         roots = [str(p) for p in self.config.getini("stability_source_roots")]
-        self.output = ""
         if self.spec.family == "custom":  # the user's own code: in a worker process, as `stability check` runs it
             result = self._in_worker(options, roots)
         else:  # the harness's own families run no user code: here, without a process to start
@@ -187,10 +187,7 @@ class SpecItem(pytest.Item):
         its blocks do (exit, crash, hang, leak global state, patch the harness) stays there, the
         pytest session goes on, and the parent judges the cases again. What the spec's code printed
         is shown with a failure."""
-        env = dict(os.environ)
-        if roots:
-            env[SOURCE_ROOTS_ENV] = os.pathsep.join([*roots, *filter(None, [env.get(SOURCE_ROOTS_ENV)])])
-        (outcome,) = WorkerExecutor(jobs=1, threads=default_threads(), env=env).map([Task(self.spec, options, only=self.invariant)])
+        (outcome,) = WorkerExecutor(jobs=1, threads=default_threads(), env=roots_environment(roots)).map([Task(self.spec, options, only=self.invariant)])
         self.output = outcome.result.output
         if outcome.error is not None and not outcome.result.results:
             raise StabilityError(outcome.error)
@@ -198,8 +195,7 @@ class SpecItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         exc = excinfo.value
-        output = getattr(self, "output", "").rstrip()
-        shown = [f"output of the spec's code: | {line}" for line in output.splitlines()[-20:]] if output else []
+        shown = [f"output of the spec's code: | {line}" for line in self.output.rstrip().splitlines()[-OUTPUT_LINES:]]
         if isinstance(exc, _Unmet):
             r = exc.result
             lines = [r.message]

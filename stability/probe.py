@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -672,19 +672,26 @@ def _two_pass_count(numel: int, device: torch.device, dtype: torch.dtype) -> int
     return numel if numel >= _TWO_PASS_MIN and device.type == "cpu" and dtype.is_floating_point else 0
 
 
+def _boundary_values(values: list[float], counts: list[int]) -> Iterator[tuple[int, list[float]]]:
+    """(count, its values) per boundary of what `_moments` appended, counts as `_moments` returned:
+    (var, mean) where the count is 0, else (m, Σd, Σd²)."""
+    k = 0
+    for n in counts:
+        width = 2 if n == 0 else 3
+        yield n, values[k : k + width]
+        k += width
+
+
 def _combine(values: list[float], counts: list[int]) -> tuple[list[float], list[float]]:
     """Host-side (float64) variance and mean per boundary from what `_moments` appended."""
     var: list[float] = []
     mean: list[float] = []
-    k = 0
-    for n in counts:
+    for n, parts in _boundary_values(values, counts):
         if n == 0:
-            var.append(values[k])
-            mean.append(values[k + 1])
-            k += 2
+            var.append(parts[0])
+            mean.append(parts[1])
             continue
-        m, s, q = values[k : k + 3]
-        k += 3
+        m, s, q = parts
         ds = s / n
         if math.isfinite(ds):
             mean.append(m + ds)

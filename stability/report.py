@@ -22,6 +22,7 @@ from rich.table import Table
 
 from stability.engine import InvariantResult, SpecResult
 from stability.text import printable
+from stability.worker import OUTPUT_LINES
 
 __all__ = ["judged_count", "print_table", "print_failures", "to_json", "write_json", "write_junit", "write_atomic", "summary_line"]
 
@@ -97,10 +98,6 @@ def print_table(results: Iterable[SpecResult], console: Console) -> None:
                 escape(printable(r.case.varying(res.spec))) if r.case is not None else "",
             )
     console.print(table)
-
-
-#: Lines of a failing spec's captured output the terminal shows (the JSON report has all that was kept).
-OUTPUT_LINES = 20
 
 
 def print_failures(results: Iterable[SpecResult], console: Console) -> None:

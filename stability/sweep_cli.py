@@ -125,14 +125,9 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
     seeds = list(range(first, first + args.seeds))
     depth_range = _depth_range(args.depth_range) if args.depth_range else None
     if args.html:
-        from pathlib import Path
+        from stability.outputs import check_outputs
 
-        if Path(args.html).exists() and not Path(args.html).is_dir():
-            raise UsageError(f"--html {args.html}: is a file; give a folder (the report is written to FOLDER/index.html)")
-        from stability.outputs import check_ours, check_replaceable
-
-        check_replaceable(Path(args.html) / "index.html", "--html")
-        check_ours(Path(args.html) / "index.html", "HTML", "--html", args.html)
+        check_outputs(json=None, junit=None, html=args.html)  # the rules of `stability check --html`
     from stability.sweep import code_version, run_sweep
 
     version = code_version()

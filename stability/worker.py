@@ -64,6 +64,8 @@ TERM_GRACE_S = 0.2
 #: How much of a spec's own output the reports keep: its first and its last this many bytes.
 OUTPUT_HEAD = 4096
 OUTPUT_TAIL = 16384
+#: Lines of a failing spec's captured output the terminal and pytest show (JSON keeps all that was kept).
+OUTPUT_LINES = 20
 
 
 class _Output:
