@@ -72,7 +72,7 @@ hi = 1e30
 def network(family: str, depth: int, layer: str, *, device: str = "cpu") -> tuple[Any, torch.Tensor]:
     """(blocks, x) for one grid point, on `device`, seed 0."""
     from stability import build, make_input, parse_spec
-    from stability.case import corner_case
+    from stability.spec.case import corner_case
 
     spec = parse_spec(spec_text(family, layer))
     case = corner_case(spec, depth=depth, device=device)

@@ -35,8 +35,8 @@ class GradientArrival:
 
     def setup(self, spec: str) -> None:
         from stability import load_spec
-        from stability.case import corner_case
-        from stability.engine import evaluate
+        from stability.run.engine import evaluate
+        from stability.spec.case import corner_case
 
         _nets.threads()
         s = load_spec(Path(_nets.SPECS_DIR, f"{spec}.toml"))

@@ -37,12 +37,12 @@ class DepthBudget:
 
     def setup(self, which: str) -> None:
         try:
-            from stability.grid import Axis
-            from stability.store import Store
-            from stability.sweep import run_sweep
-            from stability.sweep_exec import SerialBackend
+            from stability.run.grid import Axis
+            from stability.run.store import Store
+            from stability.run.sweep import run_sweep
+            from stability.run.sweep_exec import SerialBackend
         except ImportError:  # a commit before `stability sweep`
-            raise NotImplementedError("no stability.sweep at this commit") from None
+            raise NotImplementedError("no stability.run.sweep at this commit") from None
         from stability import load_spec
 
         _nets.threads()

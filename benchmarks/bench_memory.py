@@ -1,5 +1,5 @@
 """Memory: the peak RSS of one probe (construction in setup, the peak reset after it) and the
-bytes autograd saves for the backward pass (`stability.memory.saved_activation_bytes`)."""
+bytes autograd saves for the backward pass (`stability.measure.memory.saved_activation_bytes`)."""
 
 from __future__ import annotations
 
@@ -37,9 +37,9 @@ class SavedActivations:
 
     def setup(self, family: str, depth: int, layer: str) -> None:
         try:
-            from stability.memory import saved_activation_bytes
-        except ImportError:  # commits before stability/memory.py existed
-            raise NotImplementedError("stability.memory.saved_activation_bytes is not in this commit") from None
+            from stability.measure.memory import saved_activation_bytes
+        except ImportError:  # commits before stability/measure/memory.py existed
+            raise NotImplementedError("stability.measure.memory.saved_activation_bytes is not in this commit") from None
         _nets.threads()
         self.count = saved_activation_bytes
         self.blocks, self.x = _nets.network(family, depth, layer)
@@ -55,14 +55,14 @@ class DeepCheckpointed:
     64, batch 256, `checkpoint_every=100`): the shape of the depth-10,000 target of
     `benchmarks/ratios.py` (d) at a fifth of the depth. Under glibc's default malloc settings the
     resident memory of this probe climbs ~0.4 MiB per block even though its live memory does not;
-    the harness's own allocator setting (stability/allocator.py) keeps it flat, and this benchmark
+    the harness's own allocator setting (stability/measure/allocator.py) keeps it flat, and this benchmark
     catches a change that loses it. Nothing in the environment is set: asv runs it as a user would."""
 
     timeout = 900
 
     def setup(self) -> None:
         from stability import build, load_spec, make_input
-        from stability.case import corner_case
+        from stability.spec.case import corner_case
 
         _nets.threads()
         spec = load_spec(_nets.SPECS_DIR / "preact_mlp.toml")

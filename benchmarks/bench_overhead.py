@@ -23,7 +23,7 @@ class Overhead:
 
         from benchmarks.ratios import _bare
         from benchmarks.ratios import network as build_network
-        from stability.probe import projection_vector
+        from stability.measure.probe import projection_vector
 
         _nets.threads()
         self.blocks, self.x = build_network(network)

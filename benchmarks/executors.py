@@ -23,11 +23,11 @@ from typing import Any
 
 import torch
 
-from stability.engine import RunOptions
-from stability.executor import Executor, InProcessExecutor, Task
-from stability.report import to_json
-from stability.spec import find_specs, load_spec
-from stability.worker import WorkerExecutor
+from stability.report.formats import to_json
+from stability.run.engine import RunOptions
+from stability.run.executor import Executor, InProcessExecutor, Task
+from stability.run.worker import WorkerExecutor
+from stability.spec.schema import find_specs, load_spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 

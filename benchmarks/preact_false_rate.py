@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from stability import load_spec
-from stability.case import Case
-from stability.engine import evaluate, judge
+from stability.run.engine import evaluate, judge
+from stability.spec.case import Case
 
 SPEC = Path(__file__).resolve().parent.parent / "specs" / "preact_mlp.toml"
 

@@ -37,9 +37,9 @@ def variants(blocks: Any, x: Any, r: Any) -> dict[str, Callable[[], None]]:
     import torch
 
     from benchmarks.ratios import _bare
-    from stability.probe import probe
+    from stability.measure.probe import probe
 
-    mod = sys.modules["stability.probe"]  # the module (stability.probe the attribute is the function)
+    mod = sys.modules["stability.measure.probe"]  # the module (stability.measure.probe the attribute is the function)
     orig = {"add": mod._Moments.add, "norms": mod._param_norms, "hook": torch.Tensor.register_hook, "large": mod._LargeParamNorms.__enter__}
 
     def run(*, moments: bool = True, norms: bool = True, hooks: bool = True) -> Callable[[], None]:
@@ -75,7 +75,7 @@ def parts(blocks: Any, x: Any, r: Any, reps: int) -> dict[str, float]:
 
     from benchmarks.ratios import _bare
 
-    mod = sys.modules["stability.probe"]
+    mod = sys.modules["stability.measure.probe"]
     clock = time.thread_time
     spent: dict[str, float] = {}
     saved: list[tuple[Any, str, Any]] = []
@@ -135,7 +135,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     from benchmarks.ratios import NETWORKS, network
-    from stability.probe import projection_vector
+    from stability.measure.probe import projection_vector
 
     torch.set_num_threads(1)
     by_part = bool(argv) and argv[0] == "--parts"

@@ -46,7 +46,7 @@ PY = sys.executable
 def _net(text: str, **case: Any) -> tuple[Any, Any, Any]:
     """(spec, blocks, x) from spec text and case overrides."""
     from stability import build, make_input, parse_spec
-    from stability.case import corner_case
+    from stability.spec.case import corner_case
 
     spec = parse_spec(text)
     c = corner_case(spec, **case)
@@ -110,14 +110,14 @@ def _bare(blocks: Any, x: Any, r: Any) -> Callable[[], None]:
 
 
 def _bare_freed(blocks: Any, x: Any, r: Any) -> Callable[[], None]:
-    """`_bare`, with each gradient of a parameter the probe hooks (stability.probe._HOOK_PARAM
+    """`_bare`, with each gradient of a parameter the probe hooks (stability.measure.probe._HOOK_PARAM
     elements or more) dropped as autograd produces it, as the probe does after taking its norm:
     the same memory traffic as the probe, none of its measurements. The probe against this is
     its overhead with the allocator's share taken out (a training step keeps its gradients, so
     `_bare` is the reference of the targets)."""
     import torch
 
-    from stability.probe import _HOOK_PARAM
+    from stability.measure.probe import _HOOK_PARAM
 
     params = [p for p in blocks.parameters() if p.requires_grad]
     big = [p for p in params if p.numel() >= _HOOK_PARAM]
@@ -251,7 +251,7 @@ def _overhead(name: str, reps: int) -> dict[str, float]:
     import torch
 
     from stability import probe
-    from stability.probe import projection_vector
+    from stability.measure.probe import projection_vector
 
     blocks, x = network(name)
     with torch.no_grad():
@@ -272,7 +272,7 @@ def section_a(reps: int) -> None:
     process's ratio by a few per cent. Then the same without glibc's page-fault churn (`NO_FAULTS`,
     information only), and the naive per-boundary approach beside it."""
 
-    from stability.probe import projection_vector
+    from stability.measure.probe import projection_vector
 
     print("(a) probe overhead", flush=True)
     clock = "process_time" if CLOCK is time.process_time else "perf_counter"
@@ -342,7 +342,7 @@ torch.set_num_threads({threads})
 from benchmarks.ratios import _net, _mlp_text, _bare
 from benchmarks._nets import reset_peak_rss
 from stability import probe
-from stability.probe import projection_vector
+from stability.measure.probe import projection_vector
 _, blocks, x = _net(_mlp_text(), depth=256, width=256, batch=64)
 r = projection_vector((64, 256), 0, dtype=x.dtype, device=x.device)
 bare = _bare(blocks, x, r)
@@ -357,7 +357,7 @@ print(json.dumps({{"before": before, "peak": peak}}))
 
 def section_c() -> None:
     from stability import probe
-    from stability.memory import counting_saved_bytes, saved_activation_bytes
+    from stability.measure.memory import counting_saved_bytes, saved_activation_bytes
 
     print("(c) memory", flush=True)
     for label, text, case in [
@@ -395,10 +395,12 @@ import json, os, resource, time, torch
 torch.set_num_threads({threads})
 malloc_env = sorted(k for k in os.environ if k.startswith("MALLOC_") or k == "LD_PRELOAD")
 from torch.utils.checkpoint import checkpoint
-from stability import load_spec, build, make_input, probe
-from stability.case import corner_case
-from stability.invariants import gradient_arrival
-from stability.memory import saved_activation_bytes
+from stability import load_spec, make_input
+from stability import build
+from stability import probe
+from stability.spec.case import corner_case
+from stability.judge.invariants import gradient_arrival
+from stability.measure.memory import saved_activation_bytes
 spec = load_spec("specs/preact_mlp.toml")
 case = corner_case(spec, depth={depth}, width=64, batch={batch}, weight_init="kaiming_normal", branch_init="default", dtype="float32")
 t0 = time.perf_counter(); net = build(spec, case); x = make_input(spec, case); t_build = time.perf_counter() - t0
@@ -407,7 +409,7 @@ if {saved}:
     out["saved_bytes"] = saved_activation_bytes(net.blocks, x, checkpoint_every={every})
 t0 = time.perf_counter()
 if {bare}:  # the same checkpointed forward + backward without the probe (same allocator setting)
-    from stability.allocator import tune_malloc
+    from stability.measure.allocator import tune_malloc
     tune_malloc()
     blocks = list(net.blocks)
     def run(h, a, b):
@@ -422,7 +424,7 @@ else:
     m = probe(net.blocks, x, checkpoint_every={every})
     ga = spec.expect.gradient_arrival
     v = gradient_arrival(m, lo=ga.lo, hi=ga.hi)
-    from stability.allocator import tune_malloc
+    from stability.measure.allocator import tune_malloc
     out.update(ratio=m.gradient_ratio, passed=v.passed, detail=v.detail, nonfinite=m.nonfinite_at,
                grad_norm_head=m.grad_norm[:3], malloc_tuned=tune_malloc())
     if {saved}:  # every number, to compare runs exactly
@@ -455,7 +457,7 @@ def section_d(batch: int) -> None:
         f"the same checkpointed fwd+bwd without the probe: {bare['peak_rss'] / gib:.2f} GiB",
         "≤ 4 GiB",
         deep["peak_rss"] <= 4 * gib and not deep["malloc_env"],
-        "stability/allocator.py: mallopt(M_MMAP_THRESHOLD, 65536) on glibc, so 64 KiB+ activations come from mmap and return on free",
+        "stability/measure/allocator.py: mallopt(M_MMAP_THRESHOLD, 65536) on glibc, so 64 KiB+ activations come from mmap and return on free",
     )
     _row(
         "(d) the same with glibc's defaults (STABILITY_MALLOC_TUNE=0), for reference",
@@ -482,9 +484,9 @@ def section_d(batch: int) -> None:
 
 def section_e(reps: int) -> None:
     from stability import build, load_spec, make_input, probe
-    from stability.batched import probe_seeds
-    from stability.build import derive_seed
-    from stability.case import corner_case
+    from stability.families.build import derive_seed
+    from stability.measure.batched import probe_seeds
+    from stability.spec.case import corner_case
 
     print("(e) many seeds", flush=True)
     for name, overrides, exact in [

@@ -17,7 +17,7 @@ Run (single-threaded, low priority: the machine is shared):
 Prints, per window of blocks, the seed mean of the per-block log-variance increment with its
 standard error, the share of networks already frozen (every coordinate of every sample ≤ 0), the
 mean increment of the networks not frozen, and the arithmetic and geometric mean profiles.
-`--harness` builds each network with `stability.build` (the spec's own builder) instead of the
+`--harness` builds each network with `stability.families.build` (the spec's own builder) instead of the
 vectorised draw of the same distribution, as a check that the two agree.
 """
 
@@ -60,10 +60,10 @@ def simulate(*, width: int, depth: int, seeds: int, batch: int, seed: int, chunk
 
 
 def harness(*, width: int, depth: int, seeds: int, batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same quantities with each network built by `stability.build` from the spec (float64)."""
+    """The same quantities with each network built by `stability.families.build` from the spec (float64)."""
     from stability import load_spec
-    from stability.build import build, make_input
-    from stability.case import Case
+    from stability.families.build import build, make_input
+    from stability.spec.case import Case
 
     spec = load_spec(SPEC)
     logs, frozen = [], []
@@ -104,7 +104,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=2048)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--harness", action="store_true", help="build each network with stability.build (slower)")
+    ap.add_argument("--harness", action="store_true", help="build each network with stability.families.build (slower)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -112,7 +112,7 @@ def main() -> None:
     logs, frozen = run(width=args.width, depth=args.depth, seeds=args.seeds, batch=args.batch, seed=args.seed)
     edges = [1, 2, 5, 9, 17, 33, 65, 129, 257, 385, 513]
     windows = [(a, min(b - 1, args.depth)) for a, b in zip(edges[:-1], edges[1:], strict=True) if a <= args.depth]
-    print(f"width {args.width}, batch {args.batch}, depth {args.depth}, {args.seeds} networks ({'stability.build' if args.harness else 'vectorised draw'})")
+    print(f"width {args.width}, batch {args.batch}, depth {args.depth}, {args.seeds} networks ({'stability.families.build' if args.harness else 'vectorised draw'})")
     report(logs, frozen, windows=windows)
     print(f"wall {time.perf_counter() - t0:.1f} s, CPU {time.process_time() - c0:.1f} s")
 

@@ -10,11 +10,11 @@ import argparse
 import json
 from pathlib import Path
 
-from stability.grid import parse_axis
-from stability.spec import load_spec
-from stability.store import Store
-from stability.sweep import run_sweep
-from stability.sweep_exec import DaskBackend, SerialBackend
+from stability.run.grid import parse_axis
+from stability.run.store import Store
+from stability.run.sweep import run_sweep
+from stability.run.sweep_exec import DaskBackend, SerialBackend
+from stability.spec.schema import load_spec
 
 
 def main() -> None:

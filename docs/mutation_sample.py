@@ -46,7 +46,7 @@ def sample(names: list[str], *, size: int = SIZE, seed: int = SEED) -> list[str]
 
 
 def module(name: str) -> str:
-    """stability.probe.x_probe__mutmut_3 → stability/probe.py"""
+    """stability.measure.probe.x_probe__mutmut_3 → stability/measure/probe.py"""
     return name.split(".x")[0].replace(".", "/") + ".py"
 
 

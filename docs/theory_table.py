@@ -21,10 +21,10 @@ import numpy as np
 import torch
 
 from stability import RunOptions, build, classify_growth, load_spec, make_input, parse_spec, probe, run_spec
-from stability.case import corner_case
-from stability.memory import saved_activation_bytes
-from stability.probe import Measurements, projection_vector
-from stability.spec import Spec
+from stability.measure.memory import saved_activation_bytes
+from stability.measure.probe import Measurements, projection_vector
+from stability.spec.case import corner_case
+from stability.spec.schema import Spec
 
 ROOT = Path(__file__).resolve().parent.parent
 EPS = float(np.finfo(np.float64).eps)
@@ -415,7 +415,7 @@ def _relu_stack(depth: int, width: int, *, orthogonal: bool, seed: int) -> torch
 
 
 def _linear_residual(depth: int, width: int, alpha: float, *, seed: int, orthogonal: bool) -> list[torch.nn.Module]:
-    from stability.blocks import PreActBlock
+    from stability.families.blocks import PreActBlock
 
     gen = torch.Generator().manual_seed(seed)
     out: list[torch.nn.Module] = []
@@ -435,12 +435,12 @@ def theory_rows() -> Iterator[tuple[str, ...]]:
     """Facts 10-13: the mean-field oracle, the Jacobian spectrum, path lengths and lesions."""
     import itertools
 
-    from stability import meanfield as mf
-    from stability.build import derive_seed
-    from stability.jacobian import hutchinson_mean_sq, jacobian_spectrum, jacobian_svdvals
-    from stability.lesion import lesion_changes
-    from stability.paths import binomial_shares, path_gradient_components, path_length_shares
-    from stability.theory_checks import predict
+    from stability.families.build import derive_seed
+    from stability.judge import meanfield as mf
+    from stability.judge.theory_checks import predict
+    from stability.measure.jacobian import hutchinson_mean_sq, jacobian_spectrum, jacobian_svdvals
+    from stability.measure.lesion import lesion_changes
+    from stability.measure.paths import binomial_shares, path_gradient_components, path_length_shares
 
     # ---- fact 10: mean field (Poole et al. 2016; Schoenholz et al. 2017)
     m = mf.mean_field("relu", sigma_w2=2.0)
@@ -641,7 +641,7 @@ def main() -> int:
     out.write("ratio would need several hundred seeds; the test checks the per-layer conditional mean, which is\n")
     out.write("exactly gain²/2 for every layer, pooled over 6 seeds × 50 layers.\n\n")
     out.write("Notes on facts 10-13. Mean field (10): χ_l = σ_w² E[φ′(√q_l z)²] along the stack by quadrature\n")
-    out.write("(`stability.meanfield`); the measured per-block log factor of ‖∂L/∂x‖² has, to first order in 1/n,\n")
+    out.write("(`stability.judge.meanfield`); the measured per-block log factor of ‖∂L/∂x‖² has, to first order in 1/n,\n")
     out.write("variance v_l = (3κ_l − 1)/n (κ = E[φ′⁴]/E[φ′²]²; 5/n for ReLU, Hanin 2018) and mean ln χ_l − v_l/2,\n")
     out.write("so z should have mean 0 and variance 1; at width 16 the ReLU variance is 1.45 (O(1/n²) terms), and for\n")
     out.write("tanh off the fixed point (kaiming, σ_w² = 25/9) it is 1.14 at widths 64 and 256 (100 seeds): the\n")

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import torch
 
-from stability.build import build, make_input
-from stability.case import corner_case
-from stability.probe import BoundaryObserver, probe
-from stability.spec import load_spec
-from stability.token_invariants import AttentionEntropyObserver, RankCollapseObserver, TokenShapeObserver
+from stability.families.build import build, make_input
+from stability.judge.token_invariants import AttentionEntropyObserver, RankCollapseObserver, TokenShapeObserver
+from stability.measure.probe import BoundaryObserver, probe
+from stability.spec.case import corner_case
+from stability.spec.schema import load_spec
 
 CONFIGS: dict[str, Callable[[], list[BoundaryObserver]]] = {
     "off": lambda: [],

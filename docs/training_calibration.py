@@ -17,9 +17,9 @@ import time
 
 import torch
 
-from stability.case import corner_case
-from stability.spec import TRAINING_INVARIANTS, load_spec
-from stability.train_invariants import evaluate
+from stability.judge.train_invariants import evaluate
+from stability.spec.case import corner_case
+from stability.spec.schema import TRAINING_INVARIANTS, load_spec
 
 
 def main() -> None:

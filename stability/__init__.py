@@ -5,21 +5,22 @@ spec (`load_spec`) → case (`Case`, `strategies.cases`) → network (`build`) �
 (`probe`) → verdicts (`gradient_arrival`, `variance_growth`, `identity_at_init`) → report.
 """
 
-from stability import meanfield, strategies
-from stability.adapters import Stack
-from stability.batched import probe_seeds
-from stability.build import Network, build, make_input
-from stability.case import Case, parse_case_string
-from stability.channels import ChannelStats
-from stability.engine import CaseRecord, InvariantResult, RunOptions, SpecResult, evaluate, run_spec
 from stability.errors import CaseError, SpecError, StabilityError, UsageError
-from stability.growth import classify_ensemble
-from stability.invariants import Verdict, classify_growth, gradient_arrival, identity_at_init, mean_shift, variance_growth
-from stability.jacobian import JacobianSpectrum, jacobian_spectrum, jacobian_svdvals
-from stability.lesion import lesion_changes
-from stability.paths import path_length_shares
-from stability.probe import Measurements, probe
-from stability.spec import Spec, find_specs, load_spec, parse_spec
+from stability.families.adapters import Stack
+from stability.families.build import Network, build, make_input
+from stability.judge import meanfield
+from stability.judge.growth import classify_ensemble
+from stability.judge.invariants import Verdict, classify_growth, gradient_arrival, identity_at_init, mean_shift, variance_growth
+from stability.measure.batched import probe_seeds
+from stability.measure.channels import ChannelStats
+from stability.measure.jacobian import JacobianSpectrum, jacobian_spectrum, jacobian_svdvals
+from stability.measure.lesion import lesion_changes
+from stability.measure.paths import path_length_shares
+from stability.measure.probe import Measurements, probe
+from stability.run import strategies
+from stability.run.engine import CaseRecord, InvariantResult, RunOptions, SpecResult, evaluate, run_spec
+from stability.spec.case import Case, parse_case_string
+from stability.spec.schema import Spec, find_specs, load_spec, parse_spec
 
 __version__ = "0.1.0"
 

@@ -16,8 +16,8 @@ from typing import Literal
 import torch
 from torch import nn
 
-from stability.invariants import Verdict, gradient_arrival, identity_at_init, variance_growth
-from stability.probe import Measurements, probe
+from stability.judge.invariants import Verdict, gradient_arrival, identity_at_init, variance_growth
+from stability.measure.probe import Measurements, probe
 
 __all__ = ["assert_gradient_arrives", "assert_variance_growth", "assert_identity_at_init", "StabilityAssertionError"]
 

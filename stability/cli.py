@@ -4,7 +4,7 @@ Exit codes: 0 at least one expectation judged and every one met; 1 some expectat
 CI gate); 2 bad spec, bad usage, an unreadable input or a spec that could not run (a broken
 factory, a crashed worker), reported after every other spec has run (one line on stderr each,
 never a traceback); 5 nothing was judged (pytest's "no tests ran"); 130 interrupted (after the
-partial summary). `check` runs every spec in its own worker process (`stability.worker`).
+partial summary). `check` runs every spec in its own worker process (`stability.run.worker`).
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from rich.console import Console
 
 from stability.errors import SpecError, StabilityError, UsageError
-from stability.spec import INVARIANTS
-from stability.text import printable
+from stability.report.text import printable
+from stability.spec.schema import INVARIANTS
 
 if TYPE_CHECKING:
-    from stability.engine import SpecResult
-    from stability.spec import Spec
+    from stability.run.engine import SpecResult
+    from stability.spec.schema import Spec
 
 __all__ = ["main"]
 
@@ -120,7 +120,7 @@ def _load_all(paths: list[str]) -> list[Spec]:
 def _load_each(paths: list[str]) -> tuple[list[Spec], list[SpecError]]:
     """Every spec that loads, and one SpecError per file that does not. Two specs with one name
     are refused outright (UsageError-like SpecError, nothing runs): the reports key on names."""
-    from stability.spec import find_specs, load_spec
+    from stability.spec.schema import find_specs, load_spec
 
     files = find_specs(list(_default_paths(paths)))
     if not files:
@@ -181,9 +181,9 @@ def _validate(args: argparse.Namespace, specs: list[Spec], devices: list[str]) -
     replayed case, the report paths. Returns the memory budget."""
     import torch
 
-    from stability.case import parse_case_string
-    from stability.guard import memory_budget, parse_size
-    from stability.outputs import check_outputs
+    from stability.report.outputs import check_outputs
+    from stability.run.guard import memory_budget, parse_size
+    from stability.spec.case import parse_case_string
 
     budget = None
     if args.memory_budget is not None:
@@ -218,16 +218,16 @@ def _stdout_gone() -> None:
 
 def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     if not args.in_process:
-        from stability.processes import start_server
+        from stability.run.processes import start_server
 
         start_server()  # the server imports torch while this process loads and validates the specs
     import torch
 
-    from stability.engine import RunOptions
-    from stability.executor import InProcessExecutor, Outcome, Task
-    from stability.factory import roots_environment, source_roots
-    from stability.report import judged_count, write_json, write_junit
-    from stability.worker import WorkerExecutor, deep_stack, default_threads
+    from stability.families.factory import roots_environment, source_roots
+    from stability.report.formats import judged_count, write_json, write_junit
+    from stability.run.engine import RunOptions
+    from stability.run.executor import InProcessExecutor, Outcome, Task
+    from stability.run.worker import WorkerExecutor, deep_stack, default_threads
 
     specs, load_errors = _load_each(args.paths)
     for exc in load_errors:
@@ -259,7 +259,7 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
             tasks.append(Task(spec, options, args.case, args.only))
     if args.in_process:
         torch.set_num_threads(threads)  # this process is the worker
-        deep_stack()  # and frees the probes' graphs: the stack a worker gets (stability/worker.py)
+        deep_stack()  # and frees the probes' graphs: the stack a worker gets (stability/run/worker.py)
         executor: Any = InProcessExecutor()
     else:
         executor = WorkerExecutor(jobs=args.jobs, threads=threads, env=roots_environment(roots), capture=not args.no_capture)
@@ -267,9 +267,9 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     done: dict[int, Outcome] = {}
     order = {id(t): i for i, t in enumerate(tasks)}
     interrupted = False
-    from stability.render import Renderer
+    from stability.report.render import Renderer
 
-    renderer = Renderer() if args.html else None  # plots drawn in the background as each spec finishes (stability/render.py)
+    renderer = Renderer() if args.html else None  # plots drawn in the background as each spec finishes (stability/report/render.py)
     show_progress = console.is_terminal and not os.environ.get("CI") and not args.quiet
     try:
         from rich.progress import Progress
@@ -304,7 +304,7 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     if args.junit:
         write_junit(args.junit, results, seconds=seconds, load_errors=[(e.file, str(e)) for e in load_errors])
     if args.html:
-        from stability.html import write_html
+        from stability.report.html import write_html
 
         with renderer or Renderer() as plots:
             write_html(args.html, results, seconds=seconds, pngs=plots.pngs)
@@ -332,7 +332,7 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
 def _factories_allowed(specs: list[Spec], roots: list[str]) -> tuple[list[Spec], list[SpecError]]:
     """Custom specs whose factory is found under the factory rule (by path, importing nothing),
     and one SpecError, printed now, for each spec whose factory is refused: it does not run."""
-    from stability.factory import locate_factory, source_roots
+    from stability.families.factory import locate_factory, source_roots
 
     allowed: list[Spec] = []
     refused: list[SpecError] = []
@@ -351,7 +351,7 @@ def _factories_allowed(specs: list[Spec], roots: list[str]) -> tuple[list[Spec],
 def _terminal(results: list[SpecResult], console: Console, seconds: float, *, table: bool, interrupted: bool) -> None:
     """The table, the failures and the summary line. A closed stdout (`| head -1`, `| true`) only
     silences the rest of the output: it changes neither the reports nor the exit code."""
-    from stability.report import print_failures, print_table, summary_line
+    from stability.report.formats import print_failures, print_table, summary_line
 
     try:
         if table and results:
@@ -367,7 +367,7 @@ def _list(args: argparse.Namespace, console: Console) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from stability.spec import FAMILIES, describe_family
+    from stability.spec.schema import FAMILIES, describe_family
 
     specs = _load_all(args.paths)
     t = Table(header_style="bold")
@@ -387,14 +387,14 @@ def _list(args: argparse.Namespace, console: Console) -> int:
 
 
 def _explain(args: argparse.Namespace, console: Console) -> int:
-    from stability.explain import explain_text
+    from stability.report.explain import explain_text
 
     console.print(explain_text(args.invariant), highlight=False, markup=False)
     return EXIT_OK
 
 
 def _schema() -> int:
-    from stability.spec import spec_schema
+    from stability.spec.schema import spec_schema
 
     print(json.dumps(spec_schema(), indent=2))
     return EXIT_OK

@@ -3,7 +3,7 @@
 Each (spec, invariant) pair is one item, e.g. `specs/preact_mlp.toml::gradient_arrival`; with
 `--stability-device all` the device is appended (`…::gradient_arrival[cuda]`). A spec that fails
 validation is one failed item showing the loader's one-line error. The plugin only wires: the
-work happens in `stability.engine`.
+work happens in `stability.run.engine`.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from stability.engine import InvariantResult, RunOptions, run_spec
 from stability.errors import SpecError, StabilityError
-from stability.executor import Task, draws_from_the_spec_alone
-from stability.factory import roots_environment, source_roots
-from stability.profiles import PROFILES, default_profile_name
-from stability.spec import Spec, load_spec
-from stability.worker import OUTPUT_LINES, WorkerExecutor, default_threads
+from stability.families.factory import roots_environment, source_roots
+from stability.run.engine import InvariantResult, RunOptions, run_spec
+from stability.run.executor import Task, draws_from_the_spec_alone
+from stability.run.profiles import PROFILES, default_profile_name
+from stability.run.worker import OUTPUT_LINES, WorkerExecutor, default_threads
+from stability.spec.schema import Spec, load_spec
 
 __all__ = ["SpecFile", "SpecItem"]
 
@@ -183,7 +183,7 @@ class SpecItem(pytest.Item):
             raise _Unmet(result)
 
     def _in_worker(self, options: RunOptions, roots: list[str]) -> InvariantResult:
-        """Run the item's spec in a worker process (stability/worker.py): whatever the factory or
+        """Run the item's spec in a worker process (stability/run/worker.py): whatever the factory or
         its blocks do (exit, crash, hang, leak global state, patch the harness) stays there, the
         pytest session goes on, and the parent judges the cases again. What the spec's code printed
         is shown with a failure."""

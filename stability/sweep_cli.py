@@ -18,7 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from stability.errors import UsageError
-from stability.store import DEFAULT_DB, Budget, Store, budget_text
+from stability.run.store import DEFAULT_DB, Budget, Store, budget_text
 
 __all__ = ["sweep_command", "print_budgets"]
 
@@ -67,7 +67,7 @@ def _depth_range(text: str) -> tuple[int, int]:
 
 
 def _backend(args: argparse.Namespace) -> Any:
-    from stability.sweep_exec import SerialBackend
+    from stability.run.sweep_exec import SerialBackend
 
     if args.device == "cuda" and not args.scheduler:
         import torch
@@ -81,7 +81,7 @@ def _backend(args: argparse.Namespace) -> Any:
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers {args.workers}: give at least 1, or --serial")
     try:
-        from stability.sweep_exec import DaskBackend
+        from stability.run.sweep_exec import DaskBackend
 
         return DaskBackend(scheduler=args.scheduler, n_workers=args.workers, gpu=args.device == "cuda")
     except ImportError:
@@ -91,7 +91,7 @@ def _backend(args: argparse.Namespace) -> Any:
 
 
 def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv: list[str]) -> int:
-    from stability.spec import load_spec
+    from stability.spec.schema import load_spec
 
     db = args.db or DEFAULT_DB
     if args.compare:
@@ -113,7 +113,7 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
             args.resumed_id = last[0]
     if not args.spec:
         raise UsageError("stability sweep: give a spec file, e.g. stability sweep specs/plain_mlp.toml --over depth=log:2:1024:10")
-    from stability.grid import parse_axis
+    from stability.run.grid import parse_axis
 
     axes = [parse_axis(text) for text in args.over]
     spec = load_spec(args.spec)
@@ -125,10 +125,10 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
     seeds = list(range(first, first + args.seeds))
     depth_range = _depth_range(args.depth_range) if args.depth_range else None
     if args.html:
-        from stability.outputs import check_outputs
+        from stability.report.outputs import check_outputs
 
         check_outputs(json=None, junit=None, html=args.html)  # the rules of `stability check --html`
-    from stability.sweep import code_version, run_sweep
+    from stability.run.sweep import code_version, run_sweep
 
     version = code_version()
     Store(db).close()  # a bad --db is reported before a cluster starts
@@ -155,7 +155,7 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
         highlight=False,
     )
     if args.html:
-        from stability.sweep_report import write_sweep_html
+        from stability.report.sweep_report import write_sweep_html
 
         path = write_sweep_html(args.html, result)
         console.print(f"report: {path}", highlight=False)
@@ -207,7 +207,7 @@ def print_budgets(budgets: list[Budget], console: Console) -> None:
 
 
 def _compare(store: Store, revs: list[str], console: Console) -> int:
-    from stability.sweep import compare
+    from stability.run.sweep import compare
 
     va, vb, moved = compare(store, revs[0], revs[1])
     console.print(f"budgets under {va} → {vb}", highlight=False)

@@ -117,7 +117,7 @@ class Shrink(nn.Module):
 
 def patch_judge(depth, width):
     """Replaces the invariant in its worker with one that always passes, on a stack whose gradient vanishes."""
-    import stability.invariants as invariants
+    import stability.judge.invariants as invariants
 
     invariants.gradient_arrival = lambda m, lo=0.1, hi=10.0: invariants.Verdict("gradient_arrival", True, 1.0, "[lo, hi]", None, "fine")
     return nn.Sequential(*[Shrink() for _ in range(depth)])

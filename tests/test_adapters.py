@@ -1,4 +1,4 @@
-"""Library blocks as they are (stability/adapters.py): containers, call kwargs, tuple and
+"""Library blocks as they are (stability/families/adapters.py): containers, call kwargs, tuple and
 ModelOutput results, and the mode split between batch-statistics norms and dropout. Every number
 is checked against a closed form: blocks that multiply by known constants."""
 
@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from stability import Stack, probe
-from stability.adapters import find_blocks, hidden_state, set_modes
 from stability.errors import BlockError
+from stability.families.adapters import find_blocks, hidden_state, set_modes
 
 
 class Mul(nn.Module):

@@ -1,4 +1,4 @@
-"""stability/allocator.py: glibc's mmap threshold, set by the harness where it is safe."""
+"""stability/measure/allocator.py: glibc's mmap threshold, set by the harness where it is safe."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from stability.allocator import tune_malloc
+from stability.measure.allocator import tune_malloc
 
 ROOT = Path(__file__).resolve().parent.parent
 GLIBC = sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION") is not None if hasattr(os, "confstr") else False
 
 _CHILD = """
 import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("allocator", "stability/allocator.py")  # the module alone: no torch import
+spec = importlib.util.spec_from_file_location("allocator", "stability/measure/allocator.py")  # the module alone: no torch import
 allocator = importlib.util.module_from_spec(spec); spec.loader.exec_module(allocator)
 tune_malloc = allocator.tune_malloc
 first = tune_malloc()
@@ -49,8 +49,10 @@ def test_this_process_gets_a_stable_answer() -> None:
 _DEEP = """
 import json, resource, torch
 torch.set_num_threads(1)
-from stability import build, load_spec, make_input, probe
-from stability.case import corner_case
+from stability import load_spec, make_input
+from stability import build
+from stability import probe
+from stability.spec.case import corner_case
 spec = load_spec("specs/preact_mlp.toml")
 case = corner_case(spec, depth={depth}, width=64, batch=256, weight_init="kaiming_normal", branch_init="default", dtype="float32")
 net = build(spec, case); x = make_input(spec, case)

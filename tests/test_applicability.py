@@ -1,4 +1,4 @@
-"""Applicability stated, not guessed (stability/applicability.py): `applies_when` validation, the
+"""Applicability stated, not guessed (stability/spec/applicability.py): `applies_when` validation, the
 search drawing only applicable cases, and a replayed case outside shown as "not applicable" in
 the terminal, JSON, JUnit and HTML, never as a pass."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from stability.applicability import narrow_for, not_applicable_reason
-from stability.case import parse_case_string
 from stability.errors import SpecError
-from stability.spec import parse_spec
+from stability.spec.applicability import narrow_for, not_applicable_reason
+from stability.spec.case import parse_case_string
+from stability.spec.schema import parse_spec
 
 Cli = Callable[..., tuple[int, str, str]]
 

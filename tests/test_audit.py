@@ -1,4 +1,4 @@
-"""stability/audit.py: the parent judges again every case a worker judged, and a reported outcome
+"""stability/run/audit.py: the parent judges again every case a worker judged, and a reported outcome
 that the measurements contradict becomes an error naming the case."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from stability import RunOptions, parse_spec, run_spec
-from stability.audit import rejudge
-from stability.engine import SpecResult
+from stability.run.audit import rejudge
+from stability.run.engine import SpecResult
 
 SPEC = """
 name = "audited"

@@ -1,4 +1,4 @@
-"""`probe_seeds` (stability/batched.py) against the per-seed `probe` and against closed forms.
+"""`probe_seeds` (stability/measure/batched.py) against the per-seed `probe` and against closed forms.
 
 Tolerance, and why it is not zero. `probe_seeds` runs the S networks under `torch.func.vmap`, so
 the kernels differ from the ones `probe` runs: a `Linear` becomes a batched matmul (bmm) instead
@@ -33,10 +33,10 @@ import torch
 from torch import nn
 
 from stability import load_spec, probe
-from stability.batched import probe_seeds
-from stability.build import build, derive_seed, make_input
-from stability.case import corner_case
-from stability.probe import Measurements
+from stability.families.build import build, derive_seed, make_input
+from stability.measure.batched import probe_seeds
+from stability.measure.probe import Measurements
+from stability.spec.case import corner_case
 
 SPECS = sorted((Path(__file__).resolve().parent.parent / "specs").glob("*.toml"))
 FLOAT32_SPECS = ["plain_mlp", "preact_mlp", "postnorm_mlp", "highway_mlp"]
@@ -51,7 +51,7 @@ def _cases(path: Path, dtype: str, n: int = 3, depth: int = 8):  # noqa: ANN202
 
 
 def _inputs(spec, cases):  # noqa: ANN001, ANN202
-    """(networks, inputs, loss seeds) as `stability.engine.evaluate` would probe them."""
+    """(networks, inputs, loss seeds) as `stability.run.engine.evaluate` would probe them."""
     nets, xs = [], []
     for case in cases:
         net = build(spec, case)
@@ -191,7 +191,7 @@ def test_a_tied_stack_is_refused_and_the_ensemble_measures_it_one_network_at_a_t
     x = torch.randn(3, 5, dtype=torch.float64)
     with pytest.raises(ValueError, match="share a parameter or buffer"):
         probe_seeds([net(1), net(2)], [x, x])
-    from stability.ensemble import _probe_members
+    from stability.measure.ensemble import _probe_members
 
     spec = load_spec(SPECS[0].parent / "plain_mlp.toml")
     nets = {s: net(s) for s in (11, 12)}
@@ -200,7 +200,7 @@ def test_a_tied_stack_is_refused_and_the_ensemble_measures_it_one_network_at_a_t
         def __init__(self, blocks: nn.Module) -> None:
             self.blocks, self.stem, self.call_kwargs = blocks, None, None
 
-    monkeypatch.setattr("stability.ensemble._built", lambda spec, case, seeds: [(_Net(nets[s]), x) for s in seeds])
+    monkeypatch.setattr("stability.measure.ensemble._built", lambda spec, case, seeds: [(_Net(nets[s]), x) for s in seeds])
     found, vectorised = _probe_members(spec, corner_case(spec), [11, 12])
     assert not vectorised  # refused by probe_seeds, measured by probe
     for m, s in zip(found, (11, 12), strict=True):

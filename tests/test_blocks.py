@@ -1,4 +1,4 @@
-"""The block modules (stability/blocks.py) against their formulas, one module at a time, on
+"""The block modules (stability/families/blocks.py) against their formulas, one module at a time, on
 inputs where every term of the formula shows (no symmetric input hides a wrong axis)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from stability.blocks import ChannelRMSNorm, ChannelsLast, DenseLayer, HighwayBlock, PlainBlock, PostNormBlock, PreActBlock, Scale, Transition
+from stability.families.blocks import ChannelRMSNorm, ChannelsLast, DenseLayer, HighwayBlock, PlainBlock, PostNormBlock, PreActBlock, Scale, Transition
 
 
 def _x(*shape: int) -> torch.Tensor:

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from stability import parse_spec, probe
-from stability.build import build, channel_counts, make_input
-from stability.case import corner_case
+from stability.families.build import build, channel_counts, make_input
+from stability.spec.case import corner_case
 
 
 def spec_text(family: str, layer: str = "linear", block: str = "", space: str = "") -> str:

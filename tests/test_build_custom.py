@@ -1,5 +1,5 @@
 """The builder's custom-factory path and the dense family's corners, in process
-(stability/build.py): what each kind of factory return becomes, the exact error for each bad one,
+(stability/families/build.py): what each kind of factory return becomes, the exact error for each bad one,
 and a dense stack of token inputs or with zero branches. Written from the mutation check
 (docs/mutation.md)."""
 
@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from stability import Case, parse_spec
-from stability.build import build, make_input
 from stability.errors import CaseError, SpecError
-from stability.spec import Spec
+from stability.families.build import build, make_input
+from stability.spec.schema import Spec
 
 MODULE = "stability_build_custom_factories"
 FACTORIES = """
@@ -270,7 +270,7 @@ def test_linear_rms_norm_uses_eps_one_millionth() -> None:
 
 def test_dense_transitions_are_one_by_one_and_never_after_the_last_layer() -> None:
     spec = _family("dense", 'layer = "conv2d"\nactivation = "relu"\ngrowth = 2\ntransition_every = 2\ncompression = 0.5', "spatial = 4")
-    from stability.build import channel_counts
+    from stability.families.build import channel_counts
 
     case = _case(4, spatial=4)
     assert channel_counts(spec, case) == [4, 6, 4, 6, 8]  # 4+2=6 → 8 → ⌊0.5·8⌋ = 4 → 6 → 8: no transition after layer 4

@@ -1,4 +1,4 @@
-"""The projection skip's prescribed spectrum (stability/build.py, `_spectrum_projection`): its
+"""The projection skip's prescribed spectrum (stability/families/build.py, `_spectrum_projection`): its
 singular values are the geometric sequence from s_max to s_min to float64 precision, and a
 one-channel projection is s_min itself. Written from the surviving mutants of the mutation check
 (docs/mutation.md)."""
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import torch
 
-from stability.build import _spectrum_projection
+from stability.families.build import _spectrum_projection
 
 
 def _spec(s_min: float, s_max: float) -> SimpleNamespace:

@@ -1,4 +1,4 @@
-"""Channel statistics (stability/channels.py) and the `mean_shift` invariant, against closed forms:
+"""Channel statistics (stability/measure/channels.py) and the `mean_shift` invariant, against closed forms:
 inputs built with known per-channel means and variances, the law of total variance against the
 probe's whole-tensor variance, timm's definitions, and a ReLU of a standard normal."""
 
@@ -12,9 +12,9 @@ import torch
 from torch import nn
 
 from stability import Case, build, load_spec, make_input, parse_spec, probe
-from stability.channels import ChannelStats, channel_moments, mean_shift_ratio
-from stability.engine import run_spec
-from stability.invariants import mean_shift
+from stability.judge.invariants import mean_shift
+from stability.measure.channels import ChannelStats, channel_moments, mean_shift_ratio
+from stability.run.engine import run_spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from stability.case import parse_case_string
-from stability.engine import evaluate
-from stability.probe import Measurements
-from stability.spec import parse_spec
+from stability.measure.probe import Measurements
+from stability.run.engine import evaluate
+from stability.spec.case import parse_case_string
+from stability.spec.schema import parse_spec
 
 SPECS_DIR = Path(__file__).resolve().parent.parent / "specs"
 

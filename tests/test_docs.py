@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from stability.cli import main
-from stability.spec import (
+from stability.spec.schema import (
     AttentionEntropy,
     Block,
     Expect,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from stability import RunOptions, parse_spec, run_spec
-from stability.case import parse_case_string
+from stability.spec.case import parse_case_string
 
 HIGHWAY_CLAIM = """
 name = "highway-open-claim"

@@ -1,4 +1,4 @@
-"""The engine's small decisions, one at a time (stability/engine.py): how close a passing verdict
+"""The engine's small decisions, one at a time (stability/run/engine.py): how close a passing verdict
 came to its bound (which case is reported), what the search steers towards in `thorough`, the
 exact messages, and a replayed case that could not be measured. Written from the mutation check
 (docs/mutation.md): each assertion pins a value a plausible slip changes."""
@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from stability import engine, parse_spec
-from stability.case import Case
-from stability.engine import CaseRecord
-from stability.invariants import Verdict
-from stability.probe import Measurements
+from stability import parse_spec
+from stability.judge.invariants import Verdict
+from stability.measure.probe import Measurements
+from stability.run import engine
+from stability.run.engine import CaseRecord
+from stability.spec.case import Case
 
 SPEC = parse_spec(
     'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = [1, 8]\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\nlo = 0.1\nhi = 10.0\n[expect.variance_growth]\n', file="specs/e.toml"

@@ -1,4 +1,4 @@
-"""`evaluate`, `judge`, `_apply` and `run_spec` in the engine (stability/engine.py): what each kind
+"""`evaluate`, `judge`, `_apply` and `run_spec` in the engine (stability/run/engine.py): what each kind
 of failure on a case becomes, the seconds it took, the random streams the probe and the theory
 measurements use, and what a search reports. Written from the mutation check (docs/mutation.md)."""
 
@@ -13,14 +13,15 @@ import pytest
 import torch
 from hypothesis import settings
 
-from stability import engine, parse_spec
-from stability.build import build, derive_seed, make_input
-from stability.case import Case
-from stability.engine import CaseRecord, RunOptions, evaluate, judge, run_spec
+from stability import parse_spec
 from stability.errors import BlockError, CaseError
-from stability.jacobian import jacobian_spectrum
-from stability.probe import Measurements, probe
-from stability.spec import Spec
+from stability.families.build import build, derive_seed, make_input
+from stability.measure.jacobian import jacobian_spectrum
+from stability.measure.probe import Measurements, probe
+from stability.run import engine
+from stability.run.engine import CaseRecord, RunOptions, evaluate, judge, run_spec
+from stability.spec.case import Case
+from stability.spec.schema import Spec
 
 CASE = Case(3, 4, 2, None, None, "default", "default", "float64", "cpu", 11)
 
@@ -179,7 +180,7 @@ def test_the_depth_bisection_keeps_the_failing_depth_itself() -> None:
 
 
 def test_mean_shift_is_judged_at_the_specs_bound() -> None:
-    from stability.channels import ChannelProfile
+    from stability.measure.channels import ChannelProfile
 
     prof = ChannelProfile([1.0, 1.4], [1.0, 1.0], [0.0, 0.0], [2, 2])  # ρ = M/V − 1 = 0.4 at the output
     m = Measurements([1.0, 1.0], [1.0, 1.0], [1.0, 1.0], {}, None, None, None, extra={"channels": prof})

@@ -1,4 +1,4 @@
-"""`_apply`, `evaluate` and `run_spec` in the engine (stability/engine.py) beyond
+"""`_apply`, `evaluate` and `run_spec` in the engine (stability/run/engine.py) beyond
 tests/test_engine_evaluate.py: every key of an invariant's table reaches its judge, the seconds a
 failed case took, the stem, the ensembles a spec asks for (and only those), the checkpointing and
 time limit a case runs under, and what `run_spec` returns and calls back. Written from the
@@ -14,16 +14,17 @@ from typing import Any
 import pytest
 import torch
 
-from stability import engine, parse_spec
-from stability import invariants as inv
-from stability import theory_checks as theory
-from stability.build import make_input
-from stability.case import Case
-from stability.engine import CaseRecord, RunOptions, evaluate, run_spec
+from stability import parse_spec
 from stability.errors import BlockError, CaseError
-from stability.invariants import Verdict
-from stability.probe import Measurements, probe
-from stability.spec import Spec
+from stability.families.build import make_input
+from stability.judge import invariants as inv
+from stability.judge import theory_checks as theory
+from stability.judge.invariants import Verdict
+from stability.measure.probe import Measurements, probe
+from stability.run import engine
+from stability.run.engine import CaseRecord, RunOptions, evaluate, run_spec
+from stability.spec.case import Case
+from stability.spec.schema import Spec
 
 CASE = Case(3, 4, 2, None, None, "default", "default", "float64", "cpu", 11)
 _M = Measurements([1.0], [1.0], [1.0], {}, None, None, None)
@@ -63,7 +64,7 @@ def test_apply_hands_every_key_of_the_table_to_its_judge(monkeypatch: pytest.Mon
 
 
 def test_apply_refuses_a_training_invariant_and_says_where_it_is_judged() -> None:
-    with pytest.raises(ValueError, match=r"^trainability is judged by stability\.train_invariants\.evaluate, not from a probe's Measurements$"):
+    with pytest.raises(ValueError, match=r"^trainability is judged by stability\.judge\.train_invariants\.evaluate, not from a probe's Measurements$"):
         engine._apply("trainability", SimpleNamespace(), _M)
 
 

@@ -1,4 +1,4 @@
-"""The probe search's details in the engine (stability/engine.py) beyond tests/test_engine_decisions.py:
+"""The probe search's details in the engine (stability/run/engine.py) beyond tests/test_engine_decisions.py:
 the cases it draws (the run's device, pinned examples first, only zero-branch inits for
 `identity_at_init`), the failing and passing searches' exact words and fields, a replay's fields
 and words, and the depth bisection over a plain (lo, hi) range and down to the smallest admitted depth. Cases are judged by stand-ins, so nothing is built or probed.
@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from stability import engine, parse_spec
-from stability.case import Case, reproduce_command
-from stability.engine import CaseRecord, RunOptions, run_spec
-from stability.invariants import Verdict
-from stability.probe import Measurements
-from stability.spec import Spec
+from stability import parse_spec
+from stability.judge.invariants import Verdict
+from stability.measure.probe import Measurements
+from stability.run import engine
+from stability.run.engine import CaseRecord, RunOptions, run_spec
+from stability.spec.case import Case, reproduce_command
+from stability.spec.schema import Spec
 
 _M = Measurements([1.0], [1.0], [1.0], {}, None, None, None)
 

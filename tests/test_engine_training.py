@@ -1,4 +1,4 @@
-"""The engine's training path (stability/engine.py, run_training) with the optimizer run replaced by
+"""The engine's training path (stability/run/engine.py, run_training) with the optimizer run replaced by
 a stand-in that returns chosen verdicts: which case is reported, the words, the counts and an
 untrained case, without training anything. Written from the mutation check (docs/mutation.md)."""
 
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from stability import RunOptions, run_spec
-from stability import train_invariants as ti
-from stability.case import Case
-from stability.invariants import Verdict
-from stability.spec import Spec
+from stability.judge import train_invariants as ti
+from stability.judge.invariants import Verdict
+from stability.spec.case import Case
+from stability.spec.schema import Spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 
@@ -24,7 +24,7 @@ def _spec(expect: str = "violated", profiles: str = '["thorough"]') -> Spec:
     text = (SPECS / "degradation_plain.toml").read_text(encoding="utf-8")
     text = text.replace('expect = "violated"', f'expect = "{expect}"').replace('profiles = ["thorough"]', f"profiles = {profiles}")
     text = text.replace("depth = 4\n", "depth = [2, 6]\n")
-    from stability.spec import parse_spec
+    from stability.spec.schema import parse_spec
 
     return parse_spec(text, file="specs/t.toml")
 
@@ -93,7 +93,7 @@ def test_a_search_that_finds_a_failure_reports_it_unshrunk(monkeypatch: pytest.M
 def test_a_search_hypothesis_refuses_is_an_error_result_not_a_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
     from hypothesis import strategies as st
 
-    from stability import engine
+    from stability.run import engine
 
     seen = _stand_in(monkeypatch, lambda c: (_v(True, 1.0), None))
     monkeypatch.setattr(engine, "cases", lambda spec, **_: st.nothing())
@@ -115,7 +115,7 @@ def test_training_search_is_generate_only_and_tries_pinned_cases_first(monkeypat
     (r,) = run_spec(spec, RunOptions(profile="ci")).results
     assert len(set(seen)) == 1  # no shrinking: the first failing case is the one reported
     assert r.message == f"specs/t.toml::trainability: expected to hold, but it fails at {r.case}: ratio 2"
-    from stability.spec import parse_spec
+    from stability.spec.schema import parse_spec
 
     pinned = parse_spec(
         (SPECS / "degradation_plain.toml")

@@ -1,4 +1,4 @@
-"""The engine's training search (stability/engine.py, run_training) beyond tests/test_engine_training.py:
+"""The engine's training search (stability/run/engine.py, run_training) beyond tests/test_engine_training.py:
 what it hands the optimizer run (time limit, memory budget, the cache shared by a spec's training
 invariants), the profile's settings it searches with (derandomized in ci, ten times the cases in
 thorough, `--seed`, no shrinking), the device of every case, and each field of the results it
@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
-from stability import RunOptions, engine, run_spec
-from stability import train_invariants as ti
-from stability.case import Case
-from stability.invariants import Verdict
-from stability.spec import Spec, parse_spec
+from stability import RunOptions, run_spec
+from stability.judge import train_invariants as ti
+from stability.judge.invariants import Verdict
+from stability.run import engine
+from stability.spec.case import Case
+from stability.spec.schema import Spec, parse_spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 

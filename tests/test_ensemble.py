@@ -1,4 +1,4 @@
-"""Seed ensembles (stability/ensemble.py) through the engine: the members, the vectorised and
+"""Seed ensembles (stability/measure/ensemble.py) through the engine: the members, the vectorised and
 looped probes, and the false-class rates the growth law is held to (issue 12):
 
 - a stack whose seed-averaged profile is linear (pre-activation MLP, a BasicBlock-style conv stack)
@@ -28,12 +28,12 @@ import pytest
 import torch
 
 from stability import load_spec, parse_spec, probe
-from stability.build import build, derive_seed, make_input
-from stability.case import Case
-from stability.engine import evaluate, judge
-from stability.ensemble import ENSEMBLE_STREAM, ensemble_seeds, probe_ensemble
-from stability.invariants import Verdict
-from stability.spec import Spec
+from stability.families.build import build, derive_seed, make_input
+from stability.judge.invariants import Verdict
+from stability.measure.ensemble import ENSEMBLE_STREAM, ensemble_seeds, probe_ensemble
+from stability.run.engine import evaluate, judge
+from stability.spec.case import Case
+from stability.spec.schema import Spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 
@@ -427,8 +427,8 @@ def test_non_vectorisable_blocks_fall_back_to_the_loop(tmp_path: Path) -> None:
 
 
 def test_html_variance_plot_draws_the_ensemble_spread_as_a_band() -> None:
-    from stability.engine import run_spec
-    from stability.plots import ENSEMBLE_GID, ensemble_spread, spec_figures
+    from stability.report.plots import ENSEMBLE_GID, ensemble_spread, spec_figures
+    from stability.run.engine import run_spec
 
     spec = load_spec(SPECS / "control_unnormalised_residual.toml")
     result = run_spec(spec, case="depth=10,width=16,batch=8,seed=2")
@@ -448,8 +448,8 @@ def test_html_variance_plot_draws_the_ensemble_spread_as_a_band() -> None:
 def test_undecided_ensembles_grow_until_decided_or_four_times_the_size() -> None:
     """The sequential design: 8 seeds, doubled while more than one class stays plausible, up to 32;
     the first members are the fixed-size ensemble's, seed for seed."""
-    from stability.ensemble import probe_ensemble_until_decided
-    from stability.growth import classify_ensemble
+    from stability.judge.growth import classify_ensemble
+    from stability.measure.ensemble import probe_ensemble_until_decided
 
     spec = load_spec(SPECS / "control_unnormalised_residual.toml")
     sizes = []

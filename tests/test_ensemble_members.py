@@ -1,4 +1,4 @@
-"""How an ensemble is grown and measured (stability/ensemble.py), on small stacks: the doubling while
+"""How an ensemble is grown and measured (stability/measure/ensemble.py), on small stacks: the doubling while
 the law is undecided, the members' values against probing each member alone (with a stem, through
 the vectorised pass and through its fallback), and the errors that must not be swallowed. Written
 from the mutation check (docs/mutation.md)."""
@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 import torch
 
-from stability import ensemble as ens_mod
 from stability import parse_spec
-from stability.build import build, derive_seed, make_input
-from stability.case import Case
-from stability.ensemble import ensemble_seeds, probe_ensemble, probe_ensemble_until_decided
-from stability.probe import Measurements, probe
-from stability.spec import Spec
+from stability.families.build import build, derive_seed, make_input
+from stability.measure import ensemble as ens_mod
+from stability.measure.ensemble import ensemble_seeds, probe_ensemble, probe_ensemble_until_decided
+from stability.measure.probe import Measurements, probe
+from stability.spec.case import Case
+from stability.spec.schema import Spec
 
 
 def _spec(extra: str = "") -> Spec:

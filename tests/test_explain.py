@@ -1,4 +1,4 @@
-"""`stability explain`: stability/explain.py through the CLI, as a user runs it."""
+"""`stability explain`: stability/report/explain.py through the CLI, as a user runs it."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 
 from stability.cli import main
 from stability.errors import UsageError
-from stability.explain import REFERENCES, explain_text, known_invariants
-from stability.spec import INVARIANTS
+from stability.report.explain import REFERENCES, explain_text, known_invariants
+from stability.spec.schema import INVARIANTS
 
 
 def _lines(text: str) -> list[str]:

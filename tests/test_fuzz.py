@@ -24,12 +24,12 @@ from typing import Any
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
-from stability.engine import RunOptions, run_spec
 from stability.errors import SpecError
-from stability.invariants import Verdict
-from stability.report import to_json
-from stability.spec import FAMILIES, GROWTH_CLASSES, Spec, parse_spec, validate_spec
-from stability.strategies import cases
+from stability.judge.invariants import Verdict
+from stability.report.formats import to_json
+from stability.run.engine import RunOptions, run_spec
+from stability.run.strategies import cases
+from stability.spec.schema import FAMILIES, GROWTH_CLASSES, Spec, parse_spec, validate_spec
 
 SPECS_DIR = Path(__file__).resolve().parent.parent / "specs"
 FILE = str(SPECS_DIR / "fuzzed.toml")  # beside specs/custom_blocks.py, so custom specs resolve

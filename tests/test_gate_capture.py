@@ -1,4 +1,4 @@
-"""What a spec's own code prints (stability/worker.py): captured in its worker, never between the
+"""What a spec's own code prints (stability/run/worker.py): captured in its worker, never between the
 report's lines; shown with the spec's failures and kept, bounded, in the JSON and JUnit reports;
 let through as it runs with `--no-capture`."""
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from gate_support import custom, run_check
 
-from stability.worker import OUTPUT_HEAD, OUTPUT_TAIL, _Output
+from stability.run.worker import OUTPUT_HEAD, OUTPUT_TAIL, _Output
 
 FACTORIES = """
 import os

@@ -1,4 +1,4 @@
-"""The executors (stability/executor.py, stability/worker.py): the shipped specs give the same
+"""The executors (stability/run/executor.py, stability/run/worker.py): the shipped specs give the same
 report, bit for bit, in this process and through worker processes, in any number of jobs."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from stability.engine import RunOptions
-from stability.executor import InProcessExecutor, Outcome, Task, run_task
-from stability.report import to_json
-from stability.spec import find_specs, load_spec
-from stability.worker import WorkerExecutor
+from stability.report.formats import to_json
+from stability.run.engine import RunOptions
+from stability.run.executor import InProcessExecutor, Outcome, Task, run_task
+from stability.run.worker import WorkerExecutor
+from stability.spec.schema import find_specs, load_spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 
@@ -62,7 +62,7 @@ def test_the_hypothesis_internal_that_draws_depend_on_is_still_there() -> None:
     from hypothesis.internal.cache import LRUCache
     from hypothesis.internal.conjecture import providers
 
-    from stability.executor import draws_from_the_spec_alone
+    from stability.run.executor import draws_from_the_spec_alone
 
     assert callable(providers._get_local_constants) and isinstance(providers.CONSTANTS_CACHE, LRUCache)
     real = providers._get_local_constants

@@ -1,4 +1,4 @@
-"""A spec is data and cannot choose which code runs (stability/factory.py): its factory must be a
+"""A spec is data and cannot choose which code runs (stability/families/factory.py): its factory must be a
 .py file beside the spec or under a configured source root, found by path before anything is
 imported; never the standard library or site-packages."""
 
@@ -12,8 +12,8 @@ import pytest
 from gate_support import custom
 
 from stability.errors import SpecError
-from stability.factory import load_factory, locate_factory, source_roots
-from stability.spec import parse_spec
+from stability.families.factory import load_factory, locate_factory, source_roots
+from stability.spec.schema import parse_spec
 
 Cli = Callable[..., tuple[int, str, str]]
 

@@ -1,4 +1,4 @@
-"""Report paths are checked before anything runs (stability/outputs.py): a path that would lose
+"""Report paths are checked before anything runs (stability/report/outputs.py): a path that would lose
 the results or destroy something is refused with exit 2 and one line, and nothing is written."""
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def test_a_missing_parent_is_created_when_the_report_is_written(cli: Cli, spec: 
 
 def test_write_atomic_refuses_a_non_regular_file(tmp_path: Path) -> None:
     from stability.errors import UsageError
-    from stability.report import write_atomic
+    from stability.report.formats import write_atomic
 
     fifo = tmp_path / "f"
     os.mkfifo(fifo)

@@ -1,6 +1,6 @@
 """The gate cannot be turned green: a failing spec next to every false-green factory still ends
 in exit 1 or 2 with a complete JSON report; exits, crashes, swallowed timeouts, leaked threads and
-leaked global state stay inside the spec's own worker process (stability/worker.py)."""
+leaked global state stay inside the spec's own worker process (stability/run/worker.py)."""
 
 from __future__ import annotations
 

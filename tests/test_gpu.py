@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from stability import parse_spec
-from stability.case import corner_case
-from stability.engine import evaluate
+from stability.run.engine import evaluate
+from stability.spec.case import corner_case
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available on this machine")]
 

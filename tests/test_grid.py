@@ -7,8 +7,8 @@ import math
 import pytest
 
 from stability.errors import UsageError
-from stability.grid import apply_point, grid_points, parse_axis, point_key
-from stability.spec import parse_spec
+from stability.run.grid import apply_point, grid_points, parse_axis, point_key
+from stability.spec.schema import parse_spec
 
 SPEC = """
 name = "g"

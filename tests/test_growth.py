@@ -1,4 +1,4 @@
-"""`classify_ensemble` (stability/growth.py) on closed-form profiles: exact laws, laws with known
+"""`classify_ensemble` (stability/judge/growth.py) on closed-form profiles: exact laws, laws with known
 multiplicative noise, the thresholds at their exact values, and depths too small to decide."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from stability.growth import DECISION_CHI2, MIN_DECIDABLE_DEPTH, classify_ensemble, describe_ensemble
-from stability.invariants import classify_growth
-from stability.spec import GROWTH_CLASSES
+from stability.judge.growth import DECISION_CHI2, MIN_DECIDABLE_DEPTH, classify_ensemble, describe_ensemble
+from stability.judge.invariants import classify_growth
+from stability.spec.schema import GROWTH_CLASSES
 
 
 def _noisy(law: np.ndarray, *, seeds: int = 8, sigma: float = 0.05, seed: int = 0) -> np.ndarray:
@@ -159,7 +159,7 @@ def test_power_law_exponent_never_exceeds_the_documented_cap() -> None:
     """A profile steeper than any power law the classifier fits (1 + 1e-4·l⁵, eight seeds with
     small multiplicative noise) is fitted at the cap, `growth._MAX_EXPONENT` = 3, never above it;
     a law of exponent 2 is fitted near 2 (the grid reaches below the cap)."""
-    from stability import growth
+    from stability.judge import growth
 
     rng = np.random.default_rng(0)
     ls = np.arange(0, 33, dtype=np.float64)

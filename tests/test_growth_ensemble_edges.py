@@ -1,4 +1,4 @@
-"""`classify_ensemble`, `ensemble_growth` and `describe_ensemble` (stability/growth.py) at their
+"""`classify_ensemble`, `ensemble_growth` and `describe_ensemble` (stability/judge/growth.py) at their
 edges: depth 3 is the first depth that decides, the exact linear law is fitted at p = 1, χ² from
 the shrunk per-block variances (and their floor when the members agree exactly), which members an
 ensemble keeps, the default bound, and every undecided description in full. Written from the
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from stability.growth import EnsembleGrowth, classify_ensemble, describe_ensemble, ensemble_growth
+from stability.judge.growth import EnsembleGrowth, classify_ensemble, describe_ensemble, ensemble_growth
 
 
 def test_depth_three_decides_an_exponential() -> None:

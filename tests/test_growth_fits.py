@@ -1,4 +1,4 @@
-"""The three laws' fits in `classify_ensemble` (stability/growth.py) on exact, noise-free profiles,
+"""The three laws' fits in `classify_ensemble` (stability/judge/growth.py) on exact, noise-free profiles,
 where each fit has a known answer: a flat profile is the linear law with a = 0 (χ² exactly 0), and
 an exact power law 1 + c·lᵖ is fitted at its own p anywhere on [0.1, 3], including between the
 grid's first two points and its last two. Written from the surviving mutants of the mutation check
@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stability import growth
-from stability.growth import classify_ensemble
+from stability.judge import growth
+from stability.judge.growth import classify_ensemble
 
 
 def test_a_flat_profile_is_the_linear_law_with_no_slope_exactly() -> None:

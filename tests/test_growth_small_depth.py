@@ -1,10 +1,10 @@
-"""`classify_ensemble` at depth 2 (stability/growth.py): undecided, with the report's best guess
+"""`classify_ensemble` at depth 2 (stability/judge/growth.py): undecided, with the report's best guess
 from the one increment past the first block (×2 is the most a linear law grows from l = 1 to 2).
 Written from the mutation check (docs/mutation.md)."""
 
 from __future__ import annotations
 
-from stability.growth import MIN_DECIDABLE_DEPTH, classify_ensemble
+from stability.judge.growth import MIN_DECIDABLE_DEPTH, classify_ensemble
 
 
 def test_depth_two_is_undecided_and_guesses_from_the_second_step() -> None:
@@ -27,7 +27,7 @@ def test_a_collapsed_boundary_is_decaying_and_a_zero_start_is_refused() -> None:
 
 
 def test_the_ensemble_description_names_the_exponent_and_why_it_is_undecided() -> None:
-    from stability.growth import EnsembleGrowth, describe_ensemble
+    from stability.judge.growth import EnsembleGrowth, describe_ensemble
 
     common = dict(size=4, ratios=[1.0, 2.0, 5.0, 9.0], lo=[1.0, 1.8, 4.0, 8.0], hi=[1.0, 2.2, 6.0, 10.0], q25=[1.0] * 4, q75=[1.0] * 4, rate=2.08, slope=2.7)
     poly = EnsembleGrowth("polynomial", "polynomial", exponent=1.87, **common)  # type: ignore[arg-type]
@@ -47,14 +47,14 @@ def test_an_exact_power_law_gives_its_exponent_precisely() -> None:
 
 
 def test_only_a_polynomial_description_names_its_exponent() -> None:
-    from stability.growth import EnsembleGrowth, describe_ensemble
+    from stability.judge.growth import EnsembleGrowth, describe_ensemble
 
     common = dict(size=2, ratios=[1.0, 2.0, 3.0, 4.0], lo=[1.0] * 4, hi=[1.0] * 4, q25=[1.0] * 4, q75=[1.0] * 4, rate=1.59, slope=1.0)
     assert "∝ l^" not in describe_ensemble(EnsembleGrowth("linear", "linear", exponent=1.1, **common))  # type: ignore[arg-type]
 
 
 def test_channel_stats_with_nothing_observed_is_an_empty_profile() -> None:
-    from stability.channels import ChannelStats
+    from stability.measure.channels import ChannelStats
 
     obs = ChannelStats()
     obs.start([])

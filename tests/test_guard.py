@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 
-import stability.engine
-from stability.build import channel_counts
-from stability.case import corner_case
-from stability.engine import RunOptions, evaluate, judge
+import stability.run.engine
 from stability.errors import CaseError
-from stability.guard import (
+from stability.families.build import channel_counts
+from stability.run.engine import RunOptions, evaluate, judge
+from stability.run.guard import (
     _OVERHEAD_PER_BLOCK,
     _SAVED_PER_BLOCK,
     CaseTimeout,
@@ -29,7 +28,8 @@ from stability.guard import (
     memory_budget,
     time_limit,
 )
-from stability.spec import Spec, parse_spec
+from stability.spec.case import corner_case
+from stability.spec.schema import Spec, parse_spec
 
 Cli = Callable[..., tuple[int, str, str]]
 SIZE = re.compile(r"\d+(\.\d+)? (KiB|MiB|GiB|TiB)")
@@ -94,7 +94,7 @@ def test_a_refused_case_allocates_nothing_and_builds_nothing(monkeypatch: pytest
     def must_not_build(*args: object) -> None:
         raise AssertionError("the case was built although it is over the budget")
 
-    monkeypatch.setattr(stability.engine, "build", must_not_build)
+    monkeypatch.setattr(stability.run.engine, "build", must_not_build)
     case = corner_case(spec)
     tracemalloc.start()
     t0 = time.perf_counter()

@@ -11,13 +11,14 @@ import pytest
 import torch
 from torch import nn
 
-from stability import engine, parse_spec, probe
-from stability.case import Case
-from stability.engine import RunOptions, evaluate, run_spec
-from stability.growth import classify_ensemble
-from stability.jacobian import jacobian_spectrum
-from stability.lesion import lesion_changes
-from stability.probe import Measurements
+from stability import parse_spec, probe
+from stability.judge.growth import classify_ensemble
+from stability.measure.jacobian import jacobian_spectrum
+from stability.measure.lesion import lesion_changes
+from stability.measure.probe import Measurements
+from stability.run import engine
+from stability.run.engine import RunOptions, evaluate, run_spec
+from stability.spec.case import Case
 
 
 def test_lesioning_a_stack_whose_output_is_exactly_zero_changes_nothing() -> None:
@@ -61,7 +62,7 @@ def test_an_ensemble_of_one_is_no_ensemble_and_on_start_gets_the_case() -> None:
 
 
 def test_a_search_whose_deciding_case_fails_to_run_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    from stability.engine import CaseRecord
+    from stability.run.engine import CaseRecord
 
     monkeypatch.setattr(engine, "evaluate", lambda spec, c, options=None: CaseRecord(c, None, "the case does not run: boom"))
     (r,) = run_spec(_plain(), RunOptions(profile="ci")).results  # type: ignore[arg-type]

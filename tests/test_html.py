@@ -1,4 +1,4 @@
-"""The HTML report (stability/html.py) and its plots (stability/plots.py), checked on content."""
+"""The HTML report (stability/report/html.py) and its plots (stability/report/plots.py), checked on content."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from stability import CaseRecord, Measurements, RunOptions, SpecResult, load_spec, run_spec
-from stability.case import Case
 from stability.cli import main
 from stability.errors import UsageError
-from stability.html import render_html, write_html
-from stability.plots import BAND_GID, HIGHLIGHT_GID, Highlight, gradient_figure, spec_figures, to_png, variance_figure
+from stability.report.html import render_html, write_html
+from stability.report.plots import BAND_GID, HIGHLIGHT_GID, Highlight, gradient_figure, spec_figures, to_png, variance_figure
+from stability.spec.case import Case
 
 # A spec whose expectation fails: a plain sigmoid stack cannot keep its gradient (the sigmoid's
 # slope is at most 1/4), yet the spec claims it does. Its description tries to inject a script.
@@ -250,7 +250,7 @@ def _has_band(fig: Figure) -> bool:
 
 
 def test_a_caption_mentions_a_shaded_band_exactly_when_the_plot_draws_one(failing: SpecResult, growth_only: list[SpecResult]) -> None:
-    from stability.html import figure_caption
+    from stability.report.html import figure_caption
 
     seen = set()
     for res in [failing, *growth_only]:
@@ -264,7 +264,7 @@ def test_a_caption_mentions_a_shaded_band_exactly_when_the_plot_draws_one(failin
 
 
 def test_identity_plot_shows_each_zero_branch_case_and_the_judged_errors(growth_only: list[SpecResult]) -> None:
-    from stability.plots import JUDGED_GID
+    from stability.report.plots import JUDGED_GID
 
     res = growth_only[0]
     fig = spec_figures(res)["identity"]
@@ -285,7 +285,7 @@ def test_identity_plot_shows_each_zero_branch_case_and_the_judged_errors(growth_
 
 
 def test_identity_plot_draws_nonzero_errors_where_a_block_changes_its_input() -> None:
-    from stability.plots import identity_figure
+    from stability.report.plots import identity_figure
 
     case = _case(3, branch_init="zero")
     m = Measurements(grad_norm=[2.0, 1.0, 1.0, 1.0], act_var=[1, 1, 1, 1], act_sq_mean=[1.0, 1.0, 4.0, 4.0], param_grad_norm={}, identity_error=0.5, input_grad_error=1.0, nonfinite_at=None)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-import stability.engine
-import stability.report
-from stability.report import write_atomic
+import stability.report.formats
+import stability.run.engine
+from stability.report.formats import write_atomic
 
 Cli = Callable[..., tuple[int, str, str]]
 OLD_REPORT = '{"schema_version": 1, "from": "the previous run"}\n'
@@ -111,7 +111,7 @@ def test_ctrl_c_in_process(monkeypatch: pytest.MonkeyPatch, cli: Cli, write_spec
     write_spec(base_spec.replace('name = "base"', 'name = "second"'), "b.toml")
     report = tmp_path / "out.json"
     report.write_text(OLD_REPORT)
-    real = stability.engine.run_spec
+    real = stability.run.engine.run_spec
     calls = []
 
     def run_spec(spec, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -120,7 +120,7 @@ def test_ctrl_c_in_process(monkeypatch: pytest.MonkeyPatch, cli: Cli, write_spec
             raise KeyboardInterrupt
         return real(spec, *args, **kwargs)
 
-    monkeypatch.setattr(stability.engine, "run_spec", run_spec)
+    monkeypatch.setattr(stability.run.engine, "run_spec", run_spec)
     code, out, err = cli("check", a.parent, "--json", report, "--profile", "ci", "--in-process")
     assert code == 130
     assert "first" in out and "interrupted: 1 spec(s)" in out
@@ -147,7 +147,7 @@ def test_a_write_that_fails_half_way_leaves_the_old_file_and_no_temporary(monkey
     def fail(*args: object) -> None:
         raise exc
 
-    monkeypatch.setattr(stability.report.os, where.split(".")[1], fail)
+    monkeypatch.setattr(stability.report.formats.os, where.split(".")[1], fail)
     with pytest.raises(type(exc)):
         write_atomic(target, '{"new": true}\n')
     assert target.read_text() == OLD_REPORT

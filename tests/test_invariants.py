@@ -7,7 +7,7 @@ import math
 import pytest
 
 from stability import gradient_arrival, identity_at_init, variance_growth
-from stability.probe import Measurements
+from stability.measure.probe import Measurements
 
 
 def measured(grad: list[float], var: list[float] | None = None, **kw: object) -> Measurements:

@@ -1,4 +1,4 @@
-"""Where `gradient_arrival` and `variance_growth` (stability/invariants.py) place a failure: the
+"""Where `gradient_arrival` and `variance_growth` (stability/judge/invariants.py) place a failure: the
 invariant's own name on a non-finite gradient, the first zero of a collapsed gradient, and the
 block after which a profile first crosses its bound when that is boundary 1 (block 0) or when a
 value sits exactly on `min_ratio`. Written from the surviving mutants of the whole-module run of
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 
-from stability.invariants import gradient_arrival, variance_growth
-from stability.probe import Measurements
+from stability.judge.invariants import gradient_arrival, variance_growth
+from stability.measure.probe import Measurements
 
 
 def _m(grad: list[float], act: list[float], **kw: object) -> Measurements:

@@ -1,4 +1,4 @@
-"""Whole verdicts, not just pass/fail (stability/invariants.py): the bound, the block and the words
+"""Whole verdicts, not just pass/fail (stability/judge/invariants.py): the bound, the block and the words
 each invariant reports on hand-made measurements, including the defaults, exact zeros and the
 non-finite cases. Written from the mutation check (docs/mutation.md)."""
 
@@ -8,9 +8,9 @@ import math
 
 import torch
 
-from stability.channels import ChannelProfile, channel_moments
-from stability.invariants import Verdict, gradient_arrival, identity_at_init, mean_shift, variance_growth
-from stability.probe import Measurements
+from stability.judge.invariants import Verdict, gradient_arrival, identity_at_init, mean_shift, variance_growth
+from stability.measure.channels import ChannelProfile, channel_moments
+from stability.measure.probe import Measurements
 
 
 def _m(
@@ -148,15 +148,15 @@ def test_variance_growth_passes_its_bounded_ratio_to_the_classifier() -> None:
 
 
 def test_a_cubic_is_polynomial_not_exponential() -> None:
-    from stability.invariants import classify_growth
+    from stability.judge.invariants import classify_growth
 
     fit = classify_growth([1.0 + 20.0 * k**3 for k in range(9)])
     assert fit.growth == "polynomial" and fit.exponent is not None and 2.5 < fit.exponent < 3.5
 
 
 def test_variance_growth_on_an_ensemble_reports_the_ensembles_numbers() -> None:
-    from stability.ensemble import Ensemble
-    from stability.growth import classify_ensemble
+    from stability.judge.growth import classify_ensemble
+    from stability.measure.ensemble import Ensemble
 
     profiles = [[1.0, 1.5, 2.0, 2.4, 3.1], [1.0, 1.4, 2.1, 2.6, 2.9], [1.0, 1.6, 1.9, 2.5, 3.0]]
     ens = Ensemble([0, 1, 2], profiles, profiles, True)
@@ -168,7 +168,7 @@ def test_variance_growth_on_an_ensemble_reports_the_ensembles_numbers() -> None:
 
 
 def test_channel_stats_count_values_per_channel_in_the_layout_asked_for() -> None:
-    from stability.channels import ChannelStats
+    from stability.measure.channels import ChannelStats
 
     obs = ChannelStats(layout="channels_first")
     obs.start([])

@@ -1,4 +1,4 @@
-"""Every branch of the invariants in stability/invariants.py compared as a whole `Verdict` (name,
+"""Every branch of the invariants in stability/judge/invariants.py compared as a whole `Verdict` (name,
 passed, observed, bound, block, words, extra) on hand-made measurements whose boundaries all
 differ, so a wrong index, key, name or threshold shows. Written from the whole-module mutation
 check of invariants.py (docs/mutation.md)."""
@@ -9,11 +9,11 @@ import math
 
 import pytest
 
-from stability.channels import ChannelProfile
-from stability.ensemble import Ensemble
-from stability.growth import classify_ensemble, describe_ensemble
-from stability.invariants import Verdict, classify_growth, identity_at_init, mean_shift, variance_growth
-from stability.probe import Measurements
+from stability.judge.growth import classify_ensemble, describe_ensemble
+from stability.judge.invariants import Verdict, classify_growth, identity_at_init, mean_shift, variance_growth
+from stability.measure.channels import ChannelProfile
+from stability.measure.ensemble import Ensemble
+from stability.measure.probe import Measurements
 
 NAN_TAIL = "; lower the learning scale or use a wider dtype"
 
@@ -145,7 +145,8 @@ def test_mean_shift_verdicts_in_full() -> None:
         Verdict("mean_shift", False, math.nan, "≤ 0.125", 0, "block 0 produced a non-finite activation (NaN/inf first seen at boundary 1)" + NAN_TAIL),
     )
     _same(
-        mean_shift(_m([1.0] * 2, [1.0] * 2)), Verdict("mean_shift", False, math.nan, "≤ 0.25", None, "channel statistics were not measured; probe with observers=[stability.channels.ChannelStats()]")
+        mean_shift(_m([1.0] * 2, [1.0] * 2)),
+        Verdict("mean_shift", False, math.nan, "≤ 0.25", None, "channel statistics were not measured; probe with observers=[stability.measure.channels.ChannelStats()]"),
     )
     # ρ = 0, 0.125 (exactly at the bound), 0.5, 0.75: first above the bound at boundary 2, after block 1
     prof = _prof([1.0, 2.25, 6.0, 14.0], [1.0, 2.0, 4.0, 8.0])
@@ -205,7 +206,7 @@ def test_the_ensemble_law_is_judged_on_the_variance_profiles_when_asked_and_on_t
 
 
 def test_gradient_arrival_crossings_at_the_exact_bounds_and_above_one() -> None:
-    from stability.invariants import gradient_arrival
+    from stability.judge.invariants import gradient_arrival
 
     assert gradient_arrival(_m([1.0, 2.0, 4.0], [1.0] * 3), lo=0.5).block == 0  # ratios 0.25, 0.5, 1: 0.5 is not below 0.5
     assert gradient_arrival(_m([4.0, 2.0, 1.0], [1.0] * 3), hi=2.0).block == 0  # ratios 4, 2, 1: 2 is not above 2
@@ -215,7 +216,7 @@ def test_gradient_arrival_crossings_at_the_exact_bounds_and_above_one() -> None:
 
 
 def test_a_ratio_just_past_its_bound_never_prints_as_the_bound() -> None:
-    from stability.invariants import gradient_arrival
+    from stability.judge.invariants import gradient_arrival
 
     above = gradient_arrival(_m([1.0049, 1.0], [1.0] * 2), lo=0.5, hi=1.0)
     assert not above.passed and above.detail.startswith("gradient ratio 1.005 > 1:")  # 3 digits print "1"

@@ -1,4 +1,4 @@
-"""stability.jacobian against exact Jacobians, exact isometries and the free-probability prediction
+"""stability.measure.jacobian against exact Jacobians, exact isometries and the free-probability prediction
 for plain ReLU stacks (Pennington, Schoenholz & Ganguli 2017)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from stability import build, make_input, parse_spec
-from stability.case import corner_case
-from stability.jacobian import hutchinson_mean_sq, jacobian_spectrum, jacobian_svdvals, power_max_sq
+from stability.measure.jacobian import hutchinson_mean_sq, jacobian_spectrum, jacobian_svdvals, power_max_sq
+from stability.spec.case import corner_case
 
 EPS64 = float(torch.finfo(torch.float64).eps)
 

@@ -1,4 +1,4 @@
-"""stability.jacobian's estimate on a map whose spectrum is known, in float32 as in float64: every
+"""stability.measure.jacobian's estimate on a map whose spectrum is known, in float32 as in float64: every
 field of the result, and the probes drawn in the input's dtype. Written from the mutation check
 (docs/mutation.md)."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from stability.jacobian import jacobian_spectrum, power_max_sq
+from stability.measure.jacobian import jacobian_spectrum, power_max_sq
 
 
 class Times(nn.Module):
@@ -44,7 +44,7 @@ def test_exact_spectrum_fields_and_a_small_mean() -> None:
 
 
 def test_hutchinson_needs_two_probes() -> None:
-    from stability.jacobian import hutchinson_mean_sq
+    from stability.measure.jacobian import hutchinson_mean_sq
 
     with pytest.raises(ValueError, match=r"^probes must be at least 2 to state a standard error, got 1$"):
         hutchinson_mean_sq(Times(1.0), torch.ones(2, 2), probes=1, generator=torch.Generator())

@@ -1,4 +1,4 @@
-"""Effect sizes (stability/laws.py): the laws' closed forms, their agreement with measured
+"""Effect sizes (stability/judge/laws.py): the laws' closed forms, their agreement with measured
 ensembles, and failing verdicts that print the prediction next to the measurement."""
 
 from __future__ import annotations
@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stability import Case, laws, load_spec, parse_spec
-from stability.build import build, derive_seed, make_input
-from stability.engine import evaluate, judge, run_spec
-from stability.ensemble import ensemble_seeds
-from stability.probe import probe
-from stability.spec import Spec
+from stability import Case, load_spec, parse_spec
+from stability.families.build import build, derive_seed, make_input
+from stability.judge import laws
+from stability.measure.ensemble import ensemble_seeds
+from stability.measure.probe import probe
+from stability.run.engine import evaluate, judge, run_spec
+from stability.spec.schema import Spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 

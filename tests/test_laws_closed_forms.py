@@ -1,4 +1,4 @@
-"""Every branch of stability/laws.py against its closed form: each weight init's gain, the bias's
+"""Every branch of stability/judge/laws.py against its closed form: each weight init's gain, the bias's
 second moment, the residual recursions with and without a norm, the scaled skip, the branch scales,
 the cases that have no law, and the exact text and numbers `annotate` adds to a failing verdict.
 (Written from the mutation check, docs/mutation.md: each test pins a value a plausible slip changes.)"""
@@ -9,10 +9,11 @@ import math
 
 import pytest
 
-from stability import Case, laws, parse_spec
-from stability.invariants import Verdict
-from stability.probe import Measurements
-from stability.spec import Spec
+from stability import Case, parse_spec
+from stability.judge import laws
+from stability.judge.invariants import Verdict
+from stability.measure.probe import Measurements
+from stability.spec.schema import Spec
 
 EXACT = {"rel": 1e-12, "abs": 0.0}
 

@@ -1,4 +1,4 @@
-"""stability.lesion against a linear residual chain whose lesioned outputs are matrix products."""
+"""stability.measure.lesion against a linear residual chain whose lesioned outputs are matrix products."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from stability.blocks import PreActBlock
-from stability.lesion import lesion_changes
+from stability.families.blocks import PreActBlock
+from stability.measure.lesion import lesion_changes
 
 
 def _linear_chain(depth: int, width: int, alpha: float, *, orthogonal: bool, seed: int) -> tuple[list[torch.Tensor], nn.Sequential]:

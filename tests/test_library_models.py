@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from stability import Stack, probe
-from stability.adapters import set_modes
+from stability.families.adapters import set_modes
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "library-models.md"
 Cli = Callable[..., tuple[int, str, str]]
@@ -160,8 +160,8 @@ def test_a_whole_model_that_keeps_its_blocks_deeper_is_refused_with_the_path_to_
     from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
 
     from stability import parse_spec
-    from stability.build import _network_from
     from stability.errors import SpecError
+    from stability.families.build import _network_from
 
     spec = parse_spec('name = "m"\ndescription = "m"\nfamily = "custom"\n[block]\nfactory = "m:make"\n[space]\ndepth = 2\nwidth = 32\n[expect.gradient_arrival]\n', file="specs/m.toml")
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=50))

@@ -1,4 +1,4 @@
-"""stability.meanfield against closed forms and published anchors.
+"""stability.judge.meanfield against closed forms and published anchors.
 
 Independent references: closed forms where they exist (ReLU, identity), else a 4·10⁵-point
 trapezoid in x-space, which shares no code with the module's quadrature.
@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from stability import meanfield as mf
+from stability.judge import meanfield as mf
 
 EPS = float(np.finfo(np.float64).eps)
 

@@ -1,4 +1,4 @@
-"""Edges of stability/meanfield.py: the composite rule's Gaussian density at q ≠ 1 (E[x²] = q,
+"""Edges of stability/judge/meanfield.py: the composite rule's Gaussian density at q ≠ 1 (E[x²] = q,
 E[x⁴] = 3q²), a stack with no weights and no bias (q* = χ₁ = ξ = 0: it used to divide by zero),
 the defaults (no bias, branch scale 1), and the error when the edge of chaos lies outside the
 searched range. Written from the surviving mutants of the whole-module run of meanfield.py
@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from stability.meanfield import (
+from stability.judge.meanfield import (
     LayerProfile,
     MeanField,
     chi1,

@@ -1,4 +1,4 @@
-"""stability.meanfield's residual branch, the Gauss–Hermite side of the quadrature and the plain
+"""stability.judge.meanfield's residual branch, the Gauss–Hermite side of the quadrature and the plain
 iteration's fallback, against closed forms at values where a slip shows (χ_F ≠ 1, α ≠ 1, σ_b² ≠ 0).
 Written from the mutation check (docs/mutation.md)."""
 
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from stability import meanfield as mf
+from stability.judge import meanfield as mf
 
 EPS = float(np.finfo(np.float64).eps)
 

@@ -1,4 +1,4 @@
-"""stability/memory.py, and facts 8-9 of docs/theory.md: what the backward pass keeps.
+"""stability/measure/memory.py, and facts 8-9 of docs/theory.md: what the backward pass keeps.
 
 Fact 8 (dense): block l reads k0 + k·l channels, so the activations saved for the backward pass sum
 to Σ_l B·(k0 + k·l) — quadratic in depth. Fact 9 (residual): every block saves the same few tensors,
@@ -20,9 +20,9 @@ import torch
 from torch import nn
 
 from stability import build, make_input, parse_spec, probe
-from stability.case import corner_case
-from stability.memory import saved_activation_bytes
-from stability.spec import Spec
+from stability.measure.memory import saved_activation_bytes
+from stability.spec.case import corner_case
+from stability.spec.schema import Spec
 
 _ITEM = {torch.float32: 4, torch.float64: 8}
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from stability.build import build, make_input
-from stability.case import corner_case, parse_case_string
-from stability.engine import RunOptions, evaluate, judge, run_spec
-from stability.spec import INVARIANTS, Spec, load_spec, parse_spec
+from stability.families.build import build, make_input
+from stability.run.engine import RunOptions, evaluate, judge, run_spec
+from stability.spec.case import corner_case, parse_case_string
+from stability.spec.schema import INVARIANTS, Spec, load_spec, parse_spec
 
 
 def _judge_all(spec: Spec, case_text: str) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""stability.paths: gradient components by path length against an explicit sum over all 2^L paths,
+"""stability.measure.paths: gradient components by path length against an explicit sum over all 2^L paths,
 and the Binomial(L, p) law for orthogonal branches (Veit et al. 2016)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from stability.blocks import PreActBlock
-from stability.paths import binomial_shares, path_gradient_components, path_length_shares
+from stability.families.blocks import PreActBlock
+from stability.measure.paths import binomial_shares, path_gradient_components, path_length_shares
 
 
 def _chain(depth: int, width: int, alpha: float, *, seed: int, orthogonal: bool = True) -> list[PreActBlock]:

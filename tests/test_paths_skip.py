@@ -1,4 +1,4 @@
-"""stability.paths with a skip other than the identity: on one channel every map is a scalar, so
+"""stability.measure.paths with a skip other than the identity: on one channel every map is a scalar, so
 the gradient through exactly k of L branches is C(L, k)·a^k·λ^(L−k)·r for branch a and skip λ, and
 with no skip at all only the path through every branch is left. Written from the mutation check
 (docs/mutation.md)."""
@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from stability.blocks import PreActBlock, Scale
-from stability.paths import path_gradient_components, path_length_shares
+from stability.families.blocks import PreActBlock, Scale
+from stability.measure.paths import path_gradient_components, path_length_shares
 
 
 def _block(a: float, skip: nn.Module | None) -> PreActBlock:

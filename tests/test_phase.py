@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from stability.grid import parse_axis
-from stability.phase import depth_scale, heatmap_figure, mean_field_chi1, to_png
-from stability.spec import load_spec
-from stability.store import Store
-from stability.sweep import run_sweep
-from stability.sweep_exec import SerialBackend
+from stability.report.phase import depth_scale, heatmap_figure, mean_field_chi1, to_png
+from stability.run.grid import parse_axis
+from stability.run.store import Store
+from stability.run.sweep import run_sweep
+from stability.run.sweep_exec import SerialBackend
+from stability.spec.schema import load_spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from stability import parse_spec, probe
-from stability.build import build, make_input
-from stability.case import corner_case
+from stability.families.build import build, make_input
+from stability.spec.case import corner_case
 
 
 class Residual(nn.Module):

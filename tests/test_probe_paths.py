@@ -1,4 +1,4 @@
-"""The probe's less travelled paths against direct computations (stability/probe.py): parameter
+"""The probe's less travelled paths against direct computations (stability/measure/probe.py): parameter
 gradient norms of mixed sizes in their own order, a parameter reached twice, every container the
 probe accepts, the moment buffer when it fills and when the boundary size changes, the errors it
 raises and the low-precision gradient norms. Written from the mutation check (docs/mutation.md)."""
@@ -13,7 +13,7 @@ from torch import nn
 
 from stability import Stack, probe
 from stability.errors import BlockError
-from stability.probe import projection_vector
+from stability.measure.probe import projection_vector
 
 
 def _x(*shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:

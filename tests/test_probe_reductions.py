@@ -20,7 +20,7 @@ from torch import nn
 
 from stability import probe
 
-P = sys.modules["stability.probe"]  # the module (stability.probe the attribute is the function)
+P = sys.modules["stability.measure.probe"]  # the module (stability.measure.probe the attribute is the function)
 REL = 5e-7  # 2 × ~2e-7 (see above); torch's own vector_norm is within this up to 2^16 elements
 
 

@@ -1,5 +1,5 @@
 """The probe's reduction helpers one at a time, against the exact computation each promises
-(stability/probe.py): relative differences in the tensors' own dtype or in float64, rounding to a
+(stability/measure/probe.py): relative differences in the tensors' own dtype or in float64, rounding to a
 dtype, which boundaries get the two-pass moments, the host-side combination of those moments, the
 parameter-gradient norms of every size class in their own order, the range fallback of `_norm`,
 and the hooked low-precision parameters. Written from the mutation check (docs/mutation.md)."""
@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from stability import probe
-from stability.probe import (
+from stability.measure.probe import (
     _HOOK_PARAM,
     _NORM_DIRECT_MAX,
     _SMALL_PARAM,
@@ -203,7 +203,7 @@ def test_param_norms_of_half_precision_gradients_accumulate_in_float32(size: int
 def test_large_parameters_are_normed_by_hooks_and_small_ones_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    probe_module = sys.modules["stability.probe"]  # the module (stability.probe, the attribute, is the function)
+    probe_module = sys.modules["stability.measure.probe"]  # the module (stability.measure.probe, the attribute, is the function)
     seen: list[dict[int, torch.Tensor]] = []
     real = probe_module._param_norms
 
@@ -220,7 +220,7 @@ def test_large_parameters_are_normed_by_hooks_and_small_ones_at_the_end(monkeypa
 
 
 def test_walk_visits_each_module_once_and_names_only_the_naming_roots_parameters() -> None:
-    from stability.probe import _walk
+    from stability.measure.probe import _walk
 
     shared = nn.Linear(3, 3)
     root = nn.Sequential(shared, nn.Sequential(shared, nn.BatchNorm1d(3)))
@@ -235,7 +235,7 @@ def test_walk_visits_each_module_once_and_names_only_the_naming_roots_parameters
 
 
 def test_stack64_gives_float64_for_none_one_and_mixed_scalars() -> None:
-    from stability.probe import _stack64
+    from stability.measure.probe import _stack64
 
     assert _stack64([]).dtype == torch.float64 and _stack64([]).numel() == 0
     one = _stack64([torch.tensor(0.1, dtype=torch.float32)])
@@ -303,7 +303,7 @@ def test_garbage_collection_is_off_from_the_module_walk_on_and_back_after_a_refu
 
 
 def test_dropout_draws_come_from_the_documented_stream_of_the_seed() -> None:
-    from stability.probe import _DROPOUT_STREAM
+    from stability.measure.probe import _DROPOUT_STREAM
 
     drawn: list[float] = []
 
@@ -394,7 +394,7 @@ def test_only_a_pass_that_runs_user_code_seeds_pythons_and_numpys_generators(mon
 
     from stability.seeding import seeded
 
-    probe_module = sys.modules["stability.probe"]  # the module (stability.probe, the attribute, is the function)
+    probe_module = sys.modules["stability.measure.probe"]  # the module (stability.measure.probe, the attribute, is the function)
     calls: list[int] = []
 
     def spy(seed: int) -> object:

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import settings
 from hypothesis.database import InMemoryExampleDatabase
 
-import stability.engine
+import stability.run.engine
 from stability import RunOptions, parse_spec, run_spec
-from stability import profiles as prof
-from stability.profiles import KeyedDatabase, keyed
+from stability.run import profiles as prof
+from stability.run.profiles import KeyedDatabase, keyed
 
 CLAIM = """
 name = "{name}"
@@ -61,7 +61,7 @@ def test_each_spec_and_invariant_gets_its_own_database_entries(monkeypatch: pyte
 
 
 def test_the_engine_uses_no_private_hypothesis_attribute() -> None:
-    assert "_hypothesis_internal" not in inspect.getsource(stability.engine)
+    assert "_hypothesis_internal" not in inspect.getsource(stability.run.engine)
 
 
 @pytest.mark.parametrize("ci_vars", [{}, {"CI": "true"}, {"GITHUB_ACTIONS": "true"}])
@@ -73,6 +73,6 @@ def test_a_ci_variable_changes_no_profile(ci_vars: dict[str, str]) -> None:
     import sys
 
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "GITHUB_ACTIONS")} | ci_vars
-    code = "from stability.profiles import PROFILES as P; print([(k, p.derandomize, p.database is None, p.max_examples) for k, p in P.items()])"
+    code = "from stability.run.profiles import PROFILES as P; print([(k, p.derandomize, p.database is None, p.max_examples) for k, p in P.items()])"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == str([("ci", True, True, 10), ("dev", False, False, 25), ("thorough", False, False, 300)])

@@ -1,4 +1,4 @@
-"""stability/render.py: plots rendered in a background process are the same bytes as inline."""
+"""stability/report/render.py: plots rendered in a background process are the same bytes as inline."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from stability import RunOptions, SpecResult, load_spec, run_spec
-from stability.html import render_html
-from stability.render import Renderer, spec_pngs
+from stability.report.html import render_html
+from stability.report.render import Renderer, spec_pngs
 
 ROOT = Path(__file__).resolve().parent.parent
 

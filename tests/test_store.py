@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stability.errors import UsageError
-from stability.store import Store
+from stability.run.store import Store
 
 
 def _rows(seeds: range, tag: str) -> list[dict[str, object]]:

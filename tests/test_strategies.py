@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 from hypothesis import given, settings
 
-from stability import parse_spec, probe, strategies
-from stability.case import Case
+from stability import parse_spec, probe
+from stability.run import strategies
+from stability.spec.case import Case
 
 SPEC = parse_spec("""
 name = "s"

@@ -18,12 +18,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stability.cli import main
-from stability.grid import parse_axis
-from stability.phase import measure_values
-from stability.spec import load_spec, parse_spec
-from stability.store import Store
-from stability.sweep import run_sweep
-from stability.sweep_exec import SerialBackend
+from stability.report.phase import measure_values
+from stability.run.grid import parse_axis
+from stability.run.store import Store
+from stability.run.sweep import run_sweep
+from stability.run.sweep_exec import SerialBackend
+from stability.spec.schema import load_spec, parse_spec
 
 #: x_{l+1} = g·x_l exactly (W = g·I, no bias, identity activation): r₀ = g^L and Var ratio g^(2L).
 LINEAR = """
@@ -167,7 +167,7 @@ def test_compare_lists_budgets_that_moved_and_fails_when_one_went_down(tmp_path:
         run_sweep(spec, [parse_axis("depth=1,64")], store, SerialBackend(), seeds=[0], version="0.1.0+gaaaaaaaaaaaa")
         halved = load_spec(_write(tmp_path, LINEAR.replace("init_gain = 0.9", "init_gain = 0.81"), "halved.toml"))
         # the same spec content under a second code version whose init halves the budget
-        import stability.sweep as sweep_module
+        import stability.run.sweep as sweep_module
 
         real = sweep_module.spec_hash
         monkeypatch.setattr(sweep_module, "spec_hash", lambda s: real(spec))
@@ -210,7 +210,7 @@ def test_a_custom_factory_that_raises_fails_its_points_not_the_sweep(tmp_path: P
 
 
 def test_spec_content_not_path_keys_the_store(tmp_path: Path) -> None:
-    from stability.sweep import spec_hash
+    from stability.run.sweep import spec_hash
 
     a = parse_spec(LINEAR, file="a.toml")
     b = parse_spec(LINEAR + "\n# a comment\n", file="elsewhere/b.toml")
@@ -221,7 +221,7 @@ def test_spec_content_not_path_keys_the_store(tmp_path: Path) -> None:
 @given(st.integers(1, 64), st.integers(0, 4096), st.integers(0, 4096))
 def test_bisection_finds_every_threshold_in_about_log2_steps(lo: int, a: int, b: int) -> None:
     """Holds at depth d iff d <= t: the bisection returns t (or says it lies outside [lo, hi])."""
-    from stability.sweep import _Bisection
+    from stability.run.sweep import _Bisection
 
     hi = lo + a
     t = b

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from stability.grid import parse_axis
-from stability.spec import load_spec
-from stability.store import Store
-from stability.sweep import run_sweep
-from stability.sweep_exec import PointTask, SerialBackend, measurements_from_json, measurements_to_json, run_point
+from stability.run.grid import parse_axis
+from stability.run.store import Store
+from stability.run.sweep import run_sweep
+from stability.run.sweep_exec import PointTask, SerialBackend, measurements_from_json, measurements_to_json, run_point
+from stability.spec.schema import load_spec
 
 pytest.importorskip("distributed", reason="Dask distributed is not installed (pip install 'stability[sweep]')")
 
@@ -49,7 +49,7 @@ hi = 1e6
 
 @pytest.fixture(scope="module")
 def dask_backend() -> Iterator[object]:
-    from stability.sweep_exec import DaskBackend
+    from stability.run.sweep_exec import DaskBackend
 
     backend = DaskBackend(n_workers=2)  # a LocalCluster: processes=True, threads_per_worker=1, dashboard_address=None
     try:

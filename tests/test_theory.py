@@ -38,9 +38,9 @@ from stability import (
     run_spec,
     strategies,
 )
-from stability.case import corner_case
-from stability.probe import Measurements, projection_vector
-from stability.spec import Spec
+from stability.measure.probe import Measurements, projection_vector
+from stability.spec.case import corner_case
+from stability.spec.schema import Spec
 
 EPS = float(np.finfo(np.float64).eps)  # 2^-52
 

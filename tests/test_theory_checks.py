@@ -1,4 +1,4 @@
-"""stability.theory_checks: the mean-field oracle against measured gradients at several widths, the
+"""stability.judge.theory_checks: the mean-field oracle against measured gradients at several widths, the
 spec-to-(σ_w², σ_b²) mapping, the verdicts on hand-made measurements, and spec validation."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from stability import build, make_input, parse_spec, probe
-from stability.build import derive_seed
-from stability.case import corner_case
 from stability.errors import SpecError
-from stability.jacobian import JacobianSpectrum
-from stability.probe import Measurements
-from stability.theory_checks import jacobian_spectrum, lesion, mean_field, mean_field_parameters, predict
+from stability.families.build import derive_seed
+from stability.judge.theory_checks import jacobian_spectrum, lesion, mean_field, mean_field_parameters, predict
+from stability.measure.jacobian import JacobianSpectrum
+from stability.measure.probe import Measurements
+from stability.spec.case import corner_case
 
 
 def _spec(activation: str, init: str, extra: str = "", family: str = "plain", block: str = "") -> object:
@@ -143,7 +143,7 @@ def test_mean_field_on_the_shipped_spec_is_judged_on_the_ensemble_and_not_fooled
     from pathlib import Path
 
     from stability import parse_spec
-    from stability.engine import evaluate
+    from stability.run.engine import evaluate
 
     path = Path(__file__).resolve().parent.parent / "specs" / "plain_meanfield.toml"
     spec = parse_spec(path.read_text(), file=str(path))

@@ -1,4 +1,4 @@
-"""stability/token_invariants.py: every number against a closed form, and the verdicts."""
+"""stability/judge/token_invariants.py: every number against a closed form, and the verdicts."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from stability.blocks import Scale
-from stability.probe import Measurements, probe
-from stability.token_invariants import (
+from stability.families.blocks import Scale
+from stability.families.transformer import AttentionProbs
+from stability.judge.token_invariants import (
     AttentionEntropyObserver,
     RankCollapseObserver,
     attention_entropy,
@@ -21,7 +21,7 @@ from stability.token_invariants import (
     normalised_row_entropy,
     rank_collapse,
 )
-from stability.transformer import AttentionProbs
+from stability.measure.probe import Measurements, probe
 
 
 def _m(**kw: object) -> Measurements:
@@ -98,8 +98,8 @@ def test_rank_collapse_of_an_identity_stack_on_a_chance_similar_input() -> None:
     """The reviewer's case: transformer_rezero.toml at depth 1, width 16, 4 tokens, seed 59414,
     whose random input has similarity 0.321 > 0.3; ReZero blocks are the identity at init."""
     from stability import load_spec
-    from stability.case import Case
-    from stability.engine import evaluate, judge
+    from stability.run.engine import evaluate, judge
+    from stability.spec.case import Case
 
     spec = load_spec(Path(__file__).resolve().parent.parent / "specs" / "transformer_rezero.toml")
     case = Case(1, 16, 2, None, None, "xavier_normal", "default", "float32", "cpu", 59414, tokens=4)

@@ -1,4 +1,4 @@
-"""stability/train.py and stability/train_update.py against closed forms: one SGD step of a linear network on a squared loss
+"""stability/measure/train.py and stability/measure/train_update.py against closed forms: one SGD step of a linear network on a squared loss
 (Δh exactly), gradient descent on linear least squares (the loss after k steps in the Hessian's
 eigenbasis), µP's learning-rate multipliers (Yang et al. 2021, Table 3), and bit-exact replay."""
 
@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch import nn
 
-from stability.case import corner_case
-from stability.spec import parse_spec
-from stability.train import Readout, Task, TrainModel, fit, lr_scales, make_task, relative_residuals, train_case, trainable
-from stability.train_update import log_slope, measure_update, update_sweep
+from stability.measure.train import Readout, Task, TrainModel, fit, lr_scales, make_task, relative_residuals, train_case, trainable
+from stability.measure.train_update import log_slope, measure_update, update_sweep
+from stability.spec.case import corner_case
+from stability.spec.schema import parse_spec
 
 SPEC = """
 name = "t"

@@ -1,4 +1,4 @@
-"""stability/train_invariants.py: the verdicts on known inputs, and the shipped training specs
+"""stability/judge/train_invariants.py: the verdicts on known inputs, and the shipped training specs
 (specs/*update_size*, degradation_*, warmup_*, residual_size_*) whose verdicts the literature
 fixes, each replayed by its case string, twice, bit-exactly."""
 
@@ -11,10 +11,10 @@ import pytest
 
 from stability import RunOptions, load_spec, run_spec
 from stability.errors import SpecError
-from stability.spec import parse_spec
-from stability.train import TrainRun
-from stability.train_invariants import residual_size, trainability, update_size
-from stability.train_update import UpdateRecord, UpdateSweep, log_slope
+from stability.judge.train_invariants import residual_size, trainability, update_size
+from stability.measure.train import TrainRun
+from stability.measure.train_update import UpdateRecord, UpdateSweep, log_slope
+from stability.spec.schema import parse_spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 
@@ -149,8 +149,8 @@ def test_training_verdicts_write_strict_json(tmp_path: Path) -> None:
     """NaN and inf never reach the JSON report: a diverged curve's last loss is null."""
     import json
 
-    from stability.engine import InvariantResult, SpecResult
-    from stability.report import write_json
+    from stability.report.formats import write_json
+    from stability.run.engine import InvariantResult, SpecResult
 
     spec = load_spec(SPECS / "warmup_full_branch.toml")
     v = trainability([TrainRun([1.0, 1e30, math.inf], 2, 2, 0.0, depth=16)], max_loss_ratio=0.5)

@@ -1,4 +1,4 @@
-"""stability/train_plots.py: the update-size-vs-width and loss-curve figures, and their place in
+"""stability/report/train_plots.py: the update-size-vs-width and loss-curve figures, and their place in
 the HTML report (the bound drawn, the failing width and a diverged step marked)."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ import math
 
 from matplotlib.figure import Figure
 
-from stability.engine import InvariantResult, SpecResult
-from stability.html import render_html
-from stability.invariants import Verdict
-from stability.spec import parse_spec
-from stability.train import TrainRun
-from stability.train_invariants import trainability, update_size
-from stability.train_plots import CONE_GID, DIVERGED_GID, FAILING_WIDTH_GID, loss_figure, training_figures, update_size_figure
-from stability.train_update import UpdateRecord, UpdateSweep, log_slope
+from stability.judge.invariants import Verdict
+from stability.judge.train_invariants import trainability, update_size
+from stability.measure.train import TrainRun
+from stability.measure.train_update import UpdateRecord, UpdateSweep, log_slope
+from stability.report.html import render_html
+from stability.report.train_plots import CONE_GID, DIVERGED_GID, FAILING_WIDTH_GID, loss_figure, training_figures, update_size_figure
+from stability.run.engine import InvariantResult, SpecResult
+from stability.spec.schema import parse_spec
 
 
 def _gids(fig: Figure) -> set[str]:

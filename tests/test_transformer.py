@@ -1,4 +1,4 @@
-"""stability/transformer.py and token inputs: the builder's formulas, the attention against an
+"""stability/families/transformer.py and token inputs: the builder's formulas, the attention against an
 independent computation, the shipped transformer specs and their negative controls, and the
 constrained integer keys of [space] the family relies on (heads always divide the width)."""
 
@@ -15,14 +15,14 @@ from hypothesis import strategies as st
 from torch import nn
 
 from stability import RunOptions, load_spec, run_spec
-from stability.build import build, make_input
-from stability.case import corner_case, parse_case_string
-from stability.engine import evaluate
 from stability.errors import SpecError, UsageError
-from stability.spec import parse_spec, validate_spec
-from stability.strategies import cases
-from stability.token_invariants import observers_for
-from stability.transformer import SelfAttention, TransformerBlock
+from stability.families.build import build, make_input
+from stability.families.transformer import SelfAttention, TransformerBlock
+from stability.judge.token_invariants import observers_for
+from stability.run.engine import evaluate
+from stability.run.strategies import cases
+from stability.spec.case import corner_case, parse_case_string
+from stability.spec.schema import parse_spec, validate_spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 CONTROLS = sorted(SPECS.glob("transformer_control_*.toml"))

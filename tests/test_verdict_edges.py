@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 from stability import load_spec, probe
-from stability.engine import RunOptions, run_spec
-from stability.invariants import classify_growth, gradient_arrival, variance_growth
-from stability.probe import Measurements
+from stability.judge.invariants import classify_growth, gradient_arrival, variance_growth
+from stability.measure.probe import Measurements
+from stability.run.engine import RunOptions, run_spec
 
 
 def _m(grad: list[float] | None = None, var: list[float] | None = None) -> Measurements:

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from stability import build, make_input, parse_spec, probe
-from stability.batched import probe_seeds
-from stability.build import derive_seed
-from stability.case import corner_case
-from stability.probe import projection_vector
+from stability.families.build import derive_seed
+from stability.measure.batched import probe_seeds
+from stability.measure.probe import projection_vector
+from stability.spec.case import corner_case
 
 FAMILY_BLOCK = {
     "plain": 'norm = "none"',

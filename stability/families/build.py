@@ -1,0 +1,466 @@
+"""Stage 3: a Spec and a Case → the network's blocks and an input tensor.
+
+All randomness comes from the case's seed: weights are drawn on the CPU under a forked, seeded
+generator and then moved to the case's device and dtype, so the same case gives the same weights on
+CPU and GPU. The input and the probe's loss use their own streams derived from the same seed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from stability.errors import CaseError, SpecError
+from stability.families.adapters import CallKwargs, Stack, find_blocks, set_modes
+from stability.families.blocks import (
+    ChannelRMSNorm,
+    ChannelsLast,
+    DenseLayer,
+    HighwayBlock,
+    PlainBlock,
+    PostNormBlock,
+    PreActBlock,
+    Scale,
+    Transition,
+)
+from stability.seeding import seeded
+from stability.spec.case import Case
+from stability.spec.schema import Spec
+
+__all__ = ["Network", "build", "make_input", "derive_seed", "torch_dtype", "channel_counts"]
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_NONLINEARITY: dict[str, Literal["relu", "tanh", "sigmoid", "linear"]] = {"relu": "relu", "gelu": "relu", "tanh": "tanh", "sigmoid": "sigmoid", "identity": "linear"}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return _DTYPES[name]
+
+
+def derive_seed(seed: int, stream: int) -> int:
+    """An independent seed for one random stream (0 weights, 1 input, 2 loss) of a case."""
+    return (seed * 0x9E3779B97F4A7C15 + stream * 0xBF58476D1CE4E5B9) % (2**63)
+
+
+@dataclass
+class Network:
+    """What a probe needs: the blocks, plus an optional stem applied before them, and the extra
+    keyword arguments every block is called with (`stability.Stack.call_kwargs`)."""
+
+    blocks: nn.Sequential
+    stem: nn.Module | None = None
+    head: nn.Module | None = None
+    call_kwargs: CallKwargs | None = None
+
+
+def build(spec: Spec, case: Case) -> Network:
+    """Build the network of one case on `case.device` in `case.dtype`."""
+    with torch.random.fork_rng(devices=[]), seeded(derive_seed(case.seed, 0)):
+        torch.manual_seed(derive_seed(case.seed, 0))
+        gen = torch.Generator().manual_seed(derive_seed(case.seed, 0))
+        if spec.family == "custom":
+            net = _build_custom(spec, case)
+        else:
+            with _construction_dtype(case):
+                net = Network(_BUILDERS[spec.family](spec, case, gen))
+    device = torch.device(case.device)
+    dtype = torch_dtype(case.dtype)
+    for module in (net.blocks, net.stem, net.head):
+        if module is not None:
+            module.to(device=device, dtype=dtype)
+            set_modes(module, norm_train=spec.probe.mode == "train", dropout_train=spec.probe.dropout == "on")
+    return net
+
+
+@contextlib.contextmanager
+def _construction_dtype(case: Case) -> Iterator[None]:
+    """Build float64 cases in float64, so that spec constants (init_gain, skip_scale,
+    branch_scale, gate_bias, bias_init, projection_spectrum) keep float64 precision instead of
+    being rounded to float32 before the final cast; other dtypes are built in float32 as before."""
+    if case.dtype != "float64":
+        yield
+        return
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def make_input(spec: Spec, case: Case) -> torch.Tensor:
+    """x ~ N(0, 1) of shape (B, C), (B, C, S, S) or (B, T, C), drawn on the CPU from the case's input stream."""
+    gen = torch.Generator().manual_seed(derive_seed(case.seed, 1))
+    channels = case.input_width or case.width
+    shape: tuple[int, ...] = (case.batch, channels)
+    if spec.block.layer == "conv2d":
+        shape += (case.spatial or 8, case.spatial or 8)
+    elif spec.block.layer == "tokens":  # (B, T, C): channels last
+        shape = (case.batch, case.tokens or 8, channels)
+    x = torch.randn(shape, generator=gen, dtype=torch.float64)
+    return x.to(device=case.device, dtype=torch_dtype(case.dtype))
+
+
+def channel_counts(spec: Spec, case: Case) -> list[int]:
+    """Channels at each boundary (input of block l, then the output), from the spec's formulas."""
+    c0 = case.input_width or case.width
+    if spec.family != "dense":
+        return [c0] + [case.width] * case.depth
+    counts, c = [c0], c0
+    for layer in range(1, case.depth + 1):
+        c += spec.block.growth
+        if spec.block.transition_every and layer % spec.block.transition_every == 0 and layer < case.depth:
+            c = max(1, math.floor(spec.block.compression * c))
+        counts.append(c)
+    return counts
+
+
+# ----------------------------------------------------------------------------- pieces
+
+
+def _layer(spec: Spec, c_in: int, c_out: int, *, kernel: int | None = None, bias: bool = True) -> nn.Linear | nn.Conv2d:
+    if spec.block.layer == "conv2d":
+        k = spec.block.kernel_size if kernel is None else kernel
+        return nn.Conv2d(c_in, c_out, k, padding=k // 2, bias=bias)
+    return nn.Linear(c_in, c_out, bias=bias)
+
+
+def _norm(spec: Spec, channels: int) -> nn.Module:
+    kind, conv = spec.block.norm, spec.block.layer == "conv2d"
+    if kind == "none":
+        return nn.Identity()
+    if spec.block.layer == "tokens" and kind == "batch":  # (B, T, C): statistics per channel over (B, T)
+        return ChannelsLast(nn.BatchNorm1d(channels))
+    if kind == "batch":
+        return nn.BatchNorm2d(channels) if conv else nn.BatchNorm1d(channels)
+    if kind == "layer":
+        return nn.GroupNorm(1, channels) if conv else nn.LayerNorm(channels)
+    if kind == "rms":
+        return ChannelRMSNorm(channels) if conv else nn.RMSNorm(channels, eps=1e-6)
+    # The most groups (≤ norm_groups) that divide the channels and leave each group at least two
+    # channels, so a group never holds one value (GroupNorm refuses that, e.g. on a 1×1 image).
+    fits = [g for g in range(1, min(spec.block.norm_groups, channels) + 1) if channels % g == 0 and channels // g >= 2]
+    group = nn.GroupNorm(max(fits, default=1), channels)
+    return ChannelsLast(group) if spec.block.layer == "tokens" else group
+
+
+def _act(spec: Spec) -> nn.Module:
+    act: nn.Module = {
+        "relu": nn.ReLU,
+        "gelu": nn.GELU,
+        "tanh": nn.Tanh,
+        "sigmoid": nn.Sigmoid,
+        "identity": nn.Identity,
+    }[spec.block.activation]()
+    return act
+
+
+def _init_weight(spec: Spec, case: Case, w: torch.Tensor, gen: torch.Generator) -> None:
+    kind, s = case.weight_init, spec.space
+    nl = _NONLINEARITY[spec.block.activation]
+    with torch.no_grad():
+        if kind == "default":
+            return
+        if kind == "kaiming_normal":
+            nn.init.kaiming_normal_(w, nonlinearity=nl, generator=gen)
+        elif kind == "kaiming_uniform":
+            nn.init.kaiming_uniform_(w, nonlinearity=nl, generator=gen)
+        elif kind == "xavier_normal":
+            nn.init.xavier_normal_(w, generator=gen)
+        elif kind == "xavier_uniform":
+            nn.init.xavier_uniform_(w, generator=gen)
+        elif kind == "orthogonal":
+            nn.init.orthogonal_(w, generator=gen)
+        elif kind == "normal":
+            nn.init.normal_(w, std=s.init_std, generator=gen)
+        elif kind == "identity":  # W = gain · I (Dirac kernel for convolutions)
+            if w.dim() == 2:
+                nn.init.eye_(w)
+            else:
+                nn.init.dirac_(w)
+            w.mul_(s.init_gain)
+
+
+def _init_all(spec: Spec, case: Case, module: nn.Module, gen: torch.Generator) -> None:
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Conv2d)):
+            _init_weight(spec, case, m.weight, gen)
+            if m.bias is not None and spec.space.bias_init != "default":
+                with torch.no_grad():
+                    m.bias.fill_(float(spec.space.bias_init))
+
+
+def _zero(layer: nn.Module) -> None:
+    with torch.no_grad():
+        for p in layer.parameters(recurse=False):
+            p.zero_()
+
+
+def _spectrum_projection(spec: Spec, c: int, gen: torch.Generator) -> torch.Tensor:
+    """W_s = U·diag(s)·Vᵀ, s geometric from s_max to s_min, U and V random orthogonal."""
+    s_min, s_max = spec.block.projection_spectrum  # type: ignore[misc]
+    u = nn.init.orthogonal_(torch.empty(c, c, dtype=torch.float64), generator=gen)
+    v = nn.init.orthogonal_(torch.empty(c, c, dtype=torch.float64), generator=gen)
+    s = torch.logspace(math.log10(s_max), math.log10(s_min), c, dtype=torch.float64) if c > 1 else torch.tensor([s_min], dtype=torch.float64)
+    return (u * s) @ v.T  # (C, C)
+
+
+def _skip(spec: Spec, c_in: int, c_out: int, gen: torch.Generator, case: Case) -> nn.Module | None:
+    kind = spec.block.skip
+    if kind == "none":
+        return None
+    if kind == "identity":
+        return nn.Identity()
+    if kind == "scaled":
+        return Scale(torch.tensor(float(spec.block.skip_scale or 0.0)), learnable=False)  # the spec requires skip_scale with skip = "scaled"
+    if kind == "norm":
+        return _norm(spec, c_in)
+    proj = _layer(spec, c_in, c_out, kernel=1, bias=False)
+    _init_weight(spec, case, proj.weight, gen)
+    if spec.block.projection_spectrum is not None:
+        w = _spectrum_projection(spec, c_out, gen).to(proj.weight.dtype)
+        with torch.no_grad():
+            proj.weight.copy_(w.view_as(proj.weight))
+    return proj
+
+
+def _gain(spec: Spec, case: Case, channels: int) -> nn.Module:
+    """Branch scale (fixed) times the ReZero scalar or SkipInit per-channel gain (learnable)."""
+    parts: list[nn.Module] = []
+    scale = spec.block.branch_scale
+    if scale == "1/sqrt(depth)":
+        scale = 1.0 / math.sqrt(case.depth)
+    elif scale == "1/depth":
+        scale = 1.0 / case.depth
+    if scale != 1.0:
+        parts.append(Scale(torch.tensor(float(scale)), learnable=False))
+    if case.branch_init == "rezero":
+        parts.append(Scale(torch.tensor(0.0), learnable=True))
+    elif case.branch_init == "skipinit":
+        parts.append(Scale(torch.zeros(channels), learnable=True, channel_dim=-1 if spec.block.layer == "tokens" else 1))
+    if not parts:
+        return nn.Identity()
+    return parts[0] if len(parts) == 1 else nn.Sequential(*parts)
+
+
+def _build_plain(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequential:
+    blocks = []
+    for l in range(case.depth):  # noqa: E741 (l: the boundary index, as in the papers)
+        c_in = (case.input_width or case.width) if l == 0 else case.width
+        blocks.append(PlainBlock(_layer(spec, c_in, case.width), _norm(spec, case.width), _act(spec)))
+    net = nn.Sequential(*blocks)
+    _init_all(spec, case, net, gen)
+    return net
+
+
+def _residual(spec: Spec, case: Case, gen: torch.Generator, *, pre: bool) -> nn.Sequential:
+    blocks: list[nn.Module] = []
+    w = case.width
+    for l in range(case.depth):  # noqa: E741 (l: the boundary index, as in the papers)
+        c_in = (case.input_width or w) if l == 0 else w
+        if pre:  # F = W2·act(norm(W1·act(norm(x))))  or  W1·act(norm(x)) with one layer
+            branch = nn.Sequential(_norm(spec, c_in), _act(spec), _layer(spec, c_in, w))
+            if spec.block.branch_layers == 2:
+                branch.extend([_norm(spec, w), _act(spec), _layer(spec, w, w)])
+        else:  # F = W2·act(norm(W1 x))  or  W1 x with one layer
+            branch = nn.Sequential(_layer(spec, c_in, w))
+            if spec.block.branch_layers == 2:
+                branch.extend([_norm(spec, w), _act(spec), _layer(spec, w, w)])
+        _init_all(spec, case, branch, gen)
+        if case.branch_init == "zero":
+            _zero(branch[-1])
+        skip = _skip(spec, c_in, w, gen, case)
+        gain = _gain(spec, case, w)
+        if pre:
+            blocks.append(PreActBlock(branch, skip, gain))
+        else:
+            blocks.append(PostNormBlock(branch, skip, gain, _norm(spec, w), _act(spec)))
+    return nn.Sequential(*blocks)
+
+
+def _build_highway(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequential:
+    blocks = []
+    for _ in range(case.depth):
+        layer = _layer(spec, case.width, case.width)
+        transform = nn.Sequential(layer, _norm(spec, case.width), _act(spec))
+        gate = _layer(spec, case.width, case.width, kernel=1)
+        _init_all(spec, case, transform, gen)
+        _init_all(spec, case, gate, gen)
+        if case.branch_init == "zero":  # H = 0 and W_T = 0: the gate is σ(b_T) everywhere
+            _zero(layer)
+            with torch.no_grad():
+                gate.weight.zero_()
+        with torch.no_grad():
+            gate.bias.fill_(spec.block.gate_bias)  # type: ignore[union-attr]  # built with bias=True
+        blocks.append(HighwayBlock(transform, gate))
+    return nn.Sequential(*blocks)
+
+
+def _build_dense(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequential:
+    counts = channel_counts(spec, case)
+    blocks: list[nn.Module] = []
+    c = counts[0]
+    for l in range(1, case.depth + 1):  # noqa: E741 (l: the boundary index, as in the papers)
+        layer = _layer(spec, c, spec.block.growth)
+        block: nn.Module = DenseLayer(_norm(spec, c), _act(spec), layer, channel_dim=-1 if spec.block.layer == "tokens" else 1)
+        _init_all(spec, case, block, gen)
+        if case.branch_init == "zero":
+            _zero(layer)
+        c += spec.block.growth
+        if counts[l] != c:  # a transition closes this dense group: C → ⌊θ·C⌋
+            trans = Transition(_norm(spec, c), _act(spec), _layer(spec, c, counts[l], kernel=1))
+            _init_all(spec, case, trans, gen)
+            block = nn.Sequential(block, trans)
+            c = counts[l]
+        blocks.append(block)
+    return nn.Sequential(*blocks)
+
+
+_BUILDERS: dict[str, Callable[[Spec, Case, torch.Generator], nn.Sequential]] = {
+    "plain": _build_plain,
+    "postnorm": lambda spec, case, gen: _residual(spec, case, gen, pre=False),
+    "preact": lambda spec, case, gen: _residual(spec, case, gen, pre=True),
+    "highway": _build_highway,
+    "dense": _build_dense,
+    "transformer": lambda spec, case, gen: _build_transformer(spec, case, gen),
+}
+
+
+def _build_transformer(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequential:
+    from stability.families.transformer import build_transformer  # it builds on this module's init helpers
+
+    return build_transformer(spec, case, gen)
+
+
+# ----------------------------------------------------------------------------- custom
+
+
+def _resolve_factory(spec: Spec) -> Any:
+    """The factory function, found under the rule of `stability.families.factory` (the spec's folder or a
+    configured source root; never the standard library or site-packages)."""
+    from stability.families.factory import load_factory
+
+    return load_factory(spec.path, spec.block.factory or "")
+
+
+def _build_custom(spec: Spec, case: Case) -> Network:
+    fn = _resolve_factory(spec)
+    values: dict[str, Any] = {
+        **case.as_dict(),
+        "init": case.weight_init,
+        "layer": spec.block.layer,
+        "torch_dtype": torch_dtype(case.dtype),
+        **spec.block.factory_args,
+    }
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or C function without a signature: call it with nothing
+        params = {}  # type: ignore[assignment]
+    _check_fillable(spec, params, values)
+    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kwargs = values if takes_all else {k: v for k, v in values.items() if k in params}
+    try:
+        out = fn(**kwargs)
+    except CaseError:  # the per-case time limit or memory refusal
+        raise
+    except SystemExit as exc:  # a factory may not decide the gate's exit code
+        raise SpecError(
+            spec.path,
+            "block.factory",
+            f"called sys.exit({exc.code!r}) (case {case})",
+            value=spec.block.factory,
+            fix="a factory must return blocks, not exit",
+        ) from None
+    except Exception as exc:  # the factory's own check on this case (e.g. heads not dividing width): this case fails
+        what = " ".join(f"{type(exc).__name__}: {exc}".split())
+        raise CaseError(f"the factory {spec.block.factory} raised {what}") from None
+    return _nonempty(spec, case, _network_from(spec, out))
+
+
+def _check_fillable(spec: Spec, params: Any, values: dict[str, Any]) -> None:
+    """A SpecError (exit 2, before any case is judged) when the factory asks for a parameter that
+    nothing fills: its parameters are filled by name from the case and `block.factory_args`, so a
+    required one with another name (or positional-only) fails on every case alike."""
+    missing = [
+        name
+        for name, p in params.items()
+        if p.default is inspect.Parameter.empty
+        and (p.kind is inspect.Parameter.POSITIONAL_ONLY or (p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY) and name not in values))
+    ]
+    if missing:
+        known = ", ".join(sorted(k for k in values if k not in spec.block.factory_args))
+        raise SpecError(
+            spec.path,
+            "block.factory",
+            f"asks for {', '.join(repr(m) for m in missing)}, which nothing fills (its parameters are filled by name from the case: {known}; and from block.factory_args)",
+            value=spec.block.factory,
+            fix=f"rename the parameter to one of those, give it a default, or set it in block.factory_args (e.g. factory_args = {{ {missing[0]} = ... }})",
+        )
+
+
+def _nested_blocks(model: nn.Module, depth: int = 3) -> list[str]:
+    """Paths below `model` (up to `depth` levels) of modules `find_blocks` would take: where a whole
+    model (a Hugging Face *Model or *ForCausalLM: encoder.layer, transformer.h, model.layers) keeps
+    its blocks. Only a hint: the model's own forward passes masks and position embeddings that
+    its blocks alone would not get, so the harness does not pick one itself."""
+    found: list[str] = []
+    level = [(name, child) for name, child in model.named_children()]
+    for _ in range(depth):
+        below: list[tuple[str, nn.Module]] = []
+        for path, module in level:
+            if find_blocks(module) is not None and not isinstance(module, (nn.Sequential, nn.ModuleList)):
+                found.append(path)
+            else:
+                below += [(f"{path}.{name}", child) for name, child in module.named_children()]
+        if found:
+            return found[:3]
+        level = below
+    return []
+
+
+def _network_from(spec: Spec, out: Any) -> Network:
+    """What a factory returned → a `Network`, by the rules of `stability.families.adapters`."""
+    if isinstance(out, nn.Sequential):
+        return Network(out)
+    found = find_blocks(out) if isinstance(out, (nn.Module, Stack)) else None
+    if found is None:
+        inner = _nested_blocks(out) if isinstance(out, nn.Module) else []
+        hint = (
+            f"; it holds blocks deeper, at {' and '.join('.' + p for p in inner)}: return that module (with a stability.Stack carrying "
+            "the attention mask or position embeddings its blocks need, as the whole model would pass them)"
+            if inner
+            else ""
+        )
+        raise SpecError(
+            spec.path,
+            "block.factory",
+            f"returned {type(out).__name__}, not an nn.Sequential, an nn.ModuleList, a stability.Stack or a module with one of .blocks/.layers/.layer/.h/.block{hint}",
+            value=spec.block.factory,
+            fix="return nn.Sequential(*blocks), the library's ModuleList, or stability.Stack(blocks=...)",
+        )
+    blocks = nn.Sequential(*found)
+    if isinstance(out, Stack):
+        return Network(blocks, stem=out.stem, head=out.head, call_kwargs=out.call_kwargs)
+    if isinstance(getattr(out, "blocks", None), nn.Module):  # a module with .blocks may carry .stem and .head
+        return Network(blocks, stem=getattr(out, "stem", None), head=getattr(out, "head", None))
+    return Network(blocks)
+
+
+def _nonempty(spec: Spec, case: Case, net: Network) -> Network:
+    """A stack with no blocks measures nothing, and nothing measured is not a pass."""
+    if len(net.blocks) == 0:
+        raise SpecError(
+            spec.path,
+            "block.factory",
+            f"returned an empty stack (no blocks) for case {case}",
+            value=spec.block.factory,
+            fix="return one module per block, e.g. nn.Sequential(*[Block(width) for _ in range(depth)])",
+        )
+    return net

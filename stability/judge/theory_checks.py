@@ -1,0 +1,259 @@
+"""The theory invariants: `jacobian_spectrum`, `mean_field` and `lesion`.
+
+Each needs more than the probe's one forward and one backward pass, so its measurement runs after
+the probe and only when a spec declares it (`extra_measurements`, called by the engine); the
+results go into `Measurements.extra` under the invariant's name, and the verdicts below are pure
+functions of that, like those in `stability.judge.invariants`.
+
+- jacobian_spectrum: ⟨σ²⟩ and σ_max² of ∂y/∂x (`stability.measure.jacobian`); the headline is the spread
+  σ_max²/⟨σ²⟩, which is 1 for an isometry and grows with depth in a plain ReLU stack.
+- mean_field: the measured per-block factor of the squared gradient norm, (g_0/g_L)^{2/L}, against
+  the mean-field χ along the stack (`stability.judge.meanfield.layer_profile`), within the finite-width
+  band of `stability.judge.meanfield.log_factor_variance`.
+- lesion: the largest (or median) relative output change when one block is replaced by the
+  identity (`stability.measure.lesion`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from stability.errors import SpecError
+from stability.judge import meanfield
+from stability.judge.invariants import Verdict
+from stability.measure.jacobian import jacobian_spectrum as measure_spectrum
+from stability.measure.lesion import lesion_changes
+from stability.measure.probe import Measurements
+from stability.spec.case import Case
+from stability.spec.schema import Spec
+
+__all__ = [
+    "MeanFieldPrediction",
+    "check_spec",
+    "mean_field_parameters",
+    "extra_measurements",
+    "jacobian_spectrum",
+    "mean_field",
+    "lesion",
+]
+
+#: σ_w² = gain² for kaiming inits (fan-in mode), with the gain torch's calculate_gain gives for the
+#: nonlinearity the builder passes (GELU is initialised as ReLU).
+_KAIMING_SIGMA_W2 = {"relu": 2.0, "gelu": 2.0, "tanh": (5.0 / 3.0) ** 2, "sigmoid": 1.0, "identity": 1.0}
+_MEAN_FIELD_INITS = ("default", "kaiming_normal", "kaiming_uniform", "xavier_normal", "xavier_uniform", "normal")
+
+
+def check_spec(spec: Spec) -> None:
+    """Spec-level checks for the three invariants (called from `stability.spec.schema`)."""
+    f, e, b, s = spec.path, spec.expect, spec.block, spec.space
+    js = e.jacobian_spectrum
+    if js is not None and js.mean_lo is not None and js.mean_hi is not None and js.mean_lo > js.mean_hi:
+        raise SpecError(f, "expect.jacobian_spectrum.mean_lo", f"is above mean_hi = {js.mean_hi}", value=js.mean_lo, fix="swap mean_lo and mean_hi")
+    if e.lesion is not None and spec.family == "dense":
+        raise SpecError(f, "expect.lesion", "a dense layer adds channels, so it cannot be replaced by the identity", fix="remove it")
+    if e.mean_field is None:
+        return
+    key = "expect.mean_field"
+    residual_ok = spec.family == "preact" and b.branch_layers == 1 and b.skip == "identity"
+    if spec.family != "plain" and not residual_ok:
+        raise SpecError(
+            f,
+            key,
+            f"the mean-field oracle covers plain stacks and one-layer pre-activation residual stacks, not family '{spec.family}'" + (" with this block" if spec.family == "preact" else ""),
+            fix='use family = "plain", or "preact" with branch_layers = 1 and skip = "identity"',
+        )
+    if b.layer != "linear":
+        raise SpecError(f, "block.layer", "the mean-field oracle covers linear layers (its width is the fan-in)", value=b.layer, fix='set block.layer = "linear"')
+    bad = [w for w in s.weight_init if w not in _MEAN_FIELD_INITS]
+    if bad:
+        raise SpecError(
+            f,
+            "space.weight_init",
+            f"'{bad[0]}' is not an i.i.d. init with a mean-field variance",
+            value=s.weight_init,
+            fix=f"use {', '.join(_MEAN_FIELD_INITS)}",
+        )
+    if s.bias_init not in ("default", 0.0):
+        raise SpecError(f, "space.bias_init", "a constant nonzero bias is not a random bias of variance sigma_b2", value=s.bias_init, fix='use "default" or 0.0')
+    if s.input_width is not None and s.input_width != s.width:
+        raise SpecError(f, "space.input_width", "the mean-field oracle needs one width throughout", value=list(s.input_width), fix="remove it")
+
+
+def mean_field_parameters(spec: Spec, case: Case) -> tuple[float, float, float]:
+    """(σ_w², σ_b², α) of a case: weight variance × fan-in, bias variance, branch scale (0 when the
+    branches are zero at initialisation; 1 for a plain stack). nn.Linear's default init draws
+    W ~ U(±1/√n) (σ_w² = 1/3) and b ~ U(±1/√n) (σ_b² = 1/(3n)); kaiming uses gain², xavier 2n/(n+n) = 1,
+    normal init_std²·n."""
+    n = case.width
+    kind = case.weight_init
+    if kind == "default":
+        sw2 = 1.0 / 3.0
+    elif kind.startswith("kaiming"):
+        sw2 = _KAIMING_SIGMA_W2[spec.block.activation]
+    elif kind.startswith("xavier"):
+        sw2 = 1.0
+    else:
+        sw2 = spec.space.init_std**2 * n
+    sb2 = 1.0 / (3.0 * n) if spec.space.bias_init == "default" else 0.0
+    alpha = 1.0
+    if spec.family == "preact":
+        scale = spec.block.branch_scale
+        alpha = 1.0 / math.sqrt(case.depth) if scale == "1/sqrt(depth)" else 1.0 / case.depth if scale == "1/depth" else float(scale)
+        if case.branch_init != "default":
+            alpha = 0.0
+    return sw2, sb2, alpha
+
+
+@dataclass(frozen=True)
+class MeanFieldPrediction:
+    """The mean-field prediction for one case's gradient: per-block ln χ_l and the finite-width
+    variances v_l of the measured per-block log factor (stability.judge.meanfield.log_factor_variance)."""
+
+    activation: str
+    sigma_w2: float
+    sigma_b2: float
+    branch_scale: float
+    residual: bool
+    width: int
+    log_chi: tuple[float, ...]
+    log_var: tuple[float, ...]
+    #: Var of the summed log factors: Σ log_var plus the covariance between blocks of a residual stack.
+    total_var: float = 0.0
+
+    @property
+    def chi(self) -> float:
+        """The geometric-mean per-block χ along the stack."""
+        return math.exp(sum(self.log_chi) / len(self.log_chi)) if self.log_chi else 1.0
+
+
+def predict(spec: Spec, case: Case) -> MeanFieldPrediction:
+    sw2, sb2, alpha = mean_field_parameters(spec, case)
+    residual = spec.family == "preact"
+    prof = meanfield.layer_profile(spec.block.activation, sigma_w2=sw2, sigma_b2=sb2, depth=case.depth, residual=residual, branch_scale=alpha)
+    var = meanfield.log_factor_variance(prof, width=case.width)
+    log_chi = tuple(math.log(c) if c > 0 else -math.inf for c in prof.chi)
+    total = meanfield.log_rate_variance(prof, width=case.width)
+    return MeanFieldPrediction(spec.block.activation, sw2, sb2, alpha, residual, case.width, log_chi, var, total)
+
+
+def extra_measurements(spec: Spec, case: Case, blocks: nn.Module, x: torch.Tensor, *, seed: int) -> dict[str, Any]:
+    """The measurements the declared theory invariants need, by invariant name (empty if none)."""
+    out: dict[str, Any] = {}
+    js = spec.expect.jacobian_spectrum
+    if js is not None:
+        out["jacobian_spectrum"] = measure_spectrum(blocks, x, probes=js.probes, iterations=js.iterations, seed=seed, exact=js.exact)
+    if spec.expect.mean_field is not None:
+        out["mean_field"] = predict(spec, case)
+    if spec.expect.lesion is not None:
+        out["lesion"] = lesion_changes(blocks, x)
+    return out
+
+
+def _missing(name: str, bound: str) -> Verdict:
+    return Verdict(name, False, math.nan, bound, None, f"no {name} measurement: the case was probed without it")
+
+
+def jacobian_spectrum(m: Measurements, *, max_spread: float = 4.0, mean_lo: float | None = None, mean_hi: float | None = None) -> Verdict:
+    """σ_max²/⟨σ²⟩ ≤ max_spread and ⟨σ²⟩ within [mean_lo, mean_hi] (each side when set)."""
+    bound = f"spread ≤ {max_spread:g}" + (f", ⟨σ²⟩ in [{mean_lo or 0:g}, {mean_hi or math.inf:g}]" if mean_lo or mean_hi else "")
+    sp = m.extra.get("jacobian_spectrum")
+    if sp is None:
+        return _missing("jacobian_spectrum", bound)
+    se = f" ± {sp.mean_sq_se:.2g}" if sp.method == "estimate" else ""
+    what = f"⟨σ²⟩ = {sp.mean_sq:.4g}{se}, σ_max² = {sp.max_sq:.4g}, spread {sp.spread:.4g} ({sp.method}, N = {sp.n})"
+    extra = {"mean_sq": sp.mean_sq, "mean_sq_se": sp.mean_sq_se, "max_sq": sp.max_sq}
+    if not math.isfinite(sp.spread) or sp.spread > max_spread:
+        return Verdict("jacobian_spectrum", False, sp.spread, bound, None, f"{what}: spread above {max_spread:g}, far from an isometry", extra)
+    if mean_lo is not None and sp.mean_sq < mean_lo:
+        return Verdict("jacobian_spectrum", False, sp.spread, bound, None, f"{what}: ⟨σ²⟩ below {mean_lo:g} (the gradient shrinks on average)", extra)
+    if mean_hi is not None and sp.mean_sq > mean_hi:
+        return Verdict("jacobian_spectrum", False, sp.spread, bound, None, f"{what}: ⟨σ²⟩ above {mean_hi:g} (the gradient grows on average)", extra)
+    return Verdict("jacobian_spectrum", True, sp.spread, bound, None, f"{what} within {bound}", extra)
+
+
+def mean_field(m: Measurements, *, k_sigma: float = 4.0) -> Verdict:
+    """|ρ̂ − ρ| ≤ Σv/(2L) + k_sigma·√(Σv)/L, ρ̂ = (2/L) ln(g_0/g_L) the measured per-block log factor of
+    ‖∂L/∂x‖², ρ = (1/L) Σ ln χ_l the mean-field one, v_l its per-block finite-width variance (the
+    first term allows the O(1/n) bias −v_l/2 of the log, the second k_sigma standard deviations).
+
+    Where the engine measured the case's seed ensemble (`m.extra["mean_field_ensemble"]`, (g_0, g_L)
+    per network, member 0 the case's own), ρ̂ is the median over the networks: χ is a claim about
+    the architecture's distribution, and ln of one network's ratio of two gradient norms has a
+    heavy lower tail (a χ²-like norm near 0), so a band of k_sigma Gaussian standard deviations on
+    one network is crossed more often than the Gaussian rate (the case depth=9, width=43, batch=1,
+    init=normal, seed=4965 of a plain tanh stack, σ_w² = 0.43, lands at −4.34 sd, a one-in-140,000
+    event for a Gaussian). A wrong χ moves every member alike, so the median keeps the band's power
+    against it."""
+    pred = m.extra.get("mean_field")
+    if pred is None:
+        return _missing("mean_field", f"± {k_sigma:g} sd")
+    depth = len(pred.log_chi)
+    var = max(pred.total_var, sum(pred.log_var))
+    half = sum(pred.log_var) / (2 * depth) + k_sigma * math.sqrt(var) / depth + 1e-6  # 1e-6: float32 rounding of the norms
+    rho = sum(pred.log_chi) / depth
+    lo, hi = math.exp(rho - half), math.exp(rho + half)
+    bound = f"χ = {pred.chi:.4g} in [{lo:.4g}, {hi:.4g}]"
+    extra: dict[str, Any] = {"predicted": pred.chi, "lo": lo, "hi": hi, "sigma_w2": pred.sigma_w2, "sigma_b2": pred.sigma_b2}
+    members = m.extra.get("mean_field_ensemble") or [(m.grad_norm[0], m.grad_norm[-1])]
+    for k, (g0, gl) in enumerate(members):
+        if not (g0 > 0 and gl > 0 and math.isfinite(g0) and math.isfinite(gl)):
+            who = "" if k == 0 else f" in network {k + 1} of the {len(members)} of the case's seed ensemble"
+            return Verdict("mean_field", False, math.nan, bound, None, f"the gradient norms are not positive and finite{who} (g_0 = {g0:.3g}, g_L = {gl:.3g})", extra)
+    rhos = [2.0 * math.log(g0 / gl) / depth for g0, gl in members]
+    rho_hat = float(statistics.median(rhos))
+    measured = math.exp(rho_hat)
+    sd = math.sqrt(var) / depth
+    z = (rho_hat - rho) / sd if var > 0 else (0.0 if rho_hat == rho else math.inf)
+    what = (
+        f"measured {measured:.4g} per block (‖∂L/∂x‖² factor, {depth} blocks) vs mean-field χ = {pred.chi:.4g} "
+        f"({pred.activation}, σ_w² = {pred.sigma_w2:.4g}, σ_b² = {pred.sigma_b2:.3g}" + (f", residual α = {pred.branch_scale:.3g}" if pred.residual else "") + f"; {z:+.2f} sd at width {pred.width})"
+    )
+    if len(members) > 1:
+        extra["ensemble"] = {"size": len(members), "values": [math.exp(r) for r in rhos]}
+        own = (rhos[0] - rho) / sd if var > 0 else math.nan
+        what = f"{what}, the median of {len(members)} networks (from {math.exp(min(rhos)):.4g} to {math.exp(max(rhos)):.4g}; this one {math.exp(rhos[0]):.4g}, {own:+.2f} sd)"
+    ok = abs(rho_hat - rho) <= half
+    return Verdict("mean_field", ok, measured, bound, None, f"{what}: {'within' if ok else 'outside'} [{lo:.4g}, {hi:.4g}]", extra)
+
+
+def lesion(m: Measurements, *, max_change: float = 0.5, statistic: str = "max") -> Verdict:
+    """The max (or median) over blocks of ‖f(x) − f_{−l}(x)‖/‖f(x)‖ must be ≤ max_change.
+
+    Where the engine measured the case's seed ensemble (`m.extra["lesion_ensemble"]`, one list of
+    changes per network, `stability.measure.ensemble.lesion_ensemble`), the value judged is the median over
+    the networks of each one's statistic: Veit et al.'s claim is about the architecture, and one
+    small network seeing one input is a noisy sample of it."""
+    bound = f"{statistic} ≤ {max_change:g}"
+    changes = m.extra.get("lesion")
+    if changes is None:
+        return _missing("lesion", bound)
+    finite = [(c, i) for i, c in enumerate(changes) if not math.isnan(c)]
+    if not finite:
+        return Verdict("lesion", False, math.nan, bound, None, "no block can be replaced by the identity (every block changes the shape)")
+    worst, block = max(finite)
+    value = worst if statistic == "max" else statistics.median(c for c, _ in finite)
+    what = f"removing block {block} changes the output by {worst:.3g} (relative); median over {len(finite)} blocks {statistics.median(c for c, _ in finite):.3g}"
+    extra: dict[str, Any] = {"changes": [None if math.isnan(c) else c for c in changes]}
+    members = m.extra.get("lesion_ensemble")
+    if members and len(members) > 1:
+        values = [_lesion_statistic(c, statistic) for c in members]
+        live = [v for v in values if not math.isnan(v)]
+        if live:
+            value = statistics.median(live)
+            extra["ensemble"] = {"size": len(members), "values": [None if math.isnan(v) else v for v in values]}
+            what = f"{statistic} change {value:.3g}, the median of {len(members)} networks (from {min(live):.3g} to {max(live):.3g}); in this one, {what}"
+    ok = value <= max_change
+    return Verdict("lesion", ok, value, bound, block, f"{what}: {statistic} {'within' if ok else 'above'} {max_change:g}", extra)
+
+
+def _lesion_statistic(changes: list[float], statistic: str) -> float:
+    finite = [c for c in changes if not math.isnan(c)]
+    if not finite:
+        return math.nan
+    return max(finite) if statistic == "max" else float(statistics.median(finite))

@@ -1,0 +1,281 @@
+"""Stage 5 (training): optimizer runs → Verdicts for `update_size`, `trainability` and `residual_size`.
+
+The verdict functions are pure functions of `stability.measure.train`'s measurements, like
+`stability.judge.invariants`; `evaluate` runs the measurement one case needs under the per-case time
+limit and the memory guard and turns whatever goes wrong into an error string, like
+`engine.evaluate` does for the probe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from stability.errors import CaseError
+from stability.judge.invariants import Verdict
+from stability.measure.train import TrainRun, train_case
+from stability.measure.train_update import UpdateSweep, update_sweep
+from stability.run.guard import check_budget, time_limit, warm_up
+from stability.spec.case import Case
+from stability.spec.schema import Spec
+
+__all__ = ["update_size", "trainability", "residual_size", "evaluate", "run_depths", "boundary_name"]
+
+#: One optimizer run per (case, depth): trainability and residual_size of one spec share them.
+RunCache = dict[tuple[Case, int], TrainRun]
+
+
+def _finite(values: Sequence[float]) -> list[float | None]:
+    """JSON-safe numbers: NaN and inf become None."""
+    return [float(v) if math.isfinite(v) else None for v in values]
+
+
+def boundary_name(b: int, n_boundaries: int) -> str:
+    """Boundary b of h_0 … h_L, then the readout's output."""
+    if b == n_boundaries - 1:
+        return "the output (readout)"
+    if b == 0:
+        return "boundary 0 (the input layer's output, input of block 0)"
+    return f"boundary {b} (output of block {b - 1})"
+
+
+# ----------------------------------------------------------------------------- update_size
+
+
+def update_size(sweep: UpdateSweep, *, max_abs_slope: float = 0.25, at: str = "all") -> Verdict:
+    """µP's promise as a bound (Yang et al. 2021, Desiderata: every activation's update is Θ(1)
+    coordinate-wise): |d log RMS(Δh) / d log width| ≤ max_abs_slope at every boundary (`at =
+    "all"`) or at the readout's output only (`at = "output"`). Judged at the boundary with the
+    largest |slope|; the failing width is the first whose RMS(Δh) leaves the cone
+    RMS₀·(w/w₀)^(±max_abs_slope) drawn from the smallest width."""
+    bound = f"|slope| ≤ {max_abs_slope:g}"
+    n = len(sweep.slopes)
+    candidates = [n - 1] if at == "output" else list(range(n))
+    extra: dict[str, Any] = {
+        "widths": list(sweep.widths),
+        "slopes": _finite(sweep.slopes),
+        "rms": [_finite(sweep.rms(b)) for b in range(n)],
+        "at": at,
+        "max_abs_slope": max_abs_slope,
+        "weight_change": {k: _finite([r.weight_change[k] for r in sweep.records]) for k in sweep.records[0].weight_change},
+    }
+    for r in sweep.records:
+        if r.run.diverged_at is not None:
+            return Verdict("update_size", False, math.nan, bound, None, f"the loss became non-finite at step {r.run.diverged_at} at width {r.width}; lower train.lr", extra)
+    bad = [b for b in candidates if not math.isfinite(sweep.slopes[b])]
+    if bad:
+        b = bad[0]
+        values = sweep.rms(b)
+        w = next(w for w, v in zip(sweep.widths, values, strict=True) if not (math.isfinite(v) and v > 0))
+        extra.update(boundary=b, failing_width=w)
+        return Verdict(
+            "update_size",
+            False,
+            math.nan,
+            bound,
+            b,
+            f"RMS(Δh) at {boundary_name(b, n)} is {values[sweep.widths.index(w)]:.3g} at width {w}: no slope on a log scale "
+            "(an update of exactly zero means that layer does not learn; raise train.lr or train.steps)",
+            extra,
+        )
+    worst = max(candidates, key=lambda b: abs(sweep.slopes[b]))
+    slope = sweep.slopes[worst]
+    values = sweep.rms(worst)
+    w0, v0 = sweep.widths[0], values[0]
+    outside = [w for w, v in zip(sweep.widths[1:], values[1:], strict=True) if abs(math.log(v / v0) / math.log(w / w0)) > max_abs_slope]
+    failing = outside[0] if outside else sweep.widths[-1]
+    extra.update(boundary=worst, slope=slope)
+    where = boundary_name(worst, n)
+    growth = f"RMS(Δh) ∝ width^{slope:.2f} at {where} (×{values[-1] / v0:.3g} from width {w0} to {sweep.widths[-1]})"
+    if abs(slope) <= max_abs_slope:
+        return Verdict("update_size", True, slope, bound, worst, f"{growth}: the update size does not depend on the width", extra)
+    extra["failing_width"] = failing
+    trend = "grows" if slope > 0 else "shrinks"
+    fix = 'use µP (train.parametrization = "mup") or scale the hidden learning rates by 1/width' if slope > 0 else "the layer stops learning as the width grows; use µP's learning-rate scaling"
+    return Verdict("update_size", False, slope, bound, worst, f"{growth}: the update {trend} with the width, first outside the bound at width {failing}; {fix}", extra)
+
+
+# ----------------------------------------------------------------------------- trainability
+
+
+def trainability(
+    runs: Sequence[TrainRun],
+    *,
+    max_loss_ratio: float | None = None,
+    compare_depths: tuple[int, int] | None = None,
+    max_depth_ratio: float = 1.0,
+) -> Verdict:
+    """Judge one run (or, with compare_depths, a shallow and a deep run trained the same way):
+    every loss finite; final/initial ≤ max_loss_ratio when given; the deep run's final loss ≤
+    max_depth_ratio × the shallow run's (He et al. 2016: deeper plain stacks degrade)."""
+    parts = ["finite"]
+    if max_loss_ratio is not None:
+        parts.append(f"final/initial ≤ {max_loss_ratio:g}")
+    if compare_depths is not None:
+        parts.append(f"loss(depth {compare_depths[1]}) ≤ {max_depth_ratio:g}×loss(depth {compare_depths[0]})")
+    bound = ", ".join(parts)
+    extra: dict[str, Any] = {
+        "curves": {str(r.depth): _finite(r.losses) for r in runs},
+        "steps": runs[0].steps if runs else 0,
+    }
+    for r in runs:
+        if r.diverged_at is not None:
+            extra["diverged_at"] = r.diverged_at
+            return Verdict(
+                "trainability",
+                False,
+                math.inf,
+                bound,
+                None,
+                f"the loss became non-finite at step {r.diverged_at} (depth {r.depth}, loss {r.losses[max(r.diverged_at - 1, 0)]:.3g} "
+                f"the step before): the run diverged; lower train.lr or add train.warmup steps",
+                extra,
+            )
+    ratios = {r.depth: r.final / r.initial if r.initial > 0 else math.nan for r in runs}
+    extra["loss_ratio"] = {str(d): v if math.isfinite(v) else None for d, v in ratios.items()}
+    if max_loss_ratio is not None:
+        for r in runs:
+            q = ratios[r.depth]
+            if not q <= max_loss_ratio:
+                return Verdict(
+                    "trainability",
+                    False,
+                    q,
+                    bound,
+                    None,
+                    f"the loss fell only to {q:.3g} of its start ({r.initial:.3g} → {r.final:.3g} in {r.steps} steps, depth {r.depth}); bound {max_loss_ratio:g}",
+                    extra,
+                )
+    if compare_depths is not None:
+        shallow, deep = runs[0], runs[1]
+        q = deep.final / shallow.final if shallow.final > 0 else math.inf
+        extra["depth_ratio"] = q
+        text = f"after {deep.steps} steps the depth-{deep.depth} stack's loss is {deep.final:.3g}, {q:.3g}× the depth-{shallow.depth} stack's {shallow.final:.3g}"
+        if q <= max_depth_ratio:
+            return Verdict("trainability", True, q, bound, None, text + ": deeper is no worse", extra)
+        return Verdict("trainability", False, q, bound, None, text + ": the deeper stack trains worse (the degradation problem)", extra)
+    r = runs[0]
+    q = ratios[r.depth]
+    return Verdict("trainability", True, q, bound, None, f"the loss fell to {q:.3g} of its start ({r.initial:.3g} → {r.final:.3g} in {r.steps} steps)", extra)
+
+
+# ----------------------------------------------------------------------------- residual_size
+
+
+def residual_size(
+    runs: Sequence[TrainRun],
+    *,
+    max_mean: float | None = None,
+    compare_depths: tuple[int, int] | None = None,
+    max_depth_ratio: float = 1.0,
+) -> Verdict:
+    """After training, the mean over blocks of ‖x_(l+1) − x_l‖/‖x_l‖ (the branch's relative
+    output ‖F(x)‖/‖x‖ of an identity-skip block): ≤ max_mean, and with compare_depths the deep
+    stack's mean ≤ max_depth_ratio × the shallow one's (He et al. 2015, Sec. 4.2: "the deeper
+    ResNet has smaller magnitudes of responses")."""
+    parts = []
+    if max_mean is not None:
+        parts.append(f"mean ≤ {max_mean:g}")
+    if compare_depths is not None:
+        parts.append(f"mean(depth {compare_depths[1]}) ≤ {max_depth_ratio:g}×mean(depth {compare_depths[0]})")
+    bound = ", ".join(parts) or "finite"
+    extra: dict[str, Any] = {"residuals": {str(r.depth): _finite(r.residuals) for r in runs}, "curves": {str(r.depth): _finite(r.losses) for r in runs}}
+    means: dict[int, float] = {}
+    for r in runs:
+        if r.diverged_at is not None:
+            return Verdict(
+                "residual_size", False, math.nan, bound, None, f"the run diverged at step {r.diverged_at} (depth {r.depth}), so there is no trained network to measure; lower train.lr", extra
+            )
+        if not r.residuals or not all(math.isfinite(v) for v in r.residuals):
+            return Verdict("residual_size", False, math.nan, bound, None, "a block changes the shape of its input (or a boundary is zero), so ‖x_(l+1) − x_l‖/‖x_l‖ is undefined", extra)
+        means[r.depth] = float(np.mean(r.residuals))
+    extra["means"] = {str(d): v if math.isfinite(v) else None for d, v in means.items()}
+    last = runs[-1]
+    mean = means[last.depth]
+    block = int(np.argmax(last.residuals))
+    text = f"after {last.steps} steps the blocks change the signal by {mean:.3g} on average (most: block {block}, {last.residuals[block]:.3g})"
+    if max_mean is not None and mean > max_mean:
+        return Verdict("residual_size", False, mean, bound, block, text + f" at depth {last.depth}, above {max_mean:g}", extra)
+    if compare_depths is not None:
+        q = mean / means[runs[0].depth] if means[runs[0].depth] > 0 else math.inf
+        extra["depth_ratio"] = q
+        text += f" at depth {last.depth}, {q:.3g}× the depth-{runs[0].depth} stack's {means[runs[0].depth]:.3g}"
+        if q > max_depth_ratio:
+            return Verdict("residual_size", False, mean, bound, block, text + ": the residuals do not shrink with depth", extra)
+        return Verdict("residual_size", True, mean, bound, block, text + ": smaller in the deeper stack", extra)
+    return Verdict("residual_size", True, mean, bound, block, text, extra)
+
+
+# ----------------------------------------------------------------------------- one case
+
+
+def run_depths(case: Case, compare_depths: tuple[int, int] | None) -> list[int]:
+    return list(compare_depths) if compare_depths is not None else [case.depth]
+
+
+def _variants(spec: Spec, name: str, case: Case) -> list[Case]:
+    """The networks one case of this invariant trains: one per width, per compared depth, or the case itself."""
+    expectation = getattr(spec.expect, name)
+    if name == "update_size":
+        return [dataclasses.replace(case, width=w) for w in expectation.widths]
+    return [dataclasses.replace(case, depth=d) for d in run_depths(case, expectation.compare_depths)]
+
+
+def _check_memory(spec: Spec, variants: Sequence[Case], budget: int | None) -> None:
+    """The probe's estimate (parameters ×3, saved activations) at the training set's size; Adam
+    keeps two more copies of the parameters, so an Adam run must fit 3/5 of the budget."""
+    assert spec.train is not None
+    for v in variants:
+        trial = dataclasses.replace(v, batch=spec.train.samples)
+        if spec.train.optimizer == "adam" and budget is not None:
+            check_budget(spec, trial, budget * 3 // 5)
+        else:
+            check_budget(spec, trial, budget)
+
+
+def evaluate(
+    spec: Spec,
+    name: str,
+    case: Case,
+    *,
+    case_timeout: float | None = None,
+    memory_budget: int | None = None,
+    cache: RunCache | None = None,
+) -> tuple[Verdict | None, str | None]:
+    """Run what `name` needs for `case` and judge it: (verdict, None), or (None, why it could not
+    be measured). The time limit is the smaller of train.seconds and `case_timeout`."""
+    assert spec.train is not None
+    expectation = getattr(spec.expect, name)
+    cache = {} if cache is None else cache
+    limit = min(spec.train.seconds, case_timeout) if case_timeout else spec.train.seconds
+    if case.device.startswith("cuda") and not torch.cuda.is_available():
+        return None, "CUDA is not available on this machine; use --device cpu"
+    try:
+        variants = _variants(spec, name, case)
+        _check_memory(spec, variants, memory_budget)
+        warm_up(case.device)
+        with time_limit(limit):
+            if name == "update_size":
+                sweep = update_sweep(spec, case, expectation.widths)
+                return update_size(sweep, max_abs_slope=expectation.max_abs_slope, at=expectation.at), None
+            runs = []
+            for v in variants:
+                key = (dataclasses.replace(v, depth=0), v.depth)
+                if key not in cache:
+                    cache[key] = train_case(spec, v)
+                runs.append(cache[key])
+    except CaseError as exc:  # the time limit, or refused for memory
+        return None, str(exc).replace("--case-timeout", "train.seconds or --case-timeout")
+    except torch.OutOfMemoryError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "out of memory"
+        return None, f"out of memory on {case.device}: {first}"
+    except Exception as exc:  # a block raised during training; the run goes on
+        return None, "the case does not train: " + " ".join(f"{type(exc).__name__}: {exc}".split())
+    if name == "trainability":
+        return trainability(runs, max_loss_ratio=expectation.max_loss_ratio, compare_depths=expectation.compare_depths, max_depth_ratio=expectation.max_depth_ratio), None
+    return residual_size(runs, max_mean=expectation.max_mean, compare_depths=expectation.compare_depths, max_depth_ratio=expectation.max_depth_ratio), None

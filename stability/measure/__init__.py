@@ -1,0 +1,1 @@
+"""Stage 3: what one forward and one backward pass (or a few) measure on the blocks."""

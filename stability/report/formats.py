@@ -1,0 +1,279 @@
+"""Stage 6: SpecResults → the terminal table, the JSON report and JUnit XML.
+
+Files are written atomically (a temporary file in the same folder, then `os.replace`), so an
+interrupted run never leaves a truncated report and never destroys the previous one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from stability.report.text import printable
+from stability.run.engine import InvariantResult, SpecResult
+from stability.run.worker import OUTPUT_LINES
+
+__all__ = ["judged_count", "print_table", "print_failures", "to_json", "write_json", "write_junit", "write_atomic", "summary_line"]
+
+SCHEMA_VERSION = 1
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Write `data` to `path` through a temporary file and a rename: all or nothing."""
+    path = Path(path)
+    from stability.report.outputs import check_replaceable
+
+    check_replaceable(path)  # never replace a device, a FIFO or a folder
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is an ordinary file
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _fmt(x: float | None) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    if x == 0:
+        return "0"
+    return f"{x:.3g}"
+
+
+def _mark(r: InvariantResult) -> str:
+    if not r.applicable:
+        return "[dim]n/a[/dim]"
+    if r.skipped:
+        return "[dim]skipped[/dim]"
+    if r.met:
+        return "[green]✓[/green]"
+    return "[red]✗ error[/red]" if r.error else "[red]✗[/red]"
+
+
+def print_table(results: Iterable[SpecResult], console: Console) -> None:
+    """One row per (spec, invariant): verdict, expectation, observed, bound, deciding case."""
+    table = Table(show_lines=False, header_style="bold", title=None)
+    table.add_column("spec")
+    table.add_column("invariant")
+    table.add_column("expect")
+    table.add_column("", justify="center")
+    table.add_column("observed", justify="right")
+    table.add_column("bound")
+    table.add_column("deciding case", overflow="fold")
+    for res in results:
+        for r in res.results:
+            v = r.verdict
+            detail = ""
+            if v is not None and v.extra.get("growth"):
+                detail = f" ({v.extra['growth']})"
+            table.add_row(
+                escape(printable(res.spec.name)),
+                r.name,
+                r.expect,
+                _mark(r),
+                (_fmt(v.observed) if v is not None else "—") + detail,
+                escape(printable(v.bound)) if v is not None else ("not applicable" if not r.applicable else ""),
+                escape(printable(r.case.varying(res.spec))) if r.case is not None else "",
+            )
+    console.print(table)
+
+
+def print_failures(results: Iterable[SpecResult], console: Console) -> None:
+    """For every unmet expectation: what happened, how to reproduce it, where to read more; then,
+    for a spec with an unmet expectation, the last lines its own code printed."""
+    for res in results:
+        for r in res.results:
+            if not r.applicable:  # why nothing was judged: never a pass, never a failure
+                console.print(f"[dim]n/a {escape(r.message)}[/dim]", highlight=False, soft_wrap=True)
+                continue
+            if r.met:
+                continue
+            console.print(f"[red]✗[/red] {escape(printable(r.message))}", highlight=False, soft_wrap=True)
+            if r.error:
+                console.print(f"    error: {escape(printable(r.error))}", highlight=False, soft_wrap=True)
+            if r.reproduce:
+                console.print(f"    reproduce: {escape(printable(r.reproduce))}", highlight=False, soft_wrap=True)
+            console.print(f"    explain:   stability explain {r.name}", highlight=False)
+        if res.output.strip() and not res.met:
+            lines = res.output.rstrip().splitlines()
+            shown = lines[-OUTPUT_LINES:]
+            more = f"last {len(shown)} of {len(lines)} lines" if len(shown) < len(lines) else f"{len(lines)} line(s)"
+            console.print(f"    output of {escape(printable(res.spec.path))}'s code ({more}; all of it in --json):", highlight=False, soft_wrap=True)
+            for line in shown:
+                console.print(f"[dim]    | {escape(printable(line))}[/dim]", highlight=False, soft_wrap=True)
+
+
+def summary_line(results: list[SpecResult], seconds: float, *, interrupted: bool = False) -> str:
+    pairs = [r for res in results for r in res.results]
+    failed = sum(not r.met for r in pairs)
+    skipped = sum(not r.applicable for r in pairs)
+    off = sum(r.skipped for r in pairs)  # training invariants outside their spec's train.profiles
+    head = "interrupted: " if interrupted else ""
+    return (
+        f"{head}{len(results)} spec(s), {len(pairs)} expectation(s): {len(pairs) - failed - skipped - off} met, "
+        f"{failed} not met, {f'{skipped} not applicable, ' if skipped else ''}{f'{off} skipped in this profile, ' if off else ''}"
+        f"{sum(len(res.cases) for res in results)} case(s) probed in {seconds:.1f} s"
+    )
+
+
+def judged_count(results: Iterable[SpecResult]) -> int:
+    """How many expectations were actually judged on a measured case ("not applicable" replays
+    and specs skipped for their device judge nothing)."""
+    return sum(r.verdict is not None for res in results for r in res.results)
+
+
+def _num(x: float | None) -> float | None | str:
+    if x is None:
+        return None
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)  # JSON has no NaN/inf: "nan", "inf", "-inf"
+    return x
+
+
+def _nums(xs: list[float]) -> list[Any]:
+    return [_num(x) for x in xs]
+
+
+def to_json(results: list[SpecResult], *, seconds: float = 0.0, interrupted: bool = False, errors: list[str] | None = None) -> dict[str, Any]:
+    """The machine-readable report: per spec, per invariant, per case."""
+    specs = []
+    for res in results:
+        invariants = []
+        for r in res.results:
+            v = r.verdict
+            invariants.append(
+                {
+                    "name": r.name,
+                    "expect": r.expect,
+                    "met": r.met,
+                    "status": r.status,
+                    "verdict": None if v is None else ("holds" if v.passed else "violated"),
+                    "observed": None if v is None else _num(v.observed),
+                    "bound": None if v is None else v.bound,
+                    "block": None if v is None else v.block,
+                    "detail": None if v is None else v.detail,
+                    "extra": {} if v is None else {k: _num(val) if isinstance(val, float) else val for k, val in v.extra.items()},
+                    "case": None if r.case is None else r.case.as_dict(),
+                    "examples": r.examples,
+                    "message": r.message,
+                    "reproduce": r.reproduce,
+                    "error": r.error,
+                }
+            )
+        cases = []
+        for record in res.cases.values():
+            m = record.measurements
+            cases.append(
+                {
+                    "case": record.case.as_dict(),
+                    "error": record.error,
+                    "seconds": record.seconds,
+                    "measurements": None
+                    if m is None
+                    else {
+                        "grad_norm": _nums(m.grad_norm),
+                        "act_var": _nums(m.act_var),
+                        "act_sq_mean": _nums(m.act_sq_mean),
+                        "identity_error": _num(m.identity_error),
+                        "input_grad_error": _num(m.input_grad_error),
+                        "nonfinite_at": m.nonfinite_at,
+                        "channels": m.channels,
+                        **({"tokens": m.extra["tokens"]} if isinstance(m.extra.get("tokens"), list) else {}),  # (B, T, C) inputs
+                        "param_grad_norm": {k: _num(v) for k, v in m.param_grad_norm.items()},
+                    },
+                }
+            )
+        specs.append(
+            {
+                "name": res.spec.name,
+                "file": res.spec.path,
+                "family": res.spec.family,
+                "description": res.spec.description,
+                "met": res.met,
+                "verdict": "pass" if res.met else "fail",
+                "profile": res.profile,
+                "seconds": res.seconds,
+                "output": res.output,
+                "invariants": invariants,
+                "cases": cases,
+            }
+        )
+    report: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        # a run that judged nothing is not a pass (the CLI exits 5 for it)
+        "met": all(res.met for res in results) and not interrupted and not errors and judged_count(results) > 0,
+        "interrupted": interrupted,
+        "seconds": seconds,
+        "specs": specs,
+    }
+    if errors is not None:  # spec files that could not be read or validated, specs that could not run
+        report["errors"] = list(errors)
+    return report
+
+
+def write_json(path: str | Path, results: list[SpecResult], *, seconds: float = 0.0, interrupted: bool = False, errors: list[str] | None = None) -> None:
+    write_atomic(path, json.dumps(to_json(results, seconds=seconds, interrupted=interrupted, errors=errors), indent=2) + "\n")
+
+
+# Characters XML 1.0 cannot hold at all, escaped or not (ElementTree writes them raw, and the file
+# no longer parses): control characters other than tab, newline and carriage return, surrogates.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml(text: str) -> str:
+    """`text` with characters XML cannot hold written as \\xNN (a file name may contain ESC)."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def write_junit(path: str | Path, results: list[SpecResult], *, seconds: float = 0.0, load_errors: Iterable[tuple[str, str]] = ()) -> None:
+    """JUnit XML: one testcase per (spec, invariant), named like the pytest item, plus one `load`
+    testcase with an error per spec file that could not be used (`load_errors`: (file, message)).
+    ElementTree escapes markup (<, &, quotes); characters XML cannot hold at all are written as
+    \\xNN."""
+    pairs = [(res, r) for res in results for r in res.results]
+    unloaded = list(load_errors)
+    suite = ET.Element(
+        "testsuite",
+        name="stability",
+        tests=str(len(pairs) + len(unloaded)),
+        failures=str(sum(not r.met and not r.error for _, r in pairs)),
+        errors=str(sum(bool(r.error) and not r.met for _, r in pairs) + len(unloaded)),
+        skipped=str(sum(not r.applicable or r.skipped for _, r in pairs)),
+        time=f"{seconds:.3f}",
+    )
+    for file, message in unloaded:
+        tc = ET.SubElement(suite, "testcase", classname=_xml(file), name="load", time="0.000")
+        ET.SubElement(tc, "error", message=_xml(message)).text = _xml(message)
+    for res, r in pairs:
+        tc = ET.SubElement(suite, "testcase", classname=_xml(res.spec.path), name=r.name, time=f"{res.seconds / max(len(res.results), 1):.3f}")
+        if not r.applicable or r.skipped:
+            ET.SubElement(tc, "skipped", message=_xml(r.message))
+        if not r.met:
+            tag = "error" if r.error else "failure"
+            el = ET.SubElement(tc, tag, message=_xml(r.message))
+            el.text = _xml("\n".join(filter(None, [r.message, r.error and f"error: {r.error}", r.reproduce and f"reproduce: {r.reproduce}"])))
+            if res.output:
+                ET.SubElement(tc, "system-out").text = _xml(res.output)
+    write_atomic(path, ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n")

@@ -1,0 +1,159 @@
+"""Stage 6 (pictures, training): a training invariant's verdict → a PNG-ready figure.
+
+- *update size against width* (`update_size`, the coordinate-check plot of the `mup` package):
+  RMS(Δh) at every boundary against the width, log-log, one line per boundary; the judged
+  boundary is drawn thick, the cone RMS₀·(w/w₀)^(±max_abs_slope) the bound allows around it is
+  shaded, and the first width outside it is marked with a red ✕.
+- *loss curves* (`trainability`, `residual_size`): the training loss against the step, one line
+  per trained depth; a run that diverged ends in a red ✕ at the step whose loss was not finite.
+
+Only the verdict's `extra` (what `stability.judge.train_invariants` recorded for the deciding case) is
+read; nothing is trained again. Same conventions as `stability.report.plots`: `Figure` + Agg, no pyplot.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
+
+from stability.run.engine import InvariantResult, SpecResult
+from stability.spec.schema import TRAINING_INVARIANTS
+
+__all__ = ["FAILING_WIDTH_GID", "DIVERGED_GID", "CONE_GID", "update_size_figure", "loss_figure", "training_figures", "CAPTIONS"]
+
+#: `gid`s of the marked failing width and of the shaded bound, so tests and tools can find them.
+FAILING_WIDTH_GID = "stability-failing-width"
+DIVERGED_GID = "stability-diverged-step"
+CONE_GID = "stability-bound-cone"
+
+_FIGSIZE = (6.4, 3.7)
+_DPI = 100
+_FAIL_COLOR = "#d62728"
+_BAND_COLOR = "#2ca02c"
+
+CAPTIONS = {
+    "update_size": "RMS change of the activation after the optimizer steps, against the width (log-log), one line per boundary; "
+    "the judged boundary is thick. Shaded: the slopes the bound allows from the smallest width; red ✕: the first width outside it.",
+    "loss": "Training loss against the step for each trained depth (log scale). A red ✕ marks a step whose loss was not finite.",
+}
+
+
+def _new_figure() -> tuple[Figure, Any]:
+    fig = Figure(figsize=_FIGSIZE, dpi=_DPI)
+    FigureCanvasAgg(fig)
+    fig.subplots_adjust(left=0.14, right=0.975, bottom=0.135, top=0.925)
+    ax = fig.add_subplot()
+    ax.grid(True, which="major", alpha=0.3)
+    return fig, ax
+
+
+def _positive(values: Sequence[float | None]) -> list[float]:
+    return [v if v is not None and math.isfinite(v) and v > 0 else math.nan for v in values]
+
+
+def update_size_figure(extra: dict[str, Any], *, failed: bool, title: str = "update size against width") -> Figure:
+    """The coordinate check of one case from `update_size`'s verdict extra."""
+    fig, ax = _new_figure()
+    widths: list[int] = extra.get("widths", [])
+    rms: list[list[float | None]] = extra.get("rms", [])
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("width")
+    ax.set_ylabel("RMS(Δh) = ‖Δh‖ / √n")
+    ax.set_title(title, fontsize=11, loc="left")
+    if not widths or not rms:
+        ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="#666666")
+        return fig
+    judged = extra.get("boundary")
+    cmap = colormaps["viridis"]
+    n = len(rms)
+    for b, values in enumerate(rms):
+        label = ("output" if b == n - 1 else f"boundary {b}") if n <= 8 else None
+        if b == judged:
+            continue
+        ax.plot(widths, _positive(values), color=cmap(0.85 * b / max(n - 1, 1)), lw=1.1, alpha=0.8, marker="o", ms=3, label=label)
+    if judged is not None:
+        ys = _positive(rms[judged])
+        name = "output" if judged == n - 1 else f"boundary {judged}"
+        ax.plot(widths, ys, color=_FAIL_COLOR if failed else "#111111", lw=3.0, marker="o", ms=5, zorder=5, label=f"judged: {name} (slope {extra.get('slope', math.nan):.2f})")
+        b_max = float(extra.get("max_abs_slope", 0.0))
+        w0, y0 = widths[0], ys[0]
+        if math.isfinite(y0) and b_max > 0:
+            w = np.geomspace(widths[0], widths[-1], 50)
+            lo, hi = y0 * (w / w0) ** (-b_max), y0 * (w / w0) ** b_max
+            cone = ax.fill_between(w, lo, hi, color=_BAND_COLOR, alpha=0.15, zorder=0, label=f"bound |slope| ≤ {b_max:g}")
+            cone.set_gid(CONE_GID)
+        failing = extra.get("failing_width")
+        if failing is not None and failing in widths:
+            y = ys[widths.index(failing)]
+            mark = ax.scatter([failing], [y if math.isfinite(y) else y0], marker="X", s=140, color=_FAIL_COLOR, zorder=6, edgecolors="white", label=f"first width outside: {failing}")
+            mark.set_gid(FAILING_WIDTH_GID)
+    ax.xaxis.set_major_locator(FixedLocator(widths))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([str(w) for w in widths])
+    ax.legend(loc="best", fontsize=8, framealpha=0.85)
+    return fig
+
+
+def loss_figure(extra: dict[str, Any], *, title: str = "training loss") -> Figure:
+    """Loss curves (one per depth) from `trainability`'s or `residual_size`'s verdict extra."""
+    fig, ax = _new_figure()
+    curves: dict[str, list[float | None]] = extra.get("curves", {})
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.set_title(title, fontsize=11, loc="left")
+    palette = colormaps["tab10"]
+    for i, (depth, losses) in enumerate(curves.items()):
+        ys = _positive(losses)
+        ax.plot(range(len(ys)), ys, color=palette(i % 10), lw=1.5, label=f"depth {depth}", marker="o" if len(ys) <= 20 else None, ms=4)
+        bad = [k for k, v in enumerate(losses) if v is None]
+        if bad:
+            finite = [y for y in ys if math.isfinite(y)]
+            y = finite[-1] if finite else 1.0
+            mark = ax.scatter([bad[0]], [y], marker="X", s=140, color=_FAIL_COLOR, zorder=6, edgecolors="white", label=f"depth {depth}: not finite at step {bad[0]}")
+            mark.set_gid(DIVERGED_GID)
+    if not curves:
+        ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="#666666")
+    else:
+        ax.legend(loc="best", fontsize=8, framealpha=0.85)
+        _plain_log_labels(ax)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    return fig
+
+
+def _plain_log_labels(ax: Any) -> None:
+    """Log-axis labels as plain numbers (0.3, 1e+04), and the 2 and 5 ticks labelled only when the
+    axis spans under two decades (mathtext labels would crowd the axis label)."""
+    lo, hi = ax.get_ylim()
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:g}"))
+    narrow = lo > 0 and hi / lo < 100
+    ax.yaxis.set_minor_locator(LogLocator(base=10, subs=(2.0, 3.0, 5.0)))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _pos: f"{y:g}") if narrow else NullFormatter())
+
+
+def _figure(r: InvariantResult) -> tuple[str, Figure] | None:
+    v = r.verdict
+    if v is None or not v.extra:
+        return None
+    if r.name == "update_size":
+        return "update_size", update_size_figure(v.extra, failed=not v.passed, title="update size against width (deciding case)")
+    return f"loss:{r.name}", loss_figure(v.extra, title=f"training loss ({r.name}, deciding case)")
+
+
+def training_figures(result: SpecResult) -> dict[str, Figure]:
+    """One figure per training invariant the spec declares and that was measured."""
+    figures: dict[str, Figure] = {}
+    for r in result.results:
+        if r.name in TRAINING_INVARIANTS:
+            made = _figure(r)
+            if made is not None:
+                figures[made[0]] = made[1]
+    return figures

@@ -1,0 +1,24 @@
+"""Imported once by the worker forkserver (never by anything else): one thread, one tiny untimed
+probe and one tiny Hypothesis run, so that torch's lazy imports and Hypothesis's first-run work
+(registering torch's RNG, which runs a full garbage collection) are done before any child is
+forked. Every child starts from this state and sets its own thread count."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stability.run.guard import warm_up
+
+torch.set_num_threads(1)
+warm_up("cpu")
+
+
+@settings(max_examples=2, database=None, derandomize=True, deadline=None)
+@given(st.integers(0, 1))
+def _first_run(_: int) -> None:
+    torch.zeros(1)
+
+
+_first_run()

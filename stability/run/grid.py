@@ -1,0 +1,178 @@
+"""The grid of a sweep: `--over KEY=VALUES` → axes → points, and a point applied to a spec.
+
+A *point* is a dict of axis values (`{"depth": 64, "sigma_w2": 1.5}`); every key a point leaves
+out takes the spec's corner value (`case.corner_case`). A point is a seed ensemble: the sweep
+probes it with several seeds and judges each invariant on all of them.
+
+Value syntax, one axis per `--over`:
+
+- `depth=4,16,64`: a list;
+- `depth=log:2:1024:10`: 10 values spaced evenly on a log scale from 2 to 1024 (both included);
+- `sigma_w2=lin:0.5:3:11`: 11 values spaced evenly from 0.5 to 3;
+- `weight_init=normal,orthogonal`: choices.
+
+Integer keys (depth, width, batch) round to whole numbers and drop repeats.
+
+Keys that set a case value: depth, width, batch, weight_init (alias init), branch_init, dtype.
+Keys that change the spec for the point: init_std and init_gain (`space`), branch_scale,
+skip_scale, gate_bias (`block`), and sigma_w2, the weight variance σ_w² of the mean-field
+literature (Poole et al. 2016, Schoenholz et al. 2017): W_ij ~ N(0, σ_w²/fan_in), which sets
+weight_init = "normal" and init_std = √(σ_w²/fan_in), fan_in = width (× kernel_size² for conv2d).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, get_args
+
+from stability.errors import UsageError, did_you_mean
+from stability.spec.case import Case, corner_case
+from stability.spec.schema import BranchInit, DType, Spec, WeightInit
+
+__all__ = ["Axis", "parse_axis", "grid_points", "apply_point", "point_key", "INT_KEYS", "KEYS"]
+
+INT_KEYS = ("depth", "width", "batch")
+_CHOICE_KEYS = ("weight_init", "branch_init", "dtype")
+#: The values a choice key can take: the spec format's own (a sweep may leave the spec's space, never the format).
+_CHOICES: dict[str, tuple[str, ...]] = {"weight_init": get_args(WeightInit), "branch_init": get_args(BranchInit), "dtype": get_args(DType)}
+_SPACE_FLOATS = ("init_std", "init_gain")
+_BLOCK_FLOATS = ("branch_scale", "skip_scale", "gate_bias")
+KEYS = (*INT_KEYS, *_CHOICE_KEYS, *_SPACE_FLOATS, *_BLOCK_FLOATS, "sigma_w2")
+_ALIASES = {"init": "weight_init", "σ_w²": "sigma_w2"}
+_BLOCK_FAMILIES = {"branch_scale": ("postnorm", "preact"), "skip_scale": ("postnorm", "preact"), "gate_bias": ("highway",)}
+
+Value = int | float | str
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One swept key and its values, in the order given."""
+
+    key: str
+    values: tuple[Value, ...]
+
+    @property
+    def numeric(self) -> bool:
+        return all(isinstance(v, (int, float)) for v in self.values)
+
+
+def _number(text: str, key: str, raw: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise UsageError(f"--over {key}={raw}: {text!r} is not a number; write e.g. {key}=log:2:1024:10 or {key}=1,2,4") from None
+    if not math.isfinite(x):
+        raise UsageError(f"--over {key}={raw}: {text!r} is not a finite number")
+    return x
+
+
+def parse_axis(text: str) -> Axis:
+    """`KEY=VALUES` → an Axis. Raises `UsageError` (one line naming the key, value and fix)."""
+    key, sep, raw = text.partition("=")
+    key, raw = key.strip(), raw.strip()
+    key = _ALIASES.get(key, key)
+    if not sep or not key or not raw:
+        raise UsageError(f"--over {text!r}: write KEY=VALUES, e.g. depth=log:2:1024:10 or sigma_w2=0.5,1,2")
+    if key not in KEYS:
+        raise UsageError(f"--over: unknown key '{key}'{did_you_mean(key, KEYS)}; known keys: {', '.join(KEYS)}")
+    if key in _CHOICE_KEYS:
+        values: list[Value] = [v.strip() for v in raw.split(",") if v.strip()]
+        if not values:
+            raise UsageError(f"--over {key}={raw}: name at least one value")
+        known = _CHOICES[key]
+        for v in values:
+            if v not in known:
+                raise UsageError(f"--over {key}={raw}: {v!r} is not one of {', '.join(known)}{did_you_mean(v, known)}")
+        return Axis(key, tuple(dict.fromkeys(values)))
+    kind, _, rest = raw.partition(":")
+    if kind in ("log", "lin"):
+        parts = rest.split(":")
+        if len(parts) != 3:
+            raise UsageError(f"--over {key}={raw}: write {kind}:LO:HI:N, e.g. {key}={kind}:2:1024:10")
+        lo, hi = _number(parts[0], key, raw), _number(parts[1], key, raw)
+        try:
+            n = int(parts[2])
+        except ValueError:
+            raise UsageError(f"--over {key}={raw}: N = {parts[2]!r} must be a whole number of values") from None
+        if n < 1 or lo > hi or (kind == "log" and lo <= 0):
+            need = "0 < LO <= HI" if kind == "log" else "LO <= HI"
+            raise UsageError(f"--over {key}={raw}: need {need} and N >= 1")
+        if n == 1:
+            floats = [lo]
+        elif kind == "log":
+            floats = [math.exp(math.log(lo) + (math.log(hi) - math.log(lo)) * i / (n - 1)) for i in range(n)]
+        else:
+            floats = [lo + (hi - lo) * i / (n - 1) for i in range(n)]
+        floats = [float(f"{x:.6g}") for x in floats]  # readable keys: 0.5,0.75,… not 0.7500000000000001
+    else:
+        floats = [_number(v.strip(), key, raw) for v in raw.split(",") if v.strip()]
+        if not floats:
+            raise UsageError(f"--over {key}={raw}: name at least one value")
+    if key in INT_KEYS:
+        ints = [round(x) for x in floats]
+        if min(ints) < 1:
+            raise UsageError(f"--over {key}={raw}: {key} must be at least 1")
+        return Axis(key, tuple(dict.fromkeys(ints)))
+    if key in ("init_std", "sigma_w2") and min(floats) <= 0:
+        raise UsageError(f"--over {key}={raw}: {key} must be positive")
+    return Axis(key, tuple(dict.fromkeys(floats)))
+
+
+def grid_points(axes: list[Axis]) -> list[dict[str, Value]]:
+    """Every combination of the axes' values (the first axis varies slowest)."""
+    keys = [a.key for a in axes]
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise UsageError(f"--over {dup} is given twice; give each key once, with all its values")
+    if "sigma_w2" in keys and ("init_std" in keys or "weight_init" in keys):
+        raise UsageError("--over sigma_w2 sets weight_init and init_std itself; drop --over init_std / weight_init")
+    points: list[dict[str, Value]] = [{}]
+    for axis in axes:
+        points = [{**p, axis.key: v} for p in points for v in axis.values]
+    return points
+
+
+def point_key(point: dict[str, Value]) -> str:
+    """The canonical text of a point (sorted JSON): the store's key and the report's label."""
+    return json.dumps(point, sort_keys=True, separators=(",", ":"))
+
+
+def _fan_in(spec: Spec, width: int) -> int:
+    return width * (spec.block.kernel_size**2 if spec.block.layer == "conv2d" else 1)
+
+
+def apply_point(spec: Spec, point: dict[str, Value], *, seed: int, device: str = "cpu") -> tuple[Spec, Case]:
+    """The spec as this point changes it, and the case of one seed at this point.
+
+    Case values outside the spec's space are allowed here (a sweep goes past the space on
+    purpose, e.g. to depth 1024); everything else about the spec stays as written.
+    """
+    space: dict[str, Any] = {}
+    block: dict[str, Any] = {}
+    case: dict[str, Any] = {"seed": seed, "device": device}
+    for key, value in point.items():
+        if key in INT_KEYS or key in _CHOICE_KEYS:
+            case[key] = value
+        elif key in _SPACE_FLOATS:
+            space[key] = float(value)
+        elif key in _BLOCK_FLOATS:
+            if spec.family not in _BLOCK_FAMILIES[key]:
+                raise UsageError(f"--over {key}: {spec.path} is family '{spec.family}', and {key} applies to {', '.join(_BLOCK_FAMILIES[key])}")
+            block[key] = float(value)
+        elif key != "sigma_w2":
+            raise UsageError(f"--over: unknown key '{key}'")
+    if "skip_scale" in block and spec.block.skip != "scaled":
+        raise UsageError(f'--over skip_scale: {spec.path} has block.skip = "{spec.block.skip}"; it applies to skip = "scaled"')
+    if "sigma_w2" in point:
+        if spec.family == "custom":
+            raise UsageError(f"--over sigma_w2: {spec.path} is a custom factory, which builds its own init; sweep a factory_args value instead")
+        width = int(case.get("width", spec.space.width[0]))
+        case["weight_init"] = "normal"
+        space["init_std"] = math.sqrt(float(point["sigma_w2"]) / _fan_in(spec, width))
+    if space:
+        spec = spec.model_copy(update={"space": spec.space.model_copy(update=space)})
+    if block:
+        spec = spec.model_copy(update={"block": spec.block.model_copy(update=block)})
+    return spec, corner_case(spec, **case)

@@ -1,0 +1,241 @@
+"""Keeps one case from taking the run down: a memory estimate checked before building, and a
+per-case time limit.
+
+The estimate counts parameters plus the activations autograd saves for the backward pass, from the
+same formulas the builder uses (channels per boundary, layers per block), plus a fixed cost per
+block for the Python module objects, parameter tensors and autograd nodes, which dominates for deep,
+narrow stacks. It is deliberately an over-estimate (a handful of saved tensors per layer), so a
+refused case is refused with margin. The check costs no allocation that grows with the case: a
+bound from the depth alone comes first, so depth 10**9 is refused before a list of 10**9 channel
+counts is made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from types import FrameType
+
+import torch
+
+from stability.errors import CaseError
+from stability.families.build import channel_counts, torch_dtype
+from stability.spec.case import Case
+from stability.spec.schema import Spec
+
+__all__ = ["estimate_bytes", "memory_budget", "check_budget", "time_limit", "warm_up", "CaseTimeout", "format_bytes"]
+
+# Saved tensors per layer-sized activation, by family: a generous count of what autograd keeps
+# (layer input, norm input and statistics, activation output, the addition's operands).
+_SAVED_PER_BLOCK = {"plain": 4, "postnorm": 9, "preact": 9, "highway": 8, "dense": 4, "transformer": 16}
+# Fixed bytes per block besides tensor data: module objects, parameter tensors, autograd nodes and
+# hooks. Measured peak on CPU at width 4 (torch 2.13): plain ~25 KiB, dense ~30 KiB, highway ~40-55
+# KiB, postnorm/preact ~45-62 KiB per block; these are those with margin.
+_OVERHEAD_PER_BLOCK = {
+    "plain": 48 * 2**10,
+    "postnorm": 96 * 2**10,
+    "preact": 96 * 2**10,
+    "highway": 96 * 2**10,
+    "dense": 64 * 2**10,
+    "transformer": 192 * 2**10,
+}
+# A custom block is at least one module with a parameter (a bare nn.Linear measures ~14 KiB).
+_CUSTOM_MIN_PER_BLOCK = 8 * 2**10
+
+
+class CaseTimeout(CaseError):
+    """A case ran past the per-case time limit."""
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def _min_bytes(spec: Spec, case: Case) -> int:
+    """A lower bound on `estimate_bytes` from the depth alone (O(1), allocates nothing)."""
+    per_block = _CUSTOM_MIN_PER_BLOCK if spec.family == "custom" else _OVERHEAD_PER_BLOCK[spec.family]
+    return case.depth * per_block
+
+
+def estimate_bytes(spec: Spec, case: Case) -> int | None:
+    """Parameters + saved activations + per-block overhead of one case, in bytes; None for custom
+    factories. O(1) for every family but dense, which walks its channel counts (O(depth))."""
+    if spec.family == "custom":
+        return None
+    item = torch.empty((), dtype=torch_dtype(case.dtype)).element_size()
+    conv = spec.block.layer == "conv2d"
+    k2 = spec.block.kernel_size**2 if conv else 1
+    pixels = (case.spatial or 8) ** 2 if conv else 1
+    if spec.block.layer == "tokens":
+        pixels = case.tokens or 8  # (B, T, C): T positions per channel
+    per_block = _SAVED_PER_BLOCK[spec.family]
+    if spec.family == "transformer":
+        return _transformer_bytes(spec, case, item) + _min_bytes(spec, case)
+    if spec.family == "dense":
+        counts = channel_counts(spec, case)
+        pairs = [(c_in, c_out, 1) for c_in, c_out in zip(counts[:-1], counts[1:], strict=True)]
+    else:  # boundaries are [c0, w, w, …, w]: one c0 → w block, then depth − 1 blocks w → w
+        c0, w = case.input_width or case.width, case.width
+        pairs = [(c0, w, 1), (w, w, case.depth - 1)]
+    params = 0
+    acts = 0
+    for c_in, c_out, n in pairs:
+        if spec.family == "dense":
+            params += n * c_in * spec.block.growth * k2
+        else:
+            layers = 1 if spec.family == "plain" else 2
+            params += n * (layers * c_in * c_out * k2 + (c_in * c_out if spec.block.skip == "projection" else 0))
+        acts += n * per_block * case.batch * max(c_in, c_out) * pixels
+    # weights, their gradients, one optimiser-free copy; then the fixed cost of every block
+    return int((params * 3 + acts) * item) + _min_bytes(spec, case)
+
+
+def _transformer_bytes(spec: Spec, case: Case, item: int) -> int:
+    """Parameters (4·C² attention + 2·r·C² MLP per block, times 3 as above) plus saved activations:
+    16 token-sized tensors and the MLP's hidden ones (B·T·r·C, 3 of them), and the attention
+    scores and probabilities (B·H·T², 3 of them) per block."""
+    from stability.families.transformer import head_count
+
+    c, t, b = case.width, case.tokens or 8, case.batch
+    hidden = max(1, round(spec.block.mlp_ratio * c)) if spec.block.mlp else 0
+    params = case.depth * (4 * c * c + 2 * c * hidden + 8 * c + hidden)
+    acts = case.depth * b * t * (_SAVED_PER_BLOCK["transformer"] * c + 3 * hidden + 3 * head_count(spec, c) * t)
+    return int((params * 3 + acts) * item)
+
+
+def memory_budget(device: str) -> int:
+    """Default budget: STABILITY_MEMORY_BUDGET (bytes, or with a GiB/MiB suffix) if set; else half
+    the available host RAM, or 80% of the free memory of the CUDA device."""
+    raw = os.environ.get("STABILITY_MEMORY_BUDGET")
+    if raw:
+        try:
+            return parse_size(raw)
+        except (ValueError, OverflowError):
+            from stability.errors import UsageError
+
+            raise UsageError(f"STABILITY_MEMORY_BUDGET={raw!r}: write a size like 4GiB or 512MiB") from None
+    if device.startswith("cuda") and torch.cuda.is_available():
+        free, _ = torch.cuda.mem_get_info()
+        return int(free * 0.8)
+    return int(_available_ram() * 0.5)
+
+
+def parse_size(text: str) -> int:
+    """'4GiB', '512MiB', '1e9' → bytes. Raises ValueError for anything that is not a finite,
+    positive size (inf, nan, -1, 0, 'bogus')."""
+    try:
+        size = _parse_size(text)
+    except OverflowError:
+        raise ValueError(f"{text!r} is not a finite size") from None
+    if size <= 0:
+        raise ValueError(f"{text!r} is not a positive size")
+    return size
+
+
+def _parse_size(text: str) -> int:
+    units = {"k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30, "t": 2**40, "tib": 2**40}
+    t = text.strip().lower().replace(" ", "")
+    for suffix in sorted(units, key=len, reverse=True):
+        if t.endswith(suffix):
+            return int(float(t[: -len(suffix)]) * units[suffix])
+    return int(float(t))
+
+
+def _available_ram() -> int:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 8 * 2**30
+
+
+def check_budget(spec: Spec, case: Case, budget: int | None = None) -> None:
+    """Raise CaseError (with the estimate) when a case would not fit the memory budget."""
+    budget = memory_budget(case.device) if budget is None else budget
+    least = _min_bytes(spec, case)
+    if least > budget:
+        raise CaseError(
+            f"refused: this case needs at least {format_bytes(least)} ({case.depth} blocks at "
+            f"{format_bytes(least // max(case.depth, 1))} each for modules and autograd bookkeeping alone) "
+            f"and the memory budget is {format_bytes(budget)}; narrow space.depth or raise STABILITY_MEMORY_BUDGET"
+        )
+    est = estimate_bytes(spec, case)
+    if est is None:
+        return
+    if est > budget:
+        raise CaseError(
+            f"refused: this case needs about {format_bytes(est)} (parameters, saved activations and per-block "
+            f"overhead) and the memory budget is {format_bytes(budget)}; narrow space.depth/width/batch or "
+            f"raise STABILITY_MEMORY_BUDGET"
+        )
+
+
+# An import interrupted half-way leaves a broken module in sys.modules for the rest of the run (torch
+# imports parts of itself lazily during the first backward pass; a later case then fails with
+# "module 'sympy' has no attribute 'printing'"). So the alarm never fires inside an import: it
+# retries every _RETRY_S, for at most _IMPORT_GRACE_S past the limit (a user module that hangs on
+# import is still stopped).
+_RETRY_S = 0.05
+_IMPORT_GRACE_S = 30.0
+
+
+def _importing(frame: FrameType | None) -> bool:
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+@functools.cache
+def warm_up(device: str = "cpu") -> None:
+    """Run one tiny probe on `device`, untimed, once per process and device: the first backward
+    pass imports parts of torch lazily (torch.fx's symbolic shapes and sympy, ~0.5 s cold) and the
+    first CUDA call creates the context (seconds), which is no case's own time."""
+    from stability.measure.probe import probe
+
+    probe(torch.nn.Sequential(torch.nn.Linear(2, 2)).to(device), torch.ones(1, 2, device=device))
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise CaseTimeout if the body runs longer than `seconds` (main thread on POSIX only;
+    elsewhere no limit applies). The check fires between tensor operations, never inside an
+    import."""
+    usable = seconds is not None and seconds > 0 and math.isfinite(seconds) and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+
+    assert seconds is not None  # for mypy: `usable` checked it
+    give_up = time.monotonic() + seconds + _IMPORT_GRACE_S
+
+    def on_alarm(signum: int, frame: FrameType | None) -> None:
+        if _importing(frame) and time.monotonic() < give_up:
+            signal.setitimer(signal.ITIMER_REAL, _RETRY_S)
+            return
+        raise CaseTimeout(f"ran past the per-case time limit of {seconds:g} s; lower space.depth/width or raise --case-timeout")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -1,0 +1,348 @@
+"""`stability sweep`: a spec over a grid of points, each a seed ensemble → phase diagrams and the
+spec's depth budget, every probe kept in the results store.
+
+1. The grid (`stability.run.grid`): every combination of the `--over` axes. Each point is probed with
+   the same seeds (`--seeds N`, from the spec's first seed up). Points already in the store under
+   this spec content and code version are read, not probed; the rest run on a backend
+   (`stability.run.sweep_exec`: in this process, or on Dask workers) and are stored as they arrive.
+2. The depth budget: for every slice of the grid (each combination of the axes other than depth)
+   and every declared invariant, the largest depth at which the invariant holds on *every* seed
+   of the ensemble, found by bisection between the smallest and largest depth (geometric
+   midpoints, since budgets range over orders of magnitude), not by probing every depth. All
+   slices and invariants bisect in lockstep, so each round is one batch for the backend. The
+   bisection assumes a failure at depth L persists at every depth beyond L, which is what a
+   vanishing or exploding product of per-block factors does; a non-monotone invariant gets one of
+   its crossing depths.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import shlex
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stability.run.engine import CaseRecord, judge
+from stability.run.grid import Axis, Value, apply_point, grid_points, point_key
+from stability.run.store import Budget, Store
+from stability.run.sweep_exec import Backend, PointTask, Row, measurements_from_json
+from stability.spec.case import Case
+from stability.spec.schema import ZERO_BRANCH_INITS, Spec
+
+__all__ = ["PointResult", "SweepResult", "Sweep", "spec_hash", "code_version", "ensemble_verdict", "compare"]
+
+Progress = Callable[[int, int, int], None]  # (points done, of which cached, points known so far)
+
+
+def spec_hash(spec: Spec) -> str:
+    """The spec's content (every validated value, not the file's path or comments), hashed."""
+    data = spec.model_dump(mode="json", exclude={"path"})
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """`<package version>+g<commit>` of the code that probes, `.dirty<hash>` added when the
+    package's files differ from that commit (so an edited tree never reuses stale results);
+    just the version outside a git checkout."""
+    from stability import __version__
+
+    here = Path(__file__).resolve().parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=30, check=True).stdout
+
+    try:
+        commit = git("rev-parse", "HEAD").strip()
+        diff = git("diff", "HEAD", "--", ".")
+        untracked = git("ls-files", "--others", "--exclude-standard", "--", ".")
+    except (OSError, subprocess.SubprocessError):
+        return __version__
+    version = f"{__version__}+g{commit[:12]}"
+    if diff or untracked:
+        h = hashlib.sha256(diff.encode())
+        for name in sorted(untracked.split()):
+            h.update(name.encode() + (here / name).read_bytes())
+        version += f".dirty{h.hexdigest()[:8]}"
+    return version
+
+
+@dataclass
+class PointResult:
+    """One grid point: its rows (one per seed) and whether they came from the store."""
+
+    point: dict[str, Value]
+    rows: list[Row]
+    cached: bool
+
+    @property
+    def failed(self) -> bool:
+        return all(r["m"] is None for r in self.rows)
+
+
+@dataclass
+class SweepResult:
+    spec: Spec
+    axes: list[Axis]
+    seeds: list[int]
+    points: list[PointResult]
+    budgets: list[Budget]
+    depth_range: tuple[int, int]
+    code_version: str
+    seconds: float = 0.0
+    probed: int = 0
+    cached: int = 0
+    workers: int = 1
+    extra_points: list[PointResult] = field(default_factory=list)  # probed by the bisection, off the grid
+
+
+def _applies(spec: Spec, name: str, case: Case) -> bool:
+    return name != "identity_at_init" or spec.family == "custom" or case.branch_init in ZERO_BRANCH_INITS
+
+
+def ensemble_verdict(spec: Spec, name: str, point: dict[str, Value], rows: list[Row]) -> tuple[bool | None, str | None, str]:
+    """(holds on every seed, or None when not applicable; the first failing case; its detail)."""
+    for row in rows:
+        spec_p, case = apply_point(spec, point, seed=row["seed"])
+        if not _applies(spec_p, name, case):
+            return None, None, f"not applicable: branch_init={case.branch_init} is not a zero-branch init"
+        m = measurements_from_json(row["m"]) if row["m"] is not None else None
+        v = judge(spec_p, name, CaseRecord(case, m, row["error"]))
+        if not v.passed:
+            return False, str(case), v.detail
+    return True, None, ""
+
+
+class _Bisection:
+    """Largest depth in [lo, hi] at which an invariant holds, on geometric midpoints."""
+
+    def __init__(self, lo: int, hi: int) -> None:
+        self.lo, self.hi = lo, hi
+        self.good: int | None = None  # largest depth known to hold
+        self.bad: int | None = None  # smallest depth known to fail
+        self.deciding: tuple[str | None, str] = (None, "")
+        self.na = False
+
+    def next_depths(self) -> list[int]:
+        if self.na:
+            return []
+        if self.good is None and self.bad is None:
+            return sorted({self.lo, self.hi})
+        if self.bad is None or (self.good is None and self.bad == self.lo):
+            return []
+        good = self.good if self.good is not None else self.lo
+        if self.bad - good <= 1:
+            return []
+        mid = round(math.sqrt(good * self.bad))
+        return [min(max(mid, good + 1), self.bad - 1)]
+
+    def update(self, depth: int, holds: bool | None, case: str | None, detail: str) -> None:
+        if holds is None:
+            self.na, self.deciding = True, (None, detail)
+        elif holds:
+            self.good = depth if self.good is None else max(self.good, depth)
+        elif self.bad is None or depth < self.bad:
+            self.bad, self.deciding = depth, (case, detail)
+        if self.good is not None and self.bad is not None and self.good > self.bad:  # not monotone: keep the failure
+            self.good = None if self.bad == self.lo else self.good
+
+    def budget(self) -> tuple[int | None, str]:
+        if self.na:
+            return None, "not applicable"
+        if self.bad is None:
+            return self.good, "at_least"
+        if self.good is None or self.bad <= self.lo:
+            return None, "below"
+        return self.bad - 1, "found"
+
+
+class Sweep:
+    """Runs the points of one spec on a backend, through the store."""
+
+    def __init__(
+        self,
+        spec: Spec,
+        store: Store,
+        backend: Backend,
+        *,
+        seeds: Sequence[int],
+        device: str = "cpu",
+        version: str | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        self.spec, self.store, self.backend = spec, store, backend
+        self.seeds, self.device = list(seeds), device
+        self.version = version or code_version()
+        self.hash = spec_hash(spec)
+        self.progress = progress
+        self.done = self.cached = self.known = 0
+        self._fresh: set[str] = set()  # points probed by this run: found again later (bisection), they are not "reused"
+        self._reused: set[str] = set()  # points found in the store from an earlier run, each counted once
+        self.probed = 0
+
+    def evaluate(self, points: list[dict[str, Value]]) -> list[PointResult]:
+        """Every point's rows: from the store where present, else probed (and then stored)."""
+        results: list[PointResult | None] = [None] * len(points)
+        tasks: list[PointTask] = []
+        self.known += len(points)
+        for i, p in enumerate(points):
+            rows = self.store.cached(self.hash, self.version, point_key(p), self.seeds, self.device)
+            if rows is not None:
+                results[i] = PointResult(p, rows, True)
+                self.done += 1
+                if point_key(p) not in self._fresh and point_key(p) not in self._reused:
+                    self._reused.add(point_key(p))
+                    self.cached += 1
+            else:
+                tasks.append(PointTask(self.spec, p, tuple(self.seeds), self.device, tag={"index": i}))
+        self._report()
+        for j, rows in self.backend.run(tasks):
+            task = tasks[j]
+            self.store.put(self.hash, self.version, self.spec.name, point_key(task.point), self.device, rows)
+            self._fresh.add(point_key(task.point))
+            results[task.tag["index"]] = PointResult(task.point, rows, False)
+            self.done += 1
+            self.probed += len(rows)
+            self._report()
+        return [r for r in results if r is not None]
+
+    def _report(self) -> None:
+        if self.progress is not None:
+            self.progress(self.done, self.cached, self.known)
+
+    def budgets(self, axes: list[Axis], depth_range: tuple[int, int]) -> tuple[list[Budget], list[PointResult]]:
+        """The depth budget of every (slice, invariant), by lockstep bisection."""
+        others = [a for a in axes if a.key != "depth"]
+        slices = grid_points(others)
+        names = [n for n, _ in self.spec.invariants()]
+        lo, hi = depth_range
+        state = {(point_key(s), n): _Bisection(lo, hi) for s in slices for n in names}
+        seen: dict[str, PointResult] = {}
+        while True:
+            wanted: dict[str, dict[str, Value]] = {}
+            for s in slices:
+                for n in names:
+                    for d in state[(point_key(s), n)].next_depths():
+                        p = {**s, "depth": d}
+                        if point_key(p) not in seen:
+                            wanted[point_key(p)] = p
+            if not wanted:
+                break
+            for res in self.evaluate(list(wanted.values())):
+                seen[point_key(res.point)] = res
+            for s in slices:
+                for n in names:
+                    b = state[(point_key(s), n)]
+                    for d in b.next_depths():
+                        p = {**s, "depth": d}
+                        holds, case, detail = ensemble_verdict(self.spec, n, p, seen[point_key(p)].rows)
+                        b.update(d, holds, case, detail)
+        out = []
+        for s in slices:
+            for n in names:
+                b = state[(point_key(s), n)]
+                budget, status = b.budget()
+                case, detail = b.deciding
+                failing_depth = b.bad
+                out.append(Budget(self.spec.name, point_key(s), n, budget, status, case, detail, self.reproduce(s, failing_depth, case) if case is not None and failing_depth is not None else None))
+        self.store.put_budgets(self.hash, self.version, self.seeds, depth_range, out)
+        return out, list(seen.values())
+
+    def reproduce(self, slice_: dict[str, Value], depth: int, case_text: str) -> str:
+        """The command that probes exactly the deciding case again: `stability check --case` when
+        the case lies inside the spec's space and the point changes nothing else, otherwise a
+        one-point, one-seed `stability sweep`."""
+        from stability.errors import StabilityError
+        from stability.spec.case import parse_case_string, reproduce_command
+
+        seed = int(dict(item.split("=", 1) for item in case_text.split(","))["seed"])
+        spec_keys = set(slice_) - {"width", "batch", "weight_init", "branch_init", "dtype"}
+        if not spec_keys:
+            try:
+                case = parse_case_string(case_text, self.spec, device=self.device)
+                return reproduce_command(self.spec, case)
+            except StabilityError:
+                pass
+        over = " ".join(f"--over {shlex.quote(f'{k}={v}')}" for k, v in {"depth": depth, **slice_}.items())
+        return f"stability sweep {shlex.quote(self.spec.path)} {over} --seeds 1 --first-seed {seed}"
+
+
+Moved = list[tuple[tuple[str, str, str, str, str], tuple[int | None, str, str | None], tuple[int | None, str, str | None]]]
+
+
+def compare(store: Store, rev_a: str, rev_b: str) -> tuple[str, str, Moved]:
+    """Budgets stored under two code versions that differ: (version A, version B, [(key, A, B)]).
+
+    A revision is resolved with `git rev-parse` (a branch, tag or commit) and matched to a stored
+    code version by its commit; anything else must be a stored code version's prefix.
+    """
+    from stability.errors import UsageError
+
+    versions = store.code_versions()
+
+    def resolve(rev: str) -> str:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+            matches = [v for v in versions if f"+g{commit[:12]}" in v]
+        except (OSError, subprocess.SubprocessError):
+            matches = []
+        matches = matches or [v for v in versions if v.startswith(rev)]
+        if not matches:
+            known = ", ".join(versions) or "none yet"
+            raise UsageError(f"--compare {rev}: no budgets stored for that code version in {store.path}; stored versions: {known}")
+        clean = [v for v in matches if ".dirty" not in v]
+        return (clean or matches)[-1]
+
+    va, vb = resolve(rev_a), resolve(rev_b)
+    a, b = store.budgets(va), store.budgets(vb)
+    moved = [(key, a[key], b[key]) for key in sorted(set(a) & set(b)) if a[key][:2] != b[key][:2]]
+    return va, vb, moved
+
+
+def run_sweep(
+    spec: Spec,
+    axes: list[Axis],
+    store: Store,
+    backend: Backend,
+    *,
+    seeds: Sequence[int],
+    device: str = "cpu",
+    depth_range: tuple[int, int] | None = None,
+    budgets: bool = True,
+    progress: Progress | None = None,
+    version: str | None = None,
+) -> SweepResult:
+    """The grid, then the budgets (see the module docstring)."""
+    t0 = time.perf_counter()
+    sweep = Sweep(spec, store, backend, seeds=seeds, device=device, version=version, progress=progress)
+    points = sweep.evaluate(grid_points(axes))
+    if depth_range is None:
+        depth_axis = next((a for a in axes if a.key == "depth"), None)
+        ints = [int(v) for v in depth_axis.values] if depth_axis else list(spec.space.depth)
+        depth_range = (min(ints), max(ints))
+    found: list[Budget] = []
+    extra: list[PointResult] = []
+    if budgets:
+        found, probed = sweep.budgets(axes, depth_range)
+        on_grid = {point_key(p.point) for p in points}
+        extra = [r for r in probed if point_key(r.point) not in on_grid]
+    return SweepResult(
+        spec,
+        axes,
+        list(seeds),
+        points,
+        found,
+        depth_range,
+        sweep.version,
+        time.perf_counter() - t0,
+        sweep.probed,
+        sweep.cached,
+        backend.workers,
+        extra,
+    )
