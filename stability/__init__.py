@@ -1,10 +1,19 @@
 """stability: a property-based test and benchmark harness for deep-network stability.
 
-The pipeline, one module per stage:
-spec (`load_spec`) → case (`Case`, `strategies.cases`) → network (`build`) → measurements
-(`probe`) → verdicts (`gradient_arrival`, `variance_growth`, `identity_at_init`) → report.
+This module is the public surface; everything below it may change between releases. The pipeline
+runs one way, one folder per stage, and no stage imports a later one:
+
+    spec/      a spec file loaded and validated (`load_spec`) → `Spec`, and its `Case`s
+    families/  a case built into blocks (`build`): the harness's families and a user's factory
+    measure/   one forward and one backward pass (`probe`, `probe_seeds`) → `Measurements`
+    judge/     measurements → `Verdict`s (`gradient_arrival`, `variance_growth`, `identity_at_init`, …)
+    run/       the search over cases (`strategies.cases`, `run_spec`), executors, store, sweeps
+    report/    the terminal table, JSON, JUnit, HTML and plots
+
+`cli.py`, `sweep_cli.py` and `plugin.py` wire the stages to the command line and to pytest.
 """
 
+from stability._version import __version__ as __version__
 from stability.errors import CaseError, SpecError, StabilityError, UsageError
 from stability.families.adapters import Stack
 from stability.families.build import Network, build, make_input
@@ -21,8 +30,6 @@ from stability.run import strategies
 from stability.run.engine import CaseRecord, InvariantResult, RunOptions, SpecResult, evaluate, run_spec
 from stability.spec.case import Case, parse_case_string
 from stability.spec.schema import Spec, find_specs, load_spec, parse_spec
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Case",

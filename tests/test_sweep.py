@@ -239,3 +239,36 @@ def test_bisection_finds_every_threshold_in_about_log2_steps(lo: int, a: int, b:
     else:
         assert (budget, status) == (t, "found") and bis.deciding[0] == f"depth={t + 1},seed=0"
     assert steps <= 2 + 2 * max(1, math.ceil(math.log2(hi - lo + 1)))
+
+
+def test_the_code_version_covers_every_stage_folder_of_the_package(tmp_path: Path) -> None:
+    """A stored row is reused only for the same code: an edit (or a new file) in any stage's folder,
+    not only the sweep's own, gives another code version."""
+    import stability
+    from stability import __version__
+    from stability.run.sweep import PACKAGE, code_version
+
+    assert PACKAGE == Path(stability.__file__).resolve().parent
+    package = tmp_path / "stability"
+    (package / "measure").mkdir(parents=True)
+    (package / "run").mkdir()
+    (package / "measure" / "probe.py").write_text("x = 1\n")
+    (package / "run" / "sweep.py").write_text("y = 1\n")
+
+    def git(*args: str) -> str:
+        env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+        return subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True, env=env).stdout.strip()
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "c")
+    clean = code_version(package)
+    assert clean == f"{__version__}+g{git('rev-parse', 'HEAD')[:12]}"
+    (package / "measure" / "probe.py").write_text("x = 2\n")  # another stage's folder than the sweep's
+    edited = code_version.__wrapped__(package)
+    assert edited.startswith(clean + ".dirty") and len(edited) == len(clean) + len(".dirty") + 8
+    (package / "measure" / "probe.py").write_text("x = 1\n")
+    assert code_version.__wrapped__(package) == clean
+    (package / "judge").mkdir()
+    (package / "judge" / "new.py").write_text("z = 1\n")  # an untracked module
+    assert code_version.__wrapped__(package).startswith(clean + ".dirty")

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stability._version import __version__
 from stability.run.engine import CaseRecord, judge
 from stability.run.grid import Axis, Value, apply_point, grid_points, point_key
 from stability.run.store import Budget, Store
@@ -46,14 +47,16 @@ def spec_hash(spec: Spec) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-@functools.lru_cache(maxsize=1)
-def code_version() -> str:
-    """`<package version>+g<commit>` of the code that probes, `.dirty<hash>` added when the
-    package's files differ from that commit (so an edited tree never reuses stale results);
-    just the version outside a git checkout."""
-    from stability import __version__
+#: The package's folder: every stage's code, whose state `code_version` names.
+PACKAGE = Path(__file__).resolve().parent.parent
 
-    here = Path(__file__).resolve().parent
+
+@functools.lru_cache(maxsize=4)
+def code_version(package: Path = PACKAGE) -> str:
+    """`<package version>+g<commit>` of the code that probes, `.dirty<hash>` added when any file
+    under `package` (every stage's folder) differs from that commit, so an edited tree never
+    reuses stale results; just the version outside a git checkout."""
+    here = package
 
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=30, check=True).stdout
