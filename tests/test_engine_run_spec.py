@@ -64,7 +64,7 @@ def test_apply_hands_every_key_of_the_table_to_its_judge(monkeypatch: pytest.Mon
 
 
 def test_apply_refuses_a_training_invariant_and_says_where_it_is_judged() -> None:
-    with pytest.raises(ValueError, match=r"^trainability is judged by stability\.judge\.train_invariants\.evaluate, not from a probe's Measurements$"):
+    with pytest.raises(ValueError, match=r"^trainability is judged by stability\.run\.training\.evaluate, not from a probe's Measurements$"):
         engine._apply("trainability", SimpleNamespace(), _M)
 
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from stability import RunOptions, run_spec
-from stability.judge import train_invariants as ti
 from stability.judge.invariants import Verdict
+from stability.run import training as ti
 from stability.spec.case import Case
 from stability.spec.schema import Spec
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from stability import RunOptions, run_spec
-from stability.judge import train_invariants as ti
 from stability.judge.invariants import Verdict
 from stability.run import engine
+from stability.run import training as ti
 from stability.spec.case import Case
 from stability.spec.schema import Spec, parse_spec
 

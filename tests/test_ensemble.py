@@ -448,7 +448,7 @@ def test_html_variance_plot_draws_the_ensemble_spread_as_a_band() -> None:
 def test_undecided_ensembles_grow_until_decided_or_four_times_the_size() -> None:
     """The sequential design: 8 seeds, doubled while more than one class stays plausible, up to 32;
     the first members are the fixed-size ensemble's, seed for seed."""
-    from stability.judge.growth import classify_ensemble
+    from stability.judge.growth import classify_ensemble, enough_members
     from stability.measure.ensemble import probe_ensemble_until_decided
 
     spec = load_spec(SPECS / "control_unnormalised_residual.toml")
@@ -456,7 +456,7 @@ def test_undecided_ensembles_grow_until_decided_or_four_times_the_size() -> None
     for depth, seed in ((10, 0), (12, 1), (9, 5)):
         case = _case(depth, 8, 4, seed=seed, weight_init="kaiming_normal")
         first = probe(build(spec, case).blocks, make_input(spec, case), seed=derive_seed(case.seed, 2))
-        ens = probe_ensemble_until_decided(spec, case, first, size=8)
+        ens = probe_ensemble_until_decided(spec, case, first, size=8, enough=enough_members(depth, bounded_ratio=spec.expect.variance_growth.bounded_ratio))
         assert ens.size in (8, 16, 32)
         assert ens.seeds == ensemble_seeds(case.seed, ens.size)
         assert ens.size == 32 or classify_ensemble(ens.act_var).decided
@@ -468,6 +468,7 @@ def test_undecided_ensembles_grow_until_decided_or_four_times_the_size() -> None
         _case(10, 8, 4, seed=0, weight_init="kaiming_normal"),
         probe(build(spec, _case(10, 8, 4, seed=0, weight_init="kaiming_normal")).blocks, make_input(spec, _case(10, 8, 4, seed=0, weight_init="kaiming_normal")), seed=derive_seed(0, 2)),
         size=8,
+        enough=enough_members(10, bounded_ratio=spec.expect.variance_growth.bounded_ratio),
         max_size=8,
     )
     assert capped.size == 8

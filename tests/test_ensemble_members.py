@@ -14,6 +14,8 @@ import torch
 
 from stability import parse_spec
 from stability.families.build import build, derive_seed, make_input
+from stability.judge import growth
+from stability.judge.growth import enough_members
 from stability.measure import ensemble as ens_mod
 from stability.measure.ensemble import ensemble_seeds, probe_ensemble, probe_ensemble_until_decided
 from stability.measure.probe import Measurements, probe
@@ -53,8 +55,8 @@ def test_undecided_ensembles_double_up_to_the_limit(monkeypatch: pytest.MonkeyPa
         seen.append(len(profiles))
         return SimpleNamespace(decided=False)
 
-    monkeypatch.setattr(ens_mod, "classify_ensemble", undecided)
-    e = probe_ensemble_until_decided(spec, case, _first(spec, case), size=2)
+    monkeypatch.setattr(growth, "classify_ensemble", undecided)
+    e = probe_ensemble_until_decided(spec, case, _first(spec, case), size=2, enough=enough_members(case.depth))
     assert seen == [2, 4] and e.size == 8 and e.seeds == ensemble_seeds(case.seed, 8)
     assert len(e.act_var) == len(e.act_sq_mean) == 8 and e.vectorised
     for k, seed in enumerate(e.seeds):
@@ -62,7 +64,7 @@ def test_undecided_ensembles_double_up_to_the_limit(monkeypatch: pytest.MonkeyPa
         assert e.act_var[k] == pytest.approx(alone.act_var, rel=1e-12, abs=0.0)
         assert e.act_sq_mean[k] == pytest.approx(alone.act_sq_mean, rel=1e-12, abs=0.0)
     seen.clear()
-    e = probe_ensemble_until_decided(spec, case, _first(spec, case), size=2, max_size=6)
+    e = probe_ensemble_until_decided(spec, case, _first(spec, case), size=2, enough=enough_members(case.depth), max_size=6)
     assert seen == [2, 4] and e.size == 6  # 2 → 4 → 6: the last step only fills up to the limit
 
 
@@ -74,9 +76,9 @@ def test_a_decided_ensemble_stops_and_shallow_or_lawless_ones_never_grow(monkeyp
         calls.append(len(profiles))
         return SimpleNamespace(decided=True)
 
-    monkeypatch.setattr(ens_mod, "classify_ensemble", decided)
-    assert probe_ensemble_until_decided(spec, _case(), _first(spec, _case()), size=3).size == 3 and calls == [3]
-    assert probe_ensemble_until_decided(spec, _case(2), _first(spec, _case(2)), size=3).size == 3 and calls == [3]  # depth 2 < 3
+    monkeypatch.setattr(growth, "classify_ensemble", decided)
+    assert probe_ensemble_until_decided(spec, _case(), _first(spec, _case()), size=3, enough=enough_members(_case().depth)).size == 3 and calls == [3]
+    assert probe_ensemble_until_decided(spec, _case(2), _first(spec, _case(2)), size=3, enough=enough_members(2)).size == 3 and calls == [3]  # depth 2 < 3
 
 
 def test_one_member_is_not_vectorised_and_a_failed_vmap_falls_back_to_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -54,7 +54,7 @@ from numpy.typing import NDArray
 
 from stability.spec.schema import GROWTH_CLASSES
 
-__all__ = ["EnsembleGrowth", "classify_ensemble", "ensemble_growth", "describe_ensemble", "DECISION_CHI2", "MIN_DECIDABLE_DEPTH"]
+__all__ = ["EnsembleGrowth", "classify_ensemble", "ensemble_growth", "describe_ensemble", "enough_members", "DECISION_CHI2", "MIN_DECIDABLE_DEPTH"]
 
 #: χ² margin by which a model must beat another before the other is ruled out.
 DECISION_CHI2 = 16.0
@@ -101,6 +101,17 @@ class EnsembleGrowth:
     def spread(self) -> dict[str, list[float]]:
         """Per-boundary spread over the seeds (for reports and the HTML band)."""
         return {"min": self.lo, "q25": self.q25, "mean_log": self.ratios, "q75": self.q75, "max": self.hi}
+
+
+def enough_members(depth: int, *, bounded_ratio: float = 4.0) -> Callable[[list[list[float]]], bool]:
+    """For a sequential ensemble (`stability.measure.ensemble.probe_ensemble_until_decided`): whether
+    the members' profiles so far are enough, because `classify_ensemble` decides on them, or because
+    at a depth below `MIN_DECIDABLE_DEPTH` every law fits and no number of seeds can decide."""
+
+    def enough(profiles: list[list[float]]) -> bool:
+        return depth < MIN_DECIDABLE_DEPTH or classify_ensemble(profiles, bounded_ratio=bounded_ratio).decided
+
+    return enough
 
 
 def classify_ensemble(profiles: Sequence[Sequence[float]], *, bounded_ratio: float = 4.0, threshold: float = DECISION_CHI2) -> EnsembleGrowth:

@@ -1,33 +1,23 @@
-"""Stage 5 (training): optimizer runs → Verdicts for `update_size`, `trainability` and `residual_size`.
+"""Stage 4 (training): optimizer runs → Verdicts for `update_size`, `trainability` and `residual_size`.
 
 The verdict functions are pure functions of `stability.measure.train`'s measurements, like
-`stability.judge.invariants`; `evaluate` runs the measurement one case needs under the per-case time
-limit and the memory guard and turns whatever goes wrong into an error string, like
-`engine.evaluate` does for the probe.
+`stability.judge.invariants`; `stability.run.training.evaluate` runs the measurement one case needs
+and calls them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
-from stability.errors import CaseError
 from stability.judge.invariants import Verdict
-from stability.measure.train import TrainRun, train_case
-from stability.measure.train_update import UpdateSweep, update_sweep
-from stability.run.guard import check_budget, time_limit, warm_up
-from stability.spec.case import Case
-from stability.spec.schema import Spec
+from stability.measure.train import TrainRun
+from stability.measure.train_update import UpdateSweep
 
-__all__ = ["update_size", "trainability", "residual_size", "evaluate", "run_depths", "boundary_name"]
-
-#: One optimizer run per (case, depth): trainability and residual_size of one spec share them.
-RunCache = dict[tuple[Case, int], TrainRun]
+__all__ = ["update_size", "trainability", "residual_size", "boundary_name"]
 
 
 def _finite(values: Sequence[float]) -> list[float | None]:
@@ -212,70 +202,3 @@ def residual_size(
 
 
 # ----------------------------------------------------------------------------- one case
-
-
-def run_depths(case: Case, compare_depths: tuple[int, int] | None) -> list[int]:
-    return list(compare_depths) if compare_depths is not None else [case.depth]
-
-
-def _variants(spec: Spec, name: str, case: Case) -> list[Case]:
-    """The networks one case of this invariant trains: one per width, per compared depth, or the case itself."""
-    expectation = getattr(spec.expect, name)
-    if name == "update_size":
-        return [dataclasses.replace(case, width=w) for w in expectation.widths]
-    return [dataclasses.replace(case, depth=d) for d in run_depths(case, expectation.compare_depths)]
-
-
-def _check_memory(spec: Spec, variants: Sequence[Case], budget: int | None) -> None:
-    """The probe's estimate (parameters ×3, saved activations) at the training set's size; Adam
-    keeps two more copies of the parameters, so an Adam run must fit 3/5 of the budget."""
-    assert spec.train is not None
-    for v in variants:
-        trial = dataclasses.replace(v, batch=spec.train.samples)
-        if spec.train.optimizer == "adam" and budget is not None:
-            check_budget(spec, trial, budget * 3 // 5)
-        else:
-            check_budget(spec, trial, budget)
-
-
-def evaluate(
-    spec: Spec,
-    name: str,
-    case: Case,
-    *,
-    case_timeout: float | None = None,
-    memory_budget: int | None = None,
-    cache: RunCache | None = None,
-) -> tuple[Verdict | None, str | None]:
-    """Run what `name` needs for `case` and judge it: (verdict, None), or (None, why it could not
-    be measured). The time limit is the smaller of train.seconds and `case_timeout`."""
-    assert spec.train is not None
-    expectation = getattr(spec.expect, name)
-    cache = {} if cache is None else cache
-    limit = min(spec.train.seconds, case_timeout) if case_timeout else spec.train.seconds
-    if case.device.startswith("cuda") and not torch.cuda.is_available():
-        return None, "CUDA is not available on this machine; use --device cpu"
-    try:
-        variants = _variants(spec, name, case)
-        _check_memory(spec, variants, memory_budget)
-        warm_up(case.device)
-        with time_limit(limit):
-            if name == "update_size":
-                sweep = update_sweep(spec, case, expectation.widths)
-                return update_size(sweep, max_abs_slope=expectation.max_abs_slope, at=expectation.at), None
-            runs = []
-            for v in variants:
-                key = (dataclasses.replace(v, depth=0), v.depth)
-                if key not in cache:
-                    cache[key] = train_case(spec, v)
-                runs.append(cache[key])
-    except CaseError as exc:  # the time limit, or refused for memory
-        return None, str(exc).replace("--case-timeout", "train.seconds or --case-timeout")
-    except torch.OutOfMemoryError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else "out of memory"
-        return None, f"out of memory on {case.device}: {first}"
-    except Exception as exc:  # a block raised during training; the run goes on
-        return None, "the case does not train: " + " ".join(f"{type(exc).__name__}: {exc}".split())
-    if name == "trainability":
-        return trainability(runs, max_loss_ratio=expectation.max_loss_ratio, compare_depths=expectation.compare_depths, max_depth_ratio=expectation.max_depth_ratio), None
-    return residual_size(runs, max_mean=expectation.max_mean, compare_depths=expectation.compare_depths, max_depth_ratio=expectation.max_depth_ratio), None

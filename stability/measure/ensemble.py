@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from stability.errors import BlockError
 from stability.families.build import Network, build, derive_seed, make_input
-from stability.judge.growth import MIN_DECIDABLE_DEPTH, classify_ensemble
 from stability.measure.batched import probe_seeds
 from stability.measure.channels import ChannelProfile, ChannelStats
 from stability.measure.lesion import lesion_changes
@@ -89,19 +88,21 @@ def probe_ensemble(spec: Spec, case: Case, first: Measurements, *, size: int, ve
     return Ensemble(seeds, [m.act_var for m in everyone], [m.act_sq_mean for m in everyone], vectorised, [m.grad_norm for m in everyone])
 
 
-def probe_ensemble_until_decided(spec: Spec, case: Case, first: Measurements, *, size: int, max_size: int | None = None) -> Ensemble:
-    """`probe_ensemble`, then, while the growth laws stay undecided (more than one class plausible,
-    stability/judge/growth.py) at a depth where they can be told apart, double the ensemble with the next
-    seeds of the same stream, up to `max_size` (default 4 × size). A sequential design: the cases
-    whose verdict hinges on the noise get the seeds they need, the rest cost `size`."""
+def probe_ensemble_until_decided(spec: Spec, case: Case, first: Measurements, *, size: int, enough: Callable[[list[list[float]]], bool], max_size: int | None = None) -> Ensemble:
+    """`probe_ensemble`, then, until the judge has `enough` of the members' profiles (of the spec's
+    `variance_growth.statistic`; `stability.judge.growth.enough_members`: the growth laws are decided,
+    or cannot be at this depth), double the ensemble with the next seeds of the same stream, up to
+    `max_size` (default 4 × size). A sequential design: the cases whose verdict hinges on the noise
+    get the seeds they need, the rest cost `size`. The judge is passed in: measuring never imports
+    judging."""
     ens = probe_ensemble(spec, case, first, size=size)
     vg = spec.expect.variance_growth
     limit = max_size if max_size is not None else 4 * size
-    if vg is None or case.depth < MIN_DECIDABLE_DEPTH:
+    if vg is None:
         return ens
     while ens.size < limit:
         usable = [p for p in ens.profiles(vg.statistic) if p and p[0] > 0 and all(math.isfinite(v) for v in p)]
-        if len(usable) < 2 or classify_ensemble(usable, bounded_ratio=vg.bounded_ratio).decided:
+        if len(usable) < 2 or enough(usable):
             break
         more = min(ens.size, limit - ens.size)
         seeds = ensemble_seeds(case.seed, ens.size + more)

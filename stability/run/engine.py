@@ -26,6 +26,7 @@ from stability.families.build import build, derive_seed, make_input
 from stability.judge import invariants as inv
 from stability.judge import theory_checks as theory
 from stability.judge import token_invariants
+from stability.judge.growth import enough_members
 from stability.judge.invariants import Verdict
 from stability.judge.laws import annotate
 from stability.measure.channels import ChannelStats
@@ -129,7 +130,7 @@ def _apply(name: str, expectation: Any, m: Measurements) -> Verdict:
     if name == "lesion":
         return theory.lesion(m, max_change=expectation.max_change, statistic=expectation.statistic)
     if name in TRAINING_INVARIANTS:  # judged on an optimizer run (run_training), not on a probe
-        raise ValueError(f"{name} is judged by stability.judge.train_invariants.evaluate, not from a probe's Measurements")
+        raise ValueError(f"{name} is judged by stability.run.training.evaluate, not from a probe's Measurements")
     if name == "mean_shift":
         return inv.mean_shift(m, max_ratio=expectation.max_ratio)
     return inv.identity_at_init(m, atol=expectation.atol)
@@ -167,7 +168,9 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
             m.extra.update(theory.extra_measurements(spec, case, net.blocks, x, seed=derive_seed(case.seed, 3)))
             ens = None
             if spec.expect.variance_growth is not None and ensemble_size(spec) > 1:  # the law is judged on seeds
-                ens = m.extra["ensemble"] = probe_ensemble_until_decided(spec, case, m, size=ensemble_size(spec))
+                ens = m.extra["ensemble"] = probe_ensemble_until_decided(
+                    spec, case, m, size=ensemble_size(spec), enough=enough_members(case.depth, bounded_ratio=spec.expect.variance_growth.bounded_ratio)
+                )
             if spec.expect.mean_field is not None and ensemble_size(spec) > 1:  # so is the mean-field factor (the same members)
                 ens = ens or probe_ensemble(spec, case, m, size=ensemble_size(spec))
                 m.extra["mean_field_ensemble"] = [(g[0], g[-1]) for g in ens.grad_norm]
@@ -446,7 +449,7 @@ def run_training(
     In other profiles the invariant is skipped and says so."""
     from hypothesis import Phase, settings
 
-    from stability.judge.train_invariants import evaluate as evaluate_training
+    from stability.run.training import evaluate as evaluate_training
 
     assert spec.train is not None  # the loader requires [train] with a training invariant
     t = spec.train

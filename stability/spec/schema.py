@@ -844,7 +844,7 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
             raise SpecError(f, "expect.identity_at_init", f"family '{fam}' has no branch to zero, so it is never the identity by construction", fix="remove it")
         if fam != "custom" and not ZERO_BRANCH_INITS & set(s.branch_init):
             raise SpecError(f, "space.branch_init", "identity_at_init is checked on zero-branch cases, and this space has none", value=s.branch_init, fix='add "zero", "rezero" or "skipinit"')
-    from stability.judge.theory_checks import check_spec
+    from stability.spec.theory_keys import check_spec
 
     check_spec(spec)
     from stability.spec.applicability import check_applies_when

@@ -1,0 +1,66 @@
+"""The package reads as its pipeline (stability/__init__.py): one folder per stage, and no module
+of a stage imports a later stage, or the command line, the plugin or the public surface."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import stability
+
+PACKAGE = Path(stability.__file__).parent
+STAGES = ["spec", "families", "measure", "judge", "run", "report"]
+SHARED = {"stability.errors", "stability.seeding", "stability._version"}  # used by every stage, import nothing of the harness
+
+
+def _stage(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in STAGES else None
+
+
+def _imports(path: Path) -> list[tuple[str, int]]:
+    """(imported stability module, line) for every import in the file, at any depth."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "stability" and node.level == 0:
+            found.append((node.module, node.lineno))
+        elif isinstance(node, ast.Import):
+            found += [(a.name, node.lineno) for a in node.names if a.name.split(".")[0] == "stability"]
+    return found
+
+
+def back_edges(root: Path = PACKAGE) -> list[str]:
+    edges = []
+    for path in sorted(root.rglob("*.py")):
+        module = ".".join(("stability", *path.relative_to(root).with_suffix("").parts))
+        here = _stage(module)
+        if here is None:
+            continue
+        for target, line in _imports(path):
+            there = _stage(target)
+            if there is not None and STAGES.index(there) > STAGES.index(here):
+                edges.append(f"{module}:{line} imports the later stage {target}")
+            elif there is None and target not in SHARED:
+                edges.append(f"{module}:{line} imports {target} from outside the stages")
+    return edges
+
+
+def test_every_module_lives_in_a_stage_folder_or_is_named_at_the_top() -> None:
+    top = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert top == ["__init__", "__main__", "_version", "assertions", "cli", "errors", "plugin", "seeding", "sweep_cli"]
+    assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(STAGES)
+
+
+def test_no_stage_imports_a_later_one() -> None:
+    assert back_edges() == []
+
+
+def test_the_check_finds_a_back_edge(tmp_path: Path) -> None:
+    (tmp_path / "measure").mkdir()
+    (tmp_path / "measure" / "probe.py").write_text("def f():\n    from stability.report.html import write\n")
+    (tmp_path / "spec").mkdir()
+    (tmp_path / "spec" / "schema.py").write_text("import stability.cli\nfrom stability.errors import SpecError\n")
+    assert back_edges(tmp_path) == [
+        "stability.measure.probe:2 imports the later stage stability.report.html",
+        "stability.spec.schema:1 imports stability.cli from outside the stages",
+    ]
