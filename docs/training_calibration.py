@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from stability.judge.train_invariants import evaluate
+from stability.run.training import evaluate
 from stability.spec.case import corner_case
 from stability.spec.schema import TRAINING_INVARIANTS, load_spec
 
