@@ -1,1 +1,1 @@
-"""Stage 2: a case built into blocks: the harness's own families and a user's factory."""
+"""Stage 3 (Case → blocks): a case built into blocks, by the harness's own families or a user's factory."""

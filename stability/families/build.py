@@ -12,7 +12,7 @@ import inspect
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
@@ -30,6 +30,8 @@ from stability.families.blocks import (
     Scale,
     Transition,
 )
+from stability.families.init import activation, init_all, init_weight, zero_parameters
+from stability.families.transformer import build_transformer
 from stability.seeding import seeded
 from stability.spec.case import Case
 from stability.spec.schema import Spec
@@ -37,7 +39,6 @@ from stability.spec.schema import Spec
 __all__ = ["Network", "build", "make_input", "derive_seed", "torch_dtype", "channel_counts"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
-_NONLINEARITY: dict[str, Literal["relu", "tanh", "sigmoid", "linear"]] = {"relu": "relu", "gelu": "relu", "tanh": "tanh", "sigmoid": "sigmoid", "identity": "linear"}
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -151,58 +152,6 @@ def _norm(spec: Spec, channels: int) -> nn.Module:
     return ChannelsLast(group) if spec.block.layer == "tokens" else group
 
 
-def _act(spec: Spec) -> nn.Module:
-    act: nn.Module = {
-        "relu": nn.ReLU,
-        "gelu": nn.GELU,
-        "tanh": nn.Tanh,
-        "sigmoid": nn.Sigmoid,
-        "identity": nn.Identity,
-    }[spec.block.activation]()
-    return act
-
-
-def _init_weight(spec: Spec, case: Case, w: torch.Tensor, gen: torch.Generator) -> None:
-    kind, s = case.weight_init, spec.space
-    nl = _NONLINEARITY[spec.block.activation]
-    with torch.no_grad():
-        if kind == "default":
-            return
-        if kind == "kaiming_normal":
-            nn.init.kaiming_normal_(w, nonlinearity=nl, generator=gen)
-        elif kind == "kaiming_uniform":
-            nn.init.kaiming_uniform_(w, nonlinearity=nl, generator=gen)
-        elif kind == "xavier_normal":
-            nn.init.xavier_normal_(w, generator=gen)
-        elif kind == "xavier_uniform":
-            nn.init.xavier_uniform_(w, generator=gen)
-        elif kind == "orthogonal":
-            nn.init.orthogonal_(w, generator=gen)
-        elif kind == "normal":
-            nn.init.normal_(w, std=s.init_std, generator=gen)
-        elif kind == "identity":  # W = gain · I (Dirac kernel for convolutions)
-            if w.dim() == 2:
-                nn.init.eye_(w)
-            else:
-                nn.init.dirac_(w)
-            w.mul_(s.init_gain)
-
-
-def _init_all(spec: Spec, case: Case, module: nn.Module, gen: torch.Generator) -> None:
-    for m in module.modules():
-        if isinstance(m, (nn.Linear, nn.Conv2d)):
-            _init_weight(spec, case, m.weight, gen)
-            if m.bias is not None and spec.space.bias_init != "default":
-                with torch.no_grad():
-                    m.bias.fill_(float(spec.space.bias_init))
-
-
-def _zero(layer: nn.Module) -> None:
-    with torch.no_grad():
-        for p in layer.parameters(recurse=False):
-            p.zero_()
-
-
 def _spectrum_projection(spec: Spec, c: int, gen: torch.Generator) -> torch.Tensor:
     """W_s = U·diag(s)·Vᵀ, s geometric from s_max to s_min, U and V random orthogonal."""
     s_min, s_max = spec.block.projection_spectrum  # type: ignore[misc]
@@ -223,7 +172,7 @@ def _skip(spec: Spec, c_in: int, c_out: int, gen: torch.Generator, case: Case) -
     if kind == "norm":
         return _norm(spec, c_in)
     proj = _layer(spec, c_in, c_out, kernel=1, bias=False)
-    _init_weight(spec, case, proj.weight, gen)
+    init_weight(spec, case, proj.weight, gen)
     if spec.block.projection_spectrum is not None:
         w = _spectrum_projection(spec, c_out, gen).to(proj.weight.dtype)
         with torch.no_grad():
@@ -254,9 +203,9 @@ def _build_plain(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequential:
     blocks = []
     for l in range(case.depth):  # noqa: E741 (l: the boundary index, as in the papers)
         c_in = (case.input_width or case.width) if l == 0 else case.width
-        blocks.append(PlainBlock(_layer(spec, c_in, case.width), _norm(spec, case.width), _act(spec)))
+        blocks.append(PlainBlock(_layer(spec, c_in, case.width), _norm(spec, case.width), activation(spec)))
     net = nn.Sequential(*blocks)
-    _init_all(spec, case, net, gen)
+    init_all(spec, case, net, gen)
     return net
 
 
@@ -266,22 +215,22 @@ def _residual(spec: Spec, case: Case, gen: torch.Generator, *, pre: bool) -> nn.
     for l in range(case.depth):  # noqa: E741 (l: the boundary index, as in the papers)
         c_in = (case.input_width or w) if l == 0 else w
         if pre:  # F = W2·act(norm(W1·act(norm(x))))  or  W1·act(norm(x)) with one layer
-            branch = nn.Sequential(_norm(spec, c_in), _act(spec), _layer(spec, c_in, w))
+            branch = nn.Sequential(_norm(spec, c_in), activation(spec), _layer(spec, c_in, w))
             if spec.block.branch_layers == 2:
-                branch.extend([_norm(spec, w), _act(spec), _layer(spec, w, w)])
+                branch.extend([_norm(spec, w), activation(spec), _layer(spec, w, w)])
         else:  # F = W2·act(norm(W1 x))  or  W1 x with one layer
             branch = nn.Sequential(_layer(spec, c_in, w))
             if spec.block.branch_layers == 2:
-                branch.extend([_norm(spec, w), _act(spec), _layer(spec, w, w)])
-        _init_all(spec, case, branch, gen)
+                branch.extend([_norm(spec, w), activation(spec), _layer(spec, w, w)])
+        init_all(spec, case, branch, gen)
         if case.branch_init == "zero":
-            _zero(branch[-1])
+            zero_parameters(branch[-1])
         skip = _skip(spec, c_in, w, gen, case)
         gain = _gain(spec, case, w)
         if pre:
             blocks.append(PreActBlock(branch, skip, gain))
         else:
-            blocks.append(PostNormBlock(branch, skip, gain, _norm(spec, w), _act(spec)))
+            blocks.append(PostNormBlock(branch, skip, gain, _norm(spec, w), activation(spec)))
     return nn.Sequential(*blocks)
 
 
@@ -289,12 +238,12 @@ def _build_highway(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequentia
     blocks = []
     for _ in range(case.depth):
         layer = _layer(spec, case.width, case.width)
-        transform = nn.Sequential(layer, _norm(spec, case.width), _act(spec))
+        transform = nn.Sequential(layer, _norm(spec, case.width), activation(spec))
         gate = _layer(spec, case.width, case.width, kernel=1)
-        _init_all(spec, case, transform, gen)
-        _init_all(spec, case, gate, gen)
+        init_all(spec, case, transform, gen)
+        init_all(spec, case, gate, gen)
         if case.branch_init == "zero":  # H = 0 and W_T = 0: the gate is σ(b_T) everywhere
-            _zero(layer)
+            zero_parameters(layer)
             with torch.no_grad():
                 gate.weight.zero_()
         with torch.no_grad():
@@ -309,14 +258,14 @@ def _build_dense(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequential:
     c = counts[0]
     for l in range(1, case.depth + 1):  # noqa: E741 (l: the boundary index, as in the papers)
         layer = _layer(spec, c, spec.block.growth)
-        block: nn.Module = DenseLayer(_norm(spec, c), _act(spec), layer, channel_dim=-1 if spec.block.layer == "tokens" else 1)
-        _init_all(spec, case, block, gen)
+        block: nn.Module = DenseLayer(_norm(spec, c), activation(spec), layer, channel_dim=-1 if spec.block.layer == "tokens" else 1)
+        init_all(spec, case, block, gen)
         if case.branch_init == "zero":
-            _zero(layer)
+            zero_parameters(layer)
         c += spec.block.growth
         if counts[l] != c:  # a transition closes this dense group: C → ⌊θ·C⌋
-            trans = Transition(_norm(spec, c), _act(spec), _layer(spec, c, counts[l], kernel=1))
-            _init_all(spec, case, trans, gen)
+            trans = Transition(_norm(spec, c), activation(spec), _layer(spec, c, counts[l], kernel=1))
+            init_all(spec, case, trans, gen)
             block = nn.Sequential(block, trans)
             c = counts[l]
         blocks.append(block)
@@ -329,14 +278,8 @@ _BUILDERS: dict[str, Callable[[Spec, Case, torch.Generator], nn.Sequential]] = {
     "preact": lambda spec, case, gen: _residual(spec, case, gen, pre=True),
     "highway": _build_highway,
     "dense": _build_dense,
-    "transformer": lambda spec, case, gen: _build_transformer(spec, case, gen),
+    "transformer": build_transformer,
 }
-
-
-def _build_transformer(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequential:
-    from stability.families.transformer import build_transformer  # it builds on this module's init helpers
-
-    return build_transformer(spec, case, gen)
 
 
 # ----------------------------------------------------------------------------- custom

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from stability.families.blocks import Scale
-from stability.families.build import _act, _init_all, _zero
+from stability.families.init import activation, init_all, zero_parameters
 from stability.spec.case import Case
 from stability.spec.schema import Spec
 
@@ -190,13 +190,13 @@ def build_transformer(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequen
     blocks = []
     for _ in range(n):
         attn = SelfAttention(w, heads, causal=b.causal)
-        _init_all(spec, case, attn, gen)
+        init_all(spec, case, attn, gen)
         last: list[nn.Linear] = [attn.out]
         branch: list[nn.Linear] = [attn.v, attn.out]
         mlp = None
         if b.mlp:
-            mlp = MLP(w, max(1, round(b.mlp_ratio * w)), _act(spec))
-            _init_all(spec, case, mlp, gen)
+            mlp = MLP(w, max(1, round(b.mlp_ratio * w)), activation(spec))
+            init_all(spec, case, mlp, gen)
             last.append(mlp.fc2)
             branch += [mlp.fc1, mlp.fc2]
         if b.residual == "deepnorm":
@@ -205,7 +205,7 @@ def build_transformer(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequen
             _scale_weights(last, gpt2)
         if case.branch_init == "zero":  # every branch outputs exactly 0: pre/sandwich blocks are the identity
             for layer in last:
-                _zero(layer)
+                zero_parameters(layer)
 
         def sub(fn: nn.Module) -> Sublayer:
             norm_in = _norm(spec, w) if b.norm_position in ("pre", "sandwich") else nn.Identity()

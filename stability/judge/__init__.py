@@ -1,1 +1,1 @@
-"""Stage 4: measurements judged against the invariants and the laws they come from."""
+"""Stage 5 (Measurements → Verdicts): measurements judged against the invariants and the laws they come from."""

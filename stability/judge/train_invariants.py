@@ -1,4 +1,4 @@
-"""Stage 4 (training): optimizer runs → Verdicts for `update_size`, `trainability` and `residual_size`.
+"""Stage 5 (training): optimizer runs → Verdicts for `update_size`, `trainability` and `residual_size`.
 
 The verdict functions are pure functions of `stability.measure.train`'s measurements, like
 `stability.judge.invariants`; `stability.run.training.evaluate` runs the measurement one case needs

@@ -1,1 +1,1 @@
-"""Stage 3: what one forward and one backward pass (or a few) measure on the blocks."""
+"""Stage 4 (blocks → Measurements): what one forward and one backward pass (or a few, or a short training run) measure."""

@@ -1,1 +1,1 @@
-"""Stage 6: results shown: the terminal table, JSON, JUnit, HTML pages and their plots."""
+"""Stage 6 (Verdicts → report): the terminal table, JSON, JUnit, HTML pages and their plots."""
