@@ -21,7 +21,7 @@ from stability.families.build import build, make_input
 from stability.judge.token_invariants import AttentionEntropyObserver, RankCollapseObserver, TokenShapeObserver
 from stability.measure.probe import BoundaryObserver, probe
 from stability.spec.case import corner_case
-from stability.spec.schema import load_spec
+from stability.spec.load import load_spec
 
 CONFIGS: dict[str, Callable[[], list[BoundaryObserver]]] = {
     "off": lambda: [],

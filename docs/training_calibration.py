@@ -19,7 +19,8 @@ import torch
 
 from stability.run.training import evaluate
 from stability.spec.case import corner_case
-from stability.spec.schema import TRAINING_INVARIANTS, load_spec
+from stability.spec.load import load_spec
+from stability.spec.schema import TRAINING_INVARIANTS
 
 
 def main() -> None:

@@ -29,7 +29,8 @@ from stability.measure.probe import Measurements, probe
 from stability.run import strategies
 from stability.run.engine import CaseRecord, InvariantResult, RunOptions, SpecResult, evaluate, run_spec
 from stability.spec.case import Case, parse_case_string
-from stability.spec.schema import Spec, find_specs, load_spec, parse_spec
+from stability.spec.load import find_specs, load_spec, parse_spec
+from stability.spec.schema import Spec
 
 __all__ = [
     "Case",

@@ -120,7 +120,7 @@ def _load_all(paths: list[str]) -> list[Spec]:
 def _load_each(paths: list[str]) -> tuple[list[Spec], list[SpecError]]:
     """Every spec that loads, and one SpecError per file that does not. Two specs with one name
     are refused outright (UsageError-like SpecError, nothing runs): the reports key on names."""
-    from stability.spec.schema import find_specs, load_spec
+    from stability.spec.load import find_specs, load_spec
 
     files = find_specs(list(_default_paths(paths)))
     if not files:

@@ -22,7 +22,8 @@ from stability.run.engine import InvariantResult, RunOptions, run_spec
 from stability.run.executor import Task, draws_from_the_spec_alone
 from stability.run.profiles import PROFILES, default_profile_name
 from stability.run.worker import OUTPUT_LINES, WorkerExecutor, default_threads
-from stability.spec.schema import Spec, load_spec
+from stability.spec.load import load_spec
+from stability.spec.schema import Spec
 
 __all__ = ["SpecFile", "SpecItem"]
 

@@ -91,7 +91,7 @@ def _backend(args: argparse.Namespace) -> Any:
 
 
 def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv: list[str]) -> int:
-    from stability.spec.schema import load_spec
+    from stability.spec.load import load_spec
 
     db = args.db or DEFAULT_DB
     if args.compare:

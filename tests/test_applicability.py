@@ -15,7 +15,7 @@ import pytest
 from stability.errors import SpecError
 from stability.spec.applicability import narrow_for, not_applicable_reason
 from stability.spec.case import parse_case_string
-from stability.spec.schema import parse_spec
+from stability.spec.load import parse_spec
 
 Cli = Callable[..., tuple[int, str, str]]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from stability import RunOptions, load_spec, run_spec
-from stability.spec.schema import validate_spec
+from stability.spec.load import validate_spec
 
 CONTROLS = sorted((Path(__file__).resolve().parent.parent / "specs").glob("control_*.toml"))
 

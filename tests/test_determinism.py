@@ -16,7 +16,7 @@ import pytest
 from stability.measure.probe import Measurements
 from stability.run.engine import evaluate
 from stability.spec.case import parse_case_string
-from stability.spec.schema import parse_spec
+from stability.spec.load import parse_spec
 
 SPECS_DIR = Path(__file__).resolve().parent.parent / "specs"
 

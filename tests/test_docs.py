@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from stability.cli import main
+from stability.spec.load import parse_spec
 from stability.spec.schema import (
     AttentionEntropy,
     Block,
@@ -33,7 +34,6 @@ from stability.spec.schema import (
     Trainability,
     UpdateSize,
     VarianceGrowth,
-    parse_spec,
 )
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

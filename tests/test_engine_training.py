@@ -24,7 +24,7 @@ def _spec(expect: str = "violated", profiles: str = '["thorough"]') -> Spec:
     text = (SPECS / "degradation_plain.toml").read_text(encoding="utf-8")
     text = text.replace('expect = "violated"', f'expect = "{expect}"').replace('profiles = ["thorough"]', f"profiles = {profiles}")
     text = text.replace("depth = 4\n", "depth = [2, 6]\n")
-    from stability.spec.schema import parse_spec
+    from stability.spec.load import parse_spec
 
     return parse_spec(text, file="specs/t.toml")
 
@@ -115,7 +115,7 @@ def test_training_search_is_generate_only_and_tries_pinned_cases_first(monkeypat
     (r,) = run_spec(spec, RunOptions(profile="ci")).results
     assert len(set(seen)) == 1  # no shrinking: the first failing case is the one reported
     assert r.message == f"specs/t.toml::trainability: expected to hold, but it fails at {r.case}: ratio 2"
-    from stability.spec.schema import parse_spec
+    from stability.spec.load import parse_spec
 
     pinned = parse_spec(
         (SPECS / "degradation_plain.toml")

@@ -19,7 +19,8 @@ from stability.judge.invariants import Verdict
 from stability.run import engine
 from stability.run import training as ti
 from stability.spec.case import Case
-from stability.spec.schema import Spec, parse_spec
+from stability.spec.load import parse_spec
+from stability.spec.schema import Spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 

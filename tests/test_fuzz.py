@@ -29,7 +29,8 @@ from stability.judge.invariants import Verdict
 from stability.report.formats import to_json
 from stability.run.engine import RunOptions, run_spec
 from stability.run.strategies import cases
-from stability.spec.schema import FAMILIES, GROWTH_CLASSES, Spec, parse_spec, validate_spec
+from stability.spec.load import parse_spec, validate_spec
+from stability.spec.schema import FAMILIES, GROWTH_CLASSES, Spec
 
 SPECS_DIR = Path(__file__).resolve().parent.parent / "specs"
 FILE = str(SPECS_DIR / "fuzzed.toml")  # beside specs/custom_blocks.py, so custom specs resolve

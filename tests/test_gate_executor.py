@@ -14,7 +14,7 @@ from stability.report.formats import to_json
 from stability.run.engine import RunOptions
 from stability.run.executor import InProcessExecutor, Outcome, Task, run_task
 from stability.run.worker import WorkerExecutor
-from stability.spec.schema import find_specs, load_spec
+from stability.spec.load import find_specs, load_spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 

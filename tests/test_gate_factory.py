@@ -13,7 +13,7 @@ from gate_support import custom
 
 from stability.errors import SpecError
 from stability.families.factory import load_factory, locate_factory, source_roots
-from stability.spec.schema import parse_spec
+from stability.spec.load import parse_spec
 
 Cli = Callable[..., tuple[int, str, str]]
 

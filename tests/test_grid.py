@@ -8,7 +8,7 @@ import pytest
 
 from stability.errors import UsageError
 from stability.run.grid import apply_point, grid_points, parse_axis, point_key
-from stability.spec.schema import parse_spec
+from stability.spec.load import parse_spec
 
 SPEC = """
 name = "g"

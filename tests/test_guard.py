@@ -29,7 +29,8 @@ from stability.run.guard import (
     time_limit,
 )
 from stability.spec.case import corner_case
-from stability.spec.schema import Spec, parse_spec
+from stability.spec.load import parse_spec
+from stability.spec.schema import Spec
 
 Cli = Callable[..., tuple[int, str, str]]
 SIZE = re.compile(r"\d+(\.\d+)? (KiB|MiB|GiB|TiB)")

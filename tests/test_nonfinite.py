@@ -13,7 +13,8 @@ import torch
 from stability.families.build import build, make_input
 from stability.run.engine import RunOptions, evaluate, judge, run_spec
 from stability.spec.case import corner_case, parse_case_string
-from stability.spec.schema import INVARIANTS, Spec, load_spec, parse_spec
+from stability.spec.load import load_spec, parse_spec
+from stability.spec.schema import INVARIANTS, Spec
 
 
 def _judge_all(spec: Spec, case_text: str) -> dict[str, object]:

@@ -15,7 +15,7 @@ from stability.run.grid import parse_axis
 from stability.run.store import Store
 from stability.run.sweep import run_sweep
 from stability.run.sweep_exec import SerialBackend
-from stability.spec.schema import load_spec
+from stability.spec.load import load_spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 

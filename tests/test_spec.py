@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stability import SpecError, load_spec, parse_spec
-from stability.spec.schema import FAMILIES, find_specs
+from stability.spec.load import find_specs
+from stability.spec.schema import FAMILIES
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 

@@ -23,7 +23,7 @@ from stability.run.grid import parse_axis
 from stability.run.store import Store
 from stability.run.sweep import run_sweep
 from stability.run.sweep_exec import SerialBackend
-from stability.spec.schema import load_spec, parse_spec
+from stability.spec.load import load_spec, parse_spec
 
 #: x_{l+1} = g·x_l exactly (W = g·I, no bias, identity activation): r₀ = g^L and Var ratio g^(2L).
 LINEAR = """

@@ -14,7 +14,7 @@ from torch import nn
 from stability.measure.train import Readout, Task, TrainModel, fit, lr_scales, make_task, relative_residuals, train_case, trainable
 from stability.measure.train_update import log_slope, measure_update, update_sweep
 from stability.spec.case import corner_case
-from stability.spec.schema import parse_spec
+from stability.spec.load import parse_spec
 
 SPEC = """
 name = "t"

@@ -14,7 +14,7 @@ from stability.errors import SpecError
 from stability.judge.train_invariants import residual_size, trainability, update_size
 from stability.measure.train import TrainRun
 from stability.measure.train_update import UpdateRecord, UpdateSweep, log_slope
-from stability.spec.schema import parse_spec
+from stability.spec.load import parse_spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 

@@ -14,7 +14,7 @@ from stability.measure.train_update import UpdateRecord, UpdateSweep, log_slope
 from stability.report.html import render_html
 from stability.report.train_plots import CONE_GID, DIVERGED_GID, FAILING_WIDTH_GID, loss_figure, training_figures, update_size_figure
 from stability.run.engine import InvariantResult, SpecResult
-from stability.spec.schema import parse_spec
+from stability.spec.load import parse_spec
 
 
 def _gids(fig: Figure) -> set[str]:

@@ -22,7 +22,7 @@ from stability.judge.token_invariants import observers_for
 from stability.run.engine import evaluate
 from stability.run.strategies import cases
 from stability.spec.case import corner_case, parse_case_string
-from stability.spec.schema import parse_spec, validate_spec
+from stability.spec.load import parse_spec, validate_spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 CONTROLS = sorted(SPECS.glob("transformer_control_*.toml"))

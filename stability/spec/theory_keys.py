@@ -12,7 +12,7 @@ _MEAN_FIELD_INITS = ("default", "kaiming_normal", "kaiming_uniform", "xavier_nor
 
 
 def check_spec(spec: Spec) -> None:
-    """Spec-level checks of the theory invariants (called from `stability.spec.schema` when a spec is loaded)."""
+    """Spec-level checks of the theory invariants (called from `stability.spec.load` when a spec is loaded)."""
     f, e, b, s = spec.path, spec.expect, spec.block, spec.space
     js = e.jacobian_spectrum
     if js is not None and js.mean_lo is not None and js.mean_hi is not None and js.mean_lo > js.mean_hi:
