@@ -1,7 +1,7 @@
 """The probe's boundary moments and gradient norms on the CPU, against float64 references.
 
-`probe._Moments` reduces each boundary of ≥ 2,048 elements to Σh and Σh² at once (one-pass, with
-the corrected two-pass formula where mean² > var would cancel); `probe._norm` takes long norms a
+`stability.measure.reductions._Moments` reduces each boundary of ≥ 2,048 elements to Σh and Σh² at once (one-pass, with
+the corrected two-pass formula where mean² > var would cancel); `_norm` takes long norms a
 row of 4,096 at a time, because torch's float32 `vector_norm` drifts to 1e-5 relative at 2^20
 elements and 6e-4 at 2^24. Every bound below is the stated accuracy in float32 (docs/performance.md):
 a float32 cascade sum of n ≤ 2^22 terms is within ~2e-7 relative, and the one-pass variance loses at
@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import copy
 import math
-import sys
 
 import pytest
 import torch
 from torch import nn
 
 from stability import probe
+from stability.measure import reductions as P
 
-P = sys.modules["stability.measure.probe"]  # the module (stability.measure.probe the attribute is the function)
 REL = 5e-7  # 2 × ~2e-7 (see above); torch's own vector_norm is within this up to 2^16 elements
 
 

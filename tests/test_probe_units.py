@@ -14,21 +14,8 @@ import torch
 from torch import nn
 
 from stability import probe
-from stability.measure.probe import (
-    _HOOK_PARAM,
-    _NORM_DIRECT_MAX,
-    _SMALL_PARAM,
-    _TWO_PASS_MIN,
-    _as_dtype,
-    _combine,
-    _moments,
-    _norm,
-    _norm_value,
-    _param_norms,
-    _rel_diff,
-    _two_pass_count,
-    projection_vector,
-)
+from stability.measure.probe import _rel_diff, projection_vector
+from stability.measure.reductions import _HOOK_PARAM, _NORM_DIRECT_MAX, _SMALL_PARAM, _TWO_PASS_MIN, _as_dtype, _combine, _moments, _norm, _norm_value, _param_norms, _two_pass_count
 
 
 def _randn(*shape: int, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -235,7 +222,7 @@ def test_walk_visits_each_module_once_and_names_only_the_naming_roots_parameters
 
 
 def test_stack64_gives_float64_for_none_one_and_mixed_scalars() -> None:
-    from stability.measure.probe import _stack64
+    from stability.measure.reductions import _stack64
 
     assert _stack64([]).dtype == torch.float64 and _stack64([]).numel() == 0
     one = _stack64([torch.tensor(0.1, dtype=torch.float32)])

@@ -6,7 +6,7 @@ times, and on small networks each call is mostly per-operation overhead. `probe_
 S networks' parameters and buffers along a new leading dimension and runs the whole stack once for
 all seeds, under a single `torch.func.vmap` of `torch.func.functional_call`:
 
-- activation moments are reduced per seed inside the vmapped forward (`probe._moments`: var_mean
+- activation moments are reduced per seed inside the vmapped forward (`reductions._moments`: var_mean
   for small boundaries, corrected two-pass sums for large ones, with no host read inside the
   pass; `probe` itself reads one-pass sums to the host as it goes and falls back to the same
   two-pass formula where they would cancel: the same values to ~5e-7 in float32);
@@ -33,20 +33,8 @@ from torch.func import functional_call, vmap
 
 from stability.errors import BlockError
 from stability.families.adapters import Stack
-from stability.measure.probe import (
-    _LOW,
-    _NORM_DIRECT_MAX,
-    _NORM_ROW,
-    Measurements,
-    _as_list,
-    _boundary_values,
-    _combine,
-    _first_nonfinite,
-    _moments,
-    _two_pass_count,
-    probe,
-    projection_vector,
-)
+from stability.measure.probe import _LOW, Measurements, _as_list, _first_nonfinite, probe, projection_vector
+from stability.measure.reductions import _NORM_DIRECT_MAX, _NORM_ROW, _boundary_values, _combine, _moments, _two_pass_count
 
 __all__ = ["probe_seeds"]
 
@@ -339,11 +327,11 @@ def _refuse_shared(blocks: list[nn.Module]) -> None:
 
 
 def _rows_norm(t: torch.Tensor, n_nets: int, dtype: torch.dtype | None) -> torch.Tensor:
-    """(S,) norms of t's S rows (t reshaped to (S, −1)), as accurate as `probe._norm`: above
+    """(S,) norms of t's S rows (t reshaped to (S, −1)), as accurate as `reductions._norm`: above
     `_NORM_DIRECT_MAX` elements per row on the CPU they are taken over sub-rows of `_NORM_ROW` first
     (torch's float32 vector_norm drifts to 1e-5 relative at 2^20 elements), and on the CPU a row
     whose float32 norm is 0 or inf (squares out of float32's range, beyond ~1e19 or below ~1e-19
-    per element) is taken again in float64, as `probe._norm` does; the result is then float64."""
+    per element) is taken again in float64, as `reductions._norm` does; the result is then float64."""
     f = t.reshape(n_nets, -1)  # (S, N)
     out = _rows_norm_fast(f, dtype)
     if f.device.type == "cpu" and out.dtype != torch.float64:

@@ -1,0 +1,338 @@
+"""Stage 4's arithmetic: accurate reductions of boundaries and gradients to a few scalars, as
+`stability.measure.probe` takes them during its one pass (and `stability.measure.batched` under
+vmap).
+
+- `_Moments` / `_moments`: a boundary's variance and mean, reduced while it is in cache to Σh and
+  Σh² with the corrected two-pass formula where the one-pass one would cancel (Chan, Golub &
+  LeVeque 1983), float64 where float32 sums leave the range.
+- `_norm`, `_norm_value`, `_row_norm`: ‖g‖₂ within ~2e-7 at any size (by rows above
+  `_NORM_DIRECT_MAX` elements), taken again in float64 where float32 squares leave the range.
+- `_LargeParamNorms`, `_param_norms`: every parameter gradient's norm, the large ones by hooks as
+  autograd produces them, the rest grouped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__: list[str] = []  # nothing public: the probe's internals, tested against float64 references
+
+#: At or above this many elements a CPU boundary's moments use sums instead of var_mean (the
+#: measured break-even of the two on one core is ~1,700 elements).
+_TWO_PASS_MIN = 2048
+#: Parameter gradients up to this many elements have their norms taken together (`_param_norms`).
+_SMALL_PARAM = 4096
+#: Parameters of at least this many elements have their gradients' norms taken by a hook (`_LargeParamNorms`).
+_HOOK_PARAM = 16384
+#: CPU tensors above this many elements have their norms taken a row of `_NORM_ROW` at a time (`_norm`).
+_NORM_DIRECT_MAX = 1 << 16
+_NORM_ROW = 4096
+
+
+def _moments(h: torch.Tensor, out: list[torch.Tensor]) -> int:
+    """Append h's moments to `out` as 0-dim tensors (no host sync); return how to read them.
+
+    Returns 0 after appending (var, mean) from `torch.var_mean`, or n = h.numel() after appending
+    (m, Σd, Σd²) with m = mean(h) and d = h − m (corrected two-pass, with no host read: under
+    vmap the seeds' boundaries are one tensor). `probe_seeds` calls this one per seed under vmap;
+    `probe` reads its sums to the host as it goes (`_Moments`).
+    """
+    f = h.reshape(-1)  # (N,): a view when h is contiguous
+    n = _two_pass_count(f.numel(), f.device, f.dtype)
+    if n == 0:
+        var, mean = torch.var_mean(_small64(f), correction=0)
+        out += (var, mean)
+        return 0
+    m = f.mean()
+    d = f - m  # (N,), a temporary of our own: squared in place below
+    out += (m, d.sum(), d.mul_(d).sum())  # mul_, not square_: vmap (probe_seeds) has no rule for square_
+    return n
+
+
+class _Moments:
+    """Boundary variance and mean for `probe`, each CPU boundary reduced while it is still in cache.
+
+    A CPU boundary of at least `_TWO_PASS_MIN` elements is reduced at once to s = Σh and
+    q = Σh² (cascade `sum`s, float32 accumulation for float32 input, within ~2e-7 relative at up
+    to 2^22 elements; above `_NORM_DIRECT_MAX` elements q = `_norm`(h)², which needs no temporary;
+    a BLAS `dot` or a plain `vector_norm` drifts to 1e-5 at 2^20) and read to the host (free on a
+    CPU): mean = s/n, var = q/n − mean². That one-pass formula multiplies the
+    sums' relative error by (1 + mean²/var) (Chan, Golub & LeVeque 1983), so where mean² > var the
+    boundary, still in cache, gets the corrected two-pass formula instead (eq. 1.7: d = h − c with
+    c the one-pass mean, var = Σd²/n − (Σd/n)², mean = c + Σd/n). In float32 the variance is so
+    within 5e-7 of a float64 reference (tests/test_probe_reductions.py); float64 boundaries are
+    exact to ~1e-15. Nothing is copied or kept: an earlier design copied every boundary into a
+    1 MiB buffer and reduced 16 at a time, and that buffer's traffic through the cache cost more
+    than the reductions. Smaller boundaries, where a call's fixed cost dominates, and CUDA
+    boundaries (no host read inside the forward pass) keep `torch.var_mean` (in float64 on the
+    CPU, `_small64`), read to the host with everything else at the end.
+    """
+
+    def __init__(self) -> None:
+        self.var: list[float] = []
+        self.mean: list[float] = []
+        self.parts: list[torch.Tensor] = []  # 0-dim (var, mean) pairs of the var_mean boundaries, in order
+        self._pending: list[int] = []  # which boundaries those pairs belong to
+
+    def add(self, h: torch.Tensor) -> None:
+        f = h.reshape(-1)  # (N,): a view when h is contiguous
+        n = _two_pass_count(f.numel(), f.device, f.dtype)
+        if n == 0:
+            self._pending.append(len(self.var))
+            self.var.append(math.nan)
+            self.mean.append(math.nan)
+            self.parts += torch.var_mean(_small64(f), correction=0)
+            return
+        s = f.sum().item()
+        if n > _NORM_DIRECT_MAX:
+            q = _row_norm(f, None).item() ** 2  # rows of `_NORM_ROW`: no (N,) temporary (the range is checked below)
+        else:
+            q = f.square().sum().item()  # (N,) temporary, freed at once
+        mean = s / n
+        var = q / n - mean * mean
+        if (not (math.isfinite(s) and math.isfinite(q)) or q == 0.0) and f.dtype != torch.float64 and bool(torch.isfinite(f).all()) and bool(f.any()):
+            f64 = f.double()  # finite values whose sums over- or underflow float32 (beyond ~1e19 or below ~1e-19): float64
+            mean = float(f64.mean())
+            var = float((f64 - mean).square_().mean())
+        elif not math.isfinite(s):  # an inf or nan in h: non-finite, as from var_mean
+            var = math.nan
+        elif not mean * mean <= var:  # cancellation (or a q that overflowed to inf): two-pass
+            c = _as_dtype(mean, f.dtype)
+            d = f - c  # (N,) temporary
+            ds = d.sum().item() / n
+            mean = c + ds
+            var = max(d.square_().sum().item() / n - ds * ds, 0.0)
+        self.var.append(var)
+        self.mean.append(mean)
+
+    def result(self, values: list[float]) -> tuple[list[float], list[float]]:
+        """(var, mean) per boundary, given the host values of `parts`."""
+        for j, i in enumerate(self._pending):
+            self.var[i], self.mean[i] = values[2 * j], values[2 * j + 1]
+        return self.var, self.mean
+
+
+def _small64(f: torch.Tensor) -> torch.Tensor:
+    """A small CPU boundary as `var_mean` takes it: in float64, where squares of finite float32
+    values neither overflow (beyond ~1e19) nor underflow (below ~1e-19), so the variance is the true
+    one, as the sums of the larger boundaries give, instead of inf or 0. The CPU's `var_mean` is a
+    scalar loop as fast in float64 as in float32 (76 and 78 µs for 8 × 2,000 elements on one core);
+    the copy is under 16 KiB. CUDA boundaries stay as they are (no copy on the device)."""
+    return f.to(torch.float64) if f.is_cpu and f.dtype != torch.float64 else f
+
+
+def _as_dtype(value: float, dtype: torch.dtype) -> float:
+    """`value` rounded to `dtype` (what a tensor op with that Python scalar subtracts)."""
+    if dtype == torch.float64:
+        return value
+    return float(torch.tensor(value, dtype=dtype))
+
+
+class _LargeParamNorms:
+    """The norms of the large parameters' gradients, each taken by a hook as autograd produces it.
+
+    The hook reads the gradient while it is still in cache and hands autograd a stride-0 zero in
+    its place, so the gradient's memory is freed at once and reused for the next one, instead of
+    every gradient being held to the end of the pass and read back cold (64 MiB for the depth-256
+    width-256 MLP of docs/performance.md, and as many fresh pages to fault in on every probe).
+    Only parameters of at least `_HOOK_PARAM` elements get one: a Python hook costs ~5 µs, more
+    than the norm of a small gradient; small ones are reduced together afterwards
+    (`_param_norms`). A leaf's hook sees its whole gradient once (autograd sums the
+    contributions of a parameter used twice before it). The hooks are removed on exit, whatever
+    happened in between.
+    """
+
+    def __init__(self, params: list[nn.Parameter], norm_dtype: torch.dtype | None) -> None:
+        self.params = params
+        self.norm_dtype = norm_dtype
+        self._by_id: dict[int, torch.Tensor] = {}  # id(parameter) → 0-dim norm
+        self._handles: list[Any] = []
+        self._zeros: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}  # one 0-dim zero per kind, expanded for every gradient
+
+    @property
+    def norms(self) -> dict[int, torch.Tensor]:
+        """Parameter index → 0-dim norm, for every index of a hooked parameter (a parameter listed
+        twice, shared by two blocks of a list, has one hook and the same norm at both indices)."""
+        return {j: self._by_id[id(p)] for j, p in enumerate(self.params) if id(p) in self._by_id}
+
+    def __enter__(self) -> _LargeParamNorms:
+        seen: set[int] = set()
+        for p in self.params:
+            if p.numel() >= _HOOK_PARAM and id(p) not in seen:
+                seen.add(id(p))
+                self._handles.append(p.register_hook(self._hook(id(p))))  # type: ignore[no-untyped-call]  # torch leaves Tensor.register_hook unannotated
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def _hook(self, key: int) -> Any:
+        def hook(g: torch.Tensor) -> torch.Tensor:
+            self._by_id[key] = _norm(g, self.norm_dtype)
+            zero = self._zeros.get((g.dtype, g.device))
+            if zero is None:
+                zero = self._zeros[(g.dtype, g.device)] = g.new_zeros(())
+            return zero.expand_as(g)  # what autograd returns for this parameter: no memory (read by nobody: its norm is taken)
+
+        return hook
+
+
+def _param_norms(grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, given: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+    """‖g‖ for every parameter gradient, as one float64 (P,) tensor in the order given.
+
+    `given` holds norms already taken (by `_LargeParamNorms`); their gradients are not read.
+    Gradients of up to `_SMALL_PARAM` elements (biases, norm gains, small weights) are stacked by
+    shape and reduced in one call each: one norm call per bias costs more in dispatch than in
+    arithmetic. The rest go through `torch._foreach_norm` (or `_norm` above `_NORM_DIRECT_MAX`).
+    """
+    if not grads:
+        return torch.zeros(0, dtype=torch.float64)
+    given = given or {}
+    groups: dict[tuple[object, ...], list[int]] = {}  # small gradients by (shape, dtype, device)
+    middle: list[int] = []  # up to _NORM_DIRECT_MAX elements, or not on the CPU: one _foreach_norm
+    huge: list[int] = []  # longer CPU gradients: _norm each
+    for j, g in enumerate(grads):  # one pass: this loop is the function's cost for ~1,000 parameters
+        if j in given:
+            continue
+        n = g.numel()
+        if n <= _SMALL_PARAM:
+            groups.setdefault((g.shape, g.dtype, g.device), []).append(j)
+        elif n <= _NORM_DIRECT_MAX or not g.is_cpu:
+            middle.append(j)
+        else:
+            huge.append(j)
+    order: list[int] = []
+    pieces: list[torch.Tensor] = []
+    if middle:
+        big = [grads[j] for j in middle]
+        if norm_dtype is None:
+            pieces.append(torch.stack(torch._foreach_norm(big)).to(torch.float64))
+        else:
+            pieces.append(torch.stack([torch.linalg.vector_norm(g, dtype=norm_dtype) for g in big]).to(torch.float64))
+        order += middle
+    if huge:
+        pieces.append(torch.stack([_norm(grads[j], norm_dtype) for j in huge]).to(torch.float64))
+        order += huge
+    if given:
+        done = sorted(given)
+        pieces.append(torch.stack([given[j] for j in done]).to(device=grads[0].device, dtype=torch.float64))
+        order += done
+    for idx in groups.values():
+        stacked = torch.stack([grads[j] for j in idx]).reshape(len(idx), -1)  # (k, numel): one reshape, not one per gradient
+        norms = torch.linalg.vector_norm(stacked, dim=1, dtype=norm_dtype)
+        if stacked.is_cpu and norms.dtype != torch.float64 and not bool(((norms > 0) & (norms < math.inf)).all()):
+            norms = torch.linalg.vector_norm(stacked, dim=1, dtype=torch.float64)  # squares out of float32's range: the group again in float64
+        pieces.append(norms.to(torch.float64))
+        order += idx
+    flat = torch.cat(pieces) if len(pieces) > 1 else pieces[0]  # (P,), in `order`
+    if order != list(range(len(order))):
+        inverse = torch.empty(len(order), dtype=torch.long)
+        inverse[torch.tensor(order)] = torch.arange(len(order))
+        flat = flat.index_select(0, inverse.to(flat.device))
+    if flat.is_cpu and middle:  # a float32 norm of 0 or inf (squares out of range, see `_norm`): float64, one gradient at a time
+        values = flat.tolist()
+        for j in middle:
+            if not 0.0 < values[j] < math.inf and grads[j].dtype != torch.float64:
+                flat[j] = torch.linalg.vector_norm(grads[j], dtype=torch.float64)
+    return flat
+
+
+def _norm(g: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """‖g‖₂ as a 0-dim tensor (accumulated in `dtype` when given).
+
+    On the CPU torch's float32 `vector_norm` (and `_foreach_norm`) accumulates a long tensor with
+    a growing error: measured on one thread, up to ~4e-7 relative at 2^16 elements, 1e-5 at 2^20
+    and 6e-4 at 2^24 (a 4096×4096 weight). Above `_NORM_DIRECT_MAX` elements the norm is
+    therefore taken over rows of `_NORM_ROW` (≤ 1e-7 each) and then over the rows' norms: as
+    fast, and within ~2e-7 at any size. A non-contiguous tensor that large is reduced in float64.
+    A float32 result of 0 or inf on the CPU (the squares under- or overflow below ~1e-19 or above
+    ~1e19 per element; reading it costs nothing there) is taken again in one float64 pass: the true
+    norm where g is finite and not all zero, and 0, inf or nan again otherwise. (A LayerNorm →
+    Linear → ReLU stack of depth 256 at Kaiming init has gradients of ~1e21 per element at its
+    input: float32 squares overflow there.)
+    """
+    out = _row_norm(g, dtype)
+    if g.is_cpu and out.dtype != torch.float64 and not 0.0 < out.item() < math.inf:
+        out = torch.linalg.vector_norm(g, dtype=torch.float64)
+    return out
+
+
+def _norm_value(g: torch.Tensor, dtype: torch.dtype | None) -> float:
+    """`_norm` of a CPU tensor, as a Python float (the value `_norm`'s tensor holds)."""
+    out = _row_norm(g, dtype)
+    value = out.item()
+    if out.dtype != torch.float64 and not 0.0 < value < math.inf:
+        value = torch.linalg.vector_norm(g, dtype=torch.float64).item()
+    return value
+
+
+def _row_norm(g: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """`_norm` without the range check: by rows of `_NORM_ROW` above `_NORM_DIRECT_MAX` CPU elements."""
+    n = g.numel()
+    if n <= _NORM_DIRECT_MAX or not g.is_cpu:
+        out: torch.Tensor = torch.linalg.vector_norm(g, dtype=dtype)
+        return out
+    if not g.is_contiguous():
+        out = torch.linalg.vector_norm(g, dtype=torch.float64)
+        return out
+    k = n - n % _NORM_ROW
+    if k == n and n <= _NORM_DIRECT_MAX * _NORM_ROW:  # whole rows, and few enough of them for one direct norm: the common case in two calls
+        out = torch.linalg.vector_norm(torch.linalg.vector_norm(g.view(-1, _NORM_ROW), dim=1, dtype=dtype))
+        return out
+    f = g.reshape(-1)  # (n,), a view
+    rows = torch.linalg.vector_norm(f[:k].view(-1, _NORM_ROW), dim=1, dtype=dtype)  # (k / _NORM_ROW,)
+    if k < n:
+        rows = torch.cat((rows, torch.linalg.vector_norm(f[k:], dtype=dtype).reshape(1)))
+    return _row_norm(rows, None)
+
+
+def _stack64(scalars: list[torch.Tensor]) -> torch.Tensor:
+    """0-dim tensors → one float64 (k,) tensor: one stack and one cast when the dtypes agree
+    (a cast per scalar was ~3% of a probe of a depth-256 MLP)."""
+    if not scalars:
+        return torch.zeros(0, dtype=torch.float64)
+    if all(t.dtype == scalars[0].dtype for t in scalars):
+        return torch.stack(scalars).to(torch.float64)
+    return torch.stack([t.to(torch.float64) for t in scalars])
+
+
+def _two_pass_count(numel: int, device: torch.device, dtype: torch.dtype) -> int:
+    """What `_moments` returns for a tensor of this size, device and dtype: 0 or numel."""
+    return numel if numel >= _TWO_PASS_MIN and device.type == "cpu" and dtype.is_floating_point else 0
+
+
+def _boundary_values(values: list[float], counts: list[int]) -> Iterator[tuple[int, list[float]]]:
+    """(count, its values) per boundary of what `_moments` appended, counts as `_moments` returned:
+    (var, mean) where the count is 0, else (m, Σd, Σd²)."""
+    k = 0
+    for n in counts:
+        width = 2 if n == 0 else 3
+        yield n, values[k : k + width]
+        k += width
+
+
+def _combine(values: list[float], counts: list[int]) -> tuple[list[float], list[float]]:
+    """Host-side (float64) variance and mean per boundary from what `_moments` appended."""
+    var: list[float] = []
+    mean: list[float] = []
+    for n, parts in _boundary_values(values, counts):
+        if n == 0:
+            var.append(parts[0])
+            mean.append(parts[1])
+            continue
+        m, s, q = parts
+        ds = s / n
+        if math.isfinite(ds):
+            mean.append(m + ds)
+            var.append(max(q / n - ds * ds, 0.0))  # q = inf (overflow) gives inf, q = nan gives nan
+        else:  # an inf or nan in h: non-finite, as from var_mean
+            mean.append(m)
+            var.append(math.nan)
+    return var, mean
