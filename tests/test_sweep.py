@@ -254,6 +254,7 @@ def test_the_code_version_covers_every_stage_folder_of_the_package(tmp_path: Pat
     (package / "run").mkdir()
     (package / "measure" / "probe.py").write_text("x = 1\n")
     (package / "run" / "sweep.py").write_text("y = 1\n")
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'stability'\n")
 
     def git(*args: str) -> str:
         env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
@@ -272,3 +273,25 @@ def test_the_code_version_covers_every_stage_folder_of_the_package(tmp_path: Pat
     (package / "judge").mkdir()
     (package / "judge" / "new.py").write_text("z = 1\n")  # an untracked module
     assert code_version.__wrapped__(package).startswith(clean + ".dirty")
+
+
+def test_an_installed_copy_is_versioned_by_its_sources_not_by_a_repository_around_it(tmp_path: Path) -> None:
+    """Outside the project's own checkout (site-packages, or a copy inside a user's repository)
+    the version is the package version plus a hash of the sources: a user's commits say nothing
+    about this code, and two builds with one version number must not share stored rows."""
+    from stability import __version__
+    from stability.run.sweep import code_version
+
+    site = tmp_path / "venv" / "lib" / "site-packages" / "stability"
+    (site / "run").mkdir(parents=True)
+    (site / "run" / "sweep.py").write_text("y = 1\n")
+    (site / "run" / "__pycache__").mkdir()
+    (site / "run" / "__pycache__" / "sweep.cpython-311.pyc").write_bytes(b"cache")
+    plain = code_version.__wrapped__(site)  # no repository at all
+    assert plain.startswith(f"{__version__}+src") and len(plain) == len(f"{__version__}+src") + 12
+    (site / "run" / "__pycache__" / "sweep.cpython-311.pyc").write_bytes(b"another cache")
+    assert code_version.__wrapped__(site) == plain  # compiled caches are not the code
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)  # the user's repository around the venv
+    assert code_version.__wrapped__(site) == plain
+    (site / "run" / "sweep.py").write_text("y = 2\n")
+    assert code_version.__wrapped__(site) not in (plain, __version__)

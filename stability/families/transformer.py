@@ -146,8 +146,8 @@ class TransformerBlock(nn.Module):
 
 
 def head_count(spec: Spec, width: int) -> int:
-    """heads = width / head_dim, or block.heads, or 1. spec.py makes the width a multiple of
-    either, so this always divides."""
+    """heads = width / head_dim, or block.heads, or 1. The spec's loader (stability/spec/load.py)
+    makes the width a multiple of either, so this always divides."""
     b = spec.block
     if b.head_dim is not None:
         return width // b.head_dim

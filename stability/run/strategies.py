@@ -1,11 +1,9 @@
 """Hypothesis strategies over a spec's search space, for the engine and for users' own tests.
 
     from hypothesis import given
-    from stability import load_spec
-    from stability.run import strategies as sst
-    from stability import probe
+    from stability import load_spec, probe, strategies as sst
 
-    spec = load_spec("specs/preact.toml")
+    spec = load_spec("specs/preact_mlp.toml")
 
     @given(sst.networks(spec))
     def test_gradient_arrives(net):

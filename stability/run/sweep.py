@@ -53,20 +53,26 @@ PACKAGE = Path(__file__).resolve().parent.parent
 
 @functools.lru_cache(maxsize=4)
 def code_version(package: Path = PACKAGE) -> str:
-    """`<package version>+g<commit>` of the code that probes, `.dirty<hash>` added when any file
-    under `package` (every stage's folder) differs from that commit, so an edited tree never
-    reuses stale results; just the version outside a git checkout."""
-    here = package
+    """The code that probes, for the store's keys. In the project's own git checkout (`package` is
+    `<top>/stability` beside a `pyproject.toml`): `<package version>+g<commit>`, with
+    `.dirty<hash>` when any file under `package` differs from that commit, so an edited tree never
+    reuses stale results. Anywhere else (an installed copy, or one inside someone else's
+    repository, whose commits say nothing about this code): `<package version>+src<hash>`, a hash
+    of every `.py` file under `package`, so two releases with one version number never share rows."""
+    here = package.resolve()
 
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=30, check=True).stdout
 
     try:
+        top = Path(git("rev-parse", "--show-toplevel").strip()).resolve()
+        if top / "stability" != here or not (top / "pyproject.toml").is_file():
+            raise ValueError("not the project's own checkout")
         commit = git("rev-parse", "HEAD").strip()
         diff = git("diff", "HEAD", "--", ".")
         untracked = git("ls-files", "--others", "--exclude-standard", "--", ".")
-    except (OSError, subprocess.SubprocessError):
-        return __version__
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return f"{__version__}+src{_source_hash(here)}"
     version = f"{__version__}+g{commit[:12]}"
     if diff or untracked:
         h = hashlib.sha256(diff.encode())
@@ -74,6 +80,15 @@ def code_version(package: Path = PACKAGE) -> str:
             h.update(name.encode() + (here / name).read_bytes())
         version += f".dirty{h.hexdigest()[:8]}"
     return version
+
+
+def _source_hash(package: Path) -> str:
+    """12 hex digits of a SHA-256 over every `.py` file under `package` (relative path and bytes,
+    in sorted order; compiled caches and other files left out)."""
+    h = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        h.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
 
 
 @dataclass
