@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 import stability  # noqa: F401  (imported once by asv's forkserver, not once per benchmark)
+from benchmarks._compat import internal
 
 FAMILIES = ["plain", "preact", "postnorm", "highway", "dense"]
 DEPTHS = [16, 64, 256]
@@ -72,7 +73,8 @@ hi = 1e30
 def network(family: str, depth: int, layer: str, *, device: str = "cpu") -> tuple[Any, torch.Tensor]:
     """(blocks, x) for one grid point, on `device`, seed 0."""
     from stability import build, make_input, parse_spec
-    from stability.spec.case import corner_case
+
+    corner_case = internal("spec.case").corner_case
 
     spec = parse_spec(spec_text(family, layer))
     case = corner_case(spec, depth=depth, device=device)

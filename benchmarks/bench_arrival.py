@@ -20,6 +20,7 @@ import math
 from pathlib import Path
 
 from benchmarks import _nets
+from benchmarks._compat import internal
 
 SPECS = sorted(p.stem for p in _nets.SPECS_DIR.glob("*.toml"))
 DEPTH = 16
@@ -35,8 +36,9 @@ class GradientArrival:
 
     def setup(self, spec: str) -> None:
         from stability import load_spec
-        from stability.run.engine import evaluate
-        from stability.spec.case import corner_case
+
+        evaluate = internal("run.engine").evaluate
+        corner_case = internal("spec.case").corner_case
 
         _nets.threads()
         s = load_spec(Path(_nets.SPECS_DIR, f"{spec}.toml"))

@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks import _nets
+from benchmarks._compat import internal
 
 #: (spec, invariant, largest depth searched)
 CASES = {
@@ -37,10 +38,10 @@ class DepthBudget:
 
     def setup(self, which: str) -> None:
         try:
-            from stability.run.grid import Axis
-            from stability.run.store import Store
-            from stability.run.sweep import run_sweep
-            from stability.run.sweep_exec import SerialBackend
+            Axis = internal("run.grid").Axis
+            Store = internal("run.store").Store
+            run_sweep = internal("run.sweep").run_sweep
+            SerialBackend = internal("run.sweep_exec").SerialBackend
         except ImportError:  # a commit before `stability sweep`
             raise NotImplementedError("no stability.run.sweep at this commit") from None
         from stability import load_spec

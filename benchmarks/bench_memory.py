@@ -4,6 +4,7 @@ bytes autograd saves for the backward pass (`stability.measure.memory.saved_acti
 from __future__ import annotations
 
 from benchmarks import _nets
+from benchmarks._compat import internal
 
 
 class PeakMemory:
@@ -37,7 +38,7 @@ class SavedActivations:
 
     def setup(self, family: str, depth: int, layer: str) -> None:
         try:
-            from stability.measure.memory import saved_activation_bytes
+            saved_activation_bytes = internal("measure.memory").saved_activation_bytes
         except ImportError:  # commits before stability/measure/memory.py existed
             raise NotImplementedError("stability.measure.memory.saved_activation_bytes is not in this commit") from None
         _nets.threads()
@@ -62,7 +63,8 @@ class DeepCheckpointed:
 
     def setup(self) -> None:
         from stability import build, load_spec, make_input
-        from stability.spec.case import corner_case
+
+        corner_case = internal("spec.case").corner_case
 
         _nets.threads()
         spec = load_spec(_nets.SPECS_DIR / "preact_mlp.toml")

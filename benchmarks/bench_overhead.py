@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from benchmarks import _nets
+from benchmarks._compat import internal
 from benchmarks.ratios import NETWORKS
 
 
@@ -23,7 +24,8 @@ class Overhead:
 
         from benchmarks.ratios import _bare
         from benchmarks.ratios import network as build_network
-        from stability.measure.probe import projection_vector
+
+        projection_vector = internal("measure.probe").projection_vector
 
         _nets.threads()
         self.blocks, self.x = build_network(network)
