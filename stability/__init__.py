@@ -13,11 +13,11 @@ runs one way, one folder per stage, and no stage imports a later one:
 `cli.py`, `sweep_cli.py` and `plugin.py` wire the stages to the command line and to pytest.
 """
 
+from stability import meanfield, strategies
 from stability._version import __version__ as __version__
 from stability.errors import CaseError, SpecError, StabilityError, UsageError
 from stability.families.adapters import Stack
 from stability.families.build import Network, build, make_input
-from stability.judge import meanfield
 from stability.judge.growth import classify_ensemble
 from stability.judge.invariants import Verdict, classify_growth, gradient_arrival, identity_at_init, mean_shift, variance_growth
 from stability.measure.batched import probe_seeds
@@ -26,7 +26,6 @@ from stability.measure.jacobian import JacobianSpectrum, jacobian_spectrum, jaco
 from stability.measure.lesion import lesion_changes
 from stability.measure.paths import path_length_shares
 from stability.measure.probe import Measurements, probe
-from stability.run import strategies
 from stability.run.engine import CaseRecord, InvariantResult, RunOptions, SpecResult, evaluate, run_spec
 from stability.spec.case import Case, parse_case_string
 from stability.spec.load import find_specs, load_spec, parse_spec

@@ -47,7 +47,7 @@ def back_edges(root: Path = PACKAGE) -> list[str]:
 
 def test_every_module_lives_in_a_stage_folder_or_is_named_at_the_top() -> None:
     top = sorted(p.stem for p in PACKAGE.glob("*.py"))
-    assert top == ["__init__", "__main__", "_version", "assertions", "cli", "errors", "plugin", "seeding", "sweep_cli"]
+    assert top == ["__init__", "__main__", "_version", "assertions", "cli", "errors", "meanfield", "plugin", "seeding", "strategies", "sweep_cli"]
     assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(STAGES)
 
 
@@ -64,3 +64,17 @@ def test_the_check_finds_a_back_edge(tmp_path: Path) -> None:
         "stability.measure.probe:2 imports the later stage stability.report.html",
         "stability.spec.schema:1 imports stability.cli from outside the stages",
     ]
+
+
+def test_the_public_modules_are_the_stages_own() -> None:
+    """`stability.strategies` and `stability.meanfield` (public since the first release) re-export
+    their stage's module, name for name."""
+    import stability.meanfield
+    import stability.strategies
+    from stability.judge import meanfield
+    from stability.run import strategies
+
+    for public, inner in ((stability.strategies, strategies), (stability.meanfield, meanfield)):
+        assert public.__all__ == inner.__all__
+        assert all(getattr(public, name) is getattr(inner, name) for name in inner.__all__)
+    assert stability.strategies is stability.__dict__["strategies"]
