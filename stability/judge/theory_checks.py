@@ -28,6 +28,7 @@ from stability.judge import meanfield
 from stability.judge.invariants import Verdict
 from stability.measure.jacobian import jacobian_spectrum as measure_spectrum
 from stability.measure.lesion import lesion_changes
+from stability.measure.measurements import serializable
 from stability.measure.probe import Measurements
 from stability.spec.case import Case
 from stability.spec.schema import Spec
@@ -71,6 +72,7 @@ def mean_field_parameters(spec: Spec, case: Case) -> tuple[float, float, float]:
     return sw2, sb2, alpha
 
 
+@serializable
 @dataclass(frozen=True)
 class MeanFieldPrediction:
     """The mean-field prediction for one case's gradient: per-block ln χ_l and the finite-width

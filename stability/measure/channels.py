@@ -29,11 +29,14 @@ from typing import Literal
 import torch
 from torch import nn
 
+from stability.measure.measurements import serializable
+
 __all__ = ["ChannelStats", "ChannelProfile", "channel_moments", "mean_shift_ratio"]
 
 Layout = Literal["auto", "channels_first", "channels_last"]
 
 
+@serializable
 @dataclass(frozen=True)
 class ChannelProfile:
     """Per boundary l = 0 … L: M_l, V_l, the grand mean m̄_l and N_l (values per channel)."""

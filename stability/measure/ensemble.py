@@ -31,6 +31,7 @@ from stability.families.build import Network, build, derive_seed, make_input
 from stability.measure.batched import probe_seeds
 from stability.measure.channels import ChannelProfile, ChannelStats
 from stability.measure.lesion import lesion_changes
+from stability.measure.measurements import serializable
 from stability.measure.probe import BoundaryObserver, Measurements, probe
 from stability.spec.case import Case
 from stability.spec.schema import Spec
@@ -42,6 +43,7 @@ __all__ = ["Ensemble", "ENSEMBLE_STREAM", "ensemble_seeds", "probe_ensemble", "p
 ENSEMBLE_STREAM = 0x454E53  # "ENS"
 
 
+@serializable
 @dataclass(frozen=True)
 class Ensemble:
     """The variance profiles of S networks of one case's architecture (member 0 is the case)."""

@@ -37,6 +37,8 @@ import torch
 from torch import nn
 from torch.func import jacrev, jvp, vjp, vmap
 
+from stability.measure.measurements import serializable
+
 __all__ = ["JacobianSpectrum", "EXACT_MAX", "jacobian_spectrum", "jacobian_svdvals", "hutchinson_mean_sq", "power_max_sq"]
 
 #: The largest N = B·n_in for which the exact Jacobian is formed.
@@ -45,6 +47,7 @@ EXACT_MAX = 4096
 Fn = Callable[[torch.Tensor], torch.Tensor]
 
 
+@serializable
 @dataclass(frozen=True)
 class JacobianSpectrum:
     """What `jacobian_spectrum` measured. `spread` = σ_max² / ⟨σ²⟩ (1 for an isometry)."""

@@ -22,8 +22,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
@@ -33,39 +32,13 @@ from torch.utils.checkpoint import checkpoint
 from stability.errors import BlockError, CaseError
 from stability.families.adapters import CallKwargs, Stack, find_blocks, hidden_state, resolve_call_kwargs
 from stability.measure.allocator import tune_malloc
+from stability.measure.measurements import Measurements
 from stability.measure.reductions import _LargeParamNorms, _Moments, _norm, _norm_value, _param_norms, _stack64
 from stability.seeding import seeded
 
-__all__ = ["Measurements", "BoundaryObserver", "probe", "projection_vector"]
+__all__ = ["Measurements", "BoundaryObserver", "Forward", "probe", "prepared", "blocks_forward", "measure_pass", "projection_vector"]
 
 _LOW = (torch.float16, torch.bfloat16)
-
-
-@dataclass
-class Measurements:
-    """What one probe measured. Lists have one entry per boundary (n_blocks + 1)."""
-
-    grad_norm: list[float]
-    act_var: list[float]
-    act_sq_mean: list[float]
-    param_grad_norm: dict[str, float]
-    identity_error: float | None
-    input_grad_error: float | None
-    nonfinite_at: int | None
-    nonfinite_kind: Literal["activation", "gradient"] | None = None
-    channels: list[int] = field(default_factory=list)
-    #: What each opt-in `BoundaryObserver` returned, by its `name` (empty when none ran).
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def n_blocks(self) -> int:
-        return len(self.grad_norm) - 1
-
-    @property
-    def gradient_ratio(self) -> float:
-        """grad_norm[0] / grad_norm[-1]: how much of the output gradient reaches the input."""
-        top = self.grad_norm[-1]
-        return self.grad_norm[0] / top if top else math.nan
 
 
 @runtime_checkable
@@ -243,23 +216,55 @@ def probe(
     if isinstance(blocks, Stack):
         stem = blocks.stem
         call_kwargs = blocks.call_kwargs if call_kwargs is None else call_kwargs
+    modules = _as_list(blocks)
+
+    def body(named: list[tuple[str, nn.Parameter]]) -> Measurements:
+        h = x
+        if stem is not None:
+            with torch.no_grad():
+                h = stem(h)
+        kwargs = resolve_call_kwargs(call_kwargs, h)
+        return measure_pass(blocks_forward(modules, h, kwargs, checkpoint_every=checkpoint_every), modules, named, loss=loss, seed=seed, target=target, observers=observers)
+
+    return prepared(modules, body, named_root=_naming_root(blocks), also=[stem] if stem is not None else [], device=x.device, seed=seed, rng_seed=rng_seed)
+
+
+#: A pass's forward, `forward(enter, observe) -> y`: it runs the network once; `enter(h)` is called
+#: with the tensor that reaches block 0 and returns the tensor block 0 must receive instead (the
+#: pass makes `h` its gradient leaf and hands back a copy), `observe(i, h)` with the tensor that
+#: reaches block i, for i = 1 … L − 1, before block i runs (`observe` returns nothing and never
+#: replaces the tensor); it returns the output of block L − 1. `blocks_forward` calls a list of
+#: blocks one after another; a driver that runs a model's own forward with hooks at its blocks'
+#: boundaries calls the same two functions from the hooks.
+Forward = Callable[[Callable[[torch.Tensor], torch.Tensor], Callable[[int, torch.Tensor], None]], torch.Tensor]
+
+
+def prepared(
+    modules: list[nn.Module],
+    body: Callable[[list[tuple[str, nn.Parameter]]], Measurements],
+    *,
+    named_root: nn.Module | None,
+    also: Sequence[nn.Module] = (),
+    device: torch.device,
+    seed: int,
+    rng_seed: int | None,
+) -> Measurements:
+    """Run `body(named parameters)` the way `probe` runs its pass: garbage collection off, the
+    modules' buffers and training flags saved and put back afterwards (`modules` and `also`, e.g.
+    a stem), the global generators forked and seeded (see `probe`'s docstring). The parameters are
+    those of `named_root` when given (named as its `named_parameters()` names them), else each
+    module's as `"{i}.{name}"`; trainable ones only."""
     collecting = gc.isenabled()
     gc.disable()  # the walk and the pass make thousands of small objects (tuples, hooks, handles) and no garbage cycles: up to ~1 ms of collections otherwise
     try:
-        modules = _as_list(blocks)
-        root = _naming_root(blocks)
-        state = _ModuleState(modules if stem is None else [*modules, stem], named=root)  # one walk: buffers, flags and (under `root`) parameters
-        named = _named_parameters(modules, state, root)
+        state = _ModuleState([*modules, *also], named=named_root)  # one walk: buffers, flags and (under `named_root`) parameters
+        named = _named_parameters(modules, state, named_root)
         try:
             stream = _DROPOUT_STREAM ^ seed if rng_seed is None else rng_seed
             python_rngs = contextlib.nullcontext() if _harness_code_only(state.modules) else seeded(stream)
-            with torch.random.fork_rng(devices=_rng_devices(x)), python_rngs:
-                _seed_global_rng(stream, x.device)
-                if stem is not None:
-                    with torch.no_grad():
-                        x = stem(x)
-                kwargs = resolve_call_kwargs(call_kwargs, x)
-                return _one_pass(modules, named, x, kwargs, loss=loss, seed=seed, target=target, checkpoint_every=checkpoint_every, observers=observers)
+            with torch.random.fork_rng(devices=_rng_devices(device)), python_rngs:
+                _seed_global_rng(stream, device)
+                return body(named)
         finally:
             state.restore()
     finally:
@@ -267,83 +272,116 @@ def probe(
             gc.enable()
 
 
-def _one_pass(
-    modules: list[nn.Module],
+def blocks_forward(modules: list[nn.Module], x: torch.Tensor, kwargs: dict[str, Any], *, checkpoint_every: int = 0) -> Forward:
+    """The forward of a stack of blocks called one after another, `block(h, **kwargs)`, on `x`;
+    with `checkpoint_every = N > 0` in checkpointed segments of N blocks (recomputed during the
+    backward pass, when `observe` ignores them)."""
+    n = len(modules)
+
+    def forward(enter: Callable[[torch.Tensor], torch.Tensor], observe: Callable[[int, torch.Tensor], None]) -> torch.Tensor:
+        recomputing = [False]
+
+        def run(h: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+            for i in range(start, stop):
+                if i > 0:
+                    observe(i, h)
+                try:
+                    out = modules[i](h, **kwargs) if kwargs else modules[i](h)
+                except (CaseError, torch.OutOfMemoryError):  # the time limit, or a device out of memory
+                    raise
+                except Exception as exc:
+                    if recomputing[0]:  # checkpoint's recomputation signals its early stop this way
+                        raise
+                    what = " ".join(f"{type(exc).__name__}: {exc}".split())
+                    raise BlockError(f"block {i} ({type(modules[i]).__name__}) failed on an input of shape {tuple(h.shape)}: {what}") from exc
+                found = out if isinstance(out, torch.Tensor) else hidden_state(out)
+                if found is None:
+                    raise BlockError(
+                        f"block {i} ({type(modules[i]).__name__}) returned {type(out).__name__} with no tensor hidden state "
+                        "(a tensor; else last_hidden_state or hidden_states; else element 0 of a tuple or list)"
+                    )
+                h = found
+            return h
+
+        h = enter(x)
+        if checkpoint_every and checkpoint_every < n:
+            tune_malloc()  # deep checkpointed stacks: keep freed activations from piling up (stability/measure/allocator.py)
+
+            for start in range(0, n, checkpoint_every):
+                h = checkpoint(run, h, start, min(start + checkpoint_every, n), use_reentrant=False)
+            recomputing[0] = True  # the backward pass recomputes the segments: errors there are checkpoint's own
+            return h
+        return run(h, 0, n)
+
+    return forward
+
+
+def measure_pass(
+    forward: Forward,
+    modules: Sequence[nn.Module],
     named: list[tuple[str, nn.Parameter]],
-    x: torch.Tensor,
-    kwargs: dict[str, Any],
     *,
     loss: str,
     seed: int,
-    target: torch.Tensor | None,
-    checkpoint_every: int,
-    observers: Sequence[BoundaryObserver],
+    target: torch.Tensor | None = None,
+    observers: Sequence[BoundaryObserver] = (),
 ) -> Measurements:
-    """`probe`'s forward and backward pass, with the modules, RNG and stem already prepared."""
+    """The forward and backward pass itself (run it inside `prepared`): `forward` runs the network
+    (`Forward`), the boundaries are reduced as they arrive, one `torch.autograd.grad` call runs the
+    backward pass from the loss on the last block's output, and the scalars are read to the host
+    together at the end. `modules` are the blocks (for the observers), `named` the parameters whose
+    gradient norms are reported."""
     n = len(modules)
     if loss == "mse" and target is None:
         raise ValueError('probe(loss="mse") needs target=')
     if loss not in ("projection", "sum", "mse"):
         raise ValueError(f'probe(loss={loss!r}): choose "projection", "sum" or "mse"')
-    low = x.dtype in _LOW
-    norm_dtype = torch.float32 if low else None
     grad_norms: list[torch.Tensor | float | None] = [None] * (n + 1)  # a float where the gradient is on the CPU (read at once, free there)
     moments = _Moments()
     channels: list[int] = []
-    recording = [True]  # False while a checkpointed segment is recomputed
+    recording = [True]  # False once the forward is done: the backward pass may recompute checkpointed segments
+    leaf: list[torch.Tensor] = []
+    low = [False]
+    norm_dtype: list[torch.dtype | None] = [None]
 
     def observe(i: int, h: torch.Tensor) -> None:
         if not recording[0]:
             return
         hd = h.detach()
-        moments.add(hd.float() if low else hd)
+        moments.add(hd.float() if low[0] else hd)
         for o in observers:
             o.observe(i, hd)
         channels.append(h.shape[1] if h.dim() > 1 else 1)
         if i > 0 and h.requires_grad:
 
             def hook(g: torch.Tensor, i: int = i) -> None:
-                grad_norms[i] = _norm_value(g, norm_dtype) if g.is_cpu else _norm(g, norm_dtype)
+                grad_norms[i] = _norm_value(g, norm_dtype[0]) if g.is_cpu else _norm(g, norm_dtype[0])
 
             h.register_hook(hook)  # type: ignore[no-untyped-call]  # torch leaves Tensor.register_hook unannotated
 
-    def run(h: torch.Tensor, start: int, stop: int) -> torch.Tensor:
-        for i in range(start, stop):
-            observe(i, h)
-            try:
-                out = modules[i](h, **kwargs) if kwargs else modules[i](h)
-            except (CaseError, torch.OutOfMemoryError):  # the time limit, or a device out of memory
-                raise
-            except Exception as exc:
-                if not recording[0]:  # checkpoint's recomputation signals its early stop this way
-                    raise
-                what = " ".join(f"{type(exc).__name__}: {exc}".split())
-                raise BlockError(f"block {i} ({type(modules[i]).__name__}) failed on an input of shape {tuple(h.shape)}: {what}") from exc
-            found = out if isinstance(out, torch.Tensor) else hidden_state(out)
-            if found is None:
-                raise BlockError(
-                    f"block {i} ({type(modules[i]).__name__}) returned {type(out).__name__} with no tensor hidden state "
-                    "(a tensor; else last_hidden_state or hidden_states; else element 0 of a tuple or list)"
-                )
-            h = found
-        return h
+    def enter(h: torch.Tensor) -> torch.Tensor:
+        if leaf:  # a checkpointed recomputation, or a model that runs its first block twice
+            return h
+        low[0] = h.dtype in _LOW
+        norm_dtype[0] = torch.float32 if low[0] else None
+        x0 = h.detach().requires_grad_(True)  # the input as it was, and the gradient's leaf
+        leaf.append(x0)
+        h0 = x0.clone()  # block 0's own copy: it may modify it in place without touching x0 (or the caller's tensor)
+        observe(0, h0)
+        return h0
 
     params = [p for _, p in named]
-    if checkpoint_every:
-        tune_malloc()  # deep checkpointed stacks: keep freed activations from piling up (stability/measure/allocator.py)
     for o in observers:
-        o.start(modules)
-    large = _LargeParamNorms(params, norm_dtype)
+        o.start(list(modules))
+    large = _LargeParamNorms(params, None)
     with torch.enable_grad(), large:
-        x0 = x.detach().requires_grad_(True)  # a view of x: the input as it was, and the gradient's leaf
-        h = x0.clone()  # block 0's own copy (x's shape): it may modify it in place without touching x0 or x
-        if checkpoint_every and checkpoint_every < n:
-            for start in range(0, n, checkpoint_every):
-                h = checkpoint(run, h, start, min(start + checkpoint_every, n), use_reentrant=False)
-        else:
-            h = run(h, 0, n)
-        y = h
-        observe(n, y)
+        y = forward(enter, observe)
+        if not leaf:
+            raise BlockError("the forward never reached block 0 (nothing was probed)")
+        x0 = leaf[0]
+        large.norm_dtype = norm_dtype[0]  # its hooks run in the backward pass, once the input's dtype is known
+        if n > 0:  # (with no blocks, the output is the input `enter` observed)
+            observe(n, y)
         recording[0] = False  # the backward pass may recompute checkpointed segments: observe once
         if loss == "projection":
             out_grad = projection_vector(y.shape, seed, dtype=y.dtype, device=y.device)
@@ -359,10 +397,10 @@ def _one_pass(
             else [torch.zeros_like(x0), *[torch.zeros_like(p) for p in params]]
         )
     g0 = grads[0]
-    grad_norms[0] = _norm_value(g0, norm_dtype) if g0.is_cpu else _norm(g0, norm_dtype)
+    grad_norms[0] = _norm_value(g0, norm_dtype[0]) if g0.is_cpu else _norm(g0, norm_dtype[0])
     on_device = [i for i, g in enumerate(grad_norms) if isinstance(g, torch.Tensor)]  # norms still on a GPU
     norms = _stack64([g for g in grad_norms if isinstance(g, torch.Tensor)])
-    pnorms = _param_norms(list(grads[1:]), norm_dtype, given=large.norms)
+    pnorms = _param_norms(list(grads[1:]), norm_dtype[0], given=large.norms)
     stats = _stack64(moments.parts)
     d, k = len(on_device), stats.numel()
     host = torch.cat([norms.to(pnorms.device), stats.to(pnorms.device), pnorms]).tolist()
@@ -408,11 +446,11 @@ def _first_nonfinite(mean: list[float], grad: list[float]) -> tuple[int | None, 
 _DROPOUT_STREAM = 0x5851F42D4C957F2D
 
 
-def _rng_devices(x: torch.Tensor) -> list[int]:
+def _rng_devices(device: torch.device) -> list[int]:
     """The CUDA device whose generator `fork_rng` must save and restore (none for a CPU input)."""
-    if x.device.type != "cuda":
+    if device.type != "cuda":
         return []
-    return [x.device.index if x.device.index is not None else torch.cuda.current_device()]
+    return [device.index if device.index is not None else torch.cuda.current_device()]
 
 
 def _seed_global_rng(seed: int, device: torch.device) -> None:
