@@ -20,7 +20,7 @@ import torch
 from stability.run.training import evaluate
 from stability.spec.case import corner_case
 from stability.spec.load import load_spec
-from stability.spec.schema import TRAINING_INVARIANTS
+from stability.spec.registry import INVARIANTS
 
 
 def main() -> None:
@@ -32,7 +32,7 @@ def main() -> None:
     torch.set_num_threads(1)
     spec = load_spec(args.spec)
     for name, _ in spec.invariants():
-        if name not in TRAINING_INVARIANTS:
+        if not INVARIANTS.get(name).training:
             continue
         values, ratios, passed, t0 = [], [], 0, time.process_time()
         for seed in range(args.seeds):

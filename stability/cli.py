@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from rich.console import Console
 
-from stability.errors import SpecError, StabilityError, UsageError
+from stability.errors import SpecError, StabilityError, UsageError, did_you_mean
 from stability.report.text import printable
-from stability.spec.schema import INVARIANTS
+from stability.spec.registry import INVARIANTS
 
 if TYPE_CHECKING:
     from stability.run.engine import SpecResult
@@ -44,16 +44,26 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
 
-    p = _Parser(prog="stability", description="Property-based stability checks for deep networks.")
-    p.add_argument("--version", action="version", version="stability 0.1.0")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    from stability._version import __version__
 
-    c = sub.add_parser("check", help="check specs and exit non-zero when an expectation is not met")
+    p = _Parser(prog="stability", description="Property-based stability checks for deep networks.")
+    p.add_argument("--version", action="version", version=f"stability {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    plugins = _Parser(add_help=False)
+    plugins.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module (or .py file) that registers invariants or families, imported in every process of the run (repeatable; also $STABILITY_PLUGINS)",
+    )
+
+    c = sub.add_parser("check", parents=[plugins], help="check specs and exit non-zero when an expectation is not met")
     c.add_argument("paths", nargs="*", help="spec files or folders (default: ./specs)")
     c.add_argument("--profile", choices=["ci", "dev", "thorough"], help="search budget (default: STABILITY_PROFILE, else ci under CI, else dev)")
     c.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto", "all"], help="where cases run (default cpu)")
     c.add_argument("--case", help="replay one case, e.g. depth=23,width=8,init=xavier_normal,seed=5")
-    c.add_argument("--only", choices=list(INVARIANTS), help="check one invariant")
+    c.add_argument("--only", metavar="INVARIANT", help=f"check one invariant ({', '.join(INVARIANTS.names())}, or a plugin's)")
     c.add_argument("--json", metavar="FILE", help="write the machine-readable report")
     c.add_argument("--junit", metavar="FILE", help="write JUnit XML (one testcase per spec and invariant)")
     c.add_argument("--html", metavar="DIR", help="write a self-contained HTML report with plots")
@@ -73,15 +83,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--seed", type=int, default=None, metavar="N", help="Hypothesis seed for the search, to repeat a dev or thorough run (default: random; ci is derandomized)")
 
-    ls = sub.add_parser("list", help="list specs and the families they use")
+    ls = sub.add_parser("list", parents=[plugins], help="list specs, the families they use, and every registered invariant and family")
     ls.add_argument("paths", nargs="*")
 
-    e = sub.add_parser("explain", help="what an invariant means, why it fails, and the usual fixes")
+    e = sub.add_parser("explain", parents=[plugins], help="what an invariant means, why it fails, and the usual fixes")
     e.add_argument("invariant", nargs="?")
 
-    sub.add_parser("schema", help="print the JSON Schema of the spec format")
+    sub.add_parser("schema", parents=[plugins], help="print the JSON Schema of the spec format")
 
-    sw = sub.add_parser("sweep", help="a spec over a grid: phase diagrams and depth budgets, stored in SQLite (docs/sweeps.md)")
+    sw = sub.add_parser("sweep", parents=[plugins], help="a spec over a grid: phase diagrams and depth budgets, stored in SQLite (docs/sweeps.md)")
     sw.add_argument("spec", nargs="?", help="one spec file")
     sw.add_argument("--over", action="append", default=[], metavar="KEY=VALUES", help="an axis, e.g. depth=log:2:1024:10, sigma_w2=lin:0.5:3:11, width=64,256 (repeat for more)")
     sw.add_argument("--seeds", type=int, default=8, metavar="N", help="seeds per point, the ensemble (default 8)")
@@ -96,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="use a running Dask cluster instead of a local one")
     sw.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where points run (cuda points need workers with the GPU resource)")
     sw.add_argument("--html", metavar="DIR", help="write the report with the phase diagrams to DIR/index.html")
+    sw.add_argument("--only", metavar="INVARIANT", help="sweep one of the invariants the spec declares")
     sw.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     return p
 
@@ -225,8 +236,10 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
 
     from stability.families.factory import roots_environment, source_roots
     from stability.report.formats import judged_count, write_json, write_junit
+    from stability.run.devices import resolve_devices
     from stability.run.engine import RunOptions
     from stability.run.executor import InProcessExecutor, Outcome, Task
+    from stability.run.plugins import plugins_environment
     from stability.run.worker import WorkerExecutor, deep_stack, default_threads
 
     specs, load_errors = _load_each(args.paths)
@@ -234,11 +247,10 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
         print(f"stability: error: {printable(str(exc))}", file=sys.stderr)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: CUDA is not available on this machine; use --device cpu or auto")
-    devices = (
-        ["cpu", "cuda"]
-        if args.device == "all" and torch.cuda.is_available()
-        else ["cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device in ("auto", "all") else args.device)]
-    )
+    devices = resolve_devices(args.device)
+    if args.device == "all" and not torch.cuda.is_available():
+        devices = [d for d in devices if d != "cuda"]
+        print("stability: --device all: CUDA is not available on this machine, so the cuda runs are skipped", file=sys.stderr)
     budget = _validate(args, specs, devices)
     roots = [str(Path(r).resolve()) for r in args.source_root or []]
     specs, refused = _factories_allowed(specs, roots)
@@ -262,7 +274,7 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
         deep_stack()  # and frees the probes' graphs: the stack a worker gets (stability/run/worker.py)
         executor: Any = InProcessExecutor()
     else:
-        executor = WorkerExecutor(jobs=args.jobs, threads=threads, env=roots_environment(roots), capture=not args.no_capture)
+        executor = WorkerExecutor(jobs=args.jobs, threads=threads, env=plugins_environment(args.plugin, roots_environment(roots)), capture=not args.no_capture)
     t0 = time.perf_counter()
     done: dict[int, Outcome] = {}
     order = {id(t): i for i, t in enumerate(tasks)}
@@ -367,7 +379,7 @@ def _list(args: argparse.Namespace, console: Console) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from stability.spec.schema import FAMILIES, describe_family
+    from stability.spec.registry import FAMILIES
 
     specs = _load_all(args.paths)
     t = Table(header_style="bold")
@@ -381,8 +393,15 @@ def _list(args: argparse.Namespace, console: Console) -> int:
     fam.add_column("family")
     fam.add_column("block")
     for f in FAMILIES:
-        fam.add_row(f, escape(describe_family(f)))
+        fam.add_row(f.name, escape(f.description))
     console.print(fam)
+    known = Table(header_style="bold", title="invariants (stability explain NAME)")
+    known.add_column("invariant")
+    known.add_column("judged on")
+    known.add_column("what it checks")
+    for entry in INVARIANTS:
+        known.add_row(entry.name, "an optimizer run" if entry.training else "the probe", escape(entry.summary))
+    console.print(known)
     return EXIT_OK
 
 
@@ -413,6 +432,12 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True, highlight=False)
     try:
         args = _parser().parse_args(argv)
+        from stability.run.plugins import load_plugins
+
+        load_plugins(getattr(args, "plugin", []))
+        only = getattr(args, "only", None)
+        if only is not None and only not in INVARIANTS:
+            raise UsageError(f"--only {only}: unknown invariant{did_you_mean(only, INVARIANTS.names())}; choose one of {', '.join(INVARIANTS.names())}")
         if args.command == "check":
             return _check(args, console, err)
         if args.command == "list":

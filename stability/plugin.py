@@ -18,11 +18,16 @@ import pytest
 
 from stability.errors import SpecError, StabilityError
 from stability.families.factory import roots_environment, source_roots
-from stability.run.engine import InvariantResult, RunOptions, run_spec
+from stability.run.devices import CHOICES as DEVICE_CHOICES
+from stability.run.devices import resolve_devices
+from stability.run.engine import RunOptions, run_spec
 from stability.run.executor import Task, draws_from_the_spec_alone
+from stability.run.plugins import load_plugins, plugins_environment
 from stability.run.profiles import PROFILES, default_profile_name
-from stability.run.worker import OUTPUT_LINES, WorkerExecutor, default_threads
+from stability.run.results import OUTPUT_LINES, InvariantResult
+from stability.run.worker import WorkerExecutor, default_threads
 from stability.spec.load import load_spec
+from stability.spec.registry import FAMILIES
 from stability.spec.schema import Spec
 
 __all__ = ["SpecFile", "SpecItem"]
@@ -31,15 +36,19 @@ __all__ = ["SpecFile", "SpecItem"]
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("stability", "stability: spec files as tests")
     group.addoption("--stability-profile", choices=sorted(PROFILES), default=None, help="search budget for spec items (default: STABILITY_PROFILE, else ci under CI, else dev)")
-    group.addoption("--stability-device", choices=["cpu", "cuda", "auto", "all"], default="cpu", help="device for spec items: cpu (default), cuda, auto (cuda when present), all (one item per device)")
+    group.addoption("--stability-device", choices=list(DEVICE_CHOICES), default="cpu", help="device for spec items: cpu (default), cuda, auto (cuda when present), all (one item per device)")
     group.addoption("--stability-case-timeout", type=float, default=120.0, help="per-case time limit in seconds")
     parser.addini("stability_spec_dirs", "folder names whose *.toml files are collected as specs", type="args", default=["specs"])
     parser.addini("stability_source_roots", "folders (relative to the rootdir) custom factories may come from, besides each spec's folder", type="paths", default=[])
+    parser.addini("stability_plugins", "modules (or .py files, relative to the rootdir) that register invariants or families (stability.run.plugins)", type="args", default=[])
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs CUDA; skipped with a reason where it is absent")
     config.stash[_NAMES] = {}
+    plugins: list[str] = [str(config.rootpath / p) if p.endswith(".py") else p for p in config.getini("stability_plugins")]
+    config.stash[_PLUGINS] = plugins
+    load_plugins(plugins)
     if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("OMP_NUM_THREADS"):
         # One intra-op thread per xdist worker: n workers × n threads would oversubscribe the cores.
         import torch
@@ -78,19 +87,14 @@ def _relative(path: Path) -> Path:
 
 
 def _devices(config: pytest.Config) -> list[str]:
-    choice = config.getoption("--stability-device")
-    if choice == "all":
-        return ["cpu", "cuda"]
-    if choice == "auto":
-        import torch
-
-        return ["cuda" if torch.cuda.is_available() else "cpu"]
-    return [choice]
+    return resolve_devices(config.getoption("--stability-device"))
 
 
 #: Spec names already collected in this session, by name → file: a second spec with one name is
 #: refused, as `stability check` refuses it.
 _NAMES = pytest.StashKey[dict[str, str]]()
+#: The plugins of the ini option, for the worker processes' environment.
+_PLUGINS = pytest.StashKey[list[str]]()
 
 
 class SpecFile(pytest.File):
@@ -171,7 +175,7 @@ class SpecItem(pytest.Item):
         profile = self.config.getoption("--stability-profile") or default_profile_name()
         options = RunOptions(profile=profile, device=self.device, case_timeout=self.config.getoption("--stability-case-timeout"))
         roots = [str(p) for p in self.config.getini("stability_source_roots")]
-        if self.spec.family == "custom":  # the user's own code: in a worker process, as `stability check` runs it
+        if FAMILIES.get(self.spec.family).user_code:  # the user's own code: in a worker process, as `stability check` runs it
             result = self._in_worker(options, roots)
         else:  # the harness's own families run no user code: here, without a process to start
             with source_roots(roots), draws_from_the_spec_alone(), _spec_threads():  # the same cases (and threads) as `stability check`
@@ -188,7 +192,9 @@ class SpecItem(pytest.Item):
         its blocks do (exit, crash, hang, leak global state, patch the harness) stays there, the
         pytest session goes on, and the parent judges the cases again. What the spec's code printed
         is shown with a failure."""
-        (outcome,) = WorkerExecutor(jobs=1, threads=default_threads(), env=roots_environment(roots)).map([Task(self.spec, options, only=self.invariant)])
+        plugins: list[str] = self.config.stash[_PLUGINS]
+        env = plugins_environment(plugins, roots_environment(roots))
+        (outcome,) = WorkerExecutor(jobs=1, threads=default_threads(), env=env).map([Task(self.spec, options, only=self.invariant)])
         self.output = outcome.result.output
         if outcome.error is not None and not outcome.result.results:
             raise StabilityError(outcome.error)

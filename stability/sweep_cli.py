@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from typing import Any
 
@@ -117,6 +118,7 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
 
     axes = [parse_axis(text) for text in args.over]
     spec = load_spec(args.spec)
+    names = swept_invariants(spec, args.only)
     if args.seeds < 1:
         raise UsageError(f"--seeds {args.seeds}: give at least 1 seed per point")
     first = spec.space.seed[0] if args.first_seed is None else args.first_seed
@@ -132,13 +134,18 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
 
     version = code_version()
     Store(db).close()  # a bad --db is reported before a cluster starts
+    from stability.run.plugins import PLUGINS_ENV, plugins_environment
+
+    plugins = plugins_environment(args.plugin).get(PLUGINS_ENV)
+    if plugins:  # local Dask workers start with this process's environment: they import the same plugins
+        os.environ[PLUGINS_ENV] = plugins
     backend = _backend(args)
     store = Store(db)
     resumed_id = getattr(args, "resumed_id", None)
     sweep_id = resumed_id if resumed_id is not None else store.start_sweep(version, _recorded_args(argv))
     try:
         with _progress(err, disabled=args.quiet) as update:
-            result = run_sweep(spec, axes, store, backend, seeds=seeds, device=args.device, depth_range=depth_range, budgets=not args.no_budget, progress=update, version=version)
+            result = run_sweep(spec, axes, store, backend, seeds=seeds, device=args.device, depth_range=depth_range, budgets=not args.no_budget, progress=update, version=version, invariants=names)
     except KeyboardInterrupt:
         console.print(f"interrupted: the points finished so far are stored in {db}; `stability sweep --resume --db {db}` continues", highlight=False)
         store.close()
@@ -160,6 +167,27 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
         path = write_sweep_html(args.html, result)
         console.print(f"report: {path}", highlight=False)
     return 0
+
+
+def swept_invariants(spec: Any, only: str | None) -> list[str]:
+    """The invariants a sweep of `spec` judges (all it declares, or `--only`'s), refusing up front
+    (exit 2) one a sweep cannot measure (its registry entry's `sweep_refusal`)."""
+    from stability.spec.registry import INVARIANTS
+
+    declared = [n for n, _ in spec.invariants()]
+    if only is not None:
+        if only not in INVARIANTS:
+            INVARIANTS.get(only)  # raises with the closest names
+        if only not in declared:
+            raise UsageError(f"--only {only}: {spec.path} does not declare it; it declares {', '.join(declared)}")
+        declared = [only]
+    for name in declared:
+        refusal = INVARIANTS.get(name).sweep_refusal
+        if refusal is not None:
+            others = [n for n in declared if INVARIANTS.get(n).sweep_refusal is None]
+            hint = f"; sweep the others with --only ({', '.join(others)})" if others else "; check it with `stability check`"
+            raise UsageError(f"stability sweep {spec.path}: expect.{name} cannot be swept: {refusal}{hint}")
+    return declared
 
 
 class _progress:

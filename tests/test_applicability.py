@@ -145,7 +145,7 @@ def test_choice_keys_narrow_the_drawn_space() -> None:
     [
         ('applies_when = { brnch_init = ["zero"] }', ["applies_when.brnch_init", "is not a case key", 'did you mean "branch_init"?']),
         ('applies_when = { branch_init = ["rezero"] }', ["applies_when.branch_init", "'rezero' is not in space.branch_init ['default', 'zero']"]),
-        ("applies_when = { depth = [9] }", ["applies_when.depth", "9 is outside space.depth [1, 4]"]),
+        ("applies_when = { depth = [9] }", ["applies_when.depth", "9 is not a value space.depth [1, 4] can draw"]),
         ("applies_when = { branch_init = [] }", ["lists no value"]),
         ("applies_when = {}", ["applies_when", "is empty"]),
         ('applies_when = { branch_init = "zero" }', ["applies_when.branch_init", "must be a list"]),

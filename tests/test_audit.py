@@ -34,7 +34,7 @@ def test_an_honest_result_is_left_as_it_is() -> None:
     for expect in ("holds", "violated"):
         result = _run(expect)
         before = [dataclasses.replace(r) for r in result.results]
-        assert rejudge(result) is None
+        assert rejudge(result, replay=False) is None
         assert result.results == before
 
 
@@ -44,7 +44,7 @@ def test_a_failure_reported_as_met_is_caught_on_its_deciding_case() -> None:
     assert not r.met and r.verdict is not None and not r.verdict.passed
     forged = dataclasses.replace(r, met=True, verdict=dataclasses.replace(r.verdict, passed=True))
     result.results = [forged]
-    line = rejudge(result)
+    line = rejudge(result, replay=False)
     assert line is not None and f"case {r.case} fails when judged again" in line
     (now,) = result.results
     assert not now.met and now.error == line and now.case == r.case and now.verdict is not None and not now.verdict.passed
@@ -58,7 +58,7 @@ def test_a_met_expectation_is_caught_on_any_case_it_judged() -> None:
         r, met=True, case=passing, verdict=dataclasses.replace(r.verdict, passed=True) if r.verdict else None, message="holds", error=None, reproduce=None
     )  # a forged result: deciding case a passing one, every judged case kept
     result.results = [hidden]
-    line = rejudge(result)
+    line = rejudge(result, replay=False)
     assert line is not None and "fails it when judged again" in line
 
 
@@ -69,5 +69,5 @@ def test_a_violation_reported_for_a_case_that_holds_is_caught() -> None:
     passing = next(c for c in r.judged if c.depth == 1)
     forged = dataclasses.replace(r, case=passing)  # claims the shallowest case breaks it: it does not
     result.results = [forged]
-    line = rejudge(result)
+    line = rejudge(result, replay=False)
     assert line is not None and f"case {passing} passes when judged again" in line and not result.results[0].met

@@ -14,14 +14,19 @@ import pytest
 from stability import parse_spec
 from stability.judge.invariants import Verdict
 from stability.measure.probe import Measurements
-from stability.run import engine
+from stability.run import conclude, engine
 from stability.run.engine import CaseRecord
 from stability.spec.case import Case
+from stability.spec.registry import INVARIANTS
 
 SPEC = parse_spec(
     'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = [1, 8]\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\nlo = 0.1\nhi = 10.0\n[expect.variance_growth]\n', file="specs/e.toml"
 )
 CASE = Case(3, 4, 2, None, None, "default", "default", "float32", "cpu", 0)
+
+
+def _severity(name: str, v: Verdict, expectation: Any) -> float:
+    return INVARIANTS.get(name).severity_of(v, expectation)
 
 
 def _v(observed: float, **extra: Any) -> Verdict:
@@ -30,26 +35,26 @@ def _v(observed: float, **extra: Any) -> Verdict:
 
 def test_severity_of_a_gradient_ratio_is_its_log_distance_to_the_nearer_bound() -> None:
     arrival = SimpleNamespace(lo=0.1, hi=10.0)
-    assert engine._severity("gradient_arrival", _v(1.0), arrival) == pytest.approx(-math.log(10.0), rel=1e-15, abs=0)
-    assert engine._severity("gradient_arrival", _v(0.2), arrival) == pytest.approx(-math.log(2.0), rel=1e-15, abs=0)  # nearer lo
-    assert engine._severity("gradient_arrival", _v(5.0), arrival) == pytest.approx(-math.log(2.0), rel=1e-15, abs=0)  # nearer hi
-    assert engine._severity("gradient_arrival", _v(0.0), arrival) == math.inf
-    assert engine._severity("gradient_arrival", _v(math.nan), arrival) == math.inf
+    assert _severity("gradient_arrival", _v(1.0), arrival) == pytest.approx(-math.log(10.0), rel=1e-15, abs=0)
+    assert _severity("gradient_arrival", _v(0.2), arrival) == pytest.approx(-math.log(2.0), rel=1e-15, abs=0)  # nearer lo
+    assert _severity("gradient_arrival", _v(5.0), arrival) == pytest.approx(-math.log(2.0), rel=1e-15, abs=0)  # nearer hi
+    assert _severity("gradient_arrival", _v(0.0), arrival) == math.inf
+    assert _severity("gradient_arrival", _v(math.nan), arrival) == math.inf
 
 
 def test_severity_of_the_other_invariants() -> None:
     none = SimpleNamespace()
-    assert engine._severity("attention_entropy", _v(2.5), none) == -2.5  # lower entropy is closer to collapse
-    assert engine._severity("attention_entropy", _v(math.nan), none) == math.inf
-    assert engine._severity("mean_field", _v(0.5, predicted=2.0), none) == pytest.approx(math.log(4.0), rel=1e-15, abs=0)
-    assert engine._severity("mean_field", _v(2.0, predicted=0.5), none) == pytest.approx(math.log(4.0), rel=1e-15, abs=0)
-    assert engine._severity("mean_field", _v(0.5), none) == 0.5  # no prediction: the observed value
-    assert engine._severity("mean_field", _v(0.5, predicted=0.0), none) == 0.5
-    assert engine._severity("mean_field", _v(0.0, predicted=2.0), none) == 0.0
+    assert _severity("attention_entropy", _v(2.5), none) == -2.5  # lower entropy is closer to collapse
+    assert _severity("attention_entropy", _v(math.nan), none) == math.inf
+    assert _severity("mean_field", _v(0.5, predicted=2.0), none) == pytest.approx(math.log(4.0), rel=1e-15, abs=0)
+    assert _severity("mean_field", _v(2.0, predicted=0.5), none) == pytest.approx(math.log(4.0), rel=1e-15, abs=0)
+    assert _severity("mean_field", _v(0.5), none) == 0.5  # no prediction: the observed value
+    assert _severity("mean_field", _v(0.5, predicted=0.0), none) == 0.5
+    assert _severity("mean_field", _v(0.0, predicted=2.0), none) == 0.0
     for name in ("variance_growth", "identity_at_init", "lesion", "mean_shift", "jacobian_spectrum"):
-        assert engine._severity(name, _v(3.0), none) == 3.0
-        assert engine._severity(name, _v(math.inf), none) == math.inf
-        assert engine._severity(name, _v(math.nan), none) == math.inf
+        assert _severity(name, _v(3.0), none) == 3.0
+        assert _severity(name, _v(math.inf), none) == math.inf
+        assert _severity(name, _v(math.nan), none) == math.inf
 
 
 @pytest.mark.parametrize(
@@ -65,8 +70,8 @@ def test_severity_of_the_other_invariants() -> None:
         ("mean_shift", _v(0.75), [(0.75, "mean shift (squared channel mean / channel variance)")]),
         ("identity_at_init", _v(1e-3), [(1e-3, "identity error")]),
         ("identity_at_init", _v(0.5, predicted=2.0), [(0.5, "identity error")]),  # a prediction alone is not the mean-field score
-        ("mean_field", _v(0.5), [(0.5, "identity error")]),  # no prediction: the plain score
-        ("mean_field", _v(0.5, predicted=0.0), [(0.5, "identity error")]),
+        ("mean_field", _v(0.5), []),  # no prediction: nothing to steer by
+        ("mean_field", _v(0.5, predicted=0.0), []),
         ("mean_field", _v(2.0, predicted=0.5), [(math.log(4.0), "mean-field mismatch (log)")]),  # a prediction below 1 counts
         ("variance_growth", _v(0.0), []),
         ("variance_growth", _v(-1.0), []),
@@ -85,7 +90,7 @@ def test_thorough_search_steers_by_the_right_score(monkeypatch: pytest.MonkeyPat
 def test_messages_say_what_was_expected_where_and_at_which_case() -> None:
     v = _v(1.0)
     w = "specs/e.toml::gradient_arrival"
-    msg = engine._message
+    msg = conclude.message
     assert msg(SPEC, "gradient_arrival", "holds", True, v, CASE, False, 12) == f"{w}: holds on 12 cases; closest to its bound: the detail at {CASE}"
     assert msg(SPEC, "gradient_arrival", "holds", True, v, CASE, True) == f"{w}: holds at {CASE}: the detail"
     assert msg(SPEC, "gradient_arrival", "holds", False, v, CASE, False) == f"{w}: expected to hold, but it fails at smallest failing case {CASE}: the detail"
@@ -111,7 +116,7 @@ def test_a_replayed_case_that_cannot_be_measured_fails_and_keeps_its_error() -> 
     assert (r.name, r.expect, r.case, r.examples) == ("gradient_arrival", "violated", CASE, 1)
     assert r.reproduce is not None and str(CASE) in r.reproduce
     assert r.verdict is not None and not r.verdict.passed and r.verdict.detail == "case not measured: the case does not run: ValueError: no"
-    assert engine._unmeasured(SPEC, "gradient_arrival", CASE, CaseRecord(CASE, None, None)) is None
+    assert conclude._unmeasured(SPEC, "gradient_arrival", CASE, CaseRecord(CASE, None, None)) is None
 
 
 def _halving(c: Case) -> CaseRecord:

@@ -21,6 +21,7 @@ from stability.measure.probe import Measurements, probe
 from stability.run import engine
 from stability.run.engine import CaseRecord, RunOptions, evaluate, judge, run_spec
 from stability.spec.case import Case
+from stability.spec.registry import INVARIANTS
 from stability.spec.schema import Spec
 
 CASE = Case(3, 4, 2, None, None, "default", "default", "float64", "cpu", 11)
@@ -104,9 +105,9 @@ def test_an_unmeasured_case_is_judged_failed_with_an_empty_bound() -> None:
 def test_apply_passes_every_bound_of_the_jacobian_invariant() -> None:
     sp = SimpleNamespace(mean_sq=1.0, mean_sq_se=0.0, max_sq=2.0, spread=2.0, method="exact", n=4)
     m = Measurements([1.0, 1.0], [1.0, 1.0], [1.0, 1.0], {}, None, None, None, extra={"jacobian_spectrum": sp})
-    low = engine._apply("jacobian_spectrum", SimpleNamespace(max_spread=4.0, mean_lo=1.5, mean_hi=None), m)
-    high = engine._apply("jacobian_spectrum", SimpleNamespace(max_spread=4.0, mean_lo=None, mean_hi=0.5), m)
-    ok = engine._apply("jacobian_spectrum", SimpleNamespace(max_spread=4.0, mean_lo=0.5, mean_hi=1.5), m)
+    low = INVARIANTS.get("jacobian_spectrum").judge(m, SimpleNamespace(max_spread=4.0, mean_lo=1.5, mean_hi=None))
+    high = INVARIANTS.get("jacobian_spectrum").judge(m, SimpleNamespace(max_spread=4.0, mean_lo=None, mean_hi=0.5))
+    ok = INVARIANTS.get("jacobian_spectrum").judge(m, SimpleNamespace(max_spread=4.0, mean_lo=0.5, mean_hi=1.5))
     assert (low.passed, high.passed, ok.passed) == (False, False, True)
 
 
@@ -184,8 +185,8 @@ def test_mean_shift_is_judged_at_the_specs_bound() -> None:
 
     prof = ChannelProfile([1.0, 1.4], [1.0, 1.0], [0.0, 0.0], [2, 2])  # ρ = M/V − 1 = 0.4 at the output
     m = Measurements([1.0, 1.0], [1.0, 1.0], [1.0, 1.0], {}, None, None, None, extra={"channels": prof})
-    assert engine._apply("mean_shift", SimpleNamespace(max_ratio=0.5), m).passed
-    assert not engine._apply("mean_shift", SimpleNamespace(max_ratio=0.3), m).passed
+    assert INVARIANTS.get("mean_shift").judge(m, SimpleNamespace(max_ratio=0.5)).passed
+    assert not INVARIANTS.get("mean_shift").judge(m, SimpleNamespace(max_ratio=0.3)).passed
 
 
 def test_a_replayed_probe_case_is_worded_as_a_replay_and_a_sum_loss_is_used() -> None:

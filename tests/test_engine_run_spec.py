@@ -22,9 +22,14 @@ from stability.judge import theory_checks as theory
 from stability.judge.invariants import Verdict
 from stability.measure.probe import Measurements, probe
 from stability.run import engine
+from stability.run.conclude import judge
 from stability.run.engine import CaseRecord, RunOptions, evaluate, run_spec
-from stability.spec.case import Case
+from stability.spec.case import Case, corner_case
+from stability.spec.load import load_spec
+from stability.spec.registry import INVARIANTS
 from stability.spec.schema import Spec
+
+SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 CASE = Case(3, 4, 2, None, None, "default", "default", "float64", "cpu", 11)
 _M = Measurements([1.0], [1.0], [1.0], {}, None, None, None)
@@ -59,13 +64,13 @@ def test_apply_hands_every_key_of_the_table_to_its_judge(monkeypatch: pytest.Mon
     calls: list[tuple[Any, dict[str, Any]]] = []
     verdict = Verdict(name, True, 1.0, "", None, "")
     monkeypatch.setattr(module, name, lambda m, **kw: calls.append((m, kw)) or verdict)
-    assert engine._apply(name, expectation, _M) is verdict
+    assert INVARIANTS.get(name).judge(_M, expectation) is verdict
     assert calls == [(_M, kwargs)]
 
 
 def test_apply_refuses_a_training_invariant_and_says_where_it_is_judged() -> None:
-    with pytest.raises(ValueError, match=r"^trainability is judged by stability\.run\.training\.evaluate, not from a probe's Measurements$"):
-        engine._apply("trainability", SimpleNamespace(), _M)
+    with pytest.raises(ValueError, match=r"^trainability is judged on an optimizer run \(stability\.run\.training\.evaluate\), not from a probe's Measurements$"):
+        judge(load_spec(SPECS / "warmup_free_residual.toml"), "trainability", CaseRecord(corner_case(load_spec(SPECS / "warmup_free_residual.toml")), _M))
 
 
 @pytest.mark.parametrize(

@@ -50,7 +50,7 @@ def test_an_untrained_replayed_case_is_not_met_and_says_why(monkeypatch: pytest.
     assert (r.met, r.error, r.expect, r.examples, r.status) == (False, "the run took longer than 60 s", "violated", 1, "error")
     assert r.verdict is not None and r.verdict.passed is False and math.isnan(r.verdict.observed)
     assert r.verdict.detail == "case not trained: the run took longer than 60 s"
-    assert r.message == f"specs/t.toml::trainability: expected to be violated, but it holds at {r.case}: case not trained: the run took longer than 60 s"
+    assert r.message == f"specs/t.toml::trainability: expected to be violated, but the violation was not measured at {r.case}: case not trained: the run took longer than 60 s"
 
 
 def test_a_replayed_case_is_worded_as_a_replay(monkeypatch: pytest.MonkeyPatch) -> None:

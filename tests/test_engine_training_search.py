@@ -76,7 +76,7 @@ def test_the_run_gets_the_options_limits_and_one_cache_per_spec(monkeypatch: pyt
 def test_an_untrained_case_has_the_invariants_name_and_no_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     _stand_in(monkeypatch, lambda c: (None, "out of memory"))
     (r,) = run_spec(_spec(), RunOptions(), case="depth=4").results
-    assert r.verdict == Verdict("trainability", False, r.verdict.observed if r.verdict else 0.0, "", None, "case not trained: out of memory")
+    assert r.verdict == Verdict("trainability", False, r.verdict.observed if r.verdict else 0.0, "", None, "case not trained: out of memory", measured=False)
     assert r.verdict is not None and math.isnan(r.verdict.observed)
 
 

@@ -6,8 +6,11 @@ import pytest
 
 from stability.cli import main
 from stability.errors import UsageError
-from stability.report.explain import REFERENCES, explain_text, known_invariants
-from stability.spec.schema import INVARIANTS
+from stability.judge.explanations import REFERENCES
+from stability.report.explain import explain_text, known_invariants
+from stability.spec.registry import INVARIANTS as REGISTRY
+
+INVARIANTS = REGISTRY.names()
 
 
 def _lines(text: str) -> list[str]:

@@ -18,10 +18,10 @@ import pytest
 import stability.run.engine
 from stability.errors import CaseError
 from stability.families.build import channel_counts
+from stability.families.memory import OVERHEAD_PER_BLOCK as _OVERHEAD_PER_BLOCK
+from stability.families.memory import SAVED_PER_BLOCK as _SAVED_PER_BLOCK
 from stability.run.engine import RunOptions, evaluate, judge
 from stability.run.guard import (
-    _OVERHEAD_PER_BLOCK,
-    _SAVED_PER_BLOCK,
     CaseTimeout,
     check_budget,
     estimate_bytes,

@@ -19,6 +19,7 @@ from stability.measure.probe import Measurements
 from stability.run import engine
 from stability.run.engine import RunOptions, evaluate, run_spec
 from stability.spec.case import Case
+from stability.spec.registry import INVARIANTS
 
 
 def test_lesioning_a_stack_whose_output_is_exactly_zero_changes_nothing() -> None:
@@ -30,8 +31,8 @@ def test_lesioning_a_stack_whose_output_is_exactly_zero_changes_nothing() -> Non
 
 def test_lesion_is_judged_by_the_specs_statistic() -> None:
     m = Measurements([1.0] * 4, [1.0] * 4, [1.0] * 4, {}, None, None, None, extra={"lesion": [0.1, 0.2, 0.9]})
-    assert engine._apply("lesion", SimpleNamespace(max_change=0.5, statistic="median"), m).passed  # median 0.2
-    assert not engine._apply("lesion", SimpleNamespace(max_change=0.5, statistic="max"), m).passed
+    assert INVARIANTS.get("lesion").judge(m, SimpleNamespace(max_change=0.5, statistic="median")).passed  # median 0.2
+    assert not INVARIANTS.get("lesion").judge(m, SimpleNamespace(max_change=0.5, statistic="max")).passed
 
 
 def test_a_nan_gradient_first_seen_at_the_input_is_located_there() -> None:

@@ -85,3 +85,21 @@ def test_an_unknown_field_is_refused() -> None:
     data = Measurements([1.0], [1.0], [1.0], {}, None, None, None).to_dict()
     with pytest.raises(ValueError, match="unknown field"):
         Measurements.from_dict({**data, "verdict": "met"})
+
+
+def test_every_registered_value_class_is_found_by_a_process_that_has_not_imported_it() -> None:
+    """A stored row names its values' classes; a fresh process must find every built-in one."""
+    import subprocess
+    import sys
+
+    import stability.judge.theory_checks  # noqa: F401
+    import stability.measure.channels  # noqa: F401
+    import stability.measure.ensemble  # noqa: F401  (the package's own registrations)
+    import stability.measure.jacobian  # noqa: F401
+    from stability.measure.measurements import BUILTIN_VALUE_MODULES
+
+    owners = {cls.__module__ for cls in SERIALIZABLE.values() if cls.__module__.startswith("stability.")}
+    assert owners <= set(BUILTIN_VALUE_MODULES)
+    code = "from stability.measure.measurements import decode; print(type(decode({'__type__': 'Ensemble', 'seeds': [1], 'act_var': [[1.0]], 'act_sq_mean': [[1.0]], 'vectorised': True})).__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "Ensemble"

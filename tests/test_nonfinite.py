@@ -14,13 +14,14 @@ from stability.families.build import build, make_input
 from stability.run.engine import RunOptions, evaluate, judge, run_spec
 from stability.spec.case import corner_case, parse_case_string
 from stability.spec.load import load_spec, parse_spec
-from stability.spec.schema import INVARIANTS, Spec
+from stability.spec.registry import INVARIANTS
+from stability.spec.schema import Spec
 
 
 def _judge_all(spec: Spec, case_text: str) -> dict[str, object]:
     record = evaluate(spec, parse_case_string(case_text, spec))
     assert record.error is None, record.error
-    return {name: judge(spec, name, record) for name in INVARIANTS if getattr(spec.expect, name) is not None}
+    return {name: judge(spec, name, record) for name, _ in spec.invariants() if not INVARIANTS.get(name).training}
 
 
 EXPECT_ALL = "\n[expect.gradient_arrival]\n\n[expect.variance_growth]\n\n[expect.identity_at_init]\natol = 1.0\n"

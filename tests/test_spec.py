@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from stability import SpecError, load_spec, parse_spec
 from stability.spec.load import find_specs
-from stability.spec.schema import FAMILIES
+from stability.spec.registry import FAMILIES
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 
@@ -28,8 +28,8 @@ width = 8
 
 def test_every_shipped_spec_loads_and_every_family_is_shipped() -> None:
     specs = [load_spec(p) for p in find_specs([SPECS])]
-    assert {s.family for s in specs} == set(FAMILIES)
-    for family in set(FAMILIES) - {"custom"}:
+    assert {s.family for s in specs} == set(FAMILIES.names())
+    for family in set(FAMILIES.names()) - {"custom"}:
         layers = {s.block.layer for s in specs if s.family == family}
         assert layers == ({"tokens"} if family == "transformer" else {"linear", "conv2d"}), family
     assert len({s.name for s in specs}) == len(specs)

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from stability.measure.measurements import Measurements
 from stability.run.grid import parse_axis
 from stability.run.store import Store
 from stability.run.sweep import run_sweep
-from stability.run.sweep_exec import PointTask, SerialBackend, measurements_from_json, measurements_to_json, run_point
+from stability.run.sweep_exec import PointTask, SerialBackend, run_point
 from stability.spec.load import load_spec
 
 pytest.importorskip("distributed", reason="Dask distributed is not installed (pip install 'stability[sweep]')")
@@ -84,5 +85,5 @@ def test_a_factory_that_kills_its_worker_fails_that_point_and_the_sweep_goes_on(
 def test_measurements_round_trip_exactly(tmp_path: Path) -> None:
     spec = load_spec(SPECS / "plain_tanh_mlp.toml")
     rows = run_point(PointTask(spec, {"depth": 5}, (0,)))
-    m = measurements_from_json(rows[0]["m"])
-    assert measurements_to_json(m) == rows[0]["m"] and all(math.isfinite(g) for g in m.grad_norm)
+    m = Measurements.from_json(rows[0]["m"])
+    assert m.to_json() == rows[0]["m"] and all(math.isfinite(g) for g in m.grad_norm)

@@ -18,8 +18,8 @@ from stability import RunOptions, load_spec, run_spec
 from stability.errors import SpecError, UsageError
 from stability.families.build import build, make_input
 from stability.families.transformer import SelfAttention, TransformerBlock
-from stability.judge.token_invariants import observers_for
 from stability.run.engine import evaluate
+from stability.run.engine import probe_observers as observers_for
 from stability.run.strategies import cases
 from stability.spec.case import corner_case, parse_case_string
 from stability.spec.load import parse_spec, validate_spec

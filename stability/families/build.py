@@ -34,9 +34,10 @@ from stability.families.init import activation, init_all, init_weight, zero_para
 from stability.families.transformer import build_transformer
 from stability.seeding import seeded
 from stability.spec.case import Case
-from stability.spec.schema import Spec
+from stability.spec.registry import FAMILIES
+from stability.spec.schema import DEFAULT_SIZE, Spec
 
-__all__ = ["Network", "build", "make_input", "derive_seed", "torch_dtype", "channel_counts"]
+__all__ = ["Network", "build", "build_custom", "make_input", "derive_seed", "torch_dtype", "channel_counts", "BUILDERS"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -63,14 +64,16 @@ class Network:
 
 def build(spec: Spec, case: Case) -> Network:
     """Build the network of one case on `case.device` in `case.dtype`."""
+    family = FAMILIES.get(spec.family)
     with torch.random.fork_rng(devices=[]), seeded(derive_seed(case.seed, 0)):
         torch.manual_seed(derive_seed(case.seed, 0))
         gen = torch.Generator().manual_seed(derive_seed(case.seed, 0))
-        if spec.family == "custom":
-            net = _build_custom(spec, case)
+        if family.user_code:  # a user's factory builds in its own dtype
+            built = family.build(spec, case, gen)
         else:
             with _construction_dtype(case):
-                net = Network(_BUILDERS[spec.family](spec, case, gen))
+                built = family.build(spec, case, gen)
+        net = built if isinstance(built, Network) else Network(built)
     device = torch.device(case.device)
     dtype = torch_dtype(case.dtype)
     for module in (net.blocks, net.stem, net.head):
@@ -102,9 +105,9 @@ def make_input(spec: Spec, case: Case) -> torch.Tensor:
     channels = case.input_width or case.width
     shape: tuple[int, ...] = (case.batch, channels)
     if spec.block.layer == "conv2d":
-        shape += (case.spatial or 8, case.spatial or 8)
+        shape += (case.spatial or DEFAULT_SIZE, case.spatial or DEFAULT_SIZE)
     elif spec.block.layer == "tokens":  # (B, T, C): channels last
-        shape = (case.batch, case.tokens or 8, channels)
+        shape = (case.batch, case.tokens or DEFAULT_SIZE, channels)
     x = torch.randn(shape, generator=gen, dtype=torch.float64)
     return x.to(device=case.device, dtype=torch_dtype(case.dtype))
 
@@ -272,7 +275,8 @@ def _build_dense(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequential:
     return nn.Sequential(*blocks)
 
 
-_BUILDERS: dict[str, Callable[[Spec, Case, torch.Generator], nn.Sequential]] = {
+#: The built-in families' builders, by family (their registry entries, stability.families.catalog, call these).
+BUILDERS: dict[str, Callable[[Spec, Case, torch.Generator], nn.Sequential]] = {
     "plain": _build_plain,
     "postnorm": lambda spec, case, gen: _residual(spec, case, gen, pre=False),
     "preact": lambda spec, case, gen: _residual(spec, case, gen, pre=True),
@@ -293,7 +297,8 @@ def _resolve_factory(spec: Spec) -> Any:
     return load_factory(spec.path, spec.block.factory or "")
 
 
-def _build_custom(spec: Spec, case: Case) -> Network:
+def build_custom(spec: Spec, case: Case) -> Network:
+    """The `custom` family: the spec's factory, found under the factory rule, called with the case's values by name."""
     fn = _resolve_factory(spec)
     values: dict[str, Any] = {
         **case.as_dict(),

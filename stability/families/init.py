@@ -4,17 +4,14 @@ draws (`space.weight_init`, `space.bias_init`), shared by every family's builder
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch import nn
 
+from stability.families.gains import NONLINEARITY
 from stability.spec.case import Case
 from stability.spec.schema import Spec
 
 __all__ = ["activation", "init_weight", "init_all", "zero_parameters"]
-
-_NONLINEARITY: dict[str, Literal["relu", "tanh", "sigmoid", "linear"]] = {"relu": "relu", "gelu": "relu", "tanh": "tanh", "sigmoid": "sigmoid", "identity": "linear"}
 
 
 def activation(spec: Spec) -> nn.Module:
@@ -30,7 +27,7 @@ def activation(spec: Spec) -> nn.Module:
 
 def init_weight(spec: Spec, case: Case, w: torch.Tensor, gen: torch.Generator) -> None:
     kind, s = case.weight_init, spec.space
-    nl = _NONLINEARITY[spec.block.activation]
+    nl = NONLINEARITY[spec.block.activation]
     with torch.no_grad():
         if kind == "default":
             return

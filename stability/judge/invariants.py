@@ -8,33 +8,17 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from stability.judge.growth import describe_ensemble, ensemble_growth
-from stability.measure.probe import Measurements
+from stability.judge.verdict import Verdict
+from stability.measure.measurements import Measurements
 from stability.spec.schema import GROWTH_CLASSES
 
 __all__ = ["Verdict", "gradient_arrival", "variance_growth", "identity_at_init", "classify_growth", "GrowthFit", "mean_shift"]
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One invariant judged on one case: the headline number, the bound, and where it was decided."""
-
-    invariant: str
-    passed: bool
-    observed: float
-    bound: str
-    block: int | None
-    detail: str
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        mark = "holds" if self.passed else "violated"
-        return f"{self.invariant} {mark}: {self.detail}"
 
 
 def _nonfinite(m: Measurements, invariant: str, bound: str) -> Verdict | None:
@@ -290,7 +274,7 @@ def mean_shift(m: Measurements, *, max_ratio: float = 0.25) -> Verdict:
         return bad
     prof = m.extra.get("channels")
     if prof is None:
-        return Verdict("mean_shift", False, math.nan, bound, None, "channel statistics were not measured; probe with observers=[stability.measure.channels.ChannelStats()]")
+        return Verdict("mean_shift", False, math.nan, bound, None, "channel statistics were not measured; probe with observers=[stability.measure.channels.ChannelStats()]", measured=False)
     members = m.extra.get("channel_ensemble") or [prof]
     per_member = [[p.ratio(i) for i in range(len(p.var))] for p in members]  # (S, L+1)
     rho = [_finite_median([r[i] for r in per_member]) for i in range(len(prof.var))]

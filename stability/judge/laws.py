@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from stability.families.gains import KAIMING_GAIN2
 from stability.spec.case import Case
 from stability.spec.schema import Spec
 
@@ -41,7 +42,6 @@ __all__ = ["Law", "variance_law", "gradient_law", "annotate", "MEANFIELD_HOOK"]
 #: Unset, such stacks get no law.
 MEANFIELD_HOOK: Callable[[Spec, Case], float | None] | None = None
 
-_KAIMING_GAIN2 = {"relu": 2.0, "gelu": 2.0, "tanh": 25.0 / 9.0, "sigmoid": 1.0, "identity": 1.0}
 _PHI = {"relu": 0.5, "identity": 1.0}
 
 
@@ -58,7 +58,7 @@ class Law:
 def _weight_gain(spec: Spec, case: Case, fan_in: int, fan_out: int) -> float | None:
     kind = case.weight_init
     if kind in ("kaiming_normal", "kaiming_uniform"):
-        return _KAIMING_GAIN2[spec.block.activation]
+        return KAIMING_GAIN2[spec.block.activation]
     if kind in ("xavier_normal", "xavier_uniform"):
         return 2.0 * fan_in / (fan_in + fan_out)
     if kind == "orthogonal":

@@ -1,9 +1,9 @@
 """The theory invariants: `jacobian_spectrum`, `mean_field` and `lesion`.
 
 Each needs more than the probe's one forward and one backward pass, so its measurement runs after
-the probe and only when a spec declares it (`extra_measurements`, called by the engine); the
-results go into `Measurements.extra` under the invariant's name, and the verdicts below are pure
-functions of that, like those in `stability.judge.invariants`.
+the probe and only when a spec declares it (its registry entry's `after_probe` and `ensemble`,
+stability.judge.catalog); the results go into `Measurements.extra` under the invariant's name, and
+the verdicts below are pure functions of that, like those in `stability.judge.invariants`.
 
 - jacobian_spectrum: ⟨σ²⟩ and σ_max² of ∂y/∂x (`stability.measure.jacobian`); the headline is the spread
   σ_max²/⟨σ²⟩, which is 1 for an isometry and grows with depth in a plain ReLU stack.
@@ -21,35 +21,27 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-from torch import nn
-
+from stability.families.gains import KAIMING_GAIN2
 from stability.judge import meanfield
-from stability.judge.invariants import Verdict
-from stability.measure.jacobian import jacobian_spectrum as measure_spectrum
-from stability.measure.lesion import lesion_changes
-from stability.measure.measurements import serializable
-from stability.measure.probe import Measurements
+from stability.judge.verdict import Verdict
+from stability.measure.measurements import Measurements, serializable
 from stability.spec.case import Case
+from stability.spec.registry import FAMILIES
 from stability.spec.schema import Spec
 
 __all__ = [
     "MeanFieldPrediction",
     "mean_field_parameters",
-    "extra_measurements",
     "jacobian_spectrum",
     "mean_field",
     "lesion",
 ]
 
-#: σ_w² = gain² for kaiming inits (fan-in mode), with the gain torch's calculate_gain gives for the
-#: nonlinearity the builder passes (GELU is initialised as ReLU).
-_KAIMING_SIGMA_W2 = {"relu": 2.0, "gelu": 2.0, "tanh": (5.0 / 3.0) ** 2, "sigmoid": 1.0, "identity": 1.0}
-
 
 def mean_field_parameters(spec: Spec, case: Case) -> tuple[float, float, float]:
-    """(σ_w², σ_b², α) of a case: weight variance × fan-in, bias variance, branch scale (0 when the
-    branches are zero at initialisation; 1 for a plain stack). nn.Linear's default init draws
+    """(σ_w², σ_b², α) of a case: weight variance × fan-in, bias variance, and the branch scale of
+    the family's law (its registry entry's `mean_field`: 0 when the branches are zero at
+    initialisation; 1 for a plain stack). nn.Linear's default init draws
     W ~ U(±1/√n) (σ_w² = 1/3) and b ~ U(±1/√n) (σ_b² = 1/(3n)); kaiming uses gain², xavier 2n/(n+n) = 1,
     normal init_std²·n."""
     n = case.width
@@ -57,18 +49,16 @@ def mean_field_parameters(spec: Spec, case: Case) -> tuple[float, float, float]:
     if kind == "default":
         sw2 = 1.0 / 3.0
     elif kind.startswith("kaiming"):
-        sw2 = _KAIMING_SIGMA_W2[spec.block.activation]
+        sw2 = KAIMING_GAIN2[spec.block.activation]
     elif kind.startswith("xavier"):
         sw2 = 1.0
     else:
         sw2 = spec.space.init_std**2 * n
     sb2 = 1.0 / (3.0 * n) if spec.space.bias_init == "default" else 0.0
-    alpha = 1.0
-    if spec.family == "preact":
-        scale = spec.block.branch_scale
-        alpha = 1.0 / math.sqrt(case.depth) if scale == "1/sqrt(depth)" else 1.0 / case.depth if scale == "1/depth" else float(scale)
-        if case.branch_init != "default":
-            alpha = 0.0
+    law = FAMILIES.get(spec.family).mean_field
+    if law is None:
+        raise ValueError(f"family '{spec.family}' has no mean-field law")
+    alpha, _ = law(spec, case)
     return sw2, sb2, alpha
 
 
@@ -97,7 +87,8 @@ class MeanFieldPrediction:
 
 def predict(spec: Spec, case: Case) -> MeanFieldPrediction:
     sw2, sb2, alpha = mean_field_parameters(spec, case)
-    residual = spec.family == "preact"
+    law = FAMILIES.get(spec.family).mean_field
+    residual = law is not None and law(spec, case)[1]
     prof = meanfield.layer_profile(spec.block.activation, sigma_w2=sw2, sigma_b2=sb2, depth=case.depth, residual=residual, branch_scale=alpha)
     var = meanfield.log_factor_variance(prof, width=case.width)
     log_chi = tuple(math.log(c) if c > 0 else -math.inf for c in prof.chi)
@@ -105,21 +96,8 @@ def predict(spec: Spec, case: Case) -> MeanFieldPrediction:
     return MeanFieldPrediction(spec.block.activation, sw2, sb2, alpha, residual, case.width, log_chi, var, total)
 
 
-def extra_measurements(spec: Spec, case: Case, blocks: nn.Module, x: torch.Tensor, *, seed: int) -> dict[str, Any]:
-    """The measurements the declared theory invariants need, by invariant name (empty if none)."""
-    out: dict[str, Any] = {}
-    js = spec.expect.jacobian_spectrum
-    if js is not None:
-        out["jacobian_spectrum"] = measure_spectrum(blocks, x, probes=js.probes, iterations=js.iterations, seed=seed, exact=js.exact)
-    if spec.expect.mean_field is not None:
-        out["mean_field"] = predict(spec, case)
-    if spec.expect.lesion is not None:
-        out["lesion"] = lesion_changes(blocks, x)
-    return out
-
-
 def _missing(name: str, bound: str) -> Verdict:
-    return Verdict(name, False, math.nan, bound, None, f"no {name} measurement: the case was probed without it")
+    return Verdict(name, False, math.nan, bound, None, f"no {name} measurement: the case was probed without it", measured=False)
 
 
 def jacobian_spectrum(m: Measurements, *, max_spread: float = 4.0, mean_lo: float | None = None, mean_hi: float | None = None) -> Verdict:
@@ -198,7 +176,7 @@ def lesion(m: Measurements, *, max_change: float = 0.5, statistic: str = "max") 
         return _missing("lesion", bound)
     finite = [(c, i) for i, c in enumerate(changes) if not math.isnan(c)]
     if not finite:
-        return Verdict("lesion", False, math.nan, bound, None, "no block can be replaced by the identity (every block changes the shape)")
+        return Verdict("lesion", False, math.nan, bound, None, "no block can be replaced by the identity (every block changes the shape)", measured=False)
     worst, block = max(finite)
     value = worst if statistic == "max" else statistics.median(c for c, _ in finite)
     what = f"removing block {block} changes the output by {worst:.3g} (relative); median over {len(finite)} blocks {statistics.median(c for c, _ in finite):.3g}"

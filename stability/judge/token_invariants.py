@@ -1,7 +1,8 @@
 """Invariants of token models: rank collapse, attention entropy collapse, gradient balance.
 
-Two are measured during the probe's forward pass by opt-in `BoundaryObserver`s (the engine passes
-them only when a spec declares the invariant, so a probe without them costs nothing extra):
+Two are measured during the probe's forward pass by opt-in `BoundaryObserver`s (their registry
+entries, stability.judge.catalog, ask for them only when a spec declares the invariant, so a probe
+without them costs nothing extra):
 
 - `RankCollapseObserver`: at every boundary h of shape (B, T, C), the mean pairwise cosine
   similarity of the T token vectors of each sequence, averaged over the batch (Dong et al. 2021;
@@ -35,12 +36,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from stability.judge.invariants import Verdict, _nonfinite
-from stability.measure.probe import BoundaryObserver, Measurements
+from stability.judge.invariants import _nonfinite
+from stability.judge.verdict import Verdict
+from stability.measure.measurements import Measurements
 from stability.spec.schema import Spec
 
 __all__ = [
-    "TOKEN_INVARIANTS",
     "RankCollapseObserver",
     "AttentionEntropyObserver",
     "TokenShapeObserver",
@@ -50,13 +51,8 @@ __all__ = [
     "rank_collapse",
     "attention_entropy",
     "gradient_balance",
-    "observers_for",
     "finish_measurements",
-    "judge",
 ]
-
-TOKEN_INVARIANTS: tuple[str, ...] = ("rank_collapse", "attention_entropy", "gradient_balance")
-
 
 # ----------------------------------------------------------------------------- closed forms
 
@@ -188,19 +184,6 @@ class TokenShapeObserver:
         return {"tokens": [t for t, _ in shapes], "channels": [c for _, c in shapes]}
 
 
-def observers_for(spec: Spec) -> list[BoundaryObserver]:
-    """The observers a spec needs: none unless it has token inputs; the shape observer for every
-    token spec, and one per declared token invariant."""
-    if spec.block.layer != "tokens":
-        return []
-    out: list[BoundaryObserver] = [TokenShapeObserver()]
-    if spec.expect.rank_collapse is not None:
-        out.append(RankCollapseObserver())
-    if spec.expect.attention_entropy is not None:
-        out.append(AttentionEntropyObserver())
-    return out
-
-
 def finish_measurements(spec: Spec, m: Measurements) -> Measurements:
     """For token inputs: channels from the last axis, and the token count per boundary kept in
     `extra["tokens"]`."""
@@ -214,7 +197,7 @@ def finish_measurements(spec: Spec, m: Measurements) -> Measurements:
 
 
 def _missing(invariant: str, bound: str, what: str) -> Verdict:
-    return Verdict(invariant, False, math.nan, bound, None, f"not measured: {what}")
+    return Verdict(invariant, False, math.nan, bound, None, f"not measured: {what}", measured=False)
 
 
 def rank_collapse(m: Measurements, *, max_similarity: float = 0.9) -> Verdict:
@@ -310,14 +293,3 @@ def gradient_balance(m: Measurements, *, max_spread: float = 10.0) -> Verdict:
     if spread <= max_spread:
         return Verdict("gradient_balance", True, spread, bound, hi_block, detail)
     return Verdict("gradient_balance", False, spread, bound, hi_block, f"{detail} > {max_spread:g}; the gradient concentrates {where}")
-
-
-def judge(name: str, expectation: Any, m: Measurements) -> Verdict:
-    """The engine's entry point for the three invariants of this module."""
-    if name == "rank_collapse":
-        return rank_collapse(m, max_similarity=expectation.max_similarity)
-    if name == "attention_entropy":
-        return attention_entropy(m, min_entropy=expectation.min_entropy)
-    if name == "gradient_balance":
-        return gradient_balance(m, max_spread=expectation.max_spread)
-    raise ValueError(f"{name} is not one of {', '.join(TOKEN_INVARIANTS)}")

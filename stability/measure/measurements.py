@@ -27,12 +27,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-__all__ = ["Measurements", "serializable", "encode", "decode", "SERIALIZABLE"]
+__all__ = ["Measurements", "serializable", "encode", "decode", "SERIALIZABLE", "BUILTIN_VALUE_MODULES"]
 
 T = TypeVar("T")
 
 #: Registered classes of `extra` values, by name (`serializable`).
 SERIALIZABLE: dict[str, type] = {}
+#: The modules that register the built-in invariants' value classes (they import torch, so they are
+#: imported only when a stored or streamed value names a class not registered yet);
+#: tests/test_measurements.py checks that this lists every module that registers one.
+BUILTIN_VALUE_MODULES = ("stability.measure.ensemble", "stability.measure.channels", "stability.measure.jacobian", "stability.judge.theory_checks")
 
 _TYPE = "__type__"
 _TUPLE = "__tuple__"
@@ -97,6 +101,12 @@ def decode(data: Any) -> Any:
         if _TYPE in data:
             name = data[_TYPE]
             cls = SERIALIZABLE.get(name)
+            if cls is None:
+                import importlib
+
+                for module in BUILTIN_VALUE_MODULES:
+                    importlib.import_module(module)
+                cls = SERIALIZABLE.get(name)
             if cls is None:
                 raise ValueError(f"Measurements: unknown value type {name!r} (known: {', '.join(sorted(SERIALIZABLE)) or 'none'})")
             return cls(**{k: decode(v) for k, v in data.items() if k != _TYPE})

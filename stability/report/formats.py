@@ -21,12 +21,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from stability.report.text import printable
-from stability.run.engine import InvariantResult, SpecResult
-from stability.run.worker import OUTPUT_LINES
+from stability.run.results import OUTPUT_LINES, InvariantResult, SpecResult
 
 __all__ = ["judged_count", "print_table", "print_failures", "to_json", "write_json", "write_junit", "write_atomic", "summary_line"]
 
-SCHEMA_VERSION = 1
+#: 2: a case's `measurements` is `Measurements.to_dict` (every field, `extra` included; 1 kept a subset).
+SCHEMA_VERSION = 2
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> None:
@@ -152,8 +152,15 @@ def _num(x: float | None) -> float | None | str:
     return x
 
 
-def _nums(xs: list[float]) -> list[Any]:
-    return [_num(x) for x in xs]
+def _json_safe(value: Any) -> Any:
+    """`Measurements.to_dict`'s data in standard JSON: NaN and ±inf as the strings "nan", "inf", "-inf"."""
+    if isinstance(value, float):
+        return _num(value)
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    return value
 
 
 def to_json(results: list[SpecResult], *, seconds: float = 0.0, interrupted: bool = False, errors: list[str] | None = None) -> dict[str, Any]:
@@ -174,7 +181,8 @@ def to_json(results: list[SpecResult], *, seconds: float = 0.0, interrupted: boo
                     "bound": None if v is None else v.bound,
                     "block": None if v is None else v.block,
                     "detail": None if v is None else v.detail,
-                    "extra": {} if v is None else {k: _num(val) if isinstance(val, float) else val for k, val in v.extra.items()},
+                    "extra": {} if v is None else _json_safe(v.to_dict()["extra"]),
+                    "measured": None if v is None else v.measured,
                     "case": None if r.case is None else r.case.as_dict(),
                     "examples": r.examples,
                     "message": r.message,
@@ -190,19 +198,7 @@ def to_json(results: list[SpecResult], *, seconds: float = 0.0, interrupted: boo
                     "case": record.case.as_dict(),
                     "error": record.error,
                     "seconds": record.seconds,
-                    "measurements": None
-                    if m is None
-                    else {
-                        "grad_norm": _nums(m.grad_norm),
-                        "act_var": _nums(m.act_var),
-                        "act_sq_mean": _nums(m.act_sq_mean),
-                        "identity_error": _num(m.identity_error),
-                        "input_grad_error": _num(m.input_grad_error),
-                        "nonfinite_at": m.nonfinite_at,
-                        "channels": m.channels,
-                        **({"tokens": m.extra["tokens"]} if isinstance(m.extra.get("tokens"), list) else {}),  # (B, T, C) inputs
-                        "param_grad_norm": {k: _num(v) for k, v in m.param_grad_norm.items()},
-                    },
+                    "measurements": None if m is None else _json_safe(m.to_dict()),
                 }
             )
         specs.append(

@@ -22,9 +22,9 @@ from stability.report.formats import summary_line, write_atomic
 from stability.report.plots import variance_band
 from stability.report.render import spec_pngs
 from stability.report.train_plots import CAPTIONS as TRAINING_CAPTIONS
-from stability.run.engine import CaseRecord, InvariantResult, SpecResult, judge
+from stability.run.results import CaseRecord, InvariantResult, SpecResult
 from stability.spec.case import Case
-from stability.spec.schema import TRAINING_INVARIANTS, ZERO_BRANCH_INITS, describe_family
+from stability.spec.registry import FAMILIES
 
 __all__ = ["render_html", "write_html"]
 
@@ -172,12 +172,6 @@ def _data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def _applies(res: SpecResult, name: str, case: Case) -> bool:
-    if name in TRAINING_INVARIANTS:  # judged on optimizer runs, not on the probed cases listed here
-        return False
-    return name != "identity_at_init" or res.spec.family == "custom" or case.branch_init in ZERO_BRANCH_INITS
-
-
 def _statistic(res: SpecResult) -> str:
     vg = res.spec.expect.variance_growth
     return vg.statistic if vg is not None else "variance"
@@ -206,12 +200,13 @@ def _case_row(res: SpecResult, record: CaseRecord, roles: list[tuple[str, bool]]
         cells.append('<td class="num">—</td>')
     if res.spec.expect.identity_at_init is not None:
         cells.append(f'<td class="num">{_e(_fmt(m.identity_error if m is not None else None))}</td>')
+    judged = res.verdicts.get(record.case, {})
     for name, _ in res.spec.invariants():
-        if not _applies(res, name, record.case):
+        v = judged.get(name)
+        if v is None:  # not applicable here, or a training invariant (judged on optimizer runs, not on these cases)
             cells.append('<td class="mark" title="not applicable">—</td>')
             continue
-        passed = judge(res.spec, name, record).passed
-        cells.append(f'<td class="mark {"ok" if passed else "failed"}" title="{"holds" if passed else "violated"}">{_mark(passed)}</td>')
+        cells.append(f'<td class="mark {"ok" if v.passed else "failed"}" title="{"holds" if v.passed else "violated"}">{_mark(v.passed)}</td>')
     cells.append(f'<td class="num">{record.seconds:.2f}</td>')
     notes = [f"{'failing' if not met else 'deciding'} case of {name}" for name, met in roles]
     if record.error:
@@ -302,7 +297,7 @@ def _spec_section(index: int, res: SpecResult, pngs: PngSource = spec_pngs) -> s
         f"<span>file <code>{_e(spec.path)}</code></span>",
         f"<span>profile {_e(res.profile)}</span>",
         f"<span>{len(res.cases)} case(s) probed in {res.seconds:.1f} s</span>",
-        f"<span>family {_e(spec.family)}: {_e(describe_family(spec.family))}</span>",
+        f"<span>family {_e(spec.family)}: {_e(FAMILIES.get(spec.family).description if spec.family in FAMILIES else spec.family)}</span>",
     ]
     return (
         f'<section class="spec {status}" id="{_anchor(index)}">'

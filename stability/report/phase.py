@@ -32,9 +32,9 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
 from stability.judge.meanfield import ACTIVATIONS, critical_sigma_w2, mean_field
+from stability.measure.measurements import Measurements
 from stability.run.grid import Value, point_key
 from stability.run.sweep import SweepResult
-from stability.run.sweep_exec import measurements_from_json
 
 __all__ = ["MEASURES", "measure_values", "heatmap_figure", "mean_field_chi1", "depth_scale", "to_png", "overlay_for"]
 
@@ -67,7 +67,7 @@ def measure_values(result: SweepResult, measure: str) -> dict[str, float]:
     """{point key: the median over the point's measured seeds} (NaN when none was measured)."""
     out: dict[str, float] = {}
     for p in [*result.points, *result.extra_points]:
-        vals = [_log10_ratio(measurements_from_json(r["m"]), result.spec, measure) for r in p.rows if r["m"] is not None]
+        vals = [_log10_ratio(Measurements.from_json(r["m"]), result.spec, measure) for r in p.rows if r["m"] is not None]
         vals = [v for v in vals if not math.isnan(v)]
         out[point_key(p.point)] = statistics.median(vals) if vals else math.nan
     return out

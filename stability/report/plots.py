@@ -33,9 +33,9 @@ from matplotlib.colors import ListedColormap, Normalize
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
-from stability.run.engine import CaseRecord, InvariantResult, SpecResult
+from stability.run.results import CaseRecord, InvariantResult, SpecResult
 from stability.spec.case import Case
-from stability.spec.schema import TRAINING_INVARIANTS, ZERO_BRANCH_INITS
+from stability.spec.registry import INVARIANTS
 
 __all__ = [
     "BAND_EDGE_GID",
@@ -310,7 +310,7 @@ def spec_figures(result: SpecResult) -> dict[str, Figure]:
     from stability.report.train_plots import training_figures  # the training invariants' figures, chosen per invariant
 
     trained = training_figures(result)
-    if all(name in TRAINING_INVARIANTS for name, _ in spec.invariants()):
+    if all(INVARIANTS.get(name).training for name, _ in spec.invariants()):
         return trained  # nothing was probed: no gradient or variance plot to draw
     records = list(result.cases.values())
     ga = spec.expect.gradient_arrival
@@ -427,9 +427,9 @@ def identity_figure(
 
 
 def identity_records(result: SpecResult) -> list[CaseRecord]:
-    """The probed cases `identity_at_init` applies to: zero-branch inits (every case of a custom spec)."""
-    custom = result.spec.family == "custom"
-    return [r for r in result.cases.values() if custom or r.case.branch_init in ZERO_BRANCH_INITS]
+    """The probed cases `identity_at_init` was judged on (those it applies to: zero-branch inits,
+    every case of a custom spec), from the result's verdicts."""
+    return [r for r in result.cases.values() if result.verdicts.get(r.case, {}).get("identity_at_init") is not None]
 
 
 def to_png(fig: Figure, *, dpi: int = _DPI) -> bytes:

@@ -18,7 +18,7 @@ import sys
 from concurrent.futures import Future, ProcessPoolExecutor
 from types import TracebackType
 
-from stability.run.engine import SpecResult
+from stability.run.results import SpecResult
 
 __all__ = ["Renderer", "spec_pngs"]
 

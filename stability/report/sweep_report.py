@@ -20,7 +20,7 @@ from stability.report.html import _CSS
 from stability.report.phase import MEASURES, heatmap_figure, measure_values, overlay_for, to_png
 from stability.run.grid import Value, point_key
 from stability.run.store import budget_text
-from stability.run.sweep import SweepResult, ensemble_verdict
+from stability.run.sweep import SweepResult
 
 __all__ = ["render_sweep_html", "write_sweep_html"]
 
@@ -113,7 +113,7 @@ def _points_table(result: SweepResult) -> str:
         cells = [f'<td class="mono">{_e(_slice_text(key))}</td>']
         cells += [f'<td class="num">{_e(_fmt(values[m][key]))}</td>' for m in MEASURES]
         for n in names:
-            holds, _, detail = ensemble_verdict(result.spec, n, p.point, p.rows)
+            holds, _, detail = p.verdicts[n]
             mark = "—" if holds is None else ("✓" if holds else "✗")
             cells.append(f'<td class="mark {"ok" if holds else "failed"}" title="{_e(detail)}">{mark}</td>')
         errors = sorted({r["error"] for r in p.rows if r["error"]})

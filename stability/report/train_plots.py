@@ -23,8 +23,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
-from stability.run.engine import InvariantResult, SpecResult
-from stability.spec.schema import TRAINING_INVARIANTS
+from stability.run.results import InvariantResult, SpecResult
+from stability.spec.registry import INVARIANTS
 
 __all__ = ["FAILING_WIDTH_GID", "DIVERGED_GID", "CONE_GID", "update_size_figure", "loss_figure", "training_figures", "CAPTIONS"]
 
@@ -152,7 +152,7 @@ def training_figures(result: SpecResult) -> dict[str, Figure]:
     """One figure per training invariant the spec declares and that was measured."""
     figures: dict[str, Figure] = {}
     for r in result.results:
-        if r.name in TRAINING_INVARIANTS:
+        if r.name in INVARIANTS and INVARIANTS.get(r.name).training:
             made = _figure(r)
             if made is not None:
                 figures[made[0]] = made[1]

@@ -23,23 +23,22 @@ from hypothesis.errors import HypothesisException
 
 from stability.errors import BlockError, CaseError, SpecError
 from stability.families.build import build, derive_seed, make_input
-from stability.judge import invariants as inv
-from stability.judge import theory_checks as theory
-from stability.judge import token_invariants
-from stability.judge.growth import enough_members
-from stability.judge.invariants import Verdict
-from stability.judge.laws import annotate
-from stability.measure.channels import ChannelStats
-from stability.measure.ensemble import ensemble_size, lesion_ensemble, probe_channel_ensemble, probe_ensemble, probe_ensemble_until_decided
-from stability.measure.probe import Measurements, probe
+from stability.judge.token_invariants import TokenShapeObserver, finish_measurements
+from stability.judge.verdict import Verdict
+from stability.measure.ensemble import ensemble_size
+from stability.measure.measurements import Measurements
+from stability.measure.probe import probe
+from stability.run.conclude import case_verdicts, conclude_replay, conclude_search, judge, message, met_by, not_applicable
 from stability.run.guard import check_budget, time_limit, warm_up
 from stability.run.profiles import get_profile, keyed
+from stability.run.results import CaseRecord, InvariantResult, SpecResult
 from stability.run.strategies import cases
-from stability.spec.applicability import narrow_for, not_applicable_reason
+from stability.spec.applicability import not_applicable_reason
 from stability.spec.case import Case, parse_case_string, reproduce_command
-from stability.spec.schema import TRAINING_INVARIANTS, Spec
+from stability.spec.registry import INVARIANTS
+from stability.spec.schema import Spec
 
-__all__ = ["CaseRecord", "InvariantResult", "SpecResult", "evaluate", "judge", "run_spec", "run_training", "RunOptions"]
+__all__ = ["CaseRecord", "InvariantResult", "SpecResult", "MeasureContext", "measure_case", "probe_observers", "evaluate", "judge", "run_spec", "run_training", "RunOptions"]
 
 
 @dataclass
@@ -57,83 +56,66 @@ class RunOptions:
 
 
 @dataclass
-class CaseRecord:
-    case: Case
-    measurements: Measurements | None
-    error: str | None = None
-    seconds: float = 0.0
+class MeasureContext:
+    """What an invariant's `after_probe` and `ensemble` measurements see (stability.spec.registry):
+    the case, its blocks and their input (after the stem), the probe's measurements, the size of
+    the case's seed ensemble (`[probe] ensemble`), and a dict the invariants of one case share
+    (variance_growth and mean_field judge the same ensemble members)."""
 
-
-@dataclass
-class InvariantResult:
-    """One (spec, invariant) pair: was the expectation met, and which case decided it."""
-
-    name: str
-    expect: str  # "holds" | "violated"
-    met: bool
-    verdict: Verdict | None
-    case: Case | None
-    examples: int
-    message: str
-    reproduce: str | None = None
-    error: str | None = None
-    #: False when the replayed case lies outside the cases the invariant applies to: then `met` is
-    #: True (nothing was judged), `verdict` is None and `status` is "not_applicable".
-    applicable: bool = True
-    skipped: bool = False  # not run in this profile (a training invariant outside train.profiles)
-    #: The cases judged for this invariant, in order (for `stability.run.audit.rejudge` in the parent).
-    judged: tuple[Case, ...] = ()
-
-    @property
-    def status(self) -> str:
-        if not self.applicable:
-            return "not_applicable"
-        if self.skipped:
-            return "skipped"
-        return "ok" if self.met else ("error" if self.error else "failed")
-
-
-@dataclass
-class SpecResult:
     spec: Spec
-    results: list[InvariantResult]
-    cases: dict[Case, CaseRecord] = field(default_factory=dict)
-    seconds: float = 0.0
-    profile: str = "dev"
-    #: What the spec's own code (factory, blocks) wrote to stdout and stderr in its worker process,
-    #: bounded (stability/run/worker.py); empty when nothing was written or capture was off.
-    output: str = ""
-
-    @property
-    def met(self) -> bool:
-        return all(r.met for r in self.results)
+    case: Case
+    blocks: Any
+    x: torch.Tensor
+    m: Measurements
+    size: int
+    shared: dict[str, Any] = field(default_factory=dict)
 
 
-def _apply(name: str, expectation: Any, m: Measurements) -> Verdict:
-    if name == "gradient_arrival":
-        return inv.gradient_arrival(m, lo=expectation.lo, hi=expectation.hi)
-    if name == "variance_growth":
-        return inv.variance_growth(
-            m,
-            max_growth=expectation.max_growth,
-            max_ratio=expectation.max_ratio,
-            min_ratio=expectation.min_ratio,
-            statistic=expectation.statistic,
-            bounded_ratio=expectation.bounded_ratio,
-        )
-    if name in token_invariants.TOKEN_INVARIANTS:
-        return token_invariants.judge(name, expectation, m)
-    if name == "jacobian_spectrum":
-        return theory.jacobian_spectrum(m, max_spread=expectation.max_spread, mean_lo=expectation.mean_lo, mean_hi=expectation.mean_hi)
-    if name == "mean_field":
-        return theory.mean_field(m, k_sigma=expectation.k_sigma)
-    if name == "lesion":
-        return theory.lesion(m, max_change=expectation.max_change, statistic=expectation.statistic)
-    if name in TRAINING_INVARIANTS:  # judged on an optimizer run (run_training), not on a probe
-        raise ValueError(f"{name} is judged by stability.run.training.evaluate, not from a probe's Measurements")
-    if name == "mean_shift":
-        return inv.mean_shift(m, max_ratio=expectation.max_ratio)
-    return inv.identity_at_init(m, atol=expectation.atol)
+def _probe_entries(spec: Spec) -> list[Any]:
+    """The registry entries of the probe invariants the spec declares, in registry order."""
+    return [e for e in (INVARIANTS.get(n) for n, _ in spec.invariants()) if not e.training]
+
+
+def probe_observers(spec: Spec) -> list[Any]:
+    """The observers a spec's probe runs: the token shapes for (B, T, C) inputs, then each declared
+    invariant's own (its registry entry's `observers`), in registry order."""
+    observers: list[Any] = [TokenShapeObserver()] if spec.block.layer == "tokens" else []
+    for e in _probe_entries(spec):
+        if e.observers is not None:
+            observers += e.observers(spec)
+    return observers
+
+
+def measure_case(spec: Spec, case: Case) -> Measurements:
+    """Build and probe one case and take every measurement its declared invariants need: the
+    observers during the pass, then each one's `after_probe`, then each one's `ensemble`
+    (registry order). Raises what building and probing raise."""
+    net = build(spec, case)
+    x = make_input(spec, case)
+    if net.stem is not None:
+        with torch.no_grad():
+            x = net.stem(x)
+    entries = _probe_entries(spec)
+    observers = probe_observers(spec)
+    m = probe(
+        net.blocks,
+        x,
+        loss=spec.probe.loss,
+        seed=derive_seed(case.seed, 2),
+        checkpoint_every=spec.probe.checkpoint_every,
+        call_kwargs=net.call_kwargs,
+        rng_seed=derive_seed(case.seed, 3),
+        observers=observers,
+    )
+    m = finish_measurements(spec, m)
+    ctx = MeasureContext(spec, case, net.blocks, x, m, ensemble_size(spec))
+    for e in entries:
+        if e.after_probe is not None:
+            m.extra.update(e.after_probe(ctx))
+    for e in entries:
+        if e.ensemble is not None:
+            m.extra.update(e.ensemble(ctx))
+    return m
 
 
 def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseRecord:
@@ -149,35 +131,7 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
         if options.case_timeout:
             warm_up(case.device)  # torch's lazy imports and CUDA start-up are no case's own time
         with time_limit(options.case_timeout):
-            net = build(spec, case)
-            x = make_input(spec, case)
-            if net.stem is not None:
-                with torch.no_grad():
-                    x = net.stem(x)
-            m = probe(
-                net.blocks,
-                x,
-                loss=spec.probe.loss,
-                seed=derive_seed(case.seed, 2),
-                checkpoint_every=spec.probe.checkpoint_every,
-                call_kwargs=net.call_kwargs,
-                rng_seed=derive_seed(case.seed, 3),
-                observers=[*token_invariants.observers_for(spec), *([ChannelStats()] if spec.expect.mean_shift is not None else [])],
-            )
-            m = token_invariants.finish_measurements(spec, m)
-            m.extra.update(theory.extra_measurements(spec, case, net.blocks, x, seed=derive_seed(case.seed, 3)))
-            ens = None
-            if spec.expect.variance_growth is not None and ensemble_size(spec) > 1:  # the law is judged on seeds
-                ens = m.extra["ensemble"] = probe_ensemble_until_decided(
-                    spec, case, m, size=ensemble_size(spec), enough=enough_members(case.depth, bounded_ratio=spec.expect.variance_growth.bounded_ratio)
-                )
-            if spec.expect.mean_field is not None and ensemble_size(spec) > 1:  # so is the mean-field factor (the same members)
-                ens = ens or probe_ensemble(spec, case, m, size=ensemble_size(spec))
-                m.extra["mean_field_ensemble"] = [(g[0], g[-1]) for g in ens.grad_norm]
-            if spec.expect.mean_shift is not None and ensemble_size(spec) > 1:  # so is the mean shift
-                m.extra["channel_ensemble"] = probe_channel_ensemble(spec, case, m, size=ensemble_size(spec))
-            if spec.expect.lesion is not None and ensemble_size(spec) > 1 and "lesion" in m.extra:  # and the lesions
-                m.extra["lesion_ensemble"] = lesion_ensemble(spec, case, m.extra["lesion"], size=ensemble_size(spec))
+            m = measure_case(spec, case)
     except BlockError as exc:  # a block raised on this case (any family): this case fails, the run goes on
         return CaseRecord(case, None, f"the case does not run: {exc}", time.perf_counter() - t0)
     except CaseError as exc:  # the time limit, or refused for memory
@@ -196,29 +150,8 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
     return CaseRecord(case, m, None, time.perf_counter() - t0)
 
 
-def judge(spec: Spec, name: str, record: CaseRecord) -> Verdict:
-    expectation = getattr(spec.expect, name)
-    if record.measurements is None:
-        return Verdict(name, False, math.nan, "", None, f"case not measured: {record.error}")
-    verdict: Verdict = annotate(spec, record.case, _apply(name, expectation, record.measurements), record.measurements)
-    return verdict  # with the law's prediction appended where one applies (stability/judge/laws.py)
-
-
 def _applies(spec: Spec, name: str, case: Case) -> bool:
     return not_applicable_reason(spec, name, case) is None
-
-
-def _severity(name: str, v: Verdict, expectation: Any) -> float:
-    """How close a passing verdict came to failing (bigger is closer): picks the reported case."""
-    if name == "gradient_arrival":
-        if not v.observed > 0:
-            return math.inf
-        return -min(math.log(v.observed / expectation.lo), math.log(expectation.hi / v.observed))
-    if name == "attention_entropy":  # lower entropy is closer to collapse
-        return -v.observed if math.isfinite(v.observed) else math.inf
-    if name == "mean_field" and v.observed > 0 and v.extra.get("predicted", 0) > 0:
-        return abs(math.log(v.observed / v.extra["predicted"]))
-    return v.observed if math.isfinite(v.observed) else math.inf
 
 
 class _Found(Exception):
@@ -226,25 +159,12 @@ class _Found(Exception):
 
 
 def _target(name: str, v: Verdict) -> None:
-    if not math.isfinite(v.observed) or v.observed <= 0:
+    """Steer the thorough profile's search toward the invariant's failure (its registry `targets`)."""
+    entry = INVARIANTS.get(name)
+    if entry.targets is None:
         return
-    if name == "gradient_arrival":
-        target(-math.log10(v.observed), label="vanishing gradient (log10)")
-        target(math.log10(v.observed), label="exploding gradient (log10)")
-    elif name == "variance_growth":
-        target(math.log10(v.observed), label="variance growth (log10 ratio)")
-    elif name in token_invariants.TOKEN_INVARIANTS:
-        target(-v.observed if name == "attention_entropy" else v.observed, label=name)
-    elif name == "jacobian_spectrum":
-        target(math.log10(v.observed), label="Jacobian spread (log10)")
-    elif name == "lesion":
-        target(v.observed, label="lesion change")
-    elif name == "mean_field" and v.extra.get("predicted", 0) > 0:
-        target(abs(math.log(v.observed / v.extra["predicted"])), label="mean-field mismatch (log)")
-    elif name == "mean_shift":
-        target(v.observed, label="mean shift (squared channel mean / channel variance)")
-    else:
-        target(v.observed, label="identity error")
+    for value, label in entry.targets(v):
+        target(value, label=label)
 
 
 def run_spec(
@@ -282,7 +202,7 @@ def run_spec(
     for name, expectation in spec.invariants():
         if only is not None and name != only:
             continue
-        if name in TRAINING_INVARIANTS:
+        if INVARIANTS.get(name).training:
             results.append(run_training(spec, name, expectation, options, profile_name, case=case, cache=train_cache))
             continue
         if case is not None:
@@ -291,27 +211,15 @@ def run_spec(
             results.append(_search(spec, name, expectation, options, profile_name, profile, measured))
         if on_result is not None:
             on_result(results[-1])
-    return SpecResult(spec, results, cache, time.perf_counter() - t0, profile_name)
+    return SpecResult(spec, results, cache, time.perf_counter() - t0, profile_name, verdicts=case_verdicts(spec, cache))
 
 
 def _replay(spec: Spec, name: str, expectation: Any, case: Case, measured: Callable[[Case], CaseRecord]) -> InvariantResult:
-    reason = not_applicable_reason(spec, name, case)
-    if reason is not None:
-        return InvariantResult(
-            name,
-            expectation.expect,
-            True,
-            None,
-            case,
-            0,
-            f"{spec.path}::{name}: not applicable at {case}: {reason}",
-            applicable=False,
-        )
+    outside = not_applicable(spec, name, case)
+    if outside is not None:
+        return outside
     record = measured(case)
-    v = judge(spec, name, record)
-    met = v.passed == (expectation.expect == "holds") and record.error is None
-    message = _unmeasured(spec, name, case, record) or _message(spec, name, expectation.expect, met, v, case, True)
-    return InvariantResult(name, expectation.expect, met, v, case, 1, message, reproduce_command(spec, case), record.error, judged=(case,))
+    return conclude_replay(spec, name, case, record, judge(spec, name, record), expect=expectation.expect)
 
 
 def _search(
@@ -338,7 +246,7 @@ def _search(
             failing.append(c)
             raise _Found
 
-    strategy = cases(narrow_for(spec, name), device=options.device, invariant=name)
+    strategy = cases(spec, device=options.device, invariant=name)
     # One example database entry per (spec, invariant, device), not one for every spec.
     run = keyed(profile, f"{spec.path}::{name}::{options.device}")(given(strategy)(test))
     pinned = [parse_case_string(text, spec, device=options.device) for text in spec.space.examples]
@@ -353,30 +261,14 @@ def _search(
     except HypothesisException as exc:  # e.g. an unsatisfiable space; reported, never a traceback
         return InvariantResult(name, expectation.expect, False, None, None, len(seen), f"the search failed: {exc}", error=str(exc))
     judged = tuple(dict.fromkeys(c for c, _ in seen))  # each case once, in order
-    examples = len(judged)
+    records = {c: measured(c) for c in judged}
+    verdicts = dict(reversed(seen))  # (the first verdict of each case, as the search saw it)
+    smallest = None
     if failing:
-        c = _smallest_depth(spec, name, failing[-1], measured)  # Hypothesis replays its shrunk example last
-        record = measured(c)
-        v = judge(spec, name, record)
-        met = expectation.expect == "violated" and record.error is None
-        message = _unmeasured(spec, name, c, record) or _message(spec, name, expectation.expect, met, v, c, False)
-        return InvariantResult(name, expectation.expect, met, v, c, examples, message, reproduce_command(spec, c), record.error, judged=judged)
-    if not seen:
-        return InvariantResult(name, expectation.expect, False, None, None, 0, "no applicable case was drawn", error="no applicable case")
-    c, v = max(seen, key=lambda cv: _severity(name, cv[1], expectation))
-    met = expectation.expect == "holds"
-    return InvariantResult(
-        name,
-        expectation.expect,
-        met,
-        v,
-        c,
-        examples,
-        _message(spec, name, expectation.expect, met, v, c, False, examples),
-        reproduce_command(spec, c),
-        None,
-        judged=judged,
-    )
+        smallest = _smallest_depth(spec, name, failing[-1], measured)  # Hypothesis replays its shrunk example last
+        records[smallest] = measured(smallest)
+        verdicts.setdefault(smallest, judge(spec, name, records[smallest]))
+    return conclude_search(spec, name, judged, records, failing=smallest, verdicts=verdicts, expect=expectation.expect)
 
 
 def _smallest_depth(spec: Spec, name: str, case: Case, measured: Callable[[Case], CaseRecord]) -> Case:
@@ -404,29 +296,6 @@ def _smallest_depth(spec: Spec, name: str, case: Case, measured: Callable[[Case]
         else:
             hi = mid
     return dataclasses.replace(case, depth=hi)
-
-
-def _message(spec: Spec, name: str, expect: str, met: bool, v: Verdict, case: Case, replay: bool, examples: int | None = None) -> str:
-    where = f"{spec.path}::{name}"
-    if expect == "holds":
-        if met:
-            return f"{where}: holds on {examples} cases; closest to its bound: {v.detail} at {case}" if examples else f"{where}: holds at {case}: {v.detail}"
-        smallest = "" if replay else "smallest failing case "
-        return f"{where}: expected to hold, but it fails at {smallest}{case}: {v.detail}"
-    if met:
-        smallest = "" if replay else "smallest violating case "
-        return f"{where}: violated as expected at {smallest}{case}: {v.detail}"
-    if replay:
-        return f"{where}: expected to be violated, but it holds at {case}: {v.detail}"
-    return f"{where}: expected to be violated, but no case among {examples} broke it; closest: {v.detail} at {case}"
-
-
-def _unmeasured(spec: Spec, name: str, case: Case, record: CaseRecord) -> str | None:
-    """The message for a deciding case that could not be measured (a block or the factory raised,
-    the time limit, memory): the case fails whatever the expectation; None when it was measured."""
-    if record.error is None:
-        return None
-    return f"{spec.path}::{name}: the case could not be measured at {case}"
 
 
 # ----------------------------------------------------------------------------- training invariants
@@ -459,16 +328,20 @@ def run_training(
     def run(c: Case) -> tuple[Verdict, str | None]:
         v, error = evaluate_training(spec, name, c, case_timeout=options.case_timeout, memory_budget=options.memory_budget, cache=cache)
         if v is None:
-            return Verdict(name, False, math.nan, "", None, f"case not trained: {error}"), error
+            return Verdict(name, False, math.nan, "", None, f"case not trained: {error}", measured=False), error
         return v, None
 
-    def result(c: Case, v: Verdict, error: str | None, met: bool, message: str, examples: int) -> InvariantResult:
-        return InvariantResult(name, expectation.expect, met, v, c, examples, message, reproduce_command(spec, c), error)
+    def result(c: Case, v: Verdict, error: str | None, replay: bool, examples: int) -> InvariantResult:
+        met = met_by(expectation.expect, v, CaseRecord(c, None, error))
+        text = message(spec, name, expectation.expect, met, v, c, replay, None if replay else examples)
+        return InvariantResult(name, expectation.expect, met, v, c, examples, text, reproduce_command(spec, c), error)
 
     if case is not None:
+        outside = not_applicable(spec, name, case)
+        if outside is not None:
+            return outside
         v, error = run(case)
-        met = v.passed == (expectation.expect == "holds") and error is None
-        return result(case, v, error, met, _message(spec, name, expectation.expect, met, v, case, True), 1)
+        return result(case, v, error, True, 1)
     if profile_name not in t.profiles:
         return InvariantResult(
             name,
@@ -494,7 +367,10 @@ def run_training(
             raise _Found
 
     search = settings(profile, max_examples=n, phases=(Phase.explicit, Phase.generate), database=None)
-    test_fn = search(given(cases(spec, device=options.device, invariant=name))(test))
+    # Only the cases it applies to (a filter that passes everything draws what the bare strategy
+    # draws; the test's body is unchanged, so a derandomized profile draws the same cases as before).
+    applicable = cases(spec, device=options.device, invariant=name).filter(lambda c: _applies(spec, name, c))
+    test_fn = search(given(applicable)(test))
     for c in reversed([parse_case_string(text, spec, device=options.device) for text in spec.space.examples]):
         test_fn = example(c)(test_fn)
     if options.seed is not None:
@@ -508,11 +384,9 @@ def run_training(
     if failing:
         c = failing[-1]
         v, error = seen[c]
-        met = expectation.expect == "violated" and error is None  # not shrunk: worded like a replay
-        return result(c, v, error, met, _message(spec, name, expectation.expect, met, v, c, True), len(seen))
+        return result(c, v, error, True, len(seen))  # not shrunk: worded like a replay
     if not seen:
         return InvariantResult(name, expectation.expect, False, None, None, 0, "no case was drawn", error="no case")
     # The case closest to failing: the largest headline number (slope magnitude, loss ratio, mean residual).
     c, (v, _) = max(seen.items(), key=lambda cv: abs(cv[1][0].observed) if math.isfinite(cv[1][0].observed) else math.inf)
-    met = expectation.expect == "holds"
-    return result(c, v, None, met, _message(spec, name, expectation.expect, met, v, c, False, len(seen)), len(seen))
+    return result(c, v, None, False, len(seen))

@@ -1,13 +1,10 @@
 """Keeps one case from taking the run down: a memory estimate checked before building, and a
 per-case time limit.
 
-The estimate counts parameters plus the activations autograd saves for the backward pass, from the
-same formulas the builder uses (channels per boundary, layers per block), plus a fixed cost per
-block for the Python module objects, parameter tensors and autograd nodes, which dominates for deep,
-narrow stacks. It is deliberately an over-estimate (a handful of saved tensors per layer), so a
-refused case is refused with margin. The check costs no allocation that grows with the case: a
-bound from the depth alone comes first, so depth 10**9 is refused before a list of 10**9 channel
-counts is made.
+The estimate is the family's memory model (its registry entry's `estimate`: parameters plus the
+activations autograd saves, with margin; stability.families.memory for the built-in families).
+The check costs no allocation that grows with the case: the family's per-block lower bound from
+the depth alone comes first, so depth 10**9 is refused before a list of 10**9 channel counts is made.
 """
 
 from __future__ import annotations
@@ -25,28 +22,11 @@ from types import FrameType
 import torch
 
 from stability.errors import CaseError
-from stability.families.build import channel_counts, torch_dtype
 from stability.spec.case import Case
+from stability.spec.registry import FAMILIES
 from stability.spec.schema import Spec
 
 __all__ = ["estimate_bytes", "memory_budget", "check_budget", "time_limit", "warm_up", "CaseTimeout", "format_bytes"]
-
-# Saved tensors per layer-sized activation, by family: a generous count of what autograd keeps
-# (layer input, norm input and statistics, activation output, the addition's operands).
-_SAVED_PER_BLOCK = {"plain": 4, "postnorm": 9, "preact": 9, "highway": 8, "dense": 4, "transformer": 16}
-# Fixed bytes per block besides tensor data: module objects, parameter tensors, autograd nodes and
-# hooks. Measured peak on CPU at width 4 (torch 2.13): plain ~25 KiB, dense ~30 KiB, highway ~40-55
-# KiB, postnorm/preact ~45-62 KiB per block; these are those with margin.
-_OVERHEAD_PER_BLOCK = {
-    "plain": 48 * 2**10,
-    "postnorm": 96 * 2**10,
-    "preact": 96 * 2**10,
-    "highway": 96 * 2**10,
-    "dense": 64 * 2**10,
-    "transformer": 192 * 2**10,
-}
-# A custom block is at least one module with a parameter (a bare nn.Linear measures ~14 KiB).
-_CUSTOM_MIN_PER_BLOCK = 8 * 2**10
 
 
 class CaseTimeout(CaseError):
@@ -63,54 +43,14 @@ def format_bytes(n: float) -> str:
 
 def _min_bytes(spec: Spec, case: Case) -> int:
     """A lower bound on `estimate_bytes` from the depth alone (O(1), allocates nothing)."""
-    per_block = _CUSTOM_MIN_PER_BLOCK if spec.family == "custom" else _OVERHEAD_PER_BLOCK[spec.family]
-    return case.depth * per_block
+    return case.depth * FAMILIES.get(spec.family).block_bytes
 
 
 def estimate_bytes(spec: Spec, case: Case) -> int | None:
-    """Parameters + saved activations + per-block overhead of one case, in bytes; None for custom
-    factories. O(1) for every family but dense, which walks its channel counts (O(depth))."""
-    if spec.family == "custom":
-        return None
-    item = torch.empty((), dtype=torch_dtype(case.dtype)).element_size()
-    conv = spec.block.layer == "conv2d"
-    k2 = spec.block.kernel_size**2 if conv else 1
-    pixels = (case.spatial or 8) ** 2 if conv else 1
-    if spec.block.layer == "tokens":
-        pixels = case.tokens or 8  # (B, T, C): T positions per channel
-    per_block = _SAVED_PER_BLOCK[spec.family]
-    if spec.family == "transformer":
-        return _transformer_bytes(spec, case, item) + _min_bytes(spec, case)
-    if spec.family == "dense":
-        counts = channel_counts(spec, case)
-        pairs = [(c_in, c_out, 1) for c_in, c_out in zip(counts[:-1], counts[1:], strict=True)]
-    else:  # boundaries are [c0, w, w, …, w]: one c0 → w block, then depth − 1 blocks w → w
-        c0, w = case.input_width or case.width, case.width
-        pairs = [(c0, w, 1), (w, w, case.depth - 1)]
-    params = 0
-    acts = 0
-    for c_in, c_out, n in pairs:
-        if spec.family == "dense":
-            params += n * c_in * spec.block.growth * k2
-        else:
-            layers = 1 if spec.family == "plain" else 2
-            params += n * (layers * c_in * c_out * k2 + (c_in * c_out if spec.block.skip == "projection" else 0))
-        acts += n * per_block * case.batch * max(c_in, c_out) * pixels
-    # weights, their gradients, one optimiser-free copy; then the fixed cost of every block
-    return int((params * 3 + acts) * item) + _min_bytes(spec, case)
-
-
-def _transformer_bytes(spec: Spec, case: Case, item: int) -> int:
-    """Parameters (4·C² attention + 2·r·C² MLP per block, times 3 as above) plus saved activations:
-    16 token-sized tensors and the MLP's hidden ones (B·T·r·C, 3 of them), and the attention
-    scores and probabilities (B·H·T², 3 of them) per block."""
-    from stability.families.transformer import head_count
-
-    c, t, b = case.width, case.tokens or 8, case.batch
-    hidden = max(1, round(spec.block.mlp_ratio * c)) if spec.block.mlp else 0
-    params = case.depth * (4 * c * c + 2 * c * hidden + 8 * c + hidden)
-    acts = case.depth * b * t * (_SAVED_PER_BLOCK["transformer"] * c + 3 * hidden + 3 * head_count(spec, c) * t)
-    return int((params * 3 + acts) * item)
+    """Parameters + saved activations + per-block overhead of one case, in bytes, from the
+    family's memory model (stability.families.memory); None where the family has none (a user's
+    factory)."""
+    return FAMILIES.get(spec.family).estimate(spec, case)
 
 
 def memory_budget(device: str) -> int:

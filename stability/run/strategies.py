@@ -24,28 +24,23 @@ import torch
 from hypothesis import strategies as st
 
 from stability.families.build import Network, build, derive_seed, make_input
+from stability.run.devices import case_devices
+from stability.spec.applicability import narrow_for
 from stability.spec.case import Case
-from stability.spec.schema import ZERO_BRANCH_INITS, IntSpace, Spec
+from stability.spec.schema import DEFAULT_SIZE, IntSpace, Spec
 
 __all__ = ["cases", "networks", "DrawnNetwork", "integers_in"]
-
-
-def _devices(spec: Spec, device: str | None) -> list[str]:
-    if device in (None, "auto"):
-        return ["cuda"] if torch.cuda.is_available() and "cuda" in spec.space.device else ["cpu"]
-    if device == "all":
-        return [d for d in spec.space.device if d == "cpu" or torch.cuda.is_available()] or ["cpu"]
-    return [device]
 
 
 def cases(spec: Spec, *, device: str | None = "cpu", invariant: str | None = None) -> st.SearchStrategy[Case]:
     """Cases from `spec.space`. Shrinks toward the smallest depth, width and batch and the first
     listed init and dtype. `device`: "cpu", "cuda", "auto" (cuda when present) or "all".
-    With `invariant="identity_at_init"` only zero-branch inits are drawn (built-in families)."""
+    With `invariant`, only the cases it applies to are drawn where its rule narrows a choice key
+    (`stability.spec.applicability.narrow_for`: identity_at_init draws zero-branch inits only)."""
+    if invariant is not None:
+        spec = narrow_for(spec, invariant)
     s = spec.space
     branch = list(s.branch_init)
-    if invariant == "identity_at_init" and spec.family != "custom":
-        branch = [b for b in branch if b in ZERO_BRANCH_INITS]
     conv = spec.block.layer == "conv2d"
     tokens = spec.block.layer == "tokens"
     lo, hi = s.depth
@@ -57,14 +52,14 @@ def cases(spec: Spec, *, device: str | None = "cpu", invariant: str | None = Non
         depth=depth,
         width=integers_in(s.width),
         batch=integers_in(s.batch),
-        spatial=integers_in(s.spatial or (8, 8)) if conv else st.none(),
+        spatial=integers_in(s.spatial or (DEFAULT_SIZE, DEFAULT_SIZE)) if conv else st.none(),
         input_width=integers_in(s.input_width) if s.input_width else st.none(),
         weight_init=st.sampled_from(list(s.weight_init)),
         branch_init=st.sampled_from(branch),
         dtype=st.sampled_from(list(s.dtype)),
-        device=st.sampled_from(_devices(spec, device)),
+        device=st.sampled_from(case_devices(spec, device)),
         seed=integers_in(s.seed),
-        tokens=integers_in(s.tokens or (8, 8)) if tokens else st.none(),
+        tokens=integers_in(s.tokens or (DEFAULT_SIZE, DEFAULT_SIZE)) if tokens else st.none(),
     )
 
 

@@ -29,14 +29,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stability._version import __version__
-from stability.run.engine import CaseRecord, judge
+from stability.judge.verdict import is_evidence
+from stability.measure.measurements import Measurements
+from stability.run.conclude import judge
 from stability.run.grid import Axis, Value, apply_point, grid_points, point_key
+from stability.run.results import CaseRecord
 from stability.run.store import Budget, Store
-from stability.run.sweep_exec import Backend, PointTask, Row, measurements_from_json
-from stability.spec.case import Case
-from stability.spec.schema import ZERO_BRANCH_INITS, Spec
+from stability.run.sweep_exec import Backend, PointTask, Row
+from stability.spec.applicability import not_applicable_reason
+from stability.spec.schema import Spec
 
-__all__ = ["PointResult", "SweepResult", "Sweep", "spec_hash", "code_version", "ensemble_verdict", "compare"]
+__all__ = ["PointResult", "PointVerdict", "SweepResult", "Sweep", "spec_hash", "code_version", "ensemble_verdict", "compare"]
 
 Progress = Callable[[int, int, int], None]  # (points done, of which cached, points known so far)
 
@@ -93,11 +96,13 @@ def _source_hash(package: Path) -> str:
 
 @dataclass
 class PointResult:
-    """One grid point: its rows (one per seed) and whether they came from the store."""
+    """One grid point: its rows (one per seed), whether they came from the store, and each
+    declared invariant's verdict there (`ensemble_verdict`; the reports draw these)."""
 
     point: dict[str, Value]
     rows: list[Row]
     cached: bool
+    verdicts: dict[str, PointVerdict] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -120,19 +125,23 @@ class SweepResult:
     extra_points: list[PointResult] = field(default_factory=list)  # probed by the bisection, off the grid
 
 
-def _applies(spec: Spec, name: str, case: Case) -> bool:
-    return name != "identity_at_init" or spec.family == "custom" or case.branch_init in ZERO_BRANCH_INITS
+#: (holds on every seed, or None when the invariant does not apply; the first failing case; its detail).
+PointVerdict = tuple[bool | None, str | None, str]
 
 
-def ensemble_verdict(spec: Spec, name: str, point: dict[str, Value], rows: list[Row]) -> tuple[bool | None, str | None, str]:
-    """(holds on every seed, or None when not applicable; the first failing case; its detail)."""
+def ensemble_verdict(spec: Spec, name: str, point: dict[str, Value], rows: list[Row], *, device: str = "cpu") -> PointVerdict:
+    """Invariant `name` at one point: it holds when it holds on every seed's case, each judged as
+    `stability check --case` judges it (`stability.run.conclude.judge`, on the same measurements);
+    a case it does not apply to (`applies_when`, or its own rule) makes the point not applicable,
+    and a case that could not be measured, or a verdict that measured nothing, fails it."""
     for row in rows:
-        spec_p, case = apply_point(spec, point, seed=row["seed"])
-        if not _applies(spec_p, name, case):
-            return None, None, f"not applicable: branch_init={case.branch_init} is not a zero-branch init"
-        m = measurements_from_json(row["m"]) if row["m"] is not None else None
+        spec_p, case = apply_point(spec, point, seed=row["seed"], device=device)
+        reason = not_applicable_reason(spec_p, name, case)
+        if reason is not None:
+            return None, None, f"not applicable: {reason}"
+        m = Measurements.from_json(row["m"]) if row["m"] is not None else None
         v = judge(spec_p, name, CaseRecord(case, m, row["error"]))
-        if not v.passed:
+        if not (v.passed and is_evidence(v)):
             return False, str(case), v.detail
     return True, None, ""
 
@@ -193,8 +202,13 @@ class Sweep:
         device: str = "cpu",
         version: str | None = None,
         progress: Progress | None = None,
+        invariants: Sequence[str] | None = None,
+        memory_budget: int | None = None,
     ) -> None:
         self.spec, self.store, self.backend = spec, store, backend
+        #: The invariants swept: the spec's declared ones, or those asked for (`--only`).
+        self.names = [n for n, _ in spec.invariants() if invariants is None or n in invariants]
+        self.memory_budget = memory_budget
         self.seeds, self.device = list(seeds), device
         self.version = version or code_version()
         self.hash = spec_hash(spec)
@@ -212,23 +226,26 @@ class Sweep:
         for i, p in enumerate(points):
             rows = self.store.cached(self.hash, self.version, point_key(p), self.seeds, self.device)
             if rows is not None:
-                results[i] = PointResult(p, rows, True)
+                results[i] = PointResult(p, rows, True, self._verdicts(p, rows))
                 self.done += 1
                 if point_key(p) not in self._fresh and point_key(p) not in self._reused:
                     self._reused.add(point_key(p))
                     self.cached += 1
             else:
-                tasks.append(PointTask(self.spec, p, tuple(self.seeds), self.device, tag={"index": i}))
+                tasks.append(PointTask(self.spec, p, tuple(self.seeds), self.device, tag={"index": i}, memory_budget=self.memory_budget))
         self._report()
         for j, rows in self.backend.run(tasks):
             task = tasks[j]
             self.store.put(self.hash, self.version, self.spec.name, point_key(task.point), self.device, rows)
             self._fresh.add(point_key(task.point))
-            results[task.tag["index"]] = PointResult(task.point, rows, False)
+            results[task.tag["index"]] = PointResult(task.point, rows, False, self._verdicts(task.point, rows))
             self.done += 1
             self.probed += len(rows)
             self._report()
         return [r for r in results if r is not None]
+
+    def _verdicts(self, point: dict[str, Value], rows: list[Row]) -> dict[str, PointVerdict]:
+        return {n: ensemble_verdict(self.spec, n, point, rows, device=self.device) for n in self.names}
 
     def _report(self) -> None:
         if self.progress is not None:
@@ -238,7 +255,7 @@ class Sweep:
         """The depth budget of every (slice, invariant), by lockstep bisection."""
         others = [a for a in axes if a.key != "depth"]
         slices = grid_points(others)
-        names = [n for n, _ in self.spec.invariants()]
+        names = self.names
         lo, hi = depth_range
         state = {(point_key(s), n): _Bisection(lo, hi) for s in slices for n in names}
         seen: dict[str, PointResult] = {}
@@ -259,7 +276,7 @@ class Sweep:
                     b = state[(point_key(s), n)]
                     for d in b.next_depths():
                         p = {**s, "depth": d}
-                        holds, case, detail = ensemble_verdict(self.spec, n, p, seen[point_key(p)].rows)
+                        holds, case, detail = seen[point_key(p)].verdicts[n]
                         b.update(d, holds, case, detail)
         out = []
         for s in slices:
@@ -335,10 +352,12 @@ def run_sweep(
     budgets: bool = True,
     progress: Progress | None = None,
     version: str | None = None,
+    invariants: Sequence[str] | None = None,
+    memory_budget: int | None = None,
 ) -> SweepResult:
     """The grid, then the budgets (see the module docstring)."""
     t0 = time.perf_counter()
-    sweep = Sweep(spec, store, backend, seeds=seeds, device=device, version=version, progress=progress)
+    sweep = Sweep(spec, store, backend, seeds=seeds, device=device, version=version, progress=progress, invariants=invariants, memory_budget=memory_budget)
     points = sweep.evaluate(grid_points(axes))
     if depth_range is None:
         depth_axis = next((a for a in axes if a.key == "depth"), None)

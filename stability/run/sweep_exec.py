@@ -1,8 +1,8 @@
 """Where a sweep's points run: one small interface, two backends.
 
 A `PointTask` (a spec, one grid point, its seeds) is plain data; `run_point` turns it into one
-row per seed (plain data too: the case string, the measurements as JSON text, or the reason the
-case could not be measured). A `Backend` takes a batch of tasks and yields `(index, rows)` as
+row per seed (plain data too: the case string, the measurements as JSON text from
+`Measurements.to_json`, or the reason the case could not be measured). A `Backend` takes a batch of tasks and yields `(index, rows)` as
 each finishes, in any order:
 
 - `SerialBackend` runs them in this process, one after another;
@@ -19,18 +19,15 @@ numbers whichever backend ran it.
 
 from __future__ import annotations
 
-import json
 import os
+import pickle
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from stability.run.grid import Value, apply_point
 
-__all__ = ["PointTask", "Row", "run_point", "Backend", "SerialBackend", "DaskBackend", "measurements_to_json", "measurements_from_json"]
-
-#: One chunk of seeds probed together by `probe_seeds` holds at most this many parameter bytes.
-_CHUNK_BYTES = 256 * 2**20
+__all__ = ["PointTask", "Row", "run_point", "Backend", "SerialBackend", "DaskBackend"]
 
 Row = dict[str, Any]  # {"seed": int, "case": str, "m": JSON text | None, "error": str | None}
 
@@ -44,41 +41,7 @@ class PointTask:
     seeds: tuple[int, ...]
     device: str = "cpu"
     tag: dict[str, Any] = field(default_factory=dict)  # the caller's bookkeeping, returned untouched
-
-
-def measurements_to_json(m: Any) -> str:
-    """The numbers a sweep keeps of one probe (not the per-parameter gradient norms). Python's
-    float repr round-trips exactly, so a stored probe reads back bit-identical."""
-    return json.dumps(
-        {
-            "grad_norm": m.grad_norm,
-            "act_var": m.act_var,
-            "act_sq_mean": m.act_sq_mean,
-            "identity_error": m.identity_error,
-            "input_grad_error": m.input_grad_error,
-            "nonfinite_at": m.nonfinite_at,
-            "nonfinite_kind": m.nonfinite_kind,
-            "channels": m.channels,
-        },
-        separators=(",", ":"),
-    )
-
-
-def measurements_from_json(text: str) -> Any:
-    from stability.measure.probe import Measurements
-
-    d = json.loads(text)
-    return Measurements(
-        grad_norm=d["grad_norm"],
-        act_var=d["act_var"],
-        act_sq_mean=d["act_sq_mean"],
-        param_grad_norm={},
-        identity_error=d["identity_error"],
-        input_grad_error=d["input_grad_error"],
-        nonfinite_at=d["nonfinite_at"],
-        nonfinite_kind=d["nonfinite_kind"],
-        channels=d["channels"],
-    )
+    memory_budget: int | None = None  # the guard's budget (None: the default, half the free memory)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -87,9 +50,9 @@ def _one_line(exc: BaseException) -> str:
 
 def run_point(task: PointTask) -> list[Row]:
     """Probe one point's seeds; never raises for a problem with the point (it becomes each row's
-    `error`). Built-in families go through `probe_seeds` (all seeds in one vectorised pass, in
-    chunks of ≤ 256 MiB of parameters); custom factories, checkpointed probes and any chunk that
-    `probe_seeds` refuses fall back to `engine.evaluate` per seed."""
+    `error`). Each seed is one case measured by `stability.run.engine.evaluate`, exactly as
+    `stability check --case` measures it (every observer, extra measurement and seed ensemble its
+    declared invariants need), so a sweep judges the numbers check would."""
     import torch
 
     threads = torch.get_num_threads()
@@ -100,6 +63,16 @@ def run_point(task: PointTask) -> list[Row]:
         torch.set_num_threads(threads)
 
 
+def run_point_payload(payload: bytes) -> list[Row]:
+    """`run_point` on a pickled task, read only after this process has imported the run's plugins
+    (`$STABILITY_PLUGINS`), so a plugin's invariants and families exist in a Dask worker too."""
+    from stability.run.plugins import load_plugins
+
+    load_plugins()
+    task: PointTask = pickle.loads(payload)
+    return run_point(task)
+
+
 def _run_point(task: PointTask) -> list[Row]:
     from stability.errors import StabilityError
     from stability.run.engine import RunOptions, evaluate
@@ -108,67 +81,20 @@ def _run_point(task: PointTask) -> list[Row]:
         pairs = [apply_point(task.spec, task.point, seed=s, device=task.device) for s in task.seeds]
     except StabilityError as exc:
         return [{"seed": s, "case": "", "m": None, "error": str(exc)} for s in task.seeds]
-    rows: dict[int, Row] = {}
-    from stability.errors import CaseError
-    from stability.run.guard import check_budget
-
-    try:  # the memory guard first, as `evaluate` applies it: a point at depth 10^9 is refused, not built
-        for spec_s, case in pairs:
-            check_budget(spec_s, case)
-    except CaseError as exc:
-        return [{"seed": c.seed, "case": str(c), "m": None, "error": str(exc)} for _, c in pairs]
-    spec = pairs[0][0]
-    batched = spec.family != "custom" and spec.probe.checkpoint_every == 0
-    if batched:
-        for chunk in _chunks(pairs):
-            rows.update(_probe_chunk(chunk))
-    options = RunOptions(device=task.device, case_timeout=None)  # a Dask task runs off the main thread: no SIGALRM
+    options = RunOptions(device=task.device, case_timeout=None, memory_budget=task.memory_budget)  # a Dask task runs off the main thread: no SIGALRM
+    rows: list[Row] = []
     for spec_s, case in pairs:
-        if case.seed in rows:
-            continue
         try:
             record = evaluate(spec_s, case, options)
         except StabilityError as exc:  # a custom factory that raises: this point fails, the sweep goes on
-            rows[case.seed] = {"seed": case.seed, "case": str(case), "m": None, "error": str(exc)}
+            rows.append({"seed": case.seed, "case": str(case), "m": None, "error": str(exc)})
             continue
         except Exception as exc:
-            rows[case.seed] = {"seed": case.seed, "case": str(case), "m": None, "error": f"the case does not run: {_one_line(exc)}"}
+            rows.append({"seed": case.seed, "case": str(case), "m": None, "error": f"the case does not run: {_one_line(exc)}"})
             continue
-        m = None if record.measurements is None else measurements_to_json(record.measurements)
-        rows[case.seed] = {"seed": case.seed, "case": str(case), "m": m, "error": record.error}
-    return [rows[s] for s in task.seeds]
-
-
-def _chunks(pairs: list[Any]) -> Iterator[list[Any]]:
-    """Seeds in groups whose parameters fit `_CHUNK_BYTES` (estimated from the first network)."""
-    from stability.run.guard import estimate_bytes
-
-    spec, case = pairs[0]
-    per = estimate_bytes(spec, case) or 1
-    size = max(1, min(len(pairs), _CHUNK_BYTES // max(per, 1)))
-    for i in range(0, len(pairs), size):
-        yield pairs[i : i + size]
-
-
-def _probe_chunk(chunk: list[Any]) -> dict[int, Row]:
-    """Probe a chunk of seeds together; {} when `probe_seeds` cannot (the loop then runs each)."""
-    import torch
-
-    from stability.families.build import build, derive_seed, make_input
-    from stability.measure.batched import probe_seeds
-
-    spec = chunk[0][0]
-    if any(c.device.startswith("cuda") for _, c in chunk) and not torch.cuda.is_available():
-        return {}
-    try:
-        nets = [build(s, c) for s, c in chunk]
-        if any(n.stem is not None for n in nets):
-            return {}
-        xs = [make_input(s, c) for s, c in chunk]
-        ms = probe_seeds([n.blocks for n in nets], xs, seeds=[derive_seed(c.seed, 2) for _, c in chunk], loss=spec.probe.loss)
-    except Exception:  # out of memory, a block vmap cannot run, …: the per-seed loop reports it per case
-        return {}
-    return {c.seed: {"seed": c.seed, "case": str(c), "m": measurements_to_json(m), "error": None} for (_, c), m in zip(chunk, ms, strict=True)}
+        m = None if record.measurements is None else record.measurements.to_json()
+        rows.append({"seed": case.seed, "case": str(case), "m": m, "error": record.error})
+    return rows
 
 
 class Backend(Protocol):
@@ -263,7 +189,7 @@ class DaskBackend:
 
     def _submit(self, task: PointTask) -> Any:
         resources = {"GPU": 1} if task.device.startswith("cuda") else None
-        return self.client.submit(run_point, task, pure=False, resources=resources)
+        return self.client.submit(run_point_payload, pickle.dumps(task), pure=False, resources=resources)
 
     def close(self) -> None:
         if self._own_client:

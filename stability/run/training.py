@@ -1,7 +1,7 @@
-"""One training case run and judged: the optimizer runs `update_size`, `trainability` and
-`residual_size` need for a case, under the per-case time limit and the memory guard, with whatever
-goes wrong turned into an error string (as `stability.run.engine.evaluate` does for the probe); the
-verdicts themselves are `stability.judge.train_invariants`'.
+"""One training case run and judged: the optimizer runs a training invariant needs for a case
+(its registry entry's `train`), under the per-case time limit and the memory guard (over every
+network its `train_cases` lists), with whatever goes wrong turned into an error string (as
+`stability.run.engine.evaluate` does for the probe).
 """
 
 from __future__ import annotations
@@ -12,12 +12,11 @@ from collections.abc import Sequence
 import torch
 
 from stability.errors import CaseError
-from stability.judge.invariants import Verdict
-from stability.judge.train_invariants import residual_size, trainability, update_size
-from stability.measure.train import TrainRun, train_case
-from stability.measure.train_update import update_sweep
+from stability.judge.verdict import Verdict
+from stability.measure.train import TrainRun
 from stability.run.guard import check_budget, time_limit, warm_up
 from stability.spec.case import Case
+from stability.spec.registry import INVARIANTS
 from stability.spec.schema import Spec
 
 __all__ = ["evaluate", "run_depths", "RunCache"]
@@ -28,14 +27,6 @@ RunCache = dict[tuple[Case, int], TrainRun]
 
 def run_depths(case: Case, compare_depths: tuple[int, int] | None) -> list[int]:
     return list(compare_depths) if compare_depths is not None else [case.depth]
-
-
-def _variants(spec: Spec, name: str, case: Case) -> list[Case]:
-    """The networks one case of this invariant trains: one per width, per compared depth, or the case itself."""
-    expectation = getattr(spec.expect, name)
-    if name == "update_size":
-        return [dataclasses.replace(case, width=w) for w in expectation.widths]
-    return [dataclasses.replace(case, depth=d) for d in run_depths(case, expectation.compare_depths)]
 
 
 def _check_memory(spec: Spec, variants: Sequence[Case], budget: int | None) -> None:
@@ -67,20 +58,13 @@ def evaluate(
     limit = min(spec.train.seconds, case_timeout) if case_timeout else spec.train.seconds
     if case.device.startswith("cuda") and not torch.cuda.is_available():
         return None, "CUDA is not available on this machine; use --device cpu"
+    entry = INVARIANTS.get(name)
+    assert entry.train is not None and entry.train_cases is not None  # a training entry has both
     try:
-        variants = _variants(spec, name, case)
-        _check_memory(spec, variants, memory_budget)
+        _check_memory(spec, entry.train_cases(expectation, case), memory_budget)
         warm_up(case.device)
         with time_limit(limit):
-            if name == "update_size":
-                sweep = update_sweep(spec, case, expectation.widths)
-                return update_size(sweep, max_abs_slope=expectation.max_abs_slope, at=expectation.at), None
-            runs = []
-            for v in variants:
-                key = (dataclasses.replace(v, depth=0), v.depth)
-                if key not in cache:
-                    cache[key] = train_case(spec, v)
-                runs.append(cache[key])
+            verdict = entry.train(spec, expectation, case, cache)
     except CaseError as exc:  # the time limit, or refused for memory
         return None, str(exc).replace("--case-timeout", "train.seconds or --case-timeout")
     except torch.OutOfMemoryError as exc:
@@ -88,6 +72,4 @@ def evaluate(
         return None, f"out of memory on {case.device}: {first}"
     except Exception as exc:  # a block raised during training; the run goes on
         return None, "the case does not train: " + " ".join(f"{type(exc).__name__}: {exc}".split())
-    if name == "trainability":
-        return trainability(runs, max_loss_ratio=expectation.max_loss_ratio, compare_depths=expectation.compare_depths, max_depth_ratio=expectation.max_depth_ratio), None
-    return residual_size(runs, max_mean=expectation.max_mean, compare_depths=expectation.compare_depths, max_depth_ratio=expectation.max_depth_ratio), None
+    return verdict, None

@@ -7,13 +7,19 @@ default dtype, thread count, deterministic flags, RNG state, `sys.path`, `sys.mo
 leaves running, signal handlers) can reach another spec: each spec gets its own child, which dies
 when the spec is done.
 
-The protocol is one pipe per child, carrying plain pickled data, child → parent:
+The task goes to the child as pickled bytes, unpickled only after the child has imported the run's
+plugins (stability.run.plugins), so a plugin's invariants and families exist there too. The protocol
+back is one pipe per child carrying JSON text, never pickles (the spec's code runs in the child, and
+unpickling what it sends could run code in the parent), child → parent:
 
-    ("start", Case)            a case is about to be built (the parent starts its clock)
-    ("case", CaseRecord)       that case was probed (the clock stops)
-    ("result", InvariantResult) one invariant was judged
-    ("cpu", float)             the child's own CPU seconds, just before it is done
-    ("done", Outcome)          the spec is finished (its cases are the streamed records)
+    {"kind": "start", "case": …}       a case is about to be built (the parent starts its clock)
+    {"kind": "case", "record": …}      that case was probed (the clock stops): `CaseRecord.to_dict`
+    {"kind": "result", "result": …}    one invariant was judged: `InvariantResult.to_dict`
+    {"kind": "cpu", "seconds": …}      the child's own CPU seconds, just before it is done
+    {"kind": "done", "results": […], "error": …, "seconds": …, "profile": …}   the spec is finished
+    {"kind": "crash", "what": …}       the spec's code exited or raised what the harness did not expect
+
+The parent decides every expectation again from the streamed records (stability.run.audit).
 
 and, unless capture is off, a second pipe carrying the child's file descriptors 1 and 2: what the
 spec's factory and blocks print (Python, warnings and C-level writes alike) never reaches the
@@ -33,10 +39,12 @@ factory left running cannot keep anything alive; the parent kills it if it linge
 from __future__ import annotations
 
 import contextlib
+import json
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.spawn
 import os
+import pickle
 import resource
 import signal
 import sys
@@ -49,9 +57,10 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from stability.run.audit import rejudge
-from stability.run.engine import CaseRecord, InvariantResult
+from stability.run.conclude import case_verdicts
 from stability.run.executor import Executor, Outcome, Task, run_task, unfinished_outcome
 from stability.run.processes import get_context
+from stability.run.results import CaseRecord, InvariantResult, SpecResult
 from stability.spec.case import Case
 
 __all__ = ["WorkerExecutor", "KILL_AFTER_S", "TERM_GRACE_S", "default_threads", "deep_stack"]
@@ -64,8 +73,6 @@ TERM_GRACE_S = 0.2
 #: How much of a spec's own output the reports keep: its first and its last this many bytes.
 OUTPUT_HEAD = 4096
 OUTPUT_TAIL = 16384
-#: Lines of a failing spec's captured output the terminal and pytest show (JSON keeps all that was kept).
-OUTPUT_LINES = 20
 
 
 class _Output:
@@ -113,7 +120,11 @@ def default_threads() -> int:
 # ----------------------------------------------------------------------------- the child
 
 
-def _child_main(conn: Connection, task: Task, env: dict[str, str], cwd: str, threads: int, output: Connection | None = None) -> None:
+def _json(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":"), allow_nan=True).encode()
+
+
+def _child_main(conn: Connection, payload: bytes, env: dict[str, str], cwd: str, threads: int, output: Connection | None = None) -> None:
     """Runs in the child: send file descriptors 1 and 2 into `output` (when capturing), adopt the
     parent's environment and folder, set the threads, run the task, send everything back, and
     leave without waiting for anything the spec left running."""
@@ -129,27 +140,31 @@ def _child_main(conn: Connection, task: Task, env: dict[str, str], cwd: str, thr
         os.chdir(cwd)
         import torch
 
+        from stability.run.plugins import load_plugins
+
+        load_plugins()  # the run's plugins ($STABILITY_PLUGINS), before the task names their entries
+        task: Task = pickle.loads(payload)
         torch.set_num_threads(threads)
         if task.options.deterministic:
             torch.use_deterministic_algorithms(True)
         outcome = run_task(
             task,
-            on_start=lambda c: conn.send(("start", c)),
-            on_case=lambda r: conn.send(("case", r)),
-            on_result=lambda r: conn.send(("result", r)),
+            on_start=lambda c: conn.send_bytes(_json({"kind": "start", "case": c.as_dict()})),
+            on_case=lambda r: conn.send_bytes(_json({"kind": "case", "record": r.to_dict()})),
+            on_result=lambda r: conn.send_bytes(_json({"kind": "result", "result": r.to_dict()})),
         )
-        outcome.result.cases = {}  # already streamed, one record at a time
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        conn.send(("cpu", usage.ru_utime + usage.ru_stime))
-        conn.send(("done", outcome))
+        conn.send_bytes(_json({"kind": "cpu", "seconds": usage.ru_utime + usage.ru_stime}))
+        res = outcome.result
+        conn.send_bytes(_json({"kind": "done", "results": [r.to_dict() for r in res.results], "error": outcome.error, "seconds": res.seconds, "profile": res.profile}))
     except KeyboardInterrupt:
         code = 130
     except SystemExit as exc:  # sys.exit in a block's forward: the spec's code may not end the run
         code = 3
-        _send(conn, ("crash", f"the spec's code called sys.exit({exc.code!r})"))
+        _send(conn, {"kind": "crash", "what": f"the spec's code called sys.exit({exc.code!r})"})
     except BaseException as exc:  # noqa: BLE001 -- anything else is reported, never a traceback
         code = 4
-        _send(conn, ("crash", " ".join(f"{type(exc).__name__}: {exc}".split())))
+        _send(conn, {"kind": "crash", "what": " ".join(f"{type(exc).__name__}: {exc}".split())})
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:
@@ -178,9 +193,9 @@ def deep_stack() -> None:
         pass
 
 
-def _send(conn: Connection, message: tuple[str, Any]) -> None:
+def _send(conn: Connection, message: dict[str, Any]) -> None:
     try:
-        conn.send(message)
+        conn.send_bytes(_json(message))
     except Exception:  # noqa: BLE001 -- the parent then reports the exit code instead
         pass
 
@@ -263,7 +278,8 @@ class WorkerExecutor(Executor):
                     index, task = pending.popleft()
                     parent_conn, child_conn = ctx.Pipe(duplex=False)
                     out_r, out_w = ctx.Pipe(duplex=False) if self.capture else (None, None)  # raw bytes: only the descriptors are used
-                    proc = ctx.Process(target=_child_main, args=(child_conn, task, env, cwd, self.threads, out_w), daemon=True, name=f"stability-{task.spec.name}")
+                    payload = pickle.dumps(task)
+                    proc = ctx.Process(target=_child_main, args=(child_conn, payload, env, cwd, self.threads, out_w), daemon=True, name=f"stability-{task.spec.name}")
                     with _without_main():
                         proc.start()
                     child_conn.close()
@@ -320,30 +336,44 @@ class WorkerExecutor(Executor):
             try:
                 if not run.conn.poll():
                     break
-                kind, payload = run.conn.recv()
+                raw = run.conn.recv_bytes()
             except (EOFError, OSError):
                 return True  # the child closed its end: it has exited
-            except Exception as exc:  # noqa: BLE001 -- a message that does not unpickle
-                run.crash = f"sent a result that cannot be read ({type(exc).__name__}: {exc})"
+            try:
+                message = json.loads(raw)
+                if self._receive(run, message):
+                    return True
+            except Exception as exc:  # noqa: BLE001 -- a message that does not read as the protocol's
+                run.crash = f"sent a message that cannot be read ({' '.join(f'{type(exc).__name__}: {exc}'.split())[:300]})"
                 return True
-            if kind == "start":
-                run.current, run.case_started = payload, time.monotonic()
-                timeout = run.task.options.case_timeout
-                run.deadline = run.case_started + timeout + KILL_AFTER_S if timeout else None
-            elif kind == "case":
-                run.records.append(payload)
-                run.current, run.deadline = None, None
-            elif kind == "result":
-                run.results.append(payload)
-            elif kind == "cpu":
-                self.cpu_seconds += payload
-            elif kind == "done":
-                run.outcome = payload
-                return True
-            elif kind == "crash":
-                run.crash = payload
         if not run.proc.is_alive():
             return not run.conn.poll()  # exited: finished once its last messages are read
+        return False
+
+    def _receive(self, run: _Running, message: dict[str, Any]) -> bool:
+        """Take one message of the protocol (module docstring); True when the child is done."""
+        kind = message["kind"]
+        if kind == "start":
+            run.current, run.case_started = Case.from_dict(message["case"]), time.monotonic()
+            timeout = run.task.options.case_timeout
+            run.deadline = run.case_started + timeout + KILL_AFTER_S if timeout else None
+        elif kind == "case":
+            run.records.append(CaseRecord.from_dict(message["record"]))
+            run.current, run.deadline = None, None
+        elif kind == "result":
+            run.results.append(InvariantResult.from_dict(message["result"]))
+        elif kind == "cpu":
+            self.cpu_seconds += float(message["seconds"])
+        elif kind == "done":
+            results = [InvariantResult.from_dict(r) for r in message["results"]]
+            error = message["error"]
+            result = SpecResult(run.task.spec, results, {r.case: r for r in run.records}, float(message["seconds"]), str(message["profile"]))
+            run.outcome = Outcome(run.task, result, None if error is None else str(error))
+            return True
+        elif kind == "crash":
+            run.crash = str(message["what"])
+        else:
+            raise ValueError(f"unknown message kind {kind!r}")
         return False
 
     def _stop(self, run: _Running) -> None:
@@ -373,9 +403,10 @@ class WorkerExecutor(Executor):
     def _finish(self, run: _Running) -> Outcome:
         outcome = self._collect(run)
         outcome.result.output = run.output.text()
-        contradiction = rejudge(outcome.result)  # with this process's own code, which no spec has touched
+        contradiction = rejudge(outcome.result, replay=run.task.case is not None)  # with this process's own code, which no spec has touched
         if contradiction is not None and outcome.error is None:
             outcome.error = contradiction
+        outcome.result.verdicts = case_verdicts(outcome.result.spec, outcome.result.cases)
         return outcome
 
     def _collect(self, run: _Running) -> Outcome:
@@ -384,13 +415,7 @@ class WorkerExecutor(Executor):
             self._stop(run)
             self._close_output(run)
             run.conn.close()
-            outcome = run.outcome
-            if outcome.task is not run.task:
-                outcome.task = run.task
-            outcome.result.spec = run.task.spec
-            if not outcome.result.cases:
-                outcome.result.cases = {r.case: r for r in run.records}
-            return outcome
+            return run.outcome
         self._stop(run)
         self._close_output(run)
         run.conn.close()

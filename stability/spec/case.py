@@ -37,6 +37,19 @@ class Case:
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: Any) -> Case:
+        """The inverse of `as_dict`, checking every field's type (data from another process)."""
+        if not isinstance(data, dict) or set(data) - _FIELDS or _REQUIRED - set(data):
+            raise ValueError(f"not a case: {data!r:.200}")
+        for key, value in data.items():
+            kind = _FIELD_TYPES[key]
+            if value is None and key in _OPTIONAL:
+                continue
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise ValueError(f"not a case: {key}={value!r:.80}")
+        return cls(**data)
+
     def varying(self, spec: Spec) -> str:
         """Only the values the spec's space lets vary (the rest are fixed by the spec)."""
         s = spec.space
@@ -65,6 +78,10 @@ class Case:
         return ",".join(parts)
 
 
+_FIELDS = frozenset(f.name for f in dataclasses.fields(Case))
+_OPTIONAL = frozenset({"spatial", "input_width", "tokens"})
+_REQUIRED = _FIELDS - {"tokens"}
+_FIELD_TYPES: dict[str, type] = {f: (int if f in ("depth", "width", "batch", "spatial", "input_width", "seed", "tokens") else str) for f in _FIELDS}
 _SHORT = {"weight_init": "init"}
 _ALIASES = {"init": "weight_init"}
 _INT_KEYS = ("depth", "width", "batch", "spatial", "input_width", "seed", "tokens")

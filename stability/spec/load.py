@@ -19,7 +19,8 @@ from typing import Any, get_args
 from pydantic import BaseModel, ValidationError
 
 from stability.errors import SpecError, did_you_mean
-from stability.spec.schema import INVARIANTS, TRAINING_INVARIANTS, ZERO_BRANCH_INITS, Spec
+from stability.spec.registry import FAMILIES, INVARIANTS
+from stability.spec.schema import DEFAULT_SIZE, Block, Spec
 
 __all__ = ["load_spec", "find_specs", "parse_spec", "validate_spec", "CASE_ARGUMENTS"]
 
@@ -103,15 +104,34 @@ def validate_spec(data: Any, *, file: str = "<string>") -> Spec:
     """Validate an already-parsed document (a dict) into a `Spec`."""
     if not isinstance(data, dict):
         raise SpecError(file, None, "must be a TOML table at the top level")
-    if "path" in data:
-        raise SpecError(file, "path", "is not a spec key", value=data["path"], fix="remove it")
+    for reserved in ("path", "options"):
+        if reserved in data:
+            raise SpecError(file, reserved, "is not a spec key", value=data[reserved], fix="remove it")
+    shared, options = _family_options(file, data)
     try:
-        spec = Spec.model_validate({**data, "path": file})
+        spec = Spec.model_validate({**shared, "path": file, "options": options})
     except ValidationError as exc:
-        raise _spec_error(file, data, exc) from None
+        raise _spec_error(file, shared, exc) from None
     _check_combinations(spec, data)
     _check_factory_args(spec)
     return spec
+
+
+def _family_options(file: str, data: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """`data` without the `[block]` keys the spec's family declares as its own (its registry
+    entry's `options` model), and those keys validated by that model (None when it has none)."""
+    name, block = data.get("family"), data.get("block")
+    if not isinstance(name, str) or name not in FAMILIES or not isinstance(block, dict):
+        return data, None
+    model = FAMILIES.get(name).options
+    if model is None:
+        return data, None
+    own = {k: v for k, v in block.items() if k in model.model_fields}
+    try:
+        options = model.model_validate(own)
+    except ValidationError as exc:
+        raise _spec_error(file, {"block": own}, exc, models={("block",): model}) from None
+    return {**data, "block": {k: v for k, v in block.items() if k not in model.model_fields}}, options
 
 
 #: What a custom factory receives from the drawn case; `factory_args` may not override these.
@@ -185,8 +205,13 @@ _TYPE_WORDS = {
 }
 
 
-def _spec_error(file: str, data: dict[str, Any], exc: ValidationError) -> SpecError:
+def _spec_error(file: str, data: dict[str, Any], exc: ValidationError, *, models: dict[tuple[str, ...], type[BaseModel]] | None = None) -> SpecError:
+    """One SpecError line for a pydantic error; `models` maps a key path to the model validated
+    there when it is not the spec's own (a family's options, validated apart, under "block")."""
     errors = exc.errors(include_url=False)
+    if models:  # the errors of a model validated apart: give them the key path they have in the spec
+        prefix = next(iter(models))
+        errors = [{**e, "loc": (*prefix, *e["loc"])} for e in errors]
     # An unknown key first: a misspelt required key also shows up as "missing", and the unknown
     # key's "did you mean" is the message that names the fix.
     err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
@@ -195,9 +220,12 @@ def _spec_error(file: str, data: dict[str, Any], exc: ValidationError) -> SpecEr
     kind = err["type"]
     value = err.get("input", ...)
     if kind == "extra_forbidden":
-        model = _model_at(loc)
+        model = (models or {}).get(tuple(str(p) for p in loc[:-1])) or _model_at(loc)
         known = sorted(model.model_fields) if model is not None else []
-        known = [k for k in known if k != "path"]
+        known = [k for k in known if k not in ("path", "options")]
+        if loc[:-1] == ("block",) and isinstance(data.get("family"), str) and data["family"] in FAMILIES:
+            fam = FAMILIES.get(data["family"])  # the keys this family reads, not every family's
+            known = sorted(k for k in {*fam.block_keys, *(fam.options.model_fields if fam.options else ())})
         hint = did_you_mean(loc[-1], known)
         fix = f"remove it{hint}" if hint else "remove it"
         if known:
@@ -225,33 +253,18 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
     """Options that validate alone but make no sense together, or for this family."""
     f, fam, b, s = spec.path, spec.family, spec.block, spec.space
 
-    def only(table: str, key: str, families: tuple[str, ...], why: str = "") -> None:
-        if fam not in families and _set(data, table, key):
-            fix = f"remove it; it applies to {', '.join(families)}" + (f" ({why})" if why else "")
-            raise SpecError(f, f"{table}.{key}", f"makes no sense for family '{fam}'", value=data[table][key], fix=fix)
-
-    only("block", "skip", ("postnorm", "preact", "transformer"))
-    only("block", "skip_scale", ("postnorm", "preact"))
-    only("block", "projection_spectrum", ("postnorm", "preact"))
-    only("block", "branch_layers", ("postnorm", "preact"))
-    only("block", "branch_scale", ("postnorm", "preact"))
-    only("block", "gate_bias", ("highway",))
-    only("block", "growth", ("dense",))
-    only("block", "transition_every", ("dense",))
-    only("block", "compression", ("dense",))
-    only("block", "factory", ("custom",))
-    only("block", "factory_args", ("custom",))
-    for key in ("activation", "norm", "norm_groups"):
-        only("block", key, ("plain", "postnorm", "preact", "highway", "dense", "transformer"), "a custom factory builds its own layers")
-    for key in ("norm_position", "causal", "heads", "head_dim", "mlp", "mlp_ratio", "residual", "layerscale_init"):
-        only("block", key, ("transformer",))
-
-    if fam == "custom":
-        if not b.factory:
-            raise SpecError(f, "block.factory", "is required for family 'custom'", fix='add factory = "package.module:function"')
-        mod, sep, fn = b.factory.partition(":")
-        if not sep or not mod or not fn.isidentifier():
-            raise SpecError(f, "block.factory", 'must look like "package.module:function"', value=b.factory)
+    family = FAMILIES.get(fam)
+    block: dict[str, Any] = data["block"] if isinstance(data.get("block"), dict) else {}
+    for key in block:
+        if key in Block.model_fields and key not in family.block_keys:
+            readers = [other.name for other in FAMILIES if key in other.block_keys]
+            why = " (a custom factory builds its own layers)" if family.user_code and key in ("activation", "norm", "norm_groups") else ""
+            raise SpecError(f, f"block.{key}", f"makes no sense for family '{fam}'", value=block[key], fix=f"remove it; it applies to {', '.join(readers)}{why}")
+    if b.layer not in family.layers:
+        shown = " or ".join(f'"{layer}"' for layer in family.layers)
+        raise SpecError(f, "block.layer", f"family '{fam}' builds {shown} layers", value=b.layer, fix=f"set block.layer = {shown}")
+    if family.check is not None:
+        family.check(spec, data)
 
     if b.layer in ("linear", "tokens"):
         if _set(data, "block", "kernel_size"):
@@ -261,7 +274,7 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
     elif b.kernel_size % 2 == 0:
         raise SpecError(f, "block.kernel_size", "must be odd so that 'same' padding keeps the spatial size", value=b.kernel_size, fix=f"use {b.kernel_size + 1}")
 
-    one_value_per_channel = b.layer == "linear" or (s.spatial[0] if s.spatial else 8) == 1
+    one_value_per_channel = b.layer == "linear" or (s.spatial[0] if s.spatial else DEFAULT_SIZE) == 1
     if b.layer == "tokens":  # (B, T, C): B·T values per channel
         one_value_per_channel = s.tokens is not None and min(s.tokens) == 1  # default 8 tokens
     if b.norm == "batch" and spec.probe.mode == "train" and s.batch[0] == 1 and one_value_per_channel:
@@ -295,19 +308,18 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
         if not 0 < lo <= hi:
             raise SpecError(f, "block.projection_spectrum", "must be [s_min, s_max] with 0 < s_min <= s_max", value=list(b.projection_spectrum))
 
-    if fam in ("plain", "dense", "highway") and any(i in ("rezero", "skipinit") for i in s.branch_init):
-        bad = next(i for i in s.branch_init if i in ("rezero", "skipinit"))
-        raise SpecError(f, "space.branch_init", f"'{bad}' scales a residual branch; family '{fam}' has none", value=s.branch_init, fix='use "default" or "zero"')
-    if fam == "plain" and "zero" in s.branch_init:
-        raise SpecError(f, "space.branch_init", "'zero' zeroes a residual branch; family 'plain' has none", value=s.branch_init, fix='use "default"')
+    if family.branch_inits is not None:
+        bad_inits = [i for i in s.branch_init if i not in family.branch_inits]
+        if bad_inits:
+            verb = "zeroes" if bad_inits[0] == "zero" else "scales"
+            allowed = " or ".join(f'"{i}"' for i in sorted(family.branch_inits))
+            raise SpecError(f, "space.branch_init", f"'{bad_inits[0]}' {verb} a residual branch; family '{fam}' has none", value=s.branch_init, fix=f"use {allowed}")
 
     # A case draws input_width and width independently: they can differ unless both are one value.
     if s.input_width is not None and not (s.input_width == s.width and s.width[0] == s.width[1]):
         joins = f"widths {list(s.input_width)} (space.input_width) and {list(s.width)} (space.width), drawn independently"
-        if fam in ("postnorm", "preact") and b.skip in ("identity", "scaled", "norm"):
+        if "skip" in family.block_keys and b.skip in ("identity", "scaled", "norm"):
             raise SpecError(f, "block.skip", f"an identity skip cannot join {joins}", value=b.skip, fix='set block.skip = "projection" or remove space.input_width')
-        if fam in ("highway", "dense", "custom"):
-            raise SpecError(f, "space.input_width", f"family '{fam}' keeps one width throughout", value=list(s.input_width), fix="remove it")
         if b.projection_spectrum is not None:
             raise SpecError(
                 f,
@@ -319,23 +331,15 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
         if "identity" in s.weight_init:
             raise SpecError(f, "space.weight_init", f"'identity' needs square weights, but the first block joins {joins}", value=s.weight_init, fix="remove space.input_width")
 
-    _check_tokens(spec, data)
+    if b.layer != "tokens" and _set(data, "space", "tokens"):
+        raise SpecError(f, "space.tokens", f"is a token-input option but block.layer is '{b.layer}'", value=list(s.tokens or ()), fix='remove it or set block.layer = "tokens"')
     if not spec.invariants():
-        raise SpecError(f, "expect", "declares no invariant", fix=f"add at least one of {', '.join(f'[expect.{name}]' for name in INVARIANTS)} (`stability explain NAME` describes each)")
-    ga = spec.expect.gradient_arrival
-    if ga is not None and ga.lo > ga.hi:
-        raise SpecError(f, "expect.gradient_arrival.lo", f"is above hi = {ga.hi}", value=ga.lo, fix="swap lo and hi")
-    vg = spec.expect.variance_growth
-    if vg is not None and vg.min_ratio is not None and vg.max_ratio is not None and vg.min_ratio > vg.max_ratio:
-        raise SpecError(f, "expect.variance_growth.min_ratio", f"is above max_ratio = {vg.max_ratio}", value=vg.min_ratio)
-    if spec.expect.identity_at_init is not None:
-        if fam in ("plain", "dense"):
-            raise SpecError(f, "expect.identity_at_init", f"family '{fam}' has no branch to zero, so it is never the identity by construction", fix="remove it")
-        if fam != "custom" and not ZERO_BRANCH_INITS & set(s.branch_init):
-            raise SpecError(f, "space.branch_init", "identity_at_init is checked on zero-branch cases, and this space has none", value=s.branch_init, fix='add "zero", "rezero" or "skipinit"')
-    from stability.spec.theory_keys import check_spec
-
-    check_spec(spec)
+        raise SpecError(f, "expect", "declares no invariant", fix=f"add at least one of {', '.join(f'[expect.{name}]' for name in INVARIANTS.names())} (`stability explain NAME` describes each)")
+    _check_training(spec)
+    for name, _ in spec.invariants():
+        entry = INVARIANTS.get(name)
+        if entry.check is not None:
+            entry.check(spec)
     from stability.spec.applicability import check_applies_when
     from stability.spec.case import parse_case_string
 
@@ -345,109 +349,14 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
             parse_case_string(text, spec)
         except Exception as exc:  # a UsageError for an unknown key or a value outside the space
             raise SpecError(f, f"space.examples[{i}]", str(exc), value=text) from None
-    _check_training(spec)
 
 
 def _check_training(spec: Spec) -> None:
     """The `[train]` table and the training invariants come together."""
     f = spec.path
-    declared = [n for n in TRAINING_INVARIANTS if getattr(spec.expect, n) is not None]
-    if declared and spec.train is None:
-        raise SpecError(f, "train", f"is required by expect.{declared[0]} (the optimizer run it judges)", fix="add [train] with steps = 100, lr = 0.01 (see docs/training.md)")
+    training = [e.name for e in INVARIANTS if e.training]
+    declared = [n for n, _ in spec.invariants() if n in training]
     if spec.train is not None and not declared:
-        raise SpecError(f, "train", "applies only to the training invariants, and this spec declares none", fix=f"remove it or add one of {', '.join(f'[expect.{n}]' for n in TRAINING_INVARIANTS)}")
-    if declared and spec.family == "custom":
-        raise SpecError(
-            f,
-            f"expect.{declared[0]}",
-            "is checked on the built-in families only (the run adds an input layer and a readout to the family's blocks)",
-            fix="remove it, or describe the network with a built-in family",
-        )
+        raise SpecError(f, "train", "applies only to the training invariants, and this spec declares none", fix=f"remove it or add one of {', '.join(f'[expect.{n}]' for n in training)}")
     if spec.train is not None and spec.train.warmup >= spec.train.steps:
         raise SpecError(f, "train.warmup", f"must be below train.steps = {spec.train.steps}", value=spec.train.warmup, fix="shorten the warm-up or raise steps")
-
-
-def _check_tokens(spec: Spec, data: dict[str, Any]) -> None:
-    """Token inputs, the transformer family, and the invariants that need tokens or attention."""
-    f, fam, b, s, e = spec.path, spec.family, spec.block, spec.space, spec.expect
-    if b.layer != "tokens" and _set(data, "space", "tokens"):
-        raise SpecError(f, "space.tokens", f"is a token-input option but block.layer is '{b.layer}'", value=list(s.tokens or ()), fix='remove it or set block.layer = "tokens"')
-    if fam == "transformer":
-        if b.layer != "tokens":
-            raise SpecError(f, "block.layer", "family 'transformer' works on (batch, tokens, channels) inputs", value=b.layer, fix='set block.layer = "tokens"')
-        if b.norm not in ("layer", "rms", "none"):
-            raise SpecError(f, "block.norm", 'family \'transformer\' normalises each token: choose "layer", "rms" or "none"', value=b.norm, fix='use norm = "layer"')
-        if b.skip not in ("identity", "none"):
-            raise SpecError(
-                f,
-                "block.skip",
-                "family 'transformer' has an identity skip or none",
-                value=b.skip,
-                fix='use skip = "identity" (or "none" for a negative control); scale the branches with block.residual',
-            )
-        if b.residual == "deepnorm" and b.norm_position != "post":
-            raise SpecError(f, "block.residual", "DeepNorm (Wang et al. 2022) up-weights the skip of a post-norm block", value=b.residual, fix='set block.norm_position = "post"')
-        if b.residual in ("deepnorm", "rezero", "skipinit", "layerscale") and b.skip == "none":
-            raise SpecError(
-                f,
-                "block.residual",
-                f"'{b.residual}' scales a residual connection, and skip = \"none\" removes it",
-                value=b.residual,
-                fix='remove block.residual or set block.skip = "identity"',
-            )
-        if _set(data, "block", "layerscale_init") and b.residual != "layerscale":
-            raise SpecError(f, "block.layerscale_init", 'only applies to residual = "layerscale"', value=b.layerscale_init, fix='remove it or set block.residual = "layerscale"')
-        if _set(data, "block", "mlp_ratio") and not b.mlp:
-            raise SpecError(f, "block.mlp_ratio", "sizes the MLP sublayer, and mlp = false removes it", value=b.mlp_ratio, fix="remove it or set mlp = true")
-        if b.heads is not None and b.head_dim is not None:
-            raise SpecError(
-                f,
-                "block.head_dim",
-                "is set together with block.heads; one of them follows from the width",
-                value=b.head_dim,
-                fix="keep one: head_dim (heads = width / head_dim) or heads (head_dim = width / heads)",
-            )
-        step = b.head_dim or b.heads or 1
-        name = "block.head_dim" if b.head_dim else "block.heads"
-        w = s.width
-        fits = all(v % step == 0 for v in w.values) if w.values is not None else (w.multiple_of % step == 0 or (w[0] == w[1] and w[0] % step == 0))
-        if not fits:
-            lo, hi = max(step, -(-w[0] // step) * step), max(step, (w[1] // step) * step)
-            raise SpecError(
-                f,
-                "space.width",
-                f"must be a multiple of {name} = {step} for every drawn value, so the heads divide the width",
-                value=w.describe(),
-                fix=f"write width = {{ range = [{lo}, {max(lo, hi)}], multiple_of = {step} }}",
-            )
-        if any(i in ("rezero", "skipinit") for i in s.branch_init):
-            raise SpecError(
-                f,
-                "space.branch_init",
-                "family 'transformer' sets ReZero and SkipInit with block.residual",
-                value=s.branch_init,
-                fix='use "default" or "zero", and block.residual = "rezero" or "skipinit"',
-            )
-        if s.input_width is not None:
-            raise SpecError(f, "space.input_width", "family 'transformer' keeps one width throughout", value=list(s.input_width), fix="remove it")
-        if e.identity_at_init is not None and b.norm_position == "post" and b.norm != "none":
-            raise SpecError(f, "expect.identity_at_init", "a post-norm block normalises the sum, so it is never the identity", fix='remove it, or use norm_position = "pre" or "sandwich"')
-        if e.identity_at_init is not None and "zero" not in s.branch_init:
-            raise SpecError(
-                f,
-                "space.branch_init",
-                "identity_at_init is checked on zero-branch cases, and this space has none",
-                value=s.branch_init,
-                fix='add "zero" (it zeroes the last layer of every sublayer)',
-            )
-        if e.identity_at_init is not None and b.skip == "none":
-            raise SpecError(f, "expect.identity_at_init", 'a block without a skip (skip = "none") is never the identity', fix="remove it")
-    for key, inv in (("rank_collapse", e.rank_collapse), ("attention_entropy", e.attention_entropy)):
-        if inv is None:
-            continue
-        if b.layer != "tokens":
-            raise SpecError(f, f"expect.{key}", "is measured over tokens, and this spec has no token inputs", fix='set block.layer = "tokens" (with space.tokens), or remove it')
-        if (s.tokens or (8, 8))[0] < 2:
-            raise SpecError(f, "space.tokens", f"{key} compares tokens, so it needs at least 2", value=list(s.tokens or ()), fix=f"start the range at 2 ([2, {max((s.tokens or (8, 8))[1], 2)}])")
-    if e.attention_entropy is not None and fam not in ("transformer", "custom"):
-        raise SpecError(f, "expect.attention_entropy", f"family '{fam}' has no attention", fix='remove it, or use family = "transformer"')

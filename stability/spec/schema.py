@@ -6,9 +6,11 @@ models, and the checks across keys, are `stability.spec.load`'s.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, get_args
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PlainValidator, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PlainValidator, WithJsonSchema, create_model
+from pydantic.json_schema import SkipJsonSchema
 
 from stability.errors import did_you_mean
 
@@ -27,12 +29,11 @@ __all__ = [
     "UpdateSize",
     "Trainability",
     "ResidualSize",
-    "TRAINING_INVARIANTS",
     "MeanShift",
     "spec_schema",
-    "describe_family",
-    "FAMILIES",
-    "INVARIANTS",
+    "Expectation",
+    "rebuild",
+    "DEFAULT_SIZE",
     "GROWTH_CLASSES",
     "ZERO_BRANCH_INITS",
     "IntSpace",
@@ -41,7 +42,6 @@ __all__ = [
     "GradientBalance",
 ]
 
-Family = Literal["plain", "postnorm", "preact", "highway", "dense", "custom", "transformer"]
 LayerKind = Literal["linear", "conv2d", "tokens"]
 Activation = Literal["relu", "gelu", "tanh", "sigmoid", "identity"]
 Norm = Literal["batch", "layer", "rms", "group", "none"]
@@ -62,28 +62,14 @@ NormPosition = Literal["pre", "post", "sandwich"]
 Residual = Literal["none", "deepnorm", "rezero", "skipinit", "layerscale", "gpt2"]
 Device = Literal["cpu", "cuda"]
 Growth = Literal["decaying", "bounded", "linear", "polynomial", "exponential"]
-Expectation = Literal["holds", "violated"]
+ExpectKind = Literal["holds", "violated"]
 
-FAMILIES: tuple[str, ...] = get_args(Family)
 GROWTH_CLASSES: tuple[str, ...] = get_args(Growth)
-INVARIANTS: tuple[str, ...] = ("gradient_arrival", "variance_growth", "identity_at_init", "rank_collapse", "attention_entropy", "gradient_balance")
-INVARIANTS += ("jacobian_spectrum", "mean_field", "lesion")
-#: Invariants judged on a short optimizer run (stability.measure.train), not on the probe's one pass.
-TRAINING_INVARIANTS: tuple[str, ...] = ("update_size", "trainability", "residual_size")
-INVARIANTS += TRAINING_INVARIANTS
-INVARIANTS += ("mean_shift",)
-#: Branch inits under which every branch outputs exactly zero at initialisation.
+#: Branch inits under which every branch of a built-in residual family outputs exactly zero at
+#: initialisation (the built-in families' `zero_branch_inits`, stability.families.catalog).
 ZERO_BRANCH_INITS: frozenset[str] = frozenset({"zero", "rezero", "skipinit"})
-
-_FAMILY_DESCRIPTIONS = {
-    "plain": "x_{l+1} = act(norm(W x_l)): no route around, the gradient is a product of factors",
-    "postnorm": "x_{l+1} = act(norm(x_l + F(x_l))): original ResNet ordering, norm/act on the route",
-    "preact": "x_{l+1} = x_l + F(x_l): bare addition, nothing on the route around (He et al. 2016)",
-    "highway": "x_{l+1} = T*H(x) + (1-T)*x, T = sigmoid(W_T x + b_T): a gated route around",
-    "dense": "block l reads the concatenation of all earlier outputs, adds `growth` channels",
-    "custom": 'your own nn.Module from `factory = "package.module:function"`',
-    "transformer": "x + Attn(norm(x)), then x + MLP(norm(x)) on (B, T, C) tokens: pre-, post- or sandwich-norm, with the residual schemes of the literature",
-}
+#: The spatial size of conv2d inputs and the token count of (B, T, C) inputs when `[space]` leaves them out.
+DEFAULT_SIZE = 8
 
 
 class IntSpace(tuple[int, int]):
@@ -323,22 +309,24 @@ class Space(_Model):
     tokens: IntRange | None = None
 
 
-class _Invariant(_Model):
-    expect: Expectation = "holds"
+class Expectation(_Model):
+    """The keys every `[expect.NAME]` table has; an invariant's own model derives from it."""
+
+    expect: ExpectKind = "holds"
     #: The cases this invariant applies to: case key → the values it applies to (e.g.
     #: { branch_init = ["zero"] }); unnamed keys are unrestricted. Default: every case (on a
     #: built-in family identity_at_init also needs a zero-branch init). See stability.spec.applicability.
     applies_when: dict[str, list[str | int]] | None = None
 
 
-class GradientArrival(_Invariant):
+class GradientArrival(Expectation):
     """grad_norm[0] / grad_norm[-1] must lie in [lo, hi]."""
 
     lo: float = Field(0.1, gt=0.0)
     hi: float = Field(10.0, gt=0.0)
 
 
-class VarianceGrowth(_Invariant):
+class VarianceGrowth(Expectation):
     """Growth of the activation variance (or second moment) over depth."""
 
     statistic: Literal["variance", "second_moment"] = "variance"
@@ -348,31 +336,31 @@ class VarianceGrowth(_Invariant):
     bounded_ratio: float = Field(4.0, gt=1.0)
 
 
-class IdentityAtInit(_Invariant):
+class IdentityAtInit(Expectation):
     """‖f(x) − x‖/‖x‖ ≤ atol and ‖g_in − g_out‖/‖g_out‖ ≤ atol for zero-branch cases."""
 
     atol: float = Field(0.0, ge=0.0)
 
 
-class RankCollapse(_Invariant):
+class RankCollapse(Expectation):
     """Mean pairwise cosine similarity of the output tokens ≤ max_similarity (Dong et al. 2021)."""
 
     max_similarity: float = Field(0.9, gt=-1.0, le=1.0)
 
 
-class AttentionEntropy(_Invariant):
+class AttentionEntropy(Expectation):
     """min over blocks and heads of the mean normalised attention-row entropy ≥ min_entropy (Zhai et al. 2023)."""
 
     min_entropy: float = Field(0.5, ge=0.0, le=1.0)
 
 
-class GradientBalance(_Invariant):
+class GradientBalance(Expectation):
     """max / min of the per-block parameter-gradient norms ≤ max_spread (Xiong et al. 2020)."""
 
     max_spread: float = Field(10.0, ge=1.0)
 
 
-class JacobianSpread(_Invariant):
+class JacobianSpread(Expectation):
     """σ_max² / ⟨σ²⟩ of the input–output Jacobian ≤ max_spread, and ⟨σ²⟩ in [mean_lo, mean_hi] when set
     (Pennington, Schoenholz & Ganguli 2017). Measured after the probe, only when declared."""
 
@@ -384,14 +372,14 @@ class JacobianSpread(_Invariant):
     exact: bool = False
 
 
-class MeanFieldRate(_Invariant):
+class MeanFieldRate(Expectation):
     """The measured per-block factor of ‖∂L/∂x‖² matches the mean-field χ within k_sigma finite-width
     standard deviations (Schoenholz et al. 2017; the band is stability.judge.meanfield.log_factor_variance)."""
 
     k_sigma: float = Field(4.0, gt=0.0)
 
 
-class Lesion(_Invariant):
+class Lesion(Expectation):
     """Removing one block (replacing it by the identity) changes the output by at most max_change,
     relative (Veit et al. 2016), over the blocks' maximum or median."""
 
@@ -419,7 +407,7 @@ def _widths(value: Any) -> Any:
 DepthPair = Annotated[tuple[int, int], BeforeValidator(_depth_pair), WithJsonSchema({"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 2})]
 
 
-class UpdateSize(_Invariant):
+class UpdateSize(Expectation):
     """The coordinate check: |slope| of log RMS(Δh) against log width ≤ max_abs_slope."""
 
     widths: Annotated[list[int], BeforeValidator(_widths), WithJsonSchema({"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2})]
@@ -427,7 +415,7 @@ class UpdateSize(_Invariant):
     at: Literal["all", "output"] = "all"
 
 
-class Trainability(_Invariant):
+class Trainability(Expectation):
     """A short run: finite loss, final/initial ≤ max_loss_ratio; with compare_depths, the deeper
     stack's final loss ≤ max_depth_ratio × the shallower one's."""
 
@@ -436,7 +424,7 @@ class Trainability(_Invariant):
     max_depth_ratio: float = Field(1.0, gt=0.0)
 
 
-class ResidualSize(_Invariant):
+class ResidualSize(Expectation):
     """After the run, the blocks' relative change ‖x_(l+1) − x_l‖/‖x_l‖ (mean over blocks) ≤ max_mean;
     with compare_depths, the deeper stack's mean ≤ max_depth_ratio × the shallower one's."""
 
@@ -445,29 +433,13 @@ class ResidualSize(_Invariant):
     max_depth_ratio: float = Field(1.0, gt=0.0)
 
 
-class MeanShift(_Invariant):
+class MeanShift(Expectation):
     """At the output, the average squared channel mean beyond sampling noise, relative to the
     average channel variance, ρ = (M − V/(N − 1)) / V, must be ≤ max_ratio (Brock, De & Smith 2021;
     stability/measure/channels.py). 0.25 lets the per-channel offsets carry at most a fifth of the second
     moment (ρ/(1 + ρ)); one ReLU of a standard normal already gives ρ ≈ 0.47."""
 
     max_ratio: float = Field(0.25, gt=0.0)
-
-
-class Expect(_Model):
-    gradient_arrival: GradientArrival | None = None
-    variance_growth: VarianceGrowth | None = None
-    identity_at_init: IdentityAtInit | None = None
-    rank_collapse: RankCollapse | None = None
-    attention_entropy: AttentionEntropy | None = None
-    gradient_balance: GradientBalance | None = None
-    jacobian_spectrum: JacobianSpread | None = None
-    mean_field: MeanFieldRate | None = None
-    lesion: Lesion | None = None
-    update_size: UpdateSize | None = None
-    trainability: Trainability | None = None
-    residual_size: ResidualSize | None = None
-    mean_shift: MeanShift | None = None
 
 
 class Probe(_Model):
@@ -502,32 +474,92 @@ class Train(_Model):
     cases: int = Field(3, ge=1, le=100)
 
 
+if TYPE_CHECKING:  # the built-in invariants' fields, for type checkers; at run time `rebuild` makes the model
+
+    class Expect(_Model):
+        gradient_arrival: GradientArrival | None
+        variance_growth: VarianceGrowth | None
+        identity_at_init: IdentityAtInit | None
+        rank_collapse: RankCollapse | None
+        attention_entropy: AttentionEntropy | None
+        gradient_balance: GradientBalance | None
+        jacobian_spectrum: JacobianSpread | None
+        mean_field: MeanFieldRate | None
+        lesion: Lesion | None
+        update_size: UpdateSize | None
+        trainability: Trainability | None
+        residual_size: ResidualSize | None
+        mean_shift: MeanShift | None
+
+        def __getattr__(self, name: str) -> Any: ...  # a plugin's invariants
+
+else:
+
+    class Expect(_Model):
+        """The `[expect]` table: one optional field per registered invariant. Rebuilt by `rebuild`
+        whenever an invariant is registered (stability.spec.registry); until the built-in catalogue
+        is registered it has none."""
+
+
+#: The names of the registered families (a `Literal` after `rebuild`).
+FamilyName = str
+
+
 class Spec(_Model):
-    """A validated spec. `path` is where it was read from ('<string>' when parsed from text)."""
+    """A validated spec. `path` is where it was read from ('<string>' when parsed from text).
+    `options` holds the family's own `[block]` keys (its `Family.options` model), when it has any."""
 
     name: str = Field(min_length=1)
     description: str
-    family: Family
+    family: FamilyName
     block: Block = Block()
     space: Space
     expect: Expect
     probe: Probe = Probe()
     path: str = "<string>"
     train: Train | None = None
+    options: Annotated[Any, SkipJsonSchema()] = None
 
-    def invariants(self) -> list[tuple[str, _Invariant]]:
-        """(name, expectation) for every invariant the spec declares, in a fixed order."""
-        return [(n, getattr(self.expect, n)) for n in INVARIANTS if getattr(self.expect, n) is not None]
+    def invariants(self) -> list[tuple[str, Expectation]]:
+        """(name, expectation) for every registered invariant the spec declares, in the order they were registered."""
+        from stability.spec.registry import INVARIANTS
+
+        return [(n, e) for n in INVARIANTS.names() if (e := getattr(self.expect, n, None)) is not None]
 
 
-def describe_family(family: str) -> str:
-    return _FAMILY_DESCRIPTIONS[family]
+def rebuild(invariants: Iterable[Any], families: Iterable[Any]) -> None:
+    """Rebuild `Expect` (one field per registered invariant) and the family names of `Spec` from
+    the registries (`stability.spec.registry` calls this when an entry is registered). The new
+    `Expect` replaces this module's, so pickled specs name the current one."""
+    fields: dict[str, Any] = {entry.name: (entry.expectation | None, None) for entry in invariants}
+    model = create_model("Expect", __base__=_Model, __module__=__name__, __doc__=Expect.__doc__, **fields)
+    model.__qualname__ = "Expect"
+    names = tuple(f.name for f in families)
+    family_names: Any = Literal[names] if names else str
+    globals().update(Expect=model, FamilyName=family_names)  # what pickles of specs name
+    fields_ = Spec.__pydantic_fields__
+    fields_["expect"].annotation = model
+    fields_["family"].annotation = family_names
+    Spec.model_rebuild(force=True)
 
 
 def spec_schema() -> dict[str, Any]:
-    """The JSON Schema of the spec format (for editors and TOML language servers)."""
+    """The JSON Schema of the spec format (for editors and TOML language servers): every
+    registered invariant's `[expect.NAME]` table, every family, and the families' own `[block]` keys."""
+    from stability.spec.registry import FAMILIES
+
     schema = Spec.model_json_schema()
     schema["properties"].pop("path", None)
+    schema["properties"].pop("options", None)
+    block = schema.get("$defs", {}).get("Block")
+    for fam in FAMILIES:
+        if fam.options is None or block is None:
+            continue
+        own = fam.options.model_json_schema()
+        for key, prop in own.get("properties", {}).items():
+            block["properties"].setdefault(key, {**prop, "description": f"family '{fam.name}' only" + (f": {prop['description']}" if prop.get("description") else "")})
+        for name, definition in own.get("$defs", {}).items():
+            schema.setdefault("$defs", {}).setdefault(name, definition)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "stability spec"
     schema["description"] = "A stability spec file: the architecture, its search space and the invariants it must satisfy."

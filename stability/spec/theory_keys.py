@@ -1,35 +1,29 @@
-"""Spec-level checks of the theory invariants' keys (`mean_field`, `jacobian_spectrum`, `lesion`):
+"""The spec-level check of `mean_field` (its registry entry's `check`, stability.judge.catalog):
 what a spec may declare, checked when it is loaded, before anything is built."""
 
 from __future__ import annotations
 
 from stability.errors import SpecError
+from stability.spec.registry import FAMILIES
 from stability.spec.schema import Spec
 
-__all__ = ["check_spec"]
+__all__ = ["check_mean_field"]
 
 _MEAN_FIELD_INITS = ("default", "kaiming_normal", "kaiming_uniform", "xavier_normal", "xavier_uniform", "normal")
 
 
-def check_spec(spec: Spec) -> None:
-    """Spec-level checks of the theory invariants (called from `stability.spec.load` when a spec is loaded)."""
-    f, e, b, s = spec.path, spec.expect, spec.block, spec.space
-    js = e.jacobian_spectrum
-    if js is not None and js.mean_lo is not None and js.mean_hi is not None and js.mean_lo > js.mean_hi:
-        raise SpecError(f, "expect.jacobian_spectrum.mean_lo", f"is above mean_hi = {js.mean_hi}", value=js.mean_lo, fix="swap mean_lo and mean_hi")
-    if e.lesion is not None and spec.family == "dense":
-        raise SpecError(f, "expect.lesion", "a dense layer adds channels, so it cannot be replaced by the identity", fix="remove it")
-    if e.mean_field is None:
-        return
+def check_mean_field(spec: Spec) -> None:
+    """What `expect.mean_field` needs of a spec: a family with a mean-field law that covers its
+    block, linear layers, an i.i.d. init and a random (or zero) bias, one width throughout."""
+    f, b, s = spec.path, spec.block, spec.space
     key = "expect.mean_field"
-    residual_ok = spec.family == "preact" and b.branch_layers == 1 and b.skip == "identity"
-    if spec.family != "plain" and not residual_ok:
-        raise SpecError(
-            f,
-            key,
-            f"the mean-field oracle covers plain stacks and one-layer pre-activation residual stacks, not family '{spec.family}'" + (" with this block" if spec.family == "preact" else ""),
-            fix='use family = "plain", or "preact" with branch_layers = 1 and skip = "identity"',
-        )
+    fam = FAMILIES.get(spec.family)
+    has_law = [f.name for f in FAMILIES if f.mean_field is not None]
+    if fam.mean_field is None:
+        raise SpecError(f, key, f"the mean-field oracle covers the families with a law ({', '.join(has_law)}), not family '{spec.family}'", fix=f"use family = {' or '.join(repr(n) for n in has_law)}")
+    refusal = fam.mean_field_refusal(spec) if fam.mean_field_refusal is not None else None
+    if refusal is not None:
+        raise SpecError(f, key, f"{refusal} (family '{spec.family}')", fix="see `stability explain mean_field` for the stacks the oracle covers")
     if b.layer != "linear":
         raise SpecError(f, "block.layer", "the mean-field oracle covers linear layers (its width is the fan-in)", value=b.layer, fix='set block.layer = "linear"')
     bad = [w for w in s.weight_init if w not in _MEAN_FIELD_INITS]
