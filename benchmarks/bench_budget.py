@@ -41,7 +41,8 @@ class DepthBudget:
             Axis = internal("run.grid").Axis
             Store = internal("run.store").Store
             run_sweep = internal("run.sweep").run_sweep
-            SerialBackend = internal("run.sweep_exec").SerialBackend
+            exec_module = internal("run.sweep_exec")
+            SerialBackend = getattr(exec_module, "SerialBackend", None) or internal("run.executor").InProcessExecutor  # the executor contract replaced the backends
         except ImportError:  # a commit before `stability sweep`
             raise NotImplementedError("no stability.run.sweep at this commit") from None
         from stability import load_spec

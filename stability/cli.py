@@ -17,12 +17,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from rich.console import Console
 
 from stability.errors import SpecError, StabilityError, UsageError, did_you_mean
 from stability.report.text import printable
+from stability.run.devices import CHOICES as DEVICE_CHOICES
 from stability.spec.registry import INVARIANTS
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", parents=[plugins], help="check specs and exit non-zero when an expectation is not met")
     c.add_argument("paths", nargs="*", help="spec files or folders (default: ./specs)")
     c.add_argument("--profile", choices=["ci", "dev", "thorough"], help="search budget (default: STABILITY_PROFILE, else ci under CI, else dev)")
-    c.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto", "all"], help="where cases run (default cpu)")
+    c.add_argument("--device", default="cpu", choices=list(DEVICE_CHOICES), help="where cases run (default cpu)")
     c.add_argument("--case", help="replay one case, e.g. depth=23,width=8,init=xavier_normal,seed=5")
     c.add_argument("--only", metavar="INVARIANT", help=f"check one invariant ({', '.join(INVARIANTS.names())}, or a plugin's)")
     c.add_argument("--json", metavar="FILE", help="write the machine-readable report")
@@ -238,18 +239,17 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     from stability.report.formats import judged_count, write_json, write_junit
     from stability.run.devices import resolve_devices
     from stability.run.engine import RunOptions
-    from stability.run.executor import InProcessExecutor, Outcome, Task
+    from stability.run.executor import Outcome, Task, executor_for
     from stability.run.plugins import plugins_environment
-    from stability.run.worker import WorkerExecutor, deep_stack, default_threads
+    from stability.run.worker import deep_stack, default_threads
 
     specs, load_errors = _load_each(args.paths)
     for exc in load_errors:
         print(f"stability: error: {printable(str(exc))}", file=sys.stderr)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: CUDA is not available on this machine; use --device cpu or auto")
-    devices = resolve_devices(args.device)
-    if args.device == "all" and not torch.cuda.is_available():
-        devices = [d for d in devices if d != "cuda"]
+    devices = resolve_devices(args.device, available=True)
+    if len(devices) < len(resolve_devices(args.device)):
         print("stability: --device all: CUDA is not available on this machine, so the cuda runs are skipped", file=sys.stderr)
     budget = _validate(args, specs, devices)
     roots = [str(Path(r).resolve()) for r in args.source_root or []]
@@ -272,9 +272,8 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     if args.in_process:
         torch.set_num_threads(threads)  # this process is the worker
         deep_stack()  # and frees the probes' graphs: the stack a worker gets (stability/run/worker.py)
-        executor: Any = InProcessExecutor()
-    else:
-        executor = WorkerExecutor(jobs=args.jobs, threads=threads, env=plugins_environment(args.plugin, roots_environment(roots)), capture=not args.no_capture)
+    env = plugins_environment(args.plugin, roots_environment(roots))
+    executor = executor_for("in-process" if args.in_process else "workers", jobs=args.jobs, threads=threads, env=env, capture=not args.no_capture)
     t0 = time.perf_counter()
     done: dict[int, Outcome] = {}
     order = {id(t): i for i, t in enumerate(tasks)}
@@ -345,14 +344,15 @@ def _factories_allowed(specs: list[Spec], roots: list[str]) -> tuple[list[Spec],
     """Custom specs whose factory is found under the factory rule (by path, importing nothing),
     and one SpecError, printed now, for each spec whose factory is refused: it does not run."""
     from stability.families.factory import locate_factory, source_roots
+    from stability.spec.registry import FAMILIES
 
     allowed: list[Spec] = []
     refused: list[SpecError] = []
     with source_roots(roots):
         for spec in specs:
             try:
-                if spec.family == "custom":
-                    locate_factory(spec.path, spec.block.factory or "")
+                if FAMILIES.get(spec.family).user_code and spec.block.factory:
+                    locate_factory(spec.path, spec.block.factory)
                 allowed.append(spec)
             except SpecError as exc:
                 print(f"stability: error: {printable(str(exc))}", file=sys.stderr)

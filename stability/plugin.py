@@ -20,12 +20,12 @@ from stability.errors import SpecError, StabilityError
 from stability.families.factory import roots_environment, source_roots
 from stability.run.devices import CHOICES as DEVICE_CHOICES
 from stability.run.devices import resolve_devices
-from stability.run.engine import RunOptions, run_spec
-from stability.run.executor import Task, draws_from_the_spec_alone
+from stability.run.engine import RunOptions
+from stability.run.executor import Task, executor_for
 from stability.run.plugins import load_plugins, plugins_environment
 from stability.run.profiles import PROFILES, default_profile_name
 from stability.run.results import OUTPUT_LINES, InvariantResult
-from stability.run.worker import WorkerExecutor, default_threads
+from stability.run.worker import deep_stack, default_threads
 from stability.spec.load import load_spec
 from stability.spec.registry import FAMILIES
 from stability.spec.schema import Spec
@@ -38,6 +38,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--stability-profile", choices=sorted(PROFILES), default=None, help="search budget for spec items (default: STABILITY_PROFILE, else ci under CI, else dev)")
     group.addoption("--stability-device", choices=list(DEVICE_CHOICES), default="cpu", help="device for spec items: cpu (default), cuda, auto (cuda when present), all (one item per device)")
     group.addoption("--stability-case-timeout", type=float, default=120.0, help="per-case time limit in seconds")
+    group.addoption(
+        "--stability-case",
+        default=None,
+        metavar="K=V,...",
+        help="replay this case in every collected spec item instead of searching (keys left out take each spec's corner value), as `stability check --case`",
+    )
     parser.addini("stability_spec_dirs", "folder names whose *.toml files are collected as specs", type="args", default=["specs"])
     parser.addini("stability_source_roots", "folders (relative to the rootdir) custom factories may come from, besides each spec's folder", type="paths", default=[])
     parser.addini("stability_plugins", "modules (or .py files, relative to the rootdir) that register invariants or families (stability.run.plugins)", type="args", default=[])
@@ -165,6 +171,7 @@ class SpecItem(pytest.Item):
         super().__init__(**kwargs)
         self.spec, self.invariant, self.device = spec, invariant, device
         self.output = ""  # what a custom spec's code printed in its worker (shown with a failure)
+        self.result: InvariantResult | None = None  # what the item decided (for hooks and reports)
 
     def runtest(self) -> None:
         if self.device == "cuda":
@@ -174,12 +181,18 @@ class SpecItem(pytest.Item):
                 pytest.skip("CUDA is not available on this machine (gpu item)")
         profile = self.config.getoption("--stability-profile") or default_profile_name()
         options = RunOptions(profile=profile, device=self.device, case_timeout=self.config.getoption("--stability-case-timeout"))
+        case = self.config.getoption("--stability-case")
         roots = [str(p) for p in self.config.getini("stability_source_roots")]
         if FAMILIES.get(self.spec.family).user_code:  # the user's own code: in a worker process, as `stability check` runs it
-            result = self._in_worker(options, roots)
+            result = self._in_worker(options, roots, case)
         else:  # the harness's own families run no user code: here, without a process to start
-            with source_roots(roots), draws_from_the_spec_alone(), _spec_threads():  # the same cases (and threads) as `stability check`
-                result = run_spec(self.spec, options, only=self.invariant).results[0]
+            deep_stack()  # the stack a worker gets: freeing a very deep stack's graph recurses (stability/run/worker.py)
+            with source_roots(roots), _spec_threads():  # the same cases (and threads) as `stability check`
+                (outcome,) = executor_for("in-process").map([Task(self.spec, options, case=case, only=self.invariant)])
+            if outcome.error is not None and not outcome.result.results:
+                raise StabilityError(outcome.error)
+            result = outcome.result.results[0]
+        self.result = result
         if result.skipped:  # a training invariant outside its spec's train.profiles
             pytest.skip(result.message)
         if not result.applicable:
@@ -187,18 +200,19 @@ class SpecItem(pytest.Item):
         if not result.met:
             raise _Unmet(result)
 
-    def _in_worker(self, options: RunOptions, roots: list[str]) -> InvariantResult:
+    def _in_worker(self, options: RunOptions, roots: list[str], case: str | None) -> InvariantResult:
         """Run the item's spec in a worker process (stability/run/worker.py): whatever the factory or
         its blocks do (exit, crash, hang, leak global state, patch the harness) stays there, the
         pytest session goes on, and the parent judges the cases again. What the spec's code printed
         is shown with a failure."""
         plugins: list[str] = self.config.stash[_PLUGINS]
         env = plugins_environment(plugins, roots_environment(roots))
-        (outcome,) = WorkerExecutor(jobs=1, threads=default_threads(), env=env).map([Task(self.spec, options, only=self.invariant)])
+        (outcome,) = executor_for("workers", jobs=1, threads=default_threads(), env=env).map([Task(self.spec, options, case=case, only=self.invariant)])
         self.output = outcome.result.output
         if outcome.error is not None and not outcome.result.results:
             raise StabilityError(outcome.error)
-        return outcome.result.results[0]
+        result: InvariantResult = outcome.result.results[0]
+        return result
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         exc = excinfo.value

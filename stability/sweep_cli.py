@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from typing import Any
 
@@ -68,7 +67,10 @@ def _depth_range(text: str) -> tuple[int, int]:
 
 
 def _backend(args: argparse.Namespace) -> Any:
-    from stability.run.sweep_exec import SerialBackend
+    """Where the points run (stability.run.executor.executor_for): `--serial` in one worker process
+    at a time (each point isolated from the next), else on Dask."""
+    from stability.run.executor import executor_for
+    from stability.run.plugins import plugins_environment
 
     if args.device == "cuda" and not args.scheduler:
         import torch
@@ -77,14 +79,12 @@ def _backend(args: argparse.Namespace) -> Any:
             raise UsageError("--device cuda: CUDA is not available on this machine; use --device cpu, or --scheduler with GPU workers")
     if args.serial:
         if args.scheduler or args.workers:
-            raise UsageError("--serial runs in this process; drop --workers / --scheduler, or drop --serial")
-        return SerialBackend()
+            raise UsageError("--serial runs one point at a time on this machine; drop --workers / --scheduler, or drop --serial")
+        return executor_for("workers", jobs=1, threads=1, env=plugins_environment(args.plugin))
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers {args.workers}: give at least 1, or --serial")
     try:
-        from stability.run.sweep_exec import DaskBackend
-
-        return DaskBackend(scheduler=args.scheduler, n_workers=args.workers, gpu=args.device == "cuda")
+        return executor_for("dask", jobs=args.workers or 0, scheduler=args.scheduler, gpu=args.device == "cuda", env=plugins_environment(args.plugin))
     except ImportError:
         raise UsageError("Dask distributed is not installed: pip install 'stability[sweep]', or run with --serial") from None
     except OSError as exc:
@@ -134,11 +134,6 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
 
     version = code_version()
     Store(db).close()  # a bad --db is reported before a cluster starts
-    from stability.run.plugins import PLUGINS_ENV, plugins_environment
-
-    plugins = plugins_environment(args.plugin).get(PLUGINS_ENV)
-    if plugins:  # local Dask workers start with this process's environment: they import the same plugins
-        os.environ[PLUGINS_ENV] = plugins
     backend = _backend(args)
     store = Store(db)
     resumed_id = getattr(args, "resumed_id", None)

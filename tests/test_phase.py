@@ -11,10 +11,10 @@ import pytest
 from matplotlib.figure import Figure
 
 from stability.report.phase import depth_scale, heatmap_figure, mean_field_chi1, to_png
+from stability.run.executor import InProcessExecutor
 from stability.run.grid import parse_axis
 from stability.run.store import Store
 from stability.run.sweep import run_sweep
-from stability.run.sweep_exec import SerialBackend
 from stability.spec.load import load_spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
@@ -51,7 +51,7 @@ def test_the_tanh_depth_budget_lands_near_six_xi(tmp_path: Path, sigma_w2: float
     ga = spec.expect.gradient_arrival
     assert ga is not None and math.isclose(-math.log(ga.lo), 3, rel_tol=1e-6) and math.isclose(math.log(ga.hi), 3, rel_tol=1e-6)
     with Store(tmp_path / "r.sqlite") as store:
-        result = run_sweep(spec, [parse_axis(f"sigma_w2={sigma_w2}")], store, SerialBackend(), seeds=range(4), depth_range=(1, 64))
+        result = run_sweep(spec, [parse_axis(f"sigma_w2={sigma_w2}")], store, InProcessExecutor(), seeds=range(4), depth_range=(1, 64))
     budget = next(b for b in result.budgets if b.invariant == "gradient_arrival")
     predicted = 6 * depth_scale("tanh", sigma_w2)
     assert budget.status == "found" and budget.budget is not None
@@ -62,7 +62,7 @@ def test_the_heatmap_draws_the_budgets_and_the_mean_field_line(tmp_path: Path) -
     spec = load_spec(SPECS / "plain_tanh_mlp.toml")
     axes = [parse_axis("depth=2,16"), parse_axis("sigma_w2=0.5,3")]
     with Store(tmp_path / "r.sqlite") as store:
-        result = run_sweep(spec, axes, store, SerialBackend(), seeds=range(1))
+        result = run_sweep(spec, axes, store, InProcessExecutor(), seeds=range(1))
     fig = heatmap_figure(result, "gradient")
     assert isinstance(fig, Figure)
     labels = fig.axes[0].get_legend_handles_labels()[1]

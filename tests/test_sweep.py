@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 
 from stability.cli import main
 from stability.report.phase import measure_values
+from stability.run.executor import InProcessExecutor
 from stability.run.grid import parse_axis
 from stability.run.store import Store
 from stability.run.sweep import run_sweep
-from stability.run.sweep_exec import SerialBackend
 from stability.spec.load import load_spec, parse_spec
 
 #: x_{l+1} = g·x_l exactly (W = g·I, no bias, identity activation): r₀ = g^L and Var ratio g^(2L).
@@ -58,7 +58,7 @@ def test_budgets_match_the_closed_form_of_a_scalar_chain(tmp_path: Path) -> None
     spec = load_spec(_write(tmp_path, LINEAR))
     axes = [parse_axis("depth=1,4,16,64"), parse_axis("init_gain=0.9,0.8")]
     with Store(tmp_path / "r.sqlite") as store:
-        result = run_sweep(spec, axes, store, SerialBackend(), seeds=[0, 1])
+        result = run_sweep(spec, axes, store, InProcessExecutor(), seeds=[0, 1])
         budgets = {(b.slice, b.invariant): b for b in result.budgets}
         for g in (0.9, 0.8):
             # g^L >= 0.1  <=>  L <= ln 0.1 / ln g;   g^(2L) >= 0.5  <=>  L <= ln 0.5 / (2 ln g)
@@ -75,17 +75,17 @@ def test_budgets_match_the_closed_form_of_a_scalar_chain(tmp_path: Path) -> None
             assert math.isclose(var[key], 2 * depth * math.log10(0.8), rel_tol=1e-5)
         # the bisection probes about log2 of the range per slice, not every depth
         assert len(result.extra_points) <= 2 * 2 * 7
-        again = run_sweep(spec, axes, store, SerialBackend(), seeds=[0, 1])
+        again = run_sweep(spec, axes, store, InProcessExecutor(), seeds=[0, 1])
         assert again.probed == 0 and [b.budget for b in again.budgets] == [b.budget for b in result.budgets]
 
 
 def test_a_budget_beyond_the_range_or_below_it_says_so(tmp_path: Path) -> None:
     spec = load_spec(_write(tmp_path, LINEAR.replace("init_gain = 0.9", "init_gain = 1.0")))
     with Store(tmp_path / "r.sqlite") as store:
-        result = run_sweep(spec, [parse_axis("depth=1,32")], store, SerialBackend(), seeds=[0])
+        result = run_sweep(spec, [parse_axis("depth=1,32")], store, InProcessExecutor(), seeds=[0])
         assert {(b.invariant, b.status, b.budget) for b in result.budgets} == {("gradient_arrival", "at_least", 32), ("variance_growth", "at_least", 32)}
         spec = load_spec(_write(tmp_path, LINEAR.replace("init_gain = 0.9", "init_gain = 0.01"), "low.toml"))
-        result = run_sweep(spec, [parse_axis("depth=1,32")], store, SerialBackend(), seeds=[0])
+        result = run_sweep(spec, [parse_axis("depth=1,32")], store, InProcessExecutor(), seeds=[0])
         assert {(b.invariant, b.status) for b in result.budgets} == {("gradient_arrival", "below"), ("variance_growth", "below")}
 
 
@@ -164,14 +164,14 @@ def test_compare_lists_budgets_that_moved_and_fails_when_one_went_down(tmp_path:
     spec = load_spec(_write(tmp_path, LINEAR))
     db = tmp_path / "r.sqlite"
     with Store(db) as store:
-        run_sweep(spec, [parse_axis("depth=1,64")], store, SerialBackend(), seeds=[0], version="0.1.0+gaaaaaaaaaaaa")
+        run_sweep(spec, [parse_axis("depth=1,64")], store, InProcessExecutor(), seeds=[0], version="0.1.0+gaaaaaaaaaaaa")
         halved = load_spec(_write(tmp_path, LINEAR.replace("init_gain = 0.9", "init_gain = 0.81"), "halved.toml"))
         # the same spec content under a second code version whose init halves the budget
         import stability.run.sweep as sweep_module
 
         real = sweep_module.spec_hash
         monkeypatch.setattr(sweep_module, "spec_hash", lambda s: real(spec))
-        run_sweep(halved, [parse_axis("depth=1,64")], store, SerialBackend(), seeds=[0], version="0.1.0+gbbbbbbbbbbbb")
+        run_sweep(halved, [parse_axis("depth=1,64")], store, InProcessExecutor(), seeds=[0], version="0.1.0+gbbbbbbbbbbbb")
     capsys.readouterr()
     assert main(["sweep", "--compare", "0.1.0+gaaaa", "0.1.0+gbbbb", "--db", str(db)]) == 1
     out = capsys.readouterr().out
@@ -188,7 +188,7 @@ def test_compare_lists_budgets_that_moved_and_fails_when_one_went_down(tmp_path:
         (["--over", "depth=log:2:8"], "write log:LO:HI:N"),
         (["--seeds", "0"], "at least 1 seed"),
         (["--depth-range", "8:2"], "1 <= LO <= HI"),
-        (["--serial", "--workers", "2"], "--serial runs in this process"),
+        (["--serial", "--workers", "2"], "--serial runs one point at a time"),
         pytest.param(["--serial", "--device", "cuda"], "CUDA is not available", marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
     ],
 )
@@ -203,7 +203,7 @@ def test_a_custom_factory_that_raises_fails_its_points_not_the_sweep(tmp_path: P
     _write(tmp_path, "def broken(depth, width):\n    raise ValueError('no such block')\n", "sweep_test_broken.py")
     spec = load_spec(_write(tmp_path, CUSTOM.format(name="make").replace("sweep_test_factories:make", "sweep_test_broken:broken")))
     with Store(tmp_path / "r.sqlite") as store:
-        result = run_sweep(spec, [parse_axis("depth=1,2")], store, SerialBackend(), seeds=[0])
+        result = run_sweep(spec, [parse_axis("depth=1,2")], store, InProcessExecutor(), seeds=[0])
     assert all(p.failed for p in result.points)
     assert "no such block" in result.points[0].rows[0]["error"]
     assert result.budgets[0].status == "below" and "case not measured" in result.budgets[0].detail

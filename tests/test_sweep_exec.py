@@ -1,5 +1,5 @@
-"""The sweep's backends: a real Dask `LocalCluster` of two worker processes gives bit-identical
-rows to the serial backend, and a factory that kills its worker process fails its point, not the
+"""The sweep's executors: a real Dask `LocalCluster` of two worker processes gives bit-identical
+rows to this process, and a factory that kills its worker process fails its point, not the
 sweep."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from stability.measure.measurements import Measurements
+from stability.run.executor import InProcessExecutor
 from stability.run.grid import parse_axis
 from stability.run.store import Store
 from stability.run.sweep import run_sweep
-from stability.run.sweep_exec import PointTask, SerialBackend, run_point
+from stability.run.sweep_exec import PointTask
 from stability.spec.load import load_spec
 
 pytest.importorskip("distributed", reason="Dask distributed is not installed (pip install 'stability[sweep]')")
@@ -50,9 +51,9 @@ hi = 1e6
 
 @pytest.fixture(scope="module")
 def dask_backend() -> Iterator[object]:
-    from stability.run.sweep_exec import DaskBackend
+    from stability.run.sweep_exec import DaskExecutor
 
-    backend = DaskBackend(n_workers=2)  # a LocalCluster: processes=True, threads_per_worker=1, dashboard_address=None
+    backend = DaskExecutor(n_workers=2)  # a LocalCluster: processes=True, threads_per_worker=1, dashboard_address=None
     try:
         yield backend
     finally:
@@ -63,7 +64,7 @@ def test_two_dask_workers_give_the_serial_rows_bit_for_bit(tmp_path: Path, dask_
     spec = load_spec(SPECS / "preact_mlp.toml")
     axes = [parse_axis("depth=2,9,17"), parse_axis("width=16,24")]
     with Store(tmp_path / "serial.sqlite") as a, Store(tmp_path / "dask.sqlite") as b:
-        serial = run_sweep(spec, axes, a, SerialBackend(), seeds=[0, 1], depth_range=(1, 32))
+        serial = run_sweep(spec, axes, a, InProcessExecutor(), seeds=[0, 1], depth_range=(1, 32))
         dask = run_sweep(spec, axes, b, dask_backend, seeds=[0, 1], depth_range=(1, 32))  # type: ignore[arg-type]
         assert dask.workers == 2 and dask.probed == serial.probed > 0
         assert b.table("probes") == a.table("probes")  # every measurement, as stored: identical float reprs
@@ -77,13 +78,14 @@ def test_a_factory_that_kills_its_worker_fails_that_point_and_the_sweep_goes_on(
     with Store(tmp_path / "r.sqlite") as store:
         result = run_sweep(spec, [parse_axis("depth=1,2,3,4")], store, dask_backend, seeds=[0, 1], budgets=False)  # type: ignore[arg-type]
     by_depth = {p.point["depth"]: p for p in result.points}
-    assert by_depth[3].failed and "worker process running this point died" in by_depth[3].rows[0]["error"]
+    assert by_depth[3].failed and "worker process running this job died" in by_depth[3].rows[0]["error"]
     for depth in (1, 2, 4):
         assert not by_depth[depth].failed and all(r["error"] is None for r in by_depth[depth].rows)
 
 
 def test_measurements_round_trip_exactly(tmp_path: Path) -> None:
     spec = load_spec(SPECS / "plain_tanh_mlp.toml")
-    rows = run_point(PointTask(spec, {"depth": 5}, (0,)))
+    (outcome,) = InProcessExecutor().map([PointTask(spec, {"depth": 5}, (0,))])
+    rows = outcome.result
     m = Measurements.from_json(rows[0]["m"])
     assert m.to_json() == rows[0]["m"] and all(math.isfinite(g) for g in m.grad_norm)

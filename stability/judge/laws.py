@@ -33,6 +33,7 @@ from typing import Any
 
 from stability.families.gains import KAIMING_GAIN2
 from stability.spec.case import Case
+from stability.spec.registry import FAMILIES
 from stability.spec.schema import Spec
 
 __all__ = ["Law", "variance_law", "gradient_law", "annotate", "MEANFIELD_HOOK"]
@@ -88,8 +89,15 @@ def _branch_scale(spec: Spec, case: Case) -> float | None:
     return float(s)
 
 
+def _residual(spec: Spec, case: Case) -> bool | None:
+    """Whether the family's law is a residual one (its registry entry's `mean_field`: plain stacks
+    and pre-activation residual stacks have one); None when it has no law."""
+    law = FAMILIES.get(spec.family).mean_field if spec.family in FAMILIES else None
+    return None if law is None else law(spec, case)[1]
+
+
 def _applicable(spec: Spec, case: Case) -> bool:
-    return spec.block.layer == "linear" and (case.input_width is None or case.input_width == case.width) and spec.family in ("plain", "preact")
+    return spec.block.layer == "linear" and (case.input_width is None or case.input_width == case.width) and _residual(spec, case) is not None
 
 
 def _recursion(spec: Spec, case: Case, q0: float) -> tuple[float, float, str, str] | None:
@@ -101,7 +109,7 @@ def _recursion(spec: Spec, case: Case, q0: float) -> tuple[float, float, str, st
     if g is None or not q0 > 0:
         return None
     bias = _bias_second_moment(spec, w)
-    if spec.family == "plain":
+    if not _residual(spec, case):
         if spec.block.norm != "none":
             return None
         factor = g * phi

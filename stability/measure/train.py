@@ -44,7 +44,7 @@ from torch import nn
 
 from stability.families.build import build, derive_seed, torch_dtype
 from stability.spec.case import Case
-from stability.spec.schema import Spec, Train
+from stability.spec.schema import DEFAULT_SIZE, Spec, Train
 
 __all__ = [
     "TrainModel",
@@ -130,7 +130,7 @@ def _shape_linear(spec: Spec, case: Case, n: int) -> tuple[int, ...]:
 
 
 def _shape_conv(spec: Spec, case: Case, n: int) -> tuple[int, ...]:
-    s = case.spatial or 8
+    s = case.spatial or DEFAULT_SIZE
     return (n, _train(spec).input_dim, s, s)
 
 

@@ -35,6 +35,8 @@ from stability.judge.meanfield import ACTIVATIONS, critical_sigma_w2, mean_field
 from stability.measure.measurements import Measurements
 from stability.run.grid import Value, point_key
 from stability.run.sweep import SweepResult
+from stability.spec.case import corner_case
+from stability.spec.registry import FAMILIES
 
 __all__ = ["MEASURES", "measure_values", "heatmap_figure", "mean_field_chi1", "depth_scale", "to_png", "overlay_for"]
 
@@ -91,7 +93,9 @@ def overlay_for(result: SweepResult, x_key: str | None) -> tuple[str, float] | N
     """(activation, σ_b²) when the mean-field line applies: a plain stack with Gaussian weights
     swept over σ_w², biases zero or PyTorch's default (σ_b² = 1/(3·fan_in))."""
     spec = result.spec
-    if x_key != "sigma_w2" or spec.family != "plain" or spec.block.norm != "none" or spec.block.activation not in ACTIVATIONS:
+    law = FAMILIES.get(spec.family).mean_field if spec.family in FAMILIES else None
+    plain_law = law is not None and not law(spec, corner_case(spec))[1]  # the family's mean-field law, and not a residual one
+    if x_key != "sigma_w2" or not plain_law or spec.block.norm != "none" or spec.block.activation not in ACTIVATIONS:
         return None
     bias = spec.space.bias_init
     if bias == "default":

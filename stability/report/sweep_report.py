@@ -113,7 +113,7 @@ def _points_table(result: SweepResult) -> str:
         cells = [f'<td class="mono">{_e(_slice_text(key))}</td>']
         cells += [f'<td class="num">{_e(_fmt(values[m][key]))}</td>' for m in MEASURES]
         for n in names:
-            holds, _, detail = p.verdicts[n]
+            holds, _, detail, _ = p.verdicts[n]
             mark = "—" if holds is None else ("✓" if holds else "✗")
             cells.append(f'<td class="mark {"ok" if holds else "failed"}" title="{_e(detail)}">{mark}</td>')
         errors = sorted({r["error"] for r in p.rows if r["error"]})

@@ -25,12 +25,14 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def resolve_devices(choice: str | None) -> list[str]:
-    """The devices a run with this choice uses (None is `auto`)."""
+def resolve_devices(choice: str | None, *, available: bool = False) -> list[str]:
+    """The devices a run with this choice uses (None is `auto`); with `available`, `all` keeps only
+    the devices this machine has (`stability check` drops the cuda run and says so, the pytest
+    plugin keeps it as a skipped item)."""
     if choice in (None, "auto"):
         return ["cuda"] if cuda_available() else ["cpu"]
     if choice == "all":
-        return ["cpu", "cuda"]
+        return ["cpu", "cuda"] if not available or cuda_available() else ["cpu"]
     return [choice]
 
 

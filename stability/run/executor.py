@@ -1,40 +1,118 @@
-"""Where specs run: the executor interface, the in-process executor, and the one function every
-executor calls to run one task.
+"""Where work runs: one executor contract for `stability check`, the pytest plugin and `stability
+sweep`, and the job that runs a spec.
 
-A *task* is one spec with its run options (and optionally a replayed case or a single invariant);
-its *outcome* is the spec's result as plain data, plus a spec-level error when the spec could not
-be judged at all (a broken factory, a worker that crashed). The caller alone turns outcomes into
-verdicts and an exit code. Executors differ only in where `run_task` runs and in what isolation
-that gives:
+A *job* is plain data that knows how to run itself and how to conclude from what it sent:
 
-- `InProcessExecutor` runs in the calling process, like the library's `run_spec`. It gives **no
-  isolation**: a factory can change torch's global state (default dtype, threads, RNG,
-  deterministic flags) and `sys.path` for every later spec, exit the process, or hang past the
-  time limit by swallowing the timeout exception. For the library API and for debugging.
-- `stability.run.worker.WorkerExecutor` runs each task in its own child process, supervised by the
-  parent (time limit by kill, crashes reported); what `stability check` uses.
-- A distributed executor (Dask) implements the same `map`: ship `run_task` and the task to a
-  worker, get the `Outcome` back (both pickle).
+- `Job.execute(emit)` runs wherever the executor puts it (this process, a worker child, a Dask
+  worker). Before each case it emits `{"kind": "start", "case": …}`, after it
+  `{"kind": "case", "record": …}` (`CaseRecord.to_dict`), and any events of its own; it returns
+  its final data. Every event and the final data are plain data (what crosses a process boundary
+  is JSON, never a pickle of what user code made).
+- `Job.conclude(trace)` runs in the calling process, on what came back (`Trace`: the records, the
+  other events, the final data, or the reason the job did not finish), and makes the `Outcome`.
+  It decides with this process's own code: a spec job's expectations are judged again from the
+  records (stability.run.audit), so nothing a job's process says decides a verdict.
+
+Every executor must (and `Executor.map` documents): run each job in the isolation it states
+(`isolation`), stop a case that runs past the job's `case_timeout` (where it can: a child process
+is killed, a Dask worker restarted; in-process only the case's own alarm applies), keep what the
+job's code prints out of the caller's output where it can (`Trace.output`), record a job whose
+process dies or hangs as a failed job with its reason while the others go on, and return results as
+data. The executors:
+
+- `InProcessExecutor`: here, one job after another; no isolation (a factory can change torch's
+  global state for every later job, exit the process, or hang past the time limit by swallowing
+  the timeout exception): the library API, `--in-process`, and debugging;
+- `stability.run.worker.WorkerExecutor`: each job in its own child process forked from a clean
+  server; what `stability check`, the plugin's custom specs and `stability sweep --serial` use;
+- `stability.run.sweep_exec.DaskExecutor`: each job as a task on a Dask cluster; `stability sweep`.
+
+`executor_for` is the one place the CLI, the sweep and the plugin choose one.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from stability.errors import StabilityError
-from stability.run.engine import CaseRecord, InvariantResult, RunOptions, SpecResult
+from stability.run.engine import RunOptions
+from stability.run.results import CaseRecord, InvariantResult, SpecResult
 from stability.spec.case import Case, reproduce_command
 from stability.spec.schema import Spec
 
-__all__ = ["Task", "Outcome", "Executor", "InProcessExecutor", "run_task", "unfinished_outcome", "draws_from_the_spec_alone"]
+__all__ = ["Job", "Trace", "Task", "Outcome", "Executor", "InProcessExecutor", "run_task", "unfinished_outcome", "draws_from_the_spec_alone", "executor_for"]
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class Trace:
+    """What came back from one job: its records (in order), its other events, its final data (None
+    when it did not finish), and why it did not (`failure`; `spec_error` when that is the spec's
+    fault, e.g. its code exited, rather than a case's, e.g. the time limit)."""
+
+    records: list[CaseRecord] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    final: dict[str, Any] | None = None
+    failure: str | None = None
+    spec_error: bool = True
+    current: Case | None = None  # the case it was running when it stopped
+    seconds: float = 0.0
+    output: str = ""
+
+    def take(self, message: dict[str, Any]) -> None:
+        """Add one emitted event (the protocol of `Job.execute`)."""
+        kind = message["kind"]
+        if kind == "start":
+            self.current = Case.from_dict(message["case"])
+        elif kind == "case":
+            self.records.append(CaseRecord.from_dict(message["record"]))
+            self.current = None
+        else:
+            self.events.append(message)
+
+
+class Job(abc.ABC):
+    """One unit of work (see the module docstring)."""
+
+    @property
+    def case_timeout(self) -> float | None:
+        """Per-case time limit the executor enforces (None: none)."""
+        return None
+
+    @property
+    @abc.abstractmethod
+    def label(self) -> str:
+        """A short name (process names, messages)."""
+
+    @abc.abstractmethod
+    def execute(self, emit: Emit) -> dict[str, Any]:
+        """Run the job here; emit its events; return its final data."""
+
+    @abc.abstractmethod
+    def conclude(self, trace: Trace) -> Outcome:
+        """The outcome, in the calling process, from what the job sent."""
+
+
+@dataclass
+class Outcome:
+    """A job's result. For a spec (`Task`) `result` is its `SpecResult` and `error` is set when the
+    spec could not be judged at all (bad factory, crashed worker): such a run ends with exit code 2;
+    unfinished invariants still appear in `result`, each unmet with its reason, so every report stays
+    complete. For a sweep point `result` is its rows."""
+
+    task: Any
+    result: Any
+    error: str | None = None
 
 
 @dataclass(frozen=True)
-class Task:
+class Task(Job):
     """One spec to run: `case` replays one case string, `only` judges one invariant."""
 
     spec: Spec
@@ -42,20 +120,50 @@ class Task:
     case: str | None = None
     only: str | None = None
 
+    @property
+    def label(self) -> str:
+        return self.spec.name
+
+    @property
+    def case_timeout(self) -> float | None:
+        return self.options.case_timeout
+
     def invariants(self) -> list[str]:
         """The invariants this task judges, in the spec's order."""
         return [name for name, _ in self.spec.invariants() if self.only is None or name == self.only]
 
+    def execute(self, emit: Emit) -> dict[str, Any]:
+        outcome = run_task(
+            self,
+            on_start=lambda c: emit({"kind": "start", "case": c.as_dict()}),
+            on_case=lambda r: emit({"kind": "case", "record": r.to_dict()}),
+            on_result=lambda r: emit({"kind": "result", "result": r.to_dict()}),
+        )
+        res = outcome.result
+        return {"results": [r.to_dict() for r in res.results], "error": outcome.error, "seconds": res.seconds, "profile": res.profile}
 
-@dataclass
-class Outcome:
-    """A task's result. `error` is set when the spec could not be judged (bad factory, crashed
-    worker): such a run ends with exit code 2. Unfinished invariants still appear in `result`,
-    each unmet with its reason, so every report stays complete."""
+    def conclude(self, trace: Trace) -> Outcome:
+        from stability.run.audit import rejudge
+        from stability.run.conclude import case_verdicts
 
-    task: Task
-    result: SpecResult
-    error: str | None = None
+        if trace.final is not None:
+            results = [InvariantResult.from_dict(r) for r in trace.final["results"]]
+            error = trace.final["error"]
+            result = SpecResult(self.spec, results, {r.case: r for r in trace.records}, float(trace.final["seconds"]), str(trace.final["profile"]))
+            outcome = Outcome(self, result, None if error is None else str(error))
+        else:
+            done = [InvariantResult.from_dict(e["result"]) for e in trace.events if e.get("kind") == "result"]
+            records = list(trace.records)
+            if trace.current is not None and not trace.spec_error:  # the stopped case, with the time it was given
+                records.append(CaseRecord(trace.current, None, trace.failure, self.options.case_timeout or 0.0))
+            reason = trace.failure or "the job did not finish"
+            outcome = unfinished_outcome(self, reason, done=done, records=records, case=trace.current, spec_error=trace.spec_error, seconds=trace.seconds)
+        outcome.result.output = trace.output
+        contradiction = rejudge(outcome.result, replay=self.case is not None)  # this process's own judgement
+        if contradiction is not None and outcome.error is None:
+            outcome.error = contradiction
+        outcome.result.verdicts = case_verdicts(self.spec, outcome.result.cases)
+        return outcome
 
 
 def run_task(
@@ -172,27 +280,65 @@ def unfinished_outcome(
 
 
 class Executor(abc.ABC):
-    """Runs tasks and returns their outcomes in task order; `on_done` sees each as it finishes
-    (in completion order), so an interrupted run still has what finished."""
+    """Runs jobs and returns their outcomes in job order; `on_done` sees each as it finishes (in
+    completion order), so an interrupted run still has what finished. What every executor must do
+    is in the module docstring."""
 
     #: What the executor protects the caller from, in words (shown in docs and `--help`).
     isolation: str = ""
+    #: How many jobs run at once.
+    workers: int = 1
 
     @abc.abstractmethod
-    def map(self, tasks: Sequence[Task], *, on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
-        """Run every task; return the outcomes in the order of `tasks`."""
+    def map(self, jobs: Sequence[Job], *, on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+        """Run every job; return the outcomes in the order of `jobs`."""
+
+    def close(self) -> None:  # noqa: B027 -- an optional hook: most executors hold nothing
+        """Release what the executor holds (a cluster, a pool); it may not be used afterwards."""
 
 
 class InProcessExecutor(Executor):
-    """Runs every task in this process, one after another. No isolation (see the module doc)."""
+    """Runs every job in this process, one after another. No isolation (see the module doc)."""
 
     isolation = "none: user code runs in this process and can change its global state, exit it or hang it"
 
-    def map(self, tasks: Sequence[Task], *, on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+    def map(self, jobs: Sequence[Job], *, on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
         outcomes = []
-        for task in tasks:
-            outcome = run_task(task)
+        for job in jobs:
+            trace = Trace()
+            t0 = time.perf_counter()
+            trace.final = job.execute(trace.take)
+            trace.seconds = time.perf_counter() - t0
+            outcome = job.conclude(trace)
             outcomes.append(outcome)
             if on_done is not None:
                 on_done(outcome)
         return outcomes
+
+
+Where = Literal["in-process", "workers", "dask"]
+
+
+def executor_for(
+    where: Where,
+    *,
+    jobs: int = 1,
+    threads: int = 1,
+    env: dict[str, str] | None = None,
+    capture: bool = True,
+    scheduler: str | None = None,
+    gpu: bool = False,
+) -> Executor:
+    """The executor for a run, chosen in one place: `in-process` (no isolation), `workers` (a
+    child process per job, `jobs` at a time, each with `threads` torch threads and the environment
+    `env`, its output captured unless `capture` is off), or `dask` (a task per job on a local
+    cluster of `jobs` worker processes, or on the cluster at `scheduler`; `gpu`: CUDA jobs)."""
+    if where == "in-process":
+        return InProcessExecutor()
+    if where == "workers":
+        from stability.run.worker import WorkerExecutor
+
+        return WorkerExecutor(jobs=jobs, threads=threads, env=env, capture=capture)
+    from stability.run.sweep_exec import DaskExecutor
+
+    return DaskExecutor(scheduler=scheduler, n_workers=jobs or None, gpu=gpu, env=env)

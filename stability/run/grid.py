@@ -29,6 +29,7 @@ from typing import Any, get_args
 
 from stability.errors import UsageError, did_you_mean
 from stability.spec.case import Case, corner_case
+from stability.spec.registry import FAMILIES
 from stability.spec.schema import BranchInit, DType, Spec, WeightInit
 
 __all__ = ["Axis", "parse_axis", "grid_points", "apply_point", "point_key", "INT_KEYS", "KEYS"]
@@ -41,7 +42,6 @@ _SPACE_FLOATS = ("init_std", "init_gain")
 _BLOCK_FLOATS = ("branch_scale", "skip_scale", "gate_bias")
 KEYS = (*INT_KEYS, *_CHOICE_KEYS, *_SPACE_FLOATS, *_BLOCK_FLOATS, "sigma_w2")
 _ALIASES = {"init": "weight_init", "σ_w²": "sigma_w2"}
-_BLOCK_FAMILIES = {"branch_scale": ("postnorm", "preact"), "skip_scale": ("postnorm", "preact"), "gate_bias": ("highway",)}
 
 Value = int | float | str
 
@@ -158,16 +158,25 @@ def apply_point(spec: Spec, point: dict[str, Value], *, seed: int, device: str =
         elif key in _SPACE_FLOATS:
             space[key] = float(value)
         elif key in _BLOCK_FLOATS:
-            if spec.family not in _BLOCK_FAMILIES[key]:
-                raise UsageError(f"--over {key}: {spec.path} is family '{spec.family}', and {key} applies to {', '.join(_BLOCK_FAMILIES[key])}")
+            if key not in FAMILIES.get(spec.family).block_keys:
+                readers = [f.name for f in FAMILIES if key in f.block_keys]
+                raise UsageError(f"--over {key}: {spec.path} is family '{spec.family}', and {key} applies to {', '.join(readers)}")
             block[key] = float(value)
         elif key != "sigma_w2":
             raise UsageError(f"--over: unknown key '{key}'")
     if "skip_scale" in block and spec.block.skip != "scaled":
         raise UsageError(f'--over skip_scale: {spec.path} has block.skip = "{spec.block.skip}"; it applies to skip = "scaled"')
+    own_init = FAMILIES.get(spec.family).user_code  # a factory draws its own weights
+    if own_init and ({"sigma_w2", *_SPACE_FLOATS} & set(point)):
+        key = next(k for k in ("sigma_w2", *_SPACE_FLOATS) if k in point)
+        raise UsageError(f"--over {key}: {spec.path} is a custom factory, which builds its own init, so {key} changes nothing; sweep a factory_args value instead")
+    init = case.get("weight_init", spec.space.weight_init[0])
+    for key, needs, fix in (("init_std", "normal", "or sweep sigma_w2"), ("init_gain", "identity", "")):
+        if key in point and init != needs:
+            raise UsageError(
+                f'--over {key}: it applies to weight_init = "{needs}", and this point\'s init is {init!r}, so it changes nothing; add --over weight_init={needs}{" " + fix if fix else ""}'
+            )
     if "sigma_w2" in point:
-        if spec.family == "custom":
-            raise UsageError(f"--over sigma_w2: {spec.path} is a custom factory, which builds its own init; sweep a factory_args value instead")
         width = int(case.get("width", spec.space.width[0]))
         case["weight_init"] = "normal"
         space["init_std"] = math.sqrt(float(point["sigma_w2"]) / _fan_in(spec, width))

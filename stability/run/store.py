@@ -131,8 +131,10 @@ class Store:
         return [found[s] for s in seeds]
 
     def put(self, spec_hash: str, code_version: str, spec_name: str, point: str, device: str, rows: Iterable[dict[str, Any]]) -> None:
-        """Store a point's rows in one transaction."""
-        values = [(spec_hash, code_version, point, r["seed"], device, spec_name, r["case"], r["m"], r["error"]) for r in rows]
+        """Store a point's measured rows in one transaction. A row that was not measured (refused by
+        the memory guard, a setup error, a crash, the time limit) is not a measurement and is never
+        kept: the next sweep probes that seed again."""
+        values = [(spec_hash, code_version, point, r["seed"], device, spec_name, r["case"], r["m"], r["error"]) for r in rows if r["m"] is not None]
         with self._transaction():
             self.db.executemany("INSERT OR REPLACE INTO probes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", values)
 

@@ -31,11 +31,12 @@ from pathlib import Path
 from stability._version import __version__
 from stability.judge.verdict import is_evidence
 from stability.measure.measurements import Measurements
-from stability.run.conclude import judge
+from stability.run.conclude import judge, severity
+from stability.run.executor import Executor, Outcome
 from stability.run.grid import Axis, Value, apply_point, grid_points, point_key
 from stability.run.results import CaseRecord
 from stability.run.store import Budget, Store
-from stability.run.sweep_exec import Backend, PointTask, Row
+from stability.run.sweep_exec import PointTask, Row
 from stability.spec.applicability import not_applicable_reason
 from stability.spec.schema import Spec
 
@@ -125,8 +126,9 @@ class SweepResult:
     extra_points: list[PointResult] = field(default_factory=list)  # probed by the bisection, off the grid
 
 
-#: (holds on every seed, or None when the invariant does not apply; the first failing case; its detail).
-PointVerdict = tuple[bool | None, str | None, str]
+#: (holds on every seed, or None when the invariant does not apply; the first failing case; its
+#: detail; the observed number: the failing case's, else the one closest to failing, None when n/a).
+PointVerdict = tuple[bool | None, str | None, str, float | None]
 
 
 def ensemble_verdict(spec: Spec, name: str, point: dict[str, Value], rows: list[Row], *, device: str = "cpu") -> PointVerdict:
@@ -134,16 +136,20 @@ def ensemble_verdict(spec: Spec, name: str, point: dict[str, Value], rows: list[
     `stability check --case` judges it (`stability.run.conclude.judge`, on the same measurements);
     a case it does not apply to (`applies_when`, or its own rule) makes the point not applicable,
     and a case that could not be measured, or a verdict that measured nothing, fails it."""
+    closest: tuple[float, float] | None = None
     for row in rows:
         spec_p, case = apply_point(spec, point, seed=row["seed"], device=device)
         reason = not_applicable_reason(spec_p, name, case)
         if reason is not None:
-            return None, None, f"not applicable: {reason}"
+            return None, None, f"not applicable: {reason}", None
         m = Measurements.from_json(row["m"]) if row["m"] is not None else None
         v = judge(spec_p, name, CaseRecord(case, m, row["error"]))
         if not (v.passed and is_evidence(v)):
-            return False, str(case), v.detail
-    return True, None, ""
+            return False, str(case), v.detail, v.observed
+        closeness = severity(spec_p, name, v)
+        if closest is None or closeness > closest[0]:
+            closest = (closeness, v.observed)
+    return True, None, "", None if closest is None else closest[1]
 
 
 class _Bisection:
@@ -196,7 +202,7 @@ class Sweep:
         self,
         spec: Spec,
         store: Store,
-        backend: Backend,
+        backend: Executor,
         *,
         seeds: Sequence[int],
         device: str = "cpu",
@@ -204,8 +210,10 @@ class Sweep:
         progress: Progress | None = None,
         invariants: Sequence[str] | None = None,
         memory_budget: int | None = None,
+        case_timeout: float | None = 120.0,
     ) -> None:
         self.spec, self.store, self.backend = spec, store, backend
+        self.case_timeout = case_timeout
         #: The invariants swept: the spec's declared ones, or those asked for (`--only`).
         self.names = [n for n, _ in spec.invariants() if invariants is None or n in invariants]
         self.memory_budget = memory_budget
@@ -216,6 +224,7 @@ class Sweep:
         self.done = self.cached = self.known = 0
         self._fresh: set[str] = set()  # points probed by this run: found again later (bisection), they are not "reused"
         self._reused: set[str] = set()  # points found in the store from an earlier run, each counted once
+        self._here: dict[str, list[Row]] = {}  # every point this run has, stored or not (a failed one is not stored)
         self.probed = 0
 
     def evaluate(self, points: list[dict[str, Value]]) -> list[PointResult]:
@@ -224,7 +233,7 @@ class Sweep:
         tasks: list[PointTask] = []
         self.known += len(points)
         for i, p in enumerate(points):
-            rows = self.store.cached(self.hash, self.version, point_key(p), self.seeds, self.device)
+            rows = self._here.get(point_key(p)) or self.store.cached(self.hash, self.version, point_key(p), self.seeds, self.device)
             if rows is not None:
                 results[i] = PointResult(p, rows, True, self._verdicts(p, rows))
                 self.done += 1
@@ -232,16 +241,20 @@ class Sweep:
                     self._reused.add(point_key(p))
                     self.cached += 1
             else:
-                tasks.append(PointTask(self.spec, p, tuple(self.seeds), self.device, tag={"index": i}, memory_budget=self.memory_budget))
+                tasks.append(PointTask(self.spec, p, tuple(self.seeds), self.device, tag={"index": i}, memory_budget=self.memory_budget, timeout=self.case_timeout))
         self._report()
-        for j, rows in self.backend.run(tasks):
-            task = tasks[j]
+
+        def arrived(outcome: Outcome) -> None:
+            task, rows = outcome.task, outcome.result
             self.store.put(self.hash, self.version, self.spec.name, point_key(task.point), self.device, rows)
+            self._here[point_key(task.point)] = rows
             self._fresh.add(point_key(task.point))
             results[task.tag["index"]] = PointResult(task.point, rows, False, self._verdicts(task.point, rows))
             self.done += 1
             self.probed += len(rows)
             self._report()
+
+        self.backend.map(tasks, on_done=arrived)
         return [r for r in results if r is not None]
 
     def _verdicts(self, point: dict[str, Value], rows: list[Row]) -> dict[str, PointVerdict]:
@@ -276,7 +289,7 @@ class Sweep:
                     b = state[(point_key(s), n)]
                     for d in b.next_depths():
                         p = {**s, "depth": d}
-                        holds, case, detail = seen[point_key(p)].verdicts[n]
+                        holds, case, detail, _ = seen[point_key(p)].verdicts[n]
                         b.update(d, holds, case, detail)
         out = []
         for s in slices:
@@ -344,7 +357,7 @@ def run_sweep(
     spec: Spec,
     axes: list[Axis],
     store: Store,
-    backend: Backend,
+    backend: Executor | None = None,
     *,
     seeds: Sequence[int],
     device: str = "cpu",
@@ -354,10 +367,15 @@ def run_sweep(
     version: str | None = None,
     invariants: Sequence[str] | None = None,
     memory_budget: int | None = None,
+    case_timeout: float | None = 120.0,
 ) -> SweepResult:
-    """The grid, then the budgets (see the module docstring)."""
+    """The grid, then the budgets (see the module docstring). `backend`: where the points run
+    (stability.run.executor's contract; default this process)."""
+    from stability.run.executor import InProcessExecutor
+
     t0 = time.perf_counter()
-    sweep = Sweep(spec, store, backend, seeds=seeds, device=device, version=version, progress=progress, invariants=invariants, memory_budget=memory_budget)
+    backend = backend or InProcessExecutor()
+    sweep = Sweep(spec, store, backend, seeds=seeds, device=device, version=version, progress=progress, invariants=invariants, memory_budget=memory_budget, case_timeout=case_timeout)
     points = sweep.evaluate(grid_points(axes))
     if depth_range is None:
         depth_axis = next((a for a in axes if a.key == "depth"), None)

@@ -1,39 +1,39 @@
-"""Worker processes: every spec runs in a fresh child process that the parent supervises.
+"""Worker processes: every job (a spec, a sweep point) runs in a fresh child process that the
+parent supervises (the `WorkerExecutor` of stability.run.executor's contract).
 
 Children are forked from a multiprocessing *forkserver* that has already imported torch, Hypothesis
 and the harness and run one tiny probe (`stability.run._forkserver`), and has never imported user
 code. So a child starts in milliseconds, and nothing a spec's factory does to the process (torch's
 default dtype, thread count, deterministic flags, RNG state, `sys.path`, `sys.modules`, threads it
-leaves running, signal handlers) can reach another spec: each spec gets its own child, which dies
-when the spec is done.
+leaves running, signal handlers) can reach another job: each job gets its own child, which dies
+when the job is done.
 
-The task goes to the child as pickled bytes, unpickled only after the child has imported the run's
+The job goes to the child as pickled bytes, unpickled only after the child has imported the run's
 plugins (stability.run.plugins), so a plugin's invariants and families exist there too. The protocol
 back is one pipe per child carrying JSON text, never pickles (the spec's code runs in the child, and
-unpickling what it sends could run code in the parent), child → parent:
+unpickling what it sends could run code in the parent), child → parent: the job's own events
+(`Job.execute`: `{"kind": "start", "case": …}` before a case, `{"kind": "case", "record": …}` after
+it, and any others, e.g. a spec's `{"kind": "result", …}`), then
 
-    {"kind": "start", "case": …}       a case is about to be built (the parent starts its clock)
-    {"kind": "case", "record": …}      that case was probed (the clock stops): `CaseRecord.to_dict`
-    {"kind": "result", "result": …}    one invariant was judged: `InvariantResult.to_dict`
     {"kind": "cpu", "seconds": …}      the child's own CPU seconds, just before it is done
-    {"kind": "done", "results": […], "error": …, "seconds": …, "profile": …}   the spec is finished
-    {"kind": "crash", "what": …}       the spec's code exited or raised what the harness did not expect
-
-The parent decides every expectation again from the streamed records (stability.run.audit).
+    {"kind": "done", "final": …}       the job's final data
+    {"kind": "crash", "what": …}       the job's code exited or raised what the harness did not expect
 
 and, unless capture is off, a second pipe carrying the child's file descriptors 1 and 2: what the
 spec's factory and blocks print (Python, warnings and C-level writes alike) never reaches the
 terminal between the report's lines; the parent keeps the first `OUTPUT_HEAD` and the last
-`OUTPUT_TAIL` bytes of it in `SpecResult.output`, which the reports show with the spec's failures.
+`OUTPUT_TAIL` bytes of it in the trace, which the reports show with the spec's failures. The
+parent concludes every job itself (`Job.conclude`: a spec's expectations are judged again from the
+streamed records, stability.run.audit).
 
 The parent enforces the per-case time limit itself: a case still running `case_timeout` +
 `KILL_AFTER_S` seconds after its "start" is stopped (SIGTERM, then SIGKILL after `TERM_GRACE_S`),
 whatever the child's code does with the in-process timeout exception. That case fails with its
-reason and reproduce command, the spec's unjudged invariants fail with it, and the other specs go
-on. A child that exits, is killed by a signal (the kernel's out-of-memory killer, a segfault) or
-raises something the harness did not expect, before it reported, makes a spec error (exit code 2)
-naming the case it was running. After "done" the child leaves with `os._exit`, so a thread the
-factory left running cannot keep anything alive; the parent kills it if it lingers.
+reason (and the job's unfinished work with it), and the other jobs go on. A child that exits, is
+killed by a signal (the kernel's out-of-memory killer, a segfault) or raises something the harness
+did not expect, before it reported, makes a spec error (exit code 2) naming the case it was
+running. After "done" the child leaves with `os._exit`, so a thread the factory left running
+cannot keep anything alive; the parent kills it if it lingers.
 """
 
 from __future__ import annotations
@@ -56,12 +56,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from stability.run.audit import rejudge
-from stability.run.conclude import case_verdicts
-from stability.run.executor import Executor, Outcome, Task, run_task, unfinished_outcome
+from stability.run.executor import Executor, Job, Outcome, Trace
 from stability.run.processes import get_context
-from stability.run.results import CaseRecord, InvariantResult, SpecResult
-from stability.spec.case import Case
 
 __all__ = ["WorkerExecutor", "KILL_AFTER_S", "TERM_GRACE_S", "default_threads", "deep_stack"]
 
@@ -126,8 +122,8 @@ def _json(message: dict[str, Any]) -> bytes:
 
 def _child_main(conn: Connection, payload: bytes, env: dict[str, str], cwd: str, threads: int, output: Connection | None = None) -> None:
     """Runs in the child: send file descriptors 1 and 2 into `output` (when capturing), adopt the
-    parent's environment and folder, set the threads, run the task, send everything back, and
-    leave without waiting for anything the spec left running."""
+    parent's environment and folder, load the run's plugins, set the threads, run the job, send
+    everything back, and leave without waiting for anything the job's code left running."""
     code = 0
     if output is not None:
         os.dup2(output.fileno(), 1)
@@ -142,21 +138,15 @@ def _child_main(conn: Connection, payload: bytes, env: dict[str, str], cwd: str,
 
         from stability.run.plugins import load_plugins
 
-        load_plugins()  # the run's plugins ($STABILITY_PLUGINS), before the task names their entries
-        task: Task = pickle.loads(payload)
+        load_plugins()  # the run's plugins ($STABILITY_PLUGINS), before the job names their entries
+        job: Job = pickle.loads(payload)
         torch.set_num_threads(threads)
-        if task.options.deterministic:
+        if getattr(getattr(job, "options", None), "deterministic", False):
             torch.use_deterministic_algorithms(True)
-        outcome = run_task(
-            task,
-            on_start=lambda c: conn.send_bytes(_json({"kind": "start", "case": c.as_dict()})),
-            on_case=lambda r: conn.send_bytes(_json({"kind": "case", "record": r.to_dict()})),
-            on_result=lambda r: conn.send_bytes(_json({"kind": "result", "result": r.to_dict()})),
-        )
+        final = job.execute(lambda message: conn.send_bytes(_json(message)))
         usage = resource.getrusage(resource.RUSAGE_SELF)
         conn.send_bytes(_json({"kind": "cpu", "seconds": usage.ru_utime + usage.ru_stime}))
-        res = outcome.result
-        conn.send_bytes(_json({"kind": "done", "results": [r.to_dict() for r in res.results], "error": outcome.error, "seconds": res.seconds, "profile": res.profile}))
+        conn.send_bytes(_json({"kind": "done", "final": final}))
     except KeyboardInterrupt:
         code = 130
     except SystemExit as exc:  # sys.exit in a block's forward: the spec's code may not end the run
@@ -227,17 +217,16 @@ def _without_main() -> Iterator[None]:
 @dataclass
 class _Running:
     index: int
-    task: Task
+    job: Job
     proc: BaseProcess
     conn: Connection
     started: float
-    current: Case | None = None
     case_started: float = 0.0
     deadline: float | None = None
-    records: list[CaseRecord] = field(default_factory=list)
-    results: list[InvariantResult] = field(default_factory=list)
-    outcome: Outcome | None = None
+    trace: Trace = field(default_factory=Trace)
+    done: bool = False
     crash: str | None = None
+    timed_out: str | None = None
     out: Connection | None = None  # the read end of the child's captured output, until its end
     output: _Output = field(default_factory=_Output)
 
@@ -250,22 +239,23 @@ def _signal_name(code: int) -> str:
 
 
 class WorkerExecutor(Executor):
-    """One child process per task, `jobs` at a time, each with `threads` intra-op threads."""
+    """One child process per job, `jobs` at a time, each with `threads` intra-op threads."""
 
     isolation = (
-        "each spec runs in its own child process, forked from a clean server: torch's global state, sys.path and "
-        "threads cannot leak between specs; the per-case time limit is enforced by killing the child; a child that "
-        "exits or crashes is reported and the other specs go on"
+        "each job runs in its own child process, forked from a clean server: torch's global state, sys.path and "
+        "threads cannot leak between jobs; the per-case time limit is enforced by killing the child; a child that "
+        "exits or crashes is reported and the other jobs go on"
     )
 
     def __init__(self, *, jobs: int = 1, threads: int = 1, env: dict[str, str] | None = None, capture: bool = True) -> None:
         if jobs < 1 or threads < 1:
             raise ValueError("jobs and threads must be at least 1")
         self.jobs, self.threads, self.env, self.capture = jobs, threads, env, capture
+        self.workers = jobs
         #: CPU seconds (user + system) the children that finished reported for themselves.
         self.cpu_seconds = 0.0
 
-    def map(self, tasks: Sequence[Task], *, on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+    def map(self, tasks: Sequence[Job], *, on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
         ctx = get_context()
         env = dict(os.environ if self.env is None else self.env)
         cwd = os.getcwd()
@@ -279,7 +269,7 @@ class WorkerExecutor(Executor):
                     parent_conn, child_conn = ctx.Pipe(duplex=False)
                     out_r, out_w = ctx.Pipe(duplex=False) if self.capture else (None, None)  # raw bytes: only the descriptors are used
                     payload = pickle.dumps(task)
-                    proc = ctx.Process(target=_child_main, args=(child_conn, payload, env, cwd, self.threads, out_w), daemon=True, name=f"stability-{task.spec.name}")
+                    proc = ctx.Process(target=_child_main, args=(child_conn, payload, env, cwd, self.threads, out_w), daemon=True, name=f"stability-{task.label}")
                     with _without_main():
                         proc.start()
                     child_conn.close()
@@ -295,7 +285,8 @@ class WorkerExecutor(Executor):
                     finished = self._drain(run)
                     if not finished and run.deadline is not None and time.monotonic() >= run.deadline:
                         self._stop(run)
-                        run.outcome = self._timed_out(run)
+                        limit = run.job.case_timeout or 0.0
+                        run.timed_out = f"ran past the per-case time limit of {limit:g} s and was stopped; lower space.depth/width or raise --case-timeout"
                         finished = True
                     if finished:
                         del running[conn]
@@ -353,27 +344,22 @@ class WorkerExecutor(Executor):
     def _receive(self, run: _Running, message: dict[str, Any]) -> bool:
         """Take one message of the protocol (module docstring); True when the child is done."""
         kind = message["kind"]
-        if kind == "start":
-            run.current, run.case_started = Case.from_dict(message["case"]), time.monotonic()
-            timeout = run.task.options.case_timeout
-            run.deadline = run.case_started + timeout + KILL_AFTER_S if timeout else None
-        elif kind == "case":
-            run.records.append(CaseRecord.from_dict(message["record"]))
-            run.current, run.deadline = None, None
-        elif kind == "result":
-            run.results.append(InvariantResult.from_dict(message["result"]))
-        elif kind == "cpu":
+        if kind == "cpu":
             self.cpu_seconds += float(message["seconds"])
         elif kind == "done":
-            results = [InvariantResult.from_dict(r) for r in message["results"]]
-            error = message["error"]
-            result = SpecResult(run.task.spec, results, {r.case: r for r in run.records}, float(message["seconds"]), str(message["profile"]))
-            run.outcome = Outcome(run.task, result, None if error is None else str(error))
+            run.trace.final = message["final"]
+            run.done = True
             return True
         elif kind == "crash":
             run.crash = str(message["what"])
         else:
-            raise ValueError(f"unknown message kind {kind!r}")
+            run.trace.take(message)
+            if kind == "start":
+                run.case_started = time.monotonic()
+                timeout = run.job.case_timeout
+                run.deadline = run.case_started + timeout + KILL_AFTER_S if timeout else None
+            elif kind == "case":
+                run.deadline = None
         return False
 
     def _stop(self, run: _Running) -> None:
@@ -392,40 +378,28 @@ class WorkerExecutor(Executor):
             run.out.close()
             run.out = None
 
-    def _timed_out(self, run: _Running) -> Outcome:
-        limit = run.task.options.case_timeout or 0.0
-        reason = f"ran past the per-case time limit of {limit:g} s and was stopped; lower space.depth/width or raise --case-timeout"
-        records = list(run.records)
-        if run.current is not None:  # the stopped case, with the time it was given
-            records.append(CaseRecord(run.current, None, reason, time.monotonic() - run.case_started))
-        return unfinished_outcome(run.task, reason, done=run.results, records=records, case=run.current, spec_error=False, seconds=time.monotonic() - run.started)
-
     def _finish(self, run: _Running) -> Outcome:
-        outcome = self._collect(run)
-        outcome.result.output = run.output.text()
-        contradiction = rejudge(outcome.result, replay=run.task.case is not None)  # with this process's own code, which no spec has touched
-        if contradiction is not None and outcome.error is None:
-            outcome.error = contradiction
-        outcome.result.verdicts = case_verdicts(outcome.result.spec, outcome.result.cases)
-        return outcome
-
-    def _collect(self, run: _Running) -> Outcome:
-        if run.outcome is not None:  # reported: collect the child (it leaves by itself; kill a lingering one)
+        """Collect the child and conclude its job from what it sent."""
+        if run.done:  # reported: collect the child (it leaves by itself; kill a lingering one)
             run.proc.join(1.0)
-            self._stop(run)
-            self._close_output(run)
-            run.conn.close()
-            return run.outcome
         self._stop(run)
         self._close_output(run)
         run.conn.close()
-        code = run.proc.exitcode
-        if run.crash is not None:
-            what = run.crash
-        elif code is not None and code < 0:
-            name = _signal_name(code)
-            what = f"the worker was killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
-        else:
-            what = f"the worker exited with code {code} before reporting (sys.exit or os._exit in the spec's code?)"
-        where = f" while running case {run.current}" if run.current is not None else ""
-        return unfinished_outcome(run.task, f"{what}{where}", done=run.results, records=run.records, case=run.current, seconds=time.monotonic() - run.started)
+        trace = run.trace
+        trace.seconds = time.monotonic() - run.started
+        trace.output = run.output.text()
+        if not run.done:
+            if run.timed_out is not None:
+                trace.failure, trace.spec_error = run.timed_out, False
+            else:
+                code = run.proc.exitcode
+                if run.crash is not None:
+                    what = run.crash
+                elif code is not None and code < 0:
+                    name = _signal_name(code)
+                    what = f"the worker was killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
+                else:
+                    what = f"the worker exited with code {code} before reporting (sys.exit or os._exit in the spec's code?)"
+                where = f" while running case {trace.current}" if trace.current is not None else ""
+                trace.failure, trace.spec_error = f"{what}{where}", True
+        return run.job.conclude(trace)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stability.errors import UsageError, did_you_mean
-from stability.spec.schema import IntSpace, Spec
+from stability.spec.schema import DEFAULT_SIZE, IntSpace, Spec
 
 __all__ = ["Case", "parse_case_string", "corner_case", "reproduce_command"]
 
@@ -96,14 +96,14 @@ def corner_case(spec: Spec, **overrides: Any) -> Case:
         "depth": s.depth[0],
         "width": s.width[0],
         "batch": s.batch[0],
-        "spatial": (s.spatial or (8, 8))[0] if conv else None,
+        "spatial": (s.spatial or (DEFAULT_SIZE, DEFAULT_SIZE))[0] if conv else None,
         "input_width": s.input_width[0] if s.input_width else None,
         "weight_init": s.weight_init[0],
         "branch_init": s.branch_init[0],
         "dtype": s.dtype[0],
         "device": "cpu" if "cpu" in s.device else s.device[0],
         "seed": s.seed[0],
-        "tokens": (s.tokens or (8, 8))[0] if spec.block.layer == "tokens" else None,
+        "tokens": (s.tokens or (DEFAULT_SIZE, DEFAULT_SIZE))[0] if spec.block.layer == "tokens" else None,
     }
     values.update(overrides)
     return Case(**values)
@@ -145,11 +145,11 @@ def _check_inside(case: Case, spec: Spec) -> None:
     s = spec.space
     ranges: dict[str, tuple[int, int]] = {"depth": s.depth, "width": s.width, "batch": s.batch, "seed": s.seed}
     if spec.block.layer == "conv2d":
-        ranges["spatial"] = s.spatial or (8, 8)
+        ranges["spatial"] = s.spatial or (DEFAULT_SIZE, DEFAULT_SIZE)
     if s.input_width is not None:
         ranges["input_width"] = s.input_width
     if spec.block.layer == "tokens":
-        ranges["tokens"] = s.tokens or (8, 8)
+        ranges["tokens"] = s.tokens or (DEFAULT_SIZE, DEFAULT_SIZE)
     for key, (lo, hi) in ranges.items():
         value = getattr(case, key)
         if value is None or not lo <= value <= hi:

@@ -1,0 +1,176 @@
+"""The registries (stability/spec/registry.py): duplicates and incomplete entries are refused when
+registered, unknown names get the closest ones, every built-in entry is complete, and each rule
+that used to be written in several modules is written in one."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pydantic import Field
+
+import stability
+from stability.errors import SpecError
+from stability.spec.load import parse_spec
+from stability.spec.registry import FAMILIES, INVARIANTS, Explanation, Family, Invariant, RegistryError, register_family, register_invariant
+from stability.spec.schema import Expectation, Spec, spec_schema
+
+PACKAGE = Path(stability.__file__).parent
+
+_EXPLAINED = Explanation(summary="s", computes="c", fails="f", fixes="x")
+
+
+class Tiny(Expectation):
+    limit: float = Field(1.0, gt=0.0)
+
+
+def _tiny(**changes: object) -> Invariant:
+    fields = {"name": "tiny_check", "expectation": Tiny, "summary": "a tiny check", "label": "a number", "explanation": _EXPLAINED, "judge": lambda m, e: None}
+    return Invariant(**{**fields, **changes})  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def registered() -> Iterator[list[str]]:
+    """Names registered by a test, unregistered afterwards (the spec models are rebuilt both times)."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        (INVARIANTS if name in INVARIANTS else FAMILIES).unregister(name)
+
+
+def test_a_second_entry_under_a_registered_name_is_refused_and_names_the_first() -> None:
+    with pytest.raises(RegistryError, match=r"invariant 'gradient_arrival' is already registered \(by stability\.judge\.catalog\); choose another name"):
+        register_invariant(_tiny(name="gradient_arrival"))
+    assert INVARIANTS.get("gradient_arrival").expectation.__name__ == "GradientArrival"
+    family = FAMILIES.get("plain")
+    with pytest.raises(RegistryError, match="family 'plain' is already registered"):
+        register_family(dataclasses.replace(family))
+
+
+@pytest.mark.parametrize(
+    ("changes", "missing"),
+    [
+        ({"judge": None}, "a probe invariant needs judge"),
+        ({"phase": "training", "judge": None}, "a training invariant needs train"),
+        ({"name": "two words"}, "is not an identifier"),
+        ({"expectation": dict}, "must be a pydantic model class"),
+        ({"applies": lambda spec: {"branch_init": ["zero"]}}, "needs applies_reason"),
+        ({"label": " "}, "label is empty"),
+        ({"explanation": "text"}, "must be a stability.spec.registry.Explanation"),
+    ],
+)
+def test_an_incomplete_invariant_fails_when_it_is_registered_naming_what_is_missing(changes: dict[str, object], missing: str) -> None:
+    with pytest.raises(RegistryError, match=re.escape(missing)):
+        _tiny(**changes)
+    assert "tiny_check" not in INVARIANTS
+
+
+def test_an_expectation_not_derived_from_the_base_names_the_fix() -> None:
+    from pydantic import BaseModel
+
+    class Bare(BaseModel):
+        limit: float = 1.0
+
+    with pytest.raises(RegistryError, match="lacks the field 'expect': derive it from stability.spec.schema.Expectation"):
+        _tiny(expectation=Bare)
+
+
+def test_an_incomplete_family_fails_when_it_is_registered() -> None:
+    base = dict(name="tiny_family", description="d", build=lambda s, c, g: None, block_keys=frozenset(), layers=("linear",), estimate=lambda s, c: None, block_bytes=1)
+    for changes, missing in (({"layers": ()}, "layers is empty"), ({"block_bytes": 0}, "block_bytes must be positive"), ({"description": ""}, "description is empty")):
+        with pytest.raises(RegistryError, match=re.escape(missing)):
+            Family(**{**base, **changes})  # type: ignore[arg-type]
+
+
+def test_an_unknown_name_gets_the_closest_and_never_another_entrys_behaviour() -> None:
+    with pytest.raises(RegistryError, match=r"unknown invariant 'gradient_arival' \(did you mean \"gradient_arrival\"\?\)"):
+        INVARIANTS.get("gradient_arival")
+    with pytest.raises(RegistryError, match=r"unknown family 'preactt' \(did you mean \"preact\"\?\)"):
+        FAMILIES.get("preactt")
+    from stability.run.conclude import judge
+
+    with pytest.raises(RegistryError):
+        judge(parse_spec(_TINY_SPEC.replace("[expect.tiny_check]\nlimit = 2.0", "[expect.gradient_arrival]")), "identity_error", None)  # type: ignore[arg-type]
+
+
+_TINY_SPEC = 'name = "t"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = [1, 4]\nwidth = 4\n[expect.tiny_check]\nlimit = 2.0\n'
+
+
+def test_registering_an_invariant_makes_specs_accept_it_and_unregistering_refuses_it_again(registered: list[str]) -> None:
+    with pytest.raises(SpecError, match="expect.tiny_check = .*unknown key"):
+        parse_spec(_TINY_SPEC)
+    register_invariant(_tiny())
+    registered.append("tiny_check")
+    spec = parse_spec(_TINY_SPEC)
+    assert [n for n, _ in spec.invariants()] == ["tiny_check"] and spec.expect.tiny_check.limit == 2.0
+    assert "tiny_check" in spec_schema()["$defs"]["Expect"]["properties"]
+    with pytest.raises(SpecError, match=r"expect.tiny_check.limit = -1.0: .*greater than 0"):
+        parse_spec(_TINY_SPEC.replace("limit = 2.0", "limit = -1.0"))
+
+
+def test_every_built_in_entry_is_complete_and_in_the_catalogue_order() -> None:
+    assert INVARIANTS.names()[:3] == ("gradient_arrival", "variance_growth", "identity_at_init")
+    assert set(FAMILIES.names()) >= {"plain", "postnorm", "preact", "highway", "dense", "custom", "transformer"}
+    for entry in INVARIANTS:
+        assert entry.explanation.summary and entry.explanation.computes_text() and entry.explanation.references, entry.name
+        assert (entry.judge is not None) != entry.training, entry.name
+        assert entry.training == (entry.sweep_refusal is not None), entry.name  # a sweep measures every probe invariant
+    assert sorted(Spec.model_fields["expect"].annotation.model_fields) == sorted(INVARIANTS.names())  # type: ignore[union-attr]
+
+
+def test_importing_the_package_registers_the_catalogues_and_imports_no_torch() -> None:
+    code = "import sys, stability\nfrom stability.spec.registry import INVARIANTS, FAMILIES\nprint(len(INVARIANTS), len(FAMILIES), 'torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [str(len(INVARIANTS)), str(len(FAMILIES)), "False"]
+
+
+def test_the_public_names_are_what_the_package_exports() -> None:
+    """As Hypothesis checks its own: every name of `__all__` resolves, and each lazy one is public."""
+    for name in stability.__all__:
+        assert getattr(stability, name) is not None, name
+    assert set(stability._LAZY) | set(stability._MODULES) <= set(stability.__all__)
+    assert stability.Spec is Spec and stability.Verdict.__module__ == "stability.judge.verdict"
+    with pytest.raises(AttributeError, match="has no attribute 'nothing_here'"):
+        stability.nothing_here  # noqa: B018
+
+
+# ----------------------------------------------------------------------------- one rule, one place
+
+
+def _code_lines(pattern: str) -> list[str]:
+    """`module:line` of every line of the package's code matching `pattern`, its strings and comments
+    left out (tokenize), so a docstring or a message that names a rule does not count."""
+    import io
+    import tokenize
+
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        code: dict[int, list[str]] = {}
+        for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+            if tok.type == tokenize.COMMENT or (tok.type == tokenize.STRING and len(tok.string) > 16):
+                continue  # comments, docstrings and messages; short literals ("auto", "plain") are code
+            code.setdefault(tok.start[0], []).append(tok.string)
+        for i, toks in sorted(code.items()):
+            if re.search(pattern, " ".join(toks)):
+                found.append(f"{path.relative_to(PACKAGE)}:{i}")
+    return found
+
+
+def test_each_rule_is_written_in_one_place() -> None:
+    # identity_at_init applies to the zero-branch inits: the set once, used by the family entries only
+    assert {p.split(":")[0] for p in _code_lines(r"ZERO_BRANCH_INITS")} == {"families/catalog.py", "spec/schema.py"}
+    # the Kaiming gains: one table
+    assert [p.split(":")[0] for p in _code_lines(r"5\.0 / 3\.0|25\.0 / 9\.0")] == ["families/gains.py"]
+    # the default spatial size and token count of 8: one constant
+    assert [p.split(":")[0] for p in _code_lines(r"DEFAULT_SIZE\s*=")] == ["spec/schema.py"]
+    assert _code_lines(r"or \( 8 , 8 \)|or 8\b|else 8\b") == []
+    # device resolution (cpu / cuda / auto / all): one module
+    assert {p.split(":")[0] for p in _code_lines(r'(device|choice) (==|in|not in) \(? ?(None , )?"(auto|all)"')} == {"run/devices.py"}
+    # no module but the catalogues names a built-in family or invariant to decide what to do
+    deciding = _code_lines(r'family (==|!=|in|not in) \(? ?"') + _code_lines(r'name (==|!=) "(gradient_arrival|identity_at_init|mean_field|lesion|variance_growth)"')
+    assert [p for p in deciding if not p.startswith(("families/", "judge/catalog.py"))] == []
