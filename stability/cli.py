@@ -219,15 +219,6 @@ def _validate(args: argparse.Namespace, specs: list[Spec], devices: list[str]) -
     return budget
 
 
-def _stdout_gone() -> None:
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass
-
-
 def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     if not args.in_process:
         from stability.run.processes import start_server
@@ -362,17 +353,15 @@ def _factories_allowed(specs: list[Spec], roots: list[str]) -> tuple[list[Spec],
 
 def _terminal(results: list[SpecResult], console: Console, seconds: float, *, table: bool, interrupted: bool) -> None:
     """The table, the failures and the summary line. A closed stdout (`| head -1`, `| true`) only
-    silences the rest of the output: it changes neither the reports nor the exit code."""
+    silences the rest of the output (`stability.run.streams`, around `main`): it changes neither
+    the reports nor the exit code."""
     from stability.report.formats import print_failures, print_table, summary_line
 
-    try:
-        if table and results:
-            print_table(results, console)
-        print_failures(results, console)
-        console.print(summary_line(results, seconds, interrupted=interrupted), highlight=False)
-        console.file.flush()
-    except BrokenPipeError:
-        _stdout_gone()
+    if table and results:
+        print_table(results, console)
+    print_failures(results, console)
+    console.print(summary_line(results, seconds, interrupted=interrupted), highlight=False)
+    console.file.flush()
 
 
 def _list(args: argparse.Namespace, console: Console) -> int:
@@ -426,6 +415,15 @@ def _sweep(args: argparse.Namespace, console: Console, err: Console, argv: list[
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line. The exit code is the verdict's: a closed or broken stdout or stderr only
+    loses terminal output (stability/run/streams.py)."""
+    from stability.run.streams import tolerant_streams
+
+    with tolerant_streams():
+        return _command(argv)
+
+
+def _command(argv: list[str] | None) -> int:
     console = Console(highlight=False)
     if not console.is_terminal:  # logs and CI: wide enough for one line per row
         console = Console(highlight=False, width=max(console.width, 160))

@@ -58,6 +58,7 @@ from typing import Any
 
 from stability.run.executor import Executor, Job, Outcome, Trace
 from stability.run.processes import get_context
+from stability.run.streams import Tolerant
 
 __all__ = ["WorkerExecutor", "KILL_AFTER_S", "TERM_GRACE_S", "default_threads", "deep_stack"]
 
@@ -129,6 +130,8 @@ def _child_main(conn: Connection, payload: bytes, env: dict[str, str], cwd: str,
         os.dup2(output.fileno(), 1)
         os.dup2(output.fileno(), 2)
         output.close()
+    else:  # --no-capture: the spec's prints reach the terminal, which may be a closed pipe
+        sys.stdout, sys.stderr = Tolerant(sys.stdout), Tolerant(sys.stderr)
     deep_stack()
     try:
         os.environ.clear()
