@@ -83,6 +83,15 @@ def _parser() -> argparse.ArgumentParser:
         help="let the specs' own code (factories, blocks) print to this terminal as it runs; by default what it prints is captured and shown with the spec's failures",
     )
     c.add_argument("--seed", type=int, default=None, metavar="N", help="Hypothesis seed for the search, to repeat a dev or thorough run (default: random; ci is derandomized)")
+    c.add_argument("--sarif", metavar="FILE", help="write SARIF 2.1.0 (code scanning: one result per unmet expectation, at its line in the spec)")
+    c.add_argument(
+        "--github",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="GitHub Actions job summary ($GITHUB_STEP_SUMMARY) and ::error annotations on the specs' lines (default: on when GITHUB_ACTIONS=true)",
+    )
+    c.add_argument("--baseline", metavar="FILE", help="compare each expectation's number with this JSON report's, on its cases; exit 1 when one moved toward its bound past its drift")
+    c.add_argument("--update-baseline", action="store_true", help="write this run's JSON report to the --baseline FILE (the comparison is shown, not failed on)")
 
     ls = sub.add_parser("list", parents=[plugins], help="list specs, the families they use, and every registered invariant and family")
     ls.add_argument("paths", nargs="*")
@@ -215,7 +224,9 @@ def _validate(args: argparse.Namespace, specs: list[Spec], devices: list[str]) -
             case = parse_case_string(args.case, specs[0], device=device)
             if case.device.startswith("cuda") and not torch.cuda.is_available():
                 raise UsageError(f"--case {args.case!r}: device={case.device} but CUDA is not available on this machine; replay it with device=cpu")
-    check_outputs(json=args.json, junit=args.junit, html=args.html, inputs=[s.path for s in specs])
+    if args.update_baseline and not args.baseline:
+        raise UsageError("--update-baseline writes the --baseline FILE; give --baseline FILE too")
+    check_outputs(json=args.json, junit=args.junit, html=args.html, sarif=args.sarif, baseline=args.baseline if args.update_baseline else None, inputs=[s.path for s in specs])
     return budget
 
 
@@ -243,6 +254,9 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     if len(devices) < len(resolve_devices(args.device)):
         print("stability: --device all: CUDA is not available on this machine, so the cuda runs are skipped", file=sys.stderr)
     budget = _validate(args, specs, devices)
+    from stability.report.baseline import load_baseline
+
+    baseline = load_baseline(args.baseline, update=args.update_baseline) if args.baseline else None
     roots = [str(Path(r).resolve()) for r in args.source_root or []]
     specs, refused = _factories_allowed(specs, roots)
     load_errors += refused
@@ -300,23 +314,53 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
         if kept:
             print(f"stability: interrupted; not written (any previous report is left as it was): {', '.join(kept)}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    # CI outputs (docs/ci.md): what each spec's numbers depend on, and the baseline's cases
+    # replayed on this code by the same executor (stability/report/baseline.py).
+    from stability.report import baseline as against
+    from stability.report import github
+
+    with source_roots(roots):
+        provenance = {s.path: against.provenance(s) for s in specs} if args.json or args.baseline else None
+    comparison = None
+    if baseline is not None:
+
+        def replay(more: list[Task]) -> list[Outcome]:
+            with source_roots(roots if args.in_process else []):
+                return list(executor.map(more))
+
+        comparison = against.compare(baseline, outcomes, replay=replay, provenances=provenance, update=args.update_baseline)
+    compared = comparison.to_json() if comparison is not None else None
+    unloaded = [(e.file, str(e)) for e in load_errors]
     # The reports first: whatever happens to the terminal afterwards, they are complete.
     if args.json:
-        write_json(args.json, results, seconds=seconds, errors=errors)
+        write_json(args.json, results, seconds=seconds, errors=errors, provenance=provenance, baseline=compared)
     if args.junit:
-        write_junit(args.junit, results, seconds=seconds, load_errors=[(e.file, str(e)) for e in load_errors])
+        write_junit(args.junit, results, seconds=seconds, load_errors=unloaded)
     if args.html:
         from stability.report.html import write_html
 
         with renderer or Renderer() as plots:
-            write_html(args.html, results, seconds=seconds, pngs=plots.pngs)
+            write_html(args.html, results, seconds=seconds, pngs=plots.pngs, comparison=comparison)
+    if args.sarif:
+        from stability.report.sarif import write_sarif
+
+        write_sarif(args.sarif, results, load_errors=unloaded, comparison=comparison)
+    if args.update_baseline:
+        write_json(args.baseline, results, seconds=seconds, errors=errors, provenance=provenance, baseline=compared)
+    on_github = github.enabled(args.github)
+    if on_github and (problem := github.write_summary(github.job_summary(results, seconds=seconds, errors=errors, comparison=comparison))):
+        print(problem, file=sys.stderr)
     _terminal(results, console, seconds, table=not args.quiet, interrupted=False)
+    if comparison is not None:
+        against.print_comparison(comparison, console, quiet=args.quiet)
+    for line in github.workflow_commands(results, load_errors=unloaded, comparison=comparison) if on_github else []:
+        print(line, flush=True)
     for o in outcomes:
         if o.error:
             print(f"stability: error: {printable(o.error)}", file=sys.stderr)
     if errors:
         return EXIT_USAGE
-    if not all(r.met for r in results):
+    if not all(r.met for r in results) or (comparison is not None and comparison.failed):
         return EXIT_FAILED
     if judged_count(results) == 0:
         why = []

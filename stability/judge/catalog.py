@@ -251,6 +251,11 @@ def _lower_is_closer(v: Any, e: Any) -> float:
     return -v.observed if math.isfinite(v.observed) else math.inf
 
 
+def _size_severity(v: Any, e: Any) -> float:
+    """The headline number's size (a training invariant's slope magnitude, loss ratio, mean residual)."""
+    return abs(v.observed) if math.isfinite(v.observed) else math.inf
+
+
 def _mean_field_severity(v: Any, e: Any) -> float:
     if v.observed > 0 and v.extra.get("predicted", 0) > 0:
         return abs(math.log(v.observed / v.extra["predicted"]))
@@ -473,7 +478,9 @@ with batch():
         ("trainability", s.Trainability, _train_trainability, _depth_variants, "final loss / initial loss"),
         ("residual_size", s.ResidualSize, _train_residual_size, _depth_variants, "mean relative residual ‖x_(l+1) − x_l‖/‖x_l‖ after the run"),
     ):
-        register_invariant(_entry(_name, expectation=_model, label=_label, phase="training", train=_train, train_cases=_cases, check=_check_training, sweep_refusal=_TRAIN_REFUSAL))
+        register_invariant(
+            _entry(_name, expectation=_model, label=_label, phase="training", train=_train, train_cases=_cases, check=_check_training, severity=_size_severity, sweep_refusal=_TRAIN_REFUSAL)
+        )
     register_invariant(
         _entry(
             "mean_shift",

@@ -12,7 +12,7 @@ import os
 import re
 import tempfile
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -163,8 +163,20 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def to_json(results: list[SpecResult], *, seconds: float = 0.0, interrupted: bool = False, errors: list[str] | None = None) -> dict[str, Any]:
-    """The machine-readable report: per spec, per invariant, per case."""
+def to_json(
+    results: list[SpecResult],
+    *,
+    seconds: float = 0.0,
+    interrupted: bool = False,
+    errors: list[str] | None = None,
+    provenance: Mapping[str, dict[str, Any]] | None = None,
+    baseline: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The machine-readable report: per spec, per invariant, per case. Each spec records its
+    provenance (`stability.report.baseline.provenance`, or `provenance[spec path]`), so the report
+    can serve as a baseline; `baseline` is the comparison with one (`Comparison.to_json`)."""
+    from stability.report.baseline import provenance as provenance_of
+
     specs = []
     for res in results:
         invariants = []
@@ -212,6 +224,7 @@ def to_json(results: list[SpecResult], *, seconds: float = 0.0, interrupted: boo
                 "profile": res.profile,
                 "seconds": res.seconds,
                 "output": res.output,
+                "provenance": (provenance or {}).get(res.spec.path) or provenance_of(res.spec),
                 "invariants": invariants,
                 "cases": cases,
             }
@@ -226,11 +239,23 @@ def to_json(results: list[SpecResult], *, seconds: float = 0.0, interrupted: boo
     }
     if errors is not None:  # spec files that could not be read or validated, specs that could not run
         report["errors"] = list(errors)
+    if baseline is not None:
+        report["baseline"] = baseline
     return report
 
 
-def write_json(path: str | Path, results: list[SpecResult], *, seconds: float = 0.0, interrupted: bool = False, errors: list[str] | None = None) -> None:
-    write_atomic(path, json.dumps(to_json(results, seconds=seconds, interrupted=interrupted, errors=errors), indent=2) + "\n")
+def write_json(
+    path: str | Path,
+    results: list[SpecResult],
+    *,
+    seconds: float = 0.0,
+    interrupted: bool = False,
+    errors: list[str] | None = None,
+    provenance: Mapping[str, dict[str, Any]] | None = None,
+    baseline: dict[str, Any] | None = None,
+) -> None:
+    report = to_json(results, seconds=seconds, interrupted=interrupted, errors=errors, provenance=provenance, baseline=baseline)
+    write_atomic(path, json.dumps(report, indent=2) + "\n")
 
 
 # Characters XML 1.0 cannot hold at all, escaped or not (ElementTree writes them raw, and the file

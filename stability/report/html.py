@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from stability.errors import UsageError
+from stability.report.baseline import Comparison, fmt, fmt_change, fmt_limit, headline
 from stability.report.formats import summary_line, write_atomic
 from stability.report.plots import variance_band
 from stability.report.render import spec_pngs
@@ -163,6 +164,25 @@ def _verdict_table(results: list[SpecResult]) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("spec", "invariant", "expect", "met", "observed", "bound", "deciding case", "reproduce"))
     body = "".join(row for i, res in enumerate(results) for row in _verdict_rows(i, res))
     return f'<table class="verdicts"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _baseline_section(c: Comparison | None) -> str:
+    """The comparison with a baseline (`stability check --baseline`): before → after per case."""
+    if c is None:
+        return ""
+    head = "".join(f"<th>{h}</th>" for h in ("spec", "invariant", "", "before → after", "change", "drift limit", "case", "why"))
+    rows = []
+    for d in c.deltas:
+        cls = {"drift": "failed", "within": "ok"}.get(d.status, "not_applicable")
+        mark = {"drift": "✗", "within": "✓"}.get(d.status, "n/a")
+        rows.append(
+            f'<tr class="{cls}"><td>{_e(d.key.spec)}</td><td class="inv">{_e(d.key.invariant)}</td><td class="mark">{mark}</td>'
+            f'<td class="num">{_e(fmt(d.before))} → {_e(fmt(d.after))}</td><td class="num">{_e(fmt_change(d))}</td><td class="num">{_e(fmt_limit(d.limit))}</td>'
+            f'<td class="case mono">{_case_text(d.shown)}</td><td>{_e(d.why)}</td></tr>'
+        )
+    changed = "".join(f"<p>changed since the baseline in <code>{_e(file)}</code>: {_e('; '.join(changes))}</p>" for file, changes in c.changed.items())
+    table = f'<table class="verdicts"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>' if rows else ""
+    return f'<h2 id="baseline">Against the baseline</h2><p class="meta">{_e(headline(c))}</p>{table}{changed}'
 
 
 # ----------------------------------------------------------------------------- one spec
@@ -311,9 +331,10 @@ def _spec_section(index: int, res: SpecResult, pngs: PngSource = spec_pngs) -> s
 # ----------------------------------------------------------------------------- page
 
 
-def render_html(results: Iterable[SpecResult], *, seconds: float = 0.0, interrupted: bool = False, pngs: PngSource = spec_pngs) -> str:
+def render_html(results: Iterable[SpecResult], *, seconds: float = 0.0, interrupted: bool = False, pngs: PngSource = spec_pngs, comparison: Comparison | None = None) -> str:
     """The whole report as one HTML document (a string). `pngs` renders a spec's plots
-    (`stability.report.render.Renderer.pngs` takes them from a background process)."""
+    (`stability.report.render.Renderer.pngs` takes them from a background process); `comparison`
+    is the run against a baseline, shown after the verdicts."""
     results = list(results)
     met = all(res.met for res in results) and not interrupted
     summary = summary_line(results, seconds, interrupted=interrupted)
@@ -334,15 +355,15 @@ def render_html(results: Iterable[SpecResult], *, seconds: float = 0.0, interrup
         f'<p class="meta">profile {_e(", ".join(profiles) or "—")} · generated {_e(generated)} · '
         f"✗ rows: the expectation was not met; <code>stability explain NAME</code> says why and how to fix it</p>"
         f"{jump}</header>"
-        f"<main><h2>Verdicts</h2>{_verdict_table(results)}{sections}</main></body></html>\n"
+        f"<main><h2>Verdicts</h2>{_verdict_table(results)}{_baseline_section(comparison)}{sections}</main></body></html>\n"
     )
 
 
-def write_html(dir: str | Path, results: Iterable[SpecResult], *, seconds: float = 0.0, interrupted: bool = False, pngs: PngSource = spec_pngs) -> Path:
+def write_html(dir: str | Path, results: Iterable[SpecResult], *, seconds: float = 0.0, interrupted: bool = False, pngs: PngSource = spec_pngs, comparison: Comparison | None = None) -> Path:
     """Write DIR/index.html (atomically) and return its path."""
     folder = Path(dir)
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--html {dir}: is a file; give a folder (the report is written to FOLDER/index.html)")
     path = folder / "index.html"
-    write_atomic(path, render_html(results, seconds=seconds, interrupted=interrupted, pngs=pngs))
+    write_atomic(path, render_html(results, seconds=seconds, interrupted=interrupted, pngs=pngs, comparison=comparison))
     return path

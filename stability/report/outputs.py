@@ -1,7 +1,8 @@
 """Report paths checked before anything runs, so that a run never ends with its results lost to a
 bad path and never destroys a file it was not asked to write.
 
-Rules (docs/ci.md): a report path must not be empty; `--json` / `--junit` must not name a folder;
+Rules (docs/ci.md): a report path must not be empty; `--json` / `--junit` / `--sarif` (and the
+`--baseline` file that `--update-baseline` rewrites) must not name a folder;
 `--html` names a folder (it gets `index.html`) and must not name a file; a report may only replace
 a regular file (never a device such as `/dev/null`, a FIFO or a socket); two reports may not share
 a path; a report may not be one of the input spec files, and an existing non-empty file is only
@@ -29,7 +30,9 @@ _SIGNATURES = {
     "JSON": re.compile(rb'\A\s*\{\s*"schema_version"\s*:'),
     "JUnit": re.compile(rb'\A<\?xml[^>]*\?>\s*<testsuite name="stability"'),
     "HTML": re.compile(rb"\A<!DOCTYPE html>\s*<html[^>]*>\s*<head>.{0,400}?<title>stability (report|sweep)", re.S),
+    "SARIF": re.compile(rb'\A\s*\{\s*"\$schema"\s*:\s*"https://json.schemastore.org/sarif-2.1.0.json"'),
 }
+_KINDS = {"--json": "JSON", "--junit": "JUnit", "--html": "HTML", "--sarif": "SARIF", "--baseline": "JSON"}
 
 
 def _kind(mode: int) -> str:
@@ -88,11 +91,12 @@ def _writable_folder(folder: Path, option: str, shown: str) -> None:
     os.unlink(tmp)
 
 
-def check_outputs(*, json: str | None, junit: str | None, html: str | None, inputs: Iterable[str | Path] = ()) -> None:
-    """Validate the report paths of one run; raise UsageError (exit 2) on the first problem."""
+def check_outputs(*, json: str | None, junit: str | None, html: str | None, sarif: str | None = None, baseline: str | None = None, inputs: Iterable[str | Path] = ()) -> None:
+    """Validate the report paths of one run; raise UsageError (exit 2) on the first problem.
+    `baseline` is the `--baseline` file when `--update-baseline` rewrites it (a JSON report)."""
     files: dict[Path, str] = {}
     protected = {Path(p).resolve(): str(p) for p in inputs}
-    for option, raw in (("--json", json), ("--junit", junit), ("--html", html)):
+    for option, raw in (("--json", json), ("--junit", junit), ("--html", html), ("--sarif", sarif), ("--baseline", baseline)):
         if raw is None:
             continue
         if not raw.strip():
@@ -107,13 +111,14 @@ def check_outputs(*, json: str | None, junit: str | None, html: str | None, inpu
         else:
             target = given
             if raw.endswith(("/", os.sep)) or given.is_dir():
-                raise UsageError(f"{option} {raw}: is a folder; give a file path, e.g. {given / ('report.json' if option == '--json' else 'junit.xml')}")
+                example = {"--junit": "junit.xml", "--sarif": "stability.sarif"}.get(option, "report.json")
+                raise UsageError(f"{option} {raw}: is a folder; give a file path, e.g. {given / example}")
         _writable_folder(target.parent, option, raw)
         check_replaceable(target, option)
         resolved = target.resolve()
         if resolved in protected:
             raise UsageError(f"{option} {raw}: is the input spec {protected[resolved]}; a report must not overwrite a spec, choose another path")
-        _check_ours(target, {"--json": "JSON", "--junit": "JUnit", "--html": "HTML"}[option], option, raw)
+        _check_ours(target, _KINDS[option], option, raw)
         if resolved in files:
             raise UsageError(f"{option} {raw}: is also the path of {files[resolved]}; give each report its own path")
         files[resolved] = option

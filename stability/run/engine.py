@@ -28,7 +28,7 @@ from stability.judge.verdict import Verdict
 from stability.measure.ensemble import ensemble_size
 from stability.measure.measurements import Measurements
 from stability.measure.probe import probe
-from stability.run.conclude import case_verdicts, conclude_replay, conclude_search, judge, message, met_by, not_applicable
+from stability.run.conclude import case_verdicts, conclude_replay, conclude_search, judge, message, met_by, not_applicable, severity
 from stability.run.guard import check_budget, time_limit, warm_up
 from stability.run.profiles import get_profile, keyed
 from stability.run.results import CaseRecord, InvariantResult, SpecResult
@@ -387,6 +387,7 @@ def run_training(
         return result(c, v, error, True, len(seen))  # not shrunk: worded like a replay
     if not seen:
         return InvariantResult(name, expectation.expect, False, None, None, 0, "no case was drawn", error="no case")
-    # The case closest to failing: the largest headline number (slope magnitude, loss ratio, mean residual).
-    c, (v, _) = max(seen.items(), key=lambda cv: abs(cv[1][0].observed) if math.isfinite(cv[1][0].observed) else math.inf)
+    # The case closest to failing: the largest severity (the entry's: the headline number's size,
+    # slope magnitude, loss ratio, mean residual).
+    c, (v, _) = max(seen.items(), key=lambda cv: severity(spec, name, cv[1][0]))
     return result(c, v, None, False, len(seen))

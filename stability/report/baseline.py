@@ -1,0 +1,388 @@
+"""Numbers against a baseline: `stability check --baseline FILE` compares each expectation's
+observed number with a JSON report of an earlier run (the base branch's), on the same case, and
+fails when a number moved toward its bound by more than the expectation's `drift`.
+
+**Keying.** A baseline entry is one judged expectation of the report: (spec file, spec name,
+invariant, case string). The case string fixes everything the builder uses, seed included, so
+replaying it is deterministic: on unchanged code it gives the same number, bit for bit.
+
+**The same cases.** The search of this run may pick other deciding cases than the baseline's
+(the architecture changed, so the closest case moved), so each baseline entry's own case is
+replayed on the current code, through the executor `check` used (`Task(case=…, only=…)`). An
+entry whose case is also this run's deciding case is read from this run's result instead.
+
+**Comparable runs.** Every spec in a JSON report records its provenance: the spec's content hash
+(`stability.run.sweep.spec_hash`: every validated value, not comments), the content hash of a
+custom spec's factory module, and the harness's code version (`stability.run.sweep.code_version`).
+Whatever differs from the baseline is reported beside the numbers ("changed since the baseline:
+the factory module …"), never silently compared, and never hidden: a changed factory is usually
+the change under review. An entry that cannot be replayed (its case is outside a changed space,
+its invariant is no longer declared, the case no longer runs) is listed as not comparable.
+
+**The rule.** For an expectation that holds, a number moved *toward its bound* when the verdict
+came closer to failing by the search's own measure (`stability.run.conclude.severity`, the
+invariant's registry entry's: for a `[lo, hi]` ratio, the log-distance to the nearer bound; for a
+one-sided bound, the number itself); for a negative control (`expect = "violated"`), when it came closer to passing. The
+change is relative, |after − before| / |before| (a move away from exactly 0 is an infinite
+change). It fails the check (exit 1) when it is toward the bound and larger than `drift`, or
+when the replayed case no longer meets the expectation at all. `--update-baseline` writes this
+run's JSON report to FILE and reports the changes without failing on them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import stat
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from stability.errors import SpecError, UsageError
+from stability.judge.verdict import Verdict
+from stability.report.formats import SCHEMA_VERSION
+from stability.report.text import printable
+from stability.run.conclude import severity
+from stability.run.executor import Outcome, Task
+from stability.run.results import InvariantResult
+from stability.spec.case import Case, reproduce_command
+from stability.spec.schema import Spec
+
+__all__ = ["Baseline", "Comparison", "Delta", "Key", "compare", "load_baseline", "print_comparison", "provenance", "relative_change", "toward_bound"]
+
+_FIX = "write one with `stability check --json FILE` on the base branch, or pass --update-baseline to create it"
+
+
+@dataclass(frozen=True)
+class Key:
+    """What a baseline entry is keyed by."""
+
+    file: str
+    spec: str
+    invariant: str
+    case: str
+
+    def __str__(self) -> str:
+        return f"{self.file}::{self.invariant}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: Key
+    case: Case
+    expect: str
+    met: bool
+    verdict: Verdict
+
+
+@dataclass
+class Baseline:
+    path: str
+    entries: list[Entry]
+    #: (spec file, spec name) → the provenance recorded for it (None: an older report without it).
+    provenance: dict[tuple[str, str], dict[str, Any] | None] = field(default_factory=dict)
+
+
+@dataclass
+class Delta:
+    """One baseline entry compared: `status` is "drift" (fails), "within" or "not_comparable"."""
+
+    key: Key
+    before: float
+    after: float | None
+    limit: float
+    status: str
+    why: str
+    reproduce: str = ""
+    #: The case's values that the spec's space lets vary (what the tables show).
+    shown: str = ""
+
+    @property
+    def change(self) -> float | None:
+        return None if self.after is None else relative_change(self.before, self.after)
+
+
+@dataclass
+class Comparison:
+    path: str
+    deltas: list[Delta]
+    #: spec file → what differs from the baseline's provenance, in words.
+    changed: dict[str, list[str]] = field(default_factory=dict)
+    #: Expectations judged in this run that the baseline has no entry for.
+    new: list[str] = field(default_factory=list)
+    update: bool = False
+
+    @property
+    def drifted(self) -> list[Delta]:
+        return [d for d in self.deltas if d.status == "drift"]
+
+    @property
+    def failed(self) -> bool:
+        """Whether the comparison fails the run (never while updating the baseline)."""
+        return bool(self.drifted) and not self.update
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.path,
+            "failed": self.failed,
+            "deltas": [
+                {**vars(d.key), "before": _json_num(d.before), "after": _json_num(d.after), "change": _json_num(d.change), "limit": _json_num(d.limit), "status": d.status, "why": d.why}
+                for d in self.deltas
+            ],
+            "changed": self.changed,
+            "new": self.new,
+        }
+
+
+def _json_num(x: float | None) -> float | str | None:
+    return x if x is None or math.isfinite(x) else str(x)
+
+
+def _float(x: Any) -> float:
+    """A number of a JSON report ("nan", "inf" and "-inf" are written as strings)."""
+    return float(x) if isinstance(x, (int, float, str)) and not isinstance(x, bool) else math.nan
+
+
+def _norm(path: str) -> str:
+    return os.path.normpath(path)
+
+
+# ----------------------------------------------------------------------------- provenance
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def provenance(spec: Spec) -> dict[str, Any]:
+    """What a spec's numbers depend on: its content hash, its factory module's (custom specs; the
+    source roots in force apply) and the harness's code version."""
+    from stability.families.factory import locate_factory
+    from stability.run.sweep import code_version, spec_hash
+
+    factory: dict[str, str | None] | None = None
+    if spec.family == "custom" and spec.block.factory:
+        try:
+            module = locate_factory(spec.path, spec.block.factory)[2]
+            factory = {"module": os.path.relpath(module), "sha256": _sha(module)}
+        except (SpecError, OSError, ValueError):
+            factory = {"module": spec.block.factory, "sha256": None}
+    return {"spec": spec_hash(spec), "factory": factory, "harness": code_version()}
+
+
+def _changes(before: dict[str, Any] | None, now: dict[str, Any]) -> list[str]:
+    if before is None:
+        return ["the baseline records no provenance (a report from an older harness)"]
+    out = []
+    if before.get("spec") != now["spec"]:
+        out.append(f"the spec's content (hash {before.get('spec')} → {now['spec']})")
+    was, nowf = before.get("factory") or {}, now["factory"] or {}
+    if was.get("sha256") != nowf.get("sha256") or was.get("module") != nowf.get("module"):
+        out.append(f"the factory module {nowf.get('module') or was.get('module')} (sha256 {was.get('sha256')} → {nowf.get('sha256')})")
+    if before.get("harness") != now["harness"]:
+        out.append(f"the harness ({before.get('harness')} → {now['harness']})")
+    return out
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def load_baseline(path: str, *, update: bool = False) -> Baseline:
+    """Read a JSON report as a baseline. A missing file is an empty baseline with `update` (it is
+    about to be written), else a UsageError; so is a file that is not a stability JSON report."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # never block on a FIFO or read a device
+            raise UsageError(f"--baseline {path}: is not a regular file; {_FIX}")
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if update:
+            return Baseline(path, [])
+        raise UsageError(f"--baseline {path}: no such file; {_FIX}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--baseline {path}: cannot be read ({getattr(exc, 'strerror', None) or exc}); {_FIX}") from None
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION or not isinstance(data.get("specs"), list):
+            raise ValueError(f"not a stability JSON report of schema_version {SCHEMA_VERSION}")
+        baseline = Baseline(path, [])
+        for spec in data["specs"]:
+            where = (_norm(str(spec["file"])), str(spec["name"]))
+            baseline.provenance[where] = spec.get("provenance")
+            for inv in spec["invariants"]:
+                if inv.get("verdict") is None or inv.get("case") is None:
+                    continue  # not judged (n/a, skipped, not measured): nothing to compare
+                case = Case.from_dict(inv["case"])
+                extra = {k: _float(v) if v in ("nan", "inf", "-inf") else v for k, v in (inv.get("extra") or {}).items()}
+                verdict = Verdict(
+                    inv["name"], inv["verdict"] == "holds", _float(inv["observed"]), str(inv.get("bound") or ""), inv.get("block"), str(inv.get("detail") or ""), extra, bool(inv.get("measured", True))
+                )
+                baseline.entries.append(Entry(Key(*where, inv["name"], str(case)), case, inv["expect"], bool(inv["met"]), verdict))
+    except (ValueError, KeyError, TypeError) as exc:
+        what = exc.args[0] if isinstance(exc, ValueError) and exc.args else f"{type(exc).__name__}: {exc}"
+        raise UsageError(f"--baseline {path}: is not a stability JSON report ({what}); {_FIX}") from None
+    return baseline
+
+
+# ----------------------------------------------------------------------------- the rule
+
+
+def relative_change(before: float, after: float) -> float:
+    """(after − before) / |before|, signed; ±inf for a move away from exactly 0."""
+    if after == before:
+        return 0.0
+    if before == 0:
+        return math.copysign(math.inf, after)
+    return (after - before) / abs(before)
+
+
+def toward_bound(spec: Spec, name: str, before: Verdict, after: Verdict) -> bool:
+    """Did the number of invariant `name` of `spec` move toward its bound? Closer to failing for an
+    expectation that holds, closer to passing for a negative control."""
+    was, now = severity(spec, name, before), severity(spec, name, after)
+    return now > was if getattr(spec.expect, name).expect == "holds" else now < was
+
+
+def _judge(spec: Spec, entry: Entry, after: InvariantResult) -> tuple[str, str]:
+    """(status, why) of one entry against its replay."""
+    limit = getattr(spec.expect, after.name).drift
+    v = after.verdict
+    if not after.applicable:
+        return "not_comparable", "the case is no longer one the invariant applies to"
+    if v is None or not math.isfinite(v.observed) or not math.isfinite(entry.verdict.observed):
+        if entry.met and not after.met:
+            return "drift", f"the case no longer meets the expectation: {after.error or (v.detail if v else after.message)}"
+        return "not_comparable", f"no number to compare ({after.error or (v.detail if v else 'not measured')})"
+    if entry.met and not after.met:
+        return "drift", "the case no longer meets the expectation"
+    change = abs(relative_change(entry.verdict.observed, v.observed))
+    if change == 0:
+        return "within", "unchanged"
+    if not toward_bound(spec, after.name, entry.verdict, v):
+        return "within", "moved away from its bound"
+    if change > limit:
+        return "drift", "moved toward its bound by more than the drift limit"
+    return "within", "moved toward its bound, within the drift limit"
+
+
+# ----------------------------------------------------------------------------- comparing
+
+
+def compare(
+    baseline: Baseline,
+    outcomes: Sequence[Outcome],
+    *,
+    replay: Callable[[list[Task]], list[Outcome]],
+    provenances: Mapping[str, dict[str, Any]] | None = None,
+    update: bool = False,
+) -> Comparison:
+    """Compare this run (`outcomes`, one per task) with `baseline`: each entry of a spec and
+    invariant judged here is replayed on its own case (`replay` runs tasks on the run's executor)
+    unless this run's deciding case is that case already. `provenances` (spec path → `provenance`)
+    saves computing them again."""
+    here: dict[tuple[str, str, str, str], tuple[Outcome, InvariantResult]] = {}
+    for o in outcomes:
+        for r in o.result.results:
+            here[(_norm(o.task.spec.path), o.task.spec.name, r.name, o.task.options.device)] = (o, r)
+    comparison = Comparison(baseline.path, [], update=update)
+    known = {(e.key.file, e.key.spec, e.key.invariant) for e in baseline.entries}
+    comparison.new = [f"{o.task.spec.path}::{r.name}" for (file, name, inv, _), (o, r) in here.items() if r.verdict is not None and (file, name, inv) not in known]
+    found: list[tuple[Entry, Outcome, InvariantResult | None, str]] = []
+    pending: list[tuple[Entry, Outcome]] = []
+    for entry in baseline.entries:
+        match = here.get((entry.key.file, entry.key.spec, entry.key.invariant, entry.case.device))
+        if match is None:
+            continue  # a spec, an invariant or a device this run does not judge
+        o, r = match
+        if r.case == entry.case and r.verdict is not None:
+            found.append((entry, o, r, ""))  # this run's deciding case is the baseline's
+        else:
+            pending.append((entry, o))
+    tasks = [replace(o.task, case=entry.key.case, only=entry.key.invariant) for entry, o in pending]
+    for (entry, o), ro in zip(pending, replay(tasks) if tasks else [], strict=True):
+        again = next((x for x in ro.result.results if x.name == entry.key.invariant), None)
+        if ro.error is not None or again is None:  # the case could not be replayed at all (outside a changed space, …)
+            found.append((entry, o, None, ro.error or "the replay judged nothing"))
+        else:
+            found.append((entry, o, again, ""))
+    order = {id(e): i for i, e in enumerate(baseline.entries)}
+    for entry, o, result, reason in sorted(found, key=lambda m: order[id(m[0])]):
+        spec = o.task.spec
+        expectation = getattr(spec.expect, entry.key.invariant)
+        command, shown = reproduce_command(spec, entry.case), entry.case.varying(spec)
+        if result is None:
+            comparison.deltas.append(Delta(entry.key, entry.verdict.observed, None, expectation.drift, "not_comparable", reason, command, shown))
+            continue
+        status, why = _judge(spec, entry, result)
+        after = result.verdict.observed if result.verdict is not None and math.isfinite(result.verdict.observed) else None
+        comparison.deltas.append(Delta(entry.key, entry.verdict.observed, after, expectation.drift, status, why, command, shown))
+    compared = {(d.key.file, d.key.spec) for d in comparison.deltas}
+    for o in outcomes:
+        spec = o.task.spec
+        where = (_norm(spec.path), spec.name)
+        if where in compared and spec.path not in comparison.changed:
+            now = (provenances or {}).get(spec.path) or provenance(spec)
+            changes = _changes(baseline.provenance.get(where), now)
+            if changes:
+                comparison.changed[spec.path] = changes
+    return comparison
+
+
+# ----------------------------------------------------------------------------- terminal
+
+
+def fmt(x: float | None) -> str:
+    """A number as the comparison shows it: three significant digits, trailing zeros kept (1.00)."""
+    if x is None:
+        return "—"
+    return f"{x:#.3g}" if math.isfinite(x) else str(x)
+
+
+def fmt_change(d: Delta) -> str:
+    change = d.change
+    return "—" if change is None else ("0%" if change == 0 else f"{change:+.1%}")
+
+
+def fmt_limit(limit: float) -> str:
+    return "none" if math.isinf(limit) else f"{limit:.0%}" if limit * 100 == round(limit * 100) else f"{limit:.2%}"
+
+
+def headline(c: Comparison) -> str:
+    compared = sum(d.status != "not_comparable" for d in c.deltas)
+    text = f"against the baseline {c.path}: {compared} expectation(s) compared on the same cases, {len(c.drifted)} moved toward their bound past the drift limit"
+    lost = len(c.deltas) - compared
+    if lost:
+        text += f", {lost} not comparable"
+    if c.new:
+        text += f", {len(c.new)} new (no baseline)"
+    return text + (" (--update-baseline: not failing, the baseline is rewritten)" if c.update and c.drifted else "")
+
+
+def print_comparison(c: Comparison, console: Console, *, quiet: bool = False) -> None:
+    """The table of before → after (unless `quiet`), each drift with its reproduce command, and
+    what changed since the baseline."""
+    if c.deltas and not quiet:
+        table = Table(header_style="bold")
+        for col in ("spec", "invariant", "", "before → after", "change", "drift limit", "case"):
+            table.add_column(col, justify="right" if col in ("change", "drift limit") else "left", overflow="fold")
+        for d in c.deltas:
+            mark = {"drift": "[red]✗[/red]", "within": "[green]✓[/green]"}.get(d.status, "[dim]n/a[/dim]")
+            table.add_row(escape(printable(d.key.spec)), d.key.invariant, mark, f"{fmt(d.before)} → {fmt(d.after)}", fmt_change(d), fmt_limit(d.limit), escape(printable(d.shown)))
+        console.print(table)
+    for d in c.deltas:
+        if d.status == "drift":
+            numbers = f"{fmt(d.before)} → {fmt(d.after)} ({fmt_change(d)}, drift limit {fmt_limit(d.limit)})"
+            console.print(f"[red]✗[/red] {escape(printable(str(d.key)))}: {numbers}: {escape(printable(d.why))}", soft_wrap=True)
+            if d.reproduce:
+                console.print(f"    reproduce: {escape(printable(d.reproduce))}", soft_wrap=True)
+        elif d.status == "not_comparable":
+            console.print(f"[dim]n/a {escape(printable(str(d.key)))} at {escape(printable(d.key.case))}: not comparable: {escape(printable(d.why))}[/dim]", soft_wrap=True)
+    for file, changes in c.changed.items():
+        console.print(f"    changed since the baseline in {escape(printable(file))}: {escape(printable('; '.join(changes)))}", soft_wrap=True)
+    console.print(headline(c), soft_wrap=True)

@@ -1,0 +1,223 @@
+"""GitHub Actions: the verdicts where a reviewer looks.
+
+With `GITHUB_ACTIONS=true` (set by every Actions runner) or `--github`, `stability check`
+
+- appends a Markdown job summary to the file `$GITHUB_STEP_SUMMARY` names (GitHub renders it on
+  the run's page): an h3 heading with the verdict, one table of specs × invariants (✓, ✗, n/a,
+  skipped; observed; bound; deciding case), the comparison with a baseline, and under an h3 each
+  unmet expectation with its message, its reproduce command and, folded in `<details>`, the long
+  detail (the error, the last lines its code printed), as GitHub's summary guidance asks;
+- prints one `::error file=SPEC,line=N,title=…::message` workflow command per unmet expectation
+  and per drift past its limit, at the line of its `[expect.NAME]` table
+  (`stability.spec.locate`), so the pull request shows it inline on the spec; `::warning` for a
+  replayed case the invariant does not apply to (n/a) and a baseline entry that could not be
+  compared, `::notice` for an invariant skipped in this profile; `::error file=SPEC` for a spec
+  that does not load.
+
+Workflow-command values are escaped as GitHub's toolkit does (`@actions/core` command.ts): `%`,
+CR and LF in the message; those and `:` and `,` in properties. Table cells escape Markdown
+punctuation and pipes, so a spec name cannot break the table or inject markup; code blocks use
+a fence longer than any backtick run inside. The summary stays under GitHub's 1 MiB per step
+(whole sections are left out past it, with a note). A summary file that cannot be appended to
+gives one warning line on stderr; the verdict and the exit code stay the run's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from stability.report.baseline import Comparison, fmt, fmt_change, fmt_limit, headline
+from stability.report.formats import summary_line
+from stability.report.text import printable
+from stability.run.results import OUTPUT_LINES, InvariantResult, SpecResult
+from stability.spec.locate import locate_expectation
+
+__all__ = ["workflow_commands", "enabled", "escape_data", "escape_property", "job_summary", "write_summary", "SUMMARY_LIMIT"]
+
+#: GitHub refuses a step summary over 1 MiB; stay below with room for other tools' lines.
+SUMMARY_LIMIT = 1024 * 1024 - 16 * 1024
+
+
+def enabled(flag: bool | None, environ: Mapping[str, str] = os.environ) -> bool:
+    """`--github` / `--no-github` when given, else whether this runs on GitHub Actions."""
+    return flag if flag is not None else environ.get("GITHUB_ACTIONS") == "true"
+
+
+def escape_data(text: str) -> str:
+    """A workflow command's message, escaped like `@actions/core`'s `escapeData`."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """A workflow command's property value, escaped like `@actions/core`'s `escapeProperty`."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def command(kind: str, message: str, **properties: str | int | None) -> str:
+    """`::kind key=value,…::message`, every value escaped."""
+    props = ",".join(f"{k}={escape_property(str(v))}" for k, v in properties.items() if v is not None)
+    return f"::{kind}{' ' + props if props else ''}::{escape_data(message)}"
+
+
+def repo_path(path: str, environ: Mapping[str, str] = os.environ) -> str:
+    """`path` relative to the workspace (`$GITHUB_WORKSPACE`, else this folder), as annotations
+    and SARIF locations want it; a path outside stays as given."""
+    root = Path(environ.get("GITHUB_WORKSPACE") or os.getcwd()).resolve()
+    try:
+        return Path(path).resolve().relative_to(root).as_posix()
+    except (ValueError, OSError):
+        return Path(path).as_posix()
+
+
+def _lines(r: InvariantResult) -> str:
+    """The message of an unmet expectation with its reproduce command, control characters escaped."""
+    parts = [r.message, r.error and f"error: {r.error}", r.reproduce and f"reproduce: {r.reproduce}", f"explain: stability explain {r.name}"]
+    return "\n".join(printable(p) for p in parts if p)
+
+
+def workflow_commands(results: Iterable[SpecResult], *, load_errors: Iterable[tuple[str, str]] = (), comparison: Comparison | None = None, environ: Mapping[str, str] = os.environ) -> list[str]:
+    """Every workflow command of a run, in the order of the results."""
+    out = [command("error", printable(message), file=repo_path(file, environ), title="stability: the spec does not load") for file, message in load_errors]
+    for res in results:
+        file = repo_path(res.spec.path, environ)
+        for r in res.results:
+            line = locate_expectation(res.spec.path, r.name)
+            if not r.applicable:
+                out.append(command("warning", printable(r.message), file=file, line=line, title=f"stability: {r.name} not applicable"))
+            elif r.skipped:
+                out.append(command("notice", printable(r.message), file=file, line=line, title=f"stability: {r.name} skipped in this profile"))
+            elif not r.met:
+                out.append(command("error", _lines(r), file=file, line=line, title=f"stability: {r.name} not met"))
+    for d in comparison.deltas if comparison is not None else []:
+        if d.status in ("drift", "not_comparable") and comparison is not None:
+            line = locate_expectation(d.key.file, d.key.invariant)
+            text = printable(f"{fmt(d.before)} → {fmt(d.after)} ({fmt_change(d)}, drift limit {fmt_limit(d.limit)}) at {d.key.case}: {d.why}")
+            if d.reproduce:
+                text += f"\nreproduce: {printable(d.reproduce)}"
+            kind, title = ("error", f"stability: {d.key.invariant} moved toward its bound") if d.status == "drift" else ("warning", f"stability: {d.key.invariant} not comparable with the baseline")
+            out.append(command("warning" if comparison.update else kind, text, file=repo_path(d.key.file, environ), line=line, title=title))
+    return out
+
+
+# ----------------------------------------------------------------------------- the job summary
+
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>|~&])")
+
+
+def cell(text: str) -> str:
+    """Text for a Markdown table cell or a line: control characters escaped, Markdown punctuation
+    and pipes backslash-escaped (GitHub-flavoured Markdown unescapes them when it renders)."""
+    return _MARKDOWN.sub(r"\\\1", printable(text))
+
+
+def fence(text: str, lang: str = "") -> str:
+    """`text` as a fenced code block whose fence no backtick run inside can close."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    return f"{ticks}{lang}\n{text}\n{ticks}"
+
+
+def _mark(r: InvariantResult) -> str:
+    if not r.applicable:
+        return "n/a"
+    if r.skipped:
+        return "skipped"
+    return "✓" if r.met else "✗"
+
+
+def _table(results: list[SpecResult]) -> str:
+    rows = ["| spec | invariant | expect | verdict | observed | bound | deciding case |", "| --- | --- | --- | :-: | --: | --- | --- |"]
+    for res in results:
+        for r in res.results:
+            v = r.verdict
+            observed = "—" if v is None else fmt(v.observed) + (f" ({v.extra['growth']})" if v.extra.get("growth") else "")
+            bound = v.bound if v is not None else ("not applicable" if not r.applicable else "")
+            case = r.case.varying(res.spec) if r.case is not None else ""
+            rows.append(f"| {cell(res.spec.name)} | {cell(r.name)} | {r.expect} | {_mark(r)} | {cell(observed)} | {cell(bound)} | {cell(case)} |")
+    return "\n".join(rows)
+
+
+def _baseline(comparison: Comparison) -> str:
+    rows = [f"### Against the baseline\n\n{cell(headline(comparison))}\n"]
+    if comparison.deltas:
+        rows += ["| spec | invariant | verdict | before → after | change | drift limit | case |", "| --- | --- | :-: | --- | --: | --: | --- |"]
+        for d in comparison.deltas:
+            mark = {"drift": "✗", "within": "✓"}.get(d.status, "n/a")
+            rows.append(f"| {cell(d.key.spec)} | {cell(d.key.invariant)} | {mark} | {fmt(d.before)} → {fmt(d.after)} | {fmt_change(d)} | {fmt_limit(d.limit)} | {cell(d.shown)} |")
+    for file, changes in comparison.changed.items():
+        rows.append(f"\nChanged since the baseline in {cell(file)}: {cell('; '.join(changes))}")
+    return "\n".join(rows)
+
+
+def _failure(res: SpecResult, r: InvariantResult) -> str:
+    line = locate_expectation(res.spec.path, r.name)
+    parts = [f"**✗ {cell(res.spec.name)} · {cell(r.name)}** ({cell(res.spec.path)}, line {line}): {cell(r.message)}"]
+    if r.reproduce:
+        parts.append(fence(printable(r.reproduce), "sh"))
+    detail = [f"error: {r.error}"] if r.error else []
+    if r.verdict is not None and r.verdict.detail:
+        detail.append(f"detail: {r.verdict.detail}")
+    if res.output.strip():
+        shown = res.output.rstrip().splitlines()[-OUTPUT_LINES:]
+        detail.append(f"output of the spec's code (last {len(shown)} lines):\n" + "\n".join(shown))
+    if detail:
+        parts.append(f"<details><summary>details</summary>\n\n{fence(printable_lines(detail), 'text')}\n\n</details>")
+    return "\n\n".join(parts)
+
+
+def printable_lines(lines: list[str]) -> str:
+    """Lines for a text block: control characters escaped line by line (newlines kept)."""
+    return "\n".join(printable(line) for block in lines for line in block.splitlines())
+
+
+def job_summary(results: list[SpecResult], *, seconds: float, errors: Iterable[str] = (), comparison: Comparison | None = None) -> str:
+    """The whole Markdown summary of one run."""
+    pairs = [r for res in results for r in res.results]
+    failed = sum(not r.met for r in pairs)
+    errors = list(errors)
+    drift = comparison is not None and comparison.failed
+    if failed or errors or drift:
+        what = [f"{failed} of {len(pairs)} expectation(s) not met" if failed else "", f"{len(errors)} error(s)" if errors else "", "a number moved toward its bound" if drift else ""]
+        head = "### stability: ✗ " + ", ".join(w for w in what if w)
+    else:
+        head = f"### stability: ✓ every expectation met ({len(pairs)})"
+    sections = [f"{head}\n\n{cell(summary_line(results, seconds))}\n\n{_table(results)}"]
+    if comparison is not None:
+        sections.append(_baseline(comparison))
+    failures = [_failure(res, r) for res in results for r in res.results if r.applicable and not r.met]
+    if failures:
+        sections.append("### Not met\n\n" + failures[0])
+        sections += failures[1:]
+    if errors:
+        sections.append("### Errors\n\n" + fence(printable_lines(errors), "text"))
+    return _bounded(sections)
+
+
+def _bounded(sections: list[str]) -> str:
+    """The sections joined, as many whole ones as fit in SUMMARY_LIMIT bytes."""
+    out, size = [], 0
+    for i, section in enumerate(sections):
+        n = len(section.encode("utf-8")) + 2
+        if size + n > SUMMARY_LIMIT - 200:
+            out.append(f"*{len(sections) - i} more section(s) left out: a step summary holds at most 1 MiB; the HTML and JSON reports have everything.*")
+            break
+        out.append(section)
+        size += n
+    return "\n\n".join(out) + "\n"
+
+
+def write_summary(text: str, environ: Mapping[str, str] = os.environ) -> str | None:
+    """Append `text` to `$GITHUB_STEP_SUMMARY`; a warning line when it cannot, else None (also
+    when the variable is unset: outside Actions there is no summary to write)."""
+    path = environ.get("GITHUB_STEP_SUMMARY")
+    if not path:
+        return None
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        return f"stability: warning: GITHUB_STEP_SUMMARY={printable(path)}: cannot append the job summary ({exc.strerror or exc}); the verdict is unchanged"
+    return None
