@@ -92,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--baseline", metavar="FILE", help="compare each expectation's number with this JSON report's, on its cases; exit 1 when one moved toward its bound past its drift")
     c.add_argument("--update-baseline", action="store_true", help="write this run's JSON report to the --baseline FILE (the comparison is shown, not failed on)")
+    c.add_argument("--changed", action="store_true", help="the paths are changed files (and spec folders, default ./specs): check the specs they change, directly or through a factory module")
 
     ls = sub.add_parser("list", parents=[plugins], help="list specs, the families they use, and every registered invariant and family")
     ls.add_argument("paths", nargs="*")
@@ -231,6 +232,13 @@ def _validate(args: argparse.Namespace, specs: list[Spec], devices: list[str]) -
 
 
 def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
+    if args.changed:  # the pre-commit hook: changed files in, the specs they affect out
+        from stability.run.changed import affected_specs
+
+        args.paths = affected_specs(args.paths, roots=args.source_root or [])
+        if not args.paths:
+            print("stability: --changed: the changed files affect no spec; nothing to check", file=sys.stderr)
+            return EXIT_OK
     if not args.in_process:
         from stability.run.processes import start_server
 
