@@ -166,9 +166,10 @@ def provenance(spec: Spec) -> dict[str, Any]:
     source roots in force apply) and the harness's code version."""
     from stability.families.factory import locate_factory
     from stability.run.sweep import code_version, spec_hash
+    from stability.spec.registry import FAMILIES
 
     factory: dict[str, str | None] | None = None
-    if spec.family == "custom" and spec.block.factory:
+    if FAMILIES.get(spec.family).user_code and spec.block.factory:
         try:
             module = locate_factory(spec.path, spec.block.factory)[2]
             factory = {"module": os.path.relpath(module), "sha256": _sha(module)}

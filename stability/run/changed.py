@@ -18,6 +18,7 @@ from pathlib import Path
 from stability.errors import SpecError
 from stability.families.factory import locate_factory, source_roots
 from stability.spec.load import find_specs, load_spec
+from stability.spec.registry import FAMILIES
 
 __all__ = ["affected_specs", "DEFAULT_FOLDER"]
 
@@ -37,7 +38,7 @@ def affected_specs(paths: Sequence[str], *, roots: Sequence[str] = ()) -> list[s
                 continue
             try:
                 spec = load_spec(file)
-                if spec.family != "custom" or not spec.block.factory:
+                if not FAMILIES.get(spec.family).user_code or not spec.block.factory:
                     continue
                 module = locate_factory(spec.path, spec.block.factory)[2]
             except SpecError:
