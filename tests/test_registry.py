@@ -174,3 +174,18 @@ def test_each_rule_is_written_in_one_place() -> None:
     # no module but the catalogues names a built-in family or invariant to decide what to do
     deciding = _code_lines(r'family (==|!=|in|not in) \(? ?"') + _code_lines(r'name (==|!=) "(gradient_arrival|identity_at_init|mean_field|lesion|variance_growth)"')
     assert [p for p in deciding if not p.startswith(("families/", "judge/catalog.py"))] == []
+
+
+def test_a_spec_loaded_before_the_registry_changed_still_pickles_for_its_worker(registered: list[str]) -> None:
+    """A spec keeps the `Expect` of its time; a rebuilt one must not make it unpicklable (a worker
+    reads it with the `Expect` of its own registry)."""
+    import pickle
+
+    spec = parse_spec(_TINY_SPEC.replace("[expect.tiny_check]\nlimit = 2.0", "[expect.gradient_arrival]\nlo = 0.25"))
+    register_invariant(_tiny())
+    registered.append("tiny_check")
+    copy = pickle.loads(pickle.dumps(spec))
+    assert copy.expect.gradient_arrival == spec.expect.gradient_arrival and copy.expect.tiny_check is None
+    INVARIANTS.unregister("tiny_check")
+    registered.clear()
+    assert pickle.loads(pickle.dumps(spec)).expect.gradient_arrival.lo == 0.25

@@ -530,12 +530,25 @@ class Spec(_Model):
         return [(n, e) for n in INVARIANTS.names() if (e := getattr(self.expect, n, None)) is not None]
 
 
+class _ExpectBase(_Model):
+    """What every rebuilt `Expect` derives from: it pickles as its declared tables, rebuilt with the
+    `Expect` of the process that reads it, so a spec made before the registry changed (a plugin or a
+    test registered an invariant) still pickles, and a worker reads it with its own registry."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_expect_from, ({name: getattr(self, name) for name in type(self).model_fields if getattr(self, name) is not None},))
+
+
+def _expect_from(tables: dict[str, Any]) -> Any:
+    return globals()["Expect"](**tables)
+
+
 def rebuild(invariants: Iterable[Any], families: Iterable[Any]) -> None:
     """Rebuild `Expect` (one field per registered invariant) and the family names of `Spec` from
     the registries (`stability.spec.registry` calls this when an entry is registered). The new
     `Expect` replaces this module's, so pickled specs name the current one."""
     fields: dict[str, Any] = {entry.name: (entry.expectation | None, None) for entry in invariants}
-    model = create_model("Expect", __base__=_Model, __module__=__name__, __doc__=Expect.__doc__, **fields)
+    model = create_model("Expect", __base__=_ExpectBase, __module__=__name__, __doc__=Expect.__doc__, **fields)
     model.__qualname__ = "Expect"
     names = tuple(f.name for f in families)
     family_names: Any = Literal[names] if names else str
