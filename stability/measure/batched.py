@@ -33,7 +33,8 @@ from torch.func import functional_call, vmap
 
 from stability.errors import BlockError
 from stability.families.adapters import Stack
-from stability.measure.probe import _LOW, Measurements, _as_list, _first_nonfinite, probe, projection_vector
+from stability.measure.boundaries import _LOW, _first_nonfinite
+from stability.measure.probe import Measurements, _as_list, probe, projection_vector
 from stability.measure.reductions import _NORM_DIRECT_MAX, _NORM_ROW, _boundary_values, _combine, _moments, _two_pass_count
 
 __all__ = ["probe_seeds"]

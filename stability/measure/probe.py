@@ -1,29 +1,27 @@
 """Stage 4: blocks and an input → `Measurements`, from one forward and one backward pass.
 
 Boundary l is the input of block l (l = 0 … L−1) and boundary L is the output of the stack.
-During the forward pass each boundary tensor gets its statistics reduced to a few scalars
-(`_Moments`) and a gradient hook that reduces its gradient to one norm; nothing else about it is
-kept, so the probe holds no activation beyond what autograd saves anyway. A single
-`torch.autograd.grad` call then runs the one backward pass and returns the parameter gradients,
-reduced to norms a group at a time (`_param_norms`). The remaining scalars are moved to the host
-together at the end (one device synchronisation).
+During the forward pass each boundary tensor gets its statistics reduced to a few scalars and a
+gradient hook that reduces its gradient to one norm; nothing else about it is kept, so the probe
+holds no activation beyond what autograd saves anyway (and, on the CPU, one 512 KiB buffer of
+boundaries waiting to be reduced together). A single `torch.autograd.grad` call then runs the
+one backward pass and returns the parameter gradients, reduced to norms a group at a time
+(`reductions._param_norms`), the large ones by hooks as autograd produces them.
 
-Cost (docs/performance.md has the measurements). On the CPU `torch.var_mean` runs a scalar Welford
-loop, ~7 ns per float32 element on one core (110 µs for a 64×256 boundary), so CPU boundaries of
-2,048 elements or more are reduced as they are produced to two cascade sums, read to the host at
-once (a CPU has no device to wait for), with the corrected two-pass formula where the one-pass
-one would cancel (`_Moments`). Smaller tensors, where one call's fixed cost dominates, and CUDA
-tensors, where var_mean is one fast kernel and a host read would stall the pass, keep
-`torch.var_mean`.
+What happens at each boundary, and when the scalars reach the host, is
+`stability.measure.boundaries`: on the CPU they are read as they come (free there), which lets
+each accuracy fallback be decided while its tensor is at hand, and boundaries of 2,048 to 65,536
+elements are reduced in groups; on a device everything stays there in float64 until the pass's
+one read at the end (no synchronisation inside the pass). docs/performance.md has the
+measurements behind both.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -32,33 +30,13 @@ from torch.utils.checkpoint import checkpoint
 from stability.errors import BlockError, CaseError
 from stability.families.adapters import CallKwargs, Stack, find_blocks, hidden_state, resolve_call_kwargs
 from stability.measure.allocator import tune_malloc
+from stability.measure.boundaries import BoundaryObserver, _Pass
+from stability.measure.boundaries import _rel_diff as _rel_diff  # (re-exported: the identity error is the probe's, tests and benchmarks import it from here)
 from stability.measure.measurements import Measurements
-from stability.measure.reductions import _LargeParamNorms, _Moments, _norm, _norm_value, _param_norms, _stack64
+from stability.measure.reductions import _LargeParamNorms, _param_norms
 from stability.seeding import seeded
 
 __all__ = ["Measurements", "BoundaryObserver", "Forward", "probe", "prepared", "blocks_forward", "measure_pass", "projection_vector"]
-
-_LOW = (torch.float16, torch.bfloat16)
-
-
-@runtime_checkable
-class BoundaryObserver(Protocol):
-    """An opt-in measurement taken during the probe's one forward pass (rank collapse, channel
-    statistics, attention entropy, …). The probe calls `start` once with the blocks, `observe`
-    once per boundary l = 0 … L with the detached boundary tensor (never again while a checkpointed
-    segment is recomputed), and `finish` after the backward pass; what `finish` returns is stored in
-    `Measurements.extra[name]`. An observer must not keep the tensors it is shown (reduce them to a
-    few scalars), so the probe still holds no activation beyond what autograd saves. With no
-    observers the probe does no extra work at all.
-    """
-
-    name: str
-
-    def start(self, blocks: Sequence[nn.Module]) -> None: ...
-
-    def observe(self, index: int, h: torch.Tensor) -> None: ...
-
-    def finish(self) -> Any: ...
 
 
 def projection_vector(shape: Sequence[int], seed: int, *, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
@@ -68,7 +46,9 @@ def projection_vector(shape: Sequence[int], seed: int, *, dtype: torch.dtype, de
     rounding of half precision): the CPU's float64 `randn` is ~6× slower, 1.9 ms for a 16×32×16×16
     output, 4% of a probe of the conv stack in docs/performance.md."""
     gen = torch.Generator().manual_seed(seed)
-    return torch.randn(tuple(shape), generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
+    pinned = torch.device(device).type == "cuda"  # copied from pinned memory without waiting: no synchronisation inside a pass
+    r = torch.randn(tuple(shape), generator=gen, dtype=torch.float32, pin_memory=pinned)
+    return r.to(device=device, dtype=dtype, non_blocking=pinned)
 
 
 def _as_list(blocks: nn.Module | Iterable[nn.Module] | Stack) -> list[nn.Module]:
@@ -157,23 +137,6 @@ def _walk(roots: Sequence[nn.Module], named: nn.Module | None) -> tuple[list[nn.
         if id(root) not in seen:
             walk(root, None)
     return modules, buffers, params
-
-
-def _rel_diff(a: torch.Tensor, b: torch.Tensor) -> float | None:
-    """‖a − b‖ / ‖b‖, 0 exactly when a and b are bit-identical.
-
-    Two CPU tensors of one float dtype are compared in that dtype: with gradual underflow a − b is 0
-    only where a = b, and `_norm` takes a norm whose squares leave float32's range again in
-    float64, so no difference is lost at any scale. Tensors of two dtypes, or of half precision,
-    are compared in float64 (a float64 copy of each: 0.5 ms on a 16×32×16×16 output, which the
-    common case does without)."""
-    if a.shape != b.shape:
-        return None
-    a, b = a.detach(), b.detach()
-    if a.dtype != b.dtype or a.dtype not in (torch.float32, torch.float64) or not a.is_cpu:  # (`_norm` re-checks the range on the CPU only)
-        a, b = a.to(torch.float64), b.to(torch.float64)
-    num, den = float(_norm(a - b, None)), float(_norm(b, None))
-    return num / den if den > 0 else num
 
 
 def probe(
@@ -327,62 +290,25 @@ def measure_pass(
     observers: Sequence[BoundaryObserver] = (),
 ) -> Measurements:
     """The forward and backward pass itself (run it inside `prepared`): `forward` runs the network
-    (`Forward`), the boundaries are reduced as they arrive, one `torch.autograd.grad` call runs the
-    backward pass from the loss on the last block's output, and the scalars are read to the host
-    together at the end. `modules` are the blocks (for the observers), `named` the parameters whose
+    (`Forward`), the boundaries are reduced as they arrive (`stability.measure.boundaries`: on the
+    CPU read as they go, on a device kept there), one `torch.autograd.grad` call runs the backward
+    pass from the loss on the last block's output, and the scalars are read to the host together
+    at the end. `modules` are the blocks (for the observers), `named` the parameters whose
     gradient norms are reported."""
-    n = len(modules)
     if loss == "mse" and target is None:
         raise ValueError('probe(loss="mse") needs target=')
     if loss not in ("projection", "sum", "mse"):
         raise ValueError(f'probe(loss={loss!r}): choose "projection", "sum" or "mse"')
-    grad_norms: list[torch.Tensor | float | None] = [None] * (n + 1)  # a float where the gradient is on the CPU (read at once, free there)
-    moments = _Moments()
-    channels: list[int] = []
-    recording = [True]  # False once the forward is done: the backward pass may recompute checkpointed segments
-    leaf: list[torch.Tensor] = []
-    low = [False]
-    norm_dtype: list[torch.dtype | None] = [None]
-
-    def observe(i: int, h: torch.Tensor) -> None:
-        if not recording[0]:
-            return
-        hd = h.detach()
-        moments.add(hd.float() if low[0] else hd)
-        for o in observers:
-            o.observe(i, hd)
-        channels.append(h.shape[1] if h.dim() > 1 else 1)
-        if i > 0 and h.requires_grad:
-
-            def hook(g: torch.Tensor, i: int = i) -> None:
-                grad_norms[i] = _norm_value(g, norm_dtype[0]) if g.is_cpu else _norm(g, norm_dtype[0])
-
-            h.register_hook(hook)  # type: ignore[no-untyped-call]  # torch leaves Tensor.register_hook unannotated
-
-    def enter(h: torch.Tensor) -> torch.Tensor:
-        if leaf:  # a checkpointed recomputation, or a model that runs its first block twice
-            return h
-        low[0] = h.dtype in _LOW
-        norm_dtype[0] = torch.float32 if low[0] else None
-        x0 = h.detach().requires_grad_(True)  # the input as it was, and the gradient's leaf
-        leaf.append(x0)
-        h0 = x0.clone()  # block 0's own copy: it may modify it in place without touching x0 (or the caller's tensor)
-        observe(0, h0)
-        return h0
-
+    state = _Pass(len(modules), observers)
     params = [p for _, p in named]
     for o in observers:
         o.start(list(modules))
     large = _LargeParamNorms(params, None)
     with torch.enable_grad(), large:
-        y = forward(enter, observe)
-        if not leaf:
-            raise BlockError("the forward never reached block 0 (nothing was probed)")
-        x0 = leaf[0]
-        large.norm_dtype = norm_dtype[0]  # its hooks run in the backward pass, once the input's dtype is known
-        if n > 0:  # (with no blocks, the output is the input `enter` observed)
-            observe(n, y)
-        recording[0] = False  # the backward pass may recompute checkpointed segments: observe once
+        y = forward(state.enter, state.observe)
+        red = state.end_forward(y, large)  # the output observed; the backward pass may recompute checkpointed segments: observe once
+        x0 = state.leaf
+        assert x0 is not None  # (end_forward raised otherwise)
         if loss == "projection":
             out_grad = projection_vector(y.shape, seed, dtype=y.dtype, device=y.device)
             root, root_grad = y, out_grad
@@ -396,49 +322,8 @@ def measure_pass(
             if (root.requires_grad)
             else [torch.zeros_like(x0), *[torch.zeros_like(p) for p in params]]
         )
-    g0 = grads[0]
-    grad_norms[0] = _norm_value(g0, norm_dtype[0]) if g0.is_cpu else _norm(g0, norm_dtype[0])
-    on_device = [i for i, g in enumerate(grad_norms) if isinstance(g, torch.Tensor)]  # norms still on a GPU
-    norms = _stack64([g for g in grad_norms if isinstance(g, torch.Tensor)])
-    pnorms = _param_norms(list(grads[1:]), norm_dtype[0], given=large.norms)
-    stats = _stack64(moments.parts)
-    d, k = len(on_device), stats.numel()
-    host = torch.cat([norms.to(pnorms.device), stats.to(pnorms.device), pnorms]).tolist()
-    grad_norm = [g if isinstance(g, float) else 0.0 for g in grad_norms]  # None: the gradient never arrived (the boundary does not reach the loss)
-    for j, i in enumerate(on_device):
-        grad_norm[i] = host[j]
-    var, mean = moments.result(host[d : d + k])
-    sq_mean = [v + m * m for v, m in zip(var, mean, strict=True)]
-    pgn = dict(zip([name for name, _ in named], host[d + k :], strict=True))
-    identity_error = _rel_diff(y, x0)
-    input_grad_error = _rel_diff(g0, out_grad) if out_grad is not None else None
-    nonfinite_at, kind = _first_nonfinite(mean, grad_norm)
-    return Measurements(
-        grad_norm=grad_norm,
-        act_var=var,
-        act_sq_mean=sq_mean,
-        param_grad_norm=pgn,
-        identity_error=identity_error,
-        input_grad_error=input_grad_error,
-        nonfinite_at=nonfinite_at,
-        nonfinite_kind=kind,
-        channels=channels,
-        extra={o.name: o.finish() for o in observers},
-    )
-
-
-def _first_nonfinite(mean: list[float], grad: list[float]) -> tuple[int | None, Literal["activation", "gradient"] | None]:
-    """The first boundary a non-finite value reached: in forward order for activations, in
-    backward order (from the output down) for gradients. An activation is non-finite exactly when
-    its mean is (a sum holding inf or NaN is inf or NaN); the variance alone can overflow on
-    finite activations beyond ~1e19, which `variance_growth` reports as an overflow instead."""
-    for i, m in enumerate(mean):
-        if not math.isfinite(m):
-            return i, "activation"
-    for i in range(len(grad) - 1, -1, -1):
-        if not math.isfinite(grad[i]):
-            return i, "gradient"
-    return None, None
+    pnorms = _param_norms(list(grads[1:]), red.param_dtype, given=large.norms)
+    return state.measurements(red.read(grads[0], pnorms, y, x0, out_grad), named)
 
 
 #: Mixed into `seed` for the global-RNG stream when `probe` gets no `rng_seed` (an odd 63-bit

@@ -14,7 +14,7 @@ vmap).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -79,20 +79,30 @@ class _Moments:
         self.parts: list[torch.Tensor] = []  # 0-dim (var, mean) pairs of the var_mean boundaries, in order
         self._pending: list[int] = []  # which boundaries those pairs belong to
 
+    def slot(self) -> int:
+        """Reserve the next boundary's place (filled by `add_sums`, or by `result` for var_mean)."""
+        self.var.append(math.nan)
+        self.mean.append(math.nan)
+        return len(self.var) - 1
+
     def add(self, h: torch.Tensor) -> None:
         f = h.reshape(-1)  # (N,): a view when h is contiguous
         n = _two_pass_count(f.numel(), f.device, f.dtype)
         if n == 0:
-            self._pending.append(len(self.var))
-            self.var.append(math.nan)
-            self.mean.append(math.nan)
+            self._pending.append(self.slot())
             self.parts += torch.var_mean(_small64(f), correction=0)
             return
         s = f.sum().item()
         if n > _NORM_DIRECT_MAX:
-            q = _row_norm(f, None).item() ** 2  # rows of `_NORM_ROW`: no (N,) temporary (the range is checked below)
+            q = _row_norm(f, None).item() ** 2  # rows of `_NORM_ROW`: no (N,) temporary (the range is checked in `add_sums`)
         else:
             q = f.square().sum().item()  # (N,) temporary, freed at once
+        self.add_sums(self.slot(), f, s, q)
+
+    def add_sums(self, k: int, f: torch.Tensor, s: float, q: float) -> None:
+        """Boundary k's variance and mean from s = Σf and q = Σf² (f on the CPU, of at least
+        `_TWO_PASS_MIN` elements), with the fallbacks of the class docstring, which read f again."""
+        n = f.numel()
         mean = s / n
         var = q / n - mean * mean
         if (not (math.isfinite(s) and math.isfinite(q)) or q == 0.0) and f.dtype != torch.float64 and bool(torch.isfinite(f).all()) and bool(f.any()):
@@ -107,8 +117,8 @@ class _Moments:
             ds = d.sum().item() / n
             mean = c + ds
             var = max(d.square_().sum().item() / n - ds * ds, 0.0)
-        self.var.append(var)
-        self.mean.append(mean)
+        self.var[k] = var
+        self.mean[k] = mean
 
     def result(self, values: list[float]) -> tuple[list[float], list[float]]:
         """(var, mean) per boundary, given the host values of `parts`."""
@@ -144,19 +154,21 @@ class _LargeParamNorms:
     than the norm of a small gradient; small ones are reduced together afterwards
     (`_param_norms`). A leaf's hook sees its whole gradient once (autograd sums the
     contributions of a parameter used twice before it). The hooks are removed on exit, whatever
-    happened in between.
+    happened in between. `norm(g, norm_dtype)` takes the norm: `_norm_value` (a host float, read
+    at once: free on the CPU) by default, a 0-dim tensor on a device (no synchronisation).
     """
 
-    def __init__(self, params: list[nn.Parameter], norm_dtype: torch.dtype | None) -> None:
+    def __init__(self, params: list[nn.Parameter], norm_dtype: torch.dtype | None, *, norm: Callable[[torch.Tensor, torch.dtype | None], float | torch.Tensor] | None = None) -> None:
         self.params = params
         self.norm_dtype = norm_dtype
-        self._by_id: dict[int, torch.Tensor] = {}  # id(parameter) → 0-dim norm
+        self.norm = _norm_value if norm is None else norm
+        self._by_id: dict[int, float | torch.Tensor] = {}  # id(parameter) → its norm
         self._handles: list[Any] = []
-        self._zeros: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}  # one 0-dim zero per kind, expanded for every gradient
+        self._zeros: dict[tuple[torch.Size, torch.dtype, torch.device], torch.Tensor] = {}  # one stride-0 zero per kind and shape
 
     @property
-    def norms(self) -> dict[int, torch.Tensor]:
-        """Parameter index → 0-dim norm, for every index of a hooked parameter (a parameter listed
+    def norms(self) -> dict[int, float | torch.Tensor]:
+        """Parameter index → norm, for every index of a hooked parameter (a parameter listed
         twice, shared by two blocks of a list, has one hook and the same norm at both indices)."""
         return {j: self._by_id[id(p)] for j, p in enumerate(self.params) if id(p) in self._by_id}
 
@@ -175,25 +187,29 @@ class _LargeParamNorms:
 
     def _hook(self, key: int) -> Any:
         def hook(g: torch.Tensor) -> torch.Tensor:
-            self._by_id[key] = _norm(g, self.norm_dtype)
-            zero = self._zeros.get((g.dtype, g.device))
+            self._by_id[key] = self.norm(g, self.norm_dtype)
+            kind = (g.shape, g.dtype, g.device)
+            zero = self._zeros.get(kind)
             if zero is None:
-                zero = self._zeros[(g.dtype, g.device)] = g.new_zeros(())
-            return zero.expand_as(g)  # what autograd returns for this parameter: no memory (read by nobody: its norm is taken)
+                zero = self._zeros[kind] = g.new_zeros(()).expand(g.shape)
+            return zero  # what autograd returns for this parameter: no memory (read by nobody: its norm is taken)
 
         return hook
 
 
-def _param_norms(grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, given: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+def _param_norms(grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, given: dict[int, float | torch.Tensor] | None = None) -> torch.Tensor:
     """‖g‖ for every parameter gradient, as one float64 (P,) tensor in the order given.
 
-    `given` holds norms already taken (by `_LargeParamNorms`); their gradients are not read.
+    `given` holds norms already taken (by `_LargeParamNorms`: host floats or 0-dim tensors); their
+    gradients are not read. With `norm_dtype=torch.float64` (the device design) every norm is
+    accumulated in float64, and nothing is read to the host.
     Gradients of up to `_SMALL_PARAM` elements (biases, norm gains, small weights) are stacked by
     shape and reduced in one call each: one norm call per bias costs more in dispatch than in
     arithmetic. The rest go through `torch._foreach_norm` (or `_norm` above `_NORM_DIRECT_MAX`).
     """
     if not grads:
         return torch.zeros(0, dtype=torch.float64)
+    device = grads[0].device
     given = given or {}
     groups: dict[tuple[object, ...], list[int]] = {}  # small gradients by (shape, dtype, device)
     middle: list[int] = []  # up to _NORM_DIRECT_MAX elements, or not on the CPU: one _foreach_norm
@@ -222,7 +238,11 @@ def _param_norms(grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, g
         order += huge
     if given:
         done = sorted(given)
-        pieces.append(torch.stack([given[j] for j in done]).to(device=grads[0].device, dtype=torch.float64))
+        values = [given[j] for j in done]
+        if all(isinstance(v, float) for v in values):
+            pieces.append(_to_device(torch.tensor(values, dtype=torch.float64), device))
+        else:
+            pieces.append(torch.stack([v if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=torch.float64) for v in values]).to(device=device, dtype=torch.float64))
         order += done
     for idx in groups.values():
         stacked = torch.stack([grads[j] for j in idx]).reshape(len(idx), -1)  # (k, numel): one reshape, not one per gradient
@@ -235,13 +255,23 @@ def _param_norms(grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, g
     if order != list(range(len(order))):
         inverse = torch.empty(len(order), dtype=torch.long)
         inverse[torch.tensor(order)] = torch.arange(len(order))
-        flat = flat.index_select(0, inverse.to(flat.device))
-    if flat.is_cpu and middle:  # a float32 norm of 0 or inf (squares out of range, see `_norm`): float64, one gradient at a time
+        flat = flat.index_select(0, _to_device(inverse, flat.device))
+    if flat.is_cpu and middle and norm_dtype != torch.float64:  # a float32 norm of 0 or inf (squares out of range, see `_norm`): float64, one gradient at a time
         values = flat.tolist()
         for j in middle:
             if not 0.0 < values[j] < math.inf and grads[j].dtype != torch.float64:
                 flat[j] = torch.linalg.vector_norm(grads[j], dtype=torch.float64)
     return flat
+
+
+def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU tensor on `device` without synchronising it: to CUDA through pinned memory, copied
+    asynchronously (a copy from pageable memory may wait for the device's stream)."""
+    if device.type == "cpu":
+        return t
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
 
 
 def _norm(g: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
@@ -336,3 +366,51 @@ def _combine(values: list[float], counts: list[int]) -> tuple[list[float], list[
             mean.append(m)
             var.append(math.nan)
     return var, mean
+
+
+#: Above this many elements the device design reduces a tensor in chunks of it (`_norm64`,
+#: `_var_mean64`), so its float64 copy stays under 128 MiB.
+_CHUNK = 1 << 24
+
+
+def _norm64(g: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """‖g‖₂ accumulated in float64, as a 0-dim float64 tensor on g's device, with no host read.
+
+    Squares of float32 (or half-precision) values never leave float64's range, so the norm needs
+    no fallback and nothing is decided on the host: the device design's gradient norms
+    (`stability.measure.boundaries`). torch casts the input to float64 first (a copy), so a tensor
+    above `_CHUNK` elements is reduced a chunk at a time. `dtype` is ignored (the signature of
+    `_norm_value`, for `_LargeParamNorms`)."""
+    f = g.reshape(-1)  # (N,): a view when g is contiguous
+    if f.numel() <= _CHUNK:
+        out: torch.Tensor = torch.linalg.vector_norm(f, dtype=torch.float64)
+        return out
+    out = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(c, dtype=torch.float64) for c in torch.split(f, _CHUNK)]))
+    return out
+
+
+def _var_mean64(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(variance, mean) of h in float64 as 0-dim tensors on h's device, with no host read: the
+    device design's boundary moments. `torch.var_mean` is Welford's update (no cancellation) and
+    float64 holds the squares of any float32 value, so neither the two-pass correction nor a
+    range fallback is needed. Above `_CHUNK` elements the chunks' moments are combined with
+    the pairwise formula of Chan, Golub & LeVeque (1983): M2 = Σ M2_c + Σ n_c (mean_c − mean)²."""
+    f = h.reshape(-1)
+    if f.numel() <= _CHUNK:
+        var, mean = torch.var_mean(f.to(torch.float64), correction=0)
+        return var, mean
+    chunks = torch.split(f, _CHUNK)
+    parts = [(torch.var_mean(c.to(torch.float64), correction=0), c.numel() / f.numel()) for c in chunks]  # ((var, mean), weight) per chunk
+    mean = torch.stack([m * w for (_, m), w in parts]).sum()
+    var = torch.stack([(v + (m - mean).square()) * w for (v, m), w in parts]).sum()
+    return var, mean
+
+
+def _rel_parts64(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(‖a − b‖, ‖b‖) in float64 as 0-dim tensors, with no host read (the device design's
+    identity errors: `stability.measure.boundaries._rel_diff` reads them at once); None when the
+    shapes differ."""
+    if a.shape != b.shape:
+        return None
+    a64, b64 = a.detach().to(torch.float64), b.detach().to(torch.float64)
+    return _norm64(a64 - b64), _norm64(b64)
