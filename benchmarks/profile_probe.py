@@ -1,23 +1,31 @@
-"""Where the probe's time goes: each part of it replaced by a no-op in turn, against a bare forward
-+ backward, on the three networks of docs/performance.md target (a).
+"""Where the probe's time goes, by design and by thread count, on the networks of
+docs/performance.md target (a).
 
-    python benchmarks/profile_probe.py [REPS] [mlp|norm_mlp|conv|ln_first_mlp ...]
-    python benchmarks/profile_probe.py --parts [REPS] [networks ...]
+    python benchmarks/profile_probe.py [--threads 1,2,4] [--reps N] [--designs grouped,tensor,device] [networks ...]
+    python benchmarks/profile_probe.py --parts [--threads 1,2] [--reps N] [networks ...]
 
-Prints, per network, the median process CPU time (one thread, REPS interleaved runs of all six
-variants, default 9) of: bare, probe, probe without the boundary moments, without the
-parameter-gradient norms, without the boundary-gradient hooks, and with none of the three.
-Switching a part off also changes what the others find in the cache, so with `--parts` it
-instead times each part inside the full probe (thread CPU time spent in the wrapped function,
-mean per probe over REPS probes interleaved with bare passes): the boundary moments, the
-boundary-gradient hooks, the parameter hooks, the remaining parameter-gradient norms, the module
-walks, the projection vector and the identity errors; "rest" is the probe minus the bare pass
-minus those parts.
+Without `--parts` it compares the pass's designs (stability/measure/boundaries.py): for each
+thread count (`torch.set_num_threads`), REPS rounds (default 15) of the bare forward + backward and
+of the probe in each design, in a new shuffled order each round (fixed seed), all in this one
+process so that a load change hits them alike; it prints each design's median ratio to the bare
+pass of the same round, by wall time and by process CPU time (which with more than one thread
+also counts what torch's other threads spend, spinning included), and the bare pass's median
+milliseconds. "grouped" is the CPU design, "tensor" the same arithmetic one boundary at a time
+(the design before groups), "device" the no-synchronisation design of a GPU run on the CPU.
+
+With `--parts` it times each part inside the full probe (the CPU design), mean per probe over
+REPS probes interleaved with bare passes, by wall time of the calling thread at each thread count:
+the boundary moments, the boundary-gradient hooks, the parameter hooks, the remaining
+parameter-gradient norms, the module walk, the projection vector, the final read with the
+identity errors; "rest" is the probe minus the bare pass minus those parts (Python per block, hook
+registration, the input's copy, the RNG fork).
 Not an asv benchmark (nothing runs at import; no function is named time_/peakmem_/track_).
 """
 
 from __future__ import annotations
 
+import argparse
+import random
 import statistics
 import sys
 import time
@@ -26,57 +34,63 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+DESIGNS = ("grouped", "tensor", "device")
 
 
-class _NoHandle:
-    def remove(self) -> None:
-        pass
+def _probe_in(design: str, blocks: Any, x: Any) -> Callable[[], None]:
+    from stability.measure import boundaries
+    from stability.measure.probe import probe
+
+    def run() -> None:
+        saved = boundaries.CPU_DESIGN
+        boundaries.CPU_DESIGN = design  # type: ignore[assignment]
+        try:
+            probe(blocks, x, seed=0)
+        finally:
+            boundaries.CPU_DESIGN = saved
+
+    return run
 
 
-def variants(blocks: Any, x: Any, r: Any) -> dict[str, Callable[[], None]]:
+def designs(blocks: Any, x: Any, r: Any, names: list[str], threads: int, reps: int) -> dict[str, dict[str, float]]:
+    """Median wall and CPU ratios to the bare pass of each design at `threads`, interleaved."""
     import torch
 
     from benchmarks.ratios import _bare
-    from stability.measure.probe import probe
 
-    mod = sys.modules["stability.measure.probe"]  # the module (stability.measure.probe the attribute is the function)
-    orig = {"add": mod._Moments.add, "norms": mod._param_norms, "hook": torch.Tensor.register_hook, "large": mod._LargeParamNorms.__enter__}
-
-    def run(*, moments: bool = True, norms: bool = True, hooks: bool = True) -> Callable[[], None]:
-        def f() -> None:
-            if not moments:
-                mod._Moments.add = lambda self, h: None
-            if not norms:
-                mod._param_norms = lambda grads, nd, given=None: torch.zeros(len(grads), dtype=torch.float64)
-                mod._LargeParamNorms.__enter__ = lambda self: self
-            if not hooks:
-                torch.Tensor.register_hook = lambda self, hook: _NoHandle() if not self.is_leaf else orig["hook"](self, hook)  # boundaries only
-            try:
-                probe(blocks, x, seed=0)
-            finally:
-                mod._Moments.add, mod._param_norms, torch.Tensor.register_hook = orig["add"], orig["norms"], orig["hook"]
-                mod._LargeParamNorms.__enter__ = orig["large"]
-
-        return f
-
-    return {
-        "bare": _bare(blocks, x, r),
-        "probe": run(),
-        "no_moments": run(moments=False),
-        "no_param_norms": run(norms=False),
-        "no_grad_hooks": run(hooks=False),
-        "skeleton": run(moments=False, norms=False, hooks=False),
-    }
+    torch.set_num_threads(threads)
+    fns = {"bare": _bare(blocks, x, r), **{name: _probe_in(name, blocks, x) for name in names}}
+    for f in fns.values():  # warm up each (a process's first backward costs ~0.4 s)
+        f()
+        f()
+    wall: dict[str, list[float]] = {k: [] for k in fns}
+    cpu: dict[str, list[float]] = {k: [] for k in fns}
+    order, rng = list(fns), random.Random(0)
+    for _ in range(reps):
+        rng.shuffle(order)
+        for k in order:
+            c0, t0 = time.process_time(), time.perf_counter()
+            fns[k]()
+            wall[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.process_time() - c0)
+    out = {"bare": {"wall_ms": statistics.median(wall["bare"]) * 1e3, "cpu_ms": statistics.median(cpu["bare"]) * 1e3}}
+    for k in names:
+        out[k] = {
+            "wall": statistics.median(a / b for a, b in zip(wall[k], wall["bare"], strict=True)),
+            "cpu": statistics.median(a / b for a, b in zip(cpu[k], cpu["bare"], strict=True)),
+        }
+    return out
 
 
 def parts(blocks: Any, x: Any, r: Any, reps: int) -> dict[str, float]:
-    """Mean thread CPU seconds per probe spent in each part of it (see the module docstring)."""
+    """Mean wall seconds per probe spent in each part of it (see the module docstring)."""
     import torch
 
     from benchmarks.ratios import _bare
+    from stability.measure import boundaries
 
-    mod = sys.modules["stability.measure.probe"]
-    clock = time.thread_time
+    mod = sys.modules["stability.measure.probe"]  # the module (stability.measure.probe the attribute is the function)
+    clock = time.perf_counter
     spent: dict[str, float] = {}
     saved: list[tuple[Any, str, Any]] = []
 
@@ -94,12 +108,13 @@ def parts(blocks: Any, x: Any, r: Any, reps: int) -> dict[str, float]:
         saved.append((owner, name, getattr(owner, name)))
         setattr(owner, name, timed(key, getattr(owner, name)))
 
-    wrap(mod._Moments, "add", "moments")
-    wrap(mod, "_param_norms", "small and middle parameter norms")
-    wrap(mod, "_rel_diff", "identity errors")
+    wrap(boundaries._HostReductions, "add", "moments")  # (a group's reduction runs inside the add that fills it)
+    wrap(boundaries._HostReductions, "end_forward", "moments")  # (the last group's)
+    wrap(mod, "_param_norms", "other parameter norms")
+    wrap(boundaries._HostReductions, "read", "final read, identity errors")
     wrap(mod, "projection_vector", "projection vector")
-    wrap(mod, "_ModuleState", "module walks")
-    wrap(mod, "_named_parameters", "module walks")  # (the walk itself is in _ModuleState)
+    wrap(mod, "_ModuleState", "module walk")
+    wrap(mod, "_named_parameters", "module walk")  # (the walk itself is in _ModuleState)
     hook = torch.Tensor.register_hook
     saved.append((torch.Tensor, "register_hook", hook))
 
@@ -137,34 +152,35 @@ def main(argv: list[str]) -> int:
     from benchmarks.ratios import NETWORKS, network
     from stability.measure.probe import projection_vector
 
-    torch.set_num_threads(1)
-    by_part = bool(argv) and argv[0] == "--parts"
-    argv = argv[1:] if by_part else argv
-    reps = int(argv[0]) if argv else 9
-    for name in argv[1:] or list(NETWORKS):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("networks", nargs="*", default=list(NETWORKS), help=f"networks (default all: {', '.join(NETWORKS)})")
+    p.add_argument("--parts", action="store_true", help="time each part inside the probe instead of comparing designs")
+    p.add_argument("--threads", default="1,2,4", help="comma-separated torch thread counts (default 1,2,4)")
+    p.add_argument("--reps", type=int, default=15, help="interleaved rounds (default 15)")
+    p.add_argument("--designs", default=",".join(DESIGNS), help=f"comma-separated designs to compare (default {','.join(DESIGNS)})")
+    args = p.parse_args(argv)
+    names = [d.strip() for d in args.designs.split(",") if d.strip()]
+    unknown = sorted(set(names) - set(DESIGNS)) + sorted(set(args.networks) - set(NETWORKS))
+    if unknown:
+        p.error(f"unknown design or network {', '.join(unknown)}: designs are {', '.join(DESIGNS)}, networks {', '.join(NETWORKS)}")
+    for name in args.networks:
         blocks, x = network(name)
         with torch.no_grad():
             r = projection_vector(blocks(x).shape, 0, dtype=x.dtype, device=x.device)
-        if by_part:
-            got = parts(blocks, x, r, reps)
-            print(
-                name,
-                f"probe={got['probe'] * 1e3:.1f}ms bare={got['bare'] * 1e3:.1f}ms ({got['probe'] / got['bare']:.3f}x);",
-                "; ".join(f"{k} {v * 1e3:.2f} ms" for k, v in got.items() if k not in ("probe", "bare")),
-                flush=True,
-            )
-            continue
-        fns = variants(blocks, x, r)
-        for f in fns.values():
-            f()
-        times: dict[str, list[float]] = {k: [] for k in fns}
-        for _ in range(reps):
-            for k, f in fns.items():
-                t0 = time.process_time()
-                f()
-                times[k].append(time.process_time() - t0)
-        med = {k: statistics.median(v) for k, v in times.items()}
-        print(name, " ".join(f"{k}={v * 1e3:.1f}ms({v / med['bare']:.3f}x)" for k, v in med.items()), flush=True)
+        for threads in (int(t) for t in args.threads.split(",")):
+            torch.set_num_threads(threads)
+            if args.parts:
+                got = parts(blocks, x, r, args.reps)
+                print(
+                    f"{name} threads={threads}",
+                    f"probe={got['probe'] * 1e3:.1f}ms bare={got['bare'] * 1e3:.1f}ms ({got['probe'] / got['bare']:.3f}x);",
+                    "; ".join(f"{k} {v * 1e3:.2f} ms" for k, v in got.items() if k not in ("probe", "bare")),
+                    flush=True,
+                )
+                continue
+            got = designs(blocks, x, r, names, threads, args.reps)
+            cells = " ".join(f"{k}={got[k]['wall']:.3f}x/{got[k]['cpu']:.3f}x" for k in names)
+            print(f"{name} threads={threads} bare={got['bare']['wall_ms']:.1f}ms wall, {got['bare']['cpu_ms']:.1f}ms CPU; probe/bare wall/CPU: {cells}", flush=True)
     return 0
 
 

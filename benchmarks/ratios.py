@@ -166,19 +166,29 @@ def _interleaved(fns: dict[str, Callable[[], None]], reps: int, warmup: int = 1)
     fixed seed) so that load changes on a shared machine hit all of them alike and no function
     always inherits the allocator and cache another leaves. The clock is CLOCK (process CPU time by
     default: with one thread it is the work done, and a busy neighbour does not stretch it)."""
+    both = _interleaved_clocks(fns, reps, warmup)
+    key = "cpu" if CLOCK is time.process_time else "wall"
+    return {k: v[key] for k, v in both.items()}
+
+
+def _interleaved_clocks(fns: dict[str, Callable[[], None]], reps: int, warmup: int = 1) -> dict[str, dict[str, float]]:
+    """`_interleaved` by both clocks at once: {function: {"cpu": median, "wall": median}}, process
+    CPU time (with several threads: all of them, spin-waiting included) and wall time of the same calls."""
     for _ in range(warmup):
         for f in fns.values():
             f()
-    times: dict[str, list[float]] = {k: [] for k in fns}
+    cpu: dict[str, list[float]] = {k: [] for k in fns}
+    wall: dict[str, list[float]] = {k: [] for k in fns}
     order = list(fns)
     rng = random.Random(0)
     for _ in range(reps):
         rng.shuffle(order)  # each function follows each other one: what a call leaves behind (the allocator's free lists, the cache) is shared out
         for k in order:
-            t0 = CLOCK()
+            c0, t0 = time.process_time(), time.perf_counter()
             fns[k]()
-            times[k].append(CLOCK() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+            wall[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.process_time() - c0)
+    return {k: {"cpu": statistics.median(cpu[k]), "wall": statistics.median(wall[k])} for k in fns}
 
 
 def _fit_exponent(xs: list[float], ys: list[float]) -> float:
@@ -205,9 +215,11 @@ def _env() -> dict[str, str]:
 Row = tuple[str, str, str, str, str]  # what, measured, target, met, command/notes
 ROWS: list[Row] = []
 DATA: dict[str, Any] = {}
-THREADS = 1
+THREADS = 1  # sections b-f: the first of --threads
+THREAD_COUNTS: tuple[int, ...] = (1, 2)  # section a: every one of --threads
 PROCESSES = 9
-CLOCK: Callable[[], float] = time.process_time
+CLOCK: Callable[[], float] = time.process_time  # sections b-f: the first of --clock
+CLOCKS: tuple[str, ...] = ("cpu", "wall")  # section a: every one of --clock
 NAIVE = True  # section (a) also times the naive per-boundary approach (--no-naive skips it)
 
 
@@ -273,13 +285,13 @@ _A_CODE = """
 import json, torch
 torch.set_num_threads({threads})
 import benchmarks.ratios as R
-R.CLOCK = R.time.{clock}
 print(json.dumps(R._overhead({name!r}, {reps})))
 """
 
 
-def _overhead(name: str, reps: int) -> dict[str, float]:
-    """Median CPU seconds of bare, bare_freed and probe on network `name`, interleaved."""
+def _overhead(name: str, reps: int) -> dict[str, dict[str, float]]:
+    """Median seconds of bare, bare_freed and probe on network `name`, interleaved, by clock:
+    {"cpu": {...}, "wall": {...}} (both clocks of the same calls)."""
     import torch
 
     from stability import probe
@@ -288,7 +300,8 @@ def _overhead(name: str, reps: int) -> dict[str, float]:
     blocks, x = network(name)
     with torch.no_grad():
         r = projection_vector(blocks(x).shape, 0, dtype=x.dtype, device=x.device)
-    return _interleaved({"bare": _bare(blocks, x, r), "bare_freed": _bare_freed(blocks, x, r), "probe": lambda: probe(blocks, x, seed=0)}, reps)
+    both = _interleaved_clocks({"bare": _bare(blocks, x, r), "bare_freed": _bare_freed(blocks, x, r), "probe": lambda: probe(blocks, x, seed=0)}, reps)
+    return {clock: {k: v[clock] for k, v in both.items()} for clock in ("cpu", "wall")}
 
 
 #: glibc settings under which the allocator keeps freed memory instead of unmapping it and faulting
@@ -296,50 +309,54 @@ def _overhead(name: str, reps: int) -> dict[str, float]:
 NO_FAULTS = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 
 
+def _overhead_row(regime: str, env: dict[str, str] | None, target: float, threads: int, clock: str, label: str, runs: list[dict[str, float]]) -> None:
+    """One row of target (a): one network, regime, thread count and clock, over the processes."""
+    ratios = sorted(t["probe"] / t["bare"] for t in runs)
+    ratio = statistics.median(ratios)
+    freed = statistics.median(t["probe"] / t["bare_freed"] for t in runs)
+    probe_ms, bare_ms = (statistics.median(t[k] for t in runs) * 1e3 for k in ("probe", "bare"))
+    lo, hi, coverage = median_interval(ratios)
+    spread = f"{ratios[0]:.3f}–{ratios[-1]:.3f} over {len(ratios)} processes; median in [{lo:.3f}, {hi:.3f}] at {coverage:.1%}"
+    DATA[f"a.{regime}.t{threads}.{clock}.{label}"] = {"runs": runs, "ratio": ratio, "ratios": ratios, "ratio_freed": freed, "median_interval": [lo, hi, coverage]}
+    where = f"{regime}{' (' + ' '.join(f'{k}={v}' for k, v in env.items()) + ')' if env else ''}, {threads} thread{'s' if threads > 1 else ''}, {'wall' if clock == 'wall' else 'CPU'} time"
+    note = f"{freed:.3f}× a bare pass that drops large parameter gradients as the probe does"
+    if env is not None:
+        note = "both passes without glibc unmapping and faulting back their large buffers: the probe's own cost"
+    _row(f"(a) probe / bare fwd+bwd, {where}, {label}", f"{ratio:.3f}× ({probe_ms:.1f} ms vs {bare_ms:.1f} ms; {spread})", f"≤ {target:.2f}×", ratio_verdict(lo, hi, target), note)
+
+
+#: Target (a) by regime: the allocator's environment (None: glibc's defaults) and the ratio the
+#: median's interval must stay under.
+REGIMES: tuple[tuple[str, dict[str, str] | None, float], ...] = (("glibc defaults", None, 1.10), ("no page-fault churn", NO_FAULTS, 1.15))
+
+
 def section_a(reps: int) -> None:
-    """Probe overhead over bare fwd+bwd. Each network is measured in PROCESSES fresh interpreters,
-    the networks taken in turn (so that one network's allocations do not shape the allocator the
-    next one meets, and a load change hits them all); the ratio reported is the median over the
-    processes, with their range: where the allocator puts a process's buffers moves a whole
-    process's ratio by a few per cent. The target is judged on the median's confidence interval
-    (`median_interval`, `ratio_verdict`): met when all of it is at or under 1.10×, missed when all
-    of it is over, undecided when it spans the target, never on the median alone. Then the same without glibc's page-fault churn (`NO_FAULTS`,
-    information only), and the naive per-boundary approach beside it."""
+    """Probe overhead over bare fwd+bwd, at every thread count of THREAD_COUNTS and by every clock
+    of CLOCKS. Each network is measured in PROCESSES fresh interpreters per thread count, the
+    networks and thread counts taken in turn (so that one network's allocations do not shape the
+    allocator the next one meets, and a load change hits them all); each process times both
+    clocks on the same calls. The ratio reported is the median over the processes, with their
+    range: where the allocator puts a process's buffers moves a whole process's ratio by a few per
+    cent. Each target is judged on the median's confidence interval (`median_interval`,
+    `ratio_verdict`): met when all of it is at or under the target, missed when all of it is over,
+    undecided when it spans the target, never on the median alone. Two regimes (`REGIMES`): glibc's
+    defaults (≤ 1.10×), and without its page-fault churn (`NO_FAULTS`, ≤ 1.15×: the probe's own
+    cost). Then the naive per-boundary approach beside it."""
 
     from stability.measure.probe import projection_vector
 
     print("(a) probe overhead", flush=True)
-    clock = "process_time" if CLOCK is time.process_time else "perf_counter"
-    for regime, env in (("", None), ("no page faults", NO_FAULTS)):
-        runs: dict[str, list[dict[str, float]]] = {name: [] for name in NETWORKS}
+    for regime, env, target in REGIMES:
+        runs: dict[tuple[int, str], list[dict[str, dict[str, float]]]] = {(t, name): [] for t in THREAD_COUNTS for name in NETWORKS}
         for _ in range(PROCESSES):
-            for name in NETWORKS:
-                runs[name].append(_subprocess_json(_A_CODE.format(threads=THREADS, clock=clock, name=name, reps=reps), env=env))
-        for name, (label, _, _) in NETWORKS.items():
-            ratios = sorted(t["probe"] / t["bare"] for t in runs[name])
-            ratio = statistics.median(ratios)
-            freed = statistics.median(t["probe"] / t["bare_freed"] for t in runs[name])
-            probe_ms, bare_ms = (statistics.median(t[k] for t in runs[name]) * 1e3 for k in ("probe", "bare"))
-            lo, hi, coverage = median_interval(ratios)
-            spread = f"{ratios[0]:.3f}–{ratios[-1]:.3f} over {len(ratios)} processes; median in [{lo:.3f}, {hi:.3f}] at {coverage:.1%}"
-            if env is None:
-                DATA[f"a.{label}"] = {"runs": runs[name], "ratio": ratio, "ratios": ratios, "ratio_freed": freed, "median_interval": [lo, hi, coverage]}
-                _row(
-                    f"(a) probe / bare fwd+bwd, {label}",
-                    f"{ratio:.3f}× ({probe_ms:.1f} ms vs {bare_ms:.1f} ms; {spread})",
-                    "≤ 1.10×",
-                    ratio_verdict(lo, hi, 1.10),
-                    f"{freed:.3f}× a bare pass that drops large parameter gradients as the probe does",
-                )
-            else:
-                DATA[f"a.nofaults.{label}"] = {"runs": runs[name], "ratio": ratio, "ratios": ratios}
-                _row(
-                    f"(a) the same, {regime} ({' '.join(f'{k}={v}' for k, v in env.items())}), {label}",
-                    f"{ratio:.3f}× ({probe_ms:.1f} ms vs {bare_ms:.1f} ms; {spread})",
-                    "information",
-                    None,
-                    "both passes without glibc unmapping and faulting back their large buffers: the probe's own cost",
-                )
+            for threads in THREAD_COUNTS:
+                for name in NETWORKS:
+                    code = _A_CODE.format(threads=threads, name=name, reps=reps)
+                    runs[threads, name].append(_subprocess_json(code, env={**(env or {}), "OMP_NUM_THREADS": str(threads)}))
+        for threads in THREAD_COUNTS:
+            for clock in CLOCKS:
+                for name, (label, _, _) in NETWORKS.items():
+                    _overhead_row(regime, env, target, threads, clock, label, [t[clock] for t in runs[threads, name]])
     if not NAIVE:
         return
     # The naive approach: quadratic in depth (MLP width 256, batch 64; fewer repeats, it is slow).
@@ -587,22 +604,45 @@ def section_f() -> None:
 # ----------------------------------------------------------------------------- main
 
 
+def _counts(text: str) -> tuple[int, ...]:
+    """`--threads 1,2` → (1, 2); a one-line error naming the bad value otherwise."""
+    try:
+        counts = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give thread counts of at least 1, comma-separated (e.g. 1,2)")
+    return counts
+
+
+def _clocks(text: str) -> tuple[str, ...]:
+    """`--clock cpu,wall` → ("cpu", "wall"); a one-line error naming the bad value otherwise."""
+    clocks = tuple(c.strip() for c in text.split(",") if c.strip())
+    bad = [c for c in clocks if c not in ("cpu", "wall")]
+    if not clocks or bad:
+        raise argparse.ArgumentTypeError(f"{text!r}: choose cpu, wall or cpu,wall")
+    return clocks
+
+
 def main(argv: list[str] | None = None) -> int:
-    global THREADS, CLOCK, NAIVE, PROCESSES
+    global THREADS, THREAD_COUNTS, CLOCK, CLOCKS, NAIVE, PROCESSES
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", default="a,b,c,d,e,f", help="comma-separated sections (default all)")
     p.add_argument("--reps", type=int, default=9, help="timed repetitions per measurement (default 9)")
     p.add_argument("--processes", type=int, default=PROCESSES, help="(a) fresh interpreters per network, the median ratio over them and its 95%% interval reported (default 9)")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: stable on shared machines)")
-    p.add_argument("--clock", choices=["cpu", "wall"], default="cpu", help="cpu: process CPU time (default; robust on shared machines), wall: perf_counter")
+    p.add_argument("--threads", type=_counts, default=(1, 2), help="torch intra-op threads, comma-separated: (a) measures at each, the other sections at the first (default 1,2)")
+    p.add_argument(
+        "--clock", type=_clocks, default=("cpu", "wall"), help="cpu: process CPU time (robust), wall: perf_counter; comma-separated: (a) reports each, the others the first; default cpu,wall"
+    )
     p.add_argument("--deep-batch", type=int, default=256, help="batch of the depth-10,000 network (default 256)")
     p.add_argument("--json", metavar="FILE", help="also write every number as JSON")
     p.add_argument("--no-naive", action="store_true", help="(a) without the slow naive per-boundary comparison")
     args = p.parse_args(argv)
-    THREADS = args.threads
+    THREAD_COUNTS, CLOCKS = args.threads, args.clock
+    THREADS = THREAD_COUNTS[0]
     NAIVE = not args.no_naive
     PROCESSES = args.processes
-    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    CLOCK = time.process_time if CLOCKS[0] == "cpu" else time.perf_counter
     import torch
 
     torch.set_num_threads(THREADS)
@@ -622,17 +662,17 @@ def main(argv: list[str] | None = None) -> int:
         section_f()
     DATA["meta"] = {
         "torch": torch.__version__,
-        "threads": THREADS,
+        "threads": list(THREAD_COUNTS),
         "cpu_count": os.cpu_count(),
         "python": sys.version.split()[0],
         "seconds": time.perf_counter() - t0,
-        "clock": args.clock,
+        "clock": list(CLOCKS),
         "command": "python benchmarks/ratios.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "maxrss_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }
     print()
-    clock = "process CPU time" if args.clock == "cpu" else "wall time"
-    print(f"torch {torch.__version__}, {THREADS} thread(s), {os.cpu_count()} CPUs, {clock}, medians of interleaved runs, {DATA['meta']['seconds']:.0f} s\n")
+    clocks = " and ".join("process CPU time" if c == "cpu" else "wall time" for c in CLOCKS)
+    print(f"torch {torch.__version__}, {'/'.join(map(str, THREAD_COUNTS))} thread(s), {os.cpu_count()} CPUs, {clocks}, medians of interleaved runs, {DATA['meta']['seconds']:.0f} s\n")
     print("| measurement | measured | target | met | note |")
     print("|---|---|---|---|---|")
     for row in ROWS:

@@ -46,3 +46,28 @@ def test_the_target_is_met_missed_or_undecided_by_the_whole_interval() -> None:
     assert ratio_verdict(1.101, 1.2, 1.10) is False
     assert ratio_verdict(1.06, 1.19, 1.10) == "undecided"
     assert ratio_verdict(1.10, 1.10, 1.10) is True
+
+
+def test_thread_counts_and_clocks_are_parsed_or_refused_in_one_line() -> None:
+    import argparse
+
+    assert ratios._counts("1,2") == (1, 2) and ratios._counts("4") == (4,)
+    assert ratios._clocks("cpu,wall") == ("cpu", "wall") and ratios._clocks("wall") == ("wall",)
+    for bad, parse in (("0", ratios._counts), ("two", ratios._counts), ("", ratios._counts), ("gpu", ratios._clocks), ("cpu,gpu", ratios._clocks)):
+        with pytest.raises(argparse.ArgumentTypeError, match=repr(bad)):
+            parse(bad)
+
+
+def test_each_regime_is_judged_against_its_own_target() -> None:
+    """Nine processes whose ratios are 1.00 … 1.16 (the interval [x(2), x(8)] = [1.02, 1.14]):
+    undecided against glibc's-defaults target of 1.10, met against the churn-free 1.15."""
+    values = [1.00, 1.02, 1.04, 1.06, 1.08, 1.10, 1.12, 1.14, 1.16]
+    runs = [{"probe": v, "bare": 1.0, "bare_freed": 1.0} for v in values]
+    ratios.ROWS.clear()
+    for regime, env, target in ratios.REGIMES:
+        ratios._overhead_row(regime, env, target, 2, "wall", "net", runs)
+    (glibc, churn_free) = ratios.ROWS
+    assert [r[2:4] for r in ratios.ROWS] == [("≤ 1.10×", "undecided"), ("≤ 1.15×", "yes")]
+    assert "2 threads, wall time" in glibc[0] and "MALLOC_MMAP_THRESHOLD_" in churn_free[0]
+    assert "1.080×" in glibc[1] and "[1.020, 1.140]" in glibc[1]
+    ratios.ROWS.clear()
