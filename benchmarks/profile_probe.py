@@ -10,10 +10,11 @@ of the probe in each design, in a new shuffled order each round (fixed seed), al
 process so that a load change hits them alike; it prints each design's median ratio to the bare
 pass of the same round, by wall time and by process CPU time (which with more than one thread
 also counts what torch's other threads spend, spinning included), and the bare pass's median
-milliseconds. "grouped" is the CPU design, "tensor" the same arithmetic one boundary at a time
-(the design before groups), "device" the no-synchronisation design of a GPU run on the CPU.
+milliseconds. "tensor" is the CPU design (each boundary reduced as it arrives), "grouped" the
+same arithmetic on groups of boundaries copied into one buffer, "device" the no-synchronisation
+design of a GPU, run on the CPU.
 
-With `--parts` it times each part inside the full probe (the CPU design), mean per probe over
+With `--parts` it times each part inside the full probe (the CPU design in use), mean per probe over
 REPS probes interleaved with bare passes, by wall time of the calling thread at each thread count:
 the boundary moments, the boundary-gradient hooks, the parameter hooks, the remaining
 parameter-gradient norms, the module walk, the projection vector, the final read with the
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DESIGNS = ("grouped", "tensor", "device")
+DESIGNS = ("tensor", "grouped", "device")
 
 
 def _probe_in(design: str, blocks: Any, x: Any) -> Callable[[], None]:

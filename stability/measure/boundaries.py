@@ -9,14 +9,18 @@ scalars wait until the end is the design (docs/performance.md has the measuremen
 - **host**, for CPU tensors. A CPU has no device to wait for, so sums are read to Python floats
   as they are produced, and every fallback is decided while its tensor is still at hand (the
   corrected two-pass variance; float64 where float32 sums or squares leave the range:
-  `reductions._Moments`, `reductions._norm_value`). Boundaries of `_TWO_PASS_MIN` to
-  `_GROUP_MAX` elements are copied into the rows of one buffer as they arrive (reading the
-  boundary while it is in cache) and reduced a group at a time: one row-wise Σh and one Σh² per
-  group of up to `_GROUP_ELEMENTS` elements and one host read, instead of four operations and
-  two reads per boundary at torch's ~1.5 µs per call; and a group is large enough for torch to
-  split over its threads, which a single boundary is not. Each row's sum is the float32 cascade
-  the boundary's own `sum` takes on one thread, so the numbers are those of one thread at any
-  thread count. Gradients are reduced in their hooks, one norm each, read at once.
+  `reductions._Moments`, `reductions._norm_value`); each gradient is reduced in its hook. Two
+  variants, chosen by `CPU_DESIGN`: "tensor" reduces each boundary on its own as it arrives, in
+  cache (Σh, Σh², two reads to the host); "grouped" copies boundaries of `_TWO_PASS_MIN` to
+  `_GROUP_MAX` elements into the rows of one buffer as they arrive and reduces a group of up to
+  `_GROUP_ELEMENTS` elements at a time (one row-wise Σh and Σh² and one host read per group:
+  fewer torch calls, and operations large enough for torch to split over its threads). The two
+  give the same numbers bit for bit (a row's sum is the same float32 cascade as the boundary's own
+  `sum` on one thread; grouped rows are never split over threads, so the grouped numbers are also
+  those of one thread at any thread count). Measured on the development box, "tensor" was the
+  faster at one thread and at two (the buffer's traffic through the cache, and on a loaded machine
+  every extra parallel region waits for a descheduled thread), so it is the default;
+  `benchmarks/profile_probe.py` compares them again.
 - **device**, for CUDA and every other device. Nothing is read to the host before the end: each
   reduction accumulates in float64 on the device (`reductions._var_mean64`, `_norm64`: float64
   holds the square of every float32 value, so there is no fallback to decide), the scalars stay
@@ -61,10 +65,9 @@ _GROUP_ELEMENTS = 1 << 17
 _GROUP_ROWS = 32
 
 Design = Literal["grouped", "tensor", "device"]
-#: The design a CPU pass uses: "grouped" (the host design above), "tensor" (the host design with
-#: every boundary reduced on its own, as before groups), or "device". Set only by tests and
-#: benchmarks/profile_probe.py, which compare them; a pass on any other device is always "device".
-CPU_DESIGN: Design = "grouped"
+#: The design a CPU pass uses (module docstring): "tensor", "grouped" or "device". Changed only by
+#: tests and benchmarks/profile_probe.py, which compare them; a pass on any other device is always "device".
+CPU_DESIGN: Design = "tensor"
 
 
 @runtime_checkable
@@ -125,7 +128,7 @@ def _read_host(t: torch.Tensor) -> list[float]:
 
 
 class _HostReductions:
-    """The host design (module docstring): floats as they come, boundaries grouped."""
+    """The host design (module docstring): floats as they come, boundaries one by one or grouped."""
 
     def __init__(self, n: int, low: bool, *, grouped: bool) -> None:
         self.low = low

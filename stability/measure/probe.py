@@ -3,16 +3,14 @@
 Boundary l is the input of block l (l = 0 … L−1) and boundary L is the output of the stack.
 During the forward pass each boundary tensor gets its statistics reduced to a few scalars and a
 gradient hook that reduces its gradient to one norm; nothing else about it is kept, so the probe
-holds no activation beyond what autograd saves anyway (and, on the CPU, one 512 KiB buffer of
-boundaries waiting to be reduced together). A single `torch.autograd.grad` call then runs the
+holds no activation beyond what autograd saves anyway. A single `torch.autograd.grad` call then runs the
 one backward pass and returns the parameter gradients, reduced to norms a group at a time
 (`reductions._param_norms`), the large ones by hooks as autograd produces them.
 
 What happens at each boundary, and when the scalars reach the host, is
 `stability.measure.boundaries`: on the CPU they are read as they come (free there), which lets
-each accuracy fallback be decided while its tensor is at hand, and boundaries of 2,048 to 65,536
-elements are reduced in groups; on a device everything stays there in float64 until the pass's
-one read at the end (no synchronisation inside the pass). docs/performance.md has the
+each accuracy fallback be decided while its tensor is at hand; on a device everything stays there
+in float64 until the pass's one read at the end (no synchronisation inside the pass). docs/performance.md has the
 measurements behind both.
 """
 
