@@ -1,0 +1,258 @@
+"""Library models from data: `"transformers:LlamaModel"` and a config mapping, with no Python file.
+
+A spec names a model as `"LIBRARY:NAME"` and gives its config as data:
+
+- **Libraries.** `transformers`, `timm` and `torchvision` (`LIBRARIES`). NAME is a transformers
+  model class (any public class of a `models.*.modeling_*` module, e.g. `LlamaModel`,
+  `T5EncoderModel`, `BertModel`) or config class (`LlamaConfig`: the base model of its family,
+  as `AutoModel.from_config` builds it); a timm or torchvision registered model name (`resnet50`,
+  `vit_small_patch16_224`, as `timm.list_models()` / `torchvision.models.list_models()` list
+  them) or a model class one of those returns (`timm:VisionTransformer`). Anything else is
+  refused with the close names, so a spec cannot name an arbitrary callable.
+- **Config.** Keyword arguments of the config class (transformers: its fields, their aliases and
+  `attn_implementation`) or of the model class (timm, torchvision); an unknown key is refused
+  with the close names. A string value that is a case key (`"width"`, `"depth"`, `"tokens"`, …),
+  `"N*key"` or `"key/N"` is filled from the drawn case (`fill`); lists and tables are filled
+  element by element (`depths = [2, 2, "depth", 2]`); other strings are literals
+  (`hidden_act = "gelu"`). Keys that would load weights (`pretrained`, `weights`, …) are refused:
+  models are built from configs with random init and nothing is downloaded.
+- **When.** `resolve` and `check_config` run on the spec alone. For transformers they import only
+  the package's lazy index and the config's module, never a model module, and build nothing;
+  timm and torchvision fill their registries by importing their model modules, so for those
+  the check runs after the library's import, still before anything is built.
+
+Building (`build_model`) and the inputs by modality (`make_inputs`) are in
+`stability.families.library_build`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import functools
+import importlib
+import inspect
+import re
+import typing
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from stability.errors import CaseError, SpecError
+from stability.spec.case import Case
+
+__all__ = ["LIBRARIES", "CASE_KEYS", "Target", "resolve", "check_config", "config_keys", "fill", "placeholders", "quiet_imports", "registry"]
+
+LIBRARIES: tuple[str, ...] = ("transformers", "timm", "torchvision")
+
+#: The case's keys a config value may name: `Case`'s integer fields (depth, width, batch, spatial, …).
+CASE_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Case) if str(f.type).startswith("int"))
+
+#: Config keys that would load pretrained weights or read files: refused in any library.
+_LOADING = ("pretrained", "weights", "weights_backbone", "pretrained_cfg", "pretrained_cfg_overlay", "pretrained_strict", "checkpoint_path", "cache_dir")
+
+#: Keyword arguments every transformers config takes besides its fields (PreTrainedConfig.__post_init__).
+_HF_EXTRA = ("attn_implementation", "experts_implementation", "output_attentions")
+
+_PLACEHOLDER = re.compile(r"\s*(?:(\d+(?:\.\d+)?)\s*\*\s*)?([a-z_]+)(?:\s*/\s*(\d+))?\s*")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a spec's `"LIBRARY:NAME"` names: `kind` is "model" (a class), "config" (a transformers
+    config class) or "registered" (a timm/torchvision registry name); `module` is the transformers
+    module that defines it ("models.llama.modeling_llama"), else the library."""
+
+    library: str
+    name: str
+    kind: str
+    module: str
+
+    def __str__(self) -> str:
+        return f"{self.library}:{self.name}"
+
+
+@contextlib.contextmanager
+def quiet_imports() -> Iterator[None]:
+    """Import a library without its noise: torchvision's warning that its compiled image
+    extension does not load (its models are pure Python; docs/library-models.md, section 5)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Failed to load image Python extension")
+        yield
+
+
+def _library(name: str) -> Any:
+    with quiet_imports():
+        return importlib.import_module(name)
+
+
+def _refuse(file: str, key: str, value: Any, problem: str, choices: list[str], fix: str) -> SpecError:
+    close = difflib.get_close_matches(str(value).split(":")[-1], choices, n=3, cutoff=0.6)
+    hint = f"close names: {', '.join(close)}" if close else fix
+    return SpecError(file, key, problem, value=value, fix=hint)
+
+
+def _hf_names() -> dict[str, str]:
+    """transformers' lazy index: public class name → its module, read without importing a model module."""
+    index = getattr(_library("transformers"), "_class_to_module", None)
+    return dict(index) if isinstance(index, dict) else {}
+
+
+def _hf_kind(name: str, module: str) -> str | None:
+    if re.fullmatch(r"models\.\w+\.configuration_\w+", module) and name.endswith("Config"):
+        return "config"
+    if re.fullmatch(r"models\.\w+\.modeling_\w+", module) and re.fullmatch(r"[A-Z][A-Za-z0-9]+", name) and not name.endswith("PreTrainedModel"):
+        return "model"
+    return None
+
+
+@functools.cache
+def registry(library: str) -> tuple[list[str], dict[str, type]]:
+    """A timm or torchvision registry: its model names, and the classes their builders return (by name)."""
+    lib = _library(library)
+    if library == "timm":
+        names, builder = list(lib.list_models()), lib.models.model_entrypoint
+    else:
+        names, builder = list(lib.models.list_models()), lib.models.get_model_builder
+    classes: dict[str, type] = {}
+    for n in names:
+        cls = _returned_class(builder(n))
+        if cls is not None:
+            classes.setdefault(cls.__name__, cls)
+    return names, classes
+
+
+def _returned_class(fn: Any) -> type | None:
+    try:
+        ret = typing.get_type_hints(fn).get("return")
+    except Exception:  # an annotation that does not evaluate: no class to check against
+        return None
+    return ret if isinstance(ret, type) else None
+
+
+def resolve(model: str, *, file: str, key: str = "model") -> Target:
+    """The target a spec's `"LIBRARY:NAME"` names, or a SpecError (exit 2) with the close names."""
+    library, sep, name = str(model).partition(":")
+    if not sep or not name or library not in LIBRARIES:
+        raise SpecError(file, key, f"names no model of {', '.join(LIBRARIES)}", value=model, fix='write "LIBRARY:NAME", e.g. "transformers:LlamaModel" or "timm:resnet18"')
+    if library == "transformers":
+        index = _hf_names()
+        kind = _hf_kind(name, index.get(name, ""))
+        if kind is None:
+            allowed = sorted(n for n, m in index.items() if _hf_kind(n, m))
+            raise _refuse(file, key, model, "is not a transformers model or config class", allowed, "name a class such as LlamaModel, BertModel or LlamaConfig")
+        return Target(library, name, kind, index[name])
+    try:
+        names, classes = registry(library)
+    except Exception as exc:  # the library is not installed, or does not import
+        what = " ".join(f"{type(exc).__name__}: {exc}".split())
+        raise SpecError(file, key, f"{library} does not import here ({what})", value=model, fix="install it (docs/library-models.md, section 5)") from None
+    if name in names:
+        return Target(library, name, "registered", library)
+    if name in classes:
+        return Target(library, name, "model", library)
+    raise _refuse(file, key, model, f"is not a {library} registered model or model class", sorted({*names, *classes}), f"name one of {library}'s registered models")
+
+
+def _hf_config_class(target: Target) -> type:
+    """The config class of a transformers target, importing its configuration module only (the
+    model module too when its package defines several configs, e.g. CLIP's)."""
+    if target.kind == "config":
+        return typing.cast(type, getattr(_library("transformers"), target.name))
+    package = target.module.rsplit(".", 1)[0]
+    configs = [n for n, m in _hf_names().items() if m.startswith(package + ".configuration_") and n.endswith("Config")]
+    lib = _library("transformers")
+    if len(configs) == 1:
+        return typing.cast(type, getattr(lib, configs[0]))
+    return typing.cast(type, getattr(lib, target.name).config_class)
+
+
+def _target_class(target: Target) -> type:
+    """The class whose keyword arguments a timm/torchvision config holds."""
+    _, classes = registry(target.library)
+    if target.kind == "model":
+        return classes[target.name]
+    lib = _library(target.library)
+    builder = lib.models.model_entrypoint(target.name) if target.library == "timm" else lib.models.get_model_builder(target.name)
+    cls = _returned_class(builder)
+    return cls if cls is not None else object
+
+
+def config_keys(target: Target) -> tuple[list[str], bool]:
+    """(the config keys the target takes, whether it takes any other too: a `**kwargs` class)."""
+    if target.library == "transformers":
+        cls = _hf_config_class(target)
+        if dataclasses.is_dataclass(cls):
+            keys = [f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")]
+        else:
+            keys = [n for n, p in inspect.signature(cls).parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        aliases = getattr(cls, "attribute_map", {}) or {}
+        return sorted({*keys, *aliases, *_HF_EXTRA}), False
+    cls = _target_class(target)
+    if cls is object:
+        return [], True
+    params = inspect.signature(cls).parameters  # the class's __init__, without self
+    keys = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    return keys, any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def check_config(target: Target, config: Mapping[str, Any], *, file: str, key: str = "config") -> None:
+    """Every key of `config` is one the target takes and no value names a case key that does not
+    exist (`"4*widht"`), else a SpecError (exit 2) naming the key and the close names."""
+    for name in config:
+        if name in _LOADING:
+            raise SpecError(file, f"{key}.{name}", "would load pretrained weights or files", value=config[name], fix="drop it: models are built from their config with random init")
+    known, open_ended = config_keys(target)
+    for name, value in config.items():
+        if not open_ended and name not in known:
+            raise _refuse(file, f"{key}.{name}", value, f"is not a config key of {target}", known, f"see the keyword arguments of {target}")
+        _check_placeholders(value, file=file, key=f"{key}.{name}")
+
+
+def _check_placeholders(value: Any, *, file: str, key: str) -> None:
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _check_placeholders(v, file=file, key=f"{key}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_placeholders(v, file=file, key=f"{key}[{i}]")
+    elif isinstance(value, str):
+        match = _PLACEHOLDER.fullmatch(value)
+        if match and (match.group(1) or match.group(3)) and match.group(2) not in CASE_KEYS:
+            raise _refuse(file, key, value, f"names {match.group(2)!r}, which is not a case key", list(CASE_KEYS), f"use one of {', '.join(CASE_KEYS)}")
+
+
+def placeholders(value: Any) -> set[str]:
+    """The case keys a config value names (`["width", "2*width", 3]` → {"width"})."""
+    if isinstance(value, Mapping):
+        return set().union(*(placeholders(v) for v in value.values()))
+    if isinstance(value, (list, tuple)):
+        return set().union(*(placeholders(v) for v in value))
+    match = _PLACEHOLDER.fullmatch(value) if isinstance(value, str) else None
+    return {match.group(2)} if match and match.group(2) in CASE_KEYS else set()
+
+
+def fill(value: Any, values: Mapping[str, Any]) -> Any:
+    """`value` with every placeholder (`"width"`, `"4*width"`, `"width/8"`) replaced by the case's
+    value; `"key/N"` must divide exactly (a CaseError otherwise: that case cannot be built)."""
+    if isinstance(value, Mapping):
+        return {k: fill(v, values) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [fill(v, values) for v in value]
+    if not isinstance(value, str):
+        return value
+    match = _PLACEHOLDER.fullmatch(value)
+    if not match or match.group(2) not in CASE_KEYS:
+        return value
+    base = values.get(match.group(2))
+    if base is None:
+        raise CaseError(f"{value!r} names the case's {match.group(2)}, which this case does not set")
+    factor, divisor = match.group(1), match.group(3)
+    out = base if factor is None else (int(factor) if factor.isdigit() else float(factor)) * base
+    if divisor is not None:
+        if out % int(divisor):
+            raise CaseError(f"{value!r} is {out}/{divisor}, not an integer")
+        out = out // int(divisor)
+    return out

@@ -1,0 +1,201 @@
+"""Library models probed through their own forward (stability/measure/forward.py), one test per
+family and check: (1) fidelity, the hidden states the probe saw at its boundaries are the model's
+own, bit for bit; (2) the per-boundary input-gradient norms are plain autograd's on the same
+blocks, input and loss, to 1e-5. Tiny configs from data (stability/families/library.py), random
+init, nothing downloaded. The reference below shares no code with the driver: its own hooks, its
+own argument lookup, `torch.autograd.grad` on every boundary at once."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from stability.families.adapters import set_modes
+from stability.families.library_build import Built, build_model, parse_library
+from stability.measure.forward import probe_model
+from stability.measure.probe import projection_vector
+
+pytest.importorskip("transformers", reason="Hugging Face transformers is not installed (pip install -e '.[hf]')")
+warnings.filterwarnings("ignore", message="Failed to load image Python extension")
+
+W, D = "width", "depth"
+TOK = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+DECODER = {"hidden_size": W, "intermediate_size": "2*width", "num_hidden_layers": D, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 64, **TOK}
+BART = {"encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": "2*width", "decoder_ffn_dim": "2*width"}
+ENCODER = {"hidden_size": W, "intermediate_size": "2*width", "num_hidden_layers": D, "num_attention_heads": 4, "vocab_size": 64, "pad_token_id": 0}
+
+#: family → (model, config, how the model reports its own hidden states: "inputs" when its
+#: `output_hidden_states` lists block i's input at place i, "outputs" when block i's output,
+#: None when neither, forward hooks only).
+TRANSFORMERS: dict[str, tuple[str, dict[str, Any], str | None]] = {
+    "gpt2": ("transformers:GPT2Model", {"n_embd": W, "n_layer": D, "n_head": 4, "vocab_size": 64, "bos_token_id": 1, "eos_token_id": 2}, "inputs"),
+    "llama": ("transformers:LlamaModel", DECODER, "inputs"),
+    "mistral": ("transformers:MistralModel", {**DECODER, "sliding_window": 4}, "inputs"),
+    "qwen2": ("transformers:Qwen2Model", DECODER, "inputs"),
+    "qwen3": ("transformers:Qwen3Model", {**DECODER, "head_dim": 8}, "inputs"),
+    "gemma": ("transformers:GemmaModel", {**DECODER, "head_dim": 8}, "inputs"),
+    "gemma2": ("transformers:Gemma2Model", {**DECODER, "head_dim": 8, "sliding_window": 4, "attn_implementation": "eager"}, "inputs"),
+    "phi": ("transformers:PhiModel", {k: v for k, v in DECODER.items() if k != "num_key_value_heads"}, "inputs"),
+    "phi3": ("transformers:Phi3Model", DECODER, "inputs"),
+    "gpt_neox": ("transformers:GPTNeoXModel", {k: v for k, v in DECODER.items() if k != "num_key_value_heads"}, "inputs"),
+    "falcon": ("transformers:FalconModel", {"hidden_size": W, "num_hidden_layers": D, "num_attention_heads": 4, "vocab_size": 64, "alibi": True, **TOK}, "inputs"),
+    "mixtral": ("transformers:MixtralModel", {**DECODER, "num_local_experts": 4, "num_experts_per_tok": 2}, "inputs"),
+    "mamba": ("transformers:MambaModel", {"hidden_size": W, "num_hidden_layers": D, "vocab_size": 64, "state_size": 4, **TOK}, "outputs"),
+    "bert": ("transformers:BertModel", ENCODER, "inputs"),
+    "roberta": ("transformers:RobertaModel", {**ENCODER, **TOK}, "inputs"),
+    "deberta_v2": ("transformers:DebertaV2Model", {**ENCODER, "relative_attention": True, "pos_att_type": ["p2c", "c2p"], "position_biased_input": False}, "inputs"),
+    "t5": ("transformers:T5EncoderModel", {"d_model": W, "d_ff": "2*width", "d_kv": 8, "num_layers": D, "num_heads": 4, "vocab_size": 64, "pad_token_id": 0, "eos_token_id": 1}, "inputs"),
+    "bart": ("transformers:BartConfig", {"d_model": W, "encoder_layers": D, "decoder_layers": D, **BART, "vocab_size": 64, **TOK}, None),
+    "vit": ("transformers:ViTModel", {**{k: v for k, v in ENCODER.items() if k not in ("vocab_size", "pad_token_id")}, "image_size": 16, "patch_size": 4}, "inputs"),
+    "swin": ("transformers:SwinModel", {"embed_dim": W, "depths": [D, 2], "num_heads": [2, 4], "image_size": 32, "patch_size": 4, "window_size": 4}, None),
+    "convnext": ("transformers:ConvNextModel", {"hidden_sizes": [W, "2*width"], "depths": [D, 2], "num_stages": 2, "image_size": 32}, None),
+    "resnet": ("transformers:ResNetModel", {"hidden_sizes": [W, "2*width"], "depths": [D, 2], "embedding_size": 16}, None),
+}
+VISION: dict[str, tuple[str, dict[str, Any], str | None]] = {
+    "timm_vit": ("timm:vit_tiny_patch16_224", {"img_size": 16, "patch_size": 4, "embed_dim": W, "depth": D, "num_heads": 4}, None),
+    "timm_resnet": ("timm:resnet18", {"layers": [D, 2, 2, 2]}, None),
+    "timm_convnext": ("timm:convnext_atto", {"depths": [2, D, 2, 2], "dims": [W, "2*width", "4*width", "8*width"]}, None),
+    "timm_efficientnet": ("timm:efficientnet_b0", {}, None),
+    "timm_mixer": ("timm:MlpMixer", {"img_size": 32, "patch_size": 8, "num_blocks": D, "embed_dim": W}, None),
+    "tv_resnet50": ("torchvision:resnet50", {}, None),
+    "tv_regnet": ("torchvision:regnet_y_400mf", {}, None),
+    "tv_vit": ("torchvision:VisionTransformer", {"image_size": 16, "patch_size": 4, "num_layers": D, "num_heads": 4, "hidden_dim": W, "mlp_dim": "2*width"}, None),
+    "tv_swin": ("torchvision:SwinTransformer", {"patch_size": [4, 4], "embed_dim": W, "depths": [2, D], "num_heads": [2, 4], "window_size": [4, 4]}, None),
+}
+CASE = {"depth": 3, "width": 32, "batch": 2, "tokens": 8, "seed": 0}
+
+
+def _vision_importable() -> str | None:
+    try:
+        import timm  # noqa: F401
+        import torchvision  # noqa: F401
+    except Exception as exc:  # torchvision's PyPI build for this torch may not import (docs/library-models.md, section 5)
+        return f"timm/torchvision do not import here ({type(exc).__name__}: {exc})"
+    return None
+
+
+FAMILIES = [pytest.param(name, id=name) for name in TRANSFORMERS] + [
+    pytest.param(name, id=name, marks=pytest.mark.skipif(_vision_importable() is not None, reason=str(_vision_importable()))) for name in VISION
+]
+_BUILT: dict[tuple[str, int], Built] = {}
+
+
+def built(name: str, *, depth: int = 3) -> Built:
+    """The family's model at `depth` (seed 0, eval mode), built once per test session."""
+    if (name, depth) not in _BUILT:
+        model, config, _ = {**TRANSFORMERS, **VISION}[name]
+        spec = parse_library(model, config=config, file="zoo.toml")
+        torch.manual_seed(0)
+        b = build_model(spec, {**CASE, "depth": depth}, input_seed=1)
+        set_modes(b.model, norm_train=False, dropout_train=False)
+        _BUILT[name, depth] = b
+    return _BUILT[name, depth]
+
+
+class Keep:
+    """An observer that keeps a copy of every boundary (a test may; the harness's must not)."""
+
+    name = "keep"
+
+    def start(self, blocks: Any) -> None:
+        self.states: list[torch.Tensor] = []
+
+    def observe(self, index: int, h: torch.Tensor) -> None:
+        self.states.append(h.clone())
+
+    def finish(self) -> None:
+        return None
+
+
+def _call(model: nn.Module, inputs: Any, **extra: Any) -> Any:
+    return model(**inputs, **extra) if isinstance(inputs, Mapping) else model(inputs)
+
+
+def _hidden(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[torch.Tensor, bool]:
+    """(the hidden state of a block call, whether it was positional), the reference's own rule."""
+    if args and isinstance(args[0], torch.Tensor):
+        return args[0], True
+    return kwargs["hidden_states"], False
+
+
+def reference(b: Built, *, seed: int = 0) -> tuple[list[float], list[torch.Tensor]]:
+    """Plain autograd on the model's own forward: block 0's input made a leaf by a hook, the other
+    boundaries kept, ∂(Σ y⊙r)/∂(every boundary) in one `torch.autograd.grad`; (norms, states)."""
+    blocks = b.blocks.modules
+    states: list[torch.Tensor] = []
+
+    def pre(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        h, positional = _hidden(args, kwargs)
+        if module is blocks[0]:
+            leaf = h.detach().clone().requires_grad_(True)
+            states.append(leaf)
+            return ((leaf, *args[1:]), kwargs) if positional else (args, {**kwargs, "hidden_states": leaf})
+        states.append(h)
+        return None
+
+    def post(module: nn.Module, args: Any, out: Any) -> None:
+        states.append(out if isinstance(out, torch.Tensor) else out[0])
+
+    handles = [m.register_forward_pre_hook(pre, with_kwargs=True) for m in blocks] + [blocks[-1].register_forward_hook(post)]
+    try:
+        _call(b.model, b.inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    states = states[: len(blocks) + 1]
+    y = states[-1]
+    r = projection_vector(y.shape, seed, dtype=y.dtype, device=y.device)
+    grads = torch.autograd.grad((y * r).sum(), states)
+    return [float(g.norm()) for g in grads], [s.detach() for s in states]
+
+
+def own_states(name: str, b: Built) -> list[torch.Tensor]:
+    """The model's own hidden states at the blocks' boundaries, from a plain forward with gradient
+    on (the forward a gradient is taken of: without it some kernels differ in the last bits, torch's
+    fused MultiheadAttention fast path, SDPA's inference paths): transformers' `output_hidden_states`
+    where it lists them, forward hooks otherwise (and for the last block's output, which some
+    models normalise before listing it)."""
+    blocks = b.blocks.modules
+    seen: list[torch.Tensor] = []
+    handles = [m.register_forward_pre_hook(lambda m, a, k: seen.append(_hidden(a, k)[0].detach().clone()), with_kwargs=True) for m in blocks]
+    handles.append(blocks[-1].register_forward_hook(lambda m, a, out: seen.append((out if isinstance(out, torch.Tensor) else out[0]).detach().clone())))
+    try:
+        with torch.enable_grad():
+            out = _call(b.model, b.inputs, **({"output_hidden_states": True} if {**TRANSFORMERS, **VISION}[name][2] else {}))
+    finally:
+        for h in handles:
+            h.remove()
+    listing = {**TRANSFORMERS, **VISION}[name][2]
+    if listing is None:
+        return seen
+    n = len(blocks)
+    states = [h.detach() for h in out.hidden_states[:n]]
+    listed = states if listing == "inputs" else [seen[0], *states]  # "outputs": block i's output at place i
+    assert all(torch.equal(a, c) for a, c in zip(listed, seen, strict=False)), "the hooks and output_hidden_states disagree"
+    return [*listed[:n], seen[-1]] if listing == "inputs" else listed
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_probe_sees_the_models_own_hidden_states_bit_for_bit(name: str) -> None:
+    b = built(name)
+    keep = Keep()
+    probe_model(b.model, b.inputs, blocks=b.blocks, observers=[keep])
+    own = own_states(name, b)
+    assert len(keep.states) == len(own) == len(b.blocks.modules) + 1
+    for i, (probed, shipped) in enumerate(zip(keep.states, own, strict=True)):
+        assert torch.equal(probed, shipped), f"{name}: boundary {i} differs from the model's own forward"
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_per_boundary_gradient_norms_are_plain_autograds(name: str) -> None:
+    b = built(name)
+    for seed in (0, 1):
+        m = probe_model(b.model, b.inputs, blocks=b.blocks, seed=seed)
+        norms, _ = reference(b, seed=seed)
+        assert len(m.grad_norm) == len(norms) == len(b.blocks.modules) + 1
+        assert m.grad_norm == pytest.approx(norms, rel=1e-5, abs=0.0), name
