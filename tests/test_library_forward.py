@@ -199,3 +199,38 @@ def test_per_boundary_gradient_norms_are_plain_autograds(name: str) -> None:
         norms, _ = reference(b, seed=seed)
         assert len(m.grad_norm) == len(norms) == len(b.blocks.modules) + 1
         assert m.grad_norm == pytest.approx(norms, rel=1e-5, abs=0.0), name
+
+
+def _boundaries(b: Built, inputs: Any) -> list[torch.Tensor]:
+    keep = Keep()
+    probe_model(b.model, inputs, blocks=b.blocks, observers=[keep])
+    return keep.states
+
+
+def test_gemma2_with_eager_attention_stays_causal_where_its_blocks_called_alone_would_not() -> None:
+    b = built("gemma2")
+    ids = b.inputs["input_ids"]
+    changed = ids.clone()
+    changed[:, -1] = (changed[:, -1] + 7) % 60 + 3  # another last token (never the padding token 0)
+    before, after = _boundaries(b, {**b.inputs, "input_ids": ids}), _boundaries(b, {**b.inputs, "input_ids": changed})
+    for i, (h, g) in enumerate(zip(before, after, strict=True)):
+        assert torch.equal(h[:, :-1], g[:, :-1]), f"boundary {i}: an earlier position saw the last token"
+        assert not torch.equal(h[:, -1], g[:, -1])
+    # The same block called on its own, as a factory's Stack would call it (rotary embeddings, no mask): bidirectional.
+    layer, h0, h1 = b.model.layers[0], before[0], after[0]
+    position = torch.arange(h0.shape[1])[None]
+    with torch.no_grad():
+        alone = [layer(h, position_embeddings=b.model.rotary_emb(h, position))[:, :-1] for h in (h0, h1)]
+    assert not torch.equal(alone[0], alone[1])
+
+
+def test_t5_keeps_its_relative_bias_in_every_block_which_its_blocks_called_alone_lose() -> None:
+    b = built("t5")
+    probed = _boundaries(b, b.inputs)
+    h, alone = probed[0], [probed[0]]
+    for block in b.blocks.modules:  # (with gradient on, as the probe runs them: the same kernels)
+        h = block(h)[0].detach()  # no position_bias passed: block 0 computes its own, blocks 1.. get none
+        alone.append(h)
+    assert torch.equal(alone[1], probed[1])  # block 0 has the relative-attention table itself
+    for i in range(2, len(probed)):
+        assert float((alone[i] - probed[i]).norm() / probed[i].norm()) > 1e-2, f"boundary {i}: blocks 1.. got the bias without being given it"

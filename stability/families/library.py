@@ -88,8 +88,9 @@ def _library(name: str) -> Any:
         return importlib.import_module(name)
 
 
-def _refuse(file: str, key: str, value: Any, problem: str, choices: list[str], fix: str) -> SpecError:
-    close = difflib.get_close_matches(str(value).split(":")[-1], choices, n=3, cutoff=0.6)
+def _refuse(file: str, key: str, value: Any, problem: str, choices: list[str], fix: str, *, near: str | None = None) -> SpecError:
+    """A SpecError whose fix lists the choices closest to `near` (default: the value's NAME part)."""
+    close = difflib.get_close_matches(str(value).split(":")[-1] if near is None else near, choices, n=3, cutoff=0.6)
     hint = f"close names: {', '.join(close)}" if close else fix
     return SpecError(file, key, problem, value=value, fix=hint)
 
@@ -207,7 +208,7 @@ def check_config(target: Target, config: Mapping[str, Any], *, file: str, key: s
     known, open_ended = config_keys(target)
     for name, value in config.items():
         if not open_ended and name not in known:
-            raise _refuse(file, f"{key}.{name}", value, f"is not a config key of {target}", known, f"see the keyword arguments of {target}")
+            raise _refuse(file, f"{key}.{name}", value, f"is not a config key of {target}", known, f"see the keyword arguments of {target}", near=name)
         _check_placeholders(value, file=file, key=f"{key}.{name}")
 
 
@@ -221,7 +222,7 @@ def _check_placeholders(value: Any, *, file: str, key: str) -> None:
     elif isinstance(value, str):
         match = _PLACEHOLDER.fullmatch(value)
         if match and (match.group(1) or match.group(3)) and match.group(2) not in CASE_KEYS:
-            raise _refuse(file, key, value, f"names {match.group(2)!r}, which is not a case key", list(CASE_KEYS), f"use one of {', '.join(CASE_KEYS)}")
+            raise _refuse(file, key, value, f"names {match.group(2)!r}, which is not a case key", list(CASE_KEYS), f"use one of {', '.join(CASE_KEYS)}", near=match.group(2))
 
 
 def placeholders(value: Any) -> set[str]:
