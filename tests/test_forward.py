@@ -65,6 +65,17 @@ def test_the_gradient_is_the_product_of_the_blocks_gains_and_nothing_after_the_l
     assert sorted(m.param_grad_norm) == ["0.a", "1.a", "2.a"]  # the blocks' parameters, by place; not the embedding's
 
 
+def test_a_single_block_is_both_the_leaf_and_the_stop() -> None:
+    model = Model([2.0])
+    m = probe_model(model, X, loss="sum")
+    assert m.grad_norm == pytest.approx([2 * math.sqrt(8), math.sqrt(8)], rel=1e-6, abs=0.0)
+
+
+def test_a_forward_that_fails_in_the_trace_is_a_block_error_of_that_case() -> None:
+    with pytest.raises(BlockError, match=r"^the forward of Model failed on its inputs: RuntimeError: mat1 and mat2 shapes cannot be multiplied"):
+        probe_model(Model([1.0]), torch.randn(2, 5))
+
+
 def test_the_model_runs_without_a_graph_before_block_0() -> None:
     model = Model([1.0, 1.0])
     seen: list[bool] = []

@@ -234,3 +234,21 @@ def test_t5_keeps_its_relative_bias_in_every_block_which_its_blocks_called_alone
     assert torch.equal(alone[1], probed[1])  # block 0 has the relative-attention table itself
     for i in range(2, len(probed)):
         assert float((alone[i] - probed[i]).norm() / probed[i].norm()) > 1e-2, f"boundary {i}: blocks 1.. got the bias without being given it"
+
+
+def test_a_padding_mask_in_the_inputs_reaches_every_block_with_eager_attention() -> None:
+    model, config, _ = TRANSFORMERS["bert"]
+    spec = parse_library(model, config={**config, "attn_implementation": "eager"}, file="zoo.toml")
+    torch.manual_seed(0)
+    b = build_model(spec, CASE, input_seed=1)
+    set_modes(b.model, norm_train=False, dropout_train=False)
+    mask = torch.ones_like(b.inputs["input_ids"])
+    mask[:, -3:] = 0  # the last 3 tokens are padding
+    other = b.inputs["input_ids"].clone()
+    other[:, -3:] = (other[:, -3:] + 5) % 60 + 1  # other padding tokens
+    masked = _boundaries(b, {**b.inputs, "attention_mask": mask})
+    for i, (h, g) in enumerate(zip(masked, _boundaries(b, {**b.inputs, "input_ids": other, "attention_mask": mask}), strict=True)):
+        if i > 0:
+            assert torch.equal(h[:, :-3], g[:, :-3]), f"boundary {i}: a real token attended to padding"
+    unmasked = _boundaries(b, b.inputs)
+    assert all(not torch.equal(h[:, :-3], u[:, :-3]) for h, u in zip(masked[1:], unmasked[1:], strict=True))  # the mask changed every block's attention

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from stability.errors import StabilityError
+from stability.errors import BlockError, CaseError, StabilityError
 from stability.families.adapters import BLOCK_ATTRIBUTES, hidden_state
 
 __all__ = ["Blocks", "Discovery", "DiscoveryError", "ModelInputs", "discover", "run_model", "hidden_argument", "trace"]
@@ -53,7 +53,8 @@ _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 
 
 class DiscoveryError(StabilityError):
-    """The model's blocks cannot be probed as asked: the message names the block and the reason."""
+    """The model's blocks cannot be probed as asked: the message names the block and the reason.
+    (A forward that fails on its inputs is a `BlockError` instead: that case fails.)"""
 
 
 @dataclass(frozen=True)
@@ -182,9 +183,11 @@ def trace(model: nn.Module, inputs: ModelInputs, modules: Sequence[nn.Module]) -
         model.eval()
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             run_model(model, inputs)
-    except Exception as exc:
+    except (CaseError, torch.OutOfMemoryError):  # the time limit, or a device out of memory
+        raise
+    except Exception as exc:  # this case's model does not run on its inputs: the case fails, as in the probe's own pass
         what = " ".join(f"{type(exc).__name__}: {exc}".split())
-        raise DiscoveryError(f"the model's forward ({type(model).__name__}) failed on its inputs: {what}") from exc
+        raise BlockError(f"the forward of {type(model).__name__} failed on its inputs: {what}") from exc
     finally:
         for handle in handles:
             handle.remove()

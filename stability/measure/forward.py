@@ -24,7 +24,7 @@ and one backward pass (`probe.measure_pass` inside `probe.prepared`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import torch
@@ -112,7 +112,7 @@ def model_forward(model: nn.Module, inputs: ModelInputs, blocks: Blocks) -> Forw
 
 
 def _device(model: nn.Module, inputs: ModelInputs) -> torch.device:
-    values = list(inputs.values()) if isinstance(inputs, dict) else list(inputs) if isinstance(inputs, tuple) else [inputs]
+    values = list(inputs.values()) if isinstance(inputs, Mapping) else list(inputs) if isinstance(inputs, tuple) else [inputs]
     for v in values:
         if isinstance(v, torch.Tensor):
             return v.device
