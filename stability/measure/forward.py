@@ -16,9 +16,12 @@ window shifts — reaches them exactly as in the shipped model, with no per-fami
 
 The model runs without gradient until block 0 (embeddings, masks and position tables are
 computed as usual but record no graph: nothing before block 0 is measured) and with it from
-block 0 on. A block called twice, out of order, or with a hidden state of another shape than
-block 0's fails the case with a `BlockError` naming it, so a ratio never mixes tensors of two
-shapes. `probe_model` is the entry: discovery (`stability.families.discover`), then one forward
+block 0 on. What the blocks see is the model's own forward with gradient on, bit for bit
+(tests/test_library_forward.py checks every family); without gradient some kernels differ in the
+last bits (torch's fused MultiheadAttention fast path, SDPA's inference paths), and that is not
+the forward a gradient is taken of. A block called twice, out of order, or with a hidden state of
+another shape than block 0's fails the case with a `BlockError` naming it, so a ratio never mixes
+tensors of two shapes. `probe_model` is the entry: discovery (`stability.families.discover`), then one forward
 and one backward pass (`probe.measure_pass` inside `probe.prepared`).
 """
 
