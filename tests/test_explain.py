@@ -84,3 +84,18 @@ def test_unknown_name_is_a_usage_error_with_a_suggestion(capsys: pytest.CaptureF
 def test_unknown_name_raises_usage_error_from_the_api() -> None:
     with pytest.raises(UsageError, match="variance_growth"):
         explain_text("variance_grwoth")
+
+
+def test_a_family_lacking_what_an_invariant_needs_is_listed_by_explain_and_refused_at_load() -> None:
+    from stability import parse_spec
+    from stability.errors import SpecError
+
+    text = explain_text("lesion")
+    assert "Not measured on (a spec declaring it for these families is refused)" in text
+    assert "family 'dense': a dense layer adds channels, so it cannot be replaced by the identity" in text
+    assert "Not measured on" not in explain_text("gradient_arrival")  # every family measures it
+    with pytest.raises(SpecError, match=r"expect.lesion: is not measured on family 'dense': a dense layer adds channels"):
+        parse_spec('name = "d"\ndescription = "d"\nfamily = "dense"\n[space]\ndepth = 2\nwidth = 4\n[expect.lesion]\n')
+    tokens = '[block]\nlayer = "tokens"\n[space]\ndepth = 2\nwidth = 4\ntokens = 3\n[expect.attention_entropy]\n'
+    with pytest.raises(SpecError, match=r"expect.attention_entropy: is not measured on family 'preact': has no attention"):
+        parse_spec(f'name = "p"\ndescription = "d"\nfamily = "preact"\n{tokens}')

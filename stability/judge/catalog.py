@@ -326,19 +326,6 @@ def _check_tokens(name: str) -> Any:
     return check
 
 
-def _check_attention(spec: s.Spec) -> None:
-    _check_tokens("attention_entropy")(spec)
-    reason = FAMILIES.get(spec.family).lacks.get("attention")
-    if reason is not None:
-        raise SpecError(spec.path, "expect.attention_entropy", f"family '{spec.family}' {reason}", fix='remove it, or use family = "transformer"')
-
-
-def _check_lesion(spec: s.Spec) -> None:
-    reason = FAMILIES.get(spec.family).lacks.get("same_shape_blocks")
-    if reason is not None:
-        raise SpecError(spec.path, "expect.lesion", reason, fix="remove it")
-
-
 def _check_jacobian(spec: s.Spec) -> None:
     js = spec.expect.jacobian_spectrum
     if js is not None and js.mean_lo is not None and js.mean_hi is not None and js.mean_lo > js.mean_hi:
@@ -422,7 +409,8 @@ with batch():
             expectation=s.AttentionEntropy,
             label="lowest normalised attention entropy (over blocks and heads)",
             judge=_attention_entropy,
-            check=_check_attention,
+            check=_check_tokens("attention_entropy"),
+            needs=frozenset({"attention"}),
             observers=_attention_observers,
             severity=_lower_is_closer,
             targets=_plain("attention_entropy", -1.0),
@@ -444,6 +432,7 @@ with batch():
             label="Jacobian spread σ_max² / ⟨σ²⟩",
             judge=_jacobian_spectrum,
             check=_check_jacobian,
+            needs=frozenset({"blocks_alone"}),
             after_probe=_jacobian_after,
             targets=_log10("Jacobian spread (log10)"),
         )
@@ -467,7 +456,7 @@ with batch():
             expectation=s.Lesion,
             label="relative output change when one block is removed",
             judge=_lesion,
-            check=_check_lesion,
+            needs=frozenset({"same_shape_blocks"}),
             after_probe=_lesion_after,
             ensemble=_lesion_ensemble,
             targets=_plain("lesion change"),
@@ -479,7 +468,18 @@ with batch():
         ("residual_size", s.ResidualSize, _train_residual_size, _depth_variants, "mean relative residual ‖x_(l+1) − x_l‖/‖x_l‖ after the run"),
     ):
         register_invariant(
-            _entry(_name, expectation=_model, label=_label, phase="training", train=_train, train_cases=_cases, check=_check_training, severity=_size_severity, sweep_refusal=_TRAIN_REFUSAL)
+            _entry(
+                _name,
+                expectation=_model,
+                label=_label,
+                phase="training",
+                train=_train,
+                train_cases=_cases,
+                check=_check_training,
+                severity=_size_severity,
+                sweep_refusal=_TRAIN_REFUSAL,
+                needs=frozenset({"blocks_alone"}),
+            )
         )
     register_invariant(
         _entry(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import textwrap
 
 from stability.errors import UsageError, did_you_mean
-from stability.spec.registry import INVARIANTS
+from stability.spec.registry import FAMILIES, INVARIANTS, Invariant
 
 __all__ = ["explain_text", "known_invariants"]
 
@@ -28,6 +28,16 @@ def _indent(text: str) -> str:
     return "\n".join(("  " + line) if line else "" for line in text.splitlines())
 
 
+def _not_measured(invariant: Invariant) -> list[str]:
+    """The families a spec cannot measure the invariant on (they lack a capability it needs), as a
+    section of its own; none when every family can."""
+    lines = [f"family '{fam.name}': {fam.lacks[need]}" for fam in FAMILIES for need in sorted(invariant.needs) if need in fam.lacks]
+    if not lines:
+        return []
+    wrapped = "\n".join(textwrap.fill(line, width=94, initial_indent="- ", subsequent_indent="  ") for line in lines)
+    return ["Not measured on (a spec declaring it for these families is refused)", _indent(wrapped), ""]
+
+
 def explain_text(name: str | None = None) -> str:
     """The explanation of one invariant, or with `None` the list of invariants.
 
@@ -37,7 +47,8 @@ def explain_text(name: str | None = None) -> str:
     if name not in INVARIANTS:
         names = INVARIANTS.names()
         raise UsageError(f"unknown invariant '{name}'{did_you_mean(name, names)}; choose one of {', '.join(names)} (or run `stability explain` for the list)")
-    entry = INVARIANTS.get(name).explanation
+    invariant = INVARIANTS.get(name)
+    entry = invariant.explanation
     refs = "\n".join(textwrap.fill(ref, width=94, initial_indent="- ", subsequent_indent="  ") for ref in entry.references)
     return "\n".join(
         [
@@ -52,6 +63,7 @@ def explain_text(name: str | None = None) -> str:
             "Usual fixes",
             _indent(entry.fixes),
             "",
+            *_not_measured(invariant),
             "References",
             _indent(refs),
         ]

@@ -340,6 +340,9 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
         entry = INVARIANTS.get(name)
         if entry.check is not None:
             entry.check(spec)
+        for need in sorted(entry.needs):
+            if need in family.lacks:
+                raise SpecError(f, f"expect.{name}", f"is not measured on family '{fam}': {family.lacks[need]}", fix="remove it (`stability explain " + name + "` lists where it is measured)")
     from stability.spec.applicability import check_applies_when
     from stability.spec.case import parse_case_string
 

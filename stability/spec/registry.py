@@ -124,6 +124,9 @@ class Invariant:
     #: None: a sweep measures it at every point as `check` measures a case. Otherwise why a sweep
     #: refuses it (exit 2 before anything runs).
     sweep_refusal: str | None = None
+    #: The capabilities of a family it needs (`Family.lacks`): a spec whose family lacks one is
+    #: refused when it is loaded, with the family's reason; `stability explain` lists those families.
+    needs: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         problems = []
@@ -198,9 +201,11 @@ class Family:
     mean_field: Callable[[Any, Any], tuple[float, bool]] | None = None
     mean_field_refusal: Callable[[Any], str | None] | None = None
     check: Callable[[Any, Mapping[str, Any]], None] | None = None
-    #: What its blocks cannot do, capability → why, for the invariants that need it (`Invariant`
-    #: checks): "attention" (no attention probabilities to observe), "same_shape_blocks" (a block
-    #: cannot be replaced by the identity).
+    #: What its blocks cannot do, capability → why, for the invariants that need it (their
+    #: `Invariant.needs`; the why follows "family NAME: " in messages): "attention" (no attention
+    #: probabilities to observe), "same_shape_blocks" (a block cannot be replaced by the identity),
+    #: "blocks_alone" (its blocks run only inside a model's own forward, never on a tensor the
+    #: harness draws: the Jacobian's torch.func transforms and the optimizer runs need that).
     lacks: Mapping[str, str] = field(default_factory=dict)
     #: The family runs code the spec names (a factory): the pytest plugin runs it in a worker
     #: process, the probe seeds Python's and NumPy's generators around it.
