@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +38,7 @@ from stability.spec.case import Case, parse_case_string, reproduce_command
 from stability.spec.registry import INVARIANTS
 from stability.spec.schema import Spec
 
-__all__ = ["CaseRecord", "InvariantResult", "SpecResult", "MeasureContext", "measure_case", "probe_observers", "evaluate", "judge", "run_spec", "run_training", "RunOptions"]
+__all__ = ["CaseRecord", "InvariantResult", "SpecResult", "MeasureContext", "measure_case", "probe_observers", "evaluate", "judge", "run_spec", "run_training", "skipped_in_profile", "RunOptions"]
 
 
 @dataclass
@@ -205,13 +205,21 @@ def run_spec(
         if INVARIANTS.get(name).training:
             results.append(run_training(spec, name, expectation, options, profile_name, case=case, cache=train_cache))
             continue
-        if case is not None:
+        if case is None and profile_name not in spec.probe.profiles:
+            results.append(skipped_in_profile(spec, name, expectation, profile_name, spec.probe.profiles, "probe.profiles"))
+        elif case is not None:
             results.append(_replay(spec, name, expectation, case, measured))
         else:
             results.append(_search(spec, name, expectation, options, profile_name, profile, measured))
         if on_result is not None:
             on_result(results[-1])
     return SpecResult(spec, results, cache, time.perf_counter() - t0, profile_name, verdicts=case_verdicts(spec, cache))
+
+
+def skipped_in_profile(spec: Spec, name: str, expectation: Any, profile_name: str, profiles: Sequence[str], key: str) -> InvariantResult:
+    """An invariant the spec runs in other profiles only (`probe.profiles`, `train.profiles`)."""
+    text = f"{spec.path}::{name}: skipped in profile {profile_name} ({key} = {', '.join(profiles)}); run it with --profile {profiles[0]}"
+    return InvariantResult(name, expectation.expect, True, None, None, 0, text, skipped=True)
 
 
 def _replay(spec: Spec, name: str, expectation: Any, case: Case, measured: Callable[[Case], CaseRecord]) -> InvariantResult:
@@ -323,7 +331,6 @@ def run_training(
     assert spec.train is not None  # the loader requires [train] with a training invariant
     t = spec.train
     cache = {} if cache is None else cache
-    where = f"{spec.path}::{name}"
 
     def run(c: Case) -> tuple[Verdict, str | None]:
         v, error = evaluate_training(spec, name, c, case_timeout=options.case_timeout, memory_budget=options.memory_budget, cache=cache)
@@ -343,16 +350,7 @@ def run_training(
         v, error = run(case)
         return result(case, v, error, True, 1)
     if profile_name not in t.profiles:
-        return InvariantResult(
-            name,
-            expectation.expect,
-            True,
-            None,
-            None,
-            0,
-            f"{where}: skipped in profile {profile_name} (train.profiles = {', '.join(t.profiles)}); run it with --profile {t.profiles[0]}",
-            skipped=True,
-        )
+        return skipped_in_profile(spec, name, expectation, profile_name, t.profiles, "train.profiles")
     _, profile = get_profile(profile_name)
     n = t.cases * (10 if profile_name == "thorough" else 1)
     seen: dict[Case, tuple[Verdict, str | None]] = {}

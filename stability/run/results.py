@@ -56,7 +56,7 @@ class InvariantResult:
     #: False when the replayed case lies outside the cases the invariant applies to: then `met` is
     #: True (nothing was judged), `verdict` is None and `status` is "not_applicable".
     applicable: bool = True
-    skipped: bool = False  # not run in this profile (a training invariant outside train.profiles)
+    skipped: bool = False  # not run in this profile (outside probe.profiles or train.profiles)
     #: The cases judged for this invariant, in order (the parent judges them again: stability.run.audit).
     judged: tuple[Case, ...] = ()
 

@@ -456,6 +456,10 @@ class Probe(_Model):
     #: Seeds the variance-growth law is judged on (the case's and ensemble − 1 derived ones;
     #: stability/judge/growth.py). 1 judges the case's own profile alone.
     ensemble: int = Field(default=8, ge=1, le=256)
+    #: The profiles whose search judges the spec's probe invariants; in the others they are skipped
+    #: and say so (a replayed `--case` runs in any profile). `train.profiles` does the same for
+    #: the training invariants.
+    profiles: Annotated[list[Literal["ci", "dev", "thorough"]], BeforeValidator(_nonempty_list)] = ["ci", "dev", "thorough"]
 
 
 class Train(_Model):
