@@ -35,7 +35,7 @@ def _raising(monkeypatch: pytest.MonkeyPatch, exc: BaseException) -> None:
     def boom(*_: Any, **__: Any) -> Measurements:
         raise exc
 
-    monkeypatch.setattr(engine, "probe", boom)
+    monkeypatch.setattr(engine, "probe_network", boom)
 
 
 @pytest.mark.parametrize(

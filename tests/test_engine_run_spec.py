@@ -20,7 +20,8 @@ from stability.families.build import make_input
 from stability.judge import invariants as inv
 from stability.judge import theory_checks as theory
 from stability.judge.invariants import Verdict
-from stability.measure.probe import Measurements, probe
+from stability.measure.forward import probe_network
+from stability.measure.probe import Measurements
 from stability.run import engine
 from stability.run.conclude import judge
 from stability.run.engine import CaseRecord, RunOptions, evaluate, run_spec
@@ -87,7 +88,7 @@ def test_a_failed_case_records_the_seconds_it_took(monkeypatch: pytest.MonkeyPat
         time.sleep(0.02)
         raise exc
 
-    monkeypatch.setattr(engine, "probe", slow_failure)
+    monkeypatch.setattr(engine, "probe_network", slow_failure)
     record = evaluate(_plain(), CASE)
     assert record.error == error and 0.02 <= record.seconds < 30.0
 
@@ -137,9 +138,9 @@ def test_the_specs_checkpointing_reaches_the_probe(monkeypatch: pytest.MonkeyPat
 
     def spy(*args: Any, **kwargs: Any) -> Measurements:
         seen.append(kwargs["checkpoint_every"])
-        return probe(*args, **kwargs)
+        return probe_network(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "probe", spy)
+    monkeypatch.setattr(engine, "probe_network", spy)
     record = evaluate(_plain(extra="[probe]\ncheckpoint_every = 2\nensemble = 1"), CASE)
     assert record.error is None and seen == [2]
 

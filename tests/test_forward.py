@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from stability.errors import BlockError
-from stability.families.discover import Blocks, discover
-from stability.measure.forward import probe_model
+from stability.families.discover import Blocks, ModelRun, discover
+from stability.measure.forward import lesion_changes_in_model, probe_model
 
 
 class Scale(nn.Module):
@@ -139,3 +139,26 @@ def test_buffers_and_flags_of_the_whole_model_are_put_back() -> None:
     before = {k: v.clone() for k, v in net.state_dict().items()}
     probe_model(net, torch.randn(5, 4) * 3 + 1)
     assert net.training and all(torch.equal(before[k], v) for k, v in net.state_dict().items())
+
+
+class Doubling(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return 2 * x, None
+
+
+class Twice(nn.Module):
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([Doubling() for _ in range(n)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)[0]
+        return x + 1  # a head after the blocks: never runs in the probe
+
+
+def test_the_lesion_of_a_doubling_block_is_one_half() -> None:
+    model, x = Twice(3), torch.randn(2, 4)
+    run = ModelRun(model, x, discover(model, x).blocks)
+    # y = 8x; without block l, y = 4x: |8x - 4x| / |8x| = 1/2 for every block (the tuple's other elements are kept)
+    assert lesion_changes_in_model(run) == pytest.approx([0.5, 0.5, 0.5], rel=1e-12, abs=0.0)

@@ -8,6 +8,7 @@ CPU and GPU. The input and the probe's loss use their own streams derived from t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import math
 from collections.abc import Callable, Iterator
@@ -30,6 +31,7 @@ from stability.families.blocks import (
     Scale,
     Transition,
 )
+from stability.families.discover import ModelRun, inputs_to
 from stability.families.init import activation, init_all, init_weight, zero_parameters
 from stability.families.transformer import build_transformer
 from stability.seeding import seeded
@@ -37,7 +39,7 @@ from stability.spec.case import Case
 from stability.spec.registry import FAMILIES
 from stability.spec.schema import DEFAULT_SIZE, Spec
 
-__all__ = ["Network", "build", "build_custom", "make_input", "derive_seed", "torch_dtype", "channel_counts", "BUILDERS"]
+__all__ = ["Network", "build", "build_custom", "make_input", "network_input", "derive_seed", "torch_dtype", "channel_counts", "BUILDERS"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -54,12 +56,19 @@ def derive_seed(seed: int, stream: int) -> int:
 @dataclass
 class Network:
     """What a probe needs: the blocks, plus an optional stem applied before them, and the extra
-    keyword arguments every block is called with (`stability.Stack.call_kwargs`)."""
+    keyword arguments every block is called with (`stability.Stack.call_kwargs`).
+
+    With `model` (a `ModelRun`: a whole model, its inputs and its blocks on the hidden state's
+    path), the blocks run inside the model's own forward: every measurement probes the network
+    through that forward (`stability.measure.forward.probe_network`), so what the model passes its
+    blocks (masks, position tables, biases) reaches them as it ships, and the drawn input is not
+    used."""
 
     blocks: nn.Sequential
     stem: nn.Module | None = None
     head: nn.Module | None = None
     call_kwargs: CallKwargs | None = None
+    model: ModelRun | None = None
 
 
 def build(spec: Spec, case: Case) -> Network:
@@ -76,10 +85,12 @@ def build(spec: Spec, case: Case) -> Network:
         net = built if isinstance(built, Network) else Network(built)
     device = torch.device(case.device)
     dtype = torch_dtype(case.dtype)
-    for module in (net.blocks, net.stem, net.head):
+    for module in (net.blocks, net.stem, net.head, net.model.model if net.model is not None else None):
         if module is not None:
             module.to(device=device, dtype=dtype)
             set_modes(module, norm_train=spec.probe.mode == "train", dropout_train=spec.probe.dropout == "on")
+    if net.model is not None:
+        net.model = dataclasses.replace(net.model, inputs=inputs_to(net.model.inputs, device=device, dtype=dtype))
     return net
 
 
@@ -110,6 +121,18 @@ def make_input(spec: Spec, case: Case) -> torch.Tensor:
         shape = (case.batch, case.tokens or DEFAULT_SIZE, channels)
     x = torch.randn(shape, generator=gen, dtype=torch.float64)
     return x.to(device=case.device, dtype=torch_dtype(case.dtype))
+
+
+def network_input(spec: Spec, case: Case, net: Network) -> torch.Tensor | None:
+    """The drawn input after the network's stem (without gradient); None for a network whose
+    blocks run inside its model's own forward (`net.model`: the model has its own inputs)."""
+    if net.model is not None:
+        return None
+    x = make_input(spec, case)
+    if net.stem is not None:
+        with torch.no_grad():
+            x = net.stem(x)
+    return x
 
 
 def channel_counts(spec: Spec, case: Case) -> list[int]:

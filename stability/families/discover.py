@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import typing
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from torch import nn
 from stability.errors import BlockError, CaseError, StabilityError
 from stability.families.adapters import BLOCK_ATTRIBUTES, hidden_state
 
-__all__ = ["Blocks", "Discovery", "DiscoveryError", "ModelInputs", "discover", "run_model", "hidden_argument", "trace"]
+__all__ = ["Blocks", "Discovery", "DiscoveryError", "ModelInputs", "ModelRun", "discover", "holds_blocks", "inputs_to", "run_model", "hidden_argument", "trace"]
 
 #: What a model is called with: keyword arguments (`model(**inputs)`), positional ones, or one tensor.
 ModelInputs = Mapping[str, Any] | tuple[Any, ...] | torch.Tensor
@@ -71,6 +72,17 @@ class Blocks:
         first, last = self.names[0], self.names[-1]
         span = first if len(self.names) == 1 else f"{first}..{last.rsplit('.', 1)[-1]}"
         return f"{span} ({len(self.modules)} x {type(self.modules[0]).__name__})"
+
+
+@dataclass(frozen=True)
+class ModelRun:
+    """A whole model, what it is called with, and the blocks on its hidden state's path: a network
+    the probe measures through the model's own forward (`stability.measure.forward`), hooks at the
+    blocks' boundaries, instead of calling the blocks one after another."""
+
+    model: nn.Module
+    inputs: ModelInputs
+    blocks: Blocks
 
 
 @dataclass(frozen=True)
@@ -121,6 +133,21 @@ def hidden_argument(module: nn.Module, args: tuple[Any, ...], kwargs: Mapping[st
     return None
 
 
+def inputs_to(inputs: ModelInputs, *, device: torch.device, dtype: torch.dtype) -> ModelInputs:
+    """`inputs` on `device`, floating-point tensors in `dtype` (token ids and masks keep theirs)."""
+
+    def move(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return v.to(device=device, dtype=dtype) if v.is_floating_point() else v.to(device=device)
+        return v
+
+    if isinstance(inputs, Mapping):
+        return {k: move(v) for k, v in inputs.items()}
+    if isinstance(inputs, tuple):
+        return tuple(move(v) for v in inputs)
+    return typing.cast(torch.Tensor, move(inputs))
+
+
 def run_model(model: nn.Module, inputs: ModelInputs) -> Any:
     """Call the model on its inputs: keyword arguments, positional arguments, or one tensor."""
     if isinstance(inputs, Mapping):
@@ -147,6 +174,18 @@ def _candidates(model: nn.Module) -> list[_Run]:
                     runs.append(_Run(tuple(c for _, c in group), tuple(n for n, _ in group), type(group[0][1]).__name__ in marked, attribute))
                 start = i
     return runs
+
+
+def holds_blocks(module: nn.Module, *, min_run: int = 2) -> bool:
+    """Whether `module` is a whole model rather than one block: it holds, in an nn.ModuleList or
+    nn.Sequential, `min_run` or more consecutive children of one class that is neither torch's nor
+    this package's (transformers' layers, timm's and torchvision's blocks, a user's blocks), or a
+    run of a class the library marks as a block (transformers' `_no_split_modules`, so a depth-1
+    model counts). A block of torch layers (`nn.Sequential(nn.Linear(…), nn.Linear(…))`) or of
+    this package is not one."""
+    if isinstance(module, _CONTAINERS):
+        return False
+    return any((len(run.modules) >= min_run or run.marked) and not type(run.modules[0]).__module__.startswith(("torch.", "stability.")) for run in _candidates(module))
 
 
 def trace(model: nn.Module, inputs: ModelInputs, modules: Sequence[nn.Module]) -> dict[int, list[_Call]]:

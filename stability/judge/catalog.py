@@ -119,9 +119,9 @@ def _mean_field_after(ctx: Any) -> Mapping[str, Any]:
 
 
 def _lesion_after(ctx: Any) -> Mapping[str, Any]:
-    from stability.measure.lesion import lesion_changes
+    from stability.measure.lesion import network_lesion
 
-    return {"lesion": lesion_changes(ctx.blocks, ctx.x)}
+    return {"lesion": network_lesion(ctx.net, ctx.x)}
 
 
 def _variance_ensemble(ctx: Any) -> Mapping[str, Any]:

@@ -27,12 +27,13 @@ from dataclasses import dataclass
 import torch
 
 from stability.errors import BlockError
-from stability.families.build import Network, build, derive_seed, make_input
+from stability.families.build import Network, build, derive_seed, network_input
 from stability.measure.batched import probe_seeds
 from stability.measure.channels import ChannelProfile, ChannelStats
-from stability.measure.lesion import lesion_changes
+from stability.measure.forward import probe_network
+from stability.measure.lesion import network_lesion
 from stability.measure.measurements import serializable
-from stability.measure.probe import BoundaryObserver, Measurements, probe
+from stability.measure.probe import BoundaryObserver, Measurements
 from stability.spec.case import Case
 from stability.spec.schema import Spec
 
@@ -119,29 +120,25 @@ def probe_ensemble_until_decided(spec: Spec, case: Case, first: Measurements, *,
     return ens
 
 
-def _built(spec: Spec, case: Case, seeds: list[int]) -> list[tuple[Network, torch.Tensor]]:
-    """(network, its input after the stem) of the case's architecture with each of these seeds."""
+def _built(spec: Spec, case: Case, seeds: list[int]) -> list[tuple[Network, torch.Tensor | None]]:
+    """(network, its input after the stem) of the case's architecture with each of these seeds
+    (the input None where the network runs inside its model's own forward)."""
     out = []
     for s in seeds:
         member = dataclasses.replace(case, seed=s)
         net = build(spec, member)
-        x = make_input(spec, member)
-        if net.stem is not None:
-            with torch.no_grad():
-                x = net.stem(x)
-        out.append((net, x))
+        out.append((net, network_input(spec, member, net)))
     return out
 
 
-def _probe_member(spec: Spec, net: Network, x: torch.Tensor, seed: int, *, observers: Sequence[BoundaryObserver] = ()) -> Measurements:
-    """`probe` of one member with the streams the engine gives a case of that seed (loss 2, RNG 3)."""
-    return probe(
-        net.blocks,
+def _probe_member(spec: Spec, net: Network, x: torch.Tensor | None, seed: int, *, observers: Sequence[BoundaryObserver] = ()) -> Measurements:
+    """`probe_network` of one member with the streams the engine gives a case of that seed (loss 2, RNG 3)."""
+    return probe_network(
+        net,
         x,
         loss=spec.probe.loss,
         seed=derive_seed(seed, 2),
         checkpoint_every=spec.probe.checkpoint_every,
-        call_kwargs=net.call_kwargs,
         rng_seed=derive_seed(seed, 3),
         observers=observers,
     )
@@ -152,12 +149,13 @@ def _probe_members(spec: Spec, case: Case, seeds: list[int], *, vectorise: bool 
     if not seeds:
         return [], False
     built = _built(spec, case, seeds)
-    # Blocks called with keyword arguments (a library Stack's call_kwargs) go through `probe`,
-    # which passes them; probe_seeds calls each block with the hidden state alone.
-    keyword = any(net.call_kwargs is not None for net, _ in built)
-    if vectorise and not keyword and spec.probe.checkpoint_every == 0 and spec.probe.loss in ("projection", "sum"):
+    # Blocks called with keyword arguments (a library Stack's call_kwargs) or inside a model's own
+    # forward go through `probe_network`, which passes them; probe_seeds calls each block with the
+    # hidden state alone.
+    alone = [x for net, x in built if net.call_kwargs is None and net.model is None and x is not None]
+    if vectorise and len(alone) == len(built) and spec.probe.checkpoint_every == 0 and spec.probe.loss in ("projection", "sum"):
         try:
-            return probe_seeds([net.blocks for net, _ in built], [x for _, x in built], seeds=[derive_seed(s, 2) for s in seeds], loss=spec.probe.loss), True
+            return probe_seeds([net.blocks for net, _ in built], alone, seeds=[derive_seed(s, 2) for s in seeds], loss=spec.probe.loss), True
         except (BlockError, RuntimeError, ValueError) as exc:
             if "out of memory" in str(exc).lower():
                 raise
@@ -182,4 +180,4 @@ def lesion_ensemble(spec: Spec, case: Case, first: list[float], *, size: int) ->
     the case's own, the others built from `ensemble_seeds`. One network seeing one input of a few
     values is a noisy sample (a 1/√L-scaled pre-activation stack at width 16, batch 1 exceeds a
     change of 0.8 in ~1 of 80 draws), so `lesion` judges the median over the networks."""
-    return [first, *(lesion_changes(net.blocks, x) for net, x in _built(spec, case, ensemble_seeds(case.seed, size)[1:]))]
+    return [first, *(network_lesion(net, x) for net, x in _built(spec, case, ensemble_seeds(case.seed, size)[1:]))]

@@ -27,6 +27,8 @@ and one backward pass (`probe.measure_pass` inside `probe.prepared`).
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -35,11 +37,12 @@ from torch import nn
 
 from stability.errors import BlockError, CaseError
 from stability.families.adapters import hidden_state
-from stability.families.discover import Blocks, ModelInputs, discover, hidden_argument, run_model
+from stability.families.build import Network
+from stability.families.discover import Blocks, ModelInputs, ModelRun, discover, hidden_argument, run_model
 from stability.measure.measurements import Measurements
-from stability.measure.probe import BoundaryObserver, Forward, measure_pass, prepared
+from stability.measure.probe import BoundaryObserver, Forward, measure_pass, prepared, probe
 
-__all__ = ["model_forward", "probe_model"]
+__all__ = ["model_forward", "probe_model", "probe_network", "lesion_changes_in_model", "with_hidden"]
 
 
 class _Stop(BaseException):
@@ -50,8 +53,9 @@ class _Stop(BaseException):
         self.y = y
 
 
-def model_forward(model: nn.Module, inputs: ModelInputs, blocks: Blocks) -> Forward:
-    """The model's own forward on `inputs`, measured at the boundaries of `blocks`."""
+def model_forward(model: nn.Module, inputs: ModelInputs, blocks: Blocks, *, grad: bool = True) -> Forward:
+    """The model's own forward on `inputs`, measured at the boundaries of `blocks` (with `grad`
+    False, no graph is recorded from block 0 on either)."""
     modules = blocks.modules
     index = {id(m): i for i, m in enumerate(modules)}
     n = len(modules)
@@ -73,7 +77,7 @@ def model_forward(model: nn.Module, inputs: ModelInputs, blocks: Blocks) -> Forw
             h = args[where] if isinstance(where, int) else kwargs[where]
             if i == 0:
                 shape.append(h.shape)
-                torch.set_grad_enabled(True)  # from block 0 on the graph is recorded (restored when the forward ends)
+                torch.set_grad_enabled(grad)  # from block 0 on the graph is recorded (restored when the forward ends)
                 h0 = enter(h)
                 if isinstance(where, int):
                     return (h0, *args[1:]), kwargs
@@ -153,3 +157,85 @@ def probe_model(
         return measure_pass(forward, modules, named, loss=loss, seed=seed, target=target, observers=observers)
 
     return prepared(modules, body, named_root=None, also=[model], device=_device(model, inputs), seed=seed, rng_seed=rng_seed)
+
+
+def probe_network(
+    net: Network,
+    x: torch.Tensor | None,
+    *,
+    loss: Literal["projection", "sum", "mse"] = "projection",
+    seed: int = 0,
+    checkpoint_every: int = 0,
+    rng_seed: int | None = None,
+    observers: Sequence[BoundaryObserver] = (),
+) -> Measurements:
+    """Probe a built network: through its model's own forward when it carries one (`net.model`;
+    `x` is then unused), else its blocks called one after another on `x` (after the stem) with
+    its `call_kwargs`. What the engine and the seed ensembles call for every network."""
+    if net.model is not None:
+        run = net.model
+        return probe_model(run.model, run.inputs, blocks=run.blocks, loss=loss, seed=seed, observers=observers, rng_seed=rng_seed)
+    if x is None:
+        raise ValueError("a network of blocks is probed on an input tensor x")
+    return probe(net.blocks, x, loss=loss, seed=seed, checkpoint_every=checkpoint_every, call_kwargs=net.call_kwargs, rng_seed=rng_seed, observers=observers)
+
+
+def with_hidden(output: Any, h: torch.Tensor) -> Any:
+    """`output` (what a block returned) with its hidden state (`adapters.hidden_state`) replaced by `h`."""
+    if isinstance(output, torch.Tensor):
+        return h
+    for key in ("last_hidden_state", "hidden_states"):
+        if isinstance(output, Mapping) and isinstance(output.get(key), torch.Tensor):
+            return type(output)(**{**output, key: h})
+        if isinstance(getattr(output, key, None), torch.Tensor) and dataclasses.is_dataclass(output) and not isinstance(output, type):
+            return dataclasses.replace(output, **{key: h})
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        return type(output)([h, *output[1:]])
+    raise BlockError(f"cannot pass on a hidden state in place of {type(output).__name__}")
+
+
+def lesion_changes_in_model(run: ModelRun) -> list[float]:
+    """Veit et al.'s lesion (stability.measure.lesion) through the model's own forward: for each
+    block l, one more forward of the model in which a forward hook hands block l's input on as its
+    output (the block removed, the route around kept), ‖y − y₋ₗ‖ / ‖y‖ at the last block's output
+    y; NaN for a block whose output shape differs from its input's. Without gradient, batch-norm
+    running statistics left as they were."""
+    from stability.measure.jacobian import _no_running_stats
+
+    blocks = run.blocks
+
+    def output(removed: int | None) -> torch.Tensor:
+        handles = []
+        if removed is not None:
+            block = blocks.modules[removed]
+            seen: list[torch.Tensor] = []
+
+            def keep(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+                where = hidden_argument(module, args, kwargs)
+                if where is not None:
+                    seen.append(args[where] if isinstance(where, int) else kwargs[where])
+
+            def skip(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
+                return with_hidden(out, seen[-1])
+
+            handles = [block.register_forward_pre_hook(keep, with_kwargs=True), block.register_forward_hook(skip, with_kwargs=True)]
+        try:
+            return model_forward(run.model, run.inputs, blocks, grad=False)(lambda h: h, lambda i, h: None)
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    with torch.no_grad(), _no_running_stats(run.model), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        y = output(None).double()
+        y_norm = float(y.norm())
+        out: list[float] = []
+        for i in range(len(blocks.modules)):
+            try:
+                h = output(i).double()
+            except BlockError:  # the block changes the hidden state's shape: it cannot be removed
+                out.append(math.nan)
+                continue
+            diff = float((y - h).norm())
+            out.append(diff / y_norm if y_norm > 0 else (0.0 if diff == 0 else math.inf))
+    return out

@@ -24,9 +24,10 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from stability.families.build import Network
 from stability.measure.jacobian import _no_running_stats
 
-__all__ = ["lesion_changes"]
+__all__ = ["lesion_changes", "network_lesion"]
 
 
 def lesion_changes(blocks: nn.Module | Sequence[nn.Module], x: torch.Tensor) -> list[float]:
@@ -50,3 +51,15 @@ def lesion_changes(blocks: nn.Module | Sequence[nn.Module], x: torch.Tensor) -> 
             diff = float((y - h.double()).norm())
             out.append(diff / y_norm if y_norm > 0 else (0.0 if diff == 0 else math.inf))
     return out
+
+
+def network_lesion(net: Network, x: torch.Tensor | None) -> list[float]:
+    """`lesion_changes` of a built network: its blocks on `x`, or, when its blocks run inside a
+    model's own forward (`net.model`), through that forward (`forward.lesion_changes_in_model`)."""
+    if net.model is not None:
+        from stability.measure.forward import lesion_changes_in_model
+
+        return lesion_changes_in_model(net.model)
+    if x is None:
+        raise ValueError("a network of blocks is lesioned on an input tensor x")
+    return lesion_changes(net.blocks, x)

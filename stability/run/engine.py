@@ -22,12 +22,12 @@ from hypothesis import example, given, seed, target
 from hypothesis.errors import HypothesisException
 
 from stability.errors import BlockError, CaseError, SpecError
-from stability.families.build import build, derive_seed, make_input
+from stability.families.build import Network, build, derive_seed, network_input
 from stability.judge.token_invariants import TokenShapeObserver, finish_measurements
 from stability.judge.verdict import Verdict
 from stability.measure.ensemble import ensemble_size
+from stability.measure.forward import probe_network
 from stability.measure.measurements import Measurements
-from stability.measure.probe import probe
 from stability.run.conclude import case_verdicts, conclude_replay, conclude_search, judge, message, met_by, not_applicable, severity
 from stability.run.guard import check_budget, time_limit, warm_up
 from stability.run.profiles import get_profile, keyed
@@ -58,17 +58,20 @@ class RunOptions:
 @dataclass
 class MeasureContext:
     """What an invariant's `after_probe` and `ensemble` measurements see (stability.spec.registry):
-    the case, its blocks and their input (after the stem), the probe's measurements, the size of
+    the case, its blocks and their input (after the stem; None for a network probed through its
+    model's own forward), the probe's measurements, the size of
     the case's seed ensemble (`[probe] ensemble`), and a dict the invariants of one case share
     (variance_growth and mean_field judge the same ensemble members)."""
 
     spec: Spec
     case: Case
     blocks: Any
-    x: torch.Tensor
+    x: torch.Tensor | None
     m: Measurements
     size: int
     shared: dict[str, Any] = field(default_factory=dict)
+    #: The built network (`net.model`: the blocks run inside a model's own forward, and `x` is None).
+    net: Network | None = None
 
 
 def _probe_entries(spec: Spec) -> list[Any]:
@@ -91,24 +94,20 @@ def measure_case(spec: Spec, case: Case) -> Measurements:
     observers during the pass, then each one's `after_probe`, then each one's `ensemble`
     (registry order). Raises what building and probing raise."""
     net = build(spec, case)
-    x = make_input(spec, case)
-    if net.stem is not None:
-        with torch.no_grad():
-            x = net.stem(x)
+    x = network_input(spec, case, net)
     entries = _probe_entries(spec)
     observers = probe_observers(spec)
-    m = probe(
-        net.blocks,
+    m = probe_network(
+        net,
         x,
         loss=spec.probe.loss,
         seed=derive_seed(case.seed, 2),
         checkpoint_every=spec.probe.checkpoint_every,
-        call_kwargs=net.call_kwargs,
         rng_seed=derive_seed(case.seed, 3),
         observers=observers,
     )
     m = finish_measurements(spec, m)
-    ctx = MeasureContext(spec, case, net.blocks, x, m, ensemble_size(spec))
+    ctx = MeasureContext(spec, case, net.blocks, x, m, ensemble_size(spec), net=net)
     for e in entries:
         if e.after_probe is not None:
             m.extra.update(e.after_probe(ctx))
