@@ -1,5 +1,5 @@
 """Library models probed through their own forward (stability/measure/forward.py), one test per
-family and check: (1) fidelity, the hidden states the probe saw at its boundaries are the model's
+zoo family (specs/zoo/*.toml, read from the specs) and check: (1) fidelity, the hidden states the probe saw at its boundaries are the model's
 own, bit for bit; (2) the per-boundary input-gradient norms are plain autograd's on the same
 blocks, input and loss, to 1e-5. Tiny configs from data (stability/families/library.py), random
 init, nothing downloaded. The reference below shares no code with the driver: its own hooks, its
@@ -7,8 +7,10 @@ own argument lookup, `torch.autograd.grad` on every boundary at once."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,58 +18,18 @@ import torch
 from torch import nn
 
 from stability.families.adapters import set_modes
-from stability.families.library_build import Built, build_model, parse_library
+from stability.families.library import LibraryModel
+from stability.families.library_build import Built, build_model
+from stability.families.library_family import library_model
 from stability.measure.forward import probe_model
 from stability.measure.probe import projection_vector
+from stability.spec.load import load_spec
 
 pytest.importorskip("transformers", reason="Hugging Face transformers is not installed (pip install -e '.[hf]')")
 warnings.filterwarnings("ignore", message="Failed to load image Python extension")
 
-W, D = "width", "depth"
-TOK = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
-DECODER = {"hidden_size": W, "intermediate_size": "2*width", "num_hidden_layers": D, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 64, **TOK}
-BART = {"encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": "2*width", "decoder_ffn_dim": "2*width"}
-ENCODER = {"hidden_size": W, "intermediate_size": "2*width", "num_hidden_layers": D, "num_attention_heads": 4, "vocab_size": 64, "pad_token_id": 0}
-
-#: family → (model, config, how the model reports its own hidden states: "inputs" when its
-#: `output_hidden_states` lists block i's input at place i, "outputs" when block i's output,
-#: None when neither, forward hooks only).
-TRANSFORMERS: dict[str, tuple[str, dict[str, Any], str | None]] = {
-    "gpt2": ("transformers:GPT2Model", {"n_embd": W, "n_layer": D, "n_head": 4, "vocab_size": 64, "bos_token_id": 1, "eos_token_id": 2}, "inputs"),
-    "llama": ("transformers:LlamaModel", DECODER, "inputs"),
-    "mistral": ("transformers:MistralModel", {**DECODER, "sliding_window": 4}, "inputs"),
-    "qwen2": ("transformers:Qwen2Model", DECODER, "inputs"),
-    "qwen3": ("transformers:Qwen3Model", {**DECODER, "head_dim": 8}, "inputs"),
-    "gemma": ("transformers:GemmaModel", {**DECODER, "head_dim": 8}, "inputs"),
-    "gemma2": ("transformers:Gemma2Model", {**DECODER, "head_dim": 8, "sliding_window": 4, "attn_implementation": "eager"}, "inputs"),
-    "phi": ("transformers:PhiModel", {k: v for k, v in DECODER.items() if k != "num_key_value_heads"}, "inputs"),
-    "phi3": ("transformers:Phi3Model", DECODER, "inputs"),
-    "gpt_neox": ("transformers:GPTNeoXModel", {k: v for k, v in DECODER.items() if k != "num_key_value_heads"}, "inputs"),
-    "falcon": ("transformers:FalconModel", {"hidden_size": W, "num_hidden_layers": D, "num_attention_heads": 4, "vocab_size": 64, "alibi": True, **TOK}, "inputs"),
-    "mixtral": ("transformers:MixtralModel", {**DECODER, "num_local_experts": 4, "num_experts_per_tok": 2}, "inputs"),
-    "mamba": ("transformers:MambaModel", {"hidden_size": W, "num_hidden_layers": D, "vocab_size": 64, "state_size": 4, **TOK}, "outputs"),
-    "bert": ("transformers:BertModel", ENCODER, "inputs"),
-    "roberta": ("transformers:RobertaModel", {**ENCODER, **TOK}, "inputs"),
-    "deberta_v2": ("transformers:DebertaV2Model", {**ENCODER, "relative_attention": True, "pos_att_type": ["p2c", "c2p"], "position_biased_input": False}, "inputs"),
-    "t5": ("transformers:T5EncoderModel", {"d_model": W, "d_ff": "2*width", "d_kv": 8, "num_layers": D, "num_heads": 4, "vocab_size": 64, "pad_token_id": 0, "eos_token_id": 1}, "inputs"),
-    "bart": ("transformers:BartConfig", {"d_model": W, "encoder_layers": D, "decoder_layers": D, **BART, "vocab_size": 64, **TOK}, None),
-    "vit": ("transformers:ViTModel", {**{k: v for k, v in ENCODER.items() if k not in ("vocab_size", "pad_token_id")}, "image_size": 16, "patch_size": 4}, "inputs"),
-    "swin": ("transformers:SwinModel", {"embed_dim": W, "depths": [D, 2], "num_heads": [2, 4], "image_size": 32, "patch_size": 4, "window_size": 4}, None),
-    "convnext": ("transformers:ConvNextModel", {"hidden_sizes": [W, "2*width"], "depths": [D, 2], "num_stages": 2, "image_size": 32}, None),
-    "resnet": ("transformers:ResNetModel", {"hidden_sizes": [W, "2*width"], "depths": [D, 2], "embedding_size": 16}, None),
-}
-VISION: dict[str, tuple[str, dict[str, Any], str | None]] = {
-    "timm_vit": ("timm:vit_tiny_patch16_224", {"img_size": 16, "patch_size": 4, "embed_dim": W, "depth": D, "num_heads": 4}, None),
-    "timm_resnet": ("timm:resnet18", {"layers": [D, 2, 2, 2]}, None),
-    "timm_convnext": ("timm:convnext_atto", {"depths": [2, D, 2, 2], "dims": [W, "2*width", "4*width", "8*width"]}, None),
-    "timm_efficientnet": ("timm:efficientnet_b0", {}, None),
-    "timm_mixer": ("timm:MlpMixer", {"img_size": 32, "patch_size": 8, "num_blocks": D, "embed_dim": W}, None),
-    "tv_resnet50": ("torchvision:resnet50", {}, None),
-    "tv_regnet": ("torchvision:regnet_y_400mf", {}, None),
-    "tv_vit": ("torchvision:VisionTransformer", {"image_size": 16, "patch_size": 4, "num_layers": D, "num_heads": 4, "hidden_dim": W, "mlp_dim": "2*width"}, None),
-    "tv_swin": ("torchvision:SwinTransformer", {"patch_size": [4, 4], "embed_dim": W, "depths": [2, D], "num_heads": [2, 4], "window_size": [4, 4]}, None),
-}
-CASE = {"depth": 3, "width": 32, "batch": 2, "tokens": 8, "seed": 0}
+ZOO = Path(__file__).resolve().parent.parent / "specs" / "zoo"
+CASE = {"depth": 3, "batch": 2, "tokens": 8, "seed": 0}
 
 
 def _vision_importable() -> str | None:
@@ -79,19 +41,32 @@ def _vision_importable() -> str | None:
     return None
 
 
-FAMILIES = [pytest.param(name, id=name) for name in TRANSFORMERS] + [
-    pytest.param(name, id=name, marks=pytest.mark.skipif(_vision_importable() is not None, reason=str(_vision_importable()))) for name in VISION
-]
+def _zoo_param(path: Path) -> Any:
+    vision = not path.read_text(encoding="utf-8").count('model = "transformers:')
+    skip = pytest.mark.skipif(vision and _vision_importable() is not None, reason=str(_vision_importable()))
+    return pytest.param(path.stem, id=path.stem, marks=[skip] if vision else [])
+
+
+#: Every zoo spec (specs/zoo/*.toml): the families these tests check are the zoo's, read from its specs.
+FAMILIES = [_zoo_param(p) for p in sorted(ZOO.glob("*.toml"))]
 _BUILT: dict[tuple[str, int], Built] = {}
+#: The families whose `output_hidden_states` listed the probed boundaries (filled as the fidelity test runs).
+LISTED: set[str] = set()
+
+
+def library(name: str) -> LibraryModel:
+    """The zoo spec's model, without its init rule (what the blocks see does not depend on the init)."""
+    spec = load_spec(ZOO / f"{name}.toml")
+    return dataclasses.replace(library_model(spec), shipped={})
 
 
 def built(name: str, *, depth: int = 3) -> Built:
-    """The family's model at `depth` (seed 0, eval mode), built once per test session."""
+    """The zoo family's model at `depth` and the spec's own width (seed 0, eval mode), built once per test session."""
     if (name, depth) not in _BUILT:
-        model, config, _ = {**TRANSFORMERS, **VISION}[name]
-        spec = parse_library(model, config=config, file="zoo.toml")
+        spec = load_spec(ZOO / f"{name}.toml")
         torch.manual_seed(0)
-        b = build_model(spec, {**CASE, "depth": depth}, input_seed=1)
+        values = {**CASE, "depth": depth, "width": spec.space.width[0], "spatial": spec.space.spatial[0] if spec.space.spatial else None}
+        b = build_model(library(name), values, input_seed=1)
         set_modes(b.model, norm_train=False, dropout_train=False)
         _BUILT[name, depth] = b
     return _BUILT[name, depth]
@@ -157,27 +132,28 @@ def reference(b: Built, *, seed: int = 0) -> tuple[list[float], list[torch.Tenso
 def own_states(name: str, b: Built) -> list[torch.Tensor]:
     """The model's own hidden states at the blocks' boundaries, from a plain forward with gradient
     on (the forward a gradient is taken of: without it some kernels differ in the last bits, torch's
-    fused MultiheadAttention fast path, SDPA's inference paths): transformers' `output_hidden_states`
-    where it lists them, forward hooks otherwise (and for the last block's output, which some
-    models normalise before listing it)."""
+    fused MultiheadAttention fast path, SDPA's inference paths), by forward hooks; where
+    transformers' `output_hidden_states` lists states of the blocks' shape, they must agree with
+    the hooks (as block i's input at place i, or as its output)."""
     blocks = b.blocks.modules
     seen: list[torch.Tensor] = []
     handles = [m.register_forward_pre_hook(lambda m, a, k: seen.append(_hidden(a, k)[0].detach().clone()), with_kwargs=True) for m in blocks]
     handles.append(blocks[-1].register_forward_hook(lambda m, a, out: seen.append((out if isinstance(out, torch.Tensor) else out[0]).detach().clone())))
+    hf = hasattr(getattr(b.model, "config", None), "output_hidden_states")  # a transformers model (its forward may take it through **kwargs)
     try:
         with torch.enable_grad():
-            out = _call(b.model, b.inputs, **({"output_hidden_states": True} if {**TRANSFORMERS, **VISION}[name][2] else {}))
+            out = _call(b.model, b.inputs, **({"output_hidden_states": True} if hf else {}))
     finally:
         for h in handles:
             h.remove()
-    listing = {**TRANSFORMERS, **VISION}[name][2]
-    if listing is None:
-        return seen
+    listed = [h for h in (getattr(out, "hidden_states", None) or ()) if isinstance(h, torch.Tensor) and h.shape == seen[0].shape]
     n = len(blocks)
-    states = [h.detach() for h in out.hidden_states[:n]]
-    listed = states if listing == "inputs" else [seen[0], *states]  # "outputs": block i's output at place i
-    assert all(torch.equal(a, c) for a, c in zip(listed, seen, strict=False)), "the hooks and output_hidden_states disagree"
-    return [*listed[:n], seen[-1]] if listing == "inputs" else listed
+    if len(listed) >= n:
+        as_inputs = all(torch.equal(listed[i], seen[i]) for i in range(n))
+        as_outputs = all(torch.equal(listed[i], seen[i + 1]) for i in range(n))
+        assert as_inputs or as_outputs, f"{name}: the hooks and output_hidden_states disagree"
+        LISTED.add(name)
+    return seen
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -205,6 +181,12 @@ def _boundaries(b: Built, inputs: Any) -> list[torch.Tensor]:
     keep = Keep()
     probe_model(b.model, inputs, blocks=b.blocks, observers=[keep])
     return keep.states
+
+
+def test_the_models_own_hidden_states_were_cross_checked_on_most_transformers_families() -> None:
+    for name in ("gpt2", "llama", "gemma2", "bert", "t5", "vit", "mamba"):
+        own_states(name, built(name))
+    assert {"gpt2", "llama", "gemma2", "bert", "t5", "vit", "mamba"} <= LISTED
 
 
 def test_gemma2_with_eager_attention_stays_causal_where_its_blocks_called_alone_would_not() -> None:
@@ -237,10 +219,9 @@ def test_t5_keeps_its_relative_bias_in_every_block_which_its_blocks_called_alone
 
 
 def test_a_padding_mask_in_the_inputs_reaches_every_block_with_eager_attention() -> None:
-    model, config, _ = TRANSFORMERS["bert"]
-    spec = parse_library(model, config={**config, "attn_implementation": "eager"}, file="zoo.toml")
+    lib = library("bert")
     torch.manual_seed(0)
-    b = build_model(spec, CASE, input_seed=1)
+    b = build_model(dataclasses.replace(lib, config={**lib.config, "attn_implementation": "eager"}), {**CASE, "width": 64}, input_seed=1)
     set_modes(b.model, norm_train=False, dropout_train=False)
     mask = torch.ones_like(b.inputs["input_ids"])
     mask[:, -3:] = 0  # the last 3 tokens are padding

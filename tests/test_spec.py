@@ -31,7 +31,8 @@ def test_every_shipped_spec_loads_and_every_family_is_shipped() -> None:
     assert {s.family for s in specs} == set(FAMILIES.names())
     for family in set(FAMILIES.names()) - {"custom"}:
         layers = {s.block.layer for s in specs if s.family == family}
-        assert layers == ({"tokens"} if family == "transformer" else {"linear", "conv2d"}), family
+        expected = {"tokens"} if family == "transformer" else {"tokens", "conv2d"} if family == "library" else {"linear", "conv2d"}
+        assert layers == expected, family
     assert len({s.name for s in specs}) == len(specs)
     assert any(e.expect == "violated" for s in specs for _, e in s.invariants())
 

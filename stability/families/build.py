@@ -31,8 +31,9 @@ from stability.families.blocks import (
     Scale,
     Transition,
 )
-from stability.families.discover import ModelRun, inputs_to
+from stability.families.discover import ModelRun, holds_blocks, inputs_to
 from stability.families.init import activation, init_all, init_weight, zero_parameters
+from stability.families.library import library_of
 from stability.families.transformer import build_transformer
 from stability.seeding import seeded
 from stability.spec.case import Case
@@ -352,7 +353,32 @@ def build_custom(spec: Spec, case: Case) -> Network:
     except Exception as exc:  # the factory's own check on this case (e.g. heads not dividing width): this case fails
         what = " ".join(f"{type(exc).__name__}: {exc}".split())
         raise CaseError(f"the factory {spec.block.factory} raised {what}") from None
+    if isinstance(out, nn.Module) and library_of(out) is not None and holds_blocks(out, min_run=1):
+        return _whole_model(spec, case, out)
     return _nonempty(spec, case, _network_from(spec, out))
+
+
+def _whole_model(spec: Spec, case: Case, model: nn.Module) -> Network:
+    """A whole transformers, timm or torchvision model from a factory: probed through its own
+    forward, on inputs by its modality (`library_build.make_inputs`), its blocks discovered. What
+    the harness cannot make (a model that takes neither token ids nor images) is a SpecError."""
+    from stability.families.discover import discover
+    from stability.families.library_build import make_inputs
+
+    target = library_of(model)
+    assert target is not None
+    try:
+        inputs = make_inputs(model, target, {}, case.as_dict(), modality=None, seed=derive_seed(case.seed, 1), device=torch.device("cpu"), dtype=torch.float32)
+    except CaseError as exc:
+        raise SpecError(
+            spec.path,
+            "block.factory",
+            f"returned the whole model {type(model).__name__}, whose inputs the harness cannot make: {exc}",
+            value=spec.block.factory,
+            fix='use family = "library" with inputs = "embeddings", or return its blocks in a stability.Stack',
+        ) from None
+    found = discover(model, inputs).blocks
+    return Network(nn.Sequential(*found.modules), model=ModelRun(model, inputs, found))
 
 
 def _check_fillable(spec: Spec, params: Any, values: dict[str, Any]) -> None:

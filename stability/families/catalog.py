@@ -195,3 +195,5 @@ with batch():
             check=_check_transformer,
         )
     )
+
+import stability.families.library_family  # noqa: E402, F401  (family = "library", registered by its own module)

@@ -37,13 +37,28 @@ import re
 import typing
 import warnings
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from stability.errors import CaseError, SpecError
 from stability.spec.case import Case
 
-__all__ = ["LIBRARIES", "CASE_KEYS", "Target", "resolve", "check_config", "config_keys", "fill", "placeholders", "quiet_imports", "registry"]
+__all__ = [
+    "LIBRARIES",
+    "CASE_KEYS",
+    "MODALITIES",
+    "Target",
+    "LibraryModel",
+    "parse_library",
+    "library_of",
+    "resolve",
+    "check_config",
+    "config_keys",
+    "fill",
+    "placeholders",
+    "quiet_imports",
+    "registry",
+]
 
 LIBRARIES: tuple[str, ...] = ("transformers", "timm", "torchvision")
 
@@ -131,6 +146,16 @@ def _returned_class(fn: Any) -> type | None:
     except Exception:  # an annotation that does not evaluate: no class to check against
         return None
     return ret if isinstance(ret, type) else None
+
+
+def library_of(model: Any) -> Target | None:
+    """The target a built model is an instance of, when its class comes from an allowed library
+    (a factory's return value: `GPT2Model`, `timm`'s `ResNet`); None otherwise."""
+    cls = type(model)
+    library = cls.__module__.split(".", 1)[0]
+    if library not in LIBRARIES:
+        return None
+    return Target(library, cls.__name__, "model", cls.__module__.removeprefix("transformers.") if library == "transformers" else library)
 
 
 def resolve(model: str, *, file: str, key: str = "model") -> Target:
@@ -252,8 +277,64 @@ def fill(value: Any, values: Mapping[str, Any]) -> Any:
         raise CaseError(f"{value!r} names the case's {match.group(2)}, which this case does not set")
     factor, divisor = match.group(1), match.group(3)
     out = base if factor is None else (int(factor) if factor.isdigit() else float(factor)) * base
+    if isinstance(out, float):  # "3.5*width": a size, so an integer
+        if not out.is_integer():
+            raise CaseError(f"{value!r} is {out:g}, not an integer")
+        out = int(out)
     if divisor is not None:
         if out % int(divisor):
             raise CaseError(f"{value!r} is {out}/{divisor}, not an integer")
         out = out // int(divisor)
+    return out
+
+
+MODALITIES: tuple[str, ...] = ("tokens", "images", "embeddings")
+
+
+@dataclass(frozen=True)
+class LibraryModel:
+    """A spec's library model: the target, its config (placeholders unfilled), the modality of its
+    inputs (None: the model's own), the blocks to probe (None: discovered) and the shipped config's
+    values for the init rule (empty: the library's init as it is)."""
+
+    target: Target
+    config: Mapping[str, Any]
+    inputs: str | None = None
+    blocks: str | None = None
+    shipped: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def width_keys(self) -> list[str]:
+        """The config keys whose values the case's width fills (`hidden_size = "width"`, `hidden_sizes = ["width", "2*width"]`)."""
+        return [k for k, v in self.config.items() if "width" in placeholders(v)]
+
+
+def parse_library(
+    model: str,
+    *,
+    config: Mapping[str, Any],
+    inputs: str | None = None,
+    blocks: str | None = None,
+    shipped: Mapping[str, Any] | None = None,
+    file: str,
+    prefix: str = "",
+) -> LibraryModel:
+    """A spec's library keys, checked before anything is built (`library.resolve`, `check_config`):
+    a SpecError (exit 2) names the key, the value and the fix. `prefix` is the keys' table."""
+    target = resolve(model, file=file, key=f"{prefix}model")
+    check_config(target, config, file=file, key=f"{prefix}config")
+    if inputs is not None and inputs not in MODALITIES:
+        raise SpecError(file, f"{prefix}inputs", "is not a modality", value=inputs, fix=f"choose one of {', '.join(MODALITIES)}")
+    out = LibraryModel(target, dict(config), inputs, blocks, dict(shipped or {}))
+    if out.shipped:
+        check_config(target, out.shipped, file=file, key=f"{prefix}shipped")
+        missing = [k for k in out.width_keys if k not in out.shipped] if out.width_keys else ["a width"]
+        if missing:
+            raise SpecError(
+                file,
+                f"{prefix}shipped",
+                f"needs the shipped value of every config key the case's width fills (missing: {', '.join(missing)})",
+                value=dict(out.shipped),
+                fix='map the width (e.g. config.hidden_size = "width") and give its shipped value (shipped.hidden_size = 768)',
+            )
     return out

@@ -14,7 +14,7 @@ its blocks found (`stability.families.discover`), and the init rule for reduced 
 
 The default is the model's own (`main_input_name` of a transformers model: `input_ids` → tokens,
 `pixel_values` → images; timm and torchvision: images). tokens defaults to 8 when the case draws
-none. A transformers model whose forward takes `use_cache` gets `use_cache=False`.
+none (`DEFAULT_SIZE`). A transformers model whose forward takes `use_cache` gets `use_cache=False`.
 
 **Reduced widths at the shipped scale** (`init_factors`, `rescale_init`). A small config answers
 another question than the shipped model: with the library's init range σ the branches of a
@@ -59,62 +59,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from stability.errors import CaseError, SpecError
+from stability.errors import CaseError
 from stability.families.discover import Blocks, discover
-from stability.families.library import Target, check_config, fill, placeholders, quiet_imports, registry, resolve
+from stability.families.library import LibraryModel, Target, fill, quiet_imports, registry
+from stability.spec.schema import DEFAULT_SIZE
 
-__all__ = ["MODALITIES", "LibraryModel", "Built", "parse_library", "construct", "make_inputs", "build_model", "factors_between", "init_factors", "rescale_init"]
-
-MODALITIES: tuple[str, ...] = ("tokens", "images", "embeddings")
-
-
-@dataclass(frozen=True)
-class LibraryModel:
-    """A spec's library model: the target, its config (placeholders unfilled), the modality of its
-    inputs (None: the model's own), the blocks to probe (None: discovered) and the shipped config's
-    values for the init rule (empty: the library's init as it is)."""
-
-    target: Target
-    config: Mapping[str, Any]
-    inputs: str | None = None
-    blocks: str | None = None
-    shipped: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def width_keys(self) -> list[str]:
-        """The config keys whose values the case's width fills (`hidden_size = "width"`, `hidden_sizes = ["width", "2*width"]`)."""
-        return [k for k, v in self.config.items() if "width" in placeholders(v)]
-
-
-def parse_library(
-    model: str,
-    *,
-    config: Mapping[str, Any],
-    inputs: str | None = None,
-    blocks: str | None = None,
-    shipped: Mapping[str, Any] | None = None,
-    file: str,
-    prefix: str = "",
-) -> LibraryModel:
-    """A spec's library keys, checked before anything is built (`library.resolve`, `check_config`):
-    a SpecError (exit 2) names the key, the value and the fix. `prefix` is the keys' table."""
-    target = resolve(model, file=file, key=f"{prefix}model")
-    check_config(target, config, file=file, key=f"{prefix}config")
-    if inputs is not None and inputs not in MODALITIES:
-        raise SpecError(file, f"{prefix}inputs", "is not a modality", value=inputs, fix=f"choose one of {', '.join(MODALITIES)}")
-    out = LibraryModel(target, dict(config), inputs, blocks, dict(shipped or {}))
-    if out.shipped:
-        check_config(target, out.shipped, file=file, key=f"{prefix}shipped")
-        missing = [k for k in out.width_keys if k not in out.shipped] if out.width_keys else ["a width"]
-        if missing:
-            raise SpecError(
-                file,
-                f"{prefix}shipped",
-                f"needs the shipped value of every config key the case's width fills (missing: {', '.join(missing)})",
-                value=dict(out.shipped),
-                fix='map the width (e.g. config.hidden_size = "width") and give its shipped value (shipped.hidden_size = 768)',
-            )
-    return out
+__all__ = ["Built", "construct", "make_inputs", "build_model", "factors_between", "init_factors", "rescale_init"]
 
 
 @contextlib.contextmanager
@@ -189,7 +139,7 @@ def make_inputs(
     """The model's inputs for one case (the module docstring), drawn from `seed` on the CPU."""
     gen = torch.Generator().manual_seed(seed)
     kind = _modality(model, target, modality)
-    batch, tokens = int(values.get("batch") or 2), int(values.get("tokens") or 8)
+    batch, tokens = int(values.get("batch") or 2), int(values.get("tokens") or DEFAULT_SIZE)
     hf = getattr(model, "config", None) if target.library == "transformers" else None
     extra: dict[str, Any] = {"use_cache": False} if hf is not None and "use_cache" in inspect.signature(model.forward).parameters else {}
     if kind == "tokens":

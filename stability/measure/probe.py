@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import torch
@@ -27,6 +27,7 @@ from torch.utils.checkpoint import checkpoint
 
 from stability.errors import BlockError, CaseError
 from stability.families.adapters import CallKwargs, Stack, find_blocks, hidden_state, resolve_call_kwargs
+from stability.families.discover import holds_blocks
 from stability.measure.allocator import tune_malloc
 from stability.measure.boundaries import BoundaryObserver, _Pass
 from stability.measure.boundaries import _rel_diff as _rel_diff  # (re-exported: the identity error is the probe's, tests and benchmarks import it from here)
@@ -139,7 +140,7 @@ def _walk(roots: Sequence[nn.Module], named: nn.Module | None) -> tuple[list[nn.
 
 def probe(
     blocks: nn.Module | Iterable[nn.Module] | Stack,
-    x: torch.Tensor,
+    x: torch.Tensor | Mapping[str, Any] | tuple[Any, ...],
     *,
     loss: Literal["projection", "sum", "mse"] = "projection",
     seed: int = 0,
@@ -153,7 +154,12 @@ def probe(
 
     `blocks` is an `nn.Sequential` (its children are the blocks), an `nn.ModuleList`, any iterable
     of modules, or a `stability.Stack` (its `stem` is applied to `x` without gradient first and its
-    `call_kwargs` are used). Each block is called as `block(h, **call_kwargs)` and the hidden state
+    `call_kwargs` are used). A whole model (a module holding a run of blocks,
+    `stability.families.discover.holds_blocks`: GPT2Model, LlamaModel, a timm or torchvision
+    network) is probed through its own forward, `x` being what it is called with (a tensor, or a
+    mapping of keyword arguments such as `{"input_ids": ids}`): its blocks are discovered and
+    measured at their boundaries with hooks (`stability.measure.forward.probe_model`); any other
+    module is one block. Each block is called as `block(h, **call_kwargs)` and the hidden state
     taken from its result by `stability.families.adapters.hidden_state` (a tensor; else `last_hidden_state`
     or `hidden_states`; else element 0 of a tuple or list). `loss="projection"` backpropagates
     L = Σ y⊙r with r ~ N(0, 1) from `seed`; `"sum"` uses L = Σ y; `"mse"` uses
@@ -173,6 +179,14 @@ def probe(
     at position 0 and never touches `x`, and the identity error compares the output with the input
     as it was before any block ran.
     """
+    if isinstance(blocks, nn.Module) and holds_blocks(blocks):  # a whole model: probed through its own forward, `x` its inputs
+        from stability.measure.forward import probe_model
+
+        if call_kwargs is not None or checkpoint_every:
+            raise ValueError(f"probe({type(blocks).__name__}, …) runs the model's own forward, which passes its blocks what they need: call_kwargs and checkpoint_every do not apply")
+        return probe_model(blocks, x, loss=loss, seed=seed, target=target, observers=observers, rng_seed=rng_seed)
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"probe(blocks, x): x is a {type(x).__name__}; blocks called one after another take a tensor (a whole model takes a mapping of its inputs)")
     stem: nn.Module | None = None
     if isinstance(blocks, Stack):
         stem = blocks.stem

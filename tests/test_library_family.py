@@ -1,0 +1,276 @@
+"""`family = "library"` (stability/families/library_family.py): a library model from a spec with no
+Python, refused at load with one line when it names what does not exist or keys it ignores;
+every measurement honours the model's own forward (the probe, the seed ensembles, the lesion);
+the same discovery for `probe(model, inputs)` and for a factory that returns a whole model; the
+`[probe] profiles` key; and the memory model."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from stability import parse_spec, probe
+from stability.errors import SpecError
+from stability.families.build import build
+from stability.measure.ensemble import probe_ensemble
+from stability.measure.forward import lesion_changes_in_model, probe_model
+from stability.measure.lesion import lesion_changes
+from stability.run.engine import RunOptions, measure_case, run_spec
+from stability.spec.case import corner_case
+
+pytest.importorskip("transformers", reason="Hugging Face transformers is not installed (pip install -e '.[hf]')")
+warnings.filterwarnings("ignore", message="Failed to load image Python extension")
+
+Cli = Callable[..., tuple[int, str, str]]
+GPT2 = 'model = "transformers:GPT2Model"\nconfig = { n_embd = "width", n_layer = "depth", n_head = 2, vocab_size = 64, bos_token_id = 1, eos_token_id = 2 }\n'
+
+
+def spec_text(block: str = GPT2, *, space: str = "", expect: str = "[expect.gradient_arrival]\n", probe_table: str = "") -> str:
+    return (
+        f'name = "lib"\ndescription = "a library model"\nfamily = "library"\n[block]\nlayer = "tokens"\n{block}[space]\ndepth = [1, 3]\nwidth = 16\nbatch = 2\ntokens = 5\n{space}{probe_table}{expect}'
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("GPT2Model", "GPT2Modle"), "block.model = 'transformers:GPT2Modle': is not a transformers model or config class; close names: GPT2Model"),
+        (("n_embd", "n_embed"), "block.config.n_embed = 'width': is not a config key of transformers:GPT2Model; close names: n_embd"),
+        (('"depth"', '"dpeth/1"'), "block.config.n_layer = 'dpeth/1': names 'dpeth', which is not a case key; close names: depth"),
+        (('"depth"', '"dpeth"'), "space.depth = [1, 3]: varies, but no key of block.config is filled from the case's depth"),
+        (("n_head = 2", "n_head = 2, pretrained = true"), "block.config.pretrained = True: would load pretrained weights or files"),
+        (('n_embd = "width"', "n_embd = 16"), "space.width = [16, 32]: varies, but no key of block.config is filled from the case's width"),
+    ],
+)
+def test_a_spec_naming_what_does_not_exist_is_refused_in_one_line(change: tuple[str, str], message: str) -> None:
+    text = spec_text(space="width = [16, 32]\n" if "width" in message else "").replace(*change)
+    if "width" in message:
+        text = text.replace("width = 16\n", "", 1)
+    with pytest.raises(SpecError) as info:
+        parse_spec(text, file="lib.toml")
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        ({"space": 'weight_init = "kaiming_normal"\n'}, "space.weight_init: is not read by family 'library'"),
+        ({"probe_table": "[probe]\ncheckpoint_every = 2\n"}, "probe.checkpoint_every = 2: is not supported by family 'library'"),
+        ({"expect": "[expect.attention_entropy]\n"}, "expect.attention_entropy: is not measured on family 'library': computes its attention inside the library's modules"),
+        ({"expect": "[expect.jacobian_spectrum]\n"}, "expect.jacobian_spectrum: is not measured on family 'library': runs its blocks only inside the model's own forward"),
+        (
+            {"expect": "[expect.identity_at_init]\n[expect.gradient_arrival]\n", "space": 'branch_init = "zero"\n'},
+            "space.branch_init = \\['zero'\\]: 'zero' zeroes a residual branch; family 'library' has none",
+        ),
+    ],
+)
+def test_keys_a_library_model_does_not_read_are_refused(extra: dict[str, str], key: str) -> None:
+    with pytest.raises(SpecError, match=key.replace("(", r"\(").replace(")", r"\)")):
+        parse_spec(spec_text(**extra), file="lib.toml")
+
+
+def test_loading_imports_no_model_module_and_an_unknown_class_exits_2(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
+    good.write_text(spec_text(), encoding="utf-8")
+    bad.write_text(spec_text().replace("GPT2Model", "GTP2Model"), encoding="utf-8")
+    code = (
+        "import re, sys\n"
+        "from stability import load_spec\n"
+        f"load_spec({str(good)!r})\n"
+        "print(sorted(m for m in sys.modules if re.match(r'transformers[.]models[.](?!auto[.])[a-z0-9_]+[.]modeling_', m)))\n"
+    )
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert out.stdout.strip() == "[]"
+    run = subprocess.run([sys.executable, "-W", "ignore", "-m", "stability", "check", str(bad), "--in-process"], capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        f"stability: error: {bad}: block.model = 'transformers:GTP2Model': is not a transformers model or config class; close names: GPT2Model, GPTJModel, GLPNModel"
+    ]
+
+
+def test_explain_lists_what_the_library_family_cannot_measure() -> None:
+    from stability.report.explain import explain_text
+
+    text = explain_text("jacobian_spectrum")
+    assert "Not measured on" in text and "family 'library': runs its blocks only inside the model's own forward" in text
+    assert "family 'library'" not in explain_text("gradient_arrival")
+
+
+def _spec(**kw: str) -> Any:
+    return parse_spec(spec_text(**kw), file="lib.toml")
+
+
+def test_the_engine_probes_the_models_own_forward() -> None:
+    spec = _spec()
+    case = corner_case(spec, depth=3, seed=5)
+    m = measure_case(spec, case)
+    net = build(spec, case)
+    assert net.model is not None and len(net.blocks) == 3
+    again = probe_model(net.model.model, net.model.inputs, blocks=net.model.blocks, seed=_loss_seed(case.seed), rng_seed=_rng_seed(case.seed))
+    assert m.grad_norm == again.grad_norm and m.act_var == again.act_var
+    assert m.channels == [16] * 4 and m.extra["tokens"] == [5] * 4  # (B, T, C): channels from the last axis
+
+
+def _loss_seed(seed: int) -> int:
+    from stability.families.build import derive_seed
+
+    return derive_seed(seed, 2)
+
+
+def _rng_seed(seed: int) -> int:
+    from stability.families.build import derive_seed
+
+    return derive_seed(seed, 3)
+
+
+def test_the_seed_ensemble_builds_and_probes_every_member_through_its_forward() -> None:
+    spec = _spec(expect="[expect.variance_growth]\n")
+    case = corner_case(spec, depth=2, seed=3)
+    first = measure_case(spec, case)
+    ens = probe_ensemble(spec, case, first, size=3)
+    assert not ens.vectorised and ens.size == 3
+    for seed, profile in zip(ens.seeds[1:], ens.act_var[1:], strict=True):
+        member = measure_case(spec, dataclasses.replace(case, seed=seed))
+        assert profile == member.act_var  # each member is the case with its seed, probed alone
+    assert ens.act_var[1] != ens.act_var[0]
+
+
+def test_the_lesion_through_the_models_forward_is_the_blocks_lesion_where_they_see_the_same() -> None:
+    spec = _spec(expect="[expect.lesion]\nmax_change = 10.0\n")
+    net = build(spec, corner_case(spec, depth=3))
+    assert net.model is not None
+    keep: list[torch.Tensor] = []
+    handle = net.blocks[0].register_forward_pre_hook(lambda m, a: keep.append(a[0]))
+    with torch.no_grad():
+        net.model.model(**net.model.inputs)
+    handle.remove()
+    # GPT-2's blocks need nothing but the hidden state (causal attention inside the block): called
+    # alone on block 0's input they compute what the model's forward does.
+    assert lesion_changes_in_model(net.model) == pytest.approx(lesion_changes(net.blocks, keep[0]), rel=1e-6)
+    result = run_spec(spec, RunOptions(profile="ci"), case="depth=3")
+    assert result.results[0].met
+
+
+class Doubling(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return 2 * x, None
+
+
+class Twice(nn.Module):
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([Doubling() for _ in range(n)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)[0]
+        return x + 1  # a head after the blocks: never runs in the probe
+
+
+def test_the_lesion_of_a_doubling_block_is_one_half() -> None:
+    from stability.families.discover import ModelRun, discover
+
+    model, x = Twice(3), torch.randn(2, 4)
+    run = ModelRun(model, x, discover(model, x).blocks)
+    # y = 8x; without block l, y = 4x: |8x - 4x| / |8x| = 1/2 for every block (the tuple's other elements are kept)
+    assert lesion_changes_in_model(run) == pytest.approx([0.5, 0.5, 0.5], rel=1e-12, abs=0.0)
+
+
+def test_probe_of_a_whole_model_runs_its_own_forward() -> None:
+    from transformers import LlamaConfig, LlamaModel
+
+    torch.manual_seed(0)
+    model = LlamaModel(LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=1, vocab_size=32))
+    ids = torch.randint(0, 32, (2, 5))
+    m = probe(model, {"input_ids": ids, "use_cache": False}, seed=4)
+    assert m.grad_norm == probe_model(model, {"input_ids": ids, "use_cache": False}, seed=4).grad_norm
+    assert len(m.grad_norm) == 4 and all(math.isfinite(g) and g > 0 for g in m.grad_norm)
+    with pytest.raises(ValueError, match="call_kwargs and checkpoint_every do not apply"):
+        probe(model, {"input_ids": ids}, checkpoint_every=1)
+    block = model.layers[0]
+    assert probe(nn.Sequential(nn.Linear(4, 4)), torch.randn(2, 4)).grad_norm  # a bare block or a stack is as before
+    assert block is model.layers[0]
+
+
+FACTORIES = """
+import torch
+from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaModel, WhisperConfig, WhisperModel
+
+
+def llama(depth, width):
+    return LlamaModel(LlamaConfig(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=depth, num_attention_heads=2, num_key_value_heads=1, vocab_size=32))
+
+
+def gpt2_head(depth, width):
+    return GPT2LMHeadModel(GPT2Config(n_layer=depth, n_embd=width, n_head=2, vocab_size=32))
+
+
+def bert(depth, width):
+    return BertModel(BertConfig(num_hidden_layers=depth, hidden_size=width, num_attention_heads=2, intermediate_size=2 * width, vocab_size=32))
+
+
+def whisper(depth, width):
+    tokens = dict(vocab_size=32, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+    return WhisperModel(WhisperConfig(encoder_layers=depth, decoder_layers=depth, d_model=width, encoder_attention_heads=2, decoder_attention_heads=2, **tokens))
+"""
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2_head", "bert"])
+def test_a_factory_returning_a_whole_model_is_probed_through_its_forward(tmp_path: Path, name: str, cli: Cli) -> None:
+    (tmp_path / "whole.py").write_text(FACTORIES, encoding="utf-8")
+    path = tmp_path / f"{name}.toml"
+    path.write_text(
+        f'name = "{name}"\ndescription = "d"\nfamily = "custom"\n[block]\nlayer = "tokens"\nfactory = "whole:{name}"\n'
+        "[space]\ndepth = [1, 3]\nwidth = 16\nbatch = 2\ntokens = 5\n[expect.gradient_arrival]\nlo = 0.001\nhi = 1000.0\n",
+        encoding="utf-8",
+    )
+    code, out, err = cli("check", path, "--profile", "ci", "--in-process")
+    assert code == 0, out + err
+    assert "TypeError" not in out + err
+
+
+def test_a_factory_returning_a_whole_model_whose_inputs_the_harness_cannot_make_exits_2(tmp_path: Path, cli: Cli) -> None:
+    (tmp_path / "whole.py").write_text(FACTORIES, encoding="utf-8")
+    path = tmp_path / "whisper.toml"
+    path.write_text(
+        'name = "w"\ndescription = "d"\nfamily = "custom"\n[block]\nlayer = "tokens"\nfactory = "whole:whisper"\n[space]\ndepth = 2\nwidth = 16\n[expect.gradient_arrival]\n', encoding="utf-8"
+    )
+    code, out, err = cli("check", path, "--profile", "ci", "--in-process")
+    assert code == 2
+    assert "returned the whole model WhisperModel, whose inputs the harness cannot make: transformers:WhisperModel takes input_features, not token ids or images" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_spec_outside_its_profiles_skips_its_probe_invariants_and_a_case_replays() -> None:
+    spec = _spec(probe_table='[probe]\nprofiles = ["thorough"]\n')
+    result = run_spec(spec, RunOptions(profile="ci"))
+    (r,) = result.results
+    assert r.skipped and r.met and "skipped in profile ci (probe.profiles = thorough); run it with --profile thorough" in r.message
+    assert not result.cases  # nothing was built
+    (replayed,) = run_spec(spec, RunOptions(profile="ci"), case="depth=2").results
+    assert not replayed.skipped and replayed.verdict is not None
+
+
+def test_the_memory_model_grows_with_depth_and_refuses_a_case_far_too_large() -> None:
+    from stability.errors import CaseError
+    from stability.run.guard import check_budget, estimate_bytes
+
+    spec = _spec()
+    small, deep = (estimate_bytes(spec, corner_case(spec, depth=d)) for d in (2, 2000))
+    assert small is not None and deep is not None and deep > 500 * small
+    net = build(spec, corner_case(spec, depth=2))
+    params = sum(p.numel() * 4 for p in net.model.model.parameters()) if net.model is not None else 0
+    assert small > params  # parameters and saved activations, with margin
+    with pytest.raises(CaseError, match="memory"):
+        check_budget(spec, corner_case(spec, depth=2000), 100 * small)
