@@ -241,8 +241,9 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
             return EXIT_OK
     if not args.in_process:
         from stability.run.processes import start_server
+        from stability.spec.load import preload_modules
 
-        start_server()  # the server imports torch while this process loads and validates the specs
+        start_server(preload_modules(args.paths))  # the server imports torch (and the specs' libraries) while this process loads and validates the specs
     import torch
 
     from stability.families.factory import roots_environment, source_roots

@@ -2,7 +2,7 @@
 Python, refused at load with one line when it names what does not exist or keys it ignores;
 every measurement honours the model's own forward (the probe, the seed ensembles, the lesion);
 the same discovery for `probe(model, inputs)` and for a factory that returns a whole model; the
-`[probe] profiles` key; and the memory model."""
+`[probe] profiles` key; the worker preload; and the memory model."""
 
 from __future__ import annotations
 
@@ -162,31 +162,6 @@ def test_the_lesion_through_the_models_forward_is_the_blocks_lesion_where_they_s
     assert result.results[0].met
 
 
-class Doubling(nn.Module):
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return 2 * x, None
-
-
-class Twice(nn.Module):
-    def __init__(self, n: int) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList([Doubling() for _ in range(n)])
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = layer(x)[0]
-        return x + 1  # a head after the blocks: never runs in the probe
-
-
-def test_the_lesion_of_a_doubling_block_is_one_half() -> None:
-    from stability.families.discover import ModelRun, discover
-
-    model, x = Twice(3), torch.randn(2, 4)
-    run = ModelRun(model, x, discover(model, x).blocks)
-    # y = 8x; without block l, y = 4x: |8x - 4x| / |8x| = 1/2 for every block (the tuple's other elements are kept)
-    assert lesion_changes_in_model(run) == pytest.approx([0.5, 0.5, 0.5], rel=1e-12, abs=0.0)
-
-
 def test_probe_of_a_whole_model_runs_its_own_forward() -> None:
     from transformers import LlamaConfig, LlamaModel
 
@@ -260,6 +235,20 @@ def test_a_spec_outside_its_profiles_skips_its_probe_invariants_and_a_case_repla
     assert not result.cases  # nothing was built
     (replayed,) = run_spec(spec, RunOptions(profile="ci"), case="depth=2").results
     assert not replayed.skipped and replayed.verdict is not None
+
+
+def test_the_worker_forkserver_preloads_the_libraries_of_the_run(tmp_path: Path) -> None:
+    from stability.spec.load import preload_modules
+
+    (tmp_path / "a.toml").write_text(spec_text(), encoding="utf-8")
+    (tmp_path / "b.toml").write_text(spec_text().replace("transformers:GPT2Model", "timm:resnet18"), encoding="utf-8")
+    (tmp_path / "c.toml").write_text("not toml [", encoding="utf-8")
+    assert preload_modules([tmp_path]) == ["transformers", "transformers.modeling_utils", "timm", "timm.models"]
+    assert preload_modules([tmp_path / "missing"]) == []
+    # The forkserver's own module imports what $STABILITY_PRELOAD names, and skips what does not import.
+    code = "import sys\nimport stability.run._forkserver\nprint('json.tool' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "STABILITY_PRELOAD": "json.tool,no_such_module_anywhere"})
+    assert out.stdout.strip() == "True"
 
 
 def test_the_memory_model_grows_with_depth_and_refuses_a_case_far_too_large() -> None:

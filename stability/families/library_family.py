@@ -32,7 +32,7 @@ bytes(depth) = fixed + depth · (bytes(2) − bytes(1)), with a 1.5× margin.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -179,6 +179,12 @@ def _estimate(spec: Any, case: Any) -> int | None:
     return int(1.5 * scale * (fixed + depth * per_block)) + depth * _BLOCK_BYTES
 
 
+def _preload(block: Mapping[str, Any]) -> Sequence[str]:
+    """The modules a worker imports once per run for a spec of this family (from its raw `[block]`)."""
+    library = str(block.get("model", "")).partition(":")[0]
+    return {"transformers": ["transformers", "transformers.modeling_utils"], "timm": ["timm", "timm.models"], "torchvision": ["torchvision.models"]}.get(library, [])
+
+
 register_family(
     Family(
         name="library",
@@ -192,6 +198,7 @@ register_family(
         zero_branch_inits=None,
         branch_inits=frozenset({"default"}),
         check=_check,
+        preload=_preload,
         lacks={
             "blocks_alone": "runs its blocks only inside the model's own forward, on the model's own inputs (the Jacobian's torch.func transforms and the optimizer runs call the blocks on their own)",
             "attention": "computes its attention inside the library's modules, where the harness reads no probabilities yet",

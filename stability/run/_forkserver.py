@@ -1,9 +1,17 @@
 """Imported once by the worker forkserver (never by anything else): one thread, one tiny untimed
 probe and one tiny Hypothesis run, so that torch's lazy imports and Hypothesis's first-run work
 (registering torch's RNG, which runs a full garbage collection) are done before any child is
-forked. Every child starts from this state and sets its own thread count."""
+forked. Every child starts from this state and sets its own thread count. The modules
+`$STABILITY_PRELOAD` names (the libraries a run's specs build models from) are imported here too,
+so each child finds them imported; one that does not import is left to the child, whose own
+import then reports why."""
 
 from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import warnings
 
 import torch
 from hypothesis import given, settings
@@ -22,3 +30,9 @@ def _first_run(_: int) -> None:
 
 
 _first_run()
+
+
+for _name in filter(None, os.environ.get("STABILITY_PRELOAD", "").split(",")):
+    with contextlib.suppress(Exception), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        importlib.import_module(_name.strip())

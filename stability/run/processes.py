@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.forkserver
+import os
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["PRELOAD", "get_context", "start_server"]
+__all__ = ["PRELOAD", "PRELOAD_ENV", "get_context", "start_server"]
 
 #: Modules the forkserver imports once, before any child is forked (`stability.run._forkserver` sets
 #: one thread and runs the warm-up probe).
@@ -31,7 +33,16 @@ def get_context() -> Any:
     return _context
 
 
-def start_server() -> None:
-    """Start the forkserver now; it imports torch in the background."""
+#: The environment variable that names, comma-separated, the modules the forkserver imports
+#: besides `PRELOAD` (a library the run's specs build models from; `stability.run._forkserver`).
+PRELOAD_ENV = "STABILITY_PRELOAD"
+
+
+def start_server(preload: Sequence[str] = ()) -> None:
+    """Start the forkserver now; it imports torch, and the modules `preload` names (the families'
+    `preload` of the run's specs, `stability.spec.load.preload_modules`), in the background, once
+    for every child it forks. A server already running keeps what it imported."""
+    if preload:
+        os.environ[PRELOAD_ENV] = ",".join(dict.fromkeys([*filter(None, os.environ.get(PRELOAD_ENV, "").split(",")), *preload]))
     if get_context().get_start_method() == "forkserver":
         multiprocessing.forkserver.ensure_running()

@@ -22,7 +22,7 @@ from stability.errors import SpecError, did_you_mean
 from stability.spec.registry import FAMILIES, INVARIANTS
 from stability.spec.schema import DEFAULT_SIZE, Block, Spec
 
-__all__ = ["load_spec", "find_specs", "parse_spec", "validate_spec", "CASE_ARGUMENTS"]
+__all__ = ["load_spec", "find_specs", "parse_spec", "validate_spec", "preload_modules", "CASE_ARGUMENTS"]
 
 
 def find_specs(paths: list[str | Path]) -> list[Path]:
@@ -50,6 +50,27 @@ def find_specs(paths: list[str | Path]) -> list[Path]:
 
             raise UsageError(f"{raw}: no such file or folder; pass a spec file or a folder of *.toml specs")
     return found
+
+
+def preload_modules(paths: list[str | Path]) -> list[str]:
+    """The modules the worker processes of a run over `paths` should import once (each spec's
+    family's `preload`, from its raw `[block]` table), read before anything is validated: a file
+    that is missing, unreadable or not a spec adds nothing (loading it reports the problem)."""
+    modules: list[str] = []
+    try:
+        files = find_specs(paths)
+    except Exception:  # a missing path: the run reports it
+        return modules
+    for path in files:
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8-sig")) if path.is_file() else {}
+            name, block = data.get("family"), data.get("block")
+            entry = FAMILIES.get(name) if isinstance(name, str) and name in FAMILIES else None
+            if entry is not None and entry.preload is not None and isinstance(block, dict):
+                modules += [m for m in entry.preload(block) if m not in modules]
+        except Exception:  # not TOML, not UTF-8, a family's preload that fails: nothing to preload
+            continue
+    return modules
 
 
 def load_spec(path: str | Path) -> Spec:

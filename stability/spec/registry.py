@@ -210,6 +210,10 @@ class Family:
     #: The family runs code the spec names (a factory): the pytest plugin runs it in a worker
     #: process, the probe seeds Python's and NumPy's generators around it.
     user_code: bool = False
+    #: `preload(block) -> [module]`: the modules a worker process imports once per run for a spec of
+    #: the family, from the spec's raw `[block]` table (read before the spec is validated, so it
+    #: must not raise): the worker forkserver imports them before it forks any child.
+    preload: Callable[[Mapping[str, Any]], Sequence[str]] | None = None
 
     def __post_init__(self) -> None:
         problems = []
