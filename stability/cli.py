@@ -119,6 +119,9 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--html", metavar="DIR", help="write the report with the phase diagrams to DIR/index.html")
     sw.add_argument("--only", metavar="INVARIANT", help="sweep one of the invariants the spec declares")
     sw.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    from stability.zoo_cli import add_zoo_parser
+
+    add_zoo_parser(sub, [plugins])
     return p
 
 
@@ -497,6 +500,10 @@ def _command(argv: list[str] | None) -> int:
             return _explain(args, console)
         if args.command == "sweep":
             return _sweep(args, console, err, argv)
+        if args.command == "zoo":
+            from stability.zoo_cli import zoo_command
+
+            return zoo_command(args, console, err)
         return _schema()
     except StabilityError as exc:
         print(f"stability: error: {printable(str(exc))}", file=sys.stderr)
