@@ -155,6 +155,15 @@ def test_timm_vit_blocks_with_layerscale_are_the_identity_to_first_order(tmp_pat
     assert abs(m.gradient_ratio - 1) < 8e-5
 
 
+def test_the_documented_library_spec_loads_and_names_no_python() -> None:
+    pytest.importorskip("transformers", reason="Hugging Face transformers is not installed (pip install -e '.[hf]')")
+    from stability import parse_spec
+
+    (text,) = [b for b in _snippets("toml") if 'family = "library"' in b]
+    spec = parse_spec(text, file="docs/library-models.md")
+    assert spec.family == "library" and spec.options.model == "transformers:LlamaModel"
+
+
 def test_a_module_of_ones_own_that_keeps_its_blocks_deeper_is_refused_with_the_path_to_return() -> None:
     from torch import nn
 
