@@ -198,7 +198,7 @@ def test_a_tied_stack_is_refused_and_the_ensemble_measures_it_one_network_at_a_t
 
     class _Net:  # what `_built` returns: (network, input after the stem)
         def __init__(self, blocks: nn.Module) -> None:
-            self.blocks, self.stem, self.call_kwargs = blocks, None, None
+            self.blocks, self.stem, self.call_kwargs, self.model = blocks, None, None, None
 
     monkeypatch.setattr("stability.measure.ensemble._built", lambda spec, case, seeds: [(_Net(nets[s]), x) for s in seeds])
     found, vectorised = _probe_members(spec, corner_case(spec), [11, 12])

@@ -270,7 +270,8 @@ def valid_documents(draw: st.DrawFn) -> dict[str, Any]:
     """A document the loader should accept: every family and option, depth ≤ 6, width ≤ 8,
     batch ≤ 4, spatial ≤ 4. (If the loader still refuses one, the test skips it, but only for a
     SpecError.)"""
-    family = draw(st.sampled_from(FAMILIES.names()))
+    # every registered family this strategy writes documents for (a library spec names a real model: tests/test_library_family.py)
+    family = draw(st.sampled_from([f for f in FAMILIES.names() if f in BRANCH_INITS or f == "transformer"]))
     if family == "transformer":
         return draw(_transformer_documents())
     layer = "linear" if family == "custom" else draw(st.sampled_from(["linear", "conv2d", "tokens"]))
