@@ -113,11 +113,12 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--resume", action="store_true", help="rerun the last unfinished sweep recorded in the database (stored points are never recomputed)")
     sw.add_argument("--compare", nargs=2, metavar=("REV_A", "REV_B"), help="budgets that moved between two code versions (git revisions); exit 1 if one went down")
     sw.add_argument("--serial", action="store_true", help="run in this process instead of on Dask workers")
-    sw.add_argument("--workers", type=int, metavar="N", help="local Dask worker processes (default: one per CPU core)")
+    sw.add_argument("--workers", type=int, metavar="N", help="local Dask worker processes (default: one per CPU core; at most 4 per core)")
     sw.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="use a running Dask cluster instead of a local one")
     sw.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where points run (cuda points need workers with the GPU resource)")
     sw.add_argument("--html", metavar="DIR", help="write the report with the phase diagrams to DIR/index.html")
     sw.add_argument("--only", metavar="INVARIANT", help="sweep one of the invariants the spec declares")
+    sw.add_argument("--case-timeout", type=_seconds, default=120.0, metavar="S", help="per-case time limit in seconds, enforced by the parent on every backend (default 120; 0 = none)")
     sw.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     from stability.zoo_cli import add_zoo_parser
 

@@ -1,8 +1,12 @@
 """The `stability sweep` command: arguments → a sweep on a backend → the terminal table and the
 HTML report. `stability sweep --compare A B` reads budgets from the store instead.
 
-Exit codes: 0 done; 1 `--compare` found a budget that went down; 2 bad usage; 130 interrupted
-(every point finished so far is already in the store: `--resume` continues).
+Exit codes: 0 done; 1 `--compare` found a budget that went down; 2 bad usage, refused before
+anything runs (the rules of `stability check`: the factory rule, the report paths, the memory
+budget; and the sweep's own bounds: `MAX_SEEDS` seeds, `MAX_PROBES` probes, `stability.run.grid`'s
+grid sizes, at most `WORKERS_PER_CORE` local workers per core, a `--scheduler` address Dask can
+parse), or nothing comparable for `--compare`; 130 interrupted (every point finished so far is
+already in the store: `--resume` continues).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
@@ -18,9 +23,20 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from stability.errors import UsageError
-from stability.run.store import DEFAULT_DB, Budget, Store, budget_text
+from stability.run.store import DEFAULT_DB, Budget, Store, budget_text, check_store
 
-__all__ = ["sweep_command", "print_budgets"]
+__all__ = ["sweep_command", "print_budgets", "MAX_SEEDS", "MAX_PROBES", "WORKERS_PER_CORE", "SCHEDULER_SCHEMES"]
+
+#: The most seeds one point may have (`--seeds`).
+MAX_SEEDS = 10_000
+#: The most probes a sweep's grid may ask for (points × seeds; the budgets' bisection adds a few more).
+MAX_PROBES = 1_000_000
+#: `--workers` at most this many times the usable cores: more processes than that only compete.
+WORKERS_PER_CORE = 4
+#: The Dask address schemes `--scheduler` takes (each HOST:PORT).
+SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
+#: The largest seed a spec may name (`space.seed`).
+_MAX_SEED = 2**63 - 1
 
 #: Options that choose where points run, not what they compute: kept from the current command
 #: line when `--resume` reruns a recorded sweep.
@@ -66,44 +82,105 @@ def _depth_range(text: str) -> tuple[int, int]:
     return a, b
 
 
-def _backend(args: argparse.Namespace) -> Any:
-    """Where the points run (stability.run.executor.executor_for): `--serial` in one worker process
-    at a time (each point isolated from the next), else on Dask."""
-    from stability.run.executor import executor_for
-    from stability.run.plugins import plugins_environment
+def _scheduler(text: str) -> str:
+    """`--scheduler`: SCHEME://HOST:PORT with a Dask scheme and a port number, checked before any
+    connection is tried (Dask's own parser raises tracebacks at these)."""
+    import urllib.parse
+
+    fix = "give tcp://HOST:PORT, e.g. tcp://127.0.0.1:8786, or run without --scheduler"
+    parts = urllib.parse.urlsplit(text.strip())
+    if not parts.scheme or "://" not in text:
+        raise UsageError(f"--scheduler {text!r}: not an address; {fix}")
+    if parts.scheme not in SCHEDULER_SCHEMES:
+        raise UsageError(f"--scheduler {text}: {parts.scheme!r} is not a Dask scheme ({', '.join(SCHEDULER_SCHEMES)}); {fix}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if not parts.hostname or port is None or port < 1 or parts.path.strip("/") or parts.query:
+        raise UsageError(f"--scheduler {text}: needs a host and a port number (1-65535) and nothing else; {fix}")
+    return text.strip()
+
+
+def _check_backend(args: argparse.Namespace) -> None:
+    """The backend options, refused before any cluster or process is started."""
+    from stability.cli import _cores
 
     if args.device == "cuda" and not args.scheduler:
         import torch
 
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: CUDA is not available on this machine; use --device cpu, or --scheduler with GPU workers")
+    if args.serial and (args.scheduler or args.workers is not None):
+        raise UsageError("--serial runs one point at a time on this machine; drop --workers / --scheduler, or drop --serial")
+    if args.workers is not None:
+        if args.scheduler:
+            raise UsageError("--workers sizes a local cluster, and --scheduler uses a running one (whose workers run the points); drop one of them")
+        most = WORKERS_PER_CORE * _cores()
+        if not 1 <= args.workers <= most:
+            raise UsageError(f"--workers {args.workers}: give 1 to {most} ({WORKERS_PER_CORE} per usable core), or --serial")
+    if args.scheduler is not None:
+        args.scheduler = _scheduler(args.scheduler)
+
+
+def _quiet_dask() -> None:
+    """Dask's own log lines (a worker restarted, a task lost with it, a heartbeat's traceback from
+    a dying worker) would interleave with the sweep's output; the sweep reports every failed point
+    itself, with its reason. Only critical ones are shown, in this process and in the workers it
+    starts, unless $DASK_LOGGING__DISTRIBUTED says otherwise."""
+    import logging
+    import os
+
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "critical")
+    level = logging.getLevelName(os.environ["DASK_LOGGING__DISTRIBUTED"].upper())
+    if not isinstance(level, int):
+        return
+    try:
+        import distributed  # noqa: F401 -- its loggers exist once it is imported (and set their own levels)
+    except ImportError:
+        return
+    for name in [n for n in logging.root.manager.loggerDict if n == "distributed" or n.startswith("distributed.")]:
+        logging.getLogger(name).setLevel(level)
+
+
+def _backend(args: argparse.Namespace) -> Any:
+    """Where the points run (stability.run.executor.executor_for): `--serial` in one worker process
+    at a time (each point isolated from the next), else on Dask. `_check_backend` first."""
+    from stability.run.executor import executor_for
+    from stability.run.plugins import plugins_environment
+
     if args.serial:
-        if args.scheduler or args.workers:
-            raise UsageError("--serial runs one point at a time on this machine; drop --workers / --scheduler, or drop --serial")
         return executor_for("workers", jobs=1, threads=1, env=plugins_environment(args.plugin))
-    if args.workers is not None and args.workers < 1:
-        raise UsageError(f"--workers {args.workers}: give at least 1, or --serial")
+    _quiet_dask()
     try:
         return executor_for("dask", jobs=args.workers or 0, scheduler=args.scheduler, gpu=args.device == "cuda", env=plugins_environment(args.plugin))
     except ImportError:
         raise UsageError("Dask distributed is not installed: pip install 'stability[sweep]', or run with --serial") from None
-    except OSError as exc:
-        raise UsageError(f"--scheduler {args.scheduler}: cannot connect ({exc}); check the address, or run without --scheduler") from None
+    except Exception as exc:  # whatever the address answers (nothing, or not Dask): one line, exit 2
+        if not args.scheduler:
+            raise
+        from stability.run.sweep_exec import CONNECT_TIMEOUT_S
+
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        raise UsageError(f"--scheduler {args.scheduler}: no Dask scheduler answered there within {CONNECT_TIMEOUT_S:g} s ({why}); check the address, or run without --scheduler") from None
 
 
 def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv: list[str]) -> int:
-    from stability.spec.load import load_spec
-
-    db = args.db or DEFAULT_DB
+    db = DEFAULT_DB if args.db is None else args.db
     if args.compare:
-        with Store(db) as store:
+        extra = [flag for flag, given in (("SPEC", args.spec), ("--over", args.over), ("--resume", args.resume), ("--html", args.html is not None)) if given]
+        if extra:
+            raise UsageError(f"--compare reads budgets from the store and runs nothing; drop {', '.join(extra)}")
+        with Store(db, read_only=True) as store:
             return _compare(store, args.compare, console)
+    resumed_id = None
     if args.resume:
         with Store(db) as store:
-            last = store.last_unfinished()
+            last = store.last_unfinished(_recorded_args(argv) if args.spec else None)
         if last is None:
             if not args.spec:
                 raise UsageError(f"--resume: no unfinished sweep is recorded in {db}; start one with `stability sweep SPEC --over ...`")
+            console.print(f"--resume: no unfinished sweep of this spec and grid is recorded in {db}; running it (stored points are reused)", highlight=False)
         else:
             from stability.cli import _parser
 
@@ -111,36 +188,38 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
             console.print(f"resuming sweep {last[0]}: stability {' '.join(resumed)}", highlight=False)
             args = _parser().parse_args(resumed)
             args.db = db
-            args.resumed_id = last[0]
+            resumed_id = last[0]
     if not args.spec:
         raise UsageError("stability sweep: give a spec file, e.g. stability sweep specs/plain_mlp.toml --over depth=log:2:1024:10")
-    from stability.run.grid import parse_axis
+    plan = _plan(args)
+    if plan is None:
+        return 2
+    from stability.run.sweep import run_sweep
 
-    axes = [parse_axis(text) for text in args.over]
-    spec = load_spec(args.spec)
-    names = swept_invariants(spec, args.only)
-    if args.seeds < 1:
-        raise UsageError(f"--seeds {args.seeds}: give at least 1 seed per point")
-    first = spec.space.seed[0] if args.first_seed is None else args.first_seed
-    if first < 0:
-        raise UsageError(f"--first-seed {first}: seeds are >= 0")
-    seeds = list(range(first, first + args.seeds))
-    depth_range = _depth_range(args.depth_range) if args.depth_range else None
-    if args.html:
-        from stability.report.outputs import check_outputs
-
-        check_outputs(json=None, junit=None, html=args.html)  # the rules of `stability check --html`
-    from stability.run.sweep import code_version, run_sweep
-
-    version = code_version()
-    Store(db).close()  # a bad --db is reported before a cluster starts
+    check_store(db)  # a bad --db is reported before a cluster starts, and nothing is created until one has
     backend = _backend(args)
-    store = Store(db)
-    resumed_id = getattr(args, "resumed_id", None)
-    sweep_id = resumed_id if resumed_id is not None else store.start_sweep(version, _recorded_args(argv))
+    try:
+        store = Store(db)
+    except BaseException:
+        backend.close()
+        raise
+    sweep_id = resumed_id if resumed_id is not None else store.start_sweep(plan.version, _recorded_args(argv))
     try:
         with _progress(err, disabled=args.quiet) as update:
-            result = run_sweep(spec, axes, store, backend, seeds=seeds, device=args.device, depth_range=depth_range, budgets=not args.no_budget, progress=update, version=version, invariants=names)
+            result = run_sweep(
+                plan.spec,
+                plan.axes,
+                store,
+                backend,
+                seeds=plan.seeds,
+                device=args.device,
+                depth_range=plan.depth_range,
+                budgets=not args.no_budget,
+                progress=update,
+                version=plan.version,
+                invariants=plan.names,
+                case_timeout=args.case_timeout or None,
+            )
     except KeyboardInterrupt:
         console.print(f"interrupted: the points finished so far are stored in {db}; `stability sweep --resume --db {db}` continues", highlight=False)
         store.close()
@@ -152,16 +231,83 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
     print_budgets(result.budgets, console)
     failed = sum(p.failed for p in result.points)
     console.print(
-        f"{len(result.points)} grid point(s) × {len(seeds)} seed(s), {len(result.extra_points)} more for the budgets: "
+        f"{len(result.points)} grid point(s) × {len(plan.seeds)} seed(s), {len(result.extra_points)} more for the budgets: "
         f"{result.probed} probe(s) run on {result.workers} worker(s), {result.cached} point(s) reused from {db}" + (f", {failed} point(s) failed" if failed else "") + f", in {result.seconds:.1f} s",
         highlight=False,
     )
+    _print_failed([p for p in (*result.points, *result.extra_points) if p.failed], console)
     if args.html:
         from stability.report.sweep_report import write_sweep_html
 
         path = write_sweep_html(args.html, result)
         console.print(f"report: {path}", highlight=False)
     return 0
+
+
+#: How many failed points the summary names (with their reasons) before it counts the rest.
+_FAILED_SHOWN = 5
+
+
+def _print_failed(failed: list[Any], console: Console) -> None:
+    """One line per point that could not be measured (a crash, the time limit, a refusal), with
+    the reason of its first seed: such a point is never stored, and the next sweep probes it again."""
+    for p in failed[:_FAILED_SHOWN]:
+        where = ",".join(f"{k}={v}" for k, v in p.point.items()) or "(the corner case)"
+        reason = next((r["error"] for r in p.rows if r["error"]), "not measured")
+        console.print(f"failed point {escape(where)}: {escape(' '.join(str(reason).split()))}", highlight=False, soft_wrap=True)
+    if len(failed) > _FAILED_SHOWN:
+        console.print(f"... and {len(failed) - _FAILED_SHOWN} more failed point(s)", highlight=False)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    spec: Any
+    axes: list[Any]
+    seeds: list[int]
+    depth_range: tuple[int, int] | None
+    names: list[str]
+    version: str
+
+
+def _plan(args: argparse.Namespace) -> _Plan | None:
+    """Everything `stability sweep SPEC` can refuse, refused before any store, process or cluster
+    exists (UsageError or SpecError: one line, exit 2): the spec, the factory rule (the one
+    `stability check` applies), the axes and the grid's size, the seeds, the depth range, every
+    point applied to the spec once, the report path, the memory budget and the backend options.
+    None when the factory rule refused the spec (`stability.cli._factories_allowed` has printed why)."""
+    import os
+
+    from stability.cli import _factories_allowed
+    from stability.run.grid import check_points, grid_points, grid_size, parse_axis
+    from stability.run.sweep import code_version
+    from stability.spec.load import load_spec
+
+    spec = load_spec(args.spec)
+    if _factories_allowed([spec], [])[1]:  # refused (and said so, in check's words): nothing runs
+        return None
+    axes = [parse_axis(text) for text in args.over]
+    points = grid_size(axes)
+    names = swept_invariants(spec, args.only)
+    if not 1 <= args.seeds <= MAX_SEEDS:
+        raise UsageError(f"--seeds {args.seeds}: give at least 1 seed per point, and at most {MAX_SEEDS:,}")
+    if points * args.seeds > MAX_PROBES:
+        raise UsageError(f"--seeds {args.seeds} on {points:,} grid point(s) is {points * args.seeds:,} probes; a sweep runs at most {MAX_PROBES:,}: give fewer seeds or points")
+    first = spec.space.seed[0] if args.first_seed is None else args.first_seed
+    if not 0 <= first <= _MAX_SEED - (args.seeds - 1):
+        raise UsageError(f"--first-seed {first}: seeds lie in [0, 2**63 - 1], so with --seeds {args.seeds} the first is at most {_MAX_SEED - (args.seeds - 1)}")
+    seeds = list(range(first, first + args.seeds))
+    depth_range = _depth_range(args.depth_range) if args.depth_range else None
+    check_points(spec, grid_points(axes), seed=first, device=args.device)
+    if args.html is not None:
+        from stability.report.outputs import check_outputs
+
+        check_outputs(json=None, junit=None, html=args.html, inputs=[spec.path])  # the rules of `stability check --html`
+    if os.environ.get("STABILITY_MEMORY_BUDGET"):
+        from stability.run.guard import memory_budget
+
+        memory_budget("cpu")  # raises UsageError naming the variable, as `stability check` does
+    _check_backend(args)
+    return _Plan(spec, axes, seeds, depth_range, names, code_version())
 
 
 def swept_invariants(spec: Any, only: str | None) -> list[str]:
@@ -232,8 +378,14 @@ def print_budgets(budgets: list[Budget], console: Console) -> None:
 def _compare(store: Store, revs: list[str], console: Console) -> int:
     from stability.run.sweep import compare
 
-    va, vb, moved = compare(store, revs[0], revs[1])
-    console.print(f"budgets under {va} → {vb}", highlight=False)
+    found = compare(store, revs[0], revs[1])  # nothing comparable: UsageError, exit 2
+    va, vb, moved = found.version_a, found.version_b, found.moved
+    console.print(f"budgets under {va} → {vb}: {found.compared} compared", highlight=False)
+    if found.only_a or found.only_b:
+        console.print(
+            f"not compared: {found.only_a} budget(s) stored only under {va} and {found.only_b} only under {vb} (another spec content, grid or device)",
+            highlight=False,
+        )
     if not moved:
         console.print("no budget moved", highlight=False)
         return 0
@@ -241,10 +393,11 @@ def _compare(store: Store, revs: list[str], console: Console) -> int:
     for col in ("spec", "slice", "invariant", "seeds", "depths", va, vb, ""):
         t.add_column(col, overflow="fold")
     lowered = False
-    for key, a, b in moved:
+    for (name, slice_, invariant, seeds, depths, device), a, b in moved:
         down = _rank(b) < _rank(a)
         lowered |= down
-        t.add_row(*(escape(str(k)) for k in key), _status_text(a), _status_text(b), "[red]lower[/red]" if down else "higher")
+        shown = name if device == "cpu" else f"{name} ({device})"
+        t.add_row(*(escape(str(k)) for k in (shown, slice_, invariant, seeds, depths)), _status_text(a), _status_text(b), "[red]lower[/red]" if down else "higher")
     console.print(t)
     return 1 if lowered else 0
 

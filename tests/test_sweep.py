@@ -176,7 +176,8 @@ def test_compare_lists_budgets_that_moved_and_fails_when_one_went_down(tmp_path:
     assert main(["sweep", "--compare", "0.1.0+gaaaa", "0.1.0+gbbbb", "--db", str(db)]) == 1
     out = capsys.readouterr().out
     assert "gradient_arrival" in out and "21" in out and "10" in out and "lower" in out
-    assert main(["sweep", "--compare", "0.1.0+gaaaa", "0.1.0+gaaaa", "--db", str(db)]) == 0
+    assert main(["sweep", "--compare", "0.1.0+gaaaa", "0.1.0+gaaaa", "--db", str(db)]) == 2  # one version against itself compares nothing
+    assert "both name the code version 0.1.0+gaaaaaaaaaaaa" in capsys.readouterr().err
     assert main(["sweep", "--compare", "nope", "0.1.0+gaaaa", "--db", str(db)]) == 2
     assert "no budgets stored for that code version" in capsys.readouterr().err
 

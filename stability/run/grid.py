@@ -13,6 +13,10 @@ Value syntax, one axis per `--over`:
 
 Integer keys (depth, width, batch) round to whole numbers and drop repeats.
 
+Sizes are checked before anything is allocated: an axis has at most `MAX_AXIS_VALUES` values and a
+grid at most `MAX_POINTS` points (`grid_size`), and every point is applied to the spec once before
+a sweep starts (`check_points`), so a point that cannot be swept is refused up front, not mid-way.
+
 Keys that set a case value: depth, width, batch, weight_init (alias init), branch_init, dtype.
 Keys that change the spec for the point: init_std and init_gain (`space`), branch_scale,
 skip_scale, gate_bias (`block`), and sigma_w2, the weight variance σ_w² of the mean-field
@@ -32,7 +36,7 @@ from stability.spec.case import Case, corner_case
 from stability.spec.registry import FAMILIES
 from stability.spec.schema import BranchInit, DType, Spec, WeightInit
 
-__all__ = ["Axis", "parse_axis", "grid_points", "apply_point", "point_key", "INT_KEYS", "KEYS"]
+__all__ = ["Axis", "parse_axis", "grid_points", "grid_size", "check_points", "apply_point", "point_key", "INT_KEYS", "KEYS", "MAX_AXIS_VALUES", "MAX_POINTS"]
 
 INT_KEYS = ("depth", "width", "batch")
 _CHOICE_KEYS = ("weight_init", "branch_init", "dtype")
@@ -44,6 +48,13 @@ KEYS = (*INT_KEYS, *_CHOICE_KEYS, *_SPACE_FLOATS, *_BLOCK_FLOATS, "sigma_w2")
 _ALIASES = {"init": "weight_init", "σ_w²": "sigma_w2"}
 
 Value = int | float | str
+
+#: The most values one `--over` axis may have.
+MAX_AXIS_VALUES = 10_000
+#: The most points a grid may have (each is a seed ensemble of probes).
+MAX_POINTS = 100_000
+#: The largest depth, width or batch an axis may name.
+MAX_INT = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -79,6 +90,7 @@ def parse_axis(text: str) -> Axis:
         raise UsageError(f"--over: unknown key '{key}'{did_you_mean(key, KEYS)}; known keys: {', '.join(KEYS)}")
     if key in _CHOICE_KEYS:
         values: list[Value] = [v.strip() for v in raw.split(",") if v.strip()]
+        _bounded(key, raw, len(values))
         if not values:
             raise UsageError(f"--over {key}={raw}: name at least one value")
         known = _CHOICES[key]
@@ -99,6 +111,7 @@ def parse_axis(text: str) -> Axis:
         if n < 1 or lo > hi or (kind == "log" and lo <= 0):
             need = "0 < LO <= HI" if kind == "log" else "LO <= HI"
             raise UsageError(f"--over {key}={raw}: need {need} and N >= 1")
+        _bounded(key, raw, n)
         if n == 1:
             floats = [lo]
         elif kind == "log":
@@ -107,31 +120,60 @@ def parse_axis(text: str) -> Axis:
             floats = [lo + (hi - lo) * i / (n - 1) for i in range(n)]
         floats = [float(f"{x:.6g}") for x in floats]  # readable keys: 0.5,0.75,… not 0.7500000000000001
     else:
-        floats = [_number(v.strip(), key, raw) for v in raw.split(",") if v.strip()]
+        items = [v.strip() for v in raw.split(",") if v.strip()]
+        _bounded(key, raw, len(items))
+        floats = [_number(v, key, raw) for v in items]
         if not floats:
             raise UsageError(f"--over {key}={raw}: name at least one value")
     if key in INT_KEYS:
         ints = [round(x) for x in floats]
         if min(ints) < 1:
             raise UsageError(f"--over {key}={raw}: {key} must be at least 1")
+        if max(ints) > MAX_INT:
+            raise UsageError(f"--over {key}={raw}: {max(ints):.3g} is more than {key} can be (at most {MAX_INT:,})")
         return Axis(key, tuple(dict.fromkeys(ints)))
     if key in ("init_std", "sigma_w2") and min(floats) <= 0:
         raise UsageError(f"--over {key}={raw}: {key} must be positive")
     return Axis(key, tuple(dict.fromkeys(floats)))
 
 
-def grid_points(axes: list[Axis]) -> list[dict[str, Value]]:
-    """Every combination of the axes' values (the first axis varies slowest)."""
+def _bounded(key: str, raw: str, n: int) -> None:
+    if n > MAX_AXIS_VALUES:
+        shown = raw if len(raw) <= 40 else raw[:37] + "..."
+        raise UsageError(f"--over {key}={shown}: {n} values; an axis has at most {MAX_AXIS_VALUES:,} (a sweep probes every one with every seed): give fewer")
+
+
+def grid_size(axes: list[Axis]) -> int:
+    """How many points the axes make, checked against the repeated-key rules and `MAX_POINTS`
+    before any point is built (raises UsageError)."""
     keys = [a.key for a in axes]
     if len(set(keys)) != len(keys):
         dup = next(k for k in keys if keys.count(k) > 1)
         raise UsageError(f"--over {dup} is given twice; give each key once, with all its values")
     if "sigma_w2" in keys and ("init_std" in keys or "weight_init" in keys):
         raise UsageError("--over sigma_w2 sets weight_init and init_std itself; drop --over init_std / weight_init")
+    size = math.prod(len(a.values) for a in axes)
+    if size > MAX_POINTS:
+        shape = " × ".join(str(len(a.values)) for a in axes)
+        raise UsageError(f"--over: the grid has {shape} = {size:,} points; a sweep takes at most {MAX_POINTS:,}: give fewer values, or sweep in parts")
+    return size
+
+
+def grid_points(axes: list[Axis]) -> list[dict[str, Value]]:
+    """Every combination of the axes' values (the first axis varies slowest); its size is checked
+    first (`grid_size`)."""
+    grid_size(axes)
     points: list[dict[str, Value]] = [{}]
     for axis in axes:
         points = [{**p, axis.key: v} for p in points for v in axis.values]
     return points
+
+
+def check_points(spec: Spec, points: list[dict[str, Value]], *, seed: int, device: str = "cpu") -> None:
+    """Apply every point to the spec once (`apply_point`), so that a point the sweep cannot run
+    (an axis that changes nothing there, a key the family lacks) is refused before anything runs."""
+    for point in points:
+        apply_point(spec, point, seed=seed, device=device)
 
 
 def point_key(point: dict[str, Value]) -> str:

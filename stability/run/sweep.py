@@ -3,7 +3,8 @@ spec's depth budget, every probe kept in the results store.
 
 1. The grid (`stability.run.grid`): every combination of the `--over` axes. Each point is probed with
    the same seeds (`--seeds N`, from the spec's first seed up). Points already in the store under
-   this spec content and code version are read, not probed; the rest run on a backend
+   these inputs (`inputs_hash`: the spec's content and a custom spec's factory module), this code
+   version and this device are read, not probed; the rest run on a backend
    (`stability.run.sweep_exec`: in this process, or on Dask workers) and are stored as they arrive.
 2. The depth budget: for every slice of the grid (each combination of the axes other than depth)
    and every declared invariant, the largest depth at which the invariant holds on *every* seed
@@ -33,14 +34,14 @@ from stability.judge.verdict import is_evidence
 from stability.measure.measurements import Measurements
 from stability.run.conclude import judge, severity
 from stability.run.executor import Executor, Outcome
-from stability.run.grid import Axis, Value, apply_point, grid_points, point_key
+from stability.run.grid import Axis, Value, apply_point, check_points, grid_points, point_key
 from stability.run.results import CaseRecord
 from stability.run.store import Budget, Store
 from stability.run.sweep_exec import PointTask, Row
 from stability.spec.applicability import not_applicable_reason
 from stability.spec.schema import Spec
 
-__all__ = ["PointResult", "PointVerdict", "SweepResult", "Sweep", "spec_hash", "code_version", "ensemble_verdict", "compare"]
+__all__ = ["PointResult", "PointVerdict", "SweepResult", "Sweep", "Comparison", "spec_hash", "inputs_hash", "code_version", "ensemble_verdict", "compare"]
 
 Progress = Callable[[int, int, int], None]  # (points done, of which cached, points known so far)
 
@@ -49,6 +50,28 @@ def spec_hash(spec: Spec) -> str:
     """The spec's content (every validated value, not the file's path or comments), hashed."""
     data = spec.model_dump(mode="json", exclude={"path"})
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def inputs_hash(spec: Spec) -> str:
+    """What a sweep's stored numbers depend on besides the harness's code: the spec's content
+    (`spec_hash`) and, for a spec whose family runs user code, the bytes of its factory module as
+    the factory rule finds it (`stability.families.factory.locate_factory`, under the source roots
+    in force), or the fact that it is missing. Editing the module, or creating it, gives other
+    keys, so no stored row outlives the code that made it. (Modules the factory module imports in
+    turn are not covered: edit the factory module, or use a fresh `--db`.)"""
+    from stability.errors import SpecError
+    from stability.families.factory import locate_factory
+    from stability.spec.registry import FAMILIES
+
+    content = spec_hash(spec)
+    if not (FAMILIES.get(spec.family).user_code and spec.block.factory):
+        return content
+    h = hashlib.sha256(content.encode() + b"\0")
+    try:
+        h.update(locate_factory(spec.path, spec.block.factory)[2].read_bytes())
+    except (SpecError, OSError):
+        h.update(b"\0missing factory module")
+    return h.hexdigest()[:16]
 
 
 #: The package's folder: every stage's code, whose state `code_version` names.
@@ -219,7 +242,7 @@ class Sweep:
         self.memory_budget = memory_budget
         self.seeds, self.device = list(seeds), device
         self.version = version or code_version()
-        self.hash = spec_hash(spec)
+        self.hash = inputs_hash(spec)
         self.progress = progress
         self.done = self.cached = self.known = 0
         self._fresh: set[str] = set()  # points probed by this run: found again later (bisection), they are not "reused"
@@ -299,7 +322,7 @@ class Sweep:
                 case, detail = b.deciding
                 failing_depth = b.bad
                 out.append(Budget(self.spec.name, point_key(s), n, budget, status, case, detail, self.reproduce(s, failing_depth, case) if case is not None and failing_depth is not None else None))
-        self.store.put_budgets(self.hash, self.version, self.seeds, depth_range, out)
+        self.store.put_budgets(self.hash, self.version, self.seeds, depth_range, out, device=self.device)
         return out, list(seen.values())
 
     def reproduce(self, slice_: dict[str, Value], depth: int, case_text: str) -> str:
@@ -318,39 +341,80 @@ class Sweep:
             except StabilityError:
                 pass
         over = " ".join(f"--over {shlex.quote(f'{k}={v}')}" for k, v in {"depth": depth, **slice_}.items())
-        return f"stability sweep {shlex.quote(self.spec.path)} {over} --seeds 1 --first-seed {seed}"
+        device = "" if self.device == "cpu" else f" --device {shlex.quote(self.device)}"
+        return f"stability sweep {shlex.quote(self.spec.path)} {over} --seeds 1 --first-seed {seed}{device}"
 
 
-Moved = list[tuple[tuple[str, str, str, str, str], tuple[int | None, str, str | None], tuple[int | None, str, str | None]]]
+#: One budget under both code versions: ((spec name, slice, invariant, seeds, depth range, device), A's, B's),
+#: each side (budget, status, deciding case).
+Moved = list[tuple[tuple[str, str, str, str, str, str], tuple[int | None, str, str | None], tuple[int | None, str, str | None]]]
 
 
-def compare(store: Store, rev_a: str, rev_b: str) -> tuple[str, str, Moved]:
-    """Budgets stored under two code versions that differ: (version A, version B, [(key, A, B)]).
+@dataclass
+class Comparison:
+    """`compare`'s answer: the two code versions, every budget stored under both whose value
+    differs (`moved`), how many were compared, and how many are stored under one version only."""
+
+    version_a: str
+    version_b: str
+    moved: Moved
+    compared: int
+    only_a: int
+    only_b: int
+
+
+def compare(store: Store, rev_a: str, rev_b: str) -> Comparison:
+    """Budgets stored under two different code versions, matched by what they were measured on
+    (inputs hash, slice, invariant, seeds, depth range, device; never by the spec's name, so an
+    edited copy of a spec under the same name is another budget). Raises UsageError (exit 2) when
+    a revision is empty, unknown or ambiguous, when both name one code version, or when no budget
+    is stored under both: nothing is comparable, which is never "no budget moved".
 
     A revision is resolved with `git rev-parse` (a branch, tag or commit) and matched to a stored
-    code version by its commit; anything else must be a stored code version's prefix.
+    code version by its commit; anything else must be a prefix of exactly one stored code version.
     """
     from stability.errors import UsageError
 
     versions = store.code_versions()
+    known = ", ".join(versions) or "none yet"
 
     def resolve(rev: str) -> str:
-        try:
-            commit = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], capture_output=True, text=True, timeout=30, check=True).stdout.strip()
-            matches = [v for v in versions if f"+g{commit[:12]}" in v]
-        except (OSError, subprocess.SubprocessError):
-            matches = []
-        matches = matches or [v for v in versions if v.startswith(rev)]
+        if not rev.strip():
+            raise UsageError(f"--compare {rev!r}: a revision is empty; give a git revision or a stored code version ({known})")
+        matches = []
+        if not rev.startswith("-"):  # (never an option to git)
+            try:
+                commit = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+            except (OSError, subprocess.SubprocessError):
+                commit = ""
+            matches = [v for v in versions if commit and f"+g{commit[:12]}" in v]
+        if matches:  # one commit: its clean tree's version if stored, else its latest edited one
+            clean = [v for v in matches if ".dirty" not in v]
+            return (clean or matches)[-1]
+        matches = [v for v in versions if v.startswith(rev)]
         if not matches:
-            known = ", ".join(versions) or "none yet"
             raise UsageError(f"--compare {rev}: no budgets stored for that code version in {store.path}; stored versions: {known}")
-        clean = [v for v in matches if ".dirty" not in v]
-        return (clean or matches)[-1]
+        if len(matches) > 1:
+            raise UsageError(f"--compare {rev}: names {len(matches)} stored code versions ({', '.join(matches)}); give more of one")
+        return matches[0]
 
     va, vb = resolve(rev_a), resolve(rev_b)
+    if va == vb:
+        raise UsageError(f"--compare {rev_a} {rev_b}: both name the code version {va}; give two different revisions")
     a, b = store.budgets(va), store.budgets(vb)
-    moved = [(key, a[key], b[key]) for key in sorted(set(a) & set(b)) if a[key][:2] != b[key][:2]]
-    return va, vb, moved
+    common = sorted(set(a) & set(b))
+    if not common:
+        raise UsageError(
+            f"--compare {rev_a} {rev_b}: nothing is comparable: no budget is stored under both {va} and {vb} for the same spec content, slice, "
+            f"invariant, seeds, depth range and device ({len(a)} under one, {len(b)} under the other); sweep the same spec and grid under both"
+        )
+    moved: Moved = []
+    for key in common:
+        (name, budget_a, status_a, case_a), (_, budget_b, status_b, case_b) = a[key], b[key]
+        if (budget_a, status_a) != (budget_b, status_b):
+            _, slice_, invariant, seeds, depths, device = key
+            moved.append(((name, slice_, invariant, seeds, depths, device), (budget_a, status_a, case_a), (budget_b, status_b, case_b)))
+    return Comparison(va, vb, moved, len(common), len(set(a) - set(b)), len(set(b) - set(a)))
 
 
 def run_sweep(
@@ -375,8 +439,10 @@ def run_sweep(
 
     t0 = time.perf_counter()
     backend = backend or InProcessExecutor()
+    grid = grid_points(axes)
+    check_points(spec, grid, seed=seeds[0] if seeds else 0, device=device)  # a point that cannot run is refused before any runs
     sweep = Sweep(spec, store, backend, seeds=seeds, device=device, version=version, progress=progress, invariants=invariants, memory_budget=memory_budget, case_timeout=case_timeout)
-    points = sweep.evaluate(grid_points(axes))
+    points = sweep.evaluate(grid)
     if depth_range is None:
         depth_axis = next((a for a in axes if a.key == "depth"), None)
         ints = [int(v) for v in depth_axis.values] if depth_axis else list(spec.space.depth)

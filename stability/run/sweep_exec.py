@@ -39,12 +39,14 @@ from typing import Any
 from stability.run.executor import Emit, Executor, Job, Outcome, Trace
 from stability.run.grid import Value, apply_point
 
-__all__ = ["PointTask", "Row", "DaskExecutor", "DASK_GRACE_S"]
+__all__ = ["PointTask", "Row", "DaskExecutor", "DASK_GRACE_S", "CONNECT_TIMEOUT_S"]
 
 Row = dict[str, Any]  # {"seed": int, "case": str, "m": JSON text | None, "error": str | None}
 
 #: Past a case's time limit, how long a Dask job may still run before its worker is restarted.
 DASK_GRACE_S = 5.0
+#: How long connecting to a `--scheduler` may take before the sweep gives up (exit 2).
+CONNECT_TIMEOUT_S = 10.0
 
 
 def _one_line(exc: BaseException) -> str:
@@ -170,7 +172,7 @@ class DaskExecutor(Executor):
         if client is not None:
             self.client = client
         elif scheduler:
-            self.client = Client(scheduler, timeout="30s")  # type: ignore[no-untyped-call,unused-ignore]
+            self.client = Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")  # type: ignore[no-untyped-call,unused-ignore]
         else:
             # CUDA points need the GPU resource: one local worker holds it (several workers would
             # share the same device; for one worker per GPU start workers with CUDA_VISIBLE_DEVICES
