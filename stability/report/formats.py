@@ -36,7 +36,7 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
 
     check_replaceable(path)  # never replace a device, a FIFO or a folder
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path), suffix=".tmp", dir=path.parent)
     umask = os.umask(0)
     os.umask(umask)
     try:
@@ -52,6 +52,21 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
         except OSError:
             pass
         raise
+
+
+def _temporary_prefix(path: Path) -> str:
+    """`.NAME.` for the temporary file beside `path`, NAME cut (in bytes, as the file system counts)
+    so that the whole temporary name, with mkstemp's 8 random characters and `.tmp`, stays within
+    the folder's NAME_MAX: a report whose own name fits is never lost to its temporary name."""
+    try:
+        name_max = os.pathconf(path.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    room = name_max - len(".") - len(".") - 8 - len(".tmp")
+    name = path.name
+    while name and len(os.fsencode(name)) > room:  # whole characters only
+        name = name[:-1]
+    return f".{name}."
 
 
 def _fmt(x: float | None) -> str:

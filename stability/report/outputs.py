@@ -9,7 +9,9 @@ a path; a report may not be one of the input spec files, and an existing non-emp
 replaced when it is a stability report of the same kind (so `--json my_factory.py` or
 `--html docs` over a hand-written index.html is refused). A missing parent folder is created when
 the report is written, provided the nearest existing ancestor is a writable folder (checked by
-creating and removing a temporary file in it, so `/proc` or a read-only mount is refused up front).
+creating and removing a temporary file in it, so `/proc` or a read-only mount is refused up front),
+and every name on the path fits the file system's NAME_MAX (the report's own temporary name is cut
+to fit too, `stability.report.formats.write_atomic`).
 """
 
 from __future__ import annotations
@@ -91,6 +93,20 @@ def _writable_folder(folder: Path, option: str, shown: str) -> None:
     os.unlink(tmp)
 
 
+def _names_fit(target: Path, option: str, shown: str) -> None:
+    """Every name on the path fits the file system's NAME_MAX (in bytes), so the report can be
+    created after the run, not refused by the kernel when its results are in."""
+    try:
+        name_max = os.pathconf(".", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    for part in target.parts:
+        size = len(os.fsencode(part))
+        if size > name_max:
+            cut = part if len(part) <= 40 else part[:37] + "..."
+            raise UsageError(f"{option} {cut if len(shown) > 80 else shown}: the name {cut!r} is {size} bytes, and the file system allows {name_max}; choose a shorter name")
+
+
 def check_outputs(*, json: str | None, junit: str | None, html: str | None, sarif: str | None = None, baseline: str | None = None, inputs: Iterable[str | Path] = ()) -> None:
     """Validate the report paths of one run; raise UsageError (exit 2) on the first problem.
     `baseline` is the `--baseline` file when `--update-baseline` rewrites it (a JSON report)."""
@@ -104,6 +120,7 @@ def check_outputs(*, json: str | None, junit: str | None, html: str | None, sari
         if raw.strip() == "-":  # not standard output: the terminal report is written there already
             raise UsageError(f"{option} -: reports are written to files, not to standard output; give a file name such as report.json")
         given = Path(raw)
+        _names_fit(given, option, raw)  # before any stat: a name that is too long makes every call on it fail
         if option == "--html":
             if given.exists() and not given.is_dir():
                 raise UsageError(f"{option} {raw}: is a file; give a folder (the report is written to FOLDER/index.html)")
