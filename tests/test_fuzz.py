@@ -5,8 +5,10 @@
     one line that names the file.
 (b) Arbitrary *valid* specs (every family and option, small sizes) go through build, probe, every
     invariant and the JSON report: each ends in a `Verdict`, never an internal error.
+(c) Arbitrary `stability sweep` command lines (every option, valid, boundary and garbage values)
+    end in exit 0, 1 or 2 with one line on stderr, never a traceback.
 
-The budget is small in the normal run; with STABILITY_PROFILE=thorough it is ≥ 1000 examples.
+The budget is small in the normal run; with STABILITY_PROFILE=thorough it is ≥ 1000 examples (500 command lines for (c)).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from stability.errors import SpecError
 from stability.judge.invariants import Verdict
 from stability.report.formats import to_json
 from stability.run.engine import RunOptions, run_spec
+from stability.run.executor import Executor, Outcome
 from stability.run.strategies import cases
 from stability.spec.load import parse_spec, validate_spec
 from stability.spec.registry import FAMILIES
@@ -470,3 +473,134 @@ def test_the_valid_spec_strategy_is_accepted_by_the_loader() -> None:
 
     check()
     assert rejected == []
+
+
+# ----------------------------------------------------------------------------- the sweep CLI
+
+SWEEP = settings(
+    max_examples=500 if THOROUGH else 30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
+SWEEP_SPECS = [str(SPECS_DIR / name) for name in ("plain_tanh_mlp.toml", "preact_mlp.toml", "custom_rezero.toml", "highway_mlp.toml")]
+
+garbage_numbers = st.one_of(
+    st.sampled_from(["0", "1e300", "-1", "nan", "inf", "1e-9", "9223372036854775807", "99999999999999999999", "x", ""]),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.integers(-(2**70), 2**70).map(str),
+)
+
+
+def _mostly(valid: st.SearchStrategy[str], garbage: st.SearchStrategy[str] = garbage_numbers) -> st.SearchStrategy[str]:
+    """`valid` four times in five, else `garbage` (Hypothesis draws the first choice of a pair
+    most, so the rare branch is the one it must reach on purpose)."""
+    return st.tuples(st.integers(0, 4), valid, garbage).map(lambda t: t[2] if t[0] == 3 else t[1])
+
+
+def _rarely(draw: st.DrawFn) -> bool:
+    return draw(st.integers(0, 9)) == 7
+
+
+@st.composite
+def axis_texts(draw: st.DrawFn) -> str:
+    from stability.run.grid import KEYS
+
+    usual = st.sampled_from(["depth", "width", "batch", "init_gain", "sigma_w2", "weight_init", "branch_init", "dtype", "gate_bias", "branch_scale"])
+    key = draw(_mostly(usual, st.sampled_from([*KEYS, "init", "σ_w²", "", "dpeth"])))
+    small = st.one_of(st.integers(1, 6).map(str), st.sampled_from(["0.5", "1.5", "2", "0.9"]))
+    kind = draw(st.sampled_from(["list", "log", "lin", "choices", "garbage"]))
+    if kind == "list":
+        values = ",".join(draw(st.lists(_mostly(small), min_size=0, max_size=3)))
+    elif kind in ("log", "lin"):
+        values = f"{kind}:{draw(_mostly(small))}:{draw(_mostly(small))}:{draw(_mostly(st.integers(1, 3).map(str)))}"
+    elif kind == "choices":
+        values = ",".join(draw(st.lists(st.sampled_from([*WEIGHT_INITS, "zero", "rezero", "float64", "bogus", ""]), max_size=3)))
+    else:
+        values = draw(st.text(max_size=12))
+    return key + values if _rarely(draw) else f"{key}={values}"
+
+
+@st.composite
+def sweep_argvs(draw: st.DrawFn) -> list[str]:
+    """A `stability sweep` command line: mostly small sweeps that run, with every option drawn
+    from valid, boundary and garbage values."""
+    argv = ["sweep"]
+    if not _rarely(draw):
+        argv.append(draw(st.sampled_from(SWEEP_SPECS)))
+    argv += ["--over", f"depth={','.join(map(str, draw(st.lists(st.integers(1, 6), min_size=1, max_size=3))))}"]
+    for text in draw(st.lists(axis_texts(), max_size=2)):
+        argv += ["--over", text]
+    options = {
+        "--seeds": _mostly(st.integers(1, 3).map(str)),
+        "--first-seed": _mostly(st.sampled_from(["0", "7", str(2**63 - 3), str(2**63 - 1)])),
+        "--depth-range": _mostly(st.tuples(st.integers(1, 4), st.integers(4, 40)).map(lambda t: f"{t[0]}:{t[1]}"), st.text(max_size=8)),
+        "--workers": garbage_numbers,
+        "--scheduler": st.sampled_from(["garbage", "tcp://", "http://example.com:80", "tcp://127.0.0.1:notaport", "tcp://[::1]:x", "tls://:1", "tcp://h:0", ""]),
+        "--only": st.sampled_from(["gradient_arrival", "variance_growth", "identity_at_init", "update_size", "nope"]),
+        "--case-timeout": _mostly(st.sampled_from(["60", "0", "30.5"])),
+        "--device": _mostly(st.just("cpu"), st.sampled_from(["cuda", "tpu"])),
+        "--db": _mostly(st.sampled_from(["r.sqlite", "sub/r.sqlite"]), st.sampled_from(["", ".", "dir/", "sub"])),
+        "--html": _mostly(st.sampled_from(["report", "a/b"]), st.sampled_from(["", "r.sqlite", "-"])),
+    }
+    for option in draw(st.lists(st.sampled_from(sorted(options)), max_size=3, unique=True)):
+        argv += [option, draw(options[option])]
+    argv += draw(st.lists(st.sampled_from(["--no-budget", "--serial", "-q", "--resume"]), max_size=2, unique=True))
+    if _rarely(draw):
+        argv += ["--compare", draw(_mostly(st.sampled_from(["HEAD", "0.1.0"]))), draw(_mostly(st.sampled_from(["HEAD~1", "0.1.0+g"])))]
+    if "--seeds" not in argv:
+        argv += ["--seeds", "2"]
+    if "--db" not in argv:
+        argv += ["--db", "r.sqlite"]
+    return argv
+
+
+class _SmallPoints(Executor):
+    """The sweep's executor under the fuzzer: a small point is probed in this process, a big one
+    (which only costs time) comes back unmeasured, as a refused point would."""
+
+    def map(self, jobs: Any, *, on_done: Any = None) -> list[Outcome]:
+        from stability.run.executor import InProcessExecutor
+
+        out = []
+        for job in jobs:
+            point = job.point
+            small = int(point.get("depth", 1)) <= 8 and int(point.get("width", 8)) <= 32 and int(point.get("batch", 4)) <= 8 and len(job.seeds) <= 3
+            if small:
+                (outcome,) = InProcessExecutor().map([job])
+            else:
+                outcome = Outcome(job, [{"seed": s, "case": "", "m": None, "error": "not probed by the fuzzer"} for s in job.seeds])
+            if on_done is not None:
+                on_done(outcome)
+            out.append(outcome)
+        return out
+
+
+@SWEEP
+@given(sweep_argvs())
+def test_the_sweep_cli_only_ever_exits_0_1_or_2_in_one_line(argv: list[str]) -> None:
+    """Whatever its arguments, `stability sweep` ends in exit 0 (done), 1 (`--compare` found a
+    budget that went down) or 2 with one line on stderr: never a traceback, never another code."""
+    import contextlib
+    import io
+    import tempfile
+    from unittest import mock
+
+    from stability.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with tempfile.TemporaryDirectory() as folder, contextlib.chdir(folder), mock.patch("stability.run.executor.executor_for", lambda *a, **k: _SmallPoints()):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as exc:  # --help and --version only
+                code = 0 if exc.code in (0, None) else 99
+        created = sorted(str(p.relative_to(folder)) for p in Path(folder).rglob("*"))
+    text = out.getvalue() + err.getvalue()
+    assert "Traceback" not in text, text
+    assert code in (0, 1, 2), (code, text)
+    if code == 2:
+        lines = err.getvalue().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("stability: error: "), err.getvalue()
+        assert all(p.startswith(("r.sqlite", "sub")) for p in created), created  # at most the store: no report
+    else:
+        assert err.getvalue() == "", err.getvalue()
