@@ -38,9 +38,9 @@ SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
 #: The largest seed a spec may name (`space.seed`).
 _MAX_SEED = 2**63 - 1
 
-#: Options that choose where points run, not what they compute: kept from the current command
-#: line when `--resume` reruns a recorded sweep.
-_BACKEND_FLAGS = {"--serial": 0, "--workers": 1, "--scheduler": 1, "--quiet": 0, "-q": 0, "--html": 1}
+#: Options that choose where and how long points run, not what they compute: kept from the
+#: current command line when `--resume` reruns a recorded sweep, and not part of what it matches.
+_BACKEND_FLAGS = {"--serial": 0, "--workers": 1, "--scheduler": 1, "--quiet": 0, "-q": 0, "--html": 1, "--case-timeout": 1}
 
 
 def _backend_args(argv: list[str]) -> list[str]:

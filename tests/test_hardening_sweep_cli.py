@@ -220,9 +220,10 @@ def test_resume_with_a_spec_picks_the_unfinished_sweep_of_exactly_that_command(s
     with Store(db) as store:
         mine_id = store.start_sweep("v", mine)
         store.start_sweep("v", ["sweep", "spec.toml", "--over", "depth=3", "--seeds", "1", "--no-budget", "--db", str(db)])  # a later one, another grid
-    code, out, err = sweep(*mine[1:], "--resume", "--serial", "-q")  # type: ignore[operator]
+    # the per-case time limit is the current command's, like the backend, and not part of what is matched
+    code, out, err = sweep(*mine[1:], "--resume", "--serial", "--case-timeout", "60", "-q")  # type: ignore[operator]
     assert code == 0, out + err
-    assert f"resuming sweep {mine_id}: stability {' '.join(mine)} --serial -q" in out
+    assert f"resuming sweep {mine_id}: stability {' '.join(mine)} --serial --case-timeout 60 -q" in out
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT DISTINCT point FROM probes ORDER BY point").fetchall() == [('{"depth":1}',), ('{"depth":2}',)]
         assert conn.execute("SELECT id FROM sweeps WHERE finished IS NULL").fetchall() == [(mine_id + 1,)]
