@@ -117,6 +117,7 @@ def test_a_factory_outside_your_code_is_refused_as_check_refuses_it(sweep: objec
         (["--case-timeout", "-1"], "is not a time limit; give seconds ≥ 0"),
         (["--html", ""], "--html '': the path is empty"),
         (["--over", "weight_init=identity,orthogonal", "--over", "init_gain=0.5"], "--over init_gain: it applies to weight_init = \"identity\", and this point's init is 'orthogonal'"),
+        (["--over", "weight_init=kaiming_normal", "--over", "init_std=0.1,0.2"], "--over init_std: it applies to weight_init = \"normal\", and this point's init is 'kaiming_normal'"),
         (["--compare", "a", "b"], "--compare reads budgets from the store and runs nothing; drop SPEC"),
     ],
 )
