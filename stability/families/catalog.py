@@ -23,7 +23,7 @@ __all__: list[str] = []
 _EVERY = frozenset({"layer", "kernel_size"})
 _LAYERS = frozenset({"activation", "norm", "norm_groups"})
 _RESIDUAL = frozenset({"skip", "skip_scale", "projection_spectrum", "branch_layers", "branch_scale"})
-_TRANSFORMER = frozenset({"skip", "norm_position", "causal", "heads", "head_dim", "mlp", "mlp_ratio", "residual", "layerscale_init"})
+_TRANSFORMER = frozenset({"skip", "norm_position", "causal", "heads", "head_dim", "mlp", "mlp_ratio", "residual", "layerscale_init", "qk_norm", "attn_softcap", "sigma_reparam"})
 _ANY_LAYER = ("linear", "conv2d", "tokens")
 _NO_ATTENTION = {"attention": "has no attention"}
 
