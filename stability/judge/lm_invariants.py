@@ -245,7 +245,9 @@ def early_warning(run: LMRun, *, steps: int, name: str = "logit_growth", thresho
     up = _DIRECTION[name] > 0
     bound = f"{name} {'≤' if up else '≥'} {threshold:g} over the first {steps} steps"
     value = indicator(run, name, steps)
-    extra: dict[str, Any] = {"indicator": name, "steps": steps, "lr": run.lr}
+    upto = [s for s in run.recorded if s < steps]
+    # The indicator as it stood at each recorded step (what a warning at that step would have read), and the losses so far.
+    extra: dict[str, Any] = {"indicator": name, "steps": steps, "lr": run.lr, "recorded": upto, "curve": _safe([indicator(run, name, s + 1) for s in upto]), "losses": _safe(run.losses[:steps])}
     if math.isnan(value):
         raise NotMeasured(f"nothing {name} reads was recorded in the first {steps} steps" + (f" (the run diverged at step {run.diverged_at})" if run.diverged_at is not None else ""), bound)
     fires = value > threshold if up else value < threshold
