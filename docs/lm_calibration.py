@@ -1,7 +1,7 @@
 """Measure a language-model spec's headline numbers over many seeds: the numbers behind the bounds
-of docs/lm_specs/*.toml (docs/training.md).
+of specs/*lm_*.toml (docs/training.md).
 
-    python docs/lm_calibration.py docs/lm_specs/control_attention_logit_growth.toml --seeds 8
+    python docs/lm_calibration.py specs/control_lm_attention_logit_growth.toml --seeds 8
 
 For each seed 0 … N−1 the spec's corner case with that seed is run and judged by `evaluate_lm`
 exactly as `--case` would, and every declared language-model invariant's observed value is
@@ -18,7 +18,6 @@ import time
 
 import torch
 
-import stability.judge.lm_plugin  # noqa: F401  (registers the language-model invariants)
 from stability.run.lm_training import LMCache, evaluate_lm
 from stability.spec.case import corner_case
 from stability.spec.load import load_spec

@@ -1,7 +1,7 @@
 """The learning-rate sensitivity of a language-model spec with and without qk-layernorm and z-loss
 (Wortsman et al. 2023, Fig. 1), on the same grid and seeds: the table in docs/training.md.
 
-    python docs/lm_lr_sensitivity.py docs/lm_specs/control_lr_sensitivity.toml [--seeds 8] [--z-loss 1e-4]
+    python docs/lm_lr_sensitivity.py specs/control_lm_lr_sensitivity.toml [--seeds 8] [--z-loss 1e-4]
 
 The spec declares [expect.lr_sensitivity]; it is run as it is, with block.qk_norm = "layer", with
 train.z_loss, and with both, each over the spec's grid for the ensemble of the corner case (seed 0
@@ -19,7 +19,6 @@ import time
 
 import torch
 
-import stability.judge.lm_plugin  # noqa: F401  (registers the language-model invariants)
 from stability.run.lm_training import evaluate_lm
 from stability.spec.case import corner_case
 from stability.spec.load import load_spec

@@ -1,18 +1,15 @@
 """stability/spec/lm_keys.py and the language-model invariants' tables (stability/spec/lm_expect.py,
-registered by the plugin stability.judge.lm_catalog): every check across the language-model keys is
+built in through stability.judge.lm_catalog): every check across the language-model keys is
 one SpecError line naming the file, the key, the value and the fix; and the entries are complete."""
 
 from __future__ import annotations
 
 import pytest
-from lm_support import lm_registered  # noqa: F401  (the fixture)
 
 from stability.errors import SpecError
 from stability.spec.lm_expect import LM_EXPLANATIONS, LM_INVARIANTS, LM_REFERENCES, AttentionLogits
 from stability.spec.load import parse_spec
 from stability.spec.registry import INVARIANTS
-
-pytestmark = pytest.mark.usefixtures("lm_registered")
 
 LM = """
 name = "lm"
@@ -77,7 +74,7 @@ def test_a_language_model_spec_loads_with_its_expectations() -> None:
         (lm(block=BLOCK + '\nsigma_reparam = true\nresidual = "gpt2"'), "block.sigma_reparam", "undoes residual = 'gpt2'"),
         (lm(block=BLOCK + '\nqk_norm = "bogus"'), "block.qk_norm", "is not one of 'none', 'layer' or 'rms'"),
         (lm().replace('name = "lm"', 'name = "lm"\nbogus = 1'), "bogus", "unknown key"),
-        (lm(family="preact", block='norm = "layer"').replace('layer = "tokens"\n', "").replace("tokens = 8\n", ""), "train.task", "transformer blocks, not family 'preact'"),
+        (lm(family="preact", block='norm = "layer"').replace('layer = "tokens"\n', "").replace("tokens = 8\n", ""), "train.task", "family 'preact' has no attention, and the language model"),
     ],
 )
 def test_a_bad_language_model_spec_is_one_line_naming_the_key(text: str, key: str, words: str) -> None:

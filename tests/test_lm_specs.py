@@ -1,40 +1,52 @@
-"""The shipped language-model specs (docs/lm_specs/*.toml, judged with the plugin
-stability.judge.lm_catalog): every control is violated, measured, on every seed of an ensemble of 8,
-every fix holds on the same seeds, a control flipped to `holds` is not met, and `stability check
---plugin` judges them in the ci profile and replays a case bit for bit. The learning-rate grid,
-whose runs take minutes, is marked slow."""
+"""The shipped language-model specs (specs/*lm_*.toml, built in, no plugin): every control is
+violated, measured, on every seed of an ensemble of 8, and every fix holds on the same seeds, in
+the profile each is shipped for (the pairs outside ci under the `slow` marker); `stability check`
+judges the ci pairs, names the others as skipped in ci, and the reproduce command it prints
+replays the case bit for bit. Flipping a control's `expect` is tests/test_controls.py's."""
 
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from lm_support import lm_registered  # noqa: F401  (the fixture)
 
 from stability.judge.verdict import is_evidence
 from stability.run.lm_training import evaluate_lm
 from stability.spec.case import corner_case
+from stability.spec.lm_expect import LM_INVARIANTS
 from stability.spec.load import load_spec
 
-pytestmark = pytest.mark.usefixtures("lm_registered")
-
-LM_SPECS = Path(__file__).resolve().parent.parent / "docs" / "lm_specs"
+SPECS = Path(__file__).resolve().parent.parent / "specs"
 SEEDS = range(8)
-PAIRS = [
-    ("control_attention_logit_growth", "attention_logits_qk_norm"),
-    ("control_output_logit_drift", "output_logits_z_loss"),
-    ("control_early_warning", "early_warning_qk_norm"),
+#: (control, fix) of each fact; the first ones run in ci, the rest in thorough only.
+CI_PAIRS = [
+    ("control_lm_attention_logit_growth", "lm_attention_logits_qk_norm"),
+    ("control_lm_early_warning", "lm_early_warning_qk_norm"),
 ]
+THOROUGH_PAIRS = [
+    ("control_lm_output_logit_drift", "lm_output_logits_z_loss"),
+    ("control_lm_loss_spike", "lm_loss_spike_tied_readout"),
+]
+#: Fixes whose control is another pair's: attn_softcap against control_lm_attention_logit_growth.
+THOROUGH_FIXES = ["lm_attention_logits_softcap"]
+LRS_PAIR = ("control_lm_lr_sensitivity", "lm_lr_sensitivity_qk_norm_z_loss")
 
 
-def test_the_shipped_specs_load_and_the_controls_say_which_fact() -> None:
-    paths = sorted(LM_SPECS.glob("*.toml"))
-    assert len(paths) >= 7
-    for path in paths:
+def _lm_specs() -> list[Path]:
+    return sorted(p for p in SPECS.glob("*.toml") if any(n for n, _ in load_spec(p).invariants() if n in LM_INVARIANTS))
+
+
+def test_every_shipped_language_model_spec_is_paired_and_says_where_it_runs() -> None:
+    named = {stem for pair in [*CI_PAIRS, *THOROUGH_PAIRS, LRS_PAIR] for stem in pair} | set(THOROUGH_FIXES)
+    assert {p.stem for p in _lm_specs()} == named
+    ci = {stem for pair in CI_PAIRS for stem in pair}
+    for path in _lm_specs():
         spec = load_spec(path)
-        assert spec.invariants(), path
+        assert spec.train is not None
+        assert spec.train.profiles == (["ci", "dev", "thorough"] if path.stem in ci else ["thorough"]), path
         if path.stem.startswith("control_"):
             assert path.read_text(encoding="utf-8").startswith("# Negative control, fact "), path
             assert all(e.expect == "violated" for _, e in spec.invariants()), path
@@ -42,7 +54,7 @@ def test_the_shipped_specs_load_and_the_controls_say_which_fact() -> None:
 
 def _verdicts(stem: str, seeds: range = SEEDS) -> list[tuple[bool, str, float]]:
     """(met, name, observed) of every invariant of the spec, on each seed's corner case."""
-    spec = load_spec(LM_SPECS / f"{stem}.toml")
+    spec = load_spec(SPECS / f"{stem}.toml")
     out = []
     for name, expectation in spec.invariants():
         for seed in seeds:
@@ -53,49 +65,48 @@ def _verdicts(stem: str, seeds: range = SEEDS) -> list[tuple[bool, str, float]]:
     return out
 
 
-@pytest.mark.parametrize(("control", "fix"), PAIRS, ids=[p[0] for p in PAIRS])
-def test_the_control_fails_and_the_fix_holds_on_every_seed(control: str, fix: str) -> None:
+@pytest.mark.parametrize(("control", "fix"), CI_PAIRS, ids=[p[0] for p in CI_PAIRS])
+def test_a_ci_control_fails_and_its_fix_holds_on_every_seed(control: str, fix: str) -> None:
     assert all(m for m, _, _ in _verdicts(control)), "a control was not violated on some seed"
     assert all(m for m, _, _ in _verdicts(fix)), "a fix did not hold on some seed"
 
 
-@pytest.mark.parametrize("control", [p[0] for p in PAIRS])
-def test_a_control_flipped_to_holds_is_not_met(control: str) -> None:
-    spec = load_spec(LM_SPECS / f"{control}.toml")
-    for name, expectation in spec.invariants():
-        flipped = spec.model_copy(update={"expect": spec.expect.model_copy(update={name: expectation.model_copy(update={"expect": "holds"})})})
-        v, error = evaluate_lm(flipped, name, corner_case(spec, seed=0))
-        assert error is None and v is not None and is_evidence(v) and not v.passed
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", [s for pair in THOROUGH_PAIRS for s in pair] + THOROUGH_FIXES)
+def test_a_thorough_control_fails_and_its_fix_holds_on_every_seed(stem: str) -> None:
+    assert all(m for m, _, _ in _verdicts(stem)), f"{stem} did not meet its expectation on some seed"
 
 
 @pytest.mark.slow
 def test_lr_sensitivity_is_lower_with_qk_norm_and_z_loss_on_the_same_grid_and_seeds() -> None:
     """One case each: the grid of 5 learning rates for an ensemble of 8 seeds (seed 0's)."""
-    (control,) = _verdicts("control_lr_sensitivity", range(1))
-    (fix,) = _verdicts("lr_sensitivity_qk_norm_z_loss", range(1))
+    (control,) = _verdicts(LRS_PAIR[0], range(1))
+    (fix,) = _verdicts(LRS_PAIR[1], range(1))
     assert control[0] and fix[0] and fix[2] < control[2]
 
 
-def test_stability_check_judges_them_with_the_plugin_and_replays_a_case(cli: Callable[..., tuple[int, str, str]], tmp_path: Path) -> None:
-    fast = [LM_SPECS / f"{stem}.toml" for pair in PAIRS for stem in pair]
-    code, out, _ = cli("check", "--plugin", "stability.judge.lm_plugin", *fast, "--profile", "ci")
+def test_stability_check_judges_the_ci_pairs_and_names_the_others_as_skipped(cli: Callable[..., tuple[int, str, str]], tmp_path: Path) -> None:
+    fast = [SPECS / f"{stem}.toml" for pair in CI_PAIRS for stem in pair]
+    code, out, _ = cli("check", *fast, "--profile", "ci")
     assert code == 0, out
-    replays = []
-    for i in range(2):
-        report = tmp_path / f"replay{i}.json"
-        code, out, _ = cli("check", "--plugin", "stability.judge.lm_plugin", LM_SPECS / "control_early_warning.toml", "--case", "seed=5", "--json", report)
-        assert code == 0, out
-        replays.append(json.loads(report.read_text()))
-    first, second = ([{k: inv[k] for k in ("verdict", "observed", "detail", "extra", "case")} for inv in r["specs"][0]["invariants"]] for r in replays)
-    assert first == second and first[0]["observed"] > 5.6 and first[0]["case"]["seed"] == 5
+    report = tmp_path / "ci.json"
+    code, out, _ = cli("check", SPECS / f"{LRS_PAIR[0]}.toml", SPECS / f"{THOROUGH_PAIRS[0][1]}.toml", SPECS / f"{CI_PAIRS[1][0]}.toml", "--profile", "ci", "--json", report)
+    assert code == 0 and "2 skipped in this profile" in out, out
+    skipped = [inv for spec in json.loads(report.read_text())["specs"] for inv in spec["invariants"] if inv["status"] == "skipped"]
+    assert len(skipped) == 2 and all(inv["message"].endswith("skipped in profile ci (train.profiles = thorough); run it with --profile thorough") for inv in skipped)
 
 
-def test_without_the_plugin_a_language_model_spec_is_refused_naming_the_key(cli: Callable[..., tuple[int, str, str]]) -> None:
-    from stability.judge import lm_catalog
-
-    lm_catalog.unregister_lm()
-    try:
-        code, out, err = cli("check", LM_SPECS / "control_early_warning.toml", "--profile", "ci")
-    finally:
-        lm_catalog.register_lm()
-    assert code == 2 and "expect.early_warning" in out + err
+def test_the_printed_reproduce_command_replays_the_case_bit_for_bit(cli: Callable[..., tuple[int, str, str]], tmp_path: Path) -> None:
+    flipped = tmp_path / "flipped.toml"
+    flipped.write_text((SPECS / "control_lm_early_warning.toml").read_text(encoding="utf-8").replace('expect = "violated"', 'expect = "holds"'), encoding="utf-8")
+    code, out, _ = cli("check", flipped, "--profile", "ci", "--json", tmp_path / "search.json")
+    assert code == 1, out
+    (line,) = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("reproduce: ")]
+    argv = shlex.split(line.removeprefix("reproduce: "))
+    assert argv[:3] == ["stability", "check", str(flipped)] and "--plugin" not in argv, line
+    code, out, _ = cli(*argv[1:], "--json", tmp_path / "replay.json")
+    assert code == 1, out
+    search, replay = (
+        [{k: inv[k] for k in ("verdict", "observed", "detail", "extra", "case")} for inv in json.loads((tmp_path / f"{n}.json").read_text())["specs"][0]["invariants"]] for n in ("search", "replay")
+    )
+    assert search == replay and search[0]["observed"] > 5.6

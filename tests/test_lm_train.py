@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 import torch
-from lm_support import lm_registered  # noqa: F401  (the fixture)
 from torch import nn
 
 from stability.families.transformer import AttentionProbs
@@ -20,8 +19,6 @@ from stability.measure.lm_train import AttentionRecorder, LanguageModel, adamw, 
 from stability.spec.case import corner_case
 from stability.spec.load import parse_spec
 from stability.spec.schema import Spec, Train
-
-pytestmark = pytest.mark.usefixtures("lm_registered")
 
 LM = """
 name = "lm"

@@ -6,15 +6,13 @@ error (never a verdict a negative control could meet), and replays bit for bit."
 from __future__ import annotations
 
 import pytest
-from lm_support import lm_registered  # noqa: F401  (the fixture)
 
 from stability.judge.lm_catalog import lm_runs
 from stability.judge.verdict import is_evidence
-from stability.run.lm_training import LMCache, evaluate_lm, lm_bytes
+from stability.measure.train_memory import lm_bytes
+from stability.run.lm_training import LMCache, evaluate_lm
 from stability.spec.case import corner_case
 from stability.spec.load import parse_spec
-
-pytestmark = pytest.mark.usefixtures("lm_registered")
 
 SPEC = """
 name = "lm"

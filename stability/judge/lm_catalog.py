@@ -2,11 +2,11 @@
 `output_logits`, `loss_spike`, `early_warning` and `lr_sensitivity`, each a training invariant
 whose run is `stability.measure.lm_train` and whose verdict is `stability.judge.lm_invariants`'.
 
-`register_lm()` registers them; the plugin `stability.judge.lm_plugin` calls it when it is imported
-(`stability check --plugin stability.judge.lm_plugin SPEC`, `STABILITY_PLUGINS=stability.judge.lm_plugin`,
-or the pytest ini option `stability_plugins`); then `check`, pytest, `list`, `explain`, `schema` and
-`--only` know them and a spec may declare them. `lm_verdict` is the one place a case's runs are planned, run (shared
-through the cache) and judged, for the registry entry and for `stability.run.lm_training.evaluate_lm`.
+Built in: `stability.judge.catalog` imports this module, so `check`, pytest, `list`, `explain`,
+`schema` and `--only` know them in every process and a spec may declare them. Like the catalogue,
+it imports torch only inside its callables. `lm_verdict` is the one place a case's runs are
+planned, run (shared through the cache) and judged, for the registry entry and so for
+`stability.run.lm_training.evaluate_lm`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 
 from stability.spec.lm_expect import LM_EXPLANATIONS, LM_INVARIANTS, AttentionLogits, EarlyWarning, LossSpike, LRSensitivity, OutputLogits
 from stability.spec.lm_keys import check_lm_expect
-from stability.spec.registry import INVARIANTS, Invariant, batch, register_invariant
+from stability.spec.registry import Invariant, batch, register_invariant
 
-__all__ = ["ENTRIES", "lm_runs", "lm_verdict", "register_lm", "unregister_lm"]
+__all__ = ["ENTRIES", "lm_runs", "lm_verdict"]
 
 #: (case, learning rate, last step run or None for the whole run): the key of one run in the cache.
 RunKey = tuple[Any, float, int | None]
@@ -85,8 +85,15 @@ def _train(name: str) -> Any:
 
 
 def _cases(expectation: Any, case: Any) -> list[Any]:
-    """The networks one case trains, for the memory guard: the case's (an ensemble's members have its shapes)."""
+    """The networks one case trains: the case's (an ensemble's members have its shapes)."""
     return [case]
+
+
+def _memory(spec: Any, expectation: Any, case: Any) -> int | None:
+    """One run at a time (a grid's runs one after another): stability.measure.train_memory.lm_bytes."""
+    from stability.measure.train_memory import lm_bytes
+
+    return lm_bytes(spec, case)
 
 
 def _warning_severity(verdict: Any, expectation: EarlyWarning) -> float:
@@ -127,6 +134,7 @@ ENTRIES: tuple[Invariant, ...] = tuple(
         phase="training",
         train=_train(name),
         train_cases=_cases,
+        memory=_memory,
         check=check_lm_expect,
         severity=_warning_severity if name == "early_warning" else None,
         sweep_refusal=_REFUSAL,
@@ -135,16 +143,6 @@ ENTRIES: tuple[Invariant, ...] = tuple(
 )
 
 
-def register_lm() -> None:
-    """Register the entries that are not registered yet (once per process; a test may unregister them)."""
-    with batch():
-        for entry in ENTRIES:
-            if entry.name not in INVARIANTS:
-                register_invariant(entry)
-
-
-def unregister_lm() -> None:
-    with batch():
-        for entry in ENTRIES:
-            if entry.name in INVARIANTS:
-                INVARIANTS.unregister(entry.name)
+with batch():
+    for _entry in ENTRIES:
+        register_invariant(_entry)

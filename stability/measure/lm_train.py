@@ -90,7 +90,9 @@ def lm_chain(spec: Spec, case: Case) -> MarkovChain:
 
 
 def _final_norm(spec: Spec, width: int) -> nn.Module:
-    if spec.family != "transformer" or spec.block.norm_position == "post":
+    """GPT-2's ln_f after a pre- or sandwich-norm stack of the norm's kind (the loader admits
+    transformer blocks only: stability.spec.lm_keys)."""
+    if spec.block.norm_position == "post":
         return nn.Identity()
     if spec.block.norm == "layer":
         return nn.LayerNorm(width)

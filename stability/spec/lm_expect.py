@@ -1,8 +1,6 @@
 """Stage 1: the `[expect.NAME]` tables of the language-model invariants (judged on a run of
 `stability.measure.lm_train`), and the texts `stability explain` gives for each. Their registry
-entries are `stability.judge.lm_catalog`'s: a spec may name them once the plugin
-`stability.judge.lm_plugin` is loaded (`stability check --plugin stability.judge.lm_plugin`,
-`$STABILITY_PLUGINS` or the pytest ini option `stability_plugins`).
+entries are `stability.judge.lm_catalog`'s, built in like the other invariants.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from typing import Any
 
 from stability.errors import SpecError
 from stability.spec.lm_expect import LM_INVARIANTS
-from stability.spec.registry import INVARIANTS
+from stability.spec.registry import FAMILIES, INVARIANTS
 from stability.spec.schema import DEFAULT_SIZE, Spec
 
 __all__ = ["check_lm_keys", "check_lm_expect", "MAX_STATES", "LM_TRAIN_KEYS"]
@@ -73,10 +73,9 @@ def _check_markov(spec: Spec, data: dict[str, Any]) -> None:
         raise SpecError(
             f, f"expect.{declared[0]}", 'runs the regression or label task, and train.task = "markov" trains a language model', fix='use task = "teacher" or "labels" for it, in a spec of its own'
         )
-    if spec.family != "transformer":
-        raise SpecError(
-            f, "train.task", f"the language model is built from transformer blocks, not family '{spec.family}'", value="markov", fix='use family = "transformer" with block.layer = "tokens"'
-        )
+    reason = FAMILIES.get(spec.family).lacks.get("language_model")
+    if reason is not None:
+        raise SpecError(f, "train.task", f"family '{spec.family}' {reason}", value="markov", fix='use family = "transformer" with block.layer = "tokens"')
     if not b.causal:
         raise SpecError(f, "block.causal", "a language model predicts each token from the ones before it, and bidirectional attention sees the answer", value=False, fix="set causal = true")
     for key in _TASK_KEYS:
