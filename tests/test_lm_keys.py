@@ -75,6 +75,7 @@ def test_a_language_model_spec_loads_with_its_expectations() -> None:
         (lm(block=BLOCK + '\nqk_norm = "bogus"'), "block.qk_norm", "is not one of 'none', 'layer' or 'rms'"),
         (lm().replace('name = "lm"', 'name = "lm"\nbogus = 1'), "bogus", "unknown key"),
         (lm(family="preact", block='norm = "layer"').replace('layer = "tokens"\n', "").replace("tokens = 8\n", ""), "train.task", "family 'preact' has no attention, and the language model"),
+        (lm(family="custom", block='factory = "some_module:blocks"'), "train.task", "family 'custom' runs a factory's blocks"),
     ],
 )
 def test_a_bad_language_model_spec_is_one_line_naming_the_key(text: str, key: str, words: str) -> None:
@@ -82,6 +83,16 @@ def test_a_bad_language_model_spec_is_one_line_naming_the_key(text: str, key: st
         parse_spec(text, file="lm.toml")
     message = str(info.value)
     assert message.startswith(f"lm.toml: {key}") and words in message and "\n" not in message, message
+
+
+def test_a_library_model_is_refused_for_the_language_model_run() -> None:
+    # its blocks run only inside the model's own forward (Family.lacks["blocks_alone"], one of LM_NEEDS)
+    pytest.importorskip("transformers", reason="Hugging Face transformers is not installed (pip install -e '.[hf]')")
+    gpt2 = 'model = "transformers:GPT2Model"\nconfig = { n_embd = "width", n_layer = "depth", n_head = 2, vocab_size = 64, bos_token_id = 1, eos_token_id = 2 }'
+    with pytest.raises(SpecError) as info:
+        parse_spec(lm(family="library", block=gpt2), file="lm.toml")
+    message = str(info.value)
+    assert message.startswith("lm.toml: train.task = 'markov': family 'library' runs its blocks only inside the model's own forward") and "\n" not in message, message
 
 
 def test_a_language_model_invariant_without_a_language_model_run_is_refused() -> None:
@@ -138,3 +149,13 @@ def test_every_invariant_is_registered_with_its_explanation_and_references() -> 
         assert entry.training and entry.sweep_refusal and entry.explanation is LM_EXPLANATIONS[name]
         assert entry.explanation.references and all(r in LM_REFERENCES.values() for r in entry.explanation.references), name
         assert "[" not in entry.explanation.computes_text(), name  # rich would read [word] as a style tag
+
+
+def test_explain_lists_the_families_the_language_model_run_refuses() -> None:
+    from stability.report.explain import explain_text
+
+    for name in LM_INVARIANTS:
+        text = " ".join(explain_text(name).split())
+        assert "Not measured on" in text and "family 'custom': runs a factory's blocks" in text and "family 'preact': has no attention" in text, name
+        assert "family 'library': runs its blocks only inside the model's own forward" in text, name
+        assert "family 'transformer'" not in text, name

@@ -16,7 +16,7 @@ import math
 from typing import Any
 
 from stability.spec.lm_expect import LM_EXPLANATIONS, LM_INVARIANTS, AttentionLogits, EarlyWarning, LossSpike, LRSensitivity, OutputLogits
-from stability.spec.lm_keys import check_lm_expect
+from stability.spec.lm_keys import LM_NEEDS, check_lm_expect
 from stability.spec.registry import Invariant, batch, register_invariant
 
 __all__ = ["ENTRIES", "lm_runs", "lm_verdict"]
@@ -138,6 +138,7 @@ ENTRIES: tuple[Invariant, ...] = tuple(
         check=check_lm_expect,
         severity=_warning_severity if name == "early_warning" else None,
         sweep_refusal=_REFUSAL,
+        needs=LM_NEEDS,
     )
     for name in LM_INVARIANTS
 )

@@ -165,7 +165,10 @@ steps is not measured.""",
   step once it grows again (Wortsman et al. 2023, Sec. 3.4).""",
         "fixes": """\
 - qk_norm, z_loss, gradient clipping (train.clip), a longer warm-up, a lower learning rate;
-  train.eps below the gradient RMS the run records.""",
+  train.eps below the gradient RMS the run records.
+- A readout whose logits move less per step: train.tied = true (logits h.E^T/sqrt(width); with
+  Adam an untied readout's logits can move by about lr * width in one step, see
+  specs/control_lm_loss_spike.toml), or train.logit_softcap.""",
         "references": ("wortsman",),
     },
     "early_warning": {

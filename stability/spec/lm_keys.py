@@ -11,8 +11,11 @@ from stability.spec.lm_expect import LM_INVARIANTS
 from stability.spec.registry import FAMILIES, INVARIANTS
 from stability.spec.schema import DEFAULT_SIZE, Spec
 
-__all__ = ["check_lm_keys", "check_lm_expect", "MAX_STATES", "LM_TRAIN_KEYS"]
+__all__ = ["check_lm_keys", "check_lm_expect", "MAX_STATES", "LM_TRAIN_KEYS", "LM_NEEDS"]
 
+#: What the language-model run needs of a family (`Family.lacks`; the invariants' `Invariant.needs`):
+#: blocks that run on the tensors it draws, and blocks it is built from (the transformer family's).
+LM_NEEDS = frozenset({"blocks_alone", "language_model"})
 #: The most k-gram states a Markov task may have (vocab ** order): its rows are vocab ** (order + 1) float64 numbers.
 MAX_STATES = 65_536
 #: [train] keys read by the language-model run only.
@@ -73,9 +76,10 @@ def _check_markov(spec: Spec, data: dict[str, Any]) -> None:
         raise SpecError(
             f, f"expect.{declared[0]}", 'runs the regression or label task, and train.task = "markov" trains a language model', fix='use task = "teacher" or "labels" for it, in a spec of its own'
         )
-    reason = FAMILIES.get(spec.family).lacks.get("language_model")
-    if reason is not None:
-        raise SpecError(f, "train.task", f"family '{spec.family}' {reason}", value="markov", fix='use family = "transformer" with block.layer = "tokens"')
+    lacks = FAMILIES.get(spec.family).lacks
+    missing = sorted(LM_NEEDS & set(lacks))
+    if missing:
+        raise SpecError(f, "train.task", f"family '{spec.family}' {lacks[missing[0]]}", value="markov", fix='use family = "transformer" with block.layer = "tokens"')
     if not b.causal:
         raise SpecError(f, "block.causal", "a language model predicts each token from the ones before it, and bidirectional attention sees the answer", value=False, fix="set causal = true")
     for key in _TASK_KEYS:
