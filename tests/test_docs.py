@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from stability.cli import main
+from stability.spec.lm_expect import AttentionLogits, EarlyWarning, LossSpike, LRSensitivity, OutputLogits
 from stability.spec.load import parse_spec
 from stability.spec.schema import (
     AttentionEntropy,
@@ -41,6 +42,7 @@ MODELS: list[type[BaseModel]] = [Spec, Block, Space, Expect, GradientArrival, Va
 MODELS += [JacobianSpread, MeanFieldRate, Lesion]
 MODELS += [Train, UpdateSize, Trainability, ResidualSize]  # the training checks (docs/training.md)
 MODELS += [MeanShift]
+MODELS += [AttentionLogits, OutputLogits, LossSpike, EarlyWarning, LRSensitivity]  # the language-model run's
 
 
 def _read(name: str) -> str:

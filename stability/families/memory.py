@@ -12,7 +12,7 @@ from __future__ import annotations
 from stability.spec.case import Case
 from stability.spec.schema import DEFAULT_SIZE, Spec
 
-__all__ = ["SAVED_PER_BLOCK", "OVERHEAD_PER_BLOCK", "CUSTOM_MIN_PER_BLOCK", "stack_bytes", "transformer_bytes"]
+__all__ = ["SAVED_PER_BLOCK", "OVERHEAD_PER_BLOCK", "CUSTOM_MIN_PER_BLOCK", "item_bytes", "stack_bytes", "transformer_bytes"]
 
 #: Saved tensors per layer-sized activation, by family: a generous count of what autograd keeps
 #: (layer input, norm input and statistics, activation output, the addition's operands).
@@ -32,7 +32,8 @@ OVERHEAD_PER_BLOCK = {
 CUSTOM_MIN_PER_BLOCK = 8 * 2**10
 
 
-def _item(case: Case) -> int:
+def item_bytes(case: Case) -> int:
+    """Bytes per element of the case's dtype."""
     from stability.families.build import torch_dtype
 
     return torch_dtype(case.dtype).itemsize
@@ -47,7 +48,7 @@ def stack_bytes(spec: Spec, case: Case) -> int:
     family but dense, which walks its channel counts (O(depth))."""
     from stability.families.build import channel_counts
 
-    item = _item(case)
+    item = item_bytes(case)
     conv = spec.block.layer == "conv2d"
     k2 = spec.block.kernel_size**2 if conv else 1
     pixels = (case.spatial or DEFAULT_SIZE) ** 2 if conv else 1
@@ -79,7 +80,7 @@ def transformer_bytes(spec: Spec, case: Case) -> int:
     scores and probabilities (B·H·T², 3 of them) per block."""
     from stability.families.transformer import head_count
 
-    item = _item(case)
+    item = item_bytes(case)
     c, t, b = case.width, case.tokens or DEFAULT_SIZE, case.batch
     hidden = max(1, round(spec.block.mlp_ratio * c)) if spec.block.mlp else 0
     params = case.depth * (4 * c * c + 2 * c * hidden + 8 * c + hidden)

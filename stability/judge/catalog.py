@@ -3,7 +3,8 @@
 Each entry maps its `[expect.NAME]` table onto its judge, names what it needs measured, how the
 search ranks its passing cases and which cases it applies to. Judges and measurements that need
 torch are imported when first called, so listing, explaining and validating specs never import it.
-A project adds its own invariant the same way (docs/extending.md).
+The language-model invariants (`attention_logits` … `lr_sensitivity`) are registered the same way
+by `stability.judge.lm_catalog`, imported at the end. A project adds its own invariant the same way (docs/extending.md).
 """
 
 from __future__ import annotations
@@ -212,6 +213,18 @@ def _train_residual_size(spec: s.Spec, e: s.ResidualSize, case: Any, cache: dict
     from stability.judge.train_invariants import residual_size
 
     return residual_size(_runs(spec, e, case, cache), max_mean=e.max_mean, compare_depths=e.compare_depths, max_depth_ratio=e.max_depth_ratio)
+
+
+def _train_memory(variants: Any) -> Any:
+    """The largest of the runs one case trains one after another (stability.measure.train_memory)."""
+
+    def memory(spec: s.Spec, e: Any, case: Any) -> int | None:
+        from stability.measure.train_memory import train_bytes
+
+        sizes = [train_bytes(spec, v) for v in variants(e, case)]
+        return None if any(n is None for n in sizes) else max(n for n in sizes if n is not None)
+
+    return memory
 
 
 _TRAIN_REFUSAL = "it is judged on an optimizer run (stability check runs it), not on the probe a sweep point takes"
@@ -475,6 +488,7 @@ with batch():
                 phase="training",
                 train=_train,
                 train_cases=_cases,
+                memory=_train_memory(_cases),
                 check=_check_training,
                 severity=_size_severity,
                 sweep_refusal=_TRAIN_REFUSAL,
@@ -492,3 +506,5 @@ with batch():
             targets=_plain("mean shift (squared channel mean / channel variance)"),
         )
     )
+
+from stability.judge import lm_catalog as _lm_catalog  # noqa: E402,F401  (the five language-model invariants, after these)

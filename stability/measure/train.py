@@ -61,11 +61,13 @@ __all__ = [
     "run_on",
     "trainable_params",
     "Shapes",
+    "TEACHER_HIDDEN",
 ]
 
 # derive_seed streams of the training run (0–2 belong to the builder and the probe).
 _INPUT_STREAM, _TARGET_STREAM, _HEAD_STREAM, _GLOBAL_STREAM = 3, 4, 5, 6
-_TEACHER_HIDDEN = 32
+#: Hidden units of the random tanh teacher of `task = "teacher"` (make_task).
+TEACHER_HIDDEN = 32
 
 
 # ----------------------------------------------------------------------------- the network
@@ -253,8 +255,8 @@ def make_task(spec: Spec, case: Case) -> Task:
         y = torch.randint(0, t.outputs, (t.samples,), generator=tgen)  # (N,)
         return Task(x.to(device=device, dtype=dtype), y.to(device), "labels")
     flat = x.flatten(1)  # (N, D)
-    w1 = torch.randn(flat.shape[1], _TEACHER_HIDDEN, generator=tgen, dtype=torch.float64) / math.sqrt(flat.shape[1])
-    w2 = torch.randn(_TEACHER_HIDDEN, t.outputs, generator=tgen, dtype=torch.float64) / math.sqrt(_TEACHER_HIDDEN)
+    w1 = torch.randn(flat.shape[1], TEACHER_HIDDEN, generator=tgen, dtype=torch.float64) / math.sqrt(flat.shape[1])
+    w2 = torch.randn(TEACHER_HIDDEN, t.outputs, generator=tgen, dtype=torch.float64) / math.sqrt(TEACHER_HIDDEN)
     y = torch.tanh(flat @ w1) @ w2  # (N, outputs)
     y = (y - y.mean(0)) / y.std(0).clamp_min(1e-12)
     return Task(x.to(device=device, dtype=dtype), y.to(device=device, dtype=dtype), "teacher")

@@ -22,7 +22,7 @@ from stability.report.baseline import Comparison, fmt, fmt_change, fmt_limit, he
 from stability.report.formats import summary_line, write_atomic
 from stability.report.plots import variance_band
 from stability.report.render import spec_pngs
-from stability.report.train_plots import CAPTIONS as TRAINING_CAPTIONS
+from stability.report.train_plots import caption as training_caption
 from stability.run.results import CaseRecord, InvariantResult, SpecResult
 from stability.spec.case import Case
 from stability.spec.registry import FAMILIES
@@ -285,7 +285,7 @@ def figure_caption(res: SpecResult, key: str) -> str:
     the figure draws one."""
     expect = res.spec.expect
     if key not in ("gradient", "variance", "identity"):  # a training invariant's figure (stability/report/train_plots.py)
-        return TRAINING_CAPTIONS["update_size" if key == "update_size" else "loss"]
+        return training_caption(key)
     if key == "gradient":
         what = "Gradient norm at each boundary relative to the output's; the invariant judges the left end (l = 0). "
         bound = "Shaded: the declared bound. " if expect.gradient_arrival is not None else "No bound: gradient_arrival is not declared. "

@@ -6,6 +6,7 @@
   shaded, and the first width outside it is marked with a red ✕.
 - *loss curves* (`trainability`, `residual_size`): the training loss against the step, one line
   per trained depth; a run that diverged ends in a red ✕ at the step whose loss was not finite.
+- the language-model invariants' figures (`stability.report.lm_plots`), chosen in `FIGURES`.
 
 Only the verdict's `extra` (what `stability.judge.train_invariants` recorded for the deciding case) is
 read; nothing is trained again. Same conventions as `stability.report.plots`: `Figure` + Agg, no pyplot.
@@ -26,7 +27,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocat
 from stability.run.results import InvariantResult, SpecResult
 from stability.spec.registry import INVARIANTS
 
-__all__ = ["FAILING_WIDTH_GID", "DIVERGED_GID", "CONE_GID", "update_size_figure", "loss_figure", "training_figures", "CAPTIONS"]
+__all__ = ["FAILING_WIDTH_GID", "DIVERGED_GID", "CONE_GID", "update_size_figure", "loss_figure", "training_figures", "CAPTIONS", "caption", "new_figure", "positive"]
 
 #: `gid`s of the marked failing width and of the shaded bound, so tests and tools can find them.
 FAILING_WIDTH_GID = "stability-failing-width"
@@ -45,7 +46,7 @@ CAPTIONS = {
 }
 
 
-def _new_figure() -> tuple[Figure, Any]:
+def new_figure() -> tuple[Figure, Any]:
     fig = Figure(figsize=_FIGSIZE, dpi=_DPI)
     FigureCanvasAgg(fig)
     fig.subplots_adjust(left=0.14, right=0.975, bottom=0.135, top=0.925)
@@ -54,13 +55,13 @@ def _new_figure() -> tuple[Figure, Any]:
     return fig, ax
 
 
-def _positive(values: Sequence[float | None]) -> list[float]:
+def positive(values: Sequence[float | None]) -> list[float]:
     return [v if v is not None and math.isfinite(v) and v > 0 else math.nan for v in values]
 
 
 def update_size_figure(extra: dict[str, Any], *, failed: bool, title: str = "update size against width") -> Figure:
     """The coordinate check of one case from `update_size`'s verdict extra."""
-    fig, ax = _new_figure()
+    fig, ax = new_figure()
     widths: list[int] = extra.get("widths", [])
     rms: list[list[float | None]] = extra.get("rms", [])
     ax.set_xscale("log")
@@ -78,9 +79,9 @@ def update_size_figure(extra: dict[str, Any], *, failed: bool, title: str = "upd
         label = ("output" if b == n - 1 else f"boundary {b}") if n <= 8 else None
         if b == judged:
             continue
-        ax.plot(widths, _positive(values), color=cmap(0.85 * b / max(n - 1, 1)), lw=1.1, alpha=0.8, marker="o", ms=3, label=label)
+        ax.plot(widths, positive(values), color=cmap(0.85 * b / max(n - 1, 1)), lw=1.1, alpha=0.8, marker="o", ms=3, label=label)
     if judged is not None:
-        ys = _positive(rms[judged])
+        ys = positive(rms[judged])
         name = "output" if judged == n - 1 else f"boundary {judged}"
         ax.plot(widths, ys, color=_FAIL_COLOR if failed else "#111111", lw=3.0, marker="o", ms=5, zorder=5, label=f"judged: {name} (slope {extra.get('slope', math.nan):.2f})")
         b_max = float(extra.get("max_abs_slope", 0.0))
@@ -102,9 +103,10 @@ def update_size_figure(extra: dict[str, Any], *, failed: bool, title: str = "upd
     return fig
 
 
-def loss_figure(extra: dict[str, Any], *, title: str = "training loss") -> Figure:
-    """Loss curves (one per depth) from `trainability`'s or `residual_size`'s verdict extra."""
-    fig, ax = _new_figure()
+def loss_figure(extra: dict[str, Any], *, title: str = "training loss", series: str = "depth ") -> Figure:
+    """Loss curves (one per depth) from `trainability`'s or `residual_size`'s verdict extra
+    (`{"curves": {key: losses}}`, each labelled `series` + key)."""
+    fig, ax = new_figure()
     curves: dict[str, list[float | None]] = extra.get("curves", {})
     ax.set_yscale("log")
     ax.set_xlabel("step")
@@ -112,13 +114,13 @@ def loss_figure(extra: dict[str, Any], *, title: str = "training loss") -> Figur
     ax.set_title(title, fontsize=11, loc="left")
     palette = colormaps["tab10"]
     for i, (depth, losses) in enumerate(curves.items()):
-        ys = _positive(losses)
-        ax.plot(range(len(ys)), ys, color=palette(i % 10), lw=1.5, label=f"depth {depth}", marker="o" if len(ys) <= 20 else None, ms=4)
+        ys = positive(losses)
+        ax.plot(range(len(ys)), ys, color=palette(i % 10), lw=1.5, label=f"{series}{depth}", marker="o" if len(ys) <= 20 else None, ms=4)
         bad = [k for k, v in enumerate(losses) if v is None]
         if bad:
             finite = [y for y in ys if math.isfinite(y)]
             y = finite[-1] if finite else 1.0
-            mark = ax.scatter([bad[0]], [y], marker="X", s=140, color=_FAIL_COLOR, zorder=6, edgecolors="white", label=f"depth {depth}: not finite at step {bad[0]}")
+            mark = ax.scatter([bad[0]], [y], marker="X", s=140, color=_FAIL_COLOR, zorder=6, edgecolors="white", label=f"{series}{depth}: not finite at step {bad[0]}")
             mark.set_gid(DIVERGED_GID)
     if not curves:
         ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="#666666")
@@ -139,21 +141,55 @@ def _plain_log_labels(ax: Any) -> None:
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _pos: f"{y:g}") if narrow else NullFormatter())
 
 
-def _figure(r: InvariantResult) -> tuple[str, Figure] | None:
+def _loss(r: InvariantResult, expectation: Any, spec: Any) -> dict[str, Figure]:
+    return {f"loss:{r.name}": loss_figure(r.verdict.extra if r.verdict else {}, title=f"training loss ({r.name}, deciding case)")}
+
+
+def _update_size(r: InvariantResult, expectation: Any, spec: Any) -> dict[str, Figure]:
     v = r.verdict
-    if v is None or not v.extra:
-        return None
-    if r.name == "update_size":
-        return "update_size", update_size_figure(v.extra, failed=not v.passed, title="update size against width (deciding case)")
-    return f"loss:{r.name}", loss_figure(v.extra, title=f"training loss ({r.name}, deciding case)")
+    assert v is not None
+    return {"update_size": update_size_figure(v.extra, failed=not v.passed, title="update size against width (deciding case)")}
+
+
+def _lm(r: InvariantResult, expectation: Any, spec: Any) -> dict[str, Figure]:
+    """The language-model figures of one verdict (stability.report.lm_plots)."""
+    from stability.report import lm_plots as lp
+
+    v = r.verdict
+    assert v is not None
+    x, failed = v.extra, not v.passed
+    title = f"training loss ({r.name}, lr {x.get('lr', math.nan):g}, deciding case)"
+    if r.name == "attention_logits":
+        return {"attention_logits": lp.attention_logit_figure(x, expectation, failed=failed), f"lm_loss:{r.name}": lp.lm_loss_figure(x, title=title)}
+    if r.name == "output_logits":
+        return {"log_z": lp.log_z_figure(x, expectation, failed=failed, steps_total=spec.train.steps), f"lm_loss:{r.name}": lp.lm_loss_figure(x, title=title)}
+    if r.name == "loss_spike":
+        return {"loss_spike": lp.loss_spike_figure(x, expectation, failed=failed)}
+    if r.name == "early_warning":
+        return {"early_warning": lp.early_warning_figure(x, expectation, failed=failed)}
+    return {"lr_losses": lp.lr_loss_figure(x), "lr_curve": lp.lr_curve_figure(x, expectation, failed=failed)}
+
+
+#: The figures each training invariant's verdict is drawn as; any other training invariant gets
+#: its loss curves (`extra["curves"]`, as trainability's).
+FIGURES = {
+    "update_size": _update_size,
+    **dict.fromkeys(("attention_logits", "output_logits", "loss_spike", "early_warning", "lr_sensitivity"), _lm),
+}
+
+
+def caption(key: str) -> str:
+    """What the figure `key` of `training_figures` shows."""
+    from stability.report.lm_plots import LM_CAPTIONS
+
+    kind = key.split(":")[0]
+    return {**CAPTIONS, **LM_CAPTIONS}.get(kind, CAPTIONS["loss"])
 
 
 def training_figures(result: SpecResult) -> dict[str, Figure]:
-    """One figure per training invariant the spec declares and that was measured."""
+    """The figures of every training invariant the spec declares and that was measured."""
     figures: dict[str, Figure] = {}
     for r in result.results:
-        if r.name in INVARIANTS and INVARIANTS.get(r.name).training:
-            made = _figure(r)
-            if made is not None:
-                figures[made[0]] = made[1]
+        if r.name in INVARIANTS and INVARIANTS.get(r.name).training and r.verdict is not None and r.verdict.extra:
+            figures |= FIGURES.get(r.name, _loss)(r, getattr(result.spec.expect, r.name), result.spec)
     return figures

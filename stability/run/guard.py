@@ -26,7 +26,7 @@ from stability.spec.case import Case
 from stability.spec.registry import FAMILIES
 from stability.spec.schema import Spec
 
-__all__ = ["estimate_bytes", "memory_budget", "check_budget", "time_limit", "warm_up", "CaseTimeout", "format_bytes"]
+__all__ = ["estimate_bytes", "memory_budget", "check_budget", "check_least", "time_limit", "warm_up", "CaseTimeout", "format_bytes"]
 
 
 class CaseTimeout(CaseError):
@@ -105,9 +105,8 @@ def _available_ram() -> int:
         return 8 * 2**30
 
 
-def check_budget(spec: Spec, case: Case, budget: int | None = None) -> None:
-    """Raise CaseError (with the estimate) when a case would not fit the memory budget."""
-    budget = memory_budget(case.device) if budget is None else budget
+def check_least(spec: Spec, case: Case, budget: int) -> None:
+    """Raise CaseError when the family's per-block lower bound from the depth alone is over the budget."""
     least = _min_bytes(spec, case)
     if least > budget:
         raise CaseError(
@@ -115,6 +114,12 @@ def check_budget(spec: Spec, case: Case, budget: int | None = None) -> None:
             f"{format_bytes(least // max(case.depth, 1))} each for modules and autograd bookkeeping alone) "
             f"and the memory budget is {format_bytes(budget)}; narrow space.depth or raise STABILITY_MEMORY_BUDGET"
         )
+
+
+def check_budget(spec: Spec, case: Case, budget: int | None = None) -> None:
+    """Raise CaseError (with the estimate) when a case would not fit the memory budget."""
+    budget = memory_budget(case.device) if budget is None else budget
+    check_least(spec, case, budget)
     est = estimate_bytes(spec, case)
     if est is None:
         return

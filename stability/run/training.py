@@ -1,22 +1,23 @@
 """One training case run and judged: the optimizer runs a training invariant needs for a case
-(its registry entry's `train`), under the per-case time limit and the memory guard (over every
-network its `train_cases` lists), with whatever goes wrong turned into an error string (as
+(its registry entry's `train`), under the per-case time limit and the memory guard (the entry's
+`memory` estimate of what the runs hold), with whatever goes wrong turned into an error string (as
 `stability.run.engine.evaluate` does for the probe).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from stability.errors import CaseError
 from stability.judge.verdict import Verdict
 from stability.measure.train import TrainRun
-from stability.run.guard import check_budget, time_limit, warm_up
+from stability.run.guard import check_budget, check_least, format_bytes, time_limit, warm_up
+from stability.run.guard import memory_budget as default_budget
 from stability.spec.case import Case
-from stability.spec.registry import INVARIANTS
+from stability.spec.registry import INVARIANTS, Invariant
 from stability.spec.schema import Spec
 
 __all__ = ["evaluate", "run_depths", "RunCache"]
@@ -29,16 +30,29 @@ def run_depths(case: Case, compare_depths: tuple[int, int] | None) -> list[int]:
     return list(compare_depths) if compare_depths is not None else [case.depth]
 
 
-def _check_memory(spec: Spec, variants: Sequence[Case], budget: int | None) -> None:
-    """The probe's estimate (parameters ×3, saved activations) at the training set's size; Adam
-    keeps two more copies of the parameters, so an Adam run must fit 3/5 of the budget."""
-    assert spec.train is not None
+def _check_memory(spec: Spec, entry: Invariant, expectation: Any, case: Case, budget: int | None) -> None:
+    """The entry's own estimate of what the case's runs hold (`Invariant.memory`), after the
+    family's lower bound from the depth of every network it trains. An entry without one: the
+    probe's estimate (parameters ×3, saved activations) at the training set's size for each
+    network, an Adam run within 3/5 of the budget (its two moment buffers are two more copies of
+    the parameters)."""
+    assert spec.train is not None and entry.train_cases is not None
+    variants = entry.train_cases(expectation, case)
+    if entry.memory is None:
+        for v in variants:
+            trial = dataclasses.replace(v, batch=spec.train.samples)
+            check_budget(spec, trial, budget * 3 // 5 if spec.train.optimizer != "sgd" and budget is not None else budget)
+        return
+    budget = default_budget(case.device) if budget is None else budget
     for v in variants:
-        trial = dataclasses.replace(v, batch=spec.train.samples)
-        if spec.train.optimizer == "adam" and budget is not None:
-            check_budget(spec, trial, budget * 3 // 5)
-        else:
-            check_budget(spec, trial, budget)
+        check_least(spec, v, budget)
+    need = entry.memory(spec, expectation, case)
+    if need is not None and need > budget:
+        raise CaseError(
+            f"refused: this case needs about {format_bytes(need)} for its training runs (the networks, the optimizer's state, the data and the outputs) "
+            f"and the memory budget is {format_bytes(budget)}; narrow space.width/depth/batch/tokens, lower the [train] sizes "
+            "(samples, outputs, vocab, eval_sequences) or raise STABILITY_MEMORY_BUDGET"
+        )
 
 
 def evaluate(
@@ -48,7 +62,7 @@ def evaluate(
     *,
     case_timeout: float | None = None,
     memory_budget: int | None = None,
-    cache: RunCache | None = None,
+    cache: dict[Any, Any] | None = None,
 ) -> tuple[Verdict | None, str | None]:
     """Run what `name` needs for `case` and judge it: (verdict, None), or (None, why it could not
     be measured). The time limit is the smaller of train.seconds and `case_timeout`."""
@@ -61,7 +75,7 @@ def evaluate(
     entry = INVARIANTS.get(name)
     assert entry.train is not None and entry.train_cases is not None  # a training entry has both
     try:
-        _check_memory(spec, entry.train_cases(expectation, case), memory_budget)
+        _check_memory(spec, entry, expectation, case, memory_budget)
         warm_up(case.device)
         with time_limit(limit):
             verdict = entry.train(spec, expectation, case, cache)

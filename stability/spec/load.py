@@ -19,6 +19,7 @@ from typing import Any, get_args
 from pydantic import BaseModel, ValidationError
 
 from stability.errors import SpecError, did_you_mean
+from stability.spec.lm_keys import check_lm_keys
 from stability.spec.registry import FAMILIES, INVARIANTS
 from stability.spec.schema import DEFAULT_SIZE, Block, Spec
 
@@ -356,6 +357,7 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
         raise SpecError(f, "space.tokens", f"is a token-input option but block.layer is '{b.layer}'", value=list(s.tokens or ()), fix='remove it or set block.layer = "tokens"')
     if not spec.invariants():
         raise SpecError(f, "expect", "declares no invariant", fix=f"add at least one of {', '.join(f'[expect.{name}]' for name in INVARIANTS.names())} (`stability explain NAME` describes each)")
+    check_lm_keys(spec, data)
     _check_training(spec)
     for name, _ in spec.invariants():
         entry = INVARIANTS.get(name)

@@ -88,7 +88,11 @@ class Invariant:
     - `judge(measurements, expectation) -> Verdict`: pure; for `phase = "probe"`.
     - `train(spec, expectation, case, cache) -> Verdict`: runs the optimizer run(s) one case needs
       and judges them; for `phase = "training"` (`train_cases(expectation, case)` lists the
-      networks it trains, for the memory guard).
+      networks it trains).
+    - `memory(spec, expectation, case) -> bytes | None`: the most memory the runs of one case hold
+      at once (networks, optimizer state, data, outputs), which the guard checks before anything is
+      built (None: unknown, e.g. a user's factory). Without it the guard checks the family's
+      estimate for each network `train_cases` lists, at the training set's size.
     - `applies(spec) -> {case key: values} | None`: the cases it applies to, beyond the spec's own
       `applies_when` (identity_at_init: the family's zero-branch inits); `applies_reason` words it.
     - `check(spec) -> None`: spec-level checks, raising `SpecError` (run when a spec is loaded).
@@ -113,6 +117,7 @@ class Invariant:
     judge: Callable[[Any, Any], Any] | None = None
     train: Callable[[Any, Any, Any, dict[Any, Any]], Any] | None = None
     train_cases: Callable[[Any, Any], list[Any]] | None = None
+    memory: Callable[[Any, Any, Any], int | None] | None = None
     applies: Callable[[Any], Mapping[str, Sequence[Any]] | None] | None = None
     applies_reason: str | None = None
     check: Callable[[Any], None] | None = None
@@ -205,7 +210,9 @@ class Family:
     #: `Invariant.needs`; the why follows "family NAME: " in messages): "attention" (no attention
     #: probabilities to observe), "same_shape_blocks" (a block cannot be replaced by the identity),
     #: "blocks_alone" (its blocks run only inside a model's own forward, never on a tensor the
-    #: harness draws: the Jacobian's torch.func transforms and the optimizer runs need that).
+    #: harness draws: the Jacobian's torch.func transforms and the optimizer runs need that),
+    #: "language_model" (its blocks are not what the language-model run, train.task = "markov",
+    #: is built from).
     lacks: Mapping[str, str] = field(default_factory=dict)
     #: The family runs code the spec names (a factory): the pytest plugin runs it in a worker
     #: process, the probe seeds Python's and NumPy's generators around it.

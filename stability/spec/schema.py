@@ -287,6 +287,13 @@ class Block(_Model):
     mlp_ratio: float = Field(default=4.0, gt=0.0)
     residual: Residual = "none"
     layerscale_init: float = Field(default=0.1, gt=0.0)
+    # The transformer's training-stability options (cross-key checks: stability.spec.lm_keys).
+    #: LayerNorm or RMSNorm on each head's queries and keys before their dot product (Dehghani et al. 2023).
+    qk_norm: Literal["none", "layer", "rms"] = "none"
+    #: Attention logits s → cap·tanh(s/cap) before the softmax (Gemma 2 team 2024).
+    attn_softcap: float | None = Field(default=None, gt=0.0)
+    #: Every linear layer of attention and MLP as W·γ/σ(W), σ its spectral norm (Zhai et al. 2023).
+    sigma_reparam: bool = False
 
 
 class Space(_Model):
@@ -467,18 +474,44 @@ class Train(_Model):
     a fixed synthetic set drawn from the case's seed, so it replays bit-exactly on the CPU."""
 
     steps: int = Field(ge=1, le=10_000)
-    optimizer: Literal["sgd", "adam"] = "sgd"
+    optimizer: Literal["sgd", "adam", "adamw"] = "sgd"
     lr: float = Field(gt=0.0)
     warmup: int = Field(0, ge=0)
     parametrization: Literal["sp", "mup"] = "sp"
     base_width: int = Field(64, ge=1)
-    task: Literal["teacher", "labels"] = "teacher"
+    task: Literal["teacher", "labels", "markov"] = "teacher"
     samples: int = Field(64, ge=1, le=65_536)
     input_dim: int = Field(16, ge=1)
     outputs: int = Field(4, ge=1)
     seconds: float = Field(30.0, gt=0.0)
     profiles: Annotated[list[Literal["ci", "dev", "thorough"]], BeforeValidator(_nonempty_list)] = ["ci", "dev", "thorough"]
     cases: int = Field(3, ge=1, le=100)
+    # The language-model run, task = "markov" (stability.measure.lm_train; cross-key checks: stability.spec.lm_keys).
+    #: The token task: an order-`order` Markov chain over `vocab` tokens, rows softmax(concentration·g), g ~ N(0, I).
+    vocab: int = Field(64, ge=2, le=512)
+    order: int = Field(1, ge=1, le=4)
+    concentration: float = Field(2.0, ge=0.0, le=100.0)
+    #: Sequences held out from training, on which the final loss is measured.
+    eval_sequences: int = Field(64, ge=1, le=4096)
+    #: AdamW (Loshchilov & Hutter 2019): β₁, β₂, ε, and a weight decay `coupled` (θ ← θ − η_t·λ·θ, as
+    #: torch.optim.AdamW) or `independent` of the learning rate (θ ← θ − s_t·λ·θ, s_t the schedule's factor).
+    betas: Annotated[tuple[float, float], BeforeValidator(_float_pair)] = (0.9, 0.999)
+    eps: float = Field(1e-8, gt=0.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    decay: Literal["coupled", "independent"] = "coupled"
+    #: The gradient's global norm clipped to this (none when unset).
+    clip: float | None = Field(None, gt=0.0)
+    #: After the linear warm-up: a constant rate, or cosine decay to min_lr_ratio·lr at the last step.
+    schedule: Literal["constant", "cosine"] = "constant"
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)
+    #: The output z-loss coefficient: loss += z_loss·mean(log² Z) (Chowdhery et al. 2022, PaLM).
+    z_loss: float = Field(0.0, ge=0.0)
+    #: Output logits z → cap·tanh(z/cap) (Gemma 2 team 2024); none when unset.
+    logit_softcap: float | None = Field(None, gt=0.0)
+    #: The readout shares the token embedding's weights (logits = h·Eᵀ/√width).
+    tied: bool = False
+    #: The run's measurements (attention logits and entropy, log Z, gradient and update RMS) every this many steps.
+    record_every: int = Field(1, ge=1)
 
 
 if TYPE_CHECKING:  # the built-in invariants' fields, for type checkers; at run time `rebuild` makes the model

@@ -1,0 +1,307 @@
+"""Stage 5 (training): language-model runs → Verdicts for `attention_logits`, `output_logits`,
+`loss_spike`, `early_warning` and `lr_sensitivity` (Wortsman et al. 2023, "Small-scale proxies for
+large-scale Transformer training instabilities").
+
+Pure functions of `stability.measure.lm_records.LMRun`, like `stability.judge.train_invariants`.
+A verdict is evidence only on what was measured: a run that recorded nothing, or diverged before
+anything the invariant reads was recorded, or stopped (its loss non-finite) before the bound was
+crossed, gives a verdict with `measured=False` and the reason, so that neither `holds` nor
+`violated` is met on it (`stability.judge.verdict.is_evidence`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from stability.judge.verdict import Verdict
+from stability.measure.lm_records import LMRun
+
+_F = TypeVar("_F", bound=Callable[..., Verdict])
+
+__all__ = ["attention_logits", "output_logits", "loss_spike", "early_warning", "lr_sensitivity", "lrs_of", "indicator", "progress", "growth_per_100"]
+
+
+class NotMeasured(Exception):
+    """Raised inside a judge when the run does not hold what it judges; `_judge` turns it into a
+    verdict with `measured=False`."""
+
+    def __init__(self, reason: str, bound: str) -> None:
+        super().__init__(reason)
+        self.bound = bound
+
+
+def _judge(name: str) -> Callable[[_F], _F]:
+    def wrap(fn: _F) -> _F:
+        @functools.wraps(fn)
+        def judged(*args: Any, **kwargs: Any) -> Verdict:
+            try:
+                return fn(*args, **kwargs)
+            except NotMeasured as exc:
+                return Verdict(name, False, math.nan, exc.bound, None, f"not measured: {exc}", measured=False)
+
+        return judged  # type: ignore[return-value]
+
+    return wrap
+
+
+def _safe(values: Sequence[float]) -> list[float | None]:
+    return [float(v) if math.isfinite(v) else None for v in values]
+
+
+def _stopped(run: LMRun, what: str, value: float, bound: str) -> NotMeasured:
+    return NotMeasured(
+        f"the run diverged at step {run.diverged_at} (its loss became non-finite) while {what} was still {value:.3g}, within {bound}; "
+        "it stopped before the bound could be judged through the run (lower train.lr to see whether the bound holds)",
+        bound,
+    )
+
+
+def growth_per_100(steps: Sequence[int], values: Sequence[float]) -> float:
+    """exp(100·r), r the least-squares slope of log(value) against the step: the factor a value
+    that grows like exp(r·t) gains per 100 steps. NaN with fewer than two positive finite values."""
+    pts = [(s, v) for s, v in zip(steps, values, strict=True) if math.isfinite(v) and v > 0]
+    if len(pts) < 2 or len({s for s, _ in pts}) < 2:
+        return math.nan
+    x = np.asarray([s for s, _ in pts], dtype=np.float64)
+    y = np.log(np.asarray([v for _, v in pts], dtype=np.float64))
+    return float(math.exp(min(100.0 * float(np.polyfit(x, y, 1)[0]), 700.0)))
+
+
+# ----------------------------------------------------------------------------- attention_logits
+
+
+@_judge("attention_logits")
+def attention_logits(run: LMRun, *, max_logit: float | None = 100.0, max_growth: float | None = None) -> Verdict:
+    """The largest attention logit l_t ≤ max_logit at every recorded step; with max_growth, the
+    fitted growth of l_t per 100 steps (`growth_per_100`) ≤ max_growth."""
+    parts = ([f"max logit ≤ {max_logit:g}"] if max_logit is not None else []) + ([f"growth ≤ ×{max_growth:g} per 100 steps"] if max_growth is not None else [])
+    bound = ", ".join(parts)
+    if not run.recorded:
+        raise NotMeasured(f"the run recorded nothing (it diverged at step {run.diverged_at})" if run.diverged_at is not None else "the run recorded nothing", bound)
+    largest = run.largest_logit()
+    if not any(math.isfinite(v) or v == math.inf for v in largest):
+        raise NotMeasured("no attention logits were recorded: the blocks compute no stability.families.transformer.AttentionProbs", bound)
+    extra: dict[str, Any] = {"steps": list(run.recorded), "max_logit": _safe(largest), "entropy": _safe([min(e) if e else math.nan for e in run.entropy]), "losses": _safe(run.losses), "lr": run.lr}
+    growth = growth_per_100(run.recorded, largest)
+    extra["growth_per_100"] = growth if math.isfinite(growth) else None
+    if max_logit is not None:
+        for i, v in enumerate(largest):
+            if v > max_logit:  # inf included: a measured overflow
+                layer = max(range(run.layers), key=lambda j: run.max_logit[i][j] if math.isfinite(run.max_logit[i][j]) else math.inf)
+                extra.update(first_step=run.recorded[i], layer=layer)
+                return Verdict(
+                    "attention_logits",
+                    False,
+                    v,
+                    bound,
+                    layer,
+                    f"the largest attention logit reached {v:.3g} at step {run.recorded[i]} in layer {layer} (from {largest[0]:.3g} at step {run.recorded[0]}), "
+                    f"above {max_logit:g}; attention entropy {extra['entropy'][i] if extra['entropy'][i] is not None else math.nan:.3g} nats there: "
+                    'add qk_norm = "layer" (or attn_softcap), warm up longer or lower train.lr',
+                    extra,
+                )
+    if max_growth is not None:
+        if not math.isfinite(growth):
+            raise NotMeasured("the growth of the attention logits needs two recorded steps with positive logits", bound)
+        if growth > max_growth:
+            return Verdict("attention_logits", False, growth, bound, None, f"the largest attention logit grows ×{growth:.3g} per 100 steps (fitted over the run), above ×{max_growth:g}", extra)
+    peak = max(v for v in largest if math.isfinite(v))
+    if run.diverged_at is not None:
+        raise _stopped(run, "the largest attention logit", peak, bound)
+    observed = peak if max_logit is not None else growth
+    i = largest.index(peak)
+    return Verdict("attention_logits", True, observed, bound, None, f"the largest attention logit peaked at {peak:.3g} (step {run.recorded[i]}) over {run.steps} steps", extra)
+
+
+# ----------------------------------------------------------------------------- output_logits
+
+
+@_judge("output_logits")
+def output_logits(run: LMRun, *, max_abs_logz: float = 20.0, statistic: str = "max", after: float = 0.0) -> Verdict:
+    """|log Z| ≤ max_abs_logz at every recorded step from after·steps on (the largest over the
+    scored tokens, or of their mean)."""
+    bound = f"{'max' if statistic == 'max' else 'mean'} |log Z| ≤ {max_abs_logz:g}" + (f" from step {math.ceil(after * run.steps)}" if after else "")
+    start = math.ceil(after * run.steps)
+    values = run.largest_abs_logz() if statistic == "max" else [abs(v) for v in run.logz_mean]
+    judged = [(s, v) for s, v in zip(run.recorded, values, strict=True) if s >= start]
+    extra: dict[str, Any] = {
+        "steps": list(run.recorded),
+        "logz_mean": _safe(run.logz_mean),
+        "logz_max": _safe(run.logz_max),
+        "logz_min": _safe(run.logz_min),
+        "losses": _safe(run.losses),
+        "lr": run.lr,
+    }
+    if not judged:
+        why = f"it diverged at step {run.diverged_at}" if run.diverged_at is not None else "nothing was recorded"
+        raise NotMeasured(f"no log Z was recorded from step {start} on ({why})", bound)
+    for s, v in judged:
+        if v > max_abs_logz:
+            extra["first_step"] = s
+            return Verdict(
+                "output_logits",
+                False,
+                v,
+                bound,
+                None,
+                f"|log Z| reached {v:.3g} at step {s}, above {max_abs_logz:g}: the output logits drift (Wortsman et al. 2023); add train.z_loss = 1e-4 or weight decay",
+                extra,
+            )
+    finite = [v for _, v in judged if math.isfinite(v)]
+    if not finite:
+        raise NotMeasured(f"log Z was non-finite at every recorded step from {start} on", bound)
+    peak = max(finite)
+    if run.diverged_at is not None:
+        raise _stopped(run, "|log Z|", peak, bound)
+    s = next(s for s, v in judged if v == peak)
+    return Verdict("output_logits", True, peak, bound, None, f"|log Z| peaked at {peak:.3g} (step {s}) over {run.steps} steps", extra)
+
+
+# ----------------------------------------------------------------------------- loss_spike
+
+
+@_judge("loss_spike")
+def loss_spike(run: LMRun, *, max_factor: float = 2.0, window: int = 10) -> Verdict:
+    """loss_t ≤ max_factor × mean(loss_(t−window) … loss_(t−1)) for every t ≥ window; a
+    non-finite loss after finite ones is an infinite spike."""
+    bound = f"loss ≤ {max_factor:g}× the mean of the {window} steps before"
+    losses = run.losses
+    if len(losses) < window + 1:
+        raise NotMeasured(
+            f"the run has {len(losses)} losses, and a spike is judged against the {window} before it" + (f" (it diverged at step {run.diverged_at})" if run.diverged_at is not None else ""),
+            bound,
+        )
+    arr = np.asarray(losses, dtype=np.float64)
+    csum = np.concatenate([[0.0], np.cumsum(np.where(np.isfinite(arr), arr, 0.0))])
+    worst, worst_t = 0.0, window
+    extra: dict[str, Any] = {"losses": _safe(losses), "window": window, "lr": run.lr}
+    for t in range(window, len(losses)):
+        mean = (csum[t] - csum[t - window]) / window
+        ratio = arr[t] / mean if math.isfinite(arr[t]) and mean > 0 else math.inf
+        if ratio > worst:
+            worst, worst_t = ratio, t
+        if ratio > max_factor:
+            extra["step"] = t
+            shown = f"{arr[t]:.3g}" if math.isfinite(arr[t]) else "non-finite"
+            return Verdict("loss_spike", False, ratio, bound, None, f"the loss at step {t} is {shown}, {ratio:.3g}× the mean {mean:.3g} of the {window} steps before", extra)
+    extra["step"] = worst_t
+    return Verdict("loss_spike", True, worst, bound, None, f"the largest rise was {worst:.3g}× the running mean (step {worst_t}) over {len(losses)} steps", extra)
+
+
+# ----------------------------------------------------------------------------- early_warning
+
+
+def progress(run: LMRun, step: int, *, window: int = 10) -> float:
+    """(L₀ − L)/(L₀ − H): how much of the way from the first loss L₀ to the entropy rate H the
+    mean loss L of the `window` steps up to `step` (inclusive) has come; −inf when it is non-finite."""
+    losses = run.losses[max(0, step + 1 - window) : step + 1]
+    if not losses or not run.losses:
+        return math.nan
+    level = float(np.mean(losses))
+    gap = run.losses[0] - run.entropy_rate
+    if not math.isfinite(level):
+        return -math.inf
+    return (run.losses[0] - level) / gap if gap > 0 else math.nan
+
+
+def indicator(run: LMRun, name: str, steps: int) -> float:
+    """The early-warning indicator over the steps before `steps` (see `EarlyWarning`): the growth
+    max l_t / l_0 and the largest value max l_t of the largest attention logit, the smallest
+    attention entropy, or `progress` at step steps − 1. Non-finite values count as the worst
+    (inf, or −inf for progress); NaN when nothing the indicator reads was recorded."""
+    if name == "loss_progress":
+        last = min(steps, len(run.losses)) - 1
+        return progress(run, last) if last >= 0 else math.nan
+    picked = [i for i, s in enumerate(run.recorded) if s < steps]
+    if not picked:
+        return math.nan
+    if name == "min_entropy":
+        ent = [min(run.entropy[i]) if run.entropy[i] else math.nan for i in picked]
+        return min((0.0 if math.isnan(v) else v) for v in ent) if any(math.isfinite(v) for v in ent) else math.nan
+    logits = [run.largest_logit()[i] for i in picked]
+    worst = [math.inf if math.isnan(v) else v for v in logits]
+    if name == "max_logit":
+        return max(worst)
+    first = logits[0]
+    if not (math.isfinite(first) and first > 0):
+        return math.nan
+    return max(worst) / first
+
+
+#: Which way each indicator warns: above its threshold (+1) or below it (−1).
+_DIRECTION = {"logit_growth": 1, "max_logit": 1, "min_entropy": -1, "loss_progress": -1}
+
+
+@_judge("early_warning")
+def early_warning(run: LMRun, *, steps: int, name: str = "logit_growth", threshold: float) -> Verdict:
+    """The indicator over the first `steps` steps does not cross `threshold` (above it for the
+    logit indicators, below it for the entropy and the progress): the run is not predicted to
+    diverge. Judged at step `steps`, without the rest of the run."""
+    up = _DIRECTION[name] > 0
+    bound = f"{name} {'≤' if up else '≥'} {threshold:g} over the first {steps} steps"
+    value = indicator(run, name, steps)
+    upto = [s for s in run.recorded if s < steps]
+    # The indicator as it stood at each recorded step (what a warning at that step would have read), and the losses so far.
+    extra: dict[str, Any] = {"indicator": name, "steps": steps, "lr": run.lr, "recorded": upto, "curve": _safe([indicator(run, name, s + 1) for s in upto]), "losses": _safe(run.losses[:steps])}
+    if math.isnan(value):
+        raise NotMeasured(f"nothing {name} reads was recorded in the first {steps} steps" + (f" (the run diverged at step {run.diverged_at})" if run.diverged_at is not None else ""), bound)
+    fires = value > threshold if up else value < threshold
+    if fires:
+        return Verdict("early_warning", False, value, bound, None, f"{name} is {value:.3g} after {steps} steps ({'above' if up else 'below'} {threshold:g}): the run is predicted to diverge", extra)
+    return Verdict("early_warning", True, value, bound, None, f"{name} is {value:.3g} after {steps} steps: no divergence predicted", extra)
+
+
+# ----------------------------------------------------------------------------- lr_sensitivity
+
+
+def lrs_of(final: Sequence[float], initial: float) -> tuple[float, float]:
+    """(LRS, L*) of one seed's grid: L* = min over the grid of min(L(η), L₀) and LRS = mean over
+    the grid of min(L(η), L₀) − L* (Wortsman et al. 2023, eq. 1); a diverged run (NaN) counts as L₀."""
+    capped = [min(v, initial) if math.isfinite(v) else initial for v in final]
+    best = min(capped)
+    return float(np.mean([v - best for v in capped])), best
+
+
+@_judge("lr_sensitivity")
+def lr_sensitivity(runs: Mapping[int, Mapping[float, LMRun]], *, lrs: Sequence[float], max_lrs: float) -> Verdict:
+    """`runs[seed][lr]` for every seed of the ensemble and every lr of the grid; holds when the mean
+    over the seeds of each seed's LRS (`lrs_of`) ≤ max_lrs."""
+    bound = f"mean LRS ≤ {max_lrs:g}"
+    per_seed: dict[int, float] = {}
+    curves: dict[str, list[float | None]] = {}
+    for seed, grid in runs.items():
+        missing = [lr for lr in lrs if lr not in grid]
+        if missing:
+            raise NotMeasured(f"seed {seed} has no run at learning rate {missing[0]:g}", bound)
+        initial = grid[lrs[0]].initial_eval
+        if not math.isfinite(initial):
+            raise NotMeasured(f"seed {seed}'s initial loss is non-finite", bound)
+        final = [grid[lr].final_eval for lr in lrs]
+        value, best = lrs_of(final, initial)
+        if best >= initial:
+            raise NotMeasured(f"no learning rate of the grid trained seed {seed} below its initial loss {initial:.3g}, so its sensitivity is not defined", bound)
+        per_seed[seed] = value
+        curves[str(seed)] = _safe(final)
+    if not per_seed:
+        raise NotMeasured("no seed was run", bound)
+    mean = float(np.mean(list(per_seed.values())))
+    extra: dict[str, Any] = {
+        "lrs": list(lrs),
+        "per_seed": {str(k): v for k, v in per_seed.items()},
+        "final_loss": curves,
+        "initial_loss": {str(s): g[lrs[0]].initial_eval for s, g in runs.items()},
+        "entropy_rate": {str(s): g[lrs[0]].entropy_rate for s, g in runs.items()},
+        "curves": {str(s): {f"{lr:g}": _safe(g[lr].losses) for lr in lrs} for s, g in runs.items()},
+    }
+    spread = f"{min(per_seed.values()):.3g} … {max(per_seed.values()):.3g} over {len(per_seed)} seeds"
+    mean_final = [float(np.mean([g[lr].final_eval if math.isfinite(g[lr].final_eval) else g[lrs[0]].initial_eval for g in runs.values()])) for lr in lrs]
+    best_lr = lrs[int(np.argmin(mean_final))]
+    text = f"LRS {mean:.3g} ({spread}) over learning rates {lrs[0]:g} … {lrs[-1]:g}; best mean final loss {min(mean_final):.3g} at {best_lr:g}"
+    if mean <= max_lrs:
+        return Verdict("lr_sensitivity", True, mean, bound, None, text, extra)
+    return Verdict("lr_sensitivity", False, mean, bound, None, text + f", above {max_lrs:g}: the final loss depends on the learning rate; add qk_norm and z_loss, warm up longer", extra)
