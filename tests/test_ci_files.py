@@ -115,6 +115,7 @@ def test_the_command_finder_sees_every_form() -> None:
         _parses(["specs", "--no-such-option"])
 
 
+@pytest.mark.slow  # pre-commit clones this repository and installs it into a fresh environment
 def test_pre_commit_try_repo_runs_the_hook_on_this_repository(tmp_path: Path) -> None:
     pytest.importorskip("pre_commit")
     if not (ROOT / ".git").exists():

@@ -7,7 +7,9 @@ folder), and every `test_*` function it defines is called, as pytest would. A bl
 repository's top-level folders (`specs/`, `benchmarks/`, …), with this environment's `bin/` first on
 PATH, HOME in the scratch folder and one torch thread, and must exit 0. A block that installs software or runs for minutes is
 marked in the Markdown, on the line before its fence, with `<!-- not-run: REASON -->`; such blocks
-are not run; `test_the_docs_have_snippets_and_every_skipped_one_says_why` lists them with that reason (`pytest -s`). Untagged blocks and blocks
+are not run; `test_the_docs_have_snippets_and_every_skipped_one_says_why` lists them with that reason (`pytest -s`). A block
+that runs but takes tens of seconds is marked `<!-- slow: REASON -->` instead: it runs under `pytest -m slow`
+(as .ci/run does). Untagged blocks and blocks
 tagged `text`, `toml`, `yaml`, `diff` are shown output or data, not snippets (TOML blocks are
 loaded by tests/test_docs.py).
 """
@@ -32,6 +34,7 @@ DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 KINDS = {"python": "python", "py": "python", "sh": "sh", "bash": "sh", "shell": "sh", "console": "sh"}
 FENCE = re.compile(r"^(?P<indent>[ ]*)```(?P<tag>[\w+-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
 NOT_RUN = re.compile(r"^\s*<!--\s*not-run:\s*(?P<reason>.*?)\s*-->\s*$")
+SLOW = re.compile(r"^\s*<!--\s*slow:\s*(?P<reason>.*?)\s*-->\s*$")
 #: Hypothesis budget for `@given` tests defined by a snippet: the snippet's own settings apply,
 #: the number of examples is cut so the docs run in seconds.
 SNIPPET_EXAMPLES = 5
@@ -44,6 +47,7 @@ class Snippet:
     kind: str  # "python" | "sh"
     body: str
     not_run: str | None  # the reason given by a `<!-- not-run: … -->` marker, or None
+    slow: str | None = None  # the reason given by a `<!-- slow: … -->` marker: runs under `-m slow`
 
     @property
     def id(self) -> str:
@@ -59,8 +63,10 @@ def snippets() -> Iterator[Snippet]:
                 continue
             before = [ln for ln in text[: m.start()].splitlines() if ln.strip()]
             marker = NOT_RUN.match(before[-1]) if before else None
+            slow = SLOW.match(before[-1]) if before else None
             body = "\n".join(ln[len(m.group("indent")) :] for ln in m.group("body").splitlines())
-            yield Snippet(path, text.count("\n", 0, m.start()) + 1, kind, body, marker.group("reason") if marker else None)
+            line = text.count("\n", 0, m.start()) + 1
+            yield Snippet(path, line, kind, body, marker.group("reason") if marker else None, slow.group("reason") if slow else None)
 
 
 ALL = list(snippets())
@@ -73,6 +79,8 @@ def test_the_docs_have_snippets_and_every_skipped_one_says_why() -> None:
     assert run, "no snippet runs"
     for s in skipped:
         assert len(s.not_run or "") >= 10, f"{s.id}: say why the snippet does not run (<!-- not-run: REASON -->)"
+    for s in run:
+        assert s.slow is None or len(s.slow) >= 10, f"{s.id}: say why the snippet is slow (<!-- slow: REASON -->)"
     print(f"\n{len(run)} snippet(s) run, {len(skipped)} not run:")
     for s in skipped:
         print(f"  {s.id} ({s.kind}): {s.not_run}")
@@ -96,7 +104,7 @@ def _scratch_folder(tmp_path: Path) -> Path:
 RUN = [s for s in ALL if s.not_run is None]
 
 
-@pytest.mark.parametrize("snippet", RUN, ids=lambda s: s.id)
+@pytest.mark.parametrize("snippet", [pytest.param(s, id=s.id, marks=[pytest.mark.slow] if s.slow else []) for s in RUN])
 def test_snippet_runs(snippet: Snippet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if snippet.kind == "python":
         monkeypatch.chdir(ROOT)

@@ -132,6 +132,7 @@ def test_a_factory_that_replaces_the_judge_in_its_worker_is_caught_by_the_parent
     assert any(spec["file"] in e and "may have replaced part of the harness" in e for e in run["json"]["errors"])
 
 
+@pytest.mark.slow  # a 70,000-block stack built, probed and freed in a worker: about 20 s idle
 def test_a_stack_of_seventy_thousand_blocks_is_judged_not_a_segfault(tmp_path: Path) -> None:
     # torch frees a graph carrying the probe's Python hooks recursively (~100 bytes of C stack per
     # node): at depth 62,500 the usual 8 MiB stack ended the worker in SIGSEGV (exit 2).

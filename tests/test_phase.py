@@ -39,6 +39,7 @@ def test_chi1_closed_forms() -> None:
     assert math.isclose(depth_scale("tanh", 0.5), 1 / math.log(2), rel_tol=1e-9)
 
 
+@pytest.mark.slow  # a bisection over depth 1-64 on 4 seeds at width 256, per side of the phase line
 @pytest.mark.parametrize("sigma_w2", [0.5, 3.0])
 def test_the_tanh_depth_budget_lands_near_six_xi(tmp_path: Path, sigma_w2: float) -> None:
     """gradient_arrival holds while e⁻³ ≤ r₀ ≤ e³. Mean field: ‖g₀‖²/‖g_L‖² ≈ χ₁^L, so

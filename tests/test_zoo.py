@@ -84,7 +84,7 @@ def test_every_zoo_spec_has_a_row_in_docs_zoo_md_and_every_row_a_spec() -> None:
     assert len(specs) >= 25
 
 
-@pytest.mark.parametrize("name", ["bert", "gpt2", "swin"])
+@pytest.mark.parametrize("name", ["bert", pytest.param("gpt2", marks=pytest.mark.slow), pytest.param("swin", marks=pytest.mark.slow)])  # one by default, three under -m slow
 def test_the_table_regenerated_for_a_family_matches_docs_zoo_md(name: str) -> None:
     pytest.importorskip("transformers", reason="Hugging Face transformers is not installed (pip install -e '.[hf]')")
     spec = load_spec(ZOO / f"{name}.toml")
