@@ -15,11 +15,20 @@ from torch import nn
 
 from stability import probe
 from stability.measure.probe import _rel_diff, projection_vector
-from stability.measure.reductions import _HOOK_PARAM, _NORM_DIRECT_MAX, _SMALL_PARAM, _TWO_PASS_MIN, _as_dtype, _combine, _moments, _norm, _norm_value, _param_norms, _two_pass_count
+from stability.measure.reductions import _HOOK_PARAM, _SMALL_PARAM, _TWO_PASS_MIN, _as_dtype, _combine, _moments, _norm, _norm_value, _param_norms, _two_pass_count
+
+#: A gradient of many rows of `reductions._NORM_ROW` (and, plus 3, a remainder).
+_LONG = 1 << 16
 
 
 def _randn(*shape: int, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(dtype)
+
+
+def _rows32(t: torch.Tensor) -> float:
+    """The norm by the probe's rule above 1,024 elements, written out: float32 norms of the runs of
+    1,024 elements (t's size a multiple of it here), combined in float64."""
+    return math.hypot(*torch.linalg.vector_norm(t.reshape(-1, 1024), dim=1, dtype=torch.float32).tolist())
 
 
 def _norm64(t: torch.Tensor) -> float:
@@ -30,7 +39,7 @@ def _norm64(t: torch.Tensor) -> float:
 
 
 def test_rel_diff_of_two_float32_tensors_is_computed_in_float32() -> None:
-    a, b = _randn(64, 33, seed=1), _randn(64, 33, seed=2)
+    a, b = _randn(32, 31, seed=1), _randn(32, 31, seed=2)  # ≤ 1,024 elements: one float32 vector_norm each
     own = float(torch.linalg.vector_norm(a - b)) / float(torch.linalg.vector_norm(b))
     wide = _norm64(a.double() - b.double()) / _norm64(b)
     assert own != wide  # the two ways differ in the last bits here, so the test below can tell them apart
@@ -118,17 +127,19 @@ def test_norm_keeps_the_input_dtype_unless_the_squares_leave_the_range() -> None
 
 
 def test_norm_of_half_precision_accumulates_in_the_dtype_given() -> None:
-    g = _randn(5000, seed=9, dtype=torch.float16)
+    g = _randn(1000, seed=9, dtype=torch.float16)
     out = _norm(g, torch.float32)
     assert out.dtype == torch.float32
     assert float(out) == float(torch.linalg.vector_norm(g, dtype=torch.float32))
+    long = _randn(5120, seed=9, dtype=torch.float16)  # by rows: float32 rows, combined in float64
+    assert float(_norm(long, torch.float32)) == _rows32(long) != float(torch.linalg.vector_norm(long, dtype=torch.float64))
 
 
 # ----------------------------------------------------------------------------- _param_norms
 
 
 def test_param_norms_of_every_size_class_in_their_own_order() -> None:
-    sizes = [(_NORM_DIRECT_MAX + 4096 + 3,), (3, 5), (_SMALL_PARAM + 1,), (_NORM_DIRECT_MAX * 2,), (3, 5), (7,), (_SMALL_PARAM,)]
+    sizes = [(_LONG + 4096 + 3,), (3, 5), (_SMALL_PARAM + 1,), (_LONG * 2,), (3, 5), (7,), (_SMALL_PARAM,)]
     grads = [_randn(*s, seed=10 + i) for i, s in enumerate(sizes)]  # huge, small, middle, huge (whole rows), small, small, small
     out = _param_norms(grads, None)
     assert out.dtype == torch.float64 and out.shape == (len(grads),)
@@ -160,7 +171,8 @@ def test_hooked_low_precision_parameters_are_normed_in_float32() -> None:
     y.backward(projection_vector(y.shape, 2, dtype=y.dtype, device=y.device))
     w = lin.weight.grad
     assert w is not None and lin.weight.numel() >= _HOOK_PARAM
-    assert m.param_grad_norm["0.weight"] == float(torch.linalg.vector_norm(w, dtype=torch.float32))
+    assert m.param_grad_norm["0.weight"] == _rows32(w) != _norm64(w)  # float32 rows, not a float16 or a float64 accumulation
+    assert _rows32(w) != math.hypot(*torch.linalg.vector_norm(w.reshape(-1, 1024), dim=1).tolist())
 
 
 def test_param_norms_in_range_stay_in_float32_arithmetic_and_every_class_alone_is_float64() -> None:
@@ -170,15 +182,15 @@ def test_param_norms_in_range_stay_in_float32_arithmetic_and_every_class_alone_i
     middle = [_randn(_SMALL_PARAM + 1, seed=22) * 1e-4, _randn(_SMALL_PARAM + 7, seed=23)]
     out = _param_norms([*small, *middle], None).tolist()
     want_small = torch.linalg.vector_norm(torch.stack(small).reshape(2, -1), dim=1).tolist()
-    want_middle = [float(t) for t in torch._foreach_norm(middle)]
+    want_middle = [_norm_value(g, None) for g in middle]  # each by rows (reductions._row_norms)
     assert out == [*want_small, *want_middle]
-    for alone in (small, middle, [_randn(_NORM_DIRECT_MAX + 1, seed=24)]):
+    for alone in (small, middle, [_randn(_LONG + 1, seed=24)]):
         assert _param_norms(alone, None).dtype == torch.float64
     assert _param_norms(small, None, given={0: torch.tensor(1.0), 1: torch.tensor(2.0)}).tolist() == [1.0, 2.0]
     assert _param_norms(small, None, given={0: torch.tensor(1.0), 1: torch.tensor(2.0)}).dtype == torch.float64
 
 
-@pytest.mark.parametrize("size", [7, _SMALL_PARAM + 3, _NORM_DIRECT_MAX + 4096])
+@pytest.mark.parametrize("size", [7, _SMALL_PARAM + 3, _LONG + 4096])
 def test_param_norms_of_half_precision_gradients_accumulate_in_float32(size: int) -> None:
     grads = [_randn(size, seed=25, dtype=torch.float16), _randn(size, seed=26, dtype=torch.float16)]
     out = _param_norms(grads, torch.float32).tolist()
@@ -340,7 +352,7 @@ def test_half_precision_boundaries_are_reduced_in_float32_and_the_projection_is_
     f = x.float()
     assert m.act_var[0] == pytest.approx(float(f.var(unbiased=False)), rel=1e-6, abs=0.0)
     r = projection_vector(x.shape, 6, dtype=torch.float16, device=x.device)
-    assert m.grad_norm[1] == float(torch.linalg.vector_norm(r, dtype=torch.float32))  # ∂L/∂y = r, in y's dtype
+    assert m.grad_norm[1] == _rows32(r)  # ∂L/∂y = r, in y's dtype, its norm accumulated in float32
 
 
 def test_mse_loss_is_the_mean_squared_distance_to_the_target() -> None:

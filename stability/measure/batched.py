@@ -35,7 +35,7 @@ from stability.errors import BlockError
 from stability.families.adapters import Stack
 from stability.measure.boundaries import _LOW, _first_nonfinite
 from stability.measure.probe import Measurements, _as_list, probe, projection_vector
-from stability.measure.reductions import _NORM_DIRECT_MAX, _NORM_ROW, _boundary_values, _combine, _moments, _two_pass_count
+from stability.measure.reductions import _NORM_ROW, _boundary_values, _combine, _moments, _row_norms, _two_pass_count
 
 __all__ = ["probe_seeds"]
 
@@ -328,31 +328,22 @@ def _refuse_shared(blocks: list[nn.Module]) -> None:
 
 
 def _rows_norm(t: torch.Tensor, n_nets: int, dtype: torch.dtype | None) -> torch.Tensor:
-    """(S,) norms of t's S rows (t reshaped to (S, −1)), as accurate as `reductions._norm`: above
-    `_NORM_DIRECT_MAX` elements per row on the CPU they are taken over sub-rows of `_NORM_ROW` first
-    (torch's float32 vector_norm drifts to 1e-5 relative at 2^20 elements), and on the CPU a row
-    whose float32 norm is 0 or inf (squares out of float32's range, beyond ~1e19 or below ~1e-19
-    per element) is taken again in float64, as `reductions._norm` does; the result is then float64."""
+    """(S,) norms of t's S rows (t reshaped to (S, −1)), each the bits `reductions._norm_value`
+    gives for that row alone: on the CPU above `_NORM_ROW` elements per row by sub-rows of
+    `_NORM_ROW` combined in float64 (`reductions._row_norms`: torch's float32 vector_norm drifts to
+    1e-5 relative at 2^16 elements), and a row whose float32 norm is 0 or inf (squares out of
+    float32's range, beyond ~1e19 or below ~1e-19 per element) taken again in float64; the CPU
+    result is then float64."""
     f = t.reshape(n_nets, -1)  # (S, N)
-    out = _rows_norm_fast(f, dtype)
-    if f.device.type == "cpu" and out.dtype != torch.float64:
+    cpu = f.device.type == "cpu" and dtype != torch.float64
+    if f.shape[1] > _NORM_ROW and cpu:
+        out = torch.tensor(_row_norms(f, dtype), dtype=torch.float64)
+    else:
+        out = torch.linalg.vector_norm(f, dim=1, dtype=dtype)
+    if cpu and f.dtype != torch.float64:
         ok = (out > 0) & (out < math.inf)  # (S,)
         if not bool(ok.all()):  # (a host read: free on the CPU)
             out = torch.where(ok, out.to(torch.float64), torch.linalg.vector_norm(f, dim=1, dtype=torch.float64))
-    return out
-
-
-def _rows_norm_fast(f: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
-    """`_rows_norm` of f (S, N) without the range check."""
-    n_nets, n = f.shape
-    if n <= _NORM_DIRECT_MAX or f.device.type != "cpu":
-        out: torch.Tensor = torch.linalg.vector_norm(f, dim=1, dtype=dtype)
-        return out
-    if n % _NORM_ROW:
-        out = torch.linalg.vector_norm(f, dim=1, dtype=torch.float64)
-        return out.to(dtype or f.dtype)
-    rows = torch.linalg.vector_norm(f.reshape(n_nets, n // _NORM_ROW, _NORM_ROW), dim=2, dtype=dtype)  # (S, N / _NORM_ROW)
-    out = torch.linalg.vector_norm(rows, dim=1)
     return out
 
 

@@ -41,7 +41,7 @@ from torch import nn
 from stability.errors import BlockError
 from stability.measure.measurements import Measurements
 from stability.measure.reductions import (
-    _NORM_DIRECT_MAX,
+    _SQUARES_MAX,
     _TWO_PASS_MIN,
     _LargeParamNorms,
     _Moments,
@@ -59,7 +59,7 @@ __all__: list[str] = []  # the probe's internals
 _LOW = (torch.float16, torch.bfloat16)
 
 #: CPU boundaries of at most this many elements are reduced in groups (`_HostReductions`).
-_GROUP_MAX = _NORM_DIRECT_MAX
+_GROUP_MAX = _SQUARES_MAX
 #: A group holds up to this many elements (512 KiB of float32) and at most `_GROUP_ROWS` boundaries.
 _GROUP_ELEMENTS = 1 << 17
 _GROUP_ROWS = 32

@@ -5,8 +5,9 @@ vmap).
 - `_Moments` / `_moments`: a boundary's variance and mean, reduced while it is in cache to Σh and
   Σh² with the corrected two-pass formula where the one-pass one would cancel (Chan, Golub &
   LeVeque 1983), float64 where float32 sums leave the range.
-- `_norm`, `_norm_value`, `_row_norm`: ‖g‖₂ within ~2e-7 at any size (by rows above
-  `_NORM_DIRECT_MAX` elements), taken again in float64 where float32 squares leave the range.
+- `_norm`, `_norm_value`: ‖g‖₂ as accurate at any size as torch's own norm of `_NORM_ROW`
+  elements (rows of `_NORM_ROW` above that, combined in float64: within 1e-6, `_row_norms`),
+  taken again in float64 where float32 squares leave the range.
 - `_LargeParamNorms`, `_param_norms`: every parameter gradient's norm, the large ones by hooks as
   autograd produces them, the rest grouped.
 """
@@ -29,9 +30,10 @@ _TWO_PASS_MIN = 2048
 _SMALL_PARAM = 4096
 #: Parameters of at least this many elements have their gradients' norms taken by a hook (`_LargeParamNorms`).
 _HOOK_PARAM = 16384
-#: CPU tensors above this many elements have their norms taken a row of `_NORM_ROW` at a time (`_norm`).
-_NORM_DIRECT_MAX = 1 << 16
-_NORM_ROW = 4096
+#: CPU tensors above this many elements have their norms taken a row of this many at a time (`_row_norms`).
+_NORM_ROW = 1024
+#: Boundaries up to this many elements have Σh² summed from a temporary of their squares (`_Moments`).
+_SQUARES_MAX = 1 << 16
 
 
 def _moments(h: torch.Tensor, out: list[torch.Tensor]) -> int:
@@ -59,7 +61,7 @@ class _Moments:
 
     A CPU boundary of at least `_TWO_PASS_MIN` elements is reduced at once to s = Σh and
     q = Σh² (cascade `sum`s, float32 accumulation for float32 input, within ~2e-7 relative at up
-    to 2^22 elements; above `_NORM_DIRECT_MAX` elements q = `_norm`(h)², which needs no temporary;
+    to 2^22 elements; above `_SQUARES_MAX` elements q = `_norm`(h)², which needs no temporary;
     a BLAS `dot` or a plain `vector_norm` drifts to 1e-5 at 2^20) and read to the host (free on a
     CPU): mean = s/n, var = q/n − mean². That one-pass formula multiplies the
     sums' relative error by (1 + mean²/var) (Chan, Golub & LeVeque 1983), so where mean² > var the
@@ -93,8 +95,8 @@ class _Moments:
             self.parts += torch.var_mean(_small64(f), correction=0)
             return
         s = f.sum().item()
-        if n > _NORM_DIRECT_MAX:
-            q = _row_norm(f, None).item() ** 2  # rows of `_NORM_ROW`: no (N,) temporary (the range is checked in `add_sums`)
+        if n > _SQUARES_MAX:
+            q = _row_norm_value(f, None) ** 2  # rows of `_NORM_ROW`: no (N,) temporary (the range is checked in `add_sums`)
         else:
             q = f.square().sum().item()  # (N,) temporary, freed at once
         self.add_sums(self.slot(), f, s, q)
@@ -204,26 +206,27 @@ def _param_norms(grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, g
     gradients are not read. With `norm_dtype=torch.float64` (the device design) every norm is
     accumulated in float64, and nothing is read to the host.
     Gradients of up to `_SMALL_PARAM` elements (biases, norm gains, small weights) are stacked by
-    shape and reduced in one call each: one norm call per bias costs more in dispatch than in
-    arithmetic. The rest go through `torch._foreach_norm` (or `_norm` above `_NORM_DIRECT_MAX`).
+    shape and reduced in one call each (by rows of `_NORM_ROW` on the CPU above that size): one
+    norm call per bias costs more in dispatch than in arithmetic. Larger CPU gradients are each
+    taken by `_norm_value`; on a device, or in float64, by one `torch._foreach_norm` or
+    `vector_norm` each.
     """
     if not grads:
         return torch.zeros(0, dtype=torch.float64)
     device = grads[0].device
     given = given or {}
     groups: dict[tuple[object, ...], list[int]] = {}  # small gradients by (shape, dtype, device)
-    middle: list[int] = []  # up to _NORM_DIRECT_MAX elements, or not on the CPU: one _foreach_norm
-    huge: list[int] = []  # longer CPU gradients: _norm each
+    host: list[int] = []  # larger CPU gradients, not in float64: `_norm_value` each
+    middle: list[int] = []  # larger gradients on a device, or in float64: one _foreach_norm / vector_norm each
     for j, g in enumerate(grads):  # one pass: this loop is the function's cost for ~1,000 parameters
         if j in given:
             continue
-        n = g.numel()
-        if n <= _SMALL_PARAM:
+        if g.numel() <= _SMALL_PARAM:
             groups.setdefault((g.shape, g.dtype, g.device), []).append(j)
-        elif n <= _NORM_DIRECT_MAX or not g.is_cpu:
-            middle.append(j)
+        elif g.is_cpu and norm_dtype != torch.float64:
+            host.append(j)
         else:
-            huge.append(j)
+            middle.append(j)
     order: list[int] = []
     pieces: list[torch.Tensor] = []
     if middle:
@@ -233,9 +236,9 @@ def _param_norms(grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, g
         else:
             pieces.append(torch.stack([torch.linalg.vector_norm(g, dtype=norm_dtype) for g in big]).to(torch.float64))
         order += middle
-    if huge:
-        pieces.append(torch.stack([_norm(grads[j], norm_dtype) for j in huge]).to(torch.float64))
-        order += huge
+    if host:
+        pieces.append(torch.tensor([_norm_value(grads[j], norm_dtype) for j in host], dtype=torch.float64))
+        order += host
     if given:
         done = sorted(given)
         values = [given[j] for j in done]
@@ -246,22 +249,31 @@ def _param_norms(grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, g
         order += done
     for idx in groups.values():
         stacked = torch.stack([grads[j] for j in idx]).reshape(len(idx), -1)  # (k, numel): one reshape, not one per gradient
-        norms = torch.linalg.vector_norm(stacked, dim=1, dtype=norm_dtype)
-        if stacked.is_cpu and norms.dtype != torch.float64 and not bool(((norms > 0) & (norms < math.inf)).all()):
-            norms = torch.linalg.vector_norm(stacked, dim=1, dtype=torch.float64)  # squares out of float32's range: the group again in float64
-        pieces.append(norms.to(torch.float64))
+        pieces.append(_stacked_norms(stacked, norm_dtype))
         order += idx
     flat = torch.cat(pieces) if len(pieces) > 1 else pieces[0]  # (P,), in `order`
     if order != list(range(len(order))):
         inverse = torch.empty(len(order), dtype=torch.long)
         inverse[torch.tensor(order)] = torch.arange(len(order))
         flat = flat.index_select(0, _to_device(inverse, flat.device))
-    if flat.is_cpu and middle and norm_dtype != torch.float64:  # a float32 norm of 0 or inf (squares out of range, see `_norm`): float64, one gradient at a time
-        values = flat.tolist()
-        for j in middle:
-            if not 0.0 < values[j] < math.inf and grads[j].dtype != torch.float64:
-                flat[j] = torch.linalg.vector_norm(grads[j], dtype=torch.float64)
     return flat
+
+
+def _stacked_norms(stacked: torch.Tensor, norm_dtype: torch.dtype | None) -> torch.Tensor:
+    """(k,) float64 norms of the k rows of `stacked` (k, N), each as `_norm` takes it: on the CPU
+    by rows of `_NORM_ROW` above that many elements, a row whose float32 norm is 0 or inf (squares
+    out of float32's range) again in float64 (the whole group, one call)."""
+    norms: torch.Tensor
+    if not stacked.is_cpu or norm_dtype == torch.float64:
+        norms = torch.linalg.vector_norm(stacked, dim=1, dtype=norm_dtype)
+        return norms.to(torch.float64)
+    if stacked.shape[1] > _NORM_ROW:
+        norms = torch.tensor(_row_norms(stacked, norm_dtype), dtype=torch.float64)
+    else:
+        norms = torch.linalg.vector_norm(stacked, dim=1, dtype=norm_dtype)
+    if stacked.dtype != torch.float64 and not bool(((norms > 0) & (norms < math.inf)).all()):
+        norms = torch.linalg.vector_norm(stacked, dim=1, dtype=torch.float64)  # squares out of float32's range: the group again in float64
+    return norms.to(torch.float64)
 
 
 def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -275,52 +287,68 @@ def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def _norm(g: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
-    """‖g‖₂ as a 0-dim tensor (accumulated in `dtype` when given).
-
-    On the CPU torch's float32 `vector_norm` (and `_foreach_norm`) accumulates a long tensor with
-    a growing error: measured on one thread, up to ~4e-7 relative at 2^16 elements, 1e-5 at 2^20
-    and 6e-4 at 2^24 (a 4096×4096 weight). Above `_NORM_DIRECT_MAX` elements the norm is
-    therefore taken over rows of `_NORM_ROW` (≤ 1e-7 each) and then over the rows' norms: as
-    fast, and within ~2e-7 at any size. A non-contiguous tensor that large is reduced in float64.
-    A float32 result of 0 or inf on the CPU (the squares under- or overflow below ~1e-19 or above
-    ~1e19 per element; reading it costs nothing there) is taken again in one float64 pass: the true
-    norm where g is finite and not all zero, and 0, inf or nan again otherwise. (A LayerNorm →
-    Linear → ReLU stack of depth 256 at Kaiming init has gradients of ~1e21 per element at its
-    input: float32 squares overflow there.)
-    """
-    out = _row_norm(g, dtype)
-    if g.is_cpu and out.dtype != torch.float64 and not 0.0 < out.item() < math.inf:
+    """‖g‖₂ as a 0-dim tensor (accumulated in `dtype` when given): `_norm_value`'s on the CPU
+    (float64 above `_NORM_ROW` elements, else g's dtype unless the squares left the range), torch's
+    own `vector_norm` on a device (a tree reduction there: no drift)."""
+    out: torch.Tensor
+    if not g.is_cpu:
+        out = torch.linalg.vector_norm(g, dtype=dtype)
+        return out
+    if g.numel() > _NORM_ROW:
+        return torch.tensor(_norm_value(g, dtype), dtype=torch.float64)
+    out = torch.linalg.vector_norm(g, dtype=dtype)
+    if out.dtype != torch.float64 and not 0.0 < out.item() < math.inf:
         out = torch.linalg.vector_norm(g, dtype=torch.float64)
     return out
 
 
 def _norm_value(g: torch.Tensor, dtype: torch.dtype | None) -> float:
-    """`_norm` of a CPU tensor, as a Python float (the value `_norm`'s tensor holds)."""
-    out = _row_norm(g, dtype)
-    value = out.item()
-    if out.dtype != torch.float64 and not 0.0 < value < math.inf:
+    """‖g‖₂ of a CPU tensor as a Python float, within ~1e-6 relative at any size.
+
+    torch's float32 `vector_norm` (and `_foreach_norm`) on the CPU accumulates each lane of a
+    vector register sequentially, so on coherent data its error grows with the length: ‖c·𝟏‖ is
+    off by ~1e-6 relative at 1,024 elements, 1.5e-5 at 16,384, 6e-5 at 65,536 and 9e-4 at 2^20
+    (constant vectors, worst of 60 values of c, AVX-512); on random data ~1e-7 to 1e-5. Above
+    `_NORM_ROW` elements the norm is therefore taken over rows of `_NORM_ROW` (torch's own error
+    on 1,024 elements, ≤ 8.6e-7) and the rows' norms combined in float64 (`_row_norms`), so the
+    error no longer grows with the size; a non-contiguous tensor is copied first. A float32 norm
+    of 0 or inf (the squares under- or overflow below ~1e-19 or above ~1e19 per element; reading
+    it costs nothing on the CPU) is taken again in one float64 pass: the true norm where g is
+    finite and not all zero, and 0, inf or nan again otherwise. (A LayerNorm → Linear → ReLU stack
+    of depth 256 at Kaiming init has gradients of ~1e21 per element at its input: float32 squares
+    overflow there.)
+    """
+    value = _row_norm_value(g, dtype)
+    if g.dtype != torch.float64 and dtype != torch.float64 and not 0.0 < value < math.inf:
         value = torch.linalg.vector_norm(g, dtype=torch.float64).item()
     return value
 
 
-def _row_norm(g: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
-    """`_norm` without the range check: by rows of `_NORM_ROW` above `_NORM_DIRECT_MAX` CPU elements."""
+def _row_norm_value(g: torch.Tensor, dtype: torch.dtype | None) -> float:
+    """`_norm_value` without the range check."""
     n = g.numel()
-    if n <= _NORM_DIRECT_MAX or not g.is_cpu:
-        out: torch.Tensor = torch.linalg.vector_norm(g, dtype=dtype)
-        return out
-    if not g.is_contiguous():
-        out = torch.linalg.vector_norm(g, dtype=torch.float64)
-        return out
+    if n <= _NORM_ROW:
+        value: float = torch.linalg.vector_norm(g, dtype=dtype).item()
+        return value
+    if n % _NORM_ROW == 0 and g.is_contiguous():  # `_row_norms`' arithmetic in fewer Python operations (3 µs less): whole rows
+        return math.hypot(*torch.linalg.vector_norm(g.view(-1, _NORM_ROW), dim=1, dtype=dtype).tolist())
+    return _row_norms(g.reshape(1, -1), dtype)[0]
+
+
+def _row_norms(f: torch.Tensor, dtype: torch.dtype | None) -> list[float]:
+    """The norm of each of the S rows of a CPU tensor f (S, N), N > `_NORM_ROW`, as host floats:
+    torch's `vector_norm` (accumulated in `dtype`) of every run of `_NORM_ROW` elements and of the
+    remainder, combined by `math.hypot` (float64, correctly rounded to ~1 ulp). `probe` (a row of
+    one) and `probe_seeds` (a row per seed) share it, so they give the same bits. (The same
+    combination by `vector_norm(dtype=float64)` costs ~1.5 µs more per norm.)"""
+    if not f.is_contiguous():
+        f = f.contiguous()
+    s, n = f.shape
     k = n - n % _NORM_ROW
-    if k == n and n <= _NORM_DIRECT_MAX * _NORM_ROW:  # whole rows, and few enough of them for one direct norm: the common case in two calls
-        out = torch.linalg.vector_norm(torch.linalg.vector_norm(g.view(-1, _NORM_ROW), dim=1, dtype=dtype))
-        return out
-    f = g.reshape(-1)  # (n,), a view
-    rows = torch.linalg.vector_norm(f[:k].view(-1, _NORM_ROW), dim=1, dtype=dtype)  # (k / _NORM_ROW,)
+    rows = torch.linalg.vector_norm(f[:, :k].view(s, k // _NORM_ROW, _NORM_ROW), dim=2, dtype=dtype)  # (S, k / _NORM_ROW)
     if k < n:
-        rows = torch.cat((rows, torch.linalg.vector_norm(f[k:], dtype=dtype).reshape(1)))
-    return _row_norm(rows, None)
+        rows = torch.cat((rows, torch.linalg.vector_norm(f[:, k:], dim=1, dtype=dtype, keepdim=True)), dim=1)  # (S, k / _NORM_ROW + 1)
+    return [math.hypot(*row) for row in rows.tolist()]
 
 
 def _stack64(scalars: list[torch.Tensor]) -> torch.Tensor:
