@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import inspect
 import math
 from collections.abc import Callable, Iterator
@@ -32,7 +33,7 @@ from stability.families.blocks import (
     Transition,
 )
 from stability.families.discover import ModelRun, holds_blocks, inputs_to
-from stability.families.init import activation, init_all, init_weight, zero_parameters
+from stability.families.init import activation, blank_layer, init_all, init_weight, overwritten, zero_parameters
 from stability.families.library import library_of
 from stability.families.transformer import build_transformer
 from stability.seeding import seeded
@@ -75,24 +76,65 @@ class Network:
 def build(spec: Spec, case: Case) -> Network:
     """Build the network of one case on `case.device` in `case.dtype`."""
     family = FAMILIES.get(spec.family)
-    with torch.random.fork_rng(devices=[]), seeded(derive_seed(case.seed, 0)):
-        torch.manual_seed(derive_seed(case.seed, 0))
-        gen = torch.Generator().manual_seed(derive_seed(case.seed, 0))
-        if family.user_code:  # a user's factory builds in its own dtype
-            built = family.build(spec, case, gen)
-        else:
-            with _construction_dtype(case):
+    seed = derive_seed(case.seed, 0)
+    collecting = gc.isenabled()
+    gc.disable()  # a build makes thousands of modules and dicts and no garbage cycles: the collections it set off took ~15% of a ci gate
+    try:
+        with torch.random.fork_rng(devices=[]), seeded(seed):
+            if family.user_code or spec.family == "library":
+                torch.manual_seed(seed)  # a user's factory, or a library's constructor, may draw on any device
+            else:
+                # The harness's own builders draw on the CPU only (the module docstring).
+                # torch.manual_seed would also queue a lazy CUDA seeding that records the Python
+                # stack every call (~0.7 ms deep inside a Hypothesis run).
+                torch.default_generator.manual_seed(seed)
+            gen = torch.Generator().manual_seed(seed)
+            if family.user_code:  # a user's factory builds in its own dtype
                 built = family.build(spec, case, gen)
-        net = built if isinstance(built, Network) else Network(built)
-    device = torch.device(case.device)
-    dtype = torch_dtype(case.dtype)
-    for module in (net.blocks, net.stem, net.head, net.model.model if net.model is not None else None):
-        if module is not None:
-            module.to(device=device, dtype=dtype)
-            set_modes(module, norm_train=spec.probe.mode == "train", dropout_train=spec.probe.dropout == "on")
-    if net.model is not None:
-        net.model = dataclasses.replace(net.model, inputs=inputs_to(net.model.inputs, device=device, dtype=dtype))
-    return net
+            else:
+                with _construction_dtype(case):
+                    built = family.build(spec, case, gen)
+            net = built if isinstance(built, Network) else Network(built)
+        device = torch.device(case.device)
+        dtype = torch_dtype(case.dtype)
+        for module in (net.blocks, net.stem, net.head, net.model.model if net.model is not None else None):
+            if module is not None:
+                if _moves(module, device, dtype):
+                    module.to(device=device, dtype=dtype)
+                set_modes(module, norm_train=spec.probe.mode == "train", dropout_train=spec.probe.dropout == "on")
+        if net.model is not None:
+            net.model = dataclasses.replace(net.model, inputs=inputs_to(net.model.inputs, device=device, dtype=dtype))
+        return net
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _moves(root: nn.Module, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether `root.to(device=device, dtype=dtype)` would change anything: a parameter or buffer
+    on another device, a floating-point (or complex) one of another dtype, or a module that
+    overrides `to` or `_apply` (which may do more than move tensors). A no-op `to` still walks
+    and reassigns every tensor: ~6 µs a module, 15% of building a small network."""
+    if type(root).to is not nn.Module.to:
+        return True
+    on_cpu = device == torch.device("cpu")  # (`is_cpu` is cheaper than building each tensor's device)
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        if type(m)._apply is not nn.Module._apply:
+            return True
+        for table in (m._parameters, m._buffers):
+            for t in table.values():
+                if t is not None and (not t.is_cpu if on_cpu else t.device != device):
+                    return True
+                if t is not None and t.dtype is not dtype and (t.is_floating_point() or t.is_complex()):
+                    return True
+        stack.extend(c for c in m._modules.values() if c is not None)
+    return False
 
 
 @contextlib.contextmanager
@@ -153,11 +195,14 @@ def channel_counts(spec: Spec, case: Case) -> list[int]:
 # ----------------------------------------------------------------------------- pieces
 
 
-def _layer(spec: Spec, c_in: int, c_out: int, *, kernel: int | None = None, bias: bool = True) -> nn.Linear | nn.Conv2d:
+def _layer(spec: Spec, case: Case, c_in: int, c_out: int, *, kernel: int | None = None, bias: bool = True) -> nn.Linear | nn.Conv2d:
+    """A linear or convolutional layer; without torch's default draws where the case's inits
+    overwrite them all (`init.overwritten`: the builders initialise every layer they make)."""
+    blank = overwritten(spec, case)
     if spec.block.layer == "conv2d":
         k = spec.block.kernel_size if kernel is None else kernel
-        return nn.Conv2d(c_in, c_out, k, padding=k // 2, bias=bias)
-    return nn.Linear(c_in, c_out, bias=bias)
+        return blank_layer(nn.Conv2d, blank, c_in, c_out, k, padding=k // 2, bias=bias)
+    return blank_layer(nn.Linear, blank, c_in, c_out, bias=bias)
 
 
 def _norm(spec: Spec, channels: int) -> nn.Module:
@@ -198,7 +243,7 @@ def _skip(spec: Spec, c_in: int, c_out: int, gen: torch.Generator, case: Case) -
         return Scale(torch.tensor(float(spec.block.skip_scale or 0.0)), learnable=False)  # the spec requires skip_scale with skip = "scaled"
     if kind == "norm":
         return _norm(spec, c_in)
-    proj = _layer(spec, c_in, c_out, kernel=1, bias=False)
+    proj = _layer(spec, case, c_in, c_out, kernel=1, bias=False)
     init_weight(spec, case, proj.weight, gen)
     if spec.block.projection_spectrum is not None:
         w = _spectrum_projection(spec, c_out, gen).to(proj.weight.dtype)
@@ -230,7 +275,7 @@ def _build_plain(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequential:
     blocks = []
     for l in range(case.depth):  # noqa: E741 (l: the boundary index, as in the papers)
         c_in = (case.input_width or case.width) if l == 0 else case.width
-        blocks.append(PlainBlock(_layer(spec, c_in, case.width), _norm(spec, case.width), activation(spec)))
+        blocks.append(PlainBlock(_layer(spec, case, c_in, case.width), _norm(spec, case.width), activation(spec)))
     net = nn.Sequential(*blocks)
     init_all(spec, case, net, gen)
     return net
@@ -242,13 +287,13 @@ def _residual(spec: Spec, case: Case, gen: torch.Generator, *, pre: bool) -> nn.
     for l in range(case.depth):  # noqa: E741 (l: the boundary index, as in the papers)
         c_in = (case.input_width or w) if l == 0 else w
         if pre:  # F = W2·act(norm(W1·act(norm(x))))  or  W1·act(norm(x)) with one layer
-            branch = nn.Sequential(_norm(spec, c_in), activation(spec), _layer(spec, c_in, w))
+            branch = nn.Sequential(_norm(spec, c_in), activation(spec), _layer(spec, case, c_in, w))
             if spec.block.branch_layers == 2:
-                branch.extend([_norm(spec, w), activation(spec), _layer(spec, w, w)])
+                branch.extend([_norm(spec, w), activation(spec), _layer(spec, case, w, w)])
         else:  # F = W2·act(norm(W1 x))  or  W1 x with one layer
-            branch = nn.Sequential(_layer(spec, c_in, w))
+            branch = nn.Sequential(_layer(spec, case, c_in, w))
             if spec.block.branch_layers == 2:
-                branch.extend([_norm(spec, w), activation(spec), _layer(spec, w, w)])
+                branch.extend([_norm(spec, w), activation(spec), _layer(spec, case, w, w)])
         init_all(spec, case, branch, gen)
         if case.branch_init == "zero":
             zero_parameters(branch[-1])
@@ -264,9 +309,9 @@ def _residual(spec: Spec, case: Case, gen: torch.Generator, *, pre: bool) -> nn.
 def _build_highway(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequential:
     blocks = []
     for _ in range(case.depth):
-        layer = _layer(spec, case.width, case.width)
+        layer = _layer(spec, case, case.width, case.width)
         transform = nn.Sequential(layer, _norm(spec, case.width), activation(spec))
-        gate = _layer(spec, case.width, case.width, kernel=1)
+        gate = _layer(spec, case, case.width, case.width, kernel=1)
         init_all(spec, case, transform, gen)
         init_all(spec, case, gate, gen)
         if case.branch_init == "zero":  # H = 0 and W_T = 0: the gate is σ(b_T) everywhere
@@ -284,14 +329,14 @@ def _build_dense(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequential:
     blocks: list[nn.Module] = []
     c = counts[0]
     for l in range(1, case.depth + 1):  # noqa: E741 (l: the boundary index, as in the papers)
-        layer = _layer(spec, c, spec.block.growth)
+        layer = _layer(spec, case, c, spec.block.growth)
         block: nn.Module = DenseLayer(_norm(spec, c), activation(spec), layer, channel_dim=-1 if spec.block.layer == "tokens" else 1)
         init_all(spec, case, block, gen)
         if case.branch_init == "zero":
             zero_parameters(layer)
         c += spec.block.growth
         if counts[l] != c:  # a transition closes this dense group: C → ⌊θ·C⌋
-            trans = Transition(_norm(spec, c), activation(spec), _layer(spec, c, counts[l], kernel=1))
+            trans = Transition(_norm(spec, c), activation(spec), _layer(spec, case, c, counts[l], kernel=1))
             init_all(spec, case, trans, gen)
             block = nn.Sequential(block, trans)
             c = counts[l]
