@@ -23,6 +23,7 @@ different order. tests/test_batched.py pins the tolerance and explains it.
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Literal
@@ -59,6 +60,23 @@ def probe_seeds(
     returns, computed together. Train-mode batch-norm running statistics are updated on stacked
     copies, not on the networks.
     """
+    collecting = gc.isenabled()
+    gc.disable()  # as in `probe`: the stacking and the vmapped pass make many small objects and no garbage cycles (full collections over S networks' modules otherwise)
+    try:
+        return _probe_seeds(networks, inputs, seeds=seeds, loss=loss)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _probe_seeds(
+    networks: Sequence[nn.Module | Iterable[nn.Module]],
+    inputs: Sequence[torch.Tensor] | torch.Tensor,
+    *,
+    seeds: Sequence[int] | None,
+    loss: Literal["projection", "sum"],
+) -> list[Measurements]:
+    """`probe_seeds` itself."""
     if loss not in ("projection", "sum"):
         raise ValueError(f'probe_seeds(loss={loss!r}): choose "projection" or "sum"')
     if any(isinstance(net, Stack) and (net.call_kwargs is not None or net.stem is not None) for net in networks):
