@@ -72,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--memory-budget", metavar="SIZE", help="refuse cases estimated above SIZE (e.g. 4GiB; default half the free RAM)")
     c.add_argument("--deterministic", action="store_true", help="torch.use_deterministic_algorithms(True) (for CUDA runs)")
     c.add_argument("--quiet", "-q", action="store_true", help="only the summary and failures")
-    c.add_argument("--jobs", "-j", type=_count("jobs", auto=True), default=1, metavar="N", help="run N specs at once, each in its own worker process (default 1; auto = one per usable core)")
+    c.add_argument("--jobs", "-j", type=_count("jobs", auto=True), default="auto", metavar="N", help="run N specs at once, each in its own worker process (default auto: one per usable core)")
     c.add_argument("--threads", type=_count("threads"), default=None, metavar="N", help="torch threads per worker (default: STABILITY_THREADS, else 1)")
     c.add_argument("--source-root", action="append", metavar="DIR", help="a folder whose .py files custom factories may come from, besides each spec's own folder (repeatable)")
     c.add_argument("--in-process", action="store_true", help="run specs in this process, without worker isolation (for debugging; a factory can then change global state; its output is not captured)")
