@@ -217,24 +217,22 @@ def _fits(d: _Array, w: _Array, ls: _Array) -> tuple[dict[str, float], float]:
     b = float((w * d).sum() / w.sum())
     chi_exp = float((w * (d - b) ** 2).sum())
 
-    def law(scale: _Array, p: float) -> _Array:  # (G, L−1): log-increments for each scale
+    def chi(scale: _Array, powers: tuple[_Array, _Array]) -> _Array:  # (G,): the misfit of each scale
         c = scale[:, None]
-        out: _Array = np.log1p(c * ls**p) - np.log1p(c * (ls - 1) ** p)
-        return out
-
-    def chi(scale: _Array, p: float) -> _Array:
-        out: _Array = ((law(scale, p) - d) ** 2 * w).sum(axis=1)  # (G,)
+        law: _Array = np.log1p(c * powers[0]) - np.log1p(c * powers[1])  # (G, L−1): log-increments
+        out: _Array = ((law - d) ** 2 * w).sum(axis=1)
         return out
 
     def best_scale(p: float) -> tuple[float, float]:
+        powers = (ls**p, (ls - 1) ** p)  # once per exponent: the scale searches below call chi ~45 times
         grid = np.concatenate(([0.0], np.exp(np.linspace(-16.0, 16.0, 161))))
-        values = chi(grid, p)
+        values = chi(grid, powers)
         k = int(np.argmin(values))
         if k == 0:
             return 0.0, float(values[0])
         lo_u, hi_u = math.log(grid[max(k - 1, 1)]), math.log(grid[min(k + 1, len(grid) - 1)])
-        u = _golden(lambda t: float(chi(np.array([math.exp(t)]), p)[0]), lo_u, hi_u)
-        return math.exp(u), float(chi(np.array([math.exp(u)]), p)[0])
+        u = _golden(lambda t: float(chi(np.array([math.exp(t)]), powers)[0]), lo_u, hi_u)
+        return math.exp(u), float(chi(np.array([math.exp(u)]), powers)[0])
 
     _, chi_lin = best_scale(1.0)
     ps = np.linspace(0.1, _MAX_EXPONENT, 30)
