@@ -138,7 +138,7 @@ class SpecErrorItem(pytest.Item):
         return f"stability: error: {excinfo.value}"
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, None, f"{self.path.name}::load"
+        return self.path, None, self.name  # see SpecItem.reportinfo
 
 
 class _Unmet(Exception):
@@ -231,4 +231,8 @@ class SpecItem(pytest.Item):
         return super().repr_failure(excinfo)  # type: ignore[return-value]  # a str or pytest's TerminalRepr, which pytest does not export
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, None, f"{self.path.name}::{self.name}"
+        """The item's own name as its "domain": `pytest -v` prints the node id with the domain's
+        dots turned into `::` (Python's `module.Class.test` convention), so a domain holding the
+        file name printed `specs/x::toml::gradient_arrival`, which selects nothing when pasted
+        back. With the name alone it prints the node id itself, `specs/x.toml::gradient_arrival`."""
+        return self.path, None, self.name

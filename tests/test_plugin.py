@@ -78,6 +78,19 @@ def test_a_false_claim_fails_with_the_shrunk_case_and_a_reproduction(tmp_path: P
     assert names == ["gradient_arrival", "gradient_arrival", "identity_at_init"]
 
 
+def test_the_ids_pytest_v_prints_paste_back_and_select_the_same_item(tmp_path: Path) -> None:
+    """`pytest -v` prints each item's node id (`specs/good.toml::identity_at_init`); it printed
+    `specs/good::toml::identity_at_init` (the file name in the item's location, whose dots pytest
+    turns into `::`), which selects nothing when pasted back."""
+    proj = project(tmp_path, good=GOOD, broken=GOOD.replace("depth = [1, 12]", "depth = [0, 12]").replace('"good"', '"broken"'))
+    run = pytest_run(proj, "-v")
+    printed = sorted(line.split()[0] for line in run.stdout.splitlines() if line.endswith("%]") and ("PASSED" in line or "FAILED" in line))
+    assert printed == ["specs/broken.toml::load", "specs/good.toml::gradient_arrival", "specs/good.toml::identity_at_init"], run.stdout
+    for node in printed:
+        again = pytest_run(proj, "-v", node)
+        assert [line.split()[0] for line in again.stdout.splitlines() if line.endswith("%]")] == [node], again.stdout
+
+
 def test_a_spec_that_fails_validation_is_one_failed_item_with_the_loader_error(tmp_path: Path) -> None:
     proj = project(tmp_path, broken=GOOD.replace("depth = [1, 12]", "depth = [0, 12]"))
     run = pytest_run(proj, "-q")
