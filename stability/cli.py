@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from rich.console import Console
 
@@ -203,11 +203,12 @@ def _cores() -> int:
 
 
 def _validate(args: argparse.Namespace, specs: list[Spec], devices: list[str]) -> int | None:
-    """Everything that can be refused before any probing: the memory budget, source roots, the
-    replayed case, the report paths. Returns the memory budget."""
-    import torch
-
+    """Everything that can be refused before any probing, without importing torch (so a usage
+    error answers at once): the memory budget, source roots, the replayed case, the report paths,
+    the heartbeat period. Returns the memory budget."""
     from stability.report.outputs import check_outputs
+    from stability.report.progress import heartbeat_seconds
+    from stability.run.devices import cuda_available
     from stability.run.guard import memory_budget, parse_size
     from stability.spec.case import parse_case_string
 
@@ -227,11 +228,12 @@ def _validate(args: argparse.Namespace, specs: list[Spec], devices: list[str]) -
             raise UsageError(f"--case replays one case of one spec, but {len(specs)} specs were given; pass a single spec file")
         for device in devices:
             case = parse_case_string(args.case, specs[0], device=device)
-            if case.device.startswith("cuda") and not torch.cuda.is_available():
+            if case.device.startswith("cuda") and not cuda_available():
                 raise UsageError(f"--case {args.case!r}: device={case.device} but CUDA is not available on this machine; replay it with device=cpu")
     if args.update_baseline and not args.baseline:
         raise UsageError("--update-baseline writes the --baseline FILE; give --baseline FILE too")
     check_outputs(json=args.json, junit=args.junit, html=args.html, sarif=args.sarif, baseline=args.baseline if args.update_baseline else None, inputs=[s.path for s in specs])
+    heartbeat_seconds()  # a bad $STABILITY_HEARTBEAT is refused now, not after the first spec
     return budget
 
 
@@ -243,36 +245,57 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
         if not args.paths:
             print("stability: --changed: the changed files affect no spec; nothing to check", file=sys.stderr)
             return EXIT_OK
+    from stability.report.baseline import load_baseline
+    from stability.run.devices import resolve_devices
+
+    # Everything up to the first probe is checked without torch: a usage error answers at once.
+    specs, load_errors = _load_each(args.paths)
+    for exc in load_errors:
+        print(f"stability: error: {printable(str(exc))}", file=sys.stderr)
+    if args.device == "cuda":
+        from stability.run.devices import cuda_available
+
+        if not cuda_available():
+            raise UsageError("--device cuda: CUDA is not available on this machine; use --device cpu or auto")
+    devices = resolve_devices(args.device, available=True)
+    if len(devices) < len(resolve_devices(args.device)):
+        print("stability: --device all: CUDA is not available on this machine, so the cuda runs are skipped", file=sys.stderr)
+    budget = _validate(args, specs, devices)
+    baseline = load_baseline(args.baseline, update=args.update_baseline) if args.baseline else None
+    roots = [str(Path(r).resolve()) for r in args.source_root or []]
+    specs, refused = _factories_allowed(specs, roots)
+    load_errors += refused
     if not args.in_process:
         from stability.run.processes import start_server
         from stability.spec.load import preload_modules
 
-        start_server(preload_modules(args.paths))  # the server imports torch (and the specs' libraries) while this process loads and validates the specs
+        start_server(preload_modules(args.paths))  # the server imports torch (and the specs' libraries) while this process imports the rest
+    return _run_checks(args, console, err, specs, load_errors, devices=devices, budget=budget, baseline=baseline, roots=roots)
+
+
+def _run_checks(
+    args: argparse.Namespace,
+    console: Console,
+    err: Console,
+    specs: list[Spec],
+    load_errors: list[SpecError],
+    *,
+    devices: list[str],
+    budget: int | None,
+    baseline: Any,
+    roots: list[str],
+) -> int:
+    """Run the validated specs, write the reports, print the terminal output; the exit code."""
     import torch
 
     from stability.families.factory import roots_environment, source_roots
     from stability.report.formats import judged_count, write_json, write_junit
-    from stability.run.devices import resolve_devices
+    from stability.report.progress import RunProgress, heartbeat_seconds, mode_for
     from stability.run.engine import RunOptions
     from stability.run.executor import Outcome, Task, executor_for
     from stability.run.plugins import plugins_environment
     from stability.run.worker import deep_stack, default_threads
 
-    specs, load_errors = _load_each(args.paths)
-    for exc in load_errors:
-        print(f"stability: error: {printable(str(exc))}", file=sys.stderr)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: CUDA is not available on this machine; use --device cpu or auto")
-    devices = resolve_devices(args.device, available=True)
-    if len(devices) < len(resolve_devices(args.device)):
-        print("stability: --device all: CUDA is not available on this machine, so the cuda runs are skipped", file=sys.stderr)
-    budget = _validate(args, specs, devices)
-    from stability.report.baseline import load_baseline
-
-    baseline = load_baseline(args.baseline, update=args.update_baseline) if args.baseline else None
-    roots = [str(Path(r).resolve()) for r in args.source_root or []]
-    specs, refused = _factories_allowed(specs, roots)
-    load_errors += refused
     threads = args.threads or default_threads()
     if args.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -299,16 +322,15 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     from stability.report.render import Renderer
 
     renderer = Renderer() if args.html else None  # plots drawn in the background as each spec finishes (stability/report/render.py)
-    show_progress = console.is_terminal and not os.environ.get("CI") and not args.quiet
+    labels = [t.spec.name + (f" [{t.options.device}]" if len(devices) > 1 else "") for t in tasks]
+    progress = RunProgress(labels, mode=mode_for(console, quiet=args.quiet), out=console, err=err, workers=executor.workers, heartbeat=heartbeat_seconds())
     try:
-        from rich.progress import Progress
-
-        with Progress(console=err, transient=True, disable=not show_progress) as progress, source_roots(roots if args.in_process else []):
-            bar = progress.add_task("checking", total=len(tasks))
+        with progress, source_roots(roots if args.in_process else []):
 
             def finished(outcome: Outcome) -> None:
-                done[order[id(outcome.task)]] = outcome
-                progress.update(bar, advance=1, description=printable(outcome.task.spec.name))
+                index = order[id(outcome.task)]
+                done[index] = outcome
+                progress.finished(index, outcome.result)
                 if renderer is not None and outcome.result is not None:
                     renderer.submit(outcome.result)
 
@@ -319,8 +341,9 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     outcomes = [done[i] for i in sorted(done)]
     results = [o.result for o in outcomes]
     errors = [str(e) for e in load_errors] + [o.error for o in outcomes if o.error]
+    spec_errors = {o.task.spec.path: o.error for o in outcomes if o.error}
     if interrupted:  # a partial run must not replace the last complete report
-        _terminal(results, console, seconds, table=True, interrupted=True)
+        _terminal(results, console, time.perf_counter() - t0, table=True, interrupted=True, spec_errors=spec_errors, workers=executor.workers)
         if renderer is not None:
             renderer.close()
         kept = [f for f in (args.json, args.junit, args.html) if f]
@@ -345,6 +368,7 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     compared = comparison.to_json() if comparison is not None else None
     unloaded = [(e.file, str(e)) for e in load_errors]
     # The reports first: whatever happens to the terminal afterwards, they are complete.
+    t_reports = time.perf_counter()
     if args.json:
         write_json(args.json, results, seconds=seconds, errors=errors, provenance=provenance, baseline=compared)
     if args.junit:
@@ -363,7 +387,8 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     on_github = github.enabled(args.github)
     if on_github and (problem := github.write_summary(github.job_summary(results, seconds=seconds, errors=errors, comparison=comparison))):
         print(problem, file=sys.stderr)
-    _terminal(results, console, seconds, table=not args.quiet, interrupted=False)
+    reports = time.perf_counter() - t_reports
+    _terminal(results, console, time.perf_counter() - t0, table=not args.quiet, interrupted=False, spec_errors=spec_errors, reports=reports, workers=executor.workers)
     if comparison is not None:
         against.print_comparison(comparison, console, quiet=args.quiet)
     for line in github.workflow_commands(results, load_errors=unloaded, comparison=comparison) if on_github else []:
@@ -408,7 +433,17 @@ def _factories_allowed(specs: list[Spec], roots: list[str]) -> tuple[list[Spec],
     return allowed, refused
 
 
-def _terminal(results: list[SpecResult], console: Console, seconds: float, *, table: bool, interrupted: bool) -> None:
+def _terminal(
+    results: list[SpecResult],
+    console: Console,
+    seconds: float,
+    *,
+    table: bool,
+    interrupted: bool,
+    spec_errors: dict[str, str] | None = None,
+    reports: float | None = None,
+    workers: int = 1,
+) -> None:
     """The table, the failures and the summary line. A closed stdout (`| head -1`, `| true`) only
     silences the rest of the output (`stability.run.streams`, around `main`): it changes neither
     the reports nor the exit code."""
@@ -416,8 +451,8 @@ def _terminal(results: list[SpecResult], console: Console, seconds: float, *, ta
 
     if table and results:
         print_table(results, console)
-    print_failures(results, console)
-    console.print(summary_line(results, seconds, interrupted=interrupted), highlight=False)
+    print_failures(results, console, spec_errors=spec_errors)
+    console.print(summary_line(results, seconds, interrupted=interrupted, reports=reports, workers=workers), highlight=False)
     console.file.flush()
 
 

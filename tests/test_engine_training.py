@@ -18,6 +18,8 @@ from stability.spec.case import Case
 from stability.spec.schema import Spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
+#: What every message names for this spec's trainability (compare_depths = [4, 32], width 64).
+RUNS = " (optimizer runs at depths 4 and 32, width 64)"
 
 
 def _spec(expect: str = "violated", profiles: str = '["thorough"]') -> Spec:
@@ -50,14 +52,14 @@ def test_an_untrained_replayed_case_is_not_met_and_says_why(monkeypatch: pytest.
     assert (r.met, r.error, r.expect, r.examples, r.status) == (False, "the run took longer than 60 s", "violated", 1, "error")
     assert r.verdict is not None and r.verdict.passed is False and math.isnan(r.verdict.observed)
     assert r.verdict.detail == "case not trained: the run took longer than 60 s"
-    assert r.message == f"specs/t.toml::trainability: expected to be violated, but the violation was not measured at {r.case}: case not trained: the run took longer than 60 s"
+    assert r.message == f"specs/t.toml::trainability: expected to be violated, but the violation was not measured at {r.case}: case not trained: the run took longer than 60 s{RUNS}"
 
 
 def test_a_replayed_case_is_worded_as_a_replay(monkeypatch: pytest.MonkeyPatch) -> None:
     _stand_in(monkeypatch, lambda c: (_v(False, 2.0), None))
     (r,) = run_spec(_spec("holds"), RunOptions(), case="depth=4").results
     assert (r.met, r.expect, r.examples, r.error) == (False, "holds", 1, None)
-    assert r.message == f"specs/t.toml::trainability: expected to hold, but it fails at {r.case}: ratio 2"
+    assert r.message == f"specs/t.toml::trainability: expected to hold, but it fails at {r.case}: ratio 2{RUNS}"
     assert r.reproduce is not None and "depth=4" in r.reproduce
 
 
@@ -84,7 +86,7 @@ def test_a_search_that_finds_a_failure_reports_it_unshrunk(monkeypatch: pytest.M
     (r,) = run_spec(_spec("violated", '["ci"]'), RunOptions(profile="ci")).results
     assert r.met and r.name == "trainability" and r.expect == "violated" and r.case is not None and r.case.depth >= 4 and r.error is None
     assert r.verdict is not None and not r.verdict.passed
-    assert r.message == f"specs/t.toml::trainability: violated as expected at {r.case}: ratio {r.case.depth:g}"  # worded like a replay
+    assert r.message == f"specs/t.toml::trainability: violated as expected at {r.case}: ratio {r.case.depth:g}{RUNS}"  # worded like a replay
     _stand_in(monkeypatch, lambda c: (None, "boom") if c.depth >= 4 else (_v(True, 1.0), None))
     (r,) = run_spec(_spec("violated", '["ci"]'), RunOptions(profile="ci")).results
     assert not r.met and r.error == "boom" and r.verdict is not None and r.verdict.detail == "case not trained: boom"
@@ -114,7 +116,7 @@ def test_training_search_is_generate_only_and_tries_pinned_cases_first(monkeypat
     spec = _spec("holds", '["ci"]')
     (r,) = run_spec(spec, RunOptions(profile="ci")).results
     assert len(set(seen)) == 1  # no shrinking: the first failing case is the one reported
-    assert r.message == f"specs/t.toml::trainability: expected to hold, but it fails at {r.case}: ratio 2"
+    assert r.message == f"specs/t.toml::trainability: expected to hold, but it fails at {r.case}: ratio 2{RUNS}"
     from stability.spec.load import parse_spec
 
     pinned = parse_spec(
@@ -132,6 +134,21 @@ def test_training_search_is_generate_only_and_tries_pinned_cases_first(monkeypat
 def test_replayed_training_case_that_meets_and_a_skipped_ones_name(monkeypatch: pytest.MonkeyPatch) -> None:
     _stand_in(monkeypatch, lambda c: (_v(True, 1.0), None))
     (r,) = run_spec(_spec("holds"), RunOptions(), case="depth=4").results
-    assert r.met and r.message == f"specs/t.toml::trainability: holds at {r.case}: ratio 1"
+    assert r.met and r.message == f"specs/t.toml::trainability: holds at {r.case}: ratio 1{RUNS}"
     (s,) = run_spec(_spec(), RunOptions(profile="ci")).results
     assert s.name == "trainability" and s.skipped
+
+
+def test_the_message_names_the_depths_and_widths_the_optimizer_ran() -> None:
+    """The case names one depth and one width; trainability's compare_depths trains others, and
+    update_size trains every width it lists (their registry entries' `train_cases`)."""
+    from stability.run.engine import trained_text
+    from stability.spec.case import corner_case
+    from stability.spec.load import load_spec
+
+    spec = _spec()
+    assert trained_text(spec, "trainability", corner_case(spec, depth=4)) == RUNS
+    mup = load_spec(SPECS / "mup_update_size.toml")
+    assert trained_text(mup, "update_size", corner_case(mup)) == " (optimizer runs at depth 3, widths 64, 128, 256 and 512)"
+    one = _spec().model_copy(update={"expect": _spec().expect.model_copy(update={"trainability": _spec().expect.trainability.model_copy(update={"compare_depths": None})})})  # type: ignore[union-attr]
+    assert trained_text(one, "trainability", corner_case(one, depth=5)) == " (optimizer runs at depth 5, width 64)"

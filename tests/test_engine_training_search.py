@@ -23,6 +23,8 @@ from stability.spec.load import parse_spec
 from stability.spec.schema import Spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
+#: What every message names for this spec's trainability (compare_depths = [4, 32], width 64).
+RUNS = " (optimizer runs at depths 4 and 32, width 64)"
 
 
 def _spec(expect: str = "holds", profiles: str = '["ci", "dev", "thorough"]', space: str = "depth = [2, 6]\n") -> Spec:
@@ -167,7 +169,7 @@ def test_the_reported_passing_case_is_the_one_with_the_largest_headline_magnitud
     drawn = [c for c, _ in calls]
     shallowest = min(c.depth for c in drawn)
     assert len({c.depth for c in drawn}) >= 2 and r.case is not None and r.case.depth == shallowest
-    assert r.message == f"specs/t.toml::trainability: holds on {len(drawn)} cases; closest to its bound: ratio {-0.1 * (10 - shallowest):g} at {r.case}"
+    assert r.message == f"specs/t.toml::trainability: holds on {len(drawn)} cases; closest to its bound: ratio {-0.1 * (10 - shallowest):g} at {r.case}{RUNS}"
 
 
 def test_a_non_finite_headline_number_is_the_one_reported(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -186,4 +188,4 @@ def test_a_negative_control_no_case_broke_says_how_many_were_tried(monkeypatch: 
     _stand_in(monkeypatch, lambda c: (_v(True, 2.0), None))
     (r,) = run_spec(_spec("violated"), RunOptions(profile="ci")).results
     assert not r.met and r.case is not None
-    assert r.message == f"specs/t.toml::trainability: expected to be violated, but no case among 3 broke it; closest: ratio 2 at {r.case}"
+    assert r.message == f"specs/t.toml::trainability: expected to be violated, but no case among 3 broke it; closest: ratio 2 at {r.case}{RUNS}"

@@ -39,7 +39,7 @@ import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -50,10 +50,12 @@ from stability.judge.verdict import Verdict
 from stability.report.formats import SCHEMA_VERSION
 from stability.report.text import printable
 from stability.run.conclude import severity
-from stability.run.executor import Outcome, Task
 from stability.run.results import InvariantResult
 from stability.spec.case import Case, reproduce_command
 from stability.spec.schema import Spec
+
+if TYPE_CHECKING:  # only named in annotations: reading a baseline (a usage error) imports no torch
+    from stability.run.executor import Outcome, Task
 
 __all__ = ["Baseline", "Comparison", "Delta", "Key", "compare", "load_baseline", "print_comparison", "provenance", "relative_change", "toward_bound"]
 

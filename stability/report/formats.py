@@ -22,8 +22,9 @@ from rich.table import Table
 
 from stability.report.text import printable
 from stability.run.results import OUTPUT_LINES, InvariantResult, SpecResult
+from stability.spec.registry import INVARIANTS
 
-__all__ = ["judged_count", "print_table", "print_failures", "to_json", "write_json", "write_junit", "write_atomic", "summary_line"]
+__all__ = ["judged_count", "print_table", "print_failures", "to_json", "write_json", "write_junit", "write_atomic", "summary_line", "spec_line", "phase_seconds", "count_text"]
 
 #: 2: a case's `measurements` is `Measurements.to_dict` (every field, `extra` included; 1 kept a subset).
 SCHEMA_VERSION = 2
@@ -115,19 +116,28 @@ def print_table(results: Iterable[SpecResult], console: Console) -> None:
     console.print(table)
 
 
-def print_failures(results: Iterable[SpecResult], console: Console) -> None:
+def print_failures(results: Iterable[SpecResult], console: Console, *, spec_errors: Mapping[str, str] | None = None) -> None:
     """For every unmet expectation: what happened, how to reproduce it, where to read more; then,
-    for a spec with an unmet expectation, the last lines its own code printed."""
+    for a spec with an unmet expectation, the last lines its own code printed. An error is
+    printed once: not again on its own line when the message holds it, and not at all for an
+    expectation left unjudged by its spec's error (`spec_errors`: spec file → the error line the
+    caller prints after the summary)."""
     for res in results:
+        spec_error = (spec_errors or {}).get(res.spec.path)
         for r in res.results:
             if not r.applicable:  # why nothing was judged: never a pass, never a failure
                 console.print(f"[dim]n/a {escape(r.message)}[/dim]", highlight=False, soft_wrap=True)
                 continue
             if r.met:
                 continue
-            console.print(f"[red]✗[/red] {escape(printable(r.message))}", highlight=False, soft_wrap=True)
-            if r.error:
-                console.print(f"    error: {escape(printable(r.error))}", highlight=False, soft_wrap=True)
+            text, error = r.message, r.error
+            if error and spec_error and error in spec_error:
+                if text.endswith(f": {error}"):
+                    text = text[: -len(error) - 2]
+                text, error = f"{text}: the spec could not run (its error is printed below)", None
+            console.print(f"[red]✗[/red] {escape(printable(text))}", highlight=False, soft_wrap=True)
+            if error and error not in text:
+                console.print(f"    error: {escape(printable(error))}", highlight=False, soft_wrap=True)
             if r.reproduce:
                 console.print(f"    reproduce: {escape(printable(r.reproduce))}", highlight=False, soft_wrap=True)
             console.print(f"    explain:   stability explain {r.name}", highlight=False)
@@ -140,17 +150,69 @@ def print_failures(results: Iterable[SpecResult], console: Console) -> None:
                 console.print(f"[dim]    | {escape(printable(line))}[/dim]", highlight=False, soft_wrap=True)
 
 
-def summary_line(results: list[SpecResult], seconds: float, *, interrupted: bool = False) -> str:
+def phase_seconds(results: Iterable[SpecResult]) -> dict[str, float]:
+    """Seconds per phase, summed over the specs (each as its own process measured it): probing
+    (the search's probes and the replays), shrinking (from each failure found to the smallest
+    failing case) and training (the optimizer runs of the training invariants)."""
+    shrinking = training = total = 0.0
+    for res in results:
+        total += res.seconds
+        for r in res.results:
+            shrinking += r.shrink_seconds
+            if r.name in INVARIANTS and INVARIANTS.get(r.name).training:
+                training += r.seconds
+    return {"probing": max(0.0, total - shrinking - training), "shrinking": shrinking, "training": training}
+
+
+def trained_count(res: SpecResult) -> int:
+    """The cases a spec's training invariants trained (each case once, however many of its
+    invariants shared the optimizer runs)."""
+    return len({c for r in res.results if r.name in INVARIANTS and INVARIANTS.get(r.name).training and not r.skipped for c in r.judged})
+
+
+def count_text(results: Iterable[SpecResult]) -> str:
+    """What ran, each counted as what it is: "8 case(s) probed", "3 case(s) trained", or both."""
+    results = list(results)
+    probed = sum(len(res.cases) for res in results)
+    trained = sum(trained_count(res) for res in results)
+    parts = [f"{probed} case(s) probed"] if probed or not trained else []
+    if trained:
+        parts.append(f"{trained} case(s) trained")
+    return ", ".join(parts)
+
+
+def summary_line(results: list[SpecResult], seconds: float, *, interrupted: bool = False, reports: float | None = None, workers: int = 1) -> str:
+    """The last line of a run: the expectations' outcomes, what ran, and how long each phase
+    took (`phase_seconds`; `reports`: the seconds writing the reports, when the caller measured
+    them; with `workers` > 1 the phases of the specs overlap, so they are summed over the workers)."""
     pairs = [r for res in results for r in res.results]
     failed = sum(not r.met for r in pairs)
     skipped = sum(not r.applicable for r in pairs)
     off = sum(r.skipped for r in pairs)  # training invariants outside their spec's train.profiles
     head = "interrupted: " if interrupted else ""
+    phases = phase_seconds(results)
+    shown = [f"{name} {phases[name]:.1f} s" for name in ("probing", "shrinking") if name in phases]
+    if phases["training"] or any(r.name in INVARIANTS and INVARIANTS.get(r.name).training for r in pairs):
+        shown.append(f"training {phases['training']:.1f} s")
+    if reports is not None:
+        shown.append(f"reports {reports:.1f} s")
+    over = f"summed over {workers} workers: " if workers > 1 else ""
     return (
         f"{head}{len(results)} spec(s), {len(pairs)} expectation(s): {len(pairs) - failed - skipped - off} met, "
         f"{failed} not met, {f'{skipped} not applicable, ' if skipped else ''}{f'{off} skipped in this profile, ' if off else ''}"
-        f"{sum(len(res.cases) for res in results)} case(s) probed in {seconds:.1f} s"
+        f"{count_text(results)} in {seconds:.1f} s ({over}{', '.join(shown)})"
     )
+
+
+def spec_line(res: SpecResult, seconds: float | None = None) -> str:
+    """One line for a spec that has finished (the progress of a run whose output is not a
+    terminal, e.g. a CI log): its name, each expectation's verdict, what ran, and how long it took."""
+    marks = []
+    for r in res.results:
+        mark = "n/a" if not r.applicable else "skipped" if r.skipped else "✓" if r.met else "✗"
+        marks.append(f"{r.name} {mark}")
+    took = res.seconds if seconds is None else seconds
+    return f"{'✓' if res.met else '✗'} {printable(res.spec.name)}: {', '.join(marks) or 'no expectation'}; {count_text([res])} in {took:.1f} s"
 
 
 def judged_count(results: Iterable[SpecResult]) -> int:

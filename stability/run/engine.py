@@ -38,7 +38,22 @@ from stability.spec.case import Case, parse_case_string, reproduce_command
 from stability.spec.registry import INVARIANTS
 from stability.spec.schema import Spec
 
-__all__ = ["CaseRecord", "InvariantResult", "SpecResult", "MeasureContext", "measure_case", "probe_observers", "evaluate", "judge", "run_spec", "run_training", "skipped_in_profile", "RunOptions"]
+__all__ = [
+    "CaseRecord",
+    "InvariantResult",
+    "SpecResult",
+    "MeasureContext",
+    "measure_case",
+    "probe_observers",
+    "evaluate",
+    "judge",
+    "run_spec",
+    "run_training",
+    "skipped_in_profile",
+    "RunOptions",
+    "smallest_depth",
+    "trained_text",
+]
 
 
 @dataclass
@@ -201,8 +216,10 @@ def run_spec(
     for name, expectation in spec.invariants():
         if only is not None and name != only:
             continue
+        started = time.perf_counter()
         if INVARIANTS.get(name).training:
             results.append(run_training(spec, name, expectation, options, profile_name, case=case, cache=train_cache))
+            results[-1].seconds = time.perf_counter() - started
             continue
         if case is None and profile_name not in spec.probe.profiles:
             results.append(skipped_in_profile(spec, name, expectation, profile_name, spec.probe.profiles, "probe.profiles"))
@@ -210,6 +227,7 @@ def run_spec(
             results.append(_replay(spec, name, expectation, case, measured))
         else:
             results.append(_search(spec, name, expectation, options, profile_name, profile, measured))
+        results[-1].seconds = time.perf_counter() - started
         if on_result is not None:
             on_result(results[-1])
     return SpecResult(spec, results, cache, time.perf_counter() - t0, profile_name, verdicts=case_verdicts(spec, cache))
@@ -241,6 +259,7 @@ def _search(
     failing: list[Case] = []
     seen: list[tuple[Case, Verdict]] = []
     thorough = profile_name == "thorough"
+    first_failure: list[float] = []  # when the first failing case was found: shrinking starts
 
     def test(c: Case) -> None:
         if not _applies(spec, name, c):
@@ -250,6 +269,8 @@ def _search(
         if thorough:
             _target(name, v)
         if not v.passed:
+            if not failing:
+                first_failure.append(time.perf_counter())
             failing.append(c)
             raise _Found
 
@@ -275,7 +296,10 @@ def _search(
         smallest = _smallest_depth(spec, name, failing[-1], measured)  # Hypothesis replays its shrunk example last
         records[smallest] = measured(smallest)
         verdicts.setdefault(smallest, judge(spec, name, records[smallest]))
-    return conclude_search(spec, name, judged, records, failing=smallest, verdicts=verdicts, expect=expectation.expect)
+    result = conclude_search(spec, name, judged, records, failing=smallest, verdicts=verdicts, expect=expectation.expect)
+    if first_failure:
+        result.shrink_seconds = time.perf_counter() - first_failure[0]
+    return result
 
 
 def _smallest_depth(spec: Spec, name: str, case: Case, measured: Callable[[Case], CaseRecord]) -> Case:
@@ -283,13 +307,20 @@ def _smallest_depth(spec: Spec, name: str, case: Case, measured: Callable[[Case]
     values held. Hypothesis's shrinker cannot leave the one-in-eight "deepest depth" draw (the
     depth is then fixed at the maximum whatever the shrinker tries), so this finishes the job; on
     an already-minimal case it costs log2(depth) probes, all cached."""
+    return smallest_depth(spec, case, lambda trial: not judge(spec, name, measured(trial)).passed)
+
+
+def smallest_depth(spec: Spec, case: Case, fails: Callable[[Case], bool]) -> Case:
+    """The smallest depth the spec's space admits, at most `case.depth`, at which `fails` (the
+    other values of `case` held), by bisection; `case` itself is known to fail. Also what
+    `stability.testing.given_spec` runs after Hypothesis's shrinking, with the user's test as `fails`."""
     space = spec.space.depth
     if getattr(space, "constrained", False):  # bisect over the depths the space admits
         depths = [d for d in (space.values or range(space[0], case.depth + 1, space.multiple_of)) if d <= case.depth]
         lo, hi = 0, len(depths) - 1
         while lo < hi:
             mid = (lo + hi) // 2
-            if judge(spec, name, measured(dataclasses.replace(case, depth=depths[mid]))).passed:
+            if not fails(dataclasses.replace(case, depth=depths[mid])):
                 lo = mid + 1
             else:
                 hi = mid
@@ -297,8 +328,7 @@ def _smallest_depth(spec: Spec, name: str, case: Case, measured: Callable[[Case]
     lo, hi = spec.space.depth[0], case.depth
     while lo < hi:
         mid = (lo + hi) // 2
-        trial = dataclasses.replace(case, depth=mid)
-        if judge(spec, name, measured(trial)).passed:
+        if not fails(dataclasses.replace(case, depth=mid)):
             lo = mid + 1
         else:
             hi = mid
@@ -330,6 +360,7 @@ def run_training(
     assert spec.train is not None  # the loader requires [train] with a training invariant
     t = spec.train
     cache = {} if cache is None else cache
+    seen: dict[Case, tuple[Verdict, str | None]] = {}
 
     def run(c: Case) -> tuple[Verdict, str | None]:
         v, error = evaluate_training(spec, name, c, case_timeout=options.case_timeout, memory_budget=options.memory_budget, cache=cache)
@@ -339,8 +370,8 @@ def run_training(
 
     def result(c: Case, v: Verdict, error: str | None, replay: bool, examples: int) -> InvariantResult:
         met = met_by(expectation.expect, v, CaseRecord(c, None, error))
-        text = message(spec, name, expectation.expect, met, v, c, replay, None if replay else examples)
-        return InvariantResult(name, expectation.expect, met, v, c, examples, text, reproduce_command(spec, c), error)
+        text = message(spec, name, expectation.expect, met, v, c, replay, None if replay else examples) + trained_text(spec, name, c)
+        return InvariantResult(name, expectation.expect, met, v, c, examples, text, reproduce_command(spec, c), error, judged=tuple(seen) or (c,))
 
     if case is not None:
         outside = not_applicable(spec, name, case)
@@ -352,7 +383,6 @@ def run_training(
         return skipped_in_profile(spec, name, expectation, profile_name, t.profiles, "train.profiles")
     _, profile = get_profile(profile_name)
     n = t.cases * (10 if profile_name == "thorough" else 1)
-    seen: dict[Case, tuple[Verdict, str | None]] = {}
     failing: list[Case] = []
 
     def test(c: Case) -> None:
@@ -388,3 +418,22 @@ def run_training(
     # slope magnitude, loss ratio, mean residual).
     c, (v, _) = max(seen.items(), key=lambda cv: severity(spec, name, cv[1][0]))
     return result(c, v, None, False, len(seen))
+
+
+def trained_text(spec: Spec, name: str, case: Case) -> str:
+    """What a training invariant trains for `case`, in words (" (optimizer runs at depths 4 and 32,
+    width 64)"): its registry entry's `train_cases`, the networks the optimizer runs, which the
+    case alone does not name (`compare_depths` trains other depths, `widths` other widths)."""
+    entry = INVARIANTS.get(name)
+    if entry.train_cases is None:
+        return ""
+    variants = entry.train_cases(getattr(spec.expect, name), case)
+    depths = sorted({v.depth for v in variants})
+    widths = sorted({v.width for v in variants})
+
+    def words(key: str, values: list[int]) -> str:
+        if len(values) == 1:
+            return f"{key} {values[0]}"
+        return f"{key}s {', '.join(map(str, values[:-1]))} and {values[-1]}"
+
+    return f" (optimizer runs at {words('depth', depths)}, {words('width', widths)})"

@@ -19,8 +19,6 @@ import time
 from collections.abc import Iterator
 from types import FrameType
 
-import torch
-
 from stability.errors import CaseError
 from stability.spec.case import Case
 from stability.spec.registry import FAMILIES
@@ -64,9 +62,12 @@ def memory_budget(device: str) -> int:
             from stability.errors import UsageError
 
             raise UsageError(f"STABILITY_MEMORY_BUDGET={raw!r}: write a size like 4GiB or 512MiB") from None
-    if device.startswith("cuda") and torch.cuda.is_available():
-        free, _ = torch.cuda.mem_get_info()
-        return int(free * 0.8)
+    if device.startswith("cuda"):
+        import torch  # here, not at the top: parsing --memory-budget (a usage error) imports no torch
+
+        if torch.cuda.is_available():
+            free, _ = torch.cuda.mem_get_info()
+            return int(free * 0.8)
     return int(_available_ram() * 0.5)
 
 
@@ -153,6 +154,8 @@ def warm_up(device: str = "cpu") -> None:
     """Run one tiny probe on `device`, untimed, once per process and device: the first backward
     pass imports parts of torch lazily (torch.fx's symbolic shapes and sympy, ~0.5 s cold) and the
     first CUDA call creates the context (seconds), which is no case's own time."""
+    import torch
+
     from stability.measure.probe import probe
 
     probe(torch.nn.Sequential(torch.nn.Linear(2, 2)).to(device), torch.ones(1, 2, device=device))

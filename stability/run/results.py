@@ -57,8 +57,14 @@ class InvariantResult:
     #: True (nothing was judged), `verdict` is None and `status` is "not_applicable".
     applicable: bool = True
     skipped: bool = False  # not run in this profile (outside probe.profiles or train.profiles)
-    #: The cases judged for this invariant, in order (the parent judges them again: stability.run.audit).
+    #: The cases judged for this invariant, in order (the parent judges probe invariants again:
+    #: stability.run.audit; a training invariant's are the cases it trained).
     judged: tuple[Case, ...] = ()
+    #: Wall seconds judging it took in the process that ran it (its probes or optimizer runs that
+    #: another invariant of the spec had not already taken), and of those, the seconds spent
+    #: shrinking a failure (from the first failing case found to the smallest one).
+    seconds: float = 0.0
+    shrink_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data: what a worker sends the parent."""
@@ -75,6 +81,8 @@ class InvariantResult:
             "applicable": bool(self.applicable),
             "skipped": bool(self.skipped),
             "judged": [c.as_dict() for c in self.judged],
+            "seconds": float(self.seconds),
+            "shrink_seconds": float(self.shrink_seconds),
         }
 
     @classmethod
@@ -92,6 +100,8 @@ class InvariantResult:
             bool(data.get("applicable", True)),
             bool(data.get("skipped", False)),
             tuple(Case.from_dict(c) for c in data.get("judged", ())),
+            float(data.get("seconds", 0.0)),
+            float(data.get("shrink_seconds", 0.0)),
         )
 
     @property
