@@ -414,9 +414,11 @@ def _run_checks(
 
 
 def _factories_allowed(specs: list[Spec], roots: list[str]) -> tuple[list[Spec], list[SpecError]]:
-    """Custom specs whose factory is found under the factory rule (by path, importing nothing),
-    and one SpecError, printed now, for each spec whose factory is refused: it does not run."""
-    from stability.families.factory import locate_factory, source_roots
+    """Custom specs whose factory is found under the factory rule (by path, importing nothing)
+    and whose signature, read from its source, takes every `factory_args` key and asks for nothing
+    unfilled (`stability.families.factory.check_factory`); one SpecError, printed now, for each
+    spec refused: it does not run."""
+    from stability.families.factory import check_factory, source_roots
     from stability.spec.registry import FAMILIES
 
     allowed: list[Spec] = []
@@ -425,7 +427,7 @@ def _factories_allowed(specs: list[Spec], roots: list[str]) -> tuple[list[Spec],
         for spec in specs:
             try:
                 if FAMILIES.get(spec.family).user_code and spec.block.factory:
-                    locate_factory(spec.path, spec.block.factory)
+                    check_factory(spec)
                 allowed.append(spec)
             except SpecError as exc:
                 print(f"stability: error: {printable(str(exc))}", file=sys.stderr)

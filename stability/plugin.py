@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from stability.errors import SpecError, StabilityError
-from stability.families.factory import roots_environment, source_roots
+from stability.families.factory import check_factory, roots_environment, source_roots
 from stability.run.devices import CHOICES as DEVICE_CHOICES
 from stability.run.devices import resolve_devices
 from stability.run.engine import RunOptions
@@ -116,6 +116,13 @@ class SpecFile(pytest.File):
             error = SpecError(spec.path, "name", f"is already used by {first}", value=spec.name, fix="give each spec a unique name")
             yield SpecErrorItem.from_parent(self, name="load", error=error)
             return
+        if FAMILIES.get(spec.family).user_code and spec.block.factory:  # as `stability check` does, before anything runs
+            try:
+                with source_roots([str(p) for p in self.config.getini("stability_source_roots")]):
+                    check_factory(spec)
+            except SpecError as exc:
+                yield SpecErrorItem.from_parent(self, name="load", error=exc)
+                return
         devices = _devices(self.config)
         for name, _ in spec.invariants():
             for device in devices:

@@ -368,19 +368,21 @@ def _resolve_factory(spec: Spec) -> Any:
 
 def build_custom(spec: Spec, case: Case) -> Network:
     """The `custom` family: the spec's factory, found under the factory rule, called with the case's values by name."""
+    from stability.families.factory import EXTRA_NAMES, Parameter, signature_error
+
     fn = _resolve_factory(spec)
     values: dict[str, Any] = {
         **case.as_dict(),
-        "init": case.weight_init,
-        "layer": spec.block.layer,
-        "torch_dtype": torch_dtype(case.dtype),
+        **dict(zip(EXTRA_NAMES, (case.weight_init, spec.block.layer, torch_dtype(case.dtype)), strict=True)),
         **spec.block.factory_args,
     }
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):  # a builtin or C function without a signature: call it with nothing
         params = {}  # type: ignore[assignment]
-    _check_fillable(spec, params, values)
+    error = signature_error(spec, [Parameter(p.name, p.kind.name, p.default is not inspect.Parameter.empty) for p in params.values()])  # type: ignore[arg-type]
+    if error is not None:  # the rule the parent checked on the source, now on the imported function
+        raise error
     takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     kwargs = values if takes_all else {k: v for k, v in values.items() if k in params}
     try:
@@ -424,27 +426,6 @@ def _whole_model(spec: Spec, case: Case, model: nn.Module) -> Network:
         ) from None
     found = discover(model, inputs).blocks
     return Network(nn.Sequential(*found.modules), model=ModelRun(model, inputs, found))
-
-
-def _check_fillable(spec: Spec, params: Any, values: dict[str, Any]) -> None:
-    """A SpecError (exit 2, before any case is judged) when the factory asks for a parameter that
-    nothing fills: its parameters are filled by name from the case and `block.factory_args`, so a
-    required one with another name (or positional-only) fails on every case alike."""
-    missing = [
-        name
-        for name, p in params.items()
-        if p.default is inspect.Parameter.empty
-        and (p.kind is inspect.Parameter.POSITIONAL_ONLY or (p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY) and name not in values))
-    ]
-    if missing:
-        known = ", ".join(sorted(k for k in values if k not in spec.block.factory_args))
-        raise SpecError(
-            spec.path,
-            "block.factory",
-            f"asks for {', '.join(repr(m) for m in missing)}, which nothing fills (its parameters are filled by name from the case: {known}; and from block.factory_args)",
-            value=spec.block.factory,
-            fix=f"rename the parameter to one of those, give it a default, or set it in block.factory_args (e.g. factory_args = {{ {missing[0]} = ... }})",
-        )
 
 
 def _nested_blocks(model: nn.Module, depth: int = 3) -> list[str]:

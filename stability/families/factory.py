@@ -22,7 +22,9 @@ is written out in docs/specs.md):
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import dataclasses
 import hashlib
 import importlib
 import importlib.util
@@ -31,12 +33,29 @@ import stat
 import sys
 import sysconfig
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from stability.errors import SpecError, did_you_mean
 
-__all__ = ["SOURCE_ROOTS_ENV", "source_roots", "configured_roots", "roots_environment", "locate_factory", "load_factory"]
+if TYPE_CHECKING:
+    from stability.spec.schema import Spec
+
+__all__ = [
+    "SOURCE_ROOTS_ENV",
+    "source_roots",
+    "configured_roots",
+    "roots_environment",
+    "locate_factory",
+    "load_factory",
+    "EXTRA_NAMES",
+    "Parameter",
+    "filled_names",
+    "signature_error",
+    "source_parameters",
+    "check_factory",
+]
 
 #: Environment variable holding extra source roots (an `os.pathsep`-separated list of folders).
 SOURCE_ROOTS_ENV = "STABILITY_SOURCE_ROOTS"
@@ -182,3 +201,130 @@ def load_factory(spec_path: str, target: str) -> Callable[..., Any]:
         names = [n for n in dir(module) if callable(getattr(module, n)) and not n.startswith("_")]
         raise SpecError(spec_path, "block.factory", f"module '{mod_name}' has no function '{fn_name}'{did_you_mean(fn_name, names)}", value=target)
     return fn  # type: ignore[no-any-return]
+
+
+# ----------------------------------------------------------------------------- the factory's parameters
+
+#: What fills a factory's parameters, by name, besides the case's own values (`Case.as_dict`) and
+#: `block.factory_args`: the case's weight init under its short name, the spec's layer, and the
+#: case's dtype as a `torch.dtype` (`stability.families.build.build_custom` passes them).
+EXTRA_NAMES = ("init", "layer", "torch_dtype")
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One parameter of a factory, as `inspect` (in the worker) or the source (in the parent) reads it."""
+
+    name: str
+    kind: Literal["POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD", "VAR_POSITIONAL", "KEYWORD_ONLY", "VAR_KEYWORD"]
+    has_default: bool
+
+
+def filled_names(spec: Spec) -> list[str]:
+    """Every name a factory of `spec` can be given: the case's values, `EXTRA_NAMES` and the keys of
+    `block.factory_args`."""
+    from stability.spec.case import Case
+
+    return sorted({*(f.name for f in dataclasses.fields(Case)), *EXTRA_NAMES, *spec.block.factory_args})
+
+
+def signature_error(spec: Spec, params: Sequence[Parameter]) -> SpecError | None:
+    """The one rule for a factory's signature (exit 2, before any case is judged): a key of
+    `block.factory_args` that no parameter takes (unless the factory takes `**kwargs`, which
+    receives every name), or a required parameter that nothing fills (positional-only, or a name
+    neither the case nor `factory_args` gives). None when the factory can be called."""
+    target = spec.block.factory or ""
+    takes_all = any(p.kind == "VAR_KEYWORD" for p in params)
+    named = [p.name for p in params if p.kind in ("POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY")]
+    if not takes_all:
+        for key, value in spec.block.factory_args.items():
+            if key not in named:
+                return SpecError(
+                    spec.path,
+                    f"block.factory_args.{key}",
+                    f"is not a parameter of {target}({', '.join(named)}){did_you_mean(key, named)}",
+                    value=value,
+                    fix=f"rename it to one of the factory's parameters, add a `{key}` parameter, or let the factory take **kwargs",
+                )
+    names = set(filled_names(spec))
+    missing = [p.name for p in params if not p.has_default and (p.kind == "POSITIONAL_ONLY" or (p.kind in ("POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY") and p.name not in names))]
+    if missing:
+        known = ", ".join(n for n in filled_names(spec) if n not in spec.block.factory_args)
+        return SpecError(
+            spec.path,
+            "block.factory",
+            f"asks for {', '.join(repr(m) for m in missing)}, which nothing fills (its parameters are filled by name from the case: {known}; and from block.factory_args)",
+            value=spec.block.factory,
+            fix=f"rename the parameter to one of those, give it a default, or set it in block.factory_args (e.g. factory_args = {{ {missing[0]} = ... }})",
+        )
+    return None
+
+
+def source_parameters(file: Path, fn_name: str) -> list[Parameter] | None:
+    """The parameters of `fn_name` as `file` spells them, read with `ast` (nothing is imported or
+    run): a top-level `def`, or a top-level class's `__init__` without `self`. None where the
+    source alone cannot say: a name bound by an assignment or an import, a decorated function or
+    class (a decorator may change the signature), a class without its own `__init__`, a name bound
+    more than once, a file that does not parse. The worker then checks the imported function
+    (`inspect.signature`) under the same rule."""
+    try:
+        tree = ast.parse(file.read_bytes(), filename=str(file))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    bound = [node for node in tree.body if fn_name in _names_bound(node)]
+    if len(bound) != 1:
+        return None
+    node = bound[0]
+    if isinstance(node, ast.ClassDef):
+        if node.decorator_list:
+            return None
+        init = [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "__init__"]
+        if len(init) != 1 or init[0].decorator_list:
+            return None
+        params = _ast_parameters(init[0].args)
+        return params[1:] if params and params[0].kind in ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD") else None
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.decorator_list:
+        return _ast_parameters(node.args)
+    return None
+
+
+def _names_bound(node: ast.stmt) -> set[str]:
+    """The top-level names one statement of a module binds (defs, classes, assignments, imports,
+    and any name stored anywhere inside a compound statement)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    names: set[str] = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+            names.add(sub.id)
+        elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(sub.name)
+        elif isinstance(sub, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in sub.names}
+    return names
+
+
+def _ast_parameters(args: ast.arguments) -> list[Parameter]:
+    positional = [*args.posonlyargs, *args.args]
+    first_default = len(positional) - len(args.defaults)
+    params = [Parameter(a.arg, "POSITIONAL_ONLY" if i < len(args.posonlyargs) else "POSITIONAL_OR_KEYWORD", i >= first_default) for i, a in enumerate(positional)]
+    if args.vararg is not None:
+        params.append(Parameter(args.vararg.arg, "VAR_POSITIONAL", True))
+    params += [Parameter(a.arg, "KEYWORD_ONLY", d is not None) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)]
+    if args.kwarg is not None:
+        params.append(Parameter(args.kwarg.arg, "VAR_KEYWORD", True))
+    return params
+
+
+def check_factory(spec: Spec) -> None:
+    """Before anything runs, in a process that never imports the spec's code: the factory is found
+    under the rule above (`locate_factory`, by path) and its signature, read from its source
+    (`source_parameters`), takes every key of `block.factory_args` and asks for nothing that
+    nothing fills (`signature_error`). Raises SpecError; a signature the source cannot tell is
+    left to the worker's check."""
+    _, fn_name, file, _ = locate_factory(spec.path, spec.block.factory or "")
+    params = source_parameters(file, fn_name)
+    if params is not None and (error := signature_error(spec, params)) is not None:
+        raise error
