@@ -43,3 +43,32 @@ def test_the_page_is_the_same_with_background_plots(results: list[SpecResult]) -
     inline = render_html(results, seconds=1.0)
     strip = lambda s: s.split("generated", 1)[1].split("·", 1)[1]  # noqa: E731  (the generation time differs)
     assert strip(page) == strip(inline)
+
+
+def test_the_probe_figures_keep_their_legends_off_the_curves(results: list[SpecResult]) -> None:
+    """Gradient, variance and identity figures: each legend below the plot, overlapping no axes;
+    the HTML gives each image its own size (a legend's rows make it taller)."""
+    import struct
+
+    from matplotlib.figure import Figure
+
+    from stability.report.plots import spec_figures
+
+    drawn = 0
+    for res in results:
+        for name, fig in spec_figures(res).items():
+            assert isinstance(fig, Figure)
+            fig.canvas.draw()
+            renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+            legends = [a.get_legend() for a in fig.axes if a.get_legend() is not None]
+            for legend in legends:
+                box = legend.get_window_extent(renderer)
+                assert fig.bbox.y0 <= box.y0 and box.y1 <= fig.bbox.y1, name
+                assert not any(box.overlaps(a.get_window_extent(renderer)) for a in fig.axes), name
+                drawn += 1
+    assert drawn >= 3
+    page = render_html(results)
+    for res in results:
+        for png in spec_pngs(res).values():
+            width, height = struct.unpack(">II", png[16:24])
+            assert f'width="{width}" height="{height}"' in page

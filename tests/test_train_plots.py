@@ -53,3 +53,22 @@ def test_the_html_report_shows_the_training_figures() -> None:
     assert list(training_figures(spec_result)) == ["update_size"]
     page = render_html([spec_result])
     assert "RMS change of the activation" in page and page.count("data:image/png;base64,") == 1
+
+
+def _legend_outside(fig: Figure) -> None:
+    """The legend lies inside the figure and overlaps no axes (the plot's or a colour bar's)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    (legend,) = [a.get_legend() for a in fig.axes if a.get_legend() is not None]
+    box = legend.get_window_extent(renderer)
+    assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0 and box.y1 <= fig.bbox.y1
+    for ax in fig.axes:
+        assert not box.overlaps(ax.get_window_extent(renderer)), (box, ax.get_window_extent(renderer))
+
+
+def test_every_legend_lies_outside_the_curves() -> None:
+    """Below the plot, outside its axes (it used to sit on the curves, `loc="best"`): the training
+    figures here, the probe's figures in tests/test_render.py."""
+    _legend_outside(update_size_figure(_verdict(1.0).extra, failed=True))
+    v = trainability([TrainRun([1.0, 10.0, math.inf], 2, 2, 0.0, depth=8), TrainRun([1.0, 0.5, 0.25], 2, None, 0.0, depth=4)])
+    _legend_outside(loss_figure(v.extra))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+import struct
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -276,7 +277,8 @@ def _figures(res: SpecResult, pngs: PngSource = spec_pngs) -> str:
     parts = []
     for key, png in pngs(res).items():
         uri = _data_uri(png)
-        parts.append(f'<figure><img src="{uri}" alt="{_e(key)} plot of {_e(res.spec.name)}" width="640" height="370"><figcaption>{_e(figure_caption(res, key))}</figcaption></figure>')
+        width, height = struct.unpack(">II", png[16:24])  # the PNG's own size (IHDR): a legend below the plot makes it taller
+        parts.append(f'<figure><img src="{uri}" alt="{_e(key)} plot of {_e(res.spec.name)}" width="{width}" height="{height}"><figcaption>{_e(figure_caption(res, key))}</figcaption></figure>')
     return f'<div class="plots">{"".join(parts)}</div>'
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from matplotlib import colormaps
 from matplotlib.axes import Axes
+from matplotlib.axis import Axis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import ListedColormap, Normalize
@@ -49,6 +50,8 @@ __all__ = [
     "variance_band",
     "spec_figures",
     "to_png",
+    "legend_below",
+    "power_of_two_ticks",
 ]
 
 #: `gid` of the shaded bound band and of the highlighted line, so tests and tools can find them.
@@ -208,9 +211,54 @@ def _finish(ax: Axes, title: str, note: str | None) -> None:
     ax.set_title(title, fontsize=11, loc="left")
     if not ax.lines:
         ax.text(0.5, 0.5, note or "no case was measured", transform=ax.transAxes, ha="center", va="center", color="#666666")
-    handles, _ = ax.get_legend_handles_labels()
-    if handles:
-        ax.legend(loc="best", fontsize=8, framealpha=0.85)
+    legend_below(ax)
+
+
+#: Height of one legend row below the plot, in inches (8-point text and its spacing).
+_LEGEND_ROW_IN = 0.19
+
+
+def legend_below(ax: Axes, *, fontsize: float = 8, ncol: int = 2) -> None:
+    """The legend under the plot, outside the axes, so it never covers a curve: the figure grows
+    by the legend's rows and every axes in it (a colour bar too) keeps its size in inches."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    fig = ax.get_figure()
+    if not isinstance(fig, Figure):  # a subfigure: no room to grow, keep the legend inside
+        ax.legend(loc="best", fontsize=fontsize)
+        return
+    rows = math.ceil(len(handles) / ncol)
+    extra = _LEGEND_ROW_IN * rows * fontsize / 8 + 0.12
+    height = fig.get_figheight()
+    grown = height + extra
+    for a in fig.axes:  # the same place in inches, above the new strip
+        p = a.get_position()
+        a.set_position((p.x0, (p.y0 * height + extra) / grown, p.width, p.height * height / grown))
+    fig.set_figheight(grown)
+    box = ax.get_position()
+    ax.legend(
+        handles,
+        labels,
+        loc="lower center",
+        bbox_to_anchor=(box.x0 + box.width / 2, 0.04 / grown),
+        bbox_transform=fig.transFigure,
+        ncol=ncol,
+        fontsize=fontsize,
+        frameon=False,
+    )
+
+
+def power_of_two_ticks(axis: Axis, lo: float, hi: float) -> None:
+    """Label a log-scaled depth axis at the powers of two in [lo, hi] as plain numbers (1, 2, 4, 8,
+    16, …; every second one beyond eight labels), with no minor labels (matplotlib's default
+    writes a depth of 60 as "6×10¹")."""
+    ticks = [2.0**k for k in range(math.floor(math.log2(max(lo, 1e-300))), math.ceil(math.log2(max(hi, 1.0))) + 1) if lo <= 2.0**k <= hi]
+    if len(ticks) > 8:
+        ticks = ticks[:: math.ceil(len(ticks) / 8)]
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_locator(NullLocator())
 
 
 def gradient_figure(
@@ -422,7 +470,7 @@ def identity_figure(
     ax.set_title(title, fontsize=11, loc="left")
     if not series:
         ax.text(0.5, 0.5, "no zero-branch case was probed", transform=ax.transAxes, ha="center", va="center", color="#666666")
-    ax.legend(loc="best", fontsize=7, framealpha=0.85)
+    legend_below(ax, fontsize=7, ncol=1)  # three long entries: one per row
     return fig
 
 

@@ -24,6 +24,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
+from stability.report.plots import legend_below
 from stability.run.results import InvariantResult, SpecResult
 from stability.spec.registry import INVARIANTS
 
@@ -99,7 +100,7 @@ def update_size_figure(extra: dict[str, Any], *, failed: bool, title: str = "upd
     ax.xaxis.set_major_locator(FixedLocator(widths))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticklabels([str(w) for w in widths])
-    ax.legend(loc="best", fontsize=8, framealpha=0.85)
+    legend_below(ax)
     return fig
 
 
@@ -125,9 +126,9 @@ def loss_figure(extra: dict[str, Any], *, title: str = "training loss", series: 
     if not curves:
         ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="#666666")
     else:
-        ax.legend(loc="best", fontsize=8, framealpha=0.85)
         _plain_log_labels(ax)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    legend_below(ax)
     return fig
 
 
