@@ -117,9 +117,11 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="use a running Dask cluster instead of a local one")
     sw.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where points run (cuda points need workers with the GPU resource)")
     sw.add_argument("--html", metavar="DIR", help="write the report with the phase diagrams to DIR/index.html")
+    sw.add_argument("--x", metavar="KEY", help="the phase diagrams' x axis, a swept key (default: the swept axis with the most values; the others are facets)")
     sw.add_argument("--only", metavar="INVARIANT", help="sweep one of the invariants the spec declares")
     sw.add_argument("--case-timeout", type=_seconds, default=120.0, metavar="S", help="per-case time limit in seconds, enforced by the parent on every backend (default 120; 0 = none)")
     sw.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    sw.add_argument("--verbose", action="store_true", help="let the Dask cluster's own log warnings (workers restarted or killed at shutdown) reach stderr")
     from stability.zoo_cli import add_zoo_parser
 
     add_zoo_parser(sub, [plugins])

@@ -40,7 +40,7 @@ _MAX_SEED = 2**63 - 1
 
 #: Options that choose where and how long points run, not what they compute: kept from the
 #: current command line when `--resume` reruns a recorded sweep, and not part of what it matches.
-_BACKEND_FLAGS = {"--serial": 0, "--workers": 1, "--scheduler": 1, "--quiet": 0, "-q": 0, "--html": 1, "--case-timeout": 1}
+_BACKEND_FLAGS = {"--serial": 0, "--workers": 1, "--scheduler": 1, "--quiet": 0, "-q": 0, "--html": 1, "--case-timeout": 1, "--x": 1, "--verbose": 0}
 
 
 def _backend_args(argv: list[str]) -> list[str]:
@@ -151,9 +151,10 @@ def _backend(args: argparse.Namespace) -> Any:
 
     if args.serial:
         return executor_for("workers", jobs=1, threads=1, env=plugins_environment(args.plugin))
-    _quiet_dask()
+    if not getattr(args, "verbose", False):  # --verbose: Dask's own warnings reach stderr
+        _quiet_dask()
     try:
-        return executor_for("dask", jobs=args.workers or 0, scheduler=args.scheduler, gpu=args.device == "cuda", env=plugins_environment(args.plugin))
+        return executor_for("dask", jobs=args.workers or 0, scheduler=args.scheduler, gpu=args.device == "cuda", env=plugins_environment(args.plugin), verbose=getattr(args, "verbose", False))
     except ImportError:
         raise UsageError("Dask distributed is not installed: pip install 'stability[sweep]', or run with --serial") from None
     except Exception as exc:  # whatever the address answers (nothing, or not Dask): one line, exit 2
@@ -163,6 +164,13 @@ def _backend(args: argparse.Namespace) -> Any:
 
         why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         raise UsageError(f"--scheduler {args.scheduler}: no Dask scheduler answered there within {CONNECT_TIMEOUT_S:g} s ({why}); check the address, or run without --scheduler") from None
+
+
+def _check_x(x: str | None, axes: list[Any]) -> None:
+    """`--x KEY` names a swept key other than depth (the heatmaps' x axis), or is refused."""
+    swept = [a.key for a in axes if a.key != "depth"]
+    if x is not None and x not in swept:
+        raise UsageError(f"--x {x}: the heatmaps' x axis must be a swept key other than depth; " + (f"choose one of {', '.join(swept)}" if swept else "this sweep has none (add --over KEY=VALUES)"))
 
 
 def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv: list[str]) -> int:
@@ -194,6 +202,8 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
     plan = _plan(args)
     if plan is None:
         return 2
+    _check_x(getattr(args, "x", None), plan.axes)
+    from stability.run.grid import fixed_text
     from stability.run.sweep import run_sweep
 
     check_store(db)  # a bad --db is reported before a cluster starts, and nothing is created until one has
@@ -228,7 +238,7 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
         backend.close()
     store.finish_sweep(sweep_id)
     store.close()
-    print_budgets(result.budgets, console)
+    print_budgets(result.budgets, console, fixed=fixed_text(plan.spec, plan.axes))
     failed = sum(p.failed for p in result.points)
     console.print(
         f"{len(result.points)} grid point(s) × {len(plan.seeds)} seed(s), {len(result.extra_points)} more for the budgets: "
@@ -239,8 +249,9 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
     if args.html:
         from stability.report.sweep_report import write_sweep_html
 
-        path = write_sweep_html(args.html, result)
-        console.print(f"report: {path}", highlight=False)
+        drawn = time.perf_counter()
+        path = write_sweep_html(args.html, result, x=getattr(args, "x", None))
+        console.print(f"report: {path} (its phase diagrams drawn in {time.perf_counter() - drawn:.1f} s)", highlight=False)
     return 0
 
 
@@ -366,8 +377,13 @@ class _progress:
         self.bar.update(self.task, completed=done, total=known, cached=cached, eta=eta)
 
 
-def print_budgets(budgets: list[Budget], console: Console) -> None:
-    t = Table(header_style="bold", title="depth budgets (largest depth at which the invariant holds on every seed)")
+def print_budgets(budgets: list[Budget], console: Console, *, fixed: str | None = None) -> None:
+    """The depth budgets, under a header naming what the sweep held fixed (`fixed`:
+    `stability.run.grid.fixed_text`), so a budget is read with the network it was measured on."""
+    title = "depth budgets (largest depth at which the invariant holds on every seed)"
+    if fixed is not None:
+        title += f"\nheld fixed at every point: {fixed}"
+    t = Table(header_style="bold", title=escape(title))
     for col in ("slice", "invariant", "budget", "deciding case", "why"):
         t.add_column(col, overflow="fold")
     for b in budgets:

@@ -89,3 +89,30 @@ def test_measurements_round_trip_exactly(tmp_path: Path) -> None:
     rows = outcome.result
     m = Measurements.from_json(rows[0]["m"])
     assert m.to_json() == rows[0]["m"] and all(math.isfinite(g) for g in m.grad_norm)
+
+
+_CLUSTER = """
+import socket, sys
+held = socket.socket()
+try:
+    held.bind(("127.0.0.1", 8787))  # the port Dask's metrics server wants: taken, as by another cluster
+    held.listen()
+except OSError:
+    pass  # someone else holds it already: taken all the same
+from stability.run.sweep_exec import DaskExecutor
+executor = DaskExecutor(n_workers=1, verbose=sys.argv[1] == "verbose")
+executor.close()
+"""
+
+
+def test_dask_warnings_stay_out_of_stderr_unless_verbose() -> None:
+    """`stability sweep` prints what failed itself; Dask's own warnings (the metrics port taken, a
+    nanny killing a worker at shutdown) reach stderr only with `--verbose`."""
+    import subprocess
+    import sys
+
+    quiet = subprocess.run([sys.executable, "-c", _CLUSTER, "quiet"], capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "Port 8787 is already in use" not in quiet.stderr and "distributed." not in quiet.stderr, quiet.stderr
+    verbose = subprocess.run([sys.executable, "-c", _CLUSTER, "verbose"], capture_output=True, text=True, timeout=300)
+    assert verbose.returncode == 0 and "Port 8787 is already in use" in verbose.stderr, verbose.stderr

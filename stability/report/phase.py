@@ -33,12 +33,13 @@ from matplotlib.figure import Figure
 
 from stability.judge.meanfield import ACTIVATIONS, critical_sigma_w2, mean_field
 from stability.measure.measurements import Measurements
+from stability.report.plots import power_of_two_ticks
 from stability.run.grid import Value, point_key
 from stability.run.sweep import SweepResult
 from stability.spec.case import corner_case
 from stability.spec.registry import FAMILIES
 
-__all__ = ["MEASURES", "measure_values", "heatmap_figure", "mean_field_chi1", "depth_scale", "to_png", "overlay_for"]
+__all__ = ["MEASURES", "measure_values", "heatmap_figure", "x_axis_key", "mean_field_chi1", "depth_scale", "to_png", "overlay_for"]
 
 _DPI = 100
 #: Colour scale half-range in decades: beyond ±8 decades every cell reads "vanished" / "exploded".
@@ -120,12 +121,23 @@ def _edges(values: list[float], log: bool) -> np.ndarray:
     return np.exp(mid) if log else mid
 
 
-def heatmap_figure(result: SweepResult, measure: str, *, facet: dict[str, Value] | None = None) -> Figure:
-    """The phase diagram of one measurement: x = the first non-depth axis, y = depth (log)."""
+def x_axis_key(result: SweepResult, x: str | None = None) -> str | None:
+    """The heatmaps' x axis: `x` (`stability sweep --x KEY`) when given, else the swept axis other
+    than depth with the most values (the first given among those tied); None when depth is the
+    only axis. Every other swept axis is a facet: one heatmap per value."""
+    if x is not None:
+        return x
+    others = [a for a in result.axes if a.key != "depth"]
+    return max(others, key=lambda a: len(a.values)).key if others else None
+
+
+def heatmap_figure(result: SweepResult, measure: str, *, facet: dict[str, Value] | None = None, x: str | None = None) -> Figure:
+    """The phase diagram of one measurement: x = `x_axis_key(result, x)`, y = depth (log)."""
     facet = facet or {}
     values = measure_values(result, measure)
+    x_key = x_axis_key(result, x)
     others = [a for a in result.axes if a.key != "depth" and a.key not in facet]
-    x_axis = others[0] if others else None
+    x_axis = next((a for a in others if a.key == x_key), others[0] if others else None)
     depth_axis = next((a for a in result.axes if a.key == "depth"), None)
     depths = sorted(int(d) for d in depth_axis.values) if depth_axis else [result.spec.space.depth[0]]
     xs: list[Value] = list(x_axis.values) if x_axis else ["—"]
@@ -134,12 +146,12 @@ def heatmap_figure(result: SweepResult, measure: str, *, facet: dict[str, Value]
         xs = sorted(xs, key=float)
     grid = np.full((len(depths), len(xs)), np.nan)
     for i, d in enumerate(depths):
-        for j, x in enumerate(xs):
+        for j, xv in enumerate(xs):
             p: dict[str, Value] = {**facet}
             if depth_axis:
                 p["depth"] = d
             if x_axis:
-                p[x_axis.key] = x
+                p[x_axis.key] = xv
             grid[i, j] = values.get(point_key(p), math.nan)
     fig = Figure(figsize=(6.4, 5.2), dpi=_DPI, layout="constrained")
     FigureCanvasAgg(fig)
@@ -156,6 +168,7 @@ def heatmap_figure(result: SweepResult, measure: str, *, facet: dict[str, Value]
     fig.colorbar(mesh, ax=ax, label="decades (log10)", extend="both" if half >= _CLIP else "neither")
     if log_y:
         ax.set_yscale("log")
+        power_of_two_ticks(ax.yaxis, ye[0], ye[-1])
     ax.set_ylim(ye[0], ye[-1])
     ax.set_xlim(xe[0], xe[-1])
     if not numeric:

@@ -17,8 +17,8 @@ from pathlib import Path
 from stability.errors import UsageError
 from stability.report.formats import write_atomic
 from stability.report.html import _CSS
-from stability.report.phase import MEASURES, heatmap_figure, measure_values, overlay_for, to_png
-from stability.run.grid import Value, point_key
+from stability.report.phase import MEASURES, heatmap_figure, measure_values, overlay_for, to_png, x_axis_key
+from stability.run.grid import Value, fixed_text, point_key
 from stability.run.store import budget_text
 from stability.run.sweep import SweepResult
 
@@ -71,20 +71,20 @@ def _budget_table(result: SweepResult) -> str:
     )
 
 
-def _facets(result: SweepResult) -> list[dict[str, Value]]:
-    others = [a for a in result.axes if a.key != "depth"]
-    rest = others[1:]
+def _facets(result: SweepResult, x: str | None) -> list[dict[str, Value]]:
+    x_key = x_axis_key(result, x)
+    rest = [a for a in result.axes if a.key not in ("depth", x_key)]
     combos = [dict(zip([a.key for a in rest], vals, strict=True)) for vals in itertools.product(*[a.values for a in rest])]
     return combos[:_MAX_FACETS]
 
 
-def _heatmaps(result: SweepResult) -> str:
+def _heatmaps(result: SweepResult, x: str | None) -> str:
     parts = []
-    x_key = next((a.key for a in result.axes if a.key != "depth"), None)
+    x_key = x_axis_key(result, x)
     overlay = overlay_for(result, x_key)
-    for facet in _facets(result):
+    for facet in _facets(result, x):
         for measure in MEASURES:
-            uri = "data:image/png;base64," + base64.b64encode(to_png(heatmap_figure(result, measure, facet=facet))).decode("ascii")
+            uri = "data:image/png;base64," + base64.b64encode(to_png(heatmap_figure(result, measure, facet=facet, x=x))).decode("ascii")
             caption = (
                 f"{MEASURES[measure]}. Blue: shrinks over depth; red: grows; grey: not measured. "
                 "White diamonds: the bisected depth budget of "
@@ -127,7 +127,8 @@ def _points_table(result: SweepResult) -> str:
     )
 
 
-def render_sweep_html(result: SweepResult) -> str:
+def render_sweep_html(result: SweepResult, *, x: str | None = None) -> str:
+    """The page; `x`: the heatmaps' x axis (`stability.report.phase.x_axis_key`)."""
     spec = result.spec
     axes = " · ".join(f"{a.key}: {', '.join(str(v) for v in a.values)}" for a in result.axes) or "no axis (one point)"
     generated = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
@@ -145,17 +146,18 @@ def render_sweep_html(result: SweepResult) -> str:
         f"<header><h1>{_e(title)}</h1>"
         f'<p class="summary ok">{_e(summary)}</p>'
         f'<p class="meta">spec <code>{_e(spec.path)}</code> ({_e(spec.family)}: {_e(spec.description)}) · axes {_e(axes)} · '
-        f"code {_e(result.code_version)} · generated {_e(generated)}</p></header>"
+        f"code {_e(result.code_version)} · generated {_e(generated)}</p>"
+        f'<p class="meta fixed">held fixed at every point: <span class="mono">{_e(fixed_text(spec, result.axes))}</span></p></header>'
         f"<main><h2>Depth budgets</h2>{_budget_table(result)}"
-        f"<h2>Phase diagrams</h2>{_heatmaps(result)}"
+        f"<h2>Phase diagrams</h2>{_heatmaps(result, x)}"
         f"<h2>Points</h2>{_points_table(result)}</main></body></html>\n"
     )
 
 
-def write_sweep_html(dir: str | Path, result: SweepResult) -> Path:
+def write_sweep_html(dir: str | Path, result: SweepResult, *, x: str | None = None) -> Path:
     folder = Path(dir)
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--html {dir}: is a file; give a folder (the report is written to FOLDER/index.html)")
     path = folder / "index.html"
-    write_atomic(path, render_sweep_html(result))
+    write_atomic(path, render_sweep_html(result, x=x))
     return path

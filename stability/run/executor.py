@@ -328,11 +328,13 @@ def executor_for(
     capture: bool = True,
     scheduler: str | None = None,
     gpu: bool = False,
+    verbose: bool = False,
 ) -> Executor:
     """The executor for a run, chosen in one place: `in-process` (no isolation), `workers` (a
     child process per job, `jobs` at a time, each with `threads` torch threads and the environment
     `env`, its output captured unless `capture` is off), or `dask` (a task per job on a local
-    cluster of `jobs` worker processes, or on the cluster at `scheduler`; `gpu`: CUDA jobs)."""
+    cluster of `jobs` worker processes, or on the cluster at `scheduler`; `gpu`: CUDA jobs;
+    `verbose`: let the cluster's own log warnings reach stderr)."""
     if where == "in-process":
         return InProcessExecutor()
     if where == "workers":
@@ -341,4 +343,4 @@ def executor_for(
         return WorkerExecutor(jobs=jobs, threads=threads, env=env, capture=capture)
     from stability.run.sweep_exec import DaskExecutor
 
-    return DaskExecutor(scheduler=scheduler, n_workers=jobs or None, gpu=gpu, env=env)
+    return DaskExecutor(scheduler=scheduler, n_workers=jobs or None, gpu=gpu, env=env, verbose=verbose)

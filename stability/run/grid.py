@@ -36,7 +36,7 @@ from stability.spec.case import Case, corner_case
 from stability.spec.registry import FAMILIES
 from stability.spec.schema import BranchInit, DType, Spec, WeightInit
 
-__all__ = ["Axis", "parse_axis", "grid_points", "grid_size", "check_points", "apply_point", "point_key", "INT_KEYS", "KEYS", "MAX_AXIS_VALUES", "MAX_POINTS"]
+__all__ = ["Axis", "parse_axis", "grid_points", "grid_size", "check_points", "apply_point", "point_key", "fixed_values", "fixed_text", "INT_KEYS", "KEYS", "MAX_AXIS_VALUES", "MAX_POINTS"]
 
 INT_KEYS = ("depth", "width", "batch")
 _CHOICE_KEYS = ("weight_init", "branch_init", "dtype")
@@ -227,3 +227,43 @@ def apply_point(spec: Spec, point: dict[str, Value], *, seed: int, device: str =
     if block:
         spec = spec.model_copy(update={"block": spec.block.model_copy(update=block)})
     return spec, corner_case(spec, **case)
+
+
+def fixed_values(spec: Spec, axes: list[Axis]) -> dict[str, Value]:
+    """What a sweep of `spec` over `axes` holds at one value at every point, key by key: what
+    `apply_point` gives each key no axis sets. The case keys take the corner case's values
+    (depth, width, batch, weight_init, branch_init, dtype, and spatial / tokens / input_width where
+    the spec has them); `init_std` and `init_gain` the spec's own where the init reads them; the
+    block's scales where the family (and `skip = "scaled"`) has them. The reports print these, so a
+    sweep's numbers are read with the network they were measured on."""
+    swept = {a.key for a in axes}
+    if "sigma_w2" in swept:
+        swept |= {"weight_init", "init_std"}
+    corner = corner_case(spec)
+    out: dict[str, Value] = {}
+    one_branch_init = FAMILIES.get(spec.family).branch_inits is not None and len(FAMILIES.get(spec.family).branch_inits or ()) == 1
+    for key in (*INT_KEYS, *_CHOICE_KEYS):
+        if key not in swept and not (key == "branch_init" and one_branch_init):  # a family with one branch init has nothing to hold
+            out[key] = getattr(corner, key)
+    for key in ("spatial", "tokens", "input_width"):
+        value = getattr(corner, key)
+        if value is not None:
+            out[key] = value
+    inits = {str(v) for a in axes if a.key == "weight_init" for v in a.values} or {corner.weight_init}
+    if FAMILIES.get(spec.family).user_code:
+        inits = set()  # a factory draws its own weights
+    for key, needs in (("init_std", "normal"), ("init_gain", "identity")):
+        if key not in swept and needs in inits:
+            out[key] = getattr(spec.space, key)
+    block_keys = FAMILIES.get(spec.family).block_keys
+    for key in _BLOCK_FLOATS:
+        if key in swept or key not in block_keys or (key == "skip_scale" and spec.block.skip != "scaled"):
+            continue
+        value = getattr(spec.block, key)
+        out[key] = "default" if value is None else value
+    return out
+
+
+def fixed_text(spec: Spec, axes: list[Axis]) -> str:
+    """`fixed_values` as the reports print it: "width=16, batch=4, weight_init=kaiming_normal"."""
+    return ", ".join(f"{k}={v}" for k, v in fixed_values(spec, axes).items()) or "nothing"

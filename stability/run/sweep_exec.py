@@ -163,7 +163,10 @@ class DaskExecutor(Executor):
         "global state a job changes stays in that worker for the jobs it runs later"
     )
 
-    def __init__(self, *, scheduler: str | None = None, n_workers: int | None = None, client: Any = None, gpu: bool = False, env: dict[str, str] | None = None) -> None:
+    def __init__(self, *, scheduler: str | None = None, n_workers: int | None = None, client: Any = None, gpu: bool = False, env: dict[str, str] | None = None, verbose: bool = False) -> None:
+        import logging
+        import warnings
+
         import dask
         from distributed import Client, LocalCluster
 
@@ -184,8 +187,15 @@ class DaskExecutor(Executor):
             # A worker holds only the task it runs (saturation 1.0: no queued task dies with it), and a
             # task whose worker died is not retried: the crashing point fails, no other point does.
             isolation = {"distributed.scheduler.allowed-failures": 0, "distributed.scheduler.worker-saturation": 1.0}
-            with dask.config.set(isolation):
-                self._cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, **extra)  # type: ignore[no-untyped-call,unused-ignore]
+            # Dask's own warnings (a nanny killing a worker at shutdown, the metrics server's port
+            # taken by another cluster) are about Dask, not about the sweep, whose results say what
+            # failed: only `verbose` (`stability sweep --verbose`) lets them reach stderr.
+            with dask.config.set(isolation), warnings.catch_warnings():
+                if not verbose:
+                    warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
+                self._cluster = LocalCluster(  # type: ignore[no-untyped-call,unused-ignore]
+                    n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.WARNING if verbose else logging.ERROR, **extra
+                )
             self.client = Client(self._cluster)  # type: ignore[no-untyped-call,unused-ignore]
         self.workers = max(1, len(self.client.scheduler_info().get("workers", {})))
 
