@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from stability.spec.case import Case, parse_case_string
     from stability.spec.load import find_specs, load_spec, parse_spec
     from stability.spec.schema import Spec
+    from stability.testing import given_spec
 
 #: Public name → the module that defines it.
 _LAZY: dict[str, str] = {
@@ -82,6 +83,7 @@ _LAZY: dict[str, str] = {
     "RunOptions": "stability.run.engine",
     "evaluate": "stability.run.engine",
     "run_spec": "stability.run.engine",
+    "given_spec": "stability.testing",
 }
 #: Public modules, imported on first use.
 _MODULES = ("strategies", "meanfield")
@@ -105,6 +107,7 @@ __all__ = [
     "classify_growth",
     "evaluate",
     "find_specs",
+    "given_spec",
     "gradient_arrival",
     "identity_at_init",
     "load_spec",

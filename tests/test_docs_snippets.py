@@ -2,7 +2,7 @@
 copied snippet works; and nothing in the repository points outside it.
 
 A fenced block tagged `python` is executed as a module (with the repository root as the working
-folder), and every `test_*` function it defines is called, as pytest would. A block tagged `sh`,
+folder, under the `ci` profile), and every `test_*` function it defines is called, as pytest would. A block tagged `sh`,
 `bash`, `shell` or `console` runs under `bash -eu -o pipefail` in a scratch folder that links the
 repository's top-level folders (`specs/`, `benchmarks/`, …), with this environment's `bin/` first on
 PATH, HOME in the scratch folder and one torch thread, and must exit 0. A block that installs software or runs for minutes is
@@ -108,6 +108,7 @@ RUN = [s for s in ALL if s.not_run is None]
 def test_snippet_runs(snippet: Snippet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if snippet.kind == "python":
         monkeypatch.chdir(ROOT)
+        monkeypatch.setenv("STABILITY_PROFILE", "ci")  # `given_spec` tests take the stability profile's budget: the ci one, 10 examples
         namespace: dict[str, Any] = {"__name__": "docs_snippet"}
         code = compile(snippet.body, snippet.id, "exec")
         try:
