@@ -285,10 +285,10 @@ def _plan(args: argparse.Namespace) -> _Plan | None:
     exists (UsageError or SpecError: one line, exit 2): the spec, the factory rule (the one
     `stability check` applies), the axes and the grid's size, the seeds, the depth range, every
     point applied to the spec once, the report path, the memory budget and the backend options.
-    None when the factory rule refused the spec (`stability.cli._factories_allowed` has printed why)."""
+    None when the factory rule refused the spec (`stability.check_cli._factories_allowed` has printed why)."""
     import os
 
-    from stability.cli import _factories_allowed
+    from stability.check_cli import _factories_allowed
     from stability.run.grid import check_points, grid_points, grid_size, parse_axis
     from stability.run.sweep import code_version
     from stability.spec.load import load_spec
