@@ -11,7 +11,7 @@ import difflib
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["StabilityError", "SpecError", "UsageError", "CaseError", "BlockError", "did_you_mean"]
+__all__ = ["StabilityError", "SpecError", "LibraryMissing", "UsageError", "CaseError", "BlockError", "did_you_mean"]
 
 
 def did_you_mean(value: object, choices: Iterable[object]) -> str:
@@ -49,6 +49,12 @@ class SpecError(StabilityError):
         if fix:
             text += f"; {fix}"
         super().__init__(" ".join(text.split()))
+
+
+class LibraryMissing(SpecError):
+    """A spec names a model of a library that does not import here (transformers, timm or
+    torchvision not installed): a spec error for `stability check` (exit 2: a gate never passes a
+    spec it could not run), a skip that says what to install for the pytest plugin."""
 
 
 class UsageError(StabilityError):

@@ -40,7 +40,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from stability.errors import CaseError, SpecError
+from stability.errors import CaseError, LibraryMissing, SpecError
 from stability.spec.case import Case
 
 __all__ = [
@@ -110,6 +110,12 @@ def _refuse(file: str, key: str, value: Any, problem: str, choices: list[str], f
     return SpecError(file, key, problem, value=value, fix=hint)
 
 
+def _missing(library: str, exc: Exception, *, file: str, key: str, model: str) -> LibraryMissing:
+    what = " ".join(f"{type(exc).__name__}: {exc}".split())
+    fix = 'install it: pip install -e ".[hf]"' if library == "transformers" else "install it (docs/library-models.md, section 5)"
+    return LibraryMissing(file, key, f"{library} does not import here ({what})", value=model, fix=fix)
+
+
 def _hf_names() -> dict[str, str]:
     """transformers' lazy index: public class name → its module, read without importing a model module."""
     index = getattr(_library("transformers"), "_class_to_module", None)
@@ -164,7 +170,10 @@ def resolve(model: str, *, file: str, key: str = "model") -> Target:
     if not sep or not name or library not in LIBRARIES:
         raise SpecError(file, key, f"names no model of {', '.join(LIBRARIES)}", value=model, fix='write "LIBRARY:NAME", e.g. "transformers:LlamaModel" or "timm:resnet18"')
     if library == "transformers":
-        index = _hf_names()
+        try:
+            index = _hf_names()
+        except Exception as exc:  # not installed, or does not import
+            raise _missing(library, exc, file=file, key=key, model=model) from None
         kind = _hf_kind(name, index.get(name, ""))
         if kind is None:
             allowed = sorted(n for n, m in index.items() if _hf_kind(n, m))
@@ -173,8 +182,7 @@ def resolve(model: str, *, file: str, key: str = "model") -> Target:
     try:
         names, classes = registry(library)
     except Exception as exc:  # the library is not installed, or does not import
-        what = " ".join(f"{type(exc).__name__}: {exc}".split())
-        raise SpecError(file, key, f"{library} does not import here ({what})", value=model, fix="install it (docs/library-models.md, section 5)") from None
+        raise _missing(library, exc, file=file, key=key, model=model) from None
     if name in names:
         return Target(library, name, "registered", library)
     if name in classes:
