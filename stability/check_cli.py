@@ -312,5 +312,5 @@ def _terminal(
     if table and results:
         print_table(results, console)
     print_failures(results, console, spec_errors=spec_errors)
-    console.print(summary_line(results, seconds, interrupted=interrupted, reports=reports, workers=workers), highlight=False)
+    console.print(summary_line(results, seconds, interrupted=interrupted, reports=reports, workers=workers), highlight=False, soft_wrap=True)  # one line in a CI log, however long
     console.file.flush()
