@@ -290,7 +290,6 @@ def _plan(args: argparse.Namespace) -> _Plan | None:
 
     from stability.check_cli import _factories_allowed
     from stability.run.grid import check_points, grid_points, grid_size, parse_axis
-    from stability.run.sweep import code_version
     from stability.spec.load import load_spec
 
     spec = load_spec(args.spec)
@@ -318,6 +317,8 @@ def _plan(args: argparse.Namespace) -> _Plan | None:
 
         memory_budget("cpu")  # raises UsageError naming the variable, as `stability check` does
     _check_backend(args)
+    from stability.run.sweep import code_version  # imports the engine, and torch: after every refusal
+
     return _Plan(spec, axes, seeds, depth_range, names, code_version())
 
 
