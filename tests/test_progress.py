@@ -73,7 +73,7 @@ def test_a_ci_log_gets_a_line_per_spec_and_heartbeats_while_a_long_spec_runs(tmp
     assert any(line.startswith("… still running: slow (running ") and "1 of 2 spec(s) done" in line for line in seen_while_running)
     final = log.read_text().splitlines()
     assert any(line.startswith("✓ slow: gradient_arrival ✓; ") for line in final)
-    assert final[-1].startswith("2 spec(s), 2 expectation(s): 2 met, 0 not met, ") and "(probing " in final[-1] and ", reports " in final[-1]
+    assert final[-1].startswith("2 spec(s), 2 expectation(s): 2 met, 0 not met, ") and "probing " in final[-1] and ", reports " in final[-1]  # "(summed over 2 workers: probing" under -j auto
 
 
 def test_heartbeats_come_at_most_once_a_period_and_only_while_something_runs() -> None:
@@ -132,7 +132,8 @@ def test_the_summary_says_how_long_each_phase_took() -> None:
     assert phase_seconds([a, b]) == {"probing": 14.0 - 2.75 - 2.75, "shrinking": 2.75, "training": 2.75}
     line = summary_line([a, b], 15.25, reports=0.5)
     assert line == "2 spec(s), 3 expectation(s): 3 met, 0 not met, 4 case(s) probed, 2 case(s) trained in 15.2 s (probing 8.5 s, shrinking 2.8 s, training 2.8 s, reports 0.5 s)"
-    assert summary_line([a], 10.0, workers=4).endswith("in 10.0 s (summed over 4 workers: probing 7.5 s, shrinking 2.5 s)")
+    assert summary_line([a, b], 15.25, workers=4).endswith("in 15.2 s (summed over 2 workers: probing 8.5 s, shrinking 2.8 s, training 2.8 s)")  # two specs: two workers ran
+    assert summary_line([a], 10.0, workers=4).endswith("in 10.0 s (probing 7.5 s, shrinking 2.5 s)")  # one spec: one worker, nothing overlapped
 
 
 def test_a_training_spec_counts_its_trained_cases_not_zero_probed() -> None:

@@ -196,6 +196,7 @@ def summary_line(results: list[SpecResult], seconds: float, *, interrupted: bool
         shown.append(f"training {phases['training']:.1f} s")
     if reports is not None:
         shown.append(f"reports {reports:.1f} s")
+    workers = min(workers, len(results))  # one spec runs on one worker: no more than that ran at once
     over = f"summed over {workers} workers: " if workers > 1 else ""
     return (
         f"{head}{len(results)} spec(s), {len(pairs)} expectation(s): {len(pairs) - failed - skipped - off} met, "
