@@ -33,8 +33,8 @@ def _default_sigint() -> None:
 
 
 def _start_slow_run(factory_dir: Path, custom_spec: Callable[..., Path], base_spec: str, tmp_path: Path) -> tuple[subprocess.Popen[str], Path, Path]:
-    """`stability check fast.toml slow.toml --json --junit` in a subprocess, returned once the slow
-    spec's forward pass has started (the fast spec is then done)."""
+    """`stability check fast.toml slow.toml --json --junit -j 1` in a subprocess, returned once the slow
+    spec's forward pass has started (one spec after the other: the fast spec is then done)."""
     fast = factory_dir / f"fast_{tmp_path.name}.toml"
     fast.write_text(base_spec.replace('name = "base"', f'name = "fast-{tmp_path.name}"'))
     slow = custom_spec("slow", depth="2")
@@ -45,7 +45,7 @@ def _start_slow_run(factory_dir: Path, custom_spec: Callable[..., Path], base_sp
     env = {**os.environ, "STABILITY_TEST_MARKER": str(marker), "PYTHONUNBUFFERED": "1"}
     env.pop("CI", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "stability", "check", str(fast), str(slow), "--json", str(report), "--junit", str(junit), "--profile", "ci", "--case-timeout", "0"],
+        [sys.executable, "-m", "stability", "check", str(fast), str(slow), "--json", str(report), "--junit", str(junit), "--profile", "ci", "--case-timeout", "0", "-j", "1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
