@@ -246,6 +246,7 @@ def _report_spec(result: SpecResult, case: str) -> dict[str, Any]:
     return dict(spec)
 
 
+@pytest.mark.slow  # the baseline comparison through worker processes; in-process in the default run
 def test_the_comparison_runs_in_workers_too(tmp_path: Path) -> None:
     """Without --in-process each replay is a worker task like the run's own (the gate's default)."""
     import subprocess

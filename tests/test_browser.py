@@ -80,6 +80,7 @@ def test_check_report_shows_the_failing_case_and_its_bound(tmp_path: Path, brows
     assert not errors, errors
 
 
+@pytest.mark.slow  # a sweep, then its report in headless Chromium
 def test_sweep_report_shows_heatmaps_and_budgets(tmp_path: Path, browser: Any) -> None:
     args = ["sweep", str(SPECS / "plain_tanh_mlp.toml"), "--over", "depth=2,8,32", "--over", "sigma_w2=0.5,3", "--seeds", "1", "--serial", "-q"]
     assert main([*args, "--db", str(tmp_path / "r.sqlite"), "--html", str(tmp_path / "sweep")]) == 0

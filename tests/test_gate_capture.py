@@ -89,6 +89,7 @@ def test_no_capture_lets_the_output_through_as_it_runs(tmp_path: Path) -> None:
     assert specs["quiet-pass"]["output"] == ""
 
 
+@pytest.mark.slow  # a factory printing megabytes through a worker
 def test_a_flood_of_output_is_kept_bounded_and_the_run_finishes(tmp_path: Path) -> None:
     folder = _folder(tmp_path, {"flood": custom("flood", "stability_gate_chatty:chatty", depth="2", expect=FAILING).replace(":chatty", ":flood")})
     proc, specs, _ = _check(folder)  # 200,000 lines (3.4 MB) per case, through a 64 KiB pipe

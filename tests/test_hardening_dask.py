@@ -61,7 +61,7 @@ REASONS = {
 }
 
 
-@pytest.mark.parametrize("backend", ["dask", "serial"])
+@pytest.mark.parametrize("backend", [pytest.param("dask", marks=pytest.mark.slow), pytest.param("serial", marks=pytest.mark.slow)])  # waits out time limits; a cluster started (-m slow)
 def test_points_that_hang_or_kill_their_worker_fail_and_the_sweep_finishes(tmp_path: Path, backend: str) -> None:
     (tmp_path / "stability_hardening_dask.py").write_text(FACTORY, encoding="utf-8")
     (tmp_path / "spec.toml").write_text(SPEC, encoding="utf-8")

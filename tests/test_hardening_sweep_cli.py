@@ -144,6 +144,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow  # waits out the scheduler's connection time limit
 def test_an_unreachable_scheduler_is_one_line_within_the_stated_time(sweep: object, tmp_path: Path) -> None:
     from stability.run.sweep_exec import CONNECT_TIMEOUT_S
 

@@ -97,6 +97,7 @@ def test_ctrl_c_prints_the_partial_summary_and_keeps_the_previous_report(factory
     _untouched(report, junit)
 
 
+@pytest.mark.slow  # a subprocess run killed mid-spec; Ctrl-C in a subprocess and in-process stay in the default run
 def test_sigkill_mid_run_keeps_the_previous_report(factory_dir: Path, custom_spec: Callable[..., Path], base_spec: str, tmp_path: Path) -> None:
     proc, report, junit = _start_slow_run(factory_dir, custom_spec, base_spec, tmp_path)
     proc.kill()

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = "import sys; sys.modules[{lib!r}] = None\n"
 
@@ -17,6 +19,7 @@ def _run(lib: str, code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", BLOCK.format(lib=lib) + code], capture_output=True, text=True, cwd=ROOT, timeout=240)
 
 
+@pytest.mark.slow  # two subprocesses that hide a library and import the rest
 def test_check_refuses_a_spec_whose_library_does_not_import_in_one_line() -> None:
     for lib, spec, fix in [("transformers", "specs/zoo/bert.toml", 'pip install -e ".[hf]"'), ("timm", "specs/zoo/timm_vit.toml", "docs/library-models.md")]:
         run = _run(lib, f"from stability.cli import main; sys.exit(main(['check', {spec!r}, '-q']))")

@@ -57,6 +57,7 @@ def test_the_factories_are_at_most_five_lines(hf_blocks: Any) -> None:
     assert _factory_lines(module, "gpt2") <= 5 and _factory_lines(module, "llama") <= 5
 
 
+@pytest.mark.slow  # three library-block specs searched through workers
 def test_the_documented_specs_meet_their_derived_bands(hf_blocks: Any, cli: Cli) -> None:
     folder, _ = hf_blocks
     report = folder / "report.json"

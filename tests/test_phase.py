@@ -59,6 +59,7 @@ def test_the_tanh_depth_budget_lands_near_six_xi(tmp_path: Path, sigma_w2: float
     assert predicted / 2 <= budget.budget <= 2 * predicted, (budget.budget, predicted)
 
 
+@pytest.mark.slow  # a four-point sweep with depth budgets by bisection
 def test_the_heatmap_draws_the_budgets_and_the_mean_field_line(tmp_path: Path) -> None:
     spec = load_spec(SPECS / "plain_tanh_mlp.toml")
     axes = [parse_axis("depth=2,16"), parse_axis("sigma_w2=0.5,3")]

@@ -86,9 +86,9 @@ def test_the_ids_pytest_v_prints_paste_back_and_select_the_same_item(tmp_path: P
     run = pytest_run(proj, "-v")
     printed = sorted(line.split()[0] for line in run.stdout.splitlines() if line.endswith("%]") and ("PASSED" in line or "FAILED" in line))
     assert printed == ["specs/broken.toml::load", "specs/good.toml::gradient_arrival", "specs/good.toml::identity_at_init"], run.stdout
-    for node in printed:
-        again = pytest_run(proj, "-v", node)
-        assert [line.split()[0] for line in again.stdout.splitlines() if line.endswith("%]")] == [node], again.stdout
+    for node in printed:  # what the pasted id selects: collecting it lists the items a run would run
+        again = pytest_run(proj, "--collect-only", "-q", node)
+        assert [line for line in again.stdout.splitlines() if "::" in line] == [node], again.stdout
 
 
 def test_a_spec_that_fails_validation_is_one_failed_item_with_the_loader_error(tmp_path: Path) -> None:
@@ -99,6 +99,7 @@ def test_a_spec_that_fails_validation_is_one_failed_item_with_the_loader_error(t
     assert "Traceback" not in run.stdout
 
 
+@pytest.mark.slow  # pytest -n 2 in a subprocess, each xdist worker starting its own spec workers
 def test_works_with_xdist(tmp_path: Path) -> None:
     pytest.importorskip("xdist")
     proj = project(tmp_path, good=GOOD, claim=CLAIM)
@@ -107,6 +108,7 @@ def test_works_with_xdist(tmp_path: Path) -> None:
     assert "smallest failing case depth=3,width=4" in run.stdout
 
 
+@pytest.mark.slow  # a pytest run in a subprocess over every device
 def test_gpu_items_skip_with_a_reason_without_cuda(tmp_path: Path) -> None:
     import torch
 
@@ -141,6 +143,7 @@ def test_spec_items_run_with_the_gates_thread_count_and_put_the_sessions_back(mo
         torch.set_num_threads(before)
 
 
+@pytest.mark.slow  # three pytest runs in subprocesses
 def test_a_project_below_a_folder_named_specs_collects_none_of_its_own_toml_files(tmp_path: Path) -> None:
     proj = tmp_path / "specs" / "proj"  # e.g. /home/me/specs/proj: its pyproject.toml is no spec
     proj.mkdir(parents=True)

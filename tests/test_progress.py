@@ -48,6 +48,7 @@ def _specs(tmp_path: Path, sleep: float) -> tuple[Path, Path]:
     return quick, slow
 
 
+@pytest.mark.slow  # a subprocess run long enough for heartbeats
 def test_a_ci_log_gets_a_line_per_spec_and_heartbeats_while_a_long_spec_runs(tmp_path: Path) -> None:
     """stdout to a file, as in CI: the first spec's line is in the file before the second spec
     ends, and heartbeat lines name the spec still running, all while the run goes on (the

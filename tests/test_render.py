@@ -18,6 +18,7 @@ def results() -> list[SpecResult]:
     return [run_spec(load_spec(ROOT / "specs" / name), RunOptions(profile="ci")) for name in ("control_scaled_skip.toml", "preact_mlp.toml")]
 
 
+@pytest.mark.slow  # every plot of a training report drawn twice, in a background process and inline
 def test_background_plots_are_the_same_bytes_as_inline(results: list[SpecResult]) -> None:
     with Renderer() as renderer:
         for res in results:
@@ -35,6 +36,7 @@ def test_a_result_never_submitted_is_rendered_inline(results: list[SpecResult]) 
         assert renderer.pngs(results[0]) == spec_pngs(results[0])
 
 
+@pytest.mark.slow  # every plot of a training report drawn twice, in a background process and inline
 def test_the_page_is_the_same_with_background_plots(results: list[SpecResult]) -> None:
     with Renderer() as renderer:
         for res in results:

@@ -127,6 +127,7 @@ def _tables(db: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]
         return store.table("probes"), store.table("budgets")
 
 
+@pytest.mark.slow  # a sweep in a subprocess killed mid-way, resumed, and run again whole
 def test_a_sweep_killed_mid_way_resumes_to_the_same_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _write(tmp_path, SLOW_FACTORY, "sweep_test_factories.py")
     spec = _write(tmp_path, CUSTOM.format(name="make"))

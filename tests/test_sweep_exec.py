@@ -60,6 +60,7 @@ def dask_backend() -> Iterator[object]:
         backend.close()
 
 
+@pytest.mark.slow  # a two-process Dask cluster started and a grid run on it
 def test_two_dask_workers_give_the_serial_rows_bit_for_bit(tmp_path: Path, dask_backend: object) -> None:
     spec = load_spec(SPECS / "preact_mlp.toml")
     axes = [parse_axis("depth=2,9,17"), parse_axis("width=16,24")]
@@ -105,6 +106,7 @@ executor.close()
 """
 
 
+@pytest.mark.slow  # a Dask cluster started twice in subprocesses
 def test_dask_warnings_stay_out_of_stderr_unless_verbose() -> None:
     """`stability sweep` prints what failed itself; Dask's own warnings (the metrics port taken, a
     nanny killing a worker at shutdown) reach stderr only with `--verbose`."""
