@@ -93,13 +93,19 @@ def test_measurements_round_trip_exactly(tmp_path: Path) -> None:
 
 
 _CLUSTER = """
-import socket, sys
+import socket, sys, time
 held = socket.socket()
-try:
-    held.bind(("127.0.0.1", 8787))  # the port Dask's metrics server wants: taken, as by another cluster
-    held.listen()
-except OSError:
-    pass  # someone else holds it already: taken all the same
+held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed cluster's TIME_WAIT does not count
+deadline = time.monotonic() + 120
+while True:  # the port Dask's metrics server wants, held by this process for the whole start (as by another cluster);
+    try:     # a port held by another test's cluster may be freed before this scheduler starts, so wait for it
+        held.bind(("127.0.0.1", 8787))
+        held.listen()
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.2)
 from stability.run.sweep_exec import DaskExecutor
 executor = DaskExecutor(n_workers=1, verbose=sys.argv[1] == "verbose")
 executor.close()
