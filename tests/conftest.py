@@ -16,6 +16,16 @@ import torch
 
 from stability.cli import main
 
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """`pytest -n N` hands out tests by work stealing (an idle xdist worker takes queued tests from a
+    busy one) instead of fixed chunks: a few tests take seconds among many that take milliseconds,
+    and with fixed chunks one worker can sit idle at the end while the other works through its share."""
+    if getattr(config.option, "dist", None) == "load":
+        config.option.dist = "worksteal"
+
+
 _APPROX = pytest.approx
 
 

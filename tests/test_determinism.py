@@ -78,6 +78,7 @@ def _measured(report: dict[str, Any]) -> list[tuple[str, Any]]:
     return [(json.dumps(c["case"], sort_keys=True), c["measurements"]) for s in report["specs"] for c in s["cases"]]
 
 
+@pytest.mark.slow  # two whole searches in fresh processes
 def test_the_same_search_in_two_processes_probes_the_same_cases_bit_identically(tmp_path: Path) -> None:
     spec = tmp_path / "mixed.toml"
     spec.write_text(MIXED)

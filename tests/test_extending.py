@@ -116,6 +116,7 @@ def test_a_sweep_finds_the_closed_form_budget(project: Path, capsys: pytest.Capt
     assert rows and re.search(r"output_growth\s*│\s*3\s*│", rows[0]), out  # holds at depth 3, fails at 4
 
 
+@pytest.mark.slow  # a pytest run in a subprocess
 def test_pytest_collects_the_toy_spec_with_the_ini_option(project: Path) -> None:
     (project / "specs").mkdir()
     (project / "toy.toml").rename(project / "specs" / "toy.toml")

@@ -81,6 +81,7 @@ def test_a_passing_specs_output_stays_out_of_the_terminal_and_a_failing_ones_is_
     assert cases["quiet-pass.toml"].find("system-out") is None
 
 
+@pytest.mark.slow  # a subprocess run read as it prints
 def test_no_capture_lets_the_output_through_as_it_runs(tmp_path: Path) -> None:
     folder = _folder(tmp_path, {"quiet-pass": custom("quiet-pass", "stability_gate_chatty:chatty", depth="[1, 2]", expect=PASSING)})
     proc, specs, _ = _check(folder, "--no-capture")
@@ -99,6 +100,7 @@ def test_a_flood_of_output_is_kept_bounded_and_the_run_finishes(tmp_path: Path) 
     assert "bytes left out ...]" in out and len(out.encode()) <= OUTPUT_HEAD + OUTPUT_TAIL + 100
 
 
+@pytest.mark.slow  # a subprocess run whose spec exits
 def test_the_last_words_of_a_spec_that_exits_are_shown_with_the_error(tmp_path: Path) -> None:
     folder = _folder(tmp_path, {"last-words": custom("last-words", "stability_gate_chatty:last_words", depth="2")})
     proc, specs, _ = _check(folder)

@@ -156,6 +156,7 @@ def test_a_closed_stdout_changes_neither_the_verdict_nor_the_report(tmp_path: Pa
     assert data["met"] is False and data["specs"][0]["invariants"][0]["status"] == "failed"
 
 
+@pytest.mark.slow  # a pytest run in a subprocess over misbehaving specs
 def test_the_pytest_plugin_reports_sys_exit_deep_nesting_and_duplicate_names_in_one_line(tmp_path: Path) -> None:
     specs = tmp_path / "specs"
     specs.mkdir()

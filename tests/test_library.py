@@ -66,6 +66,7 @@ def test_an_unknown_config_key_or_case_key_or_a_loading_key_is_refused() -> None
     check_config(target, {"activation_function": "gelu_new"}, file="s.toml")  # a string that names no case key is a literal
 
 
+@pytest.mark.slow  # a subprocess importing transformers
 def test_the_check_imports_no_model_module() -> None:
     code = (
         "import sys\n"

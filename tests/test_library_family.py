@@ -80,6 +80,7 @@ def test_keys_a_library_model_does_not_read_are_refused(extra: dict[str, str], k
         parse_spec(spec_text(**extra), file="lib.toml")
 
 
+@pytest.mark.slow  # subprocesses importing transformers
 def test_loading_imports_no_model_module_and_an_unknown_class_exits_2(tmp_path: Path) -> None:
     good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
     good.write_text(spec_text(), encoding="utf-8")

@@ -85,6 +85,7 @@ def test_lr_sensitivity_is_lower_with_qk_norm_and_z_loss_on_the_same_grid_and_se
     assert control[0] and fix[0] and fix[2] < control[2]
 
 
+@pytest.mark.slow  # every language-model spec through stability check
 def test_stability_check_judges_the_ci_pairs_and_names_the_others_as_skipped(cli: Callable[..., tuple[int, str, str]], tmp_path: Path) -> None:
     fast = [SPECS / f"{stem}.toml" for pair in CI_PAIRS for stem in pair]
     code, out, _ = cli("check", *fast, "--profile", "ci")

@@ -78,6 +78,7 @@ def test_a_false_claim_fails_with_the_shrunk_case_and_a_reproduction(tmp_path: P
     assert names == ["gradient_arrival", "gradient_arrival", "identity_at_init"]
 
 
+@pytest.mark.slow  # four pytest runs in subprocesses
 def test_the_ids_pytest_v_prints_paste_back_and_select_the_same_item(tmp_path: Path) -> None:
     """`pytest -v` prints each item's node id (`specs/good.toml::identity_at_init`); it printed
     `specs/good::toml::identity_at_init` (the file name in the item's location, whose dots pytest
@@ -181,6 +182,7 @@ def _custom(name: str, fn: str) -> str:
     )
 
 
+@pytest.mark.slow  # pytest runs in subprocesses whose specs exit, print and patch
 def test_a_custom_specs_code_runs_in_a_worker_and_cannot_end_or_change_the_session(tmp_path: Path) -> None:
     proj = project(tmp_path, exits=_custom("exits", "exits"), leaks=_custom("leaks", "leaks"))
     (proj / "specs" / "plugin_hostile.py").write_text(HOSTILE_FACTORY)

@@ -297,3 +297,17 @@ def test_an_installed_copy_is_versioned_by_its_sources_not_by_a_repository_aroun
     assert code_version.__wrapped__(site) == plain
     (site / "run" / "sweep.py").write_text("y = 2\n")
     assert code_version.__wrapped__(site) not in (plain, __version__)
+
+
+def test_a_sweep_with_only_renders_the_invariants_it_judged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--only keeps some of the spec's invariants: the points hold verdicts for those alone, and the
+    HTML's points table has a column for each of them and none for the others (it raised KeyError on
+    the first invariant left out)."""
+    spec = Path(__file__).resolve().parent.parent / "specs" / "plain_tanh_mlp.toml"
+    assert [n for n, _ in load_spec(spec).invariants()][:2] == ["gradient_arrival", "variance_growth"]
+    code = main(["sweep", str(spec), "--over", "depth=1", "--seeds", "2", "--serial", "--only", "gradient_arrival", "--db", str(tmp_path / "r.sqlite"), "--html", str(tmp_path / "report")])
+    out, err = capsys.readouterr()
+    assert code == 0 and err == "", out + err
+    page = (tmp_path / "report" / "index.html").read_text(encoding="utf-8")
+    points = page.split("<h2>Points</h2>", 1)[1]
+    assert "gradient_arrival" in points and "variance_growth" not in points

@@ -28,6 +28,7 @@ def _readme_snippet() -> str:
     return body.replace('load_spec("specs/preact_mlp.toml")', f'load_spec("{CLAIM}")')
 
 
+@pytest.mark.slow  # a failing search shrunk, then its replay
 def test_the_readme_snippet_on_a_failing_spec_fails_within_a_minute_with_the_command_that_replays_it(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     test_file = tmp_path / "test_readme_snippet.py"
     test_file.write_text(_readme_snippet(), encoding="utf-8")

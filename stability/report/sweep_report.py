@@ -104,7 +104,7 @@ def _heatmaps(result: SweepResult, x: str | None) -> str:
 
 
 def _points_table(result: SweepResult) -> str:
-    names = [n for n, _ in result.spec.invariants()]
+    names = result.judged
     values = {m: measure_values(result, m) for m in MEASURES}
     head = ["point", "log10 r₀", "log10 s_L/s₀", *names, "from store", "note"]
     rows = []

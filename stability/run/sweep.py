@@ -148,6 +148,12 @@ class SweepResult:
     workers: int = 1
     extra_points: list[PointResult] = field(default_factory=list)  # probed by the bisection, off the grid
 
+    @property
+    def judged(self) -> list[str]:
+        """The invariants judged at the points (all the spec declares, or those `--only` kept), in the spec's order."""
+        seen = {n for p in (*self.points, *self.extra_points) for n in p.verdicts}
+        return [n for n, _ in self.spec.invariants() if n in seen]
+
 
 #: (holds on every seed, or None when the invariant does not apply; the first failing case; its
 #: detail; the observed number: the failing case's, else the one closest to failing, None when n/a).
