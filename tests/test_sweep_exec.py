@@ -96,7 +96,7 @@ _CLUSTER = """
 import socket, sys, time
 held = socket.socket()
 held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed cluster's TIME_WAIT does not count
-deadline = time.monotonic() + 120
+deadline = time.monotonic() + 60
 while True:  # the port Dask's metrics server wants, held by this process for the whole start (as by another cluster);
     try:     # a port held by another test's cluster may be freed before this scheduler starts, so wait for it
         held.bind(("127.0.0.1", 8787))
@@ -104,7 +104,7 @@ while True:  # the port Dask's metrics server wants, held by this process for th
         break
     except OSError:
         if time.monotonic() > deadline:
-            raise
+            sys.exit(77)  # another process kept it all along: this check cannot hold it itself
         time.sleep(0.2)
 from stability.run.sweep_exec import DaskExecutor
 executor = DaskExecutor(n_workers=1, verbose=sys.argv[1] == "verbose")
@@ -120,7 +120,11 @@ def test_dask_warnings_stay_out_of_stderr_unless_verbose() -> None:
     import sys
 
     quiet = subprocess.run([sys.executable, "-c", _CLUSTER, "quiet"], capture_output=True, text=True, timeout=300)
+    if quiet.returncode == 77:
+        pytest.skip("port 8787 was held by another process for a minute; this check needs to hold it itself")
     assert quiet.returncode == 0, quiet.stderr
     assert "Port 8787 is already in use" not in quiet.stderr and "distributed." not in quiet.stderr, quiet.stderr
     verbose = subprocess.run([sys.executable, "-c", _CLUSTER, "verbose"], capture_output=True, text=True, timeout=300)
+    if verbose.returncode == 77:
+        pytest.skip("port 8787 was held by another process for a minute; this check needs to hold it itself")
     assert verbose.returncode == 0 and "Port 8787 is already in use" in verbose.stderr, verbose.stderr
