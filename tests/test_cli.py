@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from shipped_support import require_shipped_libraries
 
 from stability.cli import main
 
@@ -92,6 +93,7 @@ def test_replaying_the_printed_case_gives_the_same_numbers(tmp_path: Path, capsy
 
 
 def test_list_shows_specs_and_families(capsys: pytest.CaptureFixture[str]) -> None:
+    require_shipped_libraries()
     assert main(["list", str(SPECS)]) == 0
     out = capsys.readouterr().out
     for family in ("plain", "postnorm", "preact", "highway", "dense", "custom"):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shipped_support import require_shipped_libraries
 
 from stability.report.formats import to_json
 from stability.run.engine import RunOptions
@@ -34,6 +35,7 @@ def _report(outcomes: list[Outcome]) -> str:
 
 @pytest.fixture(scope="module")
 def tasks() -> list[Task]:
+    require_shipped_libraries()
     options = RunOptions(profile="ci")
     return [Task(load_spec(f), options) for f in find_specs([SPECS])]
 

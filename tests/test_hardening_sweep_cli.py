@@ -158,6 +158,7 @@ def test_an_unreachable_scheduler_is_one_line_within_the_stated_time(sweep: obje
 def test_an_address_that_answers_but_is_not_dask_is_one_line(sweep: object, tmp_path: Path) -> None:
     """A web server (or anything else) at the address: Dask's handshake reads its bytes as a frame
     length; the sweep says the address is not a scheduler."""
+    pytest.importorskip("distributed", reason="Dask distributed is not installed: pip install -e '.[sweep]'")
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
