@@ -15,7 +15,7 @@ from stability import parse_spec
 from stability.families import build as build_module
 from stability.families import init as init_module
 from stability.families.build import build
-from stability.families.init import _modules_in_order, overwritten
+from stability.families.init import modules_in_order, overwritten
 from stability.spec.case import corner_case
 
 
@@ -117,7 +117,7 @@ def test_moves_is_whether_to_changes_anything(make, dtype: torch.dtype, moves: b
 def test_the_module_walk_is_modules_order_with_shared_modules_once() -> None:
     shared = nn.Linear(2, 2)
     root = nn.Sequential(nn.Sequential(shared, nn.ReLU()), nn.Linear(2, 2), nn.Sequential(shared, nn.Sequential(nn.Linear(2, 2))))
-    assert [id(m) for m in _modules_in_order(root)] == [id(m) for m in root.modules()]
+    assert [id(m) for m in modules_in_order(root)] == [id(m) for m in root.modules()]
 
 
 @pytest.mark.parametrize("enabled", [True, False])

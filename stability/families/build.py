@@ -33,7 +33,7 @@ from stability.families.blocks import (
     Transition,
 )
 from stability.families.discover import ModelRun, holds_blocks, inputs_to
-from stability.families.init import activation, blank_layer, init_all, init_weight, overwritten, zero_parameters
+from stability.families.init import activation, blank_layer, init_all, init_weight, modules_in_order, overwritten, zero_parameters
 from stability.families.library import library_of
 from stability.families.transformer import build_transformer
 from stability.seeding import seeded
@@ -118,13 +118,7 @@ def _moves(root: nn.Module, device: torch.device, dtype: torch.dtype) -> bool:
     if type(root).to is not nn.Module.to:
         return True
     on_cpu = device == torch.device("cpu")  # (`is_cpu` is cheaper than building each tensor's device)
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        m = stack.pop()
-        if id(m) in seen:
-            continue
-        seen.add(id(m))
+    for m in modules_in_order(root):
         if type(m)._apply is not nn.Module._apply:
             return True
         for table in (m._parameters, m._buffers):
@@ -133,7 +127,6 @@ def _moves(root: nn.Module, device: torch.device, dtype: torch.dtype) -> bool:
                     return True
                 if t is not None and t.dtype is not dtype and (t.is_floating_point() or t.is_complex()):
                     return True
-        stack.extend(c for c in m._modules.values() if c is not None)
     return False
 
 

@@ -66,14 +66,14 @@ def init_all(spec: Spec, case: Case, module: nn.Module, gen: torch.Generator) ->
     of this function's time.)"""
     bias = spec.space.bias_init
     with torch.no_grad():
-        for m in _modules_in_order(module):
+        for m in modules_in_order(module):
             if isinstance(m, (nn.Linear, nn.Conv2d)):
                 init_weight(spec, case, m.weight, gen)
                 if m.bias is not None and bias != "default":
                     m.bias.fill_(float(bias))
 
 
-def _modules_in_order(root: nn.Module) -> list[nn.Module]:
+def modules_in_order(root: nn.Module) -> list[nn.Module]:
     """`list(root.modules())`: root first, then each child's subtree in `_modules` order, each
     module once (the first time it is reached)."""
     out: list[nn.Module] = []
