@@ -93,19 +93,15 @@ def test_measurements_round_trip_exactly(tmp_path: Path) -> None:
 
 
 _CLUSTER = """
-import socket, sys, time
+import socket, sys
 held = socket.socket()
 held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed cluster's TIME_WAIT does not count
-deadline = time.monotonic() + 60
-while True:  # the port Dask's metrics server wants, held by this process for the whole start (as by another cluster);
-    try:     # a port held by another test's cluster may be freed before this scheduler starts, so wait for it
-        held.bind(("127.0.0.1", 8787))
-        held.listen()
-        break
-    except OSError:
-        if time.monotonic() > deadline:
-            sys.exit(77)  # another process kept it all along: this check cannot hold it itself
-        time.sleep(0.2)
+try:
+    held.bind(("127.0.0.1", 8787))  # the port Dask's metrics server wants: taken, as by another cluster
+    held.listen()
+    print("held here")
+except OSError:
+    print("held elsewhere")  # another process has it: taken all the same, unless it lets go first
 from stability.run.sweep_exec import DaskExecutor
 executor = DaskExecutor(n_workers=1, verbose=sys.argv[1] == "verbose")
 executor.close()
@@ -115,16 +111,18 @@ executor.close()
 @pytest.mark.slow  # a Dask cluster started twice in subprocesses
 def test_dask_warnings_stay_out_of_stderr_unless_verbose() -> None:
     """`stability sweep` prints what failed itself; Dask's own warnings (the metrics port taken, a
-    nanny killing a worker at shutdown) reach stderr only with `--verbose`."""
+    nanny killing a worker at shutdown) reach stderr only with `--verbose`. Where another process
+    held the port and let go of it before this cluster started (no warning to show), the verbose
+    run is tried again, up to five times."""
     import subprocess
     import sys
 
     quiet = subprocess.run([sys.executable, "-c", _CLUSTER, "quiet"], capture_output=True, text=True, timeout=300)
-    if quiet.returncode == 77:
-        pytest.skip("port 8787 was held by another process for a minute; this check needs to hold it itself")
     assert quiet.returncode == 0, quiet.stderr
     assert "Port 8787 is already in use" not in quiet.stderr and "distributed." not in quiet.stderr, quiet.stderr
-    verbose = subprocess.run([sys.executable, "-c", _CLUSTER, "verbose"], capture_output=True, text=True, timeout=300)
-    if verbose.returncode == 77:
-        pytest.skip("port 8787 was held by another process for a minute; this check needs to hold it itself")
-    assert verbose.returncode == 0 and "Port 8787 is already in use" in verbose.stderr, verbose.stderr
+    for _ in range(5):
+        verbose = subprocess.run([sys.executable, "-c", _CLUSTER, "verbose"], capture_output=True, text=True, timeout=300)
+        assert verbose.returncode == 0, verbose.stderr
+        if "held here" in verbose.stdout or "Port 8787 is already in use" in verbose.stderr:
+            break
+    assert "Port 8787 is already in use" in verbose.stderr, verbose.stdout + verbose.stderr
