@@ -192,3 +192,23 @@ def run_check(*args: str | Path, cwd: Path, timeout: float = 120, shell_tail: st
         line = " ".join(f"'{c}'" for c in cmd) + f" | {shell_tail}; exit ${{PIPESTATUS[0]}}"
         return subprocess.run(["bash", "-c", line], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+
+
+#: x_{l+1} = g·x_l exactly (W = g·I, no bias, identity activation): r₀ = g^L and Var ratio g^(2L).
+SCALAR_CHAIN = """\
+name = "scalar-chain"
+description = "W = g I, identity activation: every number is a power of g"
+family = "plain"
+[block]
+activation = "identity"
+[space]
+depth = [1, 8]
+width = 4
+batch = 2
+weight_init = ["identity"]
+init_gain = 0.9
+bias_init = 0.0
+[expect.gradient_arrival]
+lo = 0.1
+hi = 10.0
+"""

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+from gate_support import SCALAR_CHAIN
 
 from stability.cli import main
 from stability.run.executor import Executor, InProcessExecutor, Job, Outcome, executor_for
@@ -24,23 +25,7 @@ from stability.run.store import APPLICATION_ID, SCHEMA_VERSION, Budget, Store
 from stability.run.sweep import inputs_hash, run_sweep
 from stability.spec.load import load_spec
 
-LINEAR = """\
-name = "scalar-chain"
-description = "W = g I, identity activation: every number is a power of g"
-family = "plain"
-[block]
-activation = "identity"
-[space]
-depth = [1, 8]
-width = 4
-batch = 2
-weight_init = ["identity"]
-init_gain = 0.9
-bias_init = 0.0
-[expect.gradient_arrival]
-lo = 0.1
-hi = 10.0
-"""
+LINEAR = SCALAR_CHAIN
 
 Cli = Callable[..., tuple[int, str, str]]
 

@@ -13,28 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from gate_support import SCALAR_CHAIN
 
 from stability.cli import _cores, main
 from stability.run.store import Store
 from stability.sweep_cli import MAX_SEEDS, WORKERS_PER_CORE
 
-LINEAR = """\
-name = "scalar-chain"
-description = "W = g I, identity activation: every number is a power of g"
-family = "plain"
-[block]
-activation = "identity"
-[space]
-depth = [1, 8]
-width = 4
-batch = 2
-weight_init = ["identity"]
-init_gain = 0.9
-bias_init = 0.0
-[expect.gradient_arrival]
-lo = 0.1
-hi = 10.0
-"""
+LINEAR = SCALAR_CHAIN
 
 CUSTOM = """\
 name = "{name}"

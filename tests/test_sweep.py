@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from gate_support import SCALAR_CHAIN
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -25,27 +26,8 @@ from stability.run.store import Store
 from stability.run.sweep import run_sweep
 from stability.spec.load import load_spec, parse_spec
 
-#: x_{l+1} = g·x_l exactly (W = g·I, no bias, identity activation): r₀ = g^L and Var ratio g^(2L).
-LINEAR = """
-name = "scalar-chain"
-description = "W = g I, identity activation: every number is a power of g"
-family = "plain"
-[block]
-activation = "identity"
-[space]
-depth = [1, 8]
-width = 4
-batch = 2
-weight_init = ["identity"]
-init_gain = 0.9
-bias_init = 0.0
-[expect.gradient_arrival]
-lo = 0.1
-hi = 10.0
-[expect.variance_growth]
-max_growth = "bounded"
-min_ratio = 0.5
-"""
+#: The scalar chain (gate_support.SCALAR_CHAIN), its variance bounded too.
+LINEAR = SCALAR_CHAIN + '[expect.variance_growth]\nmax_growth = "bounded"\nmin_ratio = 0.5\n'
 
 
 def _write(tmp_path: Path, text: str, name: str = "spec.toml") -> Path:
