@@ -312,5 +312,7 @@ def _terminal(
     if table and results:
         print_table(results, console)
     print_failures(results, console, spec_errors=spec_errors)
+    if not results and not interrupted:  # no spec ran (each refused, its error printed above): a "0 spec(s)" line would only bury those errors
+        return
     console.print(summary_line(results, seconds, interrupted=interrupted, reports=reports, workers=workers), highlight=False, soft_wrap=True)  # one line in a CI log, however long
     console.file.flush()

@@ -39,6 +39,14 @@ def test_a_folder_with_no_specs(cli: Cli, tmp_path: Path) -> None:
     assert f"{tmp_path}: no *.toml spec files found" in line
 
 
+def test_a_run_where_no_spec_loads_prints_its_errors_and_no_empty_summary(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
+    path = write_spec(base_spec.replace('family = "plain"', 'family = "plian"'))
+    code, out, err = cli("check", path, "--in-process")
+    line = one_error(code, out, err)
+    assert "family" in line and "plian" in line
+    assert "spec(s)" not in out, out  # (no "0 spec(s), 0 expectation(s)" line under the error)
+
+
 def test_an_unknown_case_key_says_did_you_mean(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
     line = one_error(*cli("check", write_spec(base_spec), "--case", "dept=3"))
     assert "--case: unknown key 'dept'" in line

@@ -73,7 +73,7 @@ def test_a_typo_in_factory_args_exits_2_naming_it_before_anything_runs(cli: Cli,
         '(did you mean "heads"?); rename it to one of the factory\'s parameters, add a `hedas` parameter, or let the factory take **kwargs'
     ]
     assert not (tmp_path / "imported").exists()  # read from the source: neither the parent nor a worker imported it
-    assert "case(s) probed" in out and "1 met" not in out
+    assert "spec(s)" not in out and "1 met" not in out  # nothing ran: the error alone, no summary
 
 
 def test_a_factory_taking_kwargs_takes_any_argument(cli: Cli, tmp_path: Path) -> None:
