@@ -3,6 +3,7 @@ docs/performance.md target (a).
 
     python benchmarks/profile_probe.py [--threads 1,2,4] [--reps N] [--designs grouped,tensor,device] [networks ...]
     python benchmarks/profile_probe.py --parts [--threads 1,2] [--reps N] [networks ...]
+    python benchmarks/profile_probe.py --floor [--threads 1,2] [--reps N] [networks ...]
 
 Without `--parts` it compares the pass's designs (stability/measure/boundaries.py): for each
 thread count (`torch.set_num_threads`), REPS rounds (default 15) of the bare forward + backward and
@@ -20,6 +21,13 @@ the boundary moments, the boundary-gradient hooks, the parameter hooks, the rema
 parameter-gradient norms, the module walk, the projection vector, the final read with the
 identity errors; "rest" is the probe minus the bare pass minus those parts (Python per block, hook
 registration, the input's copy, the RNG fork).
+
+With `--floor` it sets the probe beside the bare pass and beside a pass that takes the same
+measurements with nothing of the harness around them (`floor`: each boundary's Σh and Σh², each
+boundary gradient's and large parameter gradient's norm by rows in a hook, the small parameters'
+norms, the identity errors, written inline for these float32 networks, with none of the probe's
+checks, fallbacks, walk, RNG fork or bookkeeping): the floor of a hook-based pass with this
+arithmetic, and what the harness adds above it.
 Not an asv benchmark (nothing runs at import; no function is named time_/peakmem_/track_).
 """
 
@@ -94,14 +102,20 @@ def parts(blocks: Any, x: Any, r: Any, reps: int) -> dict[str, float]:
     clock = time.perf_counter
     spent: dict[str, float] = {}
     saved: list[tuple[Any, str, Any]] = []
+    inner: list[float] = []  # per timed call in progress: the time its timed callees took (counted to them, not to it)
 
     def timed(key: str, f: Callable[..., Any]) -> Callable[..., Any]:
         def g(*args: Any, **kwargs: Any) -> Any:
             t0 = clock()
+            inner.append(0.0)
             try:
                 return f(*args, **kwargs)
             finally:
-                spent[key] = spent.get(key, 0.0) + clock() - t0
+                took = clock() - t0
+                own = took - inner.pop()
+                spent[key] = spent.get(key, 0.0) + own
+                if inner:
+                    inner[-1] += took
 
         return g
 
@@ -109,18 +123,23 @@ def parts(blocks: Any, x: Any, r: Any, reps: int) -> dict[str, float]:
         saved.append((owner, name, getattr(owner, name)))
         setattr(owner, name, timed(key, getattr(owner, name)))
 
-    wrap(boundaries._HostReductions, "add", "moments")  # (a group's reduction runs inside the add that fills it)
+    wrap(boundaries._HostReductions, "observe", "moments")  # (with the gradient hook's registration, timed apart below)
+    wrap(boundaries._HostReductions, "add", "moments")  # (boundaries outside the fast path; a group's reduction runs inside the add that fills it)
     wrap(boundaries._HostReductions, "end_forward", "moments")  # (the last group's)
-    wrap(mod, "_param_norms", "other parameter norms")
+    wrap(boundaries, "_param_norm_values", "other parameter norms")
+    wrap(boundaries, "_param_norms", "other parameter norms")
     wrap(boundaries._HostReductions, "read", "final read, identity errors")
     wrap(mod, "projection_vector", "projection vector")
     wrap(mod, "_ModuleState", "module walk")
     wrap(mod, "_named_parameters", "module walk")  # (the walk itself is in _ModuleState)
+    on_gradient = boundaries._on_gradient
+    saved.append((boundaries, "_on_gradient", on_gradient))
+    boundaries._on_gradient = timed("boundary-gradient hooks", lambda h, fn: on_gradient(h, timed("boundary-gradient hooks", fn)))  # registration and calls
     hook = torch.Tensor.register_hook
     saved.append((torch.Tensor, "register_hook", hook))
 
-    def register(self: Any, fn: Any) -> Any:  # boundaries (non-leaf) and parameters (leaf) apart
-        return hook(self, timed("parameter hooks" if self.is_leaf else "boundary-gradient hooks", fn))
+    def register(self: Any, fn: Any) -> Any:  # the large parameters' hooks (a boundary's is a node's pre-hook: `_on_gradient`)
+        return hook(self, timed("parameter hooks", fn))
 
     torch.Tensor.register_hook = register  # type: ignore[method-assign]
     bare = _bare(blocks, x, r)
@@ -146,6 +165,84 @@ def parts(blocks: Any, x: Any, r: Any, reps: int) -> dict[str, float]:
     return out
 
 
+def floor(blocks: Any, x: Any, r: Any, reps: int) -> dict[str, float]:
+    """Median wall seconds of the bare pass, the probe and `_floor_pass` (module docstring),
+    interleaved in a new shuffled order each round."""
+    from benchmarks.ratios import _bare
+    from stability.measure.probe import probe
+
+    fns = {"bare": _bare(blocks, x, r), "probe": lambda: probe(blocks, x, seed=0), "floor": _floor_pass(blocks, x)}
+    wall: dict[str, list[float]] = {k: [] for k in fns}
+    for f in fns.values():
+        f()
+    order, rng = list(fns), random.Random(0)
+    for _ in range(reps):
+        rng.shuffle(order)
+        for k in order:
+            t0 = time.perf_counter()
+            fns[k]()
+            wall[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in wall.items()}
+
+
+def _floor_pass(blocks: Any, x: Any) -> Callable[[], None]:
+    """The probe's measurements of a stack of float32 blocks on the CPU, inline: Σh and Σh² of each
+    boundary (`sum`, and `square().sum()` or, above 65,536 elements, the norm by rows), each
+    boundary gradient's norm by rows in a pre-hook on its node, each large parameter gradient's
+    norm by rows in a hook that hands autograd a zero, the small ones stacked at the end, the
+    identity errors and the projection vector. No checks, fallbacks or bookkeeping: a lower bound."""
+    import math
+
+    import torch
+
+    from stability.measure.probe import projection_vector
+    from stability.measure.reductions import _HOOK_PARAM, _SQUARES_MAX
+
+    mods = list(blocks)
+    params = [p for p in blocks.parameters() if p.requires_grad]
+    large = [p for p in params if p.numel() >= _HOOK_PARAM]
+    small = [j for j, p in enumerate(params) if p.numel() < _HOOK_PARAM]
+    hypot, norm = math.hypot, torch.linalg.vector_norm
+
+    def rows(g: Any) -> float:
+        return hypot(*norm(g.reshape(-1, 1024), dim=1).tolist())
+
+    def run() -> None:
+        sums: list[tuple[float, float]] = []
+        grads: list[float] = [0.0] * (len(mods) + 1)
+        pnorms: dict[int, float] = {}
+        zeros = {p.shape: p.new_zeros(()).expand(p.shape) for p in large}
+
+        def param_hook(j: int) -> Any:
+            def hook(g: Any) -> Any:
+                pnorms[j] = rows(g)
+                return zeros[g.shape]
+
+            return hook
+
+        handles = [p.register_hook(param_hook(j)) for j, p in enumerate(large)]
+        x0 = x.detach().requires_grad_(True)
+        h = x0.clone()
+        for i, m in enumerate(mods):
+            f = h.detach().reshape(-1)
+            sums.append((f.sum().item(), rows(f) ** 2 if f.numel() > _SQUARES_MAX else f.square().sum().item()))
+            if i:
+
+                def pre(go: Any, i: int = i) -> None:
+                    grads[i] = rows(go[0])
+
+                h.grad_fn.register_prehook(pre)
+            h = m(h)
+        out_grad = projection_vector(h.shape, 0, dtype=h.dtype, device=h.device)
+        got = torch.autograd.grad(h, [x0, *params], grad_outputs=out_grad)
+        stacked = [norm(got[1 + j]) for j in small]
+        [rows(got[0]), rows(h.detach() - x0), rows(x0), rows(got[0] - out_grad), rows(out_grad), *[float(t) for t in stacked]]  # noqa: B018  (the identity errors' norms, the small parameters')
+        for handle in handles:
+            handle.remove()
+
+    return run
+
+
 def main(argv: list[str]) -> int:
     sys.path.insert(0, str(ROOT))
     import torch
@@ -156,6 +253,7 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("networks", nargs="*", default=list(NETWORKS), help=f"networks (default all: {', '.join(NETWORKS)})")
     p.add_argument("--parts", action="store_true", help="time each part inside the probe instead of comparing designs")
+    p.add_argument("--floor", action="store_true", help="the probe beside the same measurements taken inline, without the harness")
     p.add_argument("--threads", default="1,2,4", help="comma-separated torch thread counts (default 1,2,4)")
     p.add_argument("--reps", type=int, default=15, help="interleaved rounds (default 15)")
     p.add_argument("--designs", default=",".join(DESIGNS), help=f"comma-separated designs to compare (default {','.join(DESIGNS)})")
@@ -170,6 +268,12 @@ def main(argv: list[str]) -> int:
             r = projection_vector(blocks(x).shape, 0, dtype=x.dtype, device=x.device)
         for threads in (int(t) for t in args.threads.split(",")):
             torch.set_num_threads(threads)
+            if args.floor:
+                got = floor(blocks, x, r, args.reps)
+                b = got["bare"]
+                cells = " ".join(f"{k}={got[k] / b:.3f}x (+{(got[k] - b) * 1e3:.2f} ms)" for k in ("probe", "floor"))
+                print(f"{name} threads={threads} bare={b * 1e3:.1f}ms {cells}", flush=True)
+                continue
             if args.parts:
                 got = parts(blocks, x, r, args.reps)
                 print(
