@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import torch
+from shipped_support import require_shipped_libraries
 from torch import nn
 
 from stability import parse_spec, probe
@@ -98,6 +99,18 @@ def test_loading_imports_no_model_module_and_an_unknown_class_exits_2(tmp_path: 
     assert run.stderr.strip().splitlines() == [
         f"stability: error: {bad}: block.model = 'transformers:GTP2Model': is not a transformers model or config class; close names: GPT2Model, GPTJModel, GLPNModel"
     ]
+
+
+def test_loading_every_shipped_library_spec_prints_no_library_noise() -> None:
+    """Validating a transformers spec imports its config class, and transformers imports torchvision
+    with it, which warns that its image extension does not load: the loader keeps that quiet (an
+    import's warnings go to stderr of `stability check` otherwise, once a run)."""
+    require_shipped_libraries()
+    root = Path(__file__).resolve().parent.parent
+    code = "import glob\nfrom stability import load_spec\nfor p in sorted(glob.glob('specs/zoo/*.toml')):\n    load_spec(p)\n"
+    run = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", code], capture_output=True, text=True, cwd=root, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stderr == ""
 
 
 def test_explain_lists_what_the_library_family_cannot_measure() -> None:

@@ -193,14 +193,15 @@ def resolve(model: str, *, file: str, key: str = "model") -> Target:
 def _hf_config_class(target: Target) -> type:
     """The config class of a transformers target, importing its configuration module only (the
     model module too when its package defines several configs, e.g. CLIP's)."""
-    if target.kind == "config":
-        return typing.cast(type, getattr(_library("transformers"), target.name))
-    package = target.module.rsplit(".", 1)[0]
-    configs = [n for n, m in _hf_names().items() if m.startswith(package + ".configuration_") and n.endswith("Config")]
-    lib = _library("transformers")
-    if len(configs) == 1:
-        return typing.cast(type, getattr(lib, configs[0]))
-    return typing.cast(type, getattr(lib, target.name).config_class)
+    with quiet_imports():  # (transformers imports a class's module on first access: torchvision with it)
+        if target.kind == "config":
+            return typing.cast(type, getattr(_library("transformers"), target.name))
+        package = target.module.rsplit(".", 1)[0]
+        configs = [n for n, m in _hf_names().items() if m.startswith(package + ".configuration_") and n.endswith("Config")]
+        lib = _library("transformers")
+        if len(configs) == 1:
+            return typing.cast(type, getattr(lib, configs[0]))
+        return typing.cast(type, getattr(lib, target.name).config_class)
 
 
 def _target_class(target: Target) -> type:
@@ -209,7 +210,8 @@ def _target_class(target: Target) -> type:
     if target.kind == "model":
         return classes[target.name]
     lib = _library(target.library)
-    builder = lib.models.model_entrypoint(target.name) if target.library == "timm" else lib.models.get_model_builder(target.name)
+    with quiet_imports():
+        builder = lib.models.model_entrypoint(target.name) if target.library == "timm" else lib.models.get_model_builder(target.name)
     cls = _returned_class(builder)
     return cls if cls is not None else object
 
