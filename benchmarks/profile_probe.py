@@ -132,14 +132,18 @@ def parts(blocks: Any, x: Any, r: Any, reps: int) -> dict[str, float]:
     wrap(mod, "projection_vector", "projection vector")
     wrap(mod, "_ModuleState", "module walk")
     wrap(mod, "_named_parameters", "module walk")  # (the walk itself is in _ModuleState)
-    on_gradient = boundaries._on_gradient
-    saved.append((boundaries, "_on_gradient", on_gradient))
-    boundaries._on_gradient = timed("boundary-gradient hooks", lambda h, fn: on_gradient(h, timed("boundary-gradient hooks", fn)))  # registration and calls
+    on = boundaries._GradientHooks.on
+    saved.append((boundaries._GradientHooks, "on", on))
+
+    def hooked(self: Any, i: int, h: Any, fn: Any, grad: Any) -> None:  # a boundary's hook: its registration and its calls
+        on(self, i, h, timed("boundary-gradient hooks", fn), grad)
+
+    boundaries._GradientHooks.on = timed("boundary-gradient hooks", hooked)  # type: ignore[method-assign]
     hook = torch.Tensor.register_hook
     saved.append((torch.Tensor, "register_hook", hook))
 
-    def register(self: Any, fn: Any) -> Any:  # the large parameters' hooks (a boundary's is a node's pre-hook: `_on_gradient`)
-        return hook(self, timed("parameter hooks", fn))
+    def register(self: Any, fn: Any) -> Any:  # the large parameters' hooks, and the output's (a tensor hook: `_GradientHooks`)
+        return hook(self, timed("parameter hooks" if self.is_leaf else "boundary-gradient hooks", fn))
 
     torch.Tensor.register_hook = register  # type: ignore[method-assign]
     bare = _bare(blocks, x, r)

@@ -434,8 +434,8 @@ def test_param_norm_values_are_param_norms_as_floats_bit_for_bit() -> None:
 
 
 def test_the_fast_observe_path_gives_the_moments_of_the_general_one_bit_for_bit() -> None:
-    from stability.measure.boundaries import _HostReductions
-    from stability.measure.reductions import _SQUARES_MAX, _Moments
+    from stability.measure.boundaries import _GradientHooks, _HostReductions
+    from stability.measure.reductions import _SQUARES_MAX, _LargeParamNorms, _Moments
 
     g = torch.Generator().manual_seed(3)
     cases = [
@@ -455,7 +455,7 @@ def test_the_fast_observe_path_gives_the_moments_of_the_general_one_bit_for_bit(
     for h in cases:
         fast = _HostReductions(1, h.dtype == torch.bfloat16, grouped=False)
         channels: list[int] = []
-        fast.observe(0, h, channels)
+        fast.observe(0, h, channels, _GradientHooks(1, _LargeParamNorms([], None)))
         general = _Moments()
         general.add(h.float() if h.dtype == torch.bfloat16 else h)
         got, want = fast.moments.result([t.item() for t in fast.moments.parts]), general.result([t.item() for t in general.parts])
@@ -516,3 +516,86 @@ def test_boundary_gradient_norms_equal_autograd_at_each_boundary(blocks: list[nn
     r = projection_vector(h.shape, 2, dtype=h.dtype, device=h.device)
     want = torch.autograd.grad(h, kept, grad_outputs=r, allow_unused=True, materialize_grads=True)
     assert m.grad_norm[1:-1] == pytest.approx([_norm64(g) for g in want[1:]], rel=1e-6, abs=0.0)
+
+
+class _ReturnsItsParameter(nn.Module):
+    """Returns its own parameter (a leaf: no node) as the next boundary."""
+
+    def __init__(self, rows: int, cols: int) -> None:
+        super().__init__()
+        self.p = nn.Parameter(_randn(rows, cols, seed=31))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.p
+
+
+class _HooksItsInput(nn.Module):
+    """Sets a hook on its input that doubles the gradient flowing back through it."""
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        if h.requires_grad:
+            h.register_hook(lambda g: g * 2.0)
+        return torch.tanh(h)
+
+
+@pytest.mark.parametrize("rows", [4, 256], ids=["a small parameter", "a hooked large parameter"])
+def test_a_parameter_returned_as_a_boundary_has_its_gradient_norm_and_keeps_no_hook(rows: int) -> None:
+    cols = 64
+    block = _ReturnsItsParameter(rows, cols)  # 256 × 64 = `_HOOK_PARAM` elements: its norm taken by the parameter hook
+    blocks = [nn.Linear(cols, cols), block, nn.Linear(cols, cols)]
+    x = _randn(rows, cols, seed=32)
+    for _ in range(2):  # (twice: no hook piles up on the parameter)
+        m = probe(blocks, x, seed=3)
+    p = block.p
+    r = projection_vector((rows, cols), 3, dtype=torch.float32, device="cpu")
+    (want,) = torch.autograd.grad(blocks[2](p), [p], grad_outputs=r)
+    assert m.grad_norm[2] == pytest.approx(_norm64(want), rel=1e-6, abs=0.0)
+    assert m.param_grad_norm["1.p"] == pytest.approx(_norm64(want), rel=1e-6, abs=0.0)
+    assert not p._backward_hooks  # (None, or emptied: the probe's hooks are gone)
+
+
+def test_the_output_s_gradient_is_reported_where_nothing_trainable_is_behind_it() -> None:
+    """y = detached h × an outside tensor: autograd runs none of y's graph for the probe's inputs,
+    and the output's gradient (the loss's own, r) is still reported."""
+    outside = _randn(4, 6, seed=33).requires_grad_(True)
+
+    class Cut(nn.Module):
+        def forward(self, h: torch.Tensor) -> torch.Tensor:
+            return h.detach() * outside
+
+    m = probe([nn.Tanh(), Cut()], _randn(4, 6, seed=34), seed=5)
+    assert m.grad_norm[:2] == [0.0, 0.0]
+    assert m.grad_norm[2] == pytest.approx(_norm64(projection_vector((4, 6), 5, dtype=torch.float32, device="cpu")), rel=1e-6, abs=0.0)
+
+
+def test_a_block_that_changes_a_large_parameter_s_dtype_in_its_forward_is_probed() -> None:
+    class Widens(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(128, 128)  # 16,384 weights: hooked
+
+        def forward(self, h: torch.Tensor) -> torch.Tensor:
+            self.lin.double()  # its gradient arrives in float64, unlike the parameter the hook was made for
+            return self.lin(h.double()).float()
+
+    torch.manual_seed(0)
+    block = Widens()
+    m = probe([nn.Linear(128, 128), block], _randn(2, 128, seed=35))
+    assert m.param_grad_norm["1.lin.weight"] > 0.0 and math.isfinite(m.param_grad_norm["1.lin.weight"])
+
+
+def test_a_boundary_s_gradient_is_what_flows_back_through_it_after_the_blocks_own_hooks() -> None:
+    """A block that doubles the gradient through its input: the boundary reports the doubled
+    gradient, the one the block before it receives (so boundary l's norm and the earlier ones agree
+    with each other), as `torch.autograd.grad` with respect to that boundary gives it."""
+    torch.manual_seed(0)
+    blocks = [nn.Linear(6, 6), _HooksItsInput(), nn.Linear(6, 6)]
+    x = _randn(4, 6, seed=36)
+    m = probe(blocks, x, seed=2)
+    x0 = x.detach().requires_grad_(True)
+    h1 = blocks[0](x0)
+    y = blocks[2](blocks[1](h1))
+    r = projection_vector(y.shape, 2, dtype=y.dtype, device=y.device)
+    (g1,) = torch.autograd.grad(y, [h1], grad_outputs=r)
+    assert m.grad_norm[1] == pytest.approx(_norm64(g1), rel=1e-6, abs=0.0)
+    assert m.grad_norm[0] == pytest.approx(_norm64(g1 @ blocks[0].weight.detach()), rel=1e-6, abs=0.0)  # what reached the input: the doubled gradient, through the first layer

@@ -125,25 +125,51 @@ def _first_nonfinite(mean: list[float], grad: list[float]) -> tuple[int | None, 
     return None, None
 
 
-def _on_gradient(h: torch.Tensor, fn: Callable[[torch.Tensor], None]) -> None:
-    """Call `fn` with h's gradient when the backward pass produces it (never, where no gradient
-    reaches h). A pre-hook on the node that made h, handed that node's output gradients: what a
-    tensor hook on h is handed (the gradient with respect to h as it was when the hook was set,
-    even where a later block changes h in place, and the sum of every use of h), registered in
-    C++ (`Tensor.register_hook` is Python: ~1 µs more a boundary, measured in the pass); a tensor
-    hook where h has no node (a leaf)."""
-    node = h.grad_fn
-    if node is None:
-        h.register_hook(fn)  # type: ignore[no-untyped-call]  # torch leaves Tensor.register_hook unannotated
-        return
-    k = h.output_nr
+class _GradientHooks:
+    """Where a pass hooks each boundary's gradient (`on`), and the tensor hooks it removes after
+    the pass (`close`).
 
-    def pre(grads: tuple[torch.Tensor | None, ...]) -> None:
-        g = grads[k]
-        if g is not None:
-            fn(g)
+    A boundary made by a node gets a pre-hook on that node, handed the node's output gradients:
+    the gradient that flows back through the boundary to the blocks before it, the sum of every use
+    of it, after any hook a block set on the tensor itself (a clipping or a scaling hook), and with
+    respect to the boundary as it was when observed even where a later block changes it in place.
+    It is registered in C++ (`Tensor.register_hook` is Python: ~1 µs more a boundary, measured in
+    the pass) and goes with the graph. The output gets a tensor hook, which sees the loss's own
+    gradient even where autograd runs none of the output's graph (nothing trainable behind it), and
+    so does a boundary without a node (a block that returns a parameter or a new leaf): those stay
+    on the user's tensors, so `close` takes them off. A parameter of `_LargeParamNorms` returned as
+    a boundary gets no hook of its own: its parameter hook, which takes the same norm of the same
+    gradient before handing autograd a zero, fills the boundary's slot too."""
 
-    node.register_prehook(pre)
+    def __init__(self, n: int, large: _LargeParamNorms) -> None:
+        self.n = n
+        self.large = large
+        self.handles: list[Any] = []
+
+    def on(self, i: int, h: torch.Tensor, fn: Callable[[torch.Tensor], None], grad: list[Any]) -> None:
+        """Call `fn` with boundary i's gradient (`grad`: the list `fn` fills, for a large parameter's slot)."""
+        node = h.grad_fn
+        if node is not None and i < self.n:
+            k = h.output_nr
+
+            def pre(grads: tuple[torch.Tensor | None, ...]) -> None:
+                g = grads[k]
+                if g is not None:  # (None: no gradient reaches h: its norm stays unset, read as 0)
+                    fn(g)
+
+            node.register_prehook(pre)
+            return
+        slots = self.large.boundary(h) if node is None else None
+        if slots is not None:
+            slots.append((grad, i))
+        else:
+            self.handles.append(h.register_hook(fn))  # type: ignore[no-untyped-call]  # torch leaves Tensor.register_hook unannotated
+
+    def close(self) -> None:
+        """Remove the tensor hooks `on` set (the nodes' pre-hooks go with the graph)."""
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
 
 
 def _read_host(t: torch.Tensor) -> list[float]:
@@ -166,7 +192,7 @@ class _HostReductions:
         self._squares: torch.Tensor | None = None  # (rows, N): their squares (reused by every group)
         self._slots: list[int] = []  # the moments' slot of each row in use
 
-    def observe(self, i: int, h: torch.Tensor, channels: list[int]) -> None:
+    def observe(self, i: int, h: torch.Tensor, channels: list[int], hooks: _GradientHooks) -> None:
         """`_Pass.observe` for this design with no observers: the boundary's moments, its
         channel count and its gradient's hook, in as few Python steps as the common boundary
         allows (a float32 or float64 CPU tensor of `_TWO_PASS_MIN` to `_SQUARES_MAX` elements,
@@ -192,7 +218,7 @@ class _HostReductions:
             self.add(hd)
         channels.append(h.shape[1] if h.dim() > 1 else 1)
         if i > 0 and h.requires_grad:
-            _on_gradient(h, self.grad_hook(i))
+            hooks.on(i, h, self.grad_hook(i), self.grad)
 
     def add(self, h: torch.Tensor) -> None:
         if self.low:
@@ -337,8 +363,9 @@ class _Values(NamedTuple):
 class _Pass:
     """The boundaries of one pass: `enter` and `observe` are what `Forward` calls."""
 
-    def __init__(self, n: int, observers: Sequence[BoundaryObserver]) -> None:
+    def __init__(self, n: int, observers: Sequence[BoundaryObserver], large: _LargeParamNorms) -> None:
         self.observers = tuple(observers)
+        self.hooks = _GradientHooks(n, large)  # (`measure_pass` removes its tensor hooks after the backward pass)
         self.n = n
         self.recording = True  # False once the forward is done: the backward pass may recompute checkpointed segments
         self.leaf: torch.Tensor | None = None
@@ -365,7 +392,7 @@ class _Pass:
         if red is None:
             raise BlockError(f"the forward observed boundary {i} before block 0's input entered the pass")
         if self.plain:  # the host design without observers: `_HostReductions.observe` does all of it
-            red.observe(i, h, self.channels)  # type: ignore[union-attr]  # (plain only for _HostReductions)
+            red.observe(i, h, self.channels, self.hooks)  # type: ignore[union-attr]  # (plain only for _HostReductions)
             return
         hd = h.detach()
         red.add(hd)
@@ -373,7 +400,7 @@ class _Pass:
             o.observe(i, hd)
         self.channels.append(h.shape[1] if h.dim() > 1 else 1)
         if i > 0 and h.requires_grad:
-            _on_gradient(h, red.grad_hook(i))
+            self.hooks.on(i, h, red.grad_hook(i), red.grad)
 
     def end_forward(self, y: torch.Tensor, large: _LargeParamNorms) -> _HostReductions | _DeviceReductions:
         """Observe the output (boundary n) and stop recording; the reductions, for the backward pass."""

@@ -163,7 +163,10 @@ def probe(
     taken from its result by `stability.families.adapters.hidden_state` (a tensor; else `last_hidden_state`
     or `hidden_states`; else element 0 of a tuple or list). `loss="projection"` backpropagates
     L = Σ y⊙r with r ~ N(0, 1) from `seed`; `"sum"` uses L = Σ y; `"mse"` uses
-    L = mean((y − target)²). With `checkpoint_every = N > 0`, blocks run in checkpointed segments
+    L = mean((y − target)²). `grad_norm[l]` is the norm of the gradient that flows back through
+    boundary l to the blocks before it: the sum over every use of the boundary, after any hook a
+    block set on that tensor (a block that clips the gradient through its input reports the
+    clipped one), and 0 where no gradient reaches it. With `checkpoint_every = N > 0`, blocks run in checkpointed segments
     of N (recomputed during the backward pass): same numbers, less memory. `observers` add opt-in
     measurements (`BoundaryObserver`); their results land in `.extra`.
 
@@ -311,12 +314,12 @@ def measure_pass(
         raise ValueError('probe(loss="mse") needs target=')
     if loss not in ("projection", "sum", "mse"):
         raise ValueError(f'probe(loss={loss!r}): choose "projection", "sum" or "mse"')
-    state = _Pass(len(modules), observers)
     params = [p for _, p in named]
     for o in observers:
         o.start(list(modules))
     large = _LargeParamNorms(params, None)
-    with torch.enable_grad(), large:
+    state = _Pass(len(modules), observers, large)
+    with torch.enable_grad(), large, contextlib.closing(state.hooks):
         y = forward(state.enter, state.observe)
         red = state.end_forward(y, large)  # the output observed; the backward pass may recompute checkpointed segments: observe once
         x0 = state.leaf

@@ -167,6 +167,7 @@ class _LargeParamNorms:
         self._by_id: dict[int, float | torch.Tensor] = {}  # id(parameter) → its norm
         self._handles: list[Any] = []
         self._zeros: dict[tuple[torch.Size, torch.dtype, torch.device], torch.Tensor] = {}  # one stride-0 zero per kind and shape
+        self._slots: dict[int, list[tuple[list[Any], int]]] = {}  # id(parameter) → the boundaries it is (`boundary`)
 
     @property
     def norms(self) -> dict[int, float | torch.Tensor]:
@@ -184,8 +185,14 @@ class _LargeParamNorms:
                 zero = zeros.get(kind)
                 if zero is None:
                     zero = zeros[kind] = p.new_zeros(()).expand(p.shape)
+                self._slots[id(p)] = []
                 self._handles.append(p.register_hook(self._hook(id(p), zero)))  # type: ignore[no-untyped-call]  # torch leaves Tensor.register_hook unannotated
         return self
+
+    def boundary(self, t: torch.Tensor) -> list[tuple[list[Any], int]] | None:
+        """Where `t` is a hooked parameter (a block returned it as a boundary), the list of (norm
+        list, index) slots its hook also fills with its norm; else None."""
+        return self._slots.get(id(t))
 
     def __exit__(self, *exc: object) -> None:
         for handle in self._handles:
@@ -193,10 +200,14 @@ class _LargeParamNorms:
         self._handles.clear()
 
     def _hook(self, key: int, zero: torch.Tensor) -> Any:
-        by_id = self._by_id
+        by_id, slots = self._by_id, self._slots[key]
 
         def hook(g: torch.Tensor) -> torch.Tensor:
-            by_id[key] = self.norm(g, self.norm_dtype)
+            value = by_id[key] = self.norm(g, self.norm_dtype)
+            for norms, i in slots:
+                norms[i] = value
+            if zero.shape != g.shape or zero.dtype != g.dtype or zero.device != g.device:  # a block that changed the parameter's shape, dtype or device during the pass
+                return g.new_zeros(()).expand(g.shape)
             return zero  # what autograd returns for this parameter: no memory (read by nobody: its norm is taken)
 
         return hook
