@@ -123,11 +123,9 @@ def parts(blocks: Any, x: Any, r: Any, reps: int) -> dict[str, float]:
         saved.append((owner, name, getattr(owner, name)))
         setattr(owner, name, timed(key, getattr(owner, name)))
 
-    wrap(boundaries._HostReductions, "observe", "moments")  # (with the gradient hook's registration, timed apart below)
-    wrap(boundaries._HostReductions, "add", "moments")  # (boundaries outside the fast path; a group's reduction runs inside the add that fills it)
+    wrap(boundaries._HostReductions, "add", "moments")  # (a group's reduction runs inside the add that fills it)
     wrap(boundaries._HostReductions, "end_forward", "moments")  # (the last group's)
-    wrap(boundaries, "_param_norm_values", "other parameter norms")
-    wrap(boundaries, "_param_norms", "other parameter norms")
+    wrap(mod, "_param_norms", "other parameter norms")
     wrap(boundaries._HostReductions, "read", "final read, identity errors")
     wrap(mod, "projection_vector", "projection vector")
     wrap(mod, "_ModuleState", "module walk")

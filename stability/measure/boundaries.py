@@ -48,8 +48,6 @@ from stability.measure.reductions import (
     _norm,
     _norm64,
     _norm_value,
-    _param_norm_values,
-    _param_norms,
     _rel_parts64,
     _stack64,
     _to_device,
@@ -59,8 +57,6 @@ from stability.measure.reductions import (
 __all__: list[str] = []  # the probe's internals
 
 _LOW = (torch.float16, torch.bfloat16)
-#: Dtypes whose boundaries `_HostReductions.observe` sums as they are (half precision is cast first).
-_SUMMED = (torch.float32, torch.float64)
 
 #: CPU boundaries of at most this many elements are reduced in groups (`_HostReductions`).
 _GROUP_MAX = _SQUARES_MAX
@@ -192,34 +188,6 @@ class _HostReductions:
         self._squares: torch.Tensor | None = None  # (rows, N): their squares (reused by every group)
         self._slots: list[int] = []  # the moments' slot of each row in use
 
-    def observe(self, i: int, h: torch.Tensor, channels: list[int], hooks: _GradientHooks) -> None:
-        """`_Pass.observe` for this design with no observers: the boundary's moments, its
-        channel count and its gradient's hook, in as few Python steps as the common boundary
-        allows (a float32 or float64 CPU tensor of `_TWO_PASS_MIN` to `_SQUARES_MAX` elements,
-        contiguous: Σh and Σh² read at once, as `_Moments.add` reads them; anything else, or any
-        fallback those sums call for, goes through `add`). Same numbers as `add` bit for bit, with
-        fewer Python calls per boundary (what each costs in the pass: docs/performance.md, "The
-        floor at two threads")."""
-        hd = h.detach()
-        n = hd.numel()
-        if _TWO_PASS_MIN <= n <= _SQUARES_MAX and not self.grouped and hd.dtype in _SUMMED and hd.is_cpu and hd.is_contiguous():
-            f = hd.view(-1)
-            s = f.sum().item()
-            q = f.square().sum().item()
-            mean = s / n
-            var = q / n - mean * mean
-            moments = self.moments
-            if 0.0 < q < math.inf and -math.inf < s < math.inf and mean * mean <= var:  # no fallback of `_Moments.add_sums` applies
-                moments.var.append(var)
-                moments.mean.append(mean)
-            else:
-                moments.add_sums(moments.slot(), f, s, q)
-        else:
-            self.add(hd)
-        channels.append(h.shape[1] if h.dim() > 1 else 1)
-        if i > 0 and h.requires_grad:
-            hooks.on(i, h, self.grad_hook(i), self.grad)
-
     def add(self, h: torch.Tensor) -> None:
         if self.low:
             h = h.float()
@@ -267,25 +235,18 @@ class _HostReductions:
         self._rows = []
         large.norm_dtype = self.norm_dtype  # its hooks run in the backward pass, once the input's dtype is known
 
-    def read(self, grads: list[torch.Tensor], given: dict[int, float | torch.Tensor], y: torch.Tensor, x0: torch.Tensor, out_grad: torch.Tensor | None) -> _Values:
-        """The pass's numbers, from the gradients `torch.autograd.grad` returned (the input's, then
-        every parameter's; `given`: the parameter norms the hooks took). The parameter norms are
-        host floats where every gradient is on the CPU (`_param_norm_values`), else one float64
-        tensor (`_param_norms`), read with everything else."""
-        g0 = grads[0]
-        pnorms: torch.Tensor | list[float] | None = _param_norm_values(grads[1:], self.norm_dtype, given)
-        if pnorms is None:
-            pnorms = _param_norms(grads[1:], self.norm_dtype, given=given)
+    @property
+    def param_dtype(self) -> torch.dtype | None:
+        return self.norm_dtype
+
+    def read(self, g0: torch.Tensor, pnorms: torch.Tensor, y: torch.Tensor, x0: torch.Tensor, out_grad: torch.Tensor | None) -> _Values:
         grad = self.grad
         grad[0] = _norm_value(g0, self.norm_dtype) if g0.is_cpu else _norm(g0, self.norm_dtype)
         on_device = [i for i, g in enumerate(grad) if isinstance(g, torch.Tensor)]  # norms still on a device
         norms = _stack64([g for g in grad if isinstance(g, torch.Tensor)])
         stats = _stack64(self.moments.parts)
         d, k = len(on_device), stats.numel()
-        if isinstance(pnorms, list):  # (host floats already: `reductions._param_norm_values`)
-            host = (_read_host(torch.cat([norms.cpu(), stats])) if d + k else []) + pnorms
-        else:
-            host = _read_host(torch.cat([norms.to(pnorms.device), stats.to(pnorms.device), pnorms]))
+        host = _read_host(torch.cat([norms.to(pnorms.device), stats.to(pnorms.device), pnorms]))
         grad_norm = [g if isinstance(g, float) else 0.0 for g in grad]  # None: the gradient never arrived (the boundary does not reach the loss)
         for j, i in enumerate(on_device):
             grad_norm[i] = host[j]
@@ -317,9 +278,11 @@ class _DeviceReductions:
     def end_forward(self, large: _LargeParamNorms) -> None:
         large.norm, large.norm_dtype = _norm64, torch.float64
 
-    def read(self, grads: list[torch.Tensor], given: dict[int, float | torch.Tensor], y: torch.Tensor, x0: torch.Tensor, out_grad: torch.Tensor | None) -> _Values:
-        """The pass's numbers, as `_HostReductions.read` takes them, every norm in float64 on the device."""
-        g0, pnorms = grads[0], _param_norms(grads[1:], torch.float64, given=given)
+    @property
+    def param_dtype(self) -> torch.dtype | None:
+        return torch.float64
+
+    def read(self, g0: torch.Tensor, pnorms: torch.Tensor, y: torch.Tensor, x0: torch.Tensor, out_grad: torch.Tensor | None) -> _Values:
         dev = self.device
         self.grad[0] = _norm64(g0)
         zero = torch.zeros((), dtype=torch.float64, device=dev)
@@ -371,14 +334,12 @@ class _Pass:
         self.leaf: torch.Tensor | None = None
         self.channels: list[int] = []
         self.red: _HostReductions | _DeviceReductions | None = None
-        self.plain = False  # set by `enter`: the host design with no observers
 
     def enter(self, h: torch.Tensor) -> torch.Tensor:
         if self.leaf is not None:  # a checkpointed recomputation, or a model that runs its first block twice
             return h
         design = CPU_DESIGN if h.device.type == "cpu" else "device"
         self.red = _DeviceReductions(self.n, h.device) if design == "device" else _HostReductions(self.n, h.dtype in _LOW, grouped=design == "grouped")
-        self.plain = design != "device" and not self.observers
         x0 = h.detach().requires_grad_(True)  # the input as it was, and the gradient's leaf
         self.leaf = x0
         h0 = x0.clone()  # block 0's own copy: it may modify it in place without touching x0 (or the caller's tensor)
@@ -391,9 +352,6 @@ class _Pass:
         red = self.red
         if red is None:
             raise BlockError(f"the forward observed boundary {i} before block 0's input entered the pass")
-        if self.plain:  # the host design without observers: `_HostReductions.observe` does all of it
-            red.observe(i, h, self.channels, self.hooks)  # type: ignore[union-attr]  # (plain only for _HostReductions)
-            return
         hd = h.detach()
         red.add(hd)
         for o in self.observers:

@@ -32,7 +32,7 @@ from stability.measure.allocator import tune_malloc
 from stability.measure.boundaries import BoundaryObserver, _Pass
 from stability.measure.boundaries import _rel_diff as _rel_diff  # (re-exported: the identity error is the probe's, tests and benchmarks import it from here)
 from stability.measure.measurements import Measurements
-from stability.measure.reductions import _LargeParamNorms
+from stability.measure.reductions import _LargeParamNorms, _param_norms
 from stability.seeding import seeded
 
 __all__ = ["Measurements", "BoundaryObserver", "Forward", "probe", "prepared", "blocks_forward", "measure_pass", "projection_vector"]
@@ -337,7 +337,8 @@ def measure_pass(
             if (root.requires_grad)
             else [torch.zeros_like(x0), *[torch.zeros_like(p) for p in params]]
         )
-    return state.measurements(red.read(list(grads), large.norms, y, x0, out_grad), named)
+    pnorms = _param_norms(list(grads[1:]), red.param_dtype, given=large.norms)
+    return state.measurements(red.read(grads[0], pnorms, y, x0, out_grad), named)
 
 
 #: Mixed into `seed` for the global-RNG stream when `probe` gets no `rng_seed` (an odd 63-bit

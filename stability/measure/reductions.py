@@ -177,16 +177,11 @@ class _LargeParamNorms:
 
     def __enter__(self) -> _LargeParamNorms:
         seen: set[int] = set()
-        zeros = self._zeros
         for p in self.params:
             if p.numel() >= _HOOK_PARAM and id(p) not in seen:
                 seen.add(id(p))
-                kind = (p.shape, p.dtype, p.device)  # (a gradient has its parameter's shape, dtype and device)
-                zero = zeros.get(kind)
-                if zero is None:
-                    zero = zeros[kind] = p.new_zeros(()).expand(p.shape)
                 self._slots[id(p)] = []
-                self._handles.append(p.register_hook(self._hook(id(p), zero)))  # type: ignore[no-untyped-call]  # torch leaves Tensor.register_hook unannotated
+                self._handles.append(p.register_hook(self._hook(id(p))))  # type: ignore[no-untyped-call]  # torch leaves Tensor.register_hook unannotated
         return self
 
     def boundary(self, t: torch.Tensor) -> list[tuple[list[Any], int]] | None:
@@ -199,15 +194,17 @@ class _LargeParamNorms:
             handle.remove()
         self._handles.clear()
 
-    def _hook(self, key: int, zero: torch.Tensor) -> Any:
-        by_id, slots = self._by_id, self._slots[key]
+    def _hook(self, key: int) -> Any:
+        slots = self._slots[key]
 
         def hook(g: torch.Tensor) -> torch.Tensor:
-            value = by_id[key] = self.norm(g, self.norm_dtype)
-            for norms, i in slots:
+            value = self._by_id[key] = self.norm(g, self.norm_dtype)
+            for norms, i in slots:  # (the boundaries this parameter is: `boundary`)
                 norms[i] = value
-            if zero.shape != g.shape or zero.dtype != g.dtype or zero.device != g.device:  # a block that changed the parameter's shape, dtype or device during the pass
-                return g.new_zeros(()).expand(g.shape)
+            kind = (g.shape, g.dtype, g.device)
+            zero = self._zeros.get(kind)
+            if zero is None:
+                zero = self._zeros[kind] = g.new_zeros(()).expand(g.shape)
             return zero  # what autograd returns for this parameter: no memory (read by nobody: its norm is taken)
 
         return hook
@@ -273,33 +270,6 @@ def _param_norms(grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, g
     return flat
 
 
-def _param_norm_values(grads: list[torch.Tensor], norm_dtype: torch.dtype | None, given: dict[int, float | torch.Tensor]) -> list[float] | None:
-    """`_param_norms` as host floats, for a pass whose gradients are all CPU tensors and whose
-    given norms are all floats (the host design's common case), or None where it is not that case
-    (then `_param_norms`). The same norms bit for bit, without the tensors `_param_norms` stacks,
-    casts and permutes back into order: ~0.5 ms less on a depth-256 MLP with 512 parameters."""
-    out: list[float | None] = [None] * len(grads)
-    for j, v in given.items():
-        if not isinstance(v, float):
-            return None
-        out[j] = v
-    groups: dict[tuple[torch.Size, torch.dtype], list[int]] = {}  # small gradients by (shape, dtype)
-    for j, g in enumerate(grads):
-        if out[j] is not None:
-            continue
-        if not g.is_cpu or norm_dtype == torch.float64:
-            return None
-        if g.numel() <= _SMALL_PARAM:
-            groups.setdefault((g.shape, g.dtype), []).append(j)
-        else:
-            out[j] = _norm_value(g, norm_dtype)
-    for idx in groups.values():
-        stacked = torch.stack([grads[j] for j in idx]).reshape(len(idx), -1)  # (k, numel)
-        for j, v in zip(idx, _stacked_norms(stacked, norm_dtype).tolist(), strict=True):
-            out[j] = v
-    return out  # type: ignore[return-value]  # (every index is filled: given, grouped or taken one by one)
-
-
 def _stacked_norms(stacked: torch.Tensor, norm_dtype: torch.dtype | None) -> torch.Tensor:
     """(k,) float64 norms of the k rows of `stacked` (k, N), each as `_norm` takes it: on the CPU
     by rows of `_NORM_ROW` above that many elements, a row whose float32 norm is 0 or inf (squares
@@ -359,18 +329,10 @@ def _norm_value(g: torch.Tensor, dtype: torch.dtype | None) -> float:
     of depth 256 at Kaiming init has gradients of ~1e21 per element at its input: float32 squares
     overflow there.)
     """
-    n = g.numel()
-    if dtype is None and g.dtype is torch.float32 and n > _NORM_ROW and not n % _NORM_ROW and g.is_contiguous():  # the common gradient, in as few Python steps: `_row_norm_value`'s whole rows
-        value: float = _hypot(*_vector_norm(g.view(-1, _NORM_ROW), dim=1).tolist())
-    else:
-        value = _row_norm_value(g, dtype)
+    value = _row_norm_value(g, dtype)
     if g.dtype != torch.float64 and dtype != torch.float64 and not 0.0 < value < math.inf:
-        value = _vector_norm(g, dtype=torch.float64).item()
+        value = torch.linalg.vector_norm(g, dtype=torch.float64).item()
     return value
-
-
-_hypot = math.hypot
-_vector_norm = torch.linalg.vector_norm
 
 
 def _row_norm_value(g: torch.Tensor, dtype: torch.dtype | None) -> float:
