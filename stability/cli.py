@@ -223,10 +223,12 @@ def _sweep(args: argparse.Namespace, console: Console, err: Console, argv: list[
 
 def main(argv: list[str] | None = None) -> int:
     """The command line. The exit code is the verdict's: a closed or broken stdout or stderr only
-    loses terminal output (stability/run/streams.py)."""
+    loses terminal output (stability/run/streams.py). Whatever reaches either stream cannot form a
+    CI runner's workflow command, except the tool's own annotations (stability/report/text.py)."""
+    from stability.report.text import log_safe_streams
     from stability.run.streams import tolerant_streams
 
-    with tolerant_streams():
+    with tolerant_streams(), log_safe_streams():
         return _command(argv)
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from stability.errors import LibraryMissing, SpecError, StabilityError
 from stability.families.factory import check_factory, roots_environment, source_roots
+from stability.report.text import LogSafe, printable
 from stability.run.devices import CHOICES as DEVICE_CHOICES
 from stability.run.devices import resolve_devices
 from stability.run.engine import RunOptions
@@ -49,7 +50,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("stability_plugins", "modules (or .py files, relative to the rootdir) that register invariants or families (stability.run.plugins)", type="args", default=[])
 
 
+@pytest.hookimpl(trylast=True)  # after the terminal reporter is registered
 def pytest_configure(config: pytest.Config) -> None:
+    _log_safe_terminal(config)
     config.addinivalue_line("markers", "gpu: needs CUDA; skipped with a reason where it is absent")
     config.stash[_NAMES] = {}
     plugins: list[str] = [str(config.rootpath / p) if p.endswith(".py") else p for p in config.getini("stability_plugins")]
@@ -60,6 +63,17 @@ def pytest_configure(config: pytest.Config) -> None:
         import torch
 
         torch.set_num_threads(1)
+
+
+def _log_safe_terminal(config: pytest.Config) -> None:
+    """pytest's terminal output through `LogSafe` (stability/report/text.py): node ids hold spec
+    file names, and failures hold spec names, messages and the spec code's output, none of which
+    may form a CI runner's workflow command. A test's own `print` under `-s` is not touched."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    writer = getattr(reporter, "_tw", None)
+    inner = getattr(writer, "_file", None)
+    if writer is not None and inner is not None and not isinstance(inner, LogSafe):
+        writer._file = LogSafe(inner)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -140,11 +154,11 @@ class SpecErrorItem(pytest.Item):
 
     def runtest(self) -> None:
         if isinstance(self.error, LibraryMissing):  # an optional library, as the test suite's own tests skip
-            pytest.skip(f"stability: {self.error}")
+            pytest.skip(f"stability: {printable(str(self.error))}")
         raise self.error
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
-        return f"stability: error: {excinfo.value}"
+        return f"stability: error: {printable(str(excinfo.value))}"
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, self.name  # see SpecItem.reportinfo
@@ -203,9 +217,9 @@ class SpecItem(pytest.Item):
             result = outcome.result.results[0]
         self.result = result
         if result.skipped:  # a training invariant outside its spec's train.profiles
-            pytest.skip(result.message)
+            pytest.skip(printable(result.message))
         if not result.applicable:
-            pytest.skip(result.message)
+            pytest.skip(printable(result.message))
         if not result.met:
             raise _Unmet(result)
 
@@ -225,18 +239,18 @@ class SpecItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         exc = excinfo.value
-        shown = [f"output of the spec's code: | {line}" for line in self.output.rstrip().splitlines()[-OUTPUT_LINES:]]
+        shown = [f"output of the spec's code: | {printable(line)}" for line in self.output.rstrip().splitlines()[-OUTPUT_LINES:]]
         if isinstance(exc, _Unmet):
             r = exc.result
-            lines = [r.message]
+            lines = [printable(r.message)]
             if r.error:
-                lines.append(f"error: {r.error}")
+                lines.append(f"error: {printable(r.error)}")
             if r.reproduce:
-                lines.append(f"reproduce: {r.reproduce}")
+                lines.append(f"reproduce: {printable(r.reproduce)}")
             lines.append(f"explain:   stability explain {r.name}")
             return "\n".join(lines + shown)
         if isinstance(exc, StabilityError):
-            return "\n".join([f"stability: error: {exc}", *shown])
+            return "\n".join([f"stability: error: {printable(str(exc))}", *shown])
         return super().repr_failure(excinfo)  # type: ignore[return-value]  # a str or pytest's TerminalRepr, which pytest does not export
 
     def reportinfo(self) -> tuple[Path, int | None, str]:

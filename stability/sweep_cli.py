@@ -23,6 +23,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from stability.errors import UsageError
+from stability.report.text import printable
 from stability.run.store import DEFAULT_DB, Budget, Store, budget_text, check_store
 
 __all__ = ["sweep_command", "print_budgets", "MAX_SEEDS", "MAX_PROBES", "WORKERS_PER_CORE", "SCHEDULER_SCHEMES"]
@@ -265,7 +266,7 @@ def _print_failed(failed: list[Any], console: Console) -> None:
     for p in failed[:_FAILED_SHOWN]:
         where = ",".join(f"{k}={v}" for k, v in p.point.items()) or "(the corner case)"
         reason = next((r["error"] for r in p.rows if r["error"]), "not measured")
-        console.print(f"failed point {escape(where)}: {escape(' '.join(str(reason).split()))}", highlight=False, soft_wrap=True)
+        console.print(f"failed point {escape(printable(where))}: {escape(printable(' '.join(str(reason).split())))}", highlight=False, soft_wrap=True)
     if len(failed) > _FAILED_SHOWN:
         console.print(f"... and {len(failed) - _FAILED_SHOWN} more failed point(s)", highlight=False)
 

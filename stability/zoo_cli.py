@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from stability.errors import UsageError
+from stability.report.text import printable
 
 __all__ = ["zoo_command", "add_zoo_parser"]
 
@@ -52,7 +53,7 @@ def zoo_command(args: argparse.Namespace, console: Console, err: Console) -> int
     t0 = time.perf_counter()
     rows = []
     for spec in specs:
-        rows.append(zoo_row(spec, depths=depths, budget=not args.no_budget, on_case=None if args.quiet else (lambda what: err.print(f"zoo: {escape(what)}", highlight=False))))
+        rows.append(zoo_row(spec, depths=depths, budget=not args.no_budget, on_case=None if args.quiet else (lambda what: err.print(f"zoo: {escape(printable(what))}", highlight=False))))
     seconds = time.perf_counter() - t0
     table = Table(header_style="bold")
     lines = markdown_table(rows, depths).splitlines()

@@ -126,7 +126,7 @@ def print_failures(results: Iterable[SpecResult], console: Console, *, spec_erro
         spec_error = (spec_errors or {}).get(res.spec.path)
         for r in res.results:
             if not r.applicable:  # why nothing was judged: never a pass, never a failure
-                console.print(f"[dim]n/a {escape(r.message)}[/dim]", highlight=False, soft_wrap=True)
+                console.print(f"[dim]n/a {escape(printable(r.message))}[/dim]", highlight=False, soft_wrap=True)
                 continue
             if r.met:
                 continue

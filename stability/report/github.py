@@ -15,7 +15,9 @@ With `GITHUB_ACTIONS=true` (set by every Actions runner) or `--github`, `stabili
   that does not load.
 
 Workflow-command values are escaped as GitHub's toolkit does (`@actions/core` command.ts): `%`,
-CR and LF in the message; those and `:` and `,` in properties. Table cells escape Markdown
+CR and LF in the message; those and `:` and `,` in properties; and neutralised first
+(`stability.report.text.neutralise`: `##[` becomes `##\\[`), since the runner reads the older
+`##[command]` form anywhere in a line, its own commands' lines included. Table cells escape Markdown
 punctuation and pipes, so a spec name cannot break the table or inject markup; code blocks use
 a fence longer than any backtick run inside. The summary stays under GitHub's 1 MiB per step
 (whole sections are left out past it, with a note). A summary file that cannot be appended to
@@ -31,7 +33,7 @@ from pathlib import Path
 
 from stability.report.baseline import Comparison, fmt, fmt_change, fmt_limit, headline
 from stability.report.formats import summary_line
-from stability.report.text import printable
+from stability.report.text import escape_controls, neutralise, printable
 from stability.run.results import OUTPUT_LINES, InvariantResult, SpecResult
 from stability.spec.locate import locate_expectation
 
@@ -47,8 +49,9 @@ def enabled(flag: bool | None, environ: Mapping[str, str] = os.environ) -> bool:
 
 
 def escape_data(text: str) -> str:
-    """A workflow command's message, escaped like `@actions/core`'s `escapeData`."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """A workflow command's message, escaped like `@actions/core`'s `escapeData`, with no workflow
+    command inside (`neutralise`: the runner reads `##[` anywhere in the line)."""
+    return neutralise(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def escape_property(text: str) -> str:
@@ -109,8 +112,9 @@ _MARKDOWN = re.compile(r"([\\`*_\[\]<>|~&])")
 
 def cell(text: str) -> str:
     """Text for a Markdown table cell or a line: control characters escaped, Markdown punctuation
-    and pipes backslash-escaped (GitHub-flavoured Markdown unescapes them when it renders)."""
-    return _MARKDOWN.sub(r"\\\1", printable(text))
+    and pipes backslash-escaped (GitHub-flavoured Markdown unescapes them when it renders), and no
+    workflow command (`neutralise`: its `:\\:` renders as `::`; a `[` is escaped already)."""
+    return neutralise(_MARKDOWN.sub(r"\\\1", escape_controls(text)))
 
 
 def fence(text: str, lang: str = "") -> str:
