@@ -2,6 +2,10 @@
 (`stability.run.zoo`) → the table in docs/zoo.md between its markers, a page of the HTML report
 (`--html DIR` writes DIR/zoo.html), and the terminal.
 
+Every output path (`--md`, `--html`) is checked before anything is measured: a FIFO, a device or
+a folder where a file goes, a file without the zoo-table markers, a hand-written DIR/zoo.html
+are refused in one line (exit 2), and nothing is written.
+
 Exit codes: 0 done (the table is a measurement, not a gate: `stability check specs/zoo --profile
 thorough` judges the specs' expectations); 2 bad usage or a spec that does not load.
 """
@@ -43,11 +47,18 @@ def _depths(text: str) -> tuple[int, ...]:
 
 
 def zoo_command(args: argparse.Namespace, console: Console, err: Console) -> int:
-    from stability.report.zoo import markdown_table, update_markdown, write_zoo_html
+    from stability.report.zoo import check_markdown, check_zoo_html, markdown_table, update_markdown, write_zoo_html
     from stability.run.zoo import ZOO, zoo_row, zoo_specs
     from stability.spec.load import find_specs, load_spec
 
     depths = _depths(args.depths)
+    # Every output path before anything is measured (a minute per family): one line, exit 2.
+    if args.md is not None:
+        check_markdown(args.md)
+    if args.html is not None:
+        page = check_zoo_html(args.html)
+        if args.md is not None and Path(args.md).resolve() == page:
+            raise UsageError(f"--md {printable(args.md)}: is also the page --html writes ({page}); give each its own path")
     paths = args.paths or ([Path("specs/zoo")] if Path("specs/zoo").is_dir() else [ZOO])
     specs = zoo_specs(paths[0]) if not args.paths and len(paths) == 1 else [load_spec(p) for p in find_specs(list(paths))]
     t0 = time.perf_counter()
@@ -62,10 +73,10 @@ def zoo_command(args: argparse.Namespace, console: Console, err: Console) -> int
     for line in lines[2:]:
         table.add_row(*(escape(c.strip()) for c in line.strip("|").split(" | ")))
     console.print(table)
-    if args.md:
+    if args.md is not None:
         update_markdown(args.md, rows, depths)
         console.print(f"wrote {escape(args.md)}")
-    if args.html:
+    if args.html is not None:
         console.print(f"wrote {escape(str(write_zoo_html(args.html, rows, depths, seconds=seconds)))}")
     console.print(f"{len(rows)} zoo families in {seconds:.0f} s")
     return 0

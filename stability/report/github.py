@@ -33,6 +33,7 @@ from pathlib import Path
 
 from stability.report.baseline import Comparison, fmt, fmt_change, fmt_limit, headline
 from stability.report.formats import summary_line
+from stability.report.outputs import open_regular
 from stability.report.text import escape_controls, neutralise, printable
 from stability.run.results import OUTPUT_LINES, InvariantResult, SpecResult
 from stability.spec.locate import locate_expectation
@@ -65,14 +66,31 @@ def command(kind: str, message: str, **properties: str | int | None) -> str:
     return f"::{kind}{' ' + props if props else ''}::{escape_data(message)}"
 
 
+def workspace(environ: Mapping[str, str] = os.environ) -> Path:
+    """The repository root annotations and SARIF locations are relative to: `$GITHUB_WORKSPACE`,
+    else this folder, absolute."""
+    return Path(os.path.abspath(environ.get("GITHUB_WORKSPACE") or os.getcwd()))
+
+
+def in_workspace(path: str, environ: Mapping[str, str] = os.environ) -> str | None:
+    """`path` (relative to this folder, which need not be the workspace) relative to the workspace
+    in POSIX form, or None when it lies outside. Tried as written first (a spec reached through a
+    link inside the repository is named by the link), then with links resolved on both sides."""
+    root = workspace(environ)
+    given = Path(os.path.abspath(path))
+    for inner, base in ((given, root), (given.resolve(), root.resolve())):
+        try:
+            return inner.relative_to(base).as_posix()
+        except (ValueError, OSError):
+            continue
+    return None
+
+
 def repo_path(path: str, environ: Mapping[str, str] = os.environ) -> str:
-    """`path` relative to the workspace (`$GITHUB_WORKSPACE`, else this folder), as annotations
-    and SARIF locations want it; a path outside stays as given."""
-    root = Path(environ.get("GITHUB_WORKSPACE") or os.getcwd()).resolve()
-    try:
-        return Path(path).resolve().relative_to(root).as_posix()
-    except (ValueError, OSError):
-        return Path(path).as_posix()
+    """`path` relative to the workspace, as annotations want it, whatever folder the check runs
+    from; a path outside the workspace is given absolute (no file of the repository to point at)."""
+    inside = in_workspace(path, environ)
+    return inside if inside is not None else Path(os.path.abspath(path)).as_posix()
 
 
 def _lines(r: InvariantResult) -> str:
@@ -219,8 +237,8 @@ def write_summary(text: str, environ: Mapping[str, str] = os.environ) -> str | N
     path = environ.get("GITHUB_STEP_SUMMARY")
     if not path:
         return None
-    try:
-        with open(path, "a", encoding="utf-8") as fh:
+    try:  # never blocks: a FIFO, a device or a folder is refused before it is opened
+        with os.fdopen(open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a", encoding="utf-8") as fh:
             fh.write(text)
     except OSError as exc:
         return f"stability: warning: GITHUB_STEP_SUMMARY={printable(path)}: cannot append the job summary ({exc.strerror or exc}); the verdict is unchanged"

@@ -16,23 +16,32 @@ to fit too, `stability.report.formats.write_atomic`).
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from stability.errors import UsageError
 
-__all__ = ["check_outputs", "check_replaceable"]
+__all__ = ["check_outputs", "check_replaceable", "not_regular", "open_regular"]
 
-#: How each kind of report this package writes begins (matched on its first KiB).
+#: How each kind of report this package writes begins (matched on its first KiB): what makes a
+#: file provably this package's own, so that a report replaces it. Each is the writer's own fixed
+#: opening, not only a format's: the JSON report's first keys in their order; SARIF's schema, its
+#: version 2.1.0 and `runs[0].tool.driver.name` "stability" (every SARIF producer writes the
+#: `$schema`); the JUnit suite named "stability"; the HTML pages' titles.
 _SIGNATURES = {
-    "JSON": re.compile(rb'\A\s*\{\s*"schema_version"\s*:'),
+    "JSON": re.compile(rb'\A\{\s*"schema_version"\s*:\s*\d+\s*,\s*"met"\s*:\s*(true|false)\s*,\s*"interrupted"\s*:\s*(true|false)\s*,\s*"seconds"\s*:'),
     "JUnit": re.compile(rb'\A<\?xml[^>]*\?>\s*<testsuite name="stability"'),
     "HTML": re.compile(rb"\A<!DOCTYPE html>\s*<html[^>]*>\s*<head>.{0,400}?<title>stability (report|sweep)", re.S),
-    "SARIF": re.compile(rb'\A\s*\{\s*"\$schema"\s*:\s*"https://json.schemastore.org/sarif-2.1.0.json"'),
+    "SARIF": re.compile(
+        rb'\A\{\s*"\$schema"\s*:\s*"https://json.schemastore.org/sarif-2.1.0.json"\s*,\s*"version"\s*:\s*"2\.1\.0"\s*,'
+        rb'\s*"runs"\s*:\s*\[\s*\{\s*"tool"\s*:\s*\{\s*"driver"\s*:\s*\{\s*"name"\s*:\s*"stability"\s*,'
+    ),
+    "zoo HTML": re.compile(rb"\A<!doctype html><html><head><meta charset='utf-8'><title>stability zoo</title>"),
 }
 _KINDS = {"--json": "JSON", "--junit": "JUnit", "--html": "HTML", "--sarif": "SARIF", "--baseline": "JSON"}
 
@@ -49,16 +58,47 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def not_regular(path: str | Path) -> str | None:
+    """What `path` is when it exists and is not a regular file ("a folder", "a FIFO", "a device",
+    "a socket"), from its stat alone: nothing is opened, so a FIFO without a reader cannot block
+    and a device is not touched. None for a regular file or a missing path (a link is followed).
+    The one test every summary, report and store path of this package goes through before it is
+    opened; OSError (other than a missing path) is raised to the caller."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):  # absent, or under a file: nothing there to open
+        return None
+    return None if stat.S_ISREG(mode) else _kind(mode)
+
+
+def open_regular(path: str | Path, flags: int, mode: int = 0o666) -> int:
+    """`os.open(path, flags)` for a regular file only: refused (OSError, "is a FIFO…") when
+    `not_regular` says otherwise, and opened with O_NONBLOCK, then checked again on the open
+    descriptor, so a FIFO put in its place in between cannot block either; O_NONBLOCK is cleared
+    again (a regular file ignores it)."""
+    kind = not_regular(path)
+    if kind is not None:
+        raise OSError(errno.EINVAL, f"is {kind}, not a regular file")
+    fd = os.open(path, flags | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0), mode)
+    try:
+        got = os.fstat(fd).st_mode
+        if not stat.S_ISREG(got):
+            raise OSError(errno.EINVAL, f"is {_kind(got)}, not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def check_replaceable(path: Path, option: str = "report") -> None:
     """Raise UsageError unless `path` is absent or an existing regular file."""
     try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        return
+        kind = not_regular(path)
     except OSError as exc:
         raise UsageError(f"{option} {path}: cannot be checked ({exc.strerror}); choose another path") from None
-    if not stat.S_ISREG(mode):
-        raise UsageError(f"{option} {path}: is {_kind(mode)}, not a regular file; a report only ever replaces a regular file, choose a file path")
+    if kind is not None:
+        raise UsageError(f"{option} {path}: is {kind}, not a regular file; a report only ever replaces a regular file, choose a file path")
 
 
 def _check_ours(path: Path, kind: str, option: str, shown: str) -> None:
@@ -115,27 +155,42 @@ def check_outputs(*, json: str | None, junit: str | None, html: str | None, sari
     for option, raw in (("--json", json), ("--junit", junit), ("--html", html), ("--sarif", sarif), ("--baseline", baseline)):
         if raw is None:
             continue
-        if not raw.strip():
-            raise UsageError(f"{option} '': the path is empty; give a file name (or leave the option out)")
-        if raw.strip() == "-":  # not standard output: the terminal report is written there already
-            raise UsageError(f"{option} -: reports are written to files, not to standard output; give a file name such as report.json")
-        given = Path(raw)
-        _names_fit(given, option, raw)  # before any stat: a name that is too long makes every call on it fail
-        if option == "--html":
-            if given.exists() and not given.is_dir():
-                raise UsageError(f"{option} {raw}: is a file; give a folder (the report is written to FOLDER/index.html)")
-            target = given / "index.html"
-        else:
-            target = given
-            if raw.endswith(("/", os.sep)) or given.is_dir():
-                example = {"--junit": "junit.xml", "--sarif": "stability.sarif"}.get(option, "report.json")
-                raise UsageError(f"{option} {raw}: is a folder; give a file path, e.g. {given / example}")
-        _writable_folder(target.parent, option, raw)
-        check_replaceable(target, option)
-        resolved = target.resolve()
-        if resolved in protected:
-            raise UsageError(f"{option} {raw}: is the input spec {protected[resolved]}; a report must not overwrite a spec, choose another path")
-        _check_ours(target, _KINDS[option], option, raw)
+        example = {"--junit": "junit.xml", "--sarif": "stability.sarif"}.get(option, "report.json")
+        resolved = check_report_path(option, raw, _KINDS[option], page="index.html" if option == "--html" else None, example=example, protected=protected)
         if resolved in files:
             raise UsageError(f"{option} {raw}: is also the path of {files[resolved]}; give each report its own path")
         files[resolved] = option
+
+
+def check_report_path(option: str, raw: str, kind: str | None, *, page: str | None = None, example: str = "report.json", protected: Mapping[Path, str] | None = None) -> Path:
+    """The checks of one report path, before anything runs; UsageError (exit 2, one line) on the
+    first problem, else the resolved file the report will be written to. `page`: the option names
+    a folder and the report is FOLDER/page. `kind`: the signature (`_SIGNATURES`) an existing
+    non-empty file must carry to be replaced; None: the caller checks what it may replace.
+    `protected`: {resolved path: as given} of the input specs, which no report may replace."""
+    if not raw.strip():
+        raise UsageError(f"{option} '': the path is empty; give a {'folder' if page else 'file'} name (or leave the option out)")
+    if raw.strip() == "-":  # not standard output: the terminal report is written there already
+        raise UsageError(f"{option} -: reports are written to files, not to standard output; give a {'folder' if page else f'file name such as {example}'}")
+    given = Path(raw)
+    _names_fit(given, option, raw)  # before any stat: a name that is too long makes every call on it fail
+    try:
+        what = not_regular(given)
+    except OSError as exc:
+        raise UsageError(f"{option} {raw}: cannot be checked ({exc.strerror}); choose another path") from None
+    if page is not None:
+        if given.exists() and what != "a folder":
+            raise UsageError(f"{option} {raw}: is {what or 'a file'}; give a folder (the report is written to FOLDER/{page})")
+        target = given / page
+    else:
+        target = given
+        if raw.endswith(("/", os.sep)) or what == "a folder":
+            raise UsageError(f"{option} {raw}: is a folder; give a file path, e.g. {given / example}")
+    _writable_folder(target.parent, option, raw)
+    check_replaceable(target, option)
+    resolved = target.resolve()
+    if protected and resolved in protected:
+        raise UsageError(f"{option} {raw}: is the input spec {protected[resolved]}; a report must not overwrite a spec, choose another path")
+    if kind is not None:
+        _check_ours(target, kind, option, raw)
+    return resolved

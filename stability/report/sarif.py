@@ -7,7 +7,8 @@ invariant's name, its description and help are `stability explain NAME`'s), plus
 unmet expectation (level `error`), per drift (`error`; `warning` while updating the baseline)
 and per spec that does not load (`error`, rule `spec_load`), located at the line of the
 expectation's `[expect.NAME]` table in the spec (`stability.spec.locate`), relative to the
-repository root (`%SRCROOT%`). `partialFingerprints` key an alert by spec file and invariant, so
+repository root (`%SRCROOT%`, given in `originalUriBaseIds`) as RFC 3986 references, percent-encoded
+(`artifact_location`). `partialFingerprints` key an alert by spec file and invariant, so
 a code-scanning alert stays the same alert while the deciding case moves between runs.
 Met, not-applicable and skipped expectations produce no result: code scanning lists problems.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,12 +27,12 @@ from stability._version import __version__
 from stability.report.baseline import Comparison, fmt, fmt_change, fmt_limit
 from stability.report.explain import explain_text
 from stability.report.formats import write_atomic
-from stability.report.github import repo_path
+from stability.report.github import in_workspace, workspace
 from stability.report.text import printable
 from stability.run.results import SpecResult
 from stability.spec.locate import locate_expectation
 
-__all__ = ["SARIF_SCHEMA", "to_sarif", "write_sarif"]
+__all__ = ["SARIF_SCHEMA", "artifact_location", "to_sarif", "write_sarif"]
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
@@ -47,10 +49,23 @@ def _fingerprint(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
+def artifact_location(path: str, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """SARIF's `artifactLocation` of a spec file: an RFC 3986 relative reference to the repository
+    root (`uriBaseId` %SRCROOT%, what code scanning resolves against the checkout), every byte
+    outside the unreserved characters and `/` percent-encoded as UTF-8 (a space, `%`, `#`, `?`,
+    `:`, non-ASCII), so `odd dir/100% a#b?.toml` stays one path; a file outside the repository
+    gets its absolute `file:` URI."""
+    inside = in_workspace(path, environ)
+    if inside is None:
+        return {"uri": Path(os.path.abspath(path)).as_uri()}
+    return {"uri": urllib.parse.quote(inside, safe="/"), "uriBaseId": "%SRCROOT%"}
+
+
 def _result(level: str, text: str, file: str, line: int, kind: str, *key: str, environ: Mapping[str, str]) -> dict[str, Any]:
     """One result at `file`:`line`; `kind` and `key` name its fingerprint (what keeps it one alert)."""
-    uri = repo_path(file, environ)
-    location = {"physicalLocation": {"artifactLocation": {"uri": uri, "uriBaseId": "%SRCROOT%"}, "region": {"startLine": line}}}
+    artifact = artifact_location(file, environ)
+    uri = artifact["uri"]
+    location = {"physicalLocation": {"artifactLocation": artifact, "region": {"startLine": line}}}
     return {"level": level, "message": {"text": text}, "locations": [location], "partialFingerprints": {f"{kind}/v1": _fingerprint(uri, *key)}}
 
 
@@ -82,7 +97,8 @@ def to_sarif(results: Iterable[SpecResult], *, load_errors: Iterable[tuple[str, 
     rule_ids = list(dict.fromkeys(rule_id for rule_id, _ in found))
     out = [{"ruleId": rule_id, "ruleIndex": rule_ids.index(rule_id), **result} for rule_id, result in found]
     driver = {"name": "stability", "version": __version__, "semanticVersion": __version__, "rules": [_rule(r) for r in rule_ids]}
-    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [{"tool": {"driver": driver}, "results": out, "columnKind": "unicodeCodePoints"}]}
+    base = {"%SRCROOT%": {"uri": workspace(environ).as_uri().rstrip("/") + "/"}}  # SARIF 3.14.14: an absolute URI ending in "/"
+    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [{"tool": {"driver": driver}, "originalUriBaseIds": base, "results": out, "columnKind": "unicodeCodePoints"}]}
 
 
 def write_sarif(path: str | Path, results: Iterable[SpecResult], *, load_errors: Iterable[tuple[str, str]] = (), comparison: Comparison | None = None) -> None:
