@@ -61,9 +61,12 @@ def escape_property(text: str) -> str:
 
 
 def command(kind: str, message: str, **properties: str | int | None) -> str:
-    """`::kind key=value,…::message`, every value escaped."""
-    props = ",".join(f"{k}={escape_property(str(v))}" for k, v in properties.items() if v is not None)
-    return f"::{kind}{' ' + props if props else ''}::{escape_data(message)}"
+    """`::kind key=value,…::message`, every value's control characters escaped (`printable`: no
+    other line break, no workflow command; the message keeps its LF line breaks, which the runner
+    shows) and then escaped for the runner."""
+    props = ",".join(f"{k}={escape_property(printable(str(v)))}" for k, v in properties.items() if v is not None)
+    text = "\n".join(printable(line) for line in message.split("\n"))
+    return f"::{kind}{' ' + props if props else ''}::{escape_data(text)}"
 
 
 def workspace(environ: Mapping[str, str] = os.environ) -> Path:

@@ -312,14 +312,25 @@ FAMILIES: Registry[Family] = Registry("family", _changed)
 
 @contextlib.contextmanager
 def batch() -> Iterator[None]:
-    """Register several entries and rebuild the spec models once, at the end."""
+    """Register several entries and rebuild the spec models once, at the end. When that rebuild
+    fails, every entry the batch registered is removed again and the models are rebuilt without
+    them (the error is raised): a registration is whole or absent, as `Registry.register` makes
+    a single one."""
+    before = {id(r): set(r.names()) for r in (INVARIANTS, FAMILIES)}
     _deferred[0] += 1
     try:
         yield
     finally:
         _deferred[0] -= 1
         if not _deferred[0]:
-            _changed()
+            try:
+                _changed()
+            except Exception:
+                for registry in (INVARIANTS, FAMILIES):
+                    for name in [n for n in registry.names() if n not in before[id(registry)]]:
+                        del registry._entries[name]
+                _changed()
+                raise
 
 
 def register_invariant(entry: Invariant) -> Invariant:
