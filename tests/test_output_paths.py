@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import stat
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
 
 PASSING = """\
 name = "relu"
@@ -34,20 +34,42 @@ hi = 100.0
 Cli = Callable[..., tuple[int, str, str]]
 
 
+#: FIFOs a test made, and whether one had to be opened from outside to free a blocked command.
+_FIFOS: list[Path] = []
+_FREED: list[Path] = []
+
+
 @pytest.fixture(autouse=True)
 def no_hang() -> Iterator[None]:
-    """A blocked open (a FIFO without a reader) fails the test after 60 s instead of hanging it."""
+    """A test still running after 60 s (each takes a few seconds) is taken to be blocked opening a
+    FIFO without a reader: a thread opens the other end of each FIFO the test made, which frees
+    the command, and the test fails; a hang is reported, never waited out. (An alarm signal would
+    not do: the in-process case timeout owns SIGALRM.)"""
+    done = threading.Event()
 
-    def expired(signum: int, frame: object) -> None:
-        raise TimeoutError("the command blocked: a FIFO or a device was opened")
+    def free() -> None:
+        if done.wait(60):
+            return
+        while not done.wait(1):
+            for fifo in list(_FIFOS):
+                try:
+                    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+                except OSError:
+                    continue
+                _FREED.append(fifo)
+                time.sleep(0.5)
+                os.close(fd)
 
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(60)
+    thread = threading.Thread(target=free, daemon=True)
+    thread.start()
     try:
         yield
+        assert not _FREED, f"the command blocked opening {_FREED[0]}: a FIFO was opened"
     finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+        done.set()
+        thread.join()
+        _FIFOS.clear()
+        _FREED.clear()
 
 
 @pytest.fixture
@@ -64,6 +86,7 @@ def special(folder: Path, kind: str) -> Path:
     path = folder / f"special-{kind}"
     if kind == "fifo":
         os.mkfifo(path)
+        _FIFOS.append(path)
     elif kind == "device":
         try:
             os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
@@ -105,6 +128,7 @@ def test_a_check_report_path_that_is_not_a_regular_file_is_refused_before_the_ru
     if option == "--html" and kind == "folder":
         path = special(path, "fifo").parent  # a folder whose index.html is a FIFO
         (path / "special-fifo").rename(path / "index.html")
+        _FIFOS.append(path / "index.html")
     one_error(cli("check", "a.toml", "--profile", "ci", "--in-process", option, path), option)
 
 
@@ -162,6 +186,7 @@ def test_zoo_html_never_replaces_a_hand_written_zoo_page_but_replaces_its_own(re
     assert "4, 16" in (out / "zoo.html").read_text()
     fifo = special(out, "fifo")
     fifo.rename(out / "zoo.html")
+    _FIFOS.append(out / "zoo.html")
     one_error(cli("zoo", ZOO_SPEC, "-q", "--html", out), "is a FIFO")
 
 
