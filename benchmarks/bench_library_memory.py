@@ -37,6 +37,8 @@ ROWS = {
     "llama-4096-2": (LLAMA.replace("{ffn}", "11008"), 4096, 2, 128, False),
     "llama-4096-4": (LLAMA.replace("{ffn}", "11008"), 4096, 4, 128, False),
     "llama-2048-2-ensemble": (LLAMA.replace("{ffn}", "5632"), 2048, 2, 128, True),
+    "gpt2-768-4-512": (GPT2, 768, 4, 512, False),
+    "llama-4096-2-512": (LLAMA.replace("{ffn}", "11008"), 4096, 2, 512, False),
 }
 SPEC = """\
 name = "{name}"
@@ -62,7 +64,7 @@ UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
 def stability(*args: str) -> list[str]:
-    return [sys.executable, "-m", "stability", "check", *args, "--in-process", "--profile", "ci"]
+    return [sys.executable, "-m", "stability", "check", *args, "--in-process", "--profile", "ci", "--case-timeout", "0"]
 
 
 def row(name: str, folder: Path) -> str:

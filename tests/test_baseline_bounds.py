@@ -219,3 +219,25 @@ def test_update_baseline_annotates_drift_as_a_warning_not_an_error(tmp_path: Pat
     drift = [x for x in out.splitlines() if x.startswith("::") and "drift limit" in x]
     assert len(drift) == 1 and drift[0].startswith("::warning ") and "title=stability%3A gradient_arrival moved past its drift" in drift[0], drift
     assert not [x for x in out.splitlines() if x.startswith("::error")]
+
+
+# ----------------------------------------------------------------------------- the noise a replay has
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(
+    "spec, case",
+    [("specs/plain_mlp.toml", None), ("specs/transformer_preln.toml", None), ("specs/zoo/gpt2.toml", "depth=3,seed=7"), ("specs/zoo/llama.toml", "depth=2,seed=1")],
+    ids=["plain-mlp", "transformer-preln", "zoo-gpt2", "zoo-llama"],
+)
+def test_a_rerun_with_the_same_cases_and_seeds_shows_zero_drift(tmp_path: Path, run: Run, spec: str, case: str | None) -> None:
+    """The replay is bit for bit: on unchanged code every number's change is exactly 0, so any
+    drift limit above 0 flags only a change of the code (docs/ci.md)."""
+    given = ["--case", case] if case else []
+    assert run(REPO, spec, *given, "--json", tmp_path / "base.json")[0] == 0
+    code, out, _ = run(REPO, spec, *given, "--baseline", tmp_path / "base.json", "--json", tmp_path / "r.json")
+    assert code == 0, out
+    deltas = _deltas(tmp_path / "r.json")
+    assert deltas and all(d["status"] == "within" and d["change"] == 0 and d["why"] == "unchanged" for d in deltas), deltas
