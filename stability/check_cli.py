@@ -240,7 +240,13 @@ def _run_checks(
         from stability.report.sarif import write_sarif
 
         write_sarif(args.sarif, results, load_errors=unloaded, comparison=comparison)
-    if args.update_baseline:
+    if args.update_baseline and errors:  # a spec not judged has no entries: writing would drop its old ones (docs/ci.md)
+        print(
+            f"stability: --update-baseline: {printable(args.baseline)} not written (left as it was): {len(errors)} spec(s) could not be judged, "
+            "and a baseline written now would hold no entries for them; fix the errors above and run again",
+            file=sys.stderr,
+        )
+    elif args.update_baseline:
         write_json(args.baseline, results, seconds=seconds, errors=errors, provenance=provenance, baseline=compared)
     on_github = github.enabled(args.github)
     if on_github and (problem := github.write_summary(github.job_summary(results, seconds=seconds, errors=errors, comparison=comparison))):

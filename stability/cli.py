@@ -88,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="GitHub Actions job summary ($GITHUB_STEP_SUMMARY) and ::error annotations on the specs' lines (default: on when GITHUB_ACTIONS=true)",
     )
-    c.add_argument("--baseline", metavar="FILE", help="compare each expectation's number with this JSON report's, on its cases; exit 1 when one moved toward its bound past its drift")
+    c.add_argument("--baseline", metavar="FILE", help="compare each expectation's number with this JSON report's, on its cases; exit 1 when one moved past its drift, either way")
     c.add_argument("--update-baseline", action="store_true", help="write this run's JSON report to the --baseline FILE (the comparison is shown, not failed on)")
     c.add_argument("--changed", action="store_true", help="the paths are changed files (and spec folders, default ./specs): check the specs they change, directly or through a factory module")
 

@@ -94,26 +94,37 @@ def test_a_gradient_ratio_moved_from_1_to_1_31_fails_and_an_unchanged_run_passes
     assert check(base, "--json", "base.json")[0] == 0
     code, out, _ = check(pr, "--baseline", base / "base.json")
     assert code == 1  # 1.31 is still inside [0.5, 2]: only the comparison fails it
-    assert "✗ specs/gain.toml::gradient_arrival: 1.00 → 1.31 (+31.0%, drift limit 10%): moved toward its bound by more than the drift limit" in out
+    assert "✗ specs/gain.toml::gradient_arrival: 1.00 → 1.31 (+31.0%, drift limit 10%): rose, toward its bound, by more than the drift limit" in out
     assert f"changed since the baseline in specs/gain.toml: the factory module specs/{MODULE}.py" in out
     assert "reproduce: stability check specs/gain.toml --case depth=1,width=4,batch=2," in out
     code, out, _ = check(base, "--baseline", "base.json")
     assert code == 0
     assert "1.00 → 1.00" in out and "0%" in out and "changed since the baseline" not in out
-    assert "1 expectation(s) compared on the same cases, 0 moved toward their bound past the drift limit" in out
+    assert "1 expectation(s) compared on the same cases, 0 moved past the drift limit" in out
 
 
 @pytest.mark.parametrize(
-    "before, after, code",
-    [(1.0, 1.05, 0), (1.0, 0.95, 0), (1.0, 0.85, 1), (1.31, 1.0, 0), (0.6, 1.0, 0), (1.0, 1.0999, 0), (1.0, 1.1001, 1)],
-    ids=["up-5%", "down-5%", "down-15%", "back-to-the-middle", "away-from-lo", "just-inside", "just-past"],
+    "before, after, code, says",
+    [
+        (1.0, 1.05, 0, "rose, toward its bound, within"),
+        (1.0, 0.95, 0, "fell, toward its bound, within"),
+        (1.0, 0.85, 1, "fell, toward its bound, by more than"),
+        (1.31, 1.0, 1, "fell, away from its bound, by more than"),
+        (0.6, 1.0, 1, "rose, away from its bound, by more than"),
+        (1.31, 1.2, 0, "fell, away from its bound, within"),
+        (1.0, 1.0999, 0, "rose, toward its bound, within"),
+        (1.0, 1.1001, 1, "rose, toward its bound, by more than"),
+    ],
+    ids=["up-5%", "down-5%", "down-15%", "back-to-the-middle", "away-from-lo", "away-within", "just-inside", "just-past"],
 )
-def test_the_limit_is_a_relative_change_toward_the_nearer_bound(tmp_path: Path, check: Check, before: float, after: float, code: int) -> None:
+def test_the_limit_is_a_relative_change_either_way_named_by_direction(tmp_path: Path, check: Check, before: float, after: float, code: int, says: str) -> None:
     base, pr = checkout(tmp_path, "base", before), checkout(tmp_path, "pr", after)
     assert check(base, "--json", "base.json")[0] == 0
-    got, out, _ = check(pr, "--baseline", base / "base.json")
+    got, out, _ = check(pr, "--baseline", base / "base.json", "--json", "r.json")
     assert got == code, out
     assert f"{before:#.3g} → {after:#.3g}" in out
+    (delta,) = json.loads((pr / "r.json").read_text())["baseline"]["deltas"]
+    assert delta["status"] == ("drift" if code else "within") and delta["why"].startswith(says), delta
 
 
 def test_relative_change_closed_forms() -> None:

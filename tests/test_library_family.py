@@ -265,13 +265,17 @@ def test_the_worker_forkserver_preloads_the_libraries_of_the_run(tmp_path: Path)
     assert out.stdout.strip() == "True"
 
 
-def test_the_memory_model_grows_with_depth_and_refuses_a_case_far_too_large() -> None:
+def test_the_memory_model_grows_with_depth_and_refuses_a_case_far_too_large(monkeypatch: pytest.MonkeyPatch) -> None:
     from stability.errors import CaseError
+    from stability.families import library_memory
     from stability.run.guard import check_budget, estimate_bytes
 
+    monkeypatch.setattr(library_memory, "resident_bytes", lambda: 0)  # the case's own bytes alone
+
     spec = _spec()
-    small, deep = (estimate_bytes(spec, corner_case(spec, depth=d)) for d in (2, 2000))
-    assert small is not None and deep is not None and deep > 500 * small
+    small, three, deep = (estimate_bytes(spec, corner_case(spec, depth=d)) for d in (2, 3, 2000))
+    assert small is not None and three is not None and deep is not None and three > small
+    assert deep - small == 1998 * (three - small)  # linear in the depth past 2 (each block adds its parameters and saved tensors)
     net = build(spec, corner_case(spec, depth=2))
     params = sum(p.numel() * 4 for p in net.model.model.parameters()) if net.model is not None else 0
     assert small > params  # parameters and saved activations, with margin

@@ -24,9 +24,12 @@ stream, discovers its blocks (`stability.families.discover`) and applies the ini
 `shipped` is given (`stability.families.library_build`); the `Network` it returns carries the
 model and its inputs (`discover.ModelRun`), so every measurement runs the model's own forward.
 
-The memory model builds the case's model at depths 1 and 2 on the CPU (once per width and
-inputs) and counts its parameters and the tensors autograd saves in one forward:
-bytes(depth) = fixed + depth · (bytes(2) − bytes(1)), with a 1.5× margin.
+The memory model (`stability.families.library_memory`) builds the case's model at depths 1 and 2
+on the meta device (once per case without its depth and seed), counts its parameters exactly and
+the tensors autograd saves in the probe's forward on fake tensors, allocating nothing the size of
+the model, and extends both linearly to the case's depth: the peak is the resident set already
+held, the model (two while a seed ensemble is probed), the saved tensors and the backward's
+working set (docs/library-models.md has it against measured peaks).
 """
 
 from __future__ import annotations
@@ -120,63 +123,72 @@ def _build(spec: Any, case: Any, gen: Any) -> Any:
     return Network(nn.Sequential(*built.blocks.modules), model=ModelRun(built.model, built.inputs, built.blocks))
 
 
-_MEASURED: dict[str, tuple[int, int] | None] = {}  # (fixed, per block) by the case without its depth
+_FOOTPRINTS: dict[str, Any] = {}  # the case without its depth → its footprints at depths 1 and 2 (None: no estimate)
 
 
-def _measure(spec: Any, case: Any, depth: int) -> int:
-    """Parameter bytes plus the bytes autograd saves in one forward of the case's model at `depth`, in float32."""
+def _footprints(spec: Any, case: Any) -> Any:
+    """The case's model's footprints (`library_memory.footprint`) at depths 1 and 2, cached per
+    case without its depth and seed; None when the meta build or the fake pass fails."""
     import torch
 
-    from stability.families.discover import run_model
-    from stability.families.library_build import build_model
+    from stability.families.build import torch_dtype
+    from stability.families.library_memory import footprint
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        built = build_model(library_model(spec), {**case.as_dict(), "depth": depth}, input_seed=0)
-    saved = [0]
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        saved[0] += t.numel() * t.element_size()
-        return t
-
-    def stop(module: Any, args: Any, output: Any) -> None:
-        raise _Stop
-
-    handle = built.blocks.modules[-1].register_forward_hook(stop)  # nothing after the last probed block runs in the probe
-    try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            run_model(built.model, built.inputs)
-    except _Stop:
-        pass
-    finally:
-        handle.remove()
-    return saved[0] + sum(p.numel() * p.element_size() for p in built.model.parameters())
+    key = repr((spec.path, spec.options, dataclasses.replace(case, depth=0, seed=0, device="cpu")))
+    if key not in _FOOTPRINTS:
+        lib = library_model(spec)
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                _FOOTPRINTS[key] = tuple(footprint(lib, {**case.as_dict(), "depth": d}, torch_dtype(case.dtype)) for d in (1, 2))
+        except Exception:  # a config that does not build, a forward fake tensors cannot run: no estimate (the case runs as it is)
+            _FOOTPRINTS[key] = None
+    return _FOOTPRINTS[key]
 
 
-class _Stop(BaseException):
-    """Ends the memory model's forward at the last probed block."""
+def _shipped_params(spec: Any, case: Any) -> int:
+    """Bytes (float32) of the init rule's two depth-1 models (`library_build.init_factors`), 0 without `block.shipped`."""
+    import torch
+
+    from stability.families.library import fill
+    from stability.families.library_memory import count_bytes, meta_model
+
+    lib = library_model(spec)
+    if not lib.shipped:
+        return 0
+    one = {**case.as_dict(), "depth": 1}
+    reduced = fill(lib.config, one)
+    return sum(count_bytes(meta_model(lib, c), torch.float32)[0] for c in (reduced, {**reduced, **fill(lib.shipped, one)}))
+
+
+def _ensemble_runs(spec: Any) -> bool:
+    """Whether a seed ensemble is probed besides the case (a declared probe invariant whose registry entry has `ensemble`)."""
+    from stability.spec.registry import INVARIANTS
+
+    return int(getattr(spec.probe, "ensemble", 1)) > 1 and any((e := INVARIANTS.get(n)).ensemble is not None and not e.training for n, _ in spec.invariants())
 
 
 def _estimate(spec: Any, case: Any) -> int | None:
-    """bytes(depth) = fixed + depth · per block, from the case's model at depths 1 and 2 (the module
-    docstring); None when those do not build or run (the case then fails on its own)."""
-    from stability.families.build import torch_dtype
+    """The peak resident bytes of the process probing the case (`stability.families.library_memory`,
+    its docstring): the footprint at depths 1 and 2 from the config on meta and fake tensors,
+    extended linearly to the case's depth; None when that does not build or run."""
+    from stability.families.library_memory import resident_bytes
 
-    probe_case = dataclasses.replace(case, depth=1, dtype="float32", device="cpu", seed=0)
-    key = repr((spec.path, spec.options, dataclasses.replace(probe_case, depth=0)))
-    if key not in _MEASURED:
-        try:
-            one, two = _measure(spec, probe_case, 1), _measure(spec, probe_case, 2)
-            _MEASURED[key] = (one, max(two - one, 0))
-        except Exception:  # a config that does not build at this width, or a forward that fails: no estimate
-            _MEASURED[key] = None
-    found = _MEASURED[key]
+    found = _footprints(spec, case)
     if found is None:
         return None
-    fixed, per_block = found
-    scale: float = torch_dtype(case.dtype).itemsize / 4
-    depth: int = case.depth
-    return int(1.5 * scale * (fixed + depth * per_block)) + depth * _BLOCK_BYTES
+    one, two = found
+    depth = case.depth
+
+    def at(x: int, y: int) -> int:
+        return x if depth == 1 else y + (depth - 2) * max(y - x, 0)
+
+    params, saved = at(one.params, two.params), at(one.saved, two.saved)
+    largest_param, largest_saved = max(one.largest_param, two.largest_param), max(one.largest_saved, two.largest_saved)
+    work = 2 * largest_param + 2 * largest_saved  # the backward's gradients of the largest parameter and activation, and their norms' copies
+    probe = (2 if _ensemble_runs(spec) else 1) * params + saved + work
+    build = at(one.params_float32, two.params_float32) + largest_param + _shipped_params(spec, case)  # constructed in float32, then cast; the init rule's models
+    return int(resident_bytes() + max(probe, build))
 
 
 def _preload(block: Mapping[str, Any]) -> Sequence[str]:

@@ -8,8 +8,9 @@ seed on their own stream, so the ensemble is as reproducible as the case (`--cas
 rebuilds the same ensemble) and never overlaps the case's weight, input or loss streams.
 
 The S − 1 new members are built and probed in one vectorised pass (`probe_seeds`); where vmap
-cannot run a block (a custom block doing something vmap has no rule for), the members are probed
-one at a time with `probe`, which gives the same numbers as probing each case alone.
+cannot run a block (a custom block doing something vmap has no rule for, a library model run
+through its own forward), the members are built and probed one at a time with `probe`, each freed
+before the next is built, which gives the same numbers as probing each case alone.
 `mean_field` judges the ensemble's median per-block gradient factor (a log of a ratio of two
 gradient norms of one network at batch 1 has a heavy lower tail). `gradient_arrival` and
 `identity_at_init` stay per-case: they bound what one network, the one a
@@ -23,6 +24,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -42,6 +44,8 @@ __all__ = ["Ensemble", "ENSEMBLE_STREAM", "ensemble_seeds", "probe_ensemble", "p
 #: The `derive_seed` stream the ensemble's seeds come from (0 weights, 1 input, 2 loss are the
 #: case's own; a high number keeps clear of streams other features add).
 ENSEMBLE_STREAM = 0x454E53  # "ENS"
+
+_T = TypeVar("_T")
 
 
 @serializable
@@ -123,11 +127,25 @@ def probe_ensemble_until_decided(spec: Spec, case: Case, first: Measurements, *,
 def _built(spec: Spec, case: Case, seeds: list[int]) -> list[tuple[Network, torch.Tensor | None]]:
     """(network, its input after the stem) of the case's architecture with each of these seeds
     (the input None where the network runs inside its model's own forward)."""
-    out = []
+    return [_member(spec, case, s) for s in seeds]
+
+
+def _member(spec: Spec, case: Case, seed: int) -> tuple[Network, torch.Tensor | None]:
+    member = dataclasses.replace(case, seed=seed)
+    net = build(spec, member)
+    return net, network_input(spec, member, net)
+
+
+def _one_at_a_time(spec: Spec, case: Case, seeds: list[int], measure: Callable[[Network, torch.Tensor | None, int], _T], first: list[tuple[Network, torch.Tensor | None]] | None = None) -> list[_T]:
+    """`measure(net, x, seed)` of each member, each built after the one before is freed (a library
+    model's members are whole models: one resident at a time besides the case's own, which the
+    memory guard's estimate counts). `first`, when given, holds the first seed's member already
+    built (taken out of it, so nothing else keeps it alive)."""
+    out: list[_T] = []
     for s in seeds:
-        member = dataclasses.replace(case, seed=s)
-        net = build(spec, member)
-        out.append((net, network_input(spec, member, net)))
+        net, x = first.pop() if first else _member(spec, case, s)
+        out.append(measure(net, x, s))
+        del net, x
     return out
 
 
@@ -148,19 +166,27 @@ def _probe_members(spec: Spec, case: Case, seeds: list[int], *, vectorise: bool 
     """The members with these seeds, probed together (or one by one where vmap cannot run a block)."""
     if not seeds:
         return [], False
-    built = _built(spec, case, seeds)
+    head = _member(spec, case, seeds[0])
     # Blocks called with keyword arguments (a library Stack's call_kwargs) or inside a model's own
     # forward go through `probe_network`, which passes them; probe_seeds calls each block with the
     # hidden state alone.
-    alone = [x for net, x in built if net.call_kwargs is None and net.model is None and x is not None]
-    if vectorise and len(alone) == len(built) and spec.probe.checkpoint_every == 0 and spec.probe.loss in ("projection", "sum"):
-        try:
-            return probe_seeds([net.blocks for net, _ in built], alone, seeds=[derive_seed(s, 2) for s in seeds], loss=spec.probe.loss), True
-        except (BlockError, RuntimeError, ValueError) as exc:
-            if "out of memory" in str(exc).lower():
-                raise
-            built = _built(spec, case, seeds)  # fresh buffers: the failed pass may have run some blocks
-    return [_probe_member(spec, net, x, s) for (net, x), s in zip(built, seeds, strict=True)], False
+    alone = head[0].call_kwargs is None and head[0].model is None and head[1] is not None
+    if vectorise and alone and spec.probe.checkpoint_every == 0 and spec.probe.loss in ("projection", "sum"):
+        built = [head, *_built(spec, case, seeds[1:])]
+        if all(net.call_kwargs is None and net.model is None and x is not None for net, x in built):
+            try:
+                return probe_seeds([net.blocks for net, _ in built], [x for _, x in built if x is not None], seeds=[derive_seed(s, 2) for s in seeds], loss=spec.probe.loss), True
+            except (BlockError, RuntimeError, ValueError) as exc:
+                if "out of memory" in str(exc).lower():
+                    raise
+            del built  # fresh buffers below: the failed pass may have run some blocks
+            head = _member(spec, case, seeds[0])
+        else:
+            head = built[0]
+            del built
+    pending = [head]
+    del head
+    return _one_at_a_time(spec, case, seeds, lambda net, x, s: _probe_member(spec, net, x, s), first=pending), False
 
 
 def probe_channel_ensemble(spec: Spec, case: Case, first: Measurements, *, size: int) -> list[ChannelProfile]:
@@ -171,7 +197,7 @@ def probe_channel_ensemble(spec: Spec, case: Case, first: Measurements, *, size:
     (a centred tanh stack of width 18 at batch 8 gives ρ from −0.1 to 0.3 across seeds, around a
     median of −0.03), so the invariant judges the ensemble's median."""
     seeds = ensemble_seeds(case.seed, size)[1:]
-    members = [_probe_member(spec, net, x, s, observers=[ChannelStats()]) for (net, x), s in zip(_built(spec, case, seeds), seeds, strict=True)]
+    members = _one_at_a_time(spec, case, seeds, lambda net, x, s: _probe_member(spec, net, x, s, observers=[ChannelStats()]))
     return [first.extra["channels"], *(m.extra["channels"] for m in members)]
 
 
@@ -180,4 +206,4 @@ def lesion_ensemble(spec: Spec, case: Case, first: list[float], *, size: int) ->
     the case's own, the others built from `ensemble_seeds`. One network seeing one input of a few
     values is a noisy sample (a 1/√L-scaled pre-activation stack at width 16, batch 1 exceeds a
     change of 0.8 in ~1 of 80 draws), so `lesion` judges the median over the networks."""
-    return [first, *(network_lesion(net, x) for net, x in _built(spec, case, ensemble_seeds(case.seed, size)[1:]))]
+    return [first, *_one_at_a_time(spec, case, ensemble_seeds(case.seed, size)[1:], lambda net, x, s: network_lesion(net, x))]

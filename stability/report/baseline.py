@@ -1,9 +1,9 @@
 """Numbers against a baseline: `stability check --baseline FILE` compares each expectation's
 observed number with a JSON report of an earlier run (the base branch's), on the same case, and
-fails when a number moved toward its bound by more than the expectation's `drift`.
+fails when a number moved by more than the expectation's `drift`, either way.
 
 **Keying.** A baseline entry is one judged expectation of the report: (spec file, spec name,
-invariant, case string). The case string fixes everything the builder uses, seed included, so
+invariant, case string), the spec file in one normal form on both sides (`spec_key`). The case string fixes everything the builder uses, seed included, so
 replaying it is deterministic: on unchanged code it gives the same number, bit for bit.
 
 **The same cases.** The search of this run may pick other deciding cases than the baseline's
@@ -19,14 +19,19 @@ the factory module …"), never silently compared, and never hidden: a changed f
 the change under review. An entry that cannot be replayed (its case is outside a changed space,
 its invariant is no longer declared, the case no longer runs) is listed as not comparable.
 
-**The rule.** For an expectation that holds, a number moved *toward its bound* when the verdict
-came closer to failing by the search's own measure (`stability.run.conclude.severity`, the
-invariant's registry entry's: for a `[lo, hi]` ratio, the log-distance to the nearer bound; for a
-one-sided bound, the number itself); for a negative control (`expect = "violated"`), when it came closer to passing. The
-change is relative, |after − before| / |before| (a move away from exactly 0 is an infinite
-change). It fails the check (exit 1) when it is toward the bound and larger than `drift`, or
-when the replayed case no longer meets the expectation at all. `--update-baseline` writes this
-run's JSON report to FILE and reports the changes without failing on them.
+**The rule.** The change is relative, |after − before| / |before| (a move away from exactly 0 is
+an infinite change). It fails the check (exit 1) when it is larger than `drift` **in either
+direction**, or when the replayed case no longer meets the expectation at all (crossing the bound
+fails whatever the size of the move). A number that moves a lot means the init changed, whichever
+way: a bug can make a healthy number better by the bound's measure, and a negative control that
+moves away from its bound is a worse model. The message names the direction: "rose" or "fell",
+and toward or away from its bound (`toward_bound`): for an expectation that holds, toward means
+the verdict came closer to failing by the search's own measure (`stability.run.conclude.severity`,
+the invariant's registry entry's: for a `[lo, hi]` ratio, the log-distance to the nearer bound;
+for a one-sided bound, the number itself); for a negative control (`expect = "violated"`), closer
+to passing. `--update-baseline` writes this run's JSON report to FILE and reports the changes
+without failing on them (drift is a warning there, not an error); it writes nothing when the run
+could not judge a spec (exit 2), so a baseline never loses a spec's entries (docs/ci.md).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -57,7 +63,7 @@ from stability.spec.schema import Spec
 if TYPE_CHECKING:  # only named in annotations: reading a baseline (a usage error) imports no torch
     from stability.run.executor import Outcome, Task
 
-__all__ = ["Baseline", "Comparison", "Delta", "Key", "compare", "load_baseline", "print_comparison", "provenance", "relative_change", "toward_bound"]
+__all__ = ["Baseline", "Comparison", "Delta", "Key", "compare", "load_baseline", "print_comparison", "provenance", "relative_change", "spec_key", "toward_bound"]
 
 _FIX = "write one with `stability check --json FILE` on the base branch, or pass --update-baseline to create it"
 
@@ -152,8 +158,39 @@ def _float(x: Any) -> float:
     return float(x) if isinstance(x, (int, float, str)) and not isinstance(x, bool) else math.nan
 
 
-def _norm(path: str) -> str:
-    return os.path.normpath(path)
+def spec_key(path: str) -> str:
+    """The one form a spec file takes in a baseline key, on both sides of a comparison: relative to
+    this folder when the file lies under it (`specs/x.toml`, whether written `./specs/x.toml`,
+    `specs/../specs/x.toml` or as an absolute path), else absolute; normalised either way."""
+    absolute = os.path.normpath(os.path.abspath(path))
+    here = os.path.abspath(os.curdir)
+    return os.path.relpath(absolute, here) if absolute == here or absolute.startswith(here.rstrip(os.sep) + os.sep) else absolute
+
+
+#: A baseline is read whole: at most MAX_BYTES, its JSON nested at most MAX_DEPTH arrays and
+#: objects deep. A JSON report nests 6 deep (report → specs → spec → invariants → entry → its
+#: `extra`'s values) and takes ~2 KiB per judged expectation (the shipped specs' ci report,
+#: ~140 expectations: ~0.3 MiB), so both limits are far above any report the tool writes.
+MAX_BYTES = 64 * 2**20
+MAX_DEPTH = 64
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON `text` (brackets inside strings skipped),
+    without recursion; stops counting past MAX_DEPTH."""
+    depth = deepest = 0
+    for m in _TOKENS.finditer(text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_DEPTH:
+                    break
+        elif c in "]}":
+            depth -= 1
+    return deepest
 
 
 # ----------------------------------------------------------------------------- provenance
@@ -201,22 +238,31 @@ def load_baseline(path: str, *, update: bool = False) -> Baseline:
     """Read a JSON report as a baseline. A missing file is an empty baseline with `update` (it is
     about to be written), else a UsageError; so is a file that is not a stability JSON report."""
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # never block on a FIFO or read a device
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):  # never block on a FIFO or read a device
             raise UsageError(f"--baseline {path}: is not a regular file; {_FIX}")
-        text = Path(path).read_text(encoding="utf-8")
+        if info.st_size > MAX_BYTES:
+            raise UsageError(f"--baseline {path}: is {info.st_size} bytes, over the limit of {MAX_BYTES} ({MAX_BYTES // 2**20} MiB) for a baseline; {_FIX}")
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)  # (a file that grew since the stat is still bounded)
+        if len(raw) > MAX_BYTES:
+            raise UsageError(f"--baseline {path}: is over the limit of {MAX_BYTES} bytes ({MAX_BYTES // 2**20} MiB) for a baseline; {_FIX}")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         if update:
             return Baseline(path, [])
         raise UsageError(f"--baseline {path}: no such file; {_FIX}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"--baseline {path}: cannot be read ({getattr(exc, 'strerror', None) or exc}); {_FIX}") from None
+    if _depth(text) > MAX_DEPTH:
+        raise UsageError(f"--baseline {path}: nests arrays and objects more than {MAX_DEPTH} deep, over the limit for a baseline (a JSON report nests 6); {_FIX}")
     try:
         data = json.loads(text)
         if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION or not isinstance(data.get("specs"), list):
             raise ValueError(f"not a stability JSON report of schema_version {SCHEMA_VERSION}")
         baseline = Baseline(path, [])
         for spec in data["specs"]:
-            where = (_norm(str(spec["file"])), str(spec["name"]))
+            where = (spec_key(str(spec["file"])), str(spec["name"]))
             baseline.provenance[where] = spec.get("provenance")
             for inv in spec["invariants"]:
                 if inv.get("verdict") is None or inv.get("case") is None:
@@ -263,15 +309,14 @@ def _judge(spec: Spec, entry: Entry, after: InvariantResult) -> tuple[str, str]:
             return "drift", f"the case no longer meets the expectation: {after.error or (v.detail if v else after.message)}"
         return "not_comparable", f"no number to compare ({after.error or (v.detail if v else 'not measured')})"
     if entry.met and not after.met:
-        return "drift", "the case no longer meets the expectation"
+        return "drift", "the case no longer meets the expectation"  # crossing the bound fails whatever the drift
     change = abs(relative_change(entry.verdict.observed, v.observed))
     if change == 0:
         return "within", "unchanged"
-    if not toward_bound(spec, after.name, entry.verdict, v):
-        return "within", "moved away from its bound"
+    way = f"{'rose' if v.observed > entry.verdict.observed else 'fell'}, {'toward' if toward_bound(spec, after.name, entry.verdict, v) else 'away from'} its bound"
     if change > limit:
-        return "drift", "moved toward its bound by more than the drift limit"
-    return "within", "moved toward its bound, within the drift limit"
+        return "drift", f"{way}, by more than the drift limit"
+    return "within", f"{way}, within the drift limit"
 
 
 # ----------------------------------------------------------------------------- comparing
@@ -292,7 +337,7 @@ def compare(
     here: dict[tuple[str, str, str, str], tuple[Outcome, InvariantResult]] = {}
     for o in outcomes:
         for r in o.result.results:
-            here[(_norm(o.task.spec.path), o.task.spec.name, r.name, o.task.options.device)] = (o, r)
+            here[(spec_key(o.task.spec.path), o.task.spec.name, r.name, o.task.options.device)] = (o, r)
     comparison = Comparison(baseline.path, [], update=update)
     known = {(e.key.file, e.key.spec, e.key.invariant) for e in baseline.entries}
     comparison.new = [f"{o.task.spec.path}::{r.name}" for (file, name, inv, _), (o, r) in here.items() if r.verdict is not None and (file, name, inv) not in known]
@@ -328,7 +373,7 @@ def compare(
     compared = {(d.key.file, d.key.spec) for d in comparison.deltas}
     for o in outcomes:
         spec = o.task.spec
-        where = (_norm(spec.path), spec.name)
+        where = (spec_key(spec.path), spec.name)
         if where in compared and spec.path not in comparison.changed:
             now = (provenances or {}).get(spec.path) or provenance(spec)
             changes = _changes(baseline.provenance.get(where), now)
@@ -358,13 +403,13 @@ def fmt_limit(limit: float) -> str:
 
 def headline(c: Comparison) -> str:
     compared = sum(d.status != "not_comparable" for d in c.deltas)
-    text = f"against the baseline {c.path}: {compared} expectation(s) compared on the same cases, {len(c.drifted)} moved toward their bound past the drift limit"
+    text = f"against the baseline {c.path}: {compared} expectation(s) compared on the same cases, {len(c.drifted)} moved past the drift limit"
     lost = len(c.deltas) - compared
     if lost:
         text += f", {lost} not comparable"
     if c.new:
         text += f", {len(c.new)} new (no baseline)"
-    return text + (" (--update-baseline: not failing, the baseline is rewritten)" if c.update and c.drifted else "")
+    return text + (" (--update-baseline: not failing on it)" if c.update and c.drifted else "")
 
 
 def print_comparison(c: Comparison, console: Console, *, quiet: bool = False) -> None:

@@ -121,7 +121,7 @@ def workflow_commands(results: Iterable[SpecResult], *, load_errors: Iterable[tu
             text = printable(f"{fmt(d.before)} → {fmt(d.after)} ({fmt_change(d)}, drift limit {fmt_limit(d.limit)}) at {d.key.case}: {d.why}")
             if d.reproduce:
                 text += f"\nreproduce: {printable(d.reproduce)}"
-            kind, title = ("error", f"stability: {d.key.invariant} moved toward its bound") if d.status == "drift" else ("warning", f"stability: {d.key.invariant} not comparable with the baseline")
+            kind, title = ("error", f"stability: {d.key.invariant} moved past its drift") if d.status == "drift" else ("warning", f"stability: {d.key.invariant} not comparable with the baseline")
             out.append(command("warning" if comparison.update else kind, text, file=repo_path(d.key.file, environ), line=line, title=title))
     return out
 
@@ -205,7 +205,7 @@ def job_summary(results: list[SpecResult], *, seconds: float, errors: Iterable[s
     errors = list(errors)
     drift = comparison is not None and comparison.failed
     if failed or errors or drift:
-        what = [f"{failed} of {len(pairs)} expectation(s) not met" if failed else "", f"{len(errors)} error(s)" if errors else "", "a number moved toward its bound" if drift else ""]
+        what = [f"{failed} of {len(pairs)} expectation(s) not met" if failed else "", f"{len(errors)} error(s)" if errors else "", "a number moved past its drift limit" if drift else ""]
         head = "### stability: ✗ " + ", ".join(w for w in what if w)
     else:
         head = f"### stability: ✓ every expectation met ({len(pairs)})"

@@ -113,7 +113,7 @@ def check_least(spec: Spec, case: Case, budget: int) -> None:
         raise CaseError(
             f"refused: this case needs at least {format_bytes(least)} ({case.depth} blocks at "
             f"{format_bytes(least // max(case.depth, 1))} each for modules and autograd bookkeeping alone) "
-            f"and the memory budget is {format_bytes(budget)}; narrow space.depth or raise STABILITY_MEMORY_BUDGET"
+            f"and the memory budget is {format_bytes(budget)} ({_which(spec, case)}); narrow space.depth or raise --memory-budget (STABILITY_MEMORY_BUDGET)"
         )
 
 
@@ -126,10 +126,15 @@ def check_budget(spec: Spec, case: Case, budget: int | None = None) -> None:
         return
     if est > budget:
         raise CaseError(
-            f"refused: this case needs about {format_bytes(est)} (parameters, saved activations and per-block "
-            f"overhead) and the memory budget is {format_bytes(budget)}; narrow space.depth/width/batch or "
-            f"raise STABILITY_MEMORY_BUDGET"
+            f"refused: this case needs about {format_bytes(est)} (parameters, saved activations and overhead) "
+            f"and the memory budget is {format_bytes(budget)} ({_which(spec, case)}); narrow space.depth/width/batch/tokens or "
+            f"raise --memory-budget (STABILITY_MEMORY_BUDGET)"
         )
+
+
+def _which(spec: Spec, case: Case) -> str:
+    """The spec and the case a refusal names, so that the line stands alone."""
+    return f"spec {spec.path}, case {case}"
 
 
 # An import interrupted half-way leaves a broken module in sys.modules for the rest of the run (torch

@@ -324,7 +324,7 @@ class Expectation(_Model):
     #: { branch_init = ["zero"] }); unnamed keys are unrestricted. Default: every case (on a
     #: built-in family identity_at_init also needs a zero-branch init). See stability.spec.applicability.
     applies_when: dict[str, list[str | int]] | None = None
-    #: How far the observed number may move toward its bound, relative (0.1 = 10%), before
+    #: How far the observed number may move, either way, relative (0.1 = 10%), before
     #: `stability check --baseline` fails the change (stability.report.baseline; inf = never).
     drift: float = Field(0.1, ge=0.0)
 

@@ -1,0 +1,230 @@
+"""The memory model of library models (stability/families/library_memory.py, its use in
+stability/families/library_family.py and stability/run/guard.py): parameters counted exactly on
+the meta device, the saved tensors counted on fake tensors, nothing the model's size allocated, a
+refusal in one line, the ensemble's members one at a time, and the estimate against a measured
+peak (slow)."""
+
+from __future__ import annotations
+
+import gc
+import re
+import resource
+import subprocess
+import sys
+import weakref
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from stability.families import library_memory
+from stability.families.library_family import library_model
+from stability.families.library_memory import count_bytes, footprint, meta_model
+from stability.spec.case import parse_case_string
+from stability.spec.load import parse_spec
+
+SPEC = """\
+name = "{name}"
+description = "a library model"
+family = "library"
+
+[block]
+layer = "tokens"
+model = "{model}"
+config = {config}
+
+[space]
+depth = {depth}
+width = {width}
+batch = {batch}
+tokens = {tokens}
+
+[expect.gradient_arrival]
+lo = 1e-30
+hi = 1e30
+{extra}"""
+GPT2 = '{ n_embd = "width", n_layer = "depth", n_head = "width/16", vocab_size = 97, n_positions = 64 }'
+LLAMA = (
+    '{ hidden_size = "width", intermediate_size = "3*width", num_hidden_layers = "depth", num_attention_heads = "width/16", num_key_value_heads = "width/32", '
+    "vocab_size = 97, tie_word_embeddings = false }"
+)
+
+
+def _spec(model: str = "transformers:GPT2Model", config: str = GPT2, *, depth: int | str = 2, width: int = 32, batch: int = 2, tokens: int = 8, extra: str = "", path: str = "lib.toml") -> Any:
+    text = SPEC.format(name="lib", model=model, config=config, depth=depth, width=width, batch=batch, tokens=tokens, extra=extra)
+    return parse_spec(text, file=path)
+
+
+def _real(spec: Any, values: dict[str, Any]) -> nn.Module:
+    from stability.families.library import fill
+    from stability.families.library_build import construct
+
+    torch.manual_seed(0)
+    return construct(library_model(spec).target, fill(library_model(spec).config, values))
+
+
+@pytest.mark.parametrize(
+    "model, config",
+    [
+        ("transformers:GPT2Model", GPT2),  # tied: wte is counted once
+        ("transformers:LlamaModel", LLAMA),
+        ("transformers:BertModel", '{ hidden_size = "width", intermediate_size = "4*width", num_hidden_layers = "depth", num_attention_heads = 2, vocab_size = 97 }'),
+        ("timm:vit_tiny_patch16_224", '{ img_size = 32, patch_size = 8, embed_dim = "width", depth = "depth", num_heads = 2 }'),
+        ("torchvision:resnet18", "{}"),
+    ],
+    ids=["gpt2", "llama", "bert", "timm-vit", "torchvision-resnet"],
+)
+def test_the_meta_model_has_the_real_models_exact_parameter_count(model: str, config: str) -> None:
+    spec = _spec(model, config)
+    values = parse_case_string("depth=2", spec, device="cpu").as_dict()
+    from stability.families.library import fill
+
+    meta = meta_model(library_model(spec), fill(library_model(spec).config, values))
+    real = _real(spec, values)
+    assert all(t.device.type == "meta" for t in [*meta.parameters(), *meta.buffers()])
+    count = sum(p.numel() for p in real.parameters())  # (parameters() yields a tied weight once)
+    assert count_bytes(meta, torch.float32)[2] == count
+    floating = sum(t.numel() for t in [*real.parameters(), *real.buffers()] if t.is_floating_point())
+    other = sum(t.numel() * t.element_size() for t in real.buffers() if not t.is_floating_point())
+    assert count_bytes(meta, torch.float64)[0] == 8 * floating + other
+    assert count_bytes(meta, torch.float32)[0] == 4 * floating + other
+
+
+def _saved_for_real(model: nn.Module, inputs: Any, last: nn.Module) -> int:
+    """The bytes of the distinct storages autograd keeps in a real forward up to `last`, parameters excluded."""
+    from stability.families.discover import run_model
+
+    owned = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+    storages: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        s = t.untyped_storage()
+        if s.data_ptr() not in owned:
+            storages[s.data_ptr()] = s.nbytes()
+        return t
+
+    class Stop(BaseException):
+        pass
+
+    def stop(*_: Any) -> None:
+        raise Stop
+
+    handle = last.register_forward_hook(stop)
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            run_model(model, inputs)
+    except Stop:
+        pass
+    finally:
+        handle.remove()
+    return sum(storages.values())
+
+
+@pytest.mark.parametrize("config", [GPT2, LLAMA], ids=["gpt2", "llama"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_saved_tensors_on_fake_tensors_are_the_real_forwards(config: str, dtype: str) -> None:
+    from stability.families.build import torch_dtype
+    from stability.families.library_build import build_model
+
+    model = "transformers:GPT2Model" if config is GPT2 else "transformers:LlamaModel"
+    spec = _spec(model, config, width=64, tokens=16, depth='[1, 4]\ndtype = ["float32", "float64"]')
+    values = parse_case_string(f"depth=3,dtype={dtype}", spec, device="cpu").as_dict()
+    torch.manual_seed(0)
+    built = build_model(library_model(spec), values, input_seed=0, dtype=torch_dtype(dtype))
+    real = _saved_for_real(built.model, built.inputs, built.blocks.modules[-1])
+    found = footprint(library_model(spec), values, torch_dtype(dtype))
+    if config is GPT2:
+        assert found.saved == real > 0
+    else:  # on fake tensors transformers takes its tracing path for Llama's attention (an explicit causal mask,
+        # not sdpa's is_causal): at most two attention-map-sized tensors per layer differ
+        attention_map = values["batch"] * 4 * values["tokens"] ** 2 * torch_dtype(dtype).itemsize  # (B, H, T, T), 4 heads
+        assert real > 0 and abs(found.saved - real) <= 2 * 3 * attention_map, (found.saved, real)
+    assert found.params == sum(t.numel() * t.element_size() for t in {id(t): t for t in [*built.model.parameters(), *built.model.buffers()]}.values())
+    assert found.largest_param == max(p.numel() * p.element_size() for b in built.blocks.modules for p in b.parameters())
+
+
+def test_the_estimate_is_linear_in_depth_and_counts_a_second_model_for_the_ensemble(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stability.families.library_family import _estimate
+
+    monkeypatch.setattr(library_memory, "resident_bytes", lambda: 0)
+    alone = _spec(depth="[1, 8]")
+    ensemble = _spec(depth="[1, 8]", extra='\n[probe]\nensemble = 3\n\n[expect.variance_growth]\nmax_growth = "exponential"\n')
+    case = parse_case_string("depth=6", alone, device="cpu")
+    values = case.as_dict()
+    exact = footprint(library_model(alone), values, torch.float32)  # built at depth 6 itself
+    work = 2 * exact.largest_param + 2 * exact.largest_saved
+    assert _estimate(alone, case) == exact.params + exact.saved + work
+    assert _estimate(ensemble, case) == 2 * exact.params + exact.saved + work
+
+
+def test_the_ensembles_members_are_built_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a member is built, no earlier member is alive (only the case's own network): the
+    estimate's two models."""
+    from stability.measure import ensemble as ens
+
+    spec = _spec(depth=2, extra='\n[probe]\nensemble = 4\n\n[expect.variance_growth]\nmax_growth = "exponential"\n')
+    case = parse_case_string("depth=2", spec, device="cpu")
+    alive: list[weakref.ref[nn.Module]] = []
+    seen: list[int] = []
+    build = ens.build
+
+    def counting(spec: Any, member: Any) -> Any:
+        gc.collect()
+        seen.append(sum(r() is not None for r in alive))
+        net = build(spec, member)
+        alive.append(weakref.ref(net.model.model))
+        return net
+
+    monkeypatch.setattr(ens, "build", counting)
+    from stability.run.engine import measure_case
+
+    m = measure_case(spec, case)
+    assert m.extra["ensemble"].size >= 4
+    assert seen == [0] * len(seen) and len(seen) == m.extra["ensemble"].size - 1
+
+
+def test_a_model_far_over_the_budget_is_refused_in_one_line_without_allocating_it(tmp_path: Path) -> None:
+    """A 53 GB GPT-2 config (12 layers of width 9600): refused before anything its size exists,
+    the process's peak resident set staying that of the interpreter and the libraries."""
+    spec = tmp_path / "huge.toml"
+    spec.write_text(
+        SPEC.format(
+            name="huge", model="transformers:GPT2Model", config='{ n_embd = "width", n_layer = "depth", n_head = "width/128", vocab_size = 50257 }', depth=12, width=9600, batch=1, tokens=16, extra=""
+        )
+    )
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    proc = subprocess.run(
+        [sys.executable, "-m", "stability", "check", str(spec), "--in-process", "--profile", "ci", "--memory-budget", "8GiB"], capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (line,) = [x for x in proc.stdout.splitlines() if "refused" in x]
+    m = re.search(
+        r"refused: this case needs about ([\d.]+) GiB \(parameters, saved activations and overhead\) and the memory budget is 8\.0 GiB \(spec (\S+), case (\S+)\); .* raise --memory-budget", line
+    )
+    assert m is not None, line
+    assert 49 < float(m.group(1)) < 60 and m.group(2) == str(spec) and m.group(3).startswith("depth=12,width=9600,batch=1,"), line
+    assert max(peak_kib, before) < 2 * 2**20, peak_kib  # KiB: under 2 GiB, nothing of the 53 GB built
+
+
+@pytest.mark.slow  # two runs of `stability check` on a 4-layer GPT-2-small-sized config (~1 GB each)
+def test_the_estimate_is_within_25_percent_of_the_measured_peak(tmp_path: Path) -> None:
+    spec = tmp_path / "gpt2.toml"
+    spec.write_text(
+        SPEC.format(
+            name="gpt2", model="transformers:GPT2Model", config='{ n_embd = "width", n_layer = "depth", n_head = "width/64", vocab_size = 50257 }', depth=4, width=768, batch=1, tokens=128, extra=""
+        )
+    )
+    case = "depth=4,width=768,batch=1,tokens=128,seed=0"
+    argv = [sys.executable, "-m", "stability", "check", str(spec), "--in-process", "--profile", "ci", "--case", case]
+    refused = subprocess.run([*argv, "--memory-budget", "1MiB"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    m = re.search(r"needs about ([\d.]+) (MiB|GiB)", refused.stdout)
+    assert m is not None, refused.stdout + refused.stderr
+    estimate = float(m.group(1)) * {"MiB": 2**20, "GiB": 2**30}[m.group(2)]
+    script = "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    ran = subprocess.run([sys.executable, "-c", script, *argv, "--memory-budget", "16GiB"], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    peak = int(ran.stdout.split()[-1]) * 1024
+    assert 0.75 < estimate / peak < 1.25, (estimate, peak)
