@@ -235,15 +235,16 @@ def init_factors(spec: LibraryModel, values: Mapping[str, Any], block_class: typ
     return _FACTORS[key]
 
 
-def rescale_init(blocks: Blocks, factors: Mapping[str, float]) -> list[str]:
-    """Multiply each block's weight matrices by their factor; the scaled parameters' names (in the model)."""
-    scaled: list[str] = []
+def rescale_init(blocks: Blocks, factors: Mapping[str, float]) -> dict[str, float]:
+    """Multiply each block's weight matrices by their factor; the scaled parameters' names (in the
+    model) and their factors."""
+    scaled: dict[str, float] = {}
     with torch.no_grad():
         for path, block in zip(blocks.names, blocks.modules, strict=True):
             for name, p in block.named_parameters():
                 if name in factors:
                     p.mul_(factors[name])
-                    scaled.append(f"{path}.{name}")
+                    scaled[f"{path}.{name}"] = factors[name]
     return scaled
 
 
@@ -251,14 +252,14 @@ def rescale_init(blocks: Blocks, factors: Mapping[str, float]) -> list[str]:
 class Built:
     """A built library model: the model on its device, its inputs, the blocks to probe, every
     stage of their class, and the init rule's factors (by parameter name in a block) and the
-    parameters it scaled."""
+    parameters it scaled (by name in the model, with their factors)."""
 
     model: nn.Module
     inputs: dict[str, Any] | torch.Tensor
     blocks: Blocks
     stages: tuple[Blocks, ...]
     factors: dict[str, float] = field(default_factory=dict)
-    scaled: list[str] = field(default_factory=list)
+    scaled: dict[str, float] = field(default_factory=dict)
 
 
 def build_model(spec: LibraryModel, values: Mapping[str, Any], *, input_seed: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> Built:
