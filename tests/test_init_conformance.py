@@ -39,7 +39,7 @@ def _judge(model: torch.nn.Module, config: dict[str, Any] | None = None, **expec
     return init_conformance(_M(record), InitConformance.model_validate(expect))
 
 
-def _hf(name: str, **config: Any) -> torch.nn.Module:
+def _hf(name: str, **config: Any) -> Any:
     torch.manual_seed(0)
     cls = getattr(transformers, name)
     return cls(cls.config_class(**config))
