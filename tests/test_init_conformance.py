@@ -252,6 +252,15 @@ def test_a_spec_row_comes_first_and_an_uncovered_parameter_fails_unless_allowed(
     assert _judge(model, uncovered="allow").passed
 
 
+def test_a_non_finite_parameter_fails() -> None:
+    model = _hf("LlamaModel", **SMALL)
+    with torch.no_grad():
+        model.layers[0].mlp.up_proj.weight[3, 5] = float("nan")
+        model.norm.weight[0] = float("inf")
+    v = _judge(model)
+    assert not v.passed and v.observed == 2 and "layers.*.mlp.up_proj.weight" in v.detail and "norm.weight: value" in v.detail
+
+
 def test_a_rule_that_names_an_undeclared_key_is_no_verdict() -> None:
     v = _judge(_hf("LlamaModel", **SMALL), rules=[{"param": "weight", "law": "normal", "std": "n_embd ** -0.5", "source": "s"}])
     assert not v.measured and "'n_embd'" in v.detail and "config" in v.detail

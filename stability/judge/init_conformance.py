@@ -143,7 +143,14 @@ def _law(row: InitRule, env: dict[str, Any]) -> Law:
         return Law("normal", mean=mean, std=std)
     a = _number(row, "a", env) if row.a is not None else -2.0
     b = _number(row, "b", env) if row.b is not None else 2.0
-    return Law("trunc_normal", mean=mean, std=std, a=min(a, b), b=max(a, b))
+    if a == b:
+        return Law("constant", value=a)
+    law = Law("trunc_normal", mean=mean, std=std, a=min(a, b), b=max(a, b))
+    try:
+        law.moments()
+    except (ZeroDivisionError, OverflowError):
+        raise _RuleError(f"its truncation [{law.a:g}, {law.b:g}] holds no mass of N({mean:g}, {std:g}²)") from None
+    return law
 
 
 def _declared(row: InitRule, law: Law) -> str:
