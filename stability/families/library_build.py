@@ -64,7 +64,7 @@ from stability.families.discover import Blocks, discover
 from stability.families.library import LibraryModel, Target, fill, quiet_imports, registry
 from stability.spec.schema import DEFAULT_SIZE
 
-__all__ = ["Built", "construct", "make_inputs", "build_model", "factors_between", "init_factors", "rescale_init"]
+__all__ = ["Built", "construct", "make_inputs", "build_model", "factors_between", "init_factors", "rescale_init", "weight_fans"]
 
 
 @contextlib.contextmanager
@@ -165,7 +165,7 @@ def make_inputs(
     return {"pixel_values": x, **extra} if hf is not None else x
 
 
-def _fans(owner: nn.Module, p: torch.Tensor) -> tuple[int, int]:
+def weight_fans(owner: nn.Module, p: torch.Tensor) -> tuple[int, int]:
     """A weight's (fan-in, fan-out): a Linear's or conv's, (in, out) for transformers' Conv1D, else
     the last two dimensions (F.linear's (…, out, in))."""
     if type(owner).__name__ == "Conv1D":
@@ -202,7 +202,7 @@ def factors_between(reduced: nn.Module, shipped: nn.Module) -> dict[str, float]:
             continue
         s_reduced, s_shipped = _rms(p), _rms(twin[name][1])
         if s_reduced > 0:
-            (in_s, out_s), (in_r, out_r) = _fans(*twin[name]), _fans(owner, p)
+            (in_s, out_s), (in_r, out_r) = weight_fans(*twin[name]), weight_fans(owner, p)
             candidates = (1.0, math.sqrt(in_r / in_s), math.sqrt(out_r / out_s))  # an init that ignores the width, or scales with the fan-in or the fan-out
             out[name] = _snap(s_shipped / s_reduced, candidates, error=math.sqrt(0.5 / p.numel() + 0.5 / twin[name][1].numel())) * math.sqrt(in_s / in_r)
     return out
@@ -235,15 +235,16 @@ def init_factors(spec: LibraryModel, values: Mapping[str, Any], block_class: typ
     return _FACTORS[key]
 
 
-def rescale_init(blocks: Blocks, factors: Mapping[str, float]) -> list[str]:
-    """Multiply each block's weight matrices by their factor; the scaled parameters' names (in the model)."""
-    scaled: list[str] = []
+def rescale_init(blocks: Blocks, factors: Mapping[str, float]) -> dict[str, float]:
+    """Multiply each block's weight matrices by their factor; the scaled parameters' names (in the
+    model) and their factors."""
+    scaled: dict[str, float] = {}
     with torch.no_grad():
         for path, block in zip(blocks.names, blocks.modules, strict=True):
             for name, p in block.named_parameters():
                 if name in factors:
                     p.mul_(factors[name])
-                    scaled.append(f"{path}.{name}")
+                    scaled[f"{path}.{name}"] = factors[name]
     return scaled
 
 
@@ -251,14 +252,14 @@ def rescale_init(blocks: Blocks, factors: Mapping[str, float]) -> list[str]:
 class Built:
     """A built library model: the model on its device, its inputs, the blocks to probe, every
     stage of their class, and the init rule's factors (by parameter name in a block) and the
-    parameters it scaled."""
+    parameters it scaled (by name in the model, with their factors)."""
 
     model: nn.Module
     inputs: dict[str, Any] | torch.Tensor
     blocks: Blocks
     stages: tuple[Blocks, ...]
     factors: dict[str, float] = field(default_factory=dict)
-    scaled: list[str] = field(default_factory=list)
+    scaled: dict[str, float] = field(default_factory=dict)
 
 
 def build_model(spec: LibraryModel, values: Mapping[str, Any], *, input_seed: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> Built:

@@ -120,7 +120,7 @@ def _build(spec: Any, case: Any, gen: Any) -> Any:
     from stability.families.library_build import build_model
 
     built = build_model(library_model(spec), case.as_dict(), input_seed=derive_seed(case.seed, 1), device=torch.device(case.device), dtype=torch_dtype(case.dtype))
-    return Network(nn.Sequential(*built.blocks.modules), model=ModelRun(built.model, built.inputs, built.blocks))
+    return Network(nn.Sequential(*built.blocks.modules), model=ModelRun(built.model, built.inputs, built.blocks, rescaled=built.scaled))
 
 
 _FOOTPRINTS: dict[str, Any] = {}  # the case without its depth → its footprints at depths 1 and 2 (None: no estimate)

@@ -16,6 +16,7 @@ from typing import Any
 from stability.errors import SpecError
 from stability.judge.explanations import EXPLANATIONS
 from stability.spec import schema as s
+from stability.spec.init_expect import InitConformance
 from stability.spec.registry import FAMILIES, Invariant, batch, register_invariant
 
 __all__: list[str] = []
@@ -78,6 +79,12 @@ def _lesion(m: Any, e: s.Lesion) -> Any:
     return lesion(m, max_change=e.max_change, statistic=e.statistic)
 
 
+def _init_conformance(m: Any, e: Any) -> Any:
+    from stability.judge.init_conformance import init_conformance
+
+    return init_conformance(m, e)
+
+
 def _mean_shift(m: Any, e: s.MeanShift) -> Any:
     from stability.judge.invariants import mean_shift
 
@@ -123,6 +130,22 @@ def _lesion_after(ctx: Any) -> Mapping[str, Any]:
     from stability.measure.lesion import network_lesion
 
     return {"lesion": network_lesion(ctx.net, ctx.x)}
+
+
+def _init_after(ctx: Any) -> Mapping[str, Any]:
+    """The statistics of every parameter at init, of the model as the library built it (a library
+    model's whole model, the shipped-width factors divided out; else the blocks)."""
+    from stability.measure.init_stats import declared_config, init_record
+
+    run = ctx.net.model if ctx.net is not None else None
+    model, rescaled = (run.model, run.rescaled) if run is not None else (ctx.blocks, {})
+    config: dict[str, Any] = {}
+    if ctx.spec.family == "library":
+        from stability.families.library import fill
+        from stability.families.library_family import library_model
+
+        config = fill(library_model(ctx.spec).config, ctx.case.as_dict())
+    return {"init_conformance": init_record(model, declared_config(model, config), rescaled)}
 
 
 def _variance_ensemble(ctx: Any) -> Mapping[str, Any]:
@@ -275,6 +298,11 @@ def _mean_field_severity(v: Any, e: Any) -> float:
     return v.observed if math.isfinite(v.observed) else math.inf
 
 
+def _init_severity(v: Any, e: Any) -> float:
+    """For a passing case, the statistic closest to its tolerance (1 at the tolerance)."""
+    return float(v.extra.get("worst_excess", 0.0))
+
+
 def _log10(label: str) -> Any:
     def targets(v: Any) -> Sequence[tuple[float, str]]:
         return [(math.log10(v.observed), label)] if math.isfinite(v.observed) and v.observed > 0 else []
@@ -349,6 +377,22 @@ def _check_mean_field(spec: s.Spec) -> None:
     from stability.spec.theory_keys import check_mean_field
 
     check_mean_field(spec)
+
+
+def _check_init(spec: s.Spec) -> None:
+    from stability.judge.init_conformance import check_table_name
+
+    ic = spec.expect.init_conformance
+    problem = check_table_name(ic.table)
+    if problem:
+        raise SpecError(spec.path, "expect.init_conformance.table", problem, value=ic.table)
+    if spec.family != "library" and not FAMILIES.get(spec.family).user_code and not ic.rules:
+        raise SpecError(
+            spec.path,
+            "expect.init_conformance",
+            f"family '{spec.family}' draws its init from the spec's own [space] keys, and no rule table declares it",
+            fix='add rows: rules = [{ module = "Linear", param = "weight", law = "normal", std = "...", source = "..." }]',
+        )
 
 
 def _check_arrival(spec: s.Spec) -> None:
@@ -495,6 +539,17 @@ with batch():
                 needs=frozenset({"blocks_alone"}),
             )
         )
+    register_invariant(
+        _entry(
+            "init_conformance",
+            expectation=InitConformance,
+            label="parameters whose init breaks the model's declared rule",
+            judge=_init_conformance,
+            check=_check_init,
+            after_probe=_init_after,
+            severity=_init_severity,
+        )
+    )
     register_invariant(
         _entry(
             "mean_shift",

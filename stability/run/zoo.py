@@ -189,9 +189,9 @@ def _weights(block: nn.Module) -> list[tuple[nn.Module, torch.Tensor]]:
 
 
 def _init_text(model: nn.Module, block: nn.Module) -> str:
-    from stability.families.library_build import _fans
+    from stability.families.library_build import weight_fans
 
-    gains = [float(p.detach().double().pow(2).mean()) * _fans(owner, p)[0] for owner, p in _weights(block) if p.numel() > 1]
+    gains = [float(p.detach().double().pow(2).mean()) * weight_fans(owner, p)[0] for owner, p in _weights(block) if p.numel() > 1]
     gains = [g for g in gains if g > 0]
     config = getattr(model, "config", None)
     sigma = next((v for v in (getattr(config, k, None) for k in ("initializer_range", "init_std")) if isinstance(v, float)), None)
