@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from stability.cli import main
+from stability.spec.init_expect import InitConformance
 from stability.spec.lm_expect import AttentionLogits, EarlyWarning, LossSpike, LRSensitivity, OutputLogits
 from stability.spec.load import parse_spec
 from stability.spec.schema import (
@@ -41,7 +42,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 MODELS: list[type[BaseModel]] = [Spec, Block, Space, Expect, GradientArrival, VarianceGrowth, IdentityAtInit, Probe, RankCollapse, AttentionEntropy, GradientBalance]
 MODELS += [JacobianSpread, MeanFieldRate, Lesion]
 MODELS += [Train, UpdateSize, Trainability, ResidualSize]  # the training checks (docs/training.md)
-MODELS += [MeanShift]
+MODELS += [MeanShift, InitConformance]
 MODELS += [AttentionLogits, OutputLogits, LossSpike, EarlyWarning, LRSensitivity]  # the language-model run's
 
 

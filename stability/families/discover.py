@@ -78,11 +78,14 @@ class Blocks:
 class ModelRun:
     """A whole model, what it is called with, and the blocks on its hidden state's path: a network
     the probe measures through the model's own forward (`stability.measure.forward`), hooks at the
-    blocks' boundaries, instead of calling the blocks one after another."""
+    blocks' boundaries, instead of calling the blocks one after another. `rescaled`: the factor
+    the init rule multiplied each parameter by (by its name in the model;
+    `stability.families.library_build`), so the library's own init can be read back."""
 
     model: nn.Module
     inputs: ModelInputs
     blocks: Blocks
+    rescaled: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

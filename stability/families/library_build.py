@@ -223,7 +223,9 @@ def init_factors(spec: LibraryModel, values: Mapping[str, Any], block_class: typ
     built at depth 1 at both widths (seed 0, outside the caller's generator; cached per process)."""
     one = {**values, "depth": 1}
     reduced_config, shipped_config = fill(spec.config, one), {**fill(spec.config, one), **fill(spec.shipped, one)}
-    key = repr((str(spec.target), sorted(reduced_config.items()), sorted(shipped_config.items())))
+    # The block class is part of the key: discovery may pick another class at another depth (a
+    # ResNet at depth 1 has no run of two bottlenecks), and its factors are no other class's.
+    key = repr((str(spec.target), f"{block_class.__module__}.{block_class.__qualname__}", sorted(reduced_config.items()), sorted(shipped_config.items())))
     if key not in _FACTORS:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
@@ -235,15 +237,16 @@ def init_factors(spec: LibraryModel, values: Mapping[str, Any], block_class: typ
     return _FACTORS[key]
 
 
-def rescale_init(blocks: Blocks, factors: Mapping[str, float]) -> list[str]:
-    """Multiply each block's weight matrices by their factor; the scaled parameters' names (in the model)."""
-    scaled: list[str] = []
+def rescale_init(blocks: Blocks, factors: Mapping[str, float]) -> dict[str, float]:
+    """Multiply each block's weight matrices by their factor; the scaled parameters' names (in the
+    model) and their factors."""
+    scaled: dict[str, float] = {}
     with torch.no_grad():
         for path, block in zip(blocks.names, blocks.modules, strict=True):
             for name, p in block.named_parameters():
                 if name in factors:
                     p.mul_(factors[name])
-                    scaled.append(f"{path}.{name}")
+                    scaled[f"{path}.{name}"] = factors[name]
     return scaled
 
 
@@ -251,14 +254,14 @@ def rescale_init(blocks: Blocks, factors: Mapping[str, float]) -> list[str]:
 class Built:
     """A built library model: the model on its device, its inputs, the blocks to probe, every
     stage of their class, and the init rule's factors (by parameter name in a block) and the
-    parameters it scaled."""
+    parameters it scaled (by name in the model, with their factors)."""
 
     model: nn.Module
     inputs: dict[str, Any] | torch.Tensor
     blocks: Blocks
     stages: tuple[Blocks, ...]
     factors: dict[str, float] = field(default_factory=dict)
-    scaled: list[str] = field(default_factory=list)
+    scaled: dict[str, float] = field(default_factory=dict)
 
 
 def build_model(spec: LibraryModel, values: Mapping[str, Any], *, input_seed: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> Built:

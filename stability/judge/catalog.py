@@ -16,6 +16,7 @@ from typing import Any
 from stability.errors import SpecError
 from stability.judge.explanations import EXPLANATIONS
 from stability.spec import schema as s
+from stability.spec.init_expect import InitConformance
 from stability.spec.registry import FAMILIES, Invariant, batch, register_invariant
 
 __all__: list[str] = []
@@ -78,10 +79,32 @@ def _lesion(m: Any, e: s.Lesion) -> Any:
     return lesion(m, max_change=e.max_change, statistic=e.statistic)
 
 
+def _init_conformance(m: Any, e: Any) -> Any:
+    from stability.judge.init_conformance import init_conformance
+
+    return init_conformance(m, e)
+
+
 def _mean_shift(m: Any, e: s.MeanShift) -> Any:
     from stability.judge.invariants import mean_shift
 
     return mean_shift(m, max_ratio=e.max_ratio)
+
+
+def _residual_stream(m: Any, e: s.ResidualStream) -> Any:
+    from stability.judge.stream import residual_stream
+
+    return residual_stream(
+        m,
+        lo=e.lo,
+        hi=e.hi,
+        entry_lo=e.entry_lo,
+        entry_hi=e.entry_hi,
+        variance_lo=e.variance_lo,
+        variance_hi=e.variance_hi,
+        variance_exponent=e.variance_exponent,
+        max_block_change=e.max_block_change,
+    )
 
 
 # ----------------------------------------------------------------------------- what they need measured
@@ -125,6 +148,22 @@ def _lesion_after(ctx: Any) -> Mapping[str, Any]:
     return {"lesion": network_lesion(ctx.net, ctx.x)}
 
 
+def _init_after(ctx: Any) -> Mapping[str, Any]:
+    """The statistics of every parameter at init, of the model as the library built it (a library
+    model's whole model, the shipped-width factors divided out; else the blocks)."""
+    from stability.measure.init_stats import declared_config, init_record
+
+    run = ctx.net.model if ctx.net is not None else None
+    model, rescaled = (run.model, run.rescaled) if run is not None else (ctx.blocks, {})
+    config: dict[str, Any] = {}
+    if ctx.spec.family == "library":
+        from stability.families.library import fill
+        from stability.families.library_family import library_model
+
+        config = fill(library_model(ctx.spec).config, ctx.case.as_dict())
+    return {"init_conformance": init_record(model, declared_config(model, config), rescaled)}
+
+
 def _variance_ensemble(ctx: Any) -> Mapping[str, Any]:
     """The growth law is judged on the case's seed ensemble, grown until it is decided
     (stability.judge.growth); the members are shared with mean_field."""
@@ -147,6 +186,18 @@ def _mean_field_ensemble(ctx: Any) -> Mapping[str, Any]:
     ens = ctx.shared.get("probe_ensemble") or probe_ensemble(ctx.spec, ctx.case, ctx.m, size=ctx.size)
     ctx.shared["probe_ensemble"] = ens
     return {"mean_field_ensemble": [(g[0], g[-1]) for g in ens.grad_norm]}
+
+
+def _stream_ensemble(ctx: Any) -> Mapping[str, Any]:
+    """residual_stream judges the ensemble's medians: variance_growth's members where it measured
+    them (they carry each member's gradient norms), else an ensemble of its own, shared."""
+    from stability.measure.ensemble import probe_ensemble
+
+    if ctx.size <= 1 or "ensemble" in ctx.m.extra:
+        return {}
+    ens = ctx.shared.get("probe_ensemble") or probe_ensemble(ctx.spec, ctx.case, ctx.m, size=ctx.size)
+    ctx.shared["probe_ensemble"] = ens
+    return {"stream_ensemble": ens}
 
 
 def _lesion_ensemble(ctx: Any) -> Mapping[str, Any]:
@@ -260,6 +311,13 @@ def _ratio_severity(v: Any, e: s.GradientArrival) -> float:
     return -min(math.log(v.observed / e.lo), math.log(e.hi / v.observed))
 
 
+def _stream_severity(v: Any, e: s.ResidualStream) -> float:
+    """Closeness of the stream's gradient ratio to either end of [lo, hi] on a log scale."""
+    if not v.observed > 0:
+        return math.inf
+    return -min(math.log(v.observed / e.lo), math.log(e.hi / v.observed))
+
+
 def _lower_is_closer(v: Any, e: Any) -> float:
     return -v.observed if math.isfinite(v.observed) else math.inf
 
@@ -273,6 +331,11 @@ def _mean_field_severity(v: Any, e: Any) -> float:
     if v.observed > 0 and v.extra.get("predicted", 0) > 0:
         return abs(math.log(v.observed / v.extra["predicted"]))
     return v.observed if math.isfinite(v.observed) else math.inf
+
+
+def _init_severity(v: Any, e: Any) -> float:
+    """For a passing case, the statistic closest to its tolerance (1 at the tolerance)."""
+    return float(v.extra.get("worst_excess", 0.0))
 
 
 def _log10(label: str) -> Any:
@@ -351,10 +414,36 @@ def _check_mean_field(spec: s.Spec) -> None:
     check_mean_field(spec)
 
 
+def _check_init(spec: s.Spec) -> None:
+    from stability.judge.init_conformance import check_table_name
+
+    ic = spec.expect.init_conformance
+    problem = check_table_name(ic.table)
+    if problem:
+        raise SpecError(spec.path, "expect.init_conformance.table", problem, value=ic.table)
+    if spec.family != "library" and not FAMILIES.get(spec.family).user_code and not ic.rules:
+        raise SpecError(
+            spec.path,
+            "expect.init_conformance",
+            f"family '{spec.family}' draws its init from the spec's own [space] keys, and no rule table declares it",
+            fix='add rows: rules = [{ module = "Linear", param = "weight", law = "normal", std = "...", source = "..." }]',
+        )
+
+
 def _check_arrival(spec: s.Spec) -> None:
     ga = spec.expect.gradient_arrival
     if ga is not None and ga.lo > ga.hi:
         raise SpecError(spec.path, "expect.gradient_arrival.lo", f"is above hi = {ga.hi}", value=ga.lo, fix="swap lo and hi")
+
+
+def _check_stream(spec: s.Spec) -> None:
+    rs = spec.expect.residual_stream
+    if rs is None:
+        return
+    for low, high in (("lo", "hi"), ("entry_lo", "entry_hi"), ("variance_lo", "variance_hi")):
+        a, b = getattr(rs, low), getattr(rs, high)
+        if a is not None and b is not None and a > b:
+            raise SpecError(spec.path, f"expect.residual_stream.{low}", f"is above {high} = {b}", value=a, fix=f"swap {low} and {high}")
 
 
 def _check_variance(spec: s.Spec) -> None:
@@ -497,6 +586,17 @@ with batch():
         )
     register_invariant(
         _entry(
+            "init_conformance",
+            expectation=InitConformance,
+            label="parameters whose init breaks the model's declared rule",
+            judge=_init_conformance,
+            check=_check_init,
+            after_probe=_init_after,
+            severity=_init_severity,
+        )
+    )
+    register_invariant(
+        _entry(
             "mean_shift",
             expectation=s.MeanShift,
             label="mean shift ρ at the output (squared channel mean / channel variance)",
@@ -504,6 +604,19 @@ with batch():
             observers=_channel_observers,
             ensemble=_channel_ensemble,
             targets=_plain("mean shift (squared channel mean / channel variance)"),
+        )
+    )
+
+    register_invariant(
+        _entry(
+            "residual_stream",
+            expectation=s.ResidualStream,
+            label="stream gradient ratio ‖∂L/∂x₁‖ / ‖∂L/∂x_L‖ (median of the seed ensemble)",
+            judge=_residual_stream,
+            check=_check_stream,
+            ensemble=_stream_ensemble,
+            severity=_stream_severity,
+            targets=_arrival_targets,
         )
     )
 

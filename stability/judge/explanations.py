@@ -48,6 +48,7 @@ REFERENCES: dict[str, str] = {
     'via Zero-Shot Hyperparameter Transfer" (muP). arXiv:2203.03466.',
     "fixup": 'Zhang, Dauphin, Ma (2019). "Fixup Initialization: Residual Learning Without Normalization". ICLR 2019, arXiv:1901.09321.',
     "goyal": 'Goyal, Dollar, Girshick, Noordhuis, Wesolowski, Kyrola, Tulloch, Jia, He (2017). "Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour" (gradual warm-up). arXiv:1706.02677.',
+    "gpt2": 'Radford, Wu, Child, Luan, Amodei, Sutskever (2019). "Language Models are Unsupervised Multitask Learners" (GPT-2; residual projections scaled by 1/sqrt(N)). OpenAI technical report.',
     "spp": 'Brock, De, Smith (2021). "Characterizing signal propagation to close the performance gap in unnormalized ResNets". ICLR 2021, arXiv:2101.08692.',
 }
 
@@ -358,6 +359,43 @@ A diverged run, or a block that changes the shape of its input, fails.""",
   2016 found learned residuals small, and smaller in deeper networks.""",
         references=_refs("resnet", "identity", "veit", "rezero"),
     ),
+    "residual_stream": Explanation(
+        summary="the residual stream after its entry: gradient ratio, output variance and block change in the init's bands",
+        computes="""\
+From the probe's boundary numbers (g_l = ‖∂L/∂x_l‖, Var(x_l) and E[x_l²] at boundary l, the input
+of block l; boundary L the output), four numbers, the first reported apart from the others:
+
+    entry    e = g_0 / g_1                                    (block 0: where the stream enters)
+    stream   s = g_1 / g_L                                    lo ≤ s ≤ hi
+    variance v = Var(x_L) / Var(x_0) / L^p                    variance_lo ≤ v ≤ variance_hi
+    change   c = max over blocks of |sqrt(E[x_(l+1)²]/E[x_l²]) - 1| and |g_l/g_(l+1) - 1|    c ≤ max_block_change
+
+so gradient_arrival's ratio g_0/g_L is e·s exactly. A library language model's stream enters block
+0 at its embedding's scale (N(0, 0.02²) per element) while each branch adds O(1), so block 0's
+norms multiply the gradient by about rms(x_1)/rms(x_0), a factor set by the embedding's init, not
+by the stack: e is bounded by entry_lo and entry_hi where given (an embedding drawn at std 1
+instead of 0.02 drops it to about 1), and s judges the stack. p = variance_exponent: 0 bounds
+the output's variance in depth (a residual projection scaled by 1/sqrt(2N), as GPT-2's c_proj,
+intends it), 1 bounds what each block adds. c is 0 for an identity block and of the order of γ
+for x + γ·F(x) (layer scale, init_values 1e-5 or 1e-6). Each number is the median over the case's
+seed ensemble (probe.ensemble), the range beside it in the message.""",
+        fails="""\
+- The stream's gradient ratio grows past hi: branches that add up without a depth scale (each
+  block's Jacobian I + J_l with J_l of the branches' size over the stream's).
+- The entry factor leaves its band: the embedding's init changed (std 1 instead of 0.02, or a
+  missing multiplier such as Gemma's sqrt(width)), or the first block's norm weights did.
+- The output variance leaves its band: a residual projection that lost its 1/sqrt(2N) scale makes
+  Var(x_L) grow with the depth (about 2N times at N blocks); norm weights (1 + w) initialised
+  at w = 1 instead of 0 double every branch.
+- The block change passes max_block_change: a layer scale not applied (γ = 1 instead of 1e-6).""",
+        fixes="""\
+- Put back the init the model declares: its initializer_range for embeddings, the depth scale of
+  the residual projections, the layer scale's init_values, the norms' weights (1, or 0 for a
+  (1 + w) norm).
+- If the model is meant to differ, measure it (stability check --profile thorough) and set the
+  bands from its seed ensemble's spread.""",
+        references=_refs("layernorm", "gpt2", "layerscale", "identity", "skipinit"),
+    ),
     "mean_shift": Explanation(
         summary="the channels' means stay small next to their variances at the output (no mean shift)",
         computes="""\
@@ -478,4 +516,51 @@ The message names the blocks with the largest and the smallest norm.""",
   skip by (2N)^(1/4) and down-scales the branch init by (8N)^(-1/4).
 - If the spread is inherent to your model, raise max_spread in the spec.""",
     references=_refs("layernorm", "deepnet", "layerscale"),
+)
+
+REFERENCES["gpt2"] = 'Radford, Wu, Child, Luan, Amodei, Sutskever (2019). "Language Models are Unsupervised Multitask Learners" (GPT-2), §2.3.'
+REFERENCES["cait"] = 'Touvron, Cord, Sablayrolles, Synnaeve, Jégou (2021). "Going deeper with Image Transformers" (CaiT, layer scale). ICCV 2021, arXiv:2103.17239.'
+REFERENCES["goyal"] = 'Goyal, Dollár, Girshick, et al. (2017). "Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour" (zero-γ). arXiv:1706.02677.'
+REFERENCES["gemma"] = 'Gemma Team (2024). "Gemma: Open Models Based on Gemini Research and Technology". arXiv:2403.08295.'
+REFERENCES["cramer"] = 'Cramér (1946). Mathematical Methods of Statistics, §27.4 (the variance of the sample variance); Wilson, Hilferty (1931). "The distribution of chi-square". PNAS 17.'
+REFERENCES["david"] = 'David, Nagaraja (2003). "Order Statistics", 3rd ed., §2.1 (the distribution of the sample maximum and minimum). Wiley.'
+
+EXPLANATIONS["init_conformance"] = Explanation(
+    summary="every parameter's init follows the rule its model declares (initializer_range, depth-scaled projections, norms, layer scale, tokens)",
+    computes="""\
+Measured after the probe (no extra forward): one reduction per parameter of the model as the
+library initialised it (n, mean, unbiased variance, min, max; a factor the harness applied to
+reach the shipped width is divided out; an embedding's padding row is judged apart). The rule
+is data: the rule table of the model's family (stability/judge/init_rules.toml: a row per
+module pattern, law and numbers computed from the model's own config, e.g.
+std = initializer_range / sqrt(2 * n_layer) for GPT-2's c_proj, each row citing its paper or
+library line), after the spec's own rows (rules = ... under expect.init_conformance). The
+first row that covers a parameter gives its law: normal, trunc_normal, uniform, constant, or
+any (declared, not judged). Each parameter is judged on
+
+    mean       x̄ within μ ± z·σ/√n
+    variance   s² within σ²·χ²_ν(p)/ν, ν = 2/(2/(n−1) + (κ−3)/n)  (ν = n−1 for a normal law)
+    max, min   P(max ≤ x) = F(x)^n and P(min ≥ x) = (1 − F(x))^n at both ends
+    constant   min = max = the value, up to the dtype's rounding
+
+every test at level alpha/(number of tests of the case) (default alpha = 1e-6: a correct init
+raises a false alarm in at most one case in a million). A wrong std by 2× is caught from about
+40 elements, a missing 1/√2 depth scaling from about 150. A row with count must cover that many
+parameters (a missing layer scale), and a parameter no row covers fails (uncovered = "allow"
+lists it instead). The failure names, per row, the parameters (layer indices as *), the
+statistic observed and declared, the rule's expression and its source.""",
+    fails="""\
+- A release whose init forgets a family's special case: GPT-2's residual projections at
+  initializer_range instead of initializer_range/√(2·n_layer); Gemma's (1 + w) norms at w = 1;
+  a layer scale at 1 or missing; a cls token or position embedding left at zero or drawn N(0, 1).
+- An embedding or matrix drawn at std 1.0 instead of initializer_range; biases not zeroed;
+  norm weights not ones; a truncated normal where a normal was declared (its max falls short).
+- The table (or your rows) declaring another rule than the library: the source is shown, so the
+  disagreement can be checked against the library's code.""",
+    fixes="""\
+- Fix the model's _init_weights (or the factory's init) to the declared rule; for transformers,
+  check the family's PreTrainedModel._init_weights against the row's source.
+- Where your model declares another rule on purpose, add a row (rules = [{ name = "...", law = ...,
+  std = ..., source = "..." }]) or a config value the rule reads (config = { init_values = 1e-5 }).""",
+    references=_refs("gpt2", "cait", "goyal", "gemma", "cramer", "david"),
 )

@@ -36,7 +36,7 @@ SERIALIZABLE: dict[str, type] = {}
 #: The modules that register the built-in invariants' value classes (they import torch, so they are
 #: imported only when a stored or streamed value names a class not registered yet);
 #: tests/test_measurements.py checks that this lists every module that registers one.
-BUILTIN_VALUE_MODULES = ("stability.measure.ensemble", "stability.measure.channels", "stability.measure.jacobian", "stability.judge.theory_checks")
+BUILTIN_VALUE_MODULES = ("stability.measure.ensemble", "stability.measure.channels", "stability.measure.jacobian", "stability.judge.theory_checks", "stability.measure.init_stats")
 
 _TYPE = "__type__"
 _TUPLE = "__tuple__"

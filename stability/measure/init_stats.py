@@ -1,0 +1,142 @@
+"""Every parameter's statistics at initialisation, and the config its model declares: what
+`init_conformance` judges (`stability.judge.init_conformance`). No forward pass: one reduction
+per parameter (in float64), on the model as built.
+
+`init_record(model, declared, rescaled)` returns an `InitRecord`, registered with
+`stability.measure.measurements.serializable`, so it crosses process boundaries and the store
+like every measurement:
+
+- one `ParameterStats` per parameter (`named_parameters`: a tied weight once), with its owning
+  module's class and bases (what a rule's `module` matches) and the enclosing modules' (`within`), its shape and fans (torch's
+  `_calculate_fan_in_and_fan_out`), n, mean, unbiased variance, min and max; an `nn.Embedding`
+  with a `padding_idx` gives its padding row apart (`name[padding_idx=K]`), since the library
+  zeroes that row: the rest of the table is then a sample of the declared law;
+- the statistics are of the **library's init**: a parameter the harness rescaled to the shipped
+  width (`stability.families.library_build`, k > 0 per parameter) is read with k divided out;
+- `variables`: the model's declared config — a transformers model's `config` (its numbers and
+  booleans), else the keyword defaults of its class's constructor overridden by the config the
+  spec built it with — plus `depth`; `model`: "library:Class" for the class and each base.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from stability.measure.measurements import serializable
+
+__all__ = ["ParameterStats", "InitRecord", "init_record", "declared_config", "class_names"]
+
+
+@serializable
+@dataclass(frozen=True)
+class ParameterStats:
+    """One parameter's (or an embedding's padding row's) statistics at init."""
+
+    name: str
+    module: tuple[str, ...]  # the owning module's class, then its bases up to nn.Module
+    within: tuple[str, ...]  # the classes (and bases) of the modules enclosing the owner, nearest first
+    shape: tuple[int, ...]
+    fan_in: int
+    fan_out: int
+    n: int
+    mean: float
+    var: float  # unbiased (n − 1); 0 for n = 1
+    min: float
+    max: float
+    eps: float  # the dtype's machine epsilon
+    rescaled: float = 1.0  # the harness's factor, divided out of the numbers above
+
+
+@serializable
+@dataclass(frozen=True)
+class InitRecord:
+    """What init_conformance judges: the model's classes, its declared config and every parameter."""
+
+    model: tuple[str, ...]
+    variables: dict[str, Any]
+    parameters: tuple[ParameterStats, ...]
+
+
+def class_names(cls: type, library: str | None = None) -> tuple[str, ...]:
+    """The class's name then its bases' (MRO order, up to nn.Module and object excluded), each as
+    "library:Name" when `library` is given."""
+    names = [c.__name__ for c in cls.__mro__ if c not in (nn.Module, object) and issubclass(c, nn.Module)]
+    return tuple(f"{library}:{n}" if library else n for n in names)
+
+
+def _fans(p: torch.Tensor) -> tuple[int, int]:
+    if p.dim() < 2:
+        return p.numel(), p.numel()
+    fan_in, fan_out = nn.init._calculate_fan_in_and_fan_out(p)
+    return int(fan_in), int(fan_out)
+
+
+def _stats(name: str, module: tuple[str, ...], within: tuple[str, ...], p: torch.Tensor, fans: tuple[int, int], k: float) -> ParameterStats:
+    t = p.detach().to(device="cpu", dtype=torch.float64).reshape(-1) / k  # (n,)
+    n = t.numel()
+    mean = float(t.mean()) if n else math.nan
+    var = float(t.var(correction=1)) if n >= 2 else 0.0
+    lo, hi = (float(t.min()), float(t.max())) if n else (math.nan, math.nan)
+    eps = float(torch.finfo(p.dtype).eps) if p.dtype.is_floating_point else 0.0
+    return ParameterStats(name, module, within, tuple(p.shape), fans[0], fans[1], n, mean, var, lo, hi, eps, k)
+
+
+def init_record(model: nn.Module, declared: Mapping[str, Any], rescaled: Mapping[str, float] | None = None) -> InitRecord:
+    """The statistics of every parameter of `model` (module docstring)."""
+    rescaled = rescaled or {}
+    modules = dict(model.named_modules())
+    out: list[ParameterStats] = []
+    for name, p in model.named_parameters():
+        owner_name, _, leaf = name.rpartition(".")
+        owner = modules.get(owner_name, model)
+        classes = class_names(type(owner))
+        parts = owner_name.split(".") if owner_name else []
+        within = tuple(c for i in range(len(parts) - 1, -1, -1) for c in class_names(type(modules.get(".".join(parts[:i]), model))))
+        weight = getattr(owner, "weight", None)
+        fans = _fans(weight if p.dim() < 2 and isinstance(weight, torch.Tensor) and weight.dim() >= 2 else p)  # a bias: its layer's fans
+        k = float(rescaled.get(name, 1.0))
+        pad = getattr(owner, "padding_idx", None) if isinstance(owner, nn.Embedding) and leaf == "weight" else None
+        if pad is not None and 0 <= pad < p.shape[0] and p.shape[0] > 1:
+            keep = torch.ones(p.shape[0], dtype=torch.bool, device=p.device)
+            keep[pad] = False
+            out.append(_stats(name, classes, within, p[keep], fans, k))
+            out.append(_stats(f"{name}[padding_idx={pad}]", classes, within, p[pad], fans, k))
+        else:
+            out.append(_stats(name, classes, within, p, fans, k))
+    library = type(model).__module__.split(".", 1)[0]
+    return InitRecord(class_names(type(model), library), dict(declared), tuple(out))
+
+
+def _plain(value: Any) -> Any:
+    """A config value as a number, a boolean, a string or a list of numbers (a class: its name);
+    None when it is none of these."""
+    if isinstance(value, (bool, str)) or (isinstance(value, (int, float)) and math.isfinite(value)):
+        return value
+    if isinstance(value, type):
+        return value.__name__
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return list(value)
+    return None
+
+
+def declared_config(model: nn.Module, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The config the model declares (module docstring): numbers, booleans, strings and lists of numbers."""
+    raw: dict[str, Any] = {}
+    hf = getattr(model, "config", None)
+    if hf is not None and hasattr(hf, "to_dict"):
+        raw.update(hf.to_dict())
+    else:
+        try:
+            params = inspect.signature(type(model)).parameters
+        except (TypeError, ValueError):  # a builtin or C-defined signature: only the spec's config
+            params = {}  # type: ignore[assignment]
+        raw.update({k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty})
+        raw.update(config)
+    return {k: v for k, v in ((k, _plain(v)) for k, v in raw.items()) if v is not None}
