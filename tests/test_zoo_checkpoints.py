@@ -30,7 +30,10 @@ warnings.filterwarnings("ignore", message="Failed to load image Python extension
 #: (their patch and window sizes), the stages after the probed one, 2 experts, the zero-init
 #: variant under test, the attention kernel.
 REDUCED = frozenset(
-    {"vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "image_size", "img_size", "patch_size", "window_size", "depths", "layers", "num_stages", "num_local_experts", "num_experts_per_tok", "zero_init_last", "attn_implementation", "decoder_layers"}
+    {
+        *("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "image_size", "img_size", "patch_size", "window_size"),
+        *("depths", "layers", "num_stages", "num_local_experts", "num_experts_per_tok", "zero_init_last", "attn_implementation", "decoder_layers"),
+    }
 )
 
 #: The checkpoint each spec names, where the library ships its values.
