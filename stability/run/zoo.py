@@ -222,9 +222,8 @@ def zoo_budget(spec: Spec, *, top: int = max(DEPTHS)) -> Budget | None:
     from stability.run.sweep import run_sweep
     from stability.spec import schema
 
-    if "gradient_arrival" not in dict(spec.invariants()):
-        tables = {n: e for n, e in spec.invariants()}
-        spec = spec.model_copy(update={"expect": schema.Expect(**tables, gradient_arrival=schema.GradientArrival())})
+    declared = spec.expect.gradient_arrival or schema.GradientArrival.model_validate({})
+    spec = spec.model_copy(update={"expect": schema.Expect.model_validate({"gradient_arrival": declared})})  # the budget's invariant alone: no other measurement runs
     with Store(":memory:") as store:
         result = run_sweep(spec, [], store, InProcessExecutor(), seeds=BUDGET_SEEDS, depth_range=(1, top), invariants=["gradient_arrival"], version="zoo", case_timeout=None)
     return next(b for b in result.budgets if b.invariant == "gradient_arrival")
@@ -249,14 +248,15 @@ def zoo_row(spec: Spec, *, depths: Sequence[int] = DEPTHS, budget: bool = True, 
         case = corner_case(spec, depth=depth)
         if on_case is not None:
             on_case(f"{spec.name} depth {depth}")
-        record = evaluate(spec, case, options)
+        inside = spec.space.depth[0] <= depth <= spec.space.depth[1]  # a spec's bands are claims about its own depths
+        # beyond them only the ratio is tabulated: the case's own network, no seed ensemble
+        record = evaluate(spec if inside else spec.model_copy(update={"probe": spec.probe.model_copy(update={"ensemble": 1})}), case, options)
         if record.error is not None:
             row.errors[depth] = record.error
         m = record.measurements
         row.ratios[depth] = m.gradient_ratio if m is not None and m.gradient_ratio is not None and math.isfinite(m.gradient_ratio) else None
         for name, _ in declared:
             passed: bool | None = None
-            inside = spec.space.depth[0] <= depth <= spec.space.depth[1]  # a spec's bands are claims about its own depths
             if inside and not_applicable_reason(spec, name, case) is None and m is not None:
                 passed = judge(spec, name, record).passed
             row.verdicts.setdefault(name, {})[depth] = passed
