@@ -64,7 +64,7 @@ from stability.families.discover import Blocks, discover
 from stability.families.library import LibraryModel, Target, fill, quiet_imports, registry
 from stability.spec.schema import DEFAULT_SIZE
 
-__all__ = ["Built", "construct", "make_inputs", "build_model", "factors_between", "init_factors", "rescale_init"]
+__all__ = ["Built", "construct", "make_inputs", "build_model", "factors_between", "init_factors", "rescale_init", "weight_fans"]
 
 
 @contextlib.contextmanager
@@ -165,7 +165,7 @@ def make_inputs(
     return {"pixel_values": x, **extra} if hf is not None else x
 
 
-def _fans(owner: nn.Module, p: torch.Tensor) -> tuple[int, int]:
+def weight_fans(owner: nn.Module, p: torch.Tensor) -> tuple[int, int]:
     """A weight's (fan-in, fan-out): a Linear's or conv's, (in, out) for transformers' Conv1D, else
     the last two dimensions (F.linear's (…, out, in))."""
     if type(owner).__name__ == "Conv1D":
@@ -202,7 +202,7 @@ def factors_between(reduced: nn.Module, shipped: nn.Module) -> dict[str, float]:
             continue
         s_reduced, s_shipped = _rms(p), _rms(twin[name][1])
         if s_reduced > 0:
-            (in_s, out_s), (in_r, out_r) = _fans(*twin[name]), _fans(owner, p)
+            (in_s, out_s), (in_r, out_r) = weight_fans(*twin[name]), weight_fans(owner, p)
             candidates = (1.0, math.sqrt(in_r / in_s), math.sqrt(out_r / out_s))  # an init that ignores the width, or scales with the fan-in or the fan-out
             out[name] = _snap(s_shipped / s_reduced, candidates, error=math.sqrt(0.5 / p.numel() + 0.5 / twin[name][1].numel())) * math.sqrt(in_s / in_r)
     return out

@@ -544,8 +544,8 @@ any (declared, not judged). Each parameter is judged on
     constant   min = max = the value, up to the dtype's rounding
 
 every test at level alpha/(number of tests of the case) (default alpha = 1e-6: a correct init
-raises a false alarm in at most one case in a million). A wrong std by 2× is caught from about
-40 elements, a missing 1/√2 depth scaling from about 150. A row with count must cover that many
+raises a false alarm in at most one case in a million). A std twice the declared one is caught
+from about 40 elements, half of it from about 100, a missing 1/√2 depth scaling from about 200. A row with count must cover that many
 parameters (a missing layer scale), and a parameter no row covers fails (uncovered = "allow"
 lists it instead). The failure names, per row, the parameters (layer indices as *), the
 statistic observed and declared, the rule's expression and its source.""",

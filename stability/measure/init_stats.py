@@ -7,8 +7,8 @@ per parameter (in float64), on the model as built.
 like every measurement:
 
 - one `ParameterStats` per parameter (`named_parameters`: a tied weight once), with its owning
-  module's class and bases (what a rule's `module` matches) and the enclosing modules' (`within`), its shape and fans (torch's
-  `_calculate_fan_in_and_fan_out`), n, mean, unbiased variance, min and max; an `nn.Embedding`
+  module's class and bases (what a rule's `module` matches) and the enclosing modules' (`within`), its shape and fans (the init rule's,
+  `stability.families.library_build.weight_fans`), n, mean, unbiased variance, min and max; an `nn.Embedding`
   with a `padding_idx` gives its padding row apart (`name[padding_idx=K]`), since the library
   zeroes that row: the rest of the table is then a sample of the declared law;
 - the statistics are of the **library's init**: a parameter the harness rescaled to the shipped
@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from stability.families.library_build import weight_fans
 from stability.measure.measurements import serializable
 
 __all__ = ["ParameterStats", "InitRecord", "init_record", "declared_config", "class_names"]
@@ -71,11 +72,10 @@ def class_names(cls: type, library: str | None = None) -> tuple[str, ...]:
     return tuple(f"{library}:{n}" if library else n for n in names)
 
 
-def _fans(p: torch.Tensor) -> tuple[int, int]:
-    if p.dim() < 2:
-        return p.numel(), p.numel()
-    fan_in, fan_out = nn.init._calculate_fan_in_and_fan_out(p)
-    return int(fan_in), int(fan_out)
+def _fans(owner: nn.Module, p: torch.Tensor) -> tuple[int, int]:
+    """A weight's (fan-in, fan-out) as the init rule reads them (transformers' Conv1D keeps (in,
+    out)); a vector's, its length."""
+    return weight_fans(owner, p) if p.dim() >= 2 else (p.numel(), p.numel())
 
 
 def _stats(name: str, module: tuple[str, ...], within: tuple[str, ...], p: torch.Tensor, fans: tuple[int, int], k: float) -> ParameterStats:
@@ -100,7 +100,7 @@ def init_record(model: nn.Module, declared: Mapping[str, Any], rescaled: Mapping
         parts = owner_name.split(".") if owner_name else []
         within = tuple(c for i in range(len(parts) - 1, -1, -1) for c in class_names(type(modules.get(".".join(parts[:i]), model))))
         weight = getattr(owner, "weight", None)
-        fans = _fans(weight if p.dim() < 2 and isinstance(weight, torch.Tensor) and weight.dim() >= 2 else p)  # a bias: its layer's fans
+        fans = _fans(owner, weight if p.dim() < 2 and isinstance(weight, torch.Tensor) and weight.dim() >= 2 else p)  # a bias: its layer's fans
         k = float(rescaled.get(name, 1.0))
         pad = getattr(owner, "padding_idx", None) if isinstance(owner, nn.Embedding) and leaf == "weight" else None
         if pad is not None and 0 <= pad < p.shape[0] and p.shape[0] > 1:

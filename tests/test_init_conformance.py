@@ -1,0 +1,293 @@
+"""init_conformance (stability.judge.init_conformance, stability.measure.init_stats,
+stability.spec.init_expect): the rule rows and their arithmetic, the record's serialisation, real
+transformers / timm / torchvision models that hold their declared init, and planted init bugs of
+the kinds that shipped (a missing depth scaling, Gemma's norms at 1, an embedding at std 1, biases
+not zeroed, a token left at zero, a layer scale missing or at 1) caught with the parameters named."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from stability.errors import SpecError
+from stability.families.library import quiet_imports
+from stability.judge.init_conformance import init_conformance, rows_of, rule_tables, table_for
+from stability.measure.init_stats import InitRecord, declared_config, init_record
+from stability.measure.measurements import Measurements
+from stability.spec.init_expect import InitConformance, InitRule, Undefined, evaluate
+from stability.spec.load import parse_spec
+
+ZOO = Path(__file__).resolve().parents[1] / "specs" / "zoo"
+
+transformers = pytest.importorskip("transformers")
+
+
+class _M:
+    """What the judge reads of a Measurements: its extra."""
+
+    def __init__(self, record: InitRecord) -> None:
+        self.extra = {"init_conformance": record}
+
+
+def _judge(model: torch.nn.Module, config: dict[str, Any] | None = None, **expect: Any) -> Any:
+    record = init_record(model, declared_config(model, config or {}))
+    return init_conformance(_M(record), InitConformance.model_validate(expect))
+
+
+def _hf(name: str, **config: Any) -> torch.nn.Module:
+    torch.manual_seed(0)
+    cls = getattr(transformers, name)
+    return cls(cls.config_class(**config))
+
+
+SMALL = {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 64, "pad_token_id": 0}
+
+
+# ----------------------------------------------------------------------------- rows and their arithmetic
+
+
+def test_expressions_compute_from_the_config() -> None:
+    env = {"initializer_range": 0.02, "n_layer": 8, "depths": [2, 3], "init_values": None}
+    assert evaluate("initializer_range / sqrt(2 * n_layer)", env) == pytest.approx(0.02 / 4)
+    assert evaluate("sum(depths) if 1e-6 > 0 else 0", env) == 5
+    assert evaluate("init_std or initializer_range or 0.02", env) == 0.02  # the first that is set
+    assert evaluate(0.5, env) == 0.5
+    with pytest.raises(Undefined, match="d_model"):
+        evaluate("d_model ** -0.5", env)
+    with pytest.raises(Undefined):
+        evaluate("init_values * 2", env)  # None is not set
+
+
+@pytest.mark.parametrize("text", ["__import__('os')", "config.initializer_range", "lambda: 1", "[x for x in y]", "open('f')", "1 +"])
+def test_expressions_refuse_anything_but_arithmetic(text: str) -> None:
+    with pytest.raises(ValueError):
+        InitRule.model_validate({"law": "normal", "std": text, "source": "s"})
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"law": "normal", "source": "s"}, "needs std"),
+        ({"law": "uniform", "a": -1, "bound": 1, "source": "s"}, "not both"),
+        ({"law": "constant", "value": 0, "std": 1, "source": "s"}, "not std"),
+        ({"law": "normal", "std": 0.02}, "source"),
+        ({"law": "laplace", "std": 0.02, "source": "s"}, "law"),
+    ],
+)
+def test_a_row_that_does_not_declare_a_law_is_refused(row: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        InitRule.model_validate(row)
+
+
+def test_patterns_match_names_classes_and_enclosing_modules() -> None:
+    row = InitRule.model_validate({"name": "*.c_proj.weight", "within": ["GPT2MLP"], "law": "normal", "std": 0.01, "source": "s"})
+    assert row.covers("h.3.mlp.c_proj.weight", ("Conv1D",), ("GPT2MLP", "GPT2Block"))
+    assert not row.covers("h.3.attn.c_proj.weight", ("Conv1D",), ("GPT2Attention", "GPT2Block"))
+    pad = InitRule.model_validate({"name": "*[padding_idx=*]", "law": "constant", "value": 0, "source": "s"})
+    assert pad.covers("wte.weight[padding_idx=0]", ("Embedding",), ()) and not pad.covers("wte.weight", ("Embedding",), ())
+    by_leaf = InitRule.model_validate({"module": "Linear", "param": "bias", "law": "constant", "value": 0, "source": "s"})
+    assert by_leaf.covers("a.b.bias", ("FalconLinear", "Linear"), ()) and not by_leaf.covers("a.b.weight", ("Linear",), ())
+
+
+def test_every_shipped_table_validates_and_its_chain_ends_in_a_base() -> None:
+    tables = rule_tables()
+    assert {"transformers", "torch", "gpt2", "gemma", "t5", "timm_vit", "tv_vit"} <= set(tables)
+    for t in tables.values():
+        assert all(r.source.strip() for r in t.rows)
+        assert rows_of(t)[-1][0] in ("transformers", "torch", t.name)
+    assert table_for(("transformers:GPT2Model", "transformers:GPT2PreTrainedModel", "transformers:PreTrainedModel")).name == "gpt2"  # type: ignore[union-attr]
+    assert table_for(("transformers:LlamaModel", "transformers:PreTrainedModel")).name == "transformers"  # type: ignore[union-attr]
+    assert table_for(("mypkg:Net",)) is None
+
+
+# ----------------------------------------------------------------------------- the record
+
+
+def test_the_record_round_trips_through_the_one_serialisation() -> None:
+    model = _hf("GPT2Model", n_embd=64, n_layer=2, n_head=2, vocab_size=64)
+    m = Measurements([1.0], [1.0], [1.0], {}, None, None, None, extra={"init_conformance": init_record(model, declared_config(model, {}), {"h.0.attn.c_attn.weight": 2.0})})
+    back = Measurements.from_json(m.to_json())
+    assert back.extra["init_conformance"] == m.extra["init_conformance"]
+    assert Measurements.from_dict(m.to_dict()).extra == m.extra
+
+
+def test_the_record_holds_the_librarys_init_with_the_harness_factor_divided_out() -> None:
+    model = _hf("GPT2Model", n_embd=64, n_layer=2, n_head=2, vocab_size=64)
+    w = model.h[0].attn.c_attn.weight.detach().double()
+    with torch.no_grad():
+        model.h[0].attn.c_attn.weight.mul_(2.5)
+    (p,) = [q for q in init_record(model, {}, {"h.0.attn.c_attn.weight": 2.5}).parameters if q.name == "h.0.attn.c_attn.weight"]
+    assert p.rescaled == 2.5 and p.n == w.numel() and (p.fan_in, p.fan_out) == (64, 192)
+    assert p.mean == pytest.approx(float(w.mean()), rel=1e-6, abs=1e-12)
+    assert math.sqrt(p.var) == pytest.approx(float(w.std()), rel=1e-6)
+    assert (p.min, p.max) == pytest.approx((float(w.min()), float(w.max())), rel=1e-6)
+
+
+def test_an_embeddings_padding_row_is_judged_apart() -> None:
+    model = _hf("LlamaModel", **SMALL)
+    names = {p.name: p for p in init_record(model, {}).parameters}
+    row, rest = names["embed_tokens.weight[padding_idx=0]"], names["embed_tokens.weight"]
+    assert (row.n, row.min, row.max) == (64, 0.0, 0.0) and rest.n == 63 * 64
+
+
+def test_a_bias_gets_its_layers_fans() -> None:
+    model = torch.nn.Linear(12, 5)
+    (w, b) = init_record(model, {}).parameters
+    assert (w.fan_in, w.fan_out) == (12, 5) and (b.fan_in, b.fan_out) == (12, 5)
+
+
+# ----------------------------------------------------------------------------- real models hold
+
+
+@pytest.mark.parametrize(
+    ("name", "config"),
+    [
+        ("GPT2Model", {"n_embd": 64, "n_layer": 3, "n_head": 2, "vocab_size": 64}),
+        ("LlamaModel", SMALL),
+        ("GemmaModel", {**SMALL, "head_dim": 32}),
+        ("BertModel", SMALL),
+        ("ViTModel", {**{k: v for k, v in SMALL.items() if k not in ("vocab_size", "pad_token_id")}, "image_size": 32, "patch_size": 8}),
+        ("T5EncoderModel", {"d_model": 64, "d_ff": 256, "d_kv": 32, "num_layers": 2, "num_heads": 2, "vocab_size": 64}),
+        ("ConvNextModel", {"hidden_sizes": [32, 64], "depths": [2, 1], "num_stages": 2, "image_size": 32}),
+    ],
+)
+def test_a_healthy_transformers_model_holds_its_declared_init(name: str, config: dict[str, Any]) -> None:
+    v = _judge(_hf(name, **config))
+    assert v.passed and v.measured, v.detail
+    assert v.extra["parameters"] > 10 and not v.extra["uncovered"]
+
+
+def test_timm_and_torchvision_models_hold_their_declared_init() -> None:
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(0)
+    vit = timm.create_model("vit_small_patch16_224", pretrained=False, img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=2, init_values=1e-5)
+    v = _judge(vit, {"img_size": 32, "patch_size": 8, "embed_dim": 64, "depth": 2, "num_heads": 2, "init_values": 1e-5})
+    assert v.passed, v.detail
+    assert any(r["rule"].startswith("module LayerScale") and r["covered"] == 4 for r in v.extra["rows"])
+    with quiet_imports():
+        tv = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    tvit = tv.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=64, mlp_dim=256)
+    assert _judge(tvit).passed
+
+
+# ----------------------------------------------------------------------------- planted bugs are caught
+
+
+def test_gpt2_without_its_depth_scaled_projections_fails_naming_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpt2 = pytest.importorskip("transformers.models.gpt2.modeling_gpt2")
+    shipped = gpt2.GPT2PreTrainedModel._init_weights
+
+    def forgets_the_scaling(self: Any, module: Any) -> None:  # a release whose _init_weights loses the GPT-2 scheme
+        shipped(self, module)
+        if isinstance(module, (gpt2.GPT2Attention, gpt2.GPT2MLP)):
+            torch.nn.init.normal_(module.c_proj.weight, std=self.config.initializer_range)
+
+    monkeypatch.setattr(gpt2.GPT2PreTrainedModel, "_init_weights", forgets_the_scaling)
+    v = _judge(_hf("GPT2Model", n_embd=64, n_layer=4, n_head=2, vocab_size=64))
+    assert not v.passed and v.observed == 8
+    assert "h.*.attn.c_proj.weight: std 0.0" in v.detail and "h.*.mlp.c_proj.weight" in v.detail
+    assert "initializer_range / sqrt(2 * n_layer)" in v.detail and "Radford et al. 2019" in v.detail and "8 of 8 parameters" in v.detail
+
+
+def test_gemma_norms_at_one_instead_of_zero_fail() -> None:
+    model = _hf("GemmaModel", **SMALL, head_dim=32)
+    with torch.no_grad():
+        for m in model.modules():
+            if "RMSNorm" in type(m).__name__:
+                m.weight.fill_(1.0)
+    v = _judge(model)
+    assert not v.passed and "layers.*.input_layernorm.weight: value 1" in v.detail and "(1 + w)" in v.detail and "5 of 5" in v.detail
+
+
+def test_an_embedding_at_std_one_and_biases_not_zeroed_fail() -> None:
+    model = _hf("BertModel", **SMALL)
+    with torch.no_grad():
+        model.embeddings.word_embeddings.weight.normal_(0.0, 1.0)
+        model.encoder.layer[1].intermediate.dense.bias.uniform_(-0.1, 0.1)
+    v = _judge(model)
+    assert not v.passed and v.observed == 3  # the padding row, drawn over, is no longer 0 either
+    assert "embeddings.word_embeddings.weight: std 1" in v.detail and "initializer_range" in v.detail
+    assert "embeddings.word_embeddings.weight[padding_idx=0]: value" in v.detail
+    assert "encoder.layer.*.intermediate.dense.bias: value" in v.detail
+
+
+def test_a_vit_cls_token_left_at_zero_and_layernorm_not_ones_fail() -> None:
+    model = _hf("ViTModel", hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8)
+    with torch.no_grad():
+        model.embeddings.cls_token.zero_()
+        model.layernorm.weight.normal_(1.0, 0.02)
+    v = _judge(model)
+    assert not v.passed and "embeddings.cls_token" in v.detail and "truncated" in v.detail and "layernorm.weight: value" in v.detail
+
+
+def test_a_layer_scale_at_one_or_missing_fails() -> None:
+    timm = pytest.importorskip("timm")
+    args = {"img_size": 32, "patch_size": 8, "embed_dim": 64, "depth": 2, "num_heads": 2}
+    torch.manual_seed(0)
+    vit = timm.create_model("vit_small_patch16_224", pretrained=False, **args, init_values=1e-5)
+    with torch.no_grad():
+        vit.blocks[1].ls2.gamma.fill_(1.0)
+    v = _judge(vit, {**args, "init_values": 1e-5})
+    assert not v.passed and "blocks.*.ls2.gamma: value 1" in v.detail and "CaiT" in v.detail
+    torch.manual_seed(0)
+    skipped = timm.create_model("vit_small_patch16_224", pretrained=False, **args)  # a release that ignores init_values
+    v = _judge(skipped, {**args, "init_values": 1e-5})
+    assert not v.passed and "0 parameters, declared 4 = 2 * depth" in v.detail
+
+
+def test_a_spec_row_comes_first_and_an_uncovered_parameter_fails_unless_allowed() -> None:
+    model = _hf("LlamaModel", **SMALL)
+    wrong = {"name": "*.o_proj.weight", "law": "normal", "std": "initializer_range / 10", "source": "a rule the model does not follow"}
+    v = _judge(model, rules=[wrong])
+    assert not v.passed and "layers.*.self_attn.o_proj.weight: std 0.02" in v.detail and "a rule the model does not follow" in v.detail
+    model.extra_scale = torch.nn.Parameter(torch.ones(3))
+    v = _judge(model)
+    assert not v.passed and "no rule declares the init of 1 parameters: extra_scale" in v.detail
+    assert _judge(model, uncovered="allow").passed
+
+
+def test_a_rule_that_names_an_undeclared_key_is_no_verdict() -> None:
+    v = _judge(_hf("LlamaModel", **SMALL), rules=[{"param": "weight", "law": "normal", "std": "n_embd ** -0.5", "source": "s"}])
+    assert not v.measured and "'n_embd'" in v.detail and "config" in v.detail
+
+
+# ----------------------------------------------------------------------------- specs
+
+
+def test_every_zoo_spec_declares_init_conformance() -> None:
+    specs = sorted(ZOO.glob("*.toml"))
+    assert len(specs) >= 30
+    for path in specs:
+        spec = parse_spec(path.read_text(encoding="utf-8"), file=str(path))
+        assert spec.expect.init_conformance is not None, path.name
+
+
+_TOML = """
+name = "t"
+description = "t"
+family = "{family}"
+[block]
+{block}
+[space]
+depth = 2
+width = 8
+batch = 2
+[expect.init_conformance]
+{expect}
+"""
+
+
+def test_a_bad_table_name_and_a_built_in_family_without_rows_are_refused() -> None:
+    block = 'layer = "tokens"\nmodel = "transformers:LlamaModel"\nconfig = { hidden_size = "width", num_hidden_layers = "depth", num_attention_heads = 2 }'
+    with pytest.raises(SpecError, match=r"expect.init_conformance.table.*close|did you mean.*gpt2"):
+        parse_spec(textwrap.dedent(_TOML.format(family="library", block=block, expect='table = "gtp2"')), file="t.toml")
+    with pytest.raises(SpecError, match="own .space. keys"):
+        parse_spec(textwrap.dedent(_TOML.format(family="plain", block='layer = "linear"', expect="")), file="t.toml")
+    with pytest.raises(SpecError, match="source"):
+        parse_spec(textwrap.dedent(_TOML.format(family="library", block=block, expect='rules = [{ law = "normal", std = 0.02 }]')), file="t.toml")
