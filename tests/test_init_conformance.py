@@ -39,7 +39,7 @@ def _judge(model: torch.nn.Module, config: dict[str, Any] | None = None, **expec
     return init_conformance(_M(record), InitConformance.model_validate(expect))
 
 
-def _hf(name: str, **config: Any) -> torch.nn.Module:
+def _hf(name: str, **config: Any) -> Any:
     torch.manual_seed(0)
     cls = getattr(transformers, name)
     return cls(cls.config_class(**config))
@@ -291,3 +291,18 @@ def test_a_bad_table_name_and_a_built_in_family_without_rows_are_refused() -> No
         parse_spec(textwrap.dedent(_TOML.format(family="plain", block='layer = "linear"', expect="")), file="t.toml")
     with pytest.raises(SpecError, match="source"):
         parse_spec(textwrap.dedent(_TOML.format(family="library", block=block, expect='rules = [{ law = "normal", std = 0.02 }]')), file="t.toml")
+
+
+@pytest.mark.slow  # every zoo family built and probed at two depths (about 5 minutes on 2 cores)
+@pytest.mark.parametrize("path", sorted(ZOO.glob("*.toml")), ids=lambda p: p.stem)
+def test_every_zoo_spec_holds_its_declared_init_on_the_current_release(path: Path) -> None:
+    from stability.run.engine import measure_case
+    from stability.spec.case import parse_case_string
+    from stability.spec.load import load_spec
+    from stability.spec.registry import invariant
+
+    spec = load_spec(path)
+    for case in ("depth=1", "depth=3"):
+        m = measure_case(spec, parse_case_string(case, spec))
+        v = invariant("init_conformance").judge(m, spec.expect.init_conformance)
+        assert v.passed and v.measured and not v.extra["uncovered"], f"{path.name} {case}: {v.detail}"

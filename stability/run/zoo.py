@@ -11,7 +11,7 @@ the code (no search, no randomness beyond the seeds named here):
   module tree and the config), and the init: the library's σ (`initializer_range` where the
   config has one) and the median σ²·fan-in of the block's weight matrices (each branch's gain
   squared, which `block.shipped`'s init rule keeps at the shipped model's value).
-- **Verdicts and gradient ratios** at each depth of `depths` (default 4, 16, 64; the verdicts only
+- **Verdicts and gradient ratios** at each depth of `depths` (default 4, 8, 16; the verdicts only
   at the depths inside the spec's `space.depth`, where its bands make a claim), on the spec's
   corner case at that depth (`stability.spec.case.corner_case`: its smallest width, batch and
   token count, seed 0), measured and judged as `stability check --case` would.
@@ -54,7 +54,7 @@ __all__ = ["ZOO", "DEPTHS", "BUDGET_SEEDS", "ZooRow", "zoo_specs", "zoo_row", "z
 
 #: Where the zoo's specs are shipped.
 ZOO = Path(__file__).resolve().parents[2] / "specs" / "zoo"
-DEPTHS: tuple[int, ...] = (4, 16, 64)
+DEPTHS: tuple[int, ...] = (4, 8, 16)
 BUDGET_SEEDS = (0, 1)
 
 #: Positional schemes by what marks them: (config attribute that is true, a module class-name
@@ -191,9 +191,9 @@ def _weights(block: nn.Module) -> list[tuple[nn.Module, torch.Tensor]]:
 
 
 def _init_text(model: nn.Module, block: nn.Module) -> str:
-    from stability.families.library_build import _fans
+    from stability.families.library_build import weight_fans
 
-    gains = [float(p.detach().double().pow(2).mean()) * _fans(owner, p)[0] for owner, p in _weights(block) if p.numel() > 1]
+    gains = [float(p.detach().double().pow(2).mean()) * weight_fans(owner, p)[0] for owner, p in _weights(block) if p.numel() > 1]
     gains = [g for g in gains if g > 0]
     config = getattr(model, "config", None)
     sigma = next((v for v in (getattr(config, k, None) for k in ("initializer_range", "init_std")) if isinstance(v, float)), None)
