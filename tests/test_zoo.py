@@ -15,7 +15,7 @@ from torch import nn
 
 from stability.errors import UsageError
 from stability.report.zoo import BEGIN, END, markdown_table, render_zoo_html, update_markdown
-from stability.run.zoo import ZOO, ZooRow, parameterisation, zoo_row
+from stability.run.zoo import DEPTHS, ZOO, ZooRow, parameterisation, zoo_row
 from stability.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,7 +91,7 @@ def test_the_table_regenerated_for_a_family_matches_docs_zoo_md(name: str) -> No
     pytest.importorskip("transformers", reason="Hugging Face transformers is not installed (pip install -e '.[hf]')")
     spec = load_spec(ZOO / f"{name}.toml")
     row = zoo_row(spec)
-    line = markdown_table([row], (4, 16, 64)).splitlines()[-1]
+    line = markdown_table([row], DEPTHS).splitlines()[-1]
     assert _rows(DOC.read_text(encoding="utf-8"))[line.split("|")[1].strip()] == line
 
 

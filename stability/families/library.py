@@ -53,6 +53,7 @@ __all__ = [
     "library_of",
     "resolve",
     "check_config",
+    "input_modality",
     "config_keys",
     "fill",
     "placeholders",
@@ -232,6 +233,20 @@ def config_keys(target: Target) -> tuple[list[str], bool]:
     params = inspect.signature(cls).parameters  # the class's __init__, without self
     keys = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     return keys, any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def input_modality(lib: LibraryModel) -> str:
+    """The modality of the model's inputs, decided from the spec's data and the config class (no
+    model module imported): the spec's `inputs`; else images for timm and torchvision; else, for
+    transformers, images when the config takes `num_channels` (a vision model's pixel inputs),
+    tokens otherwise (`library_build.make_inputs` draws by the same choice, from the built model's
+    `main_input_name`)."""
+    if lib.inputs is not None:
+        return lib.inputs
+    if lib.target.library != "transformers":
+        return "images"
+    keys, _ = config_keys(lib.target)
+    return "images" if "num_channels" in keys else "tokens"
 
 
 def check_config(target: Target, config: Mapping[str, Any], *, file: str, key: str = "config") -> None:

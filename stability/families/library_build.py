@@ -223,7 +223,9 @@ def init_factors(spec: LibraryModel, values: Mapping[str, Any], block_class: typ
     built at depth 1 at both widths (seed 0, outside the caller's generator; cached per process)."""
     one = {**values, "depth": 1}
     reduced_config, shipped_config = fill(spec.config, one), {**fill(spec.config, one), **fill(spec.shipped, one)}
-    key = repr((str(spec.target), sorted(reduced_config.items()), sorted(shipped_config.items())))
+    # The block class is part of the key: discovery may pick another class at another depth (a
+    # ResNet at depth 1 has no run of two bottlenecks), and its factors are no other class's.
+    key = repr((str(spec.target), f"{block_class.__module__}.{block_class.__qualname__}", sorted(reduced_config.items()), sorted(shipped_config.items())))
     if key not in _FACTORS:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)

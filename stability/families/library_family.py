@@ -107,8 +107,29 @@ def _check(spec: Any, data: Mapping[str, Any]) -> None:
                 "is not read by family 'library': the library initialises its model (and the init rule rescales it, with block.shipped)",
                 fix="remove it; set the library's own init keys in block.config",
             )
+    _check_ineffective(spec, data, lib)
     if spec.probe.checkpoint_every:
         raise SpecError(f, "probe.checkpoint_every", "is not supported by family 'library': the model's own forward runs its blocks", value=spec.probe.checkpoint_every, fix="remove it")
+
+
+def _check_ineffective(spec: Any, data: Mapping[str, Any], lib: Any) -> None:
+    """A `[space]` key the model's inputs do not read is refused (`stability.families.library_build.make_inputs`):
+    `tokens` where the inputs are images (the tokens that reach the blocks are the model's patches,
+    set by its image and patch sizes), `spatial` where the config fixes the image size."""
+    from stability.families.library import input_modality
+
+    f = spec.path
+    image_size = next((k for k in ("image_size", "img_size") if k in lib.config), None)
+    if _set(data, "space", "tokens") and input_modality(lib) == "images":
+        raise SpecError(
+            f,
+            "space.tokens",
+            f"has no effect: {lib.target} reads images, and the tokens that reach its blocks are its patches (set by the config's image and patch sizes)",
+            value=data["space"]["tokens"],
+            fix="remove it, and say in the spec how many tokens the image and patch sizes give",
+        )
+    if _set(data, "space", "spatial") and image_size is not None:
+        raise SpecError(f, "space.spatial", f"has no effect: block.config.{image_size} sets the image size", value=data["space"]["spatial"], fix=f"remove it, or drop block.config.{image_size}")
 
 
 def _build(spec: Any, case: Any, gen: Any) -> Any:

@@ -91,6 +91,22 @@ def _mean_shift(m: Any, e: s.MeanShift) -> Any:
     return mean_shift(m, max_ratio=e.max_ratio)
 
 
+def _residual_stream(m: Any, e: s.ResidualStream) -> Any:
+    from stability.judge.stream import residual_stream
+
+    return residual_stream(
+        m,
+        lo=e.lo,
+        hi=e.hi,
+        entry_lo=e.entry_lo,
+        entry_hi=e.entry_hi,
+        variance_lo=e.variance_lo,
+        variance_hi=e.variance_hi,
+        variance_exponent=e.variance_exponent,
+        max_block_change=e.max_block_change,
+    )
+
+
 # ----------------------------------------------------------------------------- what they need measured
 
 
@@ -170,6 +186,18 @@ def _mean_field_ensemble(ctx: Any) -> Mapping[str, Any]:
     ens = ctx.shared.get("probe_ensemble") or probe_ensemble(ctx.spec, ctx.case, ctx.m, size=ctx.size)
     ctx.shared["probe_ensemble"] = ens
     return {"mean_field_ensemble": [(g[0], g[-1]) for g in ens.grad_norm]}
+
+
+def _stream_ensemble(ctx: Any) -> Mapping[str, Any]:
+    """residual_stream judges the ensemble's medians: variance_growth's members where it measured
+    them (they carry each member's gradient norms), else an ensemble of its own, shared."""
+    from stability.measure.ensemble import probe_ensemble
+
+    if ctx.size <= 1 or "ensemble" in ctx.m.extra:
+        return {}
+    ens = ctx.shared.get("probe_ensemble") or probe_ensemble(ctx.spec, ctx.case, ctx.m, size=ctx.size)
+    ctx.shared["probe_ensemble"] = ens
+    return {"stream_ensemble": ens}
 
 
 def _lesion_ensemble(ctx: Any) -> Mapping[str, Any]:
@@ -278,6 +306,13 @@ def _is_training(name: str) -> bool:
 
 def _ratio_severity(v: Any, e: s.GradientArrival) -> float:
     """Closeness to either end of [lo, hi] on a log scale."""
+    if not v.observed > 0:
+        return math.inf
+    return -min(math.log(v.observed / e.lo), math.log(e.hi / v.observed))
+
+
+def _stream_severity(v: Any, e: s.ResidualStream) -> float:
+    """Closeness of the stream's gradient ratio to either end of [lo, hi] on a log scale."""
     if not v.observed > 0:
         return math.inf
     return -min(math.log(v.observed / e.lo), math.log(e.hi / v.observed))
@@ -399,6 +434,16 @@ def _check_arrival(spec: s.Spec) -> None:
     ga = spec.expect.gradient_arrival
     if ga is not None and ga.lo > ga.hi:
         raise SpecError(spec.path, "expect.gradient_arrival.lo", f"is above hi = {ga.hi}", value=ga.lo, fix="swap lo and hi")
+
+
+def _check_stream(spec: s.Spec) -> None:
+    rs = spec.expect.residual_stream
+    if rs is None:
+        return
+    for low, high in (("lo", "hi"), ("entry_lo", "entry_hi"), ("variance_lo", "variance_hi")):
+        a, b = getattr(rs, low), getattr(rs, high)
+        if a is not None and b is not None and a > b:
+            raise SpecError(spec.path, f"expect.residual_stream.{low}", f"is above {high} = {b}", value=a, fix=f"swap {low} and {high}")
 
 
 def _check_variance(spec: s.Spec) -> None:
@@ -559,6 +604,19 @@ with batch():
             observers=_channel_observers,
             ensemble=_channel_ensemble,
             targets=_plain("mean shift (squared channel mean / channel variance)"),
+        )
+    )
+
+    register_invariant(
+        _entry(
+            "residual_stream",
+            expectation=s.ResidualStream,
+            label="stream gradient ratio ‖∂L/∂x₁‖ / ‖∂L/∂x_L‖ (median of the seed ensemble)",
+            judge=_residual_stream,
+            check=_check_stream,
+            ensemble=_stream_ensemble,
+            severity=_stream_severity,
+            targets=_arrival_targets,
         )
     )
 

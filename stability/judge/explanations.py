@@ -48,6 +48,7 @@ REFERENCES: dict[str, str] = {
     'via Zero-Shot Hyperparameter Transfer" (muP). arXiv:2203.03466.',
     "fixup": 'Zhang, Dauphin, Ma (2019). "Fixup Initialization: Residual Learning Without Normalization". ICLR 2019, arXiv:1901.09321.',
     "goyal": 'Goyal, Dollar, Girshick, Noordhuis, Wesolowski, Kyrola, Tulloch, Jia, He (2017). "Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour" (gradual warm-up). arXiv:1706.02677.',
+    "gpt2": 'Radford, Wu, Child, Luan, Amodei, Sutskever (2019). "Language Models are Unsupervised Multitask Learners" (GPT-2; residual projections scaled by 1/sqrt(N)). OpenAI technical report.',
     "spp": 'Brock, De, Smith (2021). "Characterizing signal propagation to close the performance gap in unnormalized ResNets". ICLR 2021, arXiv:2101.08692.',
 }
 
@@ -357,6 +358,43 @@ A diverged run, or a block that changes the shape of its input, fails.""",
   ReZero branches, branch_scale = "1/sqrt(depth)". He et al. 2015 (Sec. 4.2) and Veit et al.
   2016 found learned residuals small, and smaller in deeper networks.""",
         references=_refs("resnet", "identity", "veit", "rezero"),
+    ),
+    "residual_stream": Explanation(
+        summary="the residual stream after its entry: gradient ratio, output variance and block change in the init's bands",
+        computes="""\
+From the probe's boundary numbers (g_l = ‖∂L/∂x_l‖, Var(x_l) and E[x_l²] at boundary l, the input
+of block l; boundary L the output), four numbers, the first reported apart from the others:
+
+    entry    e = g_0 / g_1                                    (block 0: where the stream enters)
+    stream   s = g_1 / g_L                                    lo ≤ s ≤ hi
+    variance v = Var(x_L) / Var(x_0) / L^p                    variance_lo ≤ v ≤ variance_hi
+    change   c = max over blocks of |sqrt(E[x_(l+1)²]/E[x_l²]) - 1| and |g_l/g_(l+1) - 1|    c ≤ max_block_change
+
+so gradient_arrival's ratio g_0/g_L is e·s exactly. A library language model's stream enters block
+0 at its embedding's scale (N(0, 0.02²) per element) while each branch adds O(1), so block 0's
+norms multiply the gradient by about rms(x_1)/rms(x_0), a factor set by the embedding's init, not
+by the stack: e is bounded by entry_lo and entry_hi where given (an embedding drawn at std 1
+instead of 0.02 drops it to about 1), and s judges the stack. p = variance_exponent: 0 bounds
+the output's variance in depth (a residual projection scaled by 1/sqrt(2N), as GPT-2's c_proj,
+intends it), 1 bounds what each block adds. c is 0 for an identity block and of the order of γ
+for x + γ·F(x) (layer scale, init_values 1e-5 or 1e-6). Each number is the median over the case's
+seed ensemble (probe.ensemble), the range beside it in the message.""",
+        fails="""\
+- The stream's gradient ratio grows past hi: branches that add up without a depth scale (each
+  block's Jacobian I + J_l with J_l of the branches' size over the stream's).
+- The entry factor leaves its band: the embedding's init changed (std 1 instead of 0.02, or a
+  missing multiplier such as Gemma's sqrt(width)), or the first block's norm weights did.
+- The output variance leaves its band: a residual projection that lost its 1/sqrt(2N) scale makes
+  Var(x_L) grow with the depth (about 2N times at N blocks); norm weights (1 + w) initialised
+  at w = 1 instead of 0 double every branch.
+- The block change passes max_block_change: a layer scale not applied (γ = 1 instead of 1e-6).""",
+        fixes="""\
+- Put back the init the model declares: its initializer_range for embeddings, the depth scale of
+  the residual projections, the layer scale's init_values, the norms' weights (1, or 0 for a
+  (1 + w) norm).
+- If the model is meant to differ, measure it (stability check --profile thorough) and set the
+  bands from its seed ensemble's spread.""",
+        references=_refs("layernorm", "gpt2", "layerscale", "identity", "skipinit"),
     ),
     "mean_shift": Explanation(
         summary="the channels' means stay small next to their variances at the output (no mean shift)",

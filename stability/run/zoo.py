@@ -11,11 +11,13 @@ the code (no search, no randomness beyond the seeds named here):
   module tree and the config), and the init: the library's σ (`initializer_range` where the
   config has one) and the median σ²·fan-in of the block's weight matrices (each branch's gain
   squared, which `block.shipped`'s init rule keeps at the shipped model's value).
-- **Verdicts and gradient ratios** at each depth of `depths` (default 4, 16, 64), on the spec's
+- **Verdicts and gradient ratios** at each depth of `depths` (default 4, 8, 16; the verdicts only
+  at the depths inside the spec's `space.depth`, where its bands make a claim), on the spec's
   corner case at that depth (`stability.spec.case.corner_case`: its smallest width, batch and
   token count, seed 0), measured and judged as `stability check --case` would.
-- **The depth budget** of `gradient_arrival`: the largest depth up to `max(depths)` at which it
-  holds on both seeds 0 and 1, bisected on geometric midpoints by `stability sweep`'s own
+- **The depth budget** of `gradient_arrival` (the spec's band, or the one-decade band [0.1, 10]
+  where the spec declares none): the largest depth up to `max(depths)` at which it holds on both
+  seeds 0 and 1, bisected on geometric midpoints by `stability sweep`'s own
   bisection (`run_sweep`, in memory), as `docs/sweeps.md` defines it.
 
 `stability zoo` writes the rows as docs/zoo.md's table (`stability.report.zoo`) and as a page of
@@ -52,7 +54,7 @@ __all__ = ["ZOO", "DEPTHS", "BUDGET_SEEDS", "ZooRow", "zoo_specs", "zoo_row", "z
 
 #: Where the zoo's specs are shipped.
 ZOO = Path(__file__).resolve().parents[2] / "specs" / "zoo"
-DEPTHS: tuple[int, ...] = (4, 16, 64)
+DEPTHS: tuple[int, ...] = (4, 8, 16)
 BUDGET_SEEDS = (0, 1)
 
 #: Positional schemes by what marks them: (config attribute that is true, a module class-name
@@ -211,14 +213,17 @@ def _describe(spec: Spec) -> tuple[str, str, str, str, str, str]:
 
 
 def zoo_budget(spec: Spec, *, top: int = max(DEPTHS)) -> Budget | None:
-    """The depth budget of the spec's `gradient_arrival` in [1, top] on `BUDGET_SEEDS` (the module
-    docstring); None when the spec does not declare it."""
+    """The depth budget of `gradient_arrival` in [1, top] on `BUDGET_SEEDS` (the module
+    docstring): the spec's own band where it declares one, else the one-decade band [0.1, 10],
+    the same for every family (a measurement of how far the whole ratio g₀/g_L stays within a
+    decade, not a claim of the spec's)."""
     from stability.run.executor import InProcessExecutor
     from stability.run.store import Store
     from stability.run.sweep import run_sweep
+    from stability.spec import schema
 
-    if "gradient_arrival" not in dict(spec.invariants()):
-        return None
+    declared = spec.expect.gradient_arrival or schema.GradientArrival.model_validate({})
+    spec = spec.model_copy(update={"expect": schema.Expect.model_validate({"gradient_arrival": declared})})  # the budget's invariant alone: no other measurement runs
     with Store(":memory:") as store:
         result = run_sweep(spec, [], store, InProcessExecutor(), seeds=BUDGET_SEEDS, depth_range=(1, top), invariants=["gradient_arrival"], version="zoo", case_timeout=None)
     return next(b for b in result.budgets if b.invariant == "gradient_arrival")
@@ -243,14 +248,16 @@ def zoo_row(spec: Spec, *, depths: Sequence[int] = DEPTHS, budget: bool = True, 
         case = corner_case(spec, depth=depth)
         if on_case is not None:
             on_case(f"{spec.name} depth {depth}")
-        record = evaluate(spec, case, options)
+        inside = spec.space.depth[0] <= depth <= spec.space.depth[1]  # a spec's bands are claims about its own depths
+        # beyond them only the ratio is tabulated: the case's own network, no seed ensemble
+        record = evaluate(spec if inside else spec.model_copy(update={"probe": spec.probe.model_copy(update={"ensemble": 1})}), case, options)
         if record.error is not None:
             row.errors[depth] = record.error
         m = record.measurements
         row.ratios[depth] = m.gradient_ratio if m is not None and m.gradient_ratio is not None and math.isfinite(m.gradient_ratio) else None
         for name, _ in declared:
             passed: bool | None = None
-            if not_applicable_reason(spec, name, case) is None and m is not None:
+            if inside and not_applicable_reason(spec, name, case) is None and m is not None:
                 passed = judge(spec, name, record).passed
             row.verdicts.setdefault(name, {})[depth] = passed
     row.budget = _budget_cell(zoo_budget(spec, top=max(depths))) if budget else "—"

@@ -375,6 +375,13 @@ def _check_combinations(spec: Spec, data: dict[str, Any]) -> None:
             parse_case_string(text, spec)
         except Exception as exc:  # a UsageError for an unknown key or a value outside the space
             raise SpecError(f, f"space.examples[{i}]", str(exc), value=text) from None
+    for i, text in enumerate(spec.probe.ci_cases):
+        try:
+            parse_case_string(text, spec)
+        except Exception as exc:  # a UsageError for an unknown key or a value outside the space
+            raise SpecError(f, f"probe.ci_cases[{i}]", str(exc), value=text) from None
+    if spec.probe.ci_cases and "ci" not in spec.probe.profiles:
+        raise SpecError(f, "probe.ci_cases", "has no effect: the ci profile is not in probe.profiles", value=spec.probe.ci_cases, fix='add "ci" to probe.profiles, or remove ci_cases')
 
 
 def _check_training(spec: Spec) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "Trainability",
     "ResidualSize",
     "MeanShift",
+    "ResidualStream",
     "spec_schema",
     "Expectation",
     "rebuild",
@@ -443,6 +444,25 @@ class ResidualSize(Expectation):
     max_depth_ratio: float = Field(1.0, gt=0.0)
 
 
+class ResidualStream(Expectation):
+    """The residual stream after its entry (stability.judge.stream): the gradient ratio over the
+    blocks g₁/g_L within [lo, hi]; where given, the entry factor g₀/g₁ (what block 0 does to a
+    stream that enters at the embedding's scale) within [entry_lo, entry_hi], the output's
+    variance Var(x_L)/Var(x₀)/L^variance_exponent within [variance_lo, variance_hi] (exponent 0:
+    bounded in depth, as a depth-scaled init intends), and every block's change of the stream
+    at most max_block_change (a layer scale's near-identity blocks). Judged on the median of the
+    case's seed ensemble."""
+
+    lo: float = Field(0.1, gt=0.0)
+    hi: float = Field(10.0, gt=0.0)
+    entry_lo: float | None = Field(None, gt=0.0)
+    entry_hi: float | None = Field(None, gt=0.0)
+    variance_lo: float | None = Field(None, gt=0.0)
+    variance_hi: float | None = Field(None, gt=0.0)
+    variance_exponent: float = Field(0.0, ge=0.0, le=4.0)
+    max_block_change: float | None = Field(None, gt=0.0)
+
+
 class MeanShift(Expectation):
     """At the output, the average squared channel mean beyond sampling noise, relative to the
     average channel variance, ρ = (M − V/(N − 1)) / V, must be ≤ max_ratio (Brock, De & Smith 2021;
@@ -467,6 +487,11 @@ class Probe(_Model):
     #: and say so (a replayed `--case` runs in any profile). `train.profiles` does the same for
     #: the training invariants.
     profiles: Annotated[list[Literal["ci", "dev", "thorough"]], BeforeValidator(_nonempty_list)] = ["ci", "dev", "thorough"]
+    #: The cases the ci profile judges (case strings, `"depth=2"`; keys left out take the corner
+    #: value): where given, the ci search draws no other case, so a spec whose cases are costly
+    #: (a library model and its seed ensemble) has a fixed, small ci cost. dev and thorough try
+    #: them first, then search.
+    ci_cases: list[str] = Field(default_factory=list)
 
 
 class Train(_Model):
@@ -530,6 +555,7 @@ if TYPE_CHECKING:  # the built-in invariants' fields, for type checkers; at run 
         trainability: Trainability | None
         residual_size: ResidualSize | None
         mean_shift: MeanShift | None
+        residual_stream: ResidualStream | None
 
         def __getattr__(self, name: str) -> Any: ...  # a plugin's invariants
 
