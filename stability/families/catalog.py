@@ -178,7 +178,6 @@ with batch():
             block_bytes=memory.CUSTOM_MIN_PER_BLOCK,
             zero_branch_inits=None,
             check=_check_custom,
-            lacks={"language_model": "runs a factory's blocks, and the language model (train.task = \"markov\") is built from the transformer family's"},
             user_code=True,
         )
     )
