@@ -74,7 +74,7 @@ def test_a_language_model_spec_loads_with_its_expectations() -> None:
         (lm(block=BLOCK + '\nsigma_reparam = true\nresidual = "gpt2"'), "block.sigma_reparam", "undoes residual = 'gpt2'"),
         (lm(block=BLOCK + '\nqk_norm = "bogus"'), "block.qk_norm", "is not one of 'none', 'layer' or 'rms'"),
         (lm().replace('name = "lm"', 'name = "lm"\nbogus = 1'), "bogus", "unknown key"),
-        (lm(family="preact", block='norm = "layer"').replace('layer = "tokens"\n', "").replace("tokens = 8\n", ""), "train.task", "family 'preact' has no attention, and the language model"),
+        (lm(family="preact", block='norm = "layer"').replace('layer = "tokens"\n', "").replace("tokens = 8\n", ""), "train.task", "family 'preact' has no attention, and the language-model run"),
     ],
 )
 def test_a_bad_language_model_spec_is_one_line_naming_the_key(text: str, key: str, words: str) -> None:
