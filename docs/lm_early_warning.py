@@ -2,6 +2,7 @@
 diverged by step M? The detection and false-alarm table in docs/training.md.
 
     python docs/lm_early_warning.py specs/control_lm_early_warning.toml [--seeds 8] [--save runs.json | --load runs.json]
+    python docs/lm_early_warning.py specs/control_lm_early_warning.toml --seeds 4 --depths 2 --schedule constant --lrs 0.1,0.15,0.2,0.25,0.3 --rise 0.3 --lead 50
 
 Over a grid of (learning rate, depth, qk_norm off/on, seed), each run is the spec's case trained
 train.steps = M steps exactly as `stability check --case` would (the spec's train.lr, depth and
@@ -18,6 +19,13 @@ those caught at least M/2 steps before the step D they diverged (`divergence_ste
 shipped invariant (the spec's indicator, N and threshold) on every run: per diverging run the lead
 time D − N, D the step it diverged by its loss alone (`divergence_step`), and how many were warned
 at least M/2 steps before D.
+
+`--steps`, `--warmup` and `--schedule` replace the spec's train.steps, train.warmup and
+train.schedule (a constant rate after the warm-up lets a run near the critical learning rate
+diverge late); `--rise` is the rise of the 10-step mean loss above its smallest value so far that
+counts as the loss having turned (0.05 nats by default: at a constant rate the batch noise alone
+crosses that on a plateau); `--lead` the lead time the last column counts (default M/2); `--ns`
+the steps N the indicators are read at (default M/20, M/10, M/5, M/2).
 """
 
 from __future__ import annotations
@@ -47,8 +55,13 @@ def diverged(run: LMRun) -> bool:
     return run.diverged_at is not None or not progress(run, len(run.losses) - 1) >= 0.5
 
 
-def turned_by(run: LMRun, step: int, *, window: int = 10, rise: float = 0.05) -> bool:
+#: The rise of the 10-step mean loss above its minimum so far that counts as the loss having turned (--rise).
+RISE = [0.05]
+
+
+def turned_by(run: LMRun, step: int, *, window: int = 10, rise: float | None = None) -> bool:
     """Whether the loss's running mean had risen `rise` above its minimum so far by `step` (or become non-finite)."""
+    rise = RISE[0] if rise is None else rise
     losses = np.asarray(run.losses[: step + 1], dtype=np.float64)
     if not np.isfinite(losses).all():
         return True
@@ -56,10 +69,11 @@ def turned_by(run: LMRun, step: int, *, window: int = 10, rise: float = 0.05) ->
     return bool(len(means) and (means - np.minimum.accumulate(means)).max() > rise)
 
 
-def divergence_step(run: LMRun, *, window: int = 10, rise: float = 0.05) -> int:
+def divergence_step(run: LMRun, *, window: int = 10, rise: float | None = None) -> int:
     """When a run that diverged by step M did so, by its loss alone: the first non-finite loss, or
     the last step of the first 10-step window whose mean had risen `rise` above the smallest such
     mean before it (the loss turned); M when neither happened (it only stalled)."""
+    rise = RISE[0] if rise is None else rise
     losses = np.asarray(run.losses, dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(losses))
     stop = int(bad[0]) if len(bad) else len(losses)
@@ -93,15 +107,23 @@ def main() -> None:
     p.add_argument("--lrs", default="0.1,0.15,0.2,0.25,0.3,0.4,0.5")
     p.add_argument("--depths", default="1,2")
     p.add_argument("--warmup", type=int, help="replace the spec's train.warmup (the divergence comes after it)")
+    p.add_argument("--steps", type=int, help="replace the spec's train.steps (M)")
+    p.add_argument("--schedule", choices=("constant", "cosine"), help="replace the spec's train.schedule")
+    p.add_argument("--rise", type=float, default=0.05, help="the rise of the 10-step mean loss that counts as the loss having turned")
+    p.add_argument("--lead", type=int, help="the lead time D - N the last column counts (default M/2)")
+    p.add_argument("--ns", help="the steps N the indicators are read at, e.g. 10,20,50 (default M/20, M/10, M/5, M/2)")
     p.add_argument("--save", type=Path)
     p.add_argument("--load", type=Path)
     args = p.parse_args()
     torch.set_num_threads(1)
     spec = load_spec(args.spec)
     assert spec.train is not None
-    if args.warmup is not None:
-        spec = spec.model_copy(update={"train": spec.train.model_copy(update={"warmup": args.warmup})})
+    update = {k: v for k, v in (("warmup", args.warmup), ("steps", args.steps), ("schedule", args.schedule)) if v is not None}
+    spec = spec.model_copy(update={"train": spec.train.model_copy(update=update)})
+    RISE[0] = args.rise
     m = spec.train.steps
+    lead = m // 2 if args.lead is None else args.lead
+    ns = [int(x) for x in args.ns.split(",")] if args.ns else [m // 20, m // 10, m // 5, m // 2]
     keys = [(lr, d, qk, s) for lr in map(float, args.lrs.split(",")) for d in map(int, args.depths.split(",")) for qk in (False, True) for s in range(args.seeds)]
     runs: dict[tuple[float, int, bool, int], LMRun] = {}
     if args.load:
@@ -125,11 +147,11 @@ def main() -> None:
     print(f"diverged by step M, per learning rate (qk_norm off/on, of {sum(1 for k in keys if k[0] == keys[0][0] and not k[2])} each): {by_lr}")
     print(f"two folds: the threshold from seeds 0-{half - 1} scores seeds {half}-{args.seeds - 1}, and the other way round; every run is scored once, by a threshold it did not help choose")
     print()
-    print("| indicator | N | thresholds (two folds) | diverged runs caught | false alarms | caught before the loss turned | caught ≥ M/2 steps before D |")
+    print(f"| indicator | N | thresholds (two folds) | diverged runs caught | false alarms | caught before the loss turned | caught ≥ {lead} steps before D |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name in INDICATORS:
         up = _DIRECTION[name] > 0
-        for n in (m // 20, m // 10, m // 5, m // 2):
+        for n in ns:
             values = {k: indicator(runs[k], name, n) for k in keys}
             thresholds, caught, alarms, early, ahead, n_bad, n_ok = [], 0, 0, 0, 0, 0, 0
             for calib, test in folds:
@@ -141,13 +163,18 @@ def main() -> None:
                         n_bad += 1
                         caught += hit
                         early += hit and not turned_by(runs[k], n - 1)
-                        ahead += hit and divergence_step(runs[k]) - n >= m // 2
+                        ahead += hit and divergence_step(runs[k]) - n >= lead
                     else:
                         n_ok += 1
                         alarms += hit
             shown = " / ".join(f"{'>' if up else '<'} {t:.3g}" for t in thresholds)
             rates = f"{caught}/{n_bad} ({100 * caught / max(n_bad, 1):.0f}%) | {alarms}/{n_ok} ({100 * alarms / max(n_ok, 1):.1f}%)"
             print(f"| `{name}` | {n} | {shown} | {rates} | {early}/{caught} | {ahead}/{n_bad} ({100 * ahead / max(n_bad, 1):.0f}%) |")
+    if args.lead is not None:
+        print()
+        ds = sorted(divergence_step(runs[k]) for k in keys if outcome[k])
+        if ds:
+            print(f"D of the diverging runs (rise {args.rise:g}): min {ds[0]}, median {ds[len(ds) // 2]}, max {ds[-1]}; {sum(d >= min(ns) + lead for d in ds)}/{len(ds)} have D ≥ {min(ns)} + {lead}")
     lead_table(spec, keys, runs, outcome, m)
 
 

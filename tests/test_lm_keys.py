@@ -74,8 +74,7 @@ def test_a_language_model_spec_loads_with_its_expectations() -> None:
         (lm(block=BLOCK + '\nsigma_reparam = true\nresidual = "gpt2"'), "block.sigma_reparam", "undoes residual = 'gpt2'"),
         (lm(block=BLOCK + '\nqk_norm = "bogus"'), "block.qk_norm", "is not one of 'none', 'layer' or 'rms'"),
         (lm().replace('name = "lm"', 'name = "lm"\nbogus = 1'), "bogus", "unknown key"),
-        (lm(family="preact", block='norm = "layer"').replace('layer = "tokens"\n', "").replace("tokens = 8\n", ""), "train.task", "family 'preact' has no attention, and the language model"),
-        (lm(family="custom", block='factory = "some_module:blocks"'), "train.task", "family 'custom' runs a factory's blocks"),
+        (lm(family="preact", block='norm = "layer"').replace('layer = "tokens"\n', "").replace("tokens = 8\n", ""), "train.task", "family 'preact' has no attention, and the language-model run"),
     ],
 )
 def test_a_bad_language_model_spec_is_one_line_naming_the_key(text: str, key: str, words: str) -> None:
@@ -85,14 +84,21 @@ def test_a_bad_language_model_spec_is_one_line_naming_the_key(text: str, key: st
     assert message.startswith(f"lm.toml: {key}") and words in message and "\n" not in message, message
 
 
-def test_a_library_model_is_refused_for_the_language_model_run() -> None:
-    # its blocks run only inside the model's own forward (Family.lacks["blocks_alone"], one of LM_NEEDS)
+def test_a_library_language_model_must_be_a_causal_lm_over_the_chains_vocabulary() -> None:
     pytest.importorskip("transformers", reason="Hugging Face transformers is not installed (pip install -e '.[hf]')")
-    gpt2 = 'model = "transformers:GPT2Model"\nconfig = { n_embd = "width", n_layer = "depth", n_head = 2, vocab_size = 64, bos_token_id = 1, eos_token_id = 2 }'
-    with pytest.raises(SpecError) as info:
-        parse_spec(lm(family="library", block=gpt2), file="lm.toml")
-    message = str(info.value)
-    assert message.startswith("lm.toml: train.task = 'markov': family 'library' runs its blocks only inside the model's own forward") and "\n" not in message, message
+    config = 'config = { n_embd = "width", n_layer = "depth", n_head = 2, bos_token_id = 1, eos_token_id = 2 }'
+    spec = parse_spec(lm(family="library", block='model = "transformers:GPT2LMHeadModel"\n' + config), file="lm.toml")
+    assert spec.family == "library"
+    for block, key, words in [
+        ('model = "transformers:GPT2Model"\n' + config, "block.model", "is not a transformers causal language model"),
+        ('model = "transformers:LlamaModel"\nconfig = { hidden_size = "width" }', "block.model", "is not a transformers causal language model"),
+        ('model = "transformers:GPT2LMHeadModel"\n' + config.replace("n_head = 2", "n_head = 2, vocab_size = 50"), "block.config.vocab_size", "differs from train.vocab = 64"),
+        ('model = "transformers:GPT2LMHeadModel"\n' + config + "\nshipped = { n_embd = 768 }", "block.shipped", "as the library initialises it"),
+    ]:
+        with pytest.raises(SpecError) as info:
+            parse_spec(lm(family="library", block=block), file="lm.toml")
+        message = str(info.value)
+        assert message.startswith(f"lm.toml: {key}") and words in message and "\n" not in message, message
 
 
 def test_a_language_model_invariant_without_a_language_model_run_is_refused() -> None:
@@ -156,6 +162,5 @@ def test_explain_lists_the_families_the_language_model_run_refuses() -> None:
 
     for name in LM_INVARIANTS:
         text = " ".join(explain_text(name).split())
-        assert "Not measured on" in text and "family 'custom': runs a factory's blocks" in text and "family 'preact': has no attention" in text, name
-        assert "family 'library': runs its blocks only inside the model's own forward" in text, name
-        assert "family 'transformer'" not in text, name
+        assert "Not measured on" in text and "family 'preact': has no attention" in text, name
+        assert "family 'library'" not in text and "family 'custom'" not in text and "family 'transformer'" not in text, name

@@ -14,8 +14,9 @@ import torch
 from torch import nn
 
 from stability.families.transformer import AttentionProbs
+from stability.measure.lm_capture import ProbsCapture as AttentionRecorder
 from stability.measure.lm_records import LMRun
-from stability.measure.lm_train import AttentionRecorder, LanguageModel, adamw, language_model, lm_chain, lm_loss, lm_run, lr_factor, parameter_group
+from stability.measure.lm_train import LanguageModel, adamw, language_model, lm_chain, lm_loss, lm_run, lr_factor, parameter_group
 from stability.spec.case import corner_case
 from stability.spec.load import parse_spec
 from stability.spec.schema import Spec, Train

@@ -41,7 +41,7 @@ from stability.spec.case import Case
 from stability.spec.registry import FAMILIES
 from stability.spec.schema import DEFAULT_SIZE, Spec
 
-__all__ = ["Network", "build", "build_custom", "make_input", "network_input", "derive_seed", "torch_dtype", "channel_counts", "BUILDERS"]
+__all__ = ["Network", "build", "build_custom", "call_factory", "make_input", "network_input", "derive_seed", "torch_dtype", "channel_counts", "BUILDERS"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -361,12 +361,23 @@ def _resolve_factory(spec: Spec) -> Any:
 
 def build_custom(spec: Spec, case: Case) -> Network:
     """The `custom` family: the spec's factory, found under the factory rule, called with the case's values by name."""
+    out = call_factory(spec, case)
+    if isinstance(out, nn.Module) and library_of(out) is not None and holds_blocks(out, min_run=1):
+        return _whole_model(spec, case, out)
+    return _nonempty(spec, case, _network_from(spec, out))
+
+
+def call_factory(spec: Spec, case: Case, **extra: Any) -> Any:
+    """The spec's factory (found under the factory rule) called by name with the case's values,
+    `EXTRA_NAMES`, `extra` (the language-model run's `vocab`) and `block.factory_args`; what it
+    returns. A factory that raises fails the case (CaseError); one that exits is a SpecError."""
     from stability.families.factory import EXTRA_NAMES, Parameter, signature_error
 
     fn = _resolve_factory(spec)
     values: dict[str, Any] = {
         **case.as_dict(),
         **dict(zip(EXTRA_NAMES, (case.weight_init, spec.block.layer, torch_dtype(case.dtype)), strict=True)),
+        **extra,
         **spec.block.factory_args,
     }
     try:
@@ -393,9 +404,7 @@ def build_custom(spec: Spec, case: Case) -> Network:
     except Exception as exc:  # the factory's own check on this case (e.g. heads not dividing width): this case fails
         what = " ".join(f"{type(exc).__name__}: {exc}".split())
         raise CaseError(f"the factory {spec.block.factory} raised {what}") from None
-    if isinstance(out, nn.Module) and library_of(out) is not None and holds_blocks(out, min_run=1):
-        return _whole_model(spec, case, out)
-    return _nonempty(spec, case, _network_from(spec, out))
+    return out
 
 
 def _whole_model(spec: Spec, case: Case, model: nn.Module) -> Network:

@@ -25,7 +25,10 @@ _LAYERS = frozenset({"activation", "norm", "norm_groups"})
 _RESIDUAL = frozenset({"skip", "skip_scale", "projection_spectrum", "branch_layers", "branch_scale"})
 _TRANSFORMER = frozenset({"skip", "norm_position", "causal", "heads", "head_dim", "mlp", "mlp_ratio", "residual", "layerscale_init", "qk_norm", "attn_softcap", "sigma_reparam"})
 _ANY_LAYER = ("linear", "conv2d", "tokens")
-_NO_ATTENTION = {"attention": "has no attention", "language_model": 'has no attention, and the language model (train.task = "markov") is built from transformer blocks'}
+_NO_ATTENTION = {
+    "attention": "has no attention",
+    "language_model": 'has no attention, and the language-model run (train.task = "markov") trains a transformer, a transformers causal LM or a factory\'s language model',
+}
 
 
 def _builder(name: str) -> Any:
@@ -178,7 +181,6 @@ with batch():
             block_bytes=memory.CUSTOM_MIN_PER_BLOCK,
             zero_branch_inits=None,
             check=_check_custom,
-            lacks={"language_model": "runs a factory's blocks, and the language model (train.task = \"markov\") is built from the transformer family's"},
             user_code=True,
         )
     )

@@ -221,11 +221,12 @@ class Parameter:
 
 
 def filled_names(spec: Spec) -> list[str]:
-    """Every name a factory of `spec` can be given: the case's values, `EXTRA_NAMES` and the keys of
-    `block.factory_args`."""
+    """Every name a factory of `spec` can be given: the case's values, `EXTRA_NAMES`, `vocab` for a
+    language-model spec (train.task = "markov") and the keys of `block.factory_args`."""
     from stability.spec.case import Case
 
-    return sorted({*(f.name for f in dataclasses.fields(Case)), *EXTRA_NAMES, *spec.block.factory_args})
+    lm = ("vocab",) if spec.train is not None and spec.train.task == "markov" else ()  # a language model's vocabulary (train.vocab)
+    return sorted({*(f.name for f in dataclasses.fields(Case)), *EXTRA_NAMES, *lm, *spec.block.factory_args})
 
 
 def signature_error(spec: Spec, params: Sequence[Parameter]) -> SpecError | None:

@@ -97,6 +97,8 @@ def construct(target: Target, config: Mapping[str, Any]) -> nn.Module:
             cls: Any = getattr(lib, target.name)
             if target.kind == "config":
                 model = lib.AutoModel.from_config(cls(**config))
+            elif target.kind == "causal_lm_config":  # a config class named by a language-model spec: its causal LM
+                model = lib.AutoModelForCausalLM.from_config(cls(**config))
             elif _is_model_class(cls, lib.PreTrainedModel):
                 model = cls(cls.config_class(**config))
             else:

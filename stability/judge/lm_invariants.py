@@ -85,7 +85,7 @@ def attention_logits(run: LMRun, *, max_logit: float | None = 100.0, max_growth:
         raise NotMeasured(f"the run recorded nothing (it diverged at step {run.diverged_at})" if run.diverged_at is not None else "the run recorded nothing", bound)
     largest = run.largest_logit()
     if not any(math.isfinite(v) or v == math.inf for v in largest):
-        raise NotMeasured("no attention logits were recorded: the blocks compute no stability.families.transformer.AttentionProbs", bound)
+        raise NotMeasured(f"no attention logits were captured: {run.attention_missing or 'the model computes no attention the harness can read'}", bound)
     extra: dict[str, Any] = {"steps": list(run.recorded), "max_logit": _safe(largest), "entropy": _safe([min(e) if e else math.nan for e in run.entropy]), "losses": _safe(run.losses), "lr": run.lr}
     growth = growth_per_100(run.recorded, largest)
     extra["growth_per_100"] = growth if math.isfinite(growth) else None
@@ -249,7 +249,8 @@ def early_warning(run: LMRun, *, steps: int, name: str = "logit_growth", thresho
     # The indicator as it stood at each recorded step (what a warning at that step would have read), and the losses so far.
     extra: dict[str, Any] = {"indicator": name, "steps": steps, "lr": run.lr, "recorded": upto, "curve": _safe([indicator(run, name, s + 1) for s in upto]), "losses": _safe(run.losses[:steps])}
     if math.isnan(value):
-        raise NotMeasured(f"nothing {name} reads was recorded in the first {steps} steps" + (f" (the run diverged at step {run.diverged_at})" if run.diverged_at is not None else ""), bound)
+        why = f" (no attention logits were captured: {run.attention_missing})" if run.attention_missing and name != "loss_progress" else ""
+        raise NotMeasured(f"nothing {name} reads was recorded in the first {steps} steps" + (f" (the run diverged at step {run.diverged_at})" if run.diverged_at is not None else "") + why, bound)
     fires = value > threshold if up else value < threshold
     if fires:
         return Verdict("early_warning", False, value, bound, None, f"{name} is {value:.3g} after {steps} steps ({'above' if up else 'below'} {threshold:g}): the run is predicted to diverge", extra)

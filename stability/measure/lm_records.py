@@ -16,6 +16,10 @@ __all__ = ["LMRun", "PARAMETER_GROUPS"]
 PARAMETER_GROUPS: tuple[str, ...] = ("embedding", "attention", "mlp", "norm", "readout")
 
 
+#: The fields that hold text, not numbers (a number's non-finite values are written as text).
+_TEXT = frozenset({"attention_missing"})
+
+
 def _num(v: float) -> float | str:
     """JSON-safe: NaN and ±inf as the strings "nan", "inf", "-inf"."""
     return v if math.isfinite(v) else str(v)
@@ -71,6 +75,7 @@ class LMRun:
     oracle_eval: float = math.nan
     entropy_rate: float = math.nan
     seconds: float = 0.0
+    attention_missing: str = ""  # why no attention logit was captured ("" where they were)
 
     @property
     def layers(self) -> int:
@@ -93,4 +98,4 @@ class LMRun:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ValueError(f"LMRun has no field {unknown[0]!r}")
-        return cls(**{k: _back(v) for k, v in data.items()})
+        return cls(**{k: v if k in _TEXT else _back(v) for k, v in data.items()})

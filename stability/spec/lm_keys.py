@@ -11,11 +11,14 @@ from stability.spec.lm_expect import LM_INVARIANTS
 from stability.spec.registry import FAMILIES, INVARIANTS
 from stability.spec.schema import DEFAULT_SIZE, Spec
 
-__all__ = ["check_lm_keys", "check_lm_expect", "MAX_STATES", "LM_TRAIN_KEYS", "LM_NEEDS"]
+__all__ = ["check_lm_keys", "check_lm_expect", "MAX_STATES", "LM_TRAIN_KEYS", "LM_NEEDS", "CAUSAL_LM_SUFFIXES"]
 
 #: What the language-model run needs of a family (`Family.lacks`; the invariants' `Invariant.needs`):
-#: blocks that run on the tensors it draws, and blocks it is built from (the transformer family's).
-LM_NEEDS = frozenset({"blocks_alone", "language_model"})
+#: a language model it can build (stability.families.lm_models: the transformer family's blocks, a
+#: transformers causal LM, or a factory's module from token ids to logits).
+LM_NEEDS = frozenset({"language_model"})
+#: How the transformers classes a language-model spec may name end (the causal LMs: a model with its head).
+CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 #: The most k-gram states a Markov task may have (vocab ** order): its rows are vocab ** (order + 1) float64 numbers.
 MAX_STATES = 65_536
 #: [train] keys read by the language-model run only.
@@ -79,8 +82,16 @@ def _check_markov(spec: Spec, data: dict[str, Any]) -> None:
     lacks = FAMILIES.get(spec.family).lacks
     missing = sorted(LM_NEEDS & set(lacks))
     if missing:
-        raise SpecError(f, "train.task", f"family '{spec.family}' {lacks[missing[0]]}", value="markov", fix='use family = "transformer" with block.layer = "tokens"')
-    if not b.causal:
+        raise SpecError(
+            f,
+            "train.task",
+            f"family '{spec.family}' {lacks[missing[0]]}",
+            value="markov",
+            fix='use family = "transformer" (block.layer = "tokens"), "library" (a transformers causal LM) or "custom" (a factory returning the language model)',
+        )
+    if spec.family == "library":
+        _check_library_lm(spec, data)
+    elif spec.family == "transformer" and not b.causal:
         raise SpecError(f, "block.causal", "a language model predicts each token from the ones before it, and bidirectional attention sees the answer", value=False, fix="set causal = true")
     for key in _TASK_KEYS:
         if _set(data, "train", key):
@@ -108,6 +119,31 @@ def _check_markov(spec: Spec, data: dict[str, Any]) -> None:
         raise SpecError(f, "train.min_lr_ratio", 'is where the cosine decay ends (train.schedule = "cosine")', value=t.min_lr_ratio, fix='remove it or set schedule = "cosine"')
     if t.record_every > t.steps:
         raise SpecError(f, "train.record_every", f"is above train.steps = {t.steps}, so only the last step would be recorded", value=t.record_every, fix=f"use at most {t.steps}")
+
+
+def _check_library_lm(spec: Spec, data: dict[str, Any]) -> None:
+    """A library language model: a transformers causal LM (or a config class, built as its causal
+    LM) over train.vocab tokens, trained as the library initialises it."""
+    f, t = spec.path, spec.train
+    assert t is not None
+    opts: Any = spec.options
+    library, _, name = str(opts.model).partition(":")
+    if library != "transformers" or not (name.endswith(CAUSAL_LM_SUFFIXES) or name.endswith("Config")):
+        raise SpecError(
+            f,
+            "block.model",
+            'is not a transformers causal language model: the language-model run (train.task = "markov") trains a model from token ids to next-token logits',
+            value=opts.model,
+            fix='name a transformers class ending in ForCausalLM or LMHeadModel (e.g. "transformers:GPT2LMHeadModel", "transformers:LlamaForCausalLM") or its config class',
+        )
+    vocab = opts.config.get("vocab_size")
+    if vocab is not None and vocab != t.vocab:
+        raise SpecError(f, "block.config.vocab_size", f"differs from train.vocab = {t.vocab}, the chain's vocabulary", value=vocab, fix=f"set it to {t.vocab}, or remove it (train.vocab fills it)")
+    for key, why in (("shipped", "the language-model run trains the model as the library initialises it"), ("blocks", "the language-model run trains the whole model")):
+        if getattr(opts, key):
+            raise SpecError(f, f"block.{key}", why, value=getattr(opts, key), fix="remove it")
+    if opts.inputs not in (None, "tokens"):
+        raise SpecError(f, "block.inputs", "the language model reads token ids", value=opts.inputs, fix='remove it (or use "tokens")')
 
 
 def check_lm_expect(spec: Spec) -> None:

@@ -211,8 +211,9 @@ class Family:
     #: probabilities to observe), "same_shape_blocks" (a block cannot be replaced by the identity),
     #: "blocks_alone" (its blocks run only inside a model's own forward, never on a tensor the
     #: harness draws: the Jacobian's torch.func transforms and the optimizer runs need that),
-    #: "language_model" (its blocks are not what the language-model run, train.task = "markov",
-    #: is built from).
+    #: "language_model" (it makes no language model for the language-model run, train.task =
+    #: "markov": stability.families.lm_models builds the transformer family's, a library causal
+    #: LM and a factory's).
     lacks: Mapping[str, str] = field(default_factory=dict)
     #: The family runs code the spec names (a factory): the pytest plugin runs it in a worker
     #: process, the probe seeds Python's and NumPy's generators around it.
