@@ -123,6 +123,9 @@ def _parser() -> argparse.ArgumentParser:
     from stability.zoo_cli import add_zoo_parser
 
     add_zoo_parser(sub, [plugins])
+    from stability.suggest_cli import add_suggest_parser
+
+    add_suggest_parser(sub, [plugins])
     return p
 
 
@@ -257,6 +260,10 @@ def _command(argv: list[str] | None) -> int:
             from stability.zoo_cli import zoo_command
 
             return zoo_command(args, console, err)
+        if args.command == "suggest":
+            from stability.suggest_cli import suggest_command
+
+            return suggest_command(args, console, err)
         return _schema()
     except StabilityError as exc:
         print(f"stability: error: {printable(str(exc))}", file=sys.stderr)
