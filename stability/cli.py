@@ -90,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--baseline", metavar="FILE", help="compare each expectation's number with this JSON report's, on its cases; exit 1 when one moved toward its bound past its drift")
     c.add_argument("--update-baseline", action="store_true", help="write this run's JSON report to the --baseline FILE (the comparison is shown, not failed on)")
+    c.add_argument("--suggest", action="store_true", help="for each unmet expectation, try the registered remedies and show the best one beside the failure (stability suggest; docs/suggest.md)")
     c.add_argument("--changed", action="store_true", help="the paths are changed files (and spec folders, default ./specs): check the specs they change, directly or through a factory module")
 
     ls = sub.add_parser("list", parents=[plugins], help="list specs, the families they use, and every registered invariant and family")

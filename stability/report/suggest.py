@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import math
 import shlex
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 
 from stability.report.text import printable
 from stability.run.results import SpecResult
-from stability.run.suggest import Attempt, Numbers, Suggestions
+
+if TYPE_CHECKING:  # (run.suggest imports the engine and torch; rendering needs neither)
+    from stability.run.suggest import Attempt, Numbers, Suggestions
 
 __all__ = ["suggestion_line", "suggestion_of", "print_suggestions", "numbers_text"]
 
@@ -32,8 +35,8 @@ def numbers_text(n: Numbers) -> str:
 
 
 def suggestion_of(res: SpecResult) -> Suggestions | None:
-    s = getattr(res, "suggestions", None)
-    return s if isinstance(s, Suggestions) else None
+    s: Suggestions | None = res.suggestions
+    return s
 
 
 def suggestion_line(res: SpecResult, name: str) -> str | None:
