@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from rich.console import Console
 
 from stability.cli import EXIT_FAILED, EXIT_OK
 from stability.errors import UsageError
+from stability.report.text import printable
 
 __all__ = ["add_suggest_parser", "suggest_command"]
 
@@ -142,6 +144,6 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
     print_suggestions(found, console, diffs=not args.no_diff, out=args.out if best is not None else None)
     if found.failing and best is None:
         if args.out is not None:
-            err.print(f"stability: {args.out} not written: no remedy holds", highlight=False)
+            print(f"stability: {printable(args.out)} not written: no remedy holds", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK

@@ -193,14 +193,33 @@ def failing_expectations(result: SpecResult, only: str | None = None) -> list[In
 
 def map_case(case: Case, spec: Spec) -> Case:
     """`case` with each choice the edited space no longer offers replaced by its first choice (a
-    remedy that sets `branch_init = ["zero"]` replays `branch_init=default` as `zero`); every
-    other value, the seed among them, unchanged."""
+    remedy that sets `branch_init = ["zero"]` replays `branch_init=default` as `zero`) and each
+    integer it no longer admits by the nearest one it does; every other value, the seed among
+    them, unchanged."""
     s = spec.space
     changes: dict[str, Any] = {}
     for key, choices in (("weight_init", s.weight_init), ("branch_init", s.branch_init), ("dtype", s.dtype)):
         if getattr(case, key) not in choices:
             changes[key] = choices[0]
+    for key in ("depth", "width", "batch", "spatial", "input_width", "tokens", "seed"):
+        value, space = getattr(case, key), getattr(s, key, None)
+        if value is not None and space is not None and not _admits(space, value):
+            changes[key] = _nearest(space, value)
     return dataclasses.replace(case, **changes) if changes else case
+
+
+def _admits(space: Any, value: int) -> bool:
+    return bool(space.admits(value)) if hasattr(space, "admits") else space[0] <= value <= space[1]
+
+
+def _nearest(space: Any, value: int) -> int:
+    """The value of an integer space nearest `value` (the smaller on a tie)."""
+    values = getattr(space, "values", None)
+    if values:
+        return int(min(values, key=lambda v: (abs(v - value), v)))
+    step = getattr(space, "multiple_of", 1)
+    lo, hi = -(-space[0] // step) * step, (space[1] // step) * step
+    return int(min(max(round(value / step) * step, lo), hi))
 
 
 def _expect_flipped(data: Mapping[str, Any]) -> dict[str, Any]:
