@@ -207,3 +207,20 @@ def test_a_fresh_language_model_gets_a_written_spec_that_check_passes(tmp_path: 
     assert tomllib.loads(written)["expect"] == tomllib.loads(LM)["expect"] and "lr = 0.5   # too high" in written
     capsys.readouterr()
     assert main(["check", str(fixed), "--profile", "ci", "-q"]) == 0
+
+
+@pytest.mark.slow
+def test_a_library_model_is_fixed_through_its_own_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """GPT-2 at its shipped init (N(0, 0.02²)) sends more than 10 times the output's gradient to the
+    input of one block (specs/zoo/gpt2.toml declares it violated); the config's initializer_range,
+    divided by √(2·depth), holds [0.1, 10] over the ci cases."""
+    pytest.importorskip("transformers")
+    text = (SPECS / "zoo" / "gpt2.toml").read_text(encoding="utf-8")
+    text = _holds(text).replace('profiles = ["thorough"]\n', "")
+    text = text[: text.index("[expect.variance_growth]")]
+    spec, fixed = tmp_path / "gpt2.toml", tmp_path / "gpt2_fixed.toml"
+    spec.write_text(text, encoding="utf-8")
+    assert main(["suggest", str(spec), "--out", str(fixed), "--no-diff"]) == 0
+    assert "1. init_range: block.config.initializer_range = 0.005" in capsys.readouterr().out
+    assert tomllib.loads(fixed.read_text(encoding="utf-8"))["block"]["config"]["initializer_range"] == 0.005
+    assert main(["check", str(fixed), "--profile", "ci", "-q"]) == 0
