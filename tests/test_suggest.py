@@ -254,7 +254,8 @@ def test_check_suggest_adds_the_remedy_to_the_failing_line_and_the_reports(tmp_p
     path = _write(tmp_path, PLAIN)
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    assert main(["check", str(path), "--profile", "ci", "--suggest", "--in-process", "--html", str(tmp_path / "html"), "--github"]) == 1
+    report = tmp_path / "report.json"
+    assert main(["check", str(path), "--profile", "ci", "--suggest", "--in-process", "--html", str(tmp_path / "html"), "--github", "--json", str(report)]) == 1
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.strip().startswith("suggest:"))
     assert 'critical_init: space.weight_init = ["kaiming_normal"]: gradient_arrival' in line and "--out FIXED.toml" in line
@@ -262,6 +263,8 @@ def test_check_suggest_adds_the_remedy_to_the_failing_line_and_the_reports(tmp_p
     assert 'class="suggest"' in html and "critical_init" in html and "the spec diff of critical_init" in html
     md = summary.read_text(encoding="utf-8")
     assert "**suggest:** critical\\_init" in md and "```diff" in md  # (Markdown-escaped)
+    (spec,) = json.loads(report.read_text(encoding="utf-8"))["specs"]
+    assert spec["suggestions"]["ranked"][0] == "critical_init" and spec["suggestions"]["failing"] == ["gradient_arrival"]
     capsys.readouterr()
     assert main(["check", str(path), "--profile", "ci", "--in-process", "-q"]) == 1
     assert "suggest:" not in capsys.readouterr().out  # only when asked: it runs the remedies

@@ -310,6 +310,8 @@ def to_json(
                 "provenance": (provenance or {}).get(res.spec.path) or provenance_of(res.spec),
                 "invariants": invariants,
                 "cases": cases,
+                # `stability check --suggest`: the remedies tried for its unmet expectations (stability/run/suggest.py)
+                **({"suggestions": _json_safe(res.suggestions.to_dict())} if res.suggestions is not None else {}),
             }
         )
     report: dict[str, Any] = {

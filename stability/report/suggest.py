@@ -103,4 +103,6 @@ def print_suggestions(s: Suggestions, console: Console, *, diffs: bool = True, o
         say(f"no registered remedy applies to this {s.family} spec for {', '.join(r.name for r in s.failing)} (`stability suggest --list` lists them)", "yellow")
     if out is not None and ranked:
         say(f"wrote {out}: {ranked[0].remedy} ({ranked[0].changed()}); the [expect] tables are as you wrote them", "green")
+    for line in s.unfixable:
+        say(f"also not met, and no remedy is for it: {line}", "yellow")
     say(f"{len(s.attempts)} remedy(ies) tried in {s.seconds:.1f} s")
