@@ -268,3 +268,24 @@ def test_check_suggest_adds_the_remedy_to_the_failing_line_and_the_reports(tmp_p
     capsys.readouterr()
     assert main(["check", str(path), "--profile", "ci", "--in-process", "-q"]) == 1
     assert "suggest:" not in capsys.readouterr().out  # only when asked: it runs the remedies
+
+
+def test_two_remedies_together_when_none_holds_alone(tmp_path: Path) -> None:
+    """Pairs are tried only when no single remedy holds, never two that set the same key."""
+    from stability.run.suggest import _pairs
+
+    data = tomllib.loads(PLAIN)
+    entry = REMEDIES.get("critical_init")
+    edits = {
+        "critical_init": (entry, {"space.weight_init": ["kaiming_normal"]}),
+        "residual_route": (REMEDIES.get("residual_route"), {"family": "preact", "block.branch_layers": 1}),
+        "toy_same_key": (entry, {"space.weight_init": ["orthogonal"]}),
+    }
+    pairs = _pairs(edits, data, PLAIN, str(tmp_path / "mine.toml"))
+    assert [a.remedy for a, _ in pairs] == ["critical_init+residual_route", "residual_route+toy_same_key"]
+    combined, edited = pairs[0]
+    assert edited is not None and edited.family == "preact" and edited.space.weight_init == ["kaiming_normal"]
+    assert [c.key for c in combined.changes] == ["space.weight_init", "family", "block.branch_layers"]
+    assert combined.references == entry.references + REMEDIES.get("residual_route").references
+    s = _suggest(_write(tmp_path, IMPOSSIBLE))
+    assert "critical_init+residual_route" not in {a.remedy for a in s.attempts}  # type: ignore[attr-defined]  # (critical_init does not apply: already He)

@@ -17,6 +17,9 @@ report and the GitHub job summary render its result, `Suggestions`):
 4. Then the survivors on the whole case set: the edited spec's own search in the same profile
    (what `stability check FIXED.toml` runs), every expectation of the spec. A remedy holds when
    every one is met.
+   When no single remedy holds, every two of them whose edits set different keys are tried the
+   same way, as one attempt named `a+b` (at most `MAX_PAIRS`): qk-layernorm and a z-loss
+   together, where each alone fixes one of two unmet expectations.
 5. Ranked: fewest changed keys first, then the larger margin (the survivors' closest-to-failing
    verdict of each fixed invariant, by that invariant's severity: the one farther from its bound
    first), then registry order.
@@ -266,19 +269,30 @@ def suggest(
         return out
     names = {r.name for r in failing}
     candidates: list[tuple[Attempt, Spec]] = []
+    edits: dict[str, tuple[Remedy, dict[str, Any]]] = {}
     for entry in REMEDIES:
         if not entry.fixes & names or not _applies(entry, spec, data):
             continue
-        attempt, edited = _attempt(entry, spec, data, text, path)
+        edit = dict(entry.edit(spec, data))
+        attempt, edited = _attempt(entry.name, entry.summary, entry.references, edit, data, text, path)
         if attempt is None:
             continue
         out.attempts.append(attempt)
         if edited is not None:
             candidates.append((attempt, edited))
+            edits[entry.name] = (entry, edit)
         elif on_attempt is not None:
             on_attempt(attempt)
     survivors = _replay_failing(candidates, failing, options, executor, on_attempt)
     _confirm(survivors, failing, options, executor, only, on_attempt)
+    if not out.ranked and len(edits) > 1:  # no one remedy holds: two together (qk-norm and a z-loss, ...)
+        pairs = []
+        for attempt, edited in _pairs(edits, data, text, path):
+            out.attempts.append(attempt)
+            if edited is not None:
+                pairs.append((attempt, edited))
+        survivors = _replay_failing(pairs, failing, options, executor, on_attempt)
+        _confirm(survivors, failing, options, executor, only, on_attempt)
     out.seconds = time.perf_counter() - t0
     return out
 
@@ -295,17 +309,36 @@ def _applies(entry: Remedy, spec: Spec, data: Mapping[str, Any]) -> bool:
         return False
 
 
-def _attempt(entry: Remedy, spec: Spec, data: Mapping[str, Any], text: str, path: str) -> tuple[Attempt | None, Spec | None]:
-    """The remedy's edit of this spec: the attempt (None when it changes nothing) and the edited
+#: The most pairs of remedies tried when no single one holds.
+MAX_PAIRS = 15
+
+
+def _pairs(edits: Mapping[str, tuple[Remedy, dict[str, Any]]], data: Mapping[str, Any], text: str, path: str) -> list[tuple[Attempt, Spec | None]]:
+    """Every two remedies (in registry order) whose edits set different keys, as one attempt
+    named `a+b`, at most MAX_PAIRS of them."""
+    out: list[tuple[Attempt, Spec | None]] = []
+    names = list(edits)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            (ea, da), (eb, db) = edits[a], edits[b]
+            if set(da) & set(db) or len(out) >= MAX_PAIRS:
+                continue
+            attempt, edited = _attempt(f"{a}+{b}", f"{ea.summary}; and {eb.summary}", ea.references + eb.references, {**da, **db}, data, text, path)
+            if attempt is not None:
+                out.append((attempt, edited))
+    return out
+
+
+def _attempt(name: str, summary: str, references: tuple[str, ...], edit: dict[str, Any], data: Mapping[str, Any], text: str, path: str) -> tuple[Attempt | None, Spec | None]:
+    """A remedy's edit of this spec: the attempt (None when it changes nothing) and the edited
     spec (None when the loader refuses it: the attempt is then "refused", with why)."""
-    edit = dict(entry.edit(spec, data))
     touched = [k for k in edit if k == "expect" or k.startswith("expect.")]
     changes = changes_of(data, edit)
     if not changes:
         return None, None
     new_text = edited_text(text, edit)
-    diff = "".join(difflib.unified_diff(text.splitlines(keepends=True), new_text.splitlines(keepends=True), fromfile=path, tofile=f"{path} ({entry.name})"))
-    attempt = Attempt(entry.name, entry.summary, entry.references, changes, diff, new_text)
+    diff = "".join(difflib.unified_diff(text.splitlines(keepends=True), new_text.splitlines(keepends=True), fromfile=path, tofile=f"{path} ({name})"))
+    attempt = Attempt(name, summary, references, changes, diff, new_text)
     if touched:
         attempt.status, attempt.detail = "refused", f"it changes {', '.join(touched)}: a remedy may not change the expectations"
         return attempt, None
