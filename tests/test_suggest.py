@@ -242,12 +242,21 @@ def test_a_remedy_that_changes_an_expectation_is_refused(tmp_path: Path) -> None
             references=("None.",),
         )
     )
+
+    def boom(spec: object, data: object) -> dict[str, object]:
+        raise RuntimeError("no")
+
+    register_remedy(Remedy(name="toy_raises", summary="a toy that raises", fixes=frozenset({"gradient_arrival"}), applies=lambda spec, data: True, edit=boom, references=("None.",)))
     try:
         s = _suggest(_write(tmp_path, PLAIN))
         toy = next(a for a in s.attempts if a.remedy == "toy_widen_bound")  # type: ignore[attr-defined]
         assert toy.status == "refused" and "may not change the expectations" in toy.detail
+        raised = next(a for a in s.attempts if a.remedy == "toy_raises")  # type: ignore[attr-defined]
+        assert raised.status == "refused" and "its edit raised RuntimeError: no" in raised.detail
+        assert s.best.remedy == "critical_init"  # type: ignore[attr-defined]  # the others are still tried
     finally:
         REMEDIES.unregister("toy_widen_bound")
+        REMEDIES.unregister("toy_raises")
 
 
 def test_check_suggest_adds_the_remedy_to_the_failing_line_and_the_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -169,12 +169,6 @@ class Suggestions:
         ranked = self.ranked
         return ranked[0] if ranked else None
 
-    def for_invariant(self, name: str) -> Attempt | None:
-        """The best remedy for one unmet invariant (what a report shows beside its failure)."""
-        if not any(r.name == name for r in self.failing):
-            return None
-        return self.best
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "path": self.path,
@@ -273,7 +267,11 @@ def suggest(
     for entry in REMEDIES:
         if not entry.fixes & names or not _applies(entry, spec, data):
             continue
-        edit = dict(entry.edit(spec, data))
+        try:
+            edit = dict(entry.edit(spec, data))
+        except Exception as exc:  # a plugin's edit that raises on this spec: listed, never a traceback
+            out.attempts.append(Attempt(entry.name, entry.summary, entry.references, [], "", text, "refused", f"its edit raised {type(exc).__name__}: {exc}"))
+            continue
         attempt, edited = _attempt(entry.name, entry.summary, entry.references, edit, data, text, path)
         if attempt is None:
             continue
@@ -336,7 +334,10 @@ def _attempt(name: str, summary: str, references: tuple[str, ...], edit: dict[st
     changes = changes_of(data, edit)
     if not changes:
         return None, None
-    new_text = edited_text(text, edit)
+    try:
+        new_text = edited_text(text, edit)
+    except Exception as exc:  # a value TOML cannot hold, a key under a non-table: never written
+        return Attempt(name, summary, references, changes, "", text, "refused", f"its edit cannot be written as TOML: {exc}"), None
     diff = "".join(difflib.unified_diff(text.splitlines(keepends=True), new_text.splitlines(keepends=True), fromfile=path, tofile=f"{path} ({name})"))
     attempt = Attempt(name, summary, references, changes, diff, new_text)
     if touched:
