@@ -358,33 +358,39 @@ def _replay_failing(
     executor: Executor,
     on_attempt: Callable[[Attempt], None] | None,
 ) -> list[tuple[Attempt, Spec]]:
-    """Step 3: every candidate on the deciding case of every unmet expectation, all at once."""
+    """Step 3: every candidate on the deciding case of every unmet expectation, all at once; the
+    unmet expectations that share a deciding case share its job (and its optimizer run)."""
+    by_case: dict[Case, list[InvariantResult]] = {}
+    for r in failing:
+        if r.case is not None:
+            by_case.setdefault(r.case, []).append(r)
     jobs: list[Task] = []
-    owners: list[tuple[int, InvariantResult]] = []
+    owners: list[tuple[int, list[InvariantResult]]] = []
     for i, (attempt, edited) in enumerate(candidates):
         for r in failing:
             attempt.numbers.append(Numbers(r.name, "" if r.case is None else str(r.case), r.verdict.bound if r.verdict else "", r.verdict.observed if r.verdict else math.nan))
-            if r.case is None:
-                continue
-            jobs.append(Task(edited, options, case=str(map_case(r.case, edited)), only=r.name))
-            owners.append((i, r))
+        for case, group in by_case.items():
+            only = group[0].name if len(group) == 1 else None
+            jobs.append(Task(edited, options, case=str(map_case(case, edited)), only=only))
+            owners.append((i, group))
     t0 = time.perf_counter()
     outcomes = executor.map(jobs)
     spent = (time.perf_counter() - t0) / max(1, len(candidates))
     out: dict[int, bool] = {i: True for i in range(len(candidates))}
-    for (i, r), outcome in zip(owners, outcomes, strict=True):
+    for (i, group), outcome in zip(owners, outcomes, strict=True):
         attempt = candidates[i][0]
-        attempt.seconds += spent / max(1, len(failing))
-        (replayed,) = [x for x in outcome.result.results if x.name == r.name] or [None]
-        numbers = next(n for n in attempt.numbers if n.invariant == r.name)
-        if replayed is not None:
-            numbers.after = replayed.verdict.observed if replayed.verdict is not None else None
-            numbers.after_case = None if replayed.case is None else str(replayed.case)
-        ok = outcome.error is None and replayed is not None and replayed.met and replayed.applicable
-        if not ok and out[i]:
-            out[i] = False
-            attempt.status = "fails"
-            attempt.detail = "at the failing case: " + (outcome.error or (replayed.message if replayed is not None else "not judged"))
+        attempt.seconds += spent / max(1, len(by_case))
+        for r in group:
+            replayed = next((x for x in outcome.result.results if x.name == r.name), None)
+            numbers = next(n for n in attempt.numbers if n.invariant == r.name)
+            if replayed is not None:
+                numbers.after = replayed.verdict.observed if replayed.verdict is not None else None
+                numbers.after_case = None if replayed.case is None else str(replayed.case)
+            ok = outcome.error is None and replayed is not None and replayed.met and replayed.applicable
+            if not ok and out[i]:
+                out[i] = False
+                attempt.status = "fails"
+                attempt.detail = "at the failing case: " + (outcome.error or (replayed.message if replayed is not None else "not judged"))
     survivors = [(a, s) for i, (a, s) in enumerate(candidates) if out[i]]
     for i, (a, _) in enumerate(candidates):
         if not out[i] and on_attempt is not None:
