@@ -1,4 +1,4 @@
-"""Suggestions rendered (`stability.run.suggest.Suggestions`): the terminal output of `stability
+"""Suggestions rendered (`stability.run.suggestions.Suggestions`): the terminal output of `stability
 suggest`, and the one line beside a failure that `stability check --suggest`, the HTML report and
 the GitHub job summary show. Rendering only: nothing here runs or judges a remedy."""
 
@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import math
 import shlex
-from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 
 from stability.report.text import printable
 from stability.run.results import SpecResult
-
-if TYPE_CHECKING:  # (run.suggest imports the engine and torch; rendering needs neither)
-    from stability.run.suggest import Attempt, Numbers, Suggestions
+from stability.run.suggestions import Attempt, Numbers, Suggestions
 
 __all__ = ["suggestion_line", "suggestion_of", "print_suggestions", "numbers_text"]
 
