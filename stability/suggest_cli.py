@@ -141,7 +141,7 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
         write_atomic(args.out, best.text)
     if args.json:
         write_atomic(args.json, json.dumps(_finite(found.to_dict()), indent=2, allow_nan=False, default=str) + "\n")
-    print_suggestions(found, console, diffs=not args.no_diff, out=args.out if best is not None else None)
+    print_suggestions(found, console, diffs=not args.no_diff, out=args.out if best is not None else None, only=args.only)
     if found.unfixable and not found.failing:  # unmet, and no remedy is for it (a negative control that was not violated)
         return EXIT_FAILED
     if found.failing and best is None:
