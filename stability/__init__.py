@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import stability.families.catalog
 import stability.judge.catalog  # noqa: F401  (registers the built-in invariants; the families above)
+import stability.judge.remedies  # noqa: F401  (registers the built-in remedies: stability suggest)
 from stability._version import __version__ as __version__
 from stability.errors import CaseError, SpecError, StabilityError, UsageError
 

@@ -208,6 +208,8 @@ def _run_checks(
         if kept:
             print(f"stability: interrupted; not written (any previous report is left as it was): {', '.join(kept)}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    if args.suggest:  # the remedies, by the one computation `stability suggest` runs (stability/run/suggest.py)
+        _suggestions(args, outcomes, executor, roots, spec_errors)
     # CI outputs (docs/ci.md): what each spec's numbers depend on, and the baseline's cases
     # replayed on this code by the same executor (stability/report/baseline.py).
     from stability.report import baseline as against
@@ -275,6 +277,23 @@ def _run_checks(
         print(f"stability: error: nothing was judged ({'; '.join(why) or 'no spec ran'}); exit code {EXIT_NOTHING}", file=sys.stderr)
         return EXIT_NOTHING
     return EXIT_OK
+
+
+def _suggestions(args: argparse.Namespace, outcomes: list[Any], executor: Any, roots: list[str], spec_errors: dict[str, str]) -> None:
+    """`check --suggest`: each spec with an unmet expectation gets its `Suggestions` (on its
+    `SpecResult`, which every report renders), from the run just made."""
+    from stability.families.factory import source_roots
+    from stability.run.suggest import failing_expectations, suggest
+
+    for o in outcomes:
+        res = o.result
+        if res is None or o.error or res.spec.path in spec_errors or not failing_expectations(res, args.only):
+            continue
+        try:
+            with source_roots(roots if args.in_process else []):
+                res.suggestions = suggest(res.spec.path, options=o.task.options, executor=executor, only=args.only, result=res)
+        except SpecError as exc:  # the file changed under the run: the verdicts stand, without a suggestion
+            print(f"stability: warning: --suggest: {printable(str(exc))}", file=sys.stderr)
 
 
 def _factories_allowed(specs: list[Spec], roots: list[str]) -> tuple[list[Spec], list[SpecError]]:

@@ -90,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--baseline", metavar="FILE", help="compare each expectation's number with this JSON report's, on its cases; exit 1 when one moved past its drift, either way")
     c.add_argument("--update-baseline", action="store_true", help="write this run's JSON report to the --baseline FILE (the comparison is shown, not failed on)")
+    c.add_argument("--suggest", action="store_true", help="for each unmet expectation, try the registered remedies and show the best one beside the failure (stability suggest; docs/suggest.md)")
     c.add_argument("--changed", action="store_true", help="the paths are changed files (and spec folders, default ./specs): check the specs they change, directly or through a factory module")
 
     ls = sub.add_parser("list", parents=[plugins], help="list specs, the families they use, and every registered invariant and family")
@@ -123,6 +124,9 @@ def _parser() -> argparse.ArgumentParser:
     from stability.zoo_cli import add_zoo_parser
 
     add_zoo_parser(sub, [plugins])
+    from stability.suggest_cli import add_suggest_parser
+
+    add_suggest_parser(sub, [plugins])
     return p
 
 
@@ -259,6 +263,10 @@ def _command(argv: list[str] | None) -> int:
             from stability.zoo_cli import zoo_command
 
             return zoo_command(args, console, err)
+        if args.command == "suggest":
+            from stability.suggest_cli import suggest_command
+
+            return suggest_command(args, console, err)
         return _schema()
     except StabilityError as exc:
         print(f"stability: error: {printable(str(exc))}", file=sys.stderr)

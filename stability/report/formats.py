@@ -141,6 +141,11 @@ def print_failures(results: Iterable[SpecResult], console: Console, *, spec_erro
             if r.reproduce:
                 console.print(f"    reproduce: {escape(printable(r.reproduce))}", highlight=False, soft_wrap=True)
             console.print(f"    explain:   stability explain {r.name}", highlight=False)
+            if res.suggestions is not None:
+                from stability.report.suggest import suggestion_line
+
+                if (line := suggestion_line(res, r.name)) is not None:
+                    console.print(f"    suggest:   {escape(printable(line))}", highlight=False, soft_wrap=True)
         if res.output.strip() and not res.met:
             lines = res.output.rstrip().splitlines()
             shown = lines[-OUTPUT_LINES:]
@@ -305,6 +310,8 @@ def to_json(
                 "provenance": (provenance or {}).get(res.spec.path) or provenance_of(res.spec),
                 "invariants": invariants,
                 "cases": cases,
+                # `stability check --suggest`: the remedies tried for its unmet expectations (stability/run/suggest.py)
+                **({"suggestions": _json_safe(res.suggestions.to_dict())} if res.suggestions is not None else {}),
             }
         )
     report: dict[str, Any] = {

@@ -34,6 +34,7 @@ from pathlib import Path
 from stability.report.baseline import Comparison, fmt, fmt_change, fmt_limit, headline
 from stability.report.formats import summary_line
 from stability.report.outputs import open_regular
+from stability.report.suggest import suggestion_line
 from stability.report.text import escape_controls, neutralise, printable
 from stability.run.results import OUTPUT_LINES, InvariantResult, SpecResult
 from stability.spec.locate import locate_expectation
@@ -182,6 +183,10 @@ def _failure(res: SpecResult, r: InvariantResult) -> str:
     parts = [f"**✗ {cell(res.spec.name)} · {cell(r.name)}** ({cell(res.spec.path)}, line {line}): {cell(r.message)}"]
     if r.reproduce:
         parts.append(fence(printable(r.reproduce), "sh"))
+    if res.suggestions is not None and (suggestion := suggestion_line(res, r.name)) is not None:
+        parts.append(f"**suggest:** {cell(suggestion)}")
+        if (best := res.suggestions.best) is not None:
+            parts.append(f"<details><summary>the spec diff of {cell(best.remedy)}</summary>\n\n{fence(printable_lines([best.diff]), 'diff')}\n\n</details>")
     detail = [f"error: {r.error}"] if r.error else []
     if r.verdict is not None and r.verdict.detail:
         detail.append(f"detail: {r.verdict.detail}")

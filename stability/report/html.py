@@ -23,6 +23,7 @@ from stability.report.baseline import Comparison, fmt, fmt_change, fmt_limit, he
 from stability.report.formats import summary_line, write_atomic
 from stability.report.plots import variance_band
 from stability.report.render import spec_pngs
+from stability.report.suggest import suggestion_line
 from stability.report.train_plots import caption as training_caption
 from stability.run.results import CaseRecord, InvariantResult, SpecResult
 from stability.spec.case import Case
@@ -78,6 +79,8 @@ ul.messages li.failed, ul.messages li.error { background: var(--bad-bg); }
 ul.messages li .mark { font-weight: 700; margin-right: 4px; }
 ul.messages li.ok .mark { color: var(--ok); }
 ul.messages li.failed .mark, ul.messages li.error .mark { color: var(--bad); }
+ul.messages li.suggest { margin-left: 18px; border-left: 3px solid var(--ok); }
+ul.messages li.suggest pre { white-space: pre-wrap; font-size: 12px; }
 .plots { display: grid; grid-template-columns: repeat(auto-fit, minmax(520px, 1fr)); gap: 12px; margin: 8px 0; }
 .plots figure { margin: 0; }
 .plots img { width: 100%; max-width: 680px; height: auto; border: 1px solid #eaeef2; border-radius: 4px; }
@@ -266,7 +269,17 @@ def _messages(res: SpecResult) -> str:
     for r in res.results:
         status = _status(r)
         items.append(f'<li class="{status}"><span class="mark">{_mark(r.met, r.applicable)}</span>{_e(r.message)}</li>')
+        if not r.met and res.suggestions is not None and (line := suggestion_line(res, r.name)) is not None:
+            items.append(f'<li class="suggest"><span class="mark">→</span>suggest: {_e(line)}{_diff(res)}</li>')
     return f'<ul class="messages">{"".join(items)}</ul>'
+
+
+def _diff(res: SpecResult) -> str:
+    """The best remedy's spec diff, folded (rendered from the suggestion; nothing computed here)."""
+    best = res.suggestions.best if res.suggestions is not None else None
+    if best is None:
+        return ""
+    return f"<details><summary>the spec diff of {_e(best.remedy)}</summary><pre>{_e(best.diff)}</pre></details>"
 
 
 #: Renders one spec's figures to {name: PNG bytes}: `spec_pngs` inline, or `Renderer.pngs`.

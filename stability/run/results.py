@@ -127,6 +127,9 @@ class SpecResult:
     #: or None where the invariant does not apply} (`stability.run.conclude.case_verdicts`; the
     #: reports draw these and judge nothing themselves).
     verdicts: dict[Case, dict[str, Verdict | None]] = field(default_factory=dict)
+    #: The remedies tried for its unmet expectations (`stability.run.suggest.Suggestions`), when
+    #: the run was asked for them (`stability check --suggest`); the reports show them beside the failures.
+    suggestions: Any = None
 
     @property
     def met(self) -> bool:

@@ -34,7 +34,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -242,7 +242,14 @@ class Family:
             raise RegistryError(f"family {self.name!r} cannot be registered: " + "; ".join(problems))
 
 
-E = TypeVar("E", Invariant, Family)
+class Named(Protocol):
+    """What a registry holds: an entry with a name (an invariant, a family, a remedy)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+E = TypeVar("E", bound=Named)
 
 
 class Registry(Generic[E]):
@@ -350,6 +357,9 @@ def family(name: str) -> Family:
     return FAMILIES.get(name)
 
 
-def replace(entry: E, **changes: Any) -> E:
+D = TypeVar("D", Invariant, Family)
+
+
+def replace(entry: D, **changes: Any) -> D:
     """A copy of an entry with some fields changed (a project adapting a built-in under a new name)."""
     return dataclasses.replace(entry, **changes)

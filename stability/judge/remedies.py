@@ -1,0 +1,391 @@
+"""The built-in remedies (`stability.spec.remedy`): what the literature does about each failure,
+written as a change to the keys the harness's families have. `stability suggest` tries each one
+that applies to a failing spec and keeps those under which every expectation holds.
+
+| remedy | the change | meant for |
+|---|---|---|
+| `zero_branch` | `space.branch_init = ["zero"]`: every block starts as the identity | gradient arrival, variance, identity, lesion, spectrum, mean shift, rank |
+| `shrink_branch` | `block.branch_scale = "1/sqrt(depth)"`; transformer `block.residual = "gpt2"` | the same, and gradient balance |
+| `rezero` | `space.branch_init = ["rezero"]`; transformer `block.residual = "rezero"` | as `zero_branch` |
+| `skipinit` | `space.branch_init = ["skipinit"]`; transformer `block.residual = "skipinit"` | as `zero_branch` |
+| `layerscale` | transformer `block.residual = "layerscale"`; a library config's layer-scale key | as `shrink_branch` |
+| `deepnorm` | post-norm transformer `block.residual = "deepnorm"` | gradient balance, arrival, variance |
+| `critical_init` | `space.weight_init`: He for ReLU (σ_w² = 2), Glorot for tanh (σ_w² = 1) | gradient arrival, variance, spectrum |
+| `residual_route` | a plain stack as a one-layer pre-activation residual stack | gradient arrival, variance, lesion, spectrum |
+| `prenorm` | postnorm → preact; transformer `block.norm_position = "pre"` | identity, gradient balance, arrival, variance |
+| `qk_norm` | `block.qk_norm = "layer"`; a library config's qk-norm key | attention logits, early warning, LR sensitivity, entropy |
+| `attention_softcap` | `block.attn_softcap` | attention logits, early warning, entropy |
+| `z_loss` | `train.z_loss = 1e-4` | output logits, LR sensitivity, loss spikes |
+| `logit_softcap` | `train.logit_softcap = 30` | output logits, loss spikes |
+| `tied_readout` | `train.tied = true` | loss spikes |
+| `init_range` | a library config's `initializer_range`, ÷ √(2·depth) | gradient arrival, variance, rank |
+
+A remedy changes only the keys it names; the loader validates the result, so a remedy whose
+change the spec's family or its other keys refuse is not proposed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from stability.spec.registry import FAMILIES
+from stability.spec.remedy import REMOVE, Remedy, register_remedy
+
+__all__ = ["layerscale_init", "library_keys"]
+
+# The invariants a family of remedies is meant for.
+_SIGNAL = frozenset({"gradient_arrival", "variance_growth", "identity_at_init", "lesion", "jacobian_spectrum", "mean_shift", "rank_collapse"})
+_BALANCE = _SIGNAL - {"identity_at_init"} | {"gradient_balance"}
+_LOGITS = frozenset({"attention_logits", "early_warning", "lr_sensitivity", "attention_entropy"})
+_RESIDUAL = ("postnorm", "preact")
+
+
+def _can_init(spec: Any, init: str) -> bool:
+    """The family accepts `init` as a branch init (a user's factory decides what it means: never
+    proposed there) and the space does not already draw only it."""
+    if spec.family not in FAMILIES or FAMILIES.get(spec.family).user_code:
+        return False
+    inits = FAMILIES.get(spec.family).branch_inits
+    return (inits is None or init in inits) and list(spec.space.branch_init) != [init]
+
+
+def layerscale_init(depth: int) -> float:
+    """LayerScale's initial λ for a stack of `depth` blocks (Touvron et al. 2021, sec. 3: 0.1 up to
+    depth 18, 1e-5 at 24, 1e-6 beyond)."""
+    return 0.1 if depth <= 18 else 1e-5 if depth <= 24 else 1e-6
+
+
+def _deepest(spec: Any) -> int:
+    d = spec.space.depth
+    return max(d.values) if getattr(d, "values", None) else int(d[1])
+
+
+def _transformer(spec: Any) -> bool:
+    return bool(spec.family == "transformer")
+
+
+def _markov(spec: Any) -> bool:
+    return spec.train is not None and spec.train.task == "markov"
+
+
+def library_keys(spec: Any) -> tuple[frozenset[str], bool]:
+    """(the config keys a library spec's model takes, whether it takes any key: a **kwargs class);
+    empty when the library does not import here."""
+    if spec.family != "library":
+        return frozenset(), False
+    from stability.families.library import config_keys, resolve
+
+    try:
+        keys, open_ended = config_keys(resolve(spec.options.model, file=spec.path))
+    except Exception:  # the library is missing or the model does not resolve: the loader said so
+        return frozenset(), False
+    return frozenset(keys), open_ended
+
+
+def _library_key(spec: Any, candidates: tuple[str, ...]) -> str | None:
+    """The first of `candidates` the library model's config takes (never guessed for a **kwargs class)."""
+    keys, _ = library_keys(spec)
+    return next((k for k in candidates if k in keys), None)
+
+
+_LAYERSCALE_KEYS = ("layer_scale_init_value", "layerscale_value", "ls_init_value", "init_values")
+_QK_NORM_KEYS = ("qk_norm", "use_qk_norm", "qk_layernorm")
+
+
+def _library_value(spec: Any, key: str) -> Any:
+    return spec.options.config.get(key) if spec.family == "library" else None
+
+
+# ----------------------------------------------------------------------------- the branch
+
+
+def _zero_applies(spec: Any, data: Mapping[str, Any]) -> bool:
+    if spec.family == "transformer":
+        return _can_init(spec, "zero") and spec.block.residual in ("none", "gpt2") and not spec.block.sigma_reparam
+    return spec.family in (*_RESIDUAL, "highway", "dense") and _can_init(spec, "zero")
+
+
+def _branch_scale_applies(spec: Any, data: Mapping[str, Any]) -> bool:
+    if spec.family == "transformer":
+        return bool(spec.block.residual == "none" and spec.block.norm_position != "post" and spec.block.skip == "identity")
+    return spec.family in _RESIDUAL and spec.block.branch_scale == 1.0 and spec.block.skip != "none"
+
+
+def _branch_scale_edit(spec: Any, data: Mapping[str, Any]) -> dict[str, Any]:
+    if spec.family == "transformer":
+        return {"block.residual": "gpt2"}
+    return {"block.branch_scale": "1/sqrt(depth)"}
+
+
+def _gain_applies(init: str) -> Any:
+    def applies(spec: Any, data: Mapping[str, Any]) -> bool:
+        if spec.family == "transformer":
+            return spec.block.residual == "none" and spec.block.skip == "identity" and not spec.block.sigma_reparam and "zero" not in spec.space.branch_init
+        return spec.family in _RESIDUAL and _can_init(spec, init) and spec.block.skip != "none"
+
+    return applies
+
+
+def _gain_edit(init: str) -> Any:
+    def edit(spec: Any, data: Mapping[str, Any]) -> dict[str, Any]:
+        if spec.family == "transformer":
+            return {"block.residual": init}
+        return {"space.branch_init": [init]}
+
+    return edit
+
+
+def _layerscale_applies(spec: Any, data: Mapping[str, Any]) -> bool:
+    if spec.family == "transformer":
+        return spec.block.residual == "none" and spec.block.skip == "identity" and not spec.block.sigma_reparam and "zero" not in spec.space.branch_init
+    key = _library_key(spec, _LAYERSCALE_KEYS)
+    if key is None:
+        return False
+    now = _library_value(spec, key)
+    return not (isinstance(now, int | float) and not isinstance(now, bool) and 0 < now <= layerscale_init(_deepest(spec)))
+
+
+def _layerscale_edit(spec: Any, data: Mapping[str, Any]) -> dict[str, Any]:
+    value = layerscale_init(_deepest(spec))
+    if spec.family == "transformer":
+        return {"block.residual": "layerscale", "block.layerscale_init": value}
+    key = _library_key(spec, _LAYERSCALE_KEYS)
+    return {f"block.config.{key}": value}
+
+
+def _deepnorm_applies(spec: Any, data: Mapping[str, Any]) -> bool:
+    b = spec.block
+    return _transformer(spec) and b.norm_position == "post" and b.residual == "none" and b.skip == "identity" and not b.sigma_reparam
+
+
+# ----------------------------------------------------------------------------- init and the route around
+
+
+def _critical(spec: Any) -> str | None:
+    """The weight init at the critical point of the spec's activation, where there is one."""
+    return {"relu": "kaiming_normal", "tanh": "xavier_normal"}.get(spec.block.activation)
+
+
+def _critical_applies(spec: Any, data: Mapping[str, Any]) -> bool:
+    init = _critical(spec)
+    return spec.family in ("plain", *_RESIDUAL) and init is not None and list(spec.space.weight_init) != [init]
+
+
+def _route_applies(spec: Any, data: Mapping[str, Any]) -> bool:
+    return spec.family == "plain" and spec.block.layer in ("linear", "conv2d", "tokens")
+
+
+def _route_edit(spec: Any, data: Mapping[str, Any]) -> dict[str, Any]:
+    edit: dict[str, Any] = {"family": "preact", "block.branch_layers": 1}
+    if spec.space.input_width is not None:
+        edit["block.skip"] = "projection"  # the first block changes the width: the route around needs a projection
+    return edit
+
+
+def _prenorm_applies(spec: Any, data: Mapping[str, Any]) -> bool:
+    if spec.family == "postnorm":
+        return True
+    return _transformer(spec) and spec.block.norm_position != "pre" and spec.block.norm != "none"
+
+
+def _prenorm_edit(spec: Any, data: Mapping[str, Any]) -> dict[str, Any]:
+    if spec.family == "postnorm":
+        return {"family": "preact"}
+    edit: dict[str, Any] = {"block.norm_position": "pre"}
+    if spec.block.residual == "deepnorm":  # DeepNorm up-weights a post-norm block's skip: it goes with post-norm
+        edit["block.residual"] = REMOVE
+    return edit
+
+
+# ----------------------------------------------------------------------------- logits
+
+
+def _qk_applies(spec: Any, data: Mapping[str, Any]) -> bool:
+    if _transformer(spec):
+        return bool(spec.block.qk_norm == "none")
+    key = _library_key(spec, _QK_NORM_KEYS)
+    return key is not None and not _library_value(spec, key)
+
+
+def _qk_edit(spec: Any, data: Mapping[str, Any]) -> dict[str, Any]:
+    if _transformer(spec):
+        b, w = spec.block, spec.space.width
+        head = b.head_dim or (min(w.values) if getattr(w, "values", None) else w[0]) // (b.heads or 1)
+        return {"block.qk_norm": "layer" if head >= 2 else "rms"}
+    return {f"block.config.{_library_key(spec, _QK_NORM_KEYS)}": True}
+
+
+#: Gemma 2's caps: 50 on the attention logits, 30 on the final logits (Gemma Team 2024, sec. 2).
+ATTENTION_CAP, LOGIT_CAP = 50.0, 30.0
+
+
+def _softcap_edit(spec: Any, data: Mapping[str, Any]) -> dict[str, Any]:
+    cap = ATTENTION_CAP
+    bound = getattr(getattr(spec.expect, "attention_logits", None), "max_logit", None)
+    if bound is not None and bound <= cap:  # a cap above the declared bound cannot keep the logits below it
+        cap = bound / 2
+    return {"block.attn_softcap": cap}
+
+
+def _train_applies(key: str, off: Any) -> Any:
+    def applies(spec: Any, data: Mapping[str, Any]) -> bool:
+        return _markov(spec) and getattr(spec.train, key) == off
+
+    return applies
+
+
+def _init_range_applies(spec: Any, data: Mapping[str, Any]) -> bool:
+    return _library_key(spec, ("initializer_range",)) is not None
+
+
+def _init_range_edit(spec: Any, data: Mapping[str, Any]) -> dict[str, Any]:
+    now = _library_value(spec, "initializer_range")
+    base = float(now) if isinstance(now, int | float) and not isinstance(now, bool) else 0.02  # the transformers default
+    return {"block.config.initializer_range": float(f"{base / math.sqrt(2 * _deepest(spec)):.3g}")}
+
+
+_BUILT_IN = (
+    Remedy(
+        name="zero_branch",
+        summary="start every residual branch at zero (the last layer of each branch zeroed), so every block is the identity at initialisation",
+        fixes=_SIGNAL,
+        applies=_zero_applies,
+        edit=lambda spec, data: {"space.branch_init": ["zero"]},
+        references=(
+            "Goyal et al. (2017). Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour. arXiv:1706.02677 (zero-initialised last norm of each residual block).",
+            "Zhang, Dauphin, Ma (2019). Fixup Initialization: Residual Learning Without Normalization. ICLR 2019.",
+        ),
+    ),
+    Remedy(
+        name="shrink_branch",
+        summary="shrink the branch, not the route around: scale each residual branch by 1/sqrt(depth) (GPT-2's scaled init for a transformer)",
+        fixes=_BALANCE,
+        applies=_branch_scale_applies,
+        edit=_branch_scale_edit,
+        references=(
+            "Hanin, Rolnick (2018). How to Start Training: The Effect of Initialization and Architecture. NeurIPS 2018.",
+            "Radford et al. (2019). Language Models are Unsupervised Multitask Learners (residual projections scaled by 1/sqrt(N)).",
+        ),
+    ),
+    Remedy(
+        name="rezero",
+        summary="multiply each residual branch by a learnable scalar started at 0 (ReZero)",
+        fixes=_SIGNAL,
+        applies=_gain_applies("rezero"),
+        edit=_gain_edit("rezero"),
+        references=("Bachlechner et al. (2020). ReZero is All You Need: Fast Convergence at Large Depth. arXiv:2003.04887.",),
+    ),
+    Remedy(
+        name="skipinit",
+        summary="multiply each residual branch by a learnable per-channel gain started at 0 (SkipInit)",
+        fixes=_SIGNAL,
+        applies=_gain_applies("skipinit"),
+        edit=_gain_edit("skipinit"),
+        references=("De, Smith (2020). Batch Normalization Biases Residual Blocks Towards the Identity Function in Deep Networks. NeurIPS 2020.",),
+    ),
+    Remedy(
+        name="layerscale",
+        summary="multiply each residual branch by a learnable diagonal started small (LayerScale: 0.1 up to depth 18, 1e-5 at 24, 1e-6 beyond)",
+        fixes=_BALANCE,
+        applies=_layerscale_applies,
+        edit=_layerscale_edit,
+        references=("Touvron et al. (2021). Going deeper with Image Transformers. ICCV 2021.",),
+    ),
+    Remedy(
+        name="deepnorm",
+        summary="DeepNorm: up-weight the skip of each post-norm block by α = (2N)^(1/4) and scale the branch weights by β = (8N)^(-1/4)",
+        fixes=frozenset({"gradient_balance", "gradient_arrival", "variance_growth", "rank_collapse"}),
+        applies=_deepnorm_applies,
+        edit=lambda spec, data: {"block.residual": "deepnorm"},
+        references=("Wang et al. (2022). DeepNet: Scaling Transformers to 1,000 Layers. arXiv:2203.00555.",),
+    ),
+    Remedy(
+        name="critical_init",
+        summary="initialise at the critical point of the activation: He init for ReLU (σ_w² = 2), Glorot for tanh (σ_w² = 1 for square layers)",
+        fixes=frozenset({"gradient_arrival", "variance_growth", "jacobian_spectrum"}),
+        applies=_critical_applies,
+        edit=lambda spec, data: {"space.weight_init": [_critical(spec)]},
+        references=(
+            "He et al. (2015). Delving Deep into Rectifiers: Surpassing Human-Level Performance on ImageNet Classification. ICCV 2015.",
+            "Schoenholz et al. (2017). Deep Information Propagation. ICLR 2017.",
+        ),
+    ),
+    Remedy(
+        name="residual_route",
+        summary="add a route around every layer: the plain stack as a residual stack x + F(x) with one layer per branch",
+        fixes=frozenset({"gradient_arrival", "variance_growth", "lesion", "jacobian_spectrum"}),
+        applies=_route_applies,
+        edit=_route_edit,
+        references=(
+            "He et al. (2016). Identity Mappings in Deep Residual Networks. ECCV 2016.",
+            "Veit, Wilber, Belongie (2016). Residual Networks Behave Like Ensembles of Relatively Shallow Networks. NeurIPS 2016.",
+        ),
+    ),
+    Remedy(
+        name="prenorm",
+        summary="move the norm off the route around: normalise the branch's input, not the sum (pre-norm)",
+        fixes=frozenset({"identity_at_init", "gradient_balance", "gradient_arrival", "variance_growth"}),
+        applies=_prenorm_applies,
+        edit=_prenorm_edit,
+        references=(
+            "Xiong et al. (2020). On Layer Normalization in the Transformer Architecture. ICML 2020.",
+            "He et al. (2016). Identity Mappings in Deep Residual Networks. ECCV 2016.",
+        ),
+    ),
+    Remedy(
+        name="qk_norm",
+        summary="normalise each head's queries and keys (qk-layernorm), so the attention logits cannot grow with the weights",
+        fixes=_LOGITS,
+        applies=_qk_applies,
+        edit=_qk_edit,
+        references=(
+            "Dehghani et al. (2023). Scaling Vision Transformers to 22 Billion Parameters. ICML 2023.",
+            "Wortsman et al. (2023). Small-scale proxies for large-scale Transformer training instabilities. arXiv:2309.14322.",
+        ),
+    ),
+    Remedy(
+        name="attention_softcap",
+        summary="soft-cap the attention logits, s → cap·tanh(s/cap) (cap 50, below the declared bound)",
+        fixes=frozenset({"attention_logits", "early_warning", "attention_entropy"}),
+        applies=lambda spec, data: _transformer(spec) and spec.block.attn_softcap is None,
+        edit=_softcap_edit,
+        references=("Gemma Team (2024). Gemma 2: Improving Open Language Models at a Practical Size. arXiv:2408.00118.",),
+    ),
+    Remedy(
+        name="z_loss",
+        summary="add the z-loss 1e-4·log² Z to the training loss, which pins the output softmax's log-partition near 0",
+        fixes=frozenset({"output_logits", "lr_sensitivity", "loss_spike"}),
+        applies=_train_applies("z_loss", 0.0),
+        edit=lambda spec, data: {"train.z_loss": 1e-4},
+        references=("Chowdhery et al. (2022). PaLM: Scaling Language Modeling with Pathways. arXiv:2204.02311.",),
+    ),
+    Remedy(
+        name="logit_softcap",
+        summary="soft-cap the output logits, z → 30·tanh(z/30)",
+        fixes=frozenset({"output_logits", "loss_spike"}),
+        applies=_train_applies("logit_softcap", None),
+        edit=lambda spec, data: {"train.logit_softcap": LOGIT_CAP},
+        references=("Gemma Team (2024). Gemma 2: Improving Open Language Models at a Practical Size. arXiv:2408.00118.",),
+    ),
+    Remedy(
+        name="tied_readout",
+        summary="tie the readout to the token embedding (÷ √width), whose logits move √width times less per step",
+        fixes=frozenset({"loss_spike"}),
+        applies=_train_applies("tied", False),
+        edit=lambda spec, data: {"train.tied": True},
+        references=("Press, Wolf (2017). Using the Output Embedding to Improve Language Models. EACL 2017.",),
+    ),
+    Remedy(
+        name="init_range",
+        summary="a smaller initializer_range in the library's config: the default std ÷ √(2·depth), so every branch starts small against the residual stream",
+        fixes=frozenset({"gradient_arrival", "variance_growth", "rank_collapse", "gradient_balance"}),
+        applies=_init_range_applies,
+        edit=_init_range_edit,
+        references=("Radford et al. (2019). Language Models are Unsupervised Multitask Learners (residual projections scaled by 1/sqrt(N)).",),
+    ),
+)
+
+for _entry in _BUILT_IN:
+    register_remedy(_entry)

@@ -1,0 +1,151 @@
+"""`stability suggest SPEC`: the registered remedies that make every expectation of a failing spec
+hold, proven by running them on the same cases and seeds (`stability.run.suggest`), ranked, each
+with its spec diff and its numbers before and after; `--out FIXED.toml` writes the best one.
+
+Exit codes: 0 a remedy holds (or nothing was unmet), 1 none does (what each did is listed), 2 bad
+input (one line: the file, the key, the value, the fix).
+
+`--out` never replaces the spec itself, and replaces an existing file only with `--force` (a
+regular file only: never a folder, a device or a FIFO). The written spec is the spec's own text
+with the remedy's keys changed (comments and order kept) and its `[expect]` tables as written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from stability.cli import EXIT_FAILED, EXIT_OK
+from stability.errors import UsageError
+from stability.report.text import printable
+
+__all__ = ["add_suggest_parser", "suggest_command"]
+
+
+def add_suggest_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
+    from stability.cli import _count, _seconds
+
+    s = sub.add_parser("suggest", parents=parents, help="try every remedy that applies to a failing spec and list those that make every expectation hold (docs/suggest.md)")
+    s.add_argument("spec", nargs="?", help="one spec file with an unmet expectation")
+    s.add_argument("--out", metavar="FIXED.toml", help="write the best remedy's spec there (its [expect] tables unchanged; never the spec itself)")
+    s.add_argument("--force", action="store_true", help="let --out replace an existing file")
+    s.add_argument("--only", metavar="INVARIANT", help="fix this invariant only (the others are neither fixed nor run)")
+    s.add_argument("--profile", choices=["ci", "dev", "thorough"], default="ci", help="the search budget of every run (default ci: derandomized, the cases CI draws)")
+    s.add_argument("--holds", action="store_true", help='read each expect = "violated" as "holds": what removes a negative control\'s failure (not with --out)')
+    s.add_argument("--json", metavar="FILE", help="write every remedy tried, its diff and its numbers as JSON")
+    s.add_argument("--no-diff", action="store_true", help="leave the diffs out of the terminal output")
+    s.add_argument("--list", action="store_true", help="list the registered remedies and exit")
+    s.add_argument("--jobs", "-j", type=_count("jobs", auto=True), default="auto", metavar="N", help="run N remedies at once, each in its own worker process (default auto: one per usable core)")
+    s.add_argument("--case-timeout", type=_seconds, default=120.0, metavar="S", help="per-case time limit in seconds (default 120; 0 = none)")
+    s.add_argument("--source-root", action="append", metavar="DIR", help="a folder whose .py files custom factories may come from (repeatable)")
+    s.add_argument("--in-process", action="store_true", help="run in this process, without worker isolation (for debugging)")
+
+
+def _list(console: Console) -> int:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from stability.spec.remedy import REMEDIES
+
+    t = Table(header_style="bold", title="remedies (stability suggest)")
+    for col in ("remedy", "what it changes", "meant for", "reference"):
+        t.add_column(col)
+    for r in REMEDIES:
+        t.add_row(r.name, escape(r.summary), ", ".join(sorted(r.fixes)), escape(r.references[0]))
+    console.print(t)
+    return EXIT_OK
+
+
+def _check_out(out: str, spec: str, *, force: bool) -> None:
+    """--out may not be the spec, and replaces an existing regular file only with --force."""
+    from stability.report.outputs import check_replaceable
+
+    target, source = Path(out), Path(spec)
+    if not out.strip():
+        raise UsageError("--out: the path is empty; give the file to write the fixed spec to, e.g. --out fixed.toml")
+    if target.resolve() == source.resolve() or (target.exists() and source.exists() and os.path.samefile(target, source)):
+        raise UsageError(f"--out {out}: is the spec itself; suggest never overwrites the spec it reads: give another file, e.g. --out {source.with_name(source.stem + '_fixed.toml')}")
+    if os.path.lexists(target):
+        check_replaceable(target, "--out")  # never a folder, a device or a FIFO, even with --force
+        if not force:
+            raise UsageError(f"--out {out}: exists; add --force to replace it, or give another file")
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: None in their place."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def suggest_command(args: argparse.Namespace, console: Console, err: Console) -> int:
+    """`stability suggest ARGS`: the exit code."""
+    if args.list:
+        return _list(console)
+    if not args.spec:
+        raise UsageError("stability suggest: give one spec file (stability suggest SPEC [--out FIXED.toml]); --list lists the remedies")
+    if Path(args.spec).is_dir():
+        raise UsageError(f"{args.spec}: is a folder; suggest reads one spec file")
+    if args.out is not None:
+        if args.holds:
+            raise UsageError("--out with --holds: the written spec would declare expectations other than yours; run suggest --holds without --out, or write holds in the spec")
+        _check_out(args.out, args.spec, force=args.force)
+    if args.json:
+        from stability.report.outputs import check_outputs
+
+        check_outputs(json=args.json, junit=None, html=None, inputs=[args.spec] + ([args.out] if args.out else []))
+    for root in args.source_root or []:
+        if not Path(root).is_dir():
+            raise UsageError(f"--source-root {root}: is not a folder; give the folder that holds your factory modules")
+    from stability.check_cli import load_each
+
+    specs, errors = load_each([args.spec])
+    if errors:
+        raise errors[0]
+    spec = specs[0]
+    if args.only is not None and getattr(spec.expect, args.only, None) is None:
+        raise UsageError(f"--only {args.only}: {args.spec} declares no [expect.{args.only}]; choose one of {', '.join(n for n, _ in spec.invariants())}")
+
+    from stability.families.factory import roots_environment, source_roots
+    from stability.report.formats import write_atomic
+    from stability.report.suggest import print_suggestions
+    from stability.run.engine import RunOptions
+    from stability.run.executor import executor_for
+    from stability.run.plugins import plugins_environment
+    from stability.run.suggest import suggest
+    from stability.run.worker import default_threads
+
+    roots = [str(Path(r).resolve()) for r in args.source_root or []]
+    options = RunOptions(profile=args.profile, case_timeout=args.case_timeout or None)
+    executor = executor_for("in-process" if args.in_process else "workers", jobs=args.jobs, threads=default_threads(), env=plugins_environment(args.plugin, roots_environment(roots)))
+    if not args.in_process:
+        from stability.run.processes import start_server
+        from stability.spec.load import preload_modules
+
+        start_server(preload_modules([args.spec]))
+    with source_roots(roots):
+        found = suggest(args.spec, options=options, executor=executor, only=args.only, holds=args.holds)
+    best = found.best
+    if args.out is not None and best is not None:
+        write_atomic(args.out, best.text)
+    if args.json:
+        write_atomic(args.json, json.dumps(_finite(found.to_dict()), indent=2, allow_nan=False, default=str) + "\n")
+    print_suggestions(found, console, diffs=not args.no_diff, out=args.out if best is not None else None, only=args.only)
+    if found.unfixable and not found.failing:  # unmet, and no remedy is for it (a negative control that was not violated)
+        return EXIT_FAILED
+    if found.failing and best is None:
+        if args.out is not None:
+            print(f"stability: {printable(args.out)} not written: no remedy holds", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK

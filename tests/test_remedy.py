@@ -1,0 +1,201 @@
+"""stability/spec/remedy.py and stability/spec/edit.py: the remedy registry (duplicates refused, a
+did-you-mean on a miss, an incomplete entry refused when it is registered), the one edit and its two
+appliers (the parsed document, the file's text with the user's comments and order kept), and
+stability/judge/remedies.py's rule of which remedy applies to which spec."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from stability.judge.remedies import layerscale_init
+from stability.spec.edit import edited_text
+from stability.spec.load import parse_spec
+from stability.spec.registry import RegistryError
+from stability.spec.remedy import MISSING, REMEDIES, REMOVE, Change, Remedy, apply_edit, changes_of, lookup, register_remedy, remedy
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILT_IN = {
+    "zero_branch",
+    "shrink_branch",
+    "rezero",
+    "skipinit",
+    "layerscale",
+    "deepnorm",
+    "critical_init",
+    "residual_route",
+    "prenorm",
+    "qk_norm",
+    "attention_softcap",
+    "z_loss",
+    "logit_softcap",
+    "tied_readout",
+    "init_range",
+}
+
+
+def _toy(**changes: object) -> Remedy:
+    fields: dict[str, object] = {
+        "name": "toy_remedy",
+        "summary": "a toy",
+        "fixes": frozenset({"gradient_arrival"}),
+        "applies": lambda spec, data: True,
+        "edit": lambda spec, data: {"block.norm": "layer"},
+        "references": ("A. Author (2000). A paper.",),
+    }
+    fields.update(changes)
+    return Remedy(**fields)  # type: ignore[arg-type]
+
+
+def test_the_built_in_remedies_are_registered_each_with_a_reference() -> None:
+    assert BUILT_IN <= set(REMEDIES.names())
+    for entry in REMEDIES:
+        assert entry.references and entry.summary and entry.fixes
+
+
+def test_a_duplicate_is_refused_and_a_miss_names_the_closest() -> None:
+    with pytest.raises(RegistryError, match="already registered"):
+        register_remedy(_toy(name="rezero"))
+    with pytest.raises(RegistryError, match='did you mean "rezero"'):
+        remedy("rezer")
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"name": "not a name"}, "not an identifier"),
+        ({"summary": " "}, "summary is empty"),
+        ({"fixes": frozenset()}, "fixes must name"),
+        ({"edit": None}, "edit must be callable"),
+        ({"applies": 3}, "applies must be callable"),
+        ({"references": ()}, "references must cite"),
+    ],
+)
+def test_an_incomplete_entry_fails_when_it_is_made(changes: dict[str, object], why: str) -> None:
+    with pytest.raises(RegistryError, match=why):
+        _toy(**changes)
+
+
+TEXT = """# my spec: a comment the user wrote
+name = "mine"
+description = "a residual stack"
+family = "postnorm"
+
+[block]
+activation = "relu"  # the activation
+norm = "layer"
+
+[space]
+depth = [1, 8]   # shallow
+width = [8, 16]
+branch_init = ["default"]  # full-size branches
+
+[expect.gradient_arrival]
+lo = 0.5   # my bound
+hi = 2.0
+"""
+
+
+def test_the_text_edit_keeps_comments_order_and_the_expectations() -> None:
+    edit = {"family": "preact", "space.branch_init": ["zero"], "block.branch_scale": "1/sqrt(depth)", "block.activation": REMOVE}
+    out = edited_text(TEXT, edit)
+    assert tomllib.loads(out) == apply_edit(tomllib.loads(TEXT), edit)
+    for kept in ("# my spec: a comment the user wrote", "depth = [1, 8]   # shallow", "lo = 0.5   # my bound", 'norm = "layer"'):
+        assert kept in out
+    assert 'branch_init = ["zero"]  # full-size branches' in out  # a changed key keeps its place and comment
+    assert "activation" not in out.split("[space]")[0]
+    assert out.index("[block]") < out.index("[space]") < out.index("[expect.gradient_arrival]")
+    assert out.split("[expect.gradient_arrival]")[1] == TEXT.split("[expect.gradient_arrival]")[1]
+    parse_spec(out)  # still a spec
+
+
+def test_changes_are_only_the_keys_that_change() -> None:
+    data = tomllib.loads(TEXT)
+    assert lookup(data, "block.norm") == "layer" and lookup(data, "block.skip") is MISSING
+    changes = changes_of(data, {"block.norm": "layer", "block.skip": REMOVE, "family": "preact", "train.z_loss": 1e-4})
+    assert changes == [Change("family", "postnorm", "preact"), Change("train.z_loss", MISSING, 1e-4)]
+    assert apply_edit(data, {"train.z_loss": 1e-4})["train"] == {"z_loss": 1e-4}
+    assert "train" not in data  # the original is not touched
+
+
+def test_a_new_table_and_an_inline_table_key() -> None:
+    text = 'name = "x"\n[block]\nconfig = { depth = "depth", width = "width" }  # the config\n'
+    out = edited_text(text, {"block.config.init_values": 1e-05, "train.z_loss": 1e-4})
+    assert tomllib.loads(out) == {"name": "x", "block": {"config": {"depth": "depth", "width": "width", "init_values": 1e-05}}, "train": {"z_loss": 1e-4}}
+    assert "# the config" in out
+
+
+def test_layerscale_follows_touvron_by_depth() -> None:
+    assert [layerscale_init(d) for d in (1, 18, 19, 24, 25, 200)] == [0.1, 0.1, 1e-5, 1e-5, 1e-6, 1e-6]
+
+
+# ----------------------------------------------------------------------------- which remedy applies
+
+
+def _applicable(text: str) -> set[str]:
+    spec = parse_spec(text)
+    data = tomllib.loads(text)
+    return {r.name for r in REMEDIES if r.applies(spec, data)}
+
+
+def _spec(family: str, block: str = "", space: str = "", rest: str = "[expect.gradient_arrival]\n") -> str:
+    width = "{ range = [8, 16], multiple_of = 8 }" if family == "transformer" else "[8, 16]"
+    return f'name = "t"\ndescription = "t"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 4]\nwidth = {width}\n{space}\n{rest}'
+
+
+def test_a_plain_stack_gets_no_branch_remedy() -> None:
+    got = _applicable(_spec("plain", 'activation = "relu"', 'weight_init = ["xavier_normal"]'))
+    assert got == {"critical_init", "residual_route"}
+    assert _applicable(_spec("plain", 'activation = "relu"', 'weight_init = ["kaiming_normal"]')) == {"residual_route"}  # already critical
+    assert _applicable(_spec("plain", 'activation = "sigmoid"')) == {"residual_route"}  # no critical point to move to
+
+
+def test_a_residual_stack_gets_the_branch_remedies_it_does_not_have() -> None:
+    assert _applicable(_spec("preact", 'norm = "none"')) == {"zero_branch", "shrink_branch", "rezero", "skipinit", "critical_init"}
+    got = _applicable(_spec("preact", 'norm = "none"\nbranch_scale = "1/depth"', 'weight_init = ["kaiming_normal"]\nbranch_init = ["zero"]'))
+    assert got == {"rezero", "skipinit"}
+    assert "prenorm" in _applicable(_spec("postnorm", 'norm = "layer"')) and "prenorm" not in _applicable(_spec("preact", 'norm = "layer"'))
+
+
+def test_a_custom_factory_gets_no_remedy() -> None:
+    assert _applicable(_spec("custom", 'factory = "blocks:make"', 'branch_init = ["default"]')) == set()
+
+
+TRANSFORMER = 'layer = "tokens"\nnorm = "layer"\nhead_dim = 8\n'
+
+
+def test_a_transformer_by_its_placement_residual_and_attention() -> None:
+    pre = _applicable(_spec("transformer", TRANSFORMER))
+    assert pre == {"zero_branch", "shrink_branch", "rezero", "skipinit", "layerscale", "qk_norm", "attention_softcap"}
+    post = _applicable(_spec("transformer", TRANSFORMER + 'norm_position = "post"'))
+    assert {"deepnorm", "prenorm"} <= post and "shrink_branch" not in post
+    deepnorm = _applicable(_spec("transformer", TRANSFORMER + 'norm_position = "post"\nresidual = "deepnorm"'))
+    assert "deepnorm" not in deepnorm and "prenorm" in deepnorm and "rezero" not in deepnorm
+    done = _applicable(_spec("transformer", TRANSFORMER + 'qk_norm = "layer"\nattn_softcap = 30.0\nresidual = "layerscale"'))
+    assert not {"qk_norm", "attention_softcap", "layerscale", "rezero", "skipinit", "zero_branch"} & done
+
+
+def test_the_training_remedies_only_for_a_language_model_run() -> None:
+    lm = (ROOT / "specs" / "control_lm_attention_logit_growth.toml").read_text(encoding="utf-8")
+    got = _applicable(lm)
+    assert {"z_loss", "logit_softcap", "tied_readout", "qk_norm", "attention_softcap"} <= got
+    with_them = lm.replace("[train]\n", "[train]\nz_loss = 1e-4\nlogit_softcap = 30.0\ntied = true\n")
+    assert not {"z_loss", "logit_softcap", "tied_readout"} & _applicable(with_them)
+    teacher = (ROOT / "specs" / "control_sp_update_size.toml").read_text(encoding="utf-8")  # a [train] run, not a language model
+    assert not {"z_loss", "logit_softcap", "tied_readout", "qk_norm"} & _applicable(teacher)
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected", "absent"),
+    [
+        ("timm_vit.toml", {"layerscale", "qk_norm"}, {"init_range"}),
+        ("gpt2.toml", {"init_range"}, {"layerscale", "qk_norm", "zero_branch", "rezero"}),
+        ("convnext.toml", {"layerscale", "init_range"}, {"qk_norm"}),
+    ],
+)
+def test_a_library_model_gets_what_its_config_exposes(spec: str, expected: set[str], absent: set[str]) -> None:
+    pytest.importorskip("timm" if spec.startswith("timm") else "transformers")
+    got = _applicable((ROOT / "specs" / "zoo" / spec).read_text(encoding="utf-8"))
+    assert expected <= got and not absent & got

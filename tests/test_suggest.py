@@ -1,0 +1,300 @@
+"""stability/run/suggest.py and `stability suggest` (stability/suggest_cli.py): remedies tried on a
+failing spec's deciding cases with the same seeds, survivors confirmed by their own search,
+ranked; `--out` writes a spec that `stability check` passes with its expectations unchanged; the
+exit codes; a remedy a plugin registers from a test file alone. The specs here are written fresh
+for these tests (not copies of the shipped controls: tests/test_suggest_controls.py has those)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stability.cli import main
+from stability.run import plugins
+from stability.run.engine import RunOptions
+from stability.run.executor import InProcessExecutor
+from stability.run.suggest import map_case, suggest
+from stability.spec.case import parse_case_string
+from stability.spec.load import load_spec
+from stability.spec.remedy import REMEDIES
+
+# A plain ReLU stack with Glorot's init: σ_w² = 1 halves the second moment per layer (He et al.
+# 2015), so the gradient reaching the input shrinks by about 2^(-L/2): below 0.1 from depth 7.
+PLAIN = """# a plain ReLU stack, Glorot-initialised
+name = "plain-relu-glorot"
+description = "plain ReLU MLP under Glorot init"
+family = "plain"
+
+[block]
+layer = "linear"
+activation = "relu"   # the nonlinearity
+norm = "none"
+
+[space]
+depth = [2, 12]
+width = [16, 32]
+batch = [4, 8]
+weight_init = ["xavier_normal"]  # not critical for ReLU
+bias_init = 0.0
+dtype = ["float32"]
+
+[expect.gradient_arrival]
+lo = 0.1   # at most a decade lost
+hi = 10.0
+"""
+
+# A bound no stack of this space meets (within 1% of 1 at depth 8 and more).
+IMPOSSIBLE = (
+    PLAIN.replace('weight_init = ["xavier_normal"]  # not critical for ReLU', 'weight_init = ["kaiming_normal"]')
+    .replace("depth = [2, 12]", "depth = [8, 12]")
+    .replace("lo = 0.1   # at most a decade lost\nhi = 10.0", "lo = 0.99\nhi = 1.01")
+)
+
+PASSING = PLAIN.replace('weight_init = ["xavier_normal"]  # not critical for ReLU', 'weight_init = ["kaiming_normal"]').replace("lo = 0.1", "lo = 0.01").replace("hi = 10.0", "hi = 100.0")
+
+
+def _write(tmp_path: Path, text: str, name: str = "mine.toml") -> Path:
+    p = tmp_path / name
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def _suggest(path: Path, **kw: object) -> object:
+    return suggest(str(path), options=RunOptions(profile="ci"), executor=InProcessExecutor(), **kw)  # type: ignore[arg-type]
+
+
+def test_a_plain_stack_gets_its_critical_init_with_the_numbers_before_and_after(tmp_path: Path) -> None:
+    s = _suggest(_write(tmp_path, PLAIN))
+    assert [r.name for r in s.failing] == ["gradient_arrival"]  # type: ignore[attr-defined]
+    tried = {a.remedy: a for a in s.attempts}  # type: ignore[attr-defined]
+    assert set(tried) == {"critical_init", "residual_route"}  # no branch remedy for a stack without branches
+    best = s.best  # type: ignore[attr-defined]
+    assert best is not None and best.held
+    critical = tried["critical_init"]
+    assert critical.held and critical.changed() == 'space.weight_init = ["kaiming_normal"]'
+    (n,) = critical.numbers
+    before = s.failing[0]  # type: ignore[attr-defined]
+    assert n.before == before.verdict.observed < 0.1 and n.case == str(before.case)
+    assert n.after is not None and 0.1 <= n.after <= 10.0  # the same case, the same seed, the remedy applied
+    assert n.after_case == str(map_case(before.case, load_spec_text(critical.text, tmp_path)))
+    assert n.closest is not None and n.examples >= 1
+    assert '+weight_init = ["kaiming_normal"]  # not critical for ReLU' in critical.diff and "-family" not in critical.diff
+
+
+def load_spec_text(text: str, tmp_path: Path) -> object:
+    return load_spec(_write(tmp_path, text, "edited.toml"))
+
+
+def test_a_case_keeps_its_seed_and_takes_the_edited_choice(tmp_path: Path) -> None:
+    spec = load_spec(_write(tmp_path, PLAIN))
+    case = parse_case_string("depth=9,width=17,batch=5,seed=12345", spec)
+    edited = load_spec(_write(tmp_path, PLAIN.replace('["xavier_normal"]', '["kaiming_normal"]'), "k.toml"))
+    mapped = map_case(case, edited)
+    assert (mapped.depth, mapped.width, mapped.batch, mapped.seed, mapped.weight_init) == (9, 17, 5, 12345, "kaiming_normal")
+    assert map_case(case, spec) == case
+
+
+def test_ranked_fewest_changes_first(tmp_path: Path) -> None:
+    s = _suggest(_write(tmp_path, PLAIN))
+    ranked = s.ranked  # type: ignore[attr-defined]
+    assert [len(a.changes) for a in ranked] == sorted(len(a.changes) for a in ranked)
+    assert ranked[0].remedy == "critical_init"  # one key against residual_route's two
+
+
+def test_only_the_remedies_for_what_failed_are_tried(tmp_path: Path) -> None:
+    lm_only = {r.name for r in REMEDIES if r.fixes <= {"attention_logits", "output_logits", "loss_spike", "early_warning", "lr_sensitivity", "attention_entropy"}}
+    s = _suggest(_write(tmp_path, PLAIN))
+    assert not lm_only & {a.remedy for a in s.attempts}  # type: ignore[attr-defined]
+
+
+def test_nothing_to_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, PASSING)
+    assert main(["suggest", str(path), "--in-process", "--out", str(tmp_path / "fixed.toml")]) == 0
+    assert "nothing to fix" in capsys.readouterr().out
+    assert not (tmp_path / "fixed.toml").exists()
+
+
+def test_none_holds_exit_1_listing_what_each_did(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, IMPOSSIBLE)
+    assert main(["suggest", str(path), "--in-process", "--out", str(tmp_path / "fixed.toml")]) == 1
+    out, err = capsys.readouterr()
+    assert "no registered remedy makes every expectation hold" in out
+    assert 'residual_route: family = "preact", block.branch_layers = 1' in out and "fails: at the failing case" in out
+    assert "not written" in err and not (tmp_path / "fixed.toml").exists()
+
+
+def test_out_writes_a_spec_that_check_passes_with_the_expectations_unchanged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, fixed = _write(tmp_path, PLAIN), tmp_path / "fixed.toml"
+    report = tmp_path / "suggest.json"
+    assert main(["suggest", str(path), "--out", str(fixed), "--json", str(report)]) == 0  # in worker processes, as a user runs it
+    assert path.read_text(encoding="utf-8") == PLAIN  # the spec itself is never touched
+    written = fixed.read_text(encoding="utf-8")
+    assert tomllib.loads(written)["expect"] == tomllib.loads(PLAIN)["expect"]
+    assert "# a plain ReLU stack, Glorot-initialised" in written and "lo = 0.1   # at most a decade lost" in written
+    data = json.loads(report.read_text(encoding="utf-8"))
+    assert data["ranked"][0] == "critical_init" and data["failing"] == ["gradient_arrival"]
+    assert {a["remedy"] for a in data["attempts"]} == {"critical_init", "residual_route"}
+    capsys.readouterr()
+    assert main(["check", str(fixed), "--profile", "ci", "-q"]) == 0
+    assert main(["check", str(path), "--profile", "ci", "-q"]) == 1  # and the original still fails
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, PLAIN)
+    (tmp_path / "taken.toml").write_text("mine\n", encoding="utf-8")
+    cases = [
+        (["suggest", str(tmp_path / "nope.toml")], "no such file"),
+        (["suggest", str(path), "--out", str(path)], "is the spec itself"),
+        (["suggest", str(path), "--out", str(tmp_path / "." / "mine.toml")], "is the spec itself"),
+        (["suggest", str(path), "--out", str(tmp_path / "taken.toml")], "exists; add --force"),
+        (["suggest", str(path), "--out", str(tmp_path)], "folder"),
+        (["suggest", str(path), "--only", "gradient_arival"], 'did you mean "gradient_arrival"'),
+        (["suggest", str(path), "--only", "variance_growth"], "declares no [expect.variance_growth]"),
+        (["suggest", str(path), "--holds", "--out", str(tmp_path / "x.toml")], "--out with --holds"),
+        (["suggest", str(tmp_path)], "is a folder"),
+        (["suggest"], "give one spec file"),
+        (["suggest", str(_write(tmp_path, PLAIN.replace("activation", "activaton"), "typo.toml"))], "block.activaton = 'relu': unknown key"),
+    ]
+    for argv, why in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert why in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (argv, err)
+    assert (tmp_path / "taken.toml").read_text(encoding="utf-8") == "mine\n"
+
+
+def test_force_replaces_an_existing_file_but_never_a_fifo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+
+    path = _write(tmp_path, PLAIN)
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    assert main(["suggest", str(path), "--out", str(fifo), "--force"]) == 2
+    assert "FIFO" in capsys.readouterr().err
+    (tmp_path / "old.toml").write_text("old\n", encoding="utf-8")
+    assert main(["suggest", str(path), "--in-process", "--no-diff", "--out", str(tmp_path / "old.toml"), "--force"]) == 0
+    assert tomllib.loads((tmp_path / "old.toml").read_text(encoding="utf-8"))["space"]["weight_init"] == ["kaiming_normal"]
+
+
+# ----------------------------------------------------------------------------- a plugin's remedy
+
+TOY = """
+from stability.spec.remedy import Remedy, register_remedy
+
+register_remedy(
+    Remedy(
+        name="toy_pin_width",
+        summary="a toy: fix the width at its widest",
+        fixes=frozenset({"gradient_arrival"}),
+        applies=lambda spec, data: spec.family == "plain",
+        edit=lambda spec, data: {"space.width": spec.space.width[1], "space.weight_init": ["kaiming_normal"], "space.bias_init": 0.0, "space.batch": 8},
+        references=("A. Toy (2026). Remedies from a plugin.",),
+    )
+)
+"""
+
+
+@pytest.fixture
+def toy_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    (tmp_path / "toy_remedy.py").write_text(TOY, encoding="utf-8")
+    monkeypatch.delenv(plugins.PLUGINS_ENV, raising=False)
+    before = (REMEDIES.names(), dict(plugins._loaded), set(sys.modules))
+    yield tmp_path / "toy_remedy.py"
+    for name in REMEDIES.names():
+        if name not in before[0]:
+            REMEDIES.unregister(name)
+    plugins._loaded.clear()
+    plugins._loaded.update(before[1])
+    for name in set(sys.modules) - before[2]:
+        if name.startswith("_stability_plugin_"):
+            del sys.modules[name]
+
+
+def test_a_remedy_registered_from_a_plugin_file_shows_up_in_suggest(toy_plugin: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, PLAIN)
+    assert main(["suggest", "--list", "--plugin", str(toy_plugin)]) == 0
+    assert "toy_pin_width" in capsys.readouterr().out
+    report = tmp_path / "s.json"
+    assert main(["suggest", str(path), "--plugin", str(toy_plugin), "--in-process", "--json", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert 'toy_pin_width: space.width = 32, space.weight_init = ["kaiming_normal"]' in out
+    toy = next(a for a in json.loads(report.read_text(encoding="utf-8"))["attempts"] if a["remedy"] == "toy_pin_width")
+    assert toy["status"] == "holds" and toy["references"] == ["A. Toy (2026). Remedies from a plugin."]
+    # four keys, one of them (bias_init) unchanged: three changes, so it ranks after critical_init's one
+    assert [c["key"] for c in toy["changes"]] == ["space.width", "space.weight_init", "space.batch"]
+    assert json.loads(report.read_text(encoding="utf-8"))["ranked"][0] == "critical_init"
+
+
+def test_a_remedy_that_changes_an_expectation_is_refused(tmp_path: Path) -> None:
+    from stability.spec.remedy import Remedy, register_remedy
+
+    register_remedy(
+        Remedy(
+            name="toy_widen_bound",
+            summary="a toy that cheats",
+            fixes=frozenset({"gradient_arrival"}),
+            applies=lambda spec, data: True,
+            edit=lambda spec, data: {"expect.gradient_arrival.lo": 1e-9},
+            references=("None.",),
+        )
+    )
+
+    def boom(spec: object, data: object) -> dict[str, object]:
+        raise RuntimeError("no")
+
+    register_remedy(Remedy(name="toy_raises", summary="a toy that raises", fixes=frozenset({"gradient_arrival"}), applies=lambda spec, data: True, edit=boom, references=("None.",)))
+    try:
+        s = _suggest(_write(tmp_path, PLAIN))
+        toy = next(a for a in s.attempts if a.remedy == "toy_widen_bound")  # type: ignore[attr-defined]
+        assert toy.status == "refused" and "may not change the expectations" in toy.detail
+        raised = next(a for a in s.attempts if a.remedy == "toy_raises")  # type: ignore[attr-defined]
+        assert raised.status == "refused" and "its edit raised RuntimeError: no" in raised.detail
+        assert s.best.remedy == "critical_init"  # type: ignore[attr-defined]  # the others are still tried
+    finally:
+        REMEDIES.unregister("toy_widen_bound")
+        REMEDIES.unregister("toy_raises")
+
+
+def test_check_suggest_adds_the_remedy_to_the_failing_line_and_the_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write(tmp_path, PLAIN)
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    report = tmp_path / "report.json"
+    assert main(["check", str(path), "--profile", "ci", "--suggest", "--in-process", "--html", str(tmp_path / "html"), "--github", "--json", str(report)]) == 1
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.strip().startswith("suggest:"))
+    assert 'critical_init: space.weight_init = ["kaiming_normal"]: gradient_arrival' in line and "--out FIXED.toml" in line
+    html = (tmp_path / "html" / "index.html").read_text(encoding="utf-8")
+    assert 'class="suggest"' in html and "critical_init" in html and "the spec diff of critical_init" in html
+    md = summary.read_text(encoding="utf-8")
+    assert "**suggest:** critical\\_init" in md and "```diff" in md  # (Markdown-escaped)
+    (spec,) = json.loads(report.read_text(encoding="utf-8"))["specs"]
+    assert spec["suggestions"]["ranked"][0] == "critical_init" and spec["suggestions"]["failing"] == ["gradient_arrival"]
+    capsys.readouterr()
+    assert main(["check", str(path), "--profile", "ci", "--in-process", "-q"]) == 1
+    assert "suggest:" not in capsys.readouterr().out  # only when asked: it runs the remedies
+
+
+def test_two_remedies_together_when_none_holds_alone(tmp_path: Path) -> None:
+    """Pairs are tried only when no single remedy holds, never two that set the same key."""
+    from stability.run.suggest import _pairs
+
+    data = tomllib.loads(PLAIN)
+    entry = REMEDIES.get("critical_init")
+    edits = {
+        "critical_init": (entry, {"space.weight_init": ["kaiming_normal"]}),
+        "residual_route": (REMEDIES.get("residual_route"), {"family": "preact", "block.branch_layers": 1}),
+        "toy_same_key": (entry, {"space.weight_init": ["orthogonal"]}),
+    }
+    pairs = _pairs(edits, data, PLAIN, str(tmp_path / "mine.toml"))
+    assert [a.remedy for a, _ in pairs] == ["critical_init+residual_route", "residual_route+toy_same_key"]
+    combined, edited = pairs[0]
+    assert edited is not None and edited.family == "preact" and edited.space.weight_init == ["kaiming_normal"]
+    assert [c.key for c in combined.changes] == ["space.weight_init", "family", "block.branch_layers"]
+    assert combined.references == entry.references + REMEDIES.get("residual_route").references
+    s = _suggest(_write(tmp_path, IMPOSSIBLE))
+    assert "critical_init+residual_route" not in {a.remedy for a in s.attempts}  # type: ignore[attr-defined]  # (critical_init does not apply: already He)
