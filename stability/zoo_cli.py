@@ -2,6 +2,9 @@
 (`stability.run.zoo`) → the table in docs/zoo.md between its markers, a page of the HTML report
 (`--html DIR` writes DIR/zoo.html), and the terminal.
 
+`--compare A B` runs the zoo under two library releases instead (`stability.run.releases`,
+`stability.report.zoo_compare`): exit 1 when a number moved past its drift, 0 when none did.
+
 Exit codes: 0 done (the table is a measurement, not a gate: `stability check specs/zoo --profile
 thorough` judges the specs' expectations); 2 bad usage or a spec that does not load.
 """
@@ -29,6 +32,12 @@ def add_zoo_parser(sub: argparse._SubParsersAction, parents: list[argparse.Argum
     z.add_argument("--html", metavar="DIR", help="write the table as DIR/zoo.html")
     z.add_argument("--no-budget", action="store_true", help="no depth budgets (the grid only)")
     z.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    z.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A", "B"),
+        help="run every zoo family under two library releases (transformers==4.53.3, a folder of packages or a virtual environment) on the same cases: every number that moved past its drift (exit 1)",
+    )
 
 
 def _depths(text: str) -> tuple[int, ...]:
@@ -47,6 +56,8 @@ def zoo_command(args: argparse.Namespace, console: Console, err: Console) -> int
     from stability.spec.load import find_specs, load_spec
 
     depths = _depths(args.depths)
+    if args.compare:
+        return compare_command(args, console, err, depths=depths if args.depths != "4,16,64" else (4,))
     paths = args.paths or ([Path("specs/zoo")] if Path("specs/zoo").is_dir() else [ZOO])
     specs = zoo_specs(paths[0]) if not args.paths and len(paths) == 1 else [load_spec(p) for p in find_specs(list(paths))]
     t0 = time.perf_counter()
@@ -68,3 +79,48 @@ def zoo_command(args: argparse.Namespace, console: Console, err: Console) -> int
         console.print(f"wrote {escape(str(write_zoo_html(args.html, rows, depths, seconds=seconds)))}")
     console.print(f"{len(rows)} zoo families in {seconds:.0f} s")
     return 0
+
+
+def compare_command(args: argparse.Namespace, console: Console, err: Console, *, depths: tuple[int, ...]) -> int:
+    """`stability zoo --compare A B [PATHS] [--depths D] [--md FILE]` (the module docstring)."""
+    import json
+    import tempfile
+
+    from stability.report.zoo_compare import markdown, moved, terminal_rows
+    from stability.run.releases import parse_release, run_side
+    from stability.run.zoo import ZOO
+    from stability.spec.load import find_specs
+
+    a, b = (parse_release(x) for x in args.compare)
+    roots = args.paths or ([Path("specs/zoo")] if Path("specs/zoo").is_dir() else [ZOO])
+    paths = [str(p) for p in find_specs(list(roots))]
+    if not paths:
+        raise UsageError(f"--compare: no spec files under {', '.join(map(str, roots))}")
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="stability-compare-") as tmp:
+        if not args.quiet:
+            err.print(f"zoo --compare: {len(paths)} families under {escape(a.label)}", highlight=False)
+        side_a = run_side(a, paths, depths=depths, out=Path(tmp) / "a")
+        if not args.quiet:
+            err.print(f"zoo --compare: {len(paths)} families under {escape(b.label)}", highlight=False)
+        side_b = run_side(b, paths, depths=depths, out=Path(tmp) / "b", baseline=side_a / "report.json")
+        rows = json.loads((side_b / "compare.json").read_text(encoding="utf-8"))
+        refused = {a.label: json.loads((side_a / "refused.json").read_text(encoding="utf-8")), b.label: json.loads((side_b / "refused.json").read_text(encoding="utf-8"))}
+        versions = {a.label: json.loads((side_a / "versions.json").read_text(encoding="utf-8")), b.label: json.loads((side_b / "versions.json").read_text(encoding="utf-8"))}
+    table = Table(header_style="bold", title=f"{a.label} → {b.label}: numbers that moved past their drift")
+    for head in ("family", "invariant", "case", "A → B", "change", "drift limit", "direction", "why"):
+        table.add_column(head, overflow="fold")
+    for row in terminal_rows(rows):
+        table.add_row(*(escape(c) for c in row))
+    if moved(rows):
+        console.print(table)
+    for side, files in refused.items():
+        for why in files.values():
+            console.print(f"not compared, refused under {escape(side)}: {escape(why)}", soft_wrap=True)
+    compared = sum(r["status"] != "not_comparable" for r in rows)
+    if args.md:
+        Path(args.md).write_text(markdown(a.label, b.label, rows, refused, versions, compared=compared), encoding="utf-8")
+        console.print(f"wrote {escape(args.md)}")
+    grid = f"{len(paths)} families, depths {','.join(map(str, depths))}"
+    console.print(f"{len(moved(rows))} number(s) moved past their drift, of {compared} compared ({grid}) in {time.perf_counter() - t0:.0f} s", soft_wrap=True)
+    return 1 if moved(rows) else 0

@@ -1,0 +1,63 @@
+"""The library releases the library family supports (docs/library-models.md, "Supported releases").
+
+`MINIMUM` holds the oldest release of each library that the family runs under: its names resolved
+by the library's public API (`stability.families.library`), its models built, discovered, probed and
+rescaled by the init rule. The floors are measured, not guessed: the matrix (`noxfile.py`) runs the
+zoo's ci cases under each release of `MATRIX`, and `tests/test_releases.py` runs the oldest. An older
+release is refused at load, in one line naming the minimum (exit 2). `FIRST` holds, for the zoo's
+families that came later than the floor, the release that added the class, so a spec naming one
+under an older release is refused naming that release rather than "no such class".
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+
+from packaging.version import InvalidVersion, Version
+
+from stability.errors import SpecError
+
+__all__ = ["MINIMUM", "MATRIX", "FIRST", "installed", "check_release", "first_release"]
+
+#: The oldest release of each library the family supports (module docstring).
+MINIMUM: Mapping[str, str] = {"transformers": "4.40.0", "timm": "0.9.0", "torchvision": "0.15.1"}
+
+#: The releases the matrix runs (noxfile.py): the oldest and newest supported in CI (.ci/run), all nightly.
+MATRIX: Mapping[str, tuple[str, ...]] = {
+    "transformers": ("4.40.2", "4.45.2", "4.53.3", "4.54.1", "4.57.6", "5.0.0", "5.24.0"),
+    "timm": ("0.9.0", "0.9.16", "1.0.31"),
+    "torchvision": ("0.15.2", "0.16.2"),
+}
+
+#: Zoo families added after the floor: (library, class) → the first release that has it.
+FIRST: Mapping[tuple[str, str], str] = {
+    ("transformers", "Gemma2Model"): "4.42.0",
+    ("transformers", "Qwen3Model"): "4.51.0",
+}
+
+
+def installed(library: str) -> str:
+    """The version of `library` that this process imports (its `__version__`)."""
+    return str(importlib.import_module(library).__version__)
+
+
+def _older(version: str, than: str) -> bool:
+    try:
+        return Version(version) < Version(than)
+    except InvalidVersion:
+        return False
+
+
+def check_release(library: str, *, file: str, key: str, model: str) -> None:
+    """A SpecError (exit 2) when the imported `library` is older than `MINIMUM`'s release."""
+    have, floor = installed(library), MINIMUM.get(library)
+    if floor is not None and _older(have, floor):
+        problem = f"needs {library} >= {floor}, the oldest release the library family supports (this environment has {have})"
+        raise SpecError(file, key, problem, value=model, fix=f"pip install --no-deps '{library}>={floor}'")
+
+
+def first_release(library: str, name: str) -> str | None:
+    """The release that added `name`, when the imported `library` is older than it (else None)."""
+    first = FIRST.get((library, name))
+    return first if first is not None and _older(installed(library), first) else None
