@@ -1,6 +1,6 @@
 """`stability zoo --compare A B`'s report: the numbers that moved between two library releases.
 
-The rows are side B's `compare.json` (`stability.run.release_side`): each expectation of each zoo
+The rows are side B's `compare.json` (`stability.report.release_side`): each expectation of each zoo
 family on each case, compared with side A's number on the same case by the baseline rule
 (`stability.report.baseline`: its drift limit, its statuses). A row **moved** when the rule calls it
 a drift. Each row says which way it moved: up or down, toward its bound (closer to failing, or for

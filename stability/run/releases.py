@@ -17,7 +17,7 @@ holds `RECORD` (written last) is installed and reused as it is.
 
 The folder goes first on `PYTHONPATH`, ahead of the environment's site-packages, so
 `import transformers` there imports the release and `importlib.metadata` reads its version;
-`python -m stability.run.release_side` (the zoo's comparison) and `noxfile.py` (the matrix) run in
+`python -m stability.report.release_side` (the zoo's comparison) and `noxfile.py` (the matrix) run in
 such a process.
 """
 
@@ -160,11 +160,11 @@ def environment(release: Release, *, cache: Path = CACHE) -> tuple[str, dict[str
 
 
 def run_side(release: Release, paths: list[str], *, depths: tuple[int, ...], out: Path, baseline: Path | None = None, cache: Path = CACHE) -> Path:
-    """Run the zoo specs `paths` under `release` in a child process (`stability.run.release_side`);
+    """Run the zoo specs `paths` under `release` in a child process (`stability.report.release_side`);
     its folder `out` holds report.json, refused.json, versions.json (and compare.json with
     `baseline`). A UsageError (exit 2) when the child fails."""
     python, env = environment(release, cache=cache)
-    command = [python, "-W", "ignore", "-m", "stability.run.release_side", "--out", str(out), "--depths", ",".join(map(str, depths)), *paths]
+    command = [python, "-W", "ignore", "-m", "stability.report.release_side", "--out", str(out), "--depths", ",".join(map(str, depths)), *paths]
     if baseline is not None:
         command += ["--baseline", str(baseline)]
     run = subprocess.run(command, env=env, capture_output=True, text=True, check=False)

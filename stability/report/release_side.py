@@ -1,5 +1,5 @@
 """One side of `stability zoo --compare A B`, run in a process that imports one library release
-(`stability.run.releases.environment`): `python -m stability.run.release_side --out DIR SPEC...`.
+(`stability.run.releases.environment`): `python -m stability.report.release_side --out DIR SPEC...`.
 
 It loads the zoo specs (a spec this release refuses is recorded with its one-line reason, never
 run), runs each on the same cases on both sides, the spec's corner case at each depth of
@@ -45,7 +45,7 @@ def _number(x: float | None) -> float | str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m stability.run.release_side")
+    p = argparse.ArgumentParser(prog="python -m stability.report.release_side")
     p.add_argument("paths", nargs="+")
     p.add_argument("--out", required=True)
     p.add_argument("--depths", default="4")
