@@ -226,7 +226,8 @@ def resolve(model: str, *, file: str, key: str = "model") -> Target:
     if library == "transformers":
         try:
             check_release(library, file=file, key=key, model=model)
-            found = _hf_resolve(name)
+            with quiet_imports():  # the Auto mappings and a configuration module: transformers imports torchvision with them
+                found = _hf_resolve(name)
         except SpecError:
             raise
         except Exception as exc:  # not installed, or does not import
@@ -309,7 +310,8 @@ def check_config(target: Target, config: Mapping[str, Any], *, file: str, key: s
     known, open_ended = config_keys(target)
     for name, value in config.items():
         if not open_ended and name not in known:
-            raise _refuse(file, f"{key}.{name}", value, f"is not a config key of {target}", known, f"see the keyword arguments of {target}", near=name)
+            problem = f"is not a config key of {target} in {target.library} {installed(target.library)}"
+            raise _refuse(file, f"{key}.{name}", value, problem, known, f"see the keyword arguments of {target}", near=name)
         _check_placeholders(value, file=file, key=f"{key}.{name}")
 
 

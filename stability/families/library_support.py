@@ -18,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 
 from stability.errors import SpecError
 
-__all__ = ["MINIMUM", "MATRIX", "FIRST", "installed", "check_release", "first_release"]
+__all__ = ["MINIMUM", "MATRIX", "FIRST", "ZOO_FIRST", "installed", "check_release", "first_release", "expected_refusal"]
 
 #: The oldest release of each library the family supports (module docstring).
 MINIMUM: Mapping[str, str] = {"transformers": "4.40.0", "timm": "0.9.0", "torchvision": "0.15.1"}
@@ -32,6 +32,7 @@ MATRIX: Mapping[str, tuple[str, ...]] = {
 
 #: Zoo families added after the floor: (library, class) → the first release that has it.
 FIRST: Mapping[tuple[str, str], str] = {
+    ("transformers", "Phi3Model"): "4.41.0",
     ("transformers", "Gemma2Model"): "4.42.0",
     ("transformers", "Qwen3Model"): "4.51.0",
 }
@@ -61,3 +62,25 @@ def first_release(library: str, name: str) -> str | None:
     """The release that added `name`, when the imported `library` is older than it (else None)."""
     first = FIRST.get((library, name))
     return first if first is not None and _older(installed(library), first) else None
+
+
+#: The zoo's specs (file names) that need a later release than `MINIMUM`'s, measured by loading
+#: each under the releases around it: a class added later (`FIRST`) or a config key their spec
+#: sets that older configs do not take (`head_dim` of Llama, Mistral and Mixtral).
+ZOO_FIRST: Mapping[str, tuple[str, str]] = {
+    "gemma2.toml": ("transformers", "4.42.0"),
+    "llama.toml": ("transformers", "4.45.0"),
+    "mistral.toml": ("transformers", "4.43.0"),
+    "mixtral.toml": ("transformers", "4.47.0"),
+    "phi3.toml": ("transformers", "4.41.0"),
+    "qwen3.toml": ("transformers", "4.51.0"),
+}
+
+
+def expected_refusal(spec_file: str) -> str | None:
+    """ "transformers >= 4.45.0" when the imported release is older than the one the zoo spec
+    `spec_file` needs (`ZOO_FIRST`, `MINIMUM`), else None."""
+    library, first = ZOO_FIRST.get(spec_file, (None, None))
+    if library is not None and first is not None and _older(installed(library), first):
+        return f"{library} >= {first}"
+    return None

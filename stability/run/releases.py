@@ -28,6 +28,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from importlib import metadata
@@ -35,7 +36,7 @@ from pathlib import Path
 
 from stability.errors import UsageError
 
-__all__ = ["CACHE", "Release", "parse_release", "install", "environment", "requirements_to_add"]
+__all__ = ["CACHE", "Release", "parse_release", "install", "environment", "requirements_to_add", "run_side", "matrix_specs", "matrix"]
 
 #: Where wheels and installed releases are kept (gitignored).
 CACHE = Path(os.environ.get("STABILITY_RELEASE_CACHE") or Path(__file__).resolve().parents[2] / ".cache")
@@ -172,3 +173,102 @@ def run_side(release: Release, paths: list[str], *, depths: tuple[int, ...], out
         last = (run.stderr.strip().splitlines() or [f"exit {run.returncode}"])[-1]
         raise UsageError(f"release {release.label}: the zoo did not run under it ({last})")
     return out
+
+
+# ----------------------------------------------------------------------------- the matrix
+
+
+def _library_of_spec(path: Path) -> str | None:
+    """The library a zoo spec's `block.model` names (read from the file to pick the specs of a
+    release's library, also those the release refuses; the loader validates them)."""
+    import tomllib
+
+    try:
+        model = str(tomllib.loads(path.read_text(encoding="utf-8")).get("block", {}).get("model", ""))
+    except (OSError, ValueError):
+        return None
+    library = model.partition(":")[0]
+    return library if library in LIBRARIES else None
+
+
+def matrix_specs(release: Release, folder: Path, *, sample: list[str] | None = None) -> list[Path]:
+    """The zoo specs a release's session runs: those naming its library (timm's and torchvision's
+    for a torchvision release: timm imports torchvision), optionally only the `sample`'s file stems."""
+    wanted = {release.library} | ({"timm"} if release.library == "torchvision" else set())
+    paths = [p for p in sorted(folder.glob("*.toml")) if _library_of_spec(p) in wanted]
+    return [p for p in paths if p.stem in sample] if sample else paths
+
+
+def _inside(paths: list[Path], *, profile: str, depths: str) -> int:
+    """Under the release: refusals against the support matrix, then the ci gate, then each spec's
+    corner cases (`matrix` below)."""
+    from stability.errors import SpecError
+    from stability.families.library_support import expected_refusal
+    from stability.spec.load import load_spec
+
+    loaded, wrong = [], []
+    for path in paths:
+        expected = expected_refusal(path.name)
+        try:
+            load_spec(path)
+        except SpecError as exc:
+            print(f"refused: {exc}")
+            if expected is None:
+                wrong.append(f"{path}: refused, but the support matrix says this release runs it ({exc})")
+            continue
+        loaded.append(str(path))
+        if expected is not None:
+            wrong.append(f"{path}: loads, but the support matrix says it needs {expected}")
+    for line in wrong:
+        print(f"matrix: {line}", file=sys.stderr)
+    if not loaded:
+        return 1 if wrong else 0
+    gate = subprocess.run([sys.executable, "-m", "stability", "check", *loaded, "--profile", profile, "-q", "--jobs", "1"], check=False).returncode
+    with tempfile.TemporaryDirectory(prefix="stability-matrix-") as tmp:
+        side = subprocess.run([sys.executable, "-W", "ignore", "-m", "stability.report.release_side", "--out", tmp, "--depths", depths, *loaded], check=False).returncode
+        errors = json.loads((Path(tmp) / "report.json").read_text(encoding="utf-8")).get("errors", []) if side == 0 else [f"exit {side}"]
+    for e in errors:
+        print(f"matrix: a corner case did not run: {e}", file=sys.stderr)
+    return 2 if gate == 2 or errors else max(gate, 1 if wrong else 0)
+
+
+def matrix(release: Release, folder: Path, *, sample: list[str] | None = None, profile: str = "ci", depths: str = "2", cache: Path = CACHE) -> int:
+    """One session of the matrix (noxfile.py): `release` installed into its folder, then in a
+    process that imports it: every zoo spec of its library loads or is refused as the support
+    matrix says (`stability.families.library_support`), `stability check --profile ci` on those
+    that load (whatever the zoo's ci profile holds), and each one's corner case at `depths`
+    (`stability.report.release_side`): it must run. The exit code: 0, 1 (an expectation or the
+    support matrix failed), 2 (a spec or case did not run)."""
+    python, env = environment(release, cache=cache)
+    paths = matrix_specs(release, folder, sample=sample)
+    command = [python, "-m", "stability.run.releases", "--inside", "--profile", profile, "--depths", depths, *map(str, paths)]
+    return subprocess.run(command, env=env, check=False).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m stability.run.releases LIBRARY==VERSION [--sample STEM,…]`: one session of the matrix."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m stability.run.releases")
+    p.add_argument("release", nargs="?")
+    p.add_argument("paths", nargs="*")
+    p.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--sample", help="only these zoo specs (file stems, comma-separated)")
+    p.add_argument("--profile", default="ci")
+    p.add_argument("--depths", default="2")
+    p.add_argument("--zoo", default=str(Path(__file__).resolve().parents[2] / "specs" / "zoo"))
+    args = p.parse_args(argv)
+    if args.inside:
+        return _inside([Path(x) for x in ([args.release] if args.release else []) + args.paths], profile=args.profile, depths=args.depths)
+    try:
+        release = parse_release(args.release or "")
+        if release.library is None:
+            raise UsageError(f"release {args.release!r}: the matrix installs LIBRARY==VERSION; {_FIX}")
+        return matrix(release, Path(args.zoo), sample=args.sample.split(",") if args.sample else None, profile=args.profile, depths=args.depths)
+    except UsageError as exc:
+        print(f"stability: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
