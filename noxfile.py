@@ -9,7 +9,7 @@ ones that load (whatever the zoo specs' ci profile holds); and each one's corner
 
     nox -l                                  # the sessions
     nox -s "matrix(transformers==4.40.2)"   # one release
-    nox -s ci                               # CI: the oldest and newest supported releases, a sample of families
+    nox -s ci                               # CI: the oldest supported releases, a sample of families
     nox                                     # nightly: every release, every zoo family
 
 docs/library-models.md ("Supported releases") is the matrix's table.
@@ -27,7 +27,9 @@ nox.options.sessions = ["matrix"]
 CI_SAMPLE = {"transformers": "bert,gpt2,t5,mamba", "timm": "timm_vit,timm_resnet", "torchvision": "tv_vit"}
 
 RELEASES = [f"{library}=={version}" for library, versions in MATRIX.items() for version in versions]
-ENDS = [f"{library}=={v}" for library, versions in MATRIX.items() for v in dict.fromkeys((versions[0], versions[-1]))]
+#: CI's part: the oldest supported release of each library. The newest is the environment's own
+#: (.ci/run installs it), which the ci gate and the test suite run already.
+OLDEST = [f"{library}=={versions[0]}" for library, versions in MATRIX.items()]
 
 
 @nox.session(venv_backend="none")
@@ -38,7 +40,7 @@ def matrix(session: nox.Session, release: str) -> None:
 
 
 @nox.session(venv_backend="none")
-@nox.parametrize("release", [nox.param(r, id=r) for r in ENDS])
+@nox.parametrize("release", [nox.param(r, id=r) for r in OLDEST])
 def ci(session: nox.Session, release: str) -> None:
-    """The oldest and newest supported release of each library, on a sample of families (.ci/run)."""
+    """The oldest supported release of each library, on a sample of families (.ci/run)."""
     session.run("python", "-m", "stability.run.releases", release, "--sample", CI_SAMPLE[release.split("==")[0]], *session.posargs)

@@ -3,7 +3,7 @@
 A spec names a model as `"LIBRARY:NAME"` and gives its config as data:
 
 - **Libraries.** `transformers`, `timm` and `torchvision` (`LIBRARIES`). NAME is a transformers
-  model class (any public class of a `models.*.modeling_*` module, e.g. `LlamaModel`,
+  model class (a top-level name that is a `PreTrainedModel`, e.g. `LlamaModel`,
   `T5EncoderModel`, `BertModel`) or config class (`LlamaConfig`: the base model of its family,
   as `AutoModel.from_config` builds it); a timm or torchvision registered model name (`resnet50`,
   `vit_small_patch16_224`, as `timm.list_models()` / `torchvision.models.list_models()` list
@@ -16,8 +16,11 @@ A spec names a model as `"LIBRARY:NAME"` and gives its config as data:
   element by element (`depths = [2, 2, "depth", 2]`); other strings are literals
   (`hidden_act = "gelu"`). Keys that would load weights (`pretrained`, `weights`, …) are refused:
   models are built from configs with random init and nothing is downloaded.
-- **When.** `resolve` and `check_config` run on the spec alone. For transformers they import only
-  the package's lazy index and the config's module, never a model module, and build nothing;
+- **When.** `resolve` and `check_config` run on the spec alone, by each library's public API (the
+  same in every release `stability.families.library_support` supports; an older one is refused).
+  For transformers: a name of its top-level package, its config class by the Auto classes' model
+  types (`CONFIG_MAPPING`), so only the config's module is imported (a class no Auto class builds,
+  `T5EncoderModel`, is imported to read its `config_class`); nothing is built;
   timm and torchvision fill their registries by importing their model modules, so for those
   the check runs after the library's import, still before anything is built.
 

@@ -72,7 +72,7 @@ def parse_release(text: str) -> Release:
     match = _RELEASE.fullmatch(text.strip())
     if match:
         return Release(text, match.group(1), match.group(2))
-    if "==" in text or text.split("==")[0] in LIBRARIES:
+    if re.match(r"\s*[A-Za-z0-9_.-]+\s*(==|>=|<=|~=|!=|<|>)", text):
         raise UsageError(f"release {text!r}: not LIBRARY==VERSION of {', '.join(LIBRARIES)}; {_FIX}")
     path = Path(text)
     if not path.is_dir():
