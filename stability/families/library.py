@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stability.errors import CaseError, LibraryMissing, SpecError
-from stability.families.library_support import check_release, first_release, installed
+from stability.families.library_support import check_release, first_release, installed, older_release
 from stability.spec.case import Case
 
 __all__ = [
@@ -313,7 +313,7 @@ def check_config(target: Target, config: Mapping[str, Any], *, file: str, key: s
     known, open_ended = config_keys(target)
     for name, value in config.items():
         if not open_ended and name not in known:
-            problem = f"is not a config key of {target} in {target.library} {installed(target.library)}"
+            problem = f"is not a config key of {target}{older_release(target.library)}"
             raise _refuse(file, f"{key}.{name}", value, problem, known, f"see the keyword arguments of {target}", near=name)
         _check_placeholders(value, file=file, key=f"{key}.{name}")
 

@@ -18,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 
 from stability.errors import SpecError
 
-__all__ = ["MINIMUM", "MATRIX", "FIRST", "ZOO_FIRST", "installed", "check_release", "first_release", "expected_refusal"]
+__all__ = ["MINIMUM", "MATRIX", "FIRST", "ZOO_FIRST", "installed", "check_release", "first_release", "older_release", "expected_refusal"]
 
 #: The oldest release of each library the family supports (module docstring).
 MINIMUM: Mapping[str, str] = {"transformers": "4.40.0", "timm": "0.9.0", "torchvision": "0.15.1"}
@@ -56,6 +56,13 @@ def check_release(library: str, *, file: str, key: str, model: str) -> None:
     if floor is not None and _older(have, floor):
         problem = f"needs {library} >= {floor}, the oldest release the library family supports (this environment has {have})"
         raise SpecError(file, key, problem, value=model, fix=f"pip install --no-deps '{library}>={floor}'")
+
+
+def older_release(library: str) -> str:
+    """" in transformers 4.40.2" when the imported release is older than the newest the matrix
+    measures (a key a spec sets may have come later), else "": for a refusal's message."""
+    have, newest = installed(library), MATRIX.get(library, ("",))[-1]
+    return f" in {library} {have}" if newest and _older(have, newest) else ""
 
 
 def first_release(library: str, name: str) -> str | None:
