@@ -27,7 +27,7 @@ __all__ = ["zoo_command", "add_zoo_parser"]
 def add_zoo_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
     z = sub.add_parser("zoo", parents=parents, help="every library model family of specs/zoo/ at initialisation: the table of docs/zoo.md")
     z.add_argument("paths", nargs="*", help="zoo spec files or folders (default: specs/zoo)")
-    z.add_argument("--depths", default="4,16,64", metavar="D,D,…", help="the depths of the grid (default 4,16,64); the budget is searched up to the largest")
+    z.add_argument("--depths", default=None, metavar="D,D,…", help="the depths of the grid (default 4,16,64; with --compare 4); the budget is searched up to the largest")
     z.add_argument("--md", metavar="FILE", help="update the table between the zoo-table markers of FILE (e.g. docs/zoo.md)")
     z.add_argument("--html", metavar="DIR", help="write the table as DIR/zoo.html")
     z.add_argument("--no-budget", action="store_true", help="no depth budgets (the grid only)")
@@ -55,9 +55,9 @@ def zoo_command(args: argparse.Namespace, console: Console, err: Console) -> int
     from stability.run.zoo import ZOO, zoo_row, zoo_specs
     from stability.spec.load import find_specs, load_spec
 
-    depths = _depths(args.depths)
     if args.compare:
-        return compare_command(args, console, err, depths=depths if args.depths != "4,16,64" else (4,))
+        return compare_command(args, console, err, depths=_depths(args.depths or "4"))
+    depths = _depths(args.depths or "4,16,64")
     paths = args.paths or ([Path("specs/zoo")] if Path("specs/zoo").is_dir() else [ZOO])
     specs = zoo_specs(paths[0]) if not args.paths and len(paths) == 1 else [load_spec(p) for p in find_specs(list(paths))]
     t0 = time.perf_counter()
@@ -87,7 +87,7 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
     import tempfile
 
     from stability.report.zoo_compare import markdown, moved, terminal_rows
-    from stability.run.releases import parse_release, run_side
+    from stability.run.releases import environment, parse_release, run_side
     from stability.run.zoo import ZOO
     from stability.spec.load import find_specs
 
@@ -97,6 +97,8 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
     if not paths:
         raise UsageError(f"--compare: no spec files under {', '.join(map(str, roots))}")
     t0 = time.perf_counter()
+    for release in (a, b):  # both installed (or refused) before either side runs
+        environment(release)
     with tempfile.TemporaryDirectory(prefix="stability-compare-") as tmp:
         if not args.quiet:
             err.print(f"zoo --compare: {len(paths)} families under {escape(a.label)}", highlight=False)
