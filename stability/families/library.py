@@ -252,6 +252,9 @@ def resolve(model: str, *, file: str, key: str = "model") -> Target:
         return Target(library, name, "registered", library)
     if name in classes:
         return Target(library, name, "model", library)
+    if (first := first_release(library, name)) is not None:
+        have = installed(library)
+        raise SpecError(file, key, f"needs {library} >= {first}, the release that added {name} (this environment has {have})", value=model, fix=f"pip install --no-deps '{library}>={first}'")
     raise _refuse(file, key, model, f"is not a {library} registered model or model class", sorted({*names, *classes}), f"name one of {library}'s registered models")
 
 

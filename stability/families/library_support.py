@@ -26,7 +26,7 @@ MINIMUM: Mapping[str, str] = {"transformers": "4.40.0", "timm": "0.9.0", "torchv
 #: The releases the matrix runs (noxfile.py): the oldest and newest supported in CI (.ci/run), all nightly.
 MATRIX: Mapping[str, tuple[str, ...]] = {
     "transformers": ("4.40.2", "4.45.2", "4.53.3", "4.54.1", "4.57.6", "5.0.0", "5.24.0"),
-    "timm": ("0.9.0", "0.9.16", "1.0.31"),
+    "timm": ("0.9.0", "0.9.16", "1.0.9", "1.0.10", "1.0.31"),
     "torchvision": ("0.15.2", "0.16.2"),
 }
 
@@ -35,6 +35,7 @@ FIRST: Mapping[tuple[str, str], str] = {
     ("transformers", "Phi3Model"): "4.41.0",
     ("transformers", "Gemma2Model"): "4.42.0",
     ("transformers", "Qwen3Model"): "4.51.0",
+    ("timm", "resnetv2_18"): "1.0.10",
 }
 
 
@@ -59,7 +60,7 @@ def check_release(library: str, *, file: str, key: str, model: str) -> None:
 
 
 def older_release(library: str) -> str:
-    """" in transformers 4.40.2" when the imported release is older than the newest the matrix
+    """ " in transformers 4.40.2" when the imported release is older than the newest the matrix
     measures (a key a spec sets may have come later), else "": for a refusal's message."""
     have, newest = installed(library), MATRIX.get(library, ("",))[-1]
     return f" in {library} {have}" if newest and _older(have, newest) else ""
@@ -81,6 +82,7 @@ ZOO_FIRST: Mapping[str, tuple[str, str]] = {
     "mixtral.toml": ("transformers", "4.47.0"),
     "phi3.toml": ("transformers", "4.41.0"),
     "qwen3.toml": ("transformers", "4.51.0"),
+    "timm_resnetv2_zero.toml": ("timm", "1.0.10"),
 }
 
 
