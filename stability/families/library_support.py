@@ -21,13 +21,13 @@ from stability.errors import SpecError
 __all__ = ["MINIMUM", "MATRIX", "FIRST", "ZOO_FIRST", "installed", "check_release", "first_release", "older_release", "expected_refusal"]
 
 #: The oldest release of each library the family supports (module docstring).
-MINIMUM: Mapping[str, str] = {"transformers": "4.40.0", "timm": "0.9.0", "torchvision": "0.15.1"}
+MINIMUM: Mapping[str, str] = {"transformers": "4.40.0", "timm": "0.9.0", "torchvision": "0.15.0"}
 
 #: The releases the matrix runs (noxfile.py): the oldest and newest supported in CI (.ci/run), all nightly.
 MATRIX: Mapping[str, tuple[str, ...]] = {
     "transformers": ("4.40.2", "4.45.2", "4.53.3", "4.54.1", "4.57.6", "5.0.0", "5.24.0"),
     "timm": ("0.9.0", "0.9.16", "1.0.9", "1.0.10", "1.0.31"),
-    "torchvision": ("0.15.2", "0.16.2"),
+    "torchvision": ("0.15.0", "0.15.2", "0.16.2"),
 }
 
 #: Zoo families added after the floor: (library, class) → the first release that has it.
