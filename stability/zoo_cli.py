@@ -6,6 +6,9 @@ Every output path (`--md`, `--html`) is checked before anything is measured: a F
 a folder where a file goes, a file without the zoo-table markers, a hand-written DIR/zoo.html
 are refused in one line (exit 2), and nothing is written.
 
+`--compare A B` runs the zoo under two library releases instead (`stability.run.releases`,
+`stability.report.zoo_compare`): exit 1 when a number moved past its drift, 0 when none did.
+
 Exit codes: 0 done (the table is a measurement, not a gate: `stability check specs/zoo --profile
 thorough` judges the specs' expectations); 2 bad usage or a spec that does not load.
 """
@@ -29,11 +32,17 @@ __all__ = ["zoo_command", "add_zoo_parser"]
 def add_zoo_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
     z = sub.add_parser("zoo", parents=parents, help="every library model family of specs/zoo/ at initialisation: the table of docs/zoo.md")
     z.add_argument("paths", nargs="*", help="zoo spec files or folders (default: specs/zoo)")
-    z.add_argument("--depths", default="4,8,16", metavar="D,D,…", help="the depths of the grid (default 4,8,16); the budget is searched up to the largest")
+    z.add_argument("--depths", default=None, metavar="D,D,…", help="the depths of the grid (default 4,8,16; with --compare 4); the budget is searched up to the largest")
     z.add_argument("--md", metavar="FILE", help="update the table between the zoo-table markers of FILE (e.g. docs/zoo.md)")
     z.add_argument("--html", metavar="DIR", help="write the table as DIR/zoo.html")
     z.add_argument("--no-budget", action="store_true", help="no depth budgets (the grid only)")
     z.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    z.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A", "B"),
+        help="run every zoo family under two library releases (transformers==4.53.3, a folder of packages or a virtual environment) on the same cases: every number that moved past its drift (exit 1)",
+    )
 
 
 def _depths(text: str) -> tuple[int, ...]:
@@ -51,7 +60,9 @@ def zoo_command(args: argparse.Namespace, console: Console, err: Console) -> int
     from stability.run.zoo import ZOO, zoo_row, zoo_specs
     from stability.spec.load import find_specs, load_spec
 
-    depths = _depths(args.depths)
+    if args.compare:
+        return compare_command(args, console, err, depths=_depths(args.depths or "4"))
+    depths = _depths(args.depths or "4,8,16")
     # Every output path before anything is measured (a minute per family): one line, exit 2.
     if args.md is not None:
         check_markdown(args.md)
@@ -80,3 +91,50 @@ def zoo_command(args: argparse.Namespace, console: Console, err: Console) -> int
         console.print(f"wrote {escape(str(write_zoo_html(args.html, rows, depths, seconds=seconds)))}")
     console.print(f"{len(rows)} zoo families in {seconds:.0f} s")
     return 0
+
+
+def compare_command(args: argparse.Namespace, console: Console, err: Console, *, depths: tuple[int, ...]) -> int:
+    """`stability zoo --compare A B [PATHS] [--depths D] [--md FILE]` (the module docstring)."""
+    import json
+    import tempfile
+
+    from stability.report.zoo_compare import markdown, moved, terminal_rows
+    from stability.run.releases import environment, parse_release, run_side
+    from stability.run.zoo import ZOO
+    from stability.spec.load import find_specs
+
+    a, b = (parse_release(x) for x in args.compare)
+    roots = args.paths or ([Path("specs/zoo")] if Path("specs/zoo").is_dir() else [ZOO])
+    paths = [str(p) for p in find_specs(list(roots))]
+    if not paths:
+        raise UsageError(f"--compare: no spec files under {', '.join(map(str, roots))}")
+    t0 = time.perf_counter()
+    for release in (a, b):  # both installed (or refused) before either side runs
+        environment(release)
+    with tempfile.TemporaryDirectory(prefix="stability-compare-") as tmp:
+        if not args.quiet:
+            err.print(f"zoo --compare: {len(paths)} families under {escape(a.label)}", highlight=False)
+        side_a = run_side(a, paths, depths=depths, out=Path(tmp) / "a")
+        if not args.quiet:
+            err.print(f"zoo --compare: {len(paths)} families under {escape(b.label)}", highlight=False)
+        side_b = run_side(b, paths, depths=depths, out=Path(tmp) / "b", baseline=side_a / "report.json")
+        rows = json.loads((side_b / "compare.json").read_text(encoding="utf-8"))
+        refused = {a.label: json.loads((side_a / "refused.json").read_text(encoding="utf-8")), b.label: json.loads((side_b / "refused.json").read_text(encoding="utf-8"))}
+        versions = {a.label: json.loads((side_a / "versions.json").read_text(encoding="utf-8")), b.label: json.loads((side_b / "versions.json").read_text(encoding="utf-8"))}
+    table = Table(header_style="bold", title=f"{a.label} → {b.label}: numbers that moved past their drift")
+    for head in ("family", "invariant", "case", "A → B", "change", "drift limit", "direction", "why"):
+        table.add_column(head, overflow="fold")
+    for row in terminal_rows(rows):
+        table.add_row(*(escape(c) for c in row))
+    if moved(rows):
+        console.print(table)
+    for side, files in refused.items():
+        for why in files.values():
+            console.print(f"not compared, refused under {escape(side)}: {escape(why)}", soft_wrap=True)
+    compared = sum(r["status"] != "not_comparable" for r in rows)
+    if args.md:
+        Path(args.md).write_text(markdown(a.label, b.label, rows, refused, versions, compared=compared), encoding="utf-8")
+        console.print(f"wrote {escape(args.md)}")
+    grid = f"{len(paths)} families, depths {','.join(map(str, depths))}"
+    console.print(f"{len(moved(rows))} number(s) moved past their drift, of {compared} compared ({grid}) in {time.perf_counter() - t0:.0f} s", soft_wrap=True)
+    return 1 if moved(rows) else 0

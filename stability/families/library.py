@@ -3,7 +3,7 @@
 A spec names a model as `"LIBRARY:NAME"` and gives its config as data:
 
 - **Libraries.** `transformers`, `timm` and `torchvision` (`LIBRARIES`). NAME is a transformers
-  model class (any public class of a `models.*.modeling_*` module, e.g. `LlamaModel`,
+  model class (a top-level name that is a `PreTrainedModel`, e.g. `LlamaModel`,
   `T5EncoderModel`, `BertModel`) or config class (`LlamaConfig`: the base model of its family,
   as `AutoModel.from_config` builds it); a timm or torchvision registered model name (`resnet50`,
   `vit_small_patch16_224`, as `timm.list_models()` / `torchvision.models.list_models()` list
@@ -16,8 +16,11 @@ A spec names a model as `"LIBRARY:NAME"` and gives its config as data:
   element by element (`depths = [2, 2, "depth", 2]`); other strings are literals
   (`hidden_act = "gelu"`). Keys that would load weights (`pretrained`, `weights`, …) are refused:
   models are built from configs with random init and nothing is downloaded.
-- **When.** `resolve` and `check_config` run on the spec alone. For transformers they import only
-  the package's lazy index and the config's module, never a model module, and build nothing;
+- **When.** `resolve` and `check_config` run on the spec alone, by each library's public API (the
+  same in every release `stability.families.library_support` supports; an older one is refused).
+  For transformers: a name of its top-level package, its config class by the Auto classes' model
+  types (`CONFIG_MAPPING`), so only the config's module is imported (a class no Auto class builds,
+  `T5EncoderModel`, is imported to read its `config_class`); nothing is built;
   timm and torchvision fill their registries by importing their model modules, so for those
   the check runs after the library's import, still before anything is built.
 
@@ -41,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stability.errors import CaseError, LibraryMissing, SpecError
+from stability.families.library_support import check_release, first_release, installed, older_release
 from stability.spec.case import Case
 
 __all__ = [
@@ -117,18 +121,71 @@ def _missing(library: str, exc: Exception, *, file: str, key: str, model: str) -
     return LibraryMissing(file, key, f"{library} does not import here ({what})", value=model, fix=fix)
 
 
-def _hf_names() -> dict[str, str]:
-    """transformers' lazy index: public class name → its module, read without importing a model module."""
-    index = getattr(_library("transformers"), "_class_to_module", None)
-    return dict(index) if isinstance(index, dict) else {}
+def _hf_names() -> list[str]:
+    """transformers' public top-level names that may be a model or config class (`dir` of the
+    package: its lazy module lists every name without importing it)."""
+    return [n for n in dir(_library("transformers")) if re.fullmatch(r"[A-Z][A-Za-z0-9]+", n) and not n.endswith("PreTrainedModel")]
 
 
-def _hf_kind(name: str, module: str) -> str | None:
-    if re.fullmatch(r"models\.\w+\.configuration_\w+", module) and name.endswith("Config"):
-        return "config"
-    if re.fullmatch(r"models\.\w+\.modeling_\w+", module) and re.fullmatch(r"[A-Z][A-Za-z0-9]+", name) and not name.endswith("PreTrainedModel"):
-        return "model"
-    return None
+@functools.cache
+def _hf_model_types() -> dict[str, tuple[str, ...]]:
+    """Model class name → the model types whose Auto class builds it, from the Auto API's name
+    mappings (`transformers.models.auto.modeling_auto.*_MAPPING_NAMES`, every release since 4.1x):
+    read without importing a model module."""
+    auto = importlib.import_module("transformers.models.auto.modeling_auto")
+    out: dict[str, set[str]] = {}
+    for attr in dir(auto):
+        mapping = getattr(auto, attr) if attr.endswith("MAPPING_NAMES") else None
+        if not isinstance(mapping, Mapping):
+            continue
+        for model_type, names in mapping.items():
+            for n in names if isinstance(names, (tuple, list)) else (names,):
+                if isinstance(n, str):
+                    out.setdefault(n, set()).add(str(model_type))
+    return {n: tuple(sorted(t)) for n, t in out.items()}
+
+
+def _hf_base(lib: Any, kind: str) -> type:
+    """transformers' base class of its models (`PreTrainedModel`) or configs (`PreTrainedConfig`,
+    `PretrainedConfig` before 5.0)."""
+    if kind == "model":
+        return typing.cast(type, lib.PreTrainedModel)
+    return typing.cast(type, getattr(lib, "PreTrainedConfig", None) or lib.PretrainedConfig)
+
+
+def _hf_config_by_type(name: str) -> type | None:
+    """The config class of model class `name` by its model types (`CONFIG_MAPPING`, which imports
+    the configuration module only): the model type named like the class (`llama` for LlamaModel,
+    where `exaone` builds it too), else the one type whose Auto class builds it; None otherwise."""
+    types = _hf_model_types().get(name, ())
+    mapping = _library("transformers").CONFIG_MAPPING
+    own = [t for t in types if t in mapping and name.lower().replace("_", "").startswith(t.replace("-", "").replace("_", ""))]
+    chosen = max(own, key=len) if own else types[0] if len(types) == 1 and types[0] in mapping else None
+    if chosen is None:
+        return None
+    config = typing.cast(type, mapping[chosen])
+    return config if config.__name__.removesuffix("Config").lower() == name.lower()[: len(config.__name__) - 6] else None
+
+
+def _hf_resolve(name: str) -> tuple[str, str] | None:
+    """(kind, module) of a transformers model or config class named `name`, by the library's public
+    API: a top-level name, a config (a subclass of its config base with a model type) or a model
+    (a class an Auto class builds, else a subclass of `PreTrainedModel`, whose module is then
+    imported); None when it is neither."""
+    lib = _library("transformers")
+    if name not in _hf_names():
+        return None
+    if name.endswith("Config"):
+        cls = getattr(lib, name)  # a configuration module only
+        ok = isinstance(cls, type) and issubclass(cls, _hf_base(lib, "config")) and bool(getattr(cls, "model_type", ""))
+        return ("config", cls.__module__) if ok else None
+    config = _hf_config_by_type(name)
+    if config is not None:
+        return "model", config.__module__
+    with quiet_imports():
+        cls = getattr(lib, name)  # not built by an Auto class (T5EncoderModel): its model module is imported
+    ok = isinstance(cls, type) and issubclass(cls, _hf_base(lib, "model")) and isinstance(getattr(cls, "config_class", None), type)
+    return ("model", cls.__module__) if ok else None
 
 
 @functools.cache
@@ -172,22 +229,33 @@ def resolve(model: str, *, file: str, key: str = "model") -> Target:
         raise SpecError(file, key, f"names no model of {', '.join(LIBRARIES)}", value=model, fix='write "LIBRARY:NAME", e.g. "transformers:LlamaModel" or "timm:resnet18"')
     if library == "transformers":
         try:
-            index = _hf_names()
+            check_release(library, file=file, key=key, model=model)
+            with quiet_imports():  # the Auto mappings and a configuration module: transformers imports torchvision with them
+                found = _hf_resolve(name)
+        except SpecError:
+            raise
         except Exception as exc:  # not installed, or does not import
             raise _missing(library, exc, file=file, key=key, model=model) from None
-        kind = _hf_kind(name, index.get(name, ""))
-        if kind is None:
-            allowed = sorted(n for n, m in index.items() if _hf_kind(n, m))
-            raise _refuse(file, key, model, "is not a transformers model or config class", allowed, "name a class such as LlamaModel, BertModel or LlamaConfig")
-        return Target(library, name, kind, index[name])
+        if found is None and (first := first_release(library, name)) is not None:
+            have = installed(library)
+            raise SpecError(file, key, f"needs {library} >= {first}, the release that added {name} (this environment has {have})", value=model, fix=f"pip install --no-deps '{library}>={first}'")
+        if found is None:
+            raise _refuse(file, key, model, "is not a transformers model or config class", _hf_names(), "name a class such as LlamaModel, BertModel or LlamaConfig")
+        return Target(library, name, found[0], found[1].removeprefix("transformers."))
     try:
+        check_release(library, file=file, key=key, model=model)
         names, classes = registry(library)
+    except SpecError:
+        raise
     except Exception as exc:  # the library is not installed, or does not import
         raise _missing(library, exc, file=file, key=key, model=model) from None
     if name in names:
         return Target(library, name, "registered", library)
     if name in classes:
         return Target(library, name, "model", library)
+    if (first := first_release(library, name)) is not None:
+        have = installed(library)
+        raise SpecError(file, key, f"needs {library} >= {first}, the release that added {name} (this environment has {have})", value=model, fix=f"pip install --no-deps '{library}>={first}'")
     raise _refuse(file, key, model, f"is not a {library} registered model or model class", sorted({*names, *classes}), f"name one of {library}'s registered models")
 
 
@@ -195,14 +263,19 @@ def _hf_config_class(target: Target) -> type:
     """The config class of a transformers target, importing its configuration module only (the
     model module too when its package defines several configs, e.g. CLIP's)."""
     with quiet_imports():  # (transformers imports a class's module on first access: torchvision with it)
-        if target.kind == "config":
-            return typing.cast(type, getattr(_library("transformers"), target.name))
-        package = target.module.rsplit(".", 1)[0]
-        configs = [n for n, m in _hf_names().items() if m.startswith(package + ".configuration_") and n.endswith("Config")]
         lib = _library("transformers")
-        if len(configs) == 1:
-            return typing.cast(type, getattr(lib, configs[0]))
-        return typing.cast(type, getattr(lib, target.name).config_class)
+        if target.kind == "config":
+            return typing.cast(type, getattr(lib, target.name))
+        return _hf_config_by_type(target.name) or typing.cast(type, getattr(lib, target.name).config_class)
+
+
+def _hf_defaults(cls: type) -> list[str]:
+    """The attributes of a default config of `cls` (`to_dict`): before 5.0 the keys every config
+    takes (`pad_token_id`, `bos_token_id`, …) are read from `**kwargs`, not named in a signature."""
+    try:
+        return [k for k in cls().to_dict() if not k.startswith("_")]
+    except Exception:  # a config that needs arguments: its signature alone
+        return []
 
 
 def _target_class(target: Target) -> type:
@@ -226,7 +299,7 @@ def config_keys(target: Target) -> tuple[list[str], bool]:
         else:
             keys = [n for n, p in inspect.signature(cls).parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
         aliases = getattr(cls, "attribute_map", {}) or {}
-        return sorted({*keys, *aliases, *_HF_EXTRA}), False
+        return sorted({*keys, *aliases, *_hf_defaults(cls), *_HF_EXTRA}), False
     cls = _target_class(target)
     if cls is object:
         return [], True
@@ -258,7 +331,8 @@ def check_config(target: Target, config: Mapping[str, Any], *, file: str, key: s
     known, open_ended = config_keys(target)
     for name, value in config.items():
         if not open_ended and name not in known:
-            raise _refuse(file, f"{key}.{name}", value, f"is not a config key of {target}", known, f"see the keyword arguments of {target}", near=name)
+            problem = f"is not a config key of {target}{older_release(target.library)}"
+            raise _refuse(file, f"{key}.{name}", value, problem, known, f"see the keyword arguments of {target}", near=name)
         _check_placeholders(value, file=file, key=f"{key}.{name}")
 
 

@@ -1,0 +1,95 @@
+"""The library releases the library family supports (docs/library-models.md, "Supported releases").
+
+`MINIMUM` holds the oldest release of each library that the family runs under: its names resolved
+by the library's public API (`stability.families.library`), its models built, discovered, probed and
+rescaled by the init rule. The floors are measured, not guessed: the matrix (`noxfile.py`) runs the
+zoo's ci cases under each release of `MATRIX`, and `tests/test_releases.py` runs the oldest. An older
+release is refused at load, in one line naming the minimum (exit 2). `FIRST` holds, for the zoo's
+families that came later than the floor, the release that added the class, so a spec naming one
+under an older release is refused naming that release rather than "no such class".
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+
+from packaging.version import InvalidVersion, Version
+
+from stability.errors import SpecError
+
+__all__ = ["MINIMUM", "MATRIX", "FIRST", "ZOO_FIRST", "installed", "check_release", "first_release", "older_release", "expected_refusal"]
+
+#: The oldest release of each library the family supports (module docstring).
+MINIMUM: Mapping[str, str] = {"transformers": "4.40.0", "timm": "0.9.0", "torchvision": "0.15.0"}
+
+#: The releases the matrix runs (noxfile.py): the oldest and newest supported in CI (.ci/run), all nightly.
+MATRIX: Mapping[str, tuple[str, ...]] = {
+    "transformers": ("4.40.2", "4.45.2", "4.53.3", "4.54.1", "4.57.6", "5.0.0", "5.24.0"),
+    "timm": ("0.9.0", "0.9.16", "1.0.9", "1.0.10", "1.0.31"),
+    "torchvision": ("0.15.0", "0.15.2", "0.16.2"),
+}
+
+#: Zoo families added after the floor: (library, class) → the first release that has it.
+FIRST: Mapping[tuple[str, str], str] = {
+    ("transformers", "Phi3Model"): "4.41.0",
+    ("transformers", "Gemma2Model"): "4.42.0",
+    ("transformers", "Qwen3Model"): "4.51.0",
+    ("timm", "resnetv2_18"): "1.0.10",
+}
+
+
+def installed(library: str) -> str:
+    """The version of `library` that this process imports (its `__version__`)."""
+    return str(importlib.import_module(library).__version__)
+
+
+def _older(version: str, than: str) -> bool:
+    try:
+        return Version(version) < Version(than)
+    except InvalidVersion:
+        return False
+
+
+def check_release(library: str, *, file: str, key: str, model: str) -> None:
+    """A SpecError (exit 2) when the imported `library` is older than `MINIMUM`'s release."""
+    have, floor = installed(library), MINIMUM.get(library)
+    if floor is not None and _older(have, floor):
+        problem = f"needs {library} >= {floor}, the oldest release the library family supports (this environment has {have})"
+        raise SpecError(file, key, problem, value=model, fix=f"pip install --no-deps '{library}>={floor}'")
+
+
+def older_release(library: str) -> str:
+    """ " in transformers 4.40.2" when the imported release is older than the newest the matrix
+    measures (a key a spec sets may have come later), else "": for a refusal's message."""
+    have, newest = installed(library), MATRIX.get(library, ("",))[-1]
+    return f" in {library} {have}" if newest and _older(have, newest) else ""
+
+
+def first_release(library: str, name: str) -> str | None:
+    """The release that added `name`, when the imported `library` is older than it (else None)."""
+    first = FIRST.get((library, name))
+    return first if first is not None and _older(installed(library), first) else None
+
+
+#: The zoo's specs (file names) that need a later release than `MINIMUM`'s, measured by loading
+#: each under the releases around it: a class added later (`FIRST`) or a config key their spec
+#: sets that older configs do not take (`head_dim` of Llama, Mistral and Mixtral).
+ZOO_FIRST: Mapping[str, tuple[str, str]] = {
+    "gemma2.toml": ("transformers", "4.42.0"),
+    "llama.toml": ("transformers", "4.45.0"),
+    "mistral.toml": ("transformers", "4.43.0"),
+    "mixtral.toml": ("transformers", "4.47.0"),
+    "phi3.toml": ("transformers", "4.41.0"),
+    "qwen3.toml": ("transformers", "4.51.0"),
+    "timm_resnetv2_zero.toml": ("timm", "1.0.10"),
+}
+
+
+def expected_refusal(spec_file: str) -> str | None:
+    """ "transformers >= 4.45.0" when the imported release is older than the one the zoo spec
+    `spec_file` needs (`ZOO_FIRST`, `MINIMUM`), else None."""
+    library, first = ZOO_FIRST.get(spec_file, (None, None))
+    if library is not None and first is not None and _older(installed(library), first):
+        return f"{library} >= {first}"
+    return None

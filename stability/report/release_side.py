@@ -1,0 +1,119 @@
+"""One side of `stability zoo --compare A B`, run in a process that imports one library release
+(`stability.run.releases.environment`): `python -m stability.report.release_side --out DIR SPEC...`.
+
+It loads the zoo specs (a spec this release refuses is recorded with its one-line reason, never
+run), runs each on the same cases on both sides, the spec's corner case at each depth of
+`--depths` (`stability.spec.case.corner_case`: its smallest width, batch and token count, seed 0;
+the seed ensemble of `variance_growth` is the spec's own), in this process, and writes
+DIR/report.json, a JSON report as `stability check --json` writes it. With `--baseline FILE` (side
+A's report) it also writes DIR/compare.json: each expectation's number compared with the
+baseline's on the same case by the baseline rule (`stability.report.baseline.compare`), with the
+direction it moved in (up or down, toward its bound or away from it). DIR/versions.json records the
+releases this process imported, so a comparison states what it compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main", "imported_versions"]
+
+
+def imported_versions() -> dict[str, str | None]:
+    """The version of each library release this process imports (None: not installed here)."""
+    from stability.families.library import LIBRARIES, quiet_imports
+
+    out: dict[str, str | None] = {}
+    for name in LIBRARIES:
+        try:
+            with quiet_imports():
+                out[name] = str(__import__(name).__version__)
+        except Exception:
+            out[name] = None
+    out["torch"] = metadata.version("torch")
+    return out
+
+
+def _number(x: float | None) -> float | str | None:
+    return x if x is None or math.isfinite(x) else str(x)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m stability.report.release_side")
+    p.add_argument("paths", nargs="+")
+    p.add_argument("--out", required=True)
+    p.add_argument("--depths", default="4")
+    p.add_argument("--baseline")
+    args = p.parse_args(argv)
+    import torch
+
+    from stability.errors import SpecError
+    from stability.report import baseline as against
+    from stability.report.formats import write_json
+    from stability.run.engine import RunOptions
+    from stability.run.executor import InProcessExecutor, Task
+    from stability.spec.case import corner_case
+    from stability.spec.load import load_spec
+
+    torch.set_num_threads(1)  # the same numbers on every machine: one thread's reduction order
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "versions.json").write_text(json.dumps(imported_versions()) + "\n", encoding="utf-8")
+    depths = [int(d) for d in args.depths.split(",")]
+    specs, refused = [], {}
+    for path in args.paths:
+        try:
+            specs.append(load_spec(path))
+        except SpecError as exc:
+            refused[path] = str(exc)
+    options = RunOptions(profile="thorough", case_timeout=None)
+    executor = InProcessExecutor()
+    groups = [[Task(s, options, str(corner_case(s, depth=d)), None) for s in specs] for d in depths]
+    outcomes = [executor.map(g) for g in groups]
+    results = [o.result for group in outcomes for o in group]
+    errors = [o.error for group in outcomes for o in group if o.error]
+    write_json(out / "report.json", results, errors=errors, provenance={s.path: against.provenance(s) for s in specs})
+    (out / "refused.json").write_text(json.dumps(refused) + "\n", encoding="utf-8")
+    if args.baseline:
+        base = against.load_baseline(args.baseline)
+        rows: list[dict[str, Any]] = []
+        for group in outcomes:  # one comparison per case: every entry is compared with this run's own number, no replay
+            cases = {str(r.case) for o in group for r in o.result.results if r.case is not None}
+            mine = {(os.path.normpath(o.task.spec.path), o.task.spec.name, r.name, str(r.case)): (o.task.spec, r) for o in group for r in o.result.results}
+            entries = [e for e in base.entries if e.key.case in cases]
+            comparison = against.compare(against.Baseline(base.path, entries, base.provenance), group, replay=executor.map)
+            for d in comparison.deltas:
+                spec, result = mine.get((d.key.file, d.key.spec, d.key.invariant, d.key.case), (None, None))
+                before = next(e.verdict for e in entries if e.key == d.key)
+                toward = None
+                if spec is not None and result is not None and result.verdict is not None and d.after is not None:
+                    toward = against.toward_bound(spec, d.key.invariant, before, result.verdict)
+                change = d.change
+                rows.append(
+                    {
+                        **vars(d.key),
+                        "shown": d.shown,
+                        "before": _number(d.before),
+                        "after": _number(d.after),
+                        "change": _number(change),
+                        "limit": _number(d.limit),
+                        "status": d.status,
+                        "why": d.why,
+                        "direction": None if change is None or change == 0 else ("up" if change > 0 else "down"),
+                        "toward_bound": toward,
+                        "reproduce": d.reproduce,
+                    }
+                )
+        (out / "compare.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
