@@ -96,6 +96,7 @@ hostile = st.one_of(st.lists(st.sampled_from(FRAGMENTS), max_size=12).map("".joi
 def test_neutralise_breaks_each_command_form_with_a_visible_backslash(text: str, shown: str) -> None:
     assert neutralise(text) == shown
     check_log(neutralise(text))
+    check_log(cell(text))  # a Markdown cell or line of the job summary
 
 
 @given(hostile)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from stability.errors import UsageError
+
 PASSING = """\
 name = "relu"
 description = "a short plain ReLU stack"
@@ -178,6 +180,8 @@ def test_zoo_html_never_replaces_a_hand_written_zoo_page_but_replaces_its_own(re
     out.mkdir()
     (out / "zoo.html").write_text("<!doctype html><html><head><title>my zoo</title></head></html>\n")
     one_error(cli("zoo", ZOO_SPEC, "-q", "--html", out), "is not a stability zoo HTML report")
+    with pytest.raises(UsageError, match="is not a stability zoo HTML report"):  # the library function too
+        write_zoo_html(out, [], (4,))
     assert "my zoo" in (out / "zoo.html").read_text()
     (out / "zoo.html").unlink()
     write_zoo_html(out, [], (4,))
