@@ -68,7 +68,7 @@ def _real(spec: Any, values: dict[str, Any]) -> nn.Module:
 @pytest.mark.parametrize(
     "model, config",
     [
-        ("transformers:GPT2Model", GPT2),  # tied: wte is counted once
+        ("transformers:GPT2Model", GPT2),
         ("transformers:LlamaModel", LLAMA),
         ("transformers:BertModel", '{ hidden_size = "width", intermediate_size = "4*width", num_hidden_layers = "depth", num_attention_heads = 2, vocab_size = 97 }'),
         ("timm:vit_tiny_patch16_224", '{ img_size = 32, patch_size = 8, embed_dim = "width", depth = "depth", num_heads = 2 }'),
@@ -228,3 +228,19 @@ def test_the_estimate_is_within_25_percent_of_the_measured_peak(tmp_path: Path) 
     assert ran.returncode == 0, ran.stderr
     peak = int(ran.stdout.split()[-1]) * 1024
     assert 0.75 < estimate / peak < 1.25, (estimate, peak)
+
+
+def test_a_forward_fake_tensors_cannot_run_still_gets_the_parameters_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeBERTa's relative positions branch on values: no saved-tensor count, but the parameters
+    (a lower bound) still refuse what cannot fit."""
+    from stability.families.library_family import _estimate, _shipped_params
+    from stability.spec.load import load_spec
+
+    monkeypatch.setattr(library_memory, "resident_bytes", lambda: 0)
+    spec = load_spec(str(Path(__file__).resolve().parent.parent / "specs" / "zoo" / "deberta_v2.toml"))
+    case = parse_case_string("depth=2", spec, device="cpu")
+    found = footprint(library_model(spec), case.as_dict(), torch.float32)
+    assert found.saved == 0 and found.params > 0
+    shipped = _shipped_params(spec, case)  # the init rule's depth-1 models at width 128 and at the shipped 768
+    assert shipped > found.params
+    assert _estimate(spec, case) == max(found.params + 2 * found.largest_param, found.params_float32 + found.largest_param + shipped)

@@ -13,7 +13,10 @@ counted exactly there (each tensor once, tied weights included once).
 its data-dependent mask checks for them) and the probe's forward runs on the case's inputs up to
 the last probed block, with a saved-tensors hook: the bytes of every tensor autograd keeps for the
 backward pass, each storage once (a norm and the linear after it save the same input), the
-parameters' own storages not counted again.
+parameters' own storages not counted again. Where a forward cannot run on fake tensors (a kernel
+without a fake rule, such as a grouped matmul that insists on bfloat16, or a data-dependent
+branch, DeBERTa's relative positions), the saved tensors are left out: the estimate is then the
+parameters' part alone, a lower bound that still refuses a model that cannot fit.
 
 **The peak.** The probe holds the model, then autograd's saved tensors at the end of its forward;
 the backward frees them as it goes while each block's gradients come and go (the large ones are
@@ -202,7 +205,10 @@ def footprint(lib: Any, values: dict[str, Any], dtype: Any) -> LibraryFootprint:
     model = meta_model(lib, config)
     import torch
 
-    params, _, count = count_bytes(model, dtype)
+    params, largest, count = count_bytes(model, dtype)
     float32 = count_bytes(model, torch.float32)[0]
-    saved, largest_saved, largest_param = _saved(model, lib, config, values, dtype)
+    try:
+        saved, largest_saved, largest_param = _saved(model, lib, config, values, dtype)
+    except Exception:  # a forward fake tensors cannot run (a kernel with no fake rule, a data-dependent branch):
+        saved, largest_saved, largest_param = 0, 0, largest  # the parameters alone, a lower bound that still refuses what cannot fit
     return LibraryFootprint(params, saved, largest_param, largest_saved, count, float32)
