@@ -32,7 +32,7 @@ def _judge(bug: Bug, which: str) -> Outcome:
 
 def _marks(bug: Bug) -> list[pytest.MarkDecorator]:
     reason = NOT_YET_CAUGHT.get(bug.id)
-    return [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+    return [pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)] if reason else []
 
 
 @pytest.mark.slow
