@@ -179,8 +179,9 @@ def evaluate(value: float | int | str | bool, env: Mapping[str, Any]) -> Any:
 
 
 @lru_cache(maxsize=4096)
-def _glob(pattern: str) -> re.Pattern[str]:
-    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+def _glob(pattern: str) -> str:
+    """The regular expression of a pattern: `*` any run of characters, everything else literal."""
+    return ".*".join(re.escape(part) for part in pattern.split("*"))
 
 
 def glob_matches(patterns: Patterns, names: str | tuple[str, ...]) -> bool:
@@ -189,7 +190,7 @@ def glob_matches(patterns: Patterns, names: str | tuple[str, ...]) -> bool:
         return True
     pats = [patterns] if isinstance(patterns, str) else patterns
     candidates = (names,) if isinstance(names, str) else names
-    return any(_glob(p).fullmatch(n) for p in pats for n in candidates)
+    return any(re.fullmatch(_glob(p), n) for p in pats for n in candidates)
 
 
 class InitRule(_Model):
