@@ -123,7 +123,7 @@ def compile_expression(text: str) -> ast.Expression:
     return tree
 
 
-def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
+def _compute(node: ast.AST, env: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
@@ -131,15 +131,15 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
             raise Undefined(node.id)
         return env[node.id]
     if isinstance(node, ast.BinOp):
-        return _BINARY[type(node.op)](_eval(node.left, env), _eval(node.right, env))
+        return _BINARY[type(node.op)](_compute(node.left, env), _compute(node.right, env))
     if isinstance(node, ast.UnaryOp):
-        return _UNARY[type(node.op)](_eval(node.operand, env))
+        return _UNARY[type(node.op)](_compute(node.operand, env))
     if isinstance(node, ast.BoolOp):
         if isinstance(node.op, ast.Or):  # the first operand that is set and true (else the last one's value)
             last: Any = None
             for v in node.values:
                 try:
-                    last = _eval(v, env)
+                    last = _compute(v, env)
                 except Undefined:
                     continue
                 if last:
@@ -149,38 +149,39 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
             return last
         result: Any = True
         for v in node.values:
-            result = _eval(v, env)
+            result = _compute(v, env)
             if not result:
                 return result
         return result
     if isinstance(node, ast.Compare):
-        left = _eval(node.left, env)
+        left = _compute(node.left, env)
         for op, right_node in zip(node.ops, node.comparators, strict=True):
-            right = _eval(right_node, env)
+            right = _compute(right_node, env)
             if not _COMPARE[type(op)](left, right):
                 return False
             left = right
         return True
     if isinstance(node, ast.IfExp):
-        return _eval(node.body, env) if _eval(node.test, env) else _eval(node.orelse, env)
+        return _compute(node.body, env) if _compute(node.test, env) else _compute(node.orelse, env)
     if isinstance(node, ast.Subscript):
-        return _eval(node.value, env)[_eval(node.slice, env)]
+        return _compute(node.value, env)[_compute(node.slice, env)]
     if isinstance(node, ast.Call):
         assert isinstance(node.func, ast.Name)  # _check_node admitted only named functions
-        return _FUNCTIONS[node.func.id](*(_eval(a, env) for a in node.args))
+        return _FUNCTIONS[node.func.id](*(_compute(a, env) for a in node.args))
     raise ValueError(f"{ast.unparse(node)!r} is not allowed")  # pragma: no cover (compile_expression refused it)
 
 
 def evaluate(value: float | int | str | bool, env: Mapping[str, Any]) -> Any:
     """A row's number: itself, or its expression evaluated over `env` (Undefined: a name not set)."""
     if isinstance(value, str):
-        return _eval(compile_expression(value).body, env)
+        return _compute(compile_expression(value).body, env)
     return value
 
 
 @lru_cache(maxsize=4096)
-def _glob(pattern: str) -> re.Pattern[str]:
-    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+def _glob(pattern: str) -> str:
+    """The regular expression of a pattern: `*` any run of characters, everything else literal."""
+    return ".*".join(re.escape(part) for part in pattern.split("*"))
 
 
 def glob_matches(patterns: Patterns, names: str | tuple[str, ...]) -> bool:
@@ -189,7 +190,7 @@ def glob_matches(patterns: Patterns, names: str | tuple[str, ...]) -> bool:
         return True
     pats = [patterns] if isinstance(patterns, str) else patterns
     candidates = (names,) if isinstance(names, str) else names
-    return any(_glob(p).fullmatch(n) for p in pats for n in candidates)
+    return any(re.fullmatch(_glob(p), n) for p in pats for n in candidates)
 
 
 class InitRule(_Model):
