@@ -196,11 +196,11 @@ def test_a_tied_stack_is_refused_and_the_ensemble_measures_it_one_network_at_a_t
     spec = load_spec(SPECS[0].parent / "plain_mlp.toml")
     nets = {s: net(s) for s in (11, 12)}
 
-    class _Net:  # what `_built` returns: (network, input after the stem)
+    class _Net:  # what `_member` returns: (network, input after the stem)
         def __init__(self, blocks: nn.Module) -> None:
             self.blocks, self.stem, self.call_kwargs, self.model = blocks, None, None, None
 
-    monkeypatch.setattr("stability.measure.ensemble._built", lambda spec, case, seeds: [(_Net(nets[s]), x) for s in seeds])
+    monkeypatch.setattr("stability.measure.ensemble._member", lambda spec, case, seed: (_Net(nets[seed]), x))  # _built builds each member with it
     found, vectorised = _probe_members(spec, corner_case(spec), [11, 12])
     assert not vectorised  # refused by probe_seeds, measured by probe
     for m, s in zip(found, (11, 12), strict=True):

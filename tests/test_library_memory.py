@@ -53,7 +53,10 @@ LLAMA = (
 
 
 def _spec(model: str = "transformers:GPT2Model", config: str = GPT2, *, depth: int | str = 2, width: int = 32, batch: int = 2, tokens: int = 8, extra: str = "", path: str = "lib.toml") -> Any:
+    # an image model's tokens are its patches (space.tokens is refused for it)
     text = SPEC.format(name="lib", model=model, config=config, depth=depth, width=width, batch=batch, tokens=tokens, extra=extra)
+    if model.startswith(("timm:", "torchvision:")):
+        text = text.replace(f"tokens = {tokens}\n", "")
     return parse_spec(text, file=path)
 
 

@@ -34,7 +34,7 @@ MORE_USAGE_ERRORS = {
     "baseline": ["check", str(ROOT / "specs" / "plain_mlp.toml"), "--baseline", str(ROOT / "no_such_baseline.json")],
     "update-baseline": ["check", str(ROOT / "specs" / "plain_mlp.toml"), "--update-baseline"],
     "case-key": ["check", str(ROOT / "specs" / "plain_mlp.toml"), "--case", "dpeth=3"],
-    "no-specs": ["check", str(ROOT / "benchmarks")],
+    "no-specs": ["check", str(ROOT / ".ci")],
     "only": ["check", str(ROOT / "specs" / "plain_mlp.toml"), "--only", "gradient_arival"],
     "sweep-no-spec": ["sweep"],
 }

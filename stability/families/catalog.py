@@ -15,6 +15,7 @@ from typing import Any
 from stability.errors import SpecError
 from stability.families import memory
 from stability.spec import schema as s
+from stability.spec.lm_keys import check_transformer_lm
 from stability.spec.registry import Family, batch, register_family
 
 __all__: list[str] = []
@@ -196,6 +197,7 @@ with batch():
             zero_branch_inits=s.ZERO_BRANCH_INITS,
             branch_inits=frozenset({"default", "zero"}),
             check=_check_transformer,
+            lm_check=check_transformer_lm,
         )
     )
 

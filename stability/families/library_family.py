@@ -41,6 +41,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from stability.errors import SpecError
+from stability.spec.lm_keys import check_library_lm
 from stability.spec.registry import Family, register_family
 
 __all__ = ["LibraryOptions"]
@@ -231,6 +232,7 @@ register_family(
         zero_branch_inits=None,
         branch_inits=frozenset({"default"}),
         check=_check,
+        lm_check=check_library_lm,
         preload=_preload,
         lacks={
             "blocks_alone": "runs its blocks only inside the model's own forward, on the model's own inputs (the Jacobian's torch.func transforms and the optimizer runs call the blocks on their own)",

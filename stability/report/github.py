@@ -82,12 +82,14 @@ def in_workspace(path: str, environ: Mapping[str, str] = os.environ) -> str | No
     link inside the repository is named by the link), then with links resolved on both sides."""
     root = workspace(environ)
     given = Path(os.path.abspath(path))
-    for inner, base in ((given, root), (given.resolve(), root.resolve())):
-        try:
-            return inner.relative_to(base).as_posix()
-        except (ValueError, OSError):
-            continue
-    return None
+    try:
+        return given.relative_to(root).as_posix()
+    except ValueError:
+        pass
+    try:  # a path no file system can hold (a NUL in it) resolves to nothing: not in the workspace
+        return given.resolve().relative_to(root.resolve()).as_posix()
+    except (ValueError, OSError):
+        return None
 
 
 def repo_path(path: str, environ: Mapping[str, str] = os.environ) -> str:

@@ -89,10 +89,9 @@ def _check_markov(spec: Spec, data: dict[str, Any]) -> None:
             value="markov",
             fix='use family = "transformer" (block.layer = "tokens"), "library" (a transformers causal LM) or "custom" (a factory returning the language model)',
         )
-    if spec.family == "library":
-        _check_library_lm(spec, data)
-    elif spec.family == "transformer" and not b.causal:
-        raise SpecError(f, "block.causal", "a language model predicts each token from the ones before it, and bidirectional attention sees the answer", value=False, fix="set causal = true")
+    lm_check = FAMILIES.get(spec.family).lm_check
+    if lm_check is not None:
+        lm_check(spec, data)
     for key in _TASK_KEYS:
         if _set(data, "train", key):
             raise SpecError(f, f"train.{key}", "sizes the regression and label tasks; the language model reads vocab, order and the case's batch and tokens", value=data["train"][key], fix="remove it")
@@ -121,7 +120,13 @@ def _check_markov(spec: Spec, data: dict[str, Any]) -> None:
         raise SpecError(f, "train.record_every", f"is above train.steps = {t.steps}, so only the last step would be recorded", value=t.record_every, fix=f"use at most {t.steps}")
 
 
-def _check_library_lm(spec: Spec, data: dict[str, Any]) -> None:
+def check_transformer_lm(spec: Spec, data: Any) -> None:
+    """The transformer family's language model attends causally."""
+    if not spec.block.causal:
+        raise SpecError(spec.path, "block.causal", "a language model predicts each token from the ones before it, and bidirectional attention sees the answer", value=False, fix="set causal = true")
+
+
+def check_library_lm(spec: Spec, data: Any) -> None:
     """A library language model: a transformers causal LM (or a config class, built as its causal
     LM) over train.vocab tokens, trained as the library initialises it."""
     f, t = spec.path, spec.train

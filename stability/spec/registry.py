@@ -206,6 +206,8 @@ class Family:
     mean_field: Callable[[Any, Any], tuple[float, bool]] | None = None
     mean_field_refusal: Callable[[Any], str | None] | None = None
     check: Callable[[Any, Mapping[str, Any]], None] | None = None
+    #: Its own checks of a language-model spec (train.task = "markov"), raising `SpecError`.
+    lm_check: Callable[[Any, Mapping[str, Any]], None] | None = None
     #: What its blocks cannot do, capability → why, for the invariants that need it (their
     #: `Invariant.needs`; the why follows "family NAME: " in messages): "attention" (no attention
     #: probabilities to observe), "same_shape_blocks" (a block cannot be replaced by the identity),
