@@ -20,7 +20,7 @@ import stability.run.engine
 from stability.report.formats import write_atomic
 
 Cli = Callable[..., tuple[int, str, str]]
-OLD_REPORT = '{"schema_version": 1, "from": "the previous run"}\n'
+OLD_REPORT = '{"schema_version": 1, "met": true, "interrupted": false, "seconds": 0.5, "from": "the previous run"}\n'  # opens as every report does
 OLD_JUNIT = '<?xml version="1.0"?>\n<testsuite name="stability" tests="0" />\n'  # a previous run's report (a report replaces only its own kind)
 
 

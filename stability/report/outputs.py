@@ -34,7 +34,7 @@ __all__ = ["check_outputs", "check_replaceable", "not_regular", "open_regular"]
 #: version 2.1.0 and `runs[0].tool.driver.name` "stability" (every SARIF producer writes the
 #: `$schema`); the JUnit suite named "stability"; the HTML pages' titles.
 _SIGNATURES = {
-    "JSON": re.compile(rb'\A\{\s*"schema_version"\s*:\s*\d+\s*,'),  # every JSON report the tool writes opens with its schema version
+    "JSON": re.compile(rb'\A\{\s*"schema_version"\s*:\s*\d+\s*,\s*"met"\s*:\s*(true|false)\s*,\s*"interrupted"\s*:\s*(true|false)\s*,\s*"seconds"\s*:'),
     "JUnit": re.compile(rb'\A<\?xml[^>]*\?>\s*<testsuite name="stability"'),
     "HTML": re.compile(rb"\A<!DOCTYPE html>\s*<html[^>]*>\s*<head>.{0,400}?<title>stability (report|sweep)", re.S),
     "SARIF": re.compile(

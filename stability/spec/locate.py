@@ -147,9 +147,10 @@ def expectation_line(text: str, name: str) -> int:
 
 
 def locate_expectation(spec_path: str | Path, name: str) -> int:
-    """`expectation_line` of the spec file at `spec_path`; 1 when the file cannot be read."""
+    """`expectation_line` of the spec file at `spec_path`; 1 when the file cannot be read (a path
+    with a NUL in it names no file: ValueError)."""
     try:
         text = Path(spec_path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+    except (OSError, UnicodeDecodeError, ValueError):
         return 1
     return expectation_line(text, name)
