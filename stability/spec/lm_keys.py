@@ -72,7 +72,7 @@ def check_lm_keys(spec: Spec, data: dict[str, Any]) -> None:
 
 
 def _check_markov(spec: Spec, data: dict[str, Any]) -> None:
-    f, b, s, t = spec.path, spec.block, spec.space, spec.train
+    f, s, t = spec.path, spec.space, spec.train
     assert t is not None
     declared = [n for n, _ in spec.invariants() if INVARIANTS.get(n).training and n not in LM_INVARIANTS]
     if declared:
