@@ -7,7 +7,9 @@ a folder where a file goes, a file without the zoo-table markers, a hand-written
 are refused in one line (exit 2), and nothing is written.
 
 `--compare A B` runs the zoo under two library releases instead (`stability.run.releases`,
-`stability.report.zoo_compare`): exit 1 when a number moved past its drift, 0 when none did.
+`stability.report.zoo_compare`): exit 1 when a number moved past its drift, 0 when none did. Its
+`--md FILE` is checked the same way before either release is installed, and replaces only an
+earlier comparison (a file that opens as `markdown` writes it), never another file.
 
 Exit codes: 0 done (the table is a measurement, not a gate: `stability check specs/zoo --profile
 thorough` judges the specs' expectations); 2 bad usage or a spec that does not load.
@@ -98,11 +100,15 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
     import json
     import tempfile
 
+    from stability.report.formats import write_atomic
+    from stability.report.outputs import check_report_path
     from stability.report.zoo_compare import markdown, moved, terminal_rows
     from stability.run.releases import environment, parse_release, run_side
     from stability.run.zoo import ZOO
     from stability.spec.load import find_specs
 
+    if args.md:  # before two releases are installed and run (minutes): one line, exit 2, nothing written
+        check_report_path("--md", args.md, "zoo comparison", example="compare.md")
     a, b = (parse_release(x) for x in args.compare)
     roots = args.paths or ([Path("specs/zoo")] if Path("specs/zoo").is_dir() else [ZOO])
     paths = [str(p) for p in find_specs(list(roots))]
@@ -133,7 +139,7 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
             console.print(f"not compared, refused under {escape(side)}: {escape(why)}", soft_wrap=True)
     compared = sum(r["status"] != "not_comparable" for r in rows)
     if args.md:
-        Path(args.md).write_text(markdown(a.label, b.label, rows, refused, versions, compared=compared), encoding="utf-8")
+        write_atomic(Path(args.md), markdown(a.label, b.label, rows, refused, versions, compared=compared))
         console.print(f"wrote {escape(args.md)}")
     grid = f"{len(paths)} families, depths {','.join(map(str, depths))}"
     console.print(f"{len(moved(rows))} number(s) moved past their drift, of {compared} compared ({grid}) in {time.perf_counter() - t0:.0f} s", soft_wrap=True)

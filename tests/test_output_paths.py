@@ -168,6 +168,39 @@ def test_zoo_md_without_the_markers_is_refused_before_measuring_and_left_as_it_w
     assert notes.read_text() == "# my notes\n"
 
 
+@pytest.fixture
+def uninstalled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`stability zoo --compare` must refuse its --md before it installs or runs either release."""
+
+    def installed(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the comparison installed a release before checking --md")
+
+    monkeypatch.setattr("stability.run.releases.environment", installed)
+    monkeypatch.setattr("stability.run.releases.run_side", installed)
+
+
+COMPARE = ("zoo", "--compare", "transformers==4.53.3", "transformers==4.54.1", ZOO_SPEC, "-q")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_zoo_compare_md_that_is_not_a_regular_file_is_refused_before_installing(repo: Path, cli: Cli, uninstalled: None, kind: str) -> None:
+    path = special(repo, kind)
+    one_error(cli(*COMPARE, "--md", path), "--md", str(path))
+
+
+def test_zoo_compare_md_replaces_only_an_earlier_comparison(repo: Path, cli: Cli, uninstalled: None) -> None:
+    from stability.report.outputs import check_report_path
+    from stability.report.zoo_compare import markdown
+
+    notes = repo / "notes.md"
+    notes.write_text("# my notes\n")
+    one_error(cli(*COMPARE, "--md", notes), "is not a stability zoo comparison report")
+    assert notes.read_text() == "# my notes\n"
+    earlier = repo / "compare.md"
+    earlier.write_text(markdown("transformers==4.53.3", "transformers==4.54.1", [], {}, {"transformers==4.53.3": {"transformers": "4.53.3"}}, compared=0), encoding="utf-8")
+    assert check_report_path("--md", str(earlier), "zoo comparison") == earlier.resolve()  # its own earlier report: replaced
+
+
 @pytest.mark.parametrize("kind", ["fifo", "device"])
 def test_zoo_html_that_is_not_a_folder_is_refused_before_measuring(repo: Path, cli: Cli, unmeasured: None, kind: str) -> None:
     one_error(cli("zoo", ZOO_SPEC, "-q", "--html", special(repo, kind)), "--html", "give a folder")

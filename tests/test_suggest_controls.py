@@ -212,12 +212,13 @@ def test_a_fresh_language_model_gets_a_written_spec_that_check_passes(tmp_path: 
 @pytest.mark.slow
 def test_a_library_model_is_fixed_through_its_own_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """GPT-2 at its shipped init (N(0, 0.02²)) sends more than 10 times the output's gradient to the
-    input of one block (specs/zoo/gpt2.toml declares it violated); the config's initializer_range,
-    divided by √(2·depth), holds [0.1, 10] over the ci cases."""
+    input of one block, as the embedding's scale enters the first norm (specs/zoo/gpt2.toml judges the
+    stream apart from that entry factor, with residual_stream); asked to hold the one-decade
+    gradient_arrival band over the whole model, the config's initializer_range, divided by √(2·depth),
+    holds [0.1, 10] over the ci cases."""
     pytest.importorskip("transformers")
     text = (SPECS / "zoo" / "gpt2.toml").read_text(encoding="utf-8")
-    text = _holds(text).replace('profiles = ["thorough"]\n', "")
-    text = text[: text.index("[expect.variance_growth]")]
+    text = text[: text.index("[expect.residual_stream]")] + "[expect.gradient_arrival]\n"
     spec, fixed = tmp_path / "gpt2.toml", tmp_path / "gpt2_fixed.toml"
     spec.write_text(text, encoding="utf-8")
     assert main(["suggest", str(spec), "--out", str(fixed), "--no-diff"]) == 0

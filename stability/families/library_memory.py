@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -178,16 +179,25 @@ def _saved(model: Any, lib: Any, config: dict[str, Any], values: dict[str, Any],
             storages[storage._cdata] = storage.nbytes()
         return t
 
-    with mode:
-        found = discover(model, inputs, blocks=lib.blocks)
-        handle = found.blocks.modules[-1].register_forward_hook(_raise_stop)
-        try:
-            with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                run_model(model, inputs)
-        except _Stop:
-            pass
-        finally:
-            handle.remove()
+    # A kernel with no fake rule (Mixtral's grouped expert matmul) makes torch log the error with its
+    # traceback before it raises; `footprint` takes the raise as "parameters only", so the log line is
+    # not the user's to read (it would land in the spec's captured output).
+    quiet = logging.getLogger("torch._subclasses.fake_tensor")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        with mode:
+            found = discover(model, inputs, blocks=lib.blocks)
+            handle = found.blocks.modules[-1].register_forward_hook(_raise_stop)
+            try:
+                with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                    run_model(model, inputs)
+            except _Stop:
+                pass
+            finally:
+                handle.remove()
+    finally:
+        quiet.setLevel(level)
     largest_param = max((p.numel() * p.element_size() for block in found.blocks.modules for p in block.parameters()), default=0)
     return sum(storages.values()), max(storages.values(), default=0), largest_param
 

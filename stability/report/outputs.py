@@ -42,6 +42,7 @@ _SIGNATURES = {
         rb'\s*"runs"\s*:\s*\[\s*\{\s*"tool"\s*:\s*\{\s*"driver"\s*:\s*\{\s*"name"\s*:\s*"stability"\s*,'
     ),
     "zoo HTML": re.compile(rb"\A<!doctype html><html><head><meta charset='utf-8'><title>stability zoo</title>"),
+    "zoo comparison": re.compile(rb"\A### Zoo numbers: `[^`\n]*` \xe2\x86\x92 `[^`\n]*`\n\n- "),
 }
 _KINDS = {"--json": "JSON", "--junit": "JUnit", "--html": "HTML", "--sarif": "SARIF", "--baseline": "JSON"}
 

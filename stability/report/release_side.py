@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -86,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         rows: list[dict[str, Any]] = []
         for group in outcomes:  # one comparison per case: every entry is compared with this run's own number, no replay
             cases = {str(r.case) for o in group for r in o.result.results if r.case is not None}
-            mine = {(os.path.normpath(o.task.spec.path), o.task.spec.name, r.name, str(r.case)): (o.task.spec, r) for o in group for r in o.result.results}
+            mine = {(against.spec_key(o.task.spec.path), o.task.spec.name, r.name, str(r.case)): (o.task.spec, r) for o in group for r in o.result.results}
             entries = [e for e in base.entries if e.key.case in cases]
             comparison = against.compare(against.Baseline(base.path, entries, base.provenance), group, replay=executor.map)
             for d in comparison.deltas:

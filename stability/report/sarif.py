@@ -3,7 +3,8 @@ GitLab and IDE SARIF viewers).
 
 One run of the tool `stability`; one rule per invariant that has a result (its id is the
 invariant's name, its description and help are `stability explain NAME`'s), plus
-`baseline_drift` for a number that moved toward its bound past its drift limit. One result per
+`baseline_drift` for a number that moved past its drift limit, in either direction (toward its
+bound or away from it: both are drift). One result per
 unmet expectation (level `error`), per drift (`error`; `warning` while updating the baseline)
 and per spec that does not load (`error`, rule `spec_load`), located at the line of the
 expectation's `[expect.NAME]` table in the spec (`stability.spec.locate`), relative to the
@@ -38,7 +39,7 @@ SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 _EXTRA_RULES = {
     "baseline_drift": (
-        "an observed number moved toward its bound by more than its drift limit, against the baseline",
+        "an observed number moved by more than its drift limit against the baseline, toward its bound or away from it",
         "Compared on the baseline's own case; see docs/ci.md, numbers against a baseline.",
     ),
     "spec_load": ("the spec file does not load", "The message names the file, the key, the value and the fix."),
