@@ -93,3 +93,25 @@ def expected_refusal(spec_file: str) -> str | None:
     if library is not None and first is not None and _older(installed(library), first):
         return f"{library} >= {first}"
     return None
+
+
+#: The zoo's specs whose declared init is not the one some supported releases ship: file name →
+#: the ranges [first, end) of the library's releases that built the model differently at init,
+#: each with its source. A zoo spec states what its family's init intends on the current release;
+#: under a release in such a range its gate must fail (the matrix checks that it does: the spec
+#: still sees the difference), and the release stays supported.
+INIT_DIFFERS: Mapping[str, tuple[tuple[str, str, str, str], ...]] = {
+    "mamba.toml": (("transformers", MINIMUM["transformers"], "4.54.0", "every nn.Linear at PyTorch's default U(±1/√fan-in), not N(0, initializer_range²): huggingface/transformers#38987"),),
+    "gpt2.toml": (("transformers", "5.0.0", "5.15.0", "c_proj without its 1/√(2·n_layer) scale: huggingface/transformers#47458, fixed by #47459"),),
+}
+
+
+def expected_init_difference(spec_file: str) -> str | None:
+    """Why the imported release builds zoo spec `spec_file`'s model with another init than the spec
+    declares (`INIT_DIFFERS`), else None."""
+    for library, first, end, why in INIT_DIFFERS.get(spec_file, ()):
+        have = installed(library)
+        if not _older(have, first) and _older(have, end):
+            return f"{library} {have} (releases {first} to before {end}): {why}"
+    return None
+

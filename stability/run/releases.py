@@ -200,13 +200,14 @@ def matrix_specs(release: Release, folder: Path, *, sample: list[str] | None = N
 
 
 def _inside(paths: list[Path], *, profile: str, depths: str) -> int:
-    """Under the release: refusals against the support matrix, then the ci gate, then each spec's
-    corner cases (`matrix` below)."""
+    """Under the release: refusals against the support matrix, then the ci gate (a spec whose
+    declared init this release does not build, `INIT_DIFFERS`, on its own: its gate must fail),
+    then each spec's corner cases (`matrix` below)."""
     from stability.errors import SpecError
-    from stability.families.library_support import expected_refusal
+    from stability.families.library_support import expected_init_difference, expected_refusal
     from stability.spec.load import load_spec
 
-    loaded, wrong = [], []
+    loaded, wrong, differs = [], [], {}
     for path in paths:
         expected = expected_refusal(path.name)
         try:
@@ -219,14 +220,24 @@ def _inside(paths: list[Path], *, profile: str, depths: str) -> int:
         loaded.append(str(path))
         if expected is not None:
             wrong.append(f"{path}: loads, but the support matrix says it needs {expected}")
+        if (why := expected_init_difference(path.name)) is not None:
+            differs[str(path)] = why
+    gate = 0
+    for path, why in differs.items():  # the spec must see the release's other init: its gate fails (exit 1)
+        print(f"matrix: {path} declares another init than {why}; its gate must fail")
+        code = subprocess.run([sys.executable, "-m", "stability", "check", path, "--profile", profile, "-q", "--jobs", "1"], check=False).returncode
+        if code != 1:
+            wrong.append(f"{path}: exit {code} under {why}, where the spec's gate must fail (exit 1)")
     for line in wrong:
         print(f"matrix: {line}", file=sys.stderr)
-    if not loaded:
-        return 1 if wrong else 0
-    gate = subprocess.run([sys.executable, "-m", "stability", "check", *loaded, "--profile", profile, "-q", "--jobs", "1"], check=False).returncode
+    rest = [p for p in loaded if p not in differs]
+    if rest:
+        gate = subprocess.run([sys.executable, "-m", "stability", "check", *rest, "--profile", profile, "-q", "--jobs", "1"], check=False).returncode
     if gate == 5:  # stability check's "nothing was judged": the profile holds none of these specs' cases (their corner cases still run below)
         print(f"matrix: the {profile} profile judges none of these specs", file=sys.stderr)
         gate = 0
+    if not loaded:
+        return 1 if wrong else 0
     with tempfile.TemporaryDirectory(prefix="stability-matrix-") as tmp:
         side = subprocess.run([sys.executable, "-W", "ignore", "-m", "stability.report.release_side", "--out", tmp, "--depths", depths, *loaded], check=False).returncode
         errors = json.loads((Path(tmp) / "report.json").read_text(encoding="utf-8")).get("errors", []) if side == 0 else [f"exit {side}"]
