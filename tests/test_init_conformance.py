@@ -317,3 +317,23 @@ def test_every_zoo_spec_holds_its_declared_init_on_the_current_release(path: Pat
         m = measure_case(spec, parse_case_string(case, spec))
         v = invariant("init_conformance").judge(m, spec.expect.init_conformance)
         assert v.passed and v.measured and not v.extra["uncovered"], f"{path.name} {case}: {v.detail}"
+
+
+def test_fewer_parameters_off_the_declared_init_is_further_from_failing() -> None:
+    """The baseline rule's direction (stability/report/baseline.py `toward_bound`) reads the severity:
+    12 parameters off the init → none is away from the bound (transformers 4.53 → 4.54 for Mamba),
+    the reverse toward it, and any failing case is further gone than any passing one."""
+    import math
+
+    from stability.judge.verdict import Verdict
+    from stability.spec.registry import invariant
+
+    inv = invariant("init_conformance")
+
+    def verdict(off: float, worst: float = 0.0) -> Verdict:
+        return Verdict("init_conformance", off == 0, off, "", None, "", extra={"worst_excess": worst})
+
+    severity = [inv.severity_of(verdict(off, worst), None) for off, worst in ((0, 0.2), (0, 0.9), (1, 0.0), (3, 0.0), (12, 0.0))]
+    assert severity == sorted(severity) and len(set(severity)) == len(severity)
+    assert severity[1] <= 1 < severity[2]
+    assert inv.severity_of(verdict(math.nan), None) == math.inf

@@ -93,7 +93,16 @@ def test_a_class_added_after_the_installed_release_is_refused_naming_its_first_r
 
 @pytest.mark.parametrize(
     ("spec", "have", "differs"),
-    [("mamba.toml", "4.40.2", True), ("mamba.toml", "4.53.3", True), ("mamba.toml", "4.54.1", False), ("gpt2.toml", "4.57.6", False), ("gpt2.toml", "5.0.0", True), ("gpt2.toml", "5.14.1", True), ("gpt2.toml", "5.15.0", False), ("bert.toml", "4.40.2", False)],
+    [
+        ("mamba.toml", "4.40.2", True),
+        ("mamba.toml", "4.53.3", True),
+        ("mamba.toml", "4.54.1", False),
+        ("gpt2.toml", "4.57.6", False),
+        ("gpt2.toml", "5.0.0", True),
+        ("gpt2.toml", "5.14.1", True),
+        ("gpt2.toml", "5.15.0", False),
+        ("bert.toml", "4.40.2", False),
+    ],
 )
 def test_a_release_that_builds_another_init_than_the_zoo_spec_declares_is_named(monkeypatch: pytest.MonkeyPatch, spec: str, have: str, differs: bool) -> None:
     """Under such a release the matrix requires the spec's gate to fail (stability/run/releases.py)."""
@@ -113,8 +122,8 @@ def test_the_init_differences_name_shipped_specs_and_agree_with_the_corpus() -> 
 
     assert set(library_support.INIT_DIFFERS) <= {p.name for p in ZOO.glob("*.toml")}
     for bug in load_bugs():
-        for library, first, end, _ in library_support.INIT_DIFFERS.get(Path(bug.spec).name, ()):
-            assert library == bug.library and Version(first) <= Version(bug.buggy) < Version(end) == Version(bug.fixed), bug.id
+        for lib, first, end, _ in library_support.INIT_DIFFERS.get(Path(bug.spec).name, ()):
+            assert lib == bug.library and Version(first) <= Version(bug.buggy) < Version(end) == Version(bug.fixed), bug.id
 
 
 def test_transformers_names_resolve_by_its_public_api() -> None:

@@ -133,3 +133,26 @@ def test_the_entry_is_registered_once_and_checks_its_bounds() -> None:
     assert parse_spec(text + "lo = 0.5\nhi = 2.0\n").expect.residual_stream.hi == 2.0
     with pytest.raises(SpecError, match="entry_lo.*is above entry_hi"):
         parse_spec(text + "entry_lo = 3.0\nentry_hi = 2.0\n")
+
+
+def test_the_severity_reads_every_bounded_number_so_a_broken_band_is_worse_than_any_inside() -> None:
+    """The baseline rule's direction (`toward_bound`) compares severities: Mamba under transformers 4.53
+    breaks the entry and variance bands with its gradient ratio 1.31 near the low end, and 4.54 puts every
+    number inside; that move is away from the bound, whatever the gradient ratio alone says."""
+    from stability.spec.registry import invariant
+    from stability.spec.schema import ResidualStream
+
+    e = ResidualStream(lo=0.8, hi=4100.0, entry_lo=8.8, entry_hi=1100.0, variance_lo=9700.0, variance_hi=280000.0, max_block_change=0.5)
+    inv = invariant("residual_stream")
+
+    def sev(stream: float, **extra: float) -> float:
+        return inv.severity_of(Verdict("residual_stream", True, stream, "", None, "", extra={"entry": 100.0, "variance": 5e4, "change": 0.1, **extra}), e)
+
+    inside = sev(204.0)
+    assert inside == pytest.approx(max(math.log(0.8 / 204), math.log(8.8 / 100), math.log(5e4 / 280000), math.log(0.1 / 0.5)))
+    broken = sev(1.31, entry=1.116, variance=1.164)
+    assert broken == pytest.approx(math.log(9700 / 1.164)) and broken > 0 > inside
+    assert sev(204.0, change=0.0) < 0  # identity blocks: the upper-bounded change as far inside as can be
+    assert sev(204.0, change=0.6) == pytest.approx(math.log(0.6 / 0.5))
+    assert sev(204.0, entry=math.nan) == math.inf
+    assert inv.severity_of(Verdict("residual_stream", False, 204.0, "", None, "", extra={"entry": None, "variance": 5e4}), e) == math.inf  # undefined, as the verdict stores it

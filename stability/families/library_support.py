@@ -114,4 +114,3 @@ def expected_init_difference(spec_file: str) -> str | None:
         if not _older(have, first) and _older(have, end):
             return f"{library} {have} (releases {first} to before {end}): {why}"
     return None
-

@@ -312,10 +312,24 @@ def _ratio_severity(v: Any, e: s.GradientArrival) -> float:
 
 
 def _stream_severity(v: Any, e: s.ResidualStream) -> float:
-    """Closeness of the stream's gradient ratio to either end of [lo, hi] on a log scale."""
+    """Closeness to failing of the stream's bounded numbers (the gradient ratio g₁/g_L, and the entry
+    factor, the output variance and the block change where the spec bounds them): on a log scale,
+    the largest over them of the distance past the nearest end of its band (negative inside), so a
+    case that breaks any band is further gone than one inside every band."""
     if not v.observed > 0:
         return math.inf
-    return -min(math.log(v.observed / e.lo), math.log(e.hi / v.observed))
+    bands = {"stream": (e.lo, e.hi), "entry": (e.entry_lo, e.entry_hi), "variance": (e.variance_lo, e.variance_hi), "change": (None, e.max_block_change)}
+    closeness = []
+    for key, (low, high) in bands.items():
+        if (low is None and high is None) or (key != "stream" and key not in v.extra):
+            continue
+        value = v.observed if key == "stream" else v.extra[key]
+        if value is None or not math.isfinite(value) or value < 0 or (value == 0 and low):
+            return math.inf
+        if value == 0:  # an upper bound only (the block change of identity blocks): as far inside as can be
+            continue
+        closeness.append(max(math.log(low / value) if low else -math.inf, math.log(value / high) if high else -math.inf))
+    return max(closeness, default=-math.inf)
 
 
 def _lower_is_closer(v: Any, e: Any) -> float:
@@ -334,7 +348,13 @@ def _mean_field_severity(v: Any, e: Any) -> float:
 
 
 def _init_severity(v: Any, e: Any) -> float:
-    """For a passing case, the statistic closest to its tolerance (1 at the tolerance)."""
+    """For a passing case, the statistic closest to its tolerance (1 at the tolerance, so at most 1);
+    for a failing one, 1 plus the count of parameters off the declared init (more is worse, and
+    every failing case is further gone than any passing one); an unmeasured case, infinity."""
+    if not math.isfinite(v.observed):
+        return math.inf
+    if v.observed > 0:
+        return 1.0 + float(v.observed)
     return float(v.extra.get("worst_excess", 0.0))
 
 

@@ -207,7 +207,9 @@ def _inside(paths: list[Path], *, profile: str, depths: str) -> int:
     from stability.families.library_support import expected_init_difference, expected_refusal
     from stability.spec.load import load_spec
 
-    loaded, wrong, differs = [], [], {}
+    loaded: list[str] = []
+    wrong: list[str] = []
+    differs: dict[str, str] = {}
     for path in paths:
         expected = expected_refusal(path.name)
         try:
@@ -223,11 +225,11 @@ def _inside(paths: list[Path], *, profile: str, depths: str) -> int:
         if (why := expected_init_difference(path.name)) is not None:
             differs[str(path)] = why
     gate = 0
-    for path, why in differs.items():  # the spec must see the release's other init: its gate fails (exit 1)
-        print(f"matrix: {path} declares another init than {why}; its gate must fail")
-        code = subprocess.run([sys.executable, "-m", "stability", "check", path, "--profile", profile, "-q", "--jobs", "1"], check=False).returncode
+    for spec, why in differs.items():  # the spec must see the release's other init: its gate fails (exit 1)
+        print(f"matrix: {spec} declares another init than {why}; its gate must fail")
+        code = subprocess.run([sys.executable, "-m", "stability", "check", spec, "--profile", profile, "-q", "--jobs", "1"], check=False).returncode
         if code != 1:
-            wrong.append(f"{path}: exit {code} under {why}, where the spec's gate must fail (exit 1)")
+            wrong.append(f"{spec}: exit {code} under {why}, where the spec's gate must fail (exit 1)")
     for line in wrong:
         print(f"matrix: {line}", file=sys.stderr)
     rest = [p for p in loaded if p not in differs]
