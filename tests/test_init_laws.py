@@ -174,6 +174,27 @@ def test_a_truncated_draw_where_a_normal_is_declared_is_caught_by_its_max() -> N
     assert {"max", "min"} <= failed
 
 
+def test_the_samplers_clamp_at_a_far_bound_is_its_atom_not_an_outlier() -> None:
+    """torch's trunc_normal_ maps the uniform's lowest draw to erfinv(−1) = −∞, clamped to a: with
+    a 100σ away (timm's default a = −2 at σ = 0.02) that value is the atom at a, not a 100σ draw
+    of the normal; a value short of the bound is still an outlier."""
+    from stability.judge.init_laws import END_ATOM
+
+    law = Law("trunc_normal", std=0.02, a=-2.0, b=2.0)
+    g = torch.Generator().manual_seed(0)
+    w = torch.nn.init.trunc_normal_(torch.empty(128 * 1000), std=0.02, generator=g)
+    assert not _failed(law, w)
+    w[3], w[7] = -2.0, 2.0  # each end's atom (the CPU's uniform reaches its lower end, CUDA's its upper)
+    checks = {c.statistic: c for c in _judge(law, w)}
+    assert checks["min"].passed and checks["max"].passed
+    assert checks["min"].p == pytest.approx(2 * (1 - (1 - END_ATOM) ** w.numel()), rel=1e-6)
+    w[3] = -1.9  # inside the support, but 95σ out: no sampler gives it
+    assert {"min", "variance"} <= _failed(law, w)
+    w[3], w[11] = -2.0, -2.0  # two at the bound (once in 10⁴ such draws): the second one inflates the variance
+    assert _failed(law, w) == {"variance"}
+    assert "min" in _failed(Law("normal", std=0.02), torch.cat([w[4:], torch.tensor([-2.0])]))  # a normal has no atom at −2
+
+
 def test_an_outlier_and_a_value_outside_a_bounded_law_are_caught() -> None:
     g = torch.Generator().manual_seed(0)
     w = torch.randn(4096, generator=g) * 0.02

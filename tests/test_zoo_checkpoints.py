@@ -49,6 +49,7 @@ SHIPPED = {
     "zoo-mixtral": "mistralai/Mixtral-8x7B-v0.1",
     "zoo-phi3": "microsoft/Phi-3-mini-4k-instruct",
     "zoo-timm-vit": "vit_small_patch16_224",
+    "zoo-timm-deit3": "deit3_small_patch16_224",
     "zoo-timm-convnext": "convnext_atto",
     "zoo-timm-resnet": "resnet18",
     "zoo-timm-resnet-zero": "resnet18",

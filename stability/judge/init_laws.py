@@ -13,7 +13,15 @@ case's false-alarm level over every test it makes, Bonferroni):
   (Satterthwaite 1946); its quantiles by Wilson and Hilferty (1931);
 - **max** and **min**: exact order statistics, P(max ≤ x) = F(x)ⁿ and P(min ≥ x) = (1 − F(x))ⁿ, so
   a law truncated where it should not be (a max short of what n draws reach), an outlier, or a
-  value outside a bounded law's support is caught from two numbers;
+  value outside a bounded law's support is caught from two numbers. A trunc_normal's min of
+  exactly a (max of exactly b) is the sampler's own: torch's and timm's `trunc_normal_` draw
+  u = U(2Φ(α) − 1, 2Φ(β) − 1) and return clamp(μ + σ√2·erfinv(u), a, b), and the uniform's end
+  (its lowest float on the CPU, [from, to); its highest on CUDA) gives erfinv(±1) = ±∞, clamped to
+  the bound: an atom of mass about 2⁻²⁴ (float32's resolution) at each end, so a weight of 10⁵
+  elements truncated at ±2 with σ = 0.02 (100σ) holds a value of exactly −2 about once in 170
+  draws. Such a min (max) is judged against the atom, P(min = a) = 1 − (1 − 2⁻²⁴)ⁿ, and the one
+  element at it is left out of the mean and the variance (a 100σ value moves them past their
+  bounds on its own);
 - a **constant** (norm weights, zero biases, layer-scale values) is exact: min = max = the value,
   up to the parameter's dtype's rounding (one unit in the last place).
 
@@ -39,6 +47,8 @@ LAWS: dict[str, tuple[str, ...]] = {
 
 _N = NormalDist()
 _SQRT2 = math.sqrt(2.0)
+#: The mass `trunc_normal_` puts at each bound: a float32 uniform draw at its end (module docstring).
+END_ATOM = 2.0**-24
 
 
 def _phi(x: float) -> float:
@@ -220,6 +230,18 @@ def check_parameter(law: Law, *, n: int, mean: float, var: float, lo: float, hi:
         return [Check("value", worst, v - tol, v + tol, v, 1.0 if exact else 0.0, level)]
     mu, sigma2, mu4 = law.moments()
     sigma = math.sqrt(sigma2)
+    pad = eps * max([abs(mu) + 10 * sigma] + [abs(x) for x in (law.a, law.b) if math.isfinite(x)])  # the dtype's rounding of the values
+    # The sampler's atoms (module docstring): a bound hit exactly is one element at it, left out of
+    # the mean and the variance (n − 1 draws of the law remain; more at the bound inflate the variance).
+    atoms, drawn = {}, n
+    if law.kind == "trunc_normal":
+        atoms = {end: x for end, x, seen in (("min", law.a, lo), ("max", law.b, hi)) if math.isfinite(x) and abs(seen - x) <= pad}
+    for x in atoms.values():
+        if n >= 2:
+            left = mean + (mean - x) / (n - 1)
+            ss = max(var * (n - 1) - (x - mean) * (x - left), 0.0)  # the sum of squared deviations, x removed (Welford's update reversed)
+            n, mean = n - 1, left
+            var = ss / (n - 1) if n >= 2 else 0.0
     z = _N.inv_cdf(1 - level / 2)
     se = sigma / math.sqrt(n)
     out = [Check("mean", mean, mu - z * se, mu + z * se, mu, math.erfc(abs(mean - mu) / se / _SQRT2), level)]
@@ -230,13 +252,20 @@ def check_parameter(law: Law, *, n: int, mean: float, var: float, lo: float, hi:
         zv = ((max(var, 0.0) / sigma2) ** (1 / 3) - (1 - c)) / math.sqrt(c)  # Wilson-Hilferty: ~N(0, 1)
         out.append(Check("variance", var, sigma2 * _chi2_quantile(nu, -z) / nu, sigma2 * _chi2_quantile(nu, z) / nu, sigma2, math.erfc(abs(zv) / _SQRT2), level))
     # Order statistics: P(max ≤ x) = F(x)^n, P(min ≥ x) = (1 − F(x))^n; each end at level/2, so that
-    # max and min are two-sided tests at `level` each. `pad`: the dtype's rounding of the values.
+    # max and min are two-sided tests at `level` each. A bound hit exactly is judged as its atom:
+    # P(the bound is hit) = 1 − (1 − 2⁻²⁴)ⁿ.
     q_far = -math.expm1(math.log1p(-level / 2) / n)  # the tail mass beyond the max's upper end
     q_near = -math.expm1(math.log(level / 2) / n)  # the tail mass beyond its lower end
-    pad = eps * max([abs(mu) + 10 * sigma] + [abs(x) for x in (law.a, law.b) if math.isfinite(x)])
     median = -math.expm1(-math.log(2) / n)  # the tail mass beyond the median of the max
-    below_max = math.exp(n * math.log1p(-min(law.sf(hi), 1.0))) if law.sf(hi) < 1 else 0.0  # P(max ≤ observed)
-    above_min = math.exp(n * math.log1p(-min(law.cdf(lo), 1.0))) if law.cdf(lo) < 1 else 0.0  # P(min ≥ observed)
-    out.append(Check("max", hi, law.quantile_high(q_near), law.quantile_high(q_far) + pad, law.quantile_high(median), _two_sided(below_max), level))
-    out.append(Check("min", lo, law.quantile_low(q_far) - pad, law.quantile_low(q_near), law.quantile_low(median), _two_sided(above_min), level))
+    at_end = _two_sided(-math.expm1(drawn * math.log1p(-END_ATOM)))
+    if "max" in atoms:
+        out.append(Check("max", hi, law.b - pad, law.b + pad, law.quantile_high(median), at_end, level))
+    else:
+        below_max = math.exp(n * math.log1p(-min(law.sf(hi), 1.0))) if law.sf(hi) < 1 else 0.0  # P(max ≤ observed)
+        out.append(Check("max", hi, law.quantile_high(q_near), law.quantile_high(q_far) + pad, law.quantile_high(median), _two_sided(below_max), level))
+    if "min" in atoms:
+        out.append(Check("min", lo, law.a - pad, law.a + pad, law.quantile_low(median), at_end, level))
+    else:
+        above_min = math.exp(n * math.log1p(-min(law.cdf(lo), 1.0))) if law.cdf(lo) < 1 else 0.0  # P(min ≥ observed)
+        out.append(Check("min", lo, law.quantile_low(q_far) - pad, law.quantile_low(q_near), law.quantile_low(median), _two_sided(above_min), level))
     return out
