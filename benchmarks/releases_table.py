@@ -130,14 +130,15 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def update(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Replace the table between the markers of `path` (rows of specs not run this time are kept)."""
+def update(path: Path, rows: Sequence[Mapping[str, Any]], *, keep: bool = False) -> None:
+    """Replace the table between the markers of `path` (with `keep`, rows of specs not run this
+    time are kept: `--only`)."""
     text = path.read_text(encoding="utf-8")
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{path}: has no releases-table markers ({BEGIN} … {END})")
     head, rest = text.split(BEGIN, 1)
     old, tail = rest.split(END, 1)
-    kept = {line.split("|")[1].strip(): line for line in old.splitlines() if line.startswith("| [")}
+    kept = {line.split("|")[1].strip(): line for line in old.splitlines() if line.startswith("| [")} if keep else {}
     new = {line.split("|")[1].strip(): line for line in markdown(rows).splitlines() if line.startswith("| [")}
     merged = {**kept, **new}
     table = markdown([]).splitlines() + [merged[k] for k in sorted(merged)]
@@ -149,9 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--md", type=Path, help="replace the table between the releases-table markers of FILE (docs/zoo.md)")
     p.add_argument("--only", default="", help="only these zoo specs (file stems, comma-separated)")
     args = p.parse_args(argv)
-    rows = measure([s for s in args.only.split(",") if s])
+    only = [s for s in args.only.split(",") if s]
+    rows = measure(only)
     if args.md:
-        update(args.md, rows)
+        update(args.md, rows, keep=bool(only))
         print(f"wrote {args.md} ({len(rows)} rows)")
     else:
         print(markdown(rows), end="")

@@ -61,6 +61,27 @@ def test_a_release_folder_holds_its_requirements_this_environment_does_not_meet(
     assert requirements_to_add(wheel) == ["packaging<1.0", "no-such-package-here>=1"]
 
 
+def _named_wheel(folder: Path, name: str, version: str, requires: list[str]) -> Path:
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{name}-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires))
+    return path
+
+
+def test_a_requirement_of_a_requirement_the_environment_lacks_goes_into_the_folder_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """transformers 5.0.0 wants huggingface-hub 1.x, whose own httpx this environment (hub 2.x) does
+    not have: the folder gets both, once each, from the newest cached wheel that meets each requirement."""
+    from stability.run import releases
+
+    fetched: list[str] = []
+    monkeypatch.setattr(releases, "_fetch", lambda requirement, wheels: fetched.append(requirement))
+    _named_wheel(tmp_path, "no_such_hub", "1.3", ["no-such-httpx>=0.2", "no-such-filelock"])
+    _named_wheel(tmp_path, "no_such_hub", "2.0", ["no-such-other"])  # newer, but outside the requirement
+    _named_wheel(tmp_path, "no_such_httpx", "0.28", ["no-such-filelock", "no-such-hub<2"])
+    assert releases._closure(["no-such-hub<2,>=1.0"], tmp_path) == ["no-such-hub<2,>=1.0", "no-such-httpx>=0.2", "no-such-filelock"]
+    assert fetched == ["no-such-hub<2,>=1.0", "no-such-httpx>=0.2", "no-such-filelock"]
+
+
 def test_the_matrix_runs_each_release_on_the_zoo_specs_of_its_library() -> None:
     transformers = matrix_specs(Release("t", "transformers", "5.0.0"), ZOO)
     assert ZOO / "bert.toml" in transformers and not any(p.stem.startswith(("timm_", "tv_")) for p in transformers)
@@ -272,3 +293,15 @@ def test_the_oldest_supported_transformers_runs_vit_and_refuses_newer_families_n
         "pip install --no-deps 'transformers>=4.51.0'"
     ]
     assert CACHE.name == ".cache"
+
+
+def test_a_setting_that_a_release_cannot_build_is_refused_at_load_naming_the_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    """timm 1.0.10 to 1.0.15 build resnetv2_18 but crash on its zero_init_last (PreActBasic has no conv3)."""
+    monkeypatch.setattr(library_support, "installed", lambda name: "1.0.15")
+    with pytest.raises(SpecError) as e:
+        library_support.check_working("timm", "resnetv2_18", {"layers": [1, 1, 1, 1], "zero_init_last": True}, file="s.toml", key="block.config")
+    assert str(e.value).startswith("s.toml: block.config.zero_init_last = True: sets zero_init_last, which timm 1.0.15 cannot build") and "timm>=1.0.16" in str(e.value)
+    library_support.check_working("timm", "resnetv2_18", {"layers": [1, 1, 1, 1]}, file="s.toml", key="block.config")  # without it: builds
+    monkeypatch.setattr(library_support, "installed", lambda name: "1.0.16")
+    library_support.check_working("timm", "resnetv2_18", {"zero_init_last": True}, file="s.toml", key="block.config")
+    assert library_support.expected_refusal("timm_resnetv2_zero.toml") is None

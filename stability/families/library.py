@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stability.errors import CaseError, LibraryMissing, SpecError
-from stability.families.library_support import check_release, first_release, installed, older_release
+from stability.families.library_support import check_release, check_working, first_release, installed, older_release
 from stability.spec.case import Case
 
 __all__ = [
@@ -424,6 +424,7 @@ def parse_library(
     a SpecError (exit 2) names the key, the value and the fix. `prefix` is the keys' table."""
     target = resolve(model, file=file, key=f"{prefix}model")
     check_config(target, config, file=file, key=f"{prefix}config")
+    check_working(target.library, target.name, config, file=file, key=f"{prefix}config")
     if inputs is not None and inputs not in MODALITIES:
         raise SpecError(file, f"{prefix}inputs", "is not a modality", value=inputs, fix=f"choose one of {', '.join(MODALITIES)}")
     out = LibraryModel(target, dict(config), inputs, blocks, dict(shipped or {}))

@@ -26,7 +26,7 @@ MINIMUM: Mapping[str, str] = {"transformers": "4.40.0", "timm": "0.9.0", "torchv
 #: The releases the matrix runs (noxfile.py): the oldest and newest supported in CI (.ci/run), all nightly.
 MATRIX: Mapping[str, tuple[str, ...]] = {
     "transformers": ("4.40.2", "4.45.2", "4.53.3", "4.54.1", "4.57.6", "5.0.0", "5.24.0"),
-    "timm": ("0.9.0", "0.9.16", "1.0.9", "1.0.10", "1.0.31"),
+    "timm": ("0.9.0", "0.9.16", "1.0.9", "1.0.10", "1.0.16", "1.0.31"),
     "torchvision": ("0.15.0", "0.15.2", "0.16.2"),
 }
 
@@ -77,12 +77,12 @@ def first_release(library: str, name: str) -> str | None:
 #: sets that older configs do not take (`head_dim` of Llama, Mistral and Mixtral).
 ZOO_FIRST: Mapping[str, tuple[str, str]] = {
     "gemma2.toml": ("transformers", "4.42.0"),
-    "llama.toml": ("transformers", "4.45.0"),
+    "llama.toml": ("transformers", "5.0.0"),
     "mistral.toml": ("transformers", "4.43.0"),
     "mixtral.toml": ("transformers", "4.47.0"),
     "phi3.toml": ("transformers", "4.41.0"),
     "qwen3.toml": ("transformers", "4.51.0"),
-    "timm_resnetv2_zero.toml": ("timm", "1.0.10"),
+    "timm_resnetv2_zero.toml": ("timm", "1.0.16"),
 }
 
 
@@ -114,3 +114,22 @@ def expected_init_difference(spec_file: str) -> str | None:
         if not _older(have, first) and _older(have, end):
             return f"{library} {have} (releases {first} to before {end}): {why}"
     return None
+
+
+#: Config settings that build under a release but do not work before a later one: (library, model
+#: name, config key) → (the first release where they work, what fails before it), measured by
+#: building the zoo spec that sets them under the releases around it. A spec setting one under an
+#: older release is refused at load, in one line naming the release.
+BROKEN_BEFORE: Mapping[tuple[str, str, str], tuple[str, str]] = {
+    ("timm", "resnetv2_18", "zero_init_last"): ("1.0.16", "its PreActBasic blocks' zero_init_last reads conv3, which a basic block does not have (AttributeError at build)"),
+}
+
+
+def check_working(library: str, name: str, config: Mapping[str, object], *, file: str, key: str) -> None:
+    """A SpecError (exit 2) when `config` sets a key `BROKEN_BEFORE` lists and the imported release
+    is older than the first that builds it."""
+    for setting in config:
+        first, why = BROKEN_BEFORE.get((library, name, setting), (None, ""))
+        if first is not None and _older(installed(library), first):
+            problem = f"sets {setting}, which {library} {installed(library)} cannot build: {why}; it works from {library} {first}"
+            raise SpecError(file, f"{key}.{setting}", problem, value=config[setting], fix=f"pip install --no-deps '{library}>={first}', or leave {setting} out")

@@ -33,6 +33,9 @@ import zipfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from stability.errors import UsageError
 
@@ -127,6 +130,42 @@ def requirements_to_add(wheel: Path) -> list[str]:
     return out
 
 
+def _closure(requirements: list[str], wheels: Path) -> list[str]:
+    """`requirements` and, in turn, those of their wheels that this environment does not meet (a
+    release's huggingface-hub whose own httpx this environment lacks), each fetched into `wheels`;
+    a name already added is not added again."""
+    from packaging.requirements import Requirement
+
+    out: list[str] = []
+    names: set[str] = set()
+    todo = list(requirements)
+    while todo:
+        requirement = todo.pop(0)
+        name = canonicalize_name(Requirement(requirement).name)
+        if name in names:
+            continue
+        names.add(name)
+        out.append(requirement)
+        _fetch(requirement, wheels)
+        wheel = _best_wheel(Requirement(requirement), wheels)
+        if wheel is not None:
+            todo += requirements_to_add(wheel)
+    return out
+
+
+def _best_wheel(requirement: Any, wheels: Path) -> Path | None:
+    """The newest cached wheel that meets `requirement` (what `_fetch` chose), or None."""
+    best: tuple[Any, Path] | None = None
+    for path in wheels.glob("*.whl"):
+        try:
+            name, version, _, _ = parse_wheel_filename(path.name)
+        except InvalidWheelFilename:
+            continue
+        if name == canonicalize_name(requirement.name) and requirement.specifier.contains(version, prereleases=True) and (best is None or version > best[0]):
+            best = (version, path)
+    return None if best is None else best[1]
+
+
 def install(release: Release, *, cache: Path = CACHE) -> Path:
     """The folder that holds `release` (module docstring), installed on first use."""
     if release.path is not None:
@@ -138,9 +177,7 @@ def install(release: Release, *, cache: Path = CACHE) -> Path:
         return target
     wheels = cache / "wheels"
     _fetch(f"{release.library}=={release.version}", wheels)
-    extra = requirements_to_add(_wheel(release.library, release.version, wheels))
-    for requirement in extra:
-        _fetch(requirement, wheels)
+    extra = _closure(requirements_to_add(_wheel(release.library, release.version, wheels)), wheels)
     target.mkdir(parents=True, exist_ok=True)
     got = _pip("install", "--quiet", "--no-deps", "--no-index", "--find-links", str(wheels), "--target", str(target), "--upgrade", f"{release.library}=={release.version}", *extra)
     if got.returncode != 0:
