@@ -70,11 +70,36 @@ def _timm_layer_scale_at_one(mp: pytest.MonkeyPatch) -> None:
         mp.setattr(cls, "reset_parameters", lambda self: torch.nn.init.ones_(self.gamma))
 
 
+def _mamba_linears_at_torch_default(mp: pytest.MonkeyPatch) -> None:
+    """transformers before 4.54: the mixer's in_proj and x_proj never initialised by _init_weights,
+    left at PyTorch's U(±1/√fan-in) instead of N(0, initializer_range²)."""
+    from transformers.models.mamba import modeling_mamba as m
+
+    built = m.MambaMixer.__init__
+    shipped = m.MambaPreTrainedModel._init_weights
+
+    def mixer(self: torch.nn.Module, *args: object, **kwargs: object) -> None:
+        built(self, *args, **kwargs)
+        for linear in (self.in_proj, self.x_proj):
+            linear.stability_left_at_default = True  # type: ignore[union-attr]
+
+    def buggy(self: torch.nn.Module, module: torch.nn.Module) -> None:
+        shipped(self, module)
+        for linear in (module, *module.children()):  # whichever of the mixer and its linears comes last
+            if isinstance(linear, torch.nn.Linear) and getattr(linear, "stability_left_at_default", False):
+                with torch.no_grad():
+                    linear.reset_parameters()
+
+    mp.setattr(m.MambaMixer, "__init__", mixer)
+    mp.setattr(m.MambaPreTrainedModel, "_init_weights", buggy)
+
+
 PLANTS = [
     Plant("gpt2-c-proj-depth-scaling", "specs/zoo/gpt2.toml", "depth=2,width=128,batch=2,seed=0,tokens=8", _gpt2_unscaled_c_proj),
     Plant("gemma-rmsnorm-offset", "specs/zoo/gemma.toml", "depth=2,width=256,batch=2,seed=0,tokens=8", _gemma_norms_at_one("transformers.models.gemma.modeling_gemma", "GemmaPreTrainedModel")),
     Plant("gemma2-rmsnorm-offset", "specs/zoo/gemma2.toml", "depth=2,width=256,batch=2,seed=0,tokens=8", _gemma_norms_at_one("transformers.models.gemma2.modeling_gemma2", "Gemma2PreTrainedModel")),
     Plant("timm-layerscale-init-values", "specs/zoo/timm_deit3.toml", "depth=2,width=128,batch=2,seed=0", _timm_layer_scale_at_one),
+    Plant("mamba-missing-linear-init", "specs/zoo/mamba.toml", "depth=2,width=128,batch=2,seed=0,tokens=8", _mamba_linears_at_torch_default),
 ]
 
 #: Planted bugs the zoo spec does not catch yet, each with why (a strict xfail: it fails the day the spec catches the bug).
