@@ -11,9 +11,9 @@ first, after checking that the subprocess imports the release from that folder. 
 when the check exits 1 (an expectation not met) on the buggy release; the fixed release is a
 *false alarm* when its check exits 1 too.
 
-    python -m benchmarks.corpus [--only ID ...] [--profile ci|thorough] [--md FILE]
+    python -m benchmarks.corpus [--only ID ...] [--profile ci|thorough] [--json FILE]
 
-prints (or writes) the table of `docs/zoo.md`, section "Real init bugs caught".
+prints the table of `docs/zoo.md`, section "Real init bugs caught".
 """
 
 from __future__ import annotations
