@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from stability.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING, EXIT_OK, EXIT_USAGE
+from stability.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING, EXIT_OK, EXIT_USAGE, factories_allowed, load_each
 from stability.errors import SpecError, UsageError
 from stability.report.text import printable, write_command
 
@@ -23,40 +23,7 @@ if TYPE_CHECKING:
     from stability.run.engine import SpecResult
     from stability.spec.schema import Spec
 
-__all__ = ["check_command", "load_each"]
-
-
-def _default_paths(paths: list[str]) -> list[str]:
-    if paths:
-        return paths
-    if not Path("specs").is_dir():
-        raise UsageError("no path given and there is no ./specs folder; run `stability check PATH` with a spec file or folder")
-    return ["specs"]
-
-
-def load_each(paths: list[str]) -> tuple[list[Spec], list[SpecError]]:
-    """Every spec that loads, and one SpecError per file that does not. Two specs with one name
-    are refused outright (UsageError-like SpecError, nothing runs): the reports key on names."""
-    from stability.spec.load import find_specs, load_spec
-
-    files = find_specs(list(_default_paths(paths)))
-    if not files:
-        raise UsageError(f"{', '.join(paths) or 'specs'}: no *.toml spec files found; add one (see `stability schema`)")
-    specs: list[Spec] = []
-    errors: list[SpecError] = []
-    for f in files:
-        try:
-            specs.append(load_spec(f))
-        except SpecError as exc:
-            errors.append(exc)
-    names: dict[str, str] = {}
-    for s in specs:
-        if s.name in names:
-            for error in errors:
-                print(f"stability: error: {printable(str(error))}", file=sys.stderr)
-            raise SpecError(s.path, "name", f"is already used by {names[s.name]}", value=s.name, fix="give each spec a unique name")
-        names[s.name] = s.path
-    return specs, errors
+__all__ = ["check_command"]
 
 
 def _validate(args: argparse.Namespace, specs: list[Spec], devices: list[str]) -> int | None:
@@ -121,7 +88,7 @@ def check_command(args: argparse.Namespace, console: Console, err: Console) -> i
     budget = _validate(args, specs, devices)
     baseline = load_baseline(args.baseline, update=args.update_baseline) if args.baseline else None
     roots = [str(Path(r).resolve()) for r in args.source_root or []]
-    specs, refused = _factories_allowed(specs, roots)
+    specs, refused = factories_allowed(specs, roots)
     load_errors += refused
     if not args.in_process:
         from stability.run.processes import start_server
@@ -294,28 +261,6 @@ def _suggestions(args: argparse.Namespace, outcomes: list[Any], executor: Any, r
                 res.suggestions = suggest(res.spec.path, options=o.task.options, executor=executor, only=args.only, result=res)
         except SpecError as exc:  # the file changed under the run: the verdicts stand, without a suggestion
             print(f"stability: warning: --suggest: {printable(str(exc))}", file=sys.stderr)
-
-
-def _factories_allowed(specs: list[Spec], roots: list[str]) -> tuple[list[Spec], list[SpecError]]:
-    """Custom specs whose factory is found under the factory rule (by path, importing nothing)
-    and whose signature, read from its source, takes every `factory_args` key and asks for nothing
-    unfilled (`stability.families.factory.check_factory`); one SpecError, printed now, for each
-    spec refused: it does not run."""
-    from stability.families.factory import check_factory, source_roots
-    from stability.spec.registry import FAMILIES
-
-    allowed: list[Spec] = []
-    refused: list[SpecError] = []
-    with source_roots(roots):
-        for spec in specs:
-            try:
-                if FAMILIES.get(spec.family).user_code and spec.block.factory:
-                    check_factory(spec)
-                allowed.append(spec)
-            except SpecError as exc:
-                print(f"stability: error: {printable(str(exc))}", file=sys.stderr)
-                refused.append(exc)
-    return allowed, refused
 
 
 def _terminal(

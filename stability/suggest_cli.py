@@ -22,30 +22,11 @@ from typing import Any
 
 from rich.console import Console
 
-from stability.cli import EXIT_FAILED, EXIT_OK
+from stability.cli_common import EXIT_FAILED, EXIT_OK, load_each
 from stability.errors import UsageError
 from stability.report.text import printable
 
-__all__ = ["add_suggest_parser", "suggest_command"]
-
-
-def add_suggest_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
-    from stability.cli import _count, _seconds
-
-    s = sub.add_parser("suggest", parents=parents, help="try every remedy that applies to a failing spec and list those that make every expectation hold (docs/suggest.md)")
-    s.add_argument("spec", nargs="?", help="one spec file with an unmet expectation")
-    s.add_argument("--out", metavar="FIXED.toml", help="write the best remedy's spec there (its [expect] tables unchanged; never the spec itself)")
-    s.add_argument("--force", action="store_true", help="let --out replace an existing file")
-    s.add_argument("--only", metavar="INVARIANT", help="fix this invariant only (the others are neither fixed nor run)")
-    s.add_argument("--profile", choices=["ci", "dev", "thorough"], default="ci", help="the search budget of every run (default ci: derandomized, the cases CI draws)")
-    s.add_argument("--holds", action="store_true", help='read each expect = "violated" as "holds": what removes a negative control\'s failure (not with --out)')
-    s.add_argument("--json", metavar="FILE", help="write every remedy tried, its diff and its numbers as JSON")
-    s.add_argument("--no-diff", action="store_true", help="leave the diffs out of the terminal output")
-    s.add_argument("--list", action="store_true", help="list the registered remedies and exit")
-    s.add_argument("--jobs", "-j", type=_count("jobs", auto=True), default="auto", metavar="N", help="run N remedies at once, each in its own worker process (default auto: one per usable core)")
-    s.add_argument("--case-timeout", type=_seconds, default=120.0, metavar="S", help="per-case time limit in seconds (default 120; 0 = none)")
-    s.add_argument("--source-root", action="append", metavar="DIR", help="a folder whose .py files custom factories may come from (repeatable)")
-    s.add_argument("--in-process", action="store_true", help="run in this process, without worker isolation (for debugging)")
+__all__ = ["suggest_command"]
 
 
 def _list(console: Console) -> int:
@@ -108,8 +89,6 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
     for root in args.source_root or []:
         if not Path(root).is_dir():
             raise UsageError(f"--source-root {root}: is not a folder; give the folder that holds your factory modules")
-    from stability.check_cli import load_each
-
     specs, errors = load_each([args.spec])
     if errors:
         raise errors[0]

@@ -22,6 +22,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from stability.cli_common import factories_allowed
+from stability.cli_parser import cores, parser
 from stability.errors import UsageError
 from stability.report.text import printable
 from stability.run.store import DEFAULT_DB, Budget, Store, budget_text, check_store
@@ -105,8 +107,6 @@ def _scheduler(text: str) -> str:
 
 def _check_backend(args: argparse.Namespace) -> None:
     """The backend options, refused before any cluster or process is started."""
-    from stability.cli import _cores
-
     if args.device == "cuda" and not args.scheduler:
         import torch
 
@@ -117,7 +117,7 @@ def _check_backend(args: argparse.Namespace) -> None:
     if args.workers is not None:
         if args.scheduler:
             raise UsageError("--workers sizes a local cluster, and --scheduler uses a running one (whose workers run the points); drop one of them")
-        most = WORKERS_PER_CORE * _cores()
+        most = WORKERS_PER_CORE * cores()
         if not 1 <= args.workers <= most:
             raise UsageError(f"--workers {args.workers}: give 1 to {most} ({WORKERS_PER_CORE} per usable core), or --serial")
     if args.scheduler is not None:
@@ -191,11 +191,9 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
                 raise UsageError(f"--resume: no unfinished sweep is recorded in {db}; start one with `stability sweep SPEC --over ...`")
             console.print(f"--resume: no unfinished sweep of this spec and grid is recorded in {db}; running it (stored points are reused)", highlight=False)
         else:
-            from stability.cli import _parser
-
             resumed = last[1] + _backend_args(argv)
             console.print(f"resuming sweep {last[0]}: stability {' '.join(resumed)}", highlight=False)
-            args = _parser().parse_args(resumed)
+            args = parser().parse_args(resumed)
             args.db = db
             resumed_id = last[0]
     if not args.spec:
@@ -286,15 +284,14 @@ def _plan(args: argparse.Namespace) -> _Plan | None:
     exists (UsageError or SpecError: one line, exit 2): the spec, the factory rule (the one
     `stability check` applies), the axes and the grid's size, the seeds, the depth range, every
     point applied to the spec once, the report path, the memory budget and the backend options.
-    None when the factory rule refused the spec (`stability.check_cli._factories_allowed` has printed why)."""
+    None when the factory rule refused the spec (`stability.cli_common.factories_allowed` has printed why)."""
     import os
 
-    from stability.check_cli import _factories_allowed
     from stability.run.grid import check_points, grid_points, grid_size, parse_axis
     from stability.spec.load import load_spec
 
     spec = load_spec(args.spec)
-    if _factories_allowed([spec], [])[1]:  # refused (and said so, in check's words): nothing runs
+    if factories_allowed([spec], [])[1]:  # refused (and said so, in check's words): nothing runs
         return None
     axes = [parse_axis(text) for text in args.over]
     points = grid_size(axes)

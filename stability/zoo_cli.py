@@ -28,23 +28,7 @@ from rich.table import Table
 from stability.errors import UsageError
 from stability.report.text import printable
 
-__all__ = ["zoo_command", "add_zoo_parser"]
-
-
-def add_zoo_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
-    z = sub.add_parser("zoo", parents=parents, help="every library model family of specs/zoo/ at initialisation: the table of docs/zoo.md")
-    z.add_argument("paths", nargs="*", help="zoo spec files or folders (default: specs/zoo)")
-    z.add_argument("--depths", default=None, metavar="D,D,…", help="the depths of the grid (default 4,8,16; with --compare 4); the budget is searched up to the largest")
-    z.add_argument("--md", metavar="FILE", help="update the table between the zoo-table markers of FILE (e.g. docs/zoo.md)")
-    z.add_argument("--html", metavar="DIR", help="write the table as DIR/zoo.html")
-    z.add_argument("--no-budget", action="store_true", help="no depth budgets (the grid only)")
-    z.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
-    z.add_argument(
-        "--compare",
-        nargs=2,
-        metavar=("A", "B"),
-        help="run every zoo family under two library releases (transformers==4.53.3, a folder of packages or a virtual environment) on the same cases: every number that moved past its drift (exit 1)",
-    )
+__all__ = ["zoo_command"]
 
 
 def _depths(text: str) -> tuple[int, ...]:

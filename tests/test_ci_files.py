@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from stability.cli import _parser
+from stability.cli_parser import parser
 
 yaml = pytest.importorskip("yaml")
 
@@ -43,7 +43,7 @@ def _commands(text: str) -> list[list[str]]:
 
 def _parses(argv: list[str]) -> Any:
     """The CLI parser's reading of `stability check ARGV` (an unknown option raises UsageError)."""
-    return _parser().parse_args(["check", *argv])
+    return parser().parse_args(["check", *argv])
 
 
 def _steps(block: Any) -> list[dict[str, Any]]:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from gate_support import SCALAR_CHAIN
 
-from stability.cli import _cores, main
+from stability.cli import main
+from stability.cli_parser import cores
 from stability.run.store import Store
 from stability.sweep_cli import MAX_SEEDS, WORKERS_PER_CORE
 
@@ -80,7 +81,7 @@ def test_a_factory_outside_your_code_is_refused_as_check_refuses_it(sweep: objec
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["--workers", "10000"], f"--workers 10000: give 1 to {WORKERS_PER_CORE * _cores()} ({WORKERS_PER_CORE} per usable core), or --serial"),
+        (["--workers", "10000"], f"--workers 10000: give 1 to {WORKERS_PER_CORE * cores()} ({WORKERS_PER_CORE} per usable core), or --serial"),
         (["--workers", "0"], "--workers 0: give 1 to"),
         (["--workers", "2", "--scheduler", "tcp://127.0.0.1:8786"], "--workers sizes a local cluster, and --scheduler uses a running one"),
         (["--seeds", "300000"], f"--seeds 300000: give at least 1 seed per point, and at most {MAX_SEEDS:,}"),
