@@ -11,7 +11,9 @@ runs one way, one folder per stage, and no stage imports a later one:
     run/       the search over cases (`strategies.cases`, `run_spec`), executors, store, sweeps
     report/    the terminal table, JSON, JUnit, HTML and plots
 
-`cli.py`, `sweep_cli.py`, `zoo_cli.py` and `plugin.py` wire the stages to the command line and to pytest.
+`cli.py` (the entry point) and its commands (`check_cli.py`, `sweep_cli.py`, `zoo_cli.py`,
+`suggest_cli.py`, over `cli_parser.py` and `cli_common.py`) and `plugin.py` wire the stages to the
+command line and to pytest.
 
 Importing the package registers the built-in invariants and families and nothing heavier: the
 names below are imported on first use (PEP 562), so `stability --help`, `list`, `explain` and
