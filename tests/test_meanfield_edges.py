@@ -1,8 +1,8 @@
-"""Edges of stability/judge/meanfield.py: the composite rule's Gaussian density at q ≠ 1 (E[x²] = q,
-E[x⁴] = 3q²), a stack with no weights and no bias (q* = χ₁ = ξ = 0: it used to divide by zero),
-the defaults (no bias, branch scale 1), and the error when the edge of chaos lies outside the
-searched range. Written from the surviving mutants of the whole-module run of meanfield.py
-(docs/mutation.md)."""
+"""Edges of stability/judge/meanfield.py and its quadrature and profile modules: the composite
+rule's Gaussian density at q ≠ 1 (E[x²] = q, E[x⁴] = 3q²), a stack with no weights and no bias
+(q* = χ₁ = ξ = 0: it used to divide by zero), the defaults (no bias, branch scale 1), and the error
+when the edge of chaos lies outside the searched range. Written from the surviving mutants of the
+whole-module run of meanfield.py, before it was split (docs/mutation.md)."""
 
 from __future__ import annotations
 

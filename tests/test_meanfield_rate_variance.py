@@ -1,4 +1,4 @@
-"""`log_rate_variance` for a residual stack of a smooth activation (stability/judge/meanfield.py): the sum
+"""`log_rate_variance` for a residual stack of a smooth activation (stability/judge/meanfield_profile.py): the sum
 of the per-block variances plus the Cauchy–Schwarz covariance 2·Σ_{i<j} a_i a_j √((κ_i − 1)(κ_j − 1))/n,
 a_l = α²χ_F,l/(1 + α²χ_F,l), worked by hand on a three-block profile. Written from the surviving
 mutants of the mutation check (docs/mutation.md)."""
@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from stability.judge.meanfield import LayerProfile, log_factor_variance, log_rate_variance
+from stability.judge.meanfield_profile import LayerProfile, log_factor_variance, log_rate_variance
 
 
 def test_a_residual_tanh_profiles_rate_variance_is_its_formula_by_hand() -> None:
