@@ -6,7 +6,7 @@ import pytest
 
 from stability.cli import main
 from stability.errors import UsageError
-from stability.judge.explanations import REFERENCES
+from stability.judge.references import REFERENCES
 from stability.report.explain import explain_text, known_invariants
 from stability.spec.registry import INVARIANTS as REGISTRY
 
