@@ -295,7 +295,7 @@ def _overhead(name: str, reps: int) -> dict[str, dict[str, float]]:
     import torch
 
     from stability import probe
-    from stability.measure.probe import projection_vector
+    from stability.measure.probe_pass import projection_vector
 
     blocks, x = network(name)
     with torch.no_grad():
@@ -343,7 +343,7 @@ def section_a(reps: int) -> None:
     defaults (≤ 1.10×), and without its page-fault churn (`NO_FAULTS`, ≤ 1.15×: the probe's own
     cost). Then the naive per-boundary approach beside it."""
 
-    from stability.measure.probe import projection_vector
+    from stability.measure.probe_pass import projection_vector
 
     print("(a) probe overhead", flush=True)
     for regime, env, target in REGIMES:
@@ -394,7 +394,7 @@ torch.set_num_threads({threads})
 from benchmarks.ratios import _net, _mlp_text, _bare
 from benchmarks._nets import reset_peak_rss
 from stability import probe
-from stability.measure.probe import projection_vector
+from stability.measure.probe_pass import projection_vector
 _, blocks, x = _net(_mlp_text(), depth=256, width=256, batch=64)
 r = projection_vector((64, 256), 0, dtype=x.dtype, device=x.device)
 bare = _bare(blocks, x, r)

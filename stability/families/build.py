@@ -62,7 +62,7 @@ class Network:
 
     With `model` (a `ModelRun`: a whole model, its inputs and its blocks on the hidden state's
     path), the blocks run inside the model's own forward: every measurement probes the network
-    through that forward (`stability.measure.forward.probe_network`), so what the model passes its
+    through that forward (`stability.measure.probe.probe_network`), so what the model passes its
     blocks (masks, position tables, biases) reaches them as it ships, and the drawn input is not
     used."""
 

@@ -1,6 +1,6 @@
 """Stage 4: what the probe's one pass does at each boundary, in one of two designs.
 
-`stability.measure.probe.measure_pass` runs the network once forward and once backward and hands
+`stability.measure.probe_pass.measure_pass` runs the network once forward and once backward and hands
 this module every boundary: `_Pass.enter` gets the tensor that reaches block 0 (it becomes the
 gradient leaf), `_Pass.observe` every other boundary tensor, and each boundary gets one gradient
 hook. Each boundary is reduced to its variance and mean, each gradient to its norm; where those
