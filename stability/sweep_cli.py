@@ -391,7 +391,7 @@ def print_budgets(budgets: list[Budget], console: Console, *, fixed: str | None 
 
 
 def _compare(store: Store, revs: list[str], console: Console) -> int:
-    from stability.run.sweep import compare
+    from stability.run.sweep_compare import compare
 
     found = compare(store, revs[0], revs[1])  # nothing comparable: UsageError, exit 2
     va, vb, moved = found.version_a, found.version_b, found.moved
