@@ -197,8 +197,9 @@ def _floor_pass(blocks: Any, x: Any) -> Callable[[], None]:
 
     import torch
 
+    from stability.measure.param_norms import _HOOK_PARAM
     from stability.measure.probe_pass import projection_vector
-    from stability.measure.reductions import _HOOK_PARAM, _SQUARES_MAX
+    from stability.measure.reductions import _SQUARES_MAX
 
     mods = list(blocks)
     params = [p for p in blocks.parameters() if p.requires_grad]

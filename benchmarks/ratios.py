@@ -111,14 +111,14 @@ def _bare(blocks: Any, x: Any, r: Any) -> Callable[[], None]:
 
 
 def _bare_freed(blocks: Any, x: Any, r: Any) -> Callable[[], None]:
-    """`_bare`, with each gradient of a parameter the probe hooks (stability.measure.reductions._HOOK_PARAM
+    """`_bare`, with each gradient of a parameter the probe hooks (stability.measure.param_norms._HOOK_PARAM
     elements or more) dropped as autograd produces it, as the probe does after taking its norm:
     the same memory traffic as the probe, none of its measurements. The probe against this is
     its overhead with the allocator's share taken out (a training step keeps its gradients, so
     `_bare` is the reference of the targets)."""
     import torch
 
-    from stability.measure.reductions import _HOOK_PARAM
+    from stability.measure.param_norms import _HOOK_PARAM
 
     params = [p for p in blocks.parameters() if p.requires_grad]
     big = [p for p in params if p.numel() >= _HOOK_PARAM]

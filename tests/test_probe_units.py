@@ -14,9 +14,10 @@ import torch
 from torch import nn
 
 from stability import probe
+from stability.measure.param_norms import _HOOK_PARAM, _SMALL_PARAM, _param_norms
 from stability.measure.probe import _rel_diff
 from stability.measure.probe_pass import projection_vector
-from stability.measure.reductions import _HOOK_PARAM, _SMALL_PARAM, _TWO_PASS_MIN, _as_dtype, _combine, _moments, _norm, _norm_value, _param_norms, _two_pass_count
+from stability.measure.reductions import _TWO_PASS_MIN, _as_dtype, _combine, _moments, _norm, _norm_value, _two_pass_count
 
 #: A gradient of many rows of `reductions._NORM_ROW` (and, plus 3, a remainder).
 _LONG = 1 << 16

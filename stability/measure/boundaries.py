@@ -40,10 +40,10 @@ from torch import nn
 
 from stability.errors import BlockError
 from stability.measure.measurements import Measurements
+from stability.measure.param_norms import _LargeParamNorms
 from stability.measure.reductions import (
     _SQUARES_MAX,
     _TWO_PASS_MIN,
-    _LargeParamNorms,
     _Moments,
     _norm,
     _norm64,

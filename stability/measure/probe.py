@@ -5,7 +5,7 @@ During the forward pass each boundary tensor gets its statistics reduced to a fe
 gradient hook that reduces its gradient to one norm; nothing else about it is kept, so the probe
 holds no activation beyond what autograd saves anyway. A single `torch.autograd.grad` call then runs the
 one backward pass and returns the parameter gradients, reduced to norms a group at a time
-(`reductions._param_norms`), the large ones by hooks as autograd produces them.
+(`param_norms._param_norms`), the large ones by hooks as autograd produces them.
 
 What happens at each boundary, and when the scalars reach the host, is
 `stability.measure.boundaries`: on the CPU they are read as they come (free there), which lets

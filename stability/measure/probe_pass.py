@@ -23,7 +23,7 @@ from torch import nn
 
 from stability.measure.boundaries import BoundaryObserver, _Pass
 from stability.measure.measurements import Measurements
-from stability.measure.reductions import _LargeParamNorms, _param_norms
+from stability.measure.param_norms import _LargeParamNorms, _param_norms
 from stability.seeding import seeded
 
 __all__ = ["Forward", "prepared", "measure_pass", "projection_vector"]
