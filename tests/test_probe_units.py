@@ -1,8 +1,9 @@
 """The probe's reduction helpers one at a time, against the exact computation each promises
-(stability/measure/probe.py): relative differences in the tensors' own dtype or in float64, rounding to a
-dtype, which boundaries get the two-pass moments, the host-side combination of those moments, the
-parameter-gradient norms of every size class in their own order, the range fallback of `_norm`,
-and the hooked low-precision parameters. Written from the mutation check (docs/mutation.md)."""
+(stability/measure/probe_pass.py, reductions.py, param_norms.py): relative differences in the
+tensors' own dtype or in float64, rounding to a dtype, which boundaries get the two-pass moments,
+the host-side combination of those moments, the parameter-gradient norms of every size class in
+their own order, the range fallback of `_norm`, and the hooked low-precision parameters. Written
+from the mutation check (docs/mutation.md)."""
 
 from __future__ import annotations
 
