@@ -97,8 +97,8 @@ def parts(blocks: Any, x: Any, r: Any, reps: int) -> dict[str, float]:
 
     from benchmarks.ratios import _bare
     from stability.measure import boundaries
+    from stability.measure import probe_pass as mod  # the pass: its parameter norms, projection vector and module walk
 
-    mod = sys.modules["stability.measure.probe"]  # the module (stability.measure.probe the attribute is the function)
     clock = time.perf_counter
     spent: dict[str, float] = {}
     saved: list[tuple[Any, str, Any]] = []
@@ -197,8 +197,9 @@ def _floor_pass(blocks: Any, x: Any) -> Callable[[], None]:
 
     import torch
 
-    from stability.measure.probe import projection_vector
-    from stability.measure.reductions import _HOOK_PARAM, _SQUARES_MAX
+    from stability.measure.param_norms import _HOOK_PARAM
+    from stability.measure.probe_pass import projection_vector
+    from stability.measure.reductions import _SQUARES_MAX
 
     mods = list(blocks)
     params = [p for p in blocks.parameters() if p.requires_grad]
@@ -250,7 +251,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     from benchmarks.ratios import NETWORKS, network
-    from stability.measure.probe import projection_vector
+    from stability.measure.probe_pass import projection_vector
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("networks", nargs="*", default=list(NETWORKS), help=f"networks (default all: {', '.join(NETWORKS)})")

@@ -111,14 +111,14 @@ def _bare(blocks: Any, x: Any, r: Any) -> Callable[[], None]:
 
 
 def _bare_freed(blocks: Any, x: Any, r: Any) -> Callable[[], None]:
-    """`_bare`, with each gradient of a parameter the probe hooks (stability.measure.reductions._HOOK_PARAM
+    """`_bare`, with each gradient of a parameter the probe hooks (stability.measure.param_norms._HOOK_PARAM
     elements or more) dropped as autograd produces it, as the probe does after taking its norm:
     the same memory traffic as the probe, none of its measurements. The probe against this is
     its overhead with the allocator's share taken out (a training step keeps its gradients, so
     `_bare` is the reference of the targets)."""
     import torch
 
-    from stability.measure.reductions import _HOOK_PARAM
+    from stability.measure.param_norms import _HOOK_PARAM
 
     params = [p for p in blocks.parameters() if p.requires_grad]
     big = [p for p in params if p.numel() >= _HOOK_PARAM]
@@ -295,7 +295,7 @@ def _overhead(name: str, reps: int) -> dict[str, dict[str, float]]:
     import torch
 
     from stability import probe
-    from stability.measure.probe import projection_vector
+    from stability.measure.probe_pass import projection_vector
 
     blocks, x = network(name)
     with torch.no_grad():
@@ -343,7 +343,7 @@ def section_a(reps: int) -> None:
     defaults (≤ 1.10×), and without its page-fault churn (`NO_FAULTS`, ≤ 1.15×: the probe's own
     cost). Then the naive per-boundary approach beside it."""
 
-    from stability.measure.probe import projection_vector
+    from stability.measure.probe_pass import projection_vector
 
     print("(a) probe overhead", flush=True)
     for regime, env, target in REGIMES:
@@ -394,7 +394,7 @@ torch.set_num_threads({threads})
 from benchmarks.ratios import _net, _mlp_text, _bare
 from benchmarks._nets import reset_peak_rss
 from stability import probe
-from stability.measure.probe import projection_vector
+from stability.measure.probe_pass import projection_vector
 _, blocks, x = _net(_mlp_text(), depth=256, width=256, batch=64)
 r = projection_vector((64, 256), 0, dtype=x.dtype, device=x.device)
 bare = _bare(blocks, x, r)

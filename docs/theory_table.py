@@ -22,7 +22,8 @@ import torch
 
 from stability import RunOptions, build, classify_growth, load_spec, make_input, parse_spec, probe, run_spec
 from stability.measure.memory import saved_activation_bytes
-from stability.measure.probe import Measurements, projection_vector
+from stability.measure.probe import Measurements
+from stability.measure.probe_pass import projection_vector
 from stability.spec.case import corner_case
 from stability.spec.schema import Spec
 

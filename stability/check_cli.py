@@ -117,7 +117,8 @@ def _run_checks(
     from stability.report.formats import judged_count, write_json, write_junit
     from stability.report.progress import RunProgress, heartbeat_seconds, mode_for
     from stability.run.engine import RunOptions
-    from stability.run.executor import Outcome, Task, executor_for
+    from stability.run.executor import Outcome, Task
+    from stability.run.executors import executor_for
     from stability.run.plugins import plugins_environment
     from stability.run.worker import deep_stack, default_threads
 

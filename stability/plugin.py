@@ -22,7 +22,8 @@ from stability.report.text import LogSafe, printable
 from stability.run.devices import CHOICES as DEVICE_CHOICES
 from stability.run.devices import resolve_devices
 from stability.run.engine import RunOptions
-from stability.run.executor import Task, executor_for
+from stability.run.executor import Task
+from stability.run.executors import executor_for
 from stability.run.plugins import load_plugins, plugins_environment
 from stability.run.profiles import PROFILES, default_profile_name
 from stability.run.results import OUTPUT_LINES, InvariantResult

@@ -100,7 +100,7 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
     from stability.report.formats import write_atomic
     from stability.report.suggest import print_suggestions
     from stability.run.engine import RunOptions
-    from stability.run.executor import executor_for
+    from stability.run.executors import executor_for
     from stability.run.plugins import plugins_environment
     from stability.run.suggest import suggest
     from stability.run.worker import default_threads

@@ -145,9 +145,9 @@ def _quiet_dask() -> None:
 
 
 def _backend(args: argparse.Namespace) -> Any:
-    """Where the points run (stability.run.executor.executor_for): `--serial` in one worker process
+    """Where the points run (stability.run.executors.executor_for): `--serial` in one worker process
     at a time (each point isolated from the next), else on Dask. `_check_backend` first."""
-    from stability.run.executor import executor_for
+    from stability.run.executors import executor_for
     from stability.run.plugins import plugins_environment
 
     if args.serial:
@@ -391,7 +391,7 @@ def print_budgets(budgets: list[Budget], console: Console, *, fixed: str | None 
 
 
 def _compare(store: Store, revs: list[str], console: Console) -> int:
-    from stability.run.sweep import compare
+    from stability.run.sweep_compare import compare
 
     found = compare(store, revs[0], revs[1])  # nothing comparable: UsageError, exit 2
     va, vb, moved = found.version_a, found.version_b, found.moved

@@ -1,5 +1,5 @@
 """The builder's custom-factory path and the dense family's corners, in process
-(stability/families/build.py): what each kind of factory return becomes, the exact error for each bad one,
+(stability/families/custom.py, stability/families/build.py): what each kind of factory return becomes, the exact error for each bad one,
 and a dense stack of token inputs or with zero branches. Written from the mutation check
 (docs/mutation.md)."""
 

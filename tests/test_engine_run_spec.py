@@ -20,8 +20,7 @@ from stability.families.build import make_input
 from stability.judge import invariants as inv
 from stability.judge import theory_checks as theory
 from stability.judge.invariants import Verdict
-from stability.measure.forward import probe_network
-from stability.measure.probe import Measurements
+from stability.measure.probe import Measurements, probe_network
 from stability.run import engine
 from stability.run.conclude import judge
 from stability.run.engine import CaseRecord, RunOptions, evaluate, run_spec

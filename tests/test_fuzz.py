@@ -588,7 +588,7 @@ def test_the_sweep_cli_only_ever_exits_0_1_or_2_in_one_line(argv: list[str]) -> 
     from stability.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with tempfile.TemporaryDirectory() as folder, contextlib.chdir(folder), mock.patch("stability.run.executor.executor_for", lambda *a, **k: _SmallPoints()):
+    with tempfile.TemporaryDirectory() as folder, contextlib.chdir(folder), mock.patch("stability.run.executors.executor_for", lambda *a, **k: _SmallPoints()):
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = main(argv)

@@ -19,7 +19,8 @@ import pytest
 from gate_support import SCALAR_CHAIN
 
 from stability.cli import main
-from stability.run.executor import Executor, InProcessExecutor, Job, Outcome, executor_for
+from stability.run.executor import Executor, InProcessExecutor, Job, Outcome
+from stability.run.executors import executor_for
 from stability.run.grid import parse_axis
 from stability.run.store import APPLICATION_ID, SCHEMA_VERSION, Budget, Store
 from stability.run.sweep import inputs_hash, run_sweep

@@ -22,7 +22,7 @@ from stability.families.library import LibraryModel
 from stability.families.library_build import Built, build_model
 from stability.families.library_family import library_model
 from stability.measure.forward import probe_model
-from stability.measure.probe import projection_vector
+from stability.measure.probe_pass import projection_vector
 from stability.spec.load import load_spec
 
 pytest.importorskip("transformers", reason="Hugging Face transformers is not installed (pip install -e '.[hf]')")

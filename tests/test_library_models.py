@@ -170,7 +170,7 @@ def test_a_module_of_ones_own_that_keeps_its_blocks_deeper_is_refused_with_the_p
 
     from stability import parse_spec
     from stability.errors import SpecError
-    from stability.families.build import _network_from
+    from stability.families.custom import _network_from
 
     class Encoder(nn.Module):
         def __init__(self) -> None:

@@ -28,7 +28,8 @@ from stability.cli import main
 from stability.report.formats import _fmt
 from stability.report.html import render_html
 from stability.run.engine import RunOptions
-from stability.run.executor import Task, executor_for
+from stability.run.executor import Task
+from stability.run.executors import executor_for
 from stability.run.store import Store
 from stability.run.sweep import run_sweep
 from stability.spec.case import parse_case_string

@@ -22,7 +22,7 @@ from torch.overrides import TorchFunctionMode
 from stability import probe
 from stability.measure import boundaries
 from stability.measure.measurements import Measurements
-from stability.measure.probe import projection_vector
+from stability.measure.probe_pass import projection_vector
 
 
 @pytest.fixture

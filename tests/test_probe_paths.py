@@ -13,7 +13,7 @@ from torch import nn
 
 from stability import Stack, probe
 from stability.errors import BlockError
-from stability.measure.probe import projection_vector
+from stability.measure.probe_pass import projection_vector
 
 
 def _x(*shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:

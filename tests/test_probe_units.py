@@ -1,8 +1,9 @@
 """The probe's reduction helpers one at a time, against the exact computation each promises
-(stability/measure/probe.py): relative differences in the tensors' own dtype or in float64, rounding to a
-dtype, which boundaries get the two-pass moments, the host-side combination of those moments, the
-parameter-gradient norms of every size class in their own order, the range fallback of `_norm`,
-and the hooked low-precision parameters. Written from the mutation check (docs/mutation.md)."""
+(stability/measure/probe_pass.py, reductions.py, param_norms.py): relative differences in the
+tensors' own dtype or in float64, rounding to a dtype, which boundaries get the two-pass moments,
+the host-side combination of those moments, the parameter-gradient norms of every size class in
+their own order, the range fallback of `_norm`, and the hooked low-precision parameters. Written
+from the mutation check (docs/mutation.md)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import torch
 from torch import nn
 
 from stability import probe
-from stability.measure.probe import _rel_diff, projection_vector
-from stability.measure.reductions import _HOOK_PARAM, _SMALL_PARAM, _TWO_PASS_MIN, _as_dtype, _combine, _moments, _norm, _norm_value, _param_norms, _two_pass_count
+from stability.measure.param_norms import _HOOK_PARAM, _SMALL_PARAM, _param_norms
+from stability.measure.probe import _rel_diff
+from stability.measure.probe_pass import projection_vector
+from stability.measure.reductions import _TWO_PASS_MIN, _as_dtype, _combine, _moments, _norm, _norm_value, _two_pass_count
 
 #: A gradient of many rows of `reductions._NORM_ROW` (and, plus 3, a remainder).
 _LONG = 1 << 16
@@ -200,18 +203,17 @@ def test_param_norms_of_half_precision_gradients_accumulate_in_float32(size: int
 
 
 def test_large_parameters_are_normed_by_hooks_and_small_ones_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sys
+    from stability.measure import probe_pass
 
-    probe_module = sys.modules["stability.measure.probe"]  # the module (stability.measure.probe, the attribute, is the function)
     seen: list[dict[int, torch.Tensor]] = []
-    real = probe_module._param_norms
+    real = probe_pass._param_norms
 
     def spy(grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, given: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
         seen.append(dict(given or {}))
         out: torch.Tensor = real(grads, norm_dtype, given=given)
         return out
 
-    monkeypatch.setattr(probe_module, "_param_norms", spy)
+    monkeypatch.setattr(probe_pass, "_param_norms", spy)
     side = int(math.isqrt(_HOOK_PARAM))
     big = nn.Linear(side, side).double()
     probe(nn.Sequential(big, nn.Linear(side, 8).double(), nn.Linear(8, side).double(), big), _randn(2, side, seed=27, dtype=torch.float64))
@@ -219,7 +221,7 @@ def test_large_parameters_are_normed_by_hooks_and_small_ones_at_the_end(monkeypa
 
 
 def test_walk_visits_each_module_once_and_names_only_the_naming_roots_parameters() -> None:
-    from stability.measure.probe import _walk
+    from stability.measure.probe_pass import _walk
 
     shared = nn.Linear(3, 3)
     root = nn.Sequential(shared, nn.Sequential(shared, nn.BatchNorm1d(3)))
@@ -302,7 +304,7 @@ def test_garbage_collection_is_off_from_the_module_walk_on_and_back_after_a_refu
 
 
 def test_dropout_draws_come_from_the_documented_stream_of_the_seed() -> None:
-    from stability.measure.probe import _DROPOUT_STREAM
+    from stability.measure.probe_pass import _DROPOUT_STREAM
 
     drawn: list[float] = []
 
@@ -389,29 +391,27 @@ def test_a_global_rng_seed_beyond_63_bits_is_taken_modulo_2_to_the_63() -> None:
 
 
 def test_only_a_pass_that_runs_user_code_seeds_pythons_and_numpys_generators(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sys
-
+    from stability.measure import probe_pass
     from stability.seeding import seeded
 
-    probe_module = sys.modules["stability.measure.probe"]  # the module (stability.measure.probe, the attribute, is the function)
     calls: list[int] = []
 
     def spy(seed: int) -> object:
         calls.append(seed)
         return seeded(seed)
 
-    monkeypatch.setattr(probe_module, "seeded", spy)
+    monkeypatch.setattr(probe_pass, "seeded", spy)
 
     class Mine(nn.Module):  # a user's class: its forward may draw from random or numpy.random
         def forward(self, h: torch.Tensor) -> torch.Tensor:
             return h
 
     torch_only = nn.Sequential(nn.Linear(3, 3), nn.Sequential(nn.ReLU(), nn.Linear(3, 3)))
-    assert probe_module._harness_code_only(list(torch_only.modules()))
+    assert probe_pass._harness_code_only(list(torch_only.modules()))
     probe(torch_only, _randn(2, 3, seed=32))
     assert calls == []
     nested = nn.Sequential(nn.Linear(3, 3), nn.Sequential(Mine()))
-    assert not probe_module._harness_code_only(list(nested.modules()))
+    assert not probe_pass._harness_code_only(list(nested.modules()))
     probe(nested, _randn(2, 3, seed=32), seed=4)
     assert len(calls) == 1
 

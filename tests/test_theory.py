@@ -38,7 +38,8 @@ from stability import (
     run_spec,
     strategies,
 )
-from stability.measure.probe import Measurements, projection_vector
+from stability.measure.probe import Measurements
+from stability.measure.probe_pass import projection_vector
 from stability.spec.case import corner_case
 from stability.spec.schema import Spec
 

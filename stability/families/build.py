@@ -3,6 +3,9 @@
 All randomness comes from the case's seed: weights are drawn on the CPU under a forked, seeded
 generator and then moved to the case's device and dtype, so the same case gives the same weights on
 CPU and GPU. The input and the probe's loss use their own streams derived from the same seed.
+
+The harness's own families are built here (`BUILDERS`); a user's factory, the `custom` family, is
+`stability.families.custom`.
 """
 
 from __future__ import annotations
@@ -10,17 +13,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import inspect
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
 
-from stability.errors import CaseError, SpecError
-from stability.families.adapters import CallKwargs, Stack, find_blocks, set_modes
+from stability.families.adapters import CallKwargs, set_modes
 from stability.families.blocks import (
     ChannelRMSNorm,
     ChannelsLast,
@@ -32,16 +32,15 @@ from stability.families.blocks import (
     Scale,
     Transition,
 )
-from stability.families.discover import ModelRun, holds_blocks, inputs_to
+from stability.families.discover import ModelRun, inputs_to
 from stability.families.init import activation, blank_layer, init_all, init_weight, modules_in_order, overwritten, zero_parameters
-from stability.families.library import library_of
 from stability.families.transformer import build_transformer
 from stability.seeding import seeded
 from stability.spec.case import Case
 from stability.spec.registry import FAMILIES
 from stability.spec.schema import DEFAULT_SIZE, Spec
 
-__all__ = ["Network", "build", "build_custom", "call_factory", "make_input", "network_input", "derive_seed", "torch_dtype", "channel_counts", "BUILDERS"]
+__all__ = ["Network", "build", "make_input", "network_input", "derive_seed", "torch_dtype", "channel_counts", "BUILDERS"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -62,7 +61,7 @@ class Network:
 
     With `model` (a `ModelRun`: a whole model, its inputs and its blocks on the hidden state's
     path), the blocks run inside the model's own forward: every measurement probes the network
-    through that forward (`stability.measure.forward.probe_network`), so what the model passes its
+    through that forward (`stability.measure.probe.probe_network`), so what the model passes its
     blocks (masks, position tables, biases) reaches them as it ships, and the drawn input is not
     used."""
 
@@ -346,146 +345,3 @@ BUILDERS: dict[str, Callable[[Spec, Case, torch.Generator], nn.Sequential]] = {
     "dense": _build_dense,
     "transformer": build_transformer,
 }
-
-
-# ----------------------------------------------------------------------------- custom
-
-
-def _resolve_factory(spec: Spec) -> Any:
-    """The factory function, found under the rule of `stability.families.factory` (the spec's folder or a
-    configured source root; never the standard library or site-packages)."""
-    from stability.families.factory import load_factory
-
-    return load_factory(spec.path, spec.block.factory or "")
-
-
-def build_custom(spec: Spec, case: Case) -> Network:
-    """The `custom` family: the spec's factory, found under the factory rule, called with the case's values by name."""
-    out = call_factory(spec, case)
-    if isinstance(out, nn.Module) and library_of(out) is not None and holds_blocks(out, min_run=1):
-        return _whole_model(spec, case, out)
-    return _nonempty(spec, case, _network_from(spec, out))
-
-
-def call_factory(spec: Spec, case: Case, **extra: Any) -> Any:
-    """The spec's factory (found under the factory rule) called by name with the case's values,
-    `EXTRA_NAMES`, `extra` (the language-model run's `vocab`) and `block.factory_args`; what it
-    returns. A factory that raises fails the case (CaseError); one that exits is a SpecError."""
-    from stability.families.factory import EXTRA_NAMES, Parameter, signature_error
-
-    fn = _resolve_factory(spec)
-    values: dict[str, Any] = {
-        **case.as_dict(),
-        **dict(zip(EXTRA_NAMES, (case.weight_init, spec.block.layer, torch_dtype(case.dtype)), strict=True)),
-        **extra,
-        **spec.block.factory_args,
-    }
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):  # a builtin or C function without a signature: call it with nothing
-        params = {}  # type: ignore[assignment]
-    error = signature_error(spec, [Parameter(p.name, p.kind.name, p.default is not inspect.Parameter.empty) for p in params.values()])  # type: ignore[arg-type]
-    if error is not None:  # the rule the parent checked on the source, now on the imported function
-        raise error
-    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    kwargs = values if takes_all else {k: v for k, v in values.items() if k in params}
-    try:
-        out = fn(**kwargs)
-    except CaseError:  # the per-case time limit or memory refusal
-        raise
-    except SystemExit as exc:  # a factory may not decide the gate's exit code
-        raise SpecError(
-            spec.path,
-            "block.factory",
-            f"called sys.exit({exc.code!r}) (case {case})",
-            value=spec.block.factory,
-            fix="a factory must return blocks, not exit",
-        ) from None
-    except Exception as exc:  # the factory's own check on this case (e.g. heads not dividing width): this case fails
-        what = " ".join(f"{type(exc).__name__}: {exc}".split())
-        raise CaseError(f"the factory {spec.block.factory} raised {what}") from None
-    return out
-
-
-def _whole_model(spec: Spec, case: Case, model: nn.Module) -> Network:
-    """A whole transformers, timm or torchvision model from a factory: probed through its own
-    forward, on inputs by its modality (`library_build.make_inputs`), its blocks discovered. What
-    the harness cannot make (a model that takes neither token ids nor images) is a SpecError."""
-    from stability.families.discover import discover
-    from stability.families.library_build import make_inputs
-
-    target = library_of(model)
-    assert target is not None
-    try:
-        inputs = make_inputs(model, target, {}, case.as_dict(), modality=None, seed=derive_seed(case.seed, 1), device=torch.device("cpu"), dtype=torch.float32)
-    except CaseError as exc:
-        raise SpecError(
-            spec.path,
-            "block.factory",
-            f"returned the whole model {type(model).__name__}, whose inputs the harness cannot make: {exc}",
-            value=spec.block.factory,
-            fix='use family = "library" with inputs = "embeddings", or return its blocks in a stability.Stack',
-        ) from None
-    found = discover(model, inputs).blocks
-    return Network(nn.Sequential(*found.modules), model=ModelRun(model, inputs, found))
-
-
-def _nested_blocks(model: nn.Module, depth: int = 3) -> list[str]:
-    """Paths below `model` (up to `depth` levels) of modules `find_blocks` would take: where a whole
-    model (a Hugging Face *Model or *ForCausalLM: encoder.layer, transformer.h, model.layers) keeps
-    its blocks. Only a hint: the model's own forward passes masks and position embeddings that
-    its blocks alone would not get, so the harness does not pick one itself."""
-    found: list[str] = []
-    level = [(name, child) for name, child in model.named_children()]
-    for _ in range(depth):
-        below: list[tuple[str, nn.Module]] = []
-        for path, module in level:
-            if find_blocks(module) is not None and not isinstance(module, (nn.Sequential, nn.ModuleList)):
-                found.append(path)
-            else:
-                below += [(f"{path}.{name}", child) for name, child in module.named_children()]
-        if found:
-            return found[:3]
-        level = below
-    return []
-
-
-def _network_from(spec: Spec, out: Any) -> Network:
-    """What a factory returned → a `Network`, by the rules of `stability.families.adapters`."""
-    if isinstance(out, nn.Sequential):
-        return Network(out)
-    found = find_blocks(out) if isinstance(out, (nn.Module, Stack)) else None
-    if found is None:
-        inner = _nested_blocks(out) if isinstance(out, nn.Module) else []
-        hint = (
-            f"; it holds blocks deeper, at {' and '.join('.' + p for p in inner)}: return that module (with a stability.Stack carrying "
-            "the attention mask or position embeddings its blocks need, as the whole model would pass them)"
-            if inner
-            else ""
-        )
-        raise SpecError(
-            spec.path,
-            "block.factory",
-            f"returned {type(out).__name__}, not an nn.Sequential, an nn.ModuleList, a stability.Stack or a module with one of .blocks/.layers/.layer/.h/.block{hint}",
-            value=spec.block.factory,
-            fix="return nn.Sequential(*blocks), the library's ModuleList, or stability.Stack(blocks=...)",
-        )
-    blocks = nn.Sequential(*found)
-    if isinstance(out, Stack):
-        return Network(blocks, stem=out.stem, head=out.head, call_kwargs=out.call_kwargs)
-    if isinstance(getattr(out, "blocks", None), nn.Module):  # a module with .blocks may carry .stem and .head
-        return Network(blocks, stem=getattr(out, "stem", None), head=getattr(out, "head", None))
-    return Network(blocks)
-
-
-def _nonempty(spec: Spec, case: Case, net: Network) -> Network:
-    """A stack with no blocks measures nothing, and nothing measured is not a pass."""
-    if len(net.blocks) == 0:
-        raise SpecError(
-            spec.path,
-            "block.factory",
-            f"returned an empty stack (no blocks) for case {case}",
-            value=spec.block.factory,
-            fix="return one module per block, e.g. nn.Sequential(*[Block(width) for _ in range(depth)])",
-        )
-    return net

@@ -43,7 +43,7 @@ def _builder(name: str) -> Any:
 
 
 def _build_custom(spec: s.Spec, case: Any, gen: Any) -> Any:
-    from stability.families.build import build_custom
+    from stability.families.custom import build_custom
 
     return build_custom(spec, case)
 

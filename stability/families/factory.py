@@ -207,7 +207,7 @@ def load_factory(spec_path: str, target: str) -> Callable[..., Any]:
 
 #: What fills a factory's parameters, by name, besides the case's own values (`Case.as_dict`) and
 #: `block.factory_args`: the case's weight init under its short name, the spec's layer, and the
-#: case's dtype as a `torch.dtype` (`stability.families.build.build_custom` passes them).
+#: case's dtype as a `torch.dtype` (`stability.families.custom.build_custom` passes them).
 EXTRA_NAMES = ("init", "layer", "torch_dtype")
 
 

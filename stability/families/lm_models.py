@@ -32,7 +32,8 @@ import torch
 from torch import nn
 
 from stability.errors import CaseError
-from stability.families.build import build, call_factory, derive_seed, torch_dtype
+from stability.families.build import build, derive_seed, torch_dtype
+from stability.families.custom import call_factory
 from stability.families.library import library_of
 from stability.spec.case import Case
 from stability.spec.schema import DEFAULT_SIZE, Spec

@@ -35,7 +35,8 @@ from torch.func import functional_call, vmap
 from stability.errors import BlockError
 from stability.families.adapters import Stack
 from stability.measure.boundaries import _LOW, _first_nonfinite
-from stability.measure.probe import Measurements, _as_list, probe, projection_vector
+from stability.measure.probe import Measurements, _as_list, probe
+from stability.measure.probe_pass import projection_vector
 from stability.measure.reductions import _NORM_ROW, _boundary_values, _combine, _moments, _row_norms, _two_pass_count
 
 __all__ = ["probe_seeds"]

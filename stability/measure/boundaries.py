@@ -1,6 +1,6 @@
 """Stage 4: what the probe's one pass does at each boundary, in one of two designs.
 
-`stability.measure.probe.measure_pass` runs the network once forward and once backward and hands
+`stability.measure.probe_pass.measure_pass` runs the network once forward and once backward and hands
 this module every boundary: `_Pass.enter` gets the tensor that reaches block 0 (it becomes the
 gradient leaf), `_Pass.observe` every other boundary tensor, and each boundary gets one gradient
 hook. Each boundary is reduced to its variance and mean, each gradient to its norm; where those
@@ -40,10 +40,10 @@ from torch import nn
 
 from stability.errors import BlockError
 from stability.measure.measurements import Measurements
+from stability.measure.param_norms import _LargeParamNorms
 from stability.measure.reductions import (
     _SQUARES_MAX,
     _TWO_PASS_MIN,
-    _LargeParamNorms,
     _Moments,
     _norm,
     _norm64,

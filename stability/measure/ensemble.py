@@ -32,10 +32,9 @@ from stability.errors import BlockError
 from stability.families.build import Network, build, derive_seed, network_input
 from stability.measure.batched import probe_seeds
 from stability.measure.channels import ChannelProfile, ChannelStats
-from stability.measure.forward import probe_network
 from stability.measure.lesion import network_lesion
 from stability.measure.measurements import serializable
-from stability.measure.probe import BoundaryObserver, Measurements
+from stability.measure.probe import BoundaryObserver, Measurements, probe_network
 from stability.spec.case import Case
 from stability.spec.schema import Spec
 

@@ -1,6 +1,6 @@
 """A model's own forward as the probe's pass: hooks at its blocks' boundaries, nothing re-wired.
 
-`model_forward` is a `probe.Forward` that calls the model itself (`model(**inputs)`), so every
+`model_forward` is a `probe_pass.Forward` that calls the model itself (`model(**inputs)`), so every
 argument its blocks get — rotary embeddings, ALiBi, T5's relative position bias, DeBERTa's
 relative positions, causal, sliding-window and padding masks (eager attention included), Swin's
 window shifts — reaches them exactly as in the shipped model, with no per-family code:
@@ -22,7 +22,8 @@ last bits (torch's fused MultiheadAttention fast path, SDPA's inference paths), 
 the forward a gradient is taken of. A block called twice, out of order, or with a hidden state of
 another shape than block 0's fails the case with a `BlockError` naming it, so a ratio never mixes
 tensors of two shapes. `probe_model` is the entry: discovery (`stability.families.discover`), then one forward
-and one backward pass (`probe.measure_pass` inside `probe.prepared`).
+and one backward pass (`probe_pass.measure_pass` inside `probe_pass.prepared`); `stability.measure.probe`
+turns to it for a whole model and for a built network that carries one.
 """
 
 from __future__ import annotations
@@ -37,12 +38,12 @@ from torch import nn
 
 from stability.errors import BlockError, CaseError
 from stability.families.adapters import hidden_state
-from stability.families.build import Network
 from stability.families.discover import Blocks, ModelInputs, ModelRun, discover, hidden_argument, run_model
+from stability.measure.boundaries import BoundaryObserver
 from stability.measure.measurements import Measurements
-from stability.measure.probe import BoundaryObserver, Forward, measure_pass, prepared, probe
+from stability.measure.probe_pass import Forward, measure_pass, prepared
 
-__all__ = ["model_forward", "probe_model", "probe_network", "lesion_changes_in_model", "with_hidden"]
+__all__ = ["model_forward", "probe_model", "lesion_changes_in_model", "with_hidden"]
 
 
 class _Stop(BaseException):
@@ -157,27 +158,6 @@ def probe_model(
         return measure_pass(forward, modules, named, loss=loss, seed=seed, target=target, observers=observers)
 
     return prepared(modules, body, named_root=None, also=[model], device=_device(model, inputs), seed=seed, rng_seed=rng_seed)
-
-
-def probe_network(
-    net: Network,
-    x: torch.Tensor | None,
-    *,
-    loss: Literal["projection", "sum", "mse"] = "projection",
-    seed: int = 0,
-    checkpoint_every: int = 0,
-    rng_seed: int | None = None,
-    observers: Sequence[BoundaryObserver] = (),
-) -> Measurements:
-    """Probe a built network: through its model's own forward when it carries one (`net.model`;
-    `x` is then unused), else its blocks called one after another on `x` (after the stem) with
-    its `call_kwargs`. What the engine and the seed ensembles call for every network."""
-    if net.model is not None:
-        run = net.model
-        return probe_model(run.model, run.inputs, blocks=run.blocks, loss=loss, seed=seed, observers=observers, rng_seed=rng_seed)
-    if x is None:
-        raise ValueError("a network of blocks is probed on an input tensor x")
-    return probe(net.blocks, x, loss=loss, seed=seed, checkpoint_every=checkpoint_every, call_kwargs=net.call_kwargs, rng_seed=rng_seed, observers=observers)
 
 
 def with_hidden(output: Any, h: torch.Tensor) -> Any:

@@ -26,8 +26,8 @@ from stability.families.build import Network, build, derive_seed, network_input
 from stability.judge.token_invariants import TokenShapeObserver, finish_measurements
 from stability.judge.verdict import Verdict
 from stability.measure.ensemble import ensemble_size
-from stability.measure.forward import probe_network
 from stability.measure.measurements import Measurements
+from stability.measure.probe import probe_network
 from stability.run.conclude import case_verdicts, conclude_replay, conclude_search, judge, message, met_by, not_applicable, severity
 from stability.run.guard import check_budget, time_limit, warm_up
 from stability.run.profiles import get_profile, keyed

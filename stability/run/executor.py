@@ -27,7 +27,9 @@ data. The executors:
   server; what `stability check`, the plugin's custom specs and `stability sweep --serial` use;
 - `stability.run.sweep_exec.DaskExecutor`: each job as a task on a Dask cluster; `stability sweep`.
 
-`executor_for` is the one place the CLI, the sweep and the plugin choose one.
+This module is the contract and imports none of the executors that implement it elsewhere:
+`stability.run.executors.executor_for` is the one place the CLI, the sweep and the plugin choose
+one.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from stability.errors import StabilityError
 from stability.run.engine import RunOptions
@@ -45,7 +47,7 @@ from stability.run.results import CaseRecord, InvariantResult, SpecResult
 from stability.spec.case import Case, reproduce_command
 from stability.spec.schema import Spec
 
-__all__ = ["Job", "Trace", "Task", "Outcome", "Executor", "InProcessExecutor", "run_task", "unfinished_outcome", "draws_from_the_spec_alone", "executor_for"]
+__all__ = ["Job", "Trace", "Task", "Outcome", "Executor", "InProcessExecutor", "run_task", "unfinished_outcome", "draws_from_the_spec_alone"]
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -314,33 +316,3 @@ class InProcessExecutor(Executor):
             if on_done is not None:
                 on_done(outcome)
         return outcomes
-
-
-Where = Literal["in-process", "workers", "dask"]
-
-
-def executor_for(
-    where: Where,
-    *,
-    jobs: int = 1,
-    threads: int = 1,
-    env: dict[str, str] | None = None,
-    capture: bool = True,
-    scheduler: str | None = None,
-    gpu: bool = False,
-    verbose: bool = False,
-) -> Executor:
-    """The executor for a run, chosen in one place: `in-process` (no isolation), `workers` (a
-    child process per job, `jobs` at a time, each with `threads` torch threads and the environment
-    `env`, its output captured unless `capture` is off), or `dask` (a task per job on a local
-    cluster of `jobs` worker processes, or on the cluster at `scheduler`; `gpu`: CUDA jobs;
-    `verbose`: let the cluster's own log warnings reach stderr)."""
-    if where == "in-process":
-        return InProcessExecutor()
-    if where == "workers":
-        from stability.run.worker import WorkerExecutor
-
-        return WorkerExecutor(jobs=jobs, threads=threads, env=env, capture=capture)
-    from stability.run.sweep_exec import DaskExecutor
-
-    return DaskExecutor(scheduler=scheduler, n_workers=jobs or None, gpu=gpu, env=env, verbose=verbose)

@@ -14,6 +14,9 @@ spec's depth budget, every probe kept in the results store.
    bisection assumes a failure at depth L persists at every depth beyond L, which is what a
    vanishing or exploding product of per-block factors does; a non-monotone invariant gets one of
    its crossing depths.
+
+`stability sweep --compare A B`, which reads the budgets of two code versions back from the store
+and probes nothing, is `stability.run.sweep_compare`.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from stability.run.sweep_exec import PointTask, Row
 from stability.spec.applicability import not_applicable_reason
 from stability.spec.schema import Spec
 
-__all__ = ["PointResult", "PointVerdict", "SweepResult", "Sweep", "Comparison", "spec_hash", "inputs_hash", "code_version", "ensemble_verdict", "compare"]
+__all__ = ["PointResult", "PointVerdict", "SweepResult", "Sweep", "spec_hash", "inputs_hash", "code_version", "ensemble_verdict"]
 
 Progress = Callable[[int, int, int], None]  # (points done, of which cached, points known so far)
 
@@ -349,78 +352,6 @@ class Sweep:
         over = " ".join(f"--over {shlex.quote(f'{k}={v}')}" for k, v in {"depth": depth, **slice_}.items())
         device = "" if self.device == "cpu" else f" --device {shlex.quote(self.device)}"
         return f"stability sweep {shlex.quote(self.spec.path)} {over} --seeds 1 --first-seed {seed}{device}"
-
-
-#: One budget under both code versions: ((spec name, slice, invariant, seeds, depth range, device), A's, B's),
-#: each side (budget, status, deciding case).
-Moved = list[tuple[tuple[str, str, str, str, str, str], tuple[int | None, str, str | None], tuple[int | None, str, str | None]]]
-
-
-@dataclass
-class Comparison:
-    """`compare`'s answer: the two code versions, every budget stored under both whose value
-    differs (`moved`), how many were compared, and how many are stored under one version only."""
-
-    version_a: str
-    version_b: str
-    moved: Moved
-    compared: int
-    only_a: int
-    only_b: int
-
-
-def compare(store: Store, rev_a: str, rev_b: str) -> Comparison:
-    """Budgets stored under two different code versions, matched by what they were measured on
-    (inputs hash, slice, invariant, seeds, depth range, device; never by the spec's name, so an
-    edited copy of a spec under the same name is another budget). Raises UsageError (exit 2) when
-    a revision is empty, unknown or ambiguous, when both name one code version, or when no budget
-    is stored under both: nothing is comparable, which is never "no budget moved".
-
-    A revision is resolved with `git rev-parse` (a branch, tag or commit) and matched to a stored
-    code version by its commit; anything else must be a prefix of exactly one stored code version.
-    """
-    from stability.errors import UsageError
-
-    versions = store.code_versions()
-    known = ", ".join(versions) or "none yet"
-
-    def resolve(rev: str) -> str:
-        if not rev.strip():
-            raise UsageError(f"--compare {rev!r}: a revision is empty; give a git revision or a stored code version ({known})")
-        matches = []
-        if not rev.startswith("-"):  # (never an option to git)
-            try:
-                commit = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], capture_output=True, text=True, timeout=30, check=True).stdout.strip()
-            except (OSError, subprocess.SubprocessError):
-                commit = ""
-            matches = [v for v in versions if commit and f"+g{commit[:12]}" in v]
-        if matches:  # one commit: its clean tree's version if stored, else its latest edited one
-            clean = [v for v in matches if ".dirty" not in v]
-            return (clean or matches)[-1]
-        matches = [v for v in versions if v.startswith(rev)]
-        if not matches:
-            raise UsageError(f"--compare {rev}: no budgets stored for that code version in {store.path}; stored versions: {known}")
-        if len(matches) > 1:
-            raise UsageError(f"--compare {rev}: names {len(matches)} stored code versions ({', '.join(matches)}); give more of one")
-        return matches[0]
-
-    va, vb = resolve(rev_a), resolve(rev_b)
-    if va == vb:
-        raise UsageError(f"--compare {rev_a} {rev_b}: both name the code version {va}; give two different revisions")
-    a, b = store.budgets(va), store.budgets(vb)
-    common = sorted(set(a) & set(b))
-    if not common:
-        raise UsageError(
-            f"--compare {rev_a} {rev_b}: nothing is comparable: no budget is stored under both {va} and {vb} for the same spec content, slice, "
-            f"invariant, seeds, depth range and device ({len(a)} under one, {len(b)} under the other); sweep the same spec and grid under both"
-        )
-    moved: Moved = []
-    for key in common:
-        (name, budget_a, status_a, case_a), (_, budget_b, status_b, case_b) = a[key], b[key]
-        if (budget_a, status_a) != (budget_b, status_b):
-            _, slice_, invariant, seeds, depths, device = key
-            moved.append(((name, slice_, invariant, seeds, depths, device), (budget_a, status_a, case_a), (budget_b, status_b, case_b)))
-    return Comparison(va, vb, moved, len(common), len(set(a) - set(b)), len(set(b) - set(a)))
 
 
 def run_sweep(

@@ -19,7 +19,7 @@ import torch
 from stability import build, make_input, parse_spec, probe
 from stability.families.build import derive_seed
 from stability.measure.batched import probe_seeds
-from stability.measure.probe import projection_vector
+from stability.measure.probe_pass import projection_vector
 from stability.spec.case import corner_case
 
 FAMILY_BLOCK = {
