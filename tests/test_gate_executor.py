@@ -48,7 +48,7 @@ def tasks() -> list[Task]:
 
 #: One shipped spec of each way its result is made and carried (a built-in family, a custom factory,
 #: the channel statistics in `extra`, a mean-field law, a training run, a language-model run), for
-#: the default run; every shipped spec, each family included, under `-m slow` (.ci/run).
+#: the default run; every shipped spec, each family included, under `-m slow` (.ci/nightly).
 SAMPLE = (
     "plain_mlp",
     "custom_rezero",
@@ -74,7 +74,7 @@ PARTS = 4
 @pytest.mark.parametrize("part", range(PARTS))
 def test_the_shipped_specs_give_bit_identical_json_in_process_and_in_workers(tasks: list[Task], monkeypatch: pytest.MonkeyPatch, part: int) -> None:
     """Where `STABILITY_GATE_REPORT` names the JSON report of `stability check specs --profile ci` run
-    in workers by the same CI job (.ci/run), the in-process run is compared with it instead of running
+    in workers by the same nightly job (.ci/nightly), the in-process run is compared with it instead of running
     every spec in workers a second time."""
     gate = os.environ.get("STABILITY_GATE_REPORT")
     if not gate:

@@ -5,9 +5,9 @@ and in the HTML report are identical; and a spec's `applies_when` makes the same
 applicable everywhere. (One rule per thing, stability/spec/registry.py: a second copy of a rule
 in one path would show here as a disagreement.)
 
-Both comparisons are marked slow: the sample (one spec of each kind, on one case) runs in .ci/run's
-slow step; the full one (every shipped spec, two cases, about 10 minutes on 2 cores) with
-`python -m pytest -m slow`. The applies_when check runs in the default suite."""
+Both comparisons are marked slow and run nightly (.ci/nightly, `python -m pytest -m slow`): the
+sample (one spec of each kind, on one case) and the full one (every shipped spec, two cases, about
+10 minutes on 2 cores). The applies_when check runs in the default suite."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ SPECS = sorted(find_specs([ROOT / "specs"]))
 CASES = ("", "seed=7")
 #: One spec of each way a result is made (a built-in family, the channel statistics in `extra`, a
 #: custom factory, a training run, a library model: bert, specs/zoo/) for the default run; every
-#: shipped spec, each family included, under `-m slow` (.ci/run).
+#: shipped spec, each family included, under `-m slow` (.ci/nightly).
 SAMPLE = (
     "plain_mlp",
     "control_mean_shift_relu",
@@ -162,7 +162,7 @@ def _compare(paths: list[Path], cases: tuple[str, ...], tmp_path: Path) -> None:
                 ), f"sweep disagrees at {spec.name} {case} {n}: {swept[n]} vs {checked[n]}"
 
 
-@pytest.mark.slow  # five specs through five paths, a pytest run in a subprocess among them (.ci/run runs it)
+@pytest.mark.slow  # five specs through five paths, a pytest run in a subprocess among them (.ci/nightly runs it)
 def test_a_sample_of_families_judges_alike_on_every_path(tmp_path: Path) -> None:
     _compare([p for p in SPECS if p.stem in SAMPLE], CASES[:1], tmp_path)
 
