@@ -1,5 +1,5 @@
 """Stage 6 (pictures, language-model runs): a language-model invariant's verdict → its figures
-(Wortsman et al. 2023's plots), chosen per invariant by `stability.report.train_plots`.
+(Wortsman et al. 2023's plots), chosen per invariant by `stability.report.spec_plots`.
 
 - *largest attention logit against the step* (`attention_logits`), log scale, with the bound
   `max_logit` and the first step over it marked; and the run's loss curve;

@@ -1,4 +1,5 @@
-"""Stage 6 (pictures): a SpecResult's probed cases → two PNG plots per spec.
+"""Stage 6 (pictures, probed cases): a spec's probed cases → its gradient, variance and identity
+figures (which a spec gets is `stability.report.spec_plots`'s choice).
 
 - *gradient arrival*: r_l = ‖∂L/∂x_l‖ / ‖∂L/∂x_L‖ at every boundary l (log scale), one line per
   probed case; the `gradient_arrival` bound [lo, hi] is a shaded band, and the invariant judges
@@ -33,9 +34,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
 from stability.report.figures import BAND_COLOR, DPI, FAIL_COLOR, FIGSIZE, legend_below, positive
-from stability.run.results import CaseRecord, InvariantResult, SpecResult
+from stability.run.results import CaseRecord
 from stability.spec.case import Case
-from stability.spec.registry import INVARIANTS
 
 __all__ = [
     "BAND_EDGE_GID",
@@ -46,8 +46,6 @@ __all__ = [
     "gradient_figure",
     "identity_figure",
     "variance_figure",
-    "variance_band",
-    "spec_figures",
 ]
 
 #: `gid` of the shaded bound band and of the highlighted line, so tests and tools can find them.
@@ -220,20 +218,6 @@ def gradient_figure(
     return fig
 
 
-def variance_band(result: SpecResult) -> tuple[float | None, float | None] | None:
-    """The ratio band the spec's variance_growth allows at every boundary, or None when it only
-    limits the growth class (linear, polynomial, …), which is not a band."""
-    vg = result.spec.expect.variance_growth
-    if vg is None:
-        return None
-    hi = vg.max_ratio
-    if vg.max_growth in ("bounded", "decaying"):
-        hi = vg.bounded_ratio if hi is None else min(hi, vg.bounded_ratio)
-    if hi is None and vg.min_ratio is None:
-        return None
-    return (vg.min_ratio, hi)
-
-
 def variance_figure(
     records: Sequence[CaseRecord],
     *,
@@ -279,54 +263,6 @@ def _draw_ensemble(ax: Axes, records: Sequence[CaseRecord], highlight: Highlight
     colour = FAIL_COLOR if highlight is not None and highlight.failed else _DECIDING_COLOR
     band = ax.fill_between(range(len(lo)), positive(lo), positive(hi), color=colour, alpha=0.12, zorder=4, lw=0, label=f"its {size} seeds (min–max)")
     band.set_gid(ENSEMBLE_GID)
-
-
-def _highlight(result: InvariantResult | None) -> Highlight | None:
-    if result is None or result.case is None:
-        return None
-    return Highlight(result.case, failed=not result.met)
-
-
-def _result(spec_result: SpecResult, name: str) -> InvariantResult | None:
-    return next((r for r in spec_result.results if r.name == name), None)
-
-
-def spec_figures(result: SpecResult) -> dict[str, Figure]:
-    """The figures of one spec: {"gradient": …, "variance": …}, and "identity" when the spec
-    declares `identity_at_init`."""
-    spec = result.spec
-    from stability.report.train_plots import training_figures  # the training invariants' figures, chosen per invariant
-
-    trained = training_figures(result)
-    if all(INVARIANTS.get(name).training for name, _ in spec.invariants()):
-        return trained  # nothing was probed: no gradient or variance plot to draw
-    records = list(result.cases.values())
-    ga = spec.expect.gradient_arrival
-    vg = spec.expect.variance_growth
-    statistic = vg.statistic if vg is not None else "variance"
-    figures = trained | {
-        "gradient": gradient_figure(
-            records,
-            bound=(ga.lo, ga.hi) if ga is not None else None,
-            highlight=_highlight(_result(result, "gradient_arrival")),
-            title="gradient arrival" + ("" if ga is not None else " (not declared)"),
-        ),
-        "variance": variance_figure(
-            records,
-            statistic=statistic,
-            band=variance_band(result),
-            highlight=_highlight(_result(result, "variance_growth")),
-            title=("activation variance" if statistic == "variance" else "activation second moment") + ("" if vg is not None else " (not declared)"),
-        ),
-    }
-    ia = spec.expect.identity_at_init
-    if ia is not None:
-        figures["identity"] = identity_figure(
-            identity_records(result),
-            atol=ia.atol,
-            highlight=_highlight(_result(result, "identity_at_init")),
-        )
-    return figures
 
 
 def _identity_series(record: CaseRecord) -> tuple[list[float], list[float]] | None:
@@ -412,9 +348,3 @@ def identity_figure(
         ax.text(0.5, 0.5, "no zero-branch case was probed", transform=ax.transAxes, ha="center", va="center", color="#666666")
     legend_below(ax, fontsize=7, ncol=1)  # three long entries: one per row
     return fig
-
-
-def identity_records(result: SpecResult) -> list[CaseRecord]:
-    """The probed cases `identity_at_init` was judged on (those it applies to: zero-branch inits,
-    every case of a custom spec), from the result's verdicts."""
-    return [r for r in result.cases.values() if result.verdicts.get(r.case, {}).get("identity_at_init") is not None]

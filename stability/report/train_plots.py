@@ -1,4 +1,5 @@
-"""Stage 6 (pictures, training): a training invariant's verdict → a PNG-ready figure.
+"""Stage 6 (pictures, training): a training invariant's verdict → a PNG-ready figure (which
+figures a verdict gets is `stability.report.spec_plots`'s choice).
 
 - *update size against width* (`update_size`, the coordinate-check plot of the `mup` package):
   RMS(Δh) at every boundary against the width, log-log, one line per boundary; the judged
@@ -6,10 +7,10 @@
   shaded, and the first width outside it is marked with a red ✕.
 - *loss curves* (`trainability`, `residual_size`): the training loss against the step, one line
   per trained depth; a run that diverged ends in a red ✕ at the step whose loss was not finite.
-- the language-model invariants' figures (`stability.report.lm_plots`), chosen in `FIGURES`.
 
-Only the verdict's `extra` (what `stability.judge.train_invariants` recorded for the deciding case) is
-read; nothing is trained again. Same conventions as `stability.report.plots` (`stability.report.figures`):
+The language-model invariants' figures are `stability.report.lm_plots`'s. Only the verdict's
+`extra` (what `stability.judge.train_invariants` recorded for the deciding case) is read; nothing
+is trained again. Same conventions as `stability.report.plots` (`stability.report.figures`):
 `Figure` + Agg, no pyplot.
 """
 
@@ -24,16 +25,15 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
 from stability.report.figures import BAND_COLOR, FAIL_COLOR, legend_below, new_figure, positive
-from stability.run.results import InvariantResult, SpecResult
-from stability.spec.registry import INVARIANTS
 
-__all__ = ["FAILING_WIDTH_GID", "DIVERGED_GID", "CONE_GID", "update_size_figure", "loss_figure", "training_figures", "CAPTIONS", "caption"]
+__all__ = ["FAILING_WIDTH_GID", "DIVERGED_GID", "CONE_GID", "update_size_figure", "loss_figure", "CAPTIONS"]
 
 #: `gid`s of the marked failing width and of the shaded bound, so tests and tools can find them.
 FAILING_WIDTH_GID = "stability-failing-width"
 DIVERGED_GID = "stability-diverged-step"
 CONE_GID = "stability-bound-cone"
 
+#: What each figure kind shows (stability.report.html's captions).
 CAPTIONS = {
     "update_size": "RMS change of the activation after the optimizer steps, against the width (log-log), one line per boundary; "
     "the judged boundary is thick. Shaded: the slopes the bound allows from the smallest width; red ✕: the first width outside it.",
@@ -121,57 +121,3 @@ def _plain_log_labels(ax: Any) -> None:
     narrow = lo > 0 and hi / lo < 100
     ax.yaxis.set_minor_locator(LogLocator(base=10, subs=(2.0, 3.0, 5.0)))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _pos: f"{y:g}") if narrow else NullFormatter())
-
-
-def _loss(r: InvariantResult, expectation: Any, spec: Any) -> dict[str, Figure]:
-    return {f"loss:{r.name}": loss_figure(r.verdict.extra if r.verdict else {}, title=f"training loss ({r.name}, deciding case)")}
-
-
-def _update_size(r: InvariantResult, expectation: Any, spec: Any) -> dict[str, Figure]:
-    v = r.verdict
-    assert v is not None
-    return {"update_size": update_size_figure(v.extra, failed=not v.passed, title="update size against width (deciding case)")}
-
-
-def _lm(r: InvariantResult, expectation: Any, spec: Any) -> dict[str, Figure]:
-    """The language-model figures of one verdict (stability.report.lm_plots)."""
-    from stability.report import lm_plots as lp
-
-    v = r.verdict
-    assert v is not None
-    x, failed = v.extra, not v.passed
-    title = f"training loss ({r.name}, lr {x.get('lr', math.nan):g}, deciding case)"
-    if r.name == "attention_logits":
-        return {"attention_logits": lp.attention_logit_figure(x, expectation, failed=failed), f"lm_loss:{r.name}": lp.lm_loss_figure(x, title=title)}
-    if r.name == "output_logits":
-        return {"log_z": lp.log_z_figure(x, expectation, failed=failed, steps_total=spec.train.steps), f"lm_loss:{r.name}": lp.lm_loss_figure(x, title=title)}
-    if r.name == "loss_spike":
-        return {"loss_spike": lp.loss_spike_figure(x, expectation, failed=failed)}
-    if r.name == "early_warning":
-        return {"early_warning": lp.early_warning_figure(x, expectation, failed=failed)}
-    return {"lr_losses": lp.lr_loss_figure(x), "lr_curve": lp.lr_curve_figure(x, expectation, failed=failed)}
-
-
-#: The figures each training invariant's verdict is drawn as; any other training invariant gets
-#: its loss curves (`extra["curves"]`, as trainability's).
-FIGURES = {
-    "update_size": _update_size,
-    **dict.fromkeys(("attention_logits", "output_logits", "loss_spike", "early_warning", "lr_sensitivity"), _lm),
-}
-
-
-def caption(key: str) -> str:
-    """What the figure `key` of `training_figures` shows."""
-    from stability.report.lm_plots import LM_CAPTIONS
-
-    kind = key.split(":")[0]
-    return {**CAPTIONS, **LM_CAPTIONS}.get(kind, CAPTIONS["loss"])
-
-
-def training_figures(result: SpecResult) -> dict[str, Figure]:
-    """The figures of every training invariant the spec declares and that was measured."""
-    figures: dict[str, Figure] = {}
-    for r in result.results:
-        if r.name in INVARIANTS and INVARIANTS.get(r.name).training and r.verdict is not None and r.verdict.extra:
-            figures |= FIGURES.get(r.name, _loss)(r, getattr(result.spec.expect, r.name), result.spec)
-    return figures
