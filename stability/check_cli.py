@@ -182,9 +182,10 @@ def _run_checks(
     # replayed on this code by the same executor (stability/report/baseline.py).
     from stability.report import baseline as against
     from stability.report import github
+    from stability.report.provenance import provenance as provenance_of
 
     with source_roots(roots):
-        provenance = {s.path: against.provenance(s) for s in specs} if args.json or args.baseline else None
+        provenance = {s.path: provenance_of(s) for s in specs} if args.json or args.baseline else None
     comparison = None
     if baseline is not None:
 

@@ -20,7 +20,8 @@ import pytest
 from stability.cli import main
 from stability.judge.verdict import Verdict
 from stability.report.baseline import Baseline, compare, load_baseline, relative_change, toward_bound
-from stability.report.formats import SCHEMA_VERSION, to_json
+from stability.report.formats import to_json
+from stability.report.provenance import SCHEMA_VERSION
 from stability.run.engine import RunOptions, SpecResult, run_spec
 from stability.run.executor import Outcome, Task
 from stability.run.sweep import code_version, spec_hash

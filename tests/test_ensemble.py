@@ -427,7 +427,8 @@ def test_non_vectorisable_blocks_fall_back_to_the_loop(tmp_path: Path) -> None:
 
 
 def test_html_variance_plot_draws_the_ensemble_spread_as_a_band() -> None:
-    from stability.report.plots import ENSEMBLE_GID, ensemble_spread, spec_figures
+    from stability.report.plots import ENSEMBLE_GID, ensemble_spread
+    from stability.report.spec_plots import spec_figures
     from stability.run.engine import run_spec
 
     spec = load_spec(SPECS / "control_unnormalised_residual.toml")

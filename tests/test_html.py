@@ -1,4 +1,5 @@
-"""The HTML report (stability/report/html.py) and its plots (stability/report/plots.py), checked on content."""
+"""The HTML report (stability/report/html.py) and its plots (stability/report/plots.py, chosen per spec in
+stability/report/spec_plots.py), checked on content."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from matplotlib.lines import Line2D
 from stability import CaseRecord, Measurements, RunOptions, SpecResult, load_spec, run_spec
 from stability.cli import main
 from stability.errors import UsageError
+from stability.report.figures import to_png
 from stability.report.html import render_html, write_html
-from stability.report.plots import BAND_GID, HIGHLIGHT_GID, Highlight, gradient_figure, spec_figures, to_png, variance_figure
+from stability.report.plots import BAND_GID, HIGHLIGHT_GID, Highlight, gradient_figure, variance_figure
+from stability.report.spec_plots import spec_figures
 from stability.spec.case import Case
 
 # A spec whose expectation fails: a plain sigmoid stack cannot keep its gradient (the sigmoid's

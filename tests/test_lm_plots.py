@@ -1,4 +1,4 @@
-"""stability/report/lm_plots.py through stability/report/train_plots.py: each language-model
+"""stability/report/lm_plots.py through stability/report/spec_plots.py: each language-model
 invariant's verdict is drawn as its figures in the HTML report, with a caption, and each figure
 shows the verdict's numbers (the curve, the bound or threshold, the marked step), from hand-built
 runs whose verdicts are known."""
@@ -17,7 +17,8 @@ from stability.judge import lm_invariants as j
 from stability.measure.lm_records import LMRun
 from stability.report.html import figure_caption, render_html
 from stability.report.lm_plots import BOUND_GID, LM_CAPTIONS, MARK_GID, MEAN_GID
-from stability.report.train_plots import DIVERGED_GID, training_figures
+from stability.report.spec_plots import training_figures
+from stability.report.train_plots import DIVERGED_GID
 from stability.run.results import InvariantResult, SpecResult
 from stability.spec.load import parse_spec
 from stability.spec.schema import Spec

@@ -54,7 +54,7 @@ def test_the_probe_figures_keep_their_legends_off_the_curves(results: list[SpecR
 
     from matplotlib.figure import Figure
 
-    from stability.report.plots import spec_figures
+    from stability.report.spec_plots import spec_figures
 
     drawn = 0
     for res in results:

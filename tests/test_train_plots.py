@@ -12,7 +12,8 @@ from stability.judge.train_invariants import trainability, update_size
 from stability.measure.train import TrainRun
 from stability.measure.train_update import UpdateRecord, UpdateSweep, log_slope
 from stability.report.html import render_html
-from stability.report.train_plots import CONE_GID, DIVERGED_GID, FAILING_WIDTH_GID, loss_figure, training_figures, update_size_figure
+from stability.report.spec_plots import training_figures
+from stability.report.train_plots import CONE_GID, DIVERGED_GID, FAILING_WIDTH_GID, loss_figure, update_size_figure
 from stability.run.engine import InvariantResult, SpecResult
 from stability.spec.load import parse_spec
 

@@ -11,9 +11,9 @@ replaying it is deterministic: on unchanged code it gives the same number, bit f
 replayed on the current code, through the executor `check` used (`Task(case=…, only=…)`). An
 entry whose case is also this run's deciding case is read from this run's result instead.
 
-**Comparable runs.** Every spec in a JSON report records its provenance: the spec's content hash
-(`stability.run.sweep.spec_hash`: every validated value, not comments), the content hash of a
-custom spec's factory module, and the harness's code version (`stability.run.sweep.code_version`).
+**Comparable runs.** Every spec in a JSON report records its provenance
+(`stability.report.provenance`): the spec's content hash, the content hash of a custom spec's
+factory module, and the harness's code version.
 Whatever differs from the baseline is reported beside the numbers ("changed since the baseline:
 the factory module …"), never silently compared, and never hidden: a changed factory is usually
 the change under review. An entry that cannot be replayed (its case is outside a changed space,
@@ -36,7 +36,6 @@ could not judge a spec (exit 2), so a baseline never loses a spec's entries (doc
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -44,16 +43,15 @@ import re
 import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from stability.errors import SpecError, UsageError
+from stability.errors import UsageError
 from stability.judge.verdict import Verdict
-from stability.report.formats import SCHEMA_VERSION
+from stability.report.provenance import SCHEMA_VERSION, provenance, provenance_changes
 from stability.report.text import printable
 from stability.run.conclude import severity
 from stability.run.results import InvariantResult
@@ -63,7 +61,7 @@ from stability.spec.schema import Spec
 if TYPE_CHECKING:  # only named in annotations: reading a baseline (a usage error) imports no torch
     from stability.run.executor import Outcome, Task
 
-__all__ = ["Baseline", "Comparison", "Delta", "Key", "compare", "load_baseline", "print_comparison", "provenance", "relative_change", "spec_key", "toward_bound"]
+__all__ = ["Baseline", "Comparison", "Delta", "Key", "compare", "load_baseline", "print_comparison", "relative_change", "spec_key", "toward_bound"]
 
 _FIX = "write one with `stability check --json FILE` on the base branch, or pass --update-baseline to create it"
 
@@ -191,44 +189,6 @@ def _depth(text: str) -> int:
         elif c in "]}":
             depth -= 1
     return deepest
-
-
-# ----------------------------------------------------------------------------- provenance
-
-
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-
-
-def provenance(spec: Spec) -> dict[str, Any]:
-    """What a spec's numbers depend on: its content hash, its factory module's (custom specs; the
-    source roots in force apply) and the harness's code version."""
-    from stability.families.factory import locate_factory
-    from stability.run.sweep import code_version, spec_hash
-    from stability.spec.registry import FAMILIES
-
-    factory: dict[str, str | None] | None = None
-    if FAMILIES.get(spec.family).user_code and spec.block.factory:
-        try:
-            module = locate_factory(spec.path, spec.block.factory)[2]
-            factory = {"module": os.path.relpath(module), "sha256": _sha(module)}
-        except (SpecError, OSError, ValueError):
-            factory = {"module": spec.block.factory, "sha256": None}
-    return {"spec": spec_hash(spec), "factory": factory, "harness": code_version()}
-
-
-def _changes(before: dict[str, Any] | None, now: dict[str, Any]) -> list[str]:
-    if before is None:
-        return ["the baseline records no provenance (a report from an older harness)"]
-    out = []
-    if before.get("spec") != now["spec"]:
-        out.append(f"the spec's content (hash {before.get('spec')} → {now['spec']})")
-    was, nowf = before.get("factory") or {}, now["factory"] or {}
-    if was.get("sha256") != nowf.get("sha256") or was.get("module") != nowf.get("module"):
-        out.append(f"the factory module {nowf.get('module') or was.get('module')} (sha256 {was.get('sha256')} → {nowf.get('sha256')})")
-    if before.get("harness") != now["harness"]:
-        out.append(f"the harness ({before.get('harness')} → {now['harness']})")
-    return out
 
 
 # ----------------------------------------------------------------------------- reading
@@ -376,7 +336,7 @@ def compare(
         where = (spec_key(spec.path), spec.name)
         if where in compared and spec.path not in comparison.changed:
             now = (provenances or {}).get(spec.path) or provenance(spec)
-            changes = _changes(baseline.provenance.get(where), now)
+            changes = provenance_changes(baseline.provenance.get(where), now)
             if changes:
                 comparison.changed[spec.path] = changes
     return comparison

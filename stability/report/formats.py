@@ -20,14 +20,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from stability.report.provenance import SCHEMA_VERSION
+from stability.report.provenance import provenance as provenance_of
 from stability.report.text import printable
 from stability.run.results import OUTPUT_LINES, InvariantResult, SpecResult
 from stability.spec.registry import INVARIANTS
 
 __all__ = ["judged_count", "print_table", "print_failures", "to_json", "write_json", "write_junit", "write_atomic", "summary_line", "spec_line", "phase_seconds", "count_text"]
-
-#: 2: a case's `measurements` is `Measurements.to_dict` (every field, `extra` included; 1 kept a subset).
-SCHEMA_VERSION = 2
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> None:
@@ -256,10 +255,8 @@ def to_json(
     baseline: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The machine-readable report: per spec, per invariant, per case. Each spec records its
-    provenance (`stability.report.baseline.provenance`, or `provenance[spec path]`), so the report
+    provenance (`stability.report.provenance.provenance`, or `provenance[spec path]`), so the report
     can serve as a baseline; `baseline` is the comparison with one (`Comparison.to_json`)."""
-    from stability.report.baseline import provenance as provenance_of
-
     specs = []
     for res in results:
         invariants = []

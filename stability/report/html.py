@@ -1,7 +1,7 @@
 """Stage 6 (HTML): SpecResults → DIR/index.html, one self-contained page.
 
 The page holds the verdict table (spec × invariant), then one section per spec with its
-description, its two plots (`stability.report.plots`) embedded as base64 `data:` URIs and the table of
+description, its plots (`stability.report.spec_plots`) embedded as base64 `data:` URIs and the table of
 every probed case. No server, no network, no external CSS or JavaScript: the file can be attached
 to a CI run and opened anywhere. Every string that came from a user (spec names, descriptions,
 paths, messages, commands) goes through `html.escape`, so a description holding `<script>` shows
@@ -21,10 +21,9 @@ from pathlib import Path
 from stability.errors import UsageError
 from stability.report.baseline import Comparison, fmt, fmt_change, fmt_limit, headline
 from stability.report.formats import summary_line, write_atomic
-from stability.report.plots import variance_band
 from stability.report.render import spec_pngs
+from stability.report.spec_plots import training_caption, variance_band
 from stability.report.suggest import suggestion_line
-from stability.report.train_plots import caption as training_caption
 from stability.run.results import CaseRecord, InvariantResult, SpecResult
 from stability.spec.case import Case
 from stability.spec.registry import FAMILIES
@@ -299,7 +298,7 @@ def figure_caption(res: SpecResult, key: str) -> str:
     """What the figure `key` of `spec_figures(res)` shows; it mentions a shaded band exactly when
     the figure draws one."""
     expect = res.spec.expect
-    if key not in ("gradient", "variance", "identity"):  # a training invariant's figure (stability/report/train_plots.py)
+    if key not in ("gradient", "variance", "identity"):  # a training invariant's figure (stability/report/spec_plots.py)
         return training_caption(key)
     if key == "gradient":
         what = "Gradient norm at each boundary relative to the output's; the invariant judges the left end (l = 0). "

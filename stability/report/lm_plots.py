@@ -1,5 +1,5 @@
 """Stage 6 (pictures, language-model runs): a language-model invariant's verdict → its figures
-(Wortsman et al. 2023's plots), chosen per invariant by `stability.report.train_plots`.
+(Wortsman et al. 2023's plots), chosen per invariant by `stability.report.spec_plots`.
 
 - *largest attention logit against the step* (`attention_logits`), log scale, with the bound
   `max_logit` and the first step over it marked; and the run's loss curve;
@@ -15,8 +15,8 @@
   task's entropy rate H as references.
 
 Only the verdict's `extra` and the spec's expectation are read; nothing is trained again. Same
-conventions as `stability.report.train_plots`: `Figure` + Agg, no pyplot, `gid`s on what a test or
-tool looks for.
+conventions as `stability.report.train_plots` (`stability.report.figures`): `Figure` + Agg, no
+pyplot, `gid`s on what a test or tool looks for.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from stability.report.train_plots import DIVERGED_GID, loss_figure, new_figure, positive
+from stability.report.figures import BAND_COLOR, FAIL_COLOR, new_figure, positive
+from stability.report.train_plots import DIVERGED_GID, loss_figure
 
 __all__ = ["BOUND_GID", "MARK_GID", "MEAN_GID", "LM_CAPTIONS", "attention_logit_figure", "log_z_figure", "loss_spike_figure", "early_warning_figure", "lr_loss_figure", "lr_curve_figure"]
 
@@ -38,9 +39,6 @@ __all__ = ["BOUND_GID", "MARK_GID", "MEAN_GID", "LM_CAPTIONS", "attention_logit_
 BOUND_GID = "stability-lm-bound"
 MARK_GID = "stability-lm-mark"
 MEAN_GID = "stability-lm-mean"
-
-_FAIL = "#d62728"
-_BOUND = "#2ca02c"
 
 #: What each figure kind shows (stability.report.html's captions).
 LM_CAPTIONS = {
@@ -59,12 +57,12 @@ LM_CAPTIONS = {
 
 
 def _mark(ax: Any, x: float, y: float, label: str) -> None:
-    mark = ax.scatter([x], [y], marker="X", s=140, color=_FAIL, zorder=6, edgecolors="white", label=label)
+    mark = ax.scatter([x], [y], marker="X", s=140, color=FAIL_COLOR, zorder=6, edgecolors="white", label=label)
     mark.set_gid(MARK_GID)
 
 
 def _bound(ax: Any, y: float, label: str, **kw: Any) -> None:
-    line = ax.axhline(y, color=_BOUND, ls="--", lw=1.4, label=label, **kw)
+    line = ax.axhline(y, color=BAND_COLOR, ls="--", lw=1.4, label=label, **kw)
     line.set_gid(BOUND_GID)
 
 
@@ -83,7 +81,7 @@ def attention_logit_figure(extra: dict[str, Any], expectation: Any, *, failed: b
     if not steps:
         _empty(ax)
         return fig
-    ax.plot(steps, ys, color=_FAIL if failed else "#111111", lw=2.0, marker="o", ms=3, label="largest logit")
+    ax.plot(steps, ys, color=FAIL_COLOR if failed else "#111111", lw=2.0, marker="o", ms=3, label="largest logit")
     if expectation.max_logit is not None:
         _bound(ax, expectation.max_logit, f"bound max_logit = {expectation.max_logit:g}")
     first = extra.get("first_step")
@@ -111,11 +109,11 @@ def log_z_figure(extra: dict[str, Any], expectation: Any, *, failed: bool, steps
     lo = [math.nan if v is None else v for v in extra.get("logz_min", [])]
     hi = [math.nan if v is None else v for v in extra.get("logz_max", [])]
     ax.fill_between(steps, lo, hi, color="#1f77b4", alpha=0.18, lw=0, label="smallest … largest over the tokens")
-    ax.plot(steps, nan, color=_FAIL if failed else "#1f77b4", lw=2.0, marker="o", ms=3, label="mean over the tokens")
+    ax.plot(steps, nan, color=FAIL_COLOR if failed else "#1f77b4", lw=2.0, marker="o", ms=3, label="mean over the tokens")
     start = math.ceil(expectation.after * steps_total)
     bound = expectation.max_abs_logz
     for sign in (1.0, -1.0):
-        line = ax.hlines(sign * bound, start, max(steps[-1], start), colors=_BOUND, linestyles="--", lw=1.4, label=f"±{bound:g} ({expectation.statistic}, from step {start})" if sign > 0 else None)
+        line = ax.hlines(sign * bound, start, max(steps[-1], start), colors=BAND_COLOR, linestyles="--", lw=1.4, label=f"±{bound:g} ({expectation.statistic}, from step {start})" if sign > 0 else None)
         line.set_gid(BOUND_GID)
     first = extra.get("first_step")
     if first is not None and first in steps:
@@ -139,7 +137,7 @@ def loss_spike_figure(extra: dict[str, Any], expectation: Any, *, failed: bool) 
     ax.plot(range(len(losses)), losses, color="#111111", lw=1.3, label="loss")
     arr = np.asarray(losses, dtype=np.float64)
     ceiling = [expectation.max_factor * float(np.mean(arr[t - window : t])) for t in range(window, len(arr))]
-    line = ax.plot(range(window, len(arr)), ceiling, color=_BOUND, ls="--", lw=1.4, label=f"{expectation.max_factor:g} × mean of the {window} steps before")[0]
+    line = ax.plot(range(window, len(arr)), ceiling, color=BAND_COLOR, ls="--", lw=1.4, label=f"{expectation.max_factor:g} × mean of the {window} steps before")[0]
     line.set_gid(BOUND_GID)
     step = extra.get("step")
     if step is not None and 0 <= step < len(losses):
@@ -164,7 +162,7 @@ def early_warning_figure(extra: dict[str, Any], expectation: Any, *, failed: boo
     if not steps:
         _empty(ax)
         return fig
-    ax.plot(steps, positive(curve) if logit else curve, color=_FAIL if failed else "#111111", lw=2.0, marker="o", ms=4, label=name)
+    ax.plot(steps, positive(curve) if logit else curve, color=FAIL_COLOR if failed else "#111111", lw=2.0, marker="o", ms=4, label=name)
     _bound(ax, expectation.threshold, f"threshold {expectation.threshold:g}")
     if failed:
         _mark(ax, steps[-1], curve[-1] if math.isfinite(curve[-1]) else expectation.threshold, f"warning after {expectation.steps} steps")
@@ -208,7 +206,7 @@ def lr_loss_figure(extra: dict[str, Any]) -> Figure:
         line.set_gid(MEAN_GID)
         bad = [j for j, r in enumerate(rows) if any(not math.isfinite(v) for v in r)]
         if bad:
-            mark = ax.scatter([len(rows[bad[0]]) - 1], [float(np.nanmax(padded))], marker="X", s=90, color=_FAIL, zorder=6, edgecolors="white", label=f"lr {lr:g}: {len(bad)} seed(s) diverged")
+            mark = ax.scatter([len(rows[bad[0]]) - 1], [float(np.nanmax(padded))], marker="X", s=90, color=FAIL_COLOR, zorder=6, edgecolors="white", label=f"lr {lr:g}: {len(bad)} seed(s) diverged")
             mark.set_gid(DIVERGED_GID)
     ax.legend(loc="best", fontsize=8, framealpha=0.85)
     return fig
@@ -235,13 +233,13 @@ def lr_curve_figure(extra: dict[str, Any], expectation: Any, *, failed: bool) ->
     for row in rows:
         ax.plot(lrs, row, color="#888888", lw=0.8, alpha=0.6, marker="o", ms=2)
     mean = [float(np.mean([r[i] for r in rows])) for i in range(len(lrs))]
-    line = ax.plot(lrs, mean, color=_FAIL if failed else "#111111", lw=2.4, marker="o", ms=5, label=f"mean over {len(rows)} seed(s)")[0]
+    line = ax.plot(lrs, mean, color=FAIL_COLOR if failed else "#111111", lw=2.4, marker="o", ms=5, label=f"mean over {len(rows)} seed(s)")[0]
     line.set_gid(MEAN_GID)
     l0 = float(np.mean(list(initial.values()))) if initial else math.nan
     h = float(np.mean(list(extra.get("entropy_rate", {}).values()) or [math.nan]))
     if math.isfinite(l0):
         ax.axhline(l0, color="#555555", ls=":", lw=1.2, label=f"initial loss L₀ ≈ {l0:.3g}")
     if math.isfinite(h):
-        ax.axhline(h, color=_BOUND, ls=":", lw=1.2, label=f"entropy rate H ≈ {h:.3g}")
+        ax.axhline(h, color=BAND_COLOR, ls=":", lw=1.2, label=f"entropy rate H ≈ {h:.3g}")
     ax.legend(loc="best", fontsize=8, framealpha=0.85)
     return fig

@@ -33,7 +33,7 @@ from matplotlib.figure import Figure
 
 from stability.judge.meanfield import ACTIVATIONS, critical_sigma_w2, mean_field
 from stability.measure.measurements import Measurements
-from stability.report.plots import power_of_two_ticks
+from stability.report.figures import power_of_two_ticks
 from stability.run.grid import Value, point_key
 from stability.run.sweep import SweepResult
 from stability.spec.case import corner_case

@@ -1,4 +1,5 @@
-"""Stage 6 (pictures): a SpecResult's probed cases → two PNG plots per spec.
+"""Stage 6 (pictures, probed cases): a spec's probed cases → its gradient, variance and identity
+figures (which a spec gets is `stability.report.spec_plots`'s choice).
 
 - *gradient arrival*: r_l = ‖∂L/∂x_l‖ / ‖∂L/∂x_L‖ at every boundary l (log scale), one line per
   probed case; the `gradient_arrival` bound [lo, hi] is a shaded band, and the invariant judges
@@ -13,13 +14,12 @@
 
 Lines are coloured by depth (by weight init when the depth is fixed); the case that decided the
 invariant is drawn thick on top, red when the expectation was not met. Figures are built on
-`matplotlib.figure.Figure` with the Agg canvas: no pyplot, no global state, no display needed.
-Only measurements are read here; nothing is rebuilt or re-probed.
+`matplotlib.figure.Figure` with the Agg canvas (`stability.report.figures`): no pyplot, no global
+state, no display needed. Only measurements are read here; nothing is rebuilt or re-probed.
 """
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,16 +27,15 @@ from dataclasses import dataclass
 import numpy as np
 from matplotlib import colormaps
 from matplotlib.axes import Axes
-from matplotlib.axis import Axis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import ListedColormap, Normalize
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
-from stability.run.results import CaseRecord, InvariantResult, SpecResult
+from stability.report.figures import BAND_COLOR, DPI, FAIL_COLOR, FIGSIZE, legend_below, positive
+from stability.run.results import CaseRecord
 from stability.spec.case import Case
-from stability.spec.registry import INVARIANTS
 
 __all__ = [
     "BAND_EDGE_GID",
@@ -47,11 +46,6 @@ __all__ = [
     "gradient_figure",
     "identity_figure",
     "variance_figure",
-    "variance_band",
-    "spec_figures",
-    "to_png",
-    "legend_below",
-    "power_of_two_ticks",
 ]
 
 #: `gid` of the shaded bound band and of the highlighted line, so tests and tools can find them.
@@ -64,11 +58,7 @@ JUDGED_GID = "stability-judged"
 #: The shaded min–max spread of the highlighted case's seed ensemble (stability/measure/ensemble.py).
 ENSEMBLE_GID = "stability-ensemble-band"
 
-_FIGSIZE = (6.4, 3.7)  # inches; 640 × 370 px at the default dpi
-_DPI = 100
-_FAIL_COLOR = "#d62728"
 _DECIDING_COLOR = "#111111"
-_BAND_COLOR = "#2ca02c"
 #: viridis without its last, pale yellow stretch, which is hard to see on white.
 _DEPTH_CMAP = ListedColormap(colormaps["viridis"](np.linspace(0.0, 0.82, 256)), name="depth")
 
@@ -85,11 +75,6 @@ class Highlight:
         return "failing case" if self.failed else "deciding case"
 
 
-def _positive(values: Sequence[float]) -> list[float]:
-    """Values a log axis can show: zero, negative, NaN and inf become gaps (NaN)."""
-    return [v if math.isfinite(v) and v > 0 else math.nan for v in values]
-
-
 def _gradient_ratios(record: CaseRecord) -> list[float] | None:
     m = record.measurements
     if m is None or not m.grad_norm:
@@ -97,7 +82,7 @@ def _gradient_ratios(record: CaseRecord) -> list[float] | None:
     top = m.grad_norm[-1]
     if not (math.isfinite(top) and top > 0):
         return None
-    return _positive([g / top for g in m.grad_norm])
+    return positive([g / top for g in m.grad_norm])
 
 
 def _variance_ratios(record: CaseRecord, statistic: str) -> list[float] | None:
@@ -107,7 +92,7 @@ def _variance_ratios(record: CaseRecord, statistic: str) -> list[float] | None:
     values = m.act_var if statistic == "variance" else m.act_sq_mean
     if not values or not (math.isfinite(values[0]) and values[0] > 0):
         return None
-    return _positive([v / values[0] for v in values])
+    return positive([v / values[0] for v in values])
 
 
 Colour = tuple[float, float, float, float]  # RGBA
@@ -150,7 +135,7 @@ def _short_label(ax: Axes, y: float) -> str:
 
 
 def _new_figure() -> tuple[Figure, Axes]:
-    fig = Figure(figsize=_FIGSIZE, dpi=_DPI)  # fixed margins: constrained layout doubles the time
+    fig = Figure(figsize=FIGSIZE, dpi=DPI)  # fixed margins: constrained layout doubles the time
     FigureCanvasAgg(fig)
     fig.subplots_adjust(left=0.125, right=0.975, bottom=0.135, top=0.925)
     ax = fig.add_subplot()
@@ -181,7 +166,7 @@ def _draw_lines(
         ax.plot(range(len(ys)), ys, color=colours[record.case], lw=1.1, alpha=alpha)
     if top is not None and highlight is not None:
         record, ys = top
-        top_colour = _FAIL_COLOR if highlight.failed else _DECIDING_COLOR
+        top_colour = FAIL_COLOR if highlight.failed else _DECIDING_COLOR
         (line,) = ax.plot(range(len(ys)), ys, color=top_colour, lw=3.0, zorder=5, label=f"{highlight.label} (depth {record.case.depth})")
         line.set_gid(HIGHLIGHT_GID)
     for name, colour in by_init.items():
@@ -199,11 +184,11 @@ def _draw_band(ax: Axes, lo: float | None, hi: float | None, label: str) -> None
     y0, y1 = ax.get_ylim()
     low = lo if lo is not None else min(y0, (hi or y0) / 10)
     high = hi if hi is not None else max(y1, (lo or y1) * 10)
-    span = ax.axhspan(low, high, color=_BAND_COLOR, alpha=0.13, zorder=0, label=label)
+    span = ax.axhspan(low, high, color=BAND_COLOR, alpha=0.13, zorder=0, label=label)
     span.set_gid(BAND_GID)
     for edge in (lo, hi):
         if edge is not None:
-            ax.axhline(edge, color=_BAND_COLOR, lw=1.0, ls="--", zorder=1, gid=BAND_EDGE_GID)
+            ax.axhline(edge, color=BAND_COLOR, lw=1.0, ls="--", zorder=1, gid=BAND_EDGE_GID)
     ax.set_ylim(min(y0, low if lo is not None else y0) / 1.5, max(y1, high if hi is not None else y1) * 1.5)
 
 
@@ -212,53 +197,6 @@ def _finish(ax: Axes, title: str, note: str | None) -> None:
     if not ax.lines:
         ax.text(0.5, 0.5, note or "no case was measured", transform=ax.transAxes, ha="center", va="center", color="#666666")
     legend_below(ax)
-
-
-#: Height of one legend row below the plot, in inches (8-point text and its spacing).
-_LEGEND_ROW_IN = 0.19
-
-
-def legend_below(ax: Axes, *, fontsize: float = 8, ncol: int = 2) -> None:
-    """The legend under the plot, outside the axes, so it never covers a curve: the figure grows
-    by the legend's rows and every axes in it (a colour bar too) keeps its size in inches."""
-    handles, labels = ax.get_legend_handles_labels()
-    if not handles:
-        return
-    fig = ax.get_figure()
-    if not isinstance(fig, Figure):  # a subfigure: no room to grow, keep the legend inside
-        ax.legend(loc="best", fontsize=fontsize)
-        return
-    rows = math.ceil(len(handles) / ncol)
-    extra = _LEGEND_ROW_IN * rows * fontsize / 8 + 0.12
-    height = fig.get_figheight()
-    grown = height + extra
-    for a in fig.axes:  # the same place in inches, above the new strip
-        p = a.get_position()
-        a.set_position((p.x0, (p.y0 * height + extra) / grown, p.width, p.height * height / grown))
-    fig.set_figheight(grown)
-    box = ax.get_position()
-    ax.legend(
-        handles,
-        labels,
-        loc="lower center",
-        bbox_to_anchor=(box.x0 + box.width / 2, 0.04 / grown),
-        bbox_transform=fig.transFigure,
-        ncol=ncol,
-        fontsize=fontsize,
-        frameon=False,
-    )
-
-
-def power_of_two_ticks(axis: Axis, lo: float, hi: float) -> None:
-    """Label a log-scaled depth axis at the powers of two in [lo, hi] as plain numbers (1, 2, 4, 8,
-    16, …; every second one beyond eight labels), with no minor labels (matplotlib's default
-    writes a depth of 60 as "6×10¹")."""
-    ticks = [2.0**k for k in range(math.floor(math.log2(max(lo, 1e-300))), math.ceil(math.log2(max(hi, 1.0))) + 1) if lo <= 2.0**k <= hi]
-    if len(ticks) > 8:
-        ticks = ticks[:: math.ceil(len(ticks) / 8)]
-    axis.set_major_locator(FixedLocator(ticks))
-    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
-    axis.set_minor_locator(NullLocator())
 
 
 def gradient_figure(
@@ -278,20 +216,6 @@ def gradient_figure(
         _draw_band(ax, lo, hi, f"bound [{lo:g}, {hi:g}] at l = 0")
     _finish(ax, title, None)
     return fig
-
-
-def variance_band(result: SpecResult) -> tuple[float | None, float | None] | None:
-    """The ratio band the spec's variance_growth allows at every boundary, or None when it only
-    limits the growth class (linear, polynomial, …), which is not a band."""
-    vg = result.spec.expect.variance_growth
-    if vg is None:
-        return None
-    hi = vg.max_ratio
-    if vg.max_growth in ("bounded", "decaying"):
-        hi = vg.bounded_ratio if hi is None else min(hi, vg.bounded_ratio)
-    if hi is None and vg.min_ratio is None:
-        return None
-    return (vg.min_ratio, hi)
 
 
 def variance_figure(
@@ -336,57 +260,9 @@ def _draw_ensemble(ax: Axes, records: Sequence[CaseRecord], highlight: Highlight
     if spread is None:
         return
     lo, hi, size = spread
-    colour = _FAIL_COLOR if highlight is not None and highlight.failed else _DECIDING_COLOR
-    band = ax.fill_between(range(len(lo)), _positive(lo), _positive(hi), color=colour, alpha=0.12, zorder=4, lw=0, label=f"its {size} seeds (min–max)")
+    colour = FAIL_COLOR if highlight is not None and highlight.failed else _DECIDING_COLOR
+    band = ax.fill_between(range(len(lo)), positive(lo), positive(hi), color=colour, alpha=0.12, zorder=4, lw=0, label=f"its {size} seeds (min–max)")
     band.set_gid(ENSEMBLE_GID)
-
-
-def _highlight(result: InvariantResult | None) -> Highlight | None:
-    if result is None or result.case is None:
-        return None
-    return Highlight(result.case, failed=not result.met)
-
-
-def _result(spec_result: SpecResult, name: str) -> InvariantResult | None:
-    return next((r for r in spec_result.results if r.name == name), None)
-
-
-def spec_figures(result: SpecResult) -> dict[str, Figure]:
-    """The figures of one spec: {"gradient": …, "variance": …}, and "identity" when the spec
-    declares `identity_at_init`."""
-    spec = result.spec
-    from stability.report.train_plots import training_figures  # the training invariants' figures, chosen per invariant
-
-    trained = training_figures(result)
-    if all(INVARIANTS.get(name).training for name, _ in spec.invariants()):
-        return trained  # nothing was probed: no gradient or variance plot to draw
-    records = list(result.cases.values())
-    ga = spec.expect.gradient_arrival
-    vg = spec.expect.variance_growth
-    statistic = vg.statistic if vg is not None else "variance"
-    figures = trained | {
-        "gradient": gradient_figure(
-            records,
-            bound=(ga.lo, ga.hi) if ga is not None else None,
-            highlight=_highlight(_result(result, "gradient_arrival")),
-            title="gradient arrival" + ("" if ga is not None else " (not declared)"),
-        ),
-        "variance": variance_figure(
-            records,
-            statistic=statistic,
-            band=variance_band(result),
-            highlight=_highlight(_result(result, "variance_growth")),
-            title=("activation variance" if statistic == "variance" else "activation second moment") + ("" if vg is not None else " (not declared)"),
-        ),
-    }
-    ia = spec.expect.identity_at_init
-    if ia is not None:
-        figures["identity"] = identity_figure(
-            identity_records(result),
-            atol=ia.atol,
-            highlight=_highlight(_result(result, "identity_at_init")),
-        )
-    return figures
 
 
 def _identity_series(record: CaseRecord) -> tuple[list[float], list[float]] | None:
@@ -429,7 +305,7 @@ def identity_figure(
     alpha = 0.85 if len(series) <= 20 else max(0.25, 0.85 * 20 / len(series))
     for record, (fwd, bwd) in sorted(series, key=lambda rs: highlight is not None and rs[0].case == highlight.case):
         top = highlight is not None and record.case == highlight.case
-        colour = (_FAIL_COLOR if highlight.failed else _DECIDING_COLOR) if top and highlight is not None else colours[record.case]
+        colour = (FAIL_COLOR if highlight.failed else _DECIDING_COLOR) if top and highlight is not None else colours[record.case]
         lw, z = (3.0, 5) if top else (1.1, 2)
         xs = range(len(fwd))
         (line,) = ax.plot(xs, fwd, color=colour, lw=lw, alpha=1.0 if top else alpha, zorder=z)
@@ -456,10 +332,10 @@ def identity_figure(
     ax.set_ylabel("relative change from the input's")
     if atol is not None:
         if atol > 0:
-            ax.axhspan(0.0, atol, color=_BAND_COLOR, alpha=0.13, zorder=0, label=f"allowed: error ≤ {atol:g}").set_gid(BAND_GID)
-            ax.axhline(atol, color=_BAND_COLOR, lw=1.0, ls="--", zorder=1, gid=BAND_EDGE_GID)
+            ax.axhspan(0.0, atol, color=BAND_COLOR, alpha=0.13, zorder=0, label=f"allowed: error ≤ {atol:g}").set_gid(BAND_GID)
+            ax.axhline(atol, color=BAND_COLOR, lw=1.0, ls="--", zorder=1, gid=BAND_EDGE_GID)
         else:
-            ax.axhline(0.0, color=_BAND_COLOR, lw=2.0, zorder=1, gid=BAND_EDGE_GID, label="bound: exactly 0")
+            ax.axhline(0.0, color=BAND_COLOR, lw=2.0, zorder=1, gid=BAND_EDGE_GID, label="bound: exactly 0")
     # 0 at the bottom, then every other decade from 1e-8 up to the largest error (at least 1)
     values = [v for _, (fwd, bwd) in series for v in (*fwd, *bwd) if math.isfinite(v)]
     values += [v for r, _ in series if r.measurements is not None for v in (r.measurements.identity_error, r.measurements.input_grad_error) if v is not None and math.isfinite(v)]
@@ -472,16 +348,3 @@ def identity_figure(
         ax.text(0.5, 0.5, "no zero-branch case was probed", transform=ax.transAxes, ha="center", va="center", color="#666666")
     legend_below(ax, fontsize=7, ncol=1)  # three long entries: one per row
     return fig
-
-
-def identity_records(result: SpecResult) -> list[CaseRecord]:
-    """The probed cases `identity_at_init` was judged on (those it applies to: zero-branch inits,
-    every case of a custom spec), from the result's verdicts."""
-    return [r for r in result.cases.values() if result.verdicts.get(r.case, {}).get("identity_at_init") is not None]
-
-
-def to_png(fig: Figure, *, dpi: int = _DPI) -> bytes:
-    """Render a figure to PNG bytes (Agg, no display)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
-    return buf.getvalue()

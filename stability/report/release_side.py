@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     from stability.errors import SpecError
     from stability.report import baseline as against
     from stability.report.formats import write_json
+    from stability.report.provenance import provenance
     from stability.run.engine import RunOptions
     from stability.run.executor import InProcessExecutor, Task
     from stability.spec.case import corner_case
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     outcomes = [executor.map(g) for g in groups]
     results = [o.result for group in outcomes for o in group]
     errors = [o.error for group in outcomes for o in group if o.error]
-    write_json(out / "report.json", results, errors=errors, provenance={s.path: against.provenance(s) for s in specs})
+    write_json(out / "report.json", results, errors=errors, provenance={s.path: provenance(s) for s in specs})
     (out / "refused.json").write_text(json.dumps(refused) + "\n", encoding="utf-8")
     if args.baseline:
         base = against.load_baseline(args.baseline)

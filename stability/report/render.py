@@ -25,7 +25,8 @@ __all__ = ["Renderer", "spec_pngs"]
 
 def spec_pngs(result: SpecResult) -> dict[str, bytes]:
     """{figure name: PNG bytes} for one spec, in the order `spec_figures` gives them."""
-    from stability.report.plots import spec_figures, to_png
+    from stability.report.figures import to_png
+    from stability.report.spec_plots import spec_figures
 
     return {key: to_png(fig) for key, fig in spec_figures(result).items()}
 

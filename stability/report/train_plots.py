@@ -1,4 +1,5 @@
-"""Stage 6 (pictures, training): a training invariant's verdict → a PNG-ready figure.
+"""Stage 6 (pictures, training): a training invariant's verdict → a PNG-ready figure (which
+figures a verdict gets is `stability.report.spec_plots`'s choice).
 
 - *update size against width* (`update_size`, the coordinate-check plot of the `mup` package):
   RMS(Δh) at every boundary against the width, log-log, one line per boundary; the judged
@@ -6,58 +7,38 @@
   shaded, and the first width outside it is marked with a red ✕.
 - *loss curves* (`trainability`, `residual_size`): the training loss against the step, one line
   per trained depth; a run that diverged ends in a red ✕ at the step whose loss was not finite.
-- the language-model invariants' figures (`stability.report.lm_plots`), chosen in `FIGURES`.
 
-Only the verdict's `extra` (what `stability.judge.train_invariants` recorded for the deciding case) is
-read; nothing is trained again. Same conventions as `stability.report.plots`: `Figure` + Agg, no pyplot.
+The language-model invariants' figures are `stability.report.lm_plots`'s. Only the verdict's
+`extra` (what `stability.judge.train_invariants` recorded for the deciding case) is read; nothing
+is trained again. Same conventions as `stability.report.plots` (`stability.report.figures`):
+`Figure` + Agg, no pyplot.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from matplotlib import colormaps
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
-from stability.report.plots import legend_below
-from stability.run.results import InvariantResult, SpecResult
-from stability.spec.registry import INVARIANTS
+from stability.report.figures import BAND_COLOR, FAIL_COLOR, legend_below, new_figure, positive
 
-__all__ = ["FAILING_WIDTH_GID", "DIVERGED_GID", "CONE_GID", "update_size_figure", "loss_figure", "training_figures", "CAPTIONS", "caption", "new_figure", "positive"]
+__all__ = ["FAILING_WIDTH_GID", "DIVERGED_GID", "CONE_GID", "update_size_figure", "loss_figure", "CAPTIONS"]
 
 #: `gid`s of the marked failing width and of the shaded bound, so tests and tools can find them.
 FAILING_WIDTH_GID = "stability-failing-width"
 DIVERGED_GID = "stability-diverged-step"
 CONE_GID = "stability-bound-cone"
 
-_FIGSIZE = (6.4, 3.7)
-_DPI = 100
-_FAIL_COLOR = "#d62728"
-_BAND_COLOR = "#2ca02c"
-
+#: What each figure kind shows (stability.report.html's captions).
 CAPTIONS = {
     "update_size": "RMS change of the activation after the optimizer steps, against the width (log-log), one line per boundary; "
     "the judged boundary is thick. Shaded: the slopes the bound allows from the smallest width; red ✕: the first width outside it.",
     "loss": "Training loss against the step for each trained depth (log scale). A red ✕ marks a step whose loss was not finite.",
 }
-
-
-def new_figure() -> tuple[Figure, Any]:
-    fig = Figure(figsize=_FIGSIZE, dpi=_DPI)
-    FigureCanvasAgg(fig)
-    fig.subplots_adjust(left=0.14, right=0.975, bottom=0.135, top=0.925)
-    ax = fig.add_subplot()
-    ax.grid(True, which="major", alpha=0.3)
-    return fig, ax
-
-
-def positive(values: Sequence[float | None]) -> list[float]:
-    return [v if v is not None and math.isfinite(v) and v > 0 else math.nan for v in values]
 
 
 def update_size_figure(extra: dict[str, Any], *, failed: bool, title: str = "update size against width") -> Figure:
@@ -84,18 +65,18 @@ def update_size_figure(extra: dict[str, Any], *, failed: bool, title: str = "upd
     if judged is not None:
         ys = positive(rms[judged])
         name = "output" if judged == n - 1 else f"boundary {judged}"
-        ax.plot(widths, ys, color=_FAIL_COLOR if failed else "#111111", lw=3.0, marker="o", ms=5, zorder=5, label=f"judged: {name} (slope {extra.get('slope', math.nan):.2f})")
+        ax.plot(widths, ys, color=FAIL_COLOR if failed else "#111111", lw=3.0, marker="o", ms=5, zorder=5, label=f"judged: {name} (slope {extra.get('slope', math.nan):.2f})")
         b_max = float(extra.get("max_abs_slope", 0.0))
         w0, y0 = widths[0], ys[0]
         if math.isfinite(y0) and b_max > 0:
             w = np.geomspace(widths[0], widths[-1], 50)
             lo, hi = y0 * (w / w0) ** (-b_max), y0 * (w / w0) ** b_max
-            cone = ax.fill_between(w, lo, hi, color=_BAND_COLOR, alpha=0.15, zorder=0, label=f"bound |slope| ≤ {b_max:g}")
+            cone = ax.fill_between(w, lo, hi, color=BAND_COLOR, alpha=0.15, zorder=0, label=f"bound |slope| ≤ {b_max:g}")
             cone.set_gid(CONE_GID)
         failing = extra.get("failing_width")
         if failing is not None and failing in widths:
             y = ys[widths.index(failing)]
-            mark = ax.scatter([failing], [y if math.isfinite(y) else y0], marker="X", s=140, color=_FAIL_COLOR, zorder=6, edgecolors="white", label=f"first width outside: {failing}")
+            mark = ax.scatter([failing], [y if math.isfinite(y) else y0], marker="X", s=140, color=FAIL_COLOR, zorder=6, edgecolors="white", label=f"first width outside: {failing}")
             mark.set_gid(FAILING_WIDTH_GID)
     ax.xaxis.set_major_locator(FixedLocator(widths))
     ax.xaxis.set_minor_locator(NullLocator())
@@ -121,7 +102,7 @@ def loss_figure(extra: dict[str, Any], *, title: str = "training loss", series: 
         if bad:
             finite = [y for y in ys if math.isfinite(y)]
             y = finite[-1] if finite else 1.0
-            mark = ax.scatter([bad[0]], [y], marker="X", s=140, color=_FAIL_COLOR, zorder=6, edgecolors="white", label=f"{series}{depth}: not finite at step {bad[0]}")
+            mark = ax.scatter([bad[0]], [y], marker="X", s=140, color=FAIL_COLOR, zorder=6, edgecolors="white", label=f"{series}{depth}: not finite at step {bad[0]}")
             mark.set_gid(DIVERGED_GID)
     if not curves:
         ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="#666666")
@@ -140,57 +121,3 @@ def _plain_log_labels(ax: Any) -> None:
     narrow = lo > 0 and hi / lo < 100
     ax.yaxis.set_minor_locator(LogLocator(base=10, subs=(2.0, 3.0, 5.0)))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _pos: f"{y:g}") if narrow else NullFormatter())
-
-
-def _loss(r: InvariantResult, expectation: Any, spec: Any) -> dict[str, Figure]:
-    return {f"loss:{r.name}": loss_figure(r.verdict.extra if r.verdict else {}, title=f"training loss ({r.name}, deciding case)")}
-
-
-def _update_size(r: InvariantResult, expectation: Any, spec: Any) -> dict[str, Figure]:
-    v = r.verdict
-    assert v is not None
-    return {"update_size": update_size_figure(v.extra, failed=not v.passed, title="update size against width (deciding case)")}
-
-
-def _lm(r: InvariantResult, expectation: Any, spec: Any) -> dict[str, Figure]:
-    """The language-model figures of one verdict (stability.report.lm_plots)."""
-    from stability.report import lm_plots as lp
-
-    v = r.verdict
-    assert v is not None
-    x, failed = v.extra, not v.passed
-    title = f"training loss ({r.name}, lr {x.get('lr', math.nan):g}, deciding case)"
-    if r.name == "attention_logits":
-        return {"attention_logits": lp.attention_logit_figure(x, expectation, failed=failed), f"lm_loss:{r.name}": lp.lm_loss_figure(x, title=title)}
-    if r.name == "output_logits":
-        return {"log_z": lp.log_z_figure(x, expectation, failed=failed, steps_total=spec.train.steps), f"lm_loss:{r.name}": lp.lm_loss_figure(x, title=title)}
-    if r.name == "loss_spike":
-        return {"loss_spike": lp.loss_spike_figure(x, expectation, failed=failed)}
-    if r.name == "early_warning":
-        return {"early_warning": lp.early_warning_figure(x, expectation, failed=failed)}
-    return {"lr_losses": lp.lr_loss_figure(x), "lr_curve": lp.lr_curve_figure(x, expectation, failed=failed)}
-
-
-#: The figures each training invariant's verdict is drawn as; any other training invariant gets
-#: its loss curves (`extra["curves"]`, as trainability's).
-FIGURES = {
-    "update_size": _update_size,
-    **dict.fromkeys(("attention_logits", "output_logits", "loss_spike", "early_warning", "lr_sensitivity"), _lm),
-}
-
-
-def caption(key: str) -> str:
-    """What the figure `key` of `training_figures` shows."""
-    from stability.report.lm_plots import LM_CAPTIONS
-
-    kind = key.split(":")[0]
-    return {**CAPTIONS, **LM_CAPTIONS}.get(kind, CAPTIONS["loss"])
-
-
-def training_figures(result: SpecResult) -> dict[str, Figure]:
-    """The figures of every training invariant the spec declares and that was measured."""
-    figures: dict[str, Figure] = {}
-    for r in result.results:
-        if r.name in INVARIANTS and INVARIANTS.get(r.name).training and r.verdict is not None and r.verdict.extra:
-            figures |= FIGURES.get(r.name, _loss)(r, getattr(result.spec.expect, r.name), result.spec)
-    return figures
