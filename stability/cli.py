@@ -76,7 +76,7 @@ def _explain(args: argparse.Namespace, console: Console) -> int:
 
 
 def _schema() -> int:
-    from stability.spec.schema import spec_schema
+    from stability.spec.json_schema import spec_schema
 
     print(json.dumps(spec_schema(), indent=2))
     return EXIT_OK

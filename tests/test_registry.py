@@ -16,9 +16,10 @@ from pydantic import Field
 
 import stability
 from stability.errors import SpecError
+from stability.spec.json_schema import spec_schema
 from stability.spec.load import parse_spec
 from stability.spec.registry import FAMILIES, INVARIANTS, Explanation, Family, Invariant, RegistryError, register_family, register_invariant
-from stability.spec.schema import Expectation, Spec, spec_schema
+from stability.spec.schema import Expectation, Spec
 
 PACKAGE = Path(stability.__file__).parent
 
@@ -163,11 +164,11 @@ def _code_lines(pattern: str) -> list[str]:
 
 def test_each_rule_is_written_in_one_place() -> None:
     # identity_at_init applies to the zero-branch inits: the set once, used by the family entries only
-    assert {p.split(":")[0] for p in _code_lines(r"ZERO_BRANCH_INITS")} == {"families/catalog.py", "spec/schema.py"}
+    assert {p.split(":")[0] for p in _code_lines(r"ZERO_BRANCH_INITS")} == {"families/catalog.py", "spec/values.py"}
     # the Kaiming gains: one table
     assert [p.split(":")[0] for p in _code_lines(r"5\.0 / 3\.0|25\.0 / 9\.0")] == ["families/gains.py"]
     # the default spatial size and token count of 8: one constant
-    assert [p.split(":")[0] for p in _code_lines(r"DEFAULT_SIZE\s*=")] == ["spec/schema.py"]
+    assert [p.split(":")[0] for p in _code_lines(r"DEFAULT_SIZE\s*=")] == ["spec/values.py"]
     assert _code_lines(r"or \( 8 , 8 \)|or 8\b|else 8\b") == []
     # device resolution (cpu / cuda / auto / all): one module
     assert {p.split(":")[0] for p in _code_lines(r'(device|choice) (==|in|not in) \(? ?(None , )?"(auto|all)"')} == {"run/devices.py"}

@@ -17,6 +17,7 @@ from stability.families import memory
 from stability.spec import schema as s
 from stability.spec.lm_keys import check_transformer_lm
 from stability.spec.registry import Family, batch, register_family
+from stability.spec.values import ZERO_BRANCH_INITS
 
 __all__: list[str] = []
 
@@ -135,7 +136,7 @@ with batch():
                 layers=_ANY_LAYER,
                 estimate=memory.stack_bytes,
                 block_bytes=memory.OVERHEAD_PER_BLOCK[_name],
-                zero_branch_inits=s.ZERO_BRANCH_INITS,
+                zero_branch_inits=ZERO_BRANCH_INITS,
                 mean_field=_preact_law if _name == "preact" else None,
                 mean_field_refusal=_preact_law_refusal if _name == "preact" else None,
                 lacks={**_NO_ATTENTION},
@@ -150,7 +151,7 @@ with batch():
             layers=_ANY_LAYER,
             estimate=memory.stack_bytes,
             block_bytes=memory.OVERHEAD_PER_BLOCK["highway"],
-            zero_branch_inits=s.ZERO_BRANCH_INITS,
+            zero_branch_inits=ZERO_BRANCH_INITS,
             branch_inits=frozenset({"default", "zero"}),
             check=_check_one_width("highway"),
             lacks={**_NO_ATTENTION},
@@ -194,7 +195,7 @@ with batch():
             layers=("tokens",),
             estimate=memory.transformer_bytes,
             block_bytes=memory.OVERHEAD_PER_BLOCK["transformer"],
-            zero_branch_inits=s.ZERO_BRANCH_INITS,
+            zero_branch_inits=ZERO_BRANCH_INITS,
             branch_inits=frozenset({"default", "zero"}),
             check=_check_transformer,
             lm_check=check_transformer_lm,

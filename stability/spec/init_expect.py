@@ -33,7 +33,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from stability.spec.schema import Expectation, _Model
+from stability.spec.expectations import Expectation
+from stability.spec.values import _Model
 
 __all__ = ["InitRule", "InitConformance", "Undefined", "compile_expression", "evaluate", "glob_matches", "LAW_PARAMETERS"]
 
