@@ -45,6 +45,93 @@ def back_edges(root: Path = PACKAGE) -> list[str]:
     return edges
 
 
+def _module_names(root: Path) -> dict[str, Path]:
+    names = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = ("stability", *path.relative_to(root).with_suffix("").parts)
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return names
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, lazy imports included. `from stability.x import y`
+    names the module `stability.x.y` where that is one, else `stability.x`; a module's own packages
+    are left out (Python imports them before the module, whatever it says)."""
+    names = _module_names(root)
+
+    def resolve(name: str) -> str:
+        while name and name not in names:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph: dict[str, set[str]] = {module: set() for module in names}
+    for module, path in names.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "stability" and node.level == 0:
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in names else node.module for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names if a.name.split(".")[0] == "stability"]
+            else:
+                continue
+            for target in map(resolve, targets):
+                if target and target != module and not module.startswith(target + "."):
+                    graph[module].add(target)
+    return graph
+
+
+def circles(root: Path = PACKAGE) -> list[list[str]]:
+    """The import circles between files: the strongly connected components of more than one module
+    (Tarjan 1972), each sorted, in the order found."""
+    graph = import_graph(root)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while (w := stack.pop()) != v:
+                component.append(w)
+            if component:
+                found.append(sorted([v, *component]))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_between_files() -> None:
+    assert circles() == []
+
+
+def test_the_check_finds_a_circle_through_a_lazy_import(tmp_path: Path) -> None:
+    (tmp_path / "measure").mkdir()
+    (tmp_path / "measure" / "__init__.py").write_text("")
+    (tmp_path / "measure" / "probe.py").write_text("from stability.measure import forward\n")
+    (tmp_path / "measure" / "forward.py").write_text("def f():\n    from stability.measure.batched import g\n")
+    (tmp_path / "measure" / "batched.py").write_text("def g():\n    import stability.measure.probe\n")
+    (tmp_path / "measure" / "paths.py").write_text("from stability.measure.probe import x\n")
+    assert circles(tmp_path) == [["stability.measure.batched", "stability.measure.forward", "stability.measure.probe"]]
+
+
+LONGEST = 450  # lines: a module past it holds two concerns (STYLE.md: split along the seam a reader would name)
+
+
+def test_no_module_is_over_the_longest() -> None:
+    lengths = {module: len(path.read_text().splitlines()) for module, path in _module_names(PACKAGE).items()}
+    assert {module: n for module, n in lengths.items() if n > LONGEST} == {}
+
+
 def test_every_module_lives_in_a_stage_folder_or_is_named_at_the_top() -> None:
     top = sorted(p.stem for p in PACKAGE.glob("*.py"))
     assert top == [
