@@ -30,7 +30,6 @@ Building (`build_model`) and the inputs by modality (`make_inputs`) are in
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
 import functools
@@ -38,13 +37,12 @@ import importlib
 import inspect
 import re
 import typing
-import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from stability.errors import CaseError, LibraryMissing, SpecError
-from stability.families.library_support import check_release, check_working, first_release, installed, older_release
+from stability.families.library_support import check_release, check_working, first_release, import_library, installed, older_release, quiet_imports
 from stability.spec.case import Case
 
 __all__ = [
@@ -94,18 +92,8 @@ class Target:
         return f"{self.library}:{self.name}"
 
 
-@contextlib.contextmanager
-def quiet_imports() -> Iterator[None]:
-    """Import a library without its noise: torchvision's warning that its compiled image
-    extension does not load (its models are pure Python; docs/library-models.md, section 5)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Failed to load image Python extension")
-        yield
-
-
 def _library(name: str) -> Any:
-    with quiet_imports():
-        return importlib.import_module(name)
+    return import_library(name)
 
 
 def _refuse(file: str, key: str, value: Any, problem: str, choices: Sequence[str], fix: str, *, near: str | None = None) -> SpecError:

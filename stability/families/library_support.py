@@ -11,14 +11,17 @@ under an older release is refused naming that release rather than "no such class
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from stability.errors import SpecError
 
-__all__ = ["MINIMUM", "MATRIX", "FIRST", "ZOO_FIRST", "installed", "check_release", "first_release", "older_release", "expected_refusal"]
+__all__ = ["quiet_imports", "import_library", "MINIMUM", "MATRIX", "FIRST", "ZOO_FIRST", "installed", "check_release", "first_release", "older_release", "expected_refusal"]
 
 #: The oldest release of each library the family supports (module docstring).
 MINIMUM: Mapping[str, str] = {"transformers": "4.40.0", "timm": "0.9.0", "torchvision": "0.15.0"}
@@ -39,9 +42,26 @@ FIRST: Mapping[tuple[str, str], str] = {
 }
 
 
+@contextlib.contextmanager
+def quiet_imports() -> Iterator[None]:
+    """Import a library without its noise: torchvision's warning that its compiled image
+    extension does not load (its models are pure Python; docs/library-models.md, section 5).
+    timm imports torchvision too."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Failed to load image Python extension")
+        yield
+
+
+def import_library(name: str) -> Any:
+    """The module `name` of a library, imported inside `quiet_imports` (every import of a
+    library by the family goes through here)."""
+    with quiet_imports():
+        return importlib.import_module(name)
+
+
 def installed(library: str) -> str:
     """The version of `library` that this process imports (its `__version__`)."""
-    return str(importlib.import_module(library).__version__)
+    return str(import_library(library).__version__)
 
 
 def _older(version: str, than: str) -> bool:
