@@ -46,7 +46,7 @@ class SavedActivations:
         self.blocks, self.x = _nets.network(family, depth, layer)
 
     def track_saved_activation_bytes(self, family: str, depth: int, layer: str) -> int:
-        return self.count(self.blocks, self.x)
+        return int(self.count(self.blocks, self.x))
 
     track_saved_activation_bytes.unit = "bytes"  # type: ignore[attr-defined]
 

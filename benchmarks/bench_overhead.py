@@ -57,7 +57,7 @@ class Overhead:
             t0 = clock()
             run()
             probe_t.append(clock() - t0)
-        return statistics.median(probe_t) / statistics.median(bare_t)
+        return float(statistics.median(probe_t) / statistics.median(bare_t))
 
     def track_probe_over_bare(self, network: str) -> float:
         """One thread (or STABILITY_BENCH_THREADS), CPU time."""

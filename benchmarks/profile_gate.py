@@ -50,7 +50,7 @@ class Timers:
     def wrap(self, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            frame = [part, time.process_time(), time.perf_counter(), 0.0, 0.0]
+            frame: list[Any] = [part, time.process_time(), time.perf_counter(), 0.0, 0.0]
             self._stack.append(frame)
             try:
                 return fn(*args, **kwargs)

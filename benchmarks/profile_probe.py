@@ -138,7 +138,7 @@ def parts(blocks: Any, x: Any, r: Any, reps: int) -> dict[str, float]:
         on(self, i, h, timed("boundary-gradient hooks", fn), grad)
 
     boundaries._GradientHooks.on = timed("boundary-gradient hooks", hooked)  # type: ignore[method-assign]
-    hook = torch.Tensor.register_hook
+    hook: Callable[..., Any] = torch.Tensor.register_hook
     saved.append((torch.Tensor, "register_hook", hook))
 
     def register(self: Any, fn: Any) -> Any:  # the large parameters' hooks, and the output's (a tensor hook: `_GradientHooks`)
@@ -287,9 +287,9 @@ def main(argv: list[str]) -> int:
                     flush=True,
                 )
                 continue
-            got = designs(blocks, x, r, names, threads, args.reps)
-            cells = " ".join(f"{k}={got[k]['wall']:.3f}x/{got[k]['cpu']:.3f}x" for k in names)
-            print(f"{name} threads={threads} bare={got['bare']['wall_ms']:.1f}ms wall, {got['bare']['cpu_ms']:.1f}ms CPU; probe/bare wall/CPU: {cells}", flush=True)
+            by = designs(blocks, x, r, names, threads, args.reps)
+            cells = " ".join(f"{k}={by[k]['wall']:.3f}x/{by[k]['cpu']:.3f}x" for k in names)
+            print(f"{name} threads={threads} bare={by['bare']['wall_ms']:.1f}ms wall, {by['bare']['cpu_ms']:.1f}ms CPU; probe/bare wall/CPU: {cells}", flush=True)
     return 0
 
 

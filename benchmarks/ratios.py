@@ -22,6 +22,7 @@ import and no function here starts with time_, peakmem_, mem_ or track_.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -161,7 +162,7 @@ def _naive(blocks: Any, x: Any, r: Any) -> Callable[[], None]:
     return run
 
 
-def _interleaved(fns: dict[str, Callable[[], None]], reps: int, warmup: int = 1) -> dict[str, float]:
+def _interleaved(fns: dict[str, Callable[[], object]], reps: int, warmup: int = 1) -> dict[str, float]:
     """Median seconds per function, the functions run in turn (each round in a new shuffled order,
     fixed seed) so that load changes on a shared machine hit all of them alike and no function
     always inherits the allocator and cache another leaves. The clock is CLOCK (process CPU time by
@@ -171,7 +172,7 @@ def _interleaved(fns: dict[str, Callable[[], None]], reps: int, warmup: int = 1)
     return {k: v[key] for k, v in both.items()}
 
 
-def _interleaved_clocks(fns: dict[str, Callable[[], None]], reps: int, warmup: int = 1) -> dict[str, dict[str, float]]:
+def _interleaved_clocks(fns: dict[str, Callable[[], object]], reps: int, warmup: int = 1) -> dict[str, dict[str, float]]:
     """`_interleaved` by both clocks at once: {function: {"cpu": median, "wall": median}}, process
     CPU time (with several threads: all of them, spin-waiting included) and wall time of the same calls."""
     for _ in range(warmup):
@@ -191,7 +192,7 @@ def _interleaved_clocks(fns: dict[str, Callable[[], None]], reps: int, warmup: i
     return {k: {"cpu": statistics.median(cpu[k]), "wall": statistics.median(wall[k])} for k in fns}
 
 
-def _fit_exponent(xs: list[float], ys: list[float]) -> float:
+def _fit_exponent(xs: Sequence[float], ys: Sequence[float]) -> float:
     """Least-squares slope of log y on log x: t ∝ depth^k."""
     lx, ly = [math.log(v) for v in xs], [math.log(v) for v in ys]
     mx, my = statistics.fmean(lx), statistics.fmean(ly)
@@ -205,7 +206,8 @@ def _subprocess_json(code: str, timeout: float = 3600, env: dict[str, str] | Non
     out = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=full)
     if out.returncode != 0:
         raise RuntimeError(f"subprocess failed ({out.returncode}):\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    got: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return got
 
 
 def _env() -> dict[str, str]:
@@ -380,7 +382,7 @@ def section_b(reps: int) -> None:
     depths, times = [64, 128, 256, 512, 1024], []
     for depth in depths:
         _, blocks, x = _net(_mlp_text(), depth=depth, width=256, batch=64)
-        times.append(_interleaved({"probe": lambda blocks=blocks, x=x: probe(blocks, x, seed=0)}, reps)["probe"])
+        times.append(_interleaved({"probe": functools.partial(probe, blocks, x, seed=0)}, reps)["probe"])
         del blocks, x
     k = _fit_exponent(depths, times)
     DATA["b"] = {"depths": depths, "seconds": times, "exponent": k}
@@ -541,10 +543,11 @@ def section_e(reps: int) -> None:
     from stability.spec.case import corner_case
 
     print("(e) many seeds", flush=True)
-    for name, overrides, exact in [
+    grid: list[tuple[str, dict[str, Any], bool]] = [
         ("plain_mlp", dict(depth=16, width=32, batch=8), True),
         ("preact_mlp", dict(depth=16, width=32, batch=8, weight_init="kaiming_normal", branch_init="default"), False),
-    ]:
+    ]
+    for name, overrides, exact in grid:
         spec = load_spec(SPECS / f"{name}.toml")
         cases = [corner_case(spec, seed=s, **overrides) for s in range(32)]
         nets = [build(spec, c).blocks for c in cases]
