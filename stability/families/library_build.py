@@ -190,10 +190,25 @@ def _weights(block: nn.Module) -> dict[str, tuple[nn.Module, nn.Parameter]]:
     return out
 
 
+#: `_rms` reduces rows of this many entries in the tensor's own precision (float32 at least), then sums
+#: the rows' squares in float64: a rounding error of ~1e-9 relative at 58M entries, against 5e-3
+#: for one float32 norm over all of them, at the cost of one float32 norm (a float64 norm of the
+#: whole tensor converts every entry first, 30 times slower: seconds per shipped-width expert).
+_RMS_ROW = 1024
+
+
 def _rms(t: torch.Tensor) -> float:
-    """The root mean square, accumulated in float64 (a float32 norm of a 58M-entry matrix is off by
-    half a percent, more than the standard error `_snap` allows)."""
-    return float(torch.linalg.vector_norm(t.detach(), dtype=torch.float64)) / math.sqrt(t.numel())
+    """The root mean square, accurate to float64's rounding (see `_RMS_ROW`; a float32 norm of a
+    58M-entry matrix is off by half a percent, more than the standard error `_snap` allows)."""
+    flat = t.detach().reshape(-1)
+    n = flat.numel()
+    if n == 0:
+        return 0.0
+    whole = n // _RMS_ROW * _RMS_ROW
+    precision = torch.float64 if flat.dtype == torch.float64 else torch.float32
+    rows = torch.linalg.vector_norm(flat[:whole].view(-1, _RMS_ROW), dim=1, dtype=precision).double()
+    total = float(rows.square().sum()) + float(flat[whole:].double().square().sum())
+    return math.sqrt(total / n)
 
 
 def factors_between(reduced: nn.Module, shipped: nn.Module) -> dict[str, float]:
