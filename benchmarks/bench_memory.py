@@ -56,7 +56,7 @@ class DeepCheckpointed:
     64, batch 256, `checkpoint_every=100`): the shape of the depth-10,000 target of
     `benchmarks/ratios.py` (d) at a fifth of the depth. Under glibc's default malloc settings the
     resident memory of this probe climbs ~0.4 MiB per block even though its live memory does not;
-    the harness's own allocator setting (stability/measure/allocator.py) keeps it flat, and this benchmark
+    the harness's own allocator setting (stability/allocator.py) keeps it flat, and this benchmark
     catches a change that loses it. Nothing in the environment is set: asv runs it as a user would."""
 
     timeout = 900

@@ -463,7 +463,7 @@ if {saved}:
     out["saved_bytes"] = saved_activation_bytes(net.blocks, x, checkpoint_every={every})
 t0 = time.perf_counter()
 if {bare}:  # the same checkpointed forward + backward without the probe (same allocator setting)
-    from stability.measure.allocator import tune_malloc
+    from stability.allocator import tune_malloc
     tune_malloc()
     blocks = list(net.blocks)
     def run(h, a, b):
@@ -478,7 +478,7 @@ else:
     m = probe(net.blocks, x, checkpoint_every={every})
     ga = spec.expect.gradient_arrival
     v = gradient_arrival(m, lo=ga.lo, hi=ga.hi)
-    from stability.measure.allocator import tune_malloc
+    from stability.allocator import tune_malloc
     out.update(ratio=m.gradient_ratio, passed=v.passed, detail=v.detail, nonfinite=m.nonfinite_at,
                grad_norm_head=m.grad_norm[:3], malloc_tuned=tune_malloc())
     if {saved}:  # every number, to compare runs exactly
@@ -511,7 +511,7 @@ def section_d(batch: int) -> None:
         f"the same checkpointed fwd+bwd without the probe: {bare['peak_rss'] / gib:.2f} GiB",
         "≤ 4 GiB",
         deep["peak_rss"] <= 4 * gib and not deep["malloc_env"],
-        "stability/measure/allocator.py: mallopt(M_MMAP_THRESHOLD, 65536) on glibc, so 64 KiB+ activations come from mmap and return on free",
+        "stability/allocator.py: mallopt(M_MMAP_THRESHOLD, 65536) on glibc, so 64 KiB+ activations come from mmap and return on free",
     )
     _row(
         "(d) the same with glibc's defaults (STABILITY_MALLOC_TUNE=0), for reference",

@@ -1,4 +1,4 @@
-"""stability/measure/allocator.py: glibc's mmap threshold, set by the harness where it is safe."""
+"""stability/allocator.py: glibc's mmap threshold, set by the harness where it is safe."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from stability.measure.allocator import tune_malloc
+from stability.allocator import tune_malloc
 
 ROOT = Path(__file__).resolve().parent.parent
 GLIBC = sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION") is not None if hasattr(os, "confstr") else False
 
 _CHILD = """
 import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("allocator", "stability/measure/allocator.py")  # the module alone: no torch import
+spec = importlib.util.spec_from_file_location("allocator", "stability/allocator.py")  # the module alone: no torch import
 allocator = importlib.util.module_from_spec(spec); spec.loader.exec_module(allocator)
 tune_malloc = allocator.tune_malloc
 first = tune_malloc()

@@ -337,3 +337,24 @@ def test_fewer_parameters_off_the_declared_init_is_further_from_failing() -> Non
     assert severity == sorted(severity) and len(set(severity)) == len(severity)
     assert severity[1] <= 1 < severity[2]
     assert inv.severity_of(verdict(math.nan), None) == math.inf
+
+
+def test_parameter_statistics_in_chunks_are_the_float64_statistics_of_the_whole() -> None:
+    """`init_stats._stats` reads a parameter a chunk at a time (never a float64 copy of it): its
+    mean, variance, min and max are those of the whole tensor in float64, padding row left out."""
+    from stability.measure import init_stats
+
+    gen = torch.Generator().manual_seed(0)
+    table = torch.nn.Embedding(2600, 1000, padding_idx=7)  # 2.6M entries: three chunks
+    with torch.no_grad():
+        table.weight.copy_(torch.randn(2600, 1000, generator=gen) * 0.02 + 0.003)
+    record = init_record(table, {}, {"weight": 2.0})
+    rows = torch.cat([table.weight[:7], table.weight[8:]]).detach().double().reshape(-1) / 2.0
+    stats = {s.name: s for s in record.parameters}
+    main, pad = stats["weight"], stats["weight[padding_idx=7]"]
+    assert main.n == rows.numel() and main.shape == (2599, 1000)
+    assert main.mean == pytest.approx(float(rows.mean()), rel=1e-12, abs=0.0)
+    assert main.var == pytest.approx(float(rows.var(correction=1)), rel=1e-12, abs=0.0)
+    assert (main.min, main.max) == (float(rows.min()), float(rows.max()))
+    assert pad.n == 1000 and math.isclose(pad.mean, float(table.weight[7].double().mean() / 2.0), rel_tol=1e-12)
+    assert init_stats._CHUNK < rows.numel() // 2

@@ -45,7 +45,7 @@ from torch import nn
 from stability.errors import BlockError, CaseError, StabilityError
 from stability.families.adapters import BLOCK_ATTRIBUTES, hidden_state
 
-__all__ = ["Blocks", "Discovery", "DiscoveryError", "ModelInputs", "ModelRun", "discover", "holds_blocks", "inputs_to", "run_model", "hidden_argument", "trace"]
+__all__ = ["Blocks", "Discovery", "DiscoveryError", "ModelInputs", "ModelRun", "block_runs", "discover", "holds_blocks", "inputs_to", "run_model", "hidden_argument", "trace"]
 
 #: What a model is called with: keyword arguments (`model(**inputs)`), positional ones, or one tensor.
 ModelInputs = Mapping[str, Any] | tuple[Any, ...] | torch.Tensor
@@ -177,6 +177,13 @@ def _candidates(model: nn.Module) -> list[_Run]:
                     runs.append(_Run(tuple(c for _, c in group), tuple(n for n, _ in group), type(group[0][1]).__name__ in marked, attribute))
                 start = i
     return runs
+
+
+def block_runs(model: nn.Module) -> list[_Run]:
+    """Every run of blocks `discover` considers, before tracing: maximal runs of consecutive
+    same-class children of an nn.ModuleList or nn.Sequential (`.modules`, `.names`; `.marked`:
+    of a class the library marks as a block)."""
+    return _candidates(model)
 
 
 def holds_blocks(module: nn.Module, *, min_run: int = 2) -> bool:

@@ -391,6 +391,7 @@ class LibraryModel:
     inputs: str | None = None
     blocks: str | None = None
     shipped: Mapping[str, Any] = field(default_factory=dict)
+    scale: str = "probed"
 
     @property
     def width_keys(self) -> list[str]:
@@ -405,6 +406,7 @@ def parse_library(
     inputs: str | None = None,
     blocks: str | None = None,
     shipped: Mapping[str, Any] | None = None,
+    scale: str = "probed",
     file: str,
     prefix: str = "",
 ) -> LibraryModel:
@@ -415,7 +417,11 @@ def parse_library(
     check_working(target.library, target.name, config, file=file, key=f"{prefix}config")
     if inputs is not None and inputs not in MODALITIES:
         raise SpecError(file, f"{prefix}inputs", "is not a modality", value=inputs, fix=f"choose one of {', '.join(MODALITIES)}")
-    out = LibraryModel(target, dict(config), inputs, blocks, dict(shipped or {}))
+    out = LibraryModel(target, dict(config), inputs, blocks, dict(shipped or {}), scale)
+    if scale == "shipped" and (not out.shipped or target.library != "transformers"):
+        why = "streams a transformers model's blocks" if target.library != "transformers" else "builds the shipped config, which block.shipped gives"
+        fix = "remove it: the whole model is probed as built" if target.library != "transformers" else "give block.shipped (e.g. { hidden_size = 4096, intermediate_size = 11008 })"
+        raise SpecError(file, f"{prefix}scale", f'= "shipped" {why}: {target} has {"none" if target.library == "transformers" else "another library"}', value=scale, fix=fix)
     if out.shipped:
         check_config(target, out.shipped, file=file, key=f"{prefix}shipped")
         missing = [k for k in out.width_keys if k not in out.shipped] if out.width_keys else ["a width"]

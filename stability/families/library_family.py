@@ -61,6 +61,7 @@ class LibraryOptions(BaseModel):
     inputs: Literal["tokens", "images", "embeddings"] | None = Field(default=None, description="the modality of the model's inputs (default: the model's own)")
     blocks: str | None = Field(default=None, description='the blocks to probe, e.g. "encoder.layer" or "layer3[1:]" (default: discovered)')
     shipped: dict[str, Any] = Field(default_factory=dict, description="the shipped config's values, for the init rule at a reduced width")
+    scale: Literal["probed", "shipped"] = Field(default="probed", description='"shipped": the shipped config (block.shipped over block.config), blocks streamed one at a time (transformers)')
 
 
 def _options(spec: Any) -> LibraryOptions:
@@ -75,7 +76,7 @@ def library_model(spec: Any) -> Any:
     from stability.families.library import parse_library
 
     o = _options(spec)
-    return parse_library(o.model, config=o.config, inputs=o.inputs, blocks=o.blocks, shipped=o.shipped, file=spec.path, prefix="block.")
+    return parse_library(o.model, config=o.config, inputs=o.inputs, blocks=o.blocks, shipped=o.shipped, scale=o.scale, file=spec.path, prefix="block.")
 
 
 def _set(data: Mapping[str, Any], table: str, key: str) -> bool:
@@ -140,8 +141,11 @@ def _build(spec: Any, case: Any, gen: Any) -> Any:
     from stability.families.build import Network, derive_seed, torch_dtype
     from stability.families.discover import ModelRun
     from stability.families.library_build import build_model
+    from stability.families.library_stream import build_streamed
 
-    built = build_model(library_model(spec), case.as_dict(), input_seed=derive_seed(case.seed, 1), device=torch.device(case.device), dtype=torch_dtype(case.dtype))
+    lib = library_model(spec)
+    make = build_streamed if lib.scale == "shipped" else build_model
+    built = make(lib, case.as_dict(), input_seed=derive_seed(case.seed, 1), device=torch.device(case.device), dtype=torch_dtype(case.dtype))
     return Network(nn.Sequential(*built.blocks.modules), model=ModelRun(built.model, built.inputs, built.blocks, rescaled=built.scaled))
 
 
@@ -158,7 +162,7 @@ def _footprints(spec: Any, case: Any) -> Any:
 
     key = repr((spec.path, spec.options, dataclasses.replace(case, depth=0, seed=0, device="cpu")))
     if key not in _FOOTPRINTS:
-        lib = library_model(spec)
+        lib = _as_built(library_model(spec))
         try:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
@@ -166,6 +170,29 @@ def _footprints(spec: Any, case: Any) -> Any:
         except Exception:  # a config that does not build, a forward fake tensors cannot run: no estimate (the case runs as it is)
             _FOOTPRINTS[key] = None
     return _FOOTPRINTS[key]
+
+
+def _as_built(lib: Any) -> Any:
+    """The library model as it is built: at `scale = "shipped"` its config with the shipped values over it."""
+    return dataclasses.replace(lib, config={**lib.config, **lib.shipped}, shipped={}) if lib.scale == "shipped" else lib
+
+
+def _streamed_estimate(spec: Any, case: Any, one: Any, two: Any) -> int:
+    """`library_stream.estimate_bytes` for the case: its hidden state is (batch, tokens, hidden_size)."""
+    import torch
+
+    from stability.families.build import torch_dtype
+    from stability.families.library import fill
+    from stability.families.library_memory import meta_model
+    from stability.families.library_stream import estimate_bytes
+    from stability.spec.schema import DEFAULT_SIZE
+
+    lib = _as_built(library_model(spec))
+    values = {**case.as_dict(), "depth": 1}
+    hidden = int(getattr(getattr(meta_model(lib, fill(lib.config, values)), "config", None), "hidden_size", 0) or 0)
+    batch, tokens = int(values.get("batch") or 2), int(values.get("tokens") or DEFAULT_SIZE)
+    itemsize = torch.empty((), dtype=torch_dtype(case.dtype)).element_size()
+    return estimate_bytes(one, two, depth=case.depth, hidden_bytes=batch * tokens * hidden * itemsize)
 
 
 def _shipped_params(spec: Any, case: Any) -> int:
@@ -200,6 +227,8 @@ def _estimate(spec: Any, case: Any) -> int | None:
     if found is None:
         return None
     one, two = found
+    if library_model(spec).scale == "shipped":
+        return int(resident_bytes() + _streamed_estimate(spec, case, one, two))
     depth = case.depth
 
     def at(x: int, y: int) -> int:

@@ -44,7 +44,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["LibraryFootprint", "count_bytes", "footprint", "meta_model", "resident_bytes"]
+__all__ = ["LibraryFootprint", "count_bytes", "footprint", "meta_model", "registered_on_meta", "resident_bytes"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,8 +74,9 @@ def resident_bytes() -> int:
 
 
 @contextlib.contextmanager
-def _registered_on_meta() -> Iterator[None]:
-    """Every parameter and buffer a module registers is moved to the meta device at once."""
+def registered_on_meta(*, buffers: bool = True) -> Iterator[None]:
+    """Every parameter (and, with `buffers`, every buffer) a module registers is moved to the meta
+    device at once."""
     import torch
     from torch import nn
 
@@ -87,7 +88,7 @@ def _registered_on_meta() -> Iterator[None]:
         register_parameter(self, name, param)
 
     def buffer(self: nn.Module, name: str, tensor: Any, persistent: bool = True) -> None:
-        if isinstance(tensor, torch.Tensor) and tensor.device.type != "meta":
+        if buffers and isinstance(tensor, torch.Tensor) and tensor.device.type != "meta":
             tensor = tensor.to("meta")
         register_buffer(self, name, tensor, persistent)
 
@@ -111,7 +112,7 @@ def meta_model(lib: Any, config: dict[str, Any]) -> Any:
         with torch.device("meta"):
             model = construct(lib.target, config)
     except Exception:  # a constructor that reads numbers back (linspace(...).tolist()): register-time moves instead
-        with _registered_on_meta():
+        with registered_on_meta():
             model = construct(lib.target, config)
     stray = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.device.type != "meta"]
     if stray:  # (a tensor assigned outside register_parameter/register_buffer)

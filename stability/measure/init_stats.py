@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from stability.families.library_build import weight_fans
+from stability.families.library_stream import named_parameters_materialised
 from stability.measure.measurements import serializable
 
 __all__ = ["ParameterStats", "InitRecord", "init_record", "declared_config", "class_names"]
@@ -78,14 +79,28 @@ def _fans(owner: nn.Module, p: torch.Tensor) -> tuple[int, int]:
     return weight_fans(owner, p) if p.dim() >= 2 else (p.numel(), p.numel())
 
 
-def _stats(name: str, module: tuple[str, ...], within: tuple[str, ...], p: torch.Tensor, fans: tuple[int, int], k: float) -> ParameterStats:
-    t = p.detach().to(device="cpu", dtype=torch.float64).reshape(-1) / k  # (n,)
-    n = t.numel()
-    mean = float(t.mean()) if n else math.nan
-    var = float(t.var(correction=1)) if n >= 2 else 0.0
-    lo, hi = (float(t.min()), float(t.max())) if n else (math.nan, math.nan)
-    eps = float(torch.finfo(p.dtype).eps) if p.dtype.is_floating_point else 0.0
-    return ParameterStats(name, module, within, tuple(p.shape), fans[0], fans[1], n, mean, var, lo, hi, eps, k)
+#: `_stats` converts this many entries to float64 at a time: a parameter's statistics never hold a
+#: float64 copy of it (1 GB for a 4096-wide, 32000-row embedding).
+_CHUNK = 1 << 20
+
+
+def _stats(name: str, module: tuple[str, ...], within: tuple[str, ...], pieces: list[torch.Tensor], shape: tuple[int, ...], fans: tuple[int, int], k: float) -> ParameterStats:
+    """The statistics of the entries of `pieces` (one parameter, or its rows but the padding row)
+    divided by `k` (> 0), in float64 a chunk at a time: the mean from the chunks' sums (`math.fsum`), the
+    unbiased variance from their sums of squared deviations from it (two passes), min and max."""
+    flat = [c for t in pieces for c in torch.split(t.detach().reshape(-1), _CHUNK) if c.numel()]
+    n = sum(c.numel() for c in flat)
+    dtype = pieces[0].dtype
+
+    def chunk64(c: torch.Tensor) -> torch.Tensor:
+        return c.to(device="cpu", dtype=torch.float64) / k
+
+    mean = math.fsum(float(chunk64(c).sum()) for c in flat) / n if n else math.nan
+    var = math.fsum(float((chunk64(c) - mean).square().sum()) for c in flat) / (n - 1) if n >= 2 else 0.0
+    ends = [float(x) for c in flat for x in torch.aminmax(c)]  # (k > 0: dividing by it keeps the order)
+    lo, hi = (min(ends) / k, max(ends) / k) if n else (math.nan, math.nan)
+    eps = float(torch.finfo(dtype).eps) if dtype.is_floating_point else 0.0
+    return ParameterStats(name, module, within, shape, fans[0], fans[1], n, mean, var, lo, hi, eps, k)
 
 
 def init_record(model: nn.Module, declared: Mapping[str, Any], rescaled: Mapping[str, float] | None = None) -> InitRecord:
@@ -93,7 +108,7 @@ def init_record(model: nn.Module, declared: Mapping[str, Any], rescaled: Mapping
     rescaled = rescaled or {}
     modules = dict(model.named_modules())
     out: list[ParameterStats] = []
-    for name, p in model.named_parameters():
+    for name, p in named_parameters_materialised(model):  # (a streamed model's blocks one at a time)
         owner_name, _, leaf = name.rpartition(".")
         owner = modules.get(owner_name, model)
         classes = class_names(type(owner))
@@ -104,12 +119,11 @@ def init_record(model: nn.Module, declared: Mapping[str, Any], rescaled: Mapping
         k = float(rescaled.get(name, 1.0))
         pad = getattr(owner, "padding_idx", None) if isinstance(owner, nn.Embedding) and leaf == "weight" else None
         if pad is not None and 0 <= pad < p.shape[0] and p.shape[0] > 1:
-            keep = torch.ones(p.shape[0], dtype=torch.bool, device=p.device)
-            keep[pad] = False
-            out.append(_stats(name, classes, within, p[keep], fans, k))
-            out.append(_stats(f"{name}[padding_idx={pad}]", classes, within, p[pad], fans, k))
+            rest = [p[:pad], p[pad + 1 :]]  # (views: no copy of the table)
+            out.append(_stats(name, classes, within, rest, (p.shape[0] - 1, *p.shape[1:]), fans, k))
+            out.append(_stats(f"{name}[padding_idx={pad}]", classes, within, [p[pad]], tuple(p[pad].shape), fans, k))
         else:
-            out.append(_stats(name, classes, within, p, fans, k))
+            out.append(_stats(name, classes, within, [p], tuple(p.shape), fans, k))
     library = type(model).__module__.split(".", 1)[0]
     return InitRecord(class_names(type(model), library), dict(declared), tuple(out))
 

@@ -27,11 +27,11 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from stability.allocator import tune_malloc
 from stability.errors import BlockError, CaseError
 from stability.families.adapters import CallKwargs, Stack, find_blocks, hidden_state, resolve_call_kwargs
 from stability.families.build import Network
 from stability.families.discover import holds_blocks
-from stability.measure.allocator import tune_malloc
 from stability.measure.boundaries import BoundaryObserver
 from stability.measure.boundaries import _rel_diff as _rel_diff  # (re-exported: the identity error is the probe's, tests and benchmarks import it from here)
 from stability.measure.forward import probe_model
@@ -165,7 +165,7 @@ def blocks_forward(modules: list[nn.Module], x: torch.Tensor, kwargs: dict[str, 
 
         h = enter(x)
         if checkpoint_every and checkpoint_every < n:
-            tune_malloc()  # deep checkpointed stacks: keep freed activations from piling up (stability/measure/allocator.py)
+            tune_malloc()  # deep checkpointed stacks: keep freed activations from piling up (stability/allocator.py)
 
             for start in range(0, n, checkpoint_every):
                 h = checkpoint(run, h, start, min(start + checkpoint_every, n), use_reentrant=False)

@@ -1,4 +1,5 @@
-"""The C allocator setting deep checkpointed probes need to stay small, applied by the harness.
+"""The C allocator setting deep checkpointed probes and streamed library models need to stay small,
+applied by the harness (a process-wide setting, so it sits beside the stages: families and measure both call it).
 
 With glibc's default malloc, a checkpointed probe of a depth-10,000 pre-activation MLP (width 64,
 batch 256) peaks at ~5.3 GiB resident although its live memory is under 2 GiB: glibc raises its
