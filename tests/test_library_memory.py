@@ -251,3 +251,21 @@ def test_a_forward_fake_tensors_cannot_run_still_gets_the_parameters_estimate(mo
     shipped = _shipped_params(spec, case)  # the init rule's depth-1 models at width 128 and at the shipped 768
     assert shipped > found.params
     assert _estimate(spec, case) == max(found.params + 2 * found.largest_param, found.params_float32 + found.largest_param + shipped)
+
+
+def test_without_a_fake_forward_the_largest_gradient_is_a_blocks_parameter() -> None:
+    """Where the fake forward cannot run, the backward's largest gradient is still the largest
+    parameter of the blocks, not the embedding before them (which gets none): DeBERTa at its
+    base widths, the word embedding 128100 x 768 and the blocks' largest matrix 768 x 3072."""
+    spec = parse_spec(
+        'name = "d"\ndescription = "d"\nfamily = "library"\n[block]\nlayer = "tokens"\nmodel = "transformers:DebertaV2Model"\n'
+        'config = { hidden_size = 768, intermediate_size = 3072, num_hidden_layers = "depth", num_attention_heads = 12, relative_attention = true,'
+        ' pos_att_type = ["p2c", "c2p"], position_biased_input = false, max_relative_positions = -1, vocab_size = 128100 }\n'
+        "[space]\ndepth = 2\nwidth = 8\ntokens = 16\n[expect.rank_collapse]\n",
+        file="d.toml",
+    )
+    case = parse_case_string("depth=2", spec, device="cpu")
+    found = footprint(library_model(spec), case.as_dict(), torch.float32)
+    assert found.saved == 0
+    assert found.largest_param == 768 * 3072 * 4
+    assert count_bytes(meta_model(library_model(spec), {**library_model(spec).config, "num_hidden_layers": 2}), torch.float32)[1] == 128100 * 768 * 4

@@ -22,7 +22,7 @@ from stability.errors import CaseError, SpecError  # noqa: E402
 from stability.families.discover import discover  # noqa: E402
 from stability.families.library import parse_library  # noqa: E402
 from stability.families.library_build import construct  # noqa: E402
-from stability.families.library_stream import build_streamed, init_whole, streamer_of  # noqa: E402
+from stability.families.library_stream import _streamed_blocks, build_streamed, init_whole, streamer_of  # noqa: E402
 from stability.measure.forward import probe_model  # noqa: E402
 from stability.measure.init_stats import init_record  # noqa: E402
 
@@ -37,6 +37,26 @@ MODELS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
         "transformers:BertModel",
         {"hidden_size": "width", "intermediate_size": 96, "num_hidden_layers": "depth", "num_attention_heads": 4, "vocab_size": 64, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
         {"hidden_size": 32},
+    ),
+    # An encoder and a decoder of one depth, both streamed (the library marks both layer classes):
+    # discovery picks the encoder, as it does on the whole model.
+    "bart": (
+        "transformers:BartModel",
+        {
+            "d_model": "width",
+            "encoder_ffn_dim": 64,
+            "decoder_ffn_dim": 64,
+            "encoder_layers": "depth",
+            "decoder_layers": "depth",
+            "encoder_attention_heads": 4,
+            "decoder_attention_heads": 4,
+            "vocab_size": 64,
+            "max_position_embeddings": 32,
+            "dropout": 0.0,
+            "attention_dropout": 0.0,
+            "activation_dropout": 0.0,
+        },
+        {"d_model": 32},
     ),
 }
 
@@ -70,12 +90,15 @@ def _pair(name: str, depth: int) -> tuple[Any, Any, Any, Any]:
     streamer = streamer_of(built.model)
     assert streamer is not None
     streamed = probe_model(built.model, built.inputs, blocks=built.blocks, seed=3, rng_seed=4)
-    assert streamer.materialisations == 2 * depth  # each block once forward, once when the backward recomputes it
+    # each probed block once forward, once when the backward recomputes it (the probe's forward ends at
+    # the last probed block: BART's decoder is never materialised)
+    assert streamer.materialisations == 2 * depth
     assert streamer.peak_live <= 2
     config = {**lib.config, **lib.shipped}
     whole = construct(lib.target, {k: (depth if v == "depth" else v) for k, v in config.items()})
     found = discover(whole, built.inputs)
-    init_whole(whole, found.blocks.modules, streamer.seed)
+    assert found.blocks.names == built.blocks.names
+    init_whole(whole, _streamed_blocks(whole, None, str(lib.target)), streamer.seed)
     reference = probe_model(whole, built.inputs, blocks=found.blocks, seed=3, rng_seed=4)
     return streamed, reference, init_record(built.model, {}), init_record(whole, {})
 

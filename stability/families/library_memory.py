@@ -203,6 +203,20 @@ def _saved(model: Any, lib: Any, config: dict[str, Any], values: dict[str, Any],
     return sum(storages.values()), max(storages.values(), default=0), largest_param
 
 
+def _largest_block_param(model: Any, dtype: Any) -> int:
+    """The largest parameter, in `dtype`, of the longest run of blocks discovery considers
+    (`discover.block_runs`), found without a forward: what the backward's largest gradient is
+    where the fake forward cannot run (the embeddings before the blocks get none). 0 without a run."""
+    from stability.families.discover import block_runs
+
+    runs = block_runs(model)
+    if not runs:
+        return 0
+    run = max(runs, key=lambda r: len(r.modules))
+    sizes = [p.numel() * (dtype.itemsize if p.is_floating_point() else p.element_size()) for m in run.modules for p in m.parameters()]
+    return max(sizes, default=0)
+
+
 def _raise_stop(module: Any, args: Any, output: Any) -> None:
     raise _Stop
 
@@ -221,5 +235,6 @@ def footprint(lib: Any, values: dict[str, Any], dtype: Any) -> LibraryFootprint:
     try:
         saved, largest_saved, largest_param = _saved(model, lib, config, values, dtype)
     except Exception:  # a forward fake tensors cannot run (a kernel with no fake rule, a data-dependent branch):
-        saved, largest_saved, largest_param = 0, 0, largest  # the parameters alone, a lower bound that still refuses what cannot fit
+        saved, largest_saved = 0, 0  # the parameters alone, a lower bound that still refuses what cannot fit
+        largest_param = _largest_block_param(model, dtype) or largest
     return LibraryFootprint(params, saved, largest_param, largest_saved, count, float32)

@@ -320,7 +320,7 @@ def build_streamed(spec: Any, values: Mapping[str, Any], *, input_seed: int, dev
         raise CaseError(f'{type(model).__name__}._init_weights leaves {", ".join(unset[:3])} unset (set at construction only, which a streamed model does not run): probe it with scale = "probed"')
     streamer = Streamer(model, candidates, seed=seed, device=dev)
     with streamer.tracing_shapes():
-        found = discover(model, inputs, blocks=spec.blocks if spec.blocks is not None else candidates)
+        found = discover(model, inputs, blocks=spec.blocks)  # the blocks the whole model's discovery picks, among the streamed ones
     return Built(model, inputs, found.blocks, found.stages)
 
 
