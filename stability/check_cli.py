@@ -241,7 +241,10 @@ def _run_checks(
             why.append(f"skipped for their device: {', '.join(skipped)}")
         if args.only and not any(r.name == args.only for res in results for r in res.results):
             why.append(f"no spec declares --only {args.only}")
-        if any(res.results for res in results):
+        off = [r for res in results for r in res.results if r.skipped]
+        if off:  # each says which profiles run it: stability.run.engine.skipped_in_profile
+            why.append(f"{len(off)} skipped in this profile, e.g. {printable(off[0].message)}")
+        if any(not r.skipped for res in results for r in res.results):
             why.append("no declared invariant applied to the case")
         print(f"stability: error: nothing was judged ({'; '.join(why) or 'no spec ran'}); exit code {EXIT_NOTHING}", file=sys.stderr)
         return EXIT_NOTHING

@@ -127,6 +127,12 @@ def test_a_run_on_no_matching_device_judges_nothing_and_exits_5(cli: Cli, write_
     assert "exit code 5" in line
 
 
+def test_a_spec_skipped_in_this_profile_names_the_profile_that_runs_it(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
+    spec = write_spec(base_spec.replace("[expect.", '[probe]\nprofiles = ["thorough"]\n\n[expect.'))
+    line = one_error(cli("check", spec, "--profile", "ci", "--in-process"), "nothing was judged", "1 skipped in this profile", "run it with --profile thorough", code=5)
+    assert "no declared invariant applied" not in line  # it was not judged for its profile, not for applicability
+
+
 def test_only_an_undeclared_invariant_exits_5(cli: Cli, write_spec: Callable[..., Path], base_spec: str, tmp_path: Path) -> None:
     report = tmp_path / "r.json"
     one_error(cli("check", write_spec(base_spec), "--only", "variance_growth", "--json", report, "--in-process"), "no spec declares --only variance_growth", code=5)
