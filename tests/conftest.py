@@ -162,6 +162,11 @@ def slow_to_build(depth, width):
     for _ in range(1000):
         time.sleep(0.01)
     return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])
+
+
+def built_in_a_second(depth, width):
+    time.sleep(1.0)
+    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])
 '''
 
 FACTORY_MODULE = "stability_reliability_factories"

@@ -50,6 +50,7 @@ __all__ = [
     "run_spec",
     "run_training",
     "skipped_in_profile",
+    "case_limit",
     "RunOptions",
     "smallest_depth",
     "trained_text",
@@ -68,6 +69,15 @@ class RunOptions:
     #: Hypothesis's seed for the search (`stability check --seed N`); None: the profile's own
     #: (random in dev and thorough, derandomized in ci).
     seed: int | None = None
+
+
+def case_limit(spec: Spec, options: RunOptions) -> float | None:
+    """The per-case time limit of `spec`'s cases under `options`: the run's (`--case-timeout`),
+    raised to the spec's own `[probe] case_timeout` where that is longer; None where the run has none.
+    Every path asks this: the in-process limit (`evaluate`) and the parent's (`Task.case_timeout`)."""
+    if not options.case_timeout:
+        return None
+    return max(options.case_timeout, spec.probe.case_timeout or 0.0)
 
 
 @dataclass
@@ -142,9 +152,10 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
         return CaseRecord(case, None, "CUDA is not available on this machine; use --device cpu", 0.0)
     try:
         check_budget(spec, case, options.memory_budget)
-        if options.case_timeout:
+        limit = case_limit(spec, options)
+        if limit:
             warm_up(case.device)  # torch's lazy imports and CUDA start-up are no case's own time
-        with time_limit(options.case_timeout):
+        with time_limit(limit):
             m = measure_case(spec, case)
     except BlockError as exc:  # a block raised on this case (any family): this case fails, the run goes on
         return CaseRecord(case, None, f"the case does not run: {exc}", time.perf_counter() - t0)

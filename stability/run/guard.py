@@ -183,7 +183,7 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         if _importing(frame) and time.monotonic() < give_up:
             signal.setitimer(signal.ITIMER_REAL, _RETRY_S)
             return
-        raise CaseTimeout(f"ran past the per-case time limit of {seconds:g} s; lower space.depth/width or raise --case-timeout")
+        raise CaseTimeout(f"ran past the per-case time limit of {seconds:g} s; lower space.depth/width, or raise --case-timeout or the spec's [probe] case_timeout")
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)

@@ -289,7 +289,7 @@ class WorkerExecutor(Executor):
                     if not finished and run.deadline is not None and time.monotonic() >= run.deadline:
                         self._stop(run)
                         limit = run.job.case_timeout or 0.0
-                        run.timed_out = f"ran past the per-case time limit of {limit:g} s and was stopped; lower space.depth/width or raise --case-timeout"
+                        run.timed_out = f"ran past the per-case time limit of {limit:g} s and was stopped; lower space.depth/width, or raise --case-timeout or the spec's [probe] case_timeout"
                         finished = True
                     if finished:
                         del running[conn]

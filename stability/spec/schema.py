@@ -163,6 +163,10 @@ class Probe(_Model):
     #: (a library model and its seed ensemble) has a fixed, small ci cost. dev and thorough try
     #: them first, then search.
     ci_cases: list[str] = Field(default_factory=list)
+    #: The per-case time limit, in seconds, that this spec's cases need at least (a model probed at
+    #: its shipped size takes minutes): the run's limit (`--case-timeout`, default 120 s) is raised
+    #: to it for this spec's cases, never lowered; a run without a limit (`--case-timeout 0`) keeps none.
+    case_timeout: float | None = Field(default=None, gt=0.0, allow_inf_nan=False)
 
 
 class Train(_Model):
