@@ -245,6 +245,15 @@ def custom_spec(factory_dir: Path) -> Callable[..., Path]:
     return write
 
 
+@pytest.fixture(autouse=True)
+def _seeded() -> None:
+    """Every test starts from the same global torch RNG state, whatever ran before it in its
+    process: pytest-xdist hands tests to processes in an order that changes with the set of tests
+    (fewer extras installed, fewer tests), and a module built from the global stream must not
+    change with it."""
+    torch.manual_seed(0)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _one_thread() -> Iterator[None]:
     """The tests' tensors are small; intra-op threads only add synchronisation, and on a loaded
