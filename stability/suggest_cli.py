@@ -45,18 +45,19 @@ def _list(console: Console) -> int:
 
 
 def _check_out(out: str, spec: str, *, force: bool) -> None:
-    """--out may not be the spec, and replaces an existing regular file only with --force."""
-    from stability.report.outputs import check_replaceable
+    """--out may not be the spec, passes every report path's checks before anything runs (never a
+    folder, a device or a FIFO, even with --force; a parent folder that is a file or cannot be
+    written; `stability.report.outputs`), and replaces an existing file only with --force."""
+    from stability.report.outputs import check_report_path
 
     target, source = Path(out), Path(spec)
     if not out.strip():
         raise UsageError("--out: the path is empty; give the file to write the fixed spec to, e.g. --out fixed.toml")
     if target.resolve() == source.resolve() or (target.exists() and source.exists() and os.path.samefile(target, source)):
         raise UsageError(f"--out {out}: is the spec itself; suggest never overwrites the spec it reads: give another file, e.g. --out {source.with_name(source.stem + '_fixed.toml')}")
-    if os.path.lexists(target):
-        check_replaceable(target, "--out")  # never a folder, a device or a FIFO, even with --force
-        if not force:
-            raise UsageError(f"--out {out}: exists; add --force to replace it, or give another file")
+    check_report_path("--out", out, None, example="fixed.toml")
+    if os.path.lexists(target) and not force:
+        raise UsageError(f"--out {out}: exists; add --force to replace it, or give another file")
 
 
 def _finite(value: Any) -> Any:

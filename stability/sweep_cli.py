@@ -167,6 +167,13 @@ def _backend(args: argparse.Namespace) -> Any:
         raise UsageError(f"--scheduler {args.scheduler}: no Dask scheduler answered there within {CONNECT_TIMEOUT_S:g} s ({why}); check the address, or run without --scheduler") from None
 
 
+def _shown(text: object) -> str:
+    """A path, a revision or a command line from the user in a console line: its control
+    characters escaped and its brackets read as text, not as rich markup (`x[/y].sqlite` is a
+    file name, not a closing tag)."""
+    return escape(printable(str(text)))
+
+
 def _check_x(x: str | None, axes: list[Any]) -> None:
     """`--x KEY` names a swept key other than depth (the heatmaps' x axis), or is refused."""
     swept = [a.key for a in axes if a.key != "depth"]
@@ -189,10 +196,10 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
         if last is None:
             if not args.spec:
                 raise UsageError(f"--resume: no unfinished sweep is recorded in {db}; start one with `stability sweep SPEC --over ...`")
-            console.print(f"--resume: no unfinished sweep of this spec and grid is recorded in {db}; running it (stored points are reused)", highlight=False)
+            console.print(f"--resume: no unfinished sweep of this spec and grid is recorded in {_shown(db)}; running it (stored points are reused)", highlight=False)
         else:
             resumed = last[1] + _backend_args(argv)
-            console.print(f"resuming sweep {last[0]}: stability {' '.join(resumed)}", highlight=False)
+            console.print(f"resuming sweep {last[0]}: stability {_shown(' '.join(resumed))}", highlight=False)
             args = parser().parse_args(resumed)
             args.db = db
             resumed_id = last[0]
@@ -230,7 +237,7 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
                 case_timeout=args.case_timeout or None,
             )
     except KeyboardInterrupt:
-        console.print(f"interrupted: the points finished so far are stored in {db}; `stability sweep --resume --db {db}` continues", highlight=False)
+        console.print(f"interrupted: the points finished so far are stored in {_shown(db)}; `stability sweep --resume --db {_shown(db)}` continues", highlight=False)
         store.close()
         return 130
     finally:
@@ -241,7 +248,9 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
     failed = sum(p.failed for p in result.points)
     console.print(
         f"{len(result.points)} grid point(s) × {len(plan.seeds)} seed(s), {len(result.extra_points)} more for the budgets: "
-        f"{result.probed} probe(s) run on {result.workers} worker(s), {result.cached} point(s) reused from {db}" + (f", {failed} point(s) failed" if failed else "") + f", in {result.seconds:.1f} s",
+        f"{result.probed} probe(s) run on {result.workers} worker(s), {result.cached} point(s) reused from {_shown(db)}"
+        + (f", {failed} point(s) failed" if failed else "")
+        + f", in {result.seconds:.1f} s",
         highlight=False,
     )
     _print_failed([p for p in (*result.points, *result.extra_points) if p.failed], console)
@@ -250,7 +259,7 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
 
         drawn = time.perf_counter()
         path = write_sweep_html(args.html, result, x=getattr(args, "x", None))
-        console.print(f"report: {path} (its phase diagrams drawn in {time.perf_counter() - drawn:.1f} s)", highlight=False)
+        console.print(f"report: {_shown(path)} (its phase diagrams drawn in {time.perf_counter() - drawn:.1f} s)", highlight=False)
     return 0
 
 
@@ -395,17 +404,17 @@ def _compare(store: Store, revs: list[str], console: Console) -> int:
 
     found = compare(store, revs[0], revs[1])  # nothing comparable: UsageError, exit 2
     va, vb, moved = found.version_a, found.version_b, found.moved
-    console.print(f"budgets under {va} → {vb}: {found.compared} compared", highlight=False)
+    console.print(f"budgets under {_shown(va)} → {_shown(vb)}: {found.compared} compared", highlight=False)
     if found.only_a or found.only_b:
         console.print(
-            f"not compared: {found.only_a} budget(s) stored only under {va} and {found.only_b} only under {vb} (another spec content, grid or device)",
+            f"not compared: {found.only_a} budget(s) stored only under {_shown(va)} and {found.only_b} only under {_shown(vb)} (another spec content, grid or device)",
             highlight=False,
         )
     if not moved:
         console.print("no budget moved", highlight=False)
         return 0
     t = Table(header_style="bold")
-    for col in ("spec", "slice", "invariant", "seeds", "depths", va, vb, ""):
+    for col in ("spec", "slice", "invariant", "seeds", "depths", _shown(va), _shown(vb), ""):
         t.add_column(col, overflow="fold")
     lowered = False
     for (name, slice_, invariant, seeds, depths, device), a, b in moved:

@@ -72,9 +72,9 @@ def zoo_command(args: argparse.Namespace, console: Console, err: Console) -> int
     console.print(table)
     if args.md is not None:
         update_markdown(args.md, rows, depths)
-        console.print(f"wrote {escape(args.md)}")
+        console.print(f"wrote {escape(printable(args.md))}")
     if args.html is not None:
-        console.print(f"wrote {escape(str(write_zoo_html(args.html, rows, depths, seconds=seconds)))}")
+        console.print(f"wrote {escape(printable(str(write_zoo_html(args.html, rows, depths, seconds=seconds))))}")
     console.print(f"{len(rows)} zoo families in {seconds:.0f} s")
     return 0
 
@@ -124,7 +124,7 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
     compared = sum(r["status"] != "not_comparable" for r in rows)
     if args.md:
         write_atomic(Path(args.md), markdown(a.label, b.label, rows, refused, versions, compared=compared))
-        console.print(f"wrote {escape(args.md)}")
+        console.print(f"wrote {escape(printable(args.md))}")
     grid = f"{len(paths)} families, depths {','.join(map(str, depths))}"
     console.print(f"{len(moved(rows))} number(s) moved past their drift, of {compared} compared ({grid}) in {time.perf_counter() - t0:.0f} s", soft_wrap=True)
     return 1 if moved(rows) else 0

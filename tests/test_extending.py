@@ -124,3 +124,15 @@ def test_pytest_collects_the_toy_spec_with_the_ini_option(project: Path) -> None
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--stability-profile", "ci", "-rA"], cwd=project, capture_output=True, text=True, timeout=600)
     assert "PASSED specs/toy.toml::gradient_arrival" in run.stdout, run.stdout + run.stderr
     assert "FAILED specs/toy.toml::output_growth" in run.stdout and "E[y²]/E[x²] = 4.3" in run.stdout, run.stdout
+
+
+def test_a_plugin_file_in_a_folder_whose_name_is_not_utf8_loads(tmp_path: Path) -> None:
+    """Its private module name is made from the path's bytes (a surrogate escape to Python), not
+    refused with a UnicodeEncodeError."""
+    import os
+
+    folder = tmp_path / os.fsdecode(b"pl\xff")
+    folder.mkdir()
+    (folder / "quiet_plugin.py").write_text("LOADED = True\n", encoding="utf-8")
+    module = plugins._load_file(folder / "quiet_plugin.py")
+    assert module.LOADED is True

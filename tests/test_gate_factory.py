@@ -95,3 +95,19 @@ def test_factory_args_may_not_override_a_drawn_value(tmp_path: Path) -> None:
     text = custom("override", "make", extra="factory_args = { depth = 7 }")
     with pytest.raises(SpecError, match=r"block.factory_args.depth = 7: would override the value drawn from \[space\]"):
         parse_spec(text, file=str(tmp_path / "s.toml"))
+
+
+@pytest.mark.parametrize("profile", ["ci", "dev"])
+def test_a_folder_or_file_name_that_is_not_utf8_runs_as_any_other(cli: Cli, tmp_path: Path, profile: str) -> None:
+    """A spec and its factory module in a folder whose name holds a byte that is not UTF-8 (Python
+    carries it as a surrogate escape): the factory's private module name (a module named like the
+    standard library's json is loaded under one) and the example database's key (dev) are made
+    from the path's bytes, not refused with a UnicodeEncodeError (exit 2)."""
+    import os
+
+    folder = tmp_path / os.fsdecode(b"odd\xff")
+    folder.mkdir()
+    (folder / "json.py").write_text("from torch import nn\ndef make(depth, width):\n    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])\n")
+    (folder / os.fsdecode(b"s\xfe.toml")).write_text(custom("odd", "json:make", depth="1"))
+    code, out, err = cli("check", folder, "--profile", profile, "-j", "1")
+    assert code == 0 and "Traceback" not in err, out + err

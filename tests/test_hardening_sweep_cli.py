@@ -216,3 +216,15 @@ def test_resume_with_a_spec_picks_the_unfinished_sweep_of_exactly_that_command(s
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT DISTINCT point FROM probes ORDER BY point").fetchall() == [('{"depth":1}',), ('{"depth":2}',)]
         assert conn.execute("SELECT id FROM sweeps WHERE finished IS NULL").fetchall() == [(mine_id + 1,)]
+
+
+def test_a_store_path_with_brackets_is_shown_as_written_not_read_as_markup(sweep: object, tmp_path: Path) -> None:
+    """`x[/y].sqlite` is a file name: every line naming the store shows it, none reads its `[/y]` as
+    rich's closing tag (MarkupError, a traceback after the sweep ran)."""
+    (tmp_path / "spec.toml").write_text(LINEAR, encoding="utf-8")
+    db = "x[/y]##[add-mask]z.sqlite"
+    code, out, err = sweep("spec.toml", "--over", "depth=1,2", "--seeds", "1", "--no-budget", "--db", db, "--resume", "--serial", "-q")  # type: ignore[operator]
+    assert code == 0, out + err
+    assert "Traceback" not in out + err
+    assert out.count("x[/y]##\\[add-mask]z.sqlite") == 2, out  # the --resume line and the summary line
+    assert (tmp_path / db).is_file()

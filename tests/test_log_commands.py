@@ -146,6 +146,16 @@ def test_annotation_values_are_neutralised_and_round_trip_through_the_runners_un
     assert unescape(escape_data(message)) == neutralise(message) and unescape(escape_property(prop)) == neutralise(prop)
 
 
+def test_a_lone_surrogate_is_shown_as_its_escape() -> None:
+    """A byte a file name or a message does not decode reaches Python as a lone surrogate, which
+    no UTF-8 stream, summary or report can hold: shown as its escape, like a control character."""
+    text = os.fsdecode(b"bad \xff ##[add-mask]x") + "\ud800"
+    assert printable(text) == "bad \\udcff ##\\[add-mask]x\\ud800"
+    assert cell(text) == "bad \\\\udcff ##\\[add-mask\\]x\\\\ud800"
+    for shown in (printable(text), cell(text), command("error", text, file=text)):
+        shown.encode("utf-8")  # no UnicodeEncodeError
+
+
 # ----------------------------------------------------------------------------- the rendering, fuzzed in-process
 
 PASSING = """\
@@ -281,6 +291,36 @@ def test_check_on_github_with_hostile_names_messages_and_output(tmp_path: Path) 
     assert "PRINTED_IN_FACTORY" in proc.stdout and ":\\:stop-commands::tok2" in proc.stdout  # the relayed `| ` lines
     titles = {unescape(_props(line)["title"]) for line in own}
     assert titles == {"stability: the spec does not load", "stability: gradient_arrival not met"} and len(own) == 3
+
+
+SURROGATE_FACTORY = """\
+def make(depth, width):
+    raise ValueError("bad \\udcff byte ##[add-mask]SECRET")
+"""
+
+
+def test_check_on_github_with_undecodable_bytes_in_a_file_name_and_a_message(tmp_path: Path) -> None:
+    """A spec file whose name holds a byte that is not UTF-8, and a factory whose message holds a
+    lone surrogate: the job summary, the annotations and every report are written, with the text
+    shown as its escape; no traceback."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "surrogate_factory.py").write_text(SURROGATE_FACTORY)
+    name = os.fsdecode(b"\xff##[add-mask]x.toml")
+    (specs / name).write_text(HOSTILE.replace("hostile_factory:make", "surrogate_factory:make"))
+    reports = ["--json", "r.json", "--junit", "r.xml", "--sarif", "r.sarif", "--html", "html"]
+    proc = _stability("check", "specs", "--profile", "ci", *reports, cwd=tmp_path, env=_env(tmp_path))
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    check_log(proc.stdout, commands=True)
+    check_log(proc.stderr)
+    summary = (tmp_path / "summary.md").read_text(encoding="utf-8")
+    check_log(summary)
+    assert "bad \\udcff byte ##\\[add-mask]SECRET" in summary and "bad \\udcff byte ##\\[add-mask]SECRET" in proc.stdout
+    assert "\\udcff##\\[add-mask]x.toml" in proc.stdout
+    assert "bad \\udcff byte" in (tmp_path / "html" / "index.html").read_text(encoding="utf-8")
+    assert "specs/%FF%23%23%5Badd-mask%5Dx.toml" in (tmp_path / "r.sarif").read_text(encoding="utf-8")
+    assert (tmp_path / "r.json").exists() and (tmp_path / "r.xml").exists()
 
 
 @pytest.mark.slow

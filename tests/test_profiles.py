@@ -45,6 +45,18 @@ def test_keyed_database_files_every_operation_under_its_prefix() -> None:
     assert set(inner.fetch(b"b::k")) == set() and set(inner.fetch(b"a::k2")) == {b"1"}
 
 
+def test_a_key_holding_a_path_that_is_not_utf8_is_its_bytes() -> None:
+    """A spec path with a byte that does not decode (a surrogate escape to Python) keys the database
+    by the file system's bytes, and a UTF-8 path keys it as before."""
+    inner = InMemoryExampleDatabase()
+    odd = keyed(settings(database=inner), "given_spec::specs/\udcff.toml").database
+    odd.save(b"k", b"1")  # type: ignore[union-attr]
+    assert set(inner.fetch(b"given_spec::specs/\xff.toml::k")) == {b"1"}
+    plain = keyed(settings(database=inner), "given_spec::specs/é.toml").database
+    plain.save(b"k", b"2")  # type: ignore[union-attr]
+    assert set(inner.fetch("given_spec::specs/é.toml::k".encode())) == {b"2"}
+
+
 def test_keyed_keeps_a_profile_without_a_database_as_it_is() -> None:
     ci = prof.PROFILES["ci"]
     assert keyed(ci, "x") is ci

@@ -4,6 +4,7 @@ phases and counts against their closed forms, and each spec error printed once."
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -91,6 +92,21 @@ def test_heartbeats_come_at_most_once_a_period_and_only_while_something_runs() -
     assert 2 <= len(beats) <= 4, lines  # 0.75 s at one line per 0.2 s at most
     assert not progress.thread or not progress.thread.is_alive()
     out.file.close()
+
+
+def test_the_bar_shows_a_spec_name_as_text_not_as_markup() -> None:
+    """A spec named `n[/y]` is a name, not rich's closing tag (a MarkupError in the bar's refresh,
+    a traceback on the terminal), and the device of `--device all` is shown as `[cuda]`."""
+    sink = io.StringIO()
+    err = Console(file=sink, force_terminal=True, width=200, color_system=None)
+    progress = RunProgress(["n[/y]", "b [cuda]"], mode="bar", out=err, err=err, workers=1)
+    with progress:
+        progress.finished(0, None)
+        progress.bar.refresh()
+        assert "n[/y]" in sink.getvalue()
+        progress.finished(1, None)
+        progress.bar.refresh()
+    assert "b [cuda]" in sink.getvalue()
 
 
 def test_the_mode_is_the_bar_on_a_terminal_lines_elsewhere_and_nothing_when_quiet(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+import os
 import re
 import urllib.parse
 from pathlib import Path
@@ -74,6 +75,15 @@ def test_a_location_is_a_percent_encoded_reference_to_the_repository_root(tmp_pa
     assert _RELATIVE.fullmatch(uri), uri
     assert urllib.parse.unquote(uri, errors="strict") == relative  # one path, decoded back exactly
     assert not set(uri) & set(" #?[]") and uri.isascii()
+
+
+def test_a_file_name_byte_that_is_not_utf8_is_percent_encoded_as_that_byte(tmp_path: Path) -> None:
+    """A name with a byte that does not decode (Python holds it as a surrogate escape) is located
+    by its own bytes, as a `file:` URI would be, not refused with a UnicodeEncodeError."""
+    relative = os.fsdecode(b"odd/\xff##[x].toml")
+    location = artifact_location(str(tmp_path / relative), {"GITHUB_WORKSPACE": str(tmp_path)})
+    assert location == {"uri": "odd/%FF%23%23%5Bx%5D.toml", "uriBaseId": "%SRCROOT%"}
+    assert urllib.parse.unquote_to_bytes(location["uri"]) == os.fsencode(relative)
 
 
 def test_a_location_outside_the_repository_is_an_absolute_file_uri(tmp_path: Path) -> None:

@@ -153,6 +153,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
         (["suggest", str(path), "--out", str(tmp_path / "." / "mine.toml")], "is the spec itself"),
         (["suggest", str(path), "--out", str(tmp_path / "taken.toml")], "exists; add --force"),
         (["suggest", str(path), "--out", str(tmp_path)], "folder"),
+        (["suggest", str(path), "--out", str(tmp_path / "taken.toml" / "fixed.toml")], "taken.toml is not a folder"),  # before the remedies run, not after
+        (["suggest", str(path), "--out", "/proc/fixed.toml"], "cannot write in /proc"),
+        (["suggest", str(path), "--out", "-"], "written to files"),
         (["suggest", str(path), "--only", "gradient_arival"], 'did you mean "gradient_arrival"'),
         (["suggest", str(path), "--only", "variance_growth"], "declares no [expect.variance_growth]"),
         (["suggest", str(path), "--holds", "--out", str(tmp_path / "x.toml")], "--out with --holds"),

@@ -164,7 +164,7 @@ def _import(mod_name: str, file: Path, root: Path) -> Any:
         sys.path.append(str(root))  # after the standard library and site-packages: shadows nothing
     if _same_file(mod_name, file):
         return importlib.import_module(mod_name)
-    private = f"_stability_factory_{hashlib.sha1(str(file).encode()).hexdigest()[:12]}_{mod_name.replace('.', '_')}"
+    private = f"_stability_factory_{hashlib.sha1(os.fsencode(file)).hexdigest()[:12]}_{mod_name.replace('.', '_')}"
     if private in sys.modules:
         return sys.modules[private]
     module_spec = importlib.util.spec_from_file_location(private, file)

@@ -30,7 +30,9 @@ __all__ = ["judged_count", "print_table", "print_failures", "to_json", "write_js
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> None:
-    """Write `data` to `path` through a temporary file and a rename: all or nothing."""
+    """Write `data` to `path` through a temporary file and a rename: all or nothing. Text is
+    written as UTF-8; a lone surrogate in it (a file name's byte that does not decode, carried by
+    Python as a surrogate escape) is written as its escape `\\udcff`, so the report is still written."""
     path = Path(path)
     from stability.report.outputs import check_replaceable
 
@@ -42,7 +44,7 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
     try:
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is an ordinary file
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+            fh.write(data.encode("utf-8", "backslashreplace") if isinstance(data, str) else data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

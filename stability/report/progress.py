@@ -22,6 +22,7 @@ from collections import deque
 from typing import Literal
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 
 from stability.errors import UsageError
@@ -107,7 +108,7 @@ class RunProgress:
             self._start_next(now)
             if self.mode == "lines" and result is not None and len(self.labels) > 1:  # one spec's line would be its summary
                 self._print(spec_line(result, seconds=now - started), now)
-        self.bar.update(self.task, advance=1, description=printable(self.labels[index]))
+        self.bar.update(self.task, advance=1, description=escape(printable(self.labels[index])))  # the bar's text column reads markup: a name is text
 
     def _print(self, line: str, now: float) -> None:
         self.out.print(line, highlight=False, markup=False, soft_wrap=True)

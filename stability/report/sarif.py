@@ -54,12 +54,13 @@ def artifact_location(path: str, environ: Mapping[str, str] = os.environ) -> dic
     """SARIF's `artifactLocation` of a spec file: an RFC 3986 relative reference to the repository
     root (`uriBaseId` %SRCROOT%, what code scanning resolves against the checkout), every byte
     outside the unreserved characters and `/` percent-encoded as UTF-8 (a space, `%`, `#`, `?`,
-    `:`, non-ASCII), so `odd dir/100% a#b?.toml` stays one path; a file outside the repository
-    gets its absolute `file:` URI."""
+    `:`, non-ASCII), so `odd dir/100% a#b?.toml` stays one path; a name's byte that is not UTF-8
+    is encoded as the byte it is (as `file:` URIs are); a file outside the repository gets its
+    absolute `file:` URI."""
     inside = in_workspace(path, environ)
     if inside is None:
         return {"uri": Path(os.path.abspath(path)).as_uri()}
-    return {"uri": urllib.parse.quote(inside, safe="/"), "uriBaseId": "%SRCROOT%"}
+    return {"uri": urllib.parse.quote(os.fsencode(inside), safe="/"), "uriBaseId": "%SRCROOT%"}
 
 
 def _result(level: str, text: str, file: str, line: int, kind: str, *key: str, environ: Mapping[str, str]) -> dict[str, Any]:

@@ -30,9 +30,11 @@ from typing import Any, TextIO
 
 __all__ = ["printable", "escape_controls", "neutralise", "LogSafe", "log_safe_streams", "write_command"]
 
-# C0 and C1 control characters, DEL, and the Unicode controls that reorder or hide text (bidi
-# embeddings, overrides and isolates, line and paragraph separators).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# C0 and C1 control characters, DEL, the Unicode controls that reorder or hide text (bidi
+# embeddings, overrides and isolates, line and paragraph separators), and lone surrogates: no
+# character at all, what Python makes of a byte a file name or a message does not decode (a
+# surrogate escape), which no UTF-8 stream, summary or report can be written with.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 # What a reader of the log may take as the end of a line: more than a runner splits on (CR, LF),
 # every break Python's str.splitlines knows, so a line start is never missed.
@@ -51,7 +53,8 @@ def neutralise(text: str) -> str:
 
 
 def escape_controls(text: str) -> str:
-    """`text` with every control character written as an escape (`\\x1b`, `\\u202e`)."""
+    """`text` with every control character written as an escape (`\\x1b`, `\\u202e`; a lone
+    surrogate as `\\udcff`)."""
     return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
 
 

@@ -70,7 +70,7 @@ def _load(name: str) -> ModuleType:
 def _load_file(path: Path) -> ModuleType:
     if not path.is_file():
         raise UsageError(f"plugin {path}: no such file; give a module name or the path of a .py file")
-    private = f"_stability_plugin_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}_{path.stem}"
+    private = f"_stability_plugin_{hashlib.sha1(os.fsencode(path)).hexdigest()[:12]}_{path.stem}"
     if private in sys.modules:
         return sys.modules[private]
     spec = importlib.util.spec_from_file_location(private, path)

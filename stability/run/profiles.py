@@ -94,7 +94,8 @@ class KeyedDatabase(ExampleDatabase):
 
 
 def keyed(profile: settings, key: str) -> settings:
-    """`profile` with its example database (if any) keyed by `key`: one entry per key."""
+    """`profile` with its example database (if any) keyed by `key`: one entry per key. The key holds
+    the spec's path, encoded as the file system's bytes (a name's byte that is not UTF-8 too)."""
     if profile.database is None:
         return profile
-    return settings(profile, database=KeyedDatabase(profile.database, key.encode() + b"::"))
+    return settings(profile, database=KeyedDatabase(profile.database, os.fsencode(key) + b"::"))
