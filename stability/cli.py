@@ -3,7 +3,7 @@
 Exit codes: 0 at least one expectation judged and every one met; 1 some expectation not met (the
 CI gate); 2 bad spec, bad usage, an unreadable input or a spec that could not run (a broken
 factory, a crashed worker), reported after every other spec has run (one line on stderr each,
-never a traceback); 5 nothing was judged (pytest's "no tests ran"); 130 interrupted (after the
+never a traceback); 3 an internal error of the tool (its traceback); 5 nothing was judged (pytest's "no tests ran"); 130 interrupted (after the
 partial summary). `check` (`stability.check_cli`) runs every spec in its own worker process
 (`stability.run.worker`).
 """
@@ -13,11 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from stability.cli_common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, load_each
+from stability.cli_common import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, load_each
 from stability.cli_parser import parser
 from stability.errors import StabilityError, UsageError, did_you_mean
 from stability.report.text import printable
@@ -96,7 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     from stability.run.streams import tolerant_streams
 
     with tolerant_streams(), log_safe_streams():
-        return _command(argv)
+        try:
+            return _command(argv)
+        except Exception:  # a fault of the tool: its traceback is shown, neutralised like every other text
+            traceback.print_exc()
+            print(f"stability: internal error (the traceback above is the tool's own fault, not the spec's); exit code {EXIT_INTERNAL}", file=sys.stderr)
+            return EXIT_INTERNAL
 
 
 def _command(argv: list[str] | None) -> int:

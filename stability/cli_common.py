@@ -15,12 +15,15 @@ from stability.report.text import printable
 if TYPE_CHECKING:
     from stability.spec.schema import Spec
 
-__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_NOTHING", "load_each", "factories_allowed"]
+__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "EXIT_NOTHING", "load_each", "factories_allowed"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: Nothing was judged (every spec skipped for its device, --only naming an undeclared invariant, a
 #: replayed case no invariant applies to): pytest's "no tests were collected" code.
 EXIT_NOTHING = 5
+#: A fault of the tool itself, not of the input or the network checked (pytest's "internal error"
+#: code): never read as a verdict, as Python's own exit code 1 for an uncaught exception would be.
+EXIT_INTERNAL = 3
 
 
 def _default_paths(paths: list[str]) -> list[str]:

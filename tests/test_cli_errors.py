@@ -146,3 +146,22 @@ def test_user_strings_reach_json_and_junit_escaped(cli: Cli, tmp_path: Path, bas
     assert "\\x1b" in (failure.text or "")
     # the table shows rich markup in a name literally instead of interpreting it
     assert "[red]not markup[/red]" in out
+
+
+def test_a_fault_of_the_tool_exits_3_with_its_traceback_neutralised(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    """An exception the tool did not expect is its own fault: exit 3 (pytest's internal error), not
+    Python's 1, which a CI gate reads as "an expectation was not met"; its traceback goes through
+    the same neutralisation as every other text (stability.report.text)."""
+    import stability.check_cli
+    from stability.cli import main
+
+    def broken(*args: object) -> int:
+        raise RuntimeError("##[add-mask]secret\n::stop-commands::tok")
+
+    monkeypatch.setattr(stability.check_cli, "check_command", broken)
+    assert main(["check", "specs/plain_mlp.toml"]) == 3
+    err = capfd.readouterr().err
+    assert "Traceback" in err and "RuntimeError" in err
+    assert "##[add-mask]" not in err and "##\\[add-mask]secret" in err
+    assert "\n::stop-commands" not in err and ":\\:stop-commands::tok" in err
+    assert err.strip().splitlines()[-1] == "stability: internal error (the traceback above is the tool's own fault, not the spec's); exit code 3"
