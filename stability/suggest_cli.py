@@ -45,12 +45,16 @@ def _list(console: Console) -> int:
 
 
 def _check_out(out: str, spec: str, *, force: bool) -> None:
-    """--out may not be the spec, and replaces an existing regular file only with --force."""
-    from stability.report.outputs import check_replaceable
+    """--out may not be the spec, and replaces an existing regular file only with --force; the rest
+    is what every report path is checked for before the run (`check_report_path`): not standard
+    output, not a folder (one named with a trailing slash among them), inside a folder that can be
+    written, every name short enough for the file system."""
+    from stability.report.outputs import check_replaceable, check_report_path
 
     target, source = Path(out), Path(spec)
     if not out.strip():
         raise UsageError("--out: the path is empty; give the file to write the fixed spec to, e.g. --out fixed.toml")
+    check_report_path("--out", out, None, example="fixed.toml")
     if target.resolve() == source.resolve() or (target.exists() and source.exists() and os.path.samefile(target, source)):
         raise UsageError(f"--out {out}: is the spec itself; suggest never overwrites the spec it reads: give another file, e.g. --out {source.with_name(source.stem + '_fixed.toml')}")
     if os.path.lexists(target):
@@ -85,7 +89,9 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
     if args.json:
         from stability.report.outputs import check_outputs
 
-        check_outputs(json=args.json, junit=None, html=None, inputs=[args.spec] + ([args.out] if args.out else []))
+        check_outputs(json=args.json, junit=None, html=None, inputs=[args.spec])
+        if args.out is not None and Path(args.json).resolve() == Path(args.out).resolve():
+            raise UsageError(f"--json {args.json}: is also the path of --out; give the report and the fixed spec each their own path")
     for root in args.source_root or []:
         if not Path(root).is_dir():
             raise UsageError(f"--source-root {root}: is not a folder; give the folder that holds your factory modules")

@@ -167,6 +167,27 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
     assert (tmp_path / "taken.toml").read_text(encoding="utf-8") == "mine\n"
 
 
+def test_an_out_path_that_cannot_be_written_is_refused_before_anything_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What `--out` names is checked as every report path is: a folder meant by a trailing slash,
+    standard output, a path under a file, a name the file system refuses; and `--json` naming the
+    same file as `--out`. One line, exit 2, before the run (not a traceback after it, nor a file
+    written where the user meant a folder)."""
+    path = _write(tmp_path, PLAIN)
+    cases = [
+        (["suggest", str(path), "--out", str(tmp_path / "fixed") + "/"], "is a folder"),
+        (["suggest", str(path), "--out", "-"], "standard output"),
+        (["suggest", str(path), "--out", str(path / "fixed.toml")], "is not a folder"),
+        (["suggest", str(path), "--out", str(tmp_path / ("a" * 300 + ".toml"))], "choose a shorter name"),
+        (["suggest", str(path), "--out", str(tmp_path / "o.toml"), "--json", str(tmp_path / "o.toml")], "--json"),
+    ]
+    for argv, why in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert why in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (argv, err)
+        assert "input spec" not in err, (argv, err)  # --out is not the spec
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.toml"]
+
+
 def test_force_replaces_an_existing_file_but_never_a_fifo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import os
 
