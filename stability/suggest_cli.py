@@ -26,7 +26,11 @@ from stability.cli_common import EXIT_FAILED, EXIT_OK, load_each
 from stability.errors import UsageError
 from stability.report.text import printable
 
-__all__ = ["suggest_command"]
+__all__ = ["suggest_command", "SUGGEST_JSON_VERSION"]
+
+#: The format version `--json` writes first ("stability_suggest"): a later run replaces only a file
+#: that begins with it, never one the user wrote.
+SUGGEST_JSON_VERSION = 1
 
 
 def _list(console: Console) -> int:
@@ -87,9 +91,9 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
             raise UsageError("--out with --holds: the written spec would declare expectations other than yours; run suggest --holds without --out, or write holds in the spec")
         _check_out(args.out, args.spec, force=args.force)
     if args.json:
-        from stability.report.outputs import check_outputs
+        from stability.report.outputs import check_report_path
 
-        check_outputs(json=args.json, junit=None, html=None, inputs=[args.spec])
+        check_report_path("--json", args.json, "suggest JSON", example="suggest.json", protected={Path(args.spec).resolve(): args.spec})
         if args.out is not None and Path(args.json).resolve() == Path(args.out).resolve():
             raise UsageError(f"--json {args.json}: is also the path of --out; give the report and the fixed spec each their own path")
     for root in args.source_root or []:
@@ -125,7 +129,8 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
     if args.out is not None and best is not None:
         write_atomic(args.out, best.text)
     if args.json:
-        write_atomic(args.json, json.dumps(_finite(found.to_dict()), indent=2, allow_nan=False, default=str) + "\n")
+        report = {"stability_suggest": SUGGEST_JSON_VERSION, **found.to_dict()}  # the first key: what makes the file suggest's own
+        write_atomic(args.json, json.dumps(_finite(report), indent=2, allow_nan=False, default=str) + "\n")
     print_suggestions(found, console, diffs=not args.no_diff, out=args.out if best is not None else None, only=args.only)
     if found.unfixable and not found.failing:  # unmet, and no remedy is for it (a negative control that was not violated)
         return EXIT_FAILED

@@ -188,6 +188,21 @@ def test_an_out_path_that_cannot_be_written_is_refused_before_anything_runs(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.toml"]
 
 
+def test_json_replaces_its_own_earlier_report_and_never_a_users_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Running `stability suggest --json r.json` again replaces r.json (the report is provably
+    suggest's own); a file the user wrote, and the JSON report of `stability check`, stay."""
+    path = _write(tmp_path, PLAIN)
+    report = tmp_path / "r.json"
+    for _ in range(2):
+        assert main(["suggest", str(path), "--in-process", "--no-diff", "--json", str(report)]) == 0
+        assert json.loads(report.read_text(encoding="utf-8"))["ranked"][0] == "critical_init"
+    capsys.readouterr()
+    mine = _write(tmp_path, '{"mine": 1}\n', "mine.json")
+    assert main(["suggest", str(path), "--in-process", "--json", str(mine)]) == 2
+    assert "is not a stability suggest JSON report" in capsys.readouterr().err
+    assert mine.read_text(encoding="utf-8") == '{"mine": 1}\n'
+
+
 def test_force_replaces_an_existing_file_but_never_a_fifo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import os
 
