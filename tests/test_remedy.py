@@ -211,3 +211,17 @@ def test_a_library_model_gets_what_its_config_exposes(spec: str, expected: set[s
     pytest.importorskip("timm" if spec.startswith("timm") else "transformers")
     got = _applicable((ROOT / "specs" / "zoo" / spec).read_text(encoding="utf-8"))
     assert expected <= got and not absent & got
+
+
+def test_init_range_starts_from_the_librarys_default_not_a_broken_value() -> None:
+    """init_range is the library's default initializer_range ÷ √(2·depth) (Radford et al. 2019): a
+    spec that broke the range (1.0 where GPT-2's default is 0.02) gets 0.02/√16 = 0.005 at depth 8,
+    not its own 1.0/√16 = 0.25, under which GPT-2's gradient still grows 40-fold over two blocks."""
+    pytest.importorskip("transformers")
+    from stability.judge.remedies import _init_range_edit
+
+    text = (ROOT / "specs" / "zoo" / "gpt2.toml").read_text(encoding="utf-8")
+    broken = parse_spec(text.replace("vocab_size = 64,", "vocab_size = 64, initializer_range = 1.0,"))
+    assert _init_range_edit(broken, {}) == {"block.config.initializer_range": 0.005}
+    assert _init_range_edit(parse_spec(text), {}) == {"block.config.initializer_range": 0.005}  # unset: the default
+    assert "init_range" not in _applicable(text.replace("vocab_size = 64,", "vocab_size = 64, initializer_range = 0.004,"))  # already at or below it
