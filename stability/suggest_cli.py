@@ -132,6 +132,9 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
         report = {"stability_suggest": SUGGEST_JSON_VERSION, **found.to_dict()}  # the first key: what makes the file suggest's own
         write_atomic(args.json, json.dumps(_finite(report), indent=2, allow_nan=False, default=str) + "\n")
     print_suggestions(found, console, diffs=not args.no_diff, out=args.out if best is not None else None, only=args.only)
+    if args.out is not None and not found.failing:
+        why = "no remedy is for what is unmet" if found.unfixable else "nothing to fix"
+        print(f"stability: {printable(args.out)} not written: {why}", file=sys.stderr)
     if found.unfixable and not found.failing:  # unmet, and no remedy is for it (a negative control that was not violated)
         return EXIT_FAILED
     if found.failing and best is None:

@@ -115,8 +115,10 @@ def test_only_the_remedies_for_what_failed_are_tried(tmp_path: Path) -> None:
 def test_nothing_to_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _write(tmp_path, PASSING)
     assert main(["suggest", str(path), "--in-process", "--out", str(tmp_path / "fixed.toml")]) == 0
-    assert "nothing to fix" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "nothing to fix" in out
     assert not (tmp_path / "fixed.toml").exists()
+    assert "fixed.toml not written: nothing to fix" in err  # the --out asked for is accounted for
 
 
 def test_none_holds_exit_1_listing_what_each_did(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
