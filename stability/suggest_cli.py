@@ -26,7 +26,11 @@ from stability.cli_common import EXIT_FAILED, EXIT_OK, load_each
 from stability.errors import UsageError
 from stability.report.text import printable
 
-__all__ = ["suggest_command"]
+__all__ = ["suggest_command", "SUGGEST_JSON_VERSION"]
+
+#: The format version `--json` writes first ("stability_suggest"): a later run replaces only a file
+#: that begins with it, never one the user wrote.
+SUGGEST_JSON_VERSION = 1
 
 
 def _list(console: Console) -> int:
@@ -45,17 +49,18 @@ def _list(console: Console) -> int:
 
 
 def _check_out(out: str, spec: str, *, force: bool) -> None:
-    """--out may not be the spec, passes every report path's checks before anything runs (never a
-    folder, a device or a FIFO, even with --force; a parent folder that is a file or cannot be
-    written; `stability.report.outputs`), and replaces an existing file only with --force."""
+    """--out may not be the spec, and replaces an existing regular file only with --force; the rest
+    is what every report path is checked for before the run (`check_report_path`): not standard
+    output, not a folder (one named with a trailing slash among them), a device or a FIFO (even
+    with --force), inside a folder that can be written, every name short enough for the file system."""
     from stability.report.outputs import check_report_path
 
     target, source = Path(out), Path(spec)
     if not out.strip():
         raise UsageError("--out: the path is empty; give the file to write the fixed spec to, e.g. --out fixed.toml")
+    check_report_path("--out", out, None, example="fixed.toml")
     if target.resolve() == source.resolve() or (target.exists() and source.exists() and os.path.samefile(target, source)):
         raise UsageError(f"--out {out}: is the spec itself; suggest never overwrites the spec it reads: give another file, e.g. --out {source.with_name(source.stem + '_fixed.toml')}")
-    check_report_path("--out", out, None, example="fixed.toml")
     if os.path.lexists(target) and not force:
         raise UsageError(f"--out {out}: exists; add --force to replace it, or give another file")
 
@@ -84,9 +89,11 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
             raise UsageError("--out with --holds: the written spec would declare expectations other than yours; run suggest --holds without --out, or write holds in the spec")
         _check_out(args.out, args.spec, force=args.force)
     if args.json:
-        from stability.report.outputs import check_outputs
+        from stability.report.outputs import check_report_path
 
-        check_outputs(json=args.json, junit=None, html=None, inputs=[args.spec] + ([args.out] if args.out else []))
+        check_report_path("--json", args.json, "suggest JSON", example="suggest.json", protected={Path(args.spec).resolve(): args.spec})
+        if args.out is not None and Path(args.json).resolve() == Path(args.out).resolve():
+            raise UsageError(f"--json {args.json}: is also the path of --out; give the report and the fixed spec each their own path")
     for root in args.source_root or []:
         if not Path(root).is_dir():
             raise UsageError(f"--source-root {root}: is not a folder; give the folder that holds your factory modules")
@@ -120,8 +127,12 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
     if args.out is not None and best is not None:
         write_atomic(args.out, best.text)
     if args.json:
-        write_atomic(args.json, json.dumps(_finite(found.to_dict()), indent=2, allow_nan=False, default=str) + "\n")
+        report = {"stability_suggest": SUGGEST_JSON_VERSION, **found.to_dict()}  # the first key: what makes the file suggest's own
+        write_atomic(args.json, json.dumps(_finite(report), indent=2, allow_nan=False, default=str) + "\n")
     print_suggestions(found, console, diffs=not args.no_diff, out=args.out if best is not None else None, only=args.only)
+    if args.out is not None and not found.failing:
+        why = "no remedy is for what is unmet" if found.unfixable else "nothing to fix"
+        print(f"stability: {printable(args.out)} not written: {why}", file=sys.stderr)
     if found.unfixable and not found.failing:  # unmet, and no remedy is for it (a negative control that was not violated)
         return EXIT_FAILED
     if found.failing and best is None:

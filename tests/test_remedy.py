@@ -111,6 +111,18 @@ def test_the_text_edit_keeps_comments_order_and_the_expectations() -> None:
     parse_spec(out)  # still a spec
 
 
+def test_a_new_key_goes_after_its_tables_last_key_not_under_the_next_tables_comment() -> None:
+    """A comment above a table header is the user's note on that table: a key added to the table
+    before it goes after that table's last key, and the comment stays on the header it describes."""
+    text = 'name = "x"\nfamily = "plain"\n\n[block]\nactivation = "tanh"  # act\nlayer = "linear"\n# norm = "layer"  (tried)\n\n# the claim: a decade either way\n[expect.gradient_arrival]\nlo = 0.1\n'
+    out = edited_text(text, {"family": "preact", "block.branch_layers": 1, "block.skip": "projection"})
+    assert tomllib.loads(out) == apply_edit(tomllib.loads(text), {"family": "preact", "block.branch_layers": 1, "block.skip": "projection"})
+    assert 'layer = "linear"\nbranch_layers = 1\nskip = "projection"\n# norm = "layer"  (tried)\n\n# the claim: a decade either way\n[expect.gradient_arrival]\n' in out, out
+    sub = 'name = "x"\n[block]\nactivation = "relu"\n# the library config\n[block.config]\nx = 1\n'
+    out = edited_text(sub, {"block.branch_layers": 1})
+    assert 'activation = "relu"\nbranch_layers = 1\n# the library config\n[block.config]\nx = 1\n' in out, out
+
+
 def test_changes_are_only_the_keys_that_change() -> None:
     data = tomllib.loads(TEXT)
     assert lookup(data, "block.norm") == "layer" and lookup(data, "block.skip") is MISSING
@@ -199,3 +211,17 @@ def test_a_library_model_gets_what_its_config_exposes(spec: str, expected: set[s
     pytest.importorskip("timm" if spec.startswith("timm") else "transformers")
     got = _applicable((ROOT / "specs" / "zoo" / spec).read_text(encoding="utf-8"))
     assert expected <= got and not absent & got
+
+
+def test_init_range_starts_from_the_librarys_default_not_a_broken_value() -> None:
+    """init_range is the library's default initializer_range ÷ √(2·depth) (Radford et al. 2019): a
+    spec that broke the range (1.0 where GPT-2's default is 0.02) gets 0.02/√16 = 0.005 at depth 8,
+    not its own 1.0/√16 = 0.25, under which GPT-2's gradient still grows 40-fold over two blocks."""
+    pytest.importorskip("transformers")
+    from stability.judge.remedies import _init_range_edit
+
+    text = (ROOT / "specs" / "zoo" / "gpt2.toml").read_text(encoding="utf-8")
+    broken = parse_spec(text.replace("vocab_size = 64,", "vocab_size = 64, initializer_range = 1.0,"))
+    assert _init_range_edit(broken, {}) == {"block.config.initializer_range": 0.005}
+    assert _init_range_edit(parse_spec(text), {}) == {"block.config.initializer_range": 0.005}  # unset: the default
+    assert "init_range" not in _applicable(text.replace("vocab_size = 64,", "vocab_size = 64, initializer_range = 0.004,"))  # already at or below it

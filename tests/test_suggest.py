@@ -115,8 +115,10 @@ def test_only_the_remedies_for_what_failed_are_tried(tmp_path: Path) -> None:
 def test_nothing_to_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _write(tmp_path, PASSING)
     assert main(["suggest", str(path), "--in-process", "--out", str(tmp_path / "fixed.toml")]) == 0
-    assert "nothing to fix" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "nothing to fix" in out
     assert not (tmp_path / "fixed.toml").exists()
+    assert "fixed.toml not written: nothing to fix" in err  # the --out asked for is accounted for
 
 
 def test_none_holds_exit_1_listing_what_each_did(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -170,6 +172,42 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
     assert (tmp_path / "taken.toml").read_text(encoding="utf-8") == "mine\n"
 
 
+def test_an_out_path_that_cannot_be_written_is_refused_before_anything_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What `--out` names is checked as every report path is: a folder meant by a trailing slash,
+    standard output, a path under a file, a name the file system refuses; and `--json` naming the
+    same file as `--out`. One line, exit 2, before the run (not a traceback after it, nor a file
+    written where the user meant a folder)."""
+    path = _write(tmp_path, PLAIN)
+    cases = [
+        (["suggest", str(path), "--out", str(tmp_path / "fixed") + "/"], "is a folder"),
+        (["suggest", str(path), "--out", "-"], "standard output"),
+        (["suggest", str(path), "--out", str(path / "fixed.toml")], "is not a folder"),
+        (["suggest", str(path), "--out", str(tmp_path / ("a" * 300 + ".toml"))], "choose a shorter name"),
+        (["suggest", str(path), "--out", str(tmp_path / "o.toml"), "--json", str(tmp_path / "o.toml")], "--json"),
+    ]
+    for argv, why in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert why in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (argv, err)
+        assert "input spec" not in err, (argv, err)  # --out is not the spec
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.toml"]
+
+
+def test_json_replaces_its_own_earlier_report_and_never_a_users_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Running `stability suggest --json r.json` again replaces r.json (the report is provably
+    suggest's own); a file the user wrote, and the JSON report of `stability check`, stay."""
+    path = _write(tmp_path, PLAIN)
+    report = tmp_path / "r.json"
+    for _ in range(2):
+        assert main(["suggest", str(path), "--in-process", "--no-diff", "--json", str(report)]) == 0
+        assert json.loads(report.read_text(encoding="utf-8"))["ranked"][0] == "critical_init"
+    capsys.readouterr()
+    mine = _write(tmp_path, '{"mine": 1}\n', "mine.json")
+    assert main(["suggest", str(path), "--in-process", "--json", str(mine)]) == 2
+    assert "is not a stability suggest JSON report" in capsys.readouterr().err
+    assert mine.read_text(encoding="utf-8") == '{"mine": 1}\n'
+
+
 def test_force_replaces_an_existing_file_but_never_a_fifo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import os
 
@@ -190,11 +228,11 @@ from stability.spec.remedy import Remedy, register_remedy
 
 register_remedy(
     Remedy(
-        name="toy_pin_width",
-        summary="a toy: fix the width at its widest",
+        name="toy_he_gain",
+        summary="a toy: He's init with its gain written out",
         fixes=frozenset({"gradient_arrival"}),
         applies=lambda spec, data: spec.family == "plain",
-        edit=lambda spec, data: {"space.width": spec.space.width[1], "space.weight_init": ["kaiming_normal"], "space.bias_init": 0.0, "space.batch": 8},
+        edit=lambda spec, data: {"block.norm": "none", "space.weight_init": ["kaiming_normal"], "space.bias_init": 0.0, "space.init_gain": 1.0, "description": "under He init"},
         references=("A. Toy (2026). Remedies from a plugin.",),
     )
 )
@@ -220,15 +258,15 @@ def toy_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
 def test_a_remedy_registered_from_a_plugin_file_shows_up_in_suggest(toy_plugin: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _write(tmp_path, PLAIN)
     assert main(["suggest", "--list", "--plugin", str(toy_plugin)]) == 0
-    assert "toy_pin_width" in capsys.readouterr().out
+    assert "toy_he_gain" in capsys.readouterr().out
     report = tmp_path / "s.json"
     assert main(["suggest", str(path), "--plugin", str(toy_plugin), "--in-process", "--json", str(report)]) == 0
     out = capsys.readouterr().out
-    assert 'toy_pin_width: space.width = 32, space.weight_init = ["kaiming_normal"]' in out
-    toy = next(a for a in json.loads(report.read_text(encoding="utf-8"))["attempts"] if a["remedy"] == "toy_pin_width")
+    assert 'toy_he_gain: space.weight_init = ["kaiming_normal"], space.init_gain = 1, description = "under He init"' in out
+    toy = next(a for a in json.loads(report.read_text(encoding="utf-8"))["attempts"] if a["remedy"] == "toy_he_gain")
     assert toy["status"] == "holds" and toy["references"] == ["A. Toy (2026). Remedies from a plugin."]
-    # four keys, one of them (bias_init) unchanged: three changes, so it ranks after critical_init's one
-    assert [c["key"] for c in toy["changes"]] == ["space.width", "space.weight_init", "space.batch"]
+    # five keys, two of them (norm, bias_init) unchanged: three changes, so it ranks after critical_init's one
+    assert [c["key"] for c in toy["changes"]] == ["space.weight_init", "space.init_gain", "description"]
     assert json.loads(report.read_text(encoding="utf-8"))["ranked"][0] == "critical_init"
 
 
@@ -260,6 +298,46 @@ def test_a_remedy_that_changes_an_expectation_is_refused(tmp_path: Path) -> None
     finally:
         REMEDIES.unregister("toy_widen_bound")
         REMEDIES.unregister("toy_raises")
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        ({"space.depth": [2, 4]}, "space.depth"),  # the failing depths no longer drawn
+        ({"space.width": 32, "space.weight_init": ["kaiming_normal"]}, "space.width"),  # even beside a real fix
+        ({"space.batch": 4}, "space.batch"),
+        ({"space.seed": [0, 3]}, "space.seed"),
+        ({"space.dtype": ["float64"]}, "space.dtype"),
+        ({"probe.profiles": ["thorough"]}, "probe.profiles"),  # skipped in ci: nothing judged
+        ({"probe.ensemble": 1}, "probe.ensemble"),
+    ],
+)
+def test_a_remedy_that_changes_which_cases_are_drawn_is_refused(tmp_path: Path, edit: dict[str, object], key: str) -> None:
+    """A remedy that 'holds' because the failing cases are no longer drawn, or no longer judged,
+    is refused before it runs, whatever else it changes."""
+    from stability.spec.remedy import Remedy, register_remedy
+
+    register_remedy(Remedy(name="toy_narrow", summary="a toy that cheats", fixes=frozenset({"gradient_arrival"}), applies=lambda spec, data: True, edit=lambda spec, data: edit, references=("None.",)))
+    try:
+        s = _suggest(_write(tmp_path, PLAIN))
+        toy = next(a for a in s.attempts if a.remedy == "toy_narrow")  # type: ignore[attr-defined]
+        assert toy.status == "refused" and f"it changes {key}:" in toy.detail and "which cases are drawn" in toy.detail, toy.detail
+        assert s.best.remedy == "critical_init" and "toy_narrow" not in [a.remedy for a in s.ranked]  # type: ignore[attr-defined]
+    finally:
+        REMEDIES.unregister("toy_narrow")
+
+
+def test_a_training_remedy_may_not_shorten_the_run() -> None:
+    from stability.run.suggest import judged_changes
+    from stability.spec.load import validate_spec
+
+    data = tomllib.loads((Path(__file__).resolve().parent.parent / "specs" / "control_lm_output_logit_drift.toml").read_text(encoding="utf-8"))
+    spec = validate_spec(data, file="x.toml")
+    from stability.spec.remedy import apply_edit
+
+    assert judged_changes(spec, validate_spec(apply_edit(data, {"train.z_loss": 1e-4}), file="x.toml")) == []
+    assert judged_changes(spec, validate_spec(apply_edit(data, {"train.steps": 50, "train.cases": 1}), file="x.toml")) == ["train.steps", "train.cases"]
+    assert judged_changes(spec, spec.model_copy(update={"train": None})) == ["train"]
 
 
 def test_check_suggest_adds_the_remedy_to_the_failing_line_and_the_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -46,6 +46,7 @@ from stability.families.library_support import check_release, check_working, fir
 from stability.spec.case import Case
 
 __all__ = [
+    "config_default",
     "LIBRARIES",
     "CASE_KEYS",
     "MODALITIES",
@@ -278,6 +279,18 @@ def _target_class(target: Target) -> type:
         builder = lib.models.model_entrypoint(target.name) if target.library == "timm" else lib.models.get_model_builder(target.name)
     cls = _returned_class(builder)
     return cls if cls is not None else object
+
+
+def config_default(target: Target, key: str) -> Any:
+    """The value `key` takes in the target's config when a spec does not set it (a transformers
+    config's default, a timm/torchvision keyword's default); None when there is none to read."""
+    try:
+        if target.library == "transformers":
+            return getattr(_hf_config_class(target)(), key, None)
+        p = inspect.signature(_target_class(target)).parameters.get(key)
+        return None if p is None or p.default is p.empty else p.default
+    except Exception:  # a config that needs arguments, a class without a signature
+        return None
 
 
 def config_keys(target: Target) -> tuple[list[str], bool]:

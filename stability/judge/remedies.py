@@ -18,7 +18,7 @@ that applies to a failing spec and keeps those under which every expectation hol
 | `z_loss` | `train.z_loss = 1e-4` | output logits, LR sensitivity, loss spikes |
 | `logit_softcap` | `train.logit_softcap = 30` | output logits, loss spikes |
 | `tied_readout` | `train.tied = true` | loss spikes |
-| `init_range` | a library config's `initializer_range`, ÷ √(2·depth) | gradient arrival, variance, rank |
+| `init_range` | a library config's `initializer_range`: the library's default ÷ √(2·depth) | gradient arrival, variance, rank |
 
 A remedy changes only the keys it names; the loader validates the result, so a remedy whose
 change the spec's family or its other keys refuse is not proposed.
@@ -236,14 +236,28 @@ def _train_applies(key: str, off: Any) -> Any:
     return applies
 
 
+def _init_range(spec: Any) -> float:
+    """The library's own default initializer_range (not the spec's, which may be what is broken)
+    ÷ √(2·depth) at the deepest depth drawn."""
+    from stability.families.library import config_default, resolve
+
+    try:
+        default = config_default(resolve(spec.options.model, file=spec.path), "initializer_range")
+    except Exception:  # the library does not import here: the loader said so
+        default = None
+    base = float(default) if isinstance(default, int | float) and not isinstance(default, bool) and default > 0 else 0.02  # transformers' usual default
+    return float(f"{base / math.sqrt(2 * _deepest(spec)):.3g}")
+
+
 def _init_range_applies(spec: Any, data: Mapping[str, Any]) -> bool:
-    return _library_key(spec, ("initializer_range",)) is not None
+    if _library_key(spec, ("initializer_range",)) is None:
+        return False
+    now = _library_value(spec, "initializer_range")
+    return not (isinstance(now, int | float) and not isinstance(now, bool) and 0 < now <= _init_range(spec))
 
 
 def _init_range_edit(spec: Any, data: Mapping[str, Any]) -> dict[str, Any]:
-    now = _library_value(spec, "initializer_range")
-    base = float(now) if isinstance(now, int | float) and not isinstance(now, bool) else 0.02  # the transformers default
-    return {"block.config.initializer_range": float(f"{base / math.sqrt(2 * _deepest(spec)):.3g}")}
+    return {"block.config.initializer_range": _init_range(spec)}
 
 
 _BUILT_IN = (

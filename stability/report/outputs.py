@@ -32,7 +32,8 @@ __all__ = ["check_outputs", "check_replaceable", "not_regular", "open_regular"]
 #: file provably this package's own, so that a report replaces it. Each is the writer's own fixed
 #: opening, not only a format's: the JSON report's first keys in their order; SARIF's schema, its
 #: version 2.1.0 and `runs[0].tool.driver.name` "stability" (every SARIF producer writes the
-#: `$schema`); the JUnit suite named "stability"; the HTML pages' titles.
+#: `$schema`); the JUnit suite named "stability"; the HTML pages' titles; `stability suggest
+#: --json`'s "stability_suggest" format version.
 _SIGNATURES = {
     "JSON": re.compile(rb'\A\{\s*"schema_version"\s*:\s*\d+\s*,\s*"met"\s*:\s*(true|false)\s*,\s*"interrupted"\s*:\s*(true|false)\s*,\s*"seconds"\s*:'),
     "JUnit": re.compile(rb'\A<\?xml[^>]*\?>\s*<testsuite name="stability"'),
@@ -41,6 +42,7 @@ _SIGNATURES = {
         rb'\A\{\s*"\$schema"\s*:\s*"https://json.schemastore.org/sarif-2.1.0.json"\s*,\s*"version"\s*:\s*"2\.1\.0"\s*,'
         rb'\s*"runs"\s*:\s*\[\s*\{\s*"tool"\s*:\s*\{\s*"driver"\s*:\s*\{\s*"name"\s*:\s*"stability"\s*,'
     ),
+    "suggest JSON": re.compile(rb'\A\{\s*"stability_suggest"\s*:\s*\d+\s*,'),
     "zoo HTML": re.compile(rb"\A<!doctype html><html><head><meta charset='utf-8'><title>stability zoo</title>"),
     "zoo comparison": re.compile(rb"\A### Zoo numbers: `[^`\n]*` \xe2\x86\x92 `[^`\n]*`\n\n- "),
 }

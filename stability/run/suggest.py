@@ -9,7 +9,7 @@ report and the GitHub job summary render its result, `Suggestions`):
 2. Every remedy meant for one of those invariants (`Remedy.fixes`) that applies to the spec
    (`Remedy.applies`) gives an edit; the edited document is validated by the loader (a change the
    family refuses is listed as refused, with the loader's one line), and no edit may touch an
-   `[expect]` table.
+   `[expect]` table or which cases are drawn and how they are judged (`judged_changes`).
 3. First the failing cases: each candidate replays, with the same seeds, the deciding case of
    every unmet expectation (its values mapped into the edited space where a remedy changed a
    choice, e.g. `branch_init=default` → `zero`), one job per (remedy, case), all at once on the
@@ -142,7 +142,7 @@ def suggest(
         except Exception as exc:  # a plugin's edit that raises on this spec: listed, never a traceback
             out.attempts.append(Attempt(entry.name, entry.summary, entry.references, [], "", text, "refused", f"its edit raised {type(exc).__name__}: {exc}"))
             continue
-        attempt, edited = _attempt(entry.name, entry.summary, entry.references, edit, data, text, path)
+        attempt, edited = _attempt(entry.name, entry.summary, entry.references, edit, data, text, path, spec)
         if attempt is None:
             continue
         out.attempts.append(attempt)
@@ -155,7 +155,7 @@ def suggest(
     _confirm(survivors, failing, options, executor, only, on_attempt)
     if not out.ranked and len(edits) > 1:  # no one remedy holds: two together (qk-norm and a z-loss, ...)
         pairs = []
-        for attempt, edited in _pairs(edits, data, text, path):
+        for attempt, edited in _pairs(edits, data, text, path, spec):
             out.attempts.append(attempt)
             if edited is not None:
                 pairs.append((attempt, edited))
@@ -181,9 +181,10 @@ def _applies(entry: Remedy, spec: Spec, data: Mapping[str, Any]) -> bool:
 MAX_PAIRS = 15
 
 
-def _pairs(edits: Mapping[str, tuple[Remedy, dict[str, Any]]], data: Mapping[str, Any], text: str, path: str) -> list[tuple[Attempt, Spec | None]]:
+def _pairs(edits: Mapping[str, tuple[Remedy, dict[str, Any]]], data: Mapping[str, Any], text: str, path: str, spec: Spec | None = None) -> list[tuple[Attempt, Spec | None]]:
     """Every two remedies (in registry order) whose edits set different keys, as one attempt
-    named `a+b`, at most MAX_PAIRS of them."""
+    named `a+b`, at most MAX_PAIRS of them. `spec`: `data` validated (validated here when not given)."""
+    spec = spec if spec is not None else validate_spec(data, file=path)
     out: list[tuple[Attempt, Spec | None]] = []
     names = list(edits)
     for i, a in enumerate(names):
@@ -191,15 +192,36 @@ def _pairs(edits: Mapping[str, tuple[Remedy, dict[str, Any]]], data: Mapping[str
             (ea, da), (eb, db) = edits[a], edits[b]
             if set(da) & set(db) or len(out) >= MAX_PAIRS:
                 continue
-            attempt, edited = _attempt(f"{a}+{b}", f"{ea.summary}; and {eb.summary}", ea.references + eb.references, {**da, **db}, data, text, path)
+            attempt, edited = _attempt(f"{a}+{b}", f"{ea.summary}; and {eb.summary}", ea.references + eb.references, {**da, **db}, data, text, path, spec)
             if attempt is not None:
                 out.append((attempt, edited))
     return out
 
 
-def _attempt(name: str, summary: str, references: tuple[str, ...], edit: dict[str, Any], data: Mapping[str, Any], text: str, path: str) -> tuple[Attempt | None, Spec | None]:
+#: What a spec's cases are and how they are judged: the space's sizes, number types, devices, seeds
+#: and examples, the whole [probe] table, and the optimizer run's length, data and budget. A remedy
+#: changes the network, its init or its training, never these: an edit that narrowed the depth range
+#: or judged the spec in another profile would "hold" by no longer drawing the failing cases.
+JUDGED_SPACE = ("depth", "width", "batch", "spatial", "input_width", "tokens", "dtype", "device", "seed", "examples")
+JUDGED_TRAIN = ("steps", "cases", "seconds", "profiles", "record_every", "task", "samples", "input_dim", "outputs", "vocab", "order", "concentration", "eval_sequences")
+
+
+def judged_changes(before: Spec, after: Spec) -> list[str]:
+    """The keys of `JUDGED_SPACE`, [probe] and `JUDGED_TRAIN` whose validated value differs
+    between the spec and the edited spec (a table removed or added counts as its name)."""
+    out = [f"space.{k}" for k in JUDGED_SPACE if getattr(before.space, k) != getattr(after.space, k)]
+    out += [f"probe.{k}" for k in type(before.probe).model_fields if getattr(before.probe, k) != getattr(after.probe, k)]
+    if (before.train is None) != (after.train is None):
+        out.append("train")
+    elif before.train is not None and after.train is not None:
+        out += [f"train.{k}" for k in JUDGED_TRAIN if getattr(before.train, k) != getattr(after.train, k)]
+    return out
+
+
+def _attempt(name: str, summary: str, references: tuple[str, ...], edit: dict[str, Any], data: Mapping[str, Any], text: str, path: str, spec: Spec) -> tuple[Attempt | None, Spec | None]:
     """A remedy's edit of this spec: the attempt (None when it changes nothing) and the edited
-    spec (None when the loader refuses it: the attempt is then "refused", with why)."""
+    spec (None when the loader refuses it, or when it changes the expectations or which cases are
+    drawn and how they are judged: the attempt is then "refused", with why)."""
     touched = [k for k in edit if k == "expect" or k.startswith("expect.")]
     changes = changes_of(data, edit)
     if not changes:
@@ -217,6 +239,10 @@ def _attempt(name: str, summary: str, references: tuple[str, ...], edit: dict[st
         edited = validate_spec(apply_edit(data, edit), file=path)
     except SpecError as exc:
         attempt.status, attempt.detail = "refused", f"the edited spec does not load: {exc}"
+        return attempt, None
+    if judged := judged_changes(spec, edited):
+        attempt.status = "refused"
+        attempt.detail = f"it changes {', '.join(judged)}: a remedy may not change which cases are drawn or how they are judged, or the failing cases would simply not be run"
         return attempt, None
     return attempt, edited
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import tomlkit
-from tomlkit.items import Table
+from tomlkit.items import AoT, Table
 
 from stability.spec.remedy import REMOVE, apply_edit
 
@@ -26,9 +26,22 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _add_after_last_key(table: Table, key: str, value: Any) -> None:
+    """`key = value` added to `table` after its last key: the comments and blank lines that close
+    the table (a comment above the next table's header among them, which tomlkit reads as this
+    table's) stay below it, on the header they describe; a sub-table (`[block.config]`) stays
+    after the keys."""
+    body = table.value.body
+    last = max((i for i, (k, item) in enumerate(body) if k is not None and not isinstance(item, Table | AoT)), default=-1)
+    if last == len(body) - 1 or not hasattr(table.value, "_insert_at"):
+        table[key] = value
+    else:
+        table.value._insert_at(last + 1, key, value)
+
+
 def edited_text(text: str, edit: Mapping[str, Any]) -> str:
     """`text` (a spec file) with `edit` applied: a changed key keeps its place (and its comment),
-    a new key goes at the end of its table, a new table at the end of the file."""
+    a new key goes after the last key of its table, a new table at the end of the file."""
     doc = tomlkit.parse(text)
     for key, after in edit.items():
         *tables, last = key.split(".")
@@ -47,6 +60,8 @@ def edited_text(text: str, edit: Mapping[str, Any]) -> str:
             item = tomlkit.item(value)
             item.trivia.comment_ws, item.trivia.comment = trivia.comment_ws, trivia.comment
             node[last] = item
+        elif last not in node and isinstance(node, Table):
+            _add_after_last_key(node, last, value)
         else:
             node[last] = value
     out = tomlkit.dumps(doc)

@@ -56,7 +56,8 @@ class Remedy:
       already has: ReZero is not proposed for a stack that already starts at zero). `data` is the
       parsed TOML document the user wrote.
     - `edit(spec, data) -> {dotted key: new value or REMOVE}`: the spec transformation; it changes
-      no `[expect]` table (`suggest` keeps the expectations the user wrote).
+      no `[expect]` table (`suggest` keeps the expectations the user wrote), nor which cases are
+      drawn and how they are judged (`stability.run.suggest.judged_changes`: `suggest` refuses it).
     - `references`: where the remedy comes from, as a citation.
     """
 
