@@ -187,7 +187,7 @@ def test_a_factory_that_is_slow_to_build_is_a_timeout_not_a_bad_spec(cli: Cli, c
 
 @pytest.mark.parametrize("where", ["--in-process", "--jobs=1"])
 def test_a_spec_raises_the_run_case_timeout_to_its_own(cli: Cli, custom_spec: Callable[..., Path], where: str) -> None:
-    """`[probe] case_timeout` raises the run's limit for the spec's cases (engine.case_limit), on the
+    """`[probe] case_timeout` raises the run's limit for the spec's cases (guard.case_limit), on the
     in-process path and in the parent that stops a worker alike; without it the same case is stopped."""
     expect = "\n[expect.gradient_arrival]\nlo = 1e-6\nhi = 1e6\n"
     plain_case = custom_spec("built_in_a_second", depth="2", expect=expect)
@@ -200,13 +200,13 @@ def test_a_spec_raises_the_run_case_timeout_to_its_own(cli: Cli, custom_spec: Ca
 
 
 def test_a_spec_case_timeout_never_lowers_the_run_limit() -> None:
-    from stability.run.engine import RunOptions, case_limit
+    from stability.run.guard import case_limit
     from stability.spec.load import parse_spec
 
     spec = parse_spec('name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 4\n[probe]\ncase_timeout = 10\n[expect.gradient_arrival]\n')
-    assert case_limit(spec, RunOptions(case_timeout=120.0)) == 120.0
-    assert case_limit(spec, RunOptions(case_timeout=1.0)) == 10.0
-    assert case_limit(spec, RunOptions(case_timeout=None)) is None  # --case-timeout 0: no limit, whatever the spec says
+    assert case_limit(spec, 120.0) == 120.0
+    assert case_limit(spec, 1.0) == 10.0
+    assert case_limit(spec, None) is None  # --case-timeout 0: no limit, whatever the spec says
 
 
 def test_time_limit_interrupts_a_python_loop_and_restores_the_alarm() -> None:

@@ -29,7 +29,7 @@ from stability.measure.ensemble import ensemble_size
 from stability.measure.measurements import Measurements
 from stability.measure.probe import probe_network
 from stability.run.conclude import case_verdicts, conclude_replay, conclude_search, judge, message, met_by, not_applicable, severity
-from stability.run.guard import check_budget, time_limit, warm_up
+from stability.run.guard import case_limit, check_budget, time_limit, warm_up
 from stability.run.profiles import get_profile, keyed
 from stability.run.results import CaseRecord, InvariantResult, SpecResult
 from stability.run.strategies import cases
@@ -50,7 +50,6 @@ __all__ = [
     "run_spec",
     "run_training",
     "skipped_in_profile",
-    "case_limit",
     "RunOptions",
     "smallest_depth",
     "trained_text",
@@ -69,15 +68,6 @@ class RunOptions:
     #: Hypothesis's seed for the search (`stability check --seed N`); None: the profile's own
     #: (random in dev and thorough, derandomized in ci).
     seed: int | None = None
-
-
-def case_limit(spec: Spec, options: RunOptions) -> float | None:
-    """The per-case time limit of `spec`'s cases under `options`: the run's (`--case-timeout`),
-    raised to the spec's own `[probe] case_timeout` where that is longer; None where the run has none.
-    Every path asks this: the in-process limit (`evaluate`) and the parent's (`Task.case_timeout`)."""
-    if not options.case_timeout:
-        return None
-    return max(options.case_timeout, spec.probe.case_timeout or 0.0)
 
 
 @dataclass
@@ -152,7 +142,7 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
         return CaseRecord(case, None, "CUDA is not available on this machine; use --device cpu", 0.0)
     try:
         check_budget(spec, case, options.memory_budget)
-        limit = case_limit(spec, options)
+        limit = case_limit(spec, options.case_timeout)
         if limit:
             warm_up(case.device)  # torch's lazy imports and CUDA start-up are no case's own time
         with time_limit(limit):

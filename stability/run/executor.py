@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stability.errors import StabilityError
-from stability.run.engine import RunOptions, case_limit
+from stability.run.engine import RunOptions
+from stability.run.guard import case_limit
 from stability.run.results import CaseRecord, InvariantResult, SpecResult
 from stability.spec.case import Case, reproduce_command
 from stability.spec.schema import Spec
@@ -128,7 +129,7 @@ class Task(Job):
 
     @property
     def case_timeout(self) -> float | None:
-        return case_limit(self.spec, self.options)
+        return case_limit(self.spec, self.options.case_timeout)
 
     def invariants(self) -> list[str]:
         """The invariants this task judges, in the spec's order."""

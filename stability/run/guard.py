@@ -24,7 +24,7 @@ from stability.spec.case import Case
 from stability.spec.registry import FAMILIES
 from stability.spec.schema import Spec
 
-__all__ = ["estimate_bytes", "memory_budget", "check_budget", "check_least", "time_limit", "warm_up", "CaseTimeout", "format_bytes"]
+__all__ = ["estimate_bytes", "memory_budget", "check_budget", "check_least", "case_limit", "time_limit", "warm_up", "CaseTimeout", "format_bytes"]
 
 
 class CaseTimeout(CaseError):
@@ -164,6 +164,16 @@ def warm_up(device: str = "cpu") -> None:
     from stability.measure.probe import probe
 
     probe(torch.nn.Sequential(torch.nn.Linear(2, 2)).to(device), torch.ones(1, 2, device=device))
+
+
+def case_limit(spec: Spec, run_limit: float | None) -> float | None:
+    """The per-case time limit of `spec`'s cases in a run whose limit is `run_limit` (`--case-timeout`):
+    raised to the spec's own `[probe] case_timeout` where that is longer, never lowered; None where
+    the run has none. Every path asks this: the in-process limit (`engine.evaluate`), the parent
+    that stops a worker (`Task.case_timeout`) and a sweep's (`PointTask.case_timeout`)."""
+    if not run_limit:
+        return None
+    return max(run_limit, spec.probe.case_timeout or 0.0)
 
 
 @contextlib.contextmanager

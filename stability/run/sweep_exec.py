@@ -36,9 +36,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stability.run.engine import RunOptions, case_limit
 from stability.run.executor import Emit, Executor, Job, Outcome, Trace
 from stability.run.grid import Value, apply_point
+from stability.run.guard import case_limit
 
 __all__ = ["PointTask", "Row", "DaskExecutor", "DASK_GRACE_S", "CONNECT_TIMEOUT_S"]
 
@@ -72,7 +72,7 @@ class PointTask(Job):
 
     @property
     def case_timeout(self) -> float | None:
-        return case_limit(self.spec, RunOptions(case_timeout=self.timeout))
+        return case_limit(self.spec, self.timeout)
 
     def execute(self, emit: Emit) -> dict[str, Any]:
         import threading
@@ -80,7 +80,7 @@ class PointTask(Job):
         import torch
 
         from stability.errors import StabilityError
-        from stability.run.engine import evaluate
+        from stability.run.engine import RunOptions, evaluate
         from stability.run.results import CaseRecord
 
         threads = torch.get_num_threads()
