@@ -379,3 +379,20 @@ def test_two_remedies_together_when_none_holds_alone(tmp_path: Path) -> None:
     assert combined.references == entry.references + REMEDIES.get("residual_route").references
     s = _suggest(_write(tmp_path, IMPOSSIBLE))
     assert "critical_init+residual_route" not in {a.remedy for a in s.attempts}  # type: ignore[attr-defined]  # (critical_init does not apply: already He)
+
+
+def test_a_library_remedy_may_not_change_which_model_a_case_builds() -> None:
+    """A library config value filled from the case ("depth", "width/64") and the model, blocks and
+    shipped config are part of which network each case is: a remedy that edits them is refused; a
+    config constant (initializer_range) is the init, and may change."""
+    from stability.run.suggest import judged_changes
+    from stability.spec.load import validate_spec
+    from stability.spec.remedy import apply_edit
+
+    pytest.importorskip("transformers")
+    data = tomllib.loads((Path(__file__).resolve().parent.parent / "specs" / "zoo" / "gpt2.toml").read_text(encoding="utf-8"))
+    spec = validate_spec(data, file="x.toml")
+    assert spec.options.config["n_layer"] == "depth"
+    assert judged_changes(spec, validate_spec(apply_edit(data, {"block.config.initializer_range": 0.01}), file="x.toml")) == []
+    assert judged_changes(spec, validate_spec(apply_edit(data, {"block.config.n_layer": "2*depth"}), file="x.toml")) == ["block.config.n_layer"]
+    assert judged_changes(spec, validate_spec(apply_edit(data, {"block.shipped": {"n_embd": 1024, "n_head": 16}}), file="x.toml")) == ["block.shipped"]
