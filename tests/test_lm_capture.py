@@ -350,7 +350,8 @@ def test_a_factory_model_whose_attention_is_not_captured_says_so_in_one_line(tmp
     for name in ("attention_logits", "early_warning"):
         verdict, error = evaluate_lm(spec, name, corner_case(spec, seed=0))
         assert error is None and verdict is not None and not verdict.measured, (error, verdict)
-        assert "no attention was captured: its forward calls neither torch.nn.functional.scaled_dot_product_attention" in verdict.detail and "\n" not in verdict.detail, verdict.detail
+        line = "no attention logits were captured: its forward calls neither torch.nn.functional.scaled_dot_product_attention nor stability's AttentionProbs"
+        assert f"{line} (docs/training.md, 'Your own language model')" in verdict.detail and "\n" not in verdict.detail, verdict.detail
 
 
 def test_a_factory_model_that_sees_later_tokens_is_refused_in_one_line(tmp_path: Path) -> None:
