@@ -273,6 +273,8 @@ class TinyLM(nn.Module):
             q, k, v = qkv(h).view(*h.shape[:2], 3, 2, -1).permute(2, 0, 3, 1, 4)
             if self.attention == "sdpa":
                 a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            elif self.attention == "bidirectional":  # every token sees the later ones: the answer
+                a = nn.functional.scaled_dot_product_attention(q, k, v)
             else:  # its own softmax: nothing the harness can read
                 s = (q @ k.transpose(-1, -2)) / k.shape[-1] ** 0.5
                 s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
@@ -348,4 +350,72 @@ def test_a_factory_model_whose_attention_is_not_captured_says_so_in_one_line(tmp
     for name in ("attention_logits", "early_warning"):
         verdict, error = evaluate_lm(spec, name, corner_case(spec, seed=0))
         assert error is None and verdict is not None and not verdict.measured, (error, verdict)
-        assert "no attention was captured: its forward calls neither torch.nn.functional.scaled_dot_product_attention" in verdict.detail and "\n" not in verdict.detail, verdict.detail
+        line = "no attention logits were captured: its forward calls neither torch.nn.functional.scaled_dot_product_attention nor stability's AttentionProbs"
+        assert f"{line} (docs/training.md, 'Your own language model')" in verdict.detail and "\n" not in verdict.detail, verdict.detail
+
+
+def test_a_factory_model_that_sees_later_tokens_is_refused_in_one_line(tmp_path: Path) -> None:
+    from stability.errors import SpecError
+    from stability.run.lm_training import evaluate_lm
+    from stability.spec.case import corner_case
+
+    spec = _custom(tmp_path, "bidirectional")
+    with pytest.raises(SpecError) as info:
+        evaluate_lm(spec, "attention_logits", corner_case(spec, seed=0))
+    message = str(info.value)
+    assert message.startswith(f"{spec.path}: block.factory = 'tiny_lm:make': is not causal") and "is_causal=True" in message and "\n" not in message, message
+
+
+BERT_SPEC = """
+name = "bert-lm"
+description = "BERT's LM head as a language model"
+family = "library"
+
+[block]
+layer = "tokens"
+model = "transformers:{model}"
+config = {{ hidden_size = "width", intermediate_size = "2*width", num_hidden_layers = "depth", num_attention_heads = 2, max_position_embeddings = 8{extra} }}
+
+[space]
+depth = 1
+width = 16
+tokens = 8
+batch = 4
+
+[train]
+task = "markov"
+vocab = 16
+optimizer = "adamw"
+lr = 0.01
+steps = 6
+record_every = 2
+cases = 1
+
+[expect.attention_logits]
+max_logit = 100.0
+"""
+
+
+@pytest.mark.parametrize("model", ["BertLMHeadModel", "BertConfig"])
+def test_an_encoder_named_as_a_causal_lm_is_refused_in_one_line_with_exit_2(model: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """BERT's LM head without is_decoder attends both ways: trained on the next token, it would read it."""
+    from stability.cli import main
+
+    path = tmp_path / "bert.toml"
+    path.write_text(BERT_SPEC.format(model=model, extra=""))
+    code = main(["check", str(path), "--profile", "ci", "--in-process", "-q"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "Traceback" not in err and err.count("\n") == 0, (code, err)
+    assert err.startswith(f"stability: error: {path}: block.model = 'transformers:{model}': is not causal") and "set is_decoder = true in block.config" in err, err
+
+
+def test_the_same_encoder_as_a_decoder_is_trained_and_its_attention_captured(tmp_path: Path) -> None:
+    from stability.run.lm_training import evaluate_lm
+    from stability.spec.case import corner_case
+    from stability.spec.load import load_spec
+
+    path = tmp_path / "bert.toml"
+    path.write_text(BERT_SPEC.format(model="BertLMHeadModel", extra=", is_decoder = true"))
+    spec = load_spec(str(path))
+    verdict, error = evaluate_lm(spec, "attention_logits", corner_case(spec, seed=0))
+    assert error is None and verdict is not None and verdict.measured and verdict.passed, (error, verdict)

@@ -94,6 +94,7 @@ def test_a_library_language_model_must_be_a_causal_lm_over_the_chains_vocabulary
         ('model = "transformers:LlamaModel"\nconfig = { hidden_size = "width" }', "block.model", "is not a transformers causal language model"),
         ('model = "transformers:GPT2LMHeadModel"\n' + config.replace("n_head = 2", "n_head = 2, vocab_size = 50"), "block.config.vocab_size", "differs from train.vocab = 64"),
         ('model = "transformers:GPT2LMHeadModel"\n' + config + "\nshipped = { n_embd = 768 }", "block.shipped", "as the library initialises it"),
+        ('model = "transformers:T5Config"\nconfig = { d_model = "width", num_layers = "depth", num_heads = 2 }', "block.model", "AutoModelForCausalLM builds none for model type 't5'"),
     ]:
         with pytest.raises(SpecError) as info:
             parse_spec(lm(family="library", block=block), file="lm.toml")

@@ -278,3 +278,52 @@ def test_the_loader_never_evaluates_executes_or_unpickles(module: str) -> None:
     code = re.sub(r'""".*?"""|#[^\n]*', "", source, flags=re.S)
     for word in ("eval(", "exec(", "pickle", "marshal", "__import__"):
         assert word not in code, f"stability/spec/{module} mentions {word}"
+
+
+# ----------------------------------------------------------------------------- a language model's [train] values
+
+LM_SPEC = """
+name = "lm"
+description = "d"
+family = "transformer"
+
+[block]
+layer = "tokens"
+norm = "layer"
+causal = true
+head_dim = 8
+
+[space]
+depth = 2
+width = 16
+tokens = 8
+batch = 4
+
+[train]
+task = "markov"
+optimizer = "adamw"
+lr = 0.01
+steps = 20
+
+[expect.attention_logits]
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "fragments"),
+    [
+        ("lr = 0.01", "lr = -0.3", ("train.lr = -0.3", "must be greater than 0", "use a value above 0")),
+        ("lr = 0.01", "lr = 0", ("train.lr = 0", "must be greater than 0", "use a value above 0")),
+        ("steps = 20", "steps = 0", ("train.steps = 0", "must be at least 1", "use 1 or more")),
+        ("steps = 20", "steps = 100000000", ("train.steps = 100000000", "must be at most 10000", "use 10000 or less")),
+        ("steps = 20", "steps = 20\nwarmup = -1", ("train.warmup = -1", "must be at least 0", "use 0 or more")),
+        ("lr = 0.01", "lr = nan", ("train.lr = nan", "must be a finite number", "write a finite number")),
+        ("lr = 0.01", 'lr = "0.3"', ("train.lr = '0.3'", "must be a number", "write it without quotes: lr = 0.3")),
+        ("steps = 20", 'steps = "60"', ("train.steps = '60'", "must be an integer", "write it without quotes: steps = 60")),
+        ("steps = 20", "steps = 60.5", ("train.steps = 60.5", "must be an integer", "write a whole number")),
+        ("lr = 0.01", "lr = true", ("train.lr = True", "must be a number", "write a number")),
+    ],
+    ids=["lr-negative", "lr-0", "steps-0", "steps-huge", "warmup-negative", "lr-nan", "lr-string", "steps-string", "steps-float", "lr-bool"],
+)
+def test_a_bad_train_value_names_the_key_the_value_and_the_fix(cli: Cli, write_spec: Callable[..., Path], old: str, new: str, fragments: tuple[str, ...]) -> None:
+    check_fails(cli, write_spec(LM_SPEC.replace(old, new)), *fragments)

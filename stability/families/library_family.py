@@ -242,6 +242,28 @@ def _estimate(spec: Any, case: Any) -> int | None:
     return int(resident_bytes() + max(probe, build))
 
 
+def _check_lm(spec: Any, data: Any) -> None:
+    """A language-model spec's model (`check_library_lm`); a config class is built as
+    AutoModelForCausalLM builds it, so its model type must have a causal LM: a config of an
+    encoder-decoder (T5) or encoder-only family (ViT) has none."""
+    check_library_lm(spec, data)
+    library, _, name = str(spec.options.model).partition(":")
+    if not name.endswith("Config"):
+        return
+    from stability.families.library_support import import_library
+
+    model_type = getattr(getattr(import_library(library), name, None), "model_type", None)
+    causal = import_library("transformers.models.auto.modeling_auto").MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    if model_type not in causal:
+        raise SpecError(
+            spec.path,
+            "block.model",
+            f"has no causal language model: AutoModelForCausalLM builds none for model type {model_type!r}, and the language-model run trains a model from token ids to next-token logits",
+            value=spec.options.model,
+            fix='name a decoder family\'s config or causal LM (e.g. "transformers:GPT2Config", "transformers:LlamaForCausalLM")',
+        )
+
+
 def _preload(block: Mapping[str, Any]) -> Sequence[str]:
     """The modules a worker imports once per run for a spec of this family (from its raw `[block]`)."""
     library = str(block.get("model", "")).partition(":")[0]
@@ -261,7 +283,7 @@ register_family(
         zero_branch_inits=None,
         branch_inits=frozenset({"default"}),
         check=_check,
-        lm_check=check_library_lm,
+        lm_check=_check_lm,
         preload=_preload,
         lacks={
             "blocks_alone": "runs its blocks only inside the model's own forward, on the model's own inputs (the Jacobian's torch.func transforms and the optimizer runs call the blocks on their own)",

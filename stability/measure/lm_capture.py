@@ -289,10 +289,7 @@ class _SdpaMode(TorchFunctionMode):
 class _SdpaCapture(Capture):
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        self.missing = (
-            "no attention was captured: its forward calls neither torch.nn.functional.scaled_dot_product_attention nor stability's AttentionProbs "
-            "(docs/training.md, 'Attention logits of your own model')"
-        )
+        self.missing = "its forward calls neither torch.nn.functional.scaled_dot_product_attention nor stability's AttentionProbs (docs/training.md, 'Your own language model')"
 
     @contextlib.contextmanager
     def _mode(self) -> Iterator[None]:

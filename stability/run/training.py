@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from stability.errors import CaseError
+from stability.errors import CaseError, SpecError
 from stability.judge.verdict import Verdict
 from stability.measure.train import TrainRun
 from stability.run.guard import check_budget, check_least, format_bytes, time_limit, warm_up
@@ -84,6 +84,8 @@ def evaluate(
     except torch.OutOfMemoryError as exc:
         first = str(exc).splitlines()[0] if str(exc) else "out of memory"
         return None, f"out of memory on {case.device}: {first}"
+    except SpecError:  # bad input found only once the model is built (a language model that is not causal): exit 2, as the probe's
+        raise
     except Exception as exc:  # a block raised during training; the run goes on
         return None, "the case does not train: " + " ".join(f"{type(exc).__name__}: {exc}".split())
     return verdict, None

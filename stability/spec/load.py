@@ -227,6 +227,30 @@ _TYPE_WORDS = {
 }
 
 
+#: pydantic's bound errors, as the words of the rule they state (their ctx holds the bound).
+_BOUNDS = {
+    "greater_than": ("greater than {}", "use a value above {}"),
+    "greater_than_equal": ("at least {}", "use {} or more"),
+    "less_than": ("less than {}", "use a value below {}"),
+    "less_than_equal": ("at most {}", "use {} or less"),
+}
+#: What to write instead of a value of the wrong type.
+_TYPE_FIXES = {"int_type": "a whole number", "float_type": "a number", "bool_type": "true or false", "string_type": "a quoted string", "list_type": "a list [...]", "tuple_type": "[a, b]"}
+
+
+def _type_fix(kind: str, loc: tuple[Any, ...], value: Any) -> str | None:
+    """The fix of a value of the wrong type: a number written as a string loses its quotes."""
+    if kind in ("int_type", "float_type") and isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            pass
+        else:
+            return f"write it without quotes: {loc[-1]} = {value}"
+    what = _TYPE_FIXES.get(kind)
+    return f"write {what}" if what else None
+
+
 def _spec_error(file: str, data: dict[str, Any], exc: ValidationError, *, models: dict[tuple[str, ...], type[BaseModel]] | None = None) -> SpecError:
     """One SpecError line for a pydantic error; `models` maps a key path to the model validated
     there when it is not the spec's own (a family's options, validated apart, under "block")."""
@@ -261,8 +285,14 @@ def _spec_error(file: str, data: dict[str, Any], exc: ValidationError, *, models
         return SpecError(file, key, f"is not one of {expected}{did_you_mean(value, choices)}", value=value)
     if kind in _TYPE_WORDS:
         if isinstance(value, float) and not math.isfinite(value):
-            return SpecError(file, key, "must be a finite number (no nan or inf)", value=value)
-        return SpecError(file, key, _TYPE_WORDS[kind], value=_lookup(data, loc) if value is ... else value)
+            return SpecError(file, key, "must be a finite number (no nan or inf)", value=value, fix="write a finite number")
+        value = _lookup(data, loc) if value is ... else value
+        return SpecError(file, key, _TYPE_WORDS[kind], value=value, fix=_type_fix(kind, loc, value))
+    if kind in _BOUNDS:
+        (rule, fix), ctx = _BOUNDS[kind], err.get("ctx", {})
+        bound = next(iter(ctx.values())) if ctx else None
+        if bound is not None:
+            return SpecError(file, key, "must be " + rule.format(bound), value=value, fix=fix.format(bound))
     msg = str(err["msg"]).removeprefix("Value error, ")
     return SpecError(file, key, msg, value=value)
 
