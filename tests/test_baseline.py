@@ -276,3 +276,18 @@ def test_the_comparison_runs_in_workers_too(tmp_path: Path) -> None:
     assert "1.00 → 1.31 (+31.0%, drift limit 10%)" in proc.stdout
     (delta,) = json.loads((pr / "r.json").read_text())["baseline"]["deltas"]
     assert delta["case"].endswith("seed=11") and delta["status"] == "drift" and delta["after"] == pytest.approx(1.31, rel=1e-6)
+
+
+def test_a_move_of_exactly_the_drift_limit_is_within_it(tmp_path: Path, check: Check) -> None:
+    # the rule fails a change *larger* than the drift: a gain of 1 → 0.5 (exact in binary, so the
+    # ratio halves exactly) is a change of exactly 50%, within a drift of 0.5 and past one of 0.4999
+    for drift, code, status in ((0.5, 0, "within"), (0.4999, 1, "drift")):
+        base, pr = checkout(tmp_path / str(drift), "base", 1.0), checkout(tmp_path / str(drift), "pr", 0.5)
+        for folder in (base, pr):
+            spec = folder / "specs" / "gain.toml"
+            spec.write_text(spec.read_text().replace("lo = 0.5\nhi = 2.0\ndrift = 0.1", f"lo = 0.1\nhi = 10.0\ndrift = {drift}"))
+        assert check(base, "--json", "base.json")[0] == 0
+        got, out, _ = check(pr, "--baseline", base / "base.json", "--json", "r.json")
+        (delta,) = json.loads((pr / "r.json").read_text())["baseline"]["deltas"]
+        assert (delta["before"], delta["after"], delta["change"]) == (1.0, 0.5, -0.5), delta
+        assert got == code and delta["status"] == status, out

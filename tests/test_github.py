@@ -199,3 +199,13 @@ def test_the_summary_stays_under_githubs_limit(tmp_path: Path) -> None:
     assert len(text.encode()) <= SUMMARY_LIMIT
     assert "more section(s) left out: a step summary holds at most 1 MiB" in text
     assert text.count("<details>") == text.count("</details>") and text.count("```") % 2 == 0  # only whole sections
+
+
+def test_a_code_blocks_fence_is_longer_than_any_backtick_run_inside() -> None:
+    from stability.report.github import fence
+
+    assert fence("x = 1", "sh") == "```sh\nx = 1\n```"
+    assert fence("a ``` b") == "````\na ``` b\n````"
+    assert fence("`````\nclosing?") == "``````\n`````\nclosing?\n``````"
+    rendered = MarkdownIt().parse(fence("before\n```\n# not a heading\n```\nafter"))
+    assert [t.type for t in rendered] == ["fence"]  # one block: the text inside cannot end it

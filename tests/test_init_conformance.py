@@ -358,3 +358,50 @@ def test_parameter_statistics_in_chunks_are_the_float64_statistics_of_the_whole(
     assert (main.min, main.max) == (float(rows.min()), float(rows.max()))
     assert pad.n == 1000 and math.isclose(pad.mean, float(table.weight[7].double().mean() / 2.0), rel_tol=1e-12)
     assert init_stats._CHUNK < rows.numel() // 2
+
+
+# ----------------------------------------------------------------------------- the case's level and the rows' counts
+
+_TORCH_LINEAR = [
+    {"param": "weight", "law": "uniform", "bound": "1 / sqrt(fan_in)", "source": "torch Linear.reset_parameters"},
+    {"param": "bias", "law": "uniform", "bound": "1 / sqrt(fan_in)", "source": "torch Linear.reset_parameters"},
+]
+
+
+def test_the_level_is_alpha_over_every_test_the_case_makes() -> None:
+    # a Linear(2, 1): its weight (2 elements) gets mean, variance, max and min, its bias (1 element)
+    # mean, max and min: 7 tests, each at alpha / 7 (Bonferroni)
+    torch.manual_seed(0)
+    v = _judge(torch.nn.Linear(2, 1), rules=_TORCH_LINEAR, alpha=1e-3)
+    assert v.passed, v.detail
+    assert v.extra["tests"] == 7 and v.extra["level"] == pytest.approx(1e-3 / 7, rel=1e-15, abs=0.0)
+    assert "7 tests at level 0.00014 each" in v.detail
+
+
+@pytest.mark.parametrize(("count", "observed"), [(1, 1), (2, 0), (5, 3)])
+def test_a_row_that_covers_another_number_of_parameters_than_it_declares_fails(count: int, observed: int) -> None:
+    # two Linear weights under a row declaring `count`: more than declared fails as fewer does, and
+    # the verdict's number counts the parameters missing or extra
+    torch.manual_seed(0)
+    rows = [{**_TORCH_LINEAR[0], "count": count}, _TORCH_LINEAR[1]]
+    v = _judge(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)), rules=rows)
+    assert v.passed == (observed == 0) and v.observed == observed, v.detail
+    if observed:
+        assert f"param weight: 2 parameters, declared {count} = {count}" in v.detail
+
+
+@pytest.mark.parametrize(
+    ("name", "config"),
+    [
+        ("MixtralModel", {**SMALL, "num_local_experts": 4, "num_experts_per_tok": 2}),
+        ("MambaModel", {"hidden_size": 64, "state_size": 8, "num_hidden_layers": 4, "vocab_size": 64, "rescale_prenorm_residual": True}),
+    ],
+)
+def test_a_healthy_mixture_of_experts_and_a_depth_rescaled_mamba_hold_their_declared_init(name: str, config: dict[str, Any]) -> None:
+    # the experts' weights are 3-d parameters of MixtralExperts, covered by the mixtral table's own
+    # row; Mamba's out_proj bound is divided by √num_hidden_layers (√4 = 2: a missing square root is a 2× off bound)
+    v = _judge(_hf(name, **config))
+    assert v.passed and v.measured, v.detail
+    assert not v.extra["uncovered"]
+    if name == "MambaModel":
+        assert any(r["rule"] == "name *.out_proj.weight, within MambaMixer" and r["covered"] == 4 for r in v.extra["rows"]), v.extra["rows"]

@@ -205,3 +205,46 @@ def test_an_outlier_and_a_value_outside_a_bounded_law_are_caught() -> None:
     u[5] = 0.0626
     assert "max" in _failed(Law("uniform", a=-0.0625, b=0.0625), u)
     assert "min" in _failed(Law("uniform", a=-0.0625, b=0.0625), torch.empty(4096).uniform_(-0.03, 0.0625, generator=g))
+
+
+def _chi2_quantile_exact(nu: float, p: float) -> float:
+    """The χ²_ν quantile at p from its distribution function (the regularised incomplete gamma), by bisection."""
+    lo, hi = 0.0, 10.0 * nu
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if float(torch.special.gammainc(torch.tensor(nu / 2, dtype=torch.float64), torch.tensor(mid / 2, dtype=torch.float64))) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def test_the_variance_test_of_a_uniform_law_has_satterthwaites_degrees() -> None:
+    # a uniform law has κ = 9/5, so Var(s²) = σ⁴·(2/(n−1) − 1.2/n) and ν = 2/(2/(n−1) − 1.2/n) = 246.3 at
+    # n = 101: the interval is σ²·χ²_ν(p)/ν at ν = 246.3, narrower than the normal law's ν = 100
+    law, n = Law("uniform", a=-1.0, b=1.0), 101
+    sigma2 = 1.0 / 3.0
+    nu = 2.0 / (2.0 / (n - 1) - 1.2 / n)
+    (_, var, *_) = check_parameter(law, n=n, mean=0.0, var=sigma2, lo=-0.99, hi=0.99, eps=0.0, level=0.05)
+    assert var.lo / sigma2 == pytest.approx(_chi2_quantile_exact(nu, 0.025) / nu, rel=1e-3)
+    assert var.hi / sigma2 == pytest.approx(_chi2_quantile_exact(nu, 0.975) / nu, rel=1e-3)
+
+
+def test_a_bound_hit_exactly_leaves_the_other_draws_mean_and_variance() -> None:
+    """The element at a trunc_normal's bound is taken out of the mean and the variance: what is
+    judged is exactly the statistics of the n − 1 other elements."""
+    g = torch.Generator().manual_seed(3)
+    rest = torch.nn.init.trunc_normal_(torch.empty(49, dtype=torch.float64), std=1.0, a=-2.0, b=2.0, generator=g)
+    for bound in (-2.0, 2.0):
+        w = torch.cat([rest, torch.tensor([bound], dtype=torch.float64)])
+        checks = {c.statistic: c for c in _judge(Law("trunc_normal", std=1.0, a=-2.0, b=2.0), w)}
+        assert checks["mean"].observed == pytest.approx(float(rest.mean()), rel=1e-12, abs=1e-15)
+        assert checks["variance"].observed == pytest.approx(float(rest.var()), rel=1e-12, abs=0.0)
+
+
+def test_the_tests_counted_are_the_checks_made() -> None:
+    # the case's level is alpha over this count (Bonferroni): a variance test exists from n = 2
+    for law in (Law("normal", std=1.0), Law("uniform", a=-1.0, b=1.0), Law("trunc_normal", std=1.0, a=-2.0, b=2.0), Law("constant", value=0.5), Law("any")):
+        for n in (1, 2, 3, 64):
+            made = check_parameter(law, n=n, mean=0.0, var=0.5 if n >= 2 else 0.0, lo=-0.5, hi=0.5, eps=0.0, level=1e-3)
+            assert count_tests(law, n) == len(made), (law, n)

@@ -269,3 +269,17 @@ def test_without_a_fake_forward_the_largest_gradient_is_a_blocks_parameter() -> 
     assert found.saved == 0
     assert found.largest_param == 768 * 3072 * 4
     assert count_bytes(meta_model(library_model(spec), {**library_model(spec).config, "num_hidden_layers": 2}), torch.float32)[1] == 128100 * 768 * 4
+
+
+def test_the_constructed_parameters_are_counted_in_float32_whatever_the_cases_dtype() -> None:
+    """A library model is constructed in float32 and cast after: `params_float32` is the float32
+    size of its parameters and buffers for a float64 or bfloat16 case as for a float32 one."""
+    spec = _spec("transformers:GPT2Model", GPT2)
+    values = parse_case_string("depth=2", spec, device="cpu").as_dict()
+    real = _real(spec, values)
+    floating = sum(t.numel() for t in [*real.parameters(), *real.buffers()] if t.is_floating_point())
+    other = sum(t.numel() * t.element_size() for t in real.buffers() if not t.is_floating_point())
+    for dtype, size in ((torch.float32, 4), (torch.float64, 8), (torch.bfloat16, 2)):
+        found = footprint(library_model(spec), values, dtype)
+        assert found.params == size * floating + other
+        assert found.params_float32 == 4 * floating + other, dtype

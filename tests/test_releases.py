@@ -305,3 +305,46 @@ def test_a_setting_that_a_release_cannot_build_is_refused_at_load_naming_the_rel
     monkeypatch.setattr(library_support, "installed", lambda name: "1.0.16")
     library_support.check_working("timm", "resnetv2_18", {"zero_init_last": True}, file="s.toml", key="block.config")
     assert library_support.expected_refusal("timm_resnetv2_zero.toml") is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "have", "added", "says"),
+    [
+        ("mixtral.toml", "4.45.2", "head_dim", "block.config.head_dim = 128: needs transformers >= 4.47.0, the release that added MixtralConfig.head_dim (this environment has 4.45.2)"),
+        ("mistral.toml", "4.42.4", "head_dim", "block.config.head_dim = 128: needs transformers >= 4.43.0, the release that added MistralConfig.head_dim (this environment has 4.42.4)"),
+        ("llama.toml", "4.57.6", "rope_parameters", "block.config.rope_parameters = {"),
+    ],
+)
+def test_a_config_key_added_after_the_installed_release_is_refused_naming_its_first_release(monkeypatch: pytest.MonkeyPatch, spec: str, have: str, added: str, says: str) -> None:
+    """A zoo family whose config key came later than the floor is refused in one line naming the
+    release that added it (docs/library-models.md, "Supported releases"), not only as an unknown key."""
+    pytest.importorskip("transformers")
+    from stability.spec.load import load_spec
+
+    shipped = library.config_keys
+
+    def older(target: library.Target) -> tuple[list[str], bool]:  # as the release's config lists its keys
+        keys, open_ended = shipped(target)
+        return [k for k in keys if k != added], open_ended
+
+    monkeypatch.setattr(library, "config_keys", older)
+    monkeypatch.setattr(library, "installed", lambda name: have)
+    monkeypatch.setattr(library_support, "installed", lambda name: have)
+    with pytest.raises(SpecError) as e:
+        load_spec(str(ZOO / spec))
+    message = str(e.value)
+    assert says in message and "\n" not in message, message
+    assert "LlamaConfig.rope_parameters (this environment has 4.57.6)" in message or spec != "llama.toml", message
+    first = library_support.ZOO_FIRST[spec][1]
+    assert f"needs transformers >= {first}" in message and f"pip install --no-deps 'transformers>={first}'" in message
+    assert library_support.expected_refusal(spec, "transformers") == f"transformers >= {first}"
+
+
+def test_a_release_below_the_floor_is_the_matrix_s_expected_refusal_for_every_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the release session (stability/run/releases.py) counts a refusal as expected only where the
+    # support matrix says so: below the floor, every spec of that library
+    monkeypatch.setattr(library_support, "installed", lambda name: {"transformers": "4.39.3", "timm": "0.8.19.dev0"}.get(name, "9"))
+    assert library_support.expected_refusal("bert.toml", "transformers") == "transformers >= 4.40.0"
+    assert library_support.expected_refusal("qwen3.toml", "transformers") == "transformers >= 4.40.0"
+    assert library_support.expected_refusal("timm_vit.toml", "timm") == "timm >= 0.9.0"
+    assert library_support.expected_refusal("tv_vit.toml", "torchvision") is None

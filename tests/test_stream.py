@@ -156,3 +156,14 @@ def test_the_severity_reads_every_bounded_number_so_a_broken_band_is_worse_than_
     assert sev(204.0, change=0.6) == pytest.approx(math.log(0.6 / 0.5))
     assert sev(204.0, entry=math.nan) == math.inf
     assert inv.severity_of(Verdict("residual_stream", False, 204.0, "", None, "", extra={"entry": None, "variance": 5e4}), e) == math.inf  # undefined, as the verdict stores it
+
+
+def test_a_number_exactly_at_its_bound_holds() -> None:
+    """Every bound is inclusive: gains 4, 2, 1 (powers of two, exact in float64) give the entry 4,
+    the stream 2, the variance (4·2·1)² = 64 and the largest change 3 exactly, and bounds at exactly
+    those numbers hold."""
+    m = _probe([Scale(4.0), Scale(2.0), Scale(1.0)])
+    n = stream_numbers(m.grad_norm, m.act_var, m.act_sq_mean)
+    assert (n["entry"], n["stream"], n["variance"], n["change"]) == (4.0, 2.0, 64.0, 3.0)
+    v = residual_stream(m, lo=2.0, hi=2.0, entry_lo=4.0, entry_hi=4.0, variance_lo=64.0, variance_hi=64.0, max_block_change=3.0)
+    assert v.passed, v.detail

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stability.errors import CaseError, LibraryMissing, SpecError
-from stability.families.library_support import check_release, check_working, first_release, import_library, installed, older_release, quiet_imports
+from stability.families.library_support import check_release, check_working, first_key_release, first_release, import_library, installed, older_release, quiet_imports
 from stability.spec.case import Case
 
 __all__ = [
@@ -334,6 +334,10 @@ def check_config(target: Target, config: Mapping[str, Any], *, file: str, key: s
     known, open_ended = config_keys(target)
     for name, value in config.items():
         if not open_ended and name not in known:
+            if (first := first_key_release(target.library, target.name, name)) is not None:
+                have = installed(target.library)
+                problem = f"needs {target.library} >= {first[0]}, the release that added {first[1]} (this environment has {have})"
+                raise SpecError(file, f"{key}.{name}", problem, value=value, fix=f"pip install --no-deps '{target.library}>={first[0]}'")
             problem = f"is not a config key of {target}{older_release(target.library)}"
             raise _refuse(file, f"{key}.{name}", value, problem, known, f"see the keyword arguments of {target}", near=name)
         _check_placeholders(value, file=file, key=f"{key}.{name}")

@@ -21,7 +21,21 @@ from packaging.version import InvalidVersion, Version
 
 from stability.errors import SpecError
 
-__all__ = ["quiet_imports", "import_library", "MINIMUM", "MATRIX", "FIRST", "ZOO_FIRST", "installed", "check_release", "first_release", "older_release", "expected_refusal"]
+__all__ = [
+    "quiet_imports",
+    "import_library",
+    "MINIMUM",
+    "MATRIX",
+    "FIRST",
+    "KEY_FIRST",
+    "ZOO_FIRST",
+    "first_key_release",
+    "installed",
+    "check_release",
+    "first_release",
+    "older_release",
+    "expected_refusal",
+]
 
 #: The oldest release of each library the family supports (module docstring).
 MINIMUM: Mapping[str, str] = {"transformers": "4.40.0", "timm": "0.9.0", "torchvision": "0.15.0"}
@@ -86,6 +100,23 @@ def older_release(library: str) -> str:
     return f" in {library} {have}" if newest and _older(have, newest) else ""
 
 
+#: Config keys of the zoo's families that came later than the floor: (library, model class, key) →
+#: (the first release whose config takes it, the config field), so a spec setting one under an
+#: older release is refused naming that release rather than "not a config key".
+KEY_FIRST: Mapping[tuple[str, str, str], tuple[str, str]] = {
+    ("transformers", "MistralModel", "head_dim"): ("4.43.0", "MistralConfig.head_dim"),
+    ("transformers", "MixtralModel", "head_dim"): ("4.47.0", "MixtralConfig.head_dim"),
+    ("transformers", "LlamaModel", "rope_parameters"): ("5.0.0", "LlamaConfig.rope_parameters"),
+}
+
+
+def first_key_release(library: str, name: str, key: str) -> tuple[str, str] | None:
+    """(the release that added config `key` of model `name`, the field) when the imported `library`
+    is older than it (`KEY_FIRST`), else None."""
+    first = KEY_FIRST.get((library, name, key))
+    return first if first is not None and _older(installed(library), first[0]) else None
+
+
 def first_release(library: str, name: str) -> str | None:
     """The release that added `name`, when the imported `library` is older than it (else None)."""
     first = FIRST.get((library, name))
@@ -106,9 +137,12 @@ ZOO_FIRST: Mapping[str, tuple[str, str]] = {
 }
 
 
-def expected_refusal(spec_file: str) -> str | None:
+def expected_refusal(spec_file: str, library: str | None = None) -> str | None:
     """ "transformers >= 4.45.0" when the imported release is older than the one the zoo spec
-    `spec_file` needs (`ZOO_FIRST`, `MINIMUM`), else None."""
+    `spec_file` (of `library`, where given) needs (`MINIMUM`, then `ZOO_FIRST`), else None."""
+    floor = MINIMUM.get(library) if library is not None else None
+    if library is not None and floor is not None and _older(installed(library), floor):
+        return f"{library} >= {floor}"
     library, first = ZOO_FIRST.get(spec_file, (None, None))
     if library is not None and first is not None and _older(installed(library), first):
         return f"{library} >= {first}"

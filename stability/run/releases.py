@@ -248,7 +248,7 @@ def _inside(paths: list[Path], *, profile: str, depths: str) -> int:
     wrong: list[str] = []
     differs: dict[str, str] = {}
     for path in paths:
-        expected = expected_refusal(path.name)
+        expected = expected_refusal(path.name, _library_of_spec(path))
         try:
             load_spec(path)
         except SpecError as exc:
