@@ -223,9 +223,9 @@ def _verdicts(report: Path) -> str:
 
 def _parameters(spec: Path) -> int:
     """The parameters of the model as probed (every block), counted on the meta device."""
-    from stability.families.library import fill
     from stability.families.library_family import _as_built, library_model
     from stability.families.library_memory import meta_model
+    from stability.families.library_values import fill
     from stability.spec.load import load_spec
 
     loaded = load_spec(spec)

@@ -16,8 +16,9 @@ import torch
 
 from stability.errors import CaseError, SpecError
 from stability.families.adapters import set_modes
-from stability.families.library import check_config, fill, parse_library, placeholders, resolve
+from stability.families.library import check_config, parse_library, resolve
 from stability.families.library_build import build_model
+from stability.families.library_values import fill, placeholders
 from stability.judge.invariants import gradient_arrival
 from stability.measure.forward import probe_model
 

@@ -64,8 +64,8 @@ def _spec(model: str = "transformers:GPT2Model", config: str = GPT2, *, depth: i
 
 
 def _real(spec: Any, values: dict[str, Any]) -> nn.Module:
-    from stability.families.library import fill
     from stability.families.library_build import construct
+    from stability.families.library_values import fill
 
     torch.manual_seed(0)
     return construct(library_model(spec).target, fill(library_model(spec).config, values))
@@ -86,7 +86,7 @@ def test_the_meta_model_has_the_real_models_exact_parameter_count(model: str, co
     pytest.importorskip(model.split(":")[0], reason=f"{model.split(':')[0]} is not installed (docs/library-models.md)")
     spec = _spec(model, config)
     values = parse_case_string("depth=2", spec, device="cpu").as_dict()
-    from stability.families.library import fill
+    from stability.families.library_values import fill
 
     meta = meta_model(library_model(spec), fill(library_model(spec).config, values))
     real = _real(spec, values)

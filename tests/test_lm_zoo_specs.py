@@ -75,7 +75,7 @@ def test_llama_at_the_specs_config_is_qwen3_without_its_qk_norms() -> None:
     """So the pair llama/qwen3 measures exactly what Qwen3's q/k norms do."""
     import transformers
 
-    from stability.families.library import fill
+    from stability.families.library_values import fill
 
     models = []
     for name in ("llama", "qwen3"):

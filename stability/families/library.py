@@ -41,14 +41,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stability.errors import CaseError, LibraryMissing, SpecError
+from stability.errors import LibraryMissing, SpecError
 from stability.families.library_support import check_release, check_working, first_key_release, first_release, import_library, installed, older_release, quiet_imports
-from stability.spec.case import Case
+from stability.families.library_values import check_placeholders, placeholders
 
 __all__ = [
     "config_default",
     "LIBRARIES",
-    "CASE_KEYS",
     "MODALITIES",
     "Target",
     "LibraryModel",
@@ -58,24 +57,17 @@ __all__ = [
     "check_config",
     "input_modality",
     "config_keys",
-    "fill",
-    "placeholders",
     "quiet_imports",
     "registry",
 ]
 
 LIBRARIES: tuple[str, ...] = ("transformers", "timm", "torchvision")
 
-#: The case's keys a config value may name: `Case`'s integer fields (depth, width, batch, spatial, …).
-CASE_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Case) if str(f.type).startswith("int"))
-
 #: Config keys that would load pretrained weights or read files: refused in any library.
 _LOADING = ("pretrained", "weights", "weights_backbone", "pretrained_cfg", "pretrained_cfg_overlay", "pretrained_strict", "checkpoint_path", "cache_dir")
 
 #: Keyword arguments every transformers config takes besides its fields (PreTrainedConfig.__post_init__).
 _HF_EXTRA = ("attn_implementation", "experts_implementation", "output_attentions")
-
-_PLACEHOLDER = re.compile(r"\s*(?:(\d+(?:\.\d+)?)\s*\*\s*)?([a-z_]+)(?:\s*/\s*(\d+))?\s*")
 
 
 @dataclass(frozen=True)
@@ -340,58 +332,7 @@ def check_config(target: Target, config: Mapping[str, Any], *, file: str, key: s
                 raise SpecError(file, f"{key}.{name}", problem, value=value, fix=f"pip install --no-deps '{target.library}>={first[0]}'")
             problem = f"is not a config key of {target}{older_release(target.library)}"
             raise _refuse(file, f"{key}.{name}", value, problem, known, f"see the keyword arguments of {target}", near=name)
-        _check_placeholders(value, file=file, key=f"{key}.{name}")
-
-
-def _check_placeholders(value: Any, *, file: str, key: str) -> None:
-    if isinstance(value, Mapping):
-        for k, v in value.items():
-            _check_placeholders(v, file=file, key=f"{key}.{k}")
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            _check_placeholders(v, file=file, key=f"{key}[{i}]")
-    elif isinstance(value, str):
-        match = _PLACEHOLDER.fullmatch(value)
-        if match and (match.group(1) or match.group(3)) and match.group(2) not in CASE_KEYS:
-            raise _refuse(file, key, value, f"names {match.group(2)!r}, which is not a case key", list(CASE_KEYS), f"use one of {', '.join(CASE_KEYS)}", near=match.group(2))
-
-
-def placeholders(value: Any) -> set[str]:
-    """The case keys a config value names (`["width", "2*width", 3]` → {"width"})."""
-    if isinstance(value, Mapping):
-        return set().union(*(placeholders(v) for v in value.values()))
-    if isinstance(value, (list, tuple)):
-        return set().union(*(placeholders(v) for v in value))
-    match = _PLACEHOLDER.fullmatch(value) if isinstance(value, str) else None
-    return {match.group(2)} if match and match.group(2) in CASE_KEYS else set()
-
-
-def fill(value: Any, values: Mapping[str, Any]) -> Any:
-    """`value` with every placeholder (`"width"`, `"4*width"`, `"width/8"`) replaced by the case's
-    value; `"key/N"` must divide exactly (a CaseError otherwise: that case cannot be built)."""
-    if isinstance(value, Mapping):
-        return {k: fill(v, values) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [fill(v, values) for v in value]
-    if not isinstance(value, str):
-        return value
-    match = _PLACEHOLDER.fullmatch(value)
-    if not match or match.group(2) not in CASE_KEYS:
-        return value
-    base = values.get(match.group(2))
-    if base is None:
-        raise CaseError(f"{value!r} names the case's {match.group(2)}, which this case does not set")
-    factor, divisor = match.group(1), match.group(3)
-    out = base if factor is None else (int(factor) if factor.isdigit() else float(factor)) * base
-    if isinstance(out, float):  # "3.5*width": a size, so an integer
-        if not out.is_integer():
-            raise CaseError(f"{value!r} is {out:g}, not an integer")
-        out = int(out)
-    if divisor is not None:
-        if out % int(divisor):
-            raise CaseError(f"{value!r} is {out}/{divisor}, not an integer")
-        out = out // int(divisor)
-    return out
+        check_placeholders(value, file=file, key=f"{key}.{name}")
 
 
 MODALITIES: tuple[str, ...] = ("tokens", "images", "embeddings")

@@ -61,7 +61,8 @@ from torch import nn
 
 from stability.errors import CaseError
 from stability.families.discover import Blocks, discover
-from stability.families.library import LibraryModel, Target, fill, quiet_imports, registry
+from stability.families.library import LibraryModel, Target, quiet_imports, registry
+from stability.families.library_values import fill
 from stability.spec.schema import DEFAULT_SIZE
 
 __all__ = ["Built", "construct", "make_inputs", "build_model", "factors_between", "init_factors", "rescale_init", "weight_fans"]

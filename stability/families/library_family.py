@@ -84,7 +84,7 @@ def _set(data: Mapping[str, Any], table: str, key: str) -> bool:
 
 
 def _check(spec: Any, data: Mapping[str, Any]) -> None:
-    from stability.families.library import placeholders
+    from stability.families.library_values import placeholders
 
     f, s = spec.path, spec.space
     if not _set(data, "block", "model"):
@@ -182,9 +182,9 @@ def _streamed_estimate(spec: Any, case: Any, one: Any, two: Any) -> int:
     import torch
 
     from stability.families.build import torch_dtype
-    from stability.families.library import fill
     from stability.families.library_memory import meta_model
     from stability.families.library_stream import estimate_bytes
+    from stability.families.library_values import fill
     from stability.spec.schema import DEFAULT_SIZE
 
     lib = _as_built(library_model(spec))
@@ -199,8 +199,8 @@ def _shipped_params(spec: Any, case: Any) -> int:
     """Bytes (float32) of the init rule's two depth-1 models (`library_build.init_factors`), 0 without `block.shipped`."""
     import torch
 
-    from stability.families.library import fill
     from stability.families.library_memory import count_bytes, meta_model
+    from stability.families.library_values import fill
 
     lib = library_model(spec)
     if not lib.shipped:

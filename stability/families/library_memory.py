@@ -224,7 +224,7 @@ def _raise_stop(module: Any, args: Any, output: Any) -> None:
 def footprint(lib: Any, values: dict[str, Any], dtype: Any) -> LibraryFootprint:
     """The footprint of `lib`'s model for one case (`values`: `Case.as_dict()`) in `dtype`; raises
     what building the config raises."""
-    from stability.families.library import fill
+    from stability.families.library_values import fill
 
     config = fill(lib.config, values)
     model = meta_model(lib, config)

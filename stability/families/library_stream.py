@@ -290,9 +290,9 @@ def build_streamed(spec: Any, values: Mapping[str, Any], *, input_seed: int, dev
     streamed (the module docstring). The init's seed is drawn from the caller's seeded generator."""
     from stability.allocator import tune_malloc
     from stability.families.discover import discover
-    from stability.families.library import fill
     from stability.families.library_build import Built, construct, make_inputs
     from stability.families.library_memory import registered_on_meta
+    from stability.families.library_values import fill
 
     tune_malloc()  # blocks' storage and activations come and go all through the pass: served by mmap, returned on free
     config = {**fill(spec.config, values), **fill(spec.shipped, values)}

@@ -193,9 +193,9 @@ def _transformers_model(model: nn.Module, *, kind: str) -> TokenModel:
 
 
 def _library(spec: Spec, case: Case) -> TokenModel:
-    from stability.families.library import fill
     from stability.families.library_build import construct
     from stability.families.library_family import library_model
+    from stability.families.library_values import fill
 
     assert spec.train is not None
     lib = library_model(spec)

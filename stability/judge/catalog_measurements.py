@@ -78,8 +78,8 @@ def init_after(ctx: Any) -> Mapping[str, Any]:
     model, rescaled = (run.model, run.rescaled) if run is not None else (ctx.blocks, {})
     config: dict[str, Any] = {}
     if ctx.spec.family == "library":
-        from stability.families.library import fill
         from stability.families.library_family import library_model
+        from stability.families.library_values import fill
 
         config = fill(library_model(ctx.spec).config, ctx.case.as_dict())
     return {"init_conformance": init_record(model, declared_config(model, config), rescaled)}
