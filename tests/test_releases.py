@@ -307,6 +307,24 @@ def test_a_setting_that_a_release_cannot_build_is_refused_at_load_naming_the_rel
     assert library_support.expected_refusal("timm_resnetv2_zero.toml") is None
 
 
+def test_a_model_added_later_is_refused_naming_the_release_that_also_builds_its_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under timm 1.0.9 resnetv2_18 does not exist (added in 1.0.10), and its zero_init_last builds
+    only from 1.0.16: the refusal names 1.0.16, so installing what it says is not refused again."""
+    pytest.importorskip("timm")
+    monkeypatch.setattr(library, "registry", lambda name: (["resnet18"], {}))  # as timm 1.0.9 lists its models
+    monkeypatch.setattr(library, "installed", lambda name: "1.0.9")
+    monkeypatch.setattr(library_support, "installed", lambda name: "1.0.9")
+    with pytest.raises(SpecError) as e:
+        resolve("timm:resnetv2_18", file="s.toml", key="block.model", config={"layers": ["depth", 1, 1, 1], "zero_init_last": True})
+    assert "needs timm >= 1.0.16, resnetv2_18 came in 1.0.10, and the config this spec sets builds from 1.0.16 (this environment has 1.0.9)" in str(e.value)
+    assert "timm>=1.0.16" in str(e.value)
+    with pytest.raises(SpecError, match=r"needs timm >= 1.0.10, the release that added resnetv2_18 \(this environment has 1.0.9\)"):
+        resolve("timm:resnetv2_18", file="s.toml", key="block.model", config={"layers": [1, 1, 1, 1]})
+    assert library_support.needed_release("timm", "resnetv2_18", {"zero_init_last": True}) == "1.0.16"
+    monkeypatch.setattr(library_support, "installed", lambda name: "1.0.16")
+    assert library_support.needed_release("timm", "resnetv2_18", {"zero_init_last": True}) is None
+
+
 @pytest.mark.parametrize(
     ("spec", "have", "added", "says"),
     [

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stability.errors import LibraryMissing, SpecError
-from stability.families.library_support import check_release, check_working, first_key_release, first_release, import_library, installed, older_release, quiet_imports
+from stability.families.library_support import check_release, check_working, first_key_release, first_release, import_library, installed, needed_release, older_release, quiet_imports
 from stability.families.library_values import check_placeholders, placeholders
 
 __all__ = [
@@ -205,7 +205,15 @@ def library_of(model: Any) -> Target | None:
     return Target(library, cls.__name__, "model", cls.__module__.removeprefix("transformers.") if library == "transformers" else library)
 
 
-def resolve(model: str, *, file: str, key: str = "model") -> Target:
+def _added_later(library: str, name: str, first: str, config: Mapping[str, Any], *, file: str, key: str, model: str) -> SpecError:
+    """The refusal of a model the imported release does not have yet, naming the release that has it
+    and builds every setting of `config` (library_support.needed_release)."""
+    have, need = installed(library), needed_release(library, name, config) or first
+    why = f"the release that added {name}" if need == first else f"{name} came in {first}, and the config this spec sets builds from {need}"
+    return SpecError(file, key, f"needs {library} >= {need}, {why} (this environment has {have})", value=model, fix=f"pip install --no-deps '{library}>={need}'")
+
+
+def resolve(model: str, *, file: str, key: str = "model", config: Mapping[str, Any] | None = None) -> Target:
     """The target a spec's `"LIBRARY:NAME"` names, or a SpecError (exit 2) with the close names."""
     library, sep, name = str(model).partition(":")
     if not sep or not name or library not in LIBRARIES:
@@ -220,8 +228,7 @@ def resolve(model: str, *, file: str, key: str = "model") -> Target:
         except Exception as exc:  # not installed, or does not import
             raise _missing(library, exc, file=file, key=key, model=model) from None
         if found is None and (first := first_release(library, name)) is not None:
-            have = installed(library)
-            raise SpecError(file, key, f"needs {library} >= {first}, the release that added {name} (this environment has {have})", value=model, fix=f"pip install --no-deps '{library}>={first}'")
+            raise _added_later(library, name, first, config or {}, file=file, key=key, model=model)
         if found is None:
             raise _refuse(file, key, model, "is not a transformers model or config class", _hf_names(), "name a class such as LlamaModel, BertModel or LlamaConfig")
         return Target(library, name, found[0], found[1].removeprefix("transformers."))
@@ -237,8 +244,7 @@ def resolve(model: str, *, file: str, key: str = "model") -> Target:
     if name in classes:
         return Target(library, name, "model", library)
     if (first := first_release(library, name)) is not None:
-        have = installed(library)
-        raise SpecError(file, key, f"needs {library} >= {first}, the release that added {name} (this environment has {have})", value=model, fix=f"pip install --no-deps '{library}>={first}'")
+        raise _added_later(library, name, first, config or {}, file=file, key=key, model=model)
     raise _refuse(file, key, model, f"is not a {library} registered model or model class", sorted({*names, *classes}), f"name one of {library}'s registered models")
 
 
@@ -370,7 +376,7 @@ def parse_library(
 ) -> LibraryModel:
     """A spec's library keys, checked before anything is built (`library.resolve`, `check_config`):
     a SpecError (exit 2) names the key, the value and the fix. `prefix` is the keys' table."""
-    target = resolve(model, file=file, key=f"{prefix}model")
+    target = resolve(model, file=file, key=f"{prefix}model", config=config)
     check_config(target, config, file=file, key=f"{prefix}config")
     check_working(target.library, target.name, config, file=file, key=f"{prefix}config")
     if inputs is not None and inputs not in MODALITIES:

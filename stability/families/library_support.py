@@ -33,6 +33,7 @@ __all__ = [
     "installed",
     "check_release",
     "first_release",
+    "needed_release",
     "older_release",
     "expected_refusal",
 ]
@@ -177,6 +178,19 @@ def expected_init_difference(spec_file: str) -> str | None:
 BROKEN_BEFORE: Mapping[tuple[str, str, str], tuple[str, str]] = {
     ("timm", "resnetv2_18", "zero_init_last"): ("1.0.16", "its PreActBasic blocks' zero_init_last reads conv3, which a basic block does not have (AttributeError at build)"),
 }
+
+
+def needed_release(library: str, name: str, config: Mapping[str, object]) -> str | None:
+    """The newest release that model `name` with `config` needs and the imported `library` is
+    older than: the one that added the model (`FIRST`), a config key it sets (`KEY_FIRST`) or the one
+    that builds a setting (`BROKEN_BEFORE`); None when the imported release has them all. A refusal
+    names this one, so a user who installs it is not refused again for the next."""
+    needs = [FIRST.get((library, name))]
+    needs += [KEY_FIRST.get((library, name, k), (None, ""))[0] for k in config]
+    needs += [BROKEN_BEFORE.get((library, name, k), (None, ""))[0] for k in config]
+    have = installed(library)
+    older = [n for n in needs if n is not None and _older(have, n)]
+    return max(older, key=Version) if older else None
 
 
 def check_working(library: str, name: str, config: Mapping[str, object], *, file: str, key: str) -> None:
