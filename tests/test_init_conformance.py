@@ -405,3 +405,20 @@ def test_a_healthy_mixture_of_experts_and_a_depth_rescaled_mamba_hold_their_decl
     assert not v.extra["uncovered"]
     if name == "MambaModel":
         assert any(r["rule"] == "name *.out_proj.weight, within MambaMixer" and r["covered"] == 4 for r in v.extra["rows"]), v.extra["rows"]
+
+
+def test_a_value_the_spec_declares_is_the_intent_over_the_models_config() -> None:
+    """`[expect.init_conformance] config` states the init the model should have: where the model's
+    own config holds another value, the spec's is judged (a config that drifted from the intent is
+    what the check exists to catch), and the model's is used where the spec says nothing."""
+    model = _hf("LlamaModel", **SMALL, initializer_range=0.02)
+    assert _judge(model).passed
+
+    def declared(m: torch.nn.Module, value: float) -> Any:
+        record = init_record(m, declared_config(m, {}))
+        assert record.variables["initializer_range"] == pytest.approx(m.config.initializer_range)
+        return init_conformance(_M(record), InitConformance.model_validate({"config": {"initializer_range": value}}))
+
+    v = declared(model, 0.04)
+    assert v.measured and not v.passed and "0.04" in v.detail, v.detail
+    assert declared(_hf("LlamaModel", **SMALL, initializer_range=0.04), 0.04).passed

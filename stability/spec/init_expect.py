@@ -254,7 +254,8 @@ class InitConformance(Expectation):
     rules: list[InitRule] = Field(default_factory=list)
     #: The shipped rule table to use (default: the first whose `models` matches the model's class).
     table: str | None = None
-    #: Declared values the model's config does not hold (a registered model's own defaults).
+    #: Declared values: those the model's config does not hold (a registered model's own defaults), and the
+    #: intended value over the model's own where it holds another (docs/specs.md).
     config: dict[str, float | int | bool | str | list[float]] = Field(default_factory=dict)
     #: A parameter no row covers: "fail" (the declared rule must be complete) or "allow".
     uncovered: Literal["fail", "allow"] = "fail"
