@@ -259,9 +259,9 @@ from torch import nn
 
 
 class TinyLM(nn.Module):
-    def __init__(self, vocab, width, depth, tokens, attention):
+    def __init__(self, vocab, width, depth, tokens, attention, returns):
         super().__init__()
-        self.attention = attention
+        self.attention, self.returns = attention, returns
         self.embed = nn.Embedding(vocab, width)
         self.pos = nn.Parameter(torch.randn(tokens, width))
         self.qkv = nn.ModuleList(nn.Linear(width, 3 * width) for _ in range(depth))
@@ -280,11 +280,14 @@ class TinyLM(nn.Module):
                 s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
                 a = s.softmax(-1) @ v
             h = h + a.transpose(1, 2).reshape(h.shape)
-        return self.out(h)
+        z = self.out(h)
+        return {"tensor": z, "tuple": (z, h), "dict": {"logits": z, "hidden": h}, "hidden": h[..., :3]}[self.returns]
 
 
-def make(vocab, width, depth, tokens, attention="sdpa"):
-    return TinyLM(vocab, width, depth, tokens, attention)
+def make(vocab, width, depth, tokens, attention="sdpa", returns="tensor"):
+    if returns == "no module":
+        return [TinyLM(vocab, width, depth, tokens, attention, "tensor")]
+    return TinyLM(vocab, width, depth, tokens, attention, returns)
 """
 
 SPEC = """
@@ -295,7 +298,7 @@ family = "custom"
 [block]
 layer = "tokens"
 factory = "tiny_lm:make"
-factory_args = {{ attention = "{attention}" }}
+factory_args = {{ attention = "{attention}", returns = "{returns}" }}
 
 [space]
 depth = 2
@@ -324,11 +327,11 @@ threshold = 50.0
 """
 
 
-def _custom(tmp_path: Path, attention: str) -> Any:
+def _custom(tmp_path: Path, attention: str, returns: str = "tensor") -> Any:
     from stability.spec.load import load_spec
 
     (tmp_path / "tiny_lm.py").write_text(textwrap.dedent(FACTORY))
-    (tmp_path / "lm.toml").write_text(SPEC.format(attention=attention))
+    (tmp_path / "lm.toml").write_text(SPEC.format(attention=attention, returns=returns))
     return load_spec(str(tmp_path / "lm.toml"))
 
 
@@ -340,6 +343,40 @@ def test_a_factory_language_model_trains_and_is_judged_through_sdpa(tmp_path: Pa
     verdict, error = evaluate_lm(spec, "attention_logits", corner_case(spec, seed=0))
     assert error is None and verdict is not None and verdict.measured and verdict.passed, (error, verdict)
     assert verdict.extra["steps"] == [0, 4, 8, 11] and all(v is not None and v > 0 for v in verdict.extra["max_logit"])
+
+
+def test_a_factory_model_returning_a_tuple_or_a_dict_trains_on_its_logits_as_a_tensor_does(tmp_path: Path) -> None:
+    from stability.run.lm_training import evaluate_lm
+    from stability.spec.case import corner_case
+
+    def peaks(returns: str) -> list[float]:
+        spec = _custom(tmp_path, "sdpa", returns)
+        verdict, error = evaluate_lm(spec, "attention_logits", corner_case(spec, seed=0))
+        assert error is None and verdict is not None and verdict.measured, (returns, error, verdict)
+        return list(verdict.extra["max_logit"])
+
+    tensor = peaks("tensor")
+    assert peaks("tuple") == tensor and peaks("dict") == tensor  # the same run, bit for bit
+
+
+def test_a_factory_model_returning_no_logits_fails_the_case_saying_what_it_may_return(tmp_path: Path) -> None:
+    from stability.run.lm_training import evaluate_lm
+    from stability.spec.case import corner_case
+
+    spec = _custom(tmp_path, "sdpa", "hidden")
+    verdict, error = evaluate_lm(spec, "attention_logits", corner_case(spec, seed=0))
+    assert verdict is None and error is not None, verdict
+    assert "returned (2, 8, 3) for token ids (2, 8); it must return logits of shape (2, 8, 16)" in error and "a dict with 'logits'" in error, error
+
+
+def test_a_factory_returning_no_module_is_refused_as_bad_input(tmp_path: Path) -> None:
+    from stability.errors import SpecError
+    from stability.run.lm_training import evaluate_lm
+    from stability.spec.case import corner_case
+
+    spec = _custom(tmp_path, "sdpa", "no module")
+    with pytest.raises(SpecError, match=r"block.factory = 'tiny_lm:make': returned list, not an nn.Module"):
+        evaluate_lm(spec, "attention_logits", corner_case(spec, seed=0))
 
 
 def test_a_factory_model_whose_attention_is_not_captured_says_so_in_one_line(tmp_path: Path) -> None:

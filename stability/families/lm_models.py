@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -213,22 +214,40 @@ def _library(spec: Spec, case: Case) -> TokenModel:
     return _transformers_model(model, kind="library")
 
 
+def _logits_of(output: Any) -> Any:
+    """The logits a factory model's forward returned: the tensor itself, an output's `.logits` (a
+    transformers ModelOutput), a dict's "logits", or a tuple's first element (`return_dict=False`)."""
+    if hasattr(output, "logits"):
+        return output.logits
+    if isinstance(output, Mapping):
+        return output.get("logits", output)
+    if isinstance(output, tuple | list) and output:
+        return output[0]
+    return output
+
+
 def _custom(spec: Spec, case: Case) -> TokenModel:
     assert spec.train is not None
     out = call_factory(spec, case, vocab=spec.train.vocab)
-    if not isinstance(out, nn.Module):
-        raise CaseError(f"the factory {spec.block.factory} returned a {type(out).__name__}; a language-model spec's factory returns an nn.Module from token ids (B, T) to logits (B, T, vocab)")
+    if not isinstance(out, nn.Module):  # bad input, as for a probe spec's factory (families/custom.py): exit 2
+        raise SpecError(
+            spec.path,
+            "block.factory",
+            f"returned {type(out).__name__}, not an nn.Module",
+            value=spec.block.factory,
+            fix="a language-model spec's factory returns an nn.Module from token ids (B, T) to logits (B, T, vocab)",
+        )
     if library_of(out) is not None and hasattr(out, "get_output_embeddings") and getattr(out, "config", None) is not None:
         return _transformers_model(out, kind="custom")
     vocab = spec.train.vocab
 
     def logits(tokens: torch.Tensor) -> torch.Tensor:
-        z = out(tokens)
-        z = getattr(z, "logits", z)
+        z = _logits_of(out(tokens))
         if not isinstance(z, torch.Tensor) or z.shape != (*tokens.shape, vocab):
             shape = tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
             raise CaseError(
-                f"the factory {spec.block.factory}'s model returned {shape} for token ids {tuple(tokens.shape)}; it must return logits of shape {(*tokens.shape, vocab)} (train.vocab = {vocab})"
+                f"the factory {spec.block.factory}'s model returned {shape} for token ids {tuple(tokens.shape)}; it must return logits of shape {(*tokens.shape, vocab)} "
+                f"(train.vocab = {vocab}): a tensor, an output with .logits, a dict with 'logits' or a tuple whose first element is the logits"
             )
         return z
 
