@@ -203,8 +203,9 @@ def _pairs(edits: Mapping[str, tuple[Remedy, dict[str, Any]]], data: Mapping[str
 #: changes the network, its init or its training, never these: an edit that narrowed the depth range
 #: or judged the spec in another profile would "hold" by no longer drawing the failing cases.
 JUDGED_SPACE = ("depth", "width", "batch", "spatial", "input_width", "tokens", "dtype", "device", "seed", "examples")
-#: A library model's: which model and blocks are probed at which scale, and its shipped config (the
-#: init rule judged); a config value filled from the case ("depth", "width/64") is judged too.
+#: A family's own block keys (a library model's): which model and blocks are probed at which scale,
+#: and its shipped config (the init rule judged); a config value filled from the case ("depth",
+#: "width/64") is judged too.
 JUDGED_LIBRARY = ("model", "blocks", "inputs", "shipped", "scale")
 JUDGED_TRAIN = ("steps", "cases", "seconds", "profiles", "record_every", "task", "samples", "input_dim", "outputs", "vocab", "order", "concentration", "eval_sequences")
 
@@ -215,10 +216,12 @@ def judged_changes(before: Spec, after: Spec) -> list[str]:
     spec (a table removed or added counts as its name)."""
     out = [f"space.{k}" for k in JUDGED_SPACE if getattr(before.space, k) != getattr(after.space, k)]
     out += [f"probe.{k}" for k in type(before.probe).model_fields if getattr(before.probe, k) != getattr(after.probe, k)]
-    if before.family == "library" and after.family == "library":  # which model each case builds, and its declared init
-        b, a = before.options, after.options
-        out += [f"block.{k}" for k in JUDGED_LIBRARY if getattr(b, k) != getattr(a, k)]
-        out += [f"block.config.{k}" for k, v in b.config.items() if isinstance(v, str) and a.config.get(k) != v]
+    b, a = before.options, after.options  # a family's own block keys (None for the built-in ones)
+    if b is not None and type(b) is type(a):  # which model each case builds, and its declared init
+        out += [f"block.{k}" for k in JUDGED_LIBRARY if hasattr(b, k) and getattr(b, k) != getattr(a, k)]
+        config = getattr(b, "config", None)
+        if isinstance(config, Mapping):
+            out += [f"block.config.{k}" for k, v in config.items() if isinstance(v, str) and getattr(a, "config", {}).get(k) != v]
     if (before.train is None) != (after.train is None):
         out.append("train")
     elif before.train is not None and after.train is not None:
