@@ -99,6 +99,18 @@ class Picky(nn.Module):
         raise ValueError("my block only takes even widths")
 
 
+class NeedsThreads(nn.Linear):
+    def forward(self, x):
+        n = torch.get_num_threads()
+        if n < 3:
+            raise ValueError(f"ran with {n} torch threads")
+        return super().forward(x)
+
+
+def needs_three_threads(depth, width):
+    return nn.Sequential(*[NeedsThreads(width, width) for _ in range(depth)])
+
+
 def block_raises(depth, width):
     return nn.Sequential(*[Picky() for _ in range(depth)])
 

@@ -209,6 +209,43 @@ def test_a_spec_case_timeout_never_lowers_the_run_limit() -> None:
     assert case_limit(spec, None) is None  # --case-timeout 0: no limit, whatever the spec says
 
 
+@pytest.mark.parametrize("where", ["--in-process", "--jobs=1"])
+def test_a_spec_raises_the_run_threads_to_its_own(cli: Cli, custom_spec: Callable[..., Path], where: str) -> None:
+    """`[probe] threads` gives the spec's cases that many torch threads (guard.case_threads, asked by
+    engine.evaluate) in a worker and in-process alike; without it they run with the run's one."""
+    import torch
+
+    before = torch.get_num_threads()
+    expect = "\n[expect.gradient_arrival]\nlo = 1e-6\nhi = 1e6\n"
+    code, out, err = cli("check", custom_spec("needs_three_threads", depth="2", expect=expect), "--case", "depth=2", where)
+    assert code == 1 and "ran with 1 torch threads" in out, out + err
+    own = custom_spec("needs_three_threads", depth="2", expect="\n[probe]\nthreads = 3\n" + expect)
+    code, out, err = cli("check", own, "--case", "depth=2", where)
+    assert code == 0 and "1 met, 0 not met" in out, out + err
+    torch.set_num_threads(before)
+
+
+def test_a_spec_threads_never_lower_the_run_threads_and_are_put_back() -> None:
+    import torch
+
+    from stability.run.guard import case_threads
+    from stability.spec.load import parse_spec
+
+    spec = parse_spec('name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 4\n[probe]\nthreads = 2\n[expect.gradient_arrival]\n')
+    before = torch.get_num_threads()
+    try:
+        for run, inside in ((1, 2), (2, 2), (3, 3)):
+            torch.set_num_threads(run)
+            with case_threads(spec):
+                assert torch.get_num_threads() == inside
+            assert torch.get_num_threads() == run
+        with pytest.raises(RuntimeError), case_threads(spec):  # put back when the case raises, too
+            raise RuntimeError
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_time_limit_interrupts_a_python_loop_and_restores_the_alarm() -> None:
     previous = signal.getsignal(signal.SIGALRM)
     t0 = time.perf_counter()

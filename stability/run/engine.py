@@ -29,7 +29,7 @@ from stability.measure.ensemble import ensemble_size
 from stability.measure.measurements import Measurements
 from stability.measure.probe import probe_network
 from stability.run.conclude import case_verdicts, conclude_replay, conclude_search, judge, message, met_by, not_applicable, severity
-from stability.run.guard import case_limit, check_budget, time_limit, warm_up
+from stability.run.guard import case_limit, case_threads, check_budget, time_limit, warm_up
 from stability.run.profiles import get_profile, keyed
 from stability.run.results import CaseRecord, InvariantResult, SpecResult
 from stability.run.strategies import cases
@@ -145,7 +145,7 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
         limit = case_limit(spec, options.case_timeout)
         if limit:
             warm_up(case.device)  # torch's lazy imports and CUDA start-up are no case's own time
-        with time_limit(limit):
+        with time_limit(limit), case_threads(spec):
             m = measure_case(spec, case)
     except BlockError as exc:  # a block raised on this case (any family): this case fails, the run goes on
         return CaseRecord(case, None, f"the case does not run: {exc}", time.perf_counter() - t0)

@@ -1,5 +1,5 @@
 """Keeps one case from taking the run down: a memory estimate checked before building, and a
-per-case time limit.
+per-case time limit; and gives a case the threads its spec asks for (`case_threads`).
 
 The estimate is the family's memory model (its registry entry's `estimate`: parameters plus the
 activations autograd saves, with margin; stability.families.memory for the built-in families).
@@ -24,7 +24,7 @@ from stability.spec.case import Case
 from stability.spec.registry import FAMILIES
 from stability.spec.schema import Spec
 
-__all__ = ["estimate_bytes", "memory_budget", "check_budget", "check_least", "case_limit", "time_limit", "warm_up", "CaseTimeout", "format_bytes"]
+__all__ = ["estimate_bytes", "memory_budget", "check_budget", "check_least", "case_limit", "case_threads", "time_limit", "warm_up", "CaseTimeout", "format_bytes"]
 
 
 class CaseTimeout(CaseError):
@@ -174,6 +174,24 @@ def case_limit(spec: Spec, run_limit: float | None) -> float | None:
     if not run_limit:
         return None
     return max(run_limit, spec.probe.case_timeout or 0.0)
+
+
+@contextlib.contextmanager
+def case_threads(spec: Spec) -> Iterator[None]:
+    """torch's intra-op threads raised to the spec's `[probe] threads` while the body runs (never
+    lowered), and put back after. `engine.evaluate` asks this, so every path that probes a case
+    (check's workers and `--in-process`, pytest, sweeps) gives it the same threads."""
+    import torch
+
+    before = torch.get_num_threads()
+    wanted = max(before, spec.probe.threads or 0)
+    if wanted != before:
+        torch.set_num_threads(wanted)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 @contextlib.contextmanager

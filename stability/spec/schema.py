@@ -167,6 +167,11 @@ class Probe(_Model):
     #: its shipped size takes minutes): the run's limit (`--case-timeout`, default 120 s) is raised
     #: to it for this spec's cases, never lowered; a run without a limit (`--case-timeout 0`) keeps none.
     case_timeout: float | None = Field(default=None, gt=0.0, allow_inf_nan=False)
+    #: The torch intra-op threads this spec's cases run with at least (a model probed at its
+    #: shipped size is hours of arithmetic on one core): the run's threads (`--threads`, default
+    #: 1) are raised to it while its cases run, never lowered. The numbers are those of this many
+    #: threads on every machine, as with `--threads`.
+    threads: int | None = Field(default=None, ge=1, le=1024)
 
 
 class Train(_Model):
