@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -358,6 +359,30 @@ def test_parameter_statistics_in_chunks_are_the_float64_statistics_of_the_whole(
     assert (main.min, main.max) == (float(rows.min()), float(rows.max()))
     assert pad.n == 1000 and math.isclose(pad.mean, float(table.weight[7].double().mean() / 2.0), rel_tol=1e-12)
     assert init_stats._CHUNK < rows.numel() // 2
+
+
+def test_parameter_moments_are_exact_where_the_answer_is_known(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`init_stats._moments`, a chunk at a time (the chunk made small): a constant parameter has
+    variance exactly 0 at any offset, a large offset loses no digits of a small spread, a
+    non-finite entry makes the statistics non-finite, and half precision is read exactly."""
+    from stability.measure import init_stats
+
+    monkeypatch.setattr(init_stats, "_CHUNK", 1000)
+    ones = torch.full((37, 101), 1.0)
+    m = init_stats._moments([ones])
+    assert (m.n, m.mean, m.m2, m.lo, m.hi) == (3737, 1.0, 0.0, 1.0, 1.0)
+    spread = torch.arange(3000, dtype=torch.float64) * 1e-6 + 1e4  # an offset 10 orders above the spread
+    m = init_stats._moments([spread])
+    values = [Fraction(v) for v in spread.tolist()]  # the float64 entries, exactly
+    mean = sum(values) / len(values)
+    assert m.mean == pytest.approx(float(mean), rel=1e-15, abs=0.0) and m.m2 == pytest.approx(float(sum((v - mean) ** 2 for v in values)), rel=1e-12, abs=0.0)
+    for bad in (math.inf, math.nan):
+        t = torch.zeros(2500)
+        t[1700] = bad
+        assert not math.isfinite(init_stats._moments([t]).m2)
+    half = (torch.randn(2100) * 0.02).half()
+    m = init_stats._moments([half])
+    assert m.mean == pytest.approx(float(half.double().mean()), rel=1e-12, abs=0.0) and m.m2 == pytest.approx(float(half.double().var(correction=0)) * 2100, rel=1e-12, abs=0.0)
 
 
 # ----------------------------------------------------------------------------- the case's level and the rows' counts

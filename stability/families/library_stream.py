@@ -12,8 +12,11 @@ masks, rotary tables, position bias, cache off), and only the parameters' storag
   init, `PreTrainedModel._init_weights` applied to each of its modules children first (what
   `post_init` does), from a generator seeded for that block alone (`block_seed`), so the block is
   the same tensor every time it is materialised; the parts outside the blocks from a seed of their
-  own. New storage is filled with NaN first: a parameter the library's init leaves unset fails
-  the case, naming it. The whole-model build (`library_build.build_model`) draws the same
+  own. The first time a block is made its storage is filled with NaN first: a parameter the
+  library's init leaves unset fails the case, naming it (the init is the same code every time,
+  so a block that passed once is not filled again). That first time is also where a reader of
+  every parameter (`Streamer.first_visit`: init_conformance's statistics) reads the block, so
+  the statistics cost no block made once more. The whole-model build (`library_build.build_model`) draws the same
   model from one stream in construction order, which a block-by-block build cannot replay; a
   whole model initialised by `init_streamed` (as the tests do) is this model, bit for bit.
 - **Forward**: each block runs under non-reentrant activation checkpointing (`torch.utils.checkpoint`),
@@ -37,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -87,13 +90,13 @@ def _storage_bytes(p: torch.Tensor) -> int:
     return int(p.storage_offset() + sum((n - 1) * st for n, st in zip(p.shape, p.stride(), strict=True)) + 1) * p.element_size() if p.numel() else 0
 
 
-def _materialise(params: Sequence[tuple[str, nn.Parameter]], device: torch.device) -> None:
-    """Storage for each parameter, filled with NaN (what the init must overwrite)."""
+def _materialise(params: Sequence[tuple[str, nn.Parameter]], device: torch.device, *, poison: bool) -> None:
+    """Storage for each parameter; with `poison`, filled with NaN (what the init must overwrite)."""
     for _, p in params:
         storage = p.untyped_storage()
         if storage.nbytes() == 0:
             storage.resize_(_storage_bytes(p))
-        if p.is_floating_point():
+        if poison and p.is_floating_point():
             with torch.no_grad():
                 p.fill_(math.nan)
 
@@ -145,6 +148,10 @@ class Streamer:
         self.params = [list(b.named_parameters()) for b in self.blocks]
         self.live: set[int] = set()
         self.checked: set[int] = set()
+        #: Called with a block's parameters the first time it is materialised (after its init and
+        #: the shipped-width factors): a reader of every parameter (`init_stats`) reads them there
+        #: instead of making every block once more.
+        self.first_visit: list[Callable[[Sequence[tuple[str, nn.Parameter]]], None]] = []
         self.tracing = False
         self.recomputing = False
         self.materialisations = 0
@@ -162,13 +169,13 @@ class Streamer:
             self.release(j)
         if i in self.live:
             return
-        params = self.params[i]
-        _materialise(params, self.device)
+        params, first = self.params[i], i not in self.checked
+        _materialise(params, self.device, poison=first)  # (later: the init, checked then, sets every entry)
         self.live.add(i)
         self.peak_live = max(self.peak_live, len(self.live))
         self.materialisations += 1
         init_streamed(self.model, self.blocks[i], block_seed(self.seed, i))
-        if i not in self.checked:
+        if first:
             unset = _unset(params)
             if unset:
                 self.release(i)
@@ -176,12 +183,15 @@ class Streamer:
                     f"{type(self.model).__name__}._init_weights leaves {', '.join(unset[:3])} of block {i} unset "
                     '(set at construction only, which a streamed block does not run): probe it with scale = "probed"'
                 )
-            self.checked.add(i)
         if self.factors:
             with torch.no_grad():
                 for name, p in params:
                     if name in self.factors:
                         p.mul_(self.factors[name])
+        if first:
+            self.checked.add(i)
+            for visit in self.first_visit:
+                visit(params)
 
     def release(self, i: int) -> None:
         _release(self.params[i])
@@ -258,14 +268,15 @@ class Streamer:
 
     # -- every parameter, for statistics ------------------------------------------------------------
 
-    def named_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
+    def named_parameters(self, known: Container[int] = ()) -> Iterator[tuple[str, torch.Tensor]]:
         """The model's `named_parameters()`, each block materialised while its parameters are read
-        (one block at a time)."""
+        (one block at a time); a parameter whose id is in `known` (the caller read it before) does
+        not make its block."""
         owner = {id(p): i for i, params in enumerate(self.params) for _, p in params}
         try:
             for name, p in self.model.named_parameters():
                 i = owner.get(id(p))
-                if i is not None:
+                if i is not None and id(p) not in known:
                     self.materialise(i)
                 yield name, p
         finally:
@@ -278,10 +289,11 @@ def streamer_of(model: nn.Module) -> Streamer | None:
     return found if isinstance(found, Streamer) else None
 
 
-def named_parameters_materialised(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """`model.named_parameters()`, a streamed model's blocks materialised one at a time."""
+def named_parameters_materialised(model: nn.Module, known: Container[int] = ()) -> Iterator[tuple[str, torch.Tensor]]:
+    """`model.named_parameters()`, a streamed model's blocks materialised one at a time (not for
+    the parameters whose ids are in `known`: `Streamer.named_parameters`)."""
     streamer = streamer_of(model)
-    return streamer.named_parameters() if streamer is not None else model.named_parameters()
+    return streamer.named_parameters(known) if streamer is not None else model.named_parameters()
 
 
 def build_streamed(spec: Any, values: Mapping[str, Any], *, input_seed: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> Any:
@@ -313,7 +325,7 @@ def build_streamed(spec: Any, values: Mapping[str, Any], *, input_seed: int, dev
     candidates = _streamed_blocks(model, spec.blocks, str(spec.target))
     streamed = {id(m) for m in candidates}
     rest = [(n, p) for n, p in model.named_parameters() if not any(id(m) in streamed for m in _owners(model, n))]
-    _materialise(rest, dev)
+    _materialise(rest, dev, poison=True)
     init_streamed(model, model, block_seed(seed, "rest"), skip=streamed)
     unset = _unset(rest)
     if unset:

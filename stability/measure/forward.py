@@ -40,6 +40,7 @@ from stability.errors import BlockError, CaseError
 from stability.families.adapters import hidden_state
 from stability.families.discover import Blocks, ModelInputs, ModelRun, discover, hidden_argument, run_model
 from stability.measure.boundaries import BoundaryObserver
+from stability.measure.init_stats import remember_moments
 from stability.measure.measurements import Measurements
 from stability.measure.probe_pass import Forward, measure_pass, prepared
 
@@ -153,6 +154,7 @@ def probe_model(
     found = blocks if isinstance(blocks, Blocks) else discover(model, inputs, blocks=blocks).blocks
     modules = list(found.modules)
     forward = model_forward(model, inputs, found)
+    remember_moments(model)  # a streamed model's parameters read as the pass first makes each block, not made again for init_record
 
     def body(named: list[tuple[str, nn.Parameter]]) -> Measurements:
         return measure_pass(forward, modules, named, loss=loss, seed=seed, target=target, observers=observers)
