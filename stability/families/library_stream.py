@@ -10,7 +10,8 @@ masks, rotary tables, position bias, cache off), and only the parameters' storag
   parts outside the blocks (embeddings, final norm) are then materialised for good.
 - **Init**: a block's parameters are allocated when the block runs and set by the library's own
   init, `PreTrainedModel._init_weights` applied to each of its modules children first (what
-  `post_init` does), from a generator seeded for that block alone (`block_seed`), so the block is
+  `post_init` does), from generators seeded for that block alone (`block_seed`; its normal and
+  uniform draws a chunk at a time on the case's threads, `library_draws`), so the block is
   the same tensor every time it is materialised; the parts outside the blocks from a seed of their
   own. The first time a block is made its storage is filled with NaN first: a parameter the
   library's init leaves unset fails the case, naming it (the init is the same code every time,
@@ -48,6 +49,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from stability.errors import CaseError
+from stability.families.library_draws import chunked_draws
 
 __all__ = ["Streamer", "build_streamed", "streamer_of", "init_streamed", "init_whole", "block_seed", "named_parameters_materialised"]
 
@@ -78,9 +80,11 @@ def _post_order(module: nn.Module, skip: set[int]) -> Iterator[nn.Module]:
 def init_streamed(model: nn.Module, part: nn.Module, seed: int, *, skip: set[int] | None = None) -> None:
     """Set `part`'s parameters by the library's init (`model._init_weights` on each of its modules,
     children first, leaving out the modules in `skip` and theirs), drawn from `seed` alone; the
-    caller's generator is left as it was."""
+    caller's generator is left as it was. Its normal and uniform draws are taken a chunk at a
+    time on the case's threads (`library_draws.chunked_draws`): the same law, the same tensor
+    whatever the thread count."""
     init = _library_init(model)
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
+    with torch.random.fork_rng(devices=[]), torch.no_grad(), chunked_draws(seed):
         torch.manual_seed(seed)
         for m in _post_order(part, skip or set()):
             init(m)
