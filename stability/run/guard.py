@@ -24,7 +24,7 @@ from stability.spec.case import Case
 from stability.spec.registry import FAMILIES
 from stability.spec.schema import Spec
 
-__all__ = ["estimate_bytes", "memory_budget", "check_budget", "check_least", "case_limit", "case_threads", "time_limit", "warm_up", "CaseTimeout", "format_bytes"]
+__all__ = ["estimate_bytes", "memory_budget", "check_budget", "check_least", "case_limit", "case_threads", "past_limit", "time_limit", "warm_up", "CaseTimeout", "format_bytes"]
 
 
 class CaseTimeout(CaseError):
@@ -176,6 +176,15 @@ def case_limit(spec: Spec, run_limit: float | None) -> float | None:
     return max(run_limit, spec.probe.case_timeout or 0.0)
 
 
+def past_limit(seconds: float, what: str = "") -> str:
+    """The one message of a case stopped at its time limit, on every path (`what`: how it was
+    stopped, " and was stopped"), with the three ways to let it finish."""
+    return (
+        f"ran past the per-case time limit of {seconds:g} s{what}; lower space.depth/width, or raise --case-timeout "
+        "or the spec's [probe] case_timeout, or give its cases more threads ([probe] threads)"
+    )
+
+
 @contextlib.contextmanager
 def case_threads(spec: Spec) -> Iterator[None]:
     """torch's intra-op threads raised to the spec's `[probe] threads` while the body runs (never
@@ -211,7 +220,7 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         if _importing(frame) and time.monotonic() < give_up:
             signal.setitimer(signal.ITIMER_REAL, _RETRY_S)
             return
-        raise CaseTimeout(f"ran past the per-case time limit of {seconds:g} s; lower space.depth/width, or raise --case-timeout or the spec's [probe] case_timeout")
+        raise CaseTimeout(past_limit(seconds))
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)

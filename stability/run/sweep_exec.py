@@ -38,7 +38,7 @@ from typing import Any
 
 from stability.run.executor import Emit, Executor, Job, Outcome, Trace
 from stability.run.grid import Value, apply_point
-from stability.run.guard import case_limit
+from stability.run.guard import case_limit, past_limit
 
 __all__ = ["PointTask", "Row", "DaskExecutor", "DASK_GRACE_S", "CONNECT_TIMEOUT_S"]
 
@@ -251,7 +251,7 @@ class DaskExecutor(Executor):
                         remaining.discard(fut)
                         fut.cancel()
                         self.client.restart_workers([address])
-                        reason = f"ran past the per-case time limit of {limit:g} s and its Dask worker was restarted; lower space.depth/width or raise the time limit"
+                        reason = past_limit(limit, " and its Dask worker was restarted")
                         finish(i, Trace(failure=reason, spec_error=False))
             # A worker that dies takes every job it held, not only the one that crashed it. Each such
             # job runs again alone on the cluster: one that crashed its worker crashes it again and is

@@ -57,6 +57,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from stability.run.executor import Executor, Job, Outcome, Trace
+from stability.run.guard import past_limit
 from stability.run.processes import get_context
 from stability.run.streams import Tolerant
 
@@ -289,7 +290,7 @@ class WorkerExecutor(Executor):
                     if not finished and run.deadline is not None and time.monotonic() >= run.deadline:
                         self._stop(run)
                         limit = run.job.case_timeout or 0.0
-                        run.timed_out = f"ran past the per-case time limit of {limit:g} s and was stopped; lower space.depth/width, or raise --case-timeout or the spec's [probe] case_timeout"
+                        run.timed_out = past_limit(limit, " and was stopped")
                         finished = True
                     if finished:
                         del running[conn]
