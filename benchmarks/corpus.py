@@ -30,6 +30,7 @@ import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -194,14 +195,17 @@ class Outcome:
     release: str
     profile: str
     exit_code: int
-    failed: list[str] = field(default_factory=list)  # "invariant: message" for each expectation not met
+    failed: list[str] = field(default_factory=list)  # "invariant: message" for each expectation judged and violated
     seconds: float = 0.0
     error: str = ""
 
     @property
     def caught(self) -> bool:
-        """An expectation not met (exit 1): the gate fails the build."""
-        return self.exit_code == 1
+        """An expectation judged and violated (exit 1 with a failed verdict): the gate fails the
+        build because of the bug. A run whose every unmet expectation is a case that could not be
+        measured (the release does not build the model beside this environment) also exits 1, but
+        catches nothing: it names the error instead."""
+        return self.exit_code == 1 and bool(self.failed)
 
     @property
     def passed(self) -> bool:
@@ -226,9 +230,17 @@ def check(spec: Path, folder: Path, *, profile: str, timeout: float = 1800) -> O
         if not report.is_file():
             return Outcome(release, profile, done.returncode, error=" ".join((done.stderr or done.stdout).split())[-600:])
         data = json.loads(report.read_text())
-    failed = [f"{inv['name']}: {inv['message']}" for s in data["specs"] for inv in s["invariants"] if inv.get("met") is False]
-    errors = "; ".join(str(e) for e in data.get("errors", []))
-    return Outcome(release, profile, done.returncode, failed, float(data.get("seconds", 0.0)), errors)
+    return outcome_of(release, profile, done.returncode, data)
+
+
+def outcome_of(release: str, profile: str, exit_code: int, data: Mapping[str, Any]) -> Outcome:
+    """The outcome a JSON report (`--json`) records: the violated expectations, and as the error
+    the run's errors and every expectation whose case could not be measured."""
+    invariants = [inv for s in data["specs"] for inv in s["invariants"]]
+    failed = [f"{inv['name']}: {inv['message']}" for inv in invariants if inv.get("status") == "failed"]
+    unmeasured = [f"{inv['name']}: {inv.get('error') or inv['message']}" for inv in invariants if inv.get("status") == "error"]
+    errors = "; ".join([*(str(e) for e in data.get("errors", [])), *unmeasured])
+    return Outcome(release, profile, exit_code, failed, float(data.get("seconds", 0.0)), errors)
 
 
 def judge(bug: Bug, which: str, *, profile: str = "ci", cache: Path = CACHE) -> Outcome:

@@ -151,6 +151,21 @@ def test_outcomes_count_exit_one_as_caught_and_only_zero_as_passing() -> None:
     assert Outcome("r", "ci", 0).passed and not Outcome("r", "ci", 0).caught
     for code in (2, 5, -9):  # a bad spec, nothing judged, a killed run: neither caught nor passing
         assert not Outcome("r", "ci", code).caught and not Outcome("r", "ci", code).passed
+    # exit 1 where no case could be measured (the release does not build the model here): no catch
+    unmeasured = Outcome("r", "ci", 1, [], error="rank_collapse: transformers:MambaModel could not be built")
+    assert not unmeasured.caught and not unmeasured.passed
+
+
+def test_a_report_whose_cases_could_not_be_measured_catches_nothing() -> None:
+    """`outcome_of` reads the JSON report's statuses: a violated verdict is caught; an expectation
+    whose case errored (the release cannot build the model here) is the outcome's error."""
+    violated = {"name": "init_conformance", "status": "failed", "message": "3 parameters off", "error": None}
+    errored = {"name": "rank_collapse", "status": "error", "message": "could not be measured", "error": "ImportError: hub"}
+    met = {"name": "residual_stream", "status": "ok", "message": "", "error": None}
+    caught = corpus.outcome_of("r", "ci", 1, {"specs": [{"invariants": [violated, errored, met]}], "seconds": 2.0})
+    assert caught.caught and caught.failed == ["init_conformance: 3 parameters off"] and "ImportError: hub" in caught.error
+    broken = corpus.outcome_of("r", "ci", 1, {"specs": [{"invariants": [errored, met]}]})
+    assert not broken.caught and not broken.passed and broken.failed == [] and broken.error == "rank_collapse: ImportError: hub"
 
 
 def test_the_table_counts_caught_bugs_and_false_alarms() -> None:
