@@ -11,8 +11,8 @@ runs one way, one folder per stage, and no stage imports a later one:
     run/       the search over cases (`strategies.cases`, `run_spec`), executors, store, sweeps
     report/    the terminal table, JSON, JUnit, HTML and plots
 
-`cli.py` (the entry point) and its commands (`check_cli.py`, `sweep_cli.py`, `zoo_cli.py`,
-`suggest_cli.py`, over `cli_parser.py` and `cli_common.py`) and `plugin.py` wire the stages to the
+`cli/` (the entry point, `stability.cli.main`, and one module per command: `check`, `sweep`, `zoo`,
+`suggest`, over `grammar` and `common`) and `plugin.py` wire the stages to the
 command line and to pytest.
 
 Importing the package registers the built-in invariants and families and nothing heavier: the
@@ -36,7 +36,13 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from stability.families.adapters import Stack
     from stability.families.build import Network, build, make_input
     from stability.judge.growth import classify_ensemble
-    from stability.judge.invariants import classify_growth, gradient_arrival, identity_at_init, mean_shift, variance_growth
+    from stability.judge.invariants import (
+        classify_growth,
+        gradient_arrival,
+        identity_at_init,
+        mean_shift,
+        variance_growth,
+    )
     from stability.judge.verdict import Verdict
     from stability.measure.batched import probe_seeds
     from stability.measure.channels import ChannelStats

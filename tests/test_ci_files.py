@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from stability.cli_parser import parser
+from stability.cli.grammar import parser
 
 yaml = pytest.importorskip("yaml")
 

@@ -152,13 +152,13 @@ def test_a_fault_of_the_tool_exits_3_with_its_traceback_neutralised(monkeypatch:
     """An exception the tool did not expect is its own fault: exit 3 (pytest's internal error), not
     Python's 1, which a CI gate reads as "an expectation was not met"; its traceback goes through
     the same neutralisation as every other text (stability.report.text)."""
-    import stability.check_cli
+    import stability.cli.check
     from stability.cli import main
 
     def broken(*args: object) -> int:
         raise RuntimeError("##[add-mask]secret\n::stop-commands::tok")
 
-    monkeypatch.setattr(stability.check_cli, "check_command", broken)
+    monkeypatch.setattr(stability.cli.check, "check_command", broken)
     assert main(["check", "specs/plain_mlp.toml"]) == 3
     err = capfd.readouterr().err
     assert "Traceback" in err and "RuntimeError" in err

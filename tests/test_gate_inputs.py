@@ -95,10 +95,10 @@ def test_counts_that_are_not_counts(cli: Cli, write_spec: Callable[..., Path], b
 
 @pytest.mark.parametrize(("argv", "cores", "jobs"), [([], 3, 3), (["-j", "auto"], 1, 1), (["-j", "2"], 5, 2)])
 def test_jobs_default_to_the_usable_cores(argv: list[str], cores: int, jobs: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    import stability.cli_parser
+    import stability.cli.grammar
 
-    monkeypatch.setattr(stability.cli_parser, "cores", lambda: cores)
-    assert stability.cli_parser.parser().parse_args(["check", "spec.toml", *argv]).jobs == jobs
+    monkeypatch.setattr(stability.cli.grammar, "cores", lambda: cores)
+    assert stability.cli.grammar.parser().parse_args(["check", "spec.toml", *argv]).jobs == jobs
 
 
 def test_threads_variable_that_is_not_a_count(cli: Cli, write_spec: Callable[..., Path], base_spec: str, monkeypatch: pytest.MonkeyPatch) -> None:

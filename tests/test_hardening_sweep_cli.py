@@ -16,9 +16,9 @@ import pytest
 from gate_support import SCALAR_CHAIN
 
 from stability.cli import main
-from stability.cli_parser import cores
+from stability.cli.grammar import cores
+from stability.cli.sweep import MAX_SEEDS, WORKERS_PER_CORE
 from stability.run.store import Store
-from stability.sweep_cli import MAX_SEEDS, WORKERS_PER_CORE
 
 LINEAR = SCALAR_CHAIN
 

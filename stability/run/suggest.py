@@ -24,7 +24,7 @@ report and the GitHub job summary render its result, `Suggestions`):
    verdict of each fixed invariant, by that invariant's severity: the one farther from its bound
    first), then registry order.
 
-Nothing here writes a file: `stability.suggest_cli` writes `--out`.
+Nothing here writes a file: `stability.cli.suggest` writes `--out`.
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from stability.cli_common import factories_allowed
-from stability.cli_parser import cores, parser
+from stability.cli.common import factories_allowed
+from stability.cli.grammar import cores, parser
 from stability.errors import UsageError
 from stability.report.text import printable
 from stability.run.store import DEFAULT_DB, Budget, Store, budget_text, check_store
@@ -293,7 +293,7 @@ def _plan(args: argparse.Namespace) -> _Plan | None:
     exists (UsageError or SpecError: one line, exit 2): the spec, the factory rule (the one
     `stability check` applies), the axes and the grid's size, the seeds, the depth range, every
     point applied to the spec once, the report path, the memory budget and the backend options.
-    None when the factory rule refused the spec (`stability.cli_common.factories_allowed` has printed why)."""
+    None when the factory rule refused the spec (`stability.cli.common.factories_allowed` has printed why)."""
     import os
 
     from stability.run.grid import check_points, grid_points, grid_size, parse_axis

@@ -4,7 +4,7 @@ Exit codes: 0 at least one expectation judged and every one met; 1 some expectat
 CI gate); 2 bad spec, bad usage, an unreadable input or a spec that could not run (a broken
 factory, a crashed worker), reported after every other spec has run (one line on stderr each,
 never a traceback); 3 an internal error of the tool (its traceback); 5 nothing was judged (pytest's "no tests ran"); 130 interrupted (after the
-partial summary). `check` (`stability.check_cli`) runs every spec in its own worker process
+partial summary). `check` (`stability.cli.check`) runs every spec in its own worker process
 (`stability.run.worker`).
 """
 
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from stability.cli_common import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, load_each
-from stability.cli_parser import parser
+from stability.cli.common import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, load_each
+from stability.cli.grammar import parser
 from stability.errors import StabilityError, UsageError, did_you_mean
 from stability.report.text import printable
 from stability.spec.registry import INVARIANTS
@@ -84,7 +84,7 @@ def _schema() -> int:
 
 
 def _sweep(args: argparse.Namespace, console: Console, err: Console, argv: list[str] | None) -> int:
-    from stability.sweep_cli import sweep_command
+    from stability.cli.sweep import sweep_command
 
     return sweep_command(args, console, err, list(sys.argv[1:] if argv is None else argv))
 
@@ -119,7 +119,7 @@ def _command(argv: list[str] | None) -> int:
         if only is not None and only not in INVARIANTS:
             raise UsageError(f"--only {only}: unknown invariant{did_you_mean(only, INVARIANTS.names())}; choose one of {', '.join(INVARIANTS.names())}")
         if args.command == "check":
-            from stability.check_cli import check_command
+            from stability.cli.check import check_command
 
             return check_command(args, console, err)
         if args.command == "list":
@@ -129,11 +129,11 @@ def _command(argv: list[str] | None) -> int:
         if args.command == "sweep":
             return _sweep(args, console, err, argv)
         if args.command == "zoo":
-            from stability.zoo_cli import zoo_command
+            from stability.cli.zoo import zoo_command
 
             return zoo_command(args, console, err)
         if args.command == "suggest":
-            from stability.suggest_cli import suggest_command
+            from stability.cli.suggest import suggest_command
 
             return suggest_command(args, console, err)
         return _schema()

@@ -22,7 +22,7 @@ from typing import Any
 
 from rich.console import Console
 
-from stability.cli_common import EXIT_FAILED, EXIT_OK, load_each
+from stability.cli.common import EXIT_FAILED, EXIT_OK, load_each
 from stability.errors import UsageError
 from stability.report.text import printable
 

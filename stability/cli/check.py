@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from stability.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING, EXIT_OK, EXIT_USAGE, factories_allowed, load_each
+from stability.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING, EXIT_OK, EXIT_USAGE, factories_allowed, load_each
 from stability.errors import SpecError, UsageError
 from stability.report.text import printable, write_command
 
