@@ -44,4 +44,12 @@ def matrix(session: nox.Session, release: str) -> None:
 @nox.parametrize("release", [nox.param(r, id=r) for r in OLDEST])
 def ci(session: nox.Session, release: str) -> None:
     """The oldest supported release of each library, on a sample of families (.ci/run)."""
-    session.run("python", "-m", "stability.run.releases", release, "--sample", CI_SAMPLE[release.split("==")[0]], *session.posargs)
+    session.run(
+        "python",
+        "-m",
+        "stability.run.releases",
+        release,
+        "--sample",
+        CI_SAMPLE[release.split("==")[0]],
+        *session.posargs,
+    )

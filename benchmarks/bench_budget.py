@@ -42,7 +42,9 @@ class DepthBudget:
             Store = internal("run.store").Store
             run_sweep = internal("run.sweep").run_sweep
             exec_module = internal("run.sweep_exec")
-            SerialBackend = getattr(exec_module, "SerialBackend", None) or internal("run.executor").InProcessExecutor  # the executor contract replaced the backends
+            SerialBackend = (
+                getattr(exec_module, "SerialBackend", None) or internal("run.executor").InProcessExecutor
+            )  # the executor contract replaced the backends
         except ImportError:  # a commit before `stability sweep`
             raise NotImplementedError("no stability.run.sweep at this commit") from None
         from stability import load_spec
@@ -50,9 +52,21 @@ class DepthBudget:
         _nets.threads()
         name, invariant = which.split(":")
         spec = load_spec(Path(_nets.SPECS_DIR, f"{name}.toml"))
-        axes = [Axis("branch_init", ("default",))] if "default" in spec.space.branch_init and spec.family != "plain" else []
+        axes = (
+            [Axis("branch_init", ("default",))]
+            if "default" in spec.space.branch_init and spec.family != "plain"
+            else []
+        )
         with Store(":memory:") as store:
-            result = run_sweep(spec, axes, store, SerialBackend(), seeds=range(spec.space.seed[0], spec.space.seed[0] + SEEDS), depth_range=(spec.space.depth[0], CASES[which]), version="asv")
+            result = run_sweep(
+                spec,
+                axes,
+                store,
+                SerialBackend(),
+                seeds=range(spec.space.seed[0], spec.space.seed[0] + SEEDS),
+                depth_range=(spec.space.depth[0], CASES[which]),
+                version="asv",
+            )
         budget = next(b for b in result.budgets if b.invariant == invariant)
         self.budget = budget.budget if budget.budget is not None else 1
 

@@ -21,7 +21,10 @@ from stability.spec.load import load_spec
 
 CASES = [
     ("specs/plain_mlp.toml", "depth=8,width=256,batch=16"),
-    ("specs/preact_mlp.toml", "depth=16,width=64,batch=16,weight_init=kaiming_normal,branch_init=default,dtype=float32"),
+    (
+        "specs/preact_mlp.toml",
+        "depth=16,width=64,batch=16,weight_init=kaiming_normal,branch_init=default,dtype=float32",
+    ),
     ("specs/transformer_preln.toml", "depth=4,width=32,tokens=8"),
     ("specs/zoo/gpt2.toml", "depth=4"),
     ("specs/zoo/llama.toml", "depth=4"),
@@ -32,7 +35,11 @@ CASES = [
 def observed(path: str, case: str, seed: int) -> dict[str, float]:
     spec = load_spec(path)
     result = run_spec(spec, RunOptions(profile="ci"), case=f"{case},seed={seed}")
-    return {r.name: r.verdict.observed for r in result.results if r.verdict is not None and math.isfinite(r.verdict.observed)}
+    return {
+        r.name: r.verdict.observed
+        for r in result.results
+        if r.verdict is not None and math.isfinite(r.verdict.observed)
+    }
 
 
 def main() -> None:
@@ -48,7 +55,10 @@ def main() -> None:
             values = [r[name] for r in runs if name in r]
             mid = statistics.median(values)
             changes = [abs(relative_change(mid, v)) for v in values]
-            print(f"| {path} | {case} | {name} | {mid:.4g} | {statistics.median(changes):.1%} | {max(changes):.1%} | {abs(relative_change(runs[0][name], again[name])):.0%} |", flush=True)
+            print(
+                f"| {path} | {case} | {name} | {mid:.4g} | {statistics.median(changes):.1%} | {max(changes):.1%} | {abs(relative_change(runs[0][name], again[name])):.0%} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -70,16 +70,32 @@ def stability(*args: str) -> list[str]:
 def row(name: str, folder: Path) -> str:
     model, width, depth, tokens, ensemble = ROWS[name]
     spec = folder / f"{name}.toml"
-    spec.write_text(SPEC.format(name=name, model=model.format(), depth=depth, width=width, tokens=tokens, extra=ENSEMBLE if ensemble else ""))
+    spec.write_text(
+        SPEC.format(
+            name=name, model=model.format(), depth=depth, width=width, tokens=tokens, extra=ENSEMBLE if ensemble else ""
+        )
+    )
     case = f"depth={depth},width={width},batch=1,tokens={tokens},seed=0"
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "GITHUB_ACTIONS", "STABILITY_PROFILE")}
-    refused = subprocess.run(stability(str(spec), "--case", case, "--memory-budget", "1MiB"), capture_output=True, text=True, env=env, timeout=600)
+    refused = subprocess.run(
+        stability(str(spec), "--case", case, "--memory-budget", "1MiB"),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     m = SIZE.search(refused.stdout + refused.stderr)
     if m is None:
         return f"| {name} | no estimate: {(refused.stdout + refused.stderr)[-300:]!r} |"
     estimate = float(m.group(1)) * UNITS[m.group(2)]
     load = Path("/proc/loadavg").read_text().split()[0]
-    run = subprocess.run(["/usr/bin/time", "-v", *stability(str(spec), "--case", case, "--memory-budget", "20GiB")], capture_output=True, text=True, env=env, timeout=1200)
+    run = subprocess.run(
+        ["/usr/bin/time", "-v", *stability(str(spec), "--case", case, "--memory-budget", "20GiB")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
+    )
     peak = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", run.stderr).group(1)) * 1024  # type: ignore[union-attr]
     seconds = re.search(r"Elapsed \(wall clock\) time.*: ([\d:.]+)", run.stderr).group(1)  # type: ignore[union-attr]
     numbers = f"{estimate / 2**30:.2f} GiB | {peak / 2**30:.2f} GiB | {estimate / peak:.2f} | {seconds} | {load} | exit {run.returncode}"
@@ -88,7 +104,9 @@ def row(name: str, folder: Path) -> str:
 
 def main() -> None:
     names = sys.argv[1:] or list(ROWS)
-    print("| config | width | layers | tokens | models | estimate | measured peak RSS | ratio | wall | load (1 min) | |")
+    print(
+        "| config | width | layers | tokens | models | estimate | measured peak RSS | ratio | wall | load (1 min) | |"
+    )
     print("| --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:

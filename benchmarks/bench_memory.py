@@ -68,7 +68,9 @@ class DeepCheckpointed:
 
         _nets.threads()
         spec = load_spec(_nets.SPECS_DIR / "preact_mlp.toml")
-        case = corner_case(spec, depth=2000, width=64, batch=256, weight_init="kaiming_normal", branch_init="default", dtype="float32")
+        case = corner_case(
+            spec, depth=2000, width=64, batch=256, weight_init="kaiming_normal", branch_init="default", dtype="float32"
+        )
         self.blocks, self.x = build(spec, case).blocks, make_input(spec, case)
         _nets.reset_peak_rss()
 

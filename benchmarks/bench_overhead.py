@@ -32,7 +32,9 @@ class Overhead:
         from benchmarks.ratios import network as build_network
 
         probe_module = internal("measure.probe")
-        projection_vector = getattr(probe_module, "projection_vector", None) or internal("measure.probe_pass").projection_vector  # (the pass has its own module since)
+        projection_vector = (
+            getattr(probe_module, "projection_vector", None) or internal("measure.probe_pass").projection_vector
+        )  # (the pass has its own module since)
 
         _nets.threads()
         self.blocks, self.x = build_network(network)

@@ -52,10 +52,14 @@ TARGET_S = 1.0
 def run(name: str) -> float:
     """Wall seconds of one fresh process running the command; raises if its exit code is wrong."""
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "stability", *COMMANDS[name]], cwd=ROOT, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "stability", *COMMANDS[name]], cwd=ROOT, capture_output=True, text=True, check=False
+    )
     seconds = time.perf_counter() - t0
     if done.returncode != EXIT[name]:
-        raise RuntimeError(f"stability {' '.join(COMMANDS[name])}: exit {done.returncode}, expected {EXIT[name]}: {done.stderr[-500:]}")
+        raise RuntimeError(
+            f"stability {' '.join(COMMANDS[name])}: exit {done.returncode}, expected {EXIT[name]}: {done.stderr[-500:]}"
+        )
     return seconds
 
 
@@ -83,8 +87,14 @@ def main(argv: list[str] | None = None) -> int:
     slow = []
     for name, xs in samples.items():
         median = statistics.median(xs)
-        shown = " ".join(COMMANDS[name]) if len(COMMANDS[name]) < 6 else f"{COMMANDS[name][0]} specs/*.toml {' '.join(COMMANDS[name][len(BUILT_IN) + 1 :])}"
-        print(f"{name:24s} median {median:.3f} s  (min {min(xs):.3f}, max {max(xs):.3f}; {len(xs)} runs)  stability {shown}")
+        shown = (
+            " ".join(COMMANDS[name])
+            if len(COMMANDS[name]) < 6
+            else f"{COMMANDS[name][0]} specs/*.toml {' '.join(COMMANDS[name][len(BUILT_IN) + 1 :])}"
+        )
+        print(
+            f"{name:24s} median {median:.3f} s  (min {min(xs):.3f}, max {max(xs):.3f}; {len(xs)} runs)  stability {shown}"
+        )
         if median >= TARGET_S:
             slow.append(name)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")

@@ -40,7 +40,9 @@ class ZooBudget:
         except SpecError as exc:  # its library does not import here
             raise NotImplementedError(str(exc)) from None
         b = zoo_budget(spec, top=TOP)
-        self.budget = b.budget if b is not None and b.budget else 1  # "fails at the smallest depth" and "not applicable" have none
+        self.budget = (
+            b.budget if b is not None and b.budget else 1
+        )  # "fails at the smallest depth" and "not applicable" have none
 
     def track_inverse_depth_budget(self, family: str) -> float:
         return 1000.0 / self.budget

@@ -153,7 +153,9 @@ def install_release(library: str, version: str, *, pins: Sequence[str] = (), cac
             if not wanted:
                 break
             if any(canonicalize_name(Requirement(w).name) in NEVER for w in wanted):
-                raise ReleaseUnavailable(f"{library}=={version} needs {', '.join(wanted)}, which would install torch beside this environment's")
+                raise ReleaseUnavailable(
+                    f"{library}=={version} needs {', '.join(wanted)}, which would install torch beside this environment's"
+                )
             _pip("install", "--no-deps", "--only-binary=:all:", "--upgrade", "--target", str(work), *wanted)
             wanted = [str(r) for r in unmet(work)]
         else:
@@ -178,10 +180,14 @@ def release_env(folder: Path, base: Mapping[str, str] | None = None) -> dict[str
 def imported_version(library: str, folder: Path) -> str:
     """The version a subprocess with `folder` first imports, checked to come from `folder`."""
     code = f"import {library}, pathlib, sys; f = pathlib.Path({library}.__file__).resolve(); print({library}.__version__); sys.exit(0 if f.is_relative_to({str(folder.resolve())!r}) else 3)"
-    done = subprocess.run([sys.executable, "-c", code], env=release_env(folder), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=release_env(folder), capture_output=True, text=True, timeout=300
+    )
     if done.returncode != 0:
         tail = " ".join((done.stderr or done.stdout).split())[-600:]
-        raise RuntimeError(f"{library} from {folder} does not import beside this environment (exit {done.returncode}): {tail}")
+        raise RuntimeError(
+            f"{library} from {folder} does not import beside this environment (exit {done.returncode}): {tail}"
+        )
     return done.stdout.strip().splitlines()[-1]
 
 
@@ -228,7 +234,9 @@ def check(spec: Path, folder: Path, *, profile: str, timeout: float = 1800) -> O
         done = subprocess.run(cmd, env=release_env(folder), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
         release = folder.name
         if not report.is_file():
-            return Outcome(release, profile, done.returncode, error=" ".join((done.stderr or done.stdout).split())[-600:])
+            return Outcome(
+                release, profile, done.returncode, error=" ".join((done.stderr or done.stdout).split())[-600:]
+            )
         data = json.loads(report.read_text())
     return outcome_of(release, profile, done.returncode, data)
 
@@ -238,7 +246,9 @@ def outcome_of(release: str, profile: str, exit_code: int, data: Mapping[str, An
     the run's errors and every expectation whose case could not be measured."""
     invariants = [inv for s in data["specs"] for inv in s["invariants"]]
     failed = [f"{inv['name']}: {inv['message']}" for inv in invariants if inv.get("status") == "failed"]
-    unmeasured = [f"{inv['name']}: {inv.get('error') or inv['message']}" for inv in invariants if inv.get("status") == "error"]
+    unmeasured = [
+        f"{inv['name']}: {inv.get('error') or inv['message']}" for inv in invariants if inv.get("status") == "error"
+    ]
     errors = "; ".join([*(str(e) for e in data.get("errors", [])), *unmeasured])
     return Outcome(release, profile, exit_code, failed, float(data.get("seconds", 0.0)), errors)
 
@@ -272,31 +282,43 @@ def table(rows: Iterable[tuple[Bug, Outcome, Outcome]]) -> str:
     ]
     for bug, bad, good in rows:
         spec, source = f"[{Path(bug.spec).stem}](../{bug.spec})", f"[issue]({bug.source}), [fix]({bug.fix})"
-        lines.append(f"| {bug.id} | {bug.library} | {spec} | {bug.buggy} → {bug.fixed} | {bug.mechanism} | {source} | {_cell(bad)} | {_cell(good)} |")
+        lines.append(
+            f"| {bug.id} | {bug.library} | {spec} | {bug.buggy} → {bug.fixed} | {bug.mechanism} | {source} | {_cell(bad)} | {_cell(good)} |"
+        )
     caught = sum(bad.caught for _, bad, _ in rows)
     alarms = sum(good.caught for _, _, good in rows)
     lines.append("")
-    lines.append(f"Caught by the spec alone: {caught} of {len(rows)}; false alarms on the fixed releases: {alarms} of {len(rows)}.")
+    lines.append(
+        f"Caught by the spec alone: {caught} of {len(rows)}; false alarms on the fixed releases: {alarms} of {len(rows)}."
+    )
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.corpus", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", default=None, help="bug ids to judge (default: every bug)")
-    parser.add_argument("--profile", default="ci", help="the profile to check in where the spec runs in it (else the spec's first)")
+    parser.add_argument(
+        "--profile", default="ci", help="the profile to check in where the spec runs in it (else the spec's first)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write every outcome here")
     args = parser.parse_args(argv)
     bugs = [b for b in load_bugs() if args.only is None or b.id in args.only]
     rows = []
     for bug in bugs:
         bad, good = judge(bug, "buggy", profile=args.profile), judge(bug, "fixed", profile=args.profile)
-        print(f"{bug.id}: buggy {_cell(bad)} ({bad.seconds:.0f} s), fixed {_cell(good)} ({good.seconds:.0f} s)", file=sys.stderr, flush=True)
+        print(
+            f"{bug.id}: buggy {_cell(bad)} ({bad.seconds:.0f} s), fixed {_cell(good)} ({good.seconds:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
         for o in (bad, good):
             for f in o.failed:
                 print(f"    {o.release}: {f}", file=sys.stderr)
         rows.append((bug, bad, good))
     if args.json:
-        args.json.write_text(json.dumps([{"id": b.id, "buggy": vars(x), "fixed": vars(y)} for b, x, y in rows], indent=1))
+        args.json.write_text(
+            json.dumps([{"id": b.id, "buggy": vars(x), "fixed": vars(y)} for b, x, y in rows], indent=1)
+        )
     print(table(rows))
     return 0
 

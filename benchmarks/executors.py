@@ -68,7 +68,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     tasks = [Task(load_spec(f), RunOptions(profile="ci")) for f in find_specs([SPECS])]
-    executors: dict[str, Executor] = {"in-process": InProcessExecutor(), "-j 1": WorkerExecutor(jobs=1), "-j 2": WorkerExecutor(jobs=2)}
+    executors: dict[str, Executor] = {
+        "in-process": InProcessExecutor(),
+        "-j 1": WorkerExecutor(jobs=1),
+        "-j 2": WorkerExecutor(jobs=2),
+    }
     spinners = [multiprocessing.get_context("fork").Process(target=_spin, daemon=True) for _ in range(args.busy)]
     for p in spinners:
         p.start()
@@ -85,7 +89,9 @@ def main() -> None:
     finally:
         for p in spinners:
             p.kill()
-    print(f"{len(tasks)} shipped specs, ci profile, {args.busy} busy process(es), median of {args.repeats} interleaved runs; reports identical")
+    print(
+        f"{len(tasks)} shipped specs, ci profile, {args.busy} busy process(es), median of {args.repeats} interleaved runs; reports identical"
+    )
     print("| executor | wall (s) | CPU (s) |")
     print("|---|---|---|")
     for name, runs in times.items():

@@ -51,7 +51,9 @@ def main() -> None:
         judged[lowest] = judged.get(lowest, 0) + 1
         if not v.passed:
             failed.append((str(case), v.detail))
-    print(f"{args.cases} cases, depth {args.depth[0]}-{args.depth[1]}: {len(failed)} failed; judged {judged}; {time.perf_counter() - t0:.0f} s")
+    print(
+        f"{args.cases} cases, depth {args.depth[0]}-{args.depth[1]}: {len(failed)} failed; judged {judged}; {time.perf_counter() - t0:.0f} s"
+    )
     for case_text, detail in failed:
         print(f"  {case_text}: {detail}")
 

@@ -74,7 +74,11 @@ def _install(timers: Timers) -> None:
         original = getattr(importlib.import_module(module), name)
         timed = timers.wrap(part, original)
         for mod in list(sys.modules.values()):
-            if mod is not None and getattr(mod, "__name__", "").startswith("stability") and getattr(mod, name, None) is original:
+            if (
+                mod is not None
+                and getattr(mod, "__name__", "").startswith("stability")
+                and getattr(mod, name, None) is original
+            ):
                 setattr(mod, name, timed)
 
 
@@ -97,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     timers = Timers()
     _install(timers)
-    command = ["check", args.specs, "--profile", "ci", "-q", "--in-process"] + (["--json", args.json] if args.json else [])
+    command = ["check", args.specs, "--profile", "ci", "-q", "--in-process"] + (
+        ["--json", args.json] if args.json else []
+    )
     c1, w1 = time.process_time(), time.perf_counter()
     if args.cprofile:
         import cProfile
@@ -111,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     parts = sorted(timers.cpu, key=lambda p: -timers.cpu[p])
     rest_cpu = cpu - sum(timers.cpu.values())
     rest_wall = wall - sum(timers.wall.values())
-    print(f"exit {code}; imports {imports[0]:.2f} s CPU ({imports[1]:.2f} s wall); the gate {cpu:.2f} s CPU ({wall:.2f} s wall), one thread, in this process")
+    print(
+        f"exit {code}; imports {imports[0]:.2f} s CPU ({imports[1]:.2f} s wall); the gate {cpu:.2f} s CPU ({wall:.2f} s wall), one thread, in this process"
+    )
     print("| part | calls | CPU s | share | wall s |\n|---|---|---|---|---|")
     for p in parts:
         print(f"| {p} | {timers.calls[p]} | {timers.cpu[p]:.2f} | {timers.cpu[p] / cpu:.0%} | {timers.wall[p]:.2f} |")

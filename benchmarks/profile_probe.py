@@ -134,14 +134,18 @@ def parts(blocks: Any, x: Any, r: Any, reps: int) -> dict[str, float]:
     on = boundaries._GradientHooks.on
     saved.append((boundaries._GradientHooks, "on", on))
 
-    def hooked(self: Any, i: int, h: Any, fn: Any, grad: Any) -> None:  # a boundary's hook: its registration and its calls
+    def hooked(
+        self: Any, i: int, h: Any, fn: Any, grad: Any
+    ) -> None:  # a boundary's hook: its registration and its calls
         on(self, i, h, timed("boundary-gradient hooks", fn), grad)
 
     boundaries._GradientHooks.on = timed("boundary-gradient hooks", hooked)  # type: ignore[method-assign]
     hook: Callable[..., Any] = torch.Tensor.register_hook
     saved.append((torch.Tensor, "register_hook", hook))
 
-    def register(self: Any, fn: Any) -> Any:  # the large parameters' hooks, and the output's (a tensor hook: `_GradientHooks`)
+    def register(
+        self: Any, fn: Any
+    ) -> Any:  # the large parameters' hooks, and the output's (a tensor hook: `_GradientHooks`)
         return hook(self, timed("parameter hooks" if self.is_leaf else "boundary-gradient hooks", fn))
 
     torch.Tensor.register_hook = register  # type: ignore[method-assign]
@@ -240,7 +244,14 @@ def _floor_pass(blocks: Any, x: Any) -> Callable[[], None]:
         out_grad = projection_vector(h.shape, 0, dtype=h.dtype, device=h.device)
         got = torch.autograd.grad(h, [x0, *params], grad_outputs=out_grad)
         stacked = [norm(got[1 + j]) for j in small]
-        [rows(got[0]), rows(h.detach() - x0), rows(x0), rows(got[0] - out_grad), rows(out_grad), *[float(t) for t in stacked]]  # noqa: B018  (the identity errors' norms, the small parameters')
+        [
+            rows(got[0]),
+            rows(h.detach() - x0),
+            rows(x0),
+            rows(got[0] - out_grad),
+            rows(out_grad),
+            *[float(t) for t in stacked],
+        ]  # noqa: B018  (the identity errors' norms, the small parameters')
         for handle in handles:
             handle.remove()
 
@@ -257,15 +268,21 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("networks", nargs="*", default=list(NETWORKS), help=f"networks (default all: {', '.join(NETWORKS)})")
     p.add_argument("--parts", action="store_true", help="time each part inside the probe instead of comparing designs")
-    p.add_argument("--floor", action="store_true", help="the probe beside the same measurements taken inline, without the harness")
+    p.add_argument(
+        "--floor", action="store_true", help="the probe beside the same measurements taken inline, without the harness"
+    )
     p.add_argument("--threads", default="1,2,4", help="comma-separated torch thread counts (default 1,2,4)")
     p.add_argument("--reps", type=int, default=15, help="interleaved rounds (default 15)")
-    p.add_argument("--designs", default=",".join(DESIGNS), help=f"comma-separated designs to compare (default {','.join(DESIGNS)})")
+    p.add_argument(
+        "--designs", default=",".join(DESIGNS), help=f"comma-separated designs to compare (default {','.join(DESIGNS)})"
+    )
     args = p.parse_args(argv)
     names = [d.strip() for d in args.designs.split(",") if d.strip()]
     unknown = sorted(set(names) - set(DESIGNS)) + sorted(set(args.networks) - set(NETWORKS))
     if unknown:
-        p.error(f"unknown design or network {', '.join(unknown)}: designs are {', '.join(DESIGNS)}, networks {', '.join(NETWORKS)}")
+        p.error(
+            f"unknown design or network {', '.join(unknown)}: designs are {', '.join(DESIGNS)}, networks {', '.join(NETWORKS)}"
+        )
     for name in args.networks:
         blocks, x = network(name)
         with torch.no_grad():
@@ -289,7 +306,10 @@ def main(argv: list[str]) -> int:
                 continue
             by = designs(blocks, x, r, names, threads, args.reps)
             cells = " ".join(f"{k}={by[k]['wall']:.3f}x/{by[k]['cpu']:.3f}x" for k in names)
-            print(f"{name} threads={threads} bare={by['bare']['wall_ms']:.1f}ms wall, {by['bare']['cpu_ms']:.1f}ms CPU; probe/bare wall/CPU: {cells}", flush=True)
+            print(
+                f"{name} threads={threads} bare={by['bare']['wall_ms']:.1f}ms wall, {by['bare']['cpu_ms']:.1f}ms CPU; probe/bare wall/CPU: {cells}",
+                flush=True,
+            )
     return 0
 
 

@@ -172,7 +172,9 @@ def _interleaved(fns: dict[str, Callable[[], object]], reps: int, warmup: int = 
     return {k: v[key] for k, v in both.items()}
 
 
-def _interleaved_clocks(fns: dict[str, Callable[[], object]], reps: int, warmup: int = 1) -> dict[str, dict[str, float]]:
+def _interleaved_clocks(
+    fns: dict[str, Callable[[], object]], reps: int, warmup: int = 1
+) -> dict[str, dict[str, float]]:
     """`_interleaved` by both clocks at once: {function: {"cpu": median, "wall": median}}, process
     CPU time (with several threads: all of them, spin-waiting included) and wall time of the same calls."""
     for _ in range(warmup):
@@ -183,7 +185,9 @@ def _interleaved_clocks(fns: dict[str, Callable[[], object]], reps: int, warmup:
     order = list(fns)
     rng = random.Random(0)
     for _ in range(reps):
-        rng.shuffle(order)  # each function follows each other one: what a call leaves behind (the allocator's free lists, the cache) is shared out
+        rng.shuffle(
+            order
+        )  # each function follows each other one: what a call leaves behind (the allocator's free lists, the cache) is shared out
         for k in order:
             c0, t0 = time.process_time(), time.perf_counter()
             fns[k]()
@@ -199,7 +203,9 @@ def _fit_exponent(xs: Sequence[float], ys: Sequence[float]) -> float:
     return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sum((a - mx) ** 2 for a in lx)
 
 
-def _subprocess_json(code: str, timeout: float = 3600, env: dict[str, str] | None = None, *, inherit: bool = True) -> dict[str, Any]:
+def _subprocess_json(
+    code: str, timeout: float = 3600, env: dict[str, str] | None = None, *, inherit: bool = True
+) -> dict[str, Any]:
     """Run `code` in a fresh interpreter; its last stdout line is JSON. `inherit=False`: `env` is
     the whole environment (not added to this process's)."""
     full = {**_env(), **(env or {})} if inherit else dict(env or {})
@@ -227,7 +233,15 @@ NAIVE = True  # section (a) also times the naive per-boundary approach (--no-nai
 
 def _row(what: str, measured: str, target: str, met: bool | str | None, note: str = "") -> None:
     """One table row; `met` is True/False, None (information) or a word of its own ("undecided")."""
-    ROWS.append((what, measured, target, "—" if met is None else met if isinstance(met, str) else ("yes" if met else "**no**"), note))
+    ROWS.append(
+        (
+            what,
+            measured,
+            target,
+            "—" if met is None else met if isinstance(met, str) else ("yes" if met else "**no**"),
+            note,
+        )
+    )
     print(f"  {what}: {measured} (target {target})", flush=True)
 
 
@@ -268,8 +282,16 @@ def ratio_verdict(lo: float, hi: float, target: float) -> bool | str:
 #: label, the spec-text arguments for `_mlp_text` (None: `_ln_first_mlp`), the case.
 NETWORKS: dict[str, tuple[str, dict[str, str] | None, dict[str, int]]] = {
     "mlp": ("MLP: plain, ReLU, Kaiming, depth 256, width 256, batch 64", {}, dict(depth=256, width=256, batch=64)),
-    "norm_mlp": ("normalised MLP: Linear → LayerNorm → ReLU blocks, depth 256, width 256, batch 64", {"norm": "layer"}, dict(depth=256, width=256, batch=64)),
-    "conv": ("conv: plain, ReLU, Kaiming, depth 32, 32 channels, 16×16, batch 16", {"layer": "conv2d", "extra": "kernel_size = 3"}, dict(depth=32, width=32, batch=16, spatial=16)),
+    "norm_mlp": (
+        "normalised MLP: Linear → LayerNorm → ReLU blocks, depth 256, width 256, batch 64",
+        {"norm": "layer"},
+        dict(depth=256, width=256, batch=64),
+    ),
+    "conv": (
+        "conv: plain, ReLU, Kaiming, depth 32, 32 channels, 16×16, batch 16",
+        {"layer": "conv2d", "extra": "kernel_size = 3"},
+        dict(depth=32, width=32, batch=16, spatial=16),
+    ),
     "ln_first_mlp": ("normalised MLP: LayerNorm → Linear → ReLU blocks, depth 256, width 256, batch 64", None, {}),
 }
 
@@ -302,7 +324,14 @@ def _overhead(name: str, reps: int) -> dict[str, dict[str, float]]:
     blocks, x = network(name)
     with torch.no_grad():
         r = projection_vector(blocks(x).shape, 0, dtype=x.dtype, device=x.device)
-    both = _interleaved_clocks({"bare": _bare(blocks, x, r), "bare_freed": _bare_freed(blocks, x, r), "probe": lambda: probe(blocks, x, seed=0)}, reps)
+    both = _interleaved_clocks(
+        {
+            "bare": _bare(blocks, x, r),
+            "bare_freed": _bare_freed(blocks, x, r),
+            "probe": lambda: probe(blocks, x, seed=0),
+        },
+        reps,
+    )
     return {clock: {k: v[clock] for k, v in both.items()} for clock in ("cpu", "wall")}
 
 
@@ -311,7 +340,15 @@ def _overhead(name: str, reps: int) -> dict[str, dict[str, float]]:
 NO_FAULTS = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 
 
-def _overhead_row(regime: str, env: dict[str, str] | None, target: float, threads: int, clock: str, label: str, runs: list[dict[str, float]]) -> None:
+def _overhead_row(
+    regime: str,
+    env: dict[str, str] | None,
+    target: float,
+    threads: int,
+    clock: str,
+    label: str,
+    runs: list[dict[str, float]],
+) -> None:
     """One row of target (a): one network, regime, thread count and clock, over the processes."""
     ratios = sorted(t["probe"] / t["bare"] for t in runs)
     ratio = statistics.median(ratios)
@@ -319,17 +356,32 @@ def _overhead_row(regime: str, env: dict[str, str] | None, target: float, thread
     probe_ms, bare_ms = (statistics.median(t[k] for t in runs) * 1e3 for k in ("probe", "bare"))
     lo, hi, coverage = median_interval(ratios)
     spread = f"{ratios[0]:.3f}–{ratios[-1]:.3f} over {len(ratios)} processes; median in [{lo:.3f}, {hi:.3f}] at {coverage:.1%}"
-    DATA[f"a.{regime}.t{threads}.{clock}.{label}"] = {"runs": runs, "ratio": ratio, "ratios": ratios, "ratio_freed": freed, "median_interval": [lo, hi, coverage]}
+    DATA[f"a.{regime}.t{threads}.{clock}.{label}"] = {
+        "runs": runs,
+        "ratio": ratio,
+        "ratios": ratios,
+        "ratio_freed": freed,
+        "median_interval": [lo, hi, coverage],
+    }
     where = f"{regime}{' (' + ' '.join(f'{k}={v}' for k, v in env.items()) + ')' if env else ''}, {threads} thread{'s' if threads > 1 else ''}, {'wall' if clock == 'wall' else 'CPU'} time"
     note = f"{freed:.3f}× a bare pass that drops large parameter gradients as the probe does"
     if env is not None:
         note = "both passes without glibc unmapping and faulting back their large buffers: the probe's own cost"
-    _row(f"(a) probe / bare fwd+bwd, {where}, {label}", f"{ratio:.3f}× ({probe_ms:.1f} ms vs {bare_ms:.1f} ms; {spread})", f"≤ {target:.2f}×", ratio_verdict(lo, hi, target), note)
+    _row(
+        f"(a) probe / bare fwd+bwd, {where}, {label}",
+        f"{ratio:.3f}× ({probe_ms:.1f} ms vs {bare_ms:.1f} ms; {spread})",
+        f"≤ {target:.2f}×",
+        ratio_verdict(lo, hi, target),
+        note,
+    )
 
 
 #: Target (a) by regime: the allocator's environment (None: glibc's defaults) and the ratio the
 #: median's interval must stay under.
-REGIMES: tuple[tuple[str, dict[str, str] | None, float], ...] = (("glibc defaults", None, 1.10), ("no page-fault churn", NO_FAULTS, 1.15))
+REGIMES: tuple[tuple[str, dict[str, str] | None, float], ...] = (
+    ("glibc defaults", None, 1.10),
+    ("no page-fault churn", NO_FAULTS, 1.15),
+)
 
 
 def section_a(reps: int) -> None:
@@ -349,12 +401,16 @@ def section_a(reps: int) -> None:
 
     print("(a) probe overhead", flush=True)
     for regime, env, target in REGIMES:
-        runs: dict[tuple[int, str], list[dict[str, dict[str, float]]]] = {(t, name): [] for t in THREAD_COUNTS for name in NETWORKS}
+        runs: dict[tuple[int, str], list[dict[str, dict[str, float]]]] = {
+            (t, name): [] for t in THREAD_COUNTS for name in NETWORKS
+        }
         for _ in range(PROCESSES):
             for threads in THREAD_COUNTS:
                 for name in NETWORKS:
                     code = _A_CODE.format(threads=threads, name=name, reps=reps)
-                    runs[threads, name].append(_subprocess_json(code, env={**(env or {}), "OMP_NUM_THREADS": str(threads)}))
+                    runs[threads, name].append(
+                        _subprocess_json(code, env={**(env or {}), "OMP_NUM_THREADS": str(threads)})
+                    )
         for threads in THREAD_COUNTS:
             for clock in CLOCKS:
                 for name, (label, _, _) in NETWORKS.items():
@@ -372,7 +428,12 @@ def section_a(reps: int) -> None:
     k = _fit_exponent(depths, naive)
     DATA["a.naive"] = {"depths": depths, "naive": naive, "bare": bare, "exponent": k}
     ratios = ", ".join(f"{d}: {n / b:.1f}×" for d, n, b in zip(depths, naive, bare, strict=True))
-    _row("(a) naive (one autograd.grad per boundary) / bare, MLP width 256", ratios + f"; time ∝ depth^{k:.2f}", "grows with depth (quadratic)", None)
+    _row(
+        "(a) naive (one autograd.grad per boundary) / bare, MLP width 256",
+        ratios + f"; time ∝ depth^{k:.2f}",
+        "grows with depth (quadratic)",
+        None,
+    )
 
 
 def section_b(reps: int) -> None:
@@ -387,7 +448,12 @@ def section_b(reps: int) -> None:
     k = _fit_exponent(depths, times)
     DATA["b"] = {"depths": depths, "seconds": times, "exponent": k}
     detail = ", ".join(f"{d}: {t * 1e3:.0f} ms" for d, t in zip(depths, times, strict=True))
-    _row("(b) probe time vs depth 64…1024 (MLP width 256, batch 64), fitted exponent", f"{k:.3f} ({detail})", "≤ 1.1", k <= 1.1)
+    _row(
+        "(b) probe time vs depth 64…1024 (MLP width 256, batch 64), fitted exponent",
+        f"{k:.3f} ({detail})",
+        "≤ 1.1",
+        k <= 1.1,
+    )
 
 
 _RSS_CODE = """
@@ -416,7 +482,11 @@ def section_c() -> None:
     print("(c) memory", flush=True)
     for label, text, case in [
         ("MLP depth 256, width 256, batch 64", _mlp_text(), dict(depth=256, width=256, batch=64)),
-        ("conv depth 32, 32 channels, 16×16, batch 16", _mlp_text(layer="conv2d"), dict(depth=32, width=32, batch=16, spatial=16)),
+        (
+            "conv depth 32, 32 channels, 16×16, batch 16",
+            _mlp_text(layer="conv2d"),
+            dict(depth=32, width=32, batch=16, spatial=16),
+        ),
     ]:
         _, blocks, x = _net(text, **case)
         bare = saved_activation_bytes(blocks, x)
@@ -428,7 +498,12 @@ def section_c() -> None:
         probed = sum(sizes.values())
         extra = probed / bare - 1
         DATA[f"c.{label}"] = {"bare_bytes": bare, "probe_bytes": probed}
-        _row(f"(c) saved activation bytes, probe vs bare, {label}", f"{probed / 2**20:.2f} MiB vs {bare / 2**20:.2f} MiB ({extra * 100:+.2f}%)", "≤ +5%", extra <= 0.05)
+        _row(
+            f"(c) saved activation bytes, probe vs bare, {label}",
+            f"{probed / 2**20:.2f} MiB vs {bare / 2**20:.2f} MiB ({extra * 100:+.2f}%)",
+            "≤ +5%",
+            extra <= 0.05,
+        )
     # Peak RSS each adds over the resident network (subprocesses, MLP depth 256).
     rss = {}
     for name, call in [("bare", "bare()"), ("probe", "probe(blocks, x)")]:
@@ -490,7 +565,9 @@ print(json.dumps(out))
 """
 
 
-def _deep(depth: int, batch: int, every: int, *, bare: bool = False, saved: bool = False, env: dict[str, str] | None = None) -> dict[str, Any]:
+def _deep(
+    depth: int, batch: int, every: int, *, bare: bool = False, saved: bool = False, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """One fresh subprocess, with no allocator variable (MALLOC_*, LD_PRELOAD) unless `env` sets one."""
     code = _DEEP_CODE.format(threads=THREADS, depth=depth, batch=batch, every=every, bare=bare, saved=saved)
     clean = {k: v for k, v in _env().items() if not (k.startswith("MALLOC_") or k == "LD_PRELOAD")}
@@ -523,7 +600,16 @@ def section_d(batch: int) -> None:
     both = {every: _deep(1000, batch, every, saved=True) for every in (1000, 100)}
     DATA["d.compare"] = both
     same = both[1000]["passed"] == both[100]["passed"]
-    keys = ("ratio", "passed", "grad_norm", "act_var", "act_sq_mean", "param_grad_norm", "identity_error", "input_grad_error")
+    keys = (
+        "ratio",
+        "passed",
+        "grad_norm",
+        "act_var",
+        "act_sq_mean",
+        "param_grad_norm",
+        "identity_error",
+        "input_grad_error",
+    )
     exact = all(both[1000][k] == both[100][k] for k in keys)  # every number the probe reports
     unckpt_10k = both[1000]["saved_bytes"] * 10 / gib
     _row(
@@ -555,17 +641,25 @@ def section_e(reps: int) -> None:
         seeds = [derive_seed(c.seed, 2) for c in cases]
         out: dict[str, Any] = {}
 
-        def loop(out: dict[str, Any] = out, nets: list[Any] = nets, xs: list[Any] = xs, seeds: list[int] = seeds) -> None:
+        def loop(
+            out: dict[str, Any] = out, nets: list[Any] = nets, xs: list[Any] = xs, seeds: list[int] = seeds
+        ) -> None:
             out["loop"] = [probe(n, x, seed=s) for n, x, s in zip(nets, xs, seeds, strict=True)]
 
-        def batched(out: dict[str, Any] = out, nets: list[Any] = nets, xs: list[Any] = xs, seeds: list[int] = seeds) -> None:
+        def batched(
+            out: dict[str, Any] = out, nets: list[Any] = nets, xs: list[Any] = xs, seeds: list[int] = seeds
+        ) -> None:
             out["batched"] = probe_seeds(nets, xs, seeds=seeds)
 
         t = _interleaved({"loop": loop, "batched": batched}, reps)
         speedup = t["loop"] / t["batched"]
         worst, identical = 0.0, True
         for a, b in zip(out["loop"], out["batched"], strict=True):
-            pairs = [*zip(a.grad_norm, b.grad_norm, strict=True), *zip(a.act_var, b.act_var, strict=True), *zip(a.act_sq_mean, b.act_sq_mean, strict=True)]
+            pairs = [
+                *zip(a.grad_norm, b.grad_norm, strict=True),
+                *zip(a.act_var, b.act_var, strict=True),
+                *zip(a.act_sq_mean, b.act_sq_mean, strict=True),
+            ]
             pairs += [(a.param_grad_norm[k], b.param_grad_norm[k]) for k in a.param_grad_norm]
             for u, v in pairs:
                 identical &= u == v
@@ -575,10 +669,13 @@ def section_e(reps: int) -> None:
         label = ", ".join(f"{k}={v}" for k, v in overrides.items())
         _row(
             f"(e) 32 seeds, probe_seeds vs loop of probe, {name} ({label})",
-            f"{speedup:.2f}× ({t['batched'] * 1e3:.0f} ms vs {t['loop'] * 1e3:.0f} ms); numbers " + ("bit-identical" if identical else f"equal to {worst:.1e} relative"),
+            f"{speedup:.2f}× ({t['batched'] * 1e3:.0f} ms vs {t['loop'] * 1e3:.0f} ms); numbers "
+            + ("bit-identical" if identical else f"equal to {worst:.1e} relative"),
             "≥ 4×, identical numbers" if exact else "≥ 4× (layer norm: identical up to rounding)",
             speedup >= 4 and (identical or not exact),
-            "" if identical else "layer-norm γ gradients reduced in another order under vmap; see tests/test_batched.py",
+            ""
+            if identical
+            else "layer-norm γ gradients reduced in another order under vmap; see tests/test_batched.py",
         )
 
 
@@ -597,11 +694,21 @@ def section_f() -> None:
 
     done, wall, cpu = timed(cli)
     DATA["f.check"] = {"wall_s": wall, "cpu_s": cpu, "exit": done.returncode, "specs": len(specs)}
-    _row(f"(f) `stability check specs --profile ci -q` ({len(specs)} specs)", f"{wall:.1f} s wall, {cpu:.1f} s CPU, exit {done.returncode}", "—", None)
+    _row(
+        f"(f) `stability check specs --profile ci -q` ({len(specs)} specs)",
+        f"{wall:.1f} s wall, {cpu:.1f} s CPU, exit {done.returncode}",
+        "—",
+        None,
+    )
     done, wall, cpu = timed([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"])
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-200:]
     DATA["f.pytest"] = {"wall_s": wall, "cpu_s": cpu, "exit": done.returncode, "summary": summary}
-    _row("(f) whole pytest run (`pytest -q`)", f"{wall:.1f} s wall, {cpu:.1f} s CPU, exit {done.returncode}: {summary}", "—", None)
+    _row(
+        "(f) whole pytest run (`pytest -q`)",
+        f"{wall:.1f} s wall, {cpu:.1f} s CPU, exit {done.returncode}: {summary}",
+        "—",
+        None,
+    )
 
 
 # ----------------------------------------------------------------------------- main
@@ -629,13 +736,28 @@ def _clocks(text: str) -> tuple[str, ...]:
 
 def main(argv: list[str] | None = None) -> int:
     global THREADS, THREAD_COUNTS, CLOCK, CLOCKS, NAIVE, PROCESSES
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--only", default="a,b,c,d,e,f", help="comma-separated sections (default all)")
     p.add_argument("--reps", type=int, default=9, help="timed repetitions per measurement (default 9)")
-    p.add_argument("--processes", type=int, default=PROCESSES, help="(a) fresh interpreters per network, the median ratio over them and its 95%% interval reported (default 9)")
-    p.add_argument("--threads", type=_counts, default=(1, 2), help="torch intra-op threads, comma-separated: (a) measures at each, the other sections at the first (default 1,2)")
     p.add_argument(
-        "--clock", type=_clocks, default=("cpu", "wall"), help="cpu: process CPU time (robust), wall: perf_counter; comma-separated: (a) reports each, the others the first; default cpu,wall"
+        "--processes",
+        type=int,
+        default=PROCESSES,
+        help="(a) fresh interpreters per network, the median ratio over them and its 95%% interval reported (default 9)",
+    )
+    p.add_argument(
+        "--threads",
+        type=_counts,
+        default=(1, 2),
+        help="torch intra-op threads, comma-separated: (a) measures at each, the other sections at the first (default 1,2)",
+    )
+    p.add_argument(
+        "--clock",
+        type=_clocks,
+        default=("cpu", "wall"),
+        help="cpu: process CPU time (robust), wall: perf_counter; comma-separated: (a) reports each, the others the first; default cpu,wall",
     )
     p.add_argument("--deep-batch", type=int, default=256, help="batch of the depth-10,000 network (default 256)")
     p.add_argument("--json", metavar="FILE", help="also write every number as JSON")
@@ -675,7 +797,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     print()
     clocks = " and ".join("process CPU time" if c == "cpu" else "wall time" for c in CLOCKS)
-    print(f"torch {torch.__version__}, {'/'.join(map(str, THREAD_COUNTS))} thread(s), {os.cpu_count()} CPUs, {clocks}, medians of interleaved runs, {DATA['meta']['seconds']:.0f} s\n")
+    print(
+        f"torch {torch.__version__}, {'/'.join(map(str, THREAD_COUNTS))} thread(s), {os.cpu_count()} CPUs, {clocks}, medians of interleaved runs, {DATA['meta']['seconds']:.0f} s\n"
+    )
     print("| measurement | measured | target | met | note |")
     print("|---|---|---|---|---|")
     for row in ROWS:

@@ -66,7 +66,10 @@ def groups(only: Sequence[str] = ()) -> list[tuple[str, str, str, list[Path]]]:
             oldest = next(r for r in releases if Version(r) >= Version(first))
             by_oldest.setdefault(oldest, []).append(path)
             done.add(path)
-        out += [(library, oldest, releases[-1], paths) for oldest, paths in sorted(by_oldest.items(), key=lambda kv: Version(kv[0]))]
+        out += [
+            (library, oldest, releases[-1], paths)
+            for oldest, paths in sorted(by_oldest.items(), key=lambda kv: Version(kv[0]))
+        ]
     return out
 
 
@@ -83,7 +86,13 @@ def measure(only: Sequence[str] = ()) -> list[dict[str, Any]]:
     for library, oldest, newest, paths in groups(only):
         with tempfile.TemporaryDirectory(prefix="stability-releases-") as tmp:
             a = run_side(_release(library, oldest), [str(p) for p in paths], depths=(4,), out=Path(tmp) / "a")
-            b = run_side(_release(library, newest), [str(p) for p in paths], depths=(4,), out=Path(tmp) / "b", baseline=a / "report.json")
+            b = run_side(
+                _release(library, newest),
+                [str(p) for p in paths],
+                depths=(4,),
+                out=Path(tmp) / "b",
+                baseline=a / "report.json",
+            )
             met_a = _met(json.loads((a / "report.json").read_text(encoding="utf-8")))
             met_b = _met(json.loads((b / "report.json").read_text(encoding="utf-8")))
             compared = json.loads((b / "compare.json").read_text(encoding="utf-8"))
@@ -126,7 +135,9 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     ]
     for r in rows:
         met = f"{_mark(r['met'][0])} {_mark(r['met'][1])}"
-        lines.append(f"| [{r['spec']}](../specs/zoo/{r['file']}) | {r['library']} | {r['releases']} | {_pair(r['stream'])} | {_pair(r['conformance'])} | {met} | {r['moved']} |")
+        lines.append(
+            f"| [{r['spec']}](../specs/zoo/{r['file']}) | {r['library']} | {r['releases']} | {_pair(r['stream'])} | {_pair(r['conformance'])} | {met} | {r['moved']} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -45,29 +45,109 @@ END = "<!-- shipped-table: end -->"
 #: probed blocks, the input's [space] keys). From each checkpoint's config.json on the Hugging Face
 #: hub (timm: its model registry's arguments; torchvision: its builder's), read 2026-12.
 SHIPPED: dict[str, tuple[str, dict[str, Any], int, dict[str, int]]] = {
-    "bart": ("facebook/bart-base", {"encoder_layers": 6, "decoder_layers": 6, "vocab_size": 50265, "max_position_embeddings": 1024}, 6, {"tokens": TOKENS}),
-    "bert": ("bert-base-uncased", {"num_hidden_layers": 12, "vocab_size": 30522, "max_position_embeddings": 512}, 12, {"tokens": TOKENS}),
-    "convnext": ("facebook/convnext-tiny-224", {"hidden_sizes": [96, 192, 384, 768], "depths": [3, 3, 9, 3], "num_stages": 4, "image_size": IMAGE}, 3, {}),
-    "deberta_v2": ("microsoft/deberta-v3-base", {"num_hidden_layers": 12, "vocab_size": 128100, "max_position_embeddings": 512}, 12, {"tokens": TOKENS}),
+    "bart": (
+        "facebook/bart-base",
+        {"encoder_layers": 6, "decoder_layers": 6, "vocab_size": 50265, "max_position_embeddings": 1024},
+        6,
+        {"tokens": TOKENS},
+    ),
+    "bert": (
+        "bert-base-uncased",
+        {"num_hidden_layers": 12, "vocab_size": 30522, "max_position_embeddings": 512},
+        12,
+        {"tokens": TOKENS},
+    ),
+    "convnext": (
+        "facebook/convnext-tiny-224",
+        {"hidden_sizes": [96, 192, 384, 768], "depths": [3, 3, 9, 3], "num_stages": 4, "image_size": IMAGE},
+        3,
+        {},
+    ),
+    "deberta_v2": (
+        "microsoft/deberta-v3-base",
+        {"num_hidden_layers": 12, "vocab_size": 128100, "max_position_embeddings": 512},
+        12,
+        {"tokens": TOKENS},
+    ),
     "falcon": ("tiiuae/falcon-rw-1b", {"num_hidden_layers": 24, "vocab_size": 50304}, 24, {"tokens": TOKENS}),
-    "gemma": ("google/gemma-2b", {"num_hidden_layers": 18, "vocab_size": 256000, "max_position_embeddings": 8192}, 18, {"tokens": TOKENS}),
-    "gemma2": ("google/gemma-2-2b", {"num_hidden_layers": 26, "vocab_size": 256000, "max_position_embeddings": 8192}, 26, {"tokens": TOKENS}),
+    "gemma": (
+        "google/gemma-2b",
+        {"num_hidden_layers": 18, "vocab_size": 256000, "max_position_embeddings": 8192},
+        18,
+        {"tokens": TOKENS},
+    ),
+    "gemma2": (
+        "google/gemma-2-2b",
+        {"num_hidden_layers": 26, "vocab_size": 256000, "max_position_embeddings": 8192},
+        26,
+        {"tokens": TOKENS},
+    ),
     "gpt2": ("gpt2", {"n_layer": 12, "vocab_size": 50257, "n_positions": 1024}, 12, {"tokens": TOKENS}),
-    "gpt_neox": ("EleutherAI/pythia-160m", {"num_hidden_layers": 12, "vocab_size": 50304, "max_position_embeddings": 2048}, 12, {"tokens": TOKENS}),
+    "gpt_neox": (
+        "EleutherAI/pythia-160m",
+        {"num_hidden_layers": 12, "vocab_size": 50304, "max_position_embeddings": 2048},
+        12,
+        {"tokens": TOKENS},
+    ),
     "llama": ("meta-llama/Llama-3.2-1B", {"num_hidden_layers": 16, "vocab_size": 128256}, 16, {"tokens": TOKENS}),
     # Without its CUDA kernels Mamba runs transformers' sequential scan, whose backward is quadratic in
     # the tokens on the CPU (each step's `select` backward fills a tensor of the whole sequence's
     # size): at 512 tokens the case had not finished after 15 minutes. 128 tokens.
     "mamba": ("state-spaces/mamba-130m-hf", {"num_hidden_layers": 24, "vocab_size": 50280}, 24, {"tokens": 128}),
-    "mistral": ("mistralai/Mistral-7B-v0.1", {"num_hidden_layers": 32, "vocab_size": 32000, "max_position_embeddings": 32768}, 32, {"tokens": TOKENS}),
-    "mixtral": ("mistralai/Mixtral-8x7B-v0.1's widths, 2 experts", {"num_hidden_layers": 32, "vocab_size": 32000, "max_position_embeddings": 32768}, 32, {"tokens": TOKENS}),
-    "phi": ("microsoft/phi-1_5", {"num_hidden_layers": 24, "vocab_size": 51200, "max_position_embeddings": 2048}, 24, {"tokens": TOKENS}),
-    "phi3": ("microsoft/Phi-3-mini-4k-instruct", {"num_hidden_layers": 32, "vocab_size": 32064, "max_position_embeddings": 4096}, 32, {"tokens": TOKENS}),
-    "qwen2": ("Qwen/Qwen2-0.5B", {"num_hidden_layers": 24, "vocab_size": 151936, "max_position_embeddings": 131072}, 24, {"tokens": TOKENS}),
-    "qwen3": ("Qwen/Qwen3-0.6B", {"num_hidden_layers": 28, "vocab_size": 151936, "max_position_embeddings": 40960}, 28, {"tokens": TOKENS}),
-    "resnet": ("microsoft/resnet-50, first stage", {"hidden_sizes": [256, 512, 1024, 2048], "depths": [3, 4, 6, 3]}, 3, {"spatial": IMAGE}),
-    "roberta": ("roberta-base", {"num_hidden_layers": 12, "vocab_size": 50265, "max_position_embeddings": 514, "type_vocab_size": 1}, 12, {"tokens": TOKENS}),
-    "swin": ("microsoft/swin-tiny-patch4-window7-224, first stage", {"depths": [2, 2, 6, 2], "num_heads": [3, 6, 12, 24], "image_size": IMAGE, "window_size": 7}, 2, {}),
+    "mistral": (
+        "mistralai/Mistral-7B-v0.1",
+        {"num_hidden_layers": 32, "vocab_size": 32000, "max_position_embeddings": 32768},
+        32,
+        {"tokens": TOKENS},
+    ),
+    "mixtral": (
+        "mistralai/Mixtral-8x7B-v0.1's widths, 2 experts",
+        {"num_hidden_layers": 32, "vocab_size": 32000, "max_position_embeddings": 32768},
+        32,
+        {"tokens": TOKENS},
+    ),
+    "phi": (
+        "microsoft/phi-1_5",
+        {"num_hidden_layers": 24, "vocab_size": 51200, "max_position_embeddings": 2048},
+        24,
+        {"tokens": TOKENS},
+    ),
+    "phi3": (
+        "microsoft/Phi-3-mini-4k-instruct",
+        {"num_hidden_layers": 32, "vocab_size": 32064, "max_position_embeddings": 4096},
+        32,
+        {"tokens": TOKENS},
+    ),
+    "qwen2": (
+        "Qwen/Qwen2-0.5B",
+        {"num_hidden_layers": 24, "vocab_size": 151936, "max_position_embeddings": 131072},
+        24,
+        {"tokens": TOKENS},
+    ),
+    "qwen3": (
+        "Qwen/Qwen3-0.6B",
+        {"num_hidden_layers": 28, "vocab_size": 151936, "max_position_embeddings": 40960},
+        28,
+        {"tokens": TOKENS},
+    ),
+    "resnet": (
+        "microsoft/resnet-50, first stage",
+        {"hidden_sizes": [256, 512, 1024, 2048], "depths": [3, 4, 6, 3]},
+        3,
+        {"spatial": IMAGE},
+    ),
+    "roberta": (
+        "roberta-base",
+        {"num_hidden_layers": 12, "vocab_size": 50265, "max_position_embeddings": 514, "type_vocab_size": 1},
+        12,
+        {"tokens": TOKENS},
+    ),
+    "swin": (
+        "microsoft/swin-tiny-patch4-window7-224, first stage",
+        {"depths": [2, 2, 6, 2], "num_heads": [3, 6, 12, 24], "image_size": IMAGE, "window_size": 7},
+        2,
+        {},
+    ),
     "t5": ("t5-base", {"num_layers": 12, "vocab_size": 32128}, 12, {"tokens": TOKENS}),
     "timm_convnext": ("timm convnext_atto, first stage", {"depths": [2, 2, 6, 2]}, 2, {"spatial": IMAGE}),
     "timm_deit3": ("timm deit3_small_patch16_224", {"img_size": IMAGE, "patch_size": 16, "depth": 12}, 12, {}),
@@ -86,7 +166,12 @@ SHIPPED: dict[str, tuple[str, dict[str, Any], int, dict[str, int]]] = {
 #: many layers as its encoder (the zoo's has one), so discovery asks which run; with four stages the longest
 #: run of same-class children is the stage list (not shape-preserving), and resnet-50's first
 #: bottleneck widens 64 -> 256 channels, so its stage's blocks 1 and 2 are the run that keeps its shape.
-BLOCKS = {"bart": "encoder.layers", "convnext": "encoder.stages.0.layers", "swin": "encoder.layers.0.blocks", "resnet": "encoder.stages.0.layers[1:]"}
+BLOCKS = {
+    "bart": "encoder.layers",
+    "convnext": "encoder.stages.0.layers",
+    "swin": "encoder.layers.0.blocks",
+    "resnet": "encoder.stages.0.layers[1:]",
+}
 #: (blocks probed, the stream's width) where they are not (depth, the case's width).
 PROBED = {"resnet": (2, 256)}
 #: The spec's expectations kept at the shipped size.
@@ -122,7 +207,14 @@ def shipped_spec(stem: str) -> tuple[str, dict[str, Any]]:
     side = config.get("image_size", config.get("img_size", inputs.get("spatial", 32)))
     shown = f"{inputs['tokens']} tokens" if "tokens" in inputs else f"{side}×{side} image"
     probed, stream = PROBED.get(stem, (depth, width))
-    return tomlkit.dumps(doc), {"name": name, "what": what, "depth": probed, "width": stream, "streamed": streamed, "inputs": shown}
+    return tomlkit.dumps(doc), {
+        "name": name,
+        "what": what,
+        "depth": probed,
+        "width": stream,
+        "streamed": streamed,
+        "inputs": shown,
+    }
 
 
 def _merge(ours: Any, theirs: Any) -> Any:
@@ -175,21 +267,52 @@ def _tree_rss(pid: int) -> tuple[int, int]:
 
 
 def _command(spec: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "stability", "check", str(spec), "--profile", "thorough", "--threads", "2", "--no-github", *args]
+    return [
+        sys.executable,
+        "-m",
+        "stability",
+        "check",
+        str(spec),
+        "--profile",
+        "thorough",
+        "--threads",
+        "2",
+        "--no-github",
+        *args,
+    ]
 
 
 def measure(stem: str, folder: Path, timeout: float) -> dict[str, Any]:
     text, row = shipped_spec(stem)
     spec = folder / f"{stem}.toml"
     spec.write_text(text)
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "GITHUB_ACTIONS", "STABILITY_PROFILE", "GITHUB_STEP_SUMMARY")}
-    refused = subprocess.run(_command(spec, "--memory-budget", "1MiB", "--case-timeout", "0"), capture_output=True, text=True, env=env, timeout=timeout)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("CI", "GITHUB_ACTIONS", "STABILITY_PROFILE", "GITHUB_STEP_SUMMARY")
+    }
+    refused = subprocess.run(
+        _command(spec, "--memory-budget", "1MiB", "--case-timeout", "0"),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
     m = re.search(r"needs about ([\d.]+) (B|KiB|MiB|GiB|TiB)", refused.stdout + refused.stderr)
-    row["estimate"] = None if m is None else float(m.group(1)) * {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}[m.group(2)]
+    row["estimate"] = (
+        None
+        if m is None
+        else float(m.group(1)) * {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}[m.group(2)]
+    )
     report = folder / f"{stem}.json"
     load = float(Path("/proc/loadavg").read_text().split()[0])
     start = time.monotonic()
-    proc = subprocess.Popen(_command(spec, "--memory-budget", "20GiB", "--case-timeout", str(int(timeout)), "--json", str(report), "-q"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(
+        _command(spec, "--memory-budget", "20GiB", "--case-timeout", str(int(timeout)), "--json", str(report), "-q"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     peak = worker = 0
     while True:
         done, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -201,7 +324,13 @@ def measure(stem: str, folder: Path, timeout: float) -> dict[str, Any]:
             proc.kill()
         time.sleep(0.2)
     output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-    row.update(wall=time.monotonic() - start, peak=peak, worker=max(worker, usage.ru_maxrss * 1024), load=load, exit=os.waitstatus_to_exitcode(status))
+    row.update(
+        wall=time.monotonic() - start,
+        peak=peak,
+        worker=max(worker, usage.ru_maxrss * 1024),
+        load=load,
+        exit=os.waitstatus_to_exitcode(status),
+    )
     row["verdicts"], row["parameters"] = _verdicts(report), _parameters(spec)
     if proc.returncode != 0:
         row["output"] = output[-2000:]
@@ -217,7 +346,9 @@ def _verdicts(report: Path) -> str:
     for spec in data["specs"]:
         for inv in spec["invariants"]:
             stopped = "time limit" in " ".join(str(inv.get(k) or "") for k in ("message", "error"))
-            out.append(f"{inv['name']} {'✓' if inv['met'] else 'not judged (the per-case time limit)' if stopped else '✗'}")
+            out.append(
+                f"{inv['name']} {'✓' if inv['met'] else 'not judged (the per-case time limit)' if stopped else '✗'}"
+            )
     return " · ".join(out) or "nothing judged"
 
 
@@ -250,7 +381,15 @@ def table(rows: dict[str, dict[str, Any]]) -> str:
         verdicts = r["verdicts"] if r["exit"] == 0 else f"exit {r['exit']}: {r['verdicts']}"
         params = f"{r['parameters'] / 1e9:.2f} B" if r["parameters"] >= 1e9 else f"{r['parameters'] / 1e6:.1f} M"
         how = "streamed" if r["streamed"] else "whole"
-        cells = [f"[{r['name']}](../specs/zoo/{stem}.toml)", r["what"], f"{r['depth']} × {r['width']}", r["inputs"], params, how, wall]
+        cells = [
+            f"[{r['name']}](../specs/zoo/{stem}.toml)",
+            r["what"],
+            f"{r['depth']} × {r['width']}",
+            r["inputs"],
+            params,
+            how,
+            wall,
+        ]
         cells += [_gib(r["peak"]), _gib(r["worker"]), _gib(r["estimate"]), ratio, verdicts, f"{r['load']:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

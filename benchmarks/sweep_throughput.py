@@ -26,9 +26,21 @@ def main() -> None:
     rounds = args.rounds
     spec = load_spec(Path(__file__).resolve().parent.parent / "specs" / "plain_tanh_mlp.toml")
     axes = [parse_axis(f"depth={args.depths}"), parse_axis("sigma_w2=lin:0.5:3:6")]
-    backends: dict[str, Executor] = {"in-process": InProcessExecutor(), "1 worker": DaskExecutor(n_workers=1), "2 workers": DaskExecutor(n_workers=2)}
+    backends: dict[str, Executor] = {
+        "in-process": InProcessExecutor(),
+        "1 worker": DaskExecutor(n_workers=1),
+        "2 workers": DaskExecutor(n_workers=2),
+    }
     for name, b in backends.items():  # warm: every worker imports torch and runs one point
-        run_sweep(spec, [parse_axis("depth=2"), parse_axis("sigma_w2=0.5,1")], Store(":memory:"), b, seeds=range(2), budgets=False, version=f"warm-{name}")
+        run_sweep(
+            spec,
+            [parse_axis("depth=2"), parse_axis("sigma_w2=0.5,1")],
+            Store(":memory:"),
+            b,
+            seeds=range(2),
+            budgets=False,
+            version=f"warm-{name}",
+        )
     out: dict[str, list[tuple[int, float, float]]] = {k: [] for k in backends}
     for rep in range(rounds):
         for name, b in backends.items():

@@ -36,10 +36,26 @@ PAGE = ROOT / "docs" / "timings.md"
 
 #: name → (what it is, the command, whether it runs in a fresh copy of specs/).
 MEASUREMENTS: dict[str, tuple[str, list[str], bool]] = {
-    "startup": ("the commands that never probe, each the median of 5 fresh processes", [sys.executable, "benchmarks/bench_startup.py"], False),
-    "check-ci": ("the CI gate: every shipped spec, ci profile", [sys.executable, "-m", "stability", "check", "specs", "--profile", "ci", "-q"], False),
-    "check": ("the README's first command: the specs of specs/*.toml (outside specs/zoo/), dev profile, no example database yet", [sys.executable, "-m", "stability", "check", "specs/*.toml"], True),
-    "tests": ("the README's second command: the whole test suite", [sys.executable, "-m", "pytest", "-n", "2", "-q", "-p", "no:cacheprovider"], False),
+    "startup": (
+        "the commands that never probe, each the median of 5 fresh processes",
+        [sys.executable, "benchmarks/bench_startup.py"],
+        False,
+    ),
+    "check-ci": (
+        "the CI gate: every shipped spec, ci profile",
+        [sys.executable, "-m", "stability", "check", "specs", "--profile", "ci", "-q"],
+        False,
+    ),
+    "check": (
+        "the README's first command: the specs of specs/*.toml (outside specs/zoo/), dev profile, no example database yet",
+        [sys.executable, "-m", "stability", "check", "specs/*.toml"],
+        True,
+    ),
+    "tests": (
+        "the README's second command: the whole test suite",
+        [sys.executable, "-m", "pytest", "-n", "2", "-q", "-p", "no:cacheprovider"],
+        False,
+    ),
 }
 
 
@@ -63,8 +79,20 @@ def machine() -> dict[str, Any]:
         torch_version = str(torch.__version__)
     except ImportError:
         torch_version = "not installed"
-    commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip() or "unknown"
-    return {"cpu": model, "cores": usable, "python": platform.python_version(), "torch": torch_version, "os": platform.platform(terse=True), "commit": commit}
+    commit = (
+        subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
+        ).stdout.strip()
+        or "unknown"
+    )
+    return {
+        "cpu": model,
+        "cores": usable,
+        "python": platform.python_version(),
+        "torch": torch_version,
+        "os": platform.platform(terse=True),
+        "commit": commit,
+    }
 
 
 def _tree_cpu(root: int, known: dict[int, float]) -> dict[int, float]:
@@ -105,7 +133,9 @@ def measure(name: str) -> dict[str, Any]:
         cwd = scratch
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load_before = os.getloadavg()[0]
-    argv = [a for c in command for a in (sorted(str(f.relative_to(cwd)) for f in cwd.glob(c)) if "*" in c else [c])]  # the shell's glob
+    argv = [
+        a for c in command for a in (sorted(str(f.relative_to(cwd)) for f in cwd.glob(c)) if "*" in c else [c])
+    ]  # the shell's glob
     with tempfile.TemporaryFile("w+") as stdout:
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, cwd=cwd, stdout=stdout, stderr=subprocess.DEVNULL, text=True)
@@ -175,7 +205,9 @@ def render(data: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="measure the timings docs/ quote (docs/timings.md)")
-    parser.add_argument("names", nargs="*", metavar="NAME", help=f"measurements to run (default all: {', '.join(MEASUREMENTS)})")
+    parser.add_argument(
+        "names", nargs="*", metavar="NAME", help=f"measurements to run (default all: {', '.join(MEASUREMENTS)})"
+    )
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in MEASUREMENTS]
     if unknown:

@@ -42,8 +42,14 @@ def main() -> None:
             values.append(v.observed)
             passed += v.passed
         cpu = (time.process_time() - t0) / args.seeds
-        spread = f"min {min(values):.4g}, median {statistics.median(values):.4g}, max {max(values):.4g}" if values else "nothing measured"
-        print(f"{args.spec}::{name} (expect {expectation.expect}): {passed}/{len(values)} pass, {len(errors)} not measured; observed {spread}; {cpu:.2f} s CPU per case")
+        spread = (
+            f"min {min(values):.4g}, median {statistics.median(values):.4g}, max {max(values):.4g}"
+            if values
+            else "nothing measured"
+        )
+        print(
+            f"{args.spec}::{name} (expect {expectation.expect}): {passed}/{len(values)} pass, {len(errors)} not measured; observed {spread}; {cpu:.2f} s CPU per case"
+        )
         print("  values: " + " ".join(f"{x:.3g}" for x in values))
         for line in errors:
             print("  " + line)

@@ -109,7 +109,12 @@ def main() -> None:
     p.add_argument("--warmup", type=int, help="replace the spec's train.warmup (the divergence comes after it)")
     p.add_argument("--steps", type=int, help="replace the spec's train.steps (M)")
     p.add_argument("--schedule", choices=("constant", "cosine"), help="replace the spec's train.schedule")
-    p.add_argument("--rise", type=float, default=0.05, help="the rise of the 10-step mean loss that counts as the loss having turned")
+    p.add_argument(
+        "--rise",
+        type=float,
+        default=0.05,
+        help="the rise of the 10-step mean loss that counts as the loss having turned",
+    )
     p.add_argument("--lead", type=int, help="the lead time D - N the last column counts (default M/2)")
     p.add_argument("--ns", help="the steps N the indicators are read at, e.g. 10,20,50 (default M/20, M/10, M/5, M/2)")
     p.add_argument("--save", type=Path)
@@ -118,13 +123,21 @@ def main() -> None:
     torch.set_num_threads(1)
     spec = load_spec(args.spec)
     assert spec.train is not None
-    update = {k: v for k, v in (("warmup", args.warmup), ("steps", args.steps), ("schedule", args.schedule)) if v is not None}
+    update = {
+        k: v for k, v in (("warmup", args.warmup), ("steps", args.steps), ("schedule", args.schedule)) if v is not None
+    }
     spec = spec.model_copy(update={"train": spec.train.model_copy(update=update)})
     RISE[0] = args.rise
     m = spec.train.steps
     lead = m // 2 if args.lead is None else args.lead
     ns = [int(x) for x in args.ns.split(",")] if args.ns else [m // 20, m // 10, m // 5, m // 2]
-    keys = [(lr, d, qk, s) for lr in map(float, args.lrs.split(",")) for d in map(int, args.depths.split(",")) for qk in (False, True) for s in range(args.seeds)]
+    keys = [
+        (lr, d, qk, s)
+        for lr in map(float, args.lrs.split(","))
+        for d in map(int, args.depths.split(","))
+        for qk in (False, True)
+        for s in range(args.seeds)
+    ]
     runs: dict[tuple[float, int, bool, int], LMRun] = {}
     if args.load:
         for row in json.loads(args.load.read_text()):
@@ -133,21 +146,44 @@ def main() -> None:
     for lr, d, qk, s in keys:
         if (lr, d, qk, s) in runs:
             continue
-        variant = spec.model_copy(update={"block": spec.block.model_copy(update={"qk_norm": "layer" if qk else "none"}), "train": spec.train.model_copy(update={"lr": lr})})
+        variant = spec.model_copy(
+            update={
+                "block": spec.block.model_copy(update={"qk_norm": "layer" if qk else "none"}),
+                "train": spec.train.model_copy(update={"lr": lr}),
+            }
+        )
         runs[(lr, d, qk, s)] = lm_run(variant, dataclasses.replace(corner_case(spec, seed=s), depth=d))
     if args.save:
-        args.save.write_text(json.dumps([{"lr_": k[0], "depth": k[1], "qk": k[2], "seed_": k[3], "run": r.to_dict()} for k, r in runs.items()]))
+        args.save.write_text(
+            json.dumps(
+                [{"lr_": k[0], "depth": k[1], "qk": k[2], "seed_": k[3], "run": r.to_dict()} for k, r in runs.items()]
+            )
+        )
     keys = [k for k in keys if k in runs]
     outcome = {k: diverged(runs[k]) for k in keys}
     half = args.seeds // 2
-    folds = [([k for k in keys if k[3] < half], [k for k in keys if k[3] >= half]), ([k for k in keys if k[3] >= half], [k for k in keys if k[3] < half])]
+    folds = [
+        ([k for k in keys if k[3] < half], [k for k in keys if k[3] >= half]),
+        ([k for k in keys if k[3] >= half], [k for k in keys if k[3] < half]),
+    ]
     n_div = sum(outcome[k] for k in keys)
-    print(f"{args.spec}: {len(keys)} runs of M = {m} steps ({time.process_time() - t0:.0f} s CPU), {n_div} diverged by step M")
-    by_lr = ", ".join(f"{lr:g}: {sum(outcome[k] for k in keys if k[0] == lr and not k[2])}/{sum(outcome[k] for k in keys if k[0] == lr and k[2])}" for lr in sorted({k[0] for k in keys}))
-    print(f"diverged by step M, per learning rate (qk_norm off/on, of {sum(1 for k in keys if k[0] == keys[0][0] and not k[2])} each): {by_lr}")
-    print(f"two folds: the threshold from seeds 0-{half - 1} scores seeds {half}-{args.seeds - 1}, and the other way round; every run is scored once, by a threshold it did not help choose")
+    print(
+        f"{args.spec}: {len(keys)} runs of M = {m} steps ({time.process_time() - t0:.0f} s CPU), {n_div} diverged by step M"
+    )
+    by_lr = ", ".join(
+        f"{lr:g}: {sum(outcome[k] for k in keys if k[0] == lr and not k[2])}/{sum(outcome[k] for k in keys if k[0] == lr and k[2])}"
+        for lr in sorted({k[0] for k in keys})
+    )
+    print(
+        f"diverged by step M, per learning rate (qk_norm off/on, of {sum(1 for k in keys if k[0] == keys[0][0] and not k[2])} each): {by_lr}"
+    )
+    print(
+        f"two folds: the threshold from seeds 0-{half - 1} scores seeds {half}-{args.seeds - 1}, and the other way round; every run is scored once, by a threshold it did not help choose"
+    )
     print()
-    print(f"| indicator | N | thresholds (two folds) | diverged runs caught | false alarms | caught before the loss turned | caught ≥ {lead} steps before D |")
+    print(
+        f"| indicator | N | thresholds (two folds) | diverged runs caught | false alarms | caught before the loss turned | caught ≥ {lead} steps before D |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name in INDICATORS:
         up = _DIRECTION[name] > 0
@@ -169,16 +205,26 @@ def main() -> None:
                         alarms += hit
             shown = " / ".join(f"{'>' if up else '<'} {t:.3g}" for t in thresholds)
             rates = f"{caught}/{n_bad} ({100 * caught / max(n_bad, 1):.0f}%) | {alarms}/{n_ok} ({100 * alarms / max(n_ok, 1):.1f}%)"
-            print(f"| `{name}` | {n} | {shown} | {rates} | {early}/{caught} | {ahead}/{n_bad} ({100 * ahead / max(n_bad, 1):.0f}%) |")
+            print(
+                f"| `{name}` | {n} | {shown} | {rates} | {early}/{caught} | {ahead}/{n_bad} ({100 * ahead / max(n_bad, 1):.0f}%) |"
+            )
     if args.lead is not None:
         print()
         ds = sorted(divergence_step(runs[k]) for k in keys if outcome[k])
         if ds:
-            print(f"D of the diverging runs (rise {args.rise:g}): min {ds[0]}, median {ds[len(ds) // 2]}, max {ds[-1]}; {sum(d >= min(ns) + lead for d in ds)}/{len(ds)} have D ≥ {min(ns)} + {lead}")
+            print(
+                f"D of the diverging runs (rise {args.rise:g}): min {ds[0]}, median {ds[len(ds) // 2]}, max {ds[-1]}; {sum(d >= min(ns) + lead for d in ds)}/{len(ds)} have D ≥ {min(ns)} + {lead}"
+            )
     lead_table(spec, keys, runs, outcome, m)
 
 
-def lead_table(spec: Any, keys: list[tuple[float, int, bool, int]], runs: dict[tuple[float, int, bool, int], LMRun], outcome: dict[tuple[float, int, bool, int], bool], m: int) -> None:
+def lead_table(
+    spec: Any,
+    keys: list[tuple[float, int, bool, int]],
+    runs: dict[tuple[float, int, bool, int], LMRun],
+    outcome: dict[tuple[float, int, bool, int], bool],
+    m: int,
+) -> None:
     """The shipped invariant (the spec's indicator, steps N and threshold) on every run: per
     diverging run, the lead time D − N of its warning (D its `divergence_step`), and how many were
     warned at least M/2 steps before D."""
@@ -192,13 +238,21 @@ def lead_table(spec: Any, keys: list[tuple[float, int, bool, int]], runs: dict[t
     far = sum(v >= m // 2 for v in leads.values())
     print()
     alarms = sum(warned[k] for k in ok)
-    print(f"the shipped invariant, {name} {'>' if up else '<'} {thr:g} over the first N = {n} of M = {m} steps: {len(leads)}/{len(bad)} diverging runs warned, {alarms}/{len(ok)} false alarms;")
-    print(f"lead time D - N (D: the first non-finite loss or the step its 10-step mean loss turned, M when it only stalled): {far}/{len(bad)} warned at least M/2 = {m // 2} steps before D")
+    print(
+        f"the shipped invariant, {name} {'>' if up else '<'} {thr:g} over the first N = {n} of M = {m} steps: {len(leads)}/{len(bad)} diverging runs warned, {alarms}/{len(ok)} false alarms;"
+    )
+    print(
+        f"lead time D - N (D: the first non-finite loss or the step its 10-step mean loss turned, M when it only stalled): {far}/{len(bad)} warned at least M/2 = {m // 2} steps before D"
+    )
     if leads:
         v = sorted(leads.values())
-        print(f"lead times: min {v[0]}, median {v[len(v) // 2]}, max {v[-1]}; D - N >= 0 (warned before D) for {sum(x >= 0 for x in v)}, M - N = {m - n} for all")
+        print(
+            f"lead times: min {v[0]}, median {v[len(v) // 2]}, max {v[-1]}; D - N >= 0 (warned before D) for {sum(x >= 0 for x in v)}, M - N = {m - n} for all"
+        )
     print()
-    print("| learning rate | depth | qk-norm | diverged (of seeds) | lead time D − N of each diverging run, by seed (— not warned) |")
+    print(
+        "| learning rate | depth | qk-norm | diverged (of seeds) | lead time D − N of each diverging run, by seed (— not warned) |"
+    )
     print("| --- | --- | --- | --- | --- |")
     for lr, d, qk in sorted({k[:3] for k in bad}):
         rows = sorted((k for k in bad if k[:3] == (lr, d, qk)), key=lambda k: k[3])

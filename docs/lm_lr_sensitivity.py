@@ -30,7 +30,9 @@ def variant(spec: Spec, *, qk_norm: bool, z_loss: float, seeds: int) -> Spec:
     assert spec.train is not None and spec.expect.lr_sensitivity is not None
     block = spec.block.model_copy(update={"qk_norm": "layer"} if qk_norm else {})
     train = spec.train.model_copy(update={"z_loss": z_loss} if z_loss else {})
-    expect = spec.expect.model_copy(update={"lr_sensitivity": spec.expect.lr_sensitivity.model_copy(update={"seeds": seeds})})
+    expect = spec.expect.model_copy(
+        update={"lr_sensitivity": spec.expect.lr_sensitivity.model_copy(update={"seeds": seeds})}
+    )
     return spec.model_copy(update={"block": block, "train": train, "expect": expect})
 
 
@@ -47,20 +49,39 @@ def main() -> None:
     print("| variant | LRS per seed | mean LRS | mean final loss at " + ", ".join(f"{lr:g}" for lr in lrs) + " | CPU |")
     print("| --- | --- | --- | --- | --- |")
     base: dict[str, float] | None = None
-    for name, qk, z in (("as shipped", False, 0.0), ("qk_norm", True, 0.0), (f"z_loss {args.z_loss:g}", False, args.z_loss), (f"qk_norm + z_loss {args.z_loss:g}", True, args.z_loss)):
+    for name, qk, z in (
+        ("as shipped", False, 0.0),
+        ("qk_norm", True, 0.0),
+        (f"z_loss {args.z_loss:g}", False, args.z_loss),
+        (f"qk_norm + z_loss {args.z_loss:g}", True, args.z_loss),
+    ):
         t0 = time.process_time()
-        v, error = evaluate_lm(variant(spec, qk_norm=qk, z_loss=z, seeds=args.seeds), "lr_sensitivity", corner_case(spec, seed=0))
+        v, error = evaluate_lm(
+            variant(spec, qk_norm=qk, z_loss=z, seeds=args.seeds), "lr_sensitivity", corner_case(spec, seed=0)
+        )
         if v is None:
             print(f"| {name} | error: {error} | | | |")
             continue
         per_seed: dict[str, float] = v.extra["per_seed"]
         finals = v.extra["final_loss"]
-        curve = [statistics.mean(finals[s][i] if finals[s][i] is not None else v.extra["initial_loss"][s] for s in finals) for i in range(len(lrs))]
+        curve = [
+            statistics.mean(finals[s][i] if finals[s][i] is not None else v.extra["initial_loss"][s] for s in finals)
+            for i in range(len(lrs))
+        ]
         lower = 0 if base is None else sum(per_seed[s] < base[s] for s in per_seed)
-        below = "" if base is None else (" (below on every seed)" if lower == len(per_seed) else f" (below on {lower}/{len(per_seed)} seeds)")
+        below = (
+            ""
+            if base is None
+            else (" (below on every seed)" if lower == len(per_seed) else f" (below on {lower}/{len(per_seed)} seeds)")
+        )
         base = per_seed if base is None else base
         seeds = " ".join(f"{x:.3f}" for x in per_seed.values())
-        print(f"| {name} | {seeds} | {v.observed:.3f}{below} | " + " / ".join(f"{x:.3f}" for x in curve) + f" | {time.process_time() - t0:.0f} s |", flush=True)
+        print(
+            f"| {name} | {seeds} | {v.observed:.3f}{below} | "
+            + " / ".join(f"{x:.3f}" for x in curve)
+            + f" | {time.process_time() - t0:.0f} s |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -47,7 +47,11 @@ def attention(spec: Spec, seeds: int) -> str:
         firsts.append(v.extra.get("first_step"))
         finals.append(v.extra["losses"][-1])
     over = [f for f in firsts if f is not None]
-    crossed = f"over 100 on {len(over)}/{seeds} (first at steps {min(over)}–{max(over)})" if over else f"never over 100 on {seeds}/{seeds}"
+    crossed = (
+        f"over 100 on {len(over)}/{seeds} (first at steps {min(over)}–{max(over)})"
+        if over
+        else f"never over 100 on {seeds}/{seeds}"
+    )
     return f"peak {min(peaks):.3g}–{max(peaks):.3g} (median {statistics.median(peaks):.3g}); {crossed}; last batch loss {min(finals):.3f}–{max(finals):.3f}"
 
 
@@ -58,9 +62,14 @@ def sensitivity(spec: Spec) -> str:
     if v is None:
         return f"error: {error}"
     finals = v.extra["final_loss"]
-    curve = [statistics.mean(finals[s][i] if finals[s][i] is not None else v.extra["initial_loss"][s] for s in finals) for i in range(len(lrs))]
+    curve = [
+        statistics.mean(finals[s][i] if finals[s][i] is not None else v.extra["initial_loss"][s] for s in finals)
+        for i in range(len(lrs))
+    ]
     seeds = " ".join(f"{x:.3f}" for x in v.extra["per_seed"].values())
-    return f"LRS {v.observed:.3f} (per seed {seeds}); mean final loss at " + ", ".join(f"{lr:g}: {x:.3f}" for lr, x in zip(lrs, curve, strict=True))
+    return f"LRS {v.observed:.3f} (per seed {seeds}); mean final loss at " + ", ".join(
+        f"{lr:g}: {x:.3f}" for lr, x in zip(lrs, curve, strict=True)
+    )
 
 
 def main() -> None:

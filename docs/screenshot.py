@@ -27,7 +27,9 @@ def _browser() -> str:
         path = shutil.which(name)
         if path:
             return path
-    sys.exit(f"screenshot.py: no headless browser found (tried {', '.join(BROWSERS)}); install one, e.g. `apt-get install chromium`")
+    sys.exit(
+        f"screenshot.py: no headless browser found (tried {', '.join(BROWSERS)}); install one, e.g. `apt-get install chromium`"
+    )
 
 
 def _check(specs: str, html_dir: Path, profile: str) -> None:
@@ -77,8 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--specs", default="specs", help="spec folder or file to check (default specs)")
     p.add_argument("--profile", default="ci", help="search profile (default ci)")
-    p.add_argument("--html-dir", default="/tmp/report", type=Path, help="where the report is written (default /tmp/report)")
-    p.add_argument("--out", default=ROOT / "docs" / "report.png", type=Path, help="the PNG to write (default docs/report.png)")
+    p.add_argument(
+        "--html-dir", default="/tmp/report", type=Path, help="where the report is written (default /tmp/report)"
+    )
+    p.add_argument(
+        "--out", default=ROOT / "docs" / "report.png", type=Path, help="the PNG to write (default docs/report.png)"
+    )
     p.add_argument("--size", default="1400,2000", help="browser window WIDTH,HEIGHT (default 1400,2000)")
     p.add_argument("--reuse", action="store_true", help="screenshot the existing report instead of running the check")
     args = p.parse_args(argv)

@@ -13,7 +13,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def main() -> int:
@@ -25,7 +34,9 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw, tempfile.TemporaryDirectory() as profile:
-        context = pw.chromium.launch_persistent_context(profile, executable_path=args.chromium, headless=True, args=ARGS, viewport={"width": 1400, "height": 900})
+        context = pw.chromium.launch_persistent_context(
+            profile, executable_path=args.chromium, headless=True, args=ARGS, viewport={"width": 1400, "height": 900}
+        )
         page = context.new_page()
         page.goto(args.report.resolve().as_uri(), wait_until="load")
         page.locator(".heatmaps").first.screenshot(path=str(args.out))

@@ -32,7 +32,13 @@ EPS = float(np.finfo(np.float64).eps)
 T, M = "tests/test_theory.py", "tests/test_memory.py"
 
 
-def spec(family: str, block: str = "", space: str = "", expect: str = "[expect.gradient_arrival]\nlo = 1e-300\nhi = 1e300", batch: str = "[1, 64]") -> Spec:
+def spec(
+    family: str,
+    block: str = "",
+    space: str = "",
+    expect: str = "[expect.gradient_arrival]\nlo = 1e-300\nhi = 1e300",
+    batch: str = "[1, 64]",
+) -> Spec:
     return parse_spec(
         f'name = "theory"\ndescription = "theory"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 100]\nwidth = [1, 512]\nbatch = {batch}\ndevice = ["cpu"]\n{space}\n{expect}\n'
     )
@@ -250,7 +256,11 @@ def rows() -> Iterator[tuple[str, ...]]:
             width=4,
             batch=4,
         )
-        where = f"{T}::test_highway_carry_factor" if bias < 0 else f"{T}::test_highway_positive_bias_closes_the_carry; specs/control_highway_closed.toml"
+        where = (
+            f"{T}::test_highway_carry_factor"
+            if bias < 0
+            else f"{T}::test_highway_positive_bias_closes_the_carry; specs/control_highway_closed.toml"
+        )
         yield (
             "6 highway",
             f"W_T = 0, H = 0, b_T = {bias:g}: (1 − σ(b_T))^L, L = {L}",
@@ -398,7 +408,13 @@ def rows() -> Iterator[tuple[str, ...]]:
     yield from theory_rows()
 
 
-TC, TJ, TL, TP, TM = "tests/test_theory_checks.py", "tests/test_jacobian.py", "tests/test_lesion.py", "tests/test_paths.py", "tests/test_meanfield.py"
+TC, TJ, TL, TP, TM = (
+    "tests/test_theory_checks.py",
+    "tests/test_jacobian.py",
+    "tests/test_lesion.py",
+    "tests/test_paths.py",
+    "tests/test_meanfield.py",
+)
 
 
 def _relu_stack(depth: int, width: int, *, orthogonal: bool, seed: int) -> torch.nn.Sequential:
@@ -445,7 +461,14 @@ def theory_rows() -> Iterator[tuple[str, ...]]:
 
     # ---- fact 10: mean field (Poole et al. 2016; Schoenholz et al. 2017)
     m = mf.mean_field("relu", sigma_w2=2.0)
-    yield ("10 mean field", "ReLU, σ_w² = 2: χ₁ = σ_w²·E[1(z>0)] = 1 (edge of chaos), ξ = ∞", f"{TM}::test_relu_at_sigma_w2_two_is_exactly_critical", "1; ξ = ∞", f"{g(m.chi1)}; ξ = {m.xi}", "4ε rel.")
+    yield (
+        "10 mean field",
+        "ReLU, σ_w² = 2: χ₁ = σ_w²·E[1(z>0)] = 1 (edge of chaos), ξ = ∞",
+        f"{TM}::test_relu_at_sigma_w2_two_is_exactly_critical",
+        "1; ξ = ∞",
+        f"{g(m.chi1)}; ξ = {m.xi}",
+        "4ε rel.",
+    )
     m = mf.mean_field("tanh", sigma_w2=1.0, sigma_b2=0.05)
     xs = np.linspace(-40 * math.sqrt(m.q_star) - 30, 40 * math.sqrt(m.q_star) + 30, 400_001)
     dens = np.exp(-xs * xs / (2 * m.q_star)) / math.sqrt(2 * math.pi * m.q_star)
@@ -459,10 +482,22 @@ def theory_rows() -> Iterator[tuple[str, ...]]:
         f"1e-9 rel.; seen {rel(m.chi1, trap)}",
     )
     c = mf.critical_sigma_w2("tanh", 0.05)
-    yield ("10 mean field", "tanh, σ_b² = 0.05: σ_w² on the order-to-chaos line (Schoenholz et al. 2017, Fig. 1)", f"{TM}::test_critical_line", "≈ 1.76", g(c), "0.005")
+    yield (
+        "10 mean field",
+        "tanh, σ_b² = 0.05: σ_w² on the order-to-chaos line (Schoenholz et al. 2017, Fig. 1)",
+        f"{TM}::test_critical_line",
+        "≈ 1.76",
+        g(c),
+        "0.005",
+    )
     xs1 = np.linspace(-70.0, 70.0, 400_001)
-    var_tanh = float(np.trapezoid(np.tanh(xs1) ** 2 * np.exp(-xs1 * xs1 / 2) / math.sqrt(2 * math.pi), xs1))  # tanh is odd: mean 0
-    for name, published, exact in (("relu", 1.7139588594, math.sqrt(2 / (1 - 1 / math.pi))), ("tanh", 1.5939117670, 1 / math.sqrt(var_tanh))):
+    var_tanh = float(
+        np.trapezoid(np.tanh(xs1) ** 2 * np.exp(-xs1 * xs1 / 2) / math.sqrt(2 * math.pi), xs1)
+    )  # tanh is odd: mean 0
+    for name, published, exact in (
+        ("relu", 1.7139588594, math.sqrt(2 / (1 - 1 / math.pi))),
+        ("tanh", 1.5939117670, 1 / math.sqrt(var_tanh)),
+    ):
         got = mf.nf_gain(name)
         yield (
             "10 mean field",
@@ -470,17 +505,30 @@ def theory_rows() -> Iterator[tuple[str, ...]]:
             f"{TM}::test_nf_gains",
             g(exact) + (" (√(2/(1 − 1/π)))" if name == "relu" else " (1/√Var by trapezoid)"),
             g(got),
-            ("4ε rel." if name == "relu" else f"1e-10 rel.; seen {rel(got, exact)}") + f"; published value off by {abs(published / got - 1):.1e} rel. (a finite-sample estimate)",
+            ("4ε rel." if name == "relu" else f"1e-10 rel.; seen {rel(got, exact)}")
+            + f"; published value off by {abs(published / got - 1):.1e} rel. (a finite-sample estimate)",
         )
-    for act, init, width in (("relu", "kaiming_normal", 64), ("relu", "kaiming_normal", 256), ("tanh", "xavier_normal", 64), ("tanh", "xavier_normal", 256)):
-        s = spec("plain", f'activation = "{act}"', f'weight_init = ["{init}"]\nbias_init = 0.0\ndtype = ["float64"]', "[expect.mean_field]")
+    for act, init, width in (
+        ("relu", "kaiming_normal", 64),
+        ("relu", "kaiming_normal", 256),
+        ("tanh", "xavier_normal", 64),
+        ("tanh", "xavier_normal", 256),
+    ):
+        s = spec(
+            "plain",
+            f'activation = "{act}"',
+            f'weight_init = ["{init}"]\nbias_init = 0.0\ndtype = ["float64"]',
+            "[expect.mean_field]",
+        )
         zs, rates = [], []
         for seed in range(120):
             case = corner_case(s, depth=10, width=width, batch=1, seed=seed, dtype="float64")
             mm = probe(build(s, case).blocks, make_input(s, case), seed=derive_seed(seed, 2))
             pr = predict(s, case)
             meas = 2 * math.log(mm.grad_norm[0] / mm.grad_norm[-1])
-            zs.append((meas - sum(lc - v / 2 for lc, v in zip(pr.log_chi, pr.log_var, strict=True))) / math.sqrt(pr.total_var))
+            zs.append(
+                (meas - sum(lc - v / 2 for lc, v in zip(pr.log_chi, pr.log_var, strict=True))) / math.sqrt(pr.total_var)
+            )
             rates.append(meas / 10)
         z = np.asarray(zs)
         yield (
@@ -492,7 +540,9 @@ def theory_rows() -> Iterator[tuple[str, ...]]:
             f"|mean| ≤ {4 / math.sqrt(120):.2f}; Var in [0.65, 1.4] (±3 s.d.)",
         )
     # ---- fact 11: Jacobian spectrum (Pennington, Schoenholz & Ganguli 2017)
-    s = spec("preact", 'norm = "layer"', 'weight_init = ["kaiming_normal"]\nbranch_init = ["rezero"]\ndtype = ["float64"]')
+    s = spec(
+        "preact", 'norm = "layer"', 'weight_init = ["kaiming_normal"]\nbranch_init = ["rezero"]\ndtype = ["float64"]'
+    )
     case = corner_case(s, depth=6, width=12, batch=3, branch_init="rezero", dtype="float64")
     sv = jacobian_svdvals(build(s, case).blocks, make_input(s, case))
     yield (
@@ -519,7 +569,9 @@ def theory_rows() -> Iterator[tuple[str, ...]]:
             vals = []
             for seed in range(6):
                 x = torch.randn(1, 192, generator=torch.Generator().manual_seed(100 + seed), dtype=torch.float64)
-                vals.append(jacobian_spectrum(_relu_stack(depth, 192, orthogonal=orthogonal, seed=seed), x, exact=True).var_sq)
+                vals.append(
+                    jacobian_spectrum(_relu_stack(depth, 192, orthogonal=orthogonal, seed=seed), x, exact=True).var_sq
+                )
             v = np.asarray(vals, dtype=float)
             yield (
                 "11 isometry",
@@ -533,7 +585,11 @@ def theory_rows() -> Iterator[tuple[str, ...]]:
     x = torch.randn(2, 10, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
     s2 = jacobian_svdvals(blocks, x) ** 2
     se = math.sqrt(2 * float(s2.pow(2).sum()) / 16) / 20
-    zs = [(hutchinson_mean_sq(blocks, x, probes=16, generator=torch.Generator().manual_seed(k))[0] - float(s2.sum()) / 20) / se for k in range(100)]
+    zs = [
+        (hutchinson_mean_sq(blocks, x, probes=16, generator=torch.Generator().manual_seed(k))[0] - float(s2.sum()) / 20)
+        / se
+        for k in range(100)
+    ]
     yield (
         "11 isometry",
         "Hutchinson ⟨σ²⟩, K = 16 probes: SE = √(2Σσ⁴/K)/N; mean z² over 100 estimates",
@@ -630,9 +686,13 @@ def main() -> int:
     out = sys.stdout
     out.write("# The numbers, predicted and measured\n\n")
     out.write("Generated by `python docs/theory_table.py > docs/theory.md`; do not edit by hand.\n\n")
-    out.write("Each row: a fact from the literature (sources in tests/test_theory.py), its formula, where the test suite checks it, the value the\n")
+    out.write(
+        "Each row: a fact from the literature (sources in tests/test_theory.py), its formula, where the test suite checks it, the value the\n"
+    )
     out.write("formula predicts (computed by the script), the value the harness measures (through specs and\n")
-    out.write("`probe`), and the tolerance the test uses. ε = 2⁻⁵² (float64). Statistical rows (fact 7) are means over\n")
+    out.write(
+        "`probe`), and the tolerance the test uses. ε = 2⁻⁵² (float64). Statistical rows (fact 7) are means over\n"
+    )
     out.write("fixed seeds ± their standard error; their tests assert the tolerance is at least 3 standard errors.\n\n")
     out.write("| fact | formula | checked in | predicted | measured | tolerance |\n|---|---|---|---|---|---|\n")
     for row in rows():
@@ -642,21 +702,37 @@ def main() -> int:
     out.write("ratio would need several hundred seeds; the test checks the per-layer conditional mean, which is\n")
     out.write("exactly gain²/2 for every layer, pooled over 6 seeds × 50 layers.\n\n")
     out.write("Notes on facts 10-13. Mean field (10): χ_l = σ_w² E[φ′(√q_l z)²] along the stack by quadrature\n")
-    out.write("(`stability.judge.meanfield`); the measured per-block log factor of ‖∂L/∂x‖² has, to first order in 1/n,\n")
+    out.write(
+        "(`stability.judge.meanfield`); the measured per-block log factor of ‖∂L/∂x‖² has, to first order in 1/n,\n"
+    )
     out.write("variance v_l = (3κ_l − 1)/n (κ = E[φ′⁴]/E[φ′²]²; 5/n for ReLU, Hanin 2018) and mean ln χ_l − v_l/2,\n")
-    out.write("so z should have mean 0 and variance 1; at width 16 the ReLU variance is 1.45 (O(1/n²) terms), and for\n")
+    out.write(
+        "so z should have mean 0 and variance 1; at width 16 the ReLU variance is 1.45 (O(1/n²) terms), and for\n"
+    )
     out.write("tanh off the fixed point (kaiming, σ_w² = 25/9) it is 1.14 at widths 64 and 256 (100 seeds): the\n")
-    out.write("fluctuation of q_l, which moves χ(q_l), is not in v_l. One-layer preact ReLU stacks (x + α W relu(x)):\n")
-    out.write("the masks are correlated from block to block, and the covariance term of `log_rate_variance` brings Var z\n")
-    out.write("at width 128 from 1.34 to 1.11 (α = 0.5) and from 1.42 to 1.14 (α = 1), 120 seeds (tests/test_theory_checks.py::\n")
-    out.write("test_residual_rate_needs_the_covariance_between_blocks). Jacobian (11): the 2L / L variances are the free\n")
+    out.write(
+        "fluctuation of q_l, which moves χ(q_l), is not in v_l. One-layer preact ReLU stacks (x + α W relu(x)):\n"
+    )
+    out.write(
+        "the masks are correlated from block to block, and the covariance term of `log_rate_variance` brings Var z\n"
+    )
+    out.write(
+        "at width 128 from 1.34 to 1.11 (α = 0.5) and from 1.42 to 1.14 (α = 1), 120 seeds (tests/test_theory_checks.py::\n"
+    )
+    out.write(
+        "test_residual_rate_needs_the_covariance_between_blocks). Jacobian (11): the 2L / L variances are the free\n"
+    )
     out.write("product of one layer's D²·WWᵀ moments (Pennington et al. 2017). Paths (12) and lesions (13): linear\n")
     out.write("residual chains with orthogonal branches, where every path has norm α^k and distinct paths are\n")
     out.write("uncorrelated (Veit et al. 2016).\n\n")
     out.write("## Negative controls (`stability check specs/control_*.toml --profile ci`)\n\n")
-    out.write('Each control declares `expect = "violated"`; tests/test_controls.py asserts it is met, and not met when\n')
+    out.write(
+        'Each control declares `expect = "violated"`; tests/test_controls.py asserts it is met, and not met when\n'
+    )
     out.write('flipped to "holds".\n\n')
-    out.write("| spec | invariant | expectation | smallest violating case found | verdict | seconds |\n|---|---|---|---|---|---|\n")
+    out.write(
+        "| spec | invariant | expectation | smallest violating case found | verdict | seconds |\n|---|---|---|---|---|---|\n"
+    )
     for row in controls():
         out.write("| " + " | ".join(row) + " |\n")
     return 0

@@ -46,11 +46,20 @@ def main() -> None:
                 ratios.append(v.extra["depth_ratio"])
             passed += v.passed
         finite = [x for x in values if x == x]
-        spread = f"min {min(finite):.4g}, median {statistics.median(finite):.4g}, max {max(finite):.4g}" if finite else "no finite value"
-        print(f"{args.spec}::{name}: {passed}/{len(values)} pass; observed {spread}; non-finite {len(values) - len(finite)}; {time.process_time() - t0:.1f} s CPU")
+        spread = (
+            f"min {min(finite):.4g}, median {statistics.median(finite):.4g}, max {max(finite):.4g}"
+            if finite
+            else "no finite value"
+        )
+        print(
+            f"{args.spec}::{name}: {passed}/{len(values)} pass; observed {spread}; non-finite {len(values) - len(finite)}; {time.process_time() - t0:.1f} s CPU"
+        )
         print("  values: " + " ".join(f"{x:.3g}" for x in values))
         if ratios:
-            print(f"  deep/shallow ratio: min {min(ratios):.4g}, median {statistics.median(ratios):.4g}, max {max(ratios):.4g}: " + " ".join(f"{x:.3g}" for x in ratios))
+            print(
+                f"  deep/shallow ratio: min {min(ratios):.4g}, median {statistics.median(ratios):.4g}, max {max(ratios):.4g}: "
+                + " ".join(f"{x:.3g}" for x in ratios)
+            )
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ from torch import nn
 class GatedResidual(nn.Module):
     def __init__(self, width: int) -> None:
         super().__init__()
-        self.branch = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+        self.branch = nn.Sequential(
+            nn.LayerNorm(width), nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+        )
         self.alpha = nn.Parameter(torch.zeros(()))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -164,7 +164,9 @@ def _check_exports() -> None:
     missing = [n for n in __all__ if n not in _LAZY and n not in _MODULES and n not in eager]
     extra = [n for n in (*_LAZY, *_MODULES) if n not in __all__]
     if missing or extra:  # pragma: no cover - a change to the public surface that forgot one side
-        raise RuntimeError(f"stability/__init__.py: __all__ names {missing} with no definition, and {extra} are defined but not in __all__")
+        raise RuntimeError(
+            f"stability/__init__.py: __all__ names {missing} with no definition, and {extra} are defined but not in __all__"
+        )
 
 
 _check_exports()

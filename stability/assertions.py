@@ -31,7 +31,8 @@ class StabilityAssertionError(AssertionError):
         self.verdict, self.measurements = verdict, m
         lines = [
             f"{verdict.invariant} violated: {verdict.detail}",
-            f"  observed {verdict.observed:.4g}, bound {verdict.bound}" + (f", decided at block {verdict.block}" if verdict.block is not None else ""),
+            f"  observed {verdict.observed:.4g}, bound {verdict.bound}"
+            + (f", decided at block {verdict.block}" if verdict.block is not None else ""),
             f"  gradient norm by boundary (input → output): {_compact(m.grad_norm)}",
             f"  activation variance by boundary: {_compact(m.act_var)}",
             f"  what to do: `stability explain {verdict.invariant}`",
@@ -76,7 +77,9 @@ def assert_variance_growth(
 ) -> Measurements:
     """Fail when the activation variance grows faster than `max_growth` or leaves the ratios."""
     m = probe(blocks, x, seed=seed)
-    return _check(variance_growth(m, max_growth=max_growth, max_ratio=max_ratio, min_ratio=min_ratio, statistic=statistic), m)
+    return _check(
+        variance_growth(m, max_growth=max_growth, max_ratio=max_ratio, min_ratio=min_ratio, statistic=statistic), m
+    )
 
 
 def assert_identity_at_init(blocks: Blocks, x: torch.Tensor, *, atol: float = 0.0, seed: int = 0) -> Measurements:

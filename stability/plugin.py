@@ -37,8 +37,18 @@ __all__ = ["SpecFile", "SpecItem"]
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("stability", "stability: spec files as tests")
-    group.addoption("--stability-profile", choices=sorted(PROFILES), default=None, help="search budget for spec items (default: STABILITY_PROFILE, else ci under CI, else dev)")
-    group.addoption("--stability-device", choices=list(DEVICE_CHOICES), default="cpu", help="device for spec items: cpu (default), cuda, auto (cuda when present), all (one item per device)")
+    group.addoption(
+        "--stability-profile",
+        choices=sorted(PROFILES),
+        default=None,
+        help="search budget for spec items (default: STABILITY_PROFILE, else ci under CI, else dev)",
+    )
+    group.addoption(
+        "--stability-device",
+        choices=list(DEVICE_CHOICES),
+        default="cpu",
+        help="device for spec items: cpu (default), cuda, auto (cuda when present), all (one item per device)",
+    )
     group.addoption("--stability-case-timeout", type=float, default=120.0, help="per-case time limit in seconds")
     group.addoption(
         "--stability-case",
@@ -46,9 +56,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="K=V,...",
         help="replay this case in every collected spec item instead of searching (keys left out take each spec's corner value), as `stability check --case`",
     )
-    parser.addini("stability_spec_dirs", "folder names whose *.toml files are collected as specs", type="args", default=["specs"])
-    parser.addini("stability_source_roots", "folders (relative to the rootdir) custom factories may come from, besides each spec's folder", type="paths", default=[])
-    parser.addini("stability_plugins", "modules (or .py files, relative to the rootdir) that register invariants or families (stability.run.plugins)", type="args", default=[])
+    parser.addini(
+        "stability_spec_dirs", "folder names whose *.toml files are collected as specs", type="args", default=["specs"]
+    )
+    parser.addini(
+        "stability_source_roots",
+        "folders (relative to the rootdir) custom factories may come from, besides each spec's folder",
+        type="paths",
+        default=[],
+    )
+    parser.addini(
+        "stability_plugins",
+        "modules (or .py files, relative to the rootdir) that register invariants or families (stability.run.plugins)",
+        type="args",
+        default=[],
+    )
 
 
 @pytest.hookimpl(trylast=True)  # after the terminal reporter is registered
@@ -56,7 +78,9 @@ def pytest_configure(config: pytest.Config) -> None:
     _log_safe_terminal(config)
     config.addinivalue_line("markers", "gpu: needs CUDA; skipped with a reason where it is absent")
     config.stash[_NAMES] = {}
-    plugins: list[str] = [str(config.rootpath / p) if p.endswith(".py") else p for p in config.getini("stability_plugins")]
+    plugins: list[str] = [
+        str(config.rootpath / p) if p.endswith(".py") else p for p in config.getini("stability_plugins")
+    ]
     config.stash[_PLUGINS] = plugins
     load_plugins(plugins)
     if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("OMP_NUM_THREADS"):
@@ -128,10 +152,14 @@ class SpecFile(pytest.File):
         names = self.config.stash.setdefault(_NAMES, {})
         first = names.setdefault(spec.name, spec.path)
         if first != spec.path:
-            error = SpecError(spec.path, "name", f"is already used by {first}", value=spec.name, fix="give each spec a unique name")
+            error = SpecError(
+                spec.path, "name", f"is already used by {first}", value=spec.name, fix="give each spec a unique name"
+            )
             yield SpecErrorItem.from_parent(self, name="load", error=error)
             return
-        if FAMILIES.get(spec.family).user_code and spec.block.factory:  # as `stability check` does, before anything runs
+        if (
+            FAMILIES.get(spec.family).user_code and spec.block.factory
+        ):  # as `stability check` does, before anything runs
             try:
                 with source_roots([str(p) for p in self.config.getini("stability_source_roots")]):
                     check_factory(spec)
@@ -204,10 +232,14 @@ class SpecItem(pytest.Item):
             if not torch.cuda.is_available():
                 pytest.skip("CUDA is not available on this machine (gpu item)")
         profile = self.config.getoption("--stability-profile") or default_profile_name()
-        options = RunOptions(profile=profile, device=self.device, case_timeout=self.config.getoption("--stability-case-timeout"))
+        options = RunOptions(
+            profile=profile, device=self.device, case_timeout=self.config.getoption("--stability-case-timeout")
+        )
         case = self.config.getoption("--stability-case")
         roots = [str(p) for p in self.config.getini("stability_source_roots")]
-        if FAMILIES.get(self.spec.family).user_code:  # the user's own code: in a worker process, as `stability check` runs it
+        if FAMILIES.get(
+            self.spec.family
+        ).user_code:  # the user's own code: in a worker process, as `stability check` runs it
             result = self._in_worker(options, roots, case)
         else:  # the harness's own families run no user code: here, without a process to start
             deep_stack()  # the stack a worker gets: freeing a very deep stack's graph recurses (stability/run/worker.py)
@@ -231,7 +263,9 @@ class SpecItem(pytest.Item):
         is shown with a failure."""
         plugins: list[str] = self.config.stash[_PLUGINS]
         env = plugins_environment(plugins, roots_environment(roots))
-        (outcome,) = executor_for("workers", jobs=1, threads=default_threads(), env=env).map([Task(self.spec, options, case=case, only=self.invariant)])
+        (outcome,) = executor_for("workers", jobs=1, threads=default_threads(), env=env).map(
+            [Task(self.spec, options, case=case, only=self.invariant)]
+        )
         self.output = outcome.result.output
         if outcome.error is not None and not outcome.result.results:
             raise StabilityError(outcome.error)
@@ -240,7 +274,10 @@ class SpecItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         exc = excinfo.value
-        shown = [f"output of the spec's code: | {printable(line)}" for line in self.output.rstrip().splitlines()[-OUTPUT_LINES:]]
+        shown = [
+            f"output of the spec's code: | {printable(line)}"
+            for line in self.output.rstrip().splitlines()[-OUTPUT_LINES:]
+        ]
         if isinstance(exc, _Unmet):
             r = exc.result
             lines = [printable(r.message)]

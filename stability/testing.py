@@ -98,7 +98,9 @@ def given_spec(
                 raise
 
         _name_like(body, test)
-        search = keyed(settings(base), f"given_spec::{spec.path}::{where}")(given(networks(spec, device=device, invariant=invariant))(body))
+        search = keyed(settings(base), f"given_spec::{spec.path}::{where}")(
+            given(networks(spec, device=device, invariant=invariant))(body)
+        )
 
         def run() -> None:
             budget.first, budget.last = None, None
@@ -136,7 +138,9 @@ def _report(spec: Spec, test: Test, case: Case, exc: Exception) -> None:
     smallest = smallest_depth(spec, case, fails) if case.depth > spec.space.depth[0] else case
     final = raised.get(smallest, exc)
     if smallest != case:
-        final.add_note(f"Smallest failing depth: {smallest.depth} (the case Hypothesis reported, {case}, with its depth bisected)")
+        final.add_note(
+            f"Smallest failing depth: {smallest.depth} (the case Hypothesis reported, {case}, with its depth bisected)"
+        )
     final.add_note(f"Failing case: {smallest}")
     final.add_note(f"reproduce: {reproduce_command(spec, smallest)}")
     if final is exc:

@@ -49,7 +49,9 @@ def _approx(expected: Any, rel: float | None = None, abs: float | None = None, n
             if v != 0.0 and math.isfinite(v) and math.fabs(v) * rel < 1e-12:
                 caller = sys._getframe(1)
                 where = f"{caller.f_code.co_filename}:{caller.f_lineno}"
-                raise AssertionError(f"{where}: pytest.approx({v!r}, rel={rel!r}) is checked to 1e-12 absolute, not to rel: give abs= (abs=0.0 checks rel alone)")
+                raise AssertionError(
+                    f"{where}: pytest.approx({v!r}, rel={rel!r}) is checked to 1e-12 absolute, not to rel: give abs= (abs=0.0 checks rel alone)"
+                )
     return _APPROX(expected, rel=rel, abs=abs, nan_ok=nan_ok)
 
 

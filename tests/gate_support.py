@@ -184,7 +184,9 @@ def write_factories(folder: Path) -> None:
     (folder / "stability_gate_os_exit_at_import.py").write_text("import os\nos._exit(0)\n", encoding="utf-8")
 
 
-def run_check(*args: str | Path, cwd: Path, timeout: float = 120, shell_tail: str = "") -> subprocess.CompletedProcess[str]:
+def run_check(
+    *args: str | Path, cwd: Path, timeout: float = 120, shell_tail: str = ""
+) -> subprocess.CompletedProcess[str]:
     """`python -m stability check ARGS` in a subprocess (with `| tail` when `shell_tail`)."""
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "STABILITY_PROFILE")}
     cmd = [sys.executable, "-m", "stability", "check", *map(str, args)]

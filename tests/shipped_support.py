@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 #: The libraries the shipped library specs (specs/zoo/) name, and how to get each.
-SHIPPED_LIBRARIES = {"transformers": 'pip install -e ".[hf]"', "timm": "docs/library-models.md, section 5", "torchvision": "docs/library-models.md, section 5"}
+SHIPPED_LIBRARIES = {
+    "transformers": 'pip install -e ".[hf]"',
+    "timm": "docs/library-models.md, section 5",
+    "torchvision": "docs/library-models.md, section 5",
+}
 
 
 def require_shipped_libraries() -> None:

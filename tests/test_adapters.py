@@ -57,8 +57,12 @@ def test_call_kwargs_reach_every_block_as_a_mapping_or_from_the_input() -> None:
         assert not h.requires_grad
         return {"scale": 0.5}
 
-    assert probe(Stack(blocks=blocks, call_kwargs={"scale": 2.0}), x64(), loss="sum").gradient_ratio == pytest.approx(8.0, rel=1e-12)
-    assert probe(Stack(blocks=blocks, call_kwargs=kwargs), x64(), loss="sum").gradient_ratio == pytest.approx(0.125, rel=1e-12, abs=0.0)
+    assert probe(Stack(blocks=blocks, call_kwargs={"scale": 2.0}), x64(), loss="sum").gradient_ratio == pytest.approx(
+        8.0, rel=1e-12
+    )
+    assert probe(Stack(blocks=blocks, call_kwargs=kwargs), x64(), loss="sum").gradient_ratio == pytest.approx(
+        0.125, rel=1e-12, abs=0.0
+    )
     assert seen == [(3, 5, 4)]  # evaluated once per probe, on the stack's input
 
 
@@ -116,7 +120,12 @@ def test_a_result_without_a_hidden_state_is_a_block_error() -> None:
 
 
 def test_set_modes_splits_batch_statistics_norms_from_everything_else() -> None:
-    net = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Dropout(0.5), nn.Sequential(nn.InstanceNorm1d(4, track_running_stats=True), nn.LayerNorm(4)))
+    net = nn.Sequential(
+        nn.Linear(4, 4),
+        nn.BatchNorm1d(4),
+        nn.Dropout(0.5),
+        nn.Sequential(nn.InstanceNorm1d(4, track_running_stats=True), nn.LayerNorm(4)),
+    )
     set_modes(net, norm_train=True, dropout_train=False)
     assert [m.training for m in net.modules()] == [False, False, True, False, False, True, False]
     set_modes(net, norm_train=False, dropout_train=True)

@@ -13,7 +13,11 @@ import pytest
 from stability.allocator import tune_malloc
 
 ROOT = Path(__file__).resolve().parent.parent
-GLIBC = sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION") is not None if hasattr(os, "confstr") else False
+GLIBC = (
+    sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION") is not None
+    if hasattr(os, "confstr")
+    else False
+)
 
 _CHILD = """
 import importlib.util, json, sys
@@ -27,12 +31,22 @@ print(json.dumps({"first": first, "again": tune_malloc()}))
 
 def _child(env: dict[str, str]) -> dict[str, bool]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "STABILITY_MALLOC_TUNE"}
-    out = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, env={**clean, **env}, cwd=ROOT, check=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD],
+        capture_output=True,
+        text=True,
+        env={**clean, **env},
+        cwd=ROOT,
+        check=True,
+        timeout=120,
+    )
     result: dict[str, bool] = json.loads(out.stdout)
     return result
 
 
-@pytest.mark.skipif(not GLIBC, reason="mallopt(M_MMAP_THRESHOLD) is a glibc setting; elsewhere tune_malloc does nothing")
+@pytest.mark.skipif(
+    not GLIBC, reason="mallopt(M_MMAP_THRESHOLD) is a glibc setting; elsewhere tune_malloc does nothing"
+)
 def test_on_glibc_the_threshold_is_set_once_and_stays() -> None:
     assert _child({}) == {"first": True, "again": True}
 
@@ -73,7 +87,15 @@ def test_deep_checkpointed_probe_stays_small_with_the_same_numbers() -> None:
 
     def run(env: dict[str, str]) -> dict[str, object]:
         clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "STABILITY_MALLOC_TUNE"}
-        out = subprocess.run([sys.executable, "-c", _DEEP.format(depth=1000)], capture_output=True, text=True, env={**clean, **env}, cwd=ROOT, check=True, timeout=600)
+        out = subprocess.run(
+            [sys.executable, "-c", _DEEP.format(depth=1000)],
+            capture_output=True,
+            text=True,
+            env={**clean, **env},
+            cwd=ROOT,
+            check=True,
+            timeout=600,
+        )
         result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
         return result
 

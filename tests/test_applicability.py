@@ -79,12 +79,16 @@ def spec_file(tmp_path: Path) -> Callable[[str], Path]:
 ZERO_ONLY = 'applies_when = { branch_init = ["zero"] }\n'
 
 
-def test_without_applies_when_a_custom_identity_is_judged_on_every_case(cli: Cli, spec_file: Callable[[str], Path]) -> None:
+def test_without_applies_when_a_custom_identity_is_judged_on_every_case(
+    cli: Cli, spec_file: Callable[[str], Path]
+) -> None:
     code, out, _ = cli("check", spec_file(custom()), "--profile", "ci")
     assert code == 1 and "branch_init=default" in out, out
 
 
-def test_applies_when_restricts_the_search_to_the_cases_named(cli: Cli, spec_file: Callable[[str], Path], tmp_path: Path) -> None:
+def test_applies_when_restricts_the_search_to_the_cases_named(
+    cli: Cli, spec_file: Callable[[str], Path], tmp_path: Path
+) -> None:
     report = tmp_path / "r.json"
     code, out, _ = cli("check", spec_file(custom(ZERO_ONLY)), "--profile", "ci", "--json", report)
     assert code == 0, out
@@ -93,10 +97,23 @@ def test_applies_when_restricts_the_search_to_the_cases_named(cli: Cli, spec_fil
     assert probed and set(probed) == {"zero"}
 
 
-def test_a_replayed_case_outside_is_not_applicable_everywhere(cli: Cli, spec_file: Callable[[str], Path], tmp_path: Path) -> None:
+def test_a_replayed_case_outside_is_not_applicable_everywhere(
+    cli: Cli, spec_file: Callable[[str], Path], tmp_path: Path
+) -> None:
     path = spec_file(custom(ZERO_ONLY))
     out_json, out_xml, out_html = tmp_path / "r.json", tmp_path / "r.xml", tmp_path / "html"
-    code, out, err = cli("check", path, "--case", "depth=2,width=3,branch_init=default", "--json", out_json, "--junit", out_xml, "--html", out_html)
+    code, out, err = cli(
+        "check",
+        path,
+        "--case",
+        "depth=2,width=3,branch_init=default",
+        "--json",
+        out_json,
+        "--junit",
+        out_xml,
+        "--html",
+        out_html,
+    )
     assert code == 5 and "nothing was judged" in err, out  # judged nothing: pytest's "no tests ran", never a pass
     assert "n/a" in out and "not applicable" in out and "✓" not in out
     assert "0 met, 0 not met, 1 not applicable, 0 case(s) probed" in out
@@ -133,18 +150,30 @@ def test_choice_keys_narrow_the_drawn_space() -> None:
     spec = parse_spec(custom(ZERO_ONLY).replace('factory = "applicability_factory:make"', 'factory = "m:f"'))
     assert narrow_for(spec, "identity_at_init").space.branch_init == ["zero"]
     assert spec.space.branch_init == ["default", "zero"]
-    deep = parse_spec(custom('applies_when = { depth = [2, 4], init = ["default"] }\n').replace('factory = "applicability_factory:make"', 'factory = "m:f"'))
+    deep = parse_spec(
+        custom('applies_when = { depth = [2, 4], init = ["default"] }\n').replace(
+            'factory = "applicability_factory:make"', 'factory = "m:f"'
+        )
+    )
     narrowed = narrow_for(deep, "identity_at_init").space
     assert narrowed.depth == (2, 4) and narrowed.weight_init == ["default"] and narrowed.width == (2, 6)
     depth3 = parse_case_string("depth=3,branch_init=zero", deep)
-    assert "depth=3 is outside expect.identity_at_init.applies_when depth = [2, 4]" in (not_applicable_reason(deep, "identity_at_init", depth3) or "")
+    assert "depth=3 is outside expect.identity_at_init.applies_when depth = [2, 4]" in (
+        not_applicable_reason(deep, "identity_at_init", depth3) or ""
+    )
 
 
 @pytest.mark.parametrize(
     ("applies", "fragments"),
     [
-        ('applies_when = { brnch_init = ["zero"] }', ["applies_when.brnch_init", "is not a case key", 'did you mean "branch_init"?']),
-        ('applies_when = { branch_init = ["rezero"] }', ["applies_when.branch_init", "'rezero' is not in space.branch_init ['default', 'zero']"]),
+        (
+            'applies_when = { brnch_init = ["zero"] }',
+            ["applies_when.brnch_init", "is not a case key", 'did you mean "branch_init"?'],
+        ),
+        (
+            'applies_when = { branch_init = ["rezero"] }',
+            ["applies_when.branch_init", "'rezero' is not in space.branch_init ['default', 'zero']"],
+        ),
         ("applies_when = { depth = [9] }", ["applies_when.depth", "9 is not a value space.depth [1, 4] can draw"]),
         ("applies_when = { branch_init = [] }", ["lists no value"]),
         ("applies_when = {}", ["applies_when", "is empty"]),

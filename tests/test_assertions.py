@@ -6,7 +6,12 @@ import pytest
 import torch
 from torch import nn
 
-from stability.assertions import StabilityAssertionError, assert_gradient_arrives, assert_identity_at_init, assert_variance_growth
+from stability.assertions import (
+    StabilityAssertionError,
+    assert_gradient_arrives,
+    assert_identity_at_init,
+    assert_variance_growth,
+)
 
 
 def sigmoid_stack(depth: int) -> nn.Sequential:

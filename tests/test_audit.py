@@ -47,7 +47,9 @@ def test_a_failure_reported_as_met_is_caught_on_its_deciding_case() -> None:
     line = rejudge(result, replay=False)
     assert line is not None and f"case {r.case} fails when judged again" in line
     (now,) = result.results
-    assert not now.met and now.error == line and now.case == r.case and now.verdict is not None and not now.verdict.passed
+    assert (
+        not now.met and now.error == line and now.case == r.case and now.verdict is not None and not now.verdict.passed
+    )
 
 
 def test_a_met_expectation_is_caught_on_any_case_it_judged() -> None:
@@ -55,7 +57,13 @@ def test_a_met_expectation_is_caught_on_any_case_it_judged() -> None:
     (r,) = result.results
     passing = next(c for c in r.judged if result.cases[c].measurements is not None and c != r.case and c.depth < 4)
     hidden = dataclasses.replace(
-        r, met=True, case=passing, verdict=dataclasses.replace(r.verdict, passed=True) if r.verdict else None, message="holds", error=None, reproduce=None
+        r,
+        met=True,
+        case=passing,
+        verdict=dataclasses.replace(r.verdict, passed=True) if r.verdict else None,
+        message="holds",
+        error=None,
+        reproduce=None,
     )  # a forged result: deciding case a passing one, every judged case kept
     result.results = [hidden]
     line = rejudge(result, replay=False)

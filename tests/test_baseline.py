@@ -19,12 +19,13 @@ import pytest
 
 from stability.cli import main
 from stability.judge.verdict import Verdict
-from stability.report.baseline import Baseline, compare, load_baseline, relative_change, toward_bound
+from stability.report.baseline import Baseline, compare, relative_change, toward_bound
+from stability.report.baseline_load import load_baseline
 from stability.report.formats import to_json
 from stability.report.provenance import SCHEMA_VERSION
 from stability.run.engine import RunOptions, SpecResult, run_spec
 from stability.run.executor import Outcome, Task
-from stability.run.sweep import code_version, spec_hash
+from stability.run.store_keys import code_version, spec_hash
 from stability.spec.load import load_spec, parse_spec
 from stability.spec.schema import AttentionEntropy, GradientArrival, IdentityAtInit, Spec, UpdateSize
 
@@ -95,7 +96,10 @@ def test_a_gradient_ratio_moved_from_1_to_1_31_fails_and_an_unchanged_run_passes
     assert check(base, "--json", "base.json")[0] == 0
     code, out, _ = check(pr, "--baseline", base / "base.json")
     assert code == 1  # 1.31 is still inside [0.5, 2]: only the comparison fails it
-    assert "✗ specs/gain.toml::gradient_arrival: 1.00 → 1.31 (+31.0%, drift limit 10%): rose, toward its bound, by more than the drift limit" in out
+    assert (
+        "✗ specs/gain.toml::gradient_arrival: 1.00 → 1.31 (+31.0%, drift limit 10%): rose, toward its bound, by more than the drift limit"
+        in out
+    )
     assert f"changed since the baseline in specs/gain.toml: the factory module specs/{MODULE}.py" in out
     assert "reproduce: stability check specs/gain.toml --case depth=1,width=4,batch=2," in out
     code, out, _ = check(base, "--baseline", "base.json")
@@ -116,9 +120,20 @@ def test_a_gradient_ratio_moved_from_1_to_1_31_fails_and_an_unchanged_run_passes
         (1.0, 1.0999, 0, "rose, toward its bound, within"),
         (1.0, 1.1001, 1, "rose, toward its bound, by more than"),
     ],
-    ids=["up-5%", "down-5%", "down-15%", "back-to-the-middle", "away-from-lo", "away-within", "just-inside", "just-past"],
+    ids=[
+        "up-5%",
+        "down-5%",
+        "down-15%",
+        "back-to-the-middle",
+        "away-from-lo",
+        "away-within",
+        "just-inside",
+        "just-past",
+    ],
 )
-def test_the_limit_is_a_relative_change_either_way_named_by_direction(tmp_path: Path, check: Check, before: float, after: float, code: int, says: str) -> None:
+def test_the_limit_is_a_relative_change_either_way_named_by_direction(
+    tmp_path: Path, check: Check, before: float, after: float, code: int, says: str
+) -> None:
     base, pr = checkout(tmp_path, "base", before), checkout(tmp_path, "pr", after)
     assert check(base, "--json", "base.json")[0] == 0
     got, out, _ = check(pr, "--baseline", base / "base.json", "--json", "r.json")
@@ -142,24 +157,40 @@ def _v(name: str, observed: float, passed: bool = True) -> Verdict:
 def _expecting(name: str, expectation: Any) -> Spec:
     """The gain spec with `[expect.NAME]` replaced by `expectation` (no other check applies)."""
     spec = parse_spec(SPEC.format(width="4"))
-    return spec.model_copy(update={"expect": spec.expect.model_copy(update={"gradient_arrival": None, name: expectation})})
+    return spec.model_copy(
+        update={"expect": spec.expect.model_copy(update={"gradient_arrival": None, name: expectation})}
+    )
 
 
 def test_toward_the_bound_for_two_sided_one_sided_and_negative_controls() -> None:
     ratio = _expecting("gradient_arrival", GradientArrival(lo=0.5, hi=2.0))
-    assert toward_bound(ratio, "gradient_arrival", _v("gradient_arrival", 1.0), _v("gradient_arrival", 1.31))  # toward hi
-    assert toward_bound(ratio, "gradient_arrival", _v("gradient_arrival", 1.0), _v("gradient_arrival", 0.8))  # toward lo
-    assert not toward_bound(ratio, "gradient_arrival", _v("gradient_arrival", 0.6), _v("gradient_arrival", 1.0))  # the nearer bound is farther now
-    control = _expecting("gradient_arrival", GradientArrival(lo=0.01, hi=100.0, expect="violated"))  # the gradient is meant to vanish
-    assert toward_bound(control, "gradient_arrival", _v("gradient_arrival", 1e-3, False), _v("gradient_arrival", 5e-3, False))  # closer to passing
-    assert not toward_bound(control, "gradient_arrival", _v("gradient_arrival", 5e-3, False), _v("gradient_arrival", 1e-3, False))
+    assert toward_bound(
+        ratio, "gradient_arrival", _v("gradient_arrival", 1.0), _v("gradient_arrival", 1.31)
+    )  # toward hi
+    assert toward_bound(
+        ratio, "gradient_arrival", _v("gradient_arrival", 1.0), _v("gradient_arrival", 0.8)
+    )  # toward lo
+    assert not toward_bound(
+        ratio, "gradient_arrival", _v("gradient_arrival", 0.6), _v("gradient_arrival", 1.0)
+    )  # the nearer bound is farther now
+    control = _expecting(
+        "gradient_arrival", GradientArrival(lo=0.01, hi=100.0, expect="violated")
+    )  # the gradient is meant to vanish
+    assert toward_bound(
+        control, "gradient_arrival", _v("gradient_arrival", 1e-3, False), _v("gradient_arrival", 5e-3, False)
+    )  # closer to passing
+    assert not toward_bound(
+        control, "gradient_arrival", _v("gradient_arrival", 5e-3, False), _v("gradient_arrival", 1e-3, False)
+    )
     upper = _expecting("identity_at_init", IdentityAtInit(atol=1e-6))
     assert toward_bound(upper, "identity_at_init", _v("identity_at_init", 1e-8), _v("identity_at_init", 2e-8))
     assert not toward_bound(upper, "identity_at_init", _v("identity_at_init", 2e-8), _v("identity_at_init", 1e-8))
     lower = _expecting("attention_entropy", AttentionEntropy(min_entropy=0.5))
     assert toward_bound(lower, "attention_entropy", _v("attention_entropy", 0.8), _v("attention_entropy", 0.7))
     assert not toward_bound(lower, "attention_entropy", _v("attention_entropy", 0.7), _v("attention_entropy", 0.8))
-    slope = _expecting("update_size", UpdateSize(widths=[8, 16]))  # |slope| <= max_abs_slope: a negative slope grows toward it too
+    slope = _expecting(
+        "update_size", UpdateSize(widths=[8, 16])
+    )  # |slope| <= max_abs_slope: a negative slope grows toward it too
     assert toward_bound(slope, "update_size", _v("update_size", -0.1), _v("update_size", -0.2))
     assert not toward_bound(slope, "update_size", _v("update_size", -0.2), _v("update_size", 0.1))
 
@@ -194,7 +225,9 @@ def test_update_baseline_writes_the_report_and_shows_the_drift_without_failing(t
     (pr / "b.json").write_text((base / "b.json").read_text())
     code, out, _ = check(pr, "--baseline", "b.json", "--update-baseline", "--html", "html")
     assert code == 0 and "1.00 → 1.31" in out and "--update-baseline: not failing" in out
-    assert json.loads((pr / "b.json").read_text())["specs"][0]["invariants"][0]["observed"] == pytest.approx(1.31, rel=1e-6)
+    assert json.loads((pr / "b.json").read_text())["specs"][0]["invariants"][0]["observed"] == pytest.approx(
+        1.31, rel=1e-6
+    )
     page = (pr / "html" / "index.html").read_text()
     assert "Against the baseline" in page and "1.00 → 1.31" in page and "+31.0%" in page
     assert check(pr, "--baseline", "b.json")[0] == 0  # the new numbers are the baseline now
@@ -205,13 +238,18 @@ def test_update_baseline_writes_the_report_and_shows_the_drift_without_failing(t
     [
         (None, "no such file; write one with `stability check --json FILE` on the base branch"),
         ("not json", "is not a stability JSON report"),
-        ('{"schema_version": 1, "specs": []}', "is not a stability JSON report (not a stability JSON report of schema_version 2)"),
+        (
+            '{"schema_version": 1, "specs": []}',
+            "is not a stability JSON report (not a stability JSON report of schema_version 2)",
+        ),
         ('{"schema_version": 2, "specs": [{"file": "x"}]}', "is not a stability JSON report (KeyError: 'name')"),
         ("fifo", "is not a regular file"),
     ],
     ids=["missing", "not-json", "schema-1", "no-name", "fifo"],
 )
-def test_a_bad_baseline_is_one_line_and_exit_2_before_anything_runs(tmp_path: Path, check: Check, content: str | None, says: str) -> None:
+def test_a_bad_baseline_is_one_line_and_exit_2_before_anything_runs(
+    tmp_path: Path, check: Check, content: str | None, says: str
+) -> None:
     base = checkout(tmp_path, "base", 1.0)
     if content == "fifo":
         os.mkfifo(base / "b.json")
@@ -227,7 +265,9 @@ def test_update_baseline_needs_baseline(tmp_path: Path, check: Check) -> None:
     assert code == 2 and "--update-baseline writes the --baseline FILE; give --baseline FILE too" in err
 
 
-def test_only_cases_that_differ_are_replayed_on_the_run_executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_cases_that_differ_are_replayed_on_the_run_executor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A baseline entry whose case is this run's deciding case is read from the run; another is
     replayed as Task(case=…, only=…) with the run's options."""
     base = checkout(tmp_path, "base", 1.0)
@@ -236,7 +276,17 @@ def test_only_cases_that_differ_are_replayed_on_the_run_executor(tmp_path: Path,
     options = RunOptions(profile="ci")
     result = run_spec(spec, options, case="seed=3")
     outcome = Outcome(Task(spec, options, "seed=3"), result)
-    (base / "b.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "specs": [_report_spec(result, "seed=3"), _report_spec(run_spec(spec, options, case="seed=7"), "seed=7")]}))
+    (base / "b.json").write_text(
+        json.dumps(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "specs": [
+                    _report_spec(result, "seed=3"),
+                    _report_spec(run_spec(spec, options, case="seed=7"), "seed=7"),
+                ],
+            }
+        )
+    )
     seen: list[Task] = []
 
     def replay(tasks: list[Task]) -> list[Outcome]:
@@ -268,14 +318,27 @@ def test_the_comparison_runs_in_workers_too(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "STABILITY_PROFILE", "GITHUB_ACTIONS")}
 
     def run(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "stability", "check", "specs/gain.toml", "--profile", "ci", *args], cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "stability", "check", "specs/gain.toml", "--profile", "ci", *args],
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
-    assert run(base, "--case", "seed=11", "--json", "base.json").returncode == 0  # the baseline's case is seed=11, this run's is another
+    assert (
+        run(base, "--case", "seed=11", "--json", "base.json").returncode == 0
+    )  # the baseline's case is seed=11, this run's is another
     proc = run(pr, "--baseline", str(base / "base.json"), "--json", "r.json")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "1.00 → 1.31 (+31.0%, drift limit 10%)" in proc.stdout
     (delta,) = json.loads((pr / "r.json").read_text())["baseline"]["deltas"]
-    assert delta["case"].endswith("seed=11") and delta["status"] == "drift" and delta["after"] == pytest.approx(1.31, rel=1e-6)
+    assert (
+        delta["case"].endswith("seed=11")
+        and delta["status"] == "drift"
+        and delta["after"] == pytest.approx(1.31, rel=1e-6)
+    )
 
 
 def test_a_move_of_exactly_the_drift_limit_is_within_it(tmp_path: Path, check: Check) -> None:
@@ -285,7 +348,9 @@ def test_a_move_of_exactly_the_drift_limit_is_within_it(tmp_path: Path, check: C
         base, pr = checkout(tmp_path / str(drift), "base", 1.0), checkout(tmp_path / str(drift), "pr", 0.5)
         for folder in (base, pr):
             spec = folder / "specs" / "gain.toml"
-            spec.write_text(spec.read_text().replace("lo = 0.5\nhi = 2.0\ndrift = 0.1", f"lo = 0.1\nhi = 10.0\ndrift = {drift}"))
+            spec.write_text(
+                spec.read_text().replace("lo = 0.5\nhi = 2.0\ndrift = 0.1", f"lo = 0.1\nhi = 10.0\ndrift = {drift}")
+            )
         assert check(base, "--json", "base.json")[0] == 0
         got, out, _ = check(pr, "--baseline", base / "base.json", "--json", "r.json")
         (delta,) = json.loads((pr / "r.json").read_text())["baseline"]["deltas"]

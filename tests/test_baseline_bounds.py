@@ -1,4 +1,4 @@
-"""The baseline's edges (stability/report/baseline.py, its callers in stability/check_cli.py): bounded
+"""The baseline's edges (stability/report/baseline.py and baseline_load.py, its callers in stability/check_cli.py): bounded
 input, `--update-baseline` on a run that could not judge a spec, drift either way with its
 direction named (negative controls too), crossing the bound within the drift, spec paths written
 in any form, and what `--update-baseline` annotates on GitHub."""
@@ -15,8 +15,9 @@ import pytest
 from test_baseline import MODULE, checkout
 
 from stability.cli import main
-from stability.report import baseline as against
-from stability.report.baseline import MAX_DEPTH, _depth, spec_key
+from stability.report import baseline_load
+from stability.report.baseline import spec_key
+from stability.report.baseline_load import MAX_DEPTH, _depth
 
 Run = Callable[..., tuple[int, str, str]]
 
@@ -55,7 +56,9 @@ def test_100000_nested_brackets_are_one_line_and_exit_2(tmp_path: Path, run: Run
     (base / "b.json").write_text("[" * 100_000)
     code, out, err = run(base, "specs/gain.toml", "--baseline", "b.json")
     assert code == 2 and out == "", err
-    assert err.count("\n") == 1 and err.startswith("stability: error: --baseline b.json: nests arrays and objects more than 64 deep"), err
+    assert err.count("\n") == 1 and err.startswith(
+        "stability: error: --baseline b.json: nests arrays and objects more than 64 deep"
+    ), err
     assert "Traceback" not in err and "RecursionError" not in err
 
 
@@ -79,16 +82,20 @@ def test_a_report_at_the_nesting_limit_is_read(tmp_path: Path, run: Run) -> None
     assert code == 2 and "nests arrays and objects more than 64 deep" in err
 
 
-def test_a_baseline_over_the_size_limit_is_one_line_and_exit_2(tmp_path: Path, run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_baseline_over_the_size_limit_is_one_line_and_exit_2(
+    tmp_path: Path, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
     base = checkout(tmp_path, "base", 1.0)
     assert run(base, "specs/gain.toml", "--json", "b.json")[0] == 0
     size = (base / "b.json").stat().st_size
-    monkeypatch.setattr(against, "MAX_BYTES", size)  # exactly at the limit: read
+    monkeypatch.setattr(baseline_load, "MAX_BYTES", size)  # exactly at the limit: read
     assert run(base, "specs/gain.toml", "--baseline", "b.json")[0] == 0
-    monkeypatch.setattr(against, "MAX_BYTES", size - 1)
+    monkeypatch.setattr(baseline_load, "MAX_BYTES", size - 1)
     code, out, err = run(base, "specs/gain.toml", "--baseline", "b.json")
     assert code == 2 and out == ""
-    assert err.count("\n") == 1 and err.startswith(f"stability: error: --baseline b.json: is {size} bytes, over the limit of {size - 1}"), err
+    assert err.count("\n") == 1 and err.startswith(
+        f"stability: error: --baseline b.json: is {size} bytes, over the limit of {size - 1}"
+    ), err
 
 
 def test_the_default_size_limit_refuses_a_file_past_64_mib_before_reading_it(tmp_path: Path, run: Run) -> None:
@@ -109,7 +116,9 @@ def test_update_baseline_on_a_run_that_exits_2_leaves_the_baseline_as_it_was(tmp
     assert run(base, "specs", "--baseline", "b.json", "--update-baseline")[0] == 0
     before = (base / "b.json").read_bytes()
     assert {s["name"] for s in json.loads(before)["specs"]} == {"gain", "twin"}
-    (base / "specs" / "twin.toml").write_text(twin.replace(f'factory = "{MODULE}:make"', 'factory = "stability_no_such_module:make"'))
+    (base / "specs" / "twin.toml").write_text(
+        twin.replace(f'factory = "{MODULE}:make"', 'factory = "stability_no_such_module:make"')
+    )
     code, _, err = run(base, "specs", "--baseline", "b.json", "--update-baseline")
     assert code == 2
     assert (base / "b.json").read_bytes() == before  # the twin's entries are not lost
@@ -149,10 +158,16 @@ drift = 0.1
 
 @pytest.mark.parametrize(
     "before, after, code, says",
-    [(4.0, 8.0, 1, "rose, away from its bound, by more than"), (4.0, 3.0, 1, "fell, toward its bound, by more than"), (4.0, 4.2, 0, "rose, away from its bound, within")],
+    [
+        (4.0, 8.0, 1, "rose, away from its bound, by more than"),
+        (4.0, 3.0, 1, "fell, toward its bound, by more than"),
+        (4.0, 4.2, 0, "rose, away from its bound, within"),
+    ],
     ids=["away", "toward", "within"],
 )
-def test_a_negative_control_drifts_both_ways(tmp_path: Path, run: Run, before: float, after: float, code: int, says: str) -> None:
+def test_a_negative_control_drifts_both_ways(
+    tmp_path: Path, run: Run, before: float, after: float, code: int, says: str
+) -> None:
     """The gradient ratio of a violated band growing from 4 to 8 is a worse model, not a safer control."""
     folders = []
     for name, gain in (("base", before), ("pr", after)):
@@ -184,23 +199,40 @@ def test_crossing_the_bound_fails_even_within_the_drift(tmp_path: Path, run: Run
 
 @pytest.mark.parametrize("written", ["./specs/gain.toml", "specs/../specs/gain.toml", "ABSOLUTE"])
 @pytest.mark.parametrize("given", ["specs/gain.toml", "./specs//gain.toml", "ABSOLUTE"])
-def test_a_baseline_entry_is_compared_whatever_form_its_path_takes(tmp_path: Path, run: Run, written: str, given: str) -> None:
+def test_a_baseline_entry_is_compared_whatever_form_its_path_takes(
+    tmp_path: Path, run: Run, written: str, given: str
+) -> None:
     folder = checkout(tmp_path, "pr", 1.31)
     absolute = str(folder / "specs" / "gain.toml")
-    assert run(folder, absolute if written == "ABSOLUTE" else written, "--case", "seed=5", "--json", "base.json")[0] == 0
-    code, out, _ = run(folder, absolute if given == "ABSOLUTE" else given, "--baseline", "base.json", "--json", "r.json")
+    assert (
+        run(folder, absolute if written == "ABSOLUTE" else written, "--case", "seed=5", "--json", "base.json")[0] == 0
+    )
+    code, out, _ = run(
+        folder, absolute if given == "ABSOLUTE" else given, "--baseline", "base.json", "--json", "r.json"
+    )
     assert code == 0 and "1 expectation(s) compared on the same cases, 0 moved past the drift limit" in out, out
     (delta,) = _deltas(folder / "r.json")  # the baseline's seed=5 case, replayed (not this run's deciding case)
-    assert delta["case"] == "depth=1,width=4,batch=2,init=default,branch_init=default,dtype=float32,device=cpu,seed=5" and delta["file"] == "specs/gain.toml"
+    assert (
+        delta["case"] == "depth=1,width=4,batch=2,init=default,branch_init=default,dtype=float32,device=cpu,seed=5"
+        and delta["file"] == "specs/gain.toml"
+    )
     assert delta["status"] == "within" and delta["before"] == delta["after"] == pytest.approx(1.31, rel=1e-6)
 
 
 def test_spec_key_is_one_form_for_every_spelling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    forms = ["specs/x.toml", "./specs/x.toml", "specs/../specs/x.toml", "specs//x.toml", str(tmp_path / "specs" / "x.toml")]
+    forms = [
+        "specs/x.toml",
+        "./specs/x.toml",
+        "specs/../specs/x.toml",
+        "specs//x.toml",
+        str(tmp_path / "specs" / "x.toml"),
+    ]
     assert {spec_key(f) for f in forms} == {os.path.join("specs", "x.toml")}
     assert spec_key("/elsewhere/../elsewhere/x.toml") == "/elsewhere/x.toml"  # outside this folder: absolute
-    assert spec_key(str(tmp_path) + "-sibling/x.toml") == str(tmp_path) + "-sibling/x.toml"  # a prefix of the name is not a parent
+    assert (
+        spec_key(str(tmp_path) + "-sibling/x.toml") == str(tmp_path) + "-sibling/x.toml"
+    )  # a prefix of the name is not a parent
 
 
 # ----------------------------------------------------------------------------- GitHub, while updating
@@ -217,7 +249,11 @@ def test_update_baseline_annotates_drift_as_a_warning_not_an_error(tmp_path: Pat
     code, out, _ = run(pr, "specs/gain.toml", "--baseline", "b.json", "--update-baseline", "--github")
     assert code == 0
     drift = [x for x in out.splitlines() if x.startswith("::") and "drift limit" in x]
-    assert len(drift) == 1 and drift[0].startswith("::warning ") and "title=stability%3A gradient_arrival moved past its drift" in drift[0], drift
+    assert (
+        len(drift) == 1
+        and drift[0].startswith("::warning ")
+        and "title=stability%3A gradient_arrival moved past its drift" in drift[0]
+    ), drift
     assert not [x for x in out.splitlines() if x.startswith("::error")]
 
 
@@ -229,10 +265,17 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.mark.parametrize(
     "spec, case",
-    [("specs/plain_mlp.toml", None), ("specs/transformer_preln.toml", None), ("specs/zoo/gpt2.toml", "depth=3,seed=7"), ("specs/zoo/llama.toml", "depth=2,seed=1")],
+    [
+        ("specs/plain_mlp.toml", None),
+        ("specs/transformer_preln.toml", None),
+        ("specs/zoo/gpt2.toml", "depth=3,seed=7"),
+        ("specs/zoo/llama.toml", "depth=2,seed=1"),
+    ],
     ids=["plain-mlp", "transformer-preln", "zoo-gpt2", "zoo-llama"],
 )
-def test_a_rerun_with_the_same_cases_and_seeds_shows_zero_drift(tmp_path: Path, run: Run, spec: str, case: str | None) -> None:
+def test_a_rerun_with_the_same_cases_and_seeds_shows_zero_drift(
+    tmp_path: Path, run: Run, spec: str, case: str | None
+) -> None:
     """The replay is bit for bit: on unchanged code every number's change is exactly 0, so any
     drift limit above 0 flags only a change of the code (docs/ci.md)."""
     if spec.startswith("specs/zoo/"):
@@ -242,4 +285,6 @@ def test_a_rerun_with_the_same_cases_and_seeds_shows_zero_drift(tmp_path: Path, 
     code, out, _ = run(REPO, spec, *given, "--baseline", tmp_path / "base.json", "--json", tmp_path / "r.json")
     assert code == 0, out
     deltas = _deltas(tmp_path / "r.json")
-    assert deltas and all(d["status"] == "within" and d["change"] == 0 and d["why"] == "unchanged" for d in deltas), deltas
+    assert deltas and all(d["status"] == "within" and d["change"] == 0 and d["why"] == "unchanged" for d in deltas), (
+        deltas
+    )

@@ -67,9 +67,16 @@ def _inputs(spec, cases):  # noqa: ANN001, ANN202
 def _assert_close(got: Measurements, want: Measurements, rtol: float) -> None:
     def close(a: float | None, b: float | None, scale: float, what: str) -> None:
         if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
-            assert (a is None and b is None) or (a is not None and b is not None and math.isnan(a) == math.isnan(b) and (math.isnan(a) or a == b)), (what, a, b)
+            assert (a is None and b is None) or (
+                a is not None and b is not None and math.isnan(a) == math.isnan(b) and (math.isnan(a) or a == b)
+            ), (what, a, b)
             return
-        assert abs(a - b) <= rtol * max(abs(a), abs(b)) + rtol * scale, (what, a, b, abs(a - b) / max(abs(a), abs(b), 1e-300))
+        assert abs(a - b) <= rtol * max(abs(a), abs(b)) + rtol * scale, (
+            what,
+            a,
+            b,
+            abs(a - b) / max(abs(a), abs(b), 1e-300),
+        )
 
     for field in ("grad_norm", "act_var", "act_sq_mean"):
         g, w = getattr(got, field), getattr(want, field)
@@ -132,7 +139,9 @@ def test_scalar_chains_give_the_product_of_slopes() -> None:
     x = torch.linspace(-1.0, 2.0, 5, dtype=torch.float64).reshape(5, 1)
     got = probe_seeds([chain(w) for w in slopes], [x] * len(slopes), seeds=[0] * len(slopes))
     for w, m in zip(slopes, got, strict=True):
-        assert m.gradient_ratio == pytest.approx(w**depth, rel=1e-12, abs=0)  # 0.5**40 ≈ 9e-13: approx's default abs=1e-12 would swamp it
+        assert m.gradient_ratio == pytest.approx(
+            w**depth, rel=1e-12, abs=0
+        )  # 0.5**40 ≈ 9e-13: approx's default abs=1e-12 would swamp it
         for i in range(depth + 1):  # boundary i sees w^(L − i) of the output gradient
             assert m.grad_norm[i] / m.grad_norm[-1] == pytest.approx(w ** (depth - i), rel=1e-12, abs=0)
 
@@ -178,7 +187,9 @@ def test_blocks_without_parameters_anywhere_in_the_stack_match_probe() -> None:
 
 
 @pytest.mark.parametrize("how", ["sequential", "module_list", "parameter"])
-def test_a_tied_stack_is_refused_and_the_ensemble_measures_it_one_network_at_a_time(how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_tied_stack_is_refused_and_the_ensemble_measures_it_one_network_at_a_time(
+    how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def net(seed: int) -> nn.Module:
         torch.manual_seed(seed)
         if how == "parameter":  # two modules, one weight
@@ -200,7 +211,9 @@ def test_a_tied_stack_is_refused_and_the_ensemble_measures_it_one_network_at_a_t
         def __init__(self, blocks: nn.Module) -> None:
             self.blocks, self.stem, self.call_kwargs, self.model = blocks, None, None, None
 
-    monkeypatch.setattr("stability.measure.ensemble._member", lambda spec, case, seed: (_Net(nets[seed]), x))  # _built builds each member with it
+    monkeypatch.setattr(
+        "stability.measure.ensemble._member", lambda spec, case, seed: (_Net(nets[seed]), x)
+    )  # _built builds each member with it
     found, vectorised = _probe_members(spec, corner_case(spec), [11, 12])
     assert not vectorised  # refused by probe_seeds, measured by probe
     for m, s in zip(found, (11, 12), strict=True):

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location("bench_compat", Path(__file__).resolve().parent.parent / "benchmarks" / "_compat.py")
+_spec = importlib.util.spec_from_file_location(
+    "bench_compat", Path(__file__).resolve().parent.parent / "benchmarks" / "_compat.py"
+)
 assert _spec is not None and _spec.loader is not None
 compat = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(compat)
@@ -21,9 +23,15 @@ def _package(root: Path, name: str, files: dict[str, str]) -> None:
         path.write_text(text)
 
 
-def test_the_stage_folder_path_first_and_the_flat_module_on_an_older_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_stage_folder_path_first_and_the_flat_module_on_an_older_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _package(tmp_path, "staged_pkg", {"spec/__init__.py": "", "spec/case.py": "WHERE = 'spec/case.py'\n"})
-    _package(tmp_path, "flat_pkg", {"case.py": "WHERE = 'case.py'\n", "spec.py": "WHERE = 'spec.py: a module, not a package'\n"})
+    _package(
+        tmp_path,
+        "flat_pkg",
+        {"case.py": "WHERE = 'case.py'\n", "spec.py": "WHERE = 'spec.py: a module, not a package'\n"},
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert compat.internal("spec.case", package="staged_pkg").WHERE == "spec/case.py"
     assert compat.internal("spec.case", package="flat_pkg").WHERE == "case.py"  # 'flat_pkg.spec' is not a package

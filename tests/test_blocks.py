@@ -6,7 +6,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from stability.families.blocks import ChannelRMSNorm, ChannelsLast, DenseLayer, HighwayBlock, PlainBlock, PostNormBlock, PreActBlock, Scale, Transition
+from stability.families.blocks import (
+    ChannelRMSNorm,
+    ChannelsLast,
+    DenseLayer,
+    HighwayBlock,
+    PlainBlock,
+    PostNormBlock,
+    PreActBlock,
+    Scale,
+    Transition,
+)
 
 
 def _x(*shape: int) -> torch.Tensor:
@@ -18,13 +28,19 @@ def test_channel_rms_norm_divides_by_the_rms_over_channels_and_scales_per_channe
     norm = ChannelRMSNorm(3, eps=0.25, dtype=torch.float64)
     with torch.no_grad():
         norm.weight.copy_(torch.tensor([1.0, 2.0, -3.0]))
-    want = x / torch.sqrt((x**2).mean(dim=1, keepdim=True) + 0.25) * torch.tensor([1.0, 2.0, -3.0], dtype=torch.float64).view(1, 3, 1, 1)
+    want = (
+        x
+        / torch.sqrt((x**2).mean(dim=1, keepdim=True) + 0.25)
+        * torch.tensor([1.0, 2.0, -3.0], dtype=torch.float64).view(1, 3, 1, 1)
+    )
     torch.testing.assert_close(norm(x), want, rtol=1e-15, atol=0)
     assert ChannelRMSNorm(3).eps == 1e-6 and ChannelRMSNorm(3).weight.dtype == torch.float32
 
 
 def test_channels_last_norms_each_channel_over_batch_and_tokens() -> None:
-    x = _x(3, 5, 4) * torch.tensor([1.0, 10.0, 0.1, 3.0], dtype=torch.float64) + torch.tensor([0.0, 5.0, -2.0, 1.0], dtype=torch.float64)  # (B, T, C)
+    x = _x(3, 5, 4) * torch.tensor([1.0, 10.0, 0.1, 3.0], dtype=torch.float64) + torch.tensor(
+        [0.0, 5.0, -2.0, 1.0], dtype=torch.float64
+    )  # (B, T, C)
     block = ChannelsLast(nn.BatchNorm1d(4, dtype=torch.float64))
     assert isinstance(block.norm, nn.BatchNorm1d)
     y = block(x)
@@ -41,7 +57,9 @@ def test_scale_fixed_and_learnable_scalar_and_per_channel() -> None:
     torch.testing.assert_close(fixed(x), 0.5 * x, rtol=0, atol=0)
     learn = Scale(torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64), learnable=True)
     assert [n for n, _ in learn.named_parameters()] == ["scale"]
-    torch.testing.assert_close(learn(x), x * torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64).view(1, 3, 1), rtol=0, atol=0)
+    torch.testing.assert_close(
+        learn(x), x * torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64).view(1, 3, 1), rtol=0, atol=0
+    )
     last = Scale(torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64), learnable=False, channel_dim=-1)
     torch.testing.assert_close(last(x), x * torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64), rtol=0, atol=0)
 
@@ -49,7 +67,10 @@ def test_scale_fixed_and_learnable_scalar_and_per_channel() -> None:
 def _lin(w: float) -> nn.Linear:
     layer = nn.Linear(3, 3, bias=False, dtype=torch.float64)
     with torch.no_grad():
-        layer.weight.copy_(w * torch.eye(3, dtype=torch.float64) + torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]], dtype=torch.float64))
+        layer.weight.copy_(
+            w * torch.eye(3, dtype=torch.float64)
+            + torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]], dtype=torch.float64)
+        )
     return layer
 
 
@@ -62,16 +83,28 @@ def test_plain_preact_postnorm_and_highway_follow_their_formulas() -> None:
     branch = nn.Sequential(_lin(2.0))
     torch.testing.assert_close(PreActBlock(branch, None, half)(x), 0.5 * (x @ W.T))  # skip = "none": no route around
     torch.testing.assert_close(PreActBlock(branch, nn.Identity(), half)(x), x + 0.5 * (x @ W.T))
-    torch.testing.assert_close(PreActBlock(branch, Scale(torch.tensor(3.0, dtype=torch.float64), learnable=False), half)(x), 3 * x + 0.5 * (x @ W.T))
+    torch.testing.assert_close(
+        PreActBlock(branch, Scale(torch.tensor(3.0, dtype=torch.float64), learnable=False), half)(x),
+        3 * x + 0.5 * (x @ W.T),
+    )
     torch.testing.assert_close(PostNormBlock(branch, None, half, nn.Identity(), relu)(x), torch.relu(0.5 * (x @ W.T)))
-    torch.testing.assert_close(PostNormBlock(branch, nn.Identity(), half, nn.Identity(), relu)(x), torch.relu(x + 0.5 * (x @ W.T)))
-    torch.testing.assert_close(PostNormBlock(branch, Scale(torch.tensor(-1.0, dtype=torch.float64), learnable=False), half, nn.Identity(), relu)(x), torch.relu(-x + 0.5 * (x @ W.T)))
+    torch.testing.assert_close(
+        PostNormBlock(branch, nn.Identity(), half, nn.Identity(), relu)(x), torch.relu(x + 0.5 * (x @ W.T))
+    )
+    torch.testing.assert_close(
+        PostNormBlock(
+            branch, Scale(torch.tensor(-1.0, dtype=torch.float64), learnable=False), half, nn.Identity(), relu
+        )(x),
+        torch.relu(-x + 0.5 * (x @ W.T)),
+    )
     gate = nn.Linear(3, 3, dtype=torch.float64)
     with torch.no_grad():
         gate.weight.copy_(_lin(0.5).weight)
         gate.bias.fill_(-1.0)
     t = torch.sigmoid(x @ gate.weight.detach().T - 1.0)
-    torch.testing.assert_close(HighwayBlock(PlainBlock(_lin(2.0), nn.Identity(), relu), gate)(x), t * torch.relu(x @ W.T) + (1 - t) * x)
+    torch.testing.assert_close(
+        HighwayBlock(PlainBlock(_lin(2.0), nn.Identity(), relu), gate)(x), t * torch.relu(x @ W.T) + (1 - t) * x
+    )
 
 
 def test_dense_layer_concatenates_along_its_channel_dim_and_transition_compresses() -> None:

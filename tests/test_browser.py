@@ -28,12 +28,16 @@ ARGS = [
 ]
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no Chromium: .ci/run installs Debian's `chromium` (apt-get install chromium)")
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(), reason="no Chromium: .ci/run installs Debian's `chromium` (apt-get install chromium)"
+)
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed (pip install playwright)")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="Playwright for Python is not installed (pip install playwright)"
+    )
     with sync_api.sync_playwright() as p, tempfile.TemporaryDirectory() as profile:
         context = p.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True, args=ARGS)
         try:
@@ -82,7 +86,18 @@ def test_check_report_shows_the_failing_case_and_its_bound(tmp_path: Path, brows
 
 @pytest.mark.slow  # a sweep, then its report in headless Chromium
 def test_sweep_report_shows_heatmaps_and_budgets(tmp_path: Path, browser: Any) -> None:
-    args = ["sweep", str(SPECS / "plain_tanh_mlp.toml"), "--over", "depth=2,8,32", "--over", "sigma_w2=0.5,3", "--seeds", "1", "--serial", "-q"]
+    args = [
+        "sweep",
+        str(SPECS / "plain_tanh_mlp.toml"),
+        "--over",
+        "depth=2,8,32",
+        "--over",
+        "sigma_w2=0.5,3",
+        "--seeds",
+        "1",
+        "--serial",
+        "-q",
+    ]
     assert main([*args, "--db", str(tmp_path / "r.sqlite"), "--html", str(tmp_path / "sweep")]) == 0
     page, errors = open_report(browser, tmp_path / "sweep" / "index.html")
     assert assert_images_decode(page) == 2  # gradient and variance phase diagrams

@@ -120,14 +120,22 @@ def test_the_same_case_builds_the_same_weights_and_input() -> None:
 
 
 def test_identity_init_and_constant_bias() -> None:
-    spec = parse_spec(spec_text("plain", block='activation = "identity"', space='weight_init = ["identity"]\ninit_gain = 0.9\nbias_init = 0.0'))
+    spec = parse_spec(
+        spec_text(
+            "plain",
+            block='activation = "identity"',
+            space='weight_init = ["identity"]\ninit_gain = 0.9\nbias_init = 0.0',
+        )
+    )
     net = build(spec, corner_case(spec, depth=2, width=3))
     assert torch.equal(net.blocks[0].layer.weight, 0.9 * torch.eye(3))
     assert torch.equal(net.blocks[0].layer.bias, torch.zeros(3))
 
 
 def test_projection_spectrum_sets_the_singular_values() -> None:
-    spec = parse_spec(spec_text("preact", block='skip = "projection"\nprojection_spectrum = [0.1, 2.0]', space='dtype = ["float64"]'))
+    spec = parse_spec(
+        spec_text("preact", block='skip = "projection"\nprojection_spectrum = [0.1, 2.0]', space='dtype = ["float64"]')
+    )
     net = build(spec, corner_case(spec, depth=1, width=5, dtype="float64"))
     s = torch.linalg.svdvals(net.blocks[0].skip.weight)
     expected = torch.logspace(math.log10(2.0), math.log10(0.1), 5, dtype=torch.float64)

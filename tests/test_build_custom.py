@@ -146,23 +146,36 @@ def test_an_empty_stack_and_a_non_module_are_spec_errors(folder: Path) -> None:
     with pytest.raises(SpecError) as info:
         build(spec, CASE)
     assert (info.value.file, info.value.key, info.value.value) == (spec.path, "block.factory", f"{MODULE}:number")
-    assert info.value.problem == ("returned int, not an nn.Sequential, an nn.ModuleList, a stability.Stack or a module with one of .blocks/.layers/.layer/.h/.block")
+    assert info.value.problem == (
+        "returned int, not an nn.Sequential, an nn.ModuleList, a stability.Stack or a module with one of .blocks/.layers/.layer/.h/.block"
+    )
     assert info.value.fix == "return nn.Sequential(*blocks), the library's ModuleList, or stability.Stack(blocks=...)"
 
 
 def test_a_module_with_blocks_keeps_its_stem_and_head_and_other_containers_do_not(folder: Path) -> None:
     net = build(_spec(folder, "with_parts"), CASE)
     assert len(net.blocks) == 3 and isinstance(net.stem, torch.nn.Linear) and isinstance(net.head, torch.nn.Linear)
-    assert net.head.out_features == 2 and net.blocks[0].weight.dtype == torch.float64 and net.stem.weight.dtype == torch.float64
+    assert (
+        net.head.out_features == 2
+        and net.blocks[0].weight.dtype == torch.float64
+        and net.stem.weight.dtype == torch.float64
+    )
     net = build(_spec(folder, "layers"), CASE)
     assert len(net.blocks) == 3 and net.stem is None and net.head is None
     net = build(_spec(folder, "stack"), CASE)
-    assert len(net.blocks) == 3 and isinstance(net.stem, torch.nn.Identity) and net.head is not None and net.call_kwargs == {"k": 1}
+    assert (
+        len(net.blocks) == 3
+        and isinstance(net.stem, torch.nn.Identity)
+        and net.head is not None
+        and net.call_kwargs == {"k": 1}
+    )
 
 
 def test_a_factory_gets_the_case_values_it_asks_for(folder: Path) -> None:
     seen = build(_spec(folder, "sees", "factory_args = { extra = 7 }"), CASE).blocks.seen
-    assert {k: seen[k] for k in ("depth", "width", "batch", "seed", "init", "layer", "torch_dtype", "extra", "branch_init")} == {
+    assert {
+        k: seen[k] for k in ("depth", "width", "batch", "seed", "init", "layer", "torch_dtype", "extra", "branch_init")
+    } == {
         "depth": 3,
         "width": 4,
         "batch": 2,
@@ -173,7 +186,14 @@ def test_a_factory_gets_the_case_values_it_asks_for(folder: Path) -> None:
         "extra": 7,
         "branch_init": "default",
     }
-    assert build(_spec(folder, "picks", "factory_args = { extra = 7 }"), CASE).blocks.seen == {"depth": 3, "width": 4, "init": "default", "layer": "linear", "torch_dtype": torch.float64, "extra": 7}
+    assert build(_spec(folder, "picks", "factory_args = { extra = 7 }"), CASE).blocks.seen == {
+        "depth": 3,
+        "width": 4,
+        "init": "default",
+        "layer": "linear",
+        "torch_dtype": torch.float64,
+        "extra": 7,
+    }
 
 
 def _dense(layer: str, extra: str = "") -> Spec:
@@ -207,11 +227,22 @@ def test_dense_zero_branches_add_zero_channels() -> None:
 
 
 def _family(family: str, block: str, space: str = "", width: int = 4) -> Spec:
-    return parse_spec(f'name = "b"\ndescription = "d"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 8]\nwidth = {width}\nbatch = 2\n{space}\n[expect.gradient_arrival]\n')
+    return parse_spec(
+        f'name = "b"\ndescription = "d"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 8]\nwidth = {width}\nbatch = 2\n{space}\n[expect.gradient_arrival]\n'
+    )
 
 
 def _case(depth: int, width: int = 4, **kw: object) -> Case:
-    base = dict(batch=2, spatial=None, input_width=None, weight_init="default", branch_init="default", dtype="float64", device="cpu", seed=0)
+    base = dict(
+        batch=2,
+        spatial=None,
+        input_width=None,
+        weight_init="default",
+        branch_init="default",
+        dtype="float64",
+        device="cpu",
+        seed=0,
+    )
     base.update(kw)
     return Case(depth, width, **base)  # type: ignore[arg-type]
 
@@ -258,7 +289,9 @@ def test_conv_layers_keep_the_spatial_size_and_projections_are_one_by_one() -> N
     spec = _family("plain", 'layer = "conv2d"\nkernel_size = 5\nactivation = "relu"', "spatial = 6")
     case = _case(2, spatial=6)
     assert build(spec, case).blocks(make_input(spec, case)).shape == (2, 4, 6, 6)
-    pre = _family("preact", 'layer = "conv2d"\nkernel_size = 3\nactivation = "relu"\nskip = "projection"', "spatial = 6")
+    pre = _family(
+        "preact", 'layer = "conv2d"\nkernel_size = 3\nactivation = "relu"\nskip = "projection"', "spatial = 6"
+    )
     net = build(pre, _case(2, spatial=6))
     assert net.blocks[0].skip.kernel_size == (1, 1) and net.blocks[0].skip.bias is None
 
@@ -269,7 +302,11 @@ def test_linear_rms_norm_uses_eps_one_millionth() -> None:
 
 
 def test_dense_transitions_are_one_by_one_and_never_after_the_last_layer() -> None:
-    spec = _family("dense", 'layer = "conv2d"\nactivation = "relu"\ngrowth = 2\ntransition_every = 2\ncompression = 0.5', "spatial = 4")
+    spec = _family(
+        "dense",
+        'layer = "conv2d"\nactivation = "relu"\ngrowth = 2\ntransition_every = 2\ncompression = 0.5',
+        "spatial = 4",
+    )
     from stability.families.build import channel_counts
 
     case = _case(4, spatial=4)
@@ -306,7 +343,9 @@ def test_skipinit_gain_on_tokens_is_per_channel_on_the_last_axis() -> None:
 
 def test_a_group_norm_over_one_channel_has_one_group() -> None:
     # no group count leaves two channels per group: one group of the single channel (GroupNorm(1, 1)), over its 4×4 values
-    spec = _family("plain", 'layer = "conv2d"\nactivation = "relu"\nnorm = "group"\nnorm_groups = 4', "spatial = 4", width=1)
+    spec = _family(
+        "plain", 'layer = "conv2d"\nactivation = "relu"\nnorm = "group"\nnorm_groups = 4', "spatial = 4", width=1
+    )
     net = build(spec, _case(2, width=1, spatial=4))
     groups = [m for m in net.blocks.modules() if isinstance(m, torch.nn.GroupNorm)]
     assert [(g.num_groups, g.num_channels) for g in groups] == [(1, 1), (1, 1)]

@@ -53,7 +53,10 @@ def _same_bits(a: build_module.Network, b: build_module.Network) -> None:
     assert [k for k, _ in ba] == [k for k, _ in bb]
     for (k, x), (_, y) in zip(ba, bb, strict=True):
         assert x.dtype == y.dtype and x.shape == y.shape, k
-        assert torch.equal(x.view(-1).view(torch.uint8) if x.is_floating_point() else x, y.view(-1).view(torch.uint8) if y.is_floating_point() else y), k
+        assert torch.equal(
+            x.view(-1).view(torch.uint8) if x.is_floating_point() else x,
+            y.view(-1).view(torch.uint8) if y.is_floating_point() else y,
+        ), k
 
 
 CASES = [
@@ -71,7 +74,9 @@ CASES = [
 @pytest.mark.parametrize("bias", ["0.0", "0.25", "default"])
 @pytest.mark.parametrize("init", ["kaiming_normal", "orthogonal", "identity", "default"])
 @pytest.mark.parametrize(("family", "layer", "block"), CASES)
-def test_skipping_the_discarded_default_draws_builds_the_same_bits(family: str, layer: str, block: str, init: str, bias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_skipping_the_discarded_default_draws_builds_the_same_bits(
+    family: str, layer: str, block: str, init: str, bias: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     spec = parse_spec(spec_text(family, layer, init=init, bias=bias, block=block))
     case = corner_case(spec, depth=3, width=6, batch=2)
     assert overwritten(spec, case) == (init != "default" and bias != "default")
@@ -102,7 +107,11 @@ class _Moved(nn.Module):
 @pytest.mark.parametrize(
     ("make", "dtype", "moves"),
     [
-        (lambda: nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)), torch.float32, False),  # the long counter is not converted by .to(dtype)
+        (
+            lambda: nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)),
+            torch.float32,
+            False,
+        ),  # the long counter is not converted by .to(dtype)
         (lambda: nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)), torch.float64, True),
         (lambda: nn.Sequential(nn.Sequential(nn.Linear(2, 2).double())), torch.float32, True),
         (lambda: nn.Sequential(nn.Linear(2, 2, device="meta")), torch.float32, True),
@@ -116,7 +125,9 @@ def test_moves_is_whether_to_changes_anything(make, dtype: torch.dtype, moves: b
 
 def test_the_module_walk_is_modules_order_with_shared_modules_once() -> None:
     shared = nn.Linear(2, 2)
-    root = nn.Sequential(nn.Sequential(shared, nn.ReLU()), nn.Linear(2, 2), nn.Sequential(shared, nn.Sequential(nn.Linear(2, 2))))
+    root = nn.Sequential(
+        nn.Sequential(shared, nn.ReLU()), nn.Linear(2, 2), nn.Sequential(shared, nn.Sequential(nn.Linear(2, 2)))
+    )
     assert [id(m) for m in modules_in_order(root)] == [id(m) for m in root.modules()]
 
 

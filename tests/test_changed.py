@@ -43,7 +43,10 @@ def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     [
         (["specs/blocks_changed.py"], ["specs/b.toml"]),  # its own module only, not sub/'s module of the same name
         (["specs/sub/blocks_changed.py", "specs/a.toml"], ["specs/a.toml", "specs/sub/c.toml"]),
-        (["pyproject.toml", "docs/example.toml", "specs/helpers.py"], []),  # not specs of the check; a module no factory is
+        (
+            ["pyproject.toml", "docs/example.toml", "specs/helpers.py"],
+            [],
+        ),  # not specs of the check; a module no factory is
         (["specs/broken.toml"], ["specs/broken.toml"]),  # a changed spec that does not load is checked (and fails)
         (["lib/lib_blocks.py"], []),  # outside every source root: that spec's factory is not found
     ],

@@ -121,7 +121,9 @@ def test_against_timm_itself_where_it_imports() -> None:
     try:
         from timm.utils.model import avg_ch_var, avg_sq_ch_mean
     except Exception as exc:  # noqa: BLE001 - timm needs torchvision, whose wheel may not import on this torch
-        pytest.skip(f"timm does not import here ({type(exc).__name__}: {exc}); the verbatim copies above are checked instead")
+        pytest.skip(
+            f"timm does not import here ({type(exc).__name__}: {exc}); the verbatim copies above are checked instead"
+        )
     blocks, x = _preact_bn_relu_conv()
     obs = ChannelStats()
     probe(blocks, x, observers=[obs])

@@ -59,7 +59,9 @@ def test_the_hook_definition() -> None:
     assert entry[:2] == ["stability", "check"]
     args = _parses([*entry[2:], "specs/a.toml", "specs/blocks.py"])  # pre-commit appends the changed files
     assert args.changed and args.profile == "ci" and args.paths == ["specs/a.toml", "specs/blocks.py"]
-    assert all(re.search(hook["files"], f) for f in ("specs/a.toml", "model/blocks.py")) and not re.search(hook["files"], "README.md")
+    assert all(re.search(hook["files"], f) for f in ("specs/a.toml", "model/blocks.py")) and not re.search(
+        hook["files"], "README.md"
+    )
 
 
 def test_the_composite_action() -> None:
@@ -69,7 +71,9 @@ def test_the_composite_action() -> None:
     assert all("shell" in step for step in steps if "run" in step)  # a composite step must name its shell
     (check,) = [c for step in steps for c in _commands(str(step.get("run", "")))]
     args = _parses(check)
-    assert args.github and args.junit and args.json and args.html == "stability-report" and args.sarif == "stability.sarif"
+    assert (
+        args.github and args.junit and args.json and args.html == "stability-report" and args.sarif == "stability.sarif"
+    )
     ids = {step.get("id") for step in steps}
     assert "check" in ids and "steps.check.outputs.exit-code" in action["outputs"]["exit-code"]["value"]
     upload = next(step for step in steps if str(step.get("uses", "")).startswith("actions/upload-artifact@"))
@@ -105,12 +109,20 @@ def test_every_example_in_the_ci_docs_parses_and_its_commands_are_real() -> None
         commands += [c for step in steps for c in _commands(str(step.get("run", "")))]
     assert len(commands) >= 6
     parsed = [_parses(argv) for argv in commands]
-    assert any(a.baseline == "../base.json" for a in parsed) and any(a.sarif for a in parsed) and any(a.github is False for a in parsed)
+    assert (
+        any(a.baseline == "../base.json" for a in parsed)
+        and any(a.sarif for a in parsed)
+        and any(a.github is False for a in parsed)
+    )
 
 
 def test_the_command_finder_sees_every_form() -> None:
-    assert _commands("cd base && ../env/bin/stability check specs --json ../b.json || test $? = 1") == [["specs", "--json", "../b.json"]]
-    assert _commands('stability check $PATHS --profile "$PROFILE" $ARGS') == [["specs", "--profile", "ci", "--sarif", "stability.sarif"]]
+    assert _commands("cd base && ../env/bin/stability check specs --json ../b.json || test $? = 1") == [
+        ["specs", "--json", "../b.json"]
+    ]
+    assert _commands('stability check $PATHS --profile "$PROFILE" $ARGS') == [
+        ["specs", "--profile", "ci", "--sarif", "stability.sarif"]
+    ]
     with pytest.raises(Exception, match="unrecognized arguments: --no-such-option"):
         _parses(["specs", "--no-such-option"])
 
@@ -121,11 +133,29 @@ def test_pre_commit_try_repo_runs_the_hook_on_this_repository(tmp_path: Path) ->
     if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout: try-repo clones the repository")
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "STABILITY_PROFILE", "GITHUB_ACTIONS")}
-    env |= {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", "PRE_COMMIT_HOME": str(tmp_path / "cache")}
-    env |= {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@localhost"}
+    env |= {
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        "PRE_COMMIT_HOME": str(tmp_path / "cache"),
+    }
+    env |= {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@localhost",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@localhost",
+    }
 
     def try_repo(*files: str) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "pre_commit", "try-repo", str(ROOT), "stability-check", "--verbose", "--files", *files]
+        argv = [
+            sys.executable,
+            "-m",
+            "pre_commit",
+            "try-repo",
+            str(ROOT),
+            "stability-check",
+            "--verbose",
+            "--files",
+            *files,
+        ]
         return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
     run = try_repo("specs/custom_blocks.py")  # a factory module: its spec is checked
@@ -133,4 +163,6 @@ def test_pre_commit_try_repo_runs_the_hook_on_this_repository(tmp_path: Path) ->
     assert re.search(r"stability check \(changed specs and the specs of changed factories\)\.+Passed", run.stdout)
     assert "custom-rezero-mlp" in run.stdout and "1 spec(s), 2 expectation(s): 2 met" in run.stdout
     run = try_repo("pyproject.toml")
-    assert run.returncode == 0 and "the changed files affect no spec; nothing to check" in run.stdout, run.stdout + run.stderr
+    assert run.returncode == 0 and "the changed files affect no spec; nothing to check" in run.stdout, (
+        run.stdout + run.stderr
+    )

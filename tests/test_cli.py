@@ -71,7 +71,12 @@ def test_json_report(tmp_path: Path) -> None:
     assert main(["check", str(path), "--profile", "ci", "--json", str(out)]) == 1
     report = json.loads(out.read_text())
     spec = report["specs"][0]
-    assert (spec["name"], spec["file"], spec["family"], spec["verdict"]) == ("plain-sigmoid", str(path), "plain", "fail")
+    assert (spec["name"], spec["file"], spec["family"], spec["verdict"]) == (
+        "plain-sigmoid",
+        str(path),
+        "plain",
+        "fail",
+    )
     inv = spec["invariants"][0]
     assert inv["name"] == "gradient_arrival" and inv["expect"] == "holds" and inv["verdict"] == "violated"
     assert inv["observed"] < 0.01 and inv["bound"] == "[0.01, 100]"

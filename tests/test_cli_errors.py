@@ -39,7 +39,9 @@ def test_a_folder_with_no_specs(cli: Cli, tmp_path: Path) -> None:
     assert f"{tmp_path}: no *.toml spec files found" in line
 
 
-def test_a_run_where_no_spec_loads_prints_its_errors_and_no_empty_summary(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
+def test_a_run_where_no_spec_loads_prints_its_errors_and_no_empty_summary(
+    cli: Cli, write_spec: Callable[..., Path], base_spec: str
+) -> None:
     path = write_spec(base_spec.replace('family = "plain"', 'family = "plian"'))
     code, out, err = cli("check", path, "--in-process")
     line = one_error(code, out, err)
@@ -59,7 +61,9 @@ def test_a_case_value_outside_the_space(cli: Cli, write_spec: Callable[..., Path
     assert "--case: depth=30 is outside the spec's space [1, 4]" in line
 
 
-def test_a_case_choice_outside_the_space_says_did_you_mean(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
+def test_a_case_choice_outside_the_space_says_did_you_mean(
+    cli: Cli, write_spec: Callable[..., Path], base_spec: str
+) -> None:
     line = one_error(*cli("check", write_spec(base_spec), "--case", "depth=2,init=defualt"))
     assert "init=defualt" in line and 'did you mean "default"?' in line
 
@@ -148,7 +152,9 @@ def test_user_strings_reach_json_and_junit_escaped(cli: Cli, tmp_path: Path, bas
     assert "[red]not markup[/red]" in out
 
 
-def test_a_fault_of_the_tool_exits_3_with_its_traceback_neutralised(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_fault_of_the_tool_exits_3_with_its_traceback_neutralised(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     """An exception the tool did not expect is its own fault: exit 3 (pytest's internal error), not
     Python's 1, which a CI gate reads as "an expectation was not met"; its traceback goes through
     the same neutralisation as every other text (stability.report.text)."""
@@ -164,4 +170,7 @@ def test_a_fault_of_the_tool_exits_3_with_its_traceback_neutralised(monkeypatch:
     assert "Traceback" in err and "RuntimeError" in err
     assert "##[add-mask]" not in err and "##\\[add-mask]secret" in err
     assert "\n::stop-commands" not in err and ":\\:stop-commands::tok" in err
-    assert err.strip().splitlines()[-1] == "stability: internal error (the traceback above is the tool's own fault, not the spec's); exit code 3"
+    assert (
+        err.strip().splitlines()[-1]
+        == "stability: internal error (the traceback above is the tool's own fault, not the spec's); exit code 3"
+    )

@@ -36,7 +36,18 @@ def _reports_complete(folder: Path, code: int) -> None:
 def test_a_closed_pipe_on_stdout(tmp_path: Path, tail: str, which: str) -> None:
     text, code = SPECS[which]
     (tmp_path / "s.toml").write_text(text)
-    proc = run_check("s.toml", "--profile", "ci", "--json", "r.json", "--junit", "r.xml", "--in-process", cwd=tmp_path, shell_tail=tail)
+    proc = run_check(
+        "s.toml",
+        "--profile",
+        "ci",
+        "--json",
+        "r.json",
+        "--junit",
+        "r.xml",
+        "--in-process",
+        cwd=tmp_path,
+        shell_tail=tail,
+    )
     assert proc.returncode == code, proc.stderr
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr and "Exception ignored" not in proc.stderr
     _reports_complete(tmp_path, code)
@@ -48,7 +59,20 @@ def test_stdout_and_stderr_closed_from_the_start(tmp_path: Path, which: str, wor
     them must not land on descriptor 1 or 2."""
     text, code = SPECS[which]
     (tmp_path / "s.toml").write_text(text)
-    argv = [sys.executable, "-m", "stability", "check", "s.toml", "--profile", "ci", "--json", "r.json", "--junit", "r.xml", *([] if workers else ["--in-process"])]
+    argv = [
+        sys.executable,
+        "-m",
+        "stability",
+        "check",
+        "s.toml",
+        "--profile",
+        "ci",
+        "--json",
+        "r.json",
+        "--junit",
+        "r.xml",
+        *([] if workers else ["--in-process"]),
+    ]
     line = " ".join(f"'{a}'" for a in argv) + " >&- 2>&-"
     proc = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=_env(), timeout=300)
     assert proc.returncode == code
@@ -60,7 +84,19 @@ def test_both_pipes_broken_before_the_first_write(tmp_path: Path) -> None:
     broken stderr, the other spec's table to the broken stdout: still exit 2, the report complete."""
     (tmp_path / "ok.toml").write_text(plain("ok"))
     (tmp_path / "bad.toml").write_text(plain("bad").replace("activation =", "activaton ="))
-    argv = [sys.executable, "-m", "stability", "check", "ok.toml", "bad.toml", "--profile", "ci", "--json", "r.json", "--in-process"]
+    argv = [
+        sys.executable,
+        "-m",
+        "stability",
+        "check",
+        "ok.toml",
+        "bad.toml",
+        "--profile",
+        "ci",
+        "--json",
+        "r.json",
+        "--in-process",
+    ]
     proc = subprocess.Popen(argv, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()
@@ -85,6 +121,13 @@ def test_a_tolerant_stream_drops_what_a_broken_pipe_refuses_and_silences_its_des
 
 def test_closed_standard_descriptors_are_reopened_on_dev_null(tmp_path: Path) -> None:
     code = "import os\nfrom stability.run.streams import ensure_standard_fds\nensure_standard_fds()\nprint(os.readlink('/proc/self/fd/1'), file=open('out.txt', 'w'))\n"
-    proc = subprocess.run(["bash", "-c", f"'{sys.executable}' -c \"$CODE\" >&-"], env={**_env(), "CODE": code}, cwd=tmp_path, timeout=60, capture_output=True, text=True)
+    proc = subprocess.run(
+        ["bash", "-c", f"'{sys.executable}' -c \"$CODE\" >&-"],
+        env={**_env(), "CODE": code},
+        cwd=tmp_path,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out.txt").read_text().strip() == os.devnull

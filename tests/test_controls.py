@@ -32,7 +32,10 @@ def shipped_profile(path: Path) -> str:
 
 
 #: Each control with the profile it runs in; those outside ci are slow.
-SHIPPED = [pytest.param(p, shipped_profile(p), id=p.stem, marks=() if shipped_profile(p) == "ci" else pytest.mark.slow) for p in CONTROLS]
+SHIPPED = [
+    pytest.param(p, shipped_profile(p), id=p.stem, marks=() if shipped_profile(p) == "ci" else pytest.mark.slow)
+    for p in CONTROLS
+]
 
 
 def _options(profile: str) -> RunOptions:

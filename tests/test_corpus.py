@@ -37,7 +37,9 @@ def _marks(bug: Bug) -> list[pytest.MarkDecorator]:
 @pytest.mark.parametrize("bug", [pytest.param(b, id=b.id, marks=_marks(b)) for b in BUGS])
 def test_the_zoo_spec_fails_the_buggy_release(bug: Bug) -> None:
     got = _judge(bug, "buggy")
-    assert got.caught, f"{bug.spec} on {bug.library} {bug.buggy} ({bug.mechanism}): exit {got.exit_code}, nothing failed {got.error}"
+    assert got.caught, (
+        f"{bug.spec} on {bug.library} {bug.buggy} ({bug.mechanism}): exit {got.exit_code}, nothing failed {got.error}"
+    )
 
 
 @pytest.mark.slow
@@ -53,7 +55,11 @@ def test_the_zoo_spec_passes_the_fixed_release(bug: Bug) -> None:
 def test_every_bug_names_a_zoo_spec_and_sources() -> None:
     assert len(BUGS) >= 4
     for bug in BUGS:
-        assert bug.spec.startswith("specs/zoo/") and bug.source.startswith("https://github.com/") and bug.fix.startswith("https://github.com/")
+        assert (
+            bug.spec.startswith("specs/zoo/")
+            and bug.source.startswith("https://github.com/")
+            and bug.fix.startswith("https://github.com/")
+        )
     assert set(NOT_YET_CAUGHT) <= {b.id for b in BUGS}
 
 
@@ -98,14 +104,27 @@ def test_unmet_lists_what_the_environment_lacks_beside_a_release(tmp_path: Path)
     import packaging
 
     have = packaging.__version__
-    _dist(tmp_path, "fakelib", "1.0", [f"packaging=={have}", "packaging<1", "no-such-dist-here>=2", 'other-missing ; extra == "dev"', 'yet-another ; python_version < "3"'])
+    _dist(
+        tmp_path,
+        "fakelib",
+        "1.0",
+        [
+            f"packaging=={have}",
+            "packaging<1",
+            "no-such-dist-here>=2",
+            'other-missing ; extra == "dev"',
+            'yet-another ; python_version < "3"',
+        ],
+    )
     got = sorted(str(r) for r in corpus.unmet(tmp_path))
     assert got == ["no-such-dist-here>=2", "packaging<1"]  # met, extras and other Pythons left out
     _dist(tmp_path, "no-such-dist-here", "2.5", [])  # a requirement installed beside the release meets it
     assert sorted(str(r) for r in corpus.unmet(tmp_path)) == ["packaging<1"]
 
 
-def test_a_release_needing_torch_is_refused_before_anything_is_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_release_needing_torch_is_refused_before_anything_is_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls: list[tuple[str, ...]] = []
     monkeypatch.setattr(corpus, "_pip", lambda *a, **k: calls.append(a))
     with pytest.raises(ReleaseUnavailable, match="torch"):
@@ -160,21 +179,44 @@ def test_a_report_whose_cases_could_not_be_measured_catches_nothing() -> None:
     """`outcome_of` reads the JSON report's statuses: a violated verdict is caught; an expectation
     whose case errored (the release cannot build the model here) is the outcome's error."""
     violated = {"name": "init_conformance", "status": "failed", "message": "3 parameters off", "error": None}
-    errored = {"name": "rank_collapse", "status": "error", "message": "could not be measured", "error": "ImportError: hub"}
+    errored = {
+        "name": "rank_collapse",
+        "status": "error",
+        "message": "could not be measured",
+        "error": "ImportError: hub",
+    }
     met = {"name": "residual_stream", "status": "ok", "message": "", "error": None}
     caught = corpus.outcome_of("r", "ci", 1, {"specs": [{"invariants": [violated, errored, met]}], "seconds": 2.0})
-    assert caught.caught and caught.failed == ["init_conformance: 3 parameters off"] and "ImportError: hub" in caught.error
+    assert (
+        caught.caught and caught.failed == ["init_conformance: 3 parameters off"] and "ImportError: hub" in caught.error
+    )
     broken = corpus.outcome_of("r", "ci", 1, {"specs": [{"invariants": [errored, met]}]})
-    assert not broken.caught and not broken.passed and broken.failed == [] and broken.error == "rank_collapse: ImportError: hub"
+    assert (
+        not broken.caught
+        and not broken.passed
+        and broken.failed == []
+        and broken.error == "rank_collapse: ImportError: hub"
+    )
 
 
 def test_the_table_counts_caught_bugs_and_false_alarms() -> None:
     a, b = BUGS[0], BUGS[1]
-    text = corpus.table([(a, Outcome("x", "ci", 1, ["variance_growth: m"]), Outcome("y", "ci", 0)), (b, Outcome("x", "ci", 0), Outcome("y", "ci", 1, ["rank_collapse: m"]))])
+    text = corpus.table(
+        [
+            (a, Outcome("x", "ci", 1, ["variance_growth: m"]), Outcome("y", "ci", 0)),
+            (b, Outcome("x", "ci", 0), Outcome("y", "ci", 1, ["rank_collapse: m"])),
+        ]
+    )
     assert "✗ caught (variance_growth)" in text and "✓ passes" in text
     assert text.endswith("Caught by the spec alone: 1 of 2; false alarms on the fixed releases: 1 of 2.")
 
 
 def test_the_command_line_lists_its_options() -> None:
-    done = subprocess.run([sys.executable, "-m", "benchmarks.corpus", "--help"], capture_output=True, text=True, cwd=corpus.ROOT, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.corpus", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=corpus.ROOT,
+        timeout=60,
+    )
     assert done.returncode == 0 and "--only" in done.stdout

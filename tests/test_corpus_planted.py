@@ -95,11 +95,36 @@ def _mamba_linears_at_torch_default(mp: pytest.MonkeyPatch) -> None:
 
 
 PLANTS = [
-    Plant("gpt2-c-proj-depth-scaling", "specs/zoo/gpt2.toml", "depth=2,width=128,batch=2,seed=0,tokens=8", _gpt2_unscaled_c_proj),
-    Plant("gemma-rmsnorm-offset", "specs/zoo/gemma.toml", "depth=2,width=256,batch=2,seed=0,tokens=8", _gemma_norms_at_one("transformers.models.gemma.modeling_gemma", "GemmaPreTrainedModel")),
-    Plant("gemma2-rmsnorm-offset", "specs/zoo/gemma2.toml", "depth=2,width=256,batch=2,seed=0,tokens=8", _gemma_norms_at_one("transformers.models.gemma2.modeling_gemma2", "Gemma2PreTrainedModel")),
-    Plant("timm-layerscale-init-values", "specs/zoo/timm_deit3.toml", "depth=2,width=128,batch=2,seed=0", _timm_layer_scale_at_one),
-    Plant("mamba-missing-linear-init", "specs/zoo/mamba.toml", "depth=2,width=128,batch=2,seed=0,tokens=8", _mamba_linears_at_torch_default),
+    Plant(
+        "gpt2-c-proj-depth-scaling",
+        "specs/zoo/gpt2.toml",
+        "depth=2,width=128,batch=2,seed=0,tokens=8",
+        _gpt2_unscaled_c_proj,
+    ),
+    Plant(
+        "gemma-rmsnorm-offset",
+        "specs/zoo/gemma.toml",
+        "depth=2,width=256,batch=2,seed=0,tokens=8",
+        _gemma_norms_at_one("transformers.models.gemma.modeling_gemma", "GemmaPreTrainedModel"),
+    ),
+    Plant(
+        "gemma2-rmsnorm-offset",
+        "specs/zoo/gemma2.toml",
+        "depth=2,width=256,batch=2,seed=0,tokens=8",
+        _gemma_norms_at_one("transformers.models.gemma2.modeling_gemma2", "Gemma2PreTrainedModel"),
+    ),
+    Plant(
+        "timm-layerscale-init-values",
+        "specs/zoo/timm_deit3.toml",
+        "depth=2,width=128,batch=2,seed=0",
+        _timm_layer_scale_at_one,
+    ),
+    Plant(
+        "mamba-missing-linear-init",
+        "specs/zoo/mamba.toml",
+        "depth=2,width=128,batch=2,seed=0,tokens=8",
+        _mamba_linears_at_torch_default,
+    ),
 ]
 
 #: Planted bugs the zoo spec does not catch yet, each with why (a strict xfail: it fails the day the spec catches the bug).
@@ -113,11 +138,22 @@ def _judge(path: str, case: str) -> dict[str, str]:
 
 
 def _params(plants: list[Plant]) -> list[object]:
-    return [pytest.param(p, id=p.bug, marks=[pytest.mark.xfail(strict=True, raises=AssertionError, reason=NOT_YET_CAUGHT[p.bug])] if p.bug in NOT_YET_CAUGHT else []) for p in plants]
+    return [
+        pytest.param(
+            p,
+            id=p.bug,
+            marks=[pytest.mark.xfail(strict=True, raises=AssertionError, reason=NOT_YET_CAUGHT[p.bug])]
+            if p.bug in NOT_YET_CAUGHT
+            else [],
+        )
+        for p in plants
+    ]
 
 
 @pytest.mark.parametrize("plant", _params(PLANTS))
-def test_the_zoo_spec_holds_as_shipped_and_fails_with_the_bug_planted(plant: Plant, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_zoo_spec_holds_as_shipped_and_fails_with_the_bug_planted(
+    plant: Plant, monkeypatch: pytest.MonkeyPatch
+) -> None:
     require_shipped_libraries()
     monkeypatch.setattr(library_build, "_FACTORS", {})  # the init rule's factors read off the model as built
     healthy = _judge(plant.spec, plant.case)

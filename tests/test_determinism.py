@@ -86,7 +86,20 @@ def test_the_same_search_in_two_processes_probes_the_same_cases_bit_identically(
     env["OMP_NUM_THREADS"] = "1"  # the same in both; two processes on two cores do not oversubscribe
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "stability", "check", str(spec), "--profile", "ci", "--only", "variance_growth", "--json", str(tmp_path / f"{i}.json"), "-q"],
+            [
+                sys.executable,
+                "-m",
+                "stability",
+                "check",
+                str(spec),
+                "--profile",
+                "ci",
+                "--only",
+                "variance_growth",
+                "--json",
+                str(tmp_path / f"{i}.json"),
+                "-q",
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -107,7 +120,9 @@ def test_the_same_search_in_two_processes_probes_the_same_cases_bit_identically(
     assert strip(a) == strip(b)
 
 
-def test_a_failing_property_shrinks_to_the_same_minimal_case_twice(cli: Callable[..., tuple[int, str, str]], write_spec: Callable[..., Path], base_spec: str, tmp_path: Path) -> None:
+def test_a_failing_property_shrinks_to_the_same_minimal_case_twice(
+    cli: Callable[..., tuple[int, str, str]], write_spec: Callable[..., Path], base_spec: str, tmp_path: Path
+) -> None:
     # default init, ReLU, width 4..8: the gradient vanishes past a small depth
     path = write_spec(base_spec.replace("depth = [1, 4]", "depth = [1, 12]"))
     reports = []
@@ -164,7 +179,9 @@ def _without_seconds(value: Any) -> Any:
     return value
 
 
-def test_a_dropout_spec_gives_identical_json_three_times_and_replays_bit_for_bit(cli: Callable[..., tuple[int, str, str]], tmp_path: Path) -> None:
+def test_a_dropout_spec_gives_identical_json_three_times_and_replays_bit_for_bit(
+    cli: Callable[..., tuple[int, str, str]], tmp_path: Path
+) -> None:
     import torch
 
     (tmp_path / "determinism_encoder.py").write_text(ENCODER_FACTORY, encoding="utf-8")
@@ -241,7 +258,12 @@ def test_a_factory_and_blocks_drawing_from_python_and_numpy_generators_replay_ex
         random.random()
         np.random.random()
     again = evaluate(spec, case).measurements
-    assert first is not None and again is not None and first.grad_norm == again.grad_norm and first.act_var == again.act_var
+    assert (
+        first is not None
+        and again is not None
+        and first.grad_norm == again.grad_norm
+        and first.act_var == again.act_var
+    )
     random.seed(1)
     np.random.seed(1)
     evaluate(spec, case)

@@ -66,18 +66,25 @@ def test_the_longest_shape_preserving_run_is_chosen_and_every_stage_of_its_class
     assert found.blocks.shape == (3, 8) and found.blocks.describe() == "stages.1.layers.1..3 (3 x Res)"
     assert [s.names for s in found.stages] == [("stages.0.layers.0", "stages.0.layers.1"), found.blocks.names]
     assert "stages.1.layers.0 (Widen) maps (3, 4) to (3, 8)" in found.transitions
-    assert "stages.1 (Stage) maps (3, 4) to (3, 8)" in found.transitions  # the stages themselves are a run of 2 with a shape change
+    assert (
+        "stages.1 (Stage) maps (3, 4) to (3, 8)" in found.transitions
+    )  # the stages themselves are a run of 2 with a shape change
 
 
 def test_explicit_blocks_across_a_shape_change_are_refused_naming_it() -> None:
-    with pytest.raises(DiscoveryError, match=r"stages.1 \(Stage\) maps \(3, 4\) to \(3, 8\).*probe one stage at a time, e.g. stages.0"):
+    with pytest.raises(
+        DiscoveryError, match=r"stages.1 \(Stage\) maps \(3, 4\) to \(3, 8\).*probe one stage at a time, e.g. stages.0"
+    ):
         discover(Net(), X, blocks="stages")
     with pytest.raises(DiscoveryError, match=r"Widen\) maps \(3, 4\) to \(3, 8\)"):
         discover(Net(), X, blocks="stages.1.layers")
     found = discover(Net(), X, blocks="stages.1.layers[1:]")  # the stage after its transition
     assert found.blocks.names == ("stages.1.layers.1", "stages.1.layers.2", "stages.1.layers.3")
     net = Net()
-    assert discover(net, X, blocks=list(net.stages[0].layers)).blocks.names == ("stages.0.layers.0", "stages.0.layers.1")
+    assert discover(net, X, blocks=list(net.stages[0].layers)).blocks.names == (
+        "stages.0.layers.0",
+        "stages.0.layers.1",
+    )
 
 
 def test_explicit_blocks_that_are_not_a_container_or_not_in_the_model_are_refused() -> None:

@@ -39,7 +39,19 @@ from stability.spec.schema import (
 )
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-MODELS: list[type[BaseModel]] = [Spec, Block, Space, Expect, GradientArrival, VarianceGrowth, IdentityAtInit, Probe, RankCollapse, AttentionEntropy, GradientBalance]
+MODELS: list[type[BaseModel]] = [
+    Spec,
+    Block,
+    Space,
+    Expect,
+    GradientArrival,
+    VarianceGrowth,
+    IdentityAtInit,
+    Probe,
+    RankCollapse,
+    AttentionEntropy,
+    GradientBalance,
+]
 MODELS += [JacobianSpread, MeanFieldRate, Lesion]
 MODELS += [Train, UpdateSize, Trainability, ResidualSize]  # the training checks (docs/training.md)
 MODELS += [MeanShift, InitConformance]
@@ -97,9 +109,13 @@ def test_documented_defaults_match_the_models(model: type[BaseModel]) -> None:
         elif isinstance(default, bool):
             assert str(default).lower() in default_cell
         elif isinstance(default, str):
-            assert f'"{default}"' in default_cell, f"`{name}` defaults to {default!r}; its default cell says {default_cell!r}"
+            assert f'"{default}"' in default_cell, (
+                f"`{name}` defaults to {default!r}; its default cell says {default_cell!r}"
+            )
         elif isinstance(default, (int, float)):
-            assert re.search(rf"`{re.escape(repr(default))}`", default_cell), f"`{name}` defaults to {default!r}; its default cell says {default_cell!r}"
+            assert re.search(rf"`{re.escape(repr(default))}`", default_cell), (
+                f"`{name}` defaults to {default!r}; its default cell says {default_cell!r}"
+            )
 
 
 def test_every_family_and_choice_is_named() -> None:
@@ -156,7 +172,10 @@ def test_the_tutorials_pasted_replay_is_what_the_replay_prints(tmp_path: Path) -
     (tmp_path / "specs" / "my_arch.toml").write_text(next(b for b in _blocks(text, "toml") if 'family = "custom"' in b))
     shown = next(b for b in _blocks(text, "text") if "--case depth=1" in b.splitlines()[0])
     command = shown.splitlines()[0].removeprefix("$ ").split(";")[0]
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "STABILITY_PROFILE")} | {"COLUMNS": "200", "OMP_NUM_THREADS": "1"}
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "STABILITY_PROFILE")} | {
+        "COLUMNS": "200",
+        "OMP_NUM_THREADS": "1",
+    }
     argv = [sys.executable, "-m", "stability", *shlex.split(command)[1:]]
     run = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
     printed = (run.stdout + run.stderr).splitlines() + [f"exit code {run.returncode}"]
@@ -199,7 +218,11 @@ def test_ci_workflow_uses_only_real_options(capsys: pytest.CaptureFixture[str]) 
     paths = cache["with"]["path"].split()
     assert ".hypothesis/" in paths and ".asv/results" in paths
     upload = next(step for step in steps if str(step.get("uses", "")).startswith("actions/upload-artifact@"))
-    assert upload.get("if") == "always()" and "stability.xml" in upload["with"]["path"] and "stability-report/" in upload["with"]["path"]
+    assert (
+        upload.get("if") == "always()"
+        and "stability.xml" in upload["with"]["path"]
+        and "stability-report/" in upload["with"]["path"]
+    )
 
 
 def test_ci_doc_explains_replay() -> None:

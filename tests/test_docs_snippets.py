@@ -66,7 +66,14 @@ def snippets() -> Iterator[Snippet]:
             slow = SLOW.match(before[-1]) if before else None
             body = "\n".join(ln[len(m.group("indent")) :] for ln in m.group("body").splitlines())
             line = text.count("\n", 0, m.start()) + 1
-            yield Snippet(path, line, kind, body, marker.group("reason") if marker else None, slow.group("reason") if slow else None)
+            yield Snippet(
+                path,
+                line,
+                kind,
+                body,
+                marker.group("reason") if marker else None,
+                slow.group("reason") if slow else None,
+            )
 
 
 ALL = list(snippets())
@@ -108,7 +115,9 @@ RUN = [s for s in ALL if s.not_run is None]
 def test_snippet_runs(snippet: Snippet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if snippet.kind == "python":
         monkeypatch.chdir(ROOT)
-        monkeypatch.setenv("STABILITY_PROFILE", "ci")  # `given_spec` tests take the stability profile's budget: the ci one, 10 examples
+        monkeypatch.setenv(
+            "STABILITY_PROFILE", "ci"
+        )  # `given_spec` tests take the stability profile's budget: the ci one, 10 examples
         namespace: dict[str, Any] = {"__name__": "docs_snippet"}
         code = compile(snippet.body, snippet.id, "exec")
         try:
@@ -141,7 +150,9 @@ def test_snippet_runs(snippet: Snippet, tmp_path: Path, monkeypatch: pytest.Monk
         text=True,
         timeout=600,
     )
-    assert done.returncode == 0, f"{snippet.id} exited {done.returncode}:\n{snippet.body}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, (
+        f"{snippet.id} exited {done.returncode}:\n{snippet.body}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+    )
 
 
 def test_nothing_in_the_repository_points_outside_it() -> None:
@@ -150,7 +161,11 @@ def test_nothing_in_the_repository_points_outside_it() -> None:
     try:
         files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     except (OSError, subprocess.CalledProcessError):  # not a git checkout: every file but the usual outputs
-        files = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(ROOT).parts)]
+        files = [
+            str(p.relative_to(ROOT))
+            for p in ROOT.rglob("*")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(ROOT).parts)
+        ]
     hits = []
     for name in files:
         path = ROOT / name

@@ -65,13 +65,19 @@ def test_a_negative_control_is_met_when_violated_and_reports_the_smallest_case()
 
 
 def test_an_expected_violation_that_never_happens_fails_like_a_strict_xfail() -> None:
-    text = HIGHWAY_CLAIM.format(expect="violated").replace("gate_bias = 2.0", "gate_bias = -4.0").replace("[1, 40]", "[1, 8]")
+    text = (
+        HIGHWAY_CLAIM.format(expect="violated")
+        .replace("gate_bias = 2.0", "gate_bias = -4.0")
+        .replace("[1, 40]", "[1, 8]")
+    )
     result = run_spec(parse_spec(text), RunOptions(profile="ci")).results[0]
     assert not result.met and "no case among" in result.message
 
 
 def test_measurements_of_one_case_are_bit_identical_across_runs() -> None:
-    spec = parse_spec(HIGHWAY_CLAIM.format(expect="holds").replace('branch_init = ["zero"]', 'weight_init = ["kaiming_normal"]'))
+    spec = parse_spec(
+        HIGHWAY_CLAIM.format(expect="holds").replace('branch_init = ["zero"]', 'weight_init = ["kaiming_normal"]')
+    )
     case = parse_case_string("depth=17,width=9,batch=5,seed=123", spec)
     a = run_spec(spec, RunOptions(profile="ci"), case=case).cases[case].measurements
     b = run_spec(spec, RunOptions(profile="ci"), case=case).cases[case].measurements
@@ -82,13 +88,19 @@ def test_measurements_of_one_case_are_bit_identical_across_runs() -> None:
 def test_pinned_examples_run_first_and_their_depth_is_bisected() -> None:
     # The pinned case fails before any generated one; its depth is then bisected to the smallest
     # failing depth (3, see above) with the pinned values (width 7) kept.
-    text = HIGHWAY_CLAIM.format(expect="holds").replace('branch_init = ["zero"]', 'branch_init = ["zero"]\nexamples = ["depth=30,width=7"]')
+    text = HIGHWAY_CLAIM.format(expect="holds").replace(
+        'branch_init = ["zero"]', 'branch_init = ["zero"]\nexamples = ["depth=30,width=7"]'
+    )
     result = run_spec(parse_spec(text), RunOptions(profile="ci")).results[0]
     assert not result.met and result.case is not None and (result.case.depth, result.case.width) == (3, 7)
 
 
 def test_every_search_covers_the_deepest_allowed_depth() -> None:
-    spec = parse_spec(HIGHWAY_CLAIM.format(expect="holds").replace("gate_bias = 2.0", "gate_bias = -4.0").replace("lo = 0.01", "lo = 1e-30"))
+    spec = parse_spec(
+        HIGHWAY_CLAIM.format(expect="holds")
+        .replace("gate_bias = 2.0", "gate_bias = -4.0")
+        .replace("lo = 0.01", "lo = 1e-30")
+    )
     res = run_spec(spec, RunOptions(profile="ci"))
     assert res.results[0].met
     assert max(c.depth for c in res.cases) == 40
@@ -116,7 +128,9 @@ def test_a_factory_that_refuses_some_cases_fails_those_cases_and_the_other_specs
     code, out, err = cli("check", mixed, even, "--profile", "ci")
     assert code == 1 and not err, err
     text = " ".join(out.split())
-    assert f"{mixed}::gradient_arrival: the case could not be measured at depth=1,width=3," in text  # shrunk to the smallest odd width
+    assert (
+        f"{mixed}::gradient_arrival: the case could not be measured at depth=1,width=3," in text
+    )  # shrunk to the smallest odd width
     assert "error: the factory engine_odd_width:even_only raised AssertionError: width must be even" in text
     assert f"reproduce: stability check {mixed} --case depth=1,width=3," in text
     assert "│ even │ gradient_arrival │ holds │ ✓ │" in text
@@ -130,15 +144,25 @@ def test_the_readme_example_fails_as_the_readme_shows(cli: Any) -> None:
     code, out, _ = cli("check", root / "docs" / "examples" / "highway_claim.toml", "--profile", "ci")
     readme = (root / "README.md").read_text(encoding="utf-8")
     assert code == 1
-    assert "depth=3,width=4,batch=2,init=default,branch_init=zero,dtype=float32,device=cpu,seed=0: gradient ratio 0.00169 < 0.01" in out
-    assert "depth=3,width=4,batch=2,init=default,branch_init=zero,dtype=float32,device=cpu,seed=0: gradient ratio 0.00169 < 0.01" in readme
+    assert (
+        "depth=3,width=4,batch=2,init=default,branch_init=zero,dtype=float32,device=cpu,seed=0: gradient ratio 0.00169 < 0.01"
+        in out
+    )
+    assert (
+        "depth=3,width=4,batch=2,init=default,branch_init=zero,dtype=float32,device=cpu,seed=0: gradient ratio 0.00169 < 0.01"
+        in readme
+    )
 
 
-def test_a_seed_repeats_a_random_search_and_another_seed_draws_other_cases(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_seed_repeats_a_random_search_and_another_seed_draws_other_cases(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """`stability check --seed N` (RunOptions.seed): the dev and thorough searches are random;
     with a seed they draw the same cases again, so a failing nightly run can be repeated."""
     monkeypatch.chdir(tmp_path)  # the dev profile's example database lives in ./.hypothesis
-    spec = parse_spec(HIGHWAY_CLAIM.format(expect="holds").replace("lo = 0.01", "lo = 1e-300").replace("[1, 40]", "[1, 4]"))
+    spec = parse_spec(
+        HIGHWAY_CLAIM.format(expect="holds").replace("lo = 0.01", "lo = 1e-300").replace("[1, 40]", "[1, 4]")
+    )
 
     def drawn(seed: int) -> list[Any]:
         seen: list[Any] = []

@@ -20,7 +20,8 @@ from stability.spec.case import Case
 from stability.spec.registry import INVARIANTS
 
 SPEC = parse_spec(
-    'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = [1, 8]\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\nlo = 0.1\nhi = 10.0\n[expect.variance_growth]\n', file="specs/e.toml"
+    'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = [1, 8]\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\nlo = 0.1\nhi = 10.0\n[expect.variance_growth]\n',
+    file="specs/e.toml",
 )
 CASE = Case(3, 4, 2, None, None, "default", "default", "float32", "cpu", 0)
 
@@ -36,8 +37,12 @@ def _v(observed: float, **extra: Any) -> Verdict:
 def test_severity_of_a_gradient_ratio_is_its_log_distance_to_the_nearer_bound() -> None:
     arrival = SimpleNamespace(lo=0.1, hi=10.0)
     assert _severity("gradient_arrival", _v(1.0), arrival) == pytest.approx(-math.log(10.0), rel=1e-15, abs=0)
-    assert _severity("gradient_arrival", _v(0.2), arrival) == pytest.approx(-math.log(2.0), rel=1e-15, abs=0)  # nearer lo
-    assert _severity("gradient_arrival", _v(5.0), arrival) == pytest.approx(-math.log(2.0), rel=1e-15, abs=0)  # nearer hi
+    assert _severity("gradient_arrival", _v(0.2), arrival) == pytest.approx(
+        -math.log(2.0), rel=1e-15, abs=0
+    )  # nearer lo
+    assert _severity("gradient_arrival", _v(5.0), arrival) == pytest.approx(
+        -math.log(2.0), rel=1e-15, abs=0
+    )  # nearer hi
     assert _severity("gradient_arrival", _v(0.0), arrival) == math.inf
     assert _severity("gradient_arrival", _v(math.nan), arrival) == math.inf
 
@@ -69,16 +74,26 @@ def test_severity_of_the_other_invariants() -> None:
         ("mean_field", _v(0.5, predicted=2.0), [(math.log(4.0), "mean-field mismatch (log)")]),
         ("mean_shift", _v(0.75), [(0.75, "mean shift (squared channel mean / channel variance)")]),
         ("identity_at_init", _v(1e-3), [(1e-3, "identity error")]),
-        ("identity_at_init", _v(0.5, predicted=2.0), [(0.5, "identity error")]),  # a prediction alone is not the mean-field score
+        (
+            "identity_at_init",
+            _v(0.5, predicted=2.0),
+            [(0.5, "identity error")],
+        ),  # a prediction alone is not the mean-field score
         ("mean_field", _v(0.5), []),  # no prediction: nothing to steer by
         ("mean_field", _v(0.5, predicted=0.0), []),
-        ("mean_field", _v(2.0, predicted=0.5), [(math.log(4.0), "mean-field mismatch (log)")]),  # a prediction below 1 counts
+        (
+            "mean_field",
+            _v(2.0, predicted=0.5),
+            [(math.log(4.0), "mean-field mismatch (log)")],
+        ),  # a prediction below 1 counts
         ("variance_growth", _v(0.0), []),
         ("variance_growth", _v(-1.0), []),
         ("variance_growth", _v(math.inf), []),
     ],
 )
-def test_thorough_search_steers_by_the_right_score(monkeypatch: pytest.MonkeyPatch, name: str, verdict: Verdict, targets: list[tuple[float, str]]) -> None:
+def test_thorough_search_steers_by_the_right_score(
+    monkeypatch: pytest.MonkeyPatch, name: str, verdict: Verdict, targets: list[tuple[float, str]]
+) -> None:
     got: list[tuple[float, str]] = []
     monkeypatch.setattr(engine, "target", lambda value, *, label: got.append((value, label)))
     engine._target(name, verdict)
@@ -91,14 +106,35 @@ def test_messages_say_what_was_expected_where_and_at_which_case() -> None:
     v = _v(1.0)
     w = "specs/e.toml::gradient_arrival"
     msg = conclude.message
-    assert msg(SPEC, "gradient_arrival", "holds", True, v, CASE, False, 12) == f"{w}: holds on 12 cases; closest to its bound: the detail at {CASE}"
+    assert (
+        msg(SPEC, "gradient_arrival", "holds", True, v, CASE, False, 12)
+        == f"{w}: holds on 12 cases; closest to its bound: the detail at {CASE}"
+    )
     assert msg(SPEC, "gradient_arrival", "holds", True, v, CASE, True) == f"{w}: holds at {CASE}: the detail"
-    assert msg(SPEC, "gradient_arrival", "holds", False, v, CASE, False) == f"{w}: expected to hold, but it fails at smallest failing case {CASE}: the detail"
-    assert msg(SPEC, "gradient_arrival", "holds", False, v, CASE, True) == f"{w}: expected to hold, but it fails at {CASE}: the detail"
-    assert msg(SPEC, "gradient_arrival", "violated", True, v, CASE, False) == f"{w}: violated as expected at smallest violating case {CASE}: the detail"
-    assert msg(SPEC, "gradient_arrival", "violated", True, v, CASE, True) == f"{w}: violated as expected at {CASE}: the detail"
-    assert msg(SPEC, "gradient_arrival", "violated", False, v, CASE, True) == f"{w}: expected to be violated, but it holds at {CASE}: the detail"
-    assert msg(SPEC, "gradient_arrival", "violated", False, v, CASE, False, 7) == f"{w}: expected to be violated, but no case among 7 broke it; closest: the detail at {CASE}"
+    assert (
+        msg(SPEC, "gradient_arrival", "holds", False, v, CASE, False)
+        == f"{w}: expected to hold, but it fails at smallest failing case {CASE}: the detail"
+    )
+    assert (
+        msg(SPEC, "gradient_arrival", "holds", False, v, CASE, True)
+        == f"{w}: expected to hold, but it fails at {CASE}: the detail"
+    )
+    assert (
+        msg(SPEC, "gradient_arrival", "violated", True, v, CASE, False)
+        == f"{w}: violated as expected at smallest violating case {CASE}: the detail"
+    )
+    assert (
+        msg(SPEC, "gradient_arrival", "violated", True, v, CASE, True)
+        == f"{w}: violated as expected at {CASE}: the detail"
+    )
+    assert (
+        msg(SPEC, "gradient_arrival", "violated", False, v, CASE, True)
+        == f"{w}: expected to be violated, but it holds at {CASE}: the detail"
+    )
+    assert (
+        msg(SPEC, "gradient_arrival", "violated", False, v, CASE, False, 7)
+        == f"{w}: expected to be violated, but no case among 7 broke it; closest: the detail at {CASE}"
+    )
 
 
 def test_a_replayed_case_that_cannot_be_measured_fails_and_keeps_its_error() -> None:
@@ -115,7 +151,11 @@ def test_a_replayed_case_that_cannot_be_measured_fails_and_keeps_its_error() -> 
     assert r.message == f"specs/e.toml::gradient_arrival: the case could not be measured at {CASE}"
     assert (r.name, r.expect, r.case, r.examples) == ("gradient_arrival", "violated", CASE, 1)
     assert r.reproduce is not None and str(CASE) in r.reproduce
-    assert r.verdict is not None and not r.verdict.passed and r.verdict.detail == "case not measured: the case does not run: ValueError: no"
+    assert (
+        r.verdict is not None
+        and not r.verdict.passed
+        and r.verdict.detail == "case not measured: the case does not run: ValueError: no"
+    )
     assert conclude._unmeasured(SPEC, "gradient_arrival", CASE, CaseRecord(CASE, None, None)) is None
 
 
@@ -125,15 +165,23 @@ def _halving(c: Case) -> CaseRecord:
     return CaseRecord(c, Measurements(grad, [1.0] * (c.depth + 1), [1.0] * (c.depth + 1), {}, None, None, None))
 
 
-@pytest.mark.parametrize(("depth", "start", "smallest"), [("{ range = [2, 16], multiple_of = 3 }", 15, 6), ("{ values = [2, 4, 9, 12] }", 12, 9), ("[1, 16]", 16, 5)])
+@pytest.mark.parametrize(
+    ("depth", "start", "smallest"),
+    [("{ range = [2, 16], multiple_of = 3 }", 15, 6), ("{ values = [2, 4, 9, 12] }", 12, 9), ("[1, 16]", 16, 5)],
+)
 def test_the_depth_bisection_stays_inside_the_space(depth: str, start: int, smallest: int) -> None:
-    spec = parse_spec(f'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = {depth}\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\nlo = 0.05\nhi = 10.0\n', file="specs/e.toml")
+    spec = parse_spec(
+        f'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = {depth}\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\nlo = 0.05\nhi = 10.0\n',
+        file="specs/e.toml",
+    )
     probed: list[int] = []
 
     def measured(c: Case) -> CaseRecord:
         probed.append(c.depth)
         return _halving(c)
 
-    found = engine._smallest_depth(spec, "gradient_arrival", Case(start, 4, 2, None, None, "default", "default", "float32", "cpu", 0), measured)
+    found = engine._smallest_depth(
+        spec, "gradient_arrival", Case(start, 4, 2, None, None, "default", "default", "float32", "cpu", 0), measured
+    )
     assert found.depth == smallest and found.width == 4
     assert all(spec.space.depth.admits(d) for d in probed)  # type: ignore[union-attr]

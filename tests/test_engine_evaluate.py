@@ -18,7 +18,7 @@ from stability.errors import BlockError, CaseError
 from stability.families.build import build, derive_seed, make_input
 from stability.measure.jacobian import jacobian_spectrum
 from stability.measure.probe import Measurements, probe
-from stability.run import engine
+from stability.run import engine, probing
 from stability.run.engine import CaseRecord, RunOptions, evaluate, judge, run_spec
 from stability.spec.case import Case
 from stability.spec.registry import INVARIANTS
@@ -27,28 +27,44 @@ from stability.spec.schema import Spec
 CASE = Case(3, 4, 2, None, None, "default", "default", "float64", "cpu", 11)
 
 
-def _plain(expect: str = "[expect.gradient_arrival]\nlo = 1e-6\nhi = 1e6\n", block: str = 'activation = "tanh"') -> Spec:
-    return parse_spec(f'name = "e"\ndescription = "d"\nfamily = "plain"\n[block]\n{block}\n[space]\ndepth = [1, 4]\nwidth = 4\nbatch = 2\ndtype = ["float64"]\n{expect}', file="specs/e.toml")
+def _plain(
+    expect: str = "[expect.gradient_arrival]\nlo = 1e-6\nhi = 1e6\n", block: str = 'activation = "tanh"'
+) -> Spec:
+    return parse_spec(
+        f'name = "e"\ndescription = "d"\nfamily = "plain"\n[block]\n{block}\n[space]\ndepth = [1, 4]\nwidth = 4\nbatch = 2\ndtype = ["float64"]\n{expect}',
+        file="specs/e.toml",
+    )
 
 
 def _raising(monkeypatch: pytest.MonkeyPatch, exc: BaseException) -> None:
     def boom(*_: Any, **__: Any) -> Measurements:
         raise exc
 
-    monkeypatch.setattr(engine, "probe_network", boom)
+    monkeypatch.setattr(probing, "probe_network", boom)
 
 
 @pytest.mark.parametrize(
     ("exc", "error"),
     [
-        (BlockError("block 1 (Linear) failed on an input of shape (2, 4): ValueError: no"), "the case does not run: block 1 (Linear) failed on an input of shape (2, 4): ValueError: no"),
+        (
+            BlockError("block 1 (Linear) failed on an input of shape (2, 4): ValueError: no"),
+            "the case does not run: block 1 (Linear) failed on an input of shape (2, 4): ValueError: no",
+        ),
         (CaseError("the case took longer than 5 s"), "the case took longer than 5 s"),
         (torch.OutOfMemoryError(), "out of memory on cpu: out of memory"),
-        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB\nmore text"), "out of memory on cpu: CUDA out of memory. Tried to allocate 2 GiB"),
-        (ValueError("Expected more than 1 value\n   per channel"), "the case does not run: ValueError: Expected more than 1 value per channel"),
+        (
+            torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB\nmore text"),
+            "out of memory on cpu: CUDA out of memory. Tried to allocate 2 GiB",
+        ),
+        (
+            ValueError("Expected more than 1 value\n   per channel"),
+            "the case does not run: ValueError: Expected more than 1 value per channel",
+        ),
     ],
 )
-def test_each_failure_on_a_case_becomes_its_error(monkeypatch: pytest.MonkeyPatch, exc: BaseException, error: str) -> None:
+def test_each_failure_on_a_case_becomes_its_error(
+    monkeypatch: pytest.MonkeyPatch, exc: BaseException, error: str
+) -> None:
     _raising(monkeypatch, exc)
     record = evaluate(_plain(), CASE)
     assert record.case == CASE and record.measurements is None and record.error == error
@@ -58,7 +74,9 @@ def test_each_failure_on_a_case_becomes_its_error(monkeypatch: pytest.MonkeyPatc
 def test_a_measured_case_uses_the_cases_streams_and_times_itself() -> None:
     spec = _plain()
     record = evaluate(spec, CASE)
-    assert record.case == CASE and record.error is None and record.measurements is not None and 0.0 < record.seconds < 60.0
+    assert (
+        record.case == CASE and record.error is None and record.measurements is not None and 0.0 < record.seconds < 60.0
+    )
     net = build(spec, CASE)
     m = probe(net.blocks, make_input(spec, CASE), seed=derive_seed(CASE.seed, 2), rng_seed=derive_seed(CASE.seed, 3))
     assert record.measurements.grad_norm == m.grad_norm and record.measurements.act_var == m.act_var
@@ -68,7 +86,8 @@ def test_dropout_masks_come_from_the_cases_own_stream(tmp_path: Path) -> None:
     """With dropout on, the probe's global RNG is seeded from stream 3 of the case seed: the case
     replays its masks, and another stream would draw other masks."""
     (tmp_path / "stability_evaluate_dropout.py").write_text(
-        "from torch import nn\n\n\ndef make(depth, width):\n    return nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.Dropout(0.5)) for _ in range(depth)])\n", encoding="utf-8"
+        "from torch import nn\n\n\ndef make(depth, width):\n    return nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.Dropout(0.5)) for _ in range(depth)])\n",
+        encoding="utf-8",
     )
     spec = parse_spec(
         'name = "d"\ndescription = "d"\nfamily = "custom"\n[block]\nfactory = "stability_evaluate_dropout:make"\n'
@@ -98,7 +117,13 @@ def test_the_jacobian_estimate_uses_stream_three_of_the_case_seed() -> None:
 
 def test_an_unmeasured_case_is_judged_failed_with_an_empty_bound() -> None:
     v = judge(_plain(), "gradient_arrival", CaseRecord(CASE, None, "boom"))
-    assert (v.invariant, v.passed, v.bound, v.block, v.detail) == ("gradient_arrival", False, "", None, "case not measured: boom")
+    assert (v.invariant, v.passed, v.bound, v.block, v.detail) == (
+        "gradient_arrival",
+        False,
+        "",
+        None,
+        "case not measured: boom",
+    )
     assert math.isnan(v.observed)
 
 
@@ -141,7 +166,11 @@ def test_a_cuda_case_without_cuda_says_so() -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: the refusal is for machines without it")
     record = evaluate(_plain(), Case(3, 4, 2, None, None, "default", "default", "float64", "cuda", 0))
-    assert (record.measurements, record.error, record.seconds) == (None, "CUDA is not available on this machine; use --device cpu", 0.0)
+    assert (record.measurements, record.error, record.seconds) == (
+        None,
+        "CUDA is not available on this machine; use --device cpu",
+        0.0,
+    )
 
 
 def test_a_stacks_call_kwargs_reach_the_probe(tmp_path: Path) -> None:
@@ -157,13 +186,25 @@ def test_a_stacks_call_kwargs_reach_the_probe(tmp_path: Path) -> None:
         file=str(tmp_path / "k.toml"),
     )
     record = evaluate(spec, Case(3, 4, 2, None, None, "default", "default", "float64", "cpu", 0))
-    assert record.measurements is not None and record.measurements.gradient_ratio == pytest.approx(8.0, rel=1e-15, abs=0.0)  # 2³
+    assert record.measurements is not None and record.measurements.gradient_ratio == pytest.approx(
+        8.0, rel=1e-15, abs=0.0
+    )  # 2³
 
 
 def test_a_replayed_case_outside_the_invariant_is_not_applicable() -> None:
-    spec = parse_spec('name = "p"\ndescription = "d"\nfamily = "preact"\n[space]\ndepth = 2\nwidth = 4\nbatch = 2\nbranch_init = ["default", "zero"]\n[expect.identity_at_init]\n', file="specs/p.toml")
+    spec = parse_spec(
+        'name = "p"\ndescription = "d"\nfamily = "preact"\n[space]\ndepth = 2\nwidth = 4\nbatch = 2\nbranch_init = ["default", "zero"]\n[expect.identity_at_init]\n',
+        file="specs/p.toml",
+    )
     (r,) = run_spec(spec, RunOptions(), case="branch_init=default").results
-    assert (r.name, r.met, r.verdict, r.examples, r.applicable, r.status) == ("identity_at_init", True, None, 0, False, "not_applicable")
+    assert (r.name, r.met, r.verdict, r.examples, r.applicable, r.status) == (
+        "identity_at_init",
+        True,
+        None,
+        0,
+        False,
+        "not_applicable",
+    )
     assert r.message.startswith(f"specs/p.toml::identity_at_init: not applicable at {r.case}: ")
 
 
@@ -177,7 +218,12 @@ def test_the_depth_bisection_keeps_the_failing_depth_itself() -> None:
         grad = [0.4 if c.depth == 15 else 1.0] + [1.0] * c.depth
         return CaseRecord(c, Measurements(grad, [1.0] * (c.depth + 1), [1.0] * (c.depth + 1), {}, None, None, None))
 
-    assert engine._smallest_depth(spec, "gradient_arrival", Case(15, 4, 2, None, None, "default", "default", "float32", "cpu", 0), measured).depth == 15
+    assert (
+        engine._smallest_depth(
+            spec, "gradient_arrival", Case(15, 4, 2, None, None, "default", "default", "float32", "cpu", 0), measured
+        ).depth
+        == 15
+    )
 
 
 def test_mean_shift_is_judged_at_the_specs_bound() -> None:
@@ -192,7 +238,9 @@ def test_mean_shift_is_judged_at_the_specs_bound() -> None:
 def test_a_replayed_probe_case_is_worded_as_a_replay_and_a_sum_loss_is_used() -> None:
     spec = _plain(block='activation = "tanh"\n[probe]\nloss = "sum"')
     (r,) = run_spec(spec, RunOptions(), case="depth=2,width=4,batch=2,seed=4").results
-    assert r.verdict is not None and r.message == f"specs/e.toml::gradient_arrival: holds at {r.case}: {r.verdict.detail}"
+    assert (
+        r.verdict is not None and r.message == f"specs/e.toml::gradient_arrival: holds at {r.case}: {r.verdict.detail}"
+    )
     case = Case(2, 4, 2, None, None, "default", "default", "float64", "cpu", 4)
     record = evaluate(spec, case)
     net = build(spec, case)
@@ -205,5 +253,13 @@ def test_a_probe_search_hypothesis_refuses_is_an_error_result(monkeypatch: pytes
 
     monkeypatch.setattr(engine, "cases", lambda spec, **_: st.nothing())
     (r,) = run_spec(_plain(), RunOptions(profile="ci")).results
-    assert (r.name, r.expect, r.met, r.verdict, r.case, r.examples, r.status) == ("gradient_arrival", "holds", False, None, None, 0, "error")
+    assert (r.name, r.expect, r.met, r.verdict, r.case, r.examples, r.status) == (
+        "gradient_arrival",
+        "holds",
+        False,
+        None,
+        None,
+        0,
+        "error",
+    )
     assert r.error and r.message == f"the search failed: {r.error}"

@@ -21,7 +21,7 @@ from stability.judge import invariants as inv
 from stability.judge import theory_checks as theory
 from stability.judge.invariants import Verdict
 from stability.measure.probe import Measurements, probe_network
-from stability.run import engine
+from stability.run import engine, probing
 from stability.run.conclude import judge
 from stability.run.engine import CaseRecord, RunOptions, evaluate, run_spec
 from stability.spec.case import Case, corner_case
@@ -50,17 +50,31 @@ def _plain(expect: str = "[expect.gradient_arrival]\nlo = 1e-6\nhi = 1e6\n", ext
         (
             "variance_growth",
             inv,
-            SimpleNamespace(max_growth="linear", max_ratio=7.0, min_ratio=0.2, statistic="second_moment", bounded_ratio=3.0),
+            SimpleNamespace(
+                max_growth="linear", max_ratio=7.0, min_ratio=0.2, statistic="second_moment", bounded_ratio=3.0
+            ),
             dict(max_growth="linear", max_ratio=7.0, min_ratio=0.2, statistic="second_moment", bounded_ratio=3.0),
         ),
-        ("jacobian_spectrum", theory, SimpleNamespace(max_spread=9.0, mean_lo=0.5, mean_hi=2.0), dict(max_spread=9.0, mean_lo=0.5, mean_hi=2.0)),
+        (
+            "jacobian_spectrum",
+            theory,
+            SimpleNamespace(max_spread=9.0, mean_lo=0.5, mean_hi=2.0),
+            dict(max_spread=9.0, mean_lo=0.5, mean_hi=2.0),
+        ),
         ("mean_field", theory, SimpleNamespace(k_sigma=2.5), dict(k_sigma=2.5)),
-        ("lesion", theory, SimpleNamespace(max_change=0.7, statistic="median"), dict(max_change=0.7, statistic="median")),
+        (
+            "lesion",
+            theory,
+            SimpleNamespace(max_change=0.7, statistic="median"),
+            dict(max_change=0.7, statistic="median"),
+        ),
         ("mean_shift", inv, SimpleNamespace(max_ratio=0.4), dict(max_ratio=0.4)),
         ("identity_at_init", inv, SimpleNamespace(atol=1e-7), dict(atol=1e-7)),
     ],
 )
-def test_apply_hands_every_key_of_the_table_to_its_judge(monkeypatch: pytest.MonkeyPatch, name: str, module: Any, expectation: Any, kwargs: dict[str, Any]) -> None:
+def test_apply_hands_every_key_of_the_table_to_its_judge(
+    monkeypatch: pytest.MonkeyPatch, name: str, module: Any, expectation: Any, kwargs: dict[str, Any]
+) -> None:
     calls: list[tuple[Any, dict[str, Any]]] = []
     verdict = Verdict(name, True, 1.0, "", None, "")
     monkeypatch.setattr(module, name, lambda m, **kw: calls.append((m, kw)) or verdict)
@@ -69,8 +83,15 @@ def test_apply_hands_every_key_of_the_table_to_its_judge(monkeypatch: pytest.Mon
 
 
 def test_apply_refuses_a_training_invariant_and_says_where_it_is_judged() -> None:
-    with pytest.raises(ValueError, match=r"^trainability is judged on an optimizer run \(stability\.run\.training\.evaluate\), not from a probe's Measurements$"):
-        judge(load_spec(SPECS / "warmup_free_residual.toml"), "trainability", CaseRecord(corner_case(load_spec(SPECS / "warmup_free_residual.toml")), _M))
+    with pytest.raises(
+        ValueError,
+        match=r"^trainability is judged on an optimizer run \(stability\.run\.training\.evaluate\), not from a probe's Measurements$",
+    ):
+        judge(
+            load_spec(SPECS / "warmup_free_residual.toml"),
+            "trainability",
+            CaseRecord(corner_case(load_spec(SPECS / "warmup_free_residual.toml")), _M),
+        )
 
 
 @pytest.mark.parametrize(
@@ -82,12 +103,14 @@ def test_apply_refuses_a_training_invariant_and_says_where_it_is_judged() -> Non
         (ValueError("bad"), "the case does not run: ValueError: bad"),
     ],
 )
-def test_a_failed_case_records_the_seconds_it_took(monkeypatch: pytest.MonkeyPatch, exc: BaseException, error: str) -> None:
+def test_a_failed_case_records_the_seconds_it_took(
+    monkeypatch: pytest.MonkeyPatch, exc: BaseException, error: str
+) -> None:
     def slow_failure(*_: Any, **__: Any) -> Measurements:
         time.sleep(0.02)
         raise exc
 
-    monkeypatch.setattr(engine, "probe_network", slow_failure)
+    monkeypatch.setattr(probing, "probe_network", slow_failure)
     record = evaluate(_plain(), CASE)
     assert record.error == error and 0.02 <= record.seconds < 30.0
 
@@ -95,17 +118,19 @@ def test_a_failed_case_records_the_seconds_it_took(monkeypatch: pytest.MonkeyPat
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_a_cuda_case_without_cuda_is_refused_at_once() -> None:
     case = Case(3, 4, 2, None, None, "default", "default", "float64", "cuda", 11)
-    assert evaluate(_plain(), case) == CaseRecord(case, None, "CUDA is not available on this machine; use --device cpu", 0.0)
+    assert evaluate(_plain(), case) == CaseRecord(
+        case, None, "CUDA is not available on this machine; use --device cpu", 0.0
+    )
 
 
 def test_the_case_runs_under_the_options_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = engine.build
+    real = probing.build
 
     def slow_build(spec: Spec, case: Case) -> Any:
         time.sleep(0.3)
         return real(spec, case)
 
-    monkeypatch.setattr(engine, "build", slow_build)
+    monkeypatch.setattr(probing, "build", slow_build)
     record = evaluate(_plain(), CASE, RunOptions(case_timeout=0.05))
     assert record.measurements is None and record.error is not None and "0.05" in record.error
 
@@ -129,7 +154,9 @@ def test_a_stem_runs_before_the_blocks(tmp_path: Path) -> None:
     record = evaluate(spec, case)
     assert record.measurements is not None, record.error
     x = make_input(spec, case)
-    assert record.measurements.act_var[0] == pytest.approx(9.0 * float(x.var(unbiased=False)), rel=1e-12, abs=0)  # boundary 0 is 3·x
+    assert record.measurements.act_var[0] == pytest.approx(
+        9.0 * float(x.var(unbiased=False)), rel=1e-12, abs=0
+    )  # boundary 0 is 3·x
 
 
 def test_the_specs_checkpointing_reaches_the_probe(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -139,7 +166,7 @@ def test_the_specs_checkpointing_reaches_the_probe(monkeypatch: pytest.MonkeyPat
         seen.append(kwargs["checkpoint_every"])
         return probe_network(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "probe_network", spy)
+    monkeypatch.setattr(probing, "probe_network", spy)
     record = evaluate(_plain(extra="[probe]\ncheckpoint_every = 2\nensemble = 1"), CASE)
     assert record.error is None and seen == [2]
 
@@ -192,7 +219,9 @@ def test_a_replayed_case_string_is_on_the_runs_device(monkeypatch: pytest.Monkey
     assert r.case is not None and r.case.device == "cuda" and [c.device for c in measured] == ["cuda"]
 
 
-def test_invariants_after_a_training_one_are_still_judged_and_training_gets_a_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_invariants_after_a_training_one_are_still_judged_and_training_gets_a_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     _stand_ins(monkeypatch)
     caches: list[Any] = []
 

@@ -22,7 +22,9 @@ from stability.spec.schema import Spec
 _M = Measurements([1.0], [1.0], [1.0], {}, None, None, None)
 
 
-def _spec(extra: str = "", expect: str = "[expect.gradient_arrival]\nlo = 0.05\nhi = 10.0\n", family: str = "plain") -> Spec:
+def _spec(
+    extra: str = "", expect: str = "[expect.gradient_arrival]\nlo = 0.05\nhi = 10.0\n", family: str = "plain"
+) -> Spec:
     return parse_spec(
         f'name = "e"\ndescription = "d"\nfamily = "{family}"\n[space]\ndepth = [1, 12]\nwidth = 4\nbatch = 2\ndevice = ["cpu", "cuda"]\n{extra}\n{expect}',
         file="specs/e.toml",
@@ -48,7 +50,9 @@ def _stand_ins(monkeypatch: pytest.MonkeyPatch, passes: Any, observed: Any = lam
 
 def test_drawn_and_pinned_cases_are_on_the_runs_device(monkeypatch: pytest.MonkeyPatch) -> None:
     measured = _stand_ins(monkeypatch, lambda c: True)
-    (r,) = run_spec(_spec('examples = ["depth=7,seed=3"]'), RunOptions(profile="ci", device="cuda")).results  # stand-ins: no GPU needed
+    (r,) = run_spec(
+        _spec('examples = ["depth=7,seed=3"]'), RunOptions(profile="ci", device="cuda")
+    ).results  # stand-ins: no GPU needed
     assert (measured[0].depth, measured[0].seed) == (7, 3)  # the pinned case first
     assert len(measured) > 2 and {c.device for c in measured} == {"cuda"}
     assert r.met and r.case is not None and r.case.device == "cuda"
@@ -60,9 +64,14 @@ def test_a_failing_search_says_so_word_for_word_at_the_smallest_depth(monkeypatc
     (r,) = run_spec(r_spec, RunOptions(profile="ci")).results
     assert r.case is not None and r.case.depth == 5 and r.case.seed == 3  # bisected from the pinned depth 11
     assert (r.name, r.expect, r.met, r.error) == ("gradient_arrival", "holds", False, None)
-    assert isinstance(r.examples, int) and 1 <= r.examples <= len(set(measured))  # the search's cases, not the bisection's
+    assert isinstance(r.examples, int) and 1 <= r.examples <= len(
+        set(measured)
+    )  # the search's cases, not the bisection's
     assert r.reproduce == reproduce_command(r_spec, r.case)
-    assert r.message == f"specs/e.toml::gradient_arrival: expected to hold, but it fails at smallest failing case {r.case}: depth 5"
+    assert (
+        r.message
+        == f"specs/e.toml::gradient_arrival: expected to hold, but it fails at smallest failing case {r.case}: depth 5"
+    )
 
 
 def test_identity_at_init_draws_only_zero_branch_inits(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,7 +81,9 @@ def test_identity_at_init_draws_only_zero_branch_inits(monkeypatch: pytest.Monke
     monkeypatch.setattr(engine, "_applies", lambda spec, name, c: drawn.append(c) or real(spec, name, c))
     spec = _spec('branch_init = ["default", "zero"]', "[expect.identity_at_init]\n", family="preact")
     (r,) = run_spec(spec, RunOptions(profile="ci")).results
-    assert r.met and len(drawn) >= 5 and {c.branch_init for c in drawn} == {"zero"}  # no draw spent on a case it cannot judge
+    assert (
+        r.met and len(drawn) >= 5 and {c.branch_init for c in drawn} == {"zero"}
+    )  # no draw spent on a case it cannot judge
 
 
 def test_a_replayed_failure_is_worded_as_a_replay(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,14 +94,25 @@ def test_a_replayed_failure_is_worded_as_a_replay(monkeypatch: pytest.MonkeyPatc
 
 
 def test_a_replayed_case_outside_the_invariant_keeps_its_expectation() -> None:
-    spec = _spec('branch_init = ["default", "zero"]', '[expect.identity_at_init]\nexpect = "violated"\n', family="preact")
+    spec = _spec(
+        'branch_init = ["default", "zero"]', '[expect.identity_at_init]\nexpect = "violated"\n', family="preact"
+    )
     (r,) = run_spec(spec, RunOptions(), case="branch_init=default").results
-    assert (r.name, r.expect, r.met, r.applicable, r.examples, r.verdict) == ("identity_at_init", "violated", True, False, 0, None)
+    assert (r.name, r.expect, r.met, r.applicable, r.examples, r.verdict) == (
+        "identity_at_init",
+        "violated",
+        True,
+        False,
+        0,
+        None,
+    )
 
 
 def test_the_depth_bisection_accepts_a_plain_lo_hi_pair(monkeypatch: pytest.MonkeyPatch) -> None:
     """`_smallest_depth` reads `constrained` only where the space has it: a (lo, hi) tuple is a range."""
-    monkeypatch.setattr(engine, "judge", lambda spec, name, record: Verdict(name, record.case.depth < 6, 0.0, "", None, ""))
+    monkeypatch.setattr(
+        engine, "judge", lambda spec, name, record: Verdict(name, record.case.depth < 6, 0.0, "", None, "")
+    )
     spec = SimpleNamespace(space=SimpleNamespace(depth=(2, 16)))
     case = Case(16, 4, 2, None, None, "default", "default", "float32", "cpu", 0)
     found = engine._smallest_depth(spec, "gradient_arrival", case, lambda c: CaseRecord(c, _M))  # type: ignore[arg-type]
@@ -98,14 +120,19 @@ def test_the_depth_bisection_accepts_a_plain_lo_hi_pair(monkeypatch: pytest.Monk
 
 
 def test_a_passing_search_reports_the_case_closest_to_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    measured = _stand_ins(monkeypatch, lambda c: True, observed=lambda c: 10.5 - 0.5 * c.depth)  # nearest hi = 10 at the shallowest
+    measured = _stand_ins(
+        monkeypatch, lambda c: True, observed=lambda c: 10.5 - 0.5 * c.depth
+    )  # nearest hi = 10 at the shallowest
     spec = _spec()
     (r,) = run_spec(spec, RunOptions(profile="ci")).results
     shallowest = min(c.depth for c in measured)
     assert len({c.depth for c in measured}) >= 2 and r.case is not None and r.case.depth == shallowest
     assert (r.name, r.expect, r.met, r.error) == ("gradient_arrival", "holds", True, None)
     assert r.reproduce == reproduce_command(spec, r.case)
-    assert r.message == f"specs/e.toml::gradient_arrival: holds on {r.examples} cases; closest to its bound: depth {shallowest} at {r.case}"
+    assert (
+        r.message
+        == f"specs/e.toml::gradient_arrival: holds on {r.examples} cases; closest to its bound: depth {shallowest} at {r.case}"
+    )
 
 
 def test_a_search_where_no_case_applies_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -113,7 +140,14 @@ def test_a_search_where_no_case_applies_is_an_error(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(engine, "_applies", lambda spec, name, c: False)
     (r,) = run_spec(_spec(expect='[expect.gradient_arrival]\nexpect = "violated"\n'), RunOptions(profile="ci")).results
     assert measured == []
-    assert (r.name, r.expect, r.met, r.verdict, r.case, r.examples) == ("gradient_arrival", "violated", False, None, None, 0)
+    assert (r.name, r.expect, r.met, r.verdict, r.case, r.examples) == (
+        "gradient_arrival",
+        "violated",
+        False,
+        None,
+        None,
+        0,
+    )
     assert (r.message, r.error, r.status) == ("no applicable case was drawn", "no applicable case", "error")
 
 
@@ -130,5 +164,10 @@ def test_the_constrained_bisection_can_end_at_the_smallest_admitted_depth() -> N
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(engine, "judge", judge)
-        found = engine._smallest_depth(spec, "gradient_arrival", Case(12, 4, 2, None, None, "default", "default", "float32", "cpu", 0), lambda c: CaseRecord(c, _M))
+        found = engine._smallest_depth(
+            spec,
+            "gradient_arrival",
+            Case(12, 4, 2, None, None, "default", "default", "float32", "cpu", 0),
+            lambda c: CaseRecord(c, _M),
+        )
     assert found.depth == 2 and set(judged) <= {2, 4, 9, 12}

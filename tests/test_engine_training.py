@@ -24,14 +24,18 @@ RUNS = " (optimizer runs at depths 4 and 32, width 64)"
 
 def _spec(expect: str = "violated", profiles: str = '["thorough"]') -> Spec:
     text = (SPECS / "degradation_plain.toml").read_text(encoding="utf-8")
-    text = text.replace('expect = "violated"', f'expect = "{expect}"').replace('profiles = ["thorough"]', f"profiles = {profiles}")
+    text = text.replace('expect = "violated"', f'expect = "{expect}"').replace(
+        'profiles = ["thorough"]', f"profiles = {profiles}"
+    )
     text = text.replace("depth = 4\n", "depth = [2, 6]\n")
     from stability.spec.load import parse_spec
 
     return parse_spec(text, file="specs/t.toml")
 
 
-def _stand_in(monkeypatch: pytest.MonkeyPatch, judge: Callable[[Case], tuple[Verdict | None, str | None]]) -> list[Case]:
+def _stand_in(
+    monkeypatch: pytest.MonkeyPatch, judge: Callable[[Case], tuple[Verdict | None, str | None]]
+) -> list[Case]:
     seen: list[Case] = []
 
     def evaluate(spec: Spec, name: str, case: Case, **_: Any) -> tuple[Verdict | None, str | None]:
@@ -49,10 +53,19 @@ def _v(passed: bool, observed: float) -> Verdict:
 def test_an_untrained_replayed_case_is_not_met_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     _stand_in(monkeypatch, lambda c: (None, "the run took longer than 60 s"))
     (r,) = run_spec(_spec(), RunOptions(profile="ci"), case="depth=4").results
-    assert (r.met, r.error, r.expect, r.examples, r.status) == (False, "the run took longer than 60 s", "violated", 1, "error")
+    assert (r.met, r.error, r.expect, r.examples, r.status) == (
+        False,
+        "the run took longer than 60 s",
+        "violated",
+        1,
+        "error",
+    )
     assert r.verdict is not None and r.verdict.passed is False and math.isnan(r.verdict.observed)
     assert r.verdict.detail == "case not trained: the run took longer than 60 s"
-    assert r.message == f"specs/t.toml::trainability: expected to be violated, but the violation was not measured at {r.case}: case not trained: the run took longer than 60 s{RUNS}"
+    assert (
+        r.message
+        == f"specs/t.toml::trainability: expected to be violated, but the violation was not measured at {r.case}: case not trained: the run took longer than 60 s{RUNS}"
+    )
 
 
 def test_a_replayed_case_is_worded_as_a_replay(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -67,7 +80,10 @@ def test_outside_its_profiles_the_invariant_is_skipped_without_examples(monkeypa
     seen = _stand_in(monkeypatch, lambda c: (_v(True, 1.0), None))
     (r,) = run_spec(_spec(), RunOptions(profile="ci")).results
     assert (r.met, r.skipped, r.examples, r.verdict, r.case, r.status) == (True, True, 0, None, None, "skipped")
-    assert r.message == "specs/t.toml::trainability: skipped in profile ci (train.profiles = thorough); run it with --profile thorough"
+    assert (
+        r.message
+        == "specs/t.toml::trainability: skipped in profile ci (train.profiles = thorough); run it with --profile thorough"
+    )
     assert seen == []
 
 
@@ -77,16 +93,30 @@ def test_a_search_with_no_failure_reports_the_largest_headline_number(monkeypatc
     assert r.met and r.expect == "holds" and r.error is None
     assert r.examples == len(set(seen)) and r.examples >= 2
     deepest = max(c.depth for c in seen)
-    assert r.case is not None and r.case.depth == deepest and r.verdict is not None and r.verdict.observed == pytest.approx(-0.1 * deepest, rel=1e-15, abs=0)
+    assert (
+        r.case is not None
+        and r.case.depth == deepest
+        and r.verdict is not None
+        and r.verdict.observed == pytest.approx(-0.1 * deepest, rel=1e-15, abs=0)
+    )
     assert r.message.startswith(f"specs/t.toml::trainability: holds on {r.examples} cases; closest to its bound: ")
 
 
 def test_a_search_that_finds_a_failure_reports_it_unshrunk(monkeypatch: pytest.MonkeyPatch) -> None:
     _stand_in(monkeypatch, lambda c: (_v(c.depth < 4, float(c.depth)), None))
     (r,) = run_spec(_spec("violated", '["ci"]'), RunOptions(profile="ci")).results
-    assert r.met and r.name == "trainability" and r.expect == "violated" and r.case is not None and r.case.depth >= 4 and r.error is None
+    assert (
+        r.met
+        and r.name == "trainability"
+        and r.expect == "violated"
+        and r.case is not None
+        and r.case.depth >= 4
+        and r.error is None
+    )
     assert r.verdict is not None and not r.verdict.passed
-    assert r.message == f"specs/t.toml::trainability: violated as expected at {r.case}: ratio {r.case.depth:g}{RUNS}"  # worded like a replay
+    assert (
+        r.message == f"specs/t.toml::trainability: violated as expected at {r.case}: ratio {r.case.depth:g}{RUNS}"
+    )  # worded like a replay
     _stand_in(monkeypatch, lambda c: (None, "boom") if c.depth >= 4 else (_v(True, 1.0), None))
     (r,) = run_spec(_spec("violated", '["ci"]'), RunOptions(profile="ci")).results
     assert not r.met and r.error == "boom" and r.verdict is not None and r.verdict.detail == "case not trained: boom"
@@ -149,6 +179,15 @@ def test_the_message_names_the_depths_and_widths_the_optimizer_ran() -> None:
     spec = _spec()
     assert trained_text(spec, "trainability", corner_case(spec, depth=4)) == RUNS
     mup = load_spec(SPECS / "mup_update_size.toml")
-    assert trained_text(mup, "update_size", corner_case(mup)) == " (optimizer runs at depth 3, widths 64, 128, 256 and 512)"
-    one = _spec().model_copy(update={"expect": _spec().expect.model_copy(update={"trainability": _spec().expect.trainability.model_copy(update={"compare_depths": None})})})  # type: ignore[union-attr]
+    assert (
+        trained_text(mup, "update_size", corner_case(mup))
+        == " (optimizer runs at depth 3, widths 64, 128, 256 and 512)"
+    )
+    one = _spec().model_copy(
+        update={
+            "expect": _spec().expect.model_copy(
+                update={"trainability": _spec().expect.trainability.model_copy(update={"compare_depths": None})}
+            )
+        }
+    )  # type: ignore[union-attr]
     assert trained_text(one, "trainability", corner_case(one, depth=5)) == " (optimizer runs at depth 5, width 64)"

@@ -29,7 +29,9 @@ RUNS = " (optimizer runs at depths 4 and 32, width 64)"
 
 def _spec(expect: str = "holds", profiles: str = '["ci", "dev", "thorough"]', space: str = "depth = [2, 6]\n") -> Spec:
     text = (SPECS / "degradation_plain.toml").read_text(encoding="utf-8")
-    text = text.replace('expect = "violated"', f'expect = "{expect}"').replace('profiles = ["thorough"]', f"profiles = {profiles}")
+    text = text.replace('expect = "violated"', f'expect = "{expect}"').replace(
+        'profiles = ["thorough"]', f"profiles = {profiles}"
+    )
     text = text.replace("depth = 4\n", space).replace('device = ["cpu"]', 'device = ["cpu", "cuda"]')
     return parse_spec(text, file="specs/t.toml")
 
@@ -78,7 +80,15 @@ def test_the_run_gets_the_options_limits_and_one_cache_per_spec(monkeypatch: pyt
 def test_an_untrained_case_has_the_invariants_name_and_no_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     _stand_in(monkeypatch, lambda c: (None, "out of memory"))
     (r,) = run_spec(_spec(), RunOptions(), case="depth=4").results
-    assert r.verdict == Verdict("trainability", False, r.verdict.observed if r.verdict else 0.0, "", None, "case not trained: out of memory", measured=False)
+    assert r.verdict == Verdict(
+        "trainability",
+        False,
+        r.verdict.observed if r.verdict else 0.0,
+        "",
+        None,
+        "case not trained: out of memory",
+        measured=False,
+    )
     assert r.verdict is not None and math.isnan(r.verdict.observed)
 
 
@@ -86,7 +96,10 @@ def test_a_skipped_invariant_keeps_its_expectation_and_lists_every_profile(monke
     _stand_in(monkeypatch, _passes)
     (r,) = run_spec(_spec("violated", '["thorough", "dev"]'), RunOptions(profile="ci")).results
     assert (r.name, r.expect, r.met, r.skipped) == ("trainability", "violated", True, True)
-    assert r.message == "specs/t.toml::trainability: skipped in profile ci (train.profiles = thorough, dev); run it with --profile thorough"
+    assert (
+        r.message
+        == "specs/t.toml::trainability: skipped in profile ci (train.profiles = thorough, dev); run it with --profile thorough"
+    )
 
 
 def _drawn(monkeypatch: pytest.MonkeyPatch, options: RunOptions, spec: Spec | None = None) -> list[Case]:
@@ -104,7 +117,9 @@ def test_ci_searches_derandomized_and_a_seed_fixes_the_dev_search(monkeypatch: p
 
 
 @pytest.mark.parametrize(("profile", "examples"), [("ci", 3), ("dev", 3), ("thorough", 30)])
-def test_the_search_asks_for_train_cases_examples_ten_times_in_thorough(monkeypatch: pytest.MonkeyPatch, profile: str, examples: int) -> None:
+def test_the_search_asks_for_train_cases_examples_ten_times_in_thorough(
+    monkeypatch: pytest.MonkeyPatch, profile: str, examples: int
+) -> None:
     import hypothesis
 
     made: list[hypothesis.settings] = []
@@ -141,7 +156,9 @@ def test_the_search_stops_at_the_first_failure_without_shrinking(monkeypatch: py
 
 def _spec_text_with_cases(n: int) -> str:
     text = (SPECS / "degradation_plain.toml").read_text(encoding="utf-8")
-    text = text.replace('expect = "violated"', 'expect = "holds"').replace('profiles = ["thorough"]', 'profiles = ["ci"]')
+    text = text.replace('expect = "violated"', 'expect = "holds"').replace(
+        'profiles = ["thorough"]', 'profiles = ["ci"]'
+    )
     return text.replace("depth = 4\n", "depth = [2, 6]\n").replace("cases = 3\n", f"cases = {n}\n")
 
 
@@ -156,20 +173,36 @@ def test_a_refused_search_keeps_the_invariants_name_and_expectation(monkeypatch:
 
 def test_a_search_that_runs_no_case_is_an_error_not_a_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _stand_in(monkeypatch, _passes)
-    monkeypatch.setattr(engine, "given", lambda strategy: lambda test: lambda: None)  # a search that never calls the test
+    monkeypatch.setattr(
+        engine, "given", lambda strategy: lambda test: lambda: None
+    )  # a search that never calls the test
     (r,) = run_spec(_spec("violated"), RunOptions(profile="ci")).results
     assert calls == []
-    assert (r.name, r.expect, r.met, r.verdict, r.case, r.examples) == ("trainability", "violated", False, None, None, 0)
+    assert (r.name, r.expect, r.met, r.verdict, r.case, r.examples) == (
+        "trainability",
+        "violated",
+        False,
+        None,
+        None,
+        0,
+    )
     assert (r.message, r.error, r.status) == ("no case was drawn", "no case", "error")
 
 
-def test_the_reported_passing_case_is_the_one_with_the_largest_headline_magnitude(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = _stand_in(monkeypatch, lambda c: (_v(True, -0.1 * (10 - c.depth)), None))  # largest |observed| at the shallowest
+def test_the_reported_passing_case_is_the_one_with_the_largest_headline_magnitude(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = _stand_in(
+        monkeypatch, lambda c: (_v(True, -0.1 * (10 - c.depth)), None)
+    )  # largest |observed| at the shallowest
     (r,) = run_spec(_spec(), RunOptions(profile="ci", seed=3)).results
     drawn = [c for c, _ in calls]
     shallowest = min(c.depth for c in drawn)
     assert len({c.depth for c in drawn}) >= 2 and r.case is not None and r.case.depth == shallowest
-    assert r.message == f"specs/t.toml::trainability: holds on {len(drawn)} cases; closest to its bound: ratio {-0.1 * (10 - shallowest):g} at {r.case}{RUNS}"
+    assert (
+        r.message
+        == f"specs/t.toml::trainability: holds on {len(drawn)} cases; closest to its bound: ratio {-0.1 * (10 - shallowest):g} at {r.case}{RUNS}"
+    )
 
 
 def test_a_non_finite_headline_number_is_the_one_reported(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -188,4 +221,7 @@ def test_a_negative_control_no_case_broke_says_how_many_were_tried(monkeypatch: 
     _stand_in(monkeypatch, lambda c: (_v(True, 2.0), None))
     (r,) = run_spec(_spec("violated"), RunOptions(profile="ci")).results
     assert not r.met and r.case is not None
-    assert r.message == f"specs/t.toml::trainability: expected to be violated, but no case among 3 broke it; closest: ratio 2 at {r.case}{RUNS}"
+    assert (
+        r.message
+        == f"specs/t.toml::trainability: expected to be violated, but no case among 3 broke it; closest: ratio 2 at {r.case}{RUNS}"
+    )

@@ -101,7 +101,16 @@ def basic_block_spec(tmp_path: Path) -> Callable[..., Spec]:
     return make
 
 
-def _case(depth: int, width: int, batch: int, *, seed: int, spatial: int | None = None, weight_init: str = "default", branch_init: str = "default") -> Case:
+def _case(
+    depth: int,
+    width: int,
+    batch: int,
+    *,
+    seed: int,
+    spatial: int | None = None,
+    weight_init: str = "default",
+    branch_init: str = "default",
+) -> Case:
     return Case(depth, width, batch, spatial, None, weight_init, branch_init, "float32", "cpu", seed)
 
 
@@ -156,7 +165,9 @@ def test_basic_block_case_of_the_issue_is_not_exponential(basic_block_spec: Call
     assert passed
     single = basic_block_spec(ensemble=1)
     noisy = _case(7, 8, 5, spatial=2, seed=5)
-    assert judge(single, "variance_growth", evaluate(single, noisy)).extra["growth"] == "exponential"  # one seed's noise
+    assert (
+        judge(single, "variance_growth", evaluate(single, noisy)).extra["growth"] == "exponential"
+    )  # one seed's noise
     growth, lowest, passed = _verdict_growth(spec, noisy)
     assert growth != "exponential" and lowest != "exponential" and passed
 
@@ -167,8 +178,26 @@ def test_basic_block_case_of_the_issue_is_not_exponential(basic_block_spec: Call
 def _linear_stack_cases(kind: str, n: int, seed: int) -> list[Case]:
     rng = random.Random(seed)
     if kind == "preact_mlp":
-        return [_case(rng.randint(2, 64), 16, rng.randint(4, 16), seed=rng.randrange(2**16), weight_init=rng.choice(["kaiming_normal", "xavier_normal", "default"])) for _ in range(n)]
-    return [_case(rng.randint(2, 48), rng.choice([8, 16]), rng.randint(4, 8), spatial=rng.choice([2, 4]), seed=rng.randrange(2**16)) for _ in range(n)]
+        return [
+            _case(
+                rng.randint(2, 64),
+                16,
+                rng.randint(4, 16),
+                seed=rng.randrange(2**16),
+                weight_init=rng.choice(["kaiming_normal", "xavier_normal", "default"]),
+            )
+            for _ in range(n)
+        ]
+    return [
+        _case(
+            rng.randint(2, 48),
+            rng.choice([8, 16]),
+            rng.randint(4, 8),
+            spatial=rng.choice([2, 4]),
+            seed=rng.randrange(2**16),
+        )
+        for _ in range(n)
+    ]
 
 
 def _false_exponentials(spec: Spec, cases: list[Case]) -> list[tuple[Case, str]]:
@@ -189,7 +218,9 @@ def test_linear_stacks_are_rarely_called_exponential(kind: str, basic_block_spec
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["preact_mlp", "basic_block"])
-def test_linear_stacks_are_called_exponential_in_at_most_1_percent_of_100(kind: str, basic_block_spec: Callable[..., Spec]) -> None:
+def test_linear_stacks_are_called_exponential_in_at_most_1_percent_of_100(
+    kind: str, basic_block_spec: Callable[..., Spec]
+) -> None:
     spec = load_spec(SPECS / "preact_mlp.toml") if kind == "preact_mlp" else basic_block_spec()
     bad = _false_exponentials(spec, _linear_stack_cases(kind, 100, seed=1))
     assert len(bad) <= 1, bad  # ≤ 1% of 100
@@ -238,9 +269,17 @@ def _control(kind: str) -> tuple[Spec, Callable[[random.Random], Case]]:
         spec = load_spec(SPECS / "control_unnormalised_residual.toml")
         lo, hi = spec.space.width
         widths = [w for w in (8, 16, 32, 64) if lo <= w <= hi]  # the spec's space: 16, 32, 64
-        return spec, lambda rng: _case(rng.randint(8, 64), rng.choice(widths), rng.randint(4, 16), seed=rng.randrange(2**16), weight_init="kaiming_normal")
+        return spec, lambda rng: _case(
+            rng.randint(8, 64),
+            rng.choice(widths),
+            rng.randint(4, 16),
+            seed=rng.randrange(2**16),
+            weight_init="kaiming_normal",
+        )
     spec = parse_spec(PLAIN_RELU_HOT if kind == "plain_relu_hot" else PLAIN_TANH_COLD)
-    return spec, lambda rng: _case(rng.randint(8, 64), spec.space.width[0], rng.randint(4, 16), seed=rng.randrange(2**16), weight_init="normal")
+    return spec, lambda rng: _case(
+        rng.randint(8, 64), spec.space.width[0], rng.randint(4, 16), seed=rng.randrange(2**16), weight_init="normal"
+    )
 
 
 def _control_verdicts(kind: str, n: int, seed: int) -> list[tuple[Case, str, str, bool]]:
@@ -253,7 +292,9 @@ def _control_verdicts(kind: str, n: int, seed: int) -> list[tuple[Case, str, str
 def _missed_controls(kind: str, n: int, seed: int) -> list[tuple[Case, str, str]]:
     want = "decaying" if kind == "plain_tanh_cold" else "exponential"
     return [
-        (case, growth, lowest) for case, growth, lowest, passed in _control_verdicts(kind, n, seed) if growth != want or (want == "exponential" and passed)
+        (case, growth, lowest)
+        for case, growth, lowest, passed in _control_verdicts(kind, n, seed)
+        if growth != want or (want == "exponential" and passed)
     ]  # a decaying law does not break "bounded" growth
 
 
@@ -278,7 +319,9 @@ def test_unnormalised_residual_is_exponential_at_every_depth_from_8_over_100() -
     assert not [v for v in verdicts if v[3]]  # never passes "at most linear"
     assert not [(case, growth, lowest) for case, growth, lowest, _ in verdicts if growth != "exponential"]
     decided = sum(lowest == "exponential" for _, _, lowest, _ in verdicts)
-    print(f"unnormalised residual: 100 of 100 exponential, {decided} with every other law ruled out")  # for docs/ensembles.md (-s)
+    print(
+        f"unnormalised residual: 100 of 100 exponential, {decided} with every other law ruled out"
+    )  # for docs/ensembles.md (-s)
 
 
 def _unnormalised_residual_profiles(width: int, depth: int, networks: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -369,7 +412,9 @@ def test_ensemble_spread_is_reported(basic_block_spec: Callable[..., Spec]) -> N
     v = judge(spec, "variance_growth", evaluate(spec, _case(7, 8, 5, spatial=2, seed=1)))
     spread = v.extra["ensemble"]
     assert spread["size"] in (8, 16, 32)  # 8, doubled while the laws stay undecided
-    for lo, q25, mid, q75, hi in zip(spread["min"], spread["q25"], spread["mean_log"], spread["q75"], spread["max"], strict=True):
+    for lo, q25, mid, q75, hi in zip(
+        spread["min"], spread["q25"], spread["mean_log"], spread["q75"], spread["max"], strict=True
+    ):
         assert lo <= q25 <= q75 <= hi
         assert lo <= mid <= hi
     assert spread["min"][0] == spread["max"][0] == 1.0
@@ -457,7 +502,13 @@ def test_undecided_ensembles_grow_until_decided_or_four_times_the_size() -> None
     for depth, seed in ((10, 0), (12, 1), (9, 5)):
         case = _case(depth, 8, 4, seed=seed, weight_init="kaiming_normal")
         first = probe(build(spec, case).blocks, make_input(spec, case), seed=derive_seed(case.seed, 2))
-        ens = probe_ensemble_until_decided(spec, case, first, size=8, enough=enough_members(depth, bounded_ratio=spec.expect.variance_growth.bounded_ratio))
+        ens = probe_ensemble_until_decided(
+            spec,
+            case,
+            first,
+            size=8,
+            enough=enough_members(depth, bounded_ratio=spec.expect.variance_growth.bounded_ratio),
+        )
         assert ens.size in (8, 16, 32)
         assert ens.seeds == ensemble_seeds(case.seed, ens.size)
         assert ens.size == 32 or classify_ensemble(ens.act_var).decided
@@ -467,7 +518,11 @@ def test_undecided_ensembles_grow_until_decided_or_four_times_the_size() -> None
     capped = probe_ensemble_until_decided(
         spec,
         _case(10, 8, 4, seed=0, weight_init="kaiming_normal"),
-        probe(build(spec, _case(10, 8, 4, seed=0, weight_init="kaiming_normal")).blocks, make_input(spec, _case(10, 8, 4, seed=0, weight_init="kaiming_normal")), seed=derive_seed(0, 2)),
+        probe(
+            build(spec, _case(10, 8, 4, seed=0, weight_init="kaiming_normal")).blocks,
+            make_input(spec, _case(10, 8, 4, seed=0, weight_init="kaiming_normal")),
+            seed=derive_seed(0, 2),
+        ),
         size=8,
         enough=enough_members(10, bounded_ratio=spec.expect.variance_growth.bounded_ratio),
         max_size=8,
@@ -504,7 +559,9 @@ def _assert_all_right(spec: Spec, invariant: str, cases: list[Case], *, holds: b
     verdicts = [(c, _verdict(spec, invariant, c)) for c in cases]
     wrong = [(c, v.observed) for c, v in verdicts if v.passed != holds]
     values = sorted(v.observed for _, v in verdicts)
-    print(f"{spec.name} {invariant}: from {values[0]:.3f} to {values[-1]:.3f}, median {values[len(values) // 2]:.3f}; wrong {len(wrong)}")
+    print(
+        f"{spec.name} {invariant}: from {values[0]:.3f} to {values[-1]:.3f}, median {values[len(values) // 2]:.3f}; wrong {len(wrong)}"
+    )
     assert not wrong
 
 
@@ -562,7 +619,9 @@ def test_mean_shift_verdicts_over_100_drawn_cases(name: str, corner: bool) -> No
     the space, and of 100 at the corner the search favours (width 16, batch 8), where one
     network's ρ is noisiest (docs/ensembles.md has the measured numbers)."""
     spec = load_spec(SPECS / f"{name}.toml")
-    _assert_all_right(spec, "mean_shift", _drawn(spec, 100, 2 if corner else 1, corner=corner), holds=name == "preact_tanh_mlp")
+    _assert_all_right(
+        spec, "mean_shift", _drawn(spec, 100, 2 if corner else 1, corner=corner), holds=name == "preact_tanh_mlp"
+    )
 
 
 def test_lesion_is_judged_on_the_ensemble_median() -> None:

@@ -30,7 +30,9 @@ def _spec(extra: str = "") -> Spec:
     )
 
 
-def _case(depth: int = 4, seed: int = 2) -> Case:  # seed 2: the first four members' input variances are 0.50, 1.44, 1.67, 1.10
+def _case(
+    depth: int = 4, seed: int = 2
+) -> Case:  # seed 2: the first four members' input variances are 0.50, 1.44, 1.67, 1.10
     return Case(depth, 8, 4, None, None, "default", "default", "float64", "cpu", seed)
 
 
@@ -40,7 +42,9 @@ def _alone(spec: Spec, case: Case) -> Measurements:
     if net.stem is not None:
         with torch.no_grad():
             x = net.stem(x)
-    return probe(net.blocks, x, loss=spec.probe.loss, seed=derive_seed(case.seed, 2), rng_seed=derive_seed(case.seed, 3))
+    return probe(
+        net.blocks, x, loss=spec.probe.loss, seed=derive_seed(case.seed, 2), rng_seed=derive_seed(case.seed, 3)
+    )
 
 
 def _first(spec: Spec, case: Case) -> Measurements:
@@ -64,7 +68,9 @@ def test_undecided_ensembles_double_up_to_the_limit(monkeypatch: pytest.MonkeyPa
         assert e.act_var[k] == pytest.approx(alone.act_var, rel=1e-12, abs=0.0)
         assert e.act_sq_mean[k] == pytest.approx(alone.act_sq_mean, rel=1e-12, abs=0.0)
     seen.clear()
-    e = probe_ensemble_until_decided(spec, case, _first(spec, case), size=2, enough=enough_members(case.depth), max_size=6)
+    e = probe_ensemble_until_decided(
+        spec, case, _first(spec, case), size=2, enough=enough_members(case.depth), max_size=6
+    )
     assert seen == [2, 4] and e.size == 6  # 2 → 4 → 6: the last step only fills up to the limit
 
 
@@ -77,8 +83,12 @@ def test_a_decided_ensemble_stops_and_shallow_or_lawless_ones_never_grow(monkeyp
         return SimpleNamespace(decided=True)
 
     monkeypatch.setattr(growth, "classify_ensemble", decided)
-    assert probe_ensemble_until_decided(spec, _case(), _first(spec, _case()), size=3, enough=enough_members(_case().depth)).size == 3 and calls == [3]
-    assert probe_ensemble_until_decided(spec, _case(2), _first(spec, _case(2)), size=3, enough=enough_members(2)).size == 3 and calls == [3]  # depth 2 < 3
+    assert probe_ensemble_until_decided(
+        spec, _case(), _first(spec, _case()), size=3, enough=enough_members(_case().depth)
+    ).size == 3 and calls == [3]
+    assert probe_ensemble_until_decided(
+        spec, _case(2), _first(spec, _case(2)), size=3, enough=enough_members(2)
+    ).size == 3 and calls == [3]  # depth 2 < 3
 
 
 def test_one_member_is_not_vectorised_and_a_failed_vmap_falls_back_to_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,11 +103,16 @@ def test_one_member_is_not_vectorised_and_a_failed_vmap_falls_back_to_the_loop(m
     e = probe_ensemble(spec, case, first, size=3)
     assert not e.vectorised
     for k, seed in enumerate(e.seeds):
-        assert e.act_var[k] == _alone(spec, Case(4, 8, 4, None, None, "default", "default", "float64", "cpu", seed)).act_var  # the loop is `probe` itself
+        assert (
+            e.act_var[k]
+            == _alone(spec, Case(4, 8, 4, None, None, "default", "default", "float64", "cpu", seed)).act_var
+        )  # the loop is `probe` itself
 
 
 @pytest.mark.parametrize("message", ["CUDA out of memory. Tried to allocate 2 GiB", "Out Of Memory while stacking"])
-def test_running_out_of_memory_in_the_vectorised_pass_is_not_swallowed(monkeypatch: pytest.MonkeyPatch, message: str) -> None:
+def test_running_out_of_memory_in_the_vectorised_pass_is_not_swallowed(
+    monkeypatch: pytest.MonkeyPatch, message: str
+) -> None:
     def oom(*_: Any, **__: Any) -> Any:
         raise RuntimeError(message)
 

@@ -94,8 +94,12 @@ def test_a_family_lacking_what_an_invariant_needs_is_listed_by_explain_and_refus
     assert "Not measured on (a spec declaring it for these families is refused)" in text
     assert "family 'dense': a dense layer adds channels, so it cannot be replaced by the identity" in text
     assert "Not measured on" not in explain_text("gradient_arrival")  # every family measures it
-    with pytest.raises(SpecError, match=r"expect.lesion: is not measured on family 'dense': a dense layer adds channels"):
+    with pytest.raises(
+        SpecError, match=r"expect.lesion: is not measured on family 'dense': a dense layer adds channels"
+    ):
         parse_spec('name = "d"\ndescription = "d"\nfamily = "dense"\n[space]\ndepth = 2\nwidth = 4\n[expect.lesion]\n')
     tokens = '[block]\nlayer = "tokens"\n[space]\ndepth = 2\nwidth = 4\ntokens = 3\n[expect.attention_entropy]\n'
-    with pytest.raises(SpecError, match=r"expect.attention_entropy: is not measured on family 'preact': has no attention"):
+    with pytest.raises(
+        SpecError, match=r"expect.attention_entropy: is not measured on family 'preact': has no attention"
+    ):
         parse_spec(f'name = "p"\ndescription = "d"\nfamily = "preact"\n{tokens}')

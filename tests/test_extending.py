@@ -77,14 +77,20 @@ def test_list_explain_and_schema_show_the_plugins_entries(project: Path, capsys:
     code, out, _ = _run(_args(COMMANDS[0]), capsys)
     assert code == 0 and "scaled" in out and "output_growth" in out and "a closed form for every ratio" in out
     code, out, _ = _run(_args(COMMANDS[1]), capsys)
-    assert code == 0 and out.startswith("output_growth: the output's second moment stays within max_ratio") and "Glorot, Bengio (2010)" in out
+    assert (
+        code == 0
+        and out.startswith("output_growth: the output's second moment stays within max_ratio")
+        and "Glorot, Bengio (2010)" in out
+    )
     code, out, _ = _run(_args(COMMANDS[2]), capsys)
     schema = json.loads(out)
     assert code == 0 and "output_growth" in schema["$defs"]["Expect"]["properties"]
     assert "scaled" in json.dumps(schema["properties"]["family"]) and "gain" in schema["$defs"]["Block"]["properties"]
 
 
-def test_check_in_workers_finds_the_closed_form_failure_and_the_html_shows_it(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_in_workers_finds_the_closed_form_failure_and_the_html_shows_it(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, err = _run([*_args(COMMANDS[3]), "--json", "r.json", "-q"], capsys)
     report = json.loads((project / "r.json").read_text())
     results = {r["name"]: r for r in report["specs"][0]["invariants"]}
@@ -100,7 +106,11 @@ def test_check_in_workers_finds_the_closed_form_failure_and_the_html_shows_it(pr
 def test_only_and_an_in_process_replay_judge_alike(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run([*_args(COMMANDS[4]), "--json", "here.json"], capsys)
     here = json.loads((project / "here.json").read_text())["specs"][0]["invariants"]
-    assert code == 0 and [r["name"] for r in here] == ["output_growth"] and here[0]["observed"] == pytest.approx(1.44**3, rel=1e-5)
+    assert (
+        code == 0
+        and [r["name"] for r in here] == ["output_growth"]
+        and here[0]["observed"] == pytest.approx(1.44**3, rel=1e-5)
+    )
     workers = [a for a in _args(COMMANDS[4]) if a != "--in-process"]
     code, _, _ = _run([*workers, "--json", "workers.json"], capsys)
     there = json.loads((project / "workers.json").read_text())["specs"][0]["invariants"]
@@ -121,7 +131,13 @@ def test_pytest_collects_the_toy_spec_with_the_ini_option(project: Path) -> None
     (project / "specs").mkdir()
     (project / "toy.toml").rename(project / "specs" / "toy.toml")
     (project / "pytest.ini").write_text("[pytest]\nstability_plugins = toy_plugin.py\n")
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--stability-profile", "ci", "-rA"], cwd=project, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--stability-profile", "ci", "-rA"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert "PASSED specs/toy.toml::gradient_arrival" in run.stdout, run.stdout + run.stderr
     assert "FAILED specs/toy.toml::output_growth" in run.stdout and "E[y²]/E[x²] = 4.3" in run.stdout, run.stdout
 

@@ -95,7 +95,13 @@ def test_pytest_collects_it_as_one_failed_load_item(tmp_path: Path) -> None:
     specs = tmp_path / "specs"
     specs.mkdir()
     _spec(specs, "make", "{ hedas = 4 }")
-    run = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "--stability-profile", "ci", str(specs)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "--stability-profile", "ci", str(specs)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 1, run.stdout + run.stderr
     assert "specs/make.toml::load FAILED" in run.stdout and 'did you mean "heads"?' in run.stdout
     assert not (specs / "imported").exists()
@@ -117,7 +123,10 @@ def test_pytest_collects_it_as_one_failed_load_item(tmp_path: Path) -> None:
         ),
         ("def f(a, /, b): pass", [("a", "POSITIONAL_ONLY", False), ("b", "POSITIONAL_OR_KEYWORD", False)]),
         ("async def f(depth): pass", [("depth", "POSITIONAL_OR_KEYWORD", False)]),
-        ("class f:\n    def __init__(self, depth, width=3): pass", [("depth", "POSITIONAL_OR_KEYWORD", False), ("width", "POSITIONAL_OR_KEYWORD", True)]),
+        (
+            "class f:\n    def __init__(self, depth, width=3): pass",
+            [("depth", "POSITIONAL_OR_KEYWORD", False), ("width", "POSITIONAL_OR_KEYWORD", True)],
+        ),
         ("class f(Base): pass", None),  # its __init__ is elsewhere
         ("f = make_factory()", None),
         ("from elsewhere import f", None),
@@ -127,7 +136,9 @@ def test_pytest_collects_it_as_one_failed_load_item(tmp_path: Path) -> None:
         ("def f(:", None),  # does not parse: left to the worker
     ],
 )
-def test_the_source_says_the_parameters_or_says_nothing(tmp_path: Path, source: str, expected: list[tuple[str, str, bool]] | None) -> None:
+def test_the_source_says_the_parameters_or_says_nothing(
+    tmp_path: Path, source: str, expected: list[tuple[str, str, bool]] | None
+) -> None:
     (tmp_path / "m.py").write_text(source + "\n")
     found = source_parameters(tmp_path / "m.py", "f")
     assert found == (None if expected is None else [Parameter(*p) for p in expected])  # type: ignore[arg-type]
@@ -137,9 +148,20 @@ def test_one_rule_for_unknown_arguments_and_unfilled_parameters(tmp_path: Path) 
     spec = parse_spec(_spec(tmp_path, "make", "{ heads = 4 }").read_text(), file=str(tmp_path / "make.toml"))
     named = [Parameter("depth", "POSITIONAL_OR_KEYWORD", False), Parameter("heads", "KEYWORD_ONLY", False)]
     assert signature_error(spec, named) is None
-    assert "asks for 'hidden', which nothing fills" in str(signature_error(spec, [*named, Parameter("hidden", "POSITIONAL_OR_KEYWORD", False)]))
-    assert "asks for 'depth'" in str(signature_error(spec, [Parameter("depth", "POSITIONAL_ONLY", False), Parameter("heads", "KEYWORD_ONLY", True)]))
-    assert "block.factory_args.heads = 4: is not a parameter" in str(signature_error(spec, [Parameter("depth", "POSITIONAL_OR_KEYWORD", False)]))
-    assert signature_error(spec, [Parameter("depth", "POSITIONAL_OR_KEYWORD", False), Parameter("kw", "VAR_KEYWORD", True)]) is None
+    assert "asks for 'hidden', which nothing fills" in str(
+        signature_error(spec, [*named, Parameter("hidden", "POSITIONAL_OR_KEYWORD", False)])
+    )
+    assert "asks for 'depth'" in str(
+        signature_error(spec, [Parameter("depth", "POSITIONAL_ONLY", False), Parameter("heads", "KEYWORD_ONLY", True)])
+    )
+    assert "block.factory_args.heads = 4: is not a parameter" in str(
+        signature_error(spec, [Parameter("depth", "POSITIONAL_OR_KEYWORD", False)])
+    )
+    assert (
+        signature_error(
+            spec, [Parameter("depth", "POSITIONAL_OR_KEYWORD", False), Parameter("kw", "VAR_KEYWORD", True)]
+        )
+        is None
+    )
     check_factory(spec)  # the source agrees: make takes heads
     assert not (tmp_path / "imported").exists()

@@ -72,7 +72,10 @@ def test_a_single_block_is_both_the_leaf_and_the_stop() -> None:
 
 
 def test_a_forward_that_fails_in_the_trace_is_a_block_error_of_that_case() -> None:
-    with pytest.raises(BlockError, match=r"^the forward of Model failed on its inputs: RuntimeError: mat1 and mat2 shapes cannot be multiplied"):
+    with pytest.raises(
+        BlockError,
+        match=r"^the forward of Model failed on its inputs: RuntimeError: mat1 and mat2 shapes cannot be multiplied",
+    ):
         probe_model(Model([1.0]), torch.randn(2, 5))
 
 
@@ -96,8 +99,12 @@ def test_a_shape_change_between_probed_boundaries_is_a_block_error_naming_it() -
             return x
 
     net, x = Grow(), torch.randn(2, 4)
-    forged = Blocks(tuple(net.layers), ("layers.0", "layers.1", "layers.2"), (2, 4))  # as if discovery had missed the change
-    with pytest.raises(BlockError, match=r"block 2 \(Linear, layers.2\) got a hidden state of shape \(2, 6\), block 0 got \(2, 4\)"):
+    forged = Blocks(
+        tuple(net.layers), ("layers.0", "layers.1", "layers.2"), (2, 4)
+    )  # as if discovery had missed the change
+    with pytest.raises(
+        BlockError, match=r"block 2 \(Linear, layers.2\) got a hidden state of shape \(2, 6\), block 0 got \(2, 4\)"
+    ):
         probe_model(net, x, blocks=forged)
     found = discover(net, x)  # discovery itself never takes it
     assert found.blocks.names == ("layers.0",) and found.transitions == ("layers.1 (Linear) maps (2, 4) to (2, 6)",)

@@ -249,7 +249,16 @@ def test_random_documents_only_ever_raise_spec_error(doc: dict[str, Any]) -> Non
 ACTIVATIONS = ["relu", "gelu", "tanh", "sigmoid", "identity"]
 NORMS = ["batch", "layer", "rms", "group", "none"]
 SKIPS = ["identity", "projection", "scaled", "norm", "none"]
-WEIGHT_INITS = ["default", "kaiming_normal", "kaiming_uniform", "xavier_normal", "xavier_uniform", "orthogonal", "normal", "identity"]
+WEIGHT_INITS = [
+    "default",
+    "kaiming_normal",
+    "kaiming_uniform",
+    "xavier_normal",
+    "xavier_uniform",
+    "orthogonal",
+    "normal",
+    "identity",
+]
 DTYPES = ["float32", "float64", "bfloat16", "float16"]
 BRANCH_INITS = {
     "plain": ["default"],
@@ -332,14 +341,23 @@ def valid_documents(draw: st.DrawFn) -> dict[str, Any]:
     expect: dict[str, Any] = {}
     if draw(st.booleans()):
         lo = draw(st.floats(1e-3, 1.0))
-        expect["gradient_arrival"] = {"lo": lo, "hi": lo * draw(st.floats(1.0, 1e3)), "expect": draw(st.sampled_from(["holds", "violated"]))}
+        expect["gradient_arrival"] = {
+            "lo": lo,
+            "hi": lo * draw(st.floats(1.0, 1e3)),
+            "expect": draw(st.sampled_from(["holds", "violated"])),
+        }
     if draw(st.booleans()):
-        vg: dict[str, Any] = {"max_growth": draw(st.sampled_from(GROWTH_CLASSES)), "statistic": draw(st.sampled_from(["variance", "second_moment"]))}
+        vg: dict[str, Any] = {
+            "max_growth": draw(st.sampled_from(GROWTH_CLASSES)),
+            "statistic": draw(st.sampled_from(["variance", "second_moment"])),
+        }
         if draw(st.booleans()):
             vg["max_ratio"] = draw(st.floats(1.0, 100.0))
             vg["min_ratio"] = draw(st.floats(1e-3, 1.0))
         expect["variance_growth"] = vg
-    zero_branch = family == "custom" or (family in ("postnorm", "preact", "highway") and set(space["branch_init"]) - {"default"})
+    zero_branch = family == "custom" or (
+        family in ("postnorm", "preact", "highway") and set(space["branch_init"]) - {"default"}
+    )
     if zero_branch and draw(st.booleans()):
         expect["identity_at_init"] = {"atol": draw(st.sampled_from([0.0, 1e-6, 0.5]))}
     if not expect:
@@ -349,7 +367,15 @@ def valid_documents(draw: st.DrawFn) -> dict[str, Any]:
         "mode": draw(st.sampled_from(["train", "eval"])),
         "checkpoint_every": draw(st.integers(0, 3)),
     }
-    return {"name": "fuzzed", "description": "drawn by the fuzzer", "family": family, "block": block, "space": space, "expect": expect, "probe": probe}
+    return {
+        "name": "fuzzed",
+        "description": "drawn by the fuzzer",
+        "family": family,
+        "block": block,
+        "space": space,
+        "expect": expect,
+        "probe": probe,
+    }
 
 
 @st.composite
@@ -370,13 +396,21 @@ def _transformer_documents(draw: st.DrawFn) -> dict[str, Any]:
         "activation": draw(st.sampled_from(ACTIVATIONS)),
         "skip": skip,
     }
-    residuals = ["none", "gpt2"] + (["rezero", "skipinit", "layerscale"] + (["deepnorm"] if position == "post" else []) if skip == "identity" else [])
+    residuals = ["none", "gpt2"] + (
+        ["rezero", "skipinit", "layerscale"] + (["deepnorm"] if position == "post" else [])
+        if skip == "identity"
+        else []
+    )
     block["residual"] = draw(st.sampled_from(residuals))
     if block["residual"] == "layerscale" and draw(st.booleans()):
         block["layerscale_init"] = draw(small_floats)
     if block["mlp"] and draw(st.booleans()):
         block["mlp_ratio"] = draw(st.floats(0.25, 4.0))
-    width: Any = {"range": [k_lo * head_dim, k_hi * head_dim], "multiple_of": head_dim} if draw(st.booleans()) else {"values": sorted({k_lo * head_dim, k_hi * head_dim})}
+    width: Any = (
+        {"range": [k_lo * head_dim, k_hi * head_dim], "multiple_of": head_dim}
+        if draw(st.booleans())
+        else {"values": sorted({k_lo * head_dim, k_hi * head_dim})}
+    )
     space: dict[str, Any] = {
         "depth": _range(draw, 1, 4),
         "width": width,
@@ -389,16 +423,34 @@ def _transformer_documents(draw: st.DrawFn) -> dict[str, Any]:
         "seed": [0, 2**16],
     }
     expect: dict[str, Any] = {}
-    for name, table in (("rank_collapse", {"max_similarity": 0.9}), ("attention_entropy", {"min_entropy": 0.5}), ("gradient_balance", {"max_spread": 10.0})):
+    for name, table in (
+        ("rank_collapse", {"max_similarity": 0.9}),
+        ("attention_entropy", {"min_entropy": 0.5}),
+        ("gradient_balance", {"max_spread": 10.0}),
+    ):
         if draw(st.booleans()):
             expect[name] = {**table, "expect": draw(st.sampled_from(["holds", "violated"]))}
-    identity_ok = skip == "identity" and "zero" in space["branch_init"] and (position != "post" or block["norm"] == "none")
+    identity_ok = (
+        skip == "identity" and "zero" in space["branch_init"] and (position != "post" or block["norm"] == "none")
+    )
     if identity_ok and draw(st.booleans()):
         expect["identity_at_init"] = {"atol": 0.0}
     if not expect:
         expect["gradient_arrival"] = {}
-    probe = {"loss": draw(st.sampled_from(["projection", "sum"])), "mode": draw(st.sampled_from(["train", "eval"])), "checkpoint_every": draw(st.integers(0, 3))}
-    return {"name": "fuzzed", "description": "drawn by the fuzzer", "family": "transformer", "block": block, "space": space, "expect": expect, "probe": probe}
+    probe = {
+        "loss": draw(st.sampled_from(["projection", "sum"])),
+        "mode": draw(st.sampled_from(["train", "eval"])),
+        "checkpoint_every": draw(st.integers(0, 3)),
+    }
+    return {
+        "name": "fuzzed",
+        "description": "drawn by the fuzzer",
+        "family": "transformer",
+        "block": block,
+        "space": space,
+        "expect": expect,
+        "probe": probe,
+    }
 
 
 @LOADER
@@ -427,7 +479,9 @@ def test_the_toml_writer_round_trips_every_shipped_spec() -> None:
 #: Case errors on valid specs that are reported, not crashed on. Batch norm in train mode with one
 #: value per channel (batch 1 on a linear layer or a 1×1 image) is now refused by the loader, so
 #: this should never match; it stays so that a regression shows as that error, not a traceback.
-KNOWN_CASE_ERRORS = re.compile(r"^the case does not run: ValueError: Expected more than 1 value per channel when training")
+KNOWN_CASE_ERRORS = re.compile(
+    r"^the case does not run: ValueError: Expected more than 1 value per channel when training"
+)
 
 
 @PIPELINE
@@ -442,7 +496,9 @@ def test_every_valid_spec_ends_in_verdicts(doc: dict[str, Any], data: st.DataObj
     assert [r.name for r in result.results] == [n for n, _ in spec.invariants()]
     for r in result.results:
         if r.verdict is None:  # identity_at_init on a case without a zero branch
-            assert r.name == "identity_at_init" and r.status == "not_applicable" and ": not applicable at " in r.message, r
+            assert (
+                r.name == "identity_at_init" and r.status == "not_applicable" and ": not applicable at " in r.message
+            ), r
             continue
         assert isinstance(r.verdict, Verdict)
         v = r.verdict
@@ -482,7 +538,10 @@ SWEEP = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
 )
-SWEEP_SPECS = [str(SPECS_DIR / name) for name in ("plain_tanh_mlp.toml", "preact_mlp.toml", "custom_rezero.toml", "highway_mlp.toml")]
+SWEEP_SPECS = [
+    str(SPECS_DIR / name)
+    for name in ("plain_tanh_mlp.toml", "preact_mlp.toml", "custom_rezero.toml", "highway_mlp.toml")
+]
 
 garbage_numbers = st.one_of(
     st.sampled_from(["0", "1e300", "-1", "nan", "inf", "1e-9", "9223372036854775807", "99999999999999999999", "x", ""]),
@@ -505,7 +564,20 @@ def _rarely(draw: st.DrawFn) -> bool:
 def axis_texts(draw: st.DrawFn) -> str:
     from stability.run.grid import KEYS
 
-    usual = st.sampled_from(["depth", "width", "batch", "init_gain", "sigma_w2", "weight_init", "branch_init", "dtype", "gate_bias", "branch_scale"])
+    usual = st.sampled_from(
+        [
+            "depth",
+            "width",
+            "batch",
+            "init_gain",
+            "sigma_w2",
+            "weight_init",
+            "branch_init",
+            "dtype",
+            "gate_bias",
+            "branch_scale",
+        ]
+    )
     key = draw(_mostly(usual, st.sampled_from([*KEYS, "init", "σ_w²", "", "dpeth"])))
     small = st.one_of(st.integers(1, 6).map(str), st.sampled_from(["0.5", "1.5", "2", "0.9"]))
     kind = draw(st.sampled_from(["list", "log", "lin", "choices", "garbage"]))
@@ -514,7 +586,9 @@ def axis_texts(draw: st.DrawFn) -> str:
     elif kind in ("log", "lin"):
         values = f"{kind}:{draw(_mostly(small))}:{draw(_mostly(small))}:{draw(_mostly(st.integers(1, 3).map(str)))}"
     elif kind == "choices":
-        values = ",".join(draw(st.lists(st.sampled_from([*WEIGHT_INITS, "zero", "rezero", "float64", "bogus", ""]), max_size=3)))
+        values = ",".join(
+            draw(st.lists(st.sampled_from([*WEIGHT_INITS, "zero", "rezero", "float64", "bogus", ""]), max_size=3))
+        )
     else:
         values = draw(st.text(max_size=12))
     return key + values if _rarely(draw) else f"{key}={values}"
@@ -533,9 +607,22 @@ def sweep_argvs(draw: st.DrawFn) -> list[str]:
     options = {
         "--seeds": _mostly(st.integers(1, 3).map(str)),
         "--first-seed": _mostly(st.sampled_from(["0", "7", str(2**63 - 3), str(2**63 - 1)])),
-        "--depth-range": _mostly(st.tuples(st.integers(1, 4), st.integers(4, 40)).map(lambda t: f"{t[0]}:{t[1]}"), st.text(max_size=8)),
+        "--depth-range": _mostly(
+            st.tuples(st.integers(1, 4), st.integers(4, 40)).map(lambda t: f"{t[0]}:{t[1]}"), st.text(max_size=8)
+        ),
         "--workers": garbage_numbers,
-        "--scheduler": st.sampled_from(["garbage", "tcp://", "http://example.com:80", "tcp://127.0.0.1:notaport", "tcp://[::1]:x", "tls://:1", "tcp://h:0", ""]),
+        "--scheduler": st.sampled_from(
+            [
+                "garbage",
+                "tcp://",
+                "http://example.com:80",
+                "tcp://127.0.0.1:notaport",
+                "tcp://[::1]:x",
+                "tls://:1",
+                "tcp://h:0",
+                "",
+            ]
+        ),
         "--only": st.sampled_from(["gradient_arrival", "variance_growth", "identity_at_init", "update_size", "nope"]),
         "--case-timeout": _mostly(st.sampled_from(["60", "0", "30.5"])),
         "--device": _mostly(st.just("cpu"), st.sampled_from(["cuda", "tpu"])),
@@ -546,7 +633,11 @@ def sweep_argvs(draw: st.DrawFn) -> list[str]:
         argv += [option, draw(options[option])]
     argv += draw(st.lists(st.sampled_from(["--no-budget", "--serial", "-q", "--resume"]), max_size=2, unique=True))
     if _rarely(draw):
-        argv += ["--compare", draw(_mostly(st.sampled_from(["HEAD", "0.1.0"]))), draw(_mostly(st.sampled_from(["HEAD~1", "0.1.0+g"])))]
+        argv += [
+            "--compare",
+            draw(_mostly(st.sampled_from(["HEAD", "0.1.0"]))),
+            draw(_mostly(st.sampled_from(["HEAD~1", "0.1.0+g"]))),
+        ]
     if "--seeds" not in argv:
         argv += ["--seeds", "2"]
     if "--db" not in argv:
@@ -564,11 +655,18 @@ class _SmallPoints(Executor):
         out = []
         for job in jobs:
             point = job.point
-            small = int(point.get("depth", 1)) <= 8 and int(point.get("width", 8)) <= 32 and int(point.get("batch", 4)) <= 8 and len(job.seeds) <= 3
+            small = (
+                int(point.get("depth", 1)) <= 8
+                and int(point.get("width", 8)) <= 32
+                and int(point.get("batch", 4)) <= 8
+                and len(job.seeds) <= 3
+            )
             if small:
                 (outcome,) = InProcessExecutor().map([job])
             else:
-                outcome = Outcome(job, [{"seed": s, "case": "", "m": None, "error": "not probed by the fuzzer"} for s in job.seeds])
+                outcome = Outcome(
+                    job, [{"seed": s, "case": "", "m": None, "error": "not probed by the fuzzer"} for s in job.seeds]
+                )
             if on_done is not None:
                 on_done(outcome)
             out.append(outcome)
@@ -588,7 +686,11 @@ def test_the_sweep_cli_only_ever_exits_0_1_or_2_in_one_line(argv: list[str]) -> 
     from stability.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with tempfile.TemporaryDirectory() as folder, contextlib.chdir(folder), mock.patch("stability.run.executors.executor_for", lambda *a, **k: _SmallPoints()):
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        contextlib.chdir(folder),
+        mock.patch("stability.run.executors.executor_for", lambda *a, **k: _SmallPoints()),
+    ):
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = main(argv)

@@ -52,7 +52,19 @@ def _folder(tmp: Path, specs: dict[str, str]) -> Path:
 
 
 def _check(folder: Path, *extra: str) -> tuple[Any, dict[str, Any], str]:
-    proc = run_check(folder, "--json", folder / "r.json", "--junit", folder / "r.xml", "--profile", "ci", "-j", "2", *extra, cwd=folder)
+    proc = run_check(
+        folder,
+        "--json",
+        folder / "r.json",
+        "--junit",
+        folder / "r.xml",
+        "--profile",
+        "ci",
+        "-j",
+        "2",
+        *extra,
+        cwd=folder,
+    )
     data = json.loads((folder / "r.json").read_text())
     return proc, {s["name"]: s for s in data["specs"]}, (folder / "r.xml").read_text()
 
@@ -69,11 +81,23 @@ def test_a_passing_specs_output_stays_out_of_the_terminal_and_a_failing_ones_is_
     assert proc.returncode == 1, proc.stderr
     terminal = proc.stdout + proc.stderr
     for spec in specs.values():  # every print of the spec's code, whichever stream and layer, is in the JSON
-        assert "PY-STDOUT building" in spec["output"] and "PY-STDERR warning" in spec["output"] and "C-LEVEL write" in spec["output"]
+        assert (
+            "PY-STDOUT building" in spec["output"]
+            and "PY-STDERR warning" in spec["output"]
+            and "C-LEVEL write" in spec["output"]
+        )
     # In the terminal: only the failing spec's output, after its failure, as quoted lines.
-    assert terminal.count("PY-STDOUT building 6") >= 1 and "PY-STDOUT building 1" not in terminal and "building 2" not in terminal
+    assert (
+        terminal.count("PY-STDOUT building 6") >= 1
+        and "PY-STDOUT building 1" not in terminal
+        and "building 2" not in terminal
+    )
     block = terminal[terminal.index("loud-fail.toml::gradient_arrival: expected to hold") :]
-    assert "loud-fail.toml's code (3 line(s)" in block and "    | PY-STDOUT building 6" in block and "    | C-LEVEL write" in block
+    assert (
+        "loud-fail.toml's code (3 line(s)" in block
+        and "    | PY-STDOUT building 6" in block
+        and "    | C-LEVEL write" in block
+    )
     assert all(line.startswith("    | ") for line in terminal.splitlines() if "PY-STD" in line or "C-LEVEL" in line)
     # JUnit: the failing testcase carries it as system-out; the passing one does not.
     cases = {Path(tc.get("classname", "")).name: tc for tc in ET.fromstring(junit).iter("testcase")}
@@ -83,7 +107,9 @@ def test_a_passing_specs_output_stays_out_of_the_terminal_and_a_failing_ones_is_
 
 @pytest.mark.slow  # a subprocess run read as it prints
 def test_no_capture_lets_the_output_through_as_it_runs(tmp_path: Path) -> None:
-    folder = _folder(tmp_path, {"quiet-pass": custom("quiet-pass", "stability_gate_chatty:chatty", depth="[1, 2]", expect=PASSING)})
+    folder = _folder(
+        tmp_path, {"quiet-pass": custom("quiet-pass", "stability_gate_chatty:chatty", depth="[1, 2]", expect=PASSING)}
+    )
     proc, specs, _ = _check(folder, "--no-capture")
     assert proc.returncode == 0, proc.stderr
     assert "PY-STDOUT building" in proc.stdout and "C-LEVEL write" in proc.stdout and "PY-STDERR warning" in proc.stderr
@@ -92,7 +118,14 @@ def test_no_capture_lets_the_output_through_as_it_runs(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # a factory printing megabytes through a worker
 def test_a_flood_of_output_is_kept_bounded_and_the_run_finishes(tmp_path: Path) -> None:
-    folder = _folder(tmp_path, {"flood": custom("flood", "stability_gate_chatty:chatty", depth="2", expect=FAILING).replace(":chatty", ":flood")})
+    folder = _folder(
+        tmp_path,
+        {
+            "flood": custom("flood", "stability_gate_chatty:chatty", depth="2", expect=FAILING).replace(
+                ":chatty", ":flood"
+            )
+        },
+    )
     proc, specs, _ = _check(folder)  # 200,000 lines (3.4 MB) per case, through a 64 KiB pipe
     assert proc.returncode in (0, 1), proc.stderr
     out = specs["flood"]["output"]
@@ -119,4 +152,7 @@ def test_output_keeps_its_head_and_tail_and_counts_what_it_leaves_out(chunks: li
         assert out.text() == whole.decode()
     else:
         dropped = len(whole) - OUTPUT_HEAD - OUTPUT_TAIL
-        assert out.text() == whole[:OUTPUT_HEAD].decode() + f"\n[... {dropped} bytes left out ...]\n" + whole[-OUTPUT_TAIL:].decode()
+        assert (
+            out.text()
+            == whole[:OUTPUT_HEAD].decode() + f"\n[... {dropped} bytes left out ...]\n" + whole[-OUTPUT_TAIL:].decode()
+        )

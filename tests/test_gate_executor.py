@@ -72,7 +72,9 @@ PARTS = 4
 
 @pytest.mark.slow
 @pytest.mark.parametrize("part", range(PARTS))
-def test_the_shipped_specs_give_bit_identical_json_in_process_and_in_workers(tasks: list[Task], monkeypatch: pytest.MonkeyPatch, part: int) -> None:
+def test_the_shipped_specs_give_bit_identical_json_in_process_and_in_workers(
+    tasks: list[Task], monkeypatch: pytest.MonkeyPatch, part: int
+) -> None:
     """Where `STABILITY_GATE_REPORT` names the JSON report of `stability check specs --profile ci` run
     in workers by the same nightly job (.ci/nightly), the in-process run is compared with it instead of running
     every spec in workers a second time."""
@@ -84,7 +86,9 @@ def test_the_shipped_specs_give_bit_identical_json_in_process_and_in_workers(tas
     assert report.pop("errors") == []
     monkeypatch.chdir(SPECS.parent)  # the gate names its specs as the command line did, relative to the repository
     files = [s["file"] for s in report["specs"]]
-    assert [str(Path(f).resolve()) for f in files] == [t.spec.path for t in tasks]  # every shipped spec, in the same order
+    assert [str(Path(f).resolve()) for f in files] == [
+        t.spec.path for t in tasks
+    ]  # every shipped spec, in the same order
     report["specs"] = report["specs"][part::PARTS]
     report["met"] = all(s["met"] for s in report["specs"])  # the part's own
     mine = list(zip(files, tasks, strict=True))[part::PARTS]
@@ -98,7 +102,9 @@ def _identical(tasks: list[Task]) -> None:
     workers = WorkerExecutor(jobs=2, threads=1).map(tasks, on_done=lambda o: seen.append(o.task.spec.name))
     here = InProcessExecutor().map(tasks)  # the session fixture runs this process on one thread too
     assert [o.error for o in workers] == [None] * len(tasks)
-    assert [o.task.spec.name for o in workers] == [t.spec.name for t in tasks]  # task order, whatever the finishing order
+    assert [o.task.spec.name for o in workers] == [
+        t.spec.name for t in tasks
+    ]  # task order, whatever the finishing order
     assert sorted(seen) == sorted(t.spec.name for t in tasks)
     assert _report(workers) == _report(here)
 

@@ -18,7 +18,19 @@ from stability.spec.load import parse_spec
 Cli = Callable[..., tuple[int, str, str]]
 
 
-@pytest.mark.parametrize("target", ["os:system", "subprocess:run", "builtins:exec", "shutil:rmtree", "sys:exit", "antigravity:geohash", "torch:save", "stability.cli:main"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "os:system",
+        "subprocess:run",
+        "builtins:exec",
+        "shutil:rmtree",
+        "sys:exit",
+        "antigravity:geohash",
+        "torch:save",
+        "stability.cli:main",
+    ],
+)
 def test_callables_that_are_not_your_code_are_refused_before_any_import(tmp_path: Path, target: str) -> None:
     module = target.split(":")[0]
     was_imported = module in sys.modules
@@ -62,7 +74,9 @@ def test_a_source_root_allows_a_factory_elsewhere(cli: Cli, tmp_path: Path) -> N
     code_dir, spec_dir = tmp_path / "src", tmp_path / "specs"
     code_dir.mkdir()
     spec_dir.mkdir()
-    (code_dir / "gate_rooted_blocks.py").write_text("from torch import nn\ndef make(depth, width):\n    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])\n")
+    (code_dir / "gate_rooted_blocks.py").write_text(
+        "from torch import nn\ndef make(depth, width):\n    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])\n"
+    )
     spec = spec_dir / "rooted.toml"
     spec.write_text(custom("rooted", "gate_rooted_blocks:make", depth="1"))
     code, _, err = cli("check", spec, "--profile", "ci")
@@ -107,7 +121,9 @@ def test_a_folder_or_file_name_that_is_not_utf8_runs_as_any_other(cli: Cli, tmp_
 
     folder = tmp_path / os.fsdecode(b"odd\xff")
     folder.mkdir()
-    (folder / "json.py").write_text("from torch import nn\ndef make(depth, width):\n    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])\n")
+    (folder / "json.py").write_text(
+        "from torch import nn\ndef make(depth, width):\n    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])\n"
+    )
     (folder / os.fsdecode(b"s\xfe.toml")).write_text(custom("odd", "json:make", depth="1"))
     code, out, err = cli("check", folder, "--profile", profile, "-j", "1")
     assert code == 0 and "Traceback" not in err, out + err

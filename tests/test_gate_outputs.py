@@ -34,7 +34,9 @@ def test_an_empty_json_path(cli: Cli, spec: Path) -> None:
 
 
 @pytest.mark.parametrize("option", ["--json", "--junit", "--html"])
-def test_a_dash_is_not_standard_output_and_writes_no_file_named_dash(cli: Cli, spec: Path, tmp_path: Path, option: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_dash_is_not_standard_output_and_writes_no_file_named_dash(
+    cli: Cli, spec: Path, tmp_path: Path, option: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     refused(cli("check", spec, option, "-"), f"{option} -: reports are written to files, not to standard output")
     assert not (tmp_path / "-").exists()
@@ -68,7 +70,9 @@ def test_a_fifo_is_never_replaced_nor_opened(cli: Cli, spec: Path, tmp_path: Pat
 
 def test_two_reports_on_one_path(cli: Cli, spec: Path, tmp_path: Path) -> None:
     r = tmp_path / "r.json"
-    refused(cli("check", spec, "--json", r, "--junit", tmp_path / "." / "r.json"), "--junit", "is also the path of --json")
+    refused(
+        cli("check", spec, "--json", r, "--junit", tmp_path / "." / "r.json"), "--junit", "is also the path of --json"
+    )
     assert not r.exists()
 
 
@@ -109,12 +113,18 @@ def test_write_atomic_refuses_a_non_regular_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("option", ["--json", "--junit", "--html"])
-def test_a_file_the_user_wrote_is_never_replaced_by_a_report(cli: Cli, write_spec: Callable[..., Path], tmp_path: Path, option: str) -> None:
+def test_a_file_the_user_wrote_is_never_replaced_by_a_report(
+    cli: Cli, write_spec: Callable[..., Path], tmp_path: Path, option: str
+) -> None:
     # The spec's own factory module, a hand-written page, any file that is not a stability report.
     factory = tmp_path / "stability_outputs_factory.py"
-    factory.write_text("from torch import nn\n\ndef make(depth, width):\n    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])\n")
+    factory.write_text(
+        "from torch import nn\n\ndef make(depth, width):\n    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])\n"
+    )
     text = 'name = "c"\ndescription = "c"\nfamily = "custom"\n[block]\nfactory = "stability_outputs_factory:make"\n'
-    custom = write_spec(text + "[space]\ndepth = 2\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\nlo = 1e-3\nhi = 1e3\n", "c.toml")
+    custom = write_spec(
+        text + "[space]\ndepth = 2\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\nlo = 1e-3\nhi = 1e3\n", "c.toml"
+    )
     if option == "--html":
         folder = tmp_path / "site"
         folder.mkdir()
@@ -123,12 +133,19 @@ def test_a_file_the_user_wrote_is_never_replaced_by_a_report(cli: Cli, write_spe
     else:
         target = written = factory
     before = written.read_bytes()
-    refused(cli("check", custom, option, target), f"{option} {target}: ", "exists and is not a stability", "a report never replaces a file it did not write")
+    refused(
+        cli("check", custom, option, target),
+        f"{option} {target}: ",
+        "exists and is not a stability",
+        "a report never replaces a file it did not write",
+    )
     assert written.read_bytes() == before
 
 
 @pytest.mark.parametrize("option", ["--json", "--junit", "--html"])
-def test_a_report_replaces_its_own_earlier_self_and_an_empty_file(cli: Cli, spec: Path, tmp_path: Path, option: str) -> None:
+def test_a_report_replaces_its_own_earlier_self_and_an_empty_file(
+    cli: Cli, spec: Path, tmp_path: Path, option: str
+) -> None:
     target = tmp_path / ("site" if option == "--html" else "report")
     if option != "--html":
         target.write_text("")  # an empty file (mktemp): nothing of the user's to lose
@@ -144,7 +161,20 @@ def test_a_sweeps_html_never_replaces_a_page_the_user_wrote(cli: Cli, tmp_path: 
     folder = tmp_path / "site"
     folder.mkdir()
     (folder / "index.html").write_text("<html>mine</html>")
-    args = ["sweep", spec, "--over", "depth=2,4", "--seeds", "1", "--serial", "-q", "--db", tmp_path / "r.sqlite", "--html", folder]
+    args = [
+        "sweep",
+        spec,
+        "--over",
+        "depth=2,4",
+        "--seeds",
+        "1",
+        "--serial",
+        "-q",
+        "--db",
+        tmp_path / "r.sqlite",
+        "--html",
+        folder,
+    ]
     refused(cli(*args), f"--html {folder}: ", "is not a stability HTML report")
     assert (folder / "index.html").read_text() == "<html>mine</html>"
     (folder / "index.html").unlink()

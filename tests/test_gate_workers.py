@@ -62,7 +62,10 @@ def test_a_failing_spec_beside_every_false_green_factory_exits_2_with_a_complete
         want = SPECS[name][1]
         got = {inv["status"] for inv in run["specs"][name]["invariants"]}
         # a block's own exception is a failed case or a spec error, depending on the family rules
-        assert got == {want} or (want == "unmet" and got <= {"failed", "error"}), (name, run["specs"][name]["invariants"])
+        assert got == {want} or (want == "unmet" and got <= {"failed", "error"}), (
+            name,
+            run["specs"][name]["invariants"],
+        )
     assert any("sys:exit" in e for e in data["errors"])
 
 
@@ -79,13 +82,18 @@ def test_sys_exit_as_a_factory_is_refused_before_anything_runs(run: dict[str, An
         ("os-exit-at-import", "the worker exited with code 0 before reporting"),
         ("exit-in-factory", "called sys.exit(0) (case depth=2"),
         ("exit-in-forward", "the spec's code called sys.exit(3)"),
-        ("os-exit-in-forward", "the worker exited with code 0 before reporting (sys.exit or os._exit in the spec's code?) while running case depth=2"),
+        (
+            "os-exit-in-forward",
+            "the worker exited with code 0 before reporting (sys.exit or os._exit in the spec's code?) while running case depth=2",
+        ),
         ("empty-stack", "returned an empty stack (no blocks)"),
         ("segfault", "the worker was killed by SIGSEGV while running case depth=2"),
         ("killed", "the worker was killed by SIGKILL (out of memory?) while running case depth=2"),
     ],
 )
-def test_an_exit_or_an_empty_stack_is_a_spec_error_naming_its_reason(run: dict[str, Any], name: str, fragment: str) -> None:
+def test_an_exit_or_an_empty_stack_is_a_spec_error_naming_its_reason(
+    run: dict[str, Any], name: str, fragment: str
+) -> None:
     spec = run["specs"][name]
     inv = spec["invariants"][0]
     assert fragment in inv["error"], inv
@@ -136,9 +144,21 @@ def test_a_factory_that_replaces_the_judge_in_its_worker_is_caught_by_the_parent
 def test_a_stack_of_seventy_thousand_blocks_is_judged_not_a_segfault(tmp_path: Path) -> None:
     # torch frees a graph carrying the probe's Python hooks recursively (~100 bytes of C stack per
     # node): at depth 62,500 the usual 8 MiB stack ended the worker in SIGSEGV (exit 2).
-    (tmp_path / "stability_gate_deep.py").write_text("from torch import nn\n\ndef make(depth, width):\n    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])\n")
-    spec = custom("deep", "stability_gate_deep:make", depth="[1, 100000]", expect="[expect.gradient_arrival]\nlo = 1e-300\nhi = 1e300\n").replace("width = 4\nbatch = 2", "width = 2\nbatch = 1")
+    (tmp_path / "stability_gate_deep.py").write_text(
+        "from torch import nn\n\ndef make(depth, width):\n    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])\n"
+    )
+    spec = custom(
+        "deep",
+        "stability_gate_deep:make",
+        depth="[1, 100000]",
+        expect="[expect.gradient_arrival]\nlo = 1e-300\nhi = 1e300\n",
+    ).replace("width = 4\nbatch = 2", "width = 2\nbatch = 1")
     (tmp_path / "deep.toml").write_text(spec)
-    proc = run_check(tmp_path / "deep.toml", "--case", "depth=70000", "--json", tmp_path / "r.json", cwd=tmp_path, timeout=300)
+    proc = run_check(
+        tmp_path / "deep.toml", "--case", "depth=70000", "--json", tmp_path / "r.json", cwd=tmp_path, timeout=300
+    )
     inv = json.loads((tmp_path / "r.json").read_text())["specs"][0]["invariants"][0]
-    assert proc.returncode == 1 and inv["status"] == "failed" and "collapse" in inv["message"], (proc.returncode, inv)  # judged: the default-init stack's gradient underflows
+    assert proc.returncode == 1 and inv["status"] == "failed" and "collapse" in inv["message"], (
+        proc.returncode,
+        inv,
+    )  # judged: the default-init stack's gradient underflows

@@ -117,7 +117,9 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def test_a_failing_run_writes_a_summary_table_and_one_error_per_unmet_expectation(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_failing_run_writes_a_summary_table_and_one_error_per_unmet_expectation(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["check", "specs", "--profile", "ci", "--in-process", "--sarif", "s.sarif"]) == 1
     out = capsys.readouterr().out
     errors = [parse_command(line) for line in out.splitlines() if line.startswith("::error")]
@@ -126,10 +128,18 @@ def test_a_failing_run_writes_a_summary_table_and_one_error_per_unmet_expectatio
         ("specs/failing.toml", "stability: variance_growth not met"),
     ]
     lines = (repo / "specs" / "failing.toml").read_text().splitlines()
-    assert [lines[int(props["line"]) - 1] for _, props, _ in errors] == ["[expect.gradient_arrival]", 'variance_growth = { max_growth = "exponential", min_ratio = 0.99 }']
+    assert [lines[int(props["line"]) - 1] for _, props, _ in errors] == [
+        "[expect.gradient_arrival]",
+        'variance_growth = { max_growth = "exponential", min_ratio = 0.99 }',
+    ]
     message = errors[0][2].splitlines()
-    assert message[0].startswith("specs/failing.toml::gradient_arrival: expected to hold, but it fails at smallest failing case depth=")
-    assert message[1].startswith("reproduce: stability check specs/failing.toml --case depth=") and message[2] == "explain: stability explain gradient_arrival"
+    assert message[0].startswith(
+        "specs/failing.toml::gradient_arrival: expected to hold, but it fails at smallest failing case depth="
+    )
+    assert (
+        message[1].startswith("reproduce: stability check specs/failing.toml --case depth=")
+        and message[2] == "explain: stability explain gradient_arrival"
+    )
 
     summary = (repo / "summary.md").read_text()
     assert summary.startswith("### stability: ✗ 2 of 4 expectation(s) not met\n")
@@ -146,7 +156,9 @@ def test_a_failing_run_writes_a_summary_table_and_one_error_per_unmet_expectatio
     assert "```sh\nstability check specs/failing.toml --case depth=" in summary
 
 
-def test_without_failures_the_summary_says_so_and_no_error_is_printed(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_without_failures_the_summary_says_so_and_no_error_is_printed(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["check", "specs/passing.toml", "--profile", "ci", "--in-process"]) == 0
     assert "::error" not in capsys.readouterr().out
     assert (repo / "summary.md").read_text().startswith("### stability: ✓ every expectation met (1)\n")
@@ -154,7 +166,9 @@ def test_without_failures_the_summary_says_so_and_no_error_is_printed(repo: Path
     assert (repo / "summary.md").read_text().count("### stability: ✓") == 2  # appended, as GitHub expects
 
 
-def test_no_github_turns_it_off_and_a_bad_summary_path_only_warns(repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_github_turns_it_off_and_a_bad_summary_path_only_warns(
+    repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert main(["check", "specs/failing.toml", "--profile", "ci", "--in-process", "--no-github"]) == 1
     assert "::error" not in capsys.readouterr().out and not (repo / "summary.md").exists()
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(repo / "specs"))  # a folder: cannot be appended to
@@ -164,7 +178,12 @@ def test_no_github_turns_it_off_and_a_bad_summary_path_only_warns(repo: Path, ca
     monkeypatch.delenv("GITHUB_ACTIONS")
     assert main(["check", "specs/failing.toml", "--profile", "ci", "--in-process", "--only", "variance_growth"]) == 1
     assert "::error" not in capsys.readouterr().out  # not on Actions, not asked for
-    assert main(["check", "specs/failing.toml", "--profile", "ci", "--in-process", "--only", "variance_growth", "--github"]) == 1
+    assert (
+        main(
+            ["check", "specs/failing.toml", "--profile", "ci", "--in-process", "--only", "variance_growth", "--github"]
+        )
+        == 1
+    )
     assert capsys.readouterr().out.count("::error file=specs/failing.toml,line=") == 1
 
 
@@ -181,20 +200,55 @@ def test_not_applicable_warns_and_skipped_in_a_profile_is_a_notice(tmp_path: Pat
     path.write_text(PASSING)
     spec = load_spec(path)
     results = [
-        InvariantResult("gradient_arrival", "holds", True, None, None, 0, "s.toml::gradient_arrival: not applicable at …", applicable=False),
-        InvariantResult("gradient_arrival", "holds", True, None, None, 0, "s.toml::gradient_arrival: skipped in profile ci", skipped=True),
+        InvariantResult(
+            "gradient_arrival",
+            "holds",
+            True,
+            None,
+            None,
+            0,
+            "s.toml::gradient_arrival: not applicable at …",
+            applicable=False,
+        ),
+        InvariantResult(
+            "gradient_arrival",
+            "holds",
+            True,
+            None,
+            None,
+            0,
+            "s.toml::gradient_arrival: skipped in profile ci",
+            skipped=True,
+        ),
     ]
-    kinds = [parse_command(c)[0] for c in workflow_commands([SpecResult(spec, results)], environ={"GITHUB_WORKSPACE": str(tmp_path)})]
+    kinds = [
+        parse_command(c)[0]
+        for c in workflow_commands([SpecResult(spec, results)], environ={"GITHUB_WORKSPACE": str(tmp_path)})
+    ]
     assert kinds == ["warning", "notice"]
     loads = workflow_commands([], load_errors=[("specs/bad.toml", "specs/bad.toml: bad key")], environ={})
-    assert [parse_command(c)[:2] for c in loads] == [("error", {"file": "specs/bad.toml", "title": "stability: the spec does not load"})]
+    assert [parse_command(c)[:2] for c in loads] == [
+        ("error", {"file": "specs/bad.toml", "title": "stability: the spec does not load"})
+    ]
 
 
 def test_the_summary_stays_under_githubs_limit(tmp_path: Path) -> None:
     path = tmp_path / "s.toml"
     path.write_text(PASSING)
     spec = load_spec(path)
-    failing = [InvariantResult("gradient_arrival", "holds", False, None, None, 1, "x" * 20_000, reproduce="stability check s.toml --case seed=1") for _ in range(100)]
+    failing = [
+        InvariantResult(
+            "gradient_arrival",
+            "holds",
+            False,
+            None,
+            None,
+            1,
+            "x" * 20_000,
+            reproduce="stability check s.toml --case seed=1",
+        )
+        for _ in range(100)
+    ]
     text = job_summary([SpecResult(spec, failing)], seconds=1.0)
     assert len(text.encode()) <= SUMMARY_LIMIT
     assert "more section(s) left out: a step summary holds at most 1 MiB" in text

@@ -15,7 +15,10 @@ from stability import parse_spec
 from stability.run.engine import evaluate
 from stability.spec.case import corner_case
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available on this machine")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available on this machine"),
+]
 
 SPEC = parse_spec(
     """
@@ -52,11 +55,15 @@ def _no_sync_blocks() -> tuple[torch.nn.Module, torch.Tensor]:
         *[torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.LayerNorm(256), torch.nn.ReLU()) for _ in range(6)],
         torch.nn.Linear(256, 256),  # 65,536 weights: a parameter-gradient hook
     ).cuda()
-    return blocks, torch.randn(64, 256, device="cuda") * 1e20  # float32 squares overflow: the float64 reductions, decided on nothing
+    return blocks, torch.randn(
+        64, 256, device="cuda"
+    ) * 1e20  # float32 squares overflow: the float64 reductions, decided on nothing
 
 
 @pytest.mark.parametrize("checkpoint_every", [0, 2])
-def test_the_pass_never_synchronises_the_device_before_its_one_read(monkeypatch: pytest.MonkeyPatch, checkpoint_every: int) -> None:
+def test_the_pass_never_synchronises_the_device_before_its_one_read(
+    monkeypatch: pytest.MonkeyPatch, checkpoint_every: int
+) -> None:
     """torch raises on any synchronising call (a host read, a blocking copy) while the debug mode
     is "error"; the pass's one read at the end (`boundaries._read_host`) is let through and counted."""
     from stability import probe

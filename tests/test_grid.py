@@ -28,7 +28,12 @@ hi = 10.0
 def test_log_spacing_is_geometric_and_integer_keys_round_and_drop_repeats() -> None:
     axis = parse_axis("depth=log:2:1024:10")
     assert axis.values == (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-    assert parse_axis("depth=log:1:4:7").values == (1, 2, 3, 4)  # 1, 1.26, 1.59, 2, 2.52, 3.17, 4 rounded, repeats dropped
+    assert parse_axis("depth=log:1:4:7").values == (
+        1,
+        2,
+        3,
+        4,
+    )  # 1, 1.26, 1.59, 2, 2.52, 3.17, 4 rounded, repeats dropped
     assert parse_axis("sigma_w2=lin:0.5:3:6").values == (0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
     assert parse_axis("width=64,256").values == (64, 256)
     assert parse_axis("init=normal,orthogonal").key == "weight_init"

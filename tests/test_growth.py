@@ -164,7 +164,9 @@ def test_power_law_exponent_never_exceeds_the_documented_cap() -> None:
     rng = np.random.default_rng(0)
     ls = np.arange(0, 33, dtype=np.float64)
     for p, want in ((5.0, None), (2.0, 2.0)):
-        profiles = [(1.0 + (1e-4 if p == 5.0 else 0.05) * ls**p) * np.exp(rng.normal(0.0, 0.01, ls.shape)) for _ in range(8)]
+        profiles = [
+            (1.0 + (1e-4 if p == 5.0 else 0.05) * ls**p) * np.exp(rng.normal(0.0, 0.01, ls.shape)) for _ in range(8)
+        ]
         profiles = [(prof / prof[0]).tolist() for prof in profiles]
         g = growth.classify_ensemble(profiles)
         assert g.exponent is not None and g.exponent <= growth._MAX_EXPONENT

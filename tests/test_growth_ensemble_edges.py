@@ -17,7 +17,11 @@ from stability.judge.growth import EnsembleGrowth, classify_ensemble, describe_e
 def test_depth_three_decides_an_exponential() -> None:
     law = np.array([1.0, 3.0, 9.0, 27.0])
     g = classify_ensemble([law, law * np.exp(1e-6 * np.array([0.0, 1.0, -1.0, 1.0]))])
-    assert (g.growth, g.lowest, g.decided) == ("exponential", "exponential", True)  # two increments past block 1 rule linear out
+    assert (g.growth, g.lowest, g.decided) == (
+        "exponential",
+        "exponential",
+        True,
+    )  # two increments past block 1 rule linear out
 
 
 def test_an_exact_linear_law_is_fitted_at_exponent_one() -> None:
@@ -53,7 +57,10 @@ def test_members_that_agree_exactly_are_weighted_by_the_floor() -> None:
     law = 1.0 + 2.0 * np.arange(0, 6, dtype=np.float64)
     profiles = np.array([law, law])  # zero spread: every weight is S / (1e-12·mean d²)
     g = classify_ensemble(profiles.tolist())
-    assert g.chi2["exponential"] == pytest.approx(_chi2_exponential(profiles), rel=1e-9, abs=0) and g.chi2["exponential"] > 1e9
+    assert (
+        g.chi2["exponential"] == pytest.approx(_chi2_exponential(profiles), rel=1e-9, abs=0)
+        and g.chi2["exponential"] > 1e9
+    )
 
 
 def _ens(*profiles: list[float]) -> SimpleNamespace:
@@ -80,20 +87,42 @@ def test_a_zero_start_is_refused_in_the_functions_own_words() -> None:
         classify_ensemble([[0.0, 1.0], [1.0, 2.0]])
 
 
-_COMMON = dict(size=4, ratios=[1.0, 2.0, 5.0], lo=[1.0, 1.8, 4.0], hi=[1.0, 2.2, 6.0], q25=[1.0] * 3, q75=[1.0] * 3, rate=2.24, slope=2.0)
+_COMMON = dict(
+    size=4,
+    ratios=[1.0, 2.0, 5.0],
+    lo=[1.0, 1.8, 4.0],
+    hi=[1.0, 2.2, 6.0],
+    q25=[1.0] * 3,
+    q75=[1.0] * 3,
+    rate=2.24,
+    slope=2.0,
+)
 _HEAD = "exponential (×2.24 per block, +2·s₀ per block; mean of 4 seeds, final ratio 5 in [4, 6])"
 
 
 @pytest.mark.parametrize(
     ("lowest", "ratios", "tail"),
     [
-        ("linear", [1.0, 2.0, 5.0], "; undecided at this depth (depth 2 is too small to tell linear from exponential: judged linear)"),
-        ("linear", [1.0, 2.0, 5.0, 9.0], "; undecided at this depth (linear … exponential fit within the ensemble's noise: judged linear)"),
+        (
+            "linear",
+            [1.0, 2.0, 5.0],
+            "; undecided at this depth (depth 2 is too small to tell linear from exponential: judged linear)",
+        ),
+        (
+            "linear",
+            [1.0, 2.0, 5.0, 9.0],
+            "; undecided at this depth (linear … exponential fit within the ensemble's noise: judged linear)",
+        ),
         ("polynomial", [1.0, 2.0, 5.0, 9.0], "; polynomial is not ruled out at this depth (judged polynomial)"),
     ],
 )
 def test_each_undecided_description_in_full(lowest: str, ratios: list[float], tail: str) -> None:
-    common = {**_COMMON, "ratios": ratios, "lo": [1.0] * (len(ratios) - 1) + [4.0], "hi": [1.0] * (len(ratios) - 1) + [6.0]}
+    common = {
+        **_COMMON,
+        "ratios": ratios,
+        "lo": [1.0] * (len(ratios) - 1) + [4.0],
+        "hi": [1.0] * (len(ratios) - 1) + [6.0],
+    }
     g = EnsembleGrowth("exponential", lowest, exponent=None, **common)  # type: ignore[arg-type]
     final = ratios[-1]
     assert describe_ensemble(g) == _HEAD.replace("final ratio 5", f"final ratio {final:g}") + tail

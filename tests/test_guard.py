@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import stability.run.engine
+import stability.run.probing
 from stability.errors import CaseError
 from stability.families.build import channel_counts
 from stability.families.memory import OVERHEAD_PER_BLOCK as _OVERHEAD_PER_BLOCK
@@ -67,7 +67,9 @@ def test_depth_ten_million_is_refused_through_check(cli: Cli, write_spec: Callab
     assert "10000000 blocks" in out and "the memory budget is" in out
 
 
-def test_depth_ten_million_is_refused_before_anything_grows_with_it(cli: Cli, write_spec: Callable[..., Path], base_spec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_depth_ten_million_is_refused_before_anything_grows_with_it(
+    cli: Cli, write_spec: Callable[..., Path], base_spec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The refusal comes from the per-block lower bound (guard.check_least): neither the family's
     full estimate (a list of 10**7 channel counts) nor the build runs. Checked by what is called,
     in-process, not by a wall-clock bound."""
@@ -81,12 +83,18 @@ def test_depth_ten_million_is_refused_before_anything_grows_with_it(cli: Cli, wr
 
     monkeypatch.setattr(guard, "estimate_bytes", never)
     monkeypatch.setattr(engine, "measure_case", never)
-    code, out, err = cli("check", write_spec(base_spec.replace("depth = [1, 4]", "depth = 10000000")), "--profile", "ci", "--in-process")
+    code, out, err = cli(
+        "check", write_spec(base_spec.replace("depth = [1, 4]", "depth = 10000000")), "--profile", "ci", "--in-process"
+    )
     assert code == 1 and "refused: this case needs at least" in out and "ran for a case" not in out, out + err
 
 
 def test_width_a_million_is_refused_through_check(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
-    text = base_spec.replace("depth = [1, 4]", "depth = 2").replace("width = [4, 8]", "width = 1000000").replace("batch = 2", "batch = 1")
+    text = (
+        base_spec.replace("depth = [1, 4]", "depth = 2")
+        .replace("width = [4, 8]", "width = 1000000")
+        .replace("batch = 2", "batch = 1")
+    )
     code, out, err = cli("check", write_spec(text), "--profile", "ci")
     assert code == 1, err
     assert "refused: this case needs about" in out and re.search(r"\d+\.\d TiB", out), out
@@ -105,13 +113,15 @@ def test_width_a_million_is_refused_through_check(cli: Cli, write_spec: Callable
     ],
     ids=["deep-plain", "wide-plain", "deep-preact", "deeper-highway", "deep-dense", "big-conv", "deep-custom"],
 )
-def test_a_refused_case_allocates_nothing_and_builds_nothing(monkeypatch: pytest.MonkeyPatch, family: str, space: str, block: str) -> None:
+def test_a_refused_case_allocates_nothing_and_builds_nothing(
+    monkeypatch: pytest.MonkeyPatch, family: str, space: str, block: str
+) -> None:
     spec = _spec(family, space, block, path=str(SPECS_DIR / "huge.toml"))
 
     def must_not_build(*args: object) -> None:
         raise AssertionError("the case was built although it is over the budget")
 
-    monkeypatch.setattr(stability.run.engine, "build", must_not_build)
+    monkeypatch.setattr(stability.run.probing, "build", must_not_build)
     case = corner_case(spec)
     tracemalloc.start()
     t0 = time.perf_counter()
@@ -135,7 +145,11 @@ def test_a_refused_case_allocates_nothing_and_builds_nothing(monkeypatch: pytest
         ("postnorm", "depth = 5\nwidth = 6\nbatch = 2\ninput_width = 3", 'skip = "projection"'),
         ("preact", "depth = 4\nwidth = 4\nbatch = 2\nspatial = 5", 'layer = "conv2d"'),
         ("highway", "depth = 9\nwidth = 3\nbatch = 4", ""),
-        ("dense", "depth = 7\nwidth = 4\nbatch = 2\nspatial = 3", 'layer = "conv2d"\ngrowth = 3\ntransition_every = 2\ncompression = 0.5'),
+        (
+            "dense",
+            "depth = 7\nwidth = 4\nbatch = 2\nspatial = 3",
+            'layer = "conv2d"\ngrowth = 3\ntransition_every = 2\ncompression = 0.5',
+        ),
     ],
 )
 def test_the_estimate_sums_every_boundary_plus_the_per_block_overhead(family: str, space: str, block: str) -> None:
@@ -152,7 +166,9 @@ def test_the_estimate_sums_every_boundary_plus_the_per_block_overhead(family: st
         if family == "dense":
             params += c_in * spec.block.growth * k2
         else:
-            params += (1 if family == "plain" else 2) * c_in * c_out * k2 + (c_in * c_out if spec.block.skip == "projection" else 0)
+            params += (1 if family == "plain" else 2) * c_in * c_out * k2 + (
+                c_in * c_out if spec.block.skip == "projection" else 0
+            )
         acts += _SAVED_PER_BLOCK[family] * case.batch * max(c_in, c_out) * pixels
     expected = (3 * params + acts) * item + case.depth * _OVERHEAD_PER_BLOCK[family]
     assert estimate_bytes(spec, case) == expected
@@ -165,11 +181,15 @@ def test_a_case_inside_the_budget_is_not_refused() -> None:
         check_budget(spec, corner_case(spec), 2**10)
 
 
-def test_batch_norm_on_one_value_per_channel_is_refused_by_the_loader(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
+def test_batch_norm_on_one_value_per_channel_is_refused_by_the_loader(
+    cli: Cli, write_spec: Callable[..., Path], base_spec: str
+) -> None:
     """Batch norm in train mode with one value per channel raises inside torch (a ValueError, not
     the RuntimeError the probe wraps); it once escaped as a traceback. The loader now refuses the
     spec up front, naming the key and the fix."""
-    text = base_spec.replace('family = "plain"', 'family = "plain"\n[block]\nnorm = "batch"').replace("batch = 2", "batch = 1")
+    text = base_spec.replace('family = "plain"', 'family = "plain"\n[block]\nnorm = "batch"').replace(
+        "batch = 2", "batch = 1"
+    )
     bad = write_spec(text, "a_batch_of_one.toml")
     code, out, err = cli("check", bad, "--profile", "ci")
     assert code == 2 and "Traceback" not in out + err, err
@@ -180,7 +200,9 @@ def test_batch_norm_on_one_value_per_channel_is_refused_by_the_loader(cli: Cli, 
 # ----------------------------------------------------------------------------- time
 
 
-def test_a_slow_case_is_stopped_at_the_case_timeout_and_the_run_goes_on(cli: Cli, custom_spec: Callable[..., Path], factory_dir: Path, base_spec: str) -> None:
+def test_a_slow_case_is_stopped_at_the_case_timeout_and_the_run_goes_on(
+    cli: Cli, custom_spec: Callable[..., Path], factory_dir: Path, base_spec: str
+) -> None:
     slow = custom_spec("slow", depth="3")
     fine = factory_dir / "zz_fine.toml"  # runs after the slow one (paths are checked in order)
     fine.write_text(passing_spec(base_spec, "fine-after-slow"))
@@ -195,7 +217,9 @@ def test_a_slow_case_is_stopped_at_the_case_timeout_and_the_run_goes_on(cli: Cli
     assert "1 met, 1 not met" in out
 
 
-def test_a_factory_that_is_slow_to_build_is_a_timeout_not_a_bad_spec(cli: Cli, custom_spec: Callable[..., Path]) -> None:
+def test_a_factory_that_is_slow_to_build_is_a_timeout_not_a_bad_spec(
+    cli: Cli, custom_spec: Callable[..., Path]
+) -> None:
     code, out, err = cli("check", custom_spec("slow_to_build", depth="2"), "--case-timeout", "0.3", "--profile", "ci")
     assert code == 1, err
     assert "ran past the per-case time limit" in out
@@ -219,7 +243,9 @@ def test_a_spec_case_timeout_never_lowers_the_run_limit() -> None:
     from stability.run.guard import case_limit
     from stability.spec.load import parse_spec
 
-    spec = parse_spec('name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 4\n[probe]\ncase_timeout = 10\n[expect.gradient_arrival]\n')
+    spec = parse_spec(
+        'name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 4\n[probe]\ncase_timeout = 10\n[expect.gradient_arrival]\n'
+    )
     assert case_limit(spec, 120.0) == 120.0
     assert case_limit(spec, 1.0) == 10.0
     assert case_limit(spec, None) is None  # --case-timeout 0: no limit, whatever the spec says
@@ -233,7 +259,9 @@ def test_a_spec_raises_the_run_threads_to_its_own(cli: Cli, custom_spec: Callabl
 
     before = torch.get_num_threads()
     expect = "\n[expect.gradient_arrival]\nlo = 1e-6\nhi = 1e6\n"
-    code, out, err = cli("check", custom_spec("needs_three_threads", depth="2", expect=expect), "--case", "depth=2", where)
+    code, out, err = cli(
+        "check", custom_spec("needs_three_threads", depth="2", expect=expect), "--case", "depth=2", where
+    )
     assert code == 1 and "ran with 1 torch threads" in out, out + err
     own = custom_spec("needs_three_threads", depth="2", expect="\n[probe]\nthreads = 3\n" + expect)
     code, out, err = cli("check", own, "--case", "depth=2", where)
@@ -247,7 +275,9 @@ def test_a_spec_threads_never_lower_the_run_threads_and_are_put_back() -> None:
     from stability.run.guard import case_threads
     from stability.spec.load import parse_spec
 
-    spec = parse_spec('name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 4\n[probe]\nthreads = 2\n[expect.gradient_arrival]\n')
+    spec = parse_spec(
+        'name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 4\n[probe]\nthreads = 2\n[expect.gradient_arrival]\n'
+    )
     before = torch.get_num_threads()
     try:
         for run, inside in ((1, 2), (2, 2), (3, 3)):
@@ -301,7 +331,9 @@ def test_the_time_limit_never_breaks_an_import(tmp_path: Path, monkeypatch: pyte
     """An import cut short leaves a half-initialised module in sys.modules for the rest of the run
     (this happened with torch's lazy import of sympy during a first backward pass): the alarm
     waits for the import to finish, then fires."""
-    (tmp_path / "stability_slow_import.py").write_text("import time\nfor _ in range(40):\n    time.sleep(0.01)\nLAST = 'fully imported'\n")
+    (tmp_path / "stability_slow_import.py").write_text(
+        "import time\nfor _ in range(40):\n    time.sleep(0.01)\nLAST = 'fully imported'\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "stability_slow_import", raising=False)
     t0 = time.perf_counter()

@@ -69,15 +69,26 @@ def _custom(name: str, factory: str, expect: str, *, tokens: bool = False, depth
 #: (spec text, the reason the invariant was not measured)
 ATTACKS = {
     "attention_entropy": (
-        lambda e: _custom("attention-on-none", "linear", f'[expect.attention_entropy]\nmin_entropy = 0.5\nexpect = "{e}"\n', tokens=True),
+        lambda e: _custom(
+            "attention-on-none",
+            "linear",
+            f'[expect.attention_entropy]\nmin_entropy = 0.5\nexpect = "{e}"\n',
+            tokens=True,
+        ),
         "no attention probabilities were seen",
     ),
     "gradient_balance": (
-        lambda e: _custom("balance-without-parameters", "no_parameters", f'[expect.gradient_balance]\nmax_spread = 10.0\nexpect = "{e}"\n'),
+        lambda e: _custom(
+            "balance-without-parameters",
+            "no_parameters",
+            f'[expect.gradient_balance]\nmax_spread = 10.0\nexpect = "{e}"\n',
+        ),
         "no block has a trainable parameter",
     ),
     "lesion": (
-        lambda e: _custom("lesion-of-shape-changers", "every_block_changes_shape", f'[expect.lesion]\nexpect = "{e}"\n'),
+        lambda e: _custom(
+            "lesion-of-shape-changers", "every_block_changes_shape", f'[expect.lesion]\nexpect = "{e}"\n'
+        ),
         "no block can be replaced by the identity (every block changes the shape)",
     ),
     "update_size": (
@@ -105,7 +116,11 @@ def test_an_invariant_that_measured_nothing_is_never_met(cli: Cli, tmp_path: Pat
     assert code == 1, out + err
     assert err == "" and "Traceback" not in out
     (line,) = [ln for ln in out.splitlines() if ln.startswith("✗ ")]
-    said = "expected to be violated, but the violation was not measured at " if expect == "violated" else f"{spec}::{invariant}: not measured at "
+    said = (
+        "expected to be violated, but the violation was not measured at "
+        if expect == "violated"
+        else f"{spec}::{invariant}: not measured at "
+    )
     assert said in line and reason in line, line
     assert "0 met, 1 not met" in out
 
@@ -133,14 +148,19 @@ applies_when = {{ width = [{value}] }}
     ],
 )
 @pytest.mark.parametrize("command", ["check", "sweep"])
-def test_applies_when_outside_the_space_is_refused_naming_the_key_and_the_space(cli: Cli, tmp_path: Path, width: str, value: int, space: str, command: str) -> None:
+def test_applies_when_outside_the_space_is_refused_naming_the_key_and_the_space(
+    cli: Cli, tmp_path: Path, width: str, value: int, space: str, command: str
+) -> None:
     spec = tmp_path / "spec.toml"
     spec.write_text(APPLIES_WHEN.format(name=value, width=width, value=value), encoding="utf-8")
     db = tmp_path / "r.sqlite"
     args = ("--profile", "ci") if command == "check" else ("--over", "depth=1,2", "--serial", "--db", db)
     code, out, err = cli(command, spec, *args)
     assert code == 2
-    assert err == f"stability: error: {spec}: expect.gradient_arrival.applies_when.width = [{value}]: {value} is not a value {space} can draw; list values space.width draws, or widen space.width\n"
+    assert (
+        err
+        == f"stability: error: {spec}: expect.gradient_arrival.applies_when.width = [{value}]: {value} is not a value {space} can draw; list values space.width draws, or widen space.width\n"
+    )
     assert "Traceback" not in out + err and not db.exists()
 
 
@@ -200,16 +220,35 @@ def test_a_factory_that_rewrites_its_results_to_met_cannot_pass(tmp_path: Path, 
     (tmp_path / "stability_hardening_liar.py").write_text(LIAR, encoding="utf-8")
     (tmp_path / "liar.toml").write_text(LIAR_SPEC, encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "STABILITY_PROFILE")}
-    cmd = [sys.executable, "-m", "stability", "check", "liar.toml", "--profile", "ci", "-q", *(["--in-process"] if in_process else [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "stability",
+        "check",
+        "liar.toml",
+        "--profile",
+        "ci",
+        "-q",
+        *(["--in-process"] if in_process else []),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
     assert "Traceback" not in proc.stdout + proc.stderr
     (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("✗ ")]
     assert "0 met, 1 not met" in proc.stdout
     if in_process:
         assert proc.returncode == 1, proc.stdout + proc.stderr
-        assert "liar.toml::gradient_arrival: expected to hold, but it fails at smallest failing case depth=2," in line and proc.stderr == ""
+        assert (
+            "liar.toml::gradient_arrival: expected to hold, but it fails at smallest failing case depth=2," in line
+            and proc.stderr == ""
+        )
     else:
         assert proc.returncode == 2, proc.stdout + proc.stderr
-        assert "liar.toml::gradient_arrival: the worker reported it met, but case depth=2," in line and "fails it when judged again from its measurements" in line
+        assert (
+            "liar.toml::gradient_arrival: the worker reported it met, but case depth=2," in line
+            and "fails it when judged again from its measurements" in line
+        )
         (error,) = proc.stderr.splitlines()
-        assert error.startswith("stability: error: liar.toml::gradient_arrival: the worker reported it met") and "may have replaced part of the harness" in error
+        assert (
+            error.startswith("stability: error: liar.toml::gradient_arrival: the worker reported it met")
+            and "may have replaced part of the harness" in error
+        )

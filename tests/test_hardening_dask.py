@@ -57,25 +57,56 @@ REASONS = {
         f"failed point depth=2: ran past the per-case time limit of {LIMIT:g} s and its Dask worker was restarted",
         "failed point depth=3: the worker process running this job died (KilledWorker: ",
     ),
-    "serial": (f"failed point depth=2: ran past the per-case time limit of {LIMIT:g} s", "failed point depth=3: the worker exited with code 3 before reporting"),
+    "serial": (
+        f"failed point depth=2: ran past the per-case time limit of {LIMIT:g} s",
+        "failed point depth=3: the worker exited with code 3 before reporting",
+    ),
 }
 
 
-@pytest.mark.parametrize("backend", [pytest.param("dask", marks=pytest.mark.slow), pytest.param("serial", marks=pytest.mark.slow)])  # waits out time limits; a cluster started (-m slow)
+@pytest.mark.parametrize(
+    "backend", [pytest.param("dask", marks=pytest.mark.slow), pytest.param("serial", marks=pytest.mark.slow)]
+)  # waits out time limits; a cluster started (-m slow)
 def test_points_that_hang_or_kill_their_worker_fail_and_the_sweep_finishes(tmp_path: Path, backend: str) -> None:
     (tmp_path / "stability_hardening_dask.py").write_text(FACTORY, encoding="utf-8")
     (tmp_path / "spec.toml").write_text(SPEC, encoding="utf-8")
     where = ["--workers", "2"] if backend == "dask" else ["--serial"]
-    cmd = [sys.executable, "-m", "stability", "sweep", "spec.toml", "--over", "depth=1,2,3,4", "--seeds", "2", *where, "--case-timeout", str(LIMIT), "--no-budget", "-q", "--db", "r.sqlite"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "stability",
+        "sweep",
+        "spec.toml",
+        "--over",
+        "depth=1,2,3,4",
+        "--seeds",
+        "2",
+        *where,
+        "--case-timeout",
+        str(LIMIT),
+        "--no-budget",
+        "-q",
+        "--db",
+        "r.sqlite",
+    ]
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "STABILITY_PROFILE")}
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=LIMIT + SLACK + 60)
     seconds = time.monotonic() - t0
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert seconds < LIMIT + SLACK, f"{seconds:.0f} s"
-    assert "Traceback" not in proc.stdout and proc.stderr == ""  # (Dask's own log lines are kept out of the sweep's output)
+    assert (
+        "Traceback" not in proc.stdout and proc.stderr == ""
+    )  # (Dask's own log lines are kept out of the sweep's output)
     assert "4 grid point(s) × 2 seed(s)" in proc.stdout and "2 point(s) failed" in proc.stdout
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("failed point ")]
-    assert len(lines) == 2 and all(ln.startswith(reason) for ln, reason in zip(sorted(lines), REASONS[backend], strict=True)), lines
-    with sqlite3.connect(tmp_path / "r.sqlite") as db:  # the other points are measured and stored; the failed ones are not
-        assert db.execute("SELECT point, count(*) FROM probes GROUP BY point ORDER BY point").fetchall() == [('{"depth":1}', 2), ('{"depth":4}', 2)]
+    assert len(lines) == 2 and all(
+        ln.startswith(reason) for ln, reason in zip(sorted(lines), REASONS[backend], strict=True)
+    ), lines
+    with sqlite3.connect(
+        tmp_path / "r.sqlite"
+    ) as db:  # the other points are measured and stored; the failed ones are not
+        assert db.execute("SELECT point, count(*) FROM probes GROUP BY point ORDER BY point").fetchall() == [
+            ('{"depth":1}', 2),
+            ('{"depth":4}', 2),
+        ]

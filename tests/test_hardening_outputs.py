@@ -42,12 +42,31 @@ def _long(stem: str, suffix: str, total: int) -> str:
 
 
 @pytest.mark.parametrize("stem", ["r", "é"], ids=["ascii", "two-byte"])
-def test_reports_with_250_byte_names_are_written_after_the_run(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stem: str) -> None:
+def test_reports_with_250_byte_names_are_written_after_the_run(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stem: str
+) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "spec.toml").write_text(SPEC, encoding="utf-8")
-    names = {kind: _long(stem, suffix, 250) for kind, suffix in (("json", ".json"), ("junit", ".xml"), ("sarif", ".sarif"), ("html", ""))}
+    names = {
+        kind: _long(stem, suffix, 250)
+        for kind, suffix in (("json", ".json"), ("junit", ".xml"), ("sarif", ".sarif"), ("html", ""))
+    }
     assert all(len(n.encode()) == 250 for n in names.values())
-    code, out, err = cli("check", "spec.toml", "--profile", "ci", "-q", "--json", names["json"], "--junit", names["junit"], "--sarif", names["sarif"], "--html", names["html"])
+    code, out, err = cli(
+        "check",
+        "spec.toml",
+        "--profile",
+        "ci",
+        "-q",
+        "--json",
+        names["json"],
+        "--junit",
+        names["junit"],
+        "--sarif",
+        names["sarif"],
+        "--html",
+        names["html"],
+    )
     assert code == 0, out + err
     assert json.loads((tmp_path / names["json"]).read_text())["met"] is True
     assert ET.parse(tmp_path / names["junit"]).getroot().get("name") == "stability"
@@ -57,7 +76,9 @@ def test_reports_with_250_byte_names_are_written_after_the_run(cli: Cli, tmp_pat
 
 
 @pytest.mark.parametrize("option", ["--json", "--junit", "--sarif", "--html"])
-def test_a_name_longer_than_the_file_system_allows_is_refused_before_the_run(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, option: str) -> None:
+def test_a_name_longer_than_the_file_system_allows_is_refused_before_the_run(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, option: str
+) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "spec.toml").write_text(SPEC, encoding="utf-8")
     name = _long("é", ".out", NAME_MAX + 1)  # 256 bytes in 130 characters
@@ -75,14 +96,32 @@ def test_a_long_folder_on_the_path_is_refused_too(cli: Cli, tmp_path: Path, monk
     assert code == 2 and f"is {NAME_MAX + 10} bytes" in err
 
 
-def test_a_sweep_report_in_a_250_byte_folder_is_written(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_sweep_report_in_a_250_byte_folder_is_written(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "spec.toml").write_text(SPEC, encoding="utf-8")
     folder = "s" * 250
-    code, out, err = cli("sweep", "spec.toml", "--over", "depth=1,2", "--seeds", "1", "--serial", "--no-budget", "-q", "--db", "r.sqlite", "--html", folder)
+    code, out, err = cli(
+        "sweep",
+        "spec.toml",
+        "--over",
+        "depth=1,2",
+        "--seeds",
+        "1",
+        "--serial",
+        "--no-budget",
+        "-q",
+        "--db",
+        "r.sqlite",
+        "--html",
+        folder,
+    )
     assert code == 0, out + err
     assert (tmp_path / folder / "index.html").read_text().startswith("<!DOCTYPE html>")
-    code, out, err = cli("sweep", "spec.toml", "--over", "depth=1,2", "--serial", "--db", "r.sqlite", "--html", "s" * (NAME_MAX + 1))
+    code, out, err = cli(
+        "sweep", "spec.toml", "--over", "depth=1,2", "--serial", "--db", "r.sqlite", "--html", "s" * (NAME_MAX + 1)
+    )
     assert code == 2 and "bytes, and the file system allows" in err and out == ""
 
 
@@ -104,4 +143,9 @@ def test_write_atomic_keeps_its_temporary_name_within_name_max(tmp_path: Path) -
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(tempfile, "mkstemp", spy)
         write_atomic(tmp_path / ("é" * (NAME_MAX // 2)), "{}")  # a name of 254 bytes, cut inside no character it keeps
-    assert len(seen) == 1 and len(os.fsencode(seen[0])) <= NAME_MAX and seen[0].startswith(".é") and seen[0].endswith(".tmp")
+    assert (
+        len(seen) == 1
+        and len(os.fsencode(seen[0])) <= NAME_MAX
+        and seen[0].startswith(".é")
+        and seen[0].endswith(".tmp")
+    )

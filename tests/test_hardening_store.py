@@ -22,8 +22,10 @@ from stability.cli import main
 from stability.run.executor import Executor, InProcessExecutor, Job, Outcome
 from stability.run.executors import executor_for
 from stability.run.grid import parse_axis
-from stability.run.store import APPLICATION_ID, SCHEMA_VERSION, Budget, Store
-from stability.run.sweep import inputs_hash, run_sweep
+from stability.run.store import Budget, Store
+from stability.run.store_file import APPLICATION_ID, SCHEMA_VERSION
+from stability.run.store_keys import inputs_hash
+from stability.run.sweep import run_sweep
 from stability.spec.load import load_spec
 
 LINEAR = SCALAR_CHAIN
@@ -121,28 +123,39 @@ def make(depth, width):
 """
 
 
-def test_a_custom_spec_swept_before_its_factory_existed_is_probed_again_once_it_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_custom_spec_swept_before_its_factory_existed_is_probed_again_once_it_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "spec.toml").write_text(FACTORY_SPEC, encoding="utf-8")
     db = tmp_path / "r.sqlite"
     # the CLI refuses the missing module up front, as check does: nothing is stored
     assert main(["sweep", "spec.toml", "--over", "depth=1,32", "--seeds", "1", "--serial", "--db", str(db)]) == 2
-    assert "block.factory = 'stability_hardening_chain:make': module 'stability_hardening_chain' was not found" in capsys.readouterr().err
+    assert (
+        "block.factory = 'stability_hardening_chain:make': module 'stability_hardening_chain' was not found"
+        in capsys.readouterr().err
+    )
     assert not db.exists()
     spec = load_spec(tmp_path / "spec.toml")
     missing = inputs_hash(spec)
     workers = executor_for("workers")  # each point in a fresh process: the module as it is on disk then
     with Store(db) as store:
-        first = run_sweep(spec, [parse_axis("depth=1,32")], store, workers, seeds=[0])  # the library runs it: every point fails
+        first = run_sweep(
+            spec, [parse_axis("depth=1,32")], store, workers, seeds=[0]
+        )  # the library runs it: every point fails
         assert all(p.failed for p in first.points) and first.budgets[0].status == "below"
         (tmp_path / "stability_hardening_chain.py").write_text(CHAIN.format(gain=0.9), encoding="utf-8")
         assert inputs_hash(spec) != missing
         second = run_sweep(spec, [parse_axis("depth=1,32")], store, workers, seeds=[0])
         assert second.cached == 0 and second.probed > 0
         assert [(b.budget, b.status) for b in second.budgets] == [(21, "found")]
-        (tmp_path / "stability_hardening_chain.py").write_text(CHAIN.format(gain=0.8), encoding="utf-8")  # an edit of the module
+        (tmp_path / "stability_hardening_chain.py").write_text(
+            CHAIN.format(gain=0.8), encoding="utf-8"
+        )  # an edit of the module
         third = run_sweep(spec, [parse_axis("depth=1,32")], store, workers, seeds=[0])
-        assert third.cached == 0 and [(b.budget, b.status) for b in third.budgets] == [(10, "found")]  # 0.8^10 >= 0.1 > 0.8^11
+        assert third.cached == 0 and [(b.budget, b.status) for b in third.budgets] == [
+            (10, "found")
+        ]  # 0.8^10 >= 0.1 > 0.8^11
 
 
 def test_a_memory_refused_sweep_is_probed_again_when_the_budget_allows_it(tmp_path: Path) -> None:
@@ -159,7 +172,14 @@ def test_a_memory_refused_sweep_is_probed_again_when_the_budget_allows_it(tmp_pa
 def test_a_point_of_many_seeds_is_read_back_whatever_sqlites_variable_limit(tmp_path: Path) -> None:
     seeds = range(40_000)  # more than SQLITE_MAX_VARIABLE_NUMBER (32,766)
     with Store(tmp_path / "r.sqlite") as store:
-        store.put("h", "v", "spec", '{"depth":1}', "cpu", [{"seed": s, "case": f"seed={s}", "m": "{}", "error": None} for s in seeds])
+        store.put(
+            "h",
+            "v",
+            "spec",
+            '{"depth":1}',
+            "cpu",
+            [{"seed": s, "case": f"seed={s}", "m": "{}", "error": None} for s in seeds],
+        )
         rows = store.cached("h", "v", '{"depth":1}', list(seeds), "cpu")
         assert rows is not None and [r["seed"] for r in rows] == list(seeds)
         assert store.cached("h", "v", '{"depth":1}', [*seeds, 40_000], "cpu") is None
@@ -179,8 +199,28 @@ def two_versions(tmp_path: Path) -> Path:
     h1 went down too (5 → 4), one stayed (6)."""
     db = tmp_path / "r.sqlite"
     with Store(db) as store:
-        store.put_budgets("h1", "0.1.0+gaaaaaaaaaaaa", [0], (1, 64), [_budget("net", 7), _budget("net", 5, invariant="variance_growth"), _budget("net", 6, slice_='{"width":8}')])
-        store.put_budgets("h1", "0.1.0+gbbbbbbbbbbbb", [0], (1, 64), [_budget("net", 3), _budget("net", 4, invariant="variance_growth"), _budget("net", 6, slice_='{"width":8}')])
+        store.put_budgets(
+            "h1",
+            "0.1.0+gaaaaaaaaaaaa",
+            [0],
+            (1, 64),
+            [
+                _budget("net", 7),
+                _budget("net", 5, invariant="variance_growth"),
+                _budget("net", 6, slice_='{"width":8}'),
+            ],
+        )
+        store.put_budgets(
+            "h1",
+            "0.1.0+gbbbbbbbbbbbb",
+            [0],
+            (1, 64),
+            [
+                _budget("net", 3),
+                _budget("net", 4, invariant="variance_growth"),
+                _budget("net", 6, slice_='{"width":8}'),
+            ],
+        )
         store.put_budgets("h2", "0.1.0+gbbbbbbbbbbbb", [0], (1, 64), [_budget("net", 9)])
         store.put_budgets("h3", "0.1.0+gcccccccccccc", [0], (1, 64), [_budget("other", 9)])
     return db
@@ -194,7 +234,11 @@ def test_compare_lists_every_budget_that_went_down_by_spec_content(cli: Cli, two
     assert any("gradient_arrival" in ln and " 7 " in ln and " 3 " in ln for ln in lines), out
     assert any("variance_growth" in ln and " 5 " in ln and " 4 " in ln for ln in lines), out
     assert " 9 " not in out  # the edited copy is another spec content: not compared with h1's 7
-    assert "3 compared" in out and "not compared: 0 budget(s) stored only under 0.1.0+gaaaaaaaaaaaa and 1 only under 0.1.0+gbbbbbbbbbbbb" in out
+    assert (
+        "3 compared" in out
+        and "not compared: 0 budget(s) stored only under 0.1.0+gaaaaaaaaaaaa and 1 only under 0.1.0+gbbbbbbbbbbbb"
+        in out
+    )
 
 
 @pytest.mark.parametrize(
@@ -202,8 +246,14 @@ def test_compare_lists_every_budget_that_went_down_by_spec_content(cli: Cli, two
     [
         (["", ""], "--compare '': a revision is empty"),
         (["0", "0"], "--compare 0: names 3 stored code versions"),
-        (["0.1.0+gaaaa", "0.1.0+gaaaa"], "--compare 0.1.0+gaaaa 0.1.0+gaaaa: both name the code version 0.1.0+gaaaaaaaaaaaa"),
-        (["0.1.0+gaaaa", "0.1.0+gcccc"], "nothing is comparable: no budget is stored under both 0.1.0+gaaaaaaaaaaaa and 0.1.0+gcccccccccccc"),
+        (
+            ["0.1.0+gaaaa", "0.1.0+gaaaa"],
+            "--compare 0.1.0+gaaaa 0.1.0+gaaaa: both name the code version 0.1.0+gaaaaaaaaaaaa",
+        ),
+        (
+            ["0.1.0+gaaaa", "0.1.0+gcccc"],
+            "nothing is comparable: no budget is stored under both 0.1.0+gaaaaaaaaaaaa and 0.1.0+gcccccccccccc",
+        ),
         (["0.1.0+gaaaa", "nope"], "--compare nope: no budgets stored for that code version"),
     ],
 )
@@ -235,7 +285,9 @@ def _foreign(path: Path, *, journal: str) -> None:
 
 
 @pytest.mark.parametrize("journal", ["DELETE", "WAL"])
-def test_another_applications_sqlite_file_is_refused_and_left_byte_identical(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, journal: str) -> None:
+def test_another_applications_sqlite_file_is_refused_and_left_byte_identical(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, journal: str
+) -> None:
     monkeypatch.chdir(tmp_path)
     folder = tmp_path / "data"
     folder.mkdir()
@@ -243,7 +295,9 @@ def test_another_applications_sqlite_file_is_refused_and_left_byte_identical(cli
     _foreign(db, journal=journal)
     before = _files(folder)
     for code, err in _sweep_and_compare(cli, tmp_path, db):
-        assert code == 2 and "is an SQLite database of another application (tables: contacts); it was left as it is" in err, err
+        assert (
+            code == 2 and "is an SQLite database of another application (tables: contacts); it was left as it is" in err
+        ), err
     assert _files(folder) == before  # the same bytes, no table added, no -journal, -wal or -shm beside it
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as check:
         assert check.execute("PRAGMA journal_mode").fetchone()[0] == journal.lower()
@@ -252,15 +306,29 @@ def test_another_applications_sqlite_file_is_refused_and_left_byte_identical(cli
 @pytest.mark.parametrize(
     ("make", "words"),
     [
-        (lambda p: p.write_text("name,phone\nada,123\n"), "is not an SQLite database, so not a results store of stability"),
-        (lambda p: p.write_bytes(b"SQLite format 3\x00" + bytes(84) + b"\xa5" * 4000), "cannot be read as an SQLite database"),
-        (lambda p: _with_marker(p, application_id=0x12345678, user_version=0), "is the SQLite database of another application (application_id 0x12345678)"),
-        (lambda p: _with_marker(p, application_id=APPLICATION_ID, user_version=99), f"is a results store of schema 99, and this stability reads schema {SCHEMA_VERSION}"),
+        (
+            lambda p: p.write_text("name,phone\nada,123\n"),
+            "is not an SQLite database, so not a results store of stability",
+        ),
+        (
+            lambda p: p.write_bytes(b"SQLite format 3\x00" + bytes(84) + b"\xa5" * 4000),
+            "cannot be read as an SQLite database",
+        ),
+        (
+            lambda p: _with_marker(p, application_id=0x12345678, user_version=0),
+            "is the SQLite database of another application (application_id 0x12345678)",
+        ),
+        (
+            lambda p: _with_marker(p, application_id=APPLICATION_ID, user_version=99),
+            f"is a results store of schema 99, and this stability reads schema {SCHEMA_VERSION}",
+        ),
         (lambda p: _old_store(p), "is a results store of an older stability (without a schema marker"),
     ],
     ids=["text", "garbage-after-header", "other-application-id", "other-schema", "older-store"],
 )
-def test_a_file_that_is_not_a_store_of_this_schema_is_refused_in_one_line(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make: Callable[[Path], None], words: str) -> None:
+def test_a_file_that_is_not_a_store_of_this_schema_is_refused_in_one_line(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make: Callable[[Path], None], words: str
+) -> None:
     monkeypatch.chdir(tmp_path)
     folder = tmp_path / "data"
     folder.mkdir()
@@ -290,7 +358,9 @@ def _old_store(path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", ["device", "fifo"])
-def test_a_device_or_a_fifo_is_refused_and_nothing_is_created_beside_it(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+def test_a_device_or_a_fifo_is_refused_and_nothing_is_created_beside_it(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
     monkeypatch.chdir(tmp_path)
     folder = tmp_path / "dev"
     folder.mkdir()
@@ -313,21 +383,35 @@ def test_a_damaged_store_is_one_line(cli: Cli, tmp_path: Path, monkeypatch: pyte
     db = tmp_path / "r.sqlite"
     spec = load_spec(tmp_path / "spec.toml")
     with Store(db) as store:
-        run_sweep(spec, [parse_axis("depth=1,2,3,4")], store, InProcessExecutor(), seeds=[0, 1, 2, 3], version="0.1.0+gaaaaaaaaaaaa")
+        run_sweep(
+            spec,
+            [parse_axis("depth=1,2,3,4")],
+            store,
+            InProcessExecutor(),
+            seeds=[0, 1, 2, 3],
+            version="0.1.0+gaaaaaaaaaaaa",
+        )
     with open(db, "r+b") as fh:  # pages 2 to 4 (the tables' b-trees) overwritten
         fh.seek(4096 + 100)
         fh.write(bytes(range(256)) * 48)
     for code, err in _sweep_and_compare(cli, tmp_path, db):
-        assert code == 2 and "the results store cannot be used (DatabaseError: database disk image is malformed)" in err, err
+        assert (
+            code == 2 and "the results store cannot be used (DatabaseError: database disk image is malformed)" in err
+        ), err
 
 
-def test_an_immutable_store_is_refused_for_a_sweep_in_one_line_and_read_for_compare(cli: Cli, two_versions: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_immutable_store_is_refused_for_a_sweep_in_one_line_and_read_for_compare(
+    cli: Cli, two_versions: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     folder = tmp_path / "ro"
     folder.mkdir()
     db = folder / "r.sqlite"
     shutil.copy(two_versions, db)
-    immutable = shutil.which("chattr") is not None and subprocess.run(["chattr", "+i", str(db)], capture_output=True).returncode == 0
+    immutable = (
+        shutil.which("chattr") is not None
+        and subprocess.run(["chattr", "+i", str(db)], capture_output=True).returncode == 0
+    )
     if not immutable:
         if os.geteuid() == 0:
             pytest.skip("root writes through file modes, and chattr +i is not available here")
@@ -339,7 +423,9 @@ def test_an_immutable_store_is_refused_for_a_sweep_in_one_line_and_read_for_comp
         code, out, err = cli("sweep", "spec.toml", "--over", "depth=1,2", "--seeds", "1", "--serial", "-q", "--db", db)
         why = "Operation not permitted" if immutable else "Permission denied"
         assert (
-            code == 2 and err == f"stability: error: --db {db}: cannot be written ({why}); a sweep stores its probes there: give a writable --db path (only --compare reads a store it cannot write)\n"
+            code == 2
+            and err
+            == f"stability: error: --db {db}: cannot be written ({why}); a sweep stores its probes there: give a writable --db path (only --compare reads a store it cannot write)\n"
         )
         code, out, err = cli("sweep", "--compare", "0.1.0+gaaaa", "0.1.0+gbbbb", "--db", db)
         assert code == 1 and out.count("lower") == 2, out + err
@@ -358,5 +444,8 @@ def test_a_new_store_is_marked_and_an_empty_file_becomes_one(tmp_path: Path) -> 
     for path in (tmp_path / "new.sqlite", empty):
         Store(path).close()
         header = path.read_bytes()[:100]
-        assert int.from_bytes(header[68:72], "big") == APPLICATION_ID and int.from_bytes(header[60:64], "big") == SCHEMA_VERSION
+        assert (
+            int.from_bytes(header[68:72], "big") == APPLICATION_ID
+            and int.from_bytes(header[60:64], "big") == SCHEMA_VERSION
+        )
         Store(path).close()  # and opens again as a store

@@ -26,7 +26,10 @@ def test_lesioning_a_stack_whose_output_is_exactly_zero_changes_nothing() -> Non
     zero = nn.Linear(3, 3, bias=False).double()
     with torch.no_grad():
         zero.weight.zero_()
-    assert lesion_changes(nn.Sequential(nn.Identity(), zero), torch.ones(2, 3, dtype=torch.float64)) == [0.0, math.inf]  # 0/0 is 0; x/0 is ∞
+    assert lesion_changes(nn.Sequential(nn.Identity(), zero), torch.ones(2, 3, dtype=torch.float64)) == [
+        0.0,
+        math.inf,
+    ]  # 0/0 is 0; x/0 is ∞
 
 
 def test_lesion_is_judged_by_the_specs_statistic() -> None:
@@ -65,7 +68,9 @@ def test_an_ensemble_of_one_is_no_ensemble_and_on_start_gets_the_case() -> None:
 def test_a_search_whose_deciding_case_fails_to_run_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     from stability.run.engine import CaseRecord
 
-    monkeypatch.setattr(engine, "evaluate", lambda spec, c, options=None: CaseRecord(c, None, "the case does not run: boom"))
+    monkeypatch.setattr(
+        engine, "evaluate", lambda spec, c, options=None: CaseRecord(c, None, "the case does not run: boom")
+    )
     (r,) = run_spec(_plain(), RunOptions(profile="ci")).results  # type: ignore[arg-type]
     assert not r.met and r.case is not None and r.error == "the case does not run: boom"
     assert r.message == f"specs/e.toml::variance_growth: the case could not be measured at {r.case}"

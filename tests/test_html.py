@@ -65,13 +65,32 @@ def page(failing: SpecResult) -> str:
 
 
 def _case(depth: int, **kw: object) -> Case:
-    values: dict[object, object] = dict(depth=depth, width=4, batch=2, spatial=None, input_width=None, weight_init="default", branch_init="default", dtype="float32", device="cpu", seed=0)
+    values: dict[object, object] = dict(
+        depth=depth,
+        width=4,
+        batch=2,
+        spatial=None,
+        input_width=None,
+        weight_init="default",
+        branch_init="default",
+        dtype="float32",
+        device="cpu",
+        seed=0,
+    )
     values.update(kw)
     return Case(**values)  # type: ignore[arg-type]
 
 
 def _record(case: Case, grad: list[float], var: list[float]) -> CaseRecord:
-    m = Measurements(grad_norm=grad, act_var=var, act_sq_mean=[2 * v for v in var], param_grad_norm={}, identity_error=None, input_grad_error=None, nonfinite_at=None)
+    m = Measurements(
+        grad_norm=grad,
+        act_var=var,
+        act_sq_mean=[2 * v for v in var],
+        param_grad_norm={},
+        identity_error=None,
+        input_grad_error=None,
+        nonfinite_at=None,
+    )
     return CaseRecord(case, m)
 
 
@@ -104,7 +123,10 @@ def test_the_spec_really_fails(failing: SpecResult) -> None:
 
 def test_gradient_plot_draws_ratios_to_the_output_and_the_bound_band() -> None:
     shallow, deep = _case(3), _case(5)
-    records = [_record(shallow, [1e-3, 1e-2, 1e-1, 1.0], [1, 1, 1, 1]), _record(deep, [2.0, 2.0, 2.0, 2.0, 2.0, 4.0], [1] * 6)]
+    records = [
+        _record(shallow, [1e-3, 1e-2, 1e-1, 1.0], [1, 1, 1, 1]),
+        _record(deep, [2.0, 2.0, 2.0, 2.0, 2.0, 4.0], [1] * 6),
+    ]
     fig = gradient_figure(records, bound=(0.1, 10.0), highlight=Highlight(shallow, failed=True))
     assert _band(fig) == pytest.approx((0.1, 10.0))
     line = _highlighted(fig)
@@ -164,7 +186,9 @@ def test_failing_expectation_and_case_are_marked(failing: SpecResult, page: str)
     rows = [row.replace("<wbr>", "") for row in re.findall(r'<tr class="failed">(.*?)</tr>', page)]
     verdict = [r for r in rows if ">gradient_arrival<" in r]
     assert verdict and "✗" in verdict[0]
-    assert any(ga.case.varying(failing.spec) in r and "failing case of gradient_arrival" in r and "✗" in r for r in rows)  # type: ignore[union-attr]
+    assert any(
+        ga.case.varying(failing.spec) in r and "failing case of gradient_arrival" in r and "✗" in r for r in rows
+    )  # type: ignore[union-attr]
     assert ga.reproduce is not None and ga.reproduce.replace("'", "&#x27;") in page
     assert "stability explain gradient_arrival" in page
     assert '<section class="spec failed"' in page
@@ -208,7 +232,9 @@ def test_write_html_writes_index_atomically(tmp_path: Path, failing: SpecResult)
         write_html(blocker, [failing], seconds=1.0)
 
 
-def test_cli_check_writes_the_report_and_exits_1(tmp_path: Path, spec_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_check_writes_the_report_and_exits_1(
+    tmp_path: Path, spec_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "html"
     assert main(["check", str(spec_file), "--profile", "ci", "--only", "gradient_arrival", "--html", str(out)]) == 1
     capsys.readouterr()
@@ -245,14 +271,19 @@ atol = {atol}
 def growth_only() -> list[SpecResult]:
     from stability import parse_spec
 
-    return [run_spec(parse_spec(GROWTH_ONLY.format(atol=atol), file=f"g{atol}.toml"), RunOptions(profile="ci")) for atol in (0.0, 1e-6)]
+    return [
+        run_spec(parse_spec(GROWTH_ONLY.format(atol=atol), file=f"g{atol}.toml"), RunOptions(profile="ci"))
+        for atol in (0.0, 1e-6)
+    ]
 
 
 def _has_band(fig: Figure) -> bool:
     return any(p.get_gid() == BAND_GID for ax in fig.axes for p in ax.patches)
 
 
-def test_a_caption_mentions_a_shaded_band_exactly_when_the_plot_draws_one(failing: SpecResult, growth_only: list[SpecResult]) -> None:
+def test_a_caption_mentions_a_shaded_band_exactly_when_the_plot_draws_one(
+    failing: SpecResult, growth_only: list[SpecResult]
+) -> None:
     from stability.report.html import figure_caption
 
     seen = set()
@@ -261,7 +292,13 @@ def test_a_caption_mentions_a_shaded_band_exactly_when_the_plot_draws_one(failin
             caption = figure_caption(res, key)
             assert ("Shaded" in caption) == _has_band(fig), (res.spec.name, key, caption)
             seen.add((key, _has_band(fig)))
-    assert {("variance", False), ("variance", True), ("identity", True), ("identity", False), ("gradient", False)} <= seen
+    assert {
+        ("variance", False),
+        ("variance", True),
+        ("identity", True),
+        ("identity", False),
+        ("gradient", False),
+    } <= seen
     growth = growth_only[0]
     assert 'No band: max_growth = "linear"' in figure_caption(growth, "variance")
 
@@ -278,20 +315,36 @@ def test_identity_plot_shows_each_zero_branch_case_and_the_judged_errors(growth_
     assert len(dots) == len(zero)  # one pair of dots per zero-branch case, none for default-branch ones
     for r in zero:
         m = r.measurements
-        assert m is not None and m.identity_error == 0.0 and m.input_grad_error == 0.0  # a zero-branch pre-activation stack is the identity
+        assert (
+            m is not None and m.identity_error == 0.0 and m.input_grad_error == 0.0
+        )  # a zero-branch pre-activation stack is the identity
     for ln in dots:
         assert _ys(ln) == [0.0, 0.0]
     # the lines: relative change of E[x_l²] and of the gradient norm, exactly 0 for the identity
-    data = [_ys(ln) for ln in ax.lines if ln.get_gid() not in (JUDGED_GID,) and len(ln.get_xdata()) > 0 and ln.get_gid() != "stability-bound-edge"]
+    data = [
+        _ys(ln)
+        for ln in ax.lines
+        if ln.get_gid() not in (JUDGED_GID,) and len(ln.get_xdata()) > 0 and ln.get_gid() != "stability-bound-edge"
+    ]
     assert data and all(v == 0.0 for ys in data for v in ys)
-    assert any(ln.get_gid() == "stability-bound-edge" and _ys(ln)[0] == 0.0 for ln in ax.lines)  # atol = 0: the line at 0
+    assert any(
+        ln.get_gid() == "stability-bound-edge" and _ys(ln)[0] == 0.0 for ln in ax.lines
+    )  # atol = 0: the line at 0
 
 
 def test_identity_plot_draws_nonzero_errors_where_a_block_changes_its_input() -> None:
     from stability.report.plots import identity_figure
 
     case = _case(3, branch_init="zero")
-    m = Measurements(grad_norm=[2.0, 1.0, 1.0, 1.0], act_var=[1, 1, 1, 1], act_sq_mean=[1.0, 1.0, 4.0, 4.0], param_grad_norm={}, identity_error=0.5, input_grad_error=1.0, nonfinite_at=None)
+    m = Measurements(
+        grad_norm=[2.0, 1.0, 1.0, 1.0],
+        act_var=[1, 1, 1, 1],
+        act_sq_mean=[1.0, 1.0, 4.0, 4.0],
+        param_grad_norm={},
+        identity_error=0.5,
+        input_grad_error=1.0,
+        nonfinite_at=None,
+    )
     fig = identity_figure([CaseRecord(case, m)], atol=0.1, highlight=Highlight(case, failed=True))
     line = _highlighted(fig)
     assert _ys(line) == [0.0, 0.0, 3.0, 3.0] and line.get_color() == "#d62728"  # |4 − 1| / 1 from boundary 2 on

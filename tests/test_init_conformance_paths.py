@@ -61,13 +61,51 @@ def _verdicts(report: Path) -> dict[str, dict[str, object]]:
 
 def test_check_holds_on_the_declared_init_and_fails_naming_the_parameters_in_json_and_html(tmp_path: Path) -> None:
     good, bad = _write(tmp_path, "good"), _write(tmp_path, "bad", WRONG)
-    assert main(["check", str(good), "--profile", "ci", "--in-process", "-q", "--json", str(tmp_path / "good.json"), "--case", "depth=2"]) == 0
-    assert main(["check", str(bad), "--profile", "ci", "--in-process", "-q", "--json", str(tmp_path / "bad.json"), "--html", str(tmp_path / "html"), "--case", "depth=2"]) == 1
+    assert (
+        main(
+            [
+                "check",
+                str(good),
+                "--profile",
+                "ci",
+                "--in-process",
+                "-q",
+                "--json",
+                str(tmp_path / "good.json"),
+                "--case",
+                "depth=2",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "check",
+                str(bad),
+                "--profile",
+                "ci",
+                "--in-process",
+                "-q",
+                "--json",
+                str(tmp_path / "bad.json"),
+                "--html",
+                str(tmp_path / "html"),
+                "--case",
+                "depth=2",
+            ]
+        )
+        == 1
+    )
     ok, broken = _verdicts(tmp_path / "good.json")["good"], _verdicts(tmp_path / "bad.json")["bad"]
     assert ok["met"] is True and ok["observed"] == 0
     text = json.dumps(broken)
     assert broken["met"] is False and broken["observed"] == 2
-    assert "h.*.attn.c_attn.weight: std 0.0" in text and "a rule the model does not follow" in text and "2 of 2 parameters" in text
+    assert (
+        "h.*.attn.c_attn.weight: std 0.0" in text
+        and "a rule the model does not follow" in text
+        and "2 of 2 parameters" in text
+    )
     page = next((tmp_path / "html").glob("*.html")).read_text(encoding="utf-8")
     assert "init_conformance" in page and "h.*.attn.c_attn.weight" in page
 
@@ -87,12 +125,34 @@ def test_workers_sweep_and_the_pytest_plugin_judge_alike(tmp_path: Path) -> None
     for spec, (_, _, observed) in zip(specs, here, strict=True):
         case = parse_case_string("", spec)
         with Store(tmp_path / f"{spec.name}.sqlite") as store:
-            result = run_sweep(spec, [], store, executor_for("workers", jobs=2), seeds=[case.seed], budgets=False, invariants=["init_conformance"], version="t")
+            result = run_sweep(
+                spec,
+                [],
+                store,
+                executor_for("workers", jobs=2),
+                seeds=[case.seed],
+                budgets=False,
+                invariants=["init_conformance"],
+                version="t",
+            )
         (point,) = result.points
         assert point.verdicts["init_conformance"][3] == observed
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--stability-profile", "ci", "--stability-case=", "--rootdir", str(tmp_path), *map(str, paths)],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--stability-profile",
+            "ci",
+            "--stability-case=",
+            "--rootdir",
+            str(tmp_path),
+            *map(str, paths),
+        ],
         cwd=tmp_path,
         capture_output=True,
         text=True,

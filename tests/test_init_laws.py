@@ -14,7 +14,13 @@ from stability.judge.init_laws import tests_for as count_tests
 
 def _stats(t: torch.Tensor) -> dict[str, float]:
     d = t.double().reshape(-1)
-    return {"n": d.numel(), "mean": float(d.mean()), "var": float(d.var(correction=1)) if d.numel() > 1 else 0.0, "lo": float(d.min()), "hi": float(d.max())}
+    return {
+        "n": d.numel(),
+        "mean": float(d.mean()),
+        "var": float(d.var(correction=1)) if d.numel() > 1 else 0.0,
+        "lo": float(d.min()),
+        "hi": float(d.max()),
+    }
 
 
 def _judge(law: Law, t: torch.Tensor, level: float = 1e-8) -> list:
@@ -46,7 +52,11 @@ def test_truncated_moments_match_a_quadrature() -> None:
     var = float(torch.trapezoid(w * (xs - m1) ** 2, xs))
     mu4 = float(torch.trapezoid(w * (xs - m1) ** 4, xs))
     got = law.moments()
-    assert got[0] == pytest.approx(m1, rel=1e-8) and got[1] == pytest.approx(var, rel=1e-8) and got[2] == pytest.approx(mu4, rel=1e-7)
+    assert (
+        got[0] == pytest.approx(m1, rel=1e-8)
+        and got[1] == pytest.approx(var, rel=1e-8)
+        and got[2] == pytest.approx(mu4, rel=1e-7)
+    )
 
 
 def test_a_truncation_far_out_is_the_normal() -> None:
@@ -64,7 +74,9 @@ def test_uniform_moments_and_tails() -> None:
 
 def test_the_tails_are_accurate_far_out() -> None:
     law = Law("normal", mean=1.0, std=2.0)
-    assert law.sf(1.0 + 2.0 * 8) == pytest.approx(0.5 * math.erfc(8 / math.sqrt(2)), rel=1e-12, abs=0.0)  # 6.2e-16: 1 − cdf would be 0
+    assert law.sf(1.0 + 2.0 * 8) == pytest.approx(
+        0.5 * math.erfc(8 / math.sqrt(2)), rel=1e-12, abs=0.0
+    )  # 6.2e-16: 1 − cdf would be 0
     assert law.quantile_high(law.sf(1.0 + 2.0 * 7)) == pytest.approx(15.0, rel=1e-9)
     assert law.quantile_low(law.cdf(1.0 - 2.0 * 7)) == pytest.approx(-13.0, rel=1e-9)
 
@@ -72,7 +84,9 @@ def test_the_tails_are_accurate_far_out() -> None:
 def test_the_max_interval_is_the_exact_order_statistic() -> None:
     # P(max ≤ x) = F(x)^n: the interval's ends have F(lo)^n = level/2 and 1 − F(hi)^n = level/2
     law, n, level = Law("normal", std=1.0), 1000, 1e-3
-    checks = {c.statistic: c for c in check_parameter(law, n=n, mean=0.0, var=1.0, lo=-3.0, hi=3.0, eps=0.0, level=level)}
+    checks = {
+        c.statistic: c for c in check_parameter(law, n=n, mean=0.0, var=1.0, lo=-3.0, hi=3.0, eps=0.0, level=level)
+    }
     mx = checks["max"]
     assert (1 - law.sf(mx.lo)) ** n == pytest.approx(level / 2, rel=1e-6)
     assert 1 - (1 - law.sf(mx.hi)) ** n == pytest.approx(level / 2, rel=1e-6)
@@ -82,7 +96,9 @@ def test_the_max_interval_is_the_exact_order_statistic() -> None:
 def test_the_variance_test_has_n_minus_1_degrees_under_a_normal_law() -> None:
     # the interval is σ²·χ²_ν(p)/ν with ν = n − 1 (Wilson-Hilferty quantiles); at n = 101 and z = 1.96
     # the chi-square 2.5% and 97.5% quantiles are 74.22 and 129.56 (tables)
-    (_, var, *_) = check_parameter(Law("normal", std=1.0), n=101, mean=0.0, var=1.0, lo=-2.0, hi=2.0, eps=0.0, level=0.05)
+    (_, var, *_) = check_parameter(
+        Law("normal", std=1.0), n=101, mean=0.0, var=1.0, lo=-2.0, hi=2.0, eps=0.0, level=0.05
+    )
     assert var.lo * 100 == pytest.approx(74.22, rel=2e-3) and var.hi * 100 == pytest.approx(129.56, rel=2e-3)
 
 
@@ -94,7 +110,11 @@ def test_a_constant_is_exact_up_to_its_dtypes_rounding() -> None:
     bias = torch.zeros(8)
     bias[3] = 1e-30
     assert _failed(Law("constant", value=0.0), bias) == {"value"}
-    assert count_tests(law, 64) == 1 and count_tests(Law("normal", std=1.0), 64) == 4 and count_tests(Law("normal", std=1.0), 1) == 3
+    assert (
+        count_tests(law, 64) == 1
+        and count_tests(Law("normal", std=1.0), 64) == 4
+        and count_tests(Law("normal", std=1.0), 1) == 3
+    )
 
 
 # ----------------------------------------------------------------------------- false alarms over many seeds
@@ -112,7 +132,9 @@ def _draw(law: Law, shape: tuple[int, int], g: torch.Generator) -> torch.Tensor:
         return torch.empty(shape, dtype=torch.float64).uniform_(law.a, law.b, generator=g)
     if law.kind == "trunc_normal":  # torch's trunc_normal_ (inverse CDF of a uniform over [F(a), F(b)])
         t = torch.empty(shape, dtype=torch.float64)
-        out = torch.stack([torch.nn.init.trunc_normal_(row, mean=law.mean, std=law.std, a=law.a, b=law.b, generator=g) for row in t])
+        out = torch.stack(
+            [torch.nn.init.trunc_normal_(row, mean=law.mean, std=law.std, a=law.a, b=law.b, generator=g) for row in t]
+        )
         return out
     return torch.randn(shape, dtype=torch.float64, generator=g) * law.std + law.mean
 
@@ -127,7 +149,16 @@ def test_each_statistic_false_alarms_at_most_at_its_level(law: Law, n: int) -> N
     x = _draw(law, (seeds, n), g)
     rejected: dict[str, int] = {}
     for row in x:
-        for c in check_parameter(law, n=n, mean=float(row.mean()), var=float(row.var()), lo=float(row.min()), hi=float(row.max()), eps=0.0, level=level):
+        for c in check_parameter(
+            law,
+            n=n,
+            mean=float(row.mean()),
+            var=float(row.var()),
+            lo=float(row.min()),
+            hi=float(row.max()),
+            eps=0.0,
+            level=level,
+        ):
             rejected[c.statistic] = rejected.get(c.statistic, 0) + (not c.passed)
     ceiling = seeds * level + 4 * math.sqrt(seeds * level)
     assert all(k <= ceiling for k in rejected.values()), rejected
@@ -192,7 +223,9 @@ def test_the_samplers_clamp_at_a_far_bound_is_its_atom_not_an_outlier() -> None:
     assert {"min", "variance"} <= _failed(law, w)
     w[3], w[11] = -2.0, -2.0  # two at the bound (once in 10⁴ such draws): the second one inflates the variance
     assert _failed(law, w) == {"variance"}
-    assert "min" in _failed(Law("normal", std=0.02), torch.cat([w[4:], torch.tensor([-2.0])]))  # a normal has no atom at −2
+    assert "min" in _failed(
+        Law("normal", std=0.02), torch.cat([w[4:], torch.tensor([-2.0])])
+    )  # a normal has no atom at −2
 
 
 def test_an_outlier_and_a_value_outside_a_bounded_law_are_caught() -> None:
@@ -212,7 +245,14 @@ def _chi2_quantile_exact(nu: float, p: float) -> float:
     lo, hi = 0.0, 10.0 * nu
     for _ in range(200):
         mid = (lo + hi) / 2
-        if float(torch.special.gammainc(torch.tensor(nu / 2, dtype=torch.float64), torch.tensor(mid / 2, dtype=torch.float64))) < p:
+        if (
+            float(
+                torch.special.gammainc(
+                    torch.tensor(nu / 2, dtype=torch.float64), torch.tensor(mid / 2, dtype=torch.float64)
+                )
+            )
+            < p
+        ):
             lo = mid
         else:
             hi = mid
@@ -244,7 +284,13 @@ def test_a_bound_hit_exactly_leaves_the_other_draws_mean_and_variance() -> None:
 
 def test_the_tests_counted_are_the_checks_made() -> None:
     # the case's level is alpha over this count (Bonferroni): a variance test exists from n = 2
-    for law in (Law("normal", std=1.0), Law("uniform", a=-1.0, b=1.0), Law("trunc_normal", std=1.0, a=-2.0, b=2.0), Law("constant", value=0.5), Law("any")):
+    for law in (
+        Law("normal", std=1.0),
+        Law("uniform", a=-1.0, b=1.0),
+        Law("trunc_normal", std=1.0, a=-2.0, b=2.0),
+        Law("constant", value=0.5),
+        Law("any"),
+    ):
         for n in (1, 2, 3, 64):
             made = check_parameter(law, n=n, mean=0.0, var=0.5 if n >= 2 else 0.0, lo=-0.5, hi=0.5, eps=0.0, level=1e-3)
             assert count_tests(law, n) == len(made), (law, n)

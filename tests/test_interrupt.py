@@ -32,7 +32,9 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _start_slow_run(factory_dir: Path, custom_spec: Callable[..., Path], base_spec: str, tmp_path: Path) -> tuple[subprocess.Popen[str], Path, Path]:
+def _start_slow_run(
+    factory_dir: Path, custom_spec: Callable[..., Path], base_spec: str, tmp_path: Path
+) -> tuple[subprocess.Popen[str], Path, Path]:
     """`stability check fast.toml slow.toml --json --junit -j 1` in a subprocess, returned once the slow
     spec's forward pass has started (one spec after the other: the fast spec is then done)."""
     fast = factory_dir / f"fast_{tmp_path.name}.toml"
@@ -45,7 +47,24 @@ def _start_slow_run(factory_dir: Path, custom_spec: Callable[..., Path], base_sp
     env = {**os.environ, "STABILITY_TEST_MARKER": str(marker), "PYTHONUNBUFFERED": "1"}
     env.pop("CI", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "stability", "check", str(fast), str(slow), "--json", str(report), "--junit", str(junit), "--profile", "ci", "--case-timeout", "0", "-j", "1"],
+        [
+            sys.executable,
+            "-m",
+            "stability",
+            "check",
+            str(fast),
+            str(slow),
+            "--json",
+            str(report),
+            "--junit",
+            str(junit),
+            "--profile",
+            "ci",
+            "--case-timeout",
+            "0",
+            "-j",
+            "1",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -70,10 +89,16 @@ def _communicate(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[str,
     try:
         return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        tree = subprocess.run(["ps", "-o", "pid,ppid,stat,wchan:20,etime,args", "--ppid", str(proc.pid), "-p", str(proc.pid)], capture_output=True, text=True).stdout
+        tree = subprocess.run(
+            ["ps", "-o", "pid,ppid,stat,wchan:20,etime,args", "--ppid", str(proc.pid), "-p", str(proc.pid)],
+            capture_output=True,
+            text=True,
+        ).stdout
         proc.kill()
         out, err = proc.communicate()
-        pytest.fail(f"stability check still running {timeout:g} s after the signal; its processes:\n{tree}\nstdout:\n{out}\nstderr:\n{err}")
+        pytest.fail(
+            f"stability check still running {timeout:g} s after the signal; its processes:\n{tree}\nstdout:\n{out}\nstderr:\n{err}"
+        )
 
 
 def _untouched(report: Path, junit: Path) -> None:
@@ -84,7 +109,9 @@ def _untouched(report: Path, junit: Path) -> None:
     assert leftovers == []
 
 
-def test_ctrl_c_prints_the_partial_summary_and_keeps_the_previous_report(factory_dir: Path, custom_spec: Callable[..., Path], base_spec: str, tmp_path: Path) -> None:
+def test_ctrl_c_prints_the_partial_summary_and_keeps_the_previous_report(
+    factory_dir: Path, custom_spec: Callable[..., Path], base_spec: str, tmp_path: Path
+) -> None:
     proc, report, junit = _start_slow_run(factory_dir, custom_spec, base_spec, tmp_path)
     proc.send_signal(signal.SIGINT)
     out, err = _communicate(proc)
@@ -98,7 +125,9 @@ def test_ctrl_c_prints_the_partial_summary_and_keeps_the_previous_report(factory
 
 
 @pytest.mark.slow  # a subprocess run killed mid-spec; Ctrl-C in a subprocess and in-process stay in the default run
-def test_sigkill_mid_run_keeps_the_previous_report(factory_dir: Path, custom_spec: Callable[..., Path], base_spec: str, tmp_path: Path) -> None:
+def test_sigkill_mid_run_keeps_the_previous_report(
+    factory_dir: Path, custom_spec: Callable[..., Path], base_spec: str, tmp_path: Path
+) -> None:
     proc, report, junit = _start_slow_run(factory_dir, custom_spec, base_spec, tmp_path)
     proc.kill()
     proc.communicate(timeout=60)
@@ -106,7 +135,9 @@ def test_sigkill_mid_run_keeps_the_previous_report(factory_dir: Path, custom_spe
     _untouched(report, junit)
 
 
-def test_ctrl_c_in_process(monkeypatch: pytest.MonkeyPatch, cli: Cli, write_spec: Callable[..., Path], base_spec: str, tmp_path: Path) -> None:
+def test_ctrl_c_in_process(
+    monkeypatch: pytest.MonkeyPatch, cli: Cli, write_spec: Callable[..., Path], base_spec: str, tmp_path: Path
+) -> None:
     """The fast variant of the subprocess test: the second spec is interrupted."""
     a = write_spec(base_spec.replace('name = "base"', 'name = "first"'), "a.toml")
     write_spec(base_spec.replace('name = "base"', 'name = "second"'), "b.toml")
@@ -128,12 +159,16 @@ def test_ctrl_c_in_process(monkeypatch: pytest.MonkeyPatch, cli: Cli, write_spec
     assert report.read_text() == OLD_REPORT
 
 
-def test_reports_are_written_whole_with_no_temporary_files(cli: Cli, write_spec: Callable[..., Path], base_spec: str, tmp_path: Path) -> None:
+def test_reports_are_written_whole_with_no_temporary_files(
+    cli: Cli, write_spec: Callable[..., Path], base_spec: str, tmp_path: Path
+) -> None:
     spec = write_spec(base_spec)
     out_dir = tmp_path / "reports"
     out_dir.mkdir()
     (out_dir / "out.json").write_text(OLD_REPORT)
-    code, _, err = cli("check", spec, "--case", "depth=1", "--json", out_dir / "out.json", "--junit", out_dir / "out.xml")
+    code, _, err = cli(
+        "check", spec, "--case", "depth=1", "--json", out_dir / "out.json", "--junit", out_dir / "out.xml"
+    )
     assert code == 0, err
     assert sorted(p.name for p in out_dir.iterdir()) == ["out.json", "out.xml"]
     assert json.loads((out_dir / "out.json").read_text())["met"] is True
@@ -141,7 +176,9 @@ def test_reports_are_written_whole_with_no_temporary_files(cli: Cli, write_spec:
 
 @pytest.mark.parametrize("where", ["os.replace", "os.fsync"])
 @pytest.mark.parametrize("exc", [OSError("disk full"), KeyboardInterrupt()], ids=["error", "ctrl-c"])
-def test_a_write_that_fails_half_way_leaves_the_old_file_and_no_temporary(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, where: str, exc: BaseException) -> None:
+def test_a_write_that_fails_half_way_leaves_the_old_file_and_no_temporary(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, where: str, exc: BaseException
+) -> None:
     target = tmp_path / "out.json"
     target.write_text(OLD_REPORT)
 

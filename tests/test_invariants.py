@@ -78,7 +78,9 @@ def test_variance_ratio_bounds() -> None:
     var = [1.0, 1.5, 2.0, 3.0]
     assert not variance_growth(measured([1.0] * 4, var), max_growth="exponential", max_ratio=2.5).passed
     assert variance_growth(measured([1.0] * 4, var), max_growth="exponential", max_ratio=3.0).passed
-    assert not variance_growth(measured([1.0] * 4, [1.0, 0.5, 0.2, 0.1]), max_growth="exponential", min_ratio=0.5).passed
+    assert not variance_growth(
+        measured([1.0] * 4, [1.0, 0.5, 0.2, 0.1]), max_growth="exponential", min_ratio=0.5
+    ).passed
 
 
 def test_identity_exact_and_approximate() -> None:

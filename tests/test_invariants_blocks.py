@@ -18,8 +18,13 @@ def _m(grad: list[float], act: list[float], **kw: object) -> Measurements:
 
 def test_a_non_finite_gradient_is_named_as_a_gradient_arrival_failure() -> None:
     v = gradient_arrival(_m([1.0] * 4, [1.0] * 4, nonfinite_at=1, nonfinite_kind="gradient"), lo=0.5, hi=2.0)
-    assert (v.invariant, v.passed, v.bound, v.block) == ("gradient_arrival", False, "[0.5, 2]", 1) and math.isnan(v.observed)
-    assert v.detail == "the gradient became non-finite at the input of block 1; lower the learning scale or use a wider dtype"
+    assert (v.invariant, v.passed, v.bound, v.block) == ("gradient_arrival", False, "[0.5, 2]", 1) and math.isnan(
+        v.observed
+    )
+    assert (
+        v.detail
+        == "the gradient became non-finite at the input of block 1; lower the learning scale or use a wider dtype"
+    )
 
 
 def test_a_collapsed_gradient_names_the_highest_block_where_it_is_zero() -> None:
@@ -42,6 +47,8 @@ def test_a_ratio_bound_crossed_at_boundary_one_fails_after_block_zero() -> None:
 
 def test_a_value_exactly_at_min_ratio_is_not_the_crossing() -> None:
     v = variance_growth(_m([1.0] * 4, [1.0, 0.5, 0.3, 0.5], nonfinite_at=None), min_ratio=0.5)
-    assert v.passed is False and v.block == 1 and "first after block 1;" in v.detail  # 0.5 at boundary 1 meets the bound
+    assert (
+        v.passed is False and v.block == 1 and "first after block 1;" in v.detail
+    )  # 0.5 at boundary 1 meets the bound
     ok = variance_growth(_m([1.0] * 4, [1.0, 0.6, 0.5, 0.5], nonfinite_at=None), min_ratio=0.5)
     assert ok.passed is True and ok.block == 0  # the whole profile meets the bound; its largest ratio is the input's

@@ -28,7 +28,9 @@ def _m(
 
 
 def test_gradient_arrival_defaults_are_a_tenth_and_ten() -> None:
-    assert gradient_arrival(_m([0.1, 1.0])) == Verdict("gradient_arrival", True, 0.1, "[0.1, 10]", 0, "gradient ratio 0.1 within [0.1, 10]")
+    assert gradient_arrival(_m([0.1, 1.0])) == Verdict(
+        "gradient_arrival", True, 0.1, "[0.1, 10]", 0, "gradient ratio 0.1 within [0.1, 10]"
+    )
     assert gradient_arrival(_m([10.0, 1.0])).passed
     assert not gradient_arrival(_m([0.0999, 1.0])).passed and not gradient_arrival(_m([10.01, 1.0])).passed
 
@@ -37,48 +39,103 @@ def test_gradient_arrival_reports_the_farthest_boundary_and_where_the_bound_is_c
     v = gradient_arrival(_m([1.0, 4.0, 0.5, 1.0]), lo=0.2, hi=5.0)  # ratios 1, 4, 0.5, 1: 4 is farthest from 1 in log
     assert v == Verdict("gradient_arrival", True, 1.0, "[0.2, 5]", 1, "gradient ratio 1 within [0.2, 5]")
     v = gradient_arrival(_m([0.01, 0.05, 0.5, 1.0]), lo=0.1, hi=10.0)
-    assert v == Verdict("gradient_arrival", False, 0.01, "[0.1, 10]", 1, "gradient ratio 0.01 < 0.1: the gradient vanishes (crosses the bound at the input of block 1; 0.2154 per block on average)")
+    assert v == Verdict(
+        "gradient_arrival",
+        False,
+        0.01,
+        "[0.1, 10]",
+        1,
+        "gradient ratio 0.01 < 0.1: the gradient vanishes (crosses the bound at the input of block 1; 0.2154 per block on average)",
+    )
     v = gradient_arrival(_m([1000.0, 20.0, 2.0, 1.0]), lo=0.1, hi=10.0)
-    assert v == Verdict("gradient_arrival", False, 1000.0, "[0.1, 10]", 1, "gradient ratio 1e+03 > 10: the gradient explodes (crosses the bound at the input of block 1; 10 per block on average)")
+    assert v == Verdict(
+        "gradient_arrival",
+        False,
+        1000.0,
+        "[0.1, 10]",
+        1,
+        "gradient ratio 1e+03 > 10: the gradient explodes (crosses the bound at the input of block 1; 10 per block on average)",
+    )
 
 
 def test_gradient_arrival_exact_zeros() -> None:
-    assert gradient_arrival(_m([1.0, 1.0, 0.0])) == Verdict("gradient_arrival", False, 0.0, "[0.1, 10]", 2, "the output gradient is zero; the loss does not depend on the output")
-    assert gradient_arrival(_m([0.0, 0.0, 0.5, 1.0])) == Verdict("gradient_arrival", False, 0.0, "[0.1, 10]", 1, "the gradient is exactly zero from the input of block 1 down (collapse)")
+    assert gradient_arrival(_m([1.0, 1.0, 0.0])) == Verdict(
+        "gradient_arrival",
+        False,
+        0.0,
+        "[0.1, 10]",
+        2,
+        "the output gradient is zero; the loss does not depend on the output",
+    )
+    assert gradient_arrival(_m([0.0, 0.0, 0.5, 1.0])) == Verdict(
+        "gradient_arrival",
+        False,
+        0.0,
+        "[0.1, 10]",
+        1,
+        "the gradient is exactly zero from the input of block 1 down (collapse)",
+    )
 
 
 def test_non_finite_verdicts_name_the_block() -> None:
     act = gradient_arrival(_m([1.0, 1.0, 1.0, 1.0], nonfinite_at=2, kind="activation"))
     assert (act.passed, act.block, act.bound) == (False, 1, "[0.1, 10]") and math.isnan(act.observed)
-    assert act.detail == "block 1 produced a non-finite activation (NaN/inf first seen at boundary 2); lower the learning scale or use a wider dtype"
+    assert (
+        act.detail
+        == "block 1 produced a non-finite activation (NaN/inf first seen at boundary 2); lower the learning scale or use a wider dtype"
+    )
     inp = variance_growth(_m([1.0, 1.0], nonfinite_at=0, kind="activation"))
     assert inp.block == 0 and inp.detail.startswith("the input holds NaN/inf;") and inp.bound == "growth ≤ linear"
     grad = identity_at_init(_m([1.0, 1.0, 1.0], nonfinite_at=1, kind="gradient"))
-    assert grad.block == 1 and grad.detail.startswith("the gradient became non-finite at the input of block 1;") and grad.bound == "exactly 0 (bit-exact)"
+    assert (
+        grad.block == 1
+        and grad.detail.startswith("the gradient became non-finite at the input of block 1;")
+        and grad.bound == "exactly 0 (bit-exact)"
+    )
     top = mean_shift(_m([1.0, 1.0, 1.0], nonfinite_at=2, kind="gradient"))
     assert top.block == 2 and top.detail.startswith("the output gradient is NaN/inf;") and top.bound == "≤ 0.25"
 
 
 def test_identity_verdicts_say_bit_exact_or_the_error() -> None:
     assert identity_at_init(_m([1.0, 1.0], identity=0.0, grad_error=0.0)) == Verdict(
-        "identity_at_init", True, 0.0, "exactly 0 (bit-exact)", None, "output equals input and input gradient equals output gradient bit-exactly"
+        "identity_at_init",
+        True,
+        0.0,
+        "exactly 0 (bit-exact)",
+        None,
+        "output equals input and input gradient equals output gradient bit-exactly",
     )
     assert identity_at_init(_m([1.0, 1.0], identity=1e-9, grad_error=None), atol=1e-6) == Verdict(
-        "identity_at_init", True, 1e-9, "≤ 1e-06", None, "output equals input and input gradient equals output gradient (error 1e-09)"
+        "identity_at_init",
+        True,
+        1e-9,
+        "≤ 1e-06",
+        None,
+        "output equals input and input gradient equals output gradient (error 1e-09)",
     )
     v = identity_at_init(_m([1.0, 1.0], identity=None))
-    assert not v.passed and math.isnan(v.observed) and v.detail == "the output's shape differs from the input's, so the stack cannot be the identity"
+    assert (
+        not v.passed
+        and math.isnan(v.observed)
+        and v.detail == "the output's shape differs from the input's, so the stack cannot be the identity"
+    )
 
 
 def test_identity_first_change_at_zero_tolerance_sees_the_smallest_change() -> None:
     # the forward statistics change by one ulp at block 1 only; at atol = 0 that is a change
     m = _m([1.0, 1.0, 1.0], [1.0, 1.0, math.nextafter(1.0, 2.0)], identity=2e-16, grad_error=0.0)
     v = identity_at_init(m)
-    assert v.block == 1 and v.detail == "output differs from the input: relative error 2e-16 forward, 0 backward; block 1 is the first to change its input"
+    assert (
+        v.block == 1
+        and v.detail
+        == "output differs from the input: relative error 2e-16 forward, 0 backward; block 1 is the first to change its input"
+    )
     # a change below atol·|a| is not a change: no block named
     v = identity_at_init(_m([1.0, 1.0, 1.0], [1.0, 1.0, 1.0 + 1e-9], identity=0.0, grad_error=1e-3), atol=1e-6)
     assert v.block == 1 or v.block is None
-    assert v.detail.startswith("input gradient differs from the output gradient: relative error 0 forward, 0.001 backward")
+    assert v.detail.startswith(
+        "input gradient differs from the output gradient: relative error 0 forward, 0.001 backward"
+    )
     grads = identity_at_init(_m([2.0, 1.0, 1.0], identity=0.0, grad_error=0.5))  # only the gradient changes, at block 0
     assert grads.block == 0
 
@@ -90,12 +147,23 @@ def _profile(sq: list[float], var: list[float], count: int = 101) -> ChannelProf
 def test_mean_shift_verdicts_carry_the_ratio_profile_and_the_output_numbers() -> None:
     prof = _profile([0.01, 0.2, 0.1], [1.0, 1.0, 1.0])  # ρ = M − V/100: −0.0, 0.19, 0.09
     v = mean_shift(_m([1.0, 1.0, 1.0], [1.5, 1.5, 1.25], extra={"channels": prof}), max_ratio=0.1)
-    assert v.passed and v.observed == 0.1 - 0.01 and v.block is None and v.invariant == "mean_shift" and v.bound == "≤ 0.1"
+    assert (
+        v.passed and v.observed == 0.1 - 0.01 and v.block is None and v.invariant == "mean_shift" and v.bound == "≤ 0.1"
+    )
     numbers = "average squared channel mean 0.1, average channel variance 1 (whole-tensor variance 1.25; input 0.01, 1)"
     assert v.detail == f"mean shift ρ = 0.09 at the output ≤ 0.1: {numbers}"
-    assert v.extra == {"ratio": [0.0, 0.2 - 0.01, 0.1 - 0.01], "sq_channel_mean": prof.sq_mean, "channel_var": prof.var, "whole_var": [1.5, 1.5, 1.25]}
+    assert v.extra == {
+        "ratio": [0.0, 0.2 - 0.01, 0.1 - 0.01],
+        "sq_channel_mean": prof.sq_mean,
+        "channel_var": prof.var,
+        "whole_var": [1.5, 1.5, 1.25],
+    }
     bad = mean_shift(_m([1.0, 1.0, 1.0], [1.5, 1.5, 1.25], extra={"channels": prof}), max_ratio=0.05)
-    assert not bad.passed and bad.block == 0 and bad.detail.startswith("mean shift ρ = 0.09 > 0.05 at the output (first above the bound after block 0)")
+    assert (
+        not bad.passed
+        and bad.block == 0
+        and bad.detail.startswith("mean shift ρ = 0.09 > 0.05 at the output (first above the bound after block 0)")
+    )
     dead = mean_shift(_m([1.0, 1.0, 1.0], extra={"channels": _profile([0.01, 0.2, 0.0], [1.0, 1.0, 0.0])}))
     assert (dead.invariant, dead.passed, dead.block) == ("mean_shift", False, 2) and math.isnan(dead.observed)
     assert dead.detail.startswith("the output's channel variance is zero or undefined: average squared channel mean 0,")

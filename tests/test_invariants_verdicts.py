@@ -28,12 +28,29 @@ def _m(
     grad_error: float | None = None,
     extra: dict[str, object] | None = None,
 ) -> Measurements:
-    return Measurements(grad, var, sq or list(var), {}, identity, grad_error, nonfinite_at, "activation" if nonfinite_at is not None else None, extra=extra or {})  # type: ignore[arg-type]
+    return Measurements(
+        grad,
+        var,
+        sq or list(var),
+        {},
+        identity,
+        grad_error,
+        nonfinite_at,
+        "activation" if nonfinite_at is not None else None,
+        extra=extra or {},
+    )  # type: ignore[arg-type]
 
 
 def _same(a: Verdict, b: Verdict) -> None:
     """Equality with NaN observed values equal to each other."""
-    assert (a.invariant, a.passed, a.bound, a.block, a.detail, a.extra) == (b.invariant, b.passed, b.bound, b.block, b.detail, b.extra)
+    assert (a.invariant, a.passed, a.bound, a.block, a.detail, a.extra) == (
+        b.invariant,
+        b.passed,
+        b.bound,
+        b.block,
+        b.detail,
+        b.extra,
+    )
     assert a.observed == b.observed or (math.isnan(a.observed) and math.isnan(b.observed))
 
 
@@ -43,7 +60,9 @@ def test_a_verdict_reads_as_holds_or_violated() -> None:
 
 
 def test_variance_growth_refuses_an_unknown_class() -> None:
-    with pytest.raises(ValueError, match=r"^max_growth='fast': choose one of decaying, bounded, linear, polynomial, exponential$"):
+    with pytest.raises(
+        ValueError, match=r"^max_growth='fast': choose one of decaying, bounded, linear, polynomial, exponential$"
+    ):
         variance_growth(_m([1.0, 1.0], [1.0, 1.0]), max_growth="fast")
 
 
@@ -54,11 +73,20 @@ def test_variance_growth_early_exits_in_full() -> None:
     kw = dict(max_ratio=4.0, min_ratio=0.5)
     _same(
         variance_growth(_m([1.0] * 3, [1.0, 2.0, 3.0], nonfinite_at=2), **kw),  # type: ignore[arg-type]
-        Verdict("variance_growth", False, math.nan, BOUND, 1, "block 1 produced a non-finite activation (NaN/inf first seen at boundary 2)" + NAN_TAIL),
+        Verdict(
+            "variance_growth",
+            False,
+            math.nan,
+            BOUND,
+            1,
+            "block 1 produced a non-finite activation (NaN/inf first seen at boundary 2)" + NAN_TAIL,
+        ),
     )
     _same(
         variance_growth(_m([1.0] * 3, [0.0, 2.0, 3.0]), **kw),  # type: ignore[arg-type]
-        Verdict("variance_growth", False, math.nan, BOUND, 0, "the input's variance is zero; feed a non-constant input"),
+        Verdict(
+            "variance_growth", False, math.nan, BOUND, 0, "the input's variance is zero; feed a non-constant input"
+        ),
     )
     _same(
         variance_growth(_m([1.0] * 4, [1.0, 2.0, 3.0, math.inf]), **kw),  # type: ignore[arg-type]
@@ -79,10 +107,23 @@ def test_variance_growth_judges_the_statistic_asked_for_and_reports_the_fit() ->
     fit = classify_growth([1.0, 1.5, 2.0, 2.5])
     assert var.passed and var.observed == 2.5 and var.detail.startswith("variance grows bounded")
     assert (var.invariant, var.bound, var.block) == ("variance_growth", "growth ≤ linear, ratio ≤ 4", 3)
-    assert var.extra == {"growth": fit.growth, "rate": fit.rate, "slope": fit.slope, "exponent": fit.exponent, "final_ratio": 2.5}
+    assert var.extra == {
+        "growth": fit.growth,
+        "rate": fit.rate,
+        "slope": fit.slope,
+        "exponent": fit.exponent,
+        "final_ratio": 2.5,
+    }
     sq = variance_growth(m, max_ratio=4.0, statistic="second_moment", max_growth="exponential")
-    assert not sq.passed and sq.observed == 15.0 and sq.block == 1 and sq.detail.startswith("second_moment ratio 15 > 4, first after block 1; growth ")
-    assert (sq.invariant, sq.bound) == ("variance_growth", "growth ≤ exponential, ratio ≤ 4") and sq.extra["final_ratio"] == 15.0
+    assert (
+        not sq.passed
+        and sq.observed == 15.0
+        and sq.block == 1
+        and sq.detail.startswith("second_moment ratio 15 > 4, first after block 1; growth ")
+    )
+    assert (sq.invariant, sq.bound) == ("variance_growth", "growth ≤ exponential, ratio ≤ 4") and sq.extra[
+        "final_ratio"
+    ] == 15.0
     assert sq.extra["final_ratio"] == 15.0 and sq.extra["exponent"] == classify_growth([2.0, 5.0, 12.0, 30.0]).exponent
 
 
@@ -90,7 +131,12 @@ def test_variance_growth_on_an_ensemble_uses_its_statistic_bound_and_words() -> 
     var = [[1.0, 1.2, 1.3, 1.5, 1.6], [1.0, 1.1, 1.4, 1.4, 1.7], [1.0, 1.3, 1.2, 1.6, 1.5]]
     sq = [[1.0, 2.5, 5.0, 6.5, 7.0], [1.0, 2.4, 4.6, 6.0, 7.5], [1.0, 2.6, 4.8, 6.2, 7.2]]
     ens = Ensemble([0, 1, 2], var, sq, True)
-    v = variance_growth(_m([1.0] * 5, var[0], sq[0], extra={"ensemble": ens}), statistic="second_moment", bounded_ratio=8.0, max_growth="bounded")
+    v = variance_growth(
+        _m([1.0] * 5, var[0], sq[0], extra={"ensemble": ens}),
+        statistic="second_moment",
+        bounded_ratio=8.0,
+        max_growth="bounded",
+    )
     want = classify_ensemble(sq, bounded_ratio=8.0)
     assert want.growth == "bounded" and classify_ensemble(sq).growth != "bounded"  # the bound matters here
     assert v.passed and v.detail.startswith(f"second_moment grows {describe_ensemble(want)}")
@@ -111,19 +157,47 @@ def test_identity_verdicts_in_full() -> None:
     bound = "≤ 0.001"
     _same(
         identity_at_init(_m([1.0] * 3, [1.0] * 3, nonfinite_at=1), atol=1e-3),
-        Verdict("identity_at_init", False, math.nan, bound, 0, "block 0 produced a non-finite activation (NaN/inf first seen at boundary 1)" + NAN_TAIL),
+        Verdict(
+            "identity_at_init",
+            False,
+            math.nan,
+            bound,
+            0,
+            "block 0 produced a non-finite activation (NaN/inf first seen at boundary 1)" + NAN_TAIL,
+        ),
     )
     _same(
         identity_at_init(_m([1.0] * 3, [1.0] * 3, identity=None), atol=1e-3),
-        Verdict("identity_at_init", False, math.nan, bound, None, "the output's shape differs from the input's, so the stack cannot be the identity"),
+        Verdict(
+            "identity_at_init",
+            False,
+            math.nan,
+            bound,
+            None,
+            "the output's shape differs from the input's, so the stack cannot be the identity",
+        ),
     )
     _same(
         identity_at_init(_m([1.0] * 3, [1.0, 1.0, 3.0], identity=0.5, grad_error=0.25), atol=1e-3),
-        Verdict("identity_at_init", False, 0.5, bound, 1, "output differs from the input: relative error 0.5 forward, 0.25 backward; block 1 is the first to change its input"),
+        Verdict(
+            "identity_at_init",
+            False,
+            0.5,
+            bound,
+            1,
+            "output differs from the input: relative error 0.5 forward, 0.25 backward; block 1 is the first to change its input",
+        ),
     )
     _same(
         identity_at_init(_m([1.0] * 3, [1.0] * 3, identity=0.5, grad_error=0.0), atol=1e-3),
-        Verdict("identity_at_init", False, 0.5, bound, None, "output differs from the input: relative error 0.5 forward, 0 backward"),
+        Verdict(
+            "identity_at_init",
+            False,
+            0.5,
+            bound,
+            None,
+            "output differs from the input: relative error 0.5 forward, 0 backward",
+        ),
     )
 
 
@@ -142,17 +216,36 @@ def _prof(sq: list[float], var: list[float]) -> ChannelProfile:
 def test_mean_shift_verdicts_in_full() -> None:
     _same(
         mean_shift(_m([1.0] * 2, [1.0] * 2, nonfinite_at=1), max_ratio=0.125),
-        Verdict("mean_shift", False, math.nan, "≤ 0.125", 0, "block 0 produced a non-finite activation (NaN/inf first seen at boundary 1)" + NAN_TAIL),
+        Verdict(
+            "mean_shift",
+            False,
+            math.nan,
+            "≤ 0.125",
+            0,
+            "block 0 produced a non-finite activation (NaN/inf first seen at boundary 1)" + NAN_TAIL,
+        ),
     )
     _same(
         mean_shift(_m([1.0] * 2, [1.0] * 2)),
-        Verdict("mean_shift", False, math.nan, "≤ 0.25", None, "channel statistics were not measured; probe with observers=[stability.measure.channels.ChannelStats()]"),
+        Verdict(
+            "mean_shift",
+            False,
+            math.nan,
+            "≤ 0.25",
+            None,
+            "channel statistics were not measured; probe with observers=[stability.measure.channels.ChannelStats()]",
+        ),
     )
     # ρ = 0, 0.125 (exactly at the bound), 0.5, 0.75: first above the bound at boundary 2, after block 1
     prof = _prof([1.0, 2.25, 6.0, 14.0], [1.0, 2.0, 4.0, 8.0])
     m = _m([1.0] * 4, [1.5, 2.5, 2.75, 3.0], extra={"channels": prof})
     numbers = "average squared channel mean 14, average channel variance 8 (whole-tensor variance 3; input 1, 1)"
-    extra = {"ratio": [0.0, 0.125, 0.5, 0.75], "sq_channel_mean": prof.sq_mean, "channel_var": prof.var, "whole_var": [1.5, 2.5, 2.75, 3.0]}
+    extra = {
+        "ratio": [0.0, 0.125, 0.5, 0.75],
+        "sq_channel_mean": prof.sq_mean,
+        "channel_var": prof.var,
+        "whole_var": [1.5, 2.5, 2.75, 3.0],
+    }
     _same(
         mean_shift(m, max_ratio=0.125),
         Verdict(
@@ -176,7 +269,12 @@ def test_mean_shift_verdicts_in_full() -> None:
             "≤ 0.25",
             3,
             f"the output's channel variance is zero or undefined: {numbers}",
-            {"ratio": [0.0, 0.125, 0.0, None], "sq_channel_mean": dead.sq_mean, "channel_var": dead.var, "whole_var": [1.5, 2.5, 2.75, 3.0]},
+            {
+                "ratio": [0.0, 0.125, 0.0, None],
+                "sq_channel_mean": dead.sq_mean,
+                "channel_var": dead.var,
+                "whole_var": [1.5, 2.5, 2.75, 3.0],
+            },
         ),
     )
 
@@ -190,12 +288,30 @@ def test_the_growth_rate_is_fitted_through_the_positive_boundaries_only() -> Non
 
 def test_failing_growth_verdicts_name_their_invariant_and_bound() -> None:
     fast = variance_growth(_m([1.0] * 5, [1.0, 2.0, 4.0, 8.0, 16.0]), max_ratio=32.0, min_ratio=0.5)
-    assert (fast.invariant, fast.passed, fast.bound, fast.block) == ("variance_growth", False, "growth ≤ linear, ratio ≤ 32, ratio ≥ 0.5", 2)
+    assert (fast.invariant, fast.passed, fast.bound, fast.block) == (
+        "variance_growth",
+        False,
+        "growth ≤ linear, ratio ≤ 32, ratio ≥ 0.5",
+        2,
+    )
     low = variance_growth(_m([1.0] * 3, [1.0, 0.8, 0.3]), min_ratio=0.5)
-    assert (low.invariant, low.passed, low.observed, low.bound, low.block) == ("variance_growth", False, 0.3, "growth ≤ linear, ratio ≥ 0.5", 1)
-    assert low.detail.startswith("variance ratio 0.3 < 0.5, first after block 1; growth ") and low.extra["final_ratio"] == 0.3
-    assert variance_growth(_m([1.0] * 4, [1.0, 0.8, 0.3, 0.2]), min_ratio=0.5).block == 1  # the first boundary below, not the last
-    assert classify_growth([1.0, 3.0]).slope == pytest.approx(2.0, rel=1e-12, abs=0.0)  # one block: the slope of two points
+    assert (low.invariant, low.passed, low.observed, low.bound, low.block) == (
+        "variance_growth",
+        False,
+        0.3,
+        "growth ≤ linear, ratio ≥ 0.5",
+        1,
+    )
+    assert (
+        low.detail.startswith("variance ratio 0.3 < 0.5, first after block 1; growth ")
+        and low.extra["final_ratio"] == 0.3
+    )
+    assert (
+        variance_growth(_m([1.0] * 4, [1.0, 0.8, 0.3, 0.2]), min_ratio=0.5).block == 1
+    )  # the first boundary below, not the last
+    assert classify_growth([1.0, 3.0]).slope == pytest.approx(
+        2.0, rel=1e-12, abs=0.0
+    )  # one block: the slope of two points
 
 
 def test_the_ensemble_law_is_judged_on_the_variance_profiles_when_asked_and_on_two_members() -> None:
@@ -208,9 +324,13 @@ def test_the_ensemble_law_is_judged_on_the_variance_profiles_when_asked_and_on_t
 def test_gradient_arrival_crossings_at_the_exact_bounds_and_above_one() -> None:
     from stability.judge.invariants import gradient_arrival
 
-    assert gradient_arrival(_m([1.0, 2.0, 4.0], [1.0] * 3), lo=0.5).block == 0  # ratios 0.25, 0.5, 1: 0.5 is not below 0.5
+    assert (
+        gradient_arrival(_m([1.0, 2.0, 4.0], [1.0] * 3), lo=0.5).block == 0
+    )  # ratios 0.25, 0.5, 1: 0.5 is not below 0.5
     assert gradient_arrival(_m([4.0, 2.0, 1.0], [1.0] * 3), hi=2.0).block == 0  # ratios 4, 2, 1: 2 is not above 2
-    assert gradient_arrival(_m([1.5, 3.0, 1.0], [1.0] * 3), lo=2.0).block == 2  # lo > 1: the output's own ratio 1 is below it
+    assert (
+        gradient_arrival(_m([1.5, 3.0, 1.0], [1.0] * 3), lo=2.0).block == 2
+    )  # lo > 1: the output's own ratio 1 is below it
     one = gradient_arrival(_m([1.0], [1.0]), lo=2.0)  # no block at all
     assert not one.passed and one.detail.endswith("(crosses the bound at the input of block 0; 1 per block on average)")
 
@@ -229,7 +349,9 @@ def test_a_ratio_just_past_its_bound_never_prints_as_the_bound() -> None:
 def test_classify_growth_edges() -> None:
     assert classify_growth([1.0, 2.0]).rate == pytest.approx(2.0, rel=1e-12, abs=0.0)  # two points give a rate
     assert classify_growth([1.0]).slope == 0.0 and math.isnan(classify_growth([1.0]).rate)
-    assert classify_growth([1.0, 2.0, 5.0]).exponent == pytest.approx(2.0, rel=1e-12, abs=0.0)  # r − 1 = 1, 4 at l = 1, 2
+    assert classify_growth([1.0, 2.0, 5.0]).exponent == pytest.approx(
+        2.0, rel=1e-12, abs=0.0
+    )  # r − 1 = 1, 4 at l = 1, 2
     r = [1.0, 1.5, 3.0, 5.0, 8.0]
     import numpy as np
 
@@ -238,7 +360,9 @@ def test_classify_growth_edges() -> None:
 
 
 def test_variance_growth_blocks_at_the_exact_bounds() -> None:
-    assert variance_growth(_m([1.0] * 4, [1.0, 4.0, 3.0, 6.0]), max_ratio=4.0, max_growth="exponential").block == 2  # 4 is not above 4
+    assert (
+        variance_growth(_m([1.0] * 4, [1.0, 4.0, 3.0, 6.0]), max_ratio=4.0, max_growth="exponential").block == 2
+    )  # 4 is not above 4
     assert variance_growth(_m([1.0] * 3, [1.0, 0.5, 0.8]), min_ratio=0.5).passed  # 0.5 is not below 0.5
     worse = variance_growth(_m([1.0] * 3, [1.0, 1.5, 2.0]), max_growth="decaying")  # bounded > decaying, never above 4
     assert (worse.passed, worse.block) == (False, 1) and worse.detail.endswith("it passes 4× the input's after block 1")

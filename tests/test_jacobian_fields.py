@@ -51,5 +51,7 @@ def test_hutchinson_needs_two_probes() -> None:
 
 
 def test_power_iteration_stops_at_once_on_a_zero_jacobian() -> None:
-    top, used = power_max_sq(Times(0.0), torch.ones(2, 3, dtype=torch.float64), iterations=20, generator=torch.Generator().manual_seed(0))
+    top, used = power_max_sq(
+        Times(0.0), torch.ones(2, 3, dtype=torch.float64), iterations=20, generator=torch.Generator().manual_seed(0)
+    )
     assert (top, used) == (0.0, 1)

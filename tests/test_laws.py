@@ -21,7 +21,9 @@ SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 
 def _spec(family: str, block: str, space: str = "", expect: str = "[expect.variance_growth]\n") -> Spec:
-    return parse_spec(f'name = "t"\ndescription = "t"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 64]\nwidth = [8, 1024]\nbatch = [2, 64]\n{space}\n{expect}')
+    return parse_spec(
+        f'name = "t"\ndescription = "t"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 64]\nwidth = [8, 1024]\nbatch = [2, 64]\n{space}\n{expect}'
+    )
 
 
 def _case(depth: int, width: int, batch: int, init: str, seed: int = 0) -> Case:
@@ -55,7 +57,9 @@ def test_no_law_where_the_spec_does_not_fix_one() -> None:
     tanh = _spec("plain", 'activation = "tanh"', "bias_init = 0.0")
     assert laws.variance_law(tanh, _case(8, 16, 4, "kaiming_normal"), 1.0) is None
     conv = load_spec(SPECS / "preact_conv.toml")
-    assert laws.variance_law(conv, Case(8, 8, 4, 4, None, "kaiming_normal", "default", "float32", "cpu", 0), 1.0) is None
+    assert (
+        laws.variance_law(conv, Case(8, 8, 4, 4, None, "kaiming_normal", "default", "float32", "cpu", 0), 1.0) is None
+    )
 
 
 def test_meanfield_hook_supplies_chi(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -103,12 +107,18 @@ def test_failing_verdict_prints_the_law_next_to_the_measurement() -> None:
     assert not v.passed
     law = v.extra["law"]
     assert law["predicted"] == 2.0**12
-    assert law["measured"] == pytest.approx(evaluate(spec, case).measurements.act_sq_mean[-1] / evaluate(spec, case).measurements.act_sq_mean[0], rel=1e-12)  # type: ignore[union-attr]
+    assert law["measured"] == pytest.approx(
+        evaluate(spec, case).measurements.act_sq_mean[-1] / evaluate(spec, case).measurements.act_sq_mean[0], rel=1e-12
+    )  # type: ignore[union-attr]
     assert "the law predicts E[x_L²]/E[x_0²] = 4096" in v.detail
 
 
 def test_passing_verdict_is_left_alone() -> None:
     spec = load_spec(SPECS / "preact_mlp.toml")
-    result = run_spec(spec, case="depth=4,width=16,batch=4,init=kaiming_normal,branch_init=default,dtype=float64,seed=0", only="variance_growth")
+    result = run_spec(
+        spec,
+        case="depth=4,width=16,batch=4,init=kaiming_normal,branch_init=default,dtype=float64,seed=0",
+        only="variance_growth",
+    )
     (r,) = result.results
     assert r.verdict is not None and r.verdict.passed and "law" not in r.verdict.extra

@@ -19,7 +19,9 @@ EXACT = {"rel": 1e-12, "abs": 0.0}
 
 
 def _spec(family: str, block: str, space: str = "") -> Spec:
-    return parse_spec(f'name = "t"\ndescription = "t"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 64]\nwidth = [4, 1024]\nbatch = 2\n{space}\n[expect.variance_growth]\n')
+    return parse_spec(
+        f'name = "t"\ndescription = "t"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 64]\nwidth = [4, 1024]\nbatch = 2\n{space}\n[expect.variance_growth]\n'
+    )
 
 
 def _case(depth: int, width: int, init: str, branch_init: str = "default", input_width: int | None = None) -> Case:
@@ -80,7 +82,11 @@ def test_residual_without_norm_scaled_skip(k: int) -> None:
     """q_{l+1} = λ²q_l + α²·branch(q_l); ReLU branch of k layers with bias second moment b²:
     k = 1: branch = g·φ·q + b²; k = 2: branch = g·φ·(g·φ·q + b²) + b². The squared gradient gains
     λ² + α²(gφ)^k per block."""
-    spec = _spec("preact", f'activation = "relu"\nskip = "scaled"\nskip_scale = 0.5\nbranch_scale = 0.75\nbranch_layers = {k}', 'weight_init = ["normal"]\ninit_std = 0.25\nbias_init = 0.5')
+    spec = _spec(
+        "preact",
+        f'activation = "relu"\nskip = "scaled"\nskip_scale = 0.5\nbranch_scale = 0.75\nbranch_layers = {k}',
+        'weight_init = ["normal"]\ninit_std = 0.25\nbias_init = 0.5',
+    )
     g_, phi, b2, lam2, a2, depth = 24 * 0.0625, 0.5, 0.25, 0.25, 0.5625, 5
     gp = g_ * phi
     per = lam2 + a2 * gp**k  # the factor on q
@@ -97,7 +103,11 @@ def test_residual_without_norm_scaled_skip(k: int) -> None:
 
 def test_identity_skip_residual_with_branch_scale_depth_rules() -> None:
     for rule, a2 in (("1/sqrt(depth)", 1 / 8), ("1/depth", 1 / 64)):
-        spec = _spec("preact", f'activation = "identity"\nbranch_scale = "{rule}"\nbranch_layers = 1', 'weight_init = ["normal"]\ninit_std = 0.5\nbias_init = 0.0')
+        spec = _spec(
+            "preact",
+            f'activation = "identity"\nbranch_scale = "{rule}"\nbranch_layers = 1',
+            'weight_init = ["normal"]\ninit_std = 0.5\nbias_init = 0.0',
+        )
         v, g = _both(spec, _case(8, 8, "normal"))  # g = 8·0.25 = 2
         assert v.predicted == pytest.approx((1 + 2 * a2) ** 8, **EXACT)
         assert g.predicted == pytest.approx((1 + 2 * a2) ** 4, **EXACT)
@@ -105,7 +115,11 @@ def test_identity_skip_residual_with_branch_scale_depth_rules() -> None:
 
 @pytest.mark.parametrize("branch_init", ["zero", "rezero", "skipinit"])
 def test_zero_branches_keep_everything_exactly(branch_init: str) -> None:
-    spec = _spec("preact", 'activation = "relu"\nbranch_scale = 3.0', f'weight_init = ["kaiming_normal"]\nbias_init = 0.5\nbranch_init = ["{branch_init}"]')
+    spec = _spec(
+        "preact",
+        'activation = "relu"\nbranch_scale = 3.0',
+        f'weight_init = ["kaiming_normal"]\nbias_init = 0.5\nbranch_init = ["{branch_init}"]',
+    )
     v, g = _both(spec, _case(6, 16, "kaiming_normal", branch_init))
     assert v.predicted == 1.0 and g.predicted == 1.0
 
@@ -113,7 +127,11 @@ def test_zero_branches_keep_everything_exactly(branch_init: str) -> None:
 def test_normalised_branch_with_bias_and_scaled_skip() -> None:
     """With a norm before each layer the branch's second moment is g·φ + b² whatever q is:
     q_{l+1} = λ²q_l + α²(gφ + b²), and the squared gradient gains λ² + α²gφ/q_l (De & Smith 2020)."""
-    spec = _spec("preact", 'activation = "relu"\nnorm = "layer"\nskip = "scaled"\nskip_scale = 0.8\nbranch_scale = 0.5', 'weight_init = ["kaiming_normal"]\nbias_init = 0.5')
+    spec = _spec(
+        "preact",
+        'activation = "relu"\nnorm = "layer"\nskip = "scaled"\nskip_scale = 0.8\nbranch_scale = 0.5',
+        'weight_init = ["kaiming_normal"]\nbias_init = 0.5',
+    )
     lam2, a2, c, depth, q0 = 0.64, 0.25, 1.0 + 0.25, 7, 2.0
     qs = [lam2**j * q0 + a2 * c * (1 - lam2**j) / (1 - lam2) for j in range(depth + 1)]  # closed form of the recursion
     v, g = _both(spec, _case(depth, 16, "kaiming_normal"), q0=q0)
@@ -126,23 +144,33 @@ def test_normalised_branch_with_bias_and_scaled_skip() -> None:
 def test_no_law_outside_the_scale_free_linear_cases() -> None:
     relu = 'weight_init = ["kaiming_normal"]\nbias_init = 0.0'
     none = [
-        (_spec("plain", 'activation = "relu"\nnorm = "layer"', relu), _case(4, 8, "kaiming_normal")),  # a norm in a plain stack
+        (
+            _spec("plain", 'activation = "relu"\nnorm = "layer"', relu),
+            _case(4, 8, "kaiming_normal"),
+        ),  # a norm in a plain stack
         (_spec("preact", 'activation = "relu"\nnorm = "group"', relu), _case(4, 8, "kaiming_normal")),
         (_spec("preact", 'activation = "relu"\nskip = "projection"', relu), _case(4, 8, "kaiming_normal")),
         (_spec("highway", 'activation = "relu"', relu), _case(4, 8, "kaiming_normal")),
         (_spec("plain", 'activation = "gelu"', relu), _case(4, 8, "kaiming_normal")),
-        (_spec("plain", 'activation = "relu"', relu + "\ninput_width = [4, 16]"), _case(4, 8, "kaiming_normal", input_width=16)),
+        (
+            _spec("plain", 'activation = "relu"', relu + "\ninput_width = [4, 16]"),
+            _case(4, 8, "kaiming_normal", input_width=16),
+        ),
     ]
     for spec, case in none:
         assert laws.variance_law(spec, case, 1.0) is None, spec.block
         assert laws.gradient_law(spec, case, 1.0) is None, spec.block
     plain = _spec("plain", 'activation = "relu"', relu + "\ninput_width = [4, 16]")
-    assert laws.variance_law(plain, _case(4, 8, "kaiming_normal", input_width=8), 1.0) is not None  # input width = width
+    assert (
+        laws.variance_law(plain, _case(4, 8, "kaiming_normal", input_width=8), 1.0) is not None
+    )  # input width = width
     assert laws.variance_law(plain, _case(4, 8, "kaiming_normal"), 0.0) is None  # no second moment to scale
     assert laws.variance_law(plain, _case(4, 8, "kaiming_normal"), -1.0) is None
 
 
-def test_meanfield_hook_gets_the_spec_and_case_and_a_non_positive_chi_is_no_law(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_meanfield_hook_gets_the_spec_and_case_and_a_non_positive_chi_is_no_law(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     tanh = _spec("plain", 'activation = "tanh"', "bias_init = 0.0")
     case = _case(6, 16, "xavier_normal")
     seen: list[tuple[Spec, Case]] = []
@@ -168,7 +196,10 @@ def _failing(name: str) -> Verdict:
     return Verdict(name, False, 0.0, "b", None, "d", {"k": 1})
 
 
-HE_RESIDUAL = ('activation = "relu"\nbranch_scale = 1.0\nbranch_layers = 2', 'weight_init = ["kaiming_normal"]\nbias_init = 0.0')
+HE_RESIDUAL = (
+    'activation = "relu"\nbranch_scale = 1.0\nbranch_layers = 2',
+    'weight_init = ["kaiming_normal"]\nbias_init = 0.0',
+)
 
 
 def test_annotate_appends_the_law_and_the_ratio_to_a_failing_verdict() -> None:
@@ -177,12 +208,19 @@ def test_annotate_appends_the_law_and_the_ratio_to_a_failing_verdict() -> None:
     out = laws.annotate(spec, case, _failing("variance_growth"), _m([2.0, 5.0, 9.0, 4.0], [1.0, 1.0, 1.0, 1.0]))
     formula = "(λ² + α²(g·φ)^k)^L with λ² = 1, α = 1, g·φ = 1, k = 2, L = 3"
     source = "He et al. 2016; Balduzzi et al. 2017"
-    assert out.detail == f"d; the law predicts E[x_L²]/E[x_0²] = 8 [{formula}; {source}], measured 2 (0.25× the law)"  # measured 4/2: the last boundary over the first
-    assert out.extra == {"k": 1, "law": {"quantity": "E[x_L²]/E[x_0²]", "predicted": 8.0, "measured": 2.0, "formula": formula, "source": source}}
+    assert (
+        out.detail == f"d; the law predicts E[x_L²]/E[x_0²] = 8 [{formula}; {source}], measured 2 (0.25× the law)"
+    )  # measured 4/2: the last boundary over the first
+    assert out.extra == {
+        "k": 1,
+        "law": {"quantity": "E[x_L²]/E[x_0²]", "predicted": 8.0, "measured": 2.0, "formula": formula, "source": source},
+    }
     assert (out.invariant, out.passed, out.observed, out.bound, out.block) == ("variance_growth", False, 0.0, "b", None)
     out = laws.annotate(spec, case, _failing("gradient_arrival"), _m([2.0, 5.0, 9.0, 4.0], [6.0, 1.0, 1.0, 2.0]))
     assert out.detail == f"d; the law predicts g_0/g_L = 2.828 [{formula}; {source}], measured 3 (1.06× the law)"
-    assert out.extra["law"]["measured"] == 3.0 and out.extra["law"]["predicted"] == pytest.approx(math.sqrt(8.0), **EXACT)
+    assert out.extra["law"]["measured"] == 3.0 and out.extra["law"]["predicted"] == pytest.approx(
+        math.sqrt(8.0), **EXACT
+    )
 
 
 def test_annotate_leaves_other_verdicts_alone() -> None:
@@ -207,14 +245,20 @@ def test_annotate_leaves_other_verdicts_alone() -> None:
 
 def test_annotate_with_a_zero_prediction_says_infinitely_off() -> None:
     spec = _spec("plain", 'activation = "identity"', 'weight_init = ["identity"]\ninit_gain = 0.0\nbias_init = 0.0')
-    out = laws.annotate(spec, _case(2, 8, "identity"), _failing("variance_growth"), _m([1.0, 0.0, 0.5], [1.0, 1.0, 1.0]))
+    out = laws.annotate(
+        spec, _case(2, 8, "identity"), _failing("variance_growth"), _m([1.0, 0.0, 0.5], [1.0, 1.0, 1.0])
+    )
     assert out.detail.endswith("measured 0.5 (inf× the law)") and out.extra["law"]["predicted"] == 0.0
 
 
 def test_a_normalised_stack_whose_skip_and_branch_both_vanish_has_no_law() -> None:
     """skip_scale = 0 and branch_scale = 0 (a spec the fuzzer drew): q_1 = 0, and λ² + α²gφ/q_1
     would divide by zero; the law does not apply rather than crash the verdict."""
-    spec = _spec("preact", 'activation = "relu"\nnorm = "batch"\nskip = "scaled"\nskip_scale = 0.0\nbranch_scale = 0.0\nbranch_layers = 1', 'weight_init = ["default"]\nbias_init = "default"')
+    spec = _spec(
+        "preact",
+        'activation = "relu"\nnorm = "batch"\nskip = "scaled"\nskip_scale = 0.0\nbranch_scale = 0.0\nbranch_layers = 1',
+        'weight_init = ["default"]\nbias_init = "default"',
+    )
     assert laws.variance_law(spec, _case(2, 4, "default"), 1.0) is None
     assert laws.gradient_law(spec, _case(2, 4, "default"), 1.0) is None
     v, _ = _both(spec, _case(1, 4, "default"))  # one block: q_0 > 0, the law still applies

@@ -27,7 +27,12 @@ def _imports(path: Path) -> list[tuple[str, int]]:
     """(imported stability module, line) for every import in the file, at any depth."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "stability" and node.level == 0:
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.split(".")[0] == "stability"
+            and node.level == 0
+        ):
             found.append((node.module, node.lineno))
         elif isinstance(node, ast.Import):
             found += [(a.name, node.lineno) for a in node.names if a.name.split(".")[0] == "stability"]
@@ -72,8 +77,15 @@ def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {module: set() for module in names}
     for module, path in names.items():
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "stability" and node.level == 0:
-                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in names else node.module for a in node.names]
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.split(".")[0] == "stability"
+                and node.level == 0
+            ):
+                targets = [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in names else node.module for a in node.names
+                ]
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names if a.name.split(".")[0] == "stability"]
             else:
@@ -152,7 +164,9 @@ def test_every_module_lives_in_a_stage_folder_or_is_named_at_the_top() -> None:
         "strategies",
         "testing",
     ]
-    assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted([*STAGES, "cli"])
+    assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(
+        [*STAGES, "cli"]
+    )
 
 
 def test_no_stage_imports_a_later_one() -> None:

@@ -12,7 +12,9 @@ from stability.families.blocks import PreActBlock
 from stability.measure.lesion import lesion_changes
 
 
-def _linear_chain(depth: int, width: int, alpha: float, *, orthogonal: bool, seed: int) -> tuple[list[torch.Tensor], nn.Sequential]:
+def _linear_chain(
+    depth: int, width: int, alpha: float, *, orthogonal: bool, seed: int
+) -> tuple[list[torch.Tensor], nn.Sequential]:
     gen = torch.Generator().manual_seed(seed)
     mats, blocks = [], []
     for _ in range(depth):

@@ -25,16 +25,31 @@ from stability.measure.forward import probe_model
 pytest.importorskip("transformers", reason="Hugging Face transformers is not installed (pip install -e '.[hf]')")
 warnings.filterwarnings("ignore", message="Failed to load image Python extension")
 
-GPT2 = {"n_embd": "width", "n_layer": "depth", "n_head": "width/64", "vocab_size": 64, "bos_token_id": 1, "eos_token_id": 2}
+GPT2 = {
+    "n_embd": "width",
+    "n_layer": "depth",
+    "n_head": "width/64",
+    "vocab_size": 64,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
 CASE = {"depth": 2, "width": 64, "batch": 2, "tokens": 8, "seed": 0}
 
 
 def test_a_name_that_is_no_model_or_config_of_an_allowed_library_is_refused_with_the_close_names() -> None:
     assert resolve("transformers:LlamaModel", file="s.toml").kind == "model"
     assert resolve("transformers:LlamaConfig", file="s.toml").kind == "config"
-    with pytest.raises(SpecError, match=r"^s.toml: model = 'transformers:LlamaModle': is not a transformers model or config class; close names: LlamaModel"):
+    with pytest.raises(
+        SpecError,
+        match=r"^s.toml: model = 'transformers:LlamaModle': is not a transformers model or config class; close names: LlamaModel",
+    ):
         resolve("transformers:LlamaModle", file="s.toml")
-    for name in ("transformers:AutoTokenizer", "transformers:pipeline", "transformers:Trainer", "transformers:LlamaPreTrainedModel"):
+    for name in (
+        "transformers:AutoTokenizer",
+        "transformers:pipeline",
+        "transformers:Trainer",
+        "transformers:LlamaPreTrainedModel",
+    ):
         with pytest.raises(SpecError, match="is not a transformers model or config class"):
             resolve(name, file="s.toml")
     for name in ("os:system", "builtins:exec", "transformers", "torch:nn.Linear"):
@@ -57,14 +72,23 @@ def test_timm_and_torchvision_names_are_their_registries_and_the_classes_those_r
 
 def test_an_unknown_config_key_or_case_key_or_a_loading_key_is_refused() -> None:
     target = resolve("transformers:GPT2Model", file="s.toml")
-    check_config(target, {**GPT2, "hidden_size": 64, "attn_implementation": "eager"}, file="s.toml")  # an alias and the attention choice
-    with pytest.raises(SpecError, match=r"^s.toml: config.n_embed = 'width': is not a config key of transformers:GPT2Model; close names: n_embd"):
+    check_config(
+        target, {**GPT2, "hidden_size": 64, "attn_implementation": "eager"}, file="s.toml"
+    )  # an alias and the attention choice
+    with pytest.raises(
+        SpecError,
+        match=r"^s.toml: config.n_embed = 'width': is not a config key of transformers:GPT2Model; close names: n_embd",
+    ):
         check_config(target, {"n_embed": "width"}, file="s.toml")
-    with pytest.raises(SpecError, match=r"config.n_inner = '4\*widht': names 'widht', which is not a case key; close names: width"):
+    with pytest.raises(
+        SpecError, match=r"config.n_inner = '4\*widht': names 'widht', which is not a case key; close names: width"
+    ):
         check_config(target, {"n_inner": "4*widht"}, file="s.toml")
     with pytest.raises(SpecError, match="config.pretrained = True: would load pretrained weights or files"):
         check_config(target, {"pretrained": True}, file="s.toml")
-    check_config(target, {"activation_function": "gelu_new"}, file="s.toml")  # a string that names no case key is a literal
+    check_config(
+        target, {"activation_function": "gelu_new"}, file="s.toml"
+    )  # a string that names no case key is a literal
 
 
 @pytest.mark.slow  # a subprocess importing transformers
@@ -83,13 +107,29 @@ def test_the_check_imports_no_model_module() -> None:
         "transformers.LlamaModel\n"
         "print(modeling())\n"  # what the check would have seen had it imported the model
     )
-    out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.splitlines() == ["[]", "['transformers.models.llama.modeling_llama']"]
 
 
 def test_placeholders_are_filled_from_the_case() -> None:
-    config = {"n": "width", "m": "4*width", "k": "width/8", "list": [2, "depth", "0.5*width"], "sub": {"t": "tokens"}, "act": "gelu"}
-    assert fill(config, {"width": 64, "depth": 3, "tokens": 9}) == {"n": 64, "m": 256, "k": 8, "list": [2, 3, 32.0], "sub": {"t": 9}, "act": "gelu"}
+    config = {
+        "n": "width",
+        "m": "4*width",
+        "k": "width/8",
+        "list": [2, "depth", "0.5*width"],
+        "sub": {"t": "tokens"},
+        "act": "gelu",
+    }
+    assert fill(config, {"width": 64, "depth": 3, "tokens": 9}) == {
+        "n": 64,
+        "m": 256,
+        "k": 8,
+        "list": [2, 3, 32.0],
+        "sub": {"t": 9},
+        "act": "gelu",
+    }
     assert placeholders(config) == {"width", "depth", "tokens"}
     with pytest.raises(CaseError, match=r"'width/8' is 36/8, not an integer"):
         fill("width/8", {"width": 36})
@@ -98,17 +138,44 @@ def test_placeholders_are_filled_from_the_case() -> None:
 
 
 def test_inputs_follow_the_modality_and_never_hold_the_padding_token() -> None:
-    spec = parse_library("transformers:BertModel", config={"hidden_size": "width", "num_hidden_layers": 1, "num_attention_heads": 2, "vocab_size": 5, "pad_token_id": 2}, file="s")
+    spec = parse_library(
+        "transformers:BertModel",
+        config={
+            "hidden_size": "width",
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "vocab_size": 5,
+            "pad_token_id": 2,
+        },
+        file="s",
+    )
     torch.manual_seed(0)
     b = build_model(spec, {**CASE, "batch": 3, "tokens": 400}, input_seed=1)
     ids = b.inputs["input_ids"]
     assert ids.shape == (3, 400) and set(ids.unique().tolist()) == {0, 1, 3, 4}
     assert b.inputs["use_cache"] is False if "use_cache" in b.inputs else True
-    spec = parse_library("transformers:BertModel", config={"hidden_size": "width", "num_hidden_layers": 1, "num_attention_heads": 2}, inputs="embeddings", file="s")
+    spec = parse_library(
+        "transformers:BertModel",
+        config={"hidden_size": "width", "num_hidden_layers": 1, "num_attention_heads": 2},
+        inputs="embeddings",
+        file="s",
+    )
     assert build_model(spec, CASE, input_seed=1).inputs["inputs_embeds"].shape == (2, 8, 64)
-    spec = parse_library("transformers:ViTModel", config={"hidden_size": "width", "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 16, "num_channels": 2}, file="s")
+    spec = parse_library(
+        "transformers:ViTModel",
+        config={
+            "hidden_size": "width",
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 16,
+            "num_channels": 2,
+        },
+        file="s",
+    )
     assert build_model(spec, CASE, input_seed=1).inputs["pixel_values"].shape == (2, 2, 16, 16)
-    with pytest.raises(SpecError, match="inputs = 'audio': is not a modality; choose one of tokens, images, embeddings"):
+    with pytest.raises(
+        SpecError, match="inputs = 'audio': is not a modality; choose one of tokens, images, embeddings"
+    ):
         parse_library("transformers:BertModel", config={}, inputs="audio", file="s")
 
 
@@ -130,7 +197,10 @@ def test_the_init_rule_keeps_sigma_squared_times_width_for_transformers_n0_sigma
         expected = p * k if name in b.scaled else p  # embeddings, norms and biases keep the library's init
         assert torch.equal(q, expected), name
     assert len(b.scaled) == 8  # 4 matrices x 2 blocks
-    with pytest.raises(SpecError, match=r"shipped = \{'n_head': 12\}: needs the shipped value of every config key the case's width fills \(missing: n_embd"):
+    with pytest.raises(
+        SpecError,
+        match=r"shipped = \{'n_head': 12\}: needs the shipped value of every config key the case's width fills \(missing: n_embd",
+    ):
         parse_library("transformers:GPT2Model", config=GPT2, shipped={"n_head": 12}, file="s")
 
 
@@ -143,15 +213,42 @@ def _factors(model: str, config: dict[str, object], shipped: dict[str, object], 
 def test_a_fan_in_aware_init_keeps_its_gains_and_gets_k_1() -> None:
     # T5 draws each matrix with σ ∝ fan-in^(-1/2): already width-aware. Mamba's A_log is a table
     # and its depthwise conv's fan-in is the kernel size; its dt_proj and out_proj are fan-in scaled.
-    t5 = {"d_model": "width", "d_ff": "4*width", "d_kv": 64, "num_layers": "depth", "num_heads": "width/64", "vocab_size": 64, "pad_token_id": 0, "eos_token_id": 1}
-    assert set(_factors("transformers:T5EncoderModel", t5, {"d_model": 512, "d_ff": 2048, "num_heads": 8}, 64).values()) == {1.0}
-    mamba = {"hidden_size": "width", "num_hidden_layers": "depth", "vocab_size": 64, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+    t5 = {
+        "d_model": "width",
+        "d_ff": "4*width",
+        "d_kv": 64,
+        "num_layers": "depth",
+        "num_heads": "width/64",
+        "vocab_size": 64,
+        "pad_token_id": 0,
+        "eos_token_id": 1,
+    }
+    assert set(
+        _factors("transformers:T5EncoderModel", t5, {"d_model": 512, "d_ff": 2048, "num_heads": 8}, 64).values()
+    ) == {1.0}
+    mamba = {
+        "hidden_size": "width",
+        "num_hidden_layers": "depth",
+        "vocab_size": 64,
+        "pad_token_id": 0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
     k = round(math.sqrt(768 / 64), 9)
     factors = _factors("transformers:MambaModel", mamba, {"hidden_size": 768}, 64)
-    assert factors == {"mixer.A_log": 1.0, "mixer.conv1d.weight": 1.0, "mixer.in_proj.weight": k, "mixer.x_proj.weight": k, "mixer.dt_proj.weight": 1.0, "mixer.out_proj.weight": 1.0}
+    assert factors == {
+        "mixer.A_log": 1.0,
+        "mixer.conv1d.weight": 1.0,
+        "mixer.in_proj.weight": k,
+        "mixer.x_proj.weight": k,
+        "mixer.dt_proj.weight": 1.0,
+        "mixer.out_proj.weight": 1.0,
+    }
 
 
-def _probed(model: str, config: dict[str, object], width: int, shipped: dict[str, object] | None) -> tuple[float, list[bool]]:
+def _probed(
+    model: str, config: dict[str, object], width: int, shipped: dict[str, object] | None
+) -> tuple[float, list[bool]]:
     """At depth 4 and two seeds: the geometric mean of the gradient ratio, and each seed's
     gradient_arrival verdict in [1/4, 4]."""
     spec = parse_library(model, config=config, shipped=shipped, file="s")
@@ -166,7 +263,13 @@ def _probed(model: str, config: dict[str, object], width: int, shipped: dict[str
     return math.exp(sum(map(math.log, ratios)) / len(ratios)), verdicts
 
 
-DECODER = {"hidden_size": "width", "intermediate_size": "4*width", "num_hidden_layers": "depth", "num_attention_heads": "width/64", "num_key_value_heads": "width/64"}
+DECODER = {
+    "hidden_size": "width",
+    "intermediate_size": "4*width",
+    "num_hidden_layers": "depth",
+    "num_attention_heads": "width/64",
+    "num_key_value_heads": "width/64",
+}
 SHIPPED = {"hidden_size": 768, "intermediate_size": 3072, "num_attention_heads": 12, "num_key_value_heads": 12}
 ENCODER = {k: v for k, v in DECODER.items() if k != "num_key_value_heads"}
 TOKENS = {"vocab_size": 64, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
@@ -178,14 +281,25 @@ TOKENS = {"vocab_size": 64, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id"
         pytest.param("transformers:GPT2Model", GPT2, {"n_embd": 768, "n_head": 12}, id="gpt2"),
         pytest.param("transformers:LlamaModel", {**DECODER, **TOKENS}, SHIPPED, id="llama"),
         pytest.param("transformers:Qwen3Model", {**DECODER, **TOKENS, "head_dim": 64}, SHIPPED, id="qwen3"),
-        pytest.param("transformers:BertModel", {**ENCODER, "vocab_size": 64, "pad_token_id": 0}, {k: v for k, v in SHIPPED.items() if k != "num_key_value_heads"}, id="bert"),
+        pytest.param(
+            "transformers:BertModel",
+            {**ENCODER, "vocab_size": 64, "pad_token_id": 0},
+            {k: v for k, v in SHIPPED.items() if k != "num_key_value_heads"},
+            id="bert",
+        ),
     ],
 )
-def test_the_verdict_at_a_reduced_width_with_the_rule_is_the_one_at_the_shipped_width(model: str, config: dict[str, object], shipped: dict[str, object]) -> None:
-    (at_768, shipped_verdicts), (with_rule, rule_verdicts), (plain, plain_verdicts) = (_probed(model, config, w, s) for w, s in ((768, None), (64, shipped), (64, None)))
+def test_the_verdict_at_a_reduced_width_with_the_rule_is_the_one_at_the_shipped_width(
+    model: str, config: dict[str, object], shipped: dict[str, object]
+) -> None:
+    (at_768, shipped_verdicts), (with_rule, rule_verdicts), (plain, plain_verdicts) = (
+        _probed(model, config, w, s) for w, s in ((768, None), (64, shipped), (64, None))
+    )
     assert abs(math.log(with_rule / at_768)) < math.log(1.5), (at_768, with_rule)
     assert rule_verdicts == shipped_verdicts, (at_768, with_rule)
-    if model != "transformers:BertModel":  # pre-LN: at 768 the branches are large next to the small embedding; at width 64 with the plain init they are not
+    if (
+        model != "transformers:BertModel"
+    ):  # pre-LN: at 768 the branches are large next to the small embedding; at width 64 with the plain init they are not
         assert shipped_verdicts == [False, False] and plain_verdicts == [True, True], (at_768, plain)
     else:  # post-LN at depth 4: bounded at every width
         assert shipped_verdicts == plain_verdicts == [True, True]

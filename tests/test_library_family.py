@@ -27,7 +27,8 @@ from stability.families.build import build
 from stability.measure.ensemble import probe_ensemble
 from stability.measure.forward import lesion_changes_in_model, probe_model
 from stability.measure.lesion import lesion_changes
-from stability.run.engine import RunOptions, measure_case, run_spec
+from stability.run.engine import RunOptions, run_spec
+from stability.run.probing import measure_case
 from stability.spec.case import corner_case
 
 pytest.importorskip("transformers", reason="Hugging Face transformers is not installed (pip install -e '.[hf]')")
@@ -37,21 +38,40 @@ Cli = Callable[..., tuple[int, str, str]]
 GPT2 = 'model = "transformers:GPT2Model"\nconfig = { n_embd = "width", n_layer = "depth", n_head = 2, vocab_size = 64, bos_token_id = 1, eos_token_id = 2 }\n'
 
 
-def spec_text(block: str = GPT2, *, space: str = "", expect: str = "[expect.gradient_arrival]\n", probe_table: str = "") -> str:
-    return (
-        f'name = "lib"\ndescription = "a library model"\nfamily = "library"\n[block]\nlayer = "tokens"\n{block}[space]\ndepth = [1, 3]\nwidth = 16\nbatch = 2\ntokens = 5\n{space}{probe_table}{expect}'
-    )
+def spec_text(
+    block: str = GPT2, *, space: str = "", expect: str = "[expect.gradient_arrival]\n", probe_table: str = ""
+) -> str:
+    head = 'name = "lib"\ndescription = "a library model"\nfamily = "library"\n[block]\nlayer = "tokens"\n'
+    return f"{head}{block}[space]\ndepth = [1, 3]\nwidth = 16\nbatch = 2\ntokens = 5\n{space}{probe_table}{expect}"
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (("GPT2Model", "GPT2Modle"), "block.model = 'transformers:GPT2Modle': is not a transformers model or config class; close names: GPT2Model"),
-        (("n_embd", "n_embed"), "block.config.n_embed = 'width': is not a config key of transformers:GPT2Model; close names: n_embd"),
-        (('"depth"', '"dpeth/1"'), "block.config.n_layer = 'dpeth/1': names 'dpeth', which is not a case key; close names: depth"),
-        (('"depth"', '"dpeth"'), "space.depth = [1, 3]: varies, but no key of block.config is filled from the case's depth"),
-        (("n_head = 2", "n_head = 2, pretrained = true"), "block.config.pretrained = True: would load pretrained weights or files"),
-        (('n_embd = "width"', "n_embd = 16"), "space.width = [16, 32]: varies, but no key of block.config is filled from the case's width"),
+        (
+            ("GPT2Model", "GPT2Modle"),
+            "block.model = 'transformers:GPT2Modle': is not a transformers model or config class; close names: GPT2Model",
+        ),
+        (
+            ("n_embd", "n_embed"),
+            "block.config.n_embed = 'width': is not a config key of transformers:GPT2Model; close names: n_embd",
+        ),
+        (
+            ('"depth"', '"dpeth/1"'),
+            "block.config.n_layer = 'dpeth/1': names 'dpeth', which is not a case key; close names: depth",
+        ),
+        (
+            ('"depth"', '"dpeth"'),
+            "space.depth = [1, 3]: varies, but no key of block.config is filled from the case's depth",
+        ),
+        (
+            ("n_head = 2", "n_head = 2, pretrained = true"),
+            "block.config.pretrained = True: would load pretrained weights or files",
+        ),
+        (
+            ('n_embd = "width"', "n_embd = 16"),
+            "space.width = [16, 32]: varies, but no key of block.config is filled from the case's width",
+        ),
     ],
 )
 def test_a_spec_naming_what_does_not_exist_is_refused_in_one_line(change: tuple[str, str], message: str) -> None:
@@ -67,9 +87,18 @@ def test_a_spec_naming_what_does_not_exist_is_refused_in_one_line(change: tuple[
     ("extra", "key"),
     [
         ({"space": 'weight_init = "kaiming_normal"\n'}, "space.weight_init: is not read by family 'library'"),
-        ({"probe_table": "[probe]\ncheckpoint_every = 2\n"}, "probe.checkpoint_every = 2: is not supported by family 'library'"),
-        ({"expect": "[expect.attention_entropy]\n"}, "expect.attention_entropy: is not measured on family 'library': computes its attention inside the library's modules"),
-        ({"expect": "[expect.jacobian_spectrum]\n"}, "expect.jacobian_spectrum: is not measured on family 'library': runs its blocks only inside the model's own forward"),
+        (
+            {"probe_table": "[probe]\ncheckpoint_every = 2\n"},
+            "probe.checkpoint_every = 2: is not supported by family 'library'",
+        ),
+        (
+            {"expect": "[expect.attention_entropy]\n"},
+            "expect.attention_entropy: is not measured on family 'library': computes its attention inside the library's modules",
+        ),
+        (
+            {"expect": "[expect.jacobian_spectrum]\n"},
+            "expect.jacobian_spectrum: is not measured on family 'library': runs its blocks only inside the model's own forward",
+        ),
         (
             {"expect": "[expect.identity_at_init]\n[expect.gradient_arrival]\n", "space": 'branch_init = "zero"\n'},
             "space.branch_init = \\['zero'\\]: 'zero' zeroes a residual branch; family 'library' has none",
@@ -92,16 +121,29 @@ def test_loading_imports_no_model_module_and_an_unknown_class_exits_2(tmp_path: 
         f"load_spec({str(good)!r})\n"
         "print(sorted(m for m in sys.modules if re.match(r'transformers[.]models[.](?!auto[.])[a-z0-9_]+[.]modeling_', m)))\n"
     )
-    out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert out.stdout.strip() == "[]"
-    run = subprocess.run([sys.executable, "-W", "ignore", "-m", "stability", "check", str(bad), "--in-process"], capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    run = subprocess.run(
+        [sys.executable, "-W", "ignore", "-m", "stability", "check", str(bad), "--in-process"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [
         f"stability: error: {bad}: block.model = 'transformers:GTP2Model': is not a transformers model or config class; close names: GPT2Model, GPTJModel, GLPNModel"
     ]
 
 
-@pytest.mark.parametrize("pattern", ["specs/zoo/*.toml", "specs/zoo/timm_*.toml", "specs/zoo/tv_*.toml", "specs/controls/timm_*.toml"])
+@pytest.mark.parametrize(
+    "pattern", ["specs/zoo/*.toml", "specs/zoo/timm_*.toml", "specs/zoo/tv_*.toml", "specs/controls/timm_*.toml"]
+)
 def test_loading_every_shipped_library_spec_prints_no_library_noise(pattern: str) -> None:
     """Validating a transformers spec imports its config class, and transformers imports torchvision
     with it, which warns that its image extension does not load; so does timm, which imports
@@ -111,7 +153,13 @@ def test_loading_every_shipped_library_spec_prints_no_library_noise(pattern: str
     require_shipped_libraries()
     root = Path(__file__).resolve().parent.parent
     code = f"import glob\nfrom stability import load_spec\npaths = sorted(glob.glob({pattern!r}))\nassert paths\nfor p in paths:\n    load_spec(p)\n"
-    run = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", code], capture_output=True, text=True, cwd=root, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    run = subprocess.run(
+        [sys.executable, "-W", "error::UserWarning", "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stderr == ""
 
@@ -134,7 +182,13 @@ def test_the_engine_probes_the_models_own_forward() -> None:
     m = measure_case(spec, case)
     net = build(spec, case)
     assert net.model is not None and len(net.blocks) == 3
-    again = probe_model(net.model.model, net.model.inputs, blocks=net.model.blocks, seed=_loss_seed(case.seed), rng_seed=_rng_seed(case.seed))
+    again = probe_model(
+        net.model.model,
+        net.model.inputs,
+        blocks=net.model.blocks,
+        seed=_loss_seed(case.seed),
+        rng_seed=_rng_seed(case.seed),
+    )
     assert m.grad_norm == again.grad_norm and m.act_var == again.act_var
     assert m.channels == [16] * 4 and m.extra["tokens"] == [5] * 4  # (B, T, C): channels from the last axis
 
@@ -183,7 +237,16 @@ def test_probe_of_a_whole_model_runs_its_own_forward() -> None:
     from transformers import LlamaConfig, LlamaModel
 
     torch.manual_seed(0)
-    model = LlamaModel(LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=1, vocab_size=32))
+    model = LlamaModel(
+        LlamaConfig(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=3,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            vocab_size=32,
+        )
+    )
     ids = torch.randint(0, 32, (2, 5))
     m = probe(model, {"input_ids": ids, "use_cache": False}, seed=4)
     assert m.grad_norm == probe_model(model, {"input_ids": ids, "use_cache": False}, seed=4).grad_norm
@@ -232,15 +295,21 @@ def test_a_factory_returning_a_whole_model_is_probed_through_its_forward(tmp_pat
     assert "TypeError" not in out + err
 
 
-def test_a_factory_returning_a_whole_model_whose_inputs_the_harness_cannot_make_exits_2(tmp_path: Path, cli: Cli) -> None:
+def test_a_factory_returning_a_whole_model_whose_inputs_the_harness_cannot_make_exits_2(
+    tmp_path: Path, cli: Cli
+) -> None:
     (tmp_path / "whole.py").write_text(FACTORIES, encoding="utf-8")
     path = tmp_path / "whisper.toml"
     path.write_text(
-        'name = "w"\ndescription = "d"\nfamily = "custom"\n[block]\nlayer = "tokens"\nfactory = "whole:whisper"\n[space]\ndepth = 2\nwidth = 16\n[expect.gradient_arrival]\n', encoding="utf-8"
+        'name = "w"\ndescription = "d"\nfamily = "custom"\n[block]\nlayer = "tokens"\nfactory = "whole:whisper"\n[space]\ndepth = 2\nwidth = 16\n[expect.gradient_arrival]\n',
+        encoding="utf-8",
     )
     code, out, err = cli("check", path, "--profile", "ci", "--in-process")
     assert code == 2
-    assert "returned the whole model WhisperModel, whose inputs the harness cannot make: transformers:WhisperModel takes input_features, not token ids or images" in err
+    assert (
+        "returned the whole model WhisperModel, whose inputs the harness cannot make: transformers:WhisperModel takes input_features, not token ids or images"
+        in err
+    )
     assert len(err.strip().splitlines()) == 1
 
 
@@ -248,7 +317,11 @@ def test_a_spec_outside_its_profiles_skips_its_probe_invariants_and_a_case_repla
     spec = _spec(probe_table='[probe]\nprofiles = ["thorough"]\n')
     result = run_spec(spec, RunOptions(profile="ci"))
     (r,) = result.results
-    assert r.skipped and r.met and "skipped in profile ci (probe.profiles = thorough); run it with --profile thorough" in r.message
+    assert (
+        r.skipped
+        and r.met
+        and "skipped in profile ci (probe.profiles = thorough); run it with --profile thorough" in r.message
+    )
     assert not result.cases  # nothing was built
     (replayed,) = run_spec(spec, RunOptions(profile="ci"), case="depth=2").results
     assert not replayed.skipped and replayed.verdict is not None
@@ -264,7 +337,13 @@ def test_the_worker_forkserver_preloads_the_libraries_of_the_run(tmp_path: Path)
     assert preload_modules([tmp_path / "missing"]) == []
     # The forkserver's own module imports what $STABILITY_PRELOAD names, and skips what does not import.
     code = "import sys\nimport stability.run._forkserver\nprint('json.tool' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "STABILITY_PRELOAD": "json.tool,no_such_module_anywhere"})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "STABILITY_PRELOAD": "json.tool,no_such_module_anywhere"},
+    )
     assert out.stdout.strip() == "True"
 
 
@@ -278,7 +357,9 @@ def test_the_memory_model_grows_with_depth_and_refuses_a_case_far_too_large(monk
     spec = _spec()
     small, three, deep = (estimate_bytes(spec, corner_case(spec, depth=d)) for d in (2, 3, 2000))
     assert small is not None and three is not None and deep is not None and three > small
-    assert deep - small == 1998 * (three - small)  # linear in the depth past 2 (each block adds its parameters and saved tensors)
+    assert deep - small == 1998 * (
+        three - small
+    )  # linear in the depth past 2 (each block adds its parameters and saved tensors)
     net = build(spec, corner_case(spec, depth=2))
     params = sum(p.numel() * 4 for p in net.model.model.parameters()) if net.model is not None else 0
     assert small > params  # parameters and saved activations, with margin

@@ -36,7 +36,9 @@ def _vision_importable() -> str | None:
     try:
         import timm  # noqa: F401
         import torchvision  # noqa: F401
-    except Exception as exc:  # torchvision's PyPI build for this torch may not import (docs/library-models.md, section 5)
+    except (
+        Exception
+    ) as exc:  # torchvision's PyPI build for this torch may not import (docs/library-models.md, section 5)
         return f"timm/torchvision do not import here ({type(exc).__name__}: {exc})"
     return None
 
@@ -65,7 +67,12 @@ def built(name: str, *, depth: int = 3) -> Built:
     if (name, depth) not in _BUILT:
         spec = load_spec(ZOO / f"{name}.toml")
         torch.manual_seed(0)
-        values = {**CASE, "depth": depth, "width": spec.space.width[0], "spatial": spec.space.spatial[0] if spec.space.spatial else None}
+        values = {
+            **CASE,
+            "depth": depth,
+            "width": spec.space.width[0],
+            "spatial": spec.space.spatial[0] if spec.space.spatial else None,
+        }
         b = build_model(library(name), values, input_seed=1)
         set_modes(b.model, norm_train=False, dropout_train=False)
         _BUILT[name, depth] = b
@@ -116,7 +123,9 @@ def reference(b: Built, *, seed: int = 0) -> tuple[list[float], list[torch.Tenso
     def post(module: nn.Module, args: Any, out: Any) -> None:
         states.append(out if isinstance(out, torch.Tensor) else out[0])
 
-    handles = [m.register_forward_pre_hook(pre, with_kwargs=True) for m in blocks] + [blocks[-1].register_forward_hook(post)]
+    handles = [m.register_forward_pre_hook(pre, with_kwargs=True) for m in blocks] + [
+        blocks[-1].register_forward_hook(post)
+    ]
     try:
         _call(b.model, b.inputs)
     finally:
@@ -137,16 +146,29 @@ def own_states(name: str, b: Built) -> list[torch.Tensor]:
     the hooks (as block i's input at place i, or as its output)."""
     blocks = b.blocks.modules
     seen: list[torch.Tensor] = []
-    handles = [m.register_forward_pre_hook(lambda m, a, k: seen.append(_hidden(a, k)[0].detach().clone()), with_kwargs=True) for m in blocks]
-    handles.append(blocks[-1].register_forward_hook(lambda m, a, out: seen.append((out if isinstance(out, torch.Tensor) else out[0]).detach().clone())))
-    hf = hasattr(getattr(b.model, "config", None), "output_hidden_states")  # a transformers model (its forward may take it through **kwargs)
+    handles = [
+        m.register_forward_pre_hook(lambda m, a, k: seen.append(_hidden(a, k)[0].detach().clone()), with_kwargs=True)
+        for m in blocks
+    ]
+    handles.append(
+        blocks[-1].register_forward_hook(
+            lambda m, a, out: seen.append((out if isinstance(out, torch.Tensor) else out[0]).detach().clone())
+        )
+    )
+    hf = hasattr(
+        getattr(b.model, "config", None), "output_hidden_states"
+    )  # a transformers model (its forward may take it through **kwargs)
     try:
         with torch.enable_grad():
             out = _call(b.model, b.inputs, **({"output_hidden_states": True} if hf else {}))
     finally:
         for h in handles:
             h.remove()
-    listed = [h for h in (getattr(out, "hidden_states", None) or ()) if isinstance(h, torch.Tensor) and h.shape == seen[0].shape]
+    listed = [
+        h
+        for h in (getattr(out, "hidden_states", None) or ())
+        if isinstance(h, torch.Tensor) and h.shape == seen[0].shape
+    ]
     n = len(blocks)
     if len(listed) >= n:
         as_inputs = all(torch.equal(listed[i], seen[i]) for i in range(n))
@@ -215,21 +237,31 @@ def test_t5_keeps_its_relative_bias_in_every_block_which_its_blocks_called_alone
         alone.append(h)
     assert torch.equal(alone[1], probed[1])  # block 0 has the relative-attention table itself
     for i in range(2, len(probed)):
-        assert float((alone[i] - probed[i]).norm() / probed[i].norm()) > 1e-2, f"boundary {i}: blocks 1.. got the bias without being given it"
+        assert float((alone[i] - probed[i]).norm() / probed[i].norm()) > 1e-2, (
+            f"boundary {i}: blocks 1.. got the bias without being given it"
+        )
 
 
 def test_a_padding_mask_in_the_inputs_reaches_every_block_with_eager_attention() -> None:
     lib = library("bert")
     torch.manual_seed(0)
-    b = build_model(dataclasses.replace(lib, config={**lib.config, "attn_implementation": "eager"}), {**CASE, "width": 64}, input_seed=1)
+    b = build_model(
+        dataclasses.replace(lib, config={**lib.config, "attn_implementation": "eager"}),
+        {**CASE, "width": 64},
+        input_seed=1,
+    )
     set_modes(b.model, norm_train=False, dropout_train=False)
     mask = torch.ones_like(b.inputs["input_ids"])
     mask[:, -3:] = 0  # the last 3 tokens are padding
     other = b.inputs["input_ids"].clone()
     other[:, -3:] = (other[:, -3:] + 5) % 60 + 1  # other padding tokens
     masked = _boundaries(b, {**b.inputs, "attention_mask": mask})
-    for i, (h, g) in enumerate(zip(masked, _boundaries(b, {**b.inputs, "input_ids": other, "attention_mask": mask}), strict=True)):
+    for i, (h, g) in enumerate(
+        zip(masked, _boundaries(b, {**b.inputs, "input_ids": other, "attention_mask": mask}), strict=True)
+    ):
         if i > 0:
             assert torch.equal(h[:, :-3], g[:, :-3]), f"boundary {i}: a real token attended to padding"
     unmasked = _boundaries(b, b.inputs)
-    assert all(not torch.equal(h[:, :-3], u[:, :-3]) for h, u in zip(masked[1:], unmasked[1:], strict=True))  # the mask changed every block's attention
+    assert all(
+        not torch.equal(h[:, :-3], u[:, :-3]) for h, u in zip(masked[1:], unmasked[1:], strict=True)
+    )  # the mask changed every block's attention

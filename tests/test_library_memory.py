@@ -55,9 +55,21 @@ LLAMA = (
 )
 
 
-def _spec(model: str = "transformers:GPT2Model", config: str = GPT2, *, depth: int | str = 2, width: int = 32, batch: int = 2, tokens: int = 8, extra: str = "", path: str = "lib.toml") -> Any:
+def _spec(
+    model: str = "transformers:GPT2Model",
+    config: str = GPT2,
+    *,
+    depth: int | str = 2,
+    width: int = 32,
+    batch: int = 2,
+    tokens: int = 8,
+    extra: str = "",
+    path: str = "lib.toml",
+) -> Any:
     # an image model's tokens are its patches (space.tokens is refused for it)
-    text = SPEC.format(name="lib", model=model, config=config, depth=depth, width=width, batch=batch, tokens=tokens, extra=extra)
+    text = SPEC.format(
+        name="lib", model=model, config=config, depth=depth, width=width, batch=batch, tokens=tokens, extra=extra
+    )
     if model.startswith(("timm:", "torchvision:")):
         text = text.replace(f"tokens = {tokens}\n", "")
     return parse_spec(text, file=path)
@@ -76,8 +88,14 @@ def _real(spec: Any, values: dict[str, Any]) -> nn.Module:
     [
         ("transformers:GPT2Model", GPT2),
         ("transformers:LlamaModel", LLAMA),
-        ("transformers:BertModel", '{ hidden_size = "width", intermediate_size = "4*width", num_hidden_layers = "depth", num_attention_heads = 2, vocab_size = 97 }'),
-        ("timm:vit_tiny_patch16_224", '{ img_size = 32, patch_size = 8, embed_dim = "width", depth = "depth", num_heads = 2 }'),
+        (
+            "transformers:BertModel",
+            '{ hidden_size = "width", intermediate_size = "4*width", num_hidden_layers = "depth", num_attention_heads = 2, vocab_size = 97 }',
+        ),
+        (
+            "timm:vit_tiny_patch16_224",
+            '{ img_size = 32, patch_size = 8, embed_dim = "width", depth = "depth", num_heads = 2 }',
+        ),
         ("torchvision:resnet18", "{}"),
     ],
     ids=["gpt2", "llama", "bert", "timm-vit", "torchvision-resnet"],
@@ -146,18 +164,29 @@ def test_the_saved_tensors_on_fake_tensors_are_the_real_forwards(config: str, dt
         assert found.saved == real > 0
     else:  # on fake tensors transformers takes its tracing path for Llama's attention (an explicit causal mask,
         # not sdpa's is_causal): at most two attention-map-sized tensors per layer differ
-        attention_map = values["batch"] * 4 * values["tokens"] ** 2 * torch_dtype(dtype).itemsize  # (B, H, T, T), 4 heads
+        attention_map = (
+            values["batch"] * 4 * values["tokens"] ** 2 * torch_dtype(dtype).itemsize
+        )  # (B, H, T, T), 4 heads
         assert real > 0 and abs(found.saved - real) <= 2 * 3 * attention_map, (found.saved, real)
-    assert found.params == sum(t.numel() * t.element_size() for t in {id(t): t for t in [*built.model.parameters(), *built.model.buffers()]}.values())
-    assert found.largest_param == max(p.numel() * p.element_size() for b in built.blocks.modules for p in b.parameters())
+    assert found.params == sum(
+        t.numel() * t.element_size()
+        for t in {id(t): t for t in [*built.model.parameters(), *built.model.buffers()]}.values()
+    )
+    assert found.largest_param == max(
+        p.numel() * p.element_size() for b in built.blocks.modules for p in b.parameters()
+    )
 
 
-def test_the_estimate_is_linear_in_depth_and_counts_a_second_model_for_the_ensemble(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_estimate_is_linear_in_depth_and_counts_a_second_model_for_the_ensemble(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from stability.families.library_family import _estimate
 
     monkeypatch.setattr(library_memory, "resident_bytes", lambda: 0)
     alone = _spec(depth="[1, 8]")
-    ensemble = _spec(depth="[1, 8]", extra='\n[probe]\nensemble = 3\n\n[expect.variance_growth]\nmax_growth = "exponential"\n')
+    ensemble = _spec(
+        depth="[1, 8]", extra='\n[probe]\nensemble = 3\n\n[expect.variance_growth]\nmax_growth = "exponential"\n'
+    )
     case = parse_case_string("depth=6", alone, device="cpu")
     values = case.as_dict()
     exact = footprint(library_model(alone), values, torch.float32)  # built at depth 6 itself
@@ -185,7 +214,7 @@ def test_the_ensembles_members_are_built_one_at_a_time(monkeypatch: pytest.Monke
         return net
 
     monkeypatch.setattr(ens, "build", counting)
-    from stability.run.engine import measure_case
+    from stability.run.probing import measure_case
 
     m = measure_case(spec, case)
     assert m.extra["ensemble"].size >= 4
@@ -198,21 +227,48 @@ def test_a_model_far_over_the_budget_is_refused_in_one_line_without_allocating_i
     spec = tmp_path / "huge.toml"
     spec.write_text(
         SPEC.format(
-            name="huge", model="transformers:GPT2Model", config='{ n_embd = "width", n_layer = "depth", n_head = "width/128", vocab_size = 50257 }', depth=12, width=9600, batch=1, tokens=16, extra=""
+            name="huge",
+            model="transformers:GPT2Model",
+            config='{ n_embd = "width", n_layer = "depth", n_head = "width/128", vocab_size = 50257 }',
+            depth=12,
+            width=9600,
+            batch=1,
+            tokens=16,
+            extra="",
         )
     )
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     proc = subprocess.run(
-        [sys.executable, "-m", "stability", "check", str(spec), "--in-process", "--profile", "ci", "--memory-budget", "8GiB"], capture_output=True, text=True, timeout=600, cwd=tmp_path
+        [
+            sys.executable,
+            "-m",
+            "stability",
+            "check",
+            str(spec),
+            "--in-process",
+            "--profile",
+            "ci",
+            "--memory-budget",
+            "8GiB",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
     )
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (line,) = [x for x in proc.stdout.splitlines() if "refused" in x]
     m = re.search(
-        r"refused: this case needs about ([\d.]+) GiB \(parameters, saved activations and overhead\) and the memory budget is 8\.0 GiB \(spec (\S+), case (\S+)\); .* raise --memory-budget", line
+        r"refused: this case needs about ([\d.]+) GiB \(parameters, saved activations and overhead\) and the memory budget is 8\.0 GiB \(spec (\S+), case (\S+)\); .* raise --memory-budget",
+        line,
     )
     assert m is not None, line
-    assert 49 < float(m.group(1)) < 60 and m.group(2) == str(spec) and m.group(3).startswith("depth=12,width=9600,batch=1,"), line
+    assert (
+        49 < float(m.group(1)) < 60
+        and m.group(2) == str(spec)
+        and m.group(3).startswith("depth=12,width=9600,batch=1,")
+    ), line
     assert max(peak_kib, before) < 2 * 2**20, peak_kib  # KiB: under 2 GiB, nothing of the 53 GB built
 
 
@@ -221,17 +277,32 @@ def test_the_estimate_is_within_25_percent_of_the_measured_peak(tmp_path: Path) 
     spec = tmp_path / "gpt2.toml"
     spec.write_text(
         SPEC.format(
-            name="gpt2", model="transformers:GPT2Model", config='{ n_embd = "width", n_layer = "depth", n_head = "width/64", vocab_size = 50257 }', depth=4, width=768, batch=1, tokens=128, extra=""
+            name="gpt2",
+            model="transformers:GPT2Model",
+            config='{ n_embd = "width", n_layer = "depth", n_head = "width/64", vocab_size = 50257 }',
+            depth=4,
+            width=768,
+            batch=1,
+            tokens=128,
+            extra="",
         )
     )
     case = "depth=4,width=768,batch=1,tokens=128,seed=0"
     argv = [sys.executable, "-m", "stability", "check", str(spec), "--in-process", "--profile", "ci", "--case", case]
-    refused = subprocess.run([*argv, "--memory-budget", "1MiB"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    refused = subprocess.run(
+        [*argv, "--memory-budget", "1MiB"], capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
     m = re.search(r"needs about ([\d.]+) (MiB|GiB)", refused.stdout)
     assert m is not None, refused.stdout + refused.stderr
     estimate = float(m.group(1)) * {"MiB": 2**20, "GiB": 2**30}[m.group(2)]
     script = "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
-    ran = subprocess.run([sys.executable, "-c", script, *argv, "--memory-budget", "16GiB"], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    ran = subprocess.run(
+        [sys.executable, "-c", script, *argv, "--memory-budget", "16GiB"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
     assert ran.returncode == 0, ran.stderr
     peak = int(ran.stdout.split()[-1]) * 1024
     assert 0.75 < estimate / peak < 1.25, (estimate, peak)
@@ -250,7 +321,9 @@ def test_a_forward_fake_tensors_cannot_run_still_gets_the_parameters_estimate(mo
     assert found.saved == 0 and found.params > 0
     shipped = _shipped_params(spec, case)  # the init rule's depth-1 models at width 128 and at the shipped 768
     assert shipped > found.params
-    assert _estimate(spec, case) == max(found.params + 2 * found.largest_param, found.params_float32 + found.largest_param + shipped)
+    assert _estimate(spec, case) == max(
+        found.params + 2 * found.largest_param, found.params_float32 + found.largest_param + shipped
+    )
 
 
 def test_without_a_fake_forward_the_largest_gradient_is_a_blocks_parameter() -> None:
@@ -268,7 +341,12 @@ def test_without_a_fake_forward_the_largest_gradient_is_a_blocks_parameter() -> 
     found = footprint(library_model(spec), case.as_dict(), torch.float32)
     assert found.saved == 0
     assert found.largest_param == 768 * 3072 * 4
-    assert count_bytes(meta_model(library_model(spec), {**library_model(spec).config, "num_hidden_layers": 2}), torch.float32)[1] == 128100 * 768 * 4
+    assert (
+        count_bytes(
+            meta_model(library_model(spec), {**library_model(spec).config, "num_hidden_layers": 2}), torch.float32
+        )[1]
+        == 128100 * 768 * 4
+    )
 
 
 def test_the_constructed_parameters_are_counted_in_float32_whatever_the_cases_dtype() -> None:

@@ -35,7 +35,9 @@ def hf_blocks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     mp.setenv("HF_HUB_OFFLINE", "1")  # random init from configs: nothing may be downloaded
     folder = tmp_path_factory.mktemp("hf")
     (folder / "hf_blocks.py").write_text(next(b for b in _snippets("python") if "def gpt2(" in b), encoding="utf-8")
-    for name, text in zip(["gpt2", "llama", "gpt2_zero"], [b for b in _snippets("toml") if 'family = "custom"' in b], strict=True):
+    for name, text in zip(
+        ["gpt2", "llama", "gpt2_zero"], [b for b in _snippets("toml") if 'family = "custom"' in b], strict=True
+    ):
         (folder / f"{name}.toml").write_text(text, encoding="utf-8")
     mp.syspath_prepend(str(folder))
     import hf_blocks as module
@@ -84,7 +86,9 @@ def _x(seed: int, width: int = 32) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(("name", "grad_band", "var_band"), [("gpt2", 0.12, 0.12), ("llama", 0.17, 0.22)])
-def test_probed_values_lie_in_the_derived_bands_and_a_large_init_leaves_them(hf_blocks: Any, name: str, grad_band: float, var_band: float) -> None:
+def test_probed_values_lie_in_the_derived_bands_and_a_large_init_leaves_them(
+    hf_blocks: Any, name: str, grad_band: float, var_band: float
+) -> None:
     _, module = hf_blocks
     factory = getattr(module, name)
     for seed in range(3):
@@ -103,7 +107,9 @@ def test_a_nonzero_init_is_not_the_identity(hf_blocks: Any) -> None:
     _, module = hf_blocks
     torch.manual_seed(0)
     m = probe(_modes(module.gpt2(2, 32), dropout=False), _x(0))
-    assert m.identity_error is not None and m.identity_error > 0  # the bit-exact 0 of the zero-init spec is not automatic
+    assert (
+        m.identity_error is not None and m.identity_error > 0
+    )  # the bit-exact 0 of the zero-init spec is not automatic
 
 
 def test_gpt2_dropout_is_seeded_and_off_by_default(hf_blocks: Any) -> None:
@@ -124,8 +130,12 @@ def _vision_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         import timm  # noqa: F401
         import torchvision  # noqa: F401
     except Exception as exc:  # the PyPI torchvision for torch 2.13.0 is a CUDA build: RuntimeError on a CPU torch
-        pytest.skip(f"timm/torchvision do not import here ({type(exc).__name__}: {exc}); see docs/library-models.md, section 5")
-    (tmp_path / "vision_blocks.py").write_text(next(b for b in _snippets("python") if "def resnet_layer(" in b), encoding="utf-8")
+        pytest.skip(
+            f"timm/torchvision do not import here ({type(exc).__name__}: {exc}); see docs/library-models.md, section 5"
+        )
+    (tmp_path / "vision_blocks.py").write_text(
+        next(b for b in _snippets("python") if "def resnet_layer(" in b), encoding="utf-8"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "vision_blocks", raising=False)
     import vision_blocks
@@ -133,7 +143,9 @@ def _vision_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     return vision_blocks
 
 
-def test_torchvision_resnet_layer_with_zero_init_residual_is_relu_then_the_identity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_torchvision_resnet_layer_with_zero_init_residual_is_relu_then_the_identity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     module = _vision_blocks(tmp_path, monkeypatch)
     torch.manual_seed(0)
     layer = module.resnet_layer().train()  # BasicBlock: relu(x + bn2(conv(...))), bn2's weight 0 and bias 0
@@ -146,7 +158,9 @@ def test_torchvision_resnet_layer_with_zero_init_residual_is_relu_then_the_ident
     assert m.identity_error == pytest.approx(float((x.relu() - x).norm() / x.norm()), rel=1e-5)
 
 
-def test_timm_vit_blocks_with_layerscale_are_the_identity_to_first_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_timm_vit_blocks_with_layerscale_are_the_identity_to_first_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     module = _vision_blocks(tmp_path, monkeypatch)
     torch.manual_seed(0)
     m = probe(module.vit(4, 32), _x(0))
@@ -182,7 +196,10 @@ def test_a_module_of_ones_own_that_keeps_its_blocks_deeper_is_refused_with_the_p
             super().__init__()
             self.encoder = Encoder()
 
-    spec = parse_spec('name = "m"\ndescription = "m"\nfamily = "custom"\n[block]\nfactory = "m:make"\n[space]\ndepth = 2\nwidth = 4\n[expect.gradient_arrival]\n', file="specs/m.toml")
+    spec = parse_spec(
+        'name = "m"\ndescription = "m"\nfamily = "custom"\n[block]\nfactory = "m:make"\n[space]\ndepth = 2\nwidth = 4\n[expect.gradient_arrival]\n',
+        file="specs/m.toml",
+    )
     model = Outer()
     with pytest.raises(SpecError) as info:
         _network_from(spec, model)

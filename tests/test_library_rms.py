@@ -19,7 +19,9 @@ def test_the_rms_of_a_constant_is_the_constant(n: int) -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 def test_the_rms_matches_the_float64_sum_of_squares(dtype: torch.dtype) -> None:
     gen = torch.Generator().manual_seed(3)
-    t = (torch.randn(4099, 517, generator=gen, dtype=torch.float64) * 0.02).to(dtype)  # rows that do not divide the size
+    t = (torch.randn(4099, 517, generator=gen, dtype=torch.float64) * 0.02).to(
+        dtype
+    )  # rows that do not divide the size
     exact = math.sqrt(math.fsum(v * v for v in t.double().reshape(-1).tolist()) / t.numel())
     assert _rms(t) == pytest.approx(exact, rel=1e-12 if dtype == torch.float64 else 1e-7, abs=0.0)
 

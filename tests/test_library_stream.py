@@ -29,13 +29,32 @@ from stability.measure.init_stats import init_record  # noqa: E402
 MODELS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "llama": (
         "transformers:LlamaModel",
-        {"hidden_size": "width", "intermediate_size": 160, "num_hidden_layers": "depth", "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 64},
+        {
+            "hidden_size": "width",
+            "intermediate_size": 160,
+            "num_hidden_layers": "depth",
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "vocab_size": 64,
+        },
         {"hidden_size": 64},
     ),
-    "gpt2": ("transformers:GPT2Model", {"n_embd": "width", "n_layer": "depth", "n_head": 4, "vocab_size": 64}, {"n_embd": 48}),
+    "gpt2": (
+        "transformers:GPT2Model",
+        {"n_embd": "width", "n_layer": "depth", "n_head": 4, "vocab_size": 64},
+        {"n_embd": 48},
+    ),
     "bert": (
         "transformers:BertModel",
-        {"hidden_size": "width", "intermediate_size": 96, "num_hidden_layers": "depth", "num_attention_heads": 4, "vocab_size": 64, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
+        {
+            "hidden_size": "width",
+            "intermediate_size": 96,
+            "num_hidden_layers": "depth",
+            "num_attention_heads": 4,
+            "vocab_size": 64,
+            "hidden_dropout_prob": 0.0,
+            "attention_probs_dropout_prob": 0.0,
+        },
         {"hidden_size": 32},
     ),
     # An encoder and a decoder of one depth, both streamed (the library marks both layer classes):
@@ -148,7 +167,10 @@ def test_a_parameter_the_library_init_leaves_unset_fails_the_case() -> None:
     assert streamer is not None
     init = built.model._init_weights
     built.model._init_weights = lambda m: None if isinstance(m, torch.nn.Linear) else init(m)
-    with pytest.raises(CaseError, match=r"LlamaModel._init_weights leaves self_attn.q_proj.weight, .* of block 0 unset .*scale = \"probed\""):
+    with pytest.raises(
+        CaseError,
+        match=r"LlamaModel._init_weights leaves self_attn.q_proj.weight, .* of block 0 unset .*scale = \"probed\"",
+    ):
         streamer.materialise(0)
 
 
@@ -156,7 +178,13 @@ def test_scale_shipped_is_refused_where_it_cannot_stream() -> None:
     with pytest.raises(SpecError, match=r"block.scale.*transformers model.*timm"):
         parse_library("timm:resnet18", config={}, scale="shipped", file="s.toml", prefix="block.")
     with pytest.raises(SpecError, match=r"block.scale.*block.shipped"):
-        parse_library("transformers:GPT2Model", config={"n_embd": 32, "n_layer": 2, "n_head": 4}, scale="shipped", file="s.toml", prefix="block.")
+        parse_library(
+            "transformers:GPT2Model",
+            config={"n_embd": 32, "n_layer": 2, "n_head": 4},
+            scale="shipped",
+            file="s.toml",
+            prefix="block.",
+        )
 
 
 SPEC = """
@@ -188,7 +216,9 @@ table = "transformers"
 """
 
 
-def test_a_spec_at_scale_shipped_is_judged_through_check(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_spec_at_scale_shipped_is_judged_through_check(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import json
 
     from stability.cli import main
@@ -199,7 +229,12 @@ def test_a_spec_at_scale_shipped_is_judged_through_check(tmp_path: Any, monkeypa
     assert main(["check", "s.toml", "--profile", "ci", "--in-process", "--json", "out.json"]) == 0
     report = json.loads((tmp_path / "out.json").read_text())
     spec = report["specs"][0]
-    assert {(i["name"], i["verdict"], i["measured"]) for i in spec["invariants"]} == {("rank_collapse", "holds", True), ("init_conformance", "holds", True)}
+    assert {(i["name"], i["verdict"], i["measured"]) for i in spec["invariants"]} == {
+        ("rank_collapse", "holds", True),
+        ("init_conformance", "holds", True),
+    }
     (record,) = spec["cases"]
-    assert len(record["measurements"]["grad_norm"]) == 4  # the case at depth 3, at the shipped width 32 (the case's own 16 is not what is built)
+    assert (
+        len(record["measurements"]["grad_norm"]) == 4
+    )  # the case at depth 3, at the shipped width 32 (the case's own 16 is not what is built)
     assert record["measurements"]["channels"][0] == 32

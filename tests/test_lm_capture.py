@@ -17,7 +17,9 @@ from torch import nn
 from stability.families.lm_models import TokenModel, library_parameter_group
 from stability.measure.lm_capture import RECORDING, capture
 
-transformers = pytest.importorskip("transformers", reason="Hugging Face transformers is not installed (pip install -e '.[hf]')")
+transformers = pytest.importorskip(
+    "transformers", reason="Hugging Face transformers is not installed (pip install -e '.[hf]')"
+)
 
 _SMALL = {
     "hidden_size": 32,
@@ -33,11 +35,26 @@ _SMALL = {
 #: The zoo's decoder families, tiny, each with what makes its attention its own: GQA, a sliding
 #: window shorter than the sequence, Qwen3's q/k norms, Gemma 2's soft-cap and query scalar.
 MODELS: dict[str, dict[str, Any]] = {
-    "GPT2LMHeadModel": {"n_embd": 32, "n_layer": 2, "n_head": 4, "vocab_size": 64, "n_positions": 16, "bos_token_id": 1, "eos_token_id": 2},
+    "GPT2LMHeadModel": {
+        "n_embd": 32,
+        "n_layer": 2,
+        "n_head": 4,
+        "vocab_size": 64,
+        "n_positions": 16,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    },
     "LlamaForCausalLM": _SMALL,
     "MistralForCausalLM": {**_SMALL, "sliding_window": 3},
     "Qwen3ForCausalLM": {**_SMALL, "head_dim": 8},
-    "Gemma2ForCausalLM": {**_SMALL, "head_dim": 8, "sliding_window": 3, "query_pre_attn_scalar": 12, "attn_logit_softcapping": 2.0, "attn_implementation": "eager"},
+    "Gemma2ForCausalLM": {
+        **_SMALL,
+        "head_dim": 8,
+        "sliding_window": 3,
+        "query_pre_attn_scalar": 12,
+        "attn_logit_softcapping": 2.0,
+        "attn_implementation": "eager",
+    },
 }
 
 
@@ -105,7 +122,11 @@ def _hand_rotary(model: nn.Module, tokens: torch.Tensor) -> list[tuple[float, fl
             s = cap * torch.tanh(s / cap)
         i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
         visible = j <= i
-        window = getattr(attn, "sliding_window", None) if hasattr(attn, "sliding_window") else getattr(cfg, "sliding_window", None)
+        window = (
+            getattr(attn, "sliding_window", None)
+            if hasattr(attn, "sliding_window")
+            else getattr(cfg, "sliding_window", None)
+        )
         if window is not None:
             visible &= j > i - window
         out.append(_by_hand(s, visible))
@@ -113,7 +134,13 @@ def _hand_rotary(model: nn.Module, tokens: torch.Tensor) -> list[tuple[float, fl
 
 
 def _recorded(model: nn.Module, tokens: torch.Tensor) -> tuple[list[float], list[float], torch.Tensor]:
-    tm = TokenModel(model, lambda x: model(input_ids=x, use_cache=False).logits, "transformers", library_parameter_group(None), "library")
+    tm = TokenModel(
+        model,
+        lambda x: model(input_ids=x, use_cache=False).logits,
+        "transformers",
+        library_parameter_group(None),
+        "library",
+    )
     cap = capture(tm)
     try:
         assert not cap.missing and model.config._attn_implementation == RECORDING
@@ -153,7 +180,13 @@ def test_the_recording_attention_trains_as_eager_does() -> None:
         cls = transformers.GPT2LMHeadModel
         torch.manual_seed(0)
         model = cls(cls.config_class(**MODELS["GPT2LMHeadModel"]))
-        tm = TokenModel(model, lambda x, m=model: m(input_ids=x, use_cache=False).logits, "transformers", library_parameter_group(None), "library")
+        tm = TokenModel(
+            model,
+            lambda x, m=model: m(input_ids=x, use_cache=False).logits,
+            "transformers",
+            library_parameter_group(None),
+            "library",
+        )
         cap = capture(tm) if impl == RECORDING else None
         model.set_attn_implementation("eager") if cap is None else None
         model.train()
@@ -201,7 +234,9 @@ class SdpaLM(nn.Module):
             if layer == 0:
                 a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.7, enable_gqa=True)
             else:
-                mask = torch.ones(t, t, dtype=torch.bool).tril() & (torch.arange(t)[None, :] > torch.arange(t)[:, None] - 3)
+                mask = torch.ones(t, t, dtype=torch.bool).tril() & (
+                    torch.arange(t)[None, :] > torch.arange(t)[:, None] - 3
+                )
                 a = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
             h = h + a.transpose(1, 2).reshape(h.shape)
         out: torch.Tensor = self.head(h)
@@ -366,7 +401,10 @@ def test_a_factory_model_returning_no_logits_fails_the_case_saying_what_it_may_r
     spec = _custom(tmp_path, "sdpa", "hidden")
     verdict, error = evaluate_lm(spec, "attention_logits", corner_case(spec, seed=0))
     assert verdict is None and error is not None, verdict
-    assert "returned (2, 8, 3) for token ids (2, 8); it must return logits of shape (2, 8, 16)" in error and "a dict with 'logits'" in error, error
+    assert (
+        "returned (2, 8, 3) for token ids (2, 8); it must return logits of shape (2, 8, 16)" in error
+        and "a dict with 'logits'" in error
+    ), error
 
 
 def test_a_factory_returning_no_module_is_refused_as_bad_input(tmp_path: Path) -> None:
@@ -388,7 +426,9 @@ def test_a_factory_model_whose_attention_is_not_captured_says_so_in_one_line(tmp
         verdict, error = evaluate_lm(spec, name, corner_case(spec, seed=0))
         assert error is None and verdict is not None and not verdict.measured, (error, verdict)
         line = "no attention logits were captured: its forward calls neither torch.nn.functional.scaled_dot_product_attention nor stability's AttentionProbs"
-        assert f"{line} (docs/training.md, 'Your own language model')" in verdict.detail and "\n" not in verdict.detail, verdict.detail
+        assert (
+            f"{line} (docs/training.md, 'Your own language model')" in verdict.detail and "\n" not in verdict.detail
+        ), verdict.detail
 
 
 def test_a_factory_model_that_sees_later_tokens_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -400,7 +440,11 @@ def test_a_factory_model_that_sees_later_tokens_is_refused_in_one_line(tmp_path:
     with pytest.raises(SpecError) as info:
         evaluate_lm(spec, "attention_logits", corner_case(spec, seed=0))
     message = str(info.value)
-    assert message.startswith(f"{spec.path}: block.factory = 'tiny_lm:make': is not causal") and "is_causal=True" in message and "\n" not in message, message
+    assert (
+        message.startswith(f"{spec.path}: block.factory = 'tiny_lm:make': is not causal")
+        and "is_causal=True" in message
+        and "\n" not in message
+    ), message
 
 
 BERT_SPEC = """
@@ -434,7 +478,9 @@ max_logit = 100.0
 
 
 @pytest.mark.parametrize("model", ["BertLMHeadModel", "BertConfig"])
-def test_an_encoder_named_as_a_causal_lm_is_refused_in_one_line_with_exit_2(model: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_encoder_named_as_a_causal_lm_is_refused_in_one_line_with_exit_2(
+    model: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """BERT's LM head without is_decoder attends both ways: trained on the next token, it would read it."""
     from stability.cli import main
 
@@ -443,7 +489,10 @@ def test_an_encoder_named_as_a_causal_lm_is_refused_in_one_line_with_exit_2(mode
     code = main(["check", str(path), "--profile", "ci", "--in-process", "-q"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "Traceback" not in err and err.count("\n") == 0, (code, err)
-    assert err.startswith(f"stability: error: {path}: block.model = 'transformers:{model}': is not causal") and "set is_decoder = true in block.config" in err, err
+    assert (
+        err.startswith(f"stability: error: {path}: block.model = 'transformers:{model}': is not causal")
+        and "set is_decoder = true in block.config" in err
+    ), err
 
 
 def test_the_same_encoder_as_a_decoder_is_trained_and_its_attention_captured(tmp_path: Path) -> None:

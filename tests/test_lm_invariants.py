@@ -9,7 +9,17 @@ import math
 
 import pytest
 
-from stability.judge.lm_invariants import attention_logits, early_warning, growth_per_100, indicator, loss_spike, lr_sensitivity, lrs_of, output_logits, progress
+from stability.judge.lm_invariants import (
+    attention_logits,
+    early_warning,
+    growth_per_100,
+    indicator,
+    loss_spike,
+    lr_sensitivity,
+    lrs_of,
+    output_logits,
+    progress,
+)
 from stability.judge.verdict import Verdict
 from stability.measure.lm_records import LMRun
 
@@ -21,7 +31,13 @@ def _unmeasured(v: Verdict, why: str) -> None:
 
 
 def _run(
-    *, logits: list[list[float]] | None = None, every: int = 10, losses: list[float] | None = None, logz: list[tuple[float, float, float]] | None = None, diverged: int | None = None, **kw: float
+    *,
+    logits: list[list[float]] | None = None,
+    every: int = 10,
+    losses: list[float] | None = None,
+    logz: list[tuple[float, float, float]] | None = None,
+    diverged: int | None = None,
+    **kw: float,
 ) -> LMRun:
     """A run recording at steps 0, every, 2·every, …; logz as (mean, max, min) per record."""
     logits = logits if logits is not None else [[1.0, 2.0]] * 3
@@ -56,7 +72,9 @@ def test_an_infinite_logit_is_a_measured_violation_and_nan_is_not_a_crossing() -
 
 def test_growth_per_100_of_an_exponential_is_its_factor() -> None:
     steps = [0, 10, 20, 30, 40]
-    assert growth_per_100(steps, [2.0 * math.exp(0.03 * s) for s in steps]) == pytest.approx(math.exp(3.0), rel=1e-12, abs=0.0)
+    assert growth_per_100(steps, [2.0 * math.exp(0.03 * s) for s in steps]) == pytest.approx(
+        math.exp(3.0), rel=1e-12, abs=0.0
+    )
     assert growth_per_100(steps, [5.0] * 5) == pytest.approx(1.0, rel=1e-12, abs=0.0)
     assert math.isnan(growth_per_100([0, 10], [1.0, NAN]))
     grows = _run(logits=[[math.exp(0.02 * 10 * i)] for i in range(4)])  # ×e² = 7.39 per 100 steps
@@ -86,7 +104,9 @@ def test_output_logits_judges_the_largest_or_the_mean_from_a_step_on() -> None:
     logz = [(1.0, 2.0, -30.0), (6.0, 8.0, 1.0), (2.0, 3.0, 1.0)]
     v = output_logits(_run(logits=[[1.0]] * 3, logz=logz), max_abs_logz=10.0)
     assert not v.passed and v.observed == 30.0 and v.extra["first_step"] == 0  # |min| counts
-    v = output_logits(_run(logits=[[1.0]] * 3, logz=logz), max_abs_logz=10.0, after=0.3)  # from step 9 on: steps 10 and 20
+    v = output_logits(
+        _run(logits=[[1.0]] * 3, logz=logz), max_abs_logz=10.0, after=0.3
+    )  # from step 9 on: steps 10 and 20
     assert v.passed and v.observed == 8.0
     v = output_logits(_run(logits=[[1.0]] * 3, logz=logz), max_abs_logz=5.0, statistic="mean")
     assert not v.passed and v.observed == 6.0 and v.extra["first_step"] == 10
@@ -119,7 +139,9 @@ def test_a_non_finite_loss_is_an_infinite_spike_and_a_short_run_is_not_measured(
 
 
 def test_the_indicators_over_the_first_steps() -> None:
-    run = _run(logits=[[2.0, 1.0], [3.0, 10.0], [1e4, 1.0]], losses=[5.0] * 10 + [4.0] * 10 + [1.0] * 10, entropy_rate=1.0)
+    run = _run(
+        logits=[[2.0, 1.0], [3.0, 10.0], [1e4, 1.0]], losses=[5.0] * 10 + [4.0] * 10 + [1.0] * 10, entropy_rate=1.0
+    )
     run.entropy = [[2.0, 1.5], [0.5, 1.0], [0.0, 0.0]]
     assert indicator(run, "logit_growth", 20) == 5.0  # max(2, 10)/2 over steps 0 and 10
     assert indicator(run, "max_logit", 20) == 10.0
@@ -150,15 +172,26 @@ def test_lrs_on_a_hand_built_grid() -> None:
     grid = [0.01, 0.1, 1.0]
     runs = {}
     for seed, finals in ((0, [4.0, 2.0, NAN]), (1, [3.0, 3.0, 3.0])):
-        runs[seed] = {lr: LMRun(lr=lr, seed=seed, steps=10, eps=1e-8, initial_eval=5.0, final_eval=f, entropy_rate=1.0) for lr, f in zip(grid, finals, strict=True)}
+        runs[seed] = {
+            lr: LMRun(lr=lr, seed=seed, steps=10, eps=1e-8, initial_eval=5.0, final_eval=f, entropy_rate=1.0)
+            for lr, f in zip(grid, finals, strict=True)
+        }
     # seed 0: capped (4, 2, 5), L* = 2, LRS = (2 + 0 + 3)/3 = 5/3; seed 1: 0; mean 5/6
     v = lr_sensitivity(runs, lrs=grid, max_lrs=1.0)
-    assert v.passed and v.observed == pytest.approx(5 / 6, abs=1e-15) and v.extra["per_seed"] == {"0": pytest.approx(5 / 3, abs=1e-15), "1": 0.0}
+    assert (
+        v.passed
+        and v.observed == pytest.approx(5 / 6, abs=1e-15)
+        and v.extra["per_seed"] == {"0": pytest.approx(5 / 3, abs=1e-15), "1": 0.0}
+    )
     assert not lr_sensitivity(runs, lrs=grid, max_lrs=0.5).passed
 
 
 def test_lrs_is_not_measured_when_nothing_trained_or_a_rate_is_missing() -> None:
     grid = [0.01, 0.1, 1.0]
     dead = {0: {lr: LMRun(lr=lr, seed=0, steps=10, eps=1e-8, initial_eval=5.0, final_eval=NAN) for lr in grid}}
-    _unmeasured(lr_sensitivity(dead, lrs=grid, max_lrs=1.0), "no learning rate of the grid trained seed 0")  # LRS would be 0: a false green
-    _unmeasured(lr_sensitivity({0: {lr: dead[0][lr] for lr in grid[:2]}}, lrs=grid, max_lrs=1.0), "no run at learning rate 1")
+    _unmeasured(
+        lr_sensitivity(dead, lrs=grid, max_lrs=1.0), "no learning rate of the grid trained seed 0"
+    )  # LRS would be 0: a false green
+    _unmeasured(
+        lr_sensitivity({0: {lr: dead[0][lr] for lr in grid[:2]}}, lrs=grid, max_lrs=1.0), "no run at learning rate 1"
+    )

@@ -23,14 +23,23 @@ from stability.run.results import InvariantResult, SpecResult
 from stability.spec.load import parse_spec
 from stability.spec.schema import Spec
 
-CONTROL = (Path(__file__).resolve().parent.parent / "specs" / "control_lm_early_warning.toml").read_text(encoding="utf-8")
+CONTROL = (Path(__file__).resolve().parent.parent / "specs" / "control_lm_early_warning.toml").read_text(
+    encoding="utf-8"
+)
 
 
 def _spec(expect: str) -> Spec:
     return parse_spec(CONTROL.split("[expect.")[0] + expect, file="lm.toml")
 
 
-def _run(logits: list[float], *, losses: list[float] | None = None, logz: list[tuple[float, float, float]] | None = None, every: int = 5, diverged: int | None = None) -> LMRun:
+def _run(
+    logits: list[float],
+    *,
+    losses: list[float] | None = None,
+    logz: list[tuple[float, float, float]] | None = None,
+    every: int = 5,
+    diverged: int | None = None,
+) -> LMRun:
     n = len(logits)
     run = LMRun(lr=0.3, seed=0, steps=200, eps=1e-8, entropy_rate=2.0)
     run.recorded = [every * i for i in range(n)]
@@ -98,7 +107,10 @@ def test_output_logits_draws_log_z_with_its_band_and_the_bound_from_the_judged_s
     assert list(_line(fig, "mean over the tokens").get_ydata()) == [0.0, 2.0, 9.0]
     bounds = _gid(fig, BOUND_GID)
     segments = [seg for b in bounds for seg in b.get_segments()]
-    assert sorted((float(s[0][0]), float(s[0][1])) for s in segments) == [(100.0, -5.0), (100.0, 5.0)]  # from step after·steps = 100
+    assert sorted((float(s[0][0]), float(s[0][1])) for s in segments) == [
+        (100.0, -5.0),
+        (100.0, 5.0),
+    ]  # from step after·steps = 100
     (mark,) = _gid(fig, MARK_GID)
     assert list(mark.get_offsets()[0]) == [200.0, 9.0]
     _page_shows(result, list(figures))
@@ -112,7 +124,9 @@ def test_loss_spike_draws_the_loss_its_ceiling_and_marks_the_spike() -> None:
     figures, result = _figures(spec, "loss_spike", v)
     fig = figures["loss_spike"]
     (ceiling,) = _gid(fig, BOUND_GID)
-    assert list(ceiling.get_xdata()) == list(range(4, 12)) and ceiling.get_ydata()[4] == pytest.approx(4.5, abs=1e-12)  # 1.5 × mean(3, 3, 3, 3)
+    assert list(ceiling.get_xdata()) == list(range(4, 12)) and ceiling.get_ydata()[4] == pytest.approx(
+        4.5, abs=1e-12
+    )  # 1.5 × mean(3, 3, 3, 3)
     (mark,) = _gid(fig, MARK_GID)
     assert list(mark.get_offsets()[0]) == [8.0, 6.0]
     _page_shows(result, ["loss_spike"])
@@ -125,7 +139,12 @@ def test_early_warning_draws_the_indicator_as_it_stood_at_each_step_and_the_thre
     figures, result = _figures(spec, "early_warning", v)
     fig = figures["early_warning"]
     curve = _line(fig, "logit_growth")
-    assert list(curve.get_xdata()) == [0, 5, 10, 15] and list(curve.get_ydata()) == [1.0, 2.0, 4.0, 10.0]  # max l_t / l_0 up to each step
+    assert list(curve.get_xdata()) == [0, 5, 10, 15] and list(curve.get_ydata()) == [
+        1.0,
+        2.0,
+        4.0,
+        10.0,
+    ]  # max l_t / l_0 up to each step
     (threshold,) = _gid(fig, BOUND_GID)
     assert list(threshold.get_ydata()) == [5.6, 5.6]
     (mark,) = _gid(fig, MARK_GID)

@@ -59,7 +59,9 @@ def _verdicts(stem: str, seeds: range = SEEDS) -> list[tuple[bool, str, float]]:
     for name, expectation in spec.invariants():
         for seed in seeds:
             v, error = evaluate_lm(spec, name, corner_case(spec, seed=seed))
-            assert v is not None and error is None and is_evidence(v), f"{stem}::{name} seed {seed}: {error or v.detail}"
+            assert v is not None and error is None and is_evidence(v), (
+                f"{stem}::{name} seed {seed}: {error or v.detail}"
+            )
             out.append((v.passed == (expectation.expect == "holds"), name, v.observed))
             print(f"{stem}::{name} seed {seed}: {v.observed:.4g} ({v.detail})")
     return out
@@ -86,20 +88,46 @@ def test_lr_sensitivity_is_lower_with_qk_norm_and_z_loss_on_the_same_grid_and_se
 
 
 @pytest.mark.slow  # every language-model spec through stability check
-def test_stability_check_judges_the_ci_pairs_and_names_the_others_as_skipped(cli: Callable[..., tuple[int, str, str]], tmp_path: Path) -> None:
+def test_stability_check_judges_the_ci_pairs_and_names_the_others_as_skipped(
+    cli: Callable[..., tuple[int, str, str]], tmp_path: Path
+) -> None:
     fast = [SPECS / f"{stem}.toml" for pair in CI_PAIRS for stem in pair]
     code, out, _ = cli("check", *fast, "--profile", "ci")
     assert code == 0, out
     report = tmp_path / "ci.json"
-    code, out, _ = cli("check", SPECS / f"{LRS_PAIR[0]}.toml", SPECS / f"{THOROUGH_PAIRS[0][1]}.toml", SPECS / f"{CI_PAIRS[1][0]}.toml", "--profile", "ci", "--json", report)
+    code, out, _ = cli(
+        "check",
+        SPECS / f"{LRS_PAIR[0]}.toml",
+        SPECS / f"{THOROUGH_PAIRS[0][1]}.toml",
+        SPECS / f"{CI_PAIRS[1][0]}.toml",
+        "--profile",
+        "ci",
+        "--json",
+        report,
+    )
     assert code == 0 and "2 skipped in this profile" in out, out
-    skipped = [inv for spec in json.loads(report.read_text())["specs"] for inv in spec["invariants"] if inv["status"] == "skipped"]
-    assert len(skipped) == 2 and all(inv["message"].endswith("skipped in profile ci (train.profiles = thorough); run it with --profile thorough") for inv in skipped)
+    skipped = [
+        inv
+        for spec in json.loads(report.read_text())["specs"]
+        for inv in spec["invariants"]
+        if inv["status"] == "skipped"
+    ]
+    assert len(skipped) == 2 and all(
+        inv["message"].endswith("skipped in profile ci (train.profiles = thorough); run it with --profile thorough")
+        for inv in skipped
+    )
 
 
-def test_the_printed_reproduce_command_replays_the_case_bit_for_bit(cli: Callable[..., tuple[int, str, str]], tmp_path: Path) -> None:
+def test_the_printed_reproduce_command_replays_the_case_bit_for_bit(
+    cli: Callable[..., tuple[int, str, str]], tmp_path: Path
+) -> None:
     flipped = tmp_path / "flipped.toml"
-    flipped.write_text((SPECS / "control_lm_early_warning.toml").read_text(encoding="utf-8").replace('expect = "violated"', 'expect = "holds"'), encoding="utf-8")
+    flipped.write_text(
+        (SPECS / "control_lm_early_warning.toml")
+        .read_text(encoding="utf-8")
+        .replace('expect = "violated"', 'expect = "holds"'),
+        encoding="utf-8",
+    )
     code, out, _ = cli("check", flipped, "--profile", "ci", "--json", tmp_path / "search.json")
     assert code == 1, out
     (line,) = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("reproduce: ")]
@@ -108,6 +136,10 @@ def test_the_printed_reproduce_command_replays_the_case_bit_for_bit(cli: Callabl
     code, out, _ = cli(*argv[1:], "--json", tmp_path / "replay.json")
     assert code == 1, out
     search, replay = (
-        [{k: inv[k] for k in ("verdict", "observed", "detail", "extra", "case")} for inv in json.loads((tmp_path / f"{n}.json").read_text())["specs"][0]["invariants"]] for n in ("search", "replay")
+        [
+            {k: inv[k] for k in ("verdict", "observed", "detail", "extra", "case")}
+            for inv in json.loads((tmp_path / f"{n}.json").read_text())["specs"][0]["invariants"]
+        ]
+        for n in ("search", "replay")
     )
     assert search == replay and search[0]["observed"] > 5.6

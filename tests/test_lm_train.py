@@ -16,7 +16,16 @@ from torch import nn
 from stability.families.transformer import AttentionProbs
 from stability.measure.lm_capture import ProbsCapture as AttentionRecorder
 from stability.measure.lm_records import LMRun
-from stability.measure.lm_train import LanguageModel, adamw, language_model, lm_chain, lm_loss, lm_run, lr_factor, parameter_group
+from stability.measure.lm_train import (
+    LanguageModel,
+    adamw,
+    language_model,
+    lm_chain,
+    lm_loss,
+    lm_run,
+    lr_factor,
+    parameter_group,
+)
 from stability.spec.case import corner_case
 from stability.spec.load import parse_spec
 from stability.spec.schema import Spec, Train
@@ -55,7 +64,18 @@ warmup = {warmup}
 
 def lm_spec(**values: Any) -> Spec:
     """The LM spec above with these values (block and train: extra lines of those tables)."""
-    defaults: dict[str, Any] = {"block": "", "train": "", "depth": 1, "width": 16, "tokens": 8, "batch": 4, "dtype": "float32", "vocab": 8, "order": 1, "concentration": 1.0}
+    defaults: dict[str, Any] = {
+        "block": "",
+        "train": "",
+        "depth": 1,
+        "width": 16,
+        "tokens": 8,
+        "batch": 4,
+        "dtype": "float32",
+        "vocab": 8,
+        "order": 1,
+        "concentration": 1.0,
+    }
     defaults.update(lr=0.01, steps=5, warmup=0)
     return parse_spec(LM.format(**{**defaults, **values}))
 
@@ -81,7 +101,9 @@ class _Two(nn.Module):
         self.b = nn.Parameter(torch.full((2,), 3.0, dtype=torch.float64))
 
 
-@pytest.mark.parametrize(("decay", "expected"), [("coupled", 3.0 * (1 - 0.5 * 0.2 * 0.1)), ("independent", 3.0 * (1 - 0.5 * 0.1))])
+@pytest.mark.parametrize(
+    ("decay", "expected"), [("coupled", 3.0 * (1 - 0.5 * 0.2 * 0.1)), ("independent", 3.0 * (1 - 0.5 * 0.1))]
+)
 def test_weight_decay_is_coupled_to_the_learning_rate_or_independent_of_it(decay: str, expected: float) -> None:
     """With a zero gradient AdamW only decays: θ ← θ(1 − η_t λ) coupled, θ(1 − s_t λ) independent
     (η = 0.2, s_t = 0.5, λ = 0.1); biases and gains (one dimension) are not decayed."""
@@ -120,7 +142,9 @@ def test_the_gradient_rms_is_that_of_the_first_batch() -> None:
 
     model = language_model(spec, case)
     chain = lm_chain(spec, case)
-    chain.sample(64, 9, torch.Generator().manual_seed(derive_seed(3, 7)))  # the held-out set is drawn first, from its own stream
+    chain.sample(
+        64, 9, torch.Generator().manual_seed(derive_seed(3, 7))
+    )  # the held-out set is drawn first, from its own stream
     batch = chain.sample(4, 9, torch.Generator().manual_seed(derive_seed(3, 3)))
     objective, _, _ = lm_loss(model(batch[:, :-1]), batch[:, 1:], order=1, z_loss=0.0)
     objective.backward()
@@ -145,7 +169,9 @@ def test_the_z_loss_and_its_gradient_by_hand() -> None:
     objective.backward()
     p = [0.25, 0.75]
     assert logits.grad is not None
-    assert logits.grad[0, 0].tolist() == pytest.approx([p[0] + 2 * z * math.log(4) * p[0], p[1] - 1 + 2 * z * math.log(4) * p[1]], abs=1e-15)
+    assert logits.grad[0, 0].tolist() == pytest.approx(
+        [p[0] + 2 * z * math.log(4) * p[0], p[1] - 1 + 2 * z * math.log(4) * p[1]], abs=1e-15
+    )
 
 
 def test_only_targets_with_a_full_context_are_scored() -> None:
@@ -158,13 +184,17 @@ def test_only_targets_with_a_full_context_are_scored() -> None:
 
 def test_the_tied_readout_and_the_logit_softcap() -> None:
     torch.manual_seed(0)
-    model = LanguageModel(nn.Sequential(), vocab=5, width=4, tokens=3, final_norm=nn.Identity(), tied=True, softcap=None).double()
+    model = LanguageModel(
+        nn.Sequential(), vocab=5, width=4, tokens=3, final_norm=nn.Identity(), tied=True, softcap=None
+    ).double()
     with torch.no_grad():
         model.pos.normal_()
     x = torch.tensor([[0, 3, 4]])
     h = model.embed.weight[x] + model.pos  # (1, 3, 4)
     torch.testing.assert_close(model(x), h @ model.embed.weight.t() / 2.0, rtol=0, atol=1e-15)
-    capped = LanguageModel(nn.Sequential(), vocab=5, width=4, tokens=3, final_norm=nn.Identity(), tied=True, softcap=0.5).double()
+    capped = LanguageModel(
+        nn.Sequential(), vocab=5, width=4, tokens=3, final_norm=nn.Identity(), tied=True, softcap=0.5
+    ).double()
     capped.load_state_dict(model.state_dict())
     torch.testing.assert_close(capped(x), 0.5 * torch.tanh(model(x) / 0.5), rtol=0, atol=1e-15)
     assert float(capped(x).detach().abs().max()) < 0.5
@@ -173,12 +203,21 @@ def test_the_tied_readout_and_the_logit_softcap() -> None:
 def test_parameters_are_grouped_by_what_they_are() -> None:
     spec = lm_spec(block='qk_norm = "layer"\nresidual = "layerscale"')
     model = language_model(spec, corner_case(spec))
-    groups = {name: parameter_group(name, module) for mod, module in model.named_modules() for name in (f"{mod}.{p}" if mod else p for p, _ in module.named_parameters(recurse=False))}
+    groups = {
+        name: parameter_group(name, module)
+        for mod, module in model.named_modules()
+        for name in (f"{mod}.{p}" if mod else p for p, _ in module.named_parameters(recurse=False))
+    }
     assert groups["embed.weight"] == groups["pos"] == "embedding"
     assert groups["readout.weight"] == "readout"
     assert groups["blocks.0.attn.fn.q.weight"] == groups["blocks.0.attn.fn.out.bias"] == "attention"
     assert groups["blocks.0.mlp.fn.fc1.weight"] == "mlp"
-    assert groups["blocks.0.attn.fn.q_norm.weight"] == groups["blocks.0.attn.norm_in.weight"] == groups["final_norm.weight"] == "norm"
+    assert (
+        groups["blocks.0.attn.fn.q_norm.weight"]
+        == groups["blocks.0.attn.norm_in.weight"]
+        == groups["final_norm.weight"]
+        == "norm"
+    )
     assert groups["blocks.0.attn.gain.scale"] == "norm"  # a LayerScale gain
 
 
@@ -238,9 +277,21 @@ def test_a_run_that_can_represent_the_chain_reaches_its_entropy_rate_within_2_pe
     """An order-1 chain over 8 tokens: the embedding and readout alone can hold its rows. After
     300 AdamW steps the held-out loss is within 2% of H (and the chain's own loss on the same
     held-out tokens, its sampling error, within 2% of H too)."""
-    spec = lm_spec(width=16, tokens=16, batch=32, vocab=8, concentration=1.0, lr=0.01, steps=300, warmup=10, train='schedule = "cosine"\neval_sequences = 512\nrecord_every = 50')
+    spec = lm_spec(
+        width=16,
+        tokens=16,
+        batch=32,
+        vocab=8,
+        concentration=1.0,
+        lr=0.01,
+        steps=300,
+        warmup=10,
+        train='schedule = "cosine"\neval_sequences = 512\nrecord_every = 50',
+    )
     run = lm_run(spec, corner_case(spec, seed=0))
-    print(f"H = {run.entropy_rate:.4f}, held-out loss {run.final_eval:.4f} (the chain's own {run.oracle_eval:.4f}), from {run.initial_eval:.4f}")
+    print(
+        f"H = {run.entropy_rate:.4f}, held-out loss {run.final_eval:.4f} (the chain's own {run.oracle_eval:.4f}), from {run.initial_eval:.4f}"
+    )
     assert run.diverged_at is None
     assert abs(run.oracle_eval - run.entropy_rate) < 0.02 * run.entropy_rate
     assert run.final_eval < 1.02 * run.entropy_rate
@@ -265,7 +316,11 @@ def test_a_stopped_run_is_the_prefix_of_the_whole_run() -> None:
     case = corner_case(spec, seed=2)
     whole, part = lm_run(spec, case), lm_run(spec, case, stop_at=5)
     assert part.losses == whole.losses[:5]
-    assert part.recorded == [0, 2, 4] and part.max_logit == whole.max_logit[:3] and part.update_rms["mlp"] == whole.update_rms["mlp"][:3]
+    assert (
+        part.recorded == [0, 2, 4]
+        and part.max_logit == whole.max_logit[:3]
+        and part.update_rms["mlp"] == whole.update_rms["mlp"][:3]
+    )
     assert math.isnan(part.final_eval) and part.diverged_at is None and math.isfinite(whole.final_eval)
 
 

@@ -60,7 +60,12 @@ def spec(*, lr: float = 0.01, seconds: float = 30.0, expect: str = "holds"):  # 
 
 def met(s, name: str, verdict, error: str | None) -> bool:  # type: ignore[no-untyped-def]
     """The engine's rule: met by evidence only, passed as expected."""
-    return error is None and verdict is not None and is_evidence(verdict) and verdict.passed == (getattr(s.expect, name).expect == "holds")
+    return (
+        error is None
+        and verdict is not None
+        and is_evidence(verdict)
+        and verdict.passed == (getattr(s.expect, name).expect == "holds")
+    )
 
 
 def test_the_invariants_share_one_run_and_early_warning_reads_its_prefix() -> None:
@@ -81,7 +86,9 @@ def test_lr_sensitivity_runs_its_grid_for_every_seed_of_its_ensemble() -> None:
     s = spec()
     case = corner_case(s, seed=1)
     keys = lm_runs(s, "lr_sensitivity", case)
-    assert [(k[0].seed, k[1]) for k in keys][:3] == [(1, 0.001), (1, 0.01), (1, 0.1)] and len({k[0].seed for k in keys}) == 2
+    assert [(k[0].seed, k[1]) for k in keys][:3] == [(1, 0.001), (1, 0.01), (1, 0.1)] and len(
+        {k[0].seed for k in keys}
+    ) == 2
     cache: LMCache = {}
     v, error = evaluate_lm(s, "lr_sensitivity", case, cache=cache)
     assert error is None and v is not None and v.passed and len(cache) == 6
@@ -93,7 +100,12 @@ def test_a_run_that_diverges_before_the_bound_is_crossed_is_not_measured_and_no_
     for expect in ("holds", "violated"):
         s = spec(lr=1e30, expect=expect)
         v, error = evaluate_lm(s, "attention_logits", corner_case(s))
-        assert error is None and v is not None and not v.measured and v.detail.startswith("not measured: the run diverged at step 1"), v
+        assert (
+            error is None
+            and v is not None
+            and not v.measured
+            and v.detail.startswith("not measured: the run diverged at step 1")
+        ), v
         assert not met(s, "attention_logits", v, error)
 
 

@@ -30,7 +30,9 @@ EXPECT = {"gpt2": "violated", "llama": "violated", "mistral": "violated", "qwen3
 
 
 def test_every_zoo_decoder_family_has_its_two_language_model_specs() -> None:
-    assert sorted(p.stem for p in ZOO.glob("*.toml")) == sorted(f"{f}_{k}" for f in FAMILIES for k in ("attention_logits", "lr_sensitivity"))
+    assert sorted(p.stem for p in ZOO.glob("*.toml")) == sorted(
+        f"{f}_{k}" for f in FAMILIES for k in ("attention_logits", "lr_sensitivity")
+    )
     for path in ZOO.glob("*.toml"):
         spec = load_spec(path)
         assert spec.family == "library" and spec.train is not None and spec.train.task == "markov", path
@@ -39,7 +41,10 @@ def test_every_zoo_decoder_family_has_its_two_language_model_specs() -> None:
         assert name == path.stem.split("_", 1)[1], path
         assert spec.train.profiles == (["thorough"] if name == "lr_sensitivity" else ["ci", "dev", "thorough"]), path
         if path.stem.endswith("attention_logits"):
-            assert spec.expect.attention_logits is not None and spec.expect.attention_logits.expect == EXPECT[path.stem.split("_")[0]], path
+            assert (
+                spec.expect.attention_logits is not None
+                and spec.expect.attention_logits.expect == EXPECT[path.stem.split("_")[0]]
+            ), path
 
 
 def _met(stem: str, seed: int) -> tuple[bool, str]:
@@ -100,7 +105,9 @@ def _gpt2(lr: float) -> str:
     return (
         'name = "held-out-gpt2"\ndescription = "GPT-2"\nfamily = "library"\n\n[block]\nlayer = "tokens"\nmodel = "transformers:GPT2LMHeadModel"\n'
         'config = { n_embd = "width", n_layer = "depth", n_head = 4, n_positions = 16, bos_token_id = 1, eos_token_id = 2 }\n\n'
-        "[space]\ndepth = 2\nwidth = 32\ntokens = 16\nbatch = 16\n\n" + train + "[expect.attention_logits]\nmax_logit = 100.0\n"
+        "[space]\ndepth = 2\nwidth = 32\ntokens = 16\nbatch = 16\n\n"
+        + train
+        + "[expect.attention_logits]\nmax_logit = 100.0\n"
     )
 
 
@@ -108,7 +115,12 @@ def _gpt2(lr: float) -> str:
 def test_a_gpt2_lm_from_its_config_fails_attention_logits_at_lr_0_3_and_holds_at_0_01() -> None:
     for lr, passed in ((0.3, False), (0.01, True)):
         spec = parse_spec(_gpt2(lr), file=str(ROOT / "specs" / "held_out_gpt2.toml"))
-        assert spec.train is not None and spec.train.betas == (0.9, 0.95) and spec.train.decay == "independent" and spec.train.steps == 60
+        assert (
+            spec.train is not None
+            and spec.train.betas == (0.9, 0.95)
+            and spec.train.decay == "independent"
+            and spec.train.steps == 60
+        )
         v, error = evaluate_lm(spec, "attention_logits", corner_case(spec, seed=0), case_timeout=600)
         assert v is not None and error is None and v.measured and v.passed is passed, (lr, error, v and v.detail)
         print(f"lr {lr}: {v.detail}")

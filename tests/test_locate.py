@@ -31,7 +31,15 @@ def _line_of(text: str, marker: str) -> int:
         ("[expect.gradient_arrival.applies_when]\ndepth = [2]\n[expect.gradient_arrival]\nlo = 0.5\n", "applies_when]"),
         ("expect = { gradient_arrival = { lo = 0.5 } }\n", "expect = {"),
     ],
-    ids=["header", "quoted-header", "inline-table", "dotted-under-expect", "dotted-top-level", "sub-table-first", "inline-expect"],
+    ids=[
+        "header",
+        "quoted-header",
+        "inline-table",
+        "dotted-under-expect",
+        "dotted-top-level",
+        "sub-table-first",
+        "inline-expect",
+    ],
 )
 def test_every_shape_points_at_its_own_line(body: str, marker: str) -> None:
     text = HEAD + "\n# [expect.gradient_arrival] in a comment is not a header\n" + body + "\n[space]\ndepth = 2\n"
@@ -55,7 +63,12 @@ def test_strings_comments_and_multi_line_values_are_skipped() -> None:
     assert expectation_line(text, "variance_growth") == len(text.splitlines()) - 3
     paths = [path for path, _ in statements(text)]
     assert paths[:6] == [("name",), ("description",), ("literal",), ("quote",), ("values",), ("table",)]
-    assert paths[6:] == [("expect", "variance_growth"), ("expect", "variance_growth", "max_growth"), ("expect", "gradient_arrival"), ("expect", "gradient_arrival", "lo")]
+    assert paths[6:] == [
+        ("expect", "variance_growth"),
+        ("expect", "variance_growth", "max_growth"),
+        ("expect", "gradient_arrival"),
+        ("expect", "gradient_arrival", "lo"),
+    ]
 
 
 def test_an_expectation_not_written_or_an_unreadable_file_points_at_line_1(tmp_path: Path) -> None:

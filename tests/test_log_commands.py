@@ -72,8 +72,45 @@ def is_insertion(original: str, result: str) -> bool:
     return i == len(original)
 
 
-FRAGMENTS = ["##[", "##vso[", "##VSO[", "#", "##", "[", "]", "::", ":", " ", "\t", "\u00a0", "\u3000", "\n", "\r", "\r\n", "\x85", "\u2028", "\x0b"]
-FRAGMENTS += ["add-mask]", "stop-commands]tok", "error]", "group]", "add-mask::", "%0A", "%25", ",", "=", "\\", "`", "```", "|", "\x1b[31m", "\u200b", "x"]
+FRAGMENTS = [
+    "##[",
+    "##vso[",
+    "##VSO[",
+    "#",
+    "##",
+    "[",
+    "]",
+    "::",
+    ":",
+    " ",
+    "\t",
+    "\u00a0",
+    "\u3000",
+    "\n",
+    "\r",
+    "\r\n",
+    "\x85",
+    "\u2028",
+    "\x0b",
+]
+FRAGMENTS += [
+    "add-mask]",
+    "stop-commands]tok",
+    "error]",
+    "group]",
+    "add-mask::",
+    "%0A",
+    "%25",
+    ",",
+    "=",
+    "\\",
+    "`",
+    "```",
+    "|",
+    "\x1b[31m",
+    "\u200b",
+    "x",
+]
 hostile = st.one_of(st.lists(st.sampled_from(FRAGMENTS), max_size=12).map("".join), st.text(max_size=30))
 
 
@@ -135,13 +172,17 @@ def test_the_tools_own_command_passes_the_stream_on_a_line_of_its_own() -> None:
 
 @given(hostile, hostile)
 @settings(max_examples=300, deadline=None)
-def test_annotation_values_are_neutralised_and_round_trip_through_the_runners_unescaping(message: str, prop: str) -> None:
+def test_annotation_values_are_neutralised_and_round_trip_through_the_runners_unescaping(
+    message: str, prop: str
+) -> None:
     line = command("error", message, file=prop, title=prop, line=3)
     (own,) = check_log(line, commands=True)
     m = OWN.fullmatch(own)
     assert m is not None
     props = dict(p.split("=", 1) for p in (m.group(2) or "").split(","))
-    assert unescape(m.group(3)) == "\n".join(printable(part) for part in message.split("\n"))  # its lines, control characters shown as escapes
+    assert unescape(m.group(3)) == "\n".join(
+        printable(part) for part in message.split("\n")
+    )  # its lines, control characters shown as escapes
     assert unescape(props["file"]) == printable(prop) == unescape(props["title"])
     assert unescape(escape_data(message)) == neutralise(message) and unescape(escape_property(prop)) == neutralise(prop)
 
@@ -184,7 +225,17 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> object:
 def _results(spec: object, name: str, path: str, message: str, error: str, output: str) -> list[SpecResult]:
     hostile_spec = spec.model_copy(update={"name": name, "path": path, "description": message})  # type: ignore[attr-defined]
     results = [
-        InvariantResult("gradient_arrival", "holds", False, None, None, 1, message, reproduce=f"stability check {path} --case seed=1", error=error),
+        InvariantResult(
+            "gradient_arrival",
+            "holds",
+            False,
+            None,
+            None,
+            1,
+            message,
+            reproduce=f"stability check {path} --case seed=1",
+            error=error,
+        ),
         InvariantResult("variance_growth", "holds", True, None, None, 0, message, applicable=False),
         InvariantResult("identity_at_init", "holds", True, None, None, 0, message, skipped=True),
     ]
@@ -193,7 +244,9 @@ def _results(spec: object, name: str, path: str, message: str, error: str, outpu
 
 @given(name=hostile, path=hostile, message=hostile, error=hostile, output=hostile)
 @settings(max_examples=60, deadline=None)
-def test_every_rendered_stream_of_a_run_is_safe_in_a_log(base: object, name: str, path: str, message: str, error: str, output: str) -> None:
+def test_every_rendered_stream_of_a_run_is_safe_in_a_log(
+    base: object, name: str, path: str, message: str, error: str, output: str
+) -> None:
     results = _results(base, name, path or "x.toml", message, error, output)
     sink = io.StringIO()
     console = Console(
@@ -209,14 +262,23 @@ def test_every_rendered_stream_of_a_run_is_safe_in_a_log(base: object, name: str
     # The lines each path prints without a console, as they are built (before the stream's guard).
     check_log(spec_line(results[0], seconds=1.0))
     check_log(job_summary(results, seconds=1.0, errors=[error, f"{path}: {message}"]))
-    own = check_log("\n".join(workflow_commands(results, load_errors=[(path or "x.toml", message)], environ={"GITHUB_WORKSPACE": "/nowhere"})), commands=True)
+    own = check_log(
+        "\n".join(
+            workflow_commands(
+                results, load_errors=[(path or "x.toml", message)], environ={"GITHUB_WORKSPACE": "/nowhere"}
+            )
+        ),
+        commands=True,
+    )
     assert len(own) == 4  # the load error, the unmet one, the n/a warning, the skipped notice
     check_log(cell(message) + "\n" + cell(name))
 
 
 def test_a_run_of_backticks_in_the_output_cannot_close_the_summarys_code_fence(base: object) -> None:
     output = "before\n````\n# heading\n`````````` more\nafter"
-    (summary_section,) = [s for s in job_summary(_results(base, "n", "x.toml", "m", "e", output), seconds=1.0).split("<details>")[1:]]
+    (summary_section,) = [
+        s for s in job_summary(_results(base, "n", "x.toml", "m", "e", output), seconds=1.0).split("<details>")[1:]
+    ]
     fence = re.search(r"^(`{3,})text$", summary_section, re.M)
     assert fence is not None
     ticks = fence.group(1)
@@ -271,11 +333,19 @@ def _repo(tmp_path: Path) -> Path:
 
 def _env(tmp_path: Path, **more: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "PYTEST_", "STABILITY_"))}
-    return {**env, "GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(tmp_path), "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"), **more}
+    return {
+        **env,
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_WORKSPACE": str(tmp_path),
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+        **more,
+    }
 
 
 def _stability(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "stability", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "stability", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_check_on_github_with_hostile_names_messages_and_output(tmp_path: Path) -> None:
@@ -328,7 +398,14 @@ def test_the_pytest_plugin_with_hostile_names_messages_and_output(tmp_path: Path
     repo = _repo(tmp_path)
     (repo / "pytest.ini").write_text("[pytest]\n")
     env = _env(repo)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "specs", "-p", "no:cacheprovider", "-v", "-rA", "-n", "0"], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "specs", "-p", "no:cacheprovider", "-v", "-rA", "-n", "0"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stdout[-3000:]
     check_log(proc.stdout)
     check_log(proc.stderr)
@@ -340,7 +417,20 @@ def test_sweep_and_zoo_with_hostile_names_and_messages(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     env = _env(repo)
     spec = "specs/gate ##[stop-commands]tok.toml"
-    sweep = _stability("sweep", spec, "--over", "depth=1", "--seeds", "1", "--no-budget", "--serial", "--db", "s.sqlite", cwd=repo, env=env)
+    sweep = _stability(
+        "sweep",
+        spec,
+        "--over",
+        "depth=1",
+        "--seeds",
+        "1",
+        "--no-budget",
+        "--serial",
+        "--db",
+        "s.sqlite",
+        cwd=repo,
+        env=env,
+    )
     check_log(sweep.stdout)
     check_log(sweep.stderr)
     assert "##\\[add-mask]SECRET" in sweep.stdout + sweep.stderr, sweep.stdout + sweep.stderr

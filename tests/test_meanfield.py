@@ -140,7 +140,9 @@ def test_bad_input() -> None:
 
 def test_log_rate_variance() -> None:
     plain = mf.layer_profile("tanh", sigma_w2=1.5, sigma_b2=0.05, depth=5)
-    assert mf.log_rate_variance(plain, width=32) == pytest.approx(sum(mf.log_factor_variance(plain, width=32)), rel=1e-15, abs=0.0)
+    assert mf.log_rate_variance(plain, width=32) == pytest.approx(
+        sum(mf.log_factor_variance(plain, width=32)), rel=1e-15, abs=0.0
+    )
     # Residual ReLU, α = 0.5, σ_w² = 2, two blocks: χ_F = 1, p = (1, 1.25), ρ = √(1/1.25), a = 0.25/1.25,
     # v = (4α²χ_F + α⁴χ_F²·5)/(n (1 + α²χ_F)²) per block, plus 2a²·(2/π)·arcsin(ρ)/n.
     res = mf.layer_profile("relu", sigma_w2=2.0, depth=2, residual=True, branch_scale=0.5)

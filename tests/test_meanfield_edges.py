@@ -33,23 +33,33 @@ def test_gaussian_moments_at_any_variance(q: float) -> None:
 
 @pytest.mark.parametrize("activation", ["tanh", "gelu", "sigmoid", "relu", "identity"])
 def test_a_stack_without_weights_or_bias_collapses_to_zero(activation: str) -> None:
-    assert mean_field(activation, sigma_w2=0.0) == MeanField(activation, 0.0, 0.0, 0.0, 0.0, 0.0)  # ξ = 0: gone in one block
+    assert mean_field(activation, sigma_w2=0.0) == MeanField(
+        activation, 0.0, 0.0, 0.0, 0.0, 0.0
+    )  # ξ = 0: gone in one block
 
 
 def test_the_defaults_are_no_bias_and_a_unit_branch() -> None:
-    assert chi1("tanh", sigma_w2=1.5) == mean_field("tanh", sigma_w2=1.5, sigma_b2=0.0).chi1 != mean_field("tanh", sigma_w2=1.5, sigma_b2=1.0).chi1
+    assert (
+        chi1("tanh", sigma_w2=1.5)
+        == mean_field("tanh", sigma_w2=1.5, sigma_b2=0.0).chi1
+        != mean_field("tanh", sigma_w2=1.5, sigma_b2=1.0).chi1
+    )
     assert chi1("relu", sigma_w2=1.0, residual=True) == pytest.approx(1.5, rel=1e-14, abs=0)  # 1 + α²σ_w²/2 with α = 1
     assert mean_field("relu", sigma_w2=1.0, residual=True).chi1 == pytest.approx(1.5, rel=1e-14, abs=0)
     assert critical_sigma_w2("tanh") == pytest.approx(1.0, abs=1e-6)  # tanh′(0) = 1: σ_w² = 1 without bias
 
 
 def test_no_edge_of_chaos_in_range_is_an_error_that_says_so() -> None:
-    with pytest.raises(ValueError, match=r"^no critical sigma_w2 in \[1e-3, 1e4\] for tanh with sigma_b2 = 1000000000000.0$"):
+    with pytest.raises(
+        ValueError, match=r"^no critical sigma_w2 in \[1e-3, 1e4\] for tanh with sigma_b2 = 1000000000000.0$"
+    ):
         critical_sigma_w2("tanh", 1e12)
 
 
 def test_bad_parameters_are_refused_in_one_line_each() -> None:
-    with pytest.raises(ValueError, match=r"^unknown activation 'foo'; expected one of relu, tanh, gelu, sigmoid, identity$"):
+    with pytest.raises(
+        ValueError, match=r"^unknown activation 'foo'; expected one of relu, tanh, gelu, sigmoid, identity$"
+    ):
         mean_field("foo", sigma_w2=1.0)
     with pytest.raises(ValueError, match=r"^sigma_b2 must be a finite number >= 0, got -1\.0$"):
         mean_field("tanh", sigma_w2=1.0, sigma_b2=-1.0)
@@ -60,34 +70,56 @@ def test_bad_parameters_are_refused_in_one_line_each() -> None:
 def test_a_residual_stream_grows_whenever_the_branch_adds_anything() -> None:
     assert mean_field("tanh", sigma_w2=1.0, sigma_b2=5.0, residual=True).q_star == math.inf
     assert mean_field("tanh", sigma_w2=0.0, sigma_b2=0.0, residual=True).q_star == 1.0  # nothing added: p stays p₀ = 1
-    want = 1.0 + gaussian_expectation(lambda x: (1.0 - np.tanh(x) ** 2) ** 2, 1.0)  # 1 + σ_w² E[tanh′(z)²] at the input's p = 1
+    want = 1.0 + gaussian_expectation(
+        lambda x: (1.0 - np.tanh(x) ** 2) ** 2, 1.0
+    )  # 1 + σ_w² E[tanh′(z)²] at the input's p = 1
     assert mean_field("tanh", sigma_w2=1.0, residual=True).chi1 == pytest.approx(want, rel=1e-12, abs=0)
-    assert layer_profile("tanh", sigma_w2=1.0, depth=3, residual=True) == layer_profile("tanh", sigma_w2=1.0, depth=3, residual=True, branch_scale=1.0)
+    assert layer_profile("tanh", sigma_w2=1.0, depth=3, residual=True) == layer_profile(
+        "tanh", sigma_w2=1.0, depth=3, residual=True, branch_scale=1.0
+    )
 
 
 def test_width_one_and_a_zero_branch_and_a_malformed_profile() -> None:
     p = layer_profile("relu", sigma_w2=2.0, depth=3)
-    assert log_factor_variance(p, width=1) == pytest.approx(tuple(10 * v for v in log_factor_variance(p, width=10)), rel=1e-14, abs=0)
-    zero = LayerProfile(q=(1.0, 1.0), chi=(1.0, 1.0), kappa=(2.0, 2.0), residual=True, branch_scale=0.0, activation="relu")
+    assert log_factor_variance(p, width=1) == pytest.approx(
+        tuple(10 * v for v in log_factor_variance(p, width=10)), rel=1e-14, abs=0
+    )
+    zero = LayerProfile(
+        q=(1.0, 1.0), chi=(1.0, 1.0), kappa=(2.0, 2.0), residual=True, branch_scale=0.0, activation="relu"
+    )
     assert log_factor_variance(zero, width=4) == (0.0, 0.0)
     with pytest.raises(ValueError):
-        log_factor_variance(LayerProfile(q=(1.0,), chi=(2.0, 2.0), kappa=(2.0,), residual=False, branch_scale=1.0), width=4)
+        log_factor_variance(
+            LayerProfile(q=(1.0,), chi=(2.0, 2.0), kappa=(2.0,), residual=False, branch_scale=1.0), width=4
+        )
 
 
 @pytest.mark.parametrize(("q", "rho"), [((0.0, 0.0), 1.0), ((4.0, 1.0), 1.0), ((1.0, 4.0), 0.5)])
-def test_the_relu_covariance_between_blocks_uses_the_streams_correlation_clipped_to_one(q: tuple[float, float], rho: float) -> None:
+def test_the_relu_covariance_between_blocks_uses_the_streams_correlation_clipped_to_one(
+    q: tuple[float, float], rho: float
+) -> None:
     p = LayerProfile(q=q, chi=(2.0, 3.0), kappa=(2.0, 2.0), residual=True, branch_scale=1.0, activation="relu")
     cross = 2 * (1 / 2) * (2 / 3) * (2 / math.pi) * math.asin(rho) / 10  # weights χ_F/(1 + χ_F) with χ_F = χ − 1
-    assert log_rate_variance(p, width=10) == pytest.approx(sum(log_factor_variance(p, width=10)) + cross, rel=1e-14, abs=0)
+    assert log_rate_variance(p, width=10) == pytest.approx(
+        sum(log_factor_variance(p, width=10)) + cross, rel=1e-14, abs=0
+    )
 
 
 def test_the_smooth_covariance_with_kappa_below_two() -> None:
-    p = LayerProfile(q=(1.0, 1.0), chi=(2.0, 3.0), kappa=(1.5, 1.25), residual=True, branch_scale=1.0, activation="tanh")
+    p = LayerProfile(
+        q=(1.0, 1.0), chi=(2.0, 3.0), kappa=(1.5, 1.25), residual=True, branch_scale=1.0, activation="tanh"
+    )
     cross = 2 * (1 / 2) * (2 / 3) * math.sqrt(0.5 * 0.25) / 10
-    assert log_rate_variance(p, width=10) == pytest.approx(sum(log_factor_variance(p, width=10)) + cross, rel=1e-14, abs=0)
+    assert log_rate_variance(p, width=10) == pytest.approx(
+        sum(log_factor_variance(p, width=10)) + cross, rel=1e-14, abs=0
+    )
 
 
 def test_fixed_points_in_closed_form_at_the_corners() -> None:
-    assert fixed_point("relu", sigma_w2=2.0) == 1.0 and fixed_point("relu", sigma_w2=2.0, q0=3.0) == 3.0  # every q is fixed: q0 itself
+    assert (
+        fixed_point("relu", sigma_w2=2.0) == 1.0 and fixed_point("relu", sigma_w2=2.0, q0=3.0) == 3.0
+    )  # every q is fixed: q0 itself
     assert fixed_point("relu", sigma_w2=3.0) == math.inf  # slope 3/2 without bias: no finite fixed point
-    assert fixed_point("tanh", sigma_w2=0.5) == 0.0 and fixed_point("gelu", sigma_w2=0.5) == 0.0  # ordered, no bias: collapses to exactly 0
+    assert (
+        fixed_point("tanh", sigma_w2=0.5) == 0.0 and fixed_point("gelu", sigma_w2=0.5) == 0.0
+    )  # ordered, no bias: collapses to exactly 0

@@ -23,7 +23,9 @@ def _within(expected: float, rtol: float) -> object:
 def test_small_q_uses_gauss_hermite_and_it_is_exact_on_polynomials(q: float) -> None:
     assert mf.gaussian_expectation(lambda x: x * x, q) == _within(q, 1e-13)
     assert mf.gaussian_expectation(lambda x: x**4, q) == _within(3 * q * q, 1e-13)
-    assert mf.gaussian_expectation(lambda x: np.maximum(x, 0.0) ** 2, q) == _within(q / 2, 1e-13)  # symmetric nodes: exact
+    assert mf.gaussian_expectation(lambda x: np.maximum(x, 0.0) ** 2, q) == _within(
+        q / 2, 1e-13
+    )  # symmetric nodes: exact
 
 
 def test_residual_chi1_with_a_branch_slope_other_than_one() -> None:
@@ -40,7 +42,9 @@ def test_residual_chi1_with_a_branch_slope_other_than_one() -> None:
 def test_residual_profile_with_bias_adds_alpha_squared_sigma_b_squared_per_block() -> None:
     # ReLU: p_{l+1} = p_l + α²(σ_w² p_l/2 + σ_b²) = p_l(1 + α²σ_w²/2) + α²σ_b²
     a2, sw2, sb2 = 0.25, 1.0, 0.4
-    p = mf.layer_profile("relu", sigma_w2=sw2, sigma_b2=sb2, depth=4, residual=True, branch_scale=0.5, input_second_moment=2.0)
+    p = mf.layer_profile(
+        "relu", sigma_w2=sw2, sigma_b2=sb2, depth=4, residual=True, branch_scale=0.5, input_second_moment=2.0
+    )
     want = [2.0]
     for _ in range(3):
         want.append(want[-1] * (1 + a2 * sw2 / 2) + a2 * sb2)

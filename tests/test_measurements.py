@@ -54,7 +54,18 @@ def test_every_shipped_specs_measurements_round_trip_exactly(path: Path) -> None
 
 
 def test_non_finite_numbers_and_tuples_keep_their_values_and_types() -> None:
-    m = Measurements([math.inf, 1.0], [math.nan, 2.0], [1.0, -math.inf], {"0.w": math.nan}, None, 0.5, 1, "gradient", [3, 3], {"pairs": [(1.0, math.nan)], "n": 2})
+    m = Measurements(
+        [math.inf, 1.0],
+        [math.nan, 2.0],
+        [1.0, -math.inf],
+        {"0.w": math.nan},
+        None,
+        0.5,
+        1,
+        "gradient",
+        [3, 3],
+        {"pairs": [(1.0, math.nan)], "n": 2},
+    )
     back = Measurements.from_json(m.to_json())
     assert _same(back, m)
     assert isinstance(back.extra["pairs"][0], tuple)

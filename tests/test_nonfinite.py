@@ -114,7 +114,9 @@ def test_low_precision_overflow_is_a_failed_verdict_naming_the_first_block(dtype
         assert f"block {first} produced a non-finite activation" in v.detail
 
 
-def test_overflow_through_check_is_exit_1_not_a_crash(cli: Callable[..., tuple[int, str, str]], write_spec: Callable[..., Path]) -> None:
+def test_overflow_through_check_is_exit_1_not_a_crash(
+    cli: Callable[..., tuple[int, str, str]], write_spec: Callable[..., Path]
+) -> None:
     path = write_spec(  # bounds so wide that only a non-finite value can fail the invariant
         'name = "overflow"\ndescription = "d"\nfamily = "plain"\n[block]\nactivation = "identity"\n'
         '[space]\ndepth = [1, 8]\nwidth = 8\nbatch = 4\nweight_init = ["normal"]\ninit_std = 20.0\n'

@@ -113,19 +113,27 @@ KINDS = ["fifo", "device", "folder"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_job_summary_that_is_not_a_regular_file_is_one_warning_and_the_runs_exit_code(repo: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+def test_a_job_summary_that_is_not_a_regular_file_is_one_warning_and_the_runs_exit_code(
+    repo: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
     path = special(repo, kind)
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(path))
     code, out, err = cli("check", "a.toml", "--profile", "ci", "--in-process", "--github")
     assert code == 0, err
     warnings = [line for line in err.splitlines() if line.strip()]
-    assert len(warnings) == 1 and warnings[0].startswith("stability: warning: GITHUB_STEP_SUMMARY=") and "the verdict is unchanged" in warnings[0], err
+    assert (
+        len(warnings) == 1
+        and warnings[0].startswith("stability: warning: GITHUB_STEP_SUMMARY=")
+        and "the verdict is unchanged" in warnings[0]
+    ), err
     assert f"is {'a FIFO' if kind == 'fifo' else 'a device' if kind == 'device' else 'a folder'}" in warnings[0]
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("option", ["--json", "--junit", "--sarif", "--html"])
-def test_a_check_report_path_that_is_not_a_regular_file_is_refused_before_the_run(repo: Path, cli: Cli, option: str, kind: str) -> None:
+def test_a_check_report_path_that_is_not_a_regular_file_is_refused_before_the_run(
+    repo: Path, cli: Cli, option: str, kind: str
+) -> None:
     path = special(repo, kind)
     if option == "--html" and kind == "folder":
         path = special(path, "fifo").parent  # a folder whose index.html is a FIFO
@@ -137,9 +145,29 @@ def test_a_check_report_path_that_is_not_a_regular_file_is_refused_before_the_ru
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_sweep_store_or_report_that_is_not_a_regular_file_is_refused(repo: Path, cli: Cli, kind: str) -> None:
     path = special(repo, kind)
-    one_error(cli("sweep", "a.toml", "--over", "depth=1", "--seeds", "1", "--no-budget", "--serial", "-q", "--db", path), "--db")
+    one_error(
+        cli("sweep", "a.toml", "--over", "depth=1", "--seeds", "1", "--no-budget", "--serial", "-q", "--db", path),
+        "--db",
+    )
     if kind != "folder":
-        one_error(cli("sweep", "a.toml", "--over", "depth=1", "--seeds", "1", "--no-budget", "--serial", "-q", "--db", repo / "s.sqlite", "--html", path), "--html")
+        one_error(
+            cli(
+                "sweep",
+                "a.toml",
+                "--over",
+                "depth=1",
+                "--seeds",
+                "1",
+                "--no-budget",
+                "--serial",
+                "-q",
+                "--db",
+                repo / "s.sqlite",
+                "--html",
+                path,
+            ),
+            "--html",
+        )
 
 
 @pytest.fixture
@@ -156,12 +184,16 @@ ZOO_SPEC = Path(__file__).resolve().parents[1] / "specs" / "zoo" / "bert.toml"
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_zoo_md_that_is_not_a_regular_file_is_refused_before_measuring(repo: Path, cli: Cli, unmeasured: None, kind: str) -> None:
+def test_zoo_md_that_is_not_a_regular_file_is_refused_before_measuring(
+    repo: Path, cli: Cli, unmeasured: None, kind: str
+) -> None:
     path = special(repo, kind)
     one_error(cli("zoo", ZOO_SPEC, "-q", "--md", path), "--md", str(path))
 
 
-def test_zoo_md_without_the_markers_is_refused_before_measuring_and_left_as_it_was(repo: Path, cli: Cli, unmeasured: None) -> None:
+def test_zoo_md_without_the_markers_is_refused_before_measuring_and_left_as_it_was(
+    repo: Path, cli: Cli, unmeasured: None
+) -> None:
     notes = repo / "notes.md"
     notes.write_text("# my notes\n")
     one_error(cli("zoo", ZOO_SPEC, "-q", "--md", notes), "no zoo-table markers")
@@ -183,7 +215,9 @@ COMPARE = ("zoo", "--compare", "transformers==4.53.3", "transformers==4.54.1", Z
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_zoo_compare_md_that_is_not_a_regular_file_is_refused_before_installing(repo: Path, cli: Cli, uninstalled: None, kind: str) -> None:
+def test_zoo_compare_md_that_is_not_a_regular_file_is_refused_before_installing(
+    repo: Path, cli: Cli, uninstalled: None, kind: str
+) -> None:
     path = special(repo, kind)
     one_error(cli(*COMPARE, "--md", path), "--md", str(path))
 
@@ -197,16 +231,32 @@ def test_zoo_compare_md_replaces_only_an_earlier_comparison(repo: Path, cli: Cli
     one_error(cli(*COMPARE, "--md", notes), "is not a stability zoo comparison report")
     assert notes.read_text() == "# my notes\n"
     earlier = repo / "compare.md"
-    earlier.write_text(markdown("transformers==4.53.3", "transformers==4.54.1", [], {}, {"transformers==4.53.3": {"transformers": "4.53.3"}}, compared=0), encoding="utf-8")
-    assert check_report_path("--md", str(earlier), "zoo comparison") == earlier.resolve()  # its own earlier report: replaced
+    earlier.write_text(
+        markdown(
+            "transformers==4.53.3",
+            "transformers==4.54.1",
+            [],
+            {},
+            {"transformers==4.53.3": {"transformers": "4.53.3"}},
+            compared=0,
+        ),
+        encoding="utf-8",
+    )
+    assert (
+        check_report_path("--md", str(earlier), "zoo comparison") == earlier.resolve()
+    )  # its own earlier report: replaced
 
 
 @pytest.mark.parametrize("kind", ["fifo", "device"])
-def test_zoo_html_that_is_not_a_folder_is_refused_before_measuring(repo: Path, cli: Cli, unmeasured: None, kind: str) -> None:
+def test_zoo_html_that_is_not_a_folder_is_refused_before_measuring(
+    repo: Path, cli: Cli, unmeasured: None, kind: str
+) -> None:
     one_error(cli("zoo", ZOO_SPEC, "-q", "--html", special(repo, kind)), "--html", "give a folder")
 
 
-def test_zoo_html_never_replaces_a_hand_written_zoo_page_but_replaces_its_own(repo: Path, cli: Cli, unmeasured: None) -> None:
+def test_zoo_html_never_replaces_a_hand_written_zoo_page_but_replaces_its_own(
+    repo: Path, cli: Cli, unmeasured: None
+) -> None:
     from stability.report.zoo import check_zoo_html, write_zoo_html
 
     out = repo / "out"
@@ -229,13 +279,30 @@ def test_zoo_html_never_replaces_a_hand_written_zoo_page_but_replaces_its_own(re
 
 def test_another_tools_sarif_or_json_is_never_replaced(repo: Path, cli: Cli) -> None:
     ruff = repo / "ruff.sarif"
-    ruff.write_text(json.dumps({"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0", "runs": [{"tool": {"driver": {"name": "ruff"}}, "results": []}]}, indent=2))
+    ruff.write_text(
+        json.dumps(
+            {
+                "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+                "version": "2.1.0",
+                "runs": [{"tool": {"driver": {"name": "ruff"}}, "results": []}],
+            },
+            indent=2,
+        )
+    )
     before = ruff.read_text()
-    one_error(cli("check", "a.toml", "--profile", "ci", "--in-process", "--sarif", ruff), "--sarif", "is not a stability SARIF report")
+    one_error(
+        cli("check", "a.toml", "--profile", "ci", "--in-process", "--sarif", ruff),
+        "--sarif",
+        "is not a stability SARIF report",
+    )
     assert ruff.read_text() == before
     other = repo / "other.json"
     other.write_text(json.dumps({"schema_version": 3, "tool": "another"}, indent=2))
-    one_error(cli("check", "a.toml", "--profile", "ci", "--in-process", "--json", other), "--json", "is not a stability JSON report")
+    one_error(
+        cli("check", "a.toml", "--profile", "ci", "--in-process", "--json", other),
+        "--json",
+        "is not a stability JSON report",
+    )
     assert json.loads(other.read_text())["tool"] == "another"
     # Its own earlier reports are replaced.
     assert cli("check", "a.toml", "--profile", "ci", "--in-process", "--sarif", "s.sarif", "--json", "r.json")[0] == 0

@@ -97,13 +97,29 @@ def _pytest(paths: list[Path], case: str, tmp_path: Path) -> dict[tuple[str, str
         )
     )
     (folder / "pytest.ini").write_text("[pytest]\n")
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "record_results", "--stability-profile", "ci", "--rootdir", str(folder)]
+    args = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "record_results",
+        "--stability-profile",
+        "ci",
+        "--rootdir",
+        str(folder),
+    ]
     args += [f"--stability-case={case}", *map(str, paths)]  # an empty case is each spec's corner
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}
     run = subprocess.run(args, cwd=folder, capture_output=True, text=True, timeout=1800, env=env)
     assert (folder / "seen.json").is_file(), run.stdout + run.stderr
     seen = json.loads((folder / "seen.json").read_text())
-    return {(spec, case): {n: (m, st, p, float(o) if isinstance(o, str) else o) for n, (m, st, p, o) in inv.items()} for spec, inv in seen.items()}
+    return {
+        (spec, case): {n: (m, st, p, float(o) if isinstance(o, str) else o) for n, (m, st, p, o) in inv.items()}
+        for spec, inv in seen.items()
+    }
 
 
 def _sweep_outcome(spec: Spec, case_text: str, executor: Any, tmp_path: Path) -> Outcome:
@@ -111,7 +127,9 @@ def _sweep_outcome(spec: Spec, case_text: str, executor: Any, tmp_path: Path) ->
     case = parse_case_string(case_text, spec)
     names = [n for n, _ in spec.invariants() if not INVARIANTS.get(n).training]
     with Store(tmp_path / f"{spec.name}.sqlite") as store:
-        result = run_sweep(spec, [], store, executor, seeds=[case.seed], budgets=False, invariants=names, version="paths")
+        result = run_sweep(
+            spec, [], store, executor, seeds=[case.seed], budgets=False, invariants=names, version="paths"
+        )
     (point,) = result.points
     out: Outcome = {}
     for n in names:
@@ -131,10 +149,16 @@ def _html_numbers(results: list[Any]) -> list[tuple[str, str]]:
 def _compare(paths: list[Path], cases: tuple[str, ...], tmp_path: Path) -> None:
     specs = [load_spec(p.relative_to(ROOT)) for p in paths]
     tasks = _tasks(specs, cases)
-    here = {(t.spec.name, t.case): {r.name: _key(r) for r in o.result.results} for t, o in zip(tasks, executor_for("in-process").map(tasks), strict=True)}
+    here = {
+        (t.spec.name, t.case): {r.name: _key(r) for r in o.result.results}
+        for t, o in zip(tasks, executor_for("in-process").map(tasks), strict=True)
+    }
     workers = executor_for("workers", jobs=2)
     there_outcomes = workers.map(tasks)
-    there = {(t.spec.name, t.case): {r.name: _key(r) for r in o.result.results} for t, o in zip(tasks, there_outcomes, strict=True)}
+    there = {
+        (t.spec.name, t.case): {r.name: _key(r) for r in o.result.results}
+        for t, o in zip(tasks, there_outcomes, strict=True)
+    }
     assert there == here or all(_same(there[k], here[k]) for k in here), "workers and in-process disagree"
     plugin: dict[tuple[str, str], Outcome] = {}
     for case in cases:
@@ -148,8 +172,12 @@ def _compare(paths: list[Path], cases: tuple[str, ...], tmp_path: Path) -> None:
         by_case.setdefault(t.case or "", []).append(res)
     for case, results in by_case.items():
         printed = _html_numbers(results)
-        expected = [(r.name, _fmt(r.verdict.observed) if r.verdict is not None else "—") for res in results for r in res.results]
-        assert [(n, shown.split(" ")[0]) for n, shown in printed] == expected, f"the HTML report shows other numbers at case {case!r}"
+        expected = [
+            (r.name, _fmt(r.verdict.observed) if r.verdict is not None else "—") for res in results for r in res.results
+        ]
+        assert [(n, shown.split(" ")[0]) for n, shown in printed] == expected, (
+            f"the HTML report shows other numbers at case {case!r}"
+        )
     for spec in specs:
         if all(INVARIANTS.get(n).training for n, _ in spec.invariants()):
             continue  # a sweep refuses training invariants (tests/test_sweep.py)
@@ -158,7 +186,10 @@ def _compare(paths: list[Path], cases: tuple[str, ...], tmp_path: Path) -> None:
             checked = {n: v for n, v in here[(spec.name, case)].items() if n in swept}
             for n in swept:  # the sweep's verdict is "holds on every seed"; met depends on the expectation
                 assert (swept[n][2], swept[n][3]) == (checked[n][2], checked[n][3]) or (
-                    checked[n][3] is not None and math.isnan(checked[n][3]) and swept[n][3] is not None and math.isnan(swept[n][3])
+                    checked[n][3] is not None
+                    and math.isnan(checked[n][3])
+                    and swept[n][3] is not None
+                    and math.isnan(swept[n][3])
                 ), f"sweep disagrees at {spec.name} {case} {n}: {swept[n]} vs {checked[n]}"
 
 
@@ -185,18 +216,40 @@ def test_every_shipped_spec_judges_alike_on_every_path(tmp_path: Path, part: int
         _compare(grids, CASES[:1], tmp_path / "grids")
 
 
-def test_applies_when_makes_the_same_cases_not_applicable_on_every_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec_text = (ROOT / "specs" / "plain_mlp.toml").read_text().replace("[expect.gradient_arrival]", "[expect.gradient_arrival]\napplies_when = { depth = [1, 2, 3] }", 1)
+def test_applies_when_makes_the_same_cases_not_applicable_on_every_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec_text = (
+        (ROOT / "specs" / "plain_mlp.toml")
+        .read_text()
+        .replace("[expect.gradient_arrival]", "[expect.gradient_arrival]\napplies_when = { depth = [1, 2, 3] }", 1)
+    )
     path = tmp_path / "specs" / "narrow.toml"
     path.parent.mkdir()
     path.write_text(spec_text.replace('name = "plain-mlp"', 'name = "narrow"'))
     # check and the JSON report: depth 5 is not applicable, depth 2 is judged
-    main(["check", str(path), "--case", "depth=5", "--json", str(tmp_path / "five.json"), "--html", str(tmp_path / "html")])
+    main(
+        [
+            "check",
+            str(path),
+            "--case",
+            "depth=5",
+            "--json",
+            str(tmp_path / "five.json"),
+            "--html",
+            str(tmp_path / "html"),
+        ]
+    )
     capsys.readouterr()
     five = {r["name"]: r for r in json.loads((tmp_path / "five.json").read_text())["specs"][0]["invariants"]}
-    assert five["gradient_arrival"]["status"] == "not_applicable" and five["variance_growth"]["status"] != "not_applicable"
+    assert (
+        five["gradient_arrival"]["status"] == "not_applicable" and five["variance_growth"]["status"] != "not_applicable"
+    )
     page = (tmp_path / "html" / "index.html").read_text()
-    assert 'title="not applicable"' in page and "✗" not in re.sub(r"<style>.*?</style>", "", page, flags=re.S).split("gradient_arrival")[1][:300]
+    assert (
+        'title="not applicable"' in page
+        and "✗" not in re.sub(r"<style>.*?</style>", "", page, flags=re.S).split("gradient_arrival")[1][:300]
+    )
     main(["check", str(path), "--case", "depth=2", "--json", str(tmp_path / "two.json")])
     capsys.readouterr()
     two = {r["name"]: r for r in json.loads((tmp_path / "two.json").read_text())["specs"][0]["invariants"]}

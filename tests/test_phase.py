@@ -50,9 +50,15 @@ def test_the_tanh_depth_budget_lands_near_six_xi(tmp_path: Path, sigma_w2: float
     make it differ, not the depth scale."""
     spec = load_spec(SPECS / "plain_tanh_mlp.toml")
     ga = spec.expect.gradient_arrival
-    assert ga is not None and math.isclose(-math.log(ga.lo), 3, rel_tol=1e-6) and math.isclose(math.log(ga.hi), 3, rel_tol=1e-6)
+    assert (
+        ga is not None
+        and math.isclose(-math.log(ga.lo), 3, rel_tol=1e-6)
+        and math.isclose(math.log(ga.hi), 3, rel_tol=1e-6)
+    )
     with Store(tmp_path / "r.sqlite") as store:
-        result = run_sweep(spec, [parse_axis(f"sigma_w2={sigma_w2}")], store, InProcessExecutor(), seeds=range(4), depth_range=(1, 64))
+        result = run_sweep(
+            spec, [parse_axis(f"sigma_w2={sigma_w2}")], store, InProcessExecutor(), seeds=range(4), depth_range=(1, 64)
+        )
     budget = next(b for b in result.budgets if b.invariant == "gradient_arrival")
     predicted = 6 * depth_scale("tanh", sigma_w2)
     assert budget.status == "found" and budget.budget is not None
@@ -68,7 +74,11 @@ def test_the_heatmap_draws_the_budgets_and_the_mean_field_line(tmp_path: Path) -
     fig = heatmap_figure(result, "gradient")
     assert isinstance(fig, Figure)
     labels = fig.axes[0].get_legend_handles_labels()[1]
-    assert any(lab.startswith("6ξ") for lab in labels) and any("budget" in lab for lab in labels) and any("χ₁ = 1" in lab for lab in labels)
+    assert (
+        any(lab.startswith("6ξ") for lab in labels)
+        and any("budget" in lab for lab in labels)
+        and any("χ₁ = 1" in lab for lab in labels)
+    )
     line = next(ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("6ξ"))
     x, y = line.get_data()
     k = int(np.argmin(np.abs(np.asarray(x) - 0.5)))

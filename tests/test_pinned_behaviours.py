@@ -55,7 +55,10 @@ def test_a_block_fed_an_earlier_blocks_output_is_not_in_the_chain() -> None:
     with pytest.raises(DiscoveryError, match=r"layers.2 \(Res\) does not take the tensor layers.1 returned"):
         discover(FedFromEarlier(), x, blocks="layers")
     found = discover(FedFromEarlier(), x)
-    assert found.blocks.names in (("layers.0", "layers.1"), ("layers.2", "layers.3"))  # a chain of two, never three or four
+    assert found.blocks.names in (
+        ("layers.0", "layers.1"),
+        ("layers.2", "layers.3"),
+    )  # a chain of two, never three or four
     assert len(found.blocks.modules) == 2
     assert sorted(s.names for s in found.stages) == [("layers.0", "layers.1"), ("layers.2", "layers.3")]
 
@@ -69,7 +72,10 @@ def test_chunked_variance_keeps_the_between_chunk_term(monkeypatch: pytest.Monke
     (Chan, Golub & LeVeque 1983: M2 = Σ M2_c + Σ n_c (mean_c − mean)²). The reference is float64
     over the whole tensor; `_CHUNK` is made small so the chunked path runs on a small tensor."""
     monkeypatch.setattr(reductions, "_CHUNK", chunk)
-    h = torch.cat([torch.full((chunk,), float(3 * i)) + torch.linspace(-0.5, 0.5, chunk) for i in range(5)] + [torch.tensor([7.0, -2.0])])  # (5·chunk + 2,): a short last chunk
+    h = torch.cat(
+        [torch.full((chunk,), float(3 * i)) + torch.linspace(-0.5, 0.5, chunk) for i in range(5)]
+        + [torch.tensor([7.0, -2.0])]
+    )  # (5·chunk + 2,): a short last chunk
     var, mean = reductions._var_mean64(h)
     want_var, want_mean = torch.var_mean(h.double(), correction=0)
     assert var.dtype == torch.float64 and mean.dtype == torch.float64
@@ -120,7 +126,14 @@ class Toy(schema.Expectation):
 
 
 def _toy(name: str) -> Invariant:
-    return Invariant(name=name, expectation=Toy, summary="a toy", label="a number", explanation=Explanation(summary="s", computes="c", fails="f", fixes="x"), judge=lambda m, e: None)
+    return Invariant(
+        name=name,
+        expectation=Toy,
+        summary="a toy",
+        label="a number",
+        explanation=Explanation(summary="s", computes="c", fails="f", fixes="x"),
+        judge=lambda m, e: None,
+    )
 
 
 @pytest.fixture

@@ -72,7 +72,10 @@ def test_a_false_claim_fails_with_the_shrunk_case_and_a_reproduction(tmp_path: P
     assert "2 passed" in run.stdout and "1 failed" in run.stdout
     # 0.1192^L < 0.01 from L = 3: the smallest failing depth.
     assert "smallest failing case depth=3,width=4" in run.stdout
-    assert "reproduce: stability check" in run.stdout and "reproduce: stability check specs/claim.toml --case depth=3,width=4," in run.stdout
+    assert (
+        "reproduce: stability check" in run.stdout
+        and "reproduce: stability check specs/claim.toml --case depth=3,width=4," in run.stdout
+    )
     cases = ET.parse(proj / "out.xml").getroot().iter("testcase")
     names = sorted(c.get("name") for c in cases)
     assert names == ["gradient_arrival", "gradient_arrival", "identity_at_init"]
@@ -83,10 +86,20 @@ def test_the_ids_pytest_v_prints_paste_back_and_select_the_same_item(tmp_path: P
     """`pytest -v` prints each item's node id (`specs/good.toml::identity_at_init`); it printed
     `specs/good::toml::identity_at_init` (the file name in the item's location, whose dots pytest
     turns into `::`), which selects nothing when pasted back."""
-    proj = project(tmp_path, good=GOOD, broken=GOOD.replace("depth = [1, 12]", "depth = [0, 12]").replace('"good"', '"broken"'))
+    proj = project(
+        tmp_path, good=GOOD, broken=GOOD.replace("depth = [1, 12]", "depth = [0, 12]").replace('"good"', '"broken"')
+    )
     run = pytest_run(proj, "-v")
-    printed = sorted(line.split()[0] for line in run.stdout.splitlines() if line.endswith("%]") and ("PASSED" in line or "FAILED" in line))
-    assert printed == ["specs/broken.toml::load", "specs/good.toml::gradient_arrival", "specs/good.toml::identity_at_init"], run.stdout
+    printed = sorted(
+        line.split()[0]
+        for line in run.stdout.splitlines()
+        if line.endswith("%]") and ("PASSED" in line or "FAILED" in line)
+    )
+    assert printed == [
+        "specs/broken.toml::load",
+        "specs/good.toml::gradient_arrival",
+        "specs/good.toml::identity_at_init",
+    ], run.stdout
     for node in printed:  # what the pasted id selects: collecting it lists the items a run would run
         again = pytest_run(proj, "--collect-only", "-q", node)
         assert [line for line in again.stdout.splitlines() if "::" in line] == [node], again.stdout
@@ -177,18 +190,24 @@ def leaks(depth, width):
 
 
 def _custom(name: str, fn: str) -> str:
-    return (
-        f'name = "{name}"\ndescription = "x"\nfamily = "custom"\n[block]\nfactory = "plugin_hostile:{fn}"\n[space]\ndepth = 2\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\nlo = 1e-6\nhi = 1e6\n'
-    )
+    head = f'name = "{name}"\ndescription = "x"\nfamily = "custom"\n[block]\nfactory = "plugin_hostile:{fn}"\n'
+    return head + "[space]\ndepth = 2\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\nlo = 1e-6\nhi = 1e6\n"
 
 
 @pytest.mark.slow  # pytest runs in subprocesses whose specs exit, print and patch
 def test_a_custom_specs_code_runs_in_a_worker_and_cannot_end_or_change_the_session(tmp_path: Path) -> None:
     proj = project(tmp_path, exits=_custom("exits", "exits"), leaks=_custom("leaks", "leaks"))
     (proj / "specs" / "plugin_hostile.py").write_text(HOSTILE_FACTORY)
-    (proj / "test_after.py").write_text("import torch\n\ndef test_default_dtype_untouched():\n    assert torch.get_default_dtype() == torch.float32\n")
+    (proj / "test_after.py").write_text(
+        "import torch\n\ndef test_default_dtype_untouched():\n    assert torch.get_default_dtype() == torch.float32\n"
+    )
     (proj / "pyproject.toml").write_text("[tool.pytest.ini_options]\ntestpaths = ['specs', 'test_after.py']\n")
     run = pytest_run(proj, "-q", "-p", "no:randomly")
-    assert run.returncode == 1, run.stdout + run.stderr  # os._exit(0) in a factory: one failed item, not a silent exit 0
+    assert run.returncode == 1, (
+        run.stdout + run.stderr
+    )  # os._exit(0) in a factory: one failed item, not a silent exit 0
     assert "1 failed, 2 passed" in run.stdout, run.stdout
-    assert "specs/exits.toml::gradient_arrival" in run.stdout and "the worker exited with code 0 before reporting" in run.stdout
+    assert (
+        "specs/exits.toml::gradient_arrival" in run.stdout
+        and "the worker exited with code 0 before reporting" in run.stdout
+    )

@@ -46,7 +46,9 @@ REL = 1e-12
 def test_plain_chain_ratio_is_the_product_of_slopes(slope: float, depth: int) -> None:
     m = probe(chain(slope, depth), X)
     assert m.gradient_ratio == pytest.approx(slope**depth, rel=REL, abs=0.0)
-    assert m.grad_norm[-1] == pytest.approx(float(torch.linalg.vector_norm(torch.randn(5, 1, generator=torch.Generator().manual_seed(0)).double())), rel=REL)
+    assert m.grad_norm[-1] == pytest.approx(
+        float(torch.linalg.vector_norm(torch.randn(5, 1, generator=torch.Generator().manual_seed(0)).double())), rel=REL
+    )
 
 
 def test_quoted_values_of_the_chain() -> None:
@@ -81,7 +83,9 @@ def test_parameter_gradients_follow_the_product_rule() -> None:
     # L = Σ r_i · (Π_k w_k) x_i  ⇒  ∂L/∂w_l = (Σ r_i x_i) · Π_{k≠l} w_k = (r·x) · a^(L−1)
     a, depth, seed = 0.8, 7, 3
     m = probe(chain(a, depth), X, seed=seed)
-    r = torch.randn(5, 1, generator=torch.Generator().manual_seed(seed)).double()  # the projection vector: drawn in float32
+    r = torch.randn(
+        5, 1, generator=torch.Generator().manual_seed(seed)
+    ).double()  # the projection vector: drawn in float32
     expected = abs(float((r * X).sum())) * a ** (depth - 1)
     assert set(m.param_grad_norm) == {f"{l}.weight" for l in range(depth)}
     for value in m.param_grad_norm.values():
@@ -140,7 +144,12 @@ def test_checkpointing_gives_identical_numbers() -> None:
     a = probe(blocks, x)
     for every in (1, 3, 4, 10):
         b = probe(blocks, x, checkpoint_every=every)
-        assert (a.grad_norm, a.act_var, a.act_sq_mean, a.param_grad_norm) == (b.grad_norm, b.act_var, b.act_sq_mean, b.param_grad_norm)
+        assert (a.grad_norm, a.act_var, a.act_sq_mean, a.param_grad_norm) == (
+            b.grad_norm,
+            b.act_var,
+            b.act_sq_mean,
+            b.param_grad_norm,
+        )
 
 
 def test_probe_leaves_input_and_parameter_grads_alone() -> None:
@@ -177,9 +186,19 @@ dtype = ["float32", "float64"]
     layer=st.sampled_from(["linear", "conv2d"]),
     seed=st.integers(0, 1000),
 )
-def test_zero_branch_preact_is_bit_exactly_the_identity(depth: int, width: int, branch: str, dtype: str, layer: str, seed: int) -> None:
+def test_zero_branch_preact_is_bit_exactly_the_identity(
+    depth: int, width: int, branch: str, dtype: str, layer: str, seed: int
+) -> None:
     spec = parse_spec(PREACT_ZERO.format(layer=layer))
-    case = corner_case(spec, depth=depth, width=width, branch_init=branch, dtype=dtype, seed=seed, spatial=3 if layer == "conv2d" else None)
+    case = corner_case(
+        spec,
+        depth=depth,
+        width=width,
+        branch_init=branch,
+        dtype=dtype,
+        seed=seed,
+        spatial=3 if layer == "conv2d" else None,
+    )
     net = build(spec, case)
     x = make_input(spec, case)
     m = probe(net.blocks, x, seed=seed)

@@ -41,7 +41,16 @@ def _with(design: str, *args: Any, **kwargs: Any) -> Measurements:
 
 
 def _numbers(m: Measurements) -> tuple[Any, ...]:
-    return (m.grad_norm, m.act_var, m.act_sq_mean, m.param_grad_norm, m.identity_error, m.input_grad_error, m.nonfinite_at, m.channels)
+    return (
+        m.grad_norm,
+        m.act_var,
+        m.act_sq_mean,
+        m.param_grad_norm,
+        m.identity_error,
+        m.input_grad_error,
+        m.nonfinite_at,
+        m.channels,
+    )
 
 
 class _Scale(nn.Module):
@@ -65,7 +74,9 @@ def _mlp(width: int, depth: int, *, norm: bool = False, seed: int = 0) -> nn.Seq
     layers: list[nn.Module] = []
     for _ in range(depth):
         layers += [nn.Linear(width, width), *([nn.LayerNorm(width)] if norm else []), nn.ReLU()]
-    return nn.Sequential(*[nn.Sequential(*layers[i : i + (3 if norm else 2)]) for i in range(0, len(layers), 3 if norm else 2)])
+    return nn.Sequential(
+        *[nn.Sequential(*layers[i : i + (3 if norm else 2)]) for i in range(0, len(layers), 3 if norm else 2)]
+    )
 
 
 def _cases() -> list[tuple[str, nn.Module, torch.Tensor]]:
@@ -74,9 +85,17 @@ def _cases() -> list[tuple[str, nn.Module, torch.Tensor]]:
     return [
         ("mlp, 4,096-element boundaries", _mlp(128, 12), torch.randn(32, 128, generator=g)),
         ("layer-norm mlp, 16,384-element boundaries", _mlp(256, 6, norm=True), torch.randn(64, 256, generator=g)),
-        ("mixed sizes: 1,000 / 40,000 / 2,048 elements", nn.Sequential(nn.Linear(10, 400), nn.Tanh(), nn.Linear(400, 20), nn.Linear(20, 10)), torch.randn(100, 10, generator=g)),
+        (
+            "mixed sizes: 1,000 / 40,000 / 2,048 elements",
+            nn.Sequential(nn.Linear(10, 400), nn.Tanh(), nn.Linear(400, 20), nn.Linear(20, 10)),
+            torch.randn(100, 10, generator=g),
+        ),
         ("scalar chain, mean ≫ std", nn.Sequential(*[_Scale(0.5) for _ in range(5)]), shifted),
-        ("scalar chain, squares beyond float32", nn.Sequential(*[_Scale(1e12) for _ in range(3)]), torch.randn(8, 1024, generator=g)),
+        (
+            "scalar chain, squares beyond float32",
+            nn.Sequential(*[_Scale(1e12) for _ in range(3)]),
+            torch.randn(8, 1024, generator=g),
+        ),
     ]
 
 
@@ -127,7 +146,11 @@ def test_device_design_agrees_with_the_host_design(label: str, blocks: nn.Module
     norms of up to 2^16 elements drift by up to ~1e-5 relative, see docs/performance.md)."""
     host, device = _with("grouped", blocks, x, seed=3), _with("device", blocks, x, seed=3)
     assert device.channels == host.channels and device.nonfinite_at == host.nonfinite_at is None
-    for a, b in zip(host.grad_norm + host.act_var + host.act_sq_mean, device.grad_norm + device.act_var + device.act_sq_mean, strict=True):
+    for a, b in zip(
+        host.grad_norm + host.act_var + host.act_sq_mean,
+        device.grad_norm + device.act_var + device.act_sq_mean,
+        strict=True,
+    ):
         assert b == pytest.approx(a, rel=2e-5, abs=0.0), label
     for k, v in host.param_grad_norm.items():
         assert device.param_grad_norm[k] == pytest.approx(v, rel=2e-5, abs=0.0), (label, k)
@@ -148,9 +171,13 @@ def test_device_design_on_a_scalar_chain_against_closed_forms(a: float) -> None:
     assert m.nonfinite_at is None
     for level in range(depth + 1):
         assert m.act_var[level] == pytest.approx(af ** (2 * level) * float(x64.var(correction=0)), rel=1e-5, abs=0.0)
-        assert m.grad_norm[level] == pytest.approx(af ** (depth - level) * float(torch.linalg.vector_norm(r)), rel=1e-5, abs=0.0)
+        assert m.grad_norm[level] == pytest.approx(
+            af ** (depth - level) * float(torch.linalg.vector_norm(r)), rel=1e-5, abs=0.0
+        )
     for level in range(depth):
-        assert m.param_grad_norm[f"{level}.weight"] == pytest.approx(af ** (depth - 1) * abs(float((r * x64).sum())), rel=1e-4, abs=0.0)
+        assert m.param_grad_norm[f"{level}.weight"] == pytest.approx(
+            af ** (depth - 1) * abs(float((r * x64).sum())), rel=1e-4, abs=0.0
+        )
 
 
 def test_device_design_keeps_large_parameter_norms_and_removes_its_hooks() -> None:
@@ -184,7 +211,9 @@ class _HostReads(TorchFunctionMode):
 
 
 @pytest.mark.parametrize("checkpoint_every", [0, 2])
-def test_device_design_reads_nothing_to_the_host_before_its_one_read(monkeypatch: pytest.MonkeyPatch, checkpoint_every: int) -> None:
+def test_device_design_reads_nothing_to_the_host_before_its_one_read(
+    monkeypatch: pytest.MonkeyPatch, checkpoint_every: int
+) -> None:
     mode = _HostReads()
     real = boundaries._read_host
 
@@ -198,8 +227,12 @@ def test_device_design_reads_nothing_to_the_host_before_its_one_read(monkeypatch
     monkeypatch.setattr(boundaries, "_read_host", read)
     monkeypatch.setattr(boundaries, "CPU_DESIGN", "device")
     torch.manual_seed(1)
-    blocks = nn.Sequential(*[nn.Sequential(nn.Linear(256, 256), nn.ReLU()) for _ in range(4)], _Scale(1e-30), nn.Linear(256, 8))
-    x = torch.randn(16, 256) * 1e20  # float32 squares of the activations overflow, of the gradients below the scale underflow: no fallback to decide
+    blocks = nn.Sequential(
+        *[nn.Sequential(nn.Linear(256, 256), nn.ReLU()) for _ in range(4)], _Scale(1e-30), nn.Linear(256, 8)
+    )
+    x = (
+        torch.randn(16, 256) * 1e20
+    )  # float32 squares of the activations overflow, of the gradients below the scale underflow: no fallback to decide
     with mode:
         m = probe(blocks, x, seed=1, checkpoint_every=checkpoint_every)
     assert mode.reads == [("tolist", True)]

@@ -31,7 +31,11 @@ def _seeded(module: nn.Module, seed: int = 0) -> nn.Module:
 def test_parameter_gradient_norms_of_mixed_sizes_keep_their_names_and_order() -> None:
     # 4096 < 80·80 = 6400: the weights go through the large-tensor path, the biases (80) through the
     # stacked small path, and a 3×3 weight (9) through a group of its own shape
-    blocks = _seeded(nn.Sequential(nn.Linear(80, 80), nn.Tanh(), nn.Linear(80, 3), nn.Linear(3, 3), nn.Linear(3, 80), nn.Linear(80, 80)).double())
+    blocks = _seeded(
+        nn.Sequential(
+            nn.Linear(80, 80), nn.Tanh(), nn.Linear(80, 3), nn.Linear(3, 3), nn.Linear(3, 80), nn.Linear(80, 80)
+        ).double()
+    )
     x = _x(4, 80)
     m = probe(blocks, x, loss="sum")
     x0 = x.clone().requires_grad_(True)
@@ -47,21 +51,32 @@ def test_a_module_used_twice_has_its_parameters_listed_once() -> None:
     m = probe(nn.Sequential(shared, shared), _x(2, 5), loss="sum")
     assert list(m.param_grad_norm) == ["0.weight", "0.bias"]
     frozen = nn.Linear(5, 5).double().requires_grad_(False)
-    assert list(probe(nn.Sequential(frozen, nn.Linear(5, 5).double()), _x(2, 5)).param_grad_norm) == ["1.weight", "1.bias"]
+    assert list(probe(nn.Sequential(frozen, nn.Linear(5, 5).double()), _x(2, 5)).param_grad_norm) == [
+        "1.weight",
+        "1.bias",
+    ]
 
 
 def test_every_container_gives_the_same_numbers() -> None:
     layers = [_seeded(nn.Linear(6, 6).double(), s) for s in range(3)]
     x = _x(3, 6)
     ref = probe(nn.Sequential(*layers), x)
-    for blocks in (nn.ModuleList(layers), list(layers), Stack(blocks=nn.Sequential(*layers)), Stack(blocks=nn.ModuleList(layers))):
+    for blocks in (
+        nn.ModuleList(layers),
+        list(layers),
+        Stack(blocks=nn.Sequential(*layers)),
+        Stack(blocks=nn.ModuleList(layers)),
+    ):
         m = probe(blocks, x)  # type: ignore[arg-type]
         assert (m.grad_norm, m.act_var, m.act_sq_mean) == (ref.grad_norm, ref.act_var, ref.act_sq_mean)
         assert m.param_grad_norm == ref.param_grad_norm
     single = probe(layers[0], x)
     assert single.n_blocks == 1 and single.grad_norm == probe(nn.Sequential(layers[0]), x).grad_norm
     assert list(single.param_grad_norm) == ["weight", "bias"]
-    with pytest.raises(TypeError, match=r"^Stack.blocks is a int: give an nn.Sequential, an nn.ModuleList or a module with \.blocks/\.layers/\.layer/\.h/\.block$"):
+    with pytest.raises(
+        TypeError,
+        match=r"^Stack.blocks is a int: give an nn.Sequential, an nn.ModuleList or a module with \.blocks/\.layers/\.layer/\.h/\.block$",
+    ):
         probe(Stack(blocks=3), x)  # type: ignore[arg-type]
 
 
@@ -83,7 +98,9 @@ def test_identity_error_is_none_for_a_new_shape_and_absolute_against_a_zero_inpu
         shift.weight.zero_()
         shift.bias.fill_(0.5)
     m = probe(nn.Sequential(shift), zero)
-    assert m.identity_error == pytest.approx(math.sqrt(8 * 0.25), rel=1e-15, abs=0.0)  # ‖y − 0‖ with no ‖x‖ to divide by
+    assert m.identity_error == pytest.approx(
+        math.sqrt(8 * 0.25), rel=1e-15, abs=0.0
+    )  # ‖y − 0‖ with no ‖x‖ to divide by
 
 
 def test_loss_errors_and_block_errors_are_one_line_and_name_the_block() -> None:
@@ -101,9 +118,14 @@ def test_loss_errors_and_block_errors_are_one_line_and_name_the_block() -> None:
         def forward(self, x: torch.Tensor) -> str:
             return "no tensor"
 
-    with pytest.raises(BlockError, match=r"^block 1 \(Boom\) failed on an input of shape \(2, 4\): ValueError: bad shape$"):
+    with pytest.raises(
+        BlockError, match=r"^block 1 \(Boom\) failed on an input of shape \(2, 4\): ValueError: bad shape$"
+    ):
         probe(nn.Sequential(nn.Linear(4, 4).double(), Boom()), _x(2, 4))
-    with pytest.raises(BlockError, match=r"^block 0 \(Words\) returned str with no tensor hidden state \(a tensor; else last_hidden_state or hidden_states; else element 0 of a tuple or list\)$"):
+    with pytest.raises(
+        BlockError,
+        match=r"^block 0 \(Words\) returned str with no tensor hidden state \(a tensor; else last_hidden_state or hidden_states; else element 0 of a tuple or list\)$",
+    ):
         probe(nn.Sequential(Words()), _x(2, 4))
 
 
@@ -114,7 +136,9 @@ def test_moments_are_exact_when_the_buffer_fills_and_when_the_size_changes() -> 
     and 3 of width 48 (N = 1,536) take the one-pass path. Each boundary's variance and mean are
     checked against torch's own."""
     widths = [64] * 70 + [128] * 35 + [48] * 3
-    layers = [_seeded(nn.Linear(a, b).double(), s) for s, (a, b) in enumerate(zip([64, *widths[:-1]], widths, strict=True))]
+    layers = [
+        _seeded(nn.Linear(a, b).double(), s) for s, (a, b) in enumerate(zip([64, *widths[:-1]], widths, strict=True))
+    ]
     x = _x(32, 64)
     m = probe(nn.Sequential(*layers), x)
     h = x
@@ -125,7 +149,9 @@ def test_moments_are_exact_when_the_buffer_fills_and_when_the_size_changes() -> 
             want_var.append(float(h.var(unbiased=False)))
             want_mean.append(float(h.mean()))
     assert m.act_var == pytest.approx(want_var, rel=1e-10, abs=0.0)
-    assert m.act_sq_mean == pytest.approx([v + u * u for v, u in zip(want_var, want_mean, strict=True)], rel=1e-10, abs=0.0)
+    assert m.act_sq_mean == pytest.approx(
+        [v + u * u for v, u in zip(want_var, want_mean, strict=True)], rel=1e-10, abs=0.0
+    )
     assert m.channels == [64, *widths]
 
 
@@ -143,7 +169,9 @@ def test_low_precision_gradient_norms_are_taken_in_float32(dtype: torch.dtype) -
     hs[-1].backward(r)
     want = [float(torch.linalg.vector_norm(h.grad, dtype=torch.float32)) for h in hs[1:]]  # type: ignore[arg-type]
     assert m.grad_norm[1:] == pytest.approx(want, rel=1e-6, abs=0.0)
-    assert m.grad_norm[0] == pytest.approx(float(torch.linalg.vector_norm(x0.grad, dtype=torch.float32)), rel=1e-6, abs=0.0)  # type: ignore[arg-type]
+    assert m.grad_norm[0] == pytest.approx(
+        float(torch.linalg.vector_norm(x0.grad, dtype=torch.float32)), rel=1e-6, abs=0.0
+    )  # type: ignore[arg-type]
 
 
 def test_large_low_precision_parameter_gradients_are_normed_in_float32() -> None:
@@ -155,7 +183,9 @@ def test_large_low_precision_parameter_gradients_are_normed_in_float32() -> None
     y.backward(projection_vector(y.shape, 1, dtype=y.dtype, device=y.device))
     w = blocks[0].weight.grad
     assert w is not None
-    assert m.param_grad_norm["0.weight"] == pytest.approx(float(torch.linalg.vector_norm(w, dtype=torch.float32)), rel=1e-6, abs=0.0)
+    assert m.param_grad_norm["0.weight"] == pytest.approx(
+        float(torch.linalg.vector_norm(w, dtype=torch.float32)), rel=1e-6, abs=0.0
+    )
 
 
 def test_a_vector_boundary_counts_as_one_channel() -> None:
@@ -171,7 +201,9 @@ def test_a_stacks_call_kwargs_reach_every_block_unless_overridden() -> None:
     x = _x(2, 3)
     stack = Stack(blocks=nn.Sequential(Scaled(), Scaled()), call_kwargs={"scale": 2.0})
     assert probe(stack, x, loss="sum").gradient_ratio == pytest.approx(4.0, rel=1e-15, abs=0.0)
-    assert probe(stack, x, loss="sum", call_kwargs={"scale": 3.0}).gradient_ratio == pytest.approx(9.0, rel=1e-15, abs=0.0)
+    assert probe(stack, x, loss="sum", call_kwargs={"scale": 3.0}).gradient_ratio == pytest.approx(
+        9.0, rel=1e-15, abs=0.0
+    )
 
 
 def test_an_output_that_depends_on_nothing_has_zero_gradients_everywhere() -> None:
@@ -207,14 +239,29 @@ def test_names_follow_named_parameters_through_keys_nesting_sharing_and_a_stem()
 
     inner = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4)).double()
     shared = nn.Linear(4, 4).double()
-    blocks = nn.Sequential(OrderedDict(first=inner, second=shared, third=nn.Sequential(shared, nn.LayerNorm(4).double())))
+    blocks = nn.Sequential(
+        OrderedDict(first=inner, second=shared, third=nn.Sequential(shared, nn.LayerNorm(4).double()))
+    )
     blocks.register_parameter("scale", nn.Parameter(torch.ones((), dtype=torch.float64)))
-    stem = nn.Sequential(shared)  # a module of the blocks reached again from the stem: still named once, under the blocks
+    stem = nn.Sequential(
+        shared
+    )  # a module of the blocks reached again from the stem: still named once, under the blocks
     for container in (blocks, Stack(blocks=blocks, stem=stem)):
         m = probe(container, _x(3, 4))
         assert list(m.param_grad_norm) == [n for n, _ in blocks.named_parameters()]
-    as_list = probe([inner, shared, shared], _x(3, 4))  # a plain list: "{i}.{name}", a repeated block at each of its places
-    assert list(as_list.param_grad_norm) == ["0.0.weight", "0.0.bias", "0.2.weight", "0.2.bias", "1.weight", "1.bias", "2.weight", "2.bias"]
+    as_list = probe(
+        [inner, shared, shared], _x(3, 4)
+    )  # a plain list: "{i}.{name}", a repeated block at each of its places
+    assert list(as_list.param_grad_norm) == [
+        "0.0.weight",
+        "0.0.bias",
+        "0.2.weight",
+        "0.2.bias",
+        "1.weight",
+        "1.bias",
+        "2.weight",
+        "2.bias",
+    ]
 
 
 def test_the_containers_own_buffers_and_flag_are_put_back() -> None:

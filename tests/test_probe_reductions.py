@@ -115,7 +115,9 @@ def test_boundaries_out_of_float32_squares_range_are_measured_alike_by_probe_and
     top = float(r.square().sum().sqrt())
     for m in ms:
         assert m.nonfinite_at is None
-        assert abs(m.grad_norm[0] - float(torch.tensor(a)) ** 2 * top) <= 1e-6 * float(torch.tensor(a)) ** 2 * top  # ∂L/∂x = a² r
+        assert (
+            abs(m.grad_norm[0] - float(torch.tensor(a)) ** 2 * top) <= 1e-6 * float(torch.tensor(a)) ** 2 * top
+        )  # ∂L/∂x = a² r
         for level, var in enumerate(m.act_var):
             want = ref * float(torch.tensor(a)) ** (2 * level)  # a is a float32 parameter
             assert abs(var - want) <= 1e-6 * want, (level, var, want)
@@ -138,7 +140,9 @@ def test_norms_whose_float32_squares_leave_the_range(scale: float) -> None:
 
 @pytest.mark.parametrize("n", [1000, 65536, 65537, 1 << 20, (1 << 22) + 5])
 def test_norm_is_accurate_at_every_size(n: int) -> None:
-    g = torch.randn(n, generator=torch.Generator().manual_seed(3)).abs() + 0.5  # all positive: the worst case for accumulation
+    g = (
+        torch.randn(n, generator=torch.Generator().manual_seed(3)).abs() + 0.5
+    )  # all positive: the worst case for accumulation
     ref = float(g.double().square().sum().sqrt())
     assert abs(float(P._norm(g, None)) - ref) <= REL * ref
 
@@ -228,7 +232,9 @@ def test_large_parameter_norms_taken_by_hooks_match_autograd_and_leave_no_hook()
     ref = _reference_param_norms(blocks, x, seed=5)
     assert set(m.param_grad_norm) == set(ref) == {"0.weight", "0.bias", "2.weight", "2.bias", "4.weight"}
     for name, value in ref.items():
-        assert abs(m.param_grad_norm[name] - value) <= 1e-5 * value, name  # float32 forward and backward against float64
+        assert abs(m.param_grad_norm[name] - value) <= 1e-5 * value, (
+            name
+        )  # float32 forward and backward against float64
     for p in blocks.parameters():
         assert not p._backward_hooks
 

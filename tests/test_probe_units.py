@@ -18,7 +18,15 @@ from stability import probe
 from stability.measure.param_norms import _HOOK_PARAM, _SMALL_PARAM, _param_norms
 from stability.measure.probe import _rel_diff
 from stability.measure.probe_pass import projection_vector
-from stability.measure.reductions import _TWO_PASS_MIN, _as_dtype, _combine, _moments, _norm, _norm_value, _two_pass_count
+from stability.measure.reductions import (
+    _TWO_PASS_MIN,
+    _as_dtype,
+    _combine,
+    _moments,
+    _norm,
+    _norm_value,
+    _two_pass_count,
+)
 
 #: A gradient of many rows of `reductions._NORM_ROW` (and, plus 3, a remainder).
 _LONG = 1 << 16
@@ -49,7 +57,15 @@ def test_rel_diff_of_two_float32_tensors_is_computed_in_float32() -> None:
     assert _rel_diff(a, b) == own
 
 
-@pytest.mark.parametrize(("da", "db"), [(torch.float32, torch.float64), (torch.float64, torch.float32), (torch.float16, torch.float16), (torch.bfloat16, torch.bfloat16)])
+@pytest.mark.parametrize(
+    ("da", "db"),
+    [
+        (torch.float32, torch.float64),
+        (torch.float64, torch.float32),
+        (torch.float16, torch.float16),
+        (torch.bfloat16, torch.bfloat16),
+    ],
+)
 def test_rel_diff_of_mixed_or_half_precision_tensors_is_computed_in_float64(da: torch.dtype, db: torch.dtype) -> None:
     a, b = _randn(40, 7, seed=3, dtype=da), _randn(40, 7, seed=4, dtype=db)
     want = _norm64(a.double() - b.double()) / _norm64(b)
@@ -79,7 +95,9 @@ def test_two_pass_count_is_the_size_for_large_cpu_float_tensors_only() -> None:
     assert _two_pass_count(_TWO_PASS_MIN, cpu, f32) == _TWO_PASS_MIN
     assert _two_pass_count(_TWO_PASS_MIN + 5, cpu, torch.float64) == _TWO_PASS_MIN + 5
     assert _two_pass_count(_TWO_PASS_MIN - 1, cpu, f32) == 0
-    assert _two_pass_count(4 * _TWO_PASS_MIN, torch.device("cuda"), f32) == 0  # a device: var_mean (no host read mid-pass)
+    assert (
+        _two_pass_count(4 * _TWO_PASS_MIN, torch.device("cuda"), f32) == 0
+    )  # a device: var_mean (no host read mid-pass)
     assert _two_pass_count(4 * _TWO_PASS_MIN, torch.device("meta"), f32) == 0
     assert _two_pass_count(4 * _TWO_PASS_MIN, cpu, torch.int64) == 0
 
@@ -109,7 +127,9 @@ def test_combine_applies_the_corrected_two_pass_formula() -> None:
     var, mean = _combine([0.7, -3.0, 1.0, 2.0, 10.0, 5.0, math.inf, 1.0], [0, 4, 2])
     assert var[:2] == [0.7, 2.25] and mean[:2] == [-3.0, 1.5]
     assert math.isnan(var[2]) and mean[2] == 5.0  # an inf sum: non-finite variance, the centre kept as the mean
-    v, m = _combine([0.0, 1.0, 0.3], [3])  # Σd²/n − (Σd/n)² = 0.1 − 0.11… < 0 (rounding does that near zero variance): clamped at 0
+    v, m = _combine(
+        [0.0, 1.0, 0.3], [3]
+    )  # Σd²/n − (Σd/n)² = 0.1 − 0.11… < 0 (rounding does that near zero variance): clamped at 0
     assert v == [0.0] and m == [1.0 / 3.0]
 
 
@@ -135,7 +155,9 @@ def test_norm_of_half_precision_accumulates_in_the_dtype_given() -> None:
     assert out.dtype == torch.float32
     assert float(out) == float(torch.linalg.vector_norm(g, dtype=torch.float32))
     long = _randn(5120, seed=9, dtype=torch.float16)  # by rows: float32 rows, combined in float64
-    assert float(_norm(long, torch.float32)) == _rows32(long) != float(torch.linalg.vector_norm(long, dtype=torch.float64))
+    assert (
+        float(_norm(long, torch.float32)) == _rows32(long) != float(torch.linalg.vector_norm(long, dtype=torch.float64))
+    )
 
 
 # ----------------------------------------------------------------------------- _param_norms
@@ -143,22 +165,33 @@ def test_norm_of_half_precision_accumulates_in_the_dtype_given() -> None:
 
 def test_param_norms_of_every_size_class_in_their_own_order() -> None:
     sizes = [(_LONG + 4096 + 3,), (3, 5), (_SMALL_PARAM + 1,), (_LONG * 2,), (3, 5), (7,), (_SMALL_PARAM,)]
-    grads = [_randn(*s, seed=10 + i) for i, s in enumerate(sizes)]  # huge, small, middle, huge (whole rows), small, small, small
+    grads = [
+        _randn(*s, seed=10 + i) for i, s in enumerate(sizes)
+    ]  # huge, small, middle, huge (whole rows), small, small, small
     out = _param_norms(grads, None)
     assert out.dtype == torch.float64 and out.shape == (len(grads),)
     assert out.tolist() == pytest.approx([_norm64(g) for g in grads], rel=5e-7, abs=0.0)
     given = {1: torch.tensor(11.0), 3: torch.tensor(33.0)}  # norms already taken (by the hooks): not recomputed
     mixed = _param_norms(grads, None, given=given).tolist()
     assert mixed[1] == 11.0 and mixed[3] == 33.0
-    assert [mixed[j] for j in (0, 2, 4, 5, 6)] == pytest.approx([_norm64(grads[j]) for j in (0, 2, 4, 5, 6)], rel=5e-7, abs=0.0)
+    assert [mixed[j] for j in (0, 2, 4, 5, 6)] == pytest.approx(
+        [_norm64(grads[j]) for j in (0, 2, 4, 5, 6)], rel=5e-7, abs=0.0
+    )
     empty = _param_norms([], None)
     assert empty.dtype == torch.float64 and empty.numel() == 0
 
 
 def test_param_norms_out_of_float32_range_are_taken_in_float64() -> None:
-    grads = [torch.full((_SMALL_PARAM + 10,), 2.0**83), torch.full((3, 3), 2.0**-83), torch.full((3, 3), 2.0), torch.full((2, 2), 2.0**83)]  # squares beyond float32's range, both ways
+    grads = [
+        torch.full((_SMALL_PARAM + 10,), 2.0**83),
+        torch.full((3, 3), 2.0**-83),
+        torch.full((3, 3), 2.0),
+        torch.full((2, 2), 2.0**83),
+    ]  # squares beyond float32's range, both ways
     out = _param_norms(grads, None).tolist()
-    assert out == pytest.approx([2.0**83 * math.sqrt(_SMALL_PARAM + 10), 3 * 2.0**-83, 6.0, 2.0**84], rel=1e-14, abs=0.0)
+    assert out == pytest.approx(
+        [2.0**83 * math.sqrt(_SMALL_PARAM + 10), 3 * 2.0**-83, 6.0, 2.0**84], rel=1e-14, abs=0.0
+    )
 
 
 def test_hooked_low_precision_parameters_are_normed_in_float32() -> None:
@@ -174,7 +207,9 @@ def test_hooked_low_precision_parameters_are_normed_in_float32() -> None:
     y.backward(projection_vector(y.shape, 2, dtype=y.dtype, device=y.device))
     w = lin.weight.grad
     assert w is not None and lin.weight.numel() >= _HOOK_PARAM
-    assert m.param_grad_norm["0.weight"] == _rows32(w) != _norm64(w)  # float32 rows, not a float16 or a float64 accumulation
+    assert (
+        m.param_grad_norm["0.weight"] == _rows32(w) != _norm64(w)
+    )  # float32 rows, not a float16 or a float64 accumulation
     assert _rows32(w) != math.hypot(*torch.linalg.vector_norm(w.reshape(-1, 1024), dim=1).tolist())
 
 
@@ -208,7 +243,9 @@ def test_large_parameters_are_normed_by_hooks_and_small_ones_at_the_end(monkeypa
     seen: list[dict[int, torch.Tensor]] = []
     real = probe_pass._param_norms
 
-    def spy(grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, given: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+    def spy(
+        grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, given: dict[int, torch.Tensor] | None = None
+    ) -> torch.Tensor:
         seen.append(dict(given or {}))
         out: torch.Tensor = real(grads, norm_dtype, given=given)
         return out
@@ -216,8 +253,13 @@ def test_large_parameters_are_normed_by_hooks_and_small_ones_at_the_end(monkeypa
     monkeypatch.setattr(probe_pass, "_param_norms", spy)
     side = int(math.isqrt(_HOOK_PARAM))
     big = nn.Linear(side, side).double()
-    probe(nn.Sequential(big, nn.Linear(side, 8).double(), nn.Linear(8, side).double(), big), _randn(2, side, seed=27, dtype=torch.float64))
-    assert set(seen[0]) == {0}  # big.weight (side² = _HOOK_PARAM elements, used twice: one hook) only; biases and the 8×side weights at the end
+    probe(
+        nn.Sequential(big, nn.Linear(side, 8).double(), nn.Linear(8, side).double(), big),
+        _randn(2, side, seed=27, dtype=torch.float64),
+    )
+    assert set(seen[0]) == {
+        0
+    }  # big.weight (side² = _HOOK_PARAM elements, used twice: one hook) only; biases and the 8×side weights at the end
 
 
 def test_walk_visits_each_module_once_and_names_only_the_naming_roots_parameters() -> None:
@@ -229,10 +271,18 @@ def test_walk_visits_each_module_once_and_names_only_the_naming_roots_parameters
     modules, buffers, params = _walk([stem, root[1]], root)
     assert len(modules) == len({id(m) for m in modules}) == 6  # root, shared, inner, bn; stem and its own linear
     assert [name for _, name, _ in buffers] == ["running_mean", "running_var", "num_batches_tracked"]
-    assert [n for n, _ in params] == [n for n, _ in root.named_parameters()] == ["0.weight", "0.bias", "1.1.weight", "1.1.bias"]
+    assert (
+        [n for n, _ in params]
+        == [n for n, _ in root.named_parameters()]
+        == ["0.weight", "0.bias", "1.1.weight", "1.1.bias"]
+    )
     tied = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
     tied[1].weight = tied[0].weight  # one parameter in two modules: listed once, under its first name
-    assert [n for n, _ in _walk([], tied)[2]] == [n for n, _ in tied.named_parameters()] == ["0.weight", "0.bias", "1.bias"]
+    assert (
+        [n for n, _ in _walk([], tied)[2]]
+        == [n for n, _ in tied.named_parameters()]
+        == ["0.weight", "0.bias", "1.bias"]
+    )
 
 
 def test_stack64_gives_float64_for_none_one_and_mixed_scalars() -> None:
@@ -241,7 +291,13 @@ def test_stack64_gives_float64_for_none_one_and_mixed_scalars() -> None:
     assert _stack64([]).dtype == torch.float64 and _stack64([]).numel() == 0
     one = _stack64([torch.tensor(0.1, dtype=torch.float32)])
     assert one.dtype == torch.float64 and one.tolist() == [float(np.float32(0.1))]
-    mixed = _stack64([torch.tensor(0.1, dtype=torch.float32), torch.tensor(0.1, dtype=torch.float64), torch.tensor(0.1, dtype=torch.float16)])
+    mixed = _stack64(
+        [
+            torch.tensor(0.1, dtype=torch.float32),
+            torch.tensor(0.1, dtype=torch.float64),
+            torch.tensor(0.1, dtype=torch.float16),
+        ]
+    )
     assert mixed.dtype == torch.float64 and mixed.tolist() == [float(np.float32(0.1)), 0.1, float(np.float16(0.1))]
 
 
@@ -259,11 +315,16 @@ def test_probe_puts_the_stems_batch_norm_statistics_back_and_restores_garbage_co
     try:
         for enabled in (True, False):
             gc.enable() if enabled else gc.disable()
-            probe(Stack(blocks=nn.Sequential(nn.Linear(4, 4).double()), stem=stem), _randn(8, 4, seed=30, dtype=torch.float64))
+            probe(
+                Stack(blocks=nn.Sequential(nn.Linear(4, 4).double()), stem=stem),
+                _randn(8, 4, seed=30, dtype=torch.float64),
+            )
             assert gc.isenabled() is enabled  # collection is off during a pass and as it was afterwards
     finally:
         gc.enable() if was else gc.disable()
-    assert all(torch.equal(a, b) for a, b in zip(before, stem[1].buffers(), strict=True))  # the stem ran in train mode and changed nothing
+    assert all(
+        torch.equal(a, b) for a, b in zip(before, stem[1].buffers(), strict=True)
+    )  # the stem ran in train mode and changed nothing
 
 
 def test_garbage_collection_is_off_from_the_module_walk_on_and_back_after_a_refused_input() -> None:
@@ -297,7 +358,9 @@ def test_garbage_collection_is_off_from_the_module_walk_on_and_back_after_a_refu
         probe(nn.Sequential(spy), _randn(3, 2, seed=31))
         assert seen and not any(seen) and gc.isenabled()  # off during the walk, on again after
         with pytest.raises(TypeError):
-            probe(Stack(blocks=nn.Identity()), _randn(3, 2, seed=31))  # a module with no list of blocks: refused before the pass
+            probe(
+                Stack(blocks=nn.Identity()), _randn(3, 2, seed=31)
+            )  # a module with no list of blocks: refused before the pass
         assert gc.isenabled()
     finally:
         gc.enable() if was else gc.disable()
@@ -374,7 +437,10 @@ def test_a_boundary_the_loss_does_not_reach_has_gradient_norm_zero() -> None:
         def forward(self, h: torch.Tensor) -> torch.Tensor:
             return self.w * 2.0
 
-    m = probe(nn.Sequential(nn.Linear(4, 4).double(), Fresh(), nn.Linear(4, 4).double()), _randn(3, 4, seed=37, dtype=torch.float64))
+    m = probe(
+        nn.Sequential(nn.Linear(4, 4).double(), Fresh(), nn.Linear(4, 4).double()),
+        _randn(3, 4, seed=37, dtype=torch.float64),
+    )
     assert m.grad_norm[:2] == [0.0, 0.0] and m.grad_norm[2] > 0.0 and m.grad_norm[3] > 0.0
 
 
@@ -521,7 +587,9 @@ def test_the_output_s_gradient_is_reported_where_nothing_trainable_is_behind_it(
 
     m = probe([nn.Tanh(), Cut()], _randn(4, 6, seed=34), seed=5)
     assert m.grad_norm[:2] == [0.0, 0.0]
-    assert m.grad_norm[2] == pytest.approx(_norm64(projection_vector((4, 6), 5, dtype=torch.float32, device="cpu")), rel=1e-6, abs=0.0)
+    assert m.grad_norm[2] == pytest.approx(
+        _norm64(projection_vector((4, 6), 5, dtype=torch.float32, device="cpu")), rel=1e-6, abs=0.0
+    )
 
 
 def test_a_block_that_changes_a_large_parameter_s_dtype_in_its_forward_is_probed() -> None:
@@ -554,4 +622,6 @@ def test_a_boundary_s_gradient_is_what_flows_back_through_it_after_the_blocks_ow
     r = projection_vector(y.shape, 2, dtype=y.dtype, device=y.device)
     (g1,) = torch.autograd.grad(y, [h1], grad_outputs=r)
     assert m.grad_norm[1] == pytest.approx(_norm64(g1), rel=1e-6, abs=0.0)
-    assert m.grad_norm[0] == pytest.approx(_norm64(g1 @ blocks[0].weight.detach()), rel=1e-6, abs=0.0)  # what reached the input: the doubled gradient, through the first layer
+    assert m.grad_norm[0] == pytest.approx(
+        _norm64(g1 @ blocks[0].weight.detach()), rel=1e-6, abs=0.0
+    )  # what reached the input: the doubled gradient, through the first layer

@@ -26,7 +26,9 @@ def profile_probe() -> object:
 
 
 @pytest.mark.parametrize("mode", [["--floor"], ["--parts"], ["--designs", "tensor,grouped"]])
-def test_each_mode_prints_its_line_for_the_conv_network(profile_probe: object, mode: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_each_mode_prints_its_line_for_the_conv_network(
+    profile_probe: object, mode: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     import torch
 
     threads = torch.get_num_threads()
@@ -37,8 +39,17 @@ def test_each_mode_prints_its_line_for_the_conv_network(profile_probe: object, m
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith("conv threads=1"), out
     if mode == ["--parts"]:
-        for part in ("moments", "boundary-gradient hooks", "other parameter norms", "module walk", "projection vector", "final read, identity errors"):
+        for part in (
+            "moments",
+            "boundary-gradient hooks",
+            "other parameter norms",
+            "module walk",
+            "projection vector",
+            "final read, identity errors",
+        ):
             assert re.search(rf"{part} \d+\.\d+ ms", out[0]), (part, out[0])
-        assert not re.search(r"(moments|boundary-gradient hooks|other parameter norms) 0\.00 ms", out[0]), out[0]  # each wrapped function was called
+        assert not re.search(r"(moments|boundary-gradient hooks|other parameter norms) 0\.00 ms", out[0]), out[
+            0
+        ]  # each wrapped function was called
     if mode == ["--floor"]:
         assert re.search(r"probe=\d\.\d+x .* floor=\d\.\d+x", out[0]), out[0]

@@ -98,7 +98,10 @@ def test_probe_profiles_skip_a_specs_probe_invariants_outside_them_and_a_case_st
     result = run_spec(spec, RunOptions(profile="ci"))
     (r,) = result.results
     assert r.skipped and r.met and r.examples == 0 and not result.cases
-    assert r.message == "<string>::gradient_arrival: skipped in profile ci (probe.profiles = thorough); run it with --profile thorough"
+    assert (
+        r.message
+        == "<string>::gradient_arrival: skipped in profile ci (probe.profiles = thorough); run it with --profile thorough"
+    )
     (replayed,) = run_spec(spec, RunOptions(profile="ci"), case="depth=2").results
     assert not replayed.skipped and replayed.met and replayed.verdict is not None
     (searched,) = run_spec(parse_spec(PLAIN.format(profiles='["ci", "thorough"]')), RunOptions(profile="ci")).results

@@ -58,7 +58,13 @@ def test_a_ci_log_gets_a_line_per_spec_and_heartbeats_while_a_long_spec_runs(tmp
     log = tmp_path / "log.txt"
     env = {k: v for k, v in os.environ.items() if k != "CI"} | {HEARTBEAT_ENV: "0.5"}
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "stability", "check", str(quick), str(slow), "--profile", "ci"], stdout=out, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "stability", "check", str(quick), str(slow), "--profile", "ci"],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=tmp_path,
+        )
         seen_while_running: list[str] = []
         deadline = time.monotonic() + 240
         while proc.poll() is None and time.monotonic() < deadline:
@@ -72,10 +78,17 @@ def test_a_ci_log_gets_a_line_per_spec_and_heartbeats_while_a_long_spec_runs(tmp
     assert seen_while_running, f"no per-spec line and heartbeat while the run went on:\n{log.read_text()}"
     first = next(line for line in seen_while_running if line.startswith("✓ quick:"))
     assert first.startswith("✓ quick: gradient_arrival ✓; ") and " case(s) probed in " in first
-    assert any(line.startswith("… still running: slow (running ") and "1 of 2 spec(s) done" in line for line in seen_while_running)
+    assert any(
+        line.startswith("… still running: slow (running ") and "1 of 2 spec(s) done" in line
+        for line in seen_while_running
+    )
     final = log.read_text().splitlines()
     assert any(line.startswith("✓ slow: gradient_arrival ✓; ") for line in final)
-    assert final[-1].startswith("2 spec(s), 2 expectation(s): 2 met, 0 not met, ") and "probing " in final[-1] and ", reports " in final[-1]  # "(summed over 2 workers: probing" under -j auto
+    assert (
+        final[-1].startswith("2 spec(s), 2 expectation(s): 2 met, 0 not met, ")
+        and "probing " in final[-1]
+        and ", reports " in final[-1]
+    )  # "(summed over 2 workers: probing" under -j auto
 
 
 def test_heartbeats_come_at_most_once_a_period_and_only_while_something_runs() -> None:
@@ -109,7 +122,9 @@ def test_the_bar_shows_a_spec_name_as_text_not_as_markup() -> None:
     assert "b [cuda]" in sink.getvalue()
 
 
-def test_the_mode_is_the_bar_on_a_terminal_lines_elsewhere_and_nothing_when_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_mode_is_the_bar_on_a_terminal_lines_elsewhere_and_nothing_when_quiet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("CI", raising=False)
     terminal = Console(force_terminal=True)
     assert mode_for(terminal, quiet=False) == "bar"
@@ -126,17 +141,34 @@ def test_the_heartbeat_period_comes_from_the_environment(monkeypatch: pytest.Mon
     assert heartbeat_seconds() == 0.0
     monkeypatch.setenv(HEARTBEAT_ENV, "soon")
     code, out, err = cli("check", Path(__file__).resolve().parent.parent / "specs" / "plain_mlp.toml")
-    assert code == 2 and err.strip().splitlines() == [f"stability: error: {HEARTBEAT_ENV}='soon': give the seconds between heartbeat lines (e.g. 30), or 0 for none"]
+    assert code == 2 and err.strip().splitlines() == [
+        f"stability: error: {HEARTBEAT_ENV}='soon': give the seconds between heartbeat lines (e.g. 30), or 0 for none"
+    ]
     assert duration(59.6) == "1 min 00 s" and duration(3725) == "1 h 02 min" and duration(4.4) == "4 s"
 
 
-def _result(name: str, seconds: float, parts: list[tuple[str, float, float]], *, trained: int = 0, probed: int = 0) -> SpecResult:
+def _result(
+    name: str, seconds: float, parts: list[tuple[str, float, float]], *, trained: int = 0, probed: int = 0
+) -> SpecResult:
     spec = parse_spec(QUICK.format(name=name, family="plain", block='layer = "linear"'))
     cases = [corner_case(spec, depth=d) for d in range(1, 4)]
     results = []
     for invariant, took, shrink in parts:
         judged = tuple(cases[:trained]) if invariant == "trainability" else ()
-        results.append(InvariantResult(invariant, "holds", True, Verdict(invariant, True, 1.0, "", None, "ok"), cases[0], 1, "", judged=judged, seconds=took, shrink_seconds=shrink))
+        results.append(
+            InvariantResult(
+                invariant,
+                "holds",
+                True,
+                Verdict(invariant, True, 1.0, "", None, "ok"),
+                cases[0],
+                1,
+                "",
+                judged=judged,
+                seconds=took,
+                shrink_seconds=shrink,
+            )
+        )
     records = {c: CaseRecord(c, None) for c in cases[:probed]}
     return SpecResult(spec, results, records, seconds)
 
@@ -148,15 +180,24 @@ def test_the_summary_says_how_long_each_phase_took() -> None:
     b = _result("b", 4.0, [("gradient_arrival", 1.0, 0.25), ("trainability", 2.75, 0.0)], trained=2, probed=1)
     assert phase_seconds([a, b]) == {"probing": 14.0 - 2.75 - 2.75, "shrinking": 2.75, "training": 2.75}
     line = summary_line([a, b], 15.25, reports=0.5)
-    assert line == "2 spec(s), 3 expectation(s): 3 met, 0 not met, 4 case(s) probed, 2 case(s) trained in 15.2 s (probing 8.5 s, shrinking 2.8 s, training 2.8 s, reports 0.5 s)"
-    assert summary_line([a, b], 15.25, workers=4).endswith("in 15.2 s (summed over 2 workers: probing 8.5 s, shrinking 2.8 s, training 2.8 s)")  # two specs: two workers ran
-    assert summary_line([a], 10.0, workers=4).endswith("in 10.0 s (probing 7.5 s, shrinking 2.5 s)")  # one spec: one worker, nothing overlapped
+    assert (
+        line
+        == "2 spec(s), 3 expectation(s): 3 met, 0 not met, 4 case(s) probed, 2 case(s) trained in 15.2 s (probing 8.5 s, shrinking 2.8 s, training 2.8 s, reports 0.5 s)"
+    )
+    assert summary_line([a, b], 15.25, workers=4).endswith(
+        "in 15.2 s (summed over 2 workers: probing 8.5 s, shrinking 2.8 s, training 2.8 s)"
+    )  # two specs: two workers ran
+    assert summary_line([a], 10.0, workers=4).endswith(
+        "in 10.0 s (probing 7.5 s, shrinking 2.5 s)"
+    )  # one spec: one worker, nothing overlapped
 
 
 def test_a_training_spec_counts_its_trained_cases_not_zero_probed() -> None:
     only_training = _result("t", 3.0, [("trainability", 3.0, 0.0)], trained=3)
     assert "0 case(s) probed" not in summary_line([only_training], 3.0)
-    assert "3 case(s) trained in 3.0 s (probing 0.0 s, shrinking 0.0 s, training 3.0 s)" in summary_line([only_training], 3.0)
+    assert "3 case(s) trained in 3.0 s (probing 0.0 s, shrinking 0.0 s, training 3.0 s)" in summary_line(
+        [only_training], 3.0
+    )
     assert spec_line(only_training, seconds=3.04) == "✓ t: trainability ✓; 3 case(s) trained in 3.0 s"
 
 
@@ -166,8 +207,17 @@ def test_a_spec_error_is_printed_once(tmp_path: Path) -> None:
     stderr (five times for two expectations)."""
     (tmp_path / "blocks.py").write_text("def make(depth, width):\n    return 42\n")
     spec = tmp_path / "spec.toml"
-    spec.write_text(QUICK.format(name="c", family="custom", block='layer = "linear"\nfactory = "blocks:make"') + '[expect.variance_growth]\nmax_growth = "exponential"\n')
-    run = subprocess.run([sys.executable, "-m", "stability", "check", str(spec), "--profile", "ci"], capture_output=True, text=True, cwd=tmp_path, timeout=240)
+    spec.write_text(
+        QUICK.format(name="c", family="custom", block='layer = "linear"\nfactory = "blocks:make"')
+        + '[expect.variance_growth]\nmax_growth = "exponential"\n'
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "stability", "check", str(spec), "--profile", "ci"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=240,
+    )
     assert run.returncode == 2, run.stdout + run.stderr
     error = run.stderr.strip().splitlines()[-1]
     assert error.startswith("stability: error: ") and "blocks:make" in error

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location("ratios", Path(__file__).resolve().parent.parent / "benchmarks" / "ratios.py")  # not a package on every test path
+_spec = importlib.util.spec_from_file_location(
+    "ratios", Path(__file__).resolve().parent.parent / "benchmarks" / "ratios.py"
+)  # not a package on every test path
 assert _spec is not None and _spec.loader is not None
 ratios = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ratios)
@@ -17,7 +19,11 @@ median_interval, ratio_verdict = ratios.median_interval, ratios.ratio_verdict
 
 
 def test_five_values_give_the_full_range_at_its_own_coverage() -> None:
-    assert median_interval([1.12, 1.06, 1.19, 1.09, 1.10]) == (1.06, 1.19, 1 - 2 / 32)  # 93.75%: 5 values cannot reach 95%
+    assert median_interval([1.12, 1.06, 1.19, 1.09, 1.10]) == (
+        1.06,
+        1.19,
+        1 - 2 / 32,
+    )  # 93.75%: 5 values cannot reach 95%
 
 
 def test_nine_values_drop_one_at_each_end() -> None:
@@ -53,7 +59,13 @@ def test_thread_counts_and_clocks_are_parsed_or_refused_in_one_line() -> None:
 
     assert ratios._counts("1,2") == (1, 2) and ratios._counts("4") == (4,)
     assert ratios._clocks("cpu,wall") == ("cpu", "wall") and ratios._clocks("wall") == ("wall",)
-    for bad, parse in (("0", ratios._counts), ("two", ratios._counts), ("", ratios._counts), ("gpu", ratios._clocks), ("cpu,gpu", ratios._clocks)):
+    for bad, parse in (
+        ("0", ratios._counts),
+        ("two", ratios._counts),
+        ("", ratios._counts),
+        ("gpu", ratios._clocks),
+        ("cpu,gpu", ratios._clocks),
+    ):
         with pytest.raises(argparse.ArgumentTypeError, match=repr(bad)):
             parse(bad)
 

@@ -18,7 +18,16 @@ import stability
 from stability.errors import SpecError
 from stability.spec.json_schema import spec_schema
 from stability.spec.load import parse_spec
-from stability.spec.registry import FAMILIES, INVARIANTS, Explanation, Family, Invariant, RegistryError, register_family, register_invariant
+from stability.spec.registry import (
+    FAMILIES,
+    INVARIANTS,
+    Explanation,
+    Family,
+    Invariant,
+    RegistryError,
+    register_family,
+    register_invariant,
+)
 from stability.spec.schema import Expectation, Spec
 
 PACKAGE = Path(stability.__file__).parent
@@ -31,7 +40,14 @@ class Tiny(Expectation):
 
 
 def _tiny(**changes: object) -> Invariant:
-    fields = {"name": "tiny_check", "expectation": Tiny, "summary": "a tiny check", "label": "a number", "explanation": _EXPLAINED, "judge": lambda m, e: None}
+    fields = {
+        "name": "tiny_check",
+        "expectation": Tiny,
+        "summary": "a tiny check",
+        "label": "a number",
+        "explanation": _EXPLAINED,
+        "judge": lambda m, e: None,
+    }
     return Invariant(**{**fields, **changes})  # type: ignore[arg-type]
 
 
@@ -45,7 +61,10 @@ def registered() -> Iterator[list[str]]:
 
 
 def test_a_second_entry_under_a_registered_name_is_refused_and_names_the_first() -> None:
-    with pytest.raises(RegistryError, match=r"invariant 'gradient_arrival' is already registered \(by stability\.judge\.catalog\); choose another name"):
+    with pytest.raises(
+        RegistryError,
+        match=r"invariant 'gradient_arrival' is already registered \(by stability\.judge\.catalog\); choose another name",
+    ):
         register_invariant(_tiny(name="gradient_arrival"))
     assert INVARIANTS.get("gradient_arrival").expectation.__name__ == "GradientArrival"
     family = FAMILIES.get("plain")
@@ -65,7 +84,9 @@ def test_a_second_entry_under_a_registered_name_is_refused_and_names_the_first()
         ({"explanation": "text"}, "must be a stability.spec.registry.Explanation"),
     ],
 )
-def test_an_incomplete_invariant_fails_when_it_is_registered_naming_what_is_missing(changes: dict[str, object], missing: str) -> None:
+def test_an_incomplete_invariant_fails_when_it_is_registered_naming_what_is_missing(
+    changes: dict[str, object], missing: str
+) -> None:
     with pytest.raises(RegistryError, match=re.escape(missing)):
         _tiny(**changes)
     assert "tiny_check" not in INVARIANTS
@@ -77,32 +98,54 @@ def test_an_expectation_not_derived_from_the_base_names_the_fix() -> None:
     class Bare(BaseModel):
         limit: float = 1.0
 
-    with pytest.raises(RegistryError, match="lacks the field 'expect': derive it from stability.spec.schema.Expectation"):
+    with pytest.raises(
+        RegistryError, match="lacks the field 'expect': derive it from stability.spec.schema.Expectation"
+    ):
         _tiny(expectation=Bare)
 
 
 def test_an_incomplete_family_fails_when_it_is_registered() -> None:
-    base = dict(name="tiny_family", description="d", build=lambda s, c, g: None, block_keys=frozenset(), layers=("linear",), estimate=lambda s, c: None, block_bytes=1)
-    for changes, missing in (({"layers": ()}, "layers is empty"), ({"block_bytes": 0}, "block_bytes must be positive"), ({"description": ""}, "description is empty")):
+    base = dict(
+        name="tiny_family",
+        description="d",
+        build=lambda s, c, g: None,
+        block_keys=frozenset(),
+        layers=("linear",),
+        estimate=lambda s, c: None,
+        block_bytes=1,
+    )
+    for changes, missing in (
+        ({"layers": ()}, "layers is empty"),
+        ({"block_bytes": 0}, "block_bytes must be positive"),
+        ({"description": ""}, "description is empty"),
+    ):
         with pytest.raises(RegistryError, match=re.escape(missing)):
             Family(**{**base, **changes})  # type: ignore[arg-type]
 
 
 def test_an_unknown_name_gets_the_closest_and_never_another_entrys_behaviour() -> None:
-    with pytest.raises(RegistryError, match=r"unknown invariant 'gradient_arival' \(did you mean \"gradient_arrival\"\?\)"):
+    with pytest.raises(
+        RegistryError, match=r"unknown invariant 'gradient_arival' \(did you mean \"gradient_arrival\"\?\)"
+    ):
         INVARIANTS.get("gradient_arival")
     with pytest.raises(RegistryError, match=r"unknown family 'preactt' \(did you mean \"preact\"\?\)"):
         FAMILIES.get("preactt")
     from stability.run.conclude import judge
 
     with pytest.raises(RegistryError):
-        judge(parse_spec(_TINY_SPEC.replace("[expect.tiny_check]\nlimit = 2.0", "[expect.gradient_arrival]")), "identity_error", None)  # type: ignore[arg-type]
+        judge(
+            parse_spec(_TINY_SPEC.replace("[expect.tiny_check]\nlimit = 2.0", "[expect.gradient_arrival]")),
+            "identity_error",
+            None,
+        )  # type: ignore[arg-type]
 
 
 _TINY_SPEC = 'name = "t"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = [1, 4]\nwidth = 4\n[expect.tiny_check]\nlimit = 2.0\n'
 
 
-def test_registering_an_invariant_makes_specs_accept_it_and_unregistering_refuses_it_again(registered: list[str]) -> None:
+def test_registering_an_invariant_makes_specs_accept_it_and_unregistering_refuses_it_again(
+    registered: list[str],
+) -> None:
     with pytest.raises(SpecError, match="expect.tiny_check = .*unknown key"):
         parse_spec(_TINY_SPEC)
     register_invariant(_tiny())
@@ -118,7 +161,9 @@ def test_every_built_in_entry_is_complete_and_in_the_catalogue_order() -> None:
     assert INVARIANTS.names()[:3] == ("gradient_arrival", "variance_growth", "identity_at_init")
     assert set(FAMILIES.names()) >= {"plain", "postnorm", "preact", "highway", "dense", "custom", "transformer"}
     for entry in INVARIANTS:
-        assert entry.explanation.summary and entry.explanation.computes_text() and entry.explanation.references, entry.name
+        assert entry.explanation.summary and entry.explanation.computes_text() and entry.explanation.references, (
+            entry.name
+        )
         assert (entry.judge is not None) != entry.training, entry.name
         assert entry.training == (entry.sweep_refusal is not None), entry.name  # a sweep measures every probe invariant
     assert sorted(Spec.model_fields["expect"].annotation.model_fields) == sorted(INVARIANTS.names())  # type: ignore[union-attr]
@@ -171,10 +216,14 @@ def test_each_rule_is_written_in_one_place() -> None:
     assert [p.split(":")[0] for p in _code_lines(r"DEFAULT_SIZE\s*=")] == ["spec/values.py"]
     assert _code_lines(r"or \( 8 , 8 \)|or 8\b|else 8\b") == []
     # device resolution (cpu / cuda / auto / all): one module
-    assert {p.split(":")[0] for p in _code_lines(r'(device|choice) (==|in|not in) \(? ?(None , )?"(auto|all)"')} == {"run/devices.py"}
+    assert {p.split(":")[0] for p in _code_lines(r'(device|choice) (==|in|not in) \(? ?(None , )?"(auto|all)"')} == {
+        "run/devices.py"
+    }
     # no module but the catalogues names a built-in family or invariant to decide what to do (the
     # remedies' catalogue maps each remedy onto the keys of the families it applies to)
-    deciding = _code_lines(r'family (==|!=|in|not in) \(? ?"') + _code_lines(r'name (==|!=) "(gradient_arrival|identity_at_init|mean_field|lesion|variance_growth)"')
+    deciding = _code_lines(r'family (==|!=|in|not in) \(? ?"') + _code_lines(
+        r'name (==|!=) "(gradient_arrival|identity_at_init|mean_field|lesion|variance_growth)"'
+    )
     assert [p for p in deciding if not p.startswith(("families/", "judge/catalog", "judge/remedies.py"))] == []
 
 

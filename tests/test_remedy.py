@@ -14,7 +14,18 @@ from stability.judge.remedies import layerscale_init
 from stability.spec.edit import edited_text
 from stability.spec.load import parse_spec
 from stability.spec.registry import RegistryError
-from stability.spec.remedy import MISSING, REMEDIES, REMOVE, Change, Remedy, apply_edit, changes_of, lookup, register_remedy, remedy
+from stability.spec.remedy import (
+    MISSING,
+    REMEDIES,
+    REMOVE,
+    Change,
+    Remedy,
+    apply_edit,
+    changes_of,
+    lookup,
+    register_remedy,
+    remedy,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILT_IN = {
@@ -99,10 +110,20 @@ hi = 2.0
 
 
 def test_the_text_edit_keeps_comments_order_and_the_expectations() -> None:
-    edit = {"family": "preact", "space.branch_init": ["zero"], "block.branch_scale": "1/sqrt(depth)", "block.activation": REMOVE}
+    edit = {
+        "family": "preact",
+        "space.branch_init": ["zero"],
+        "block.branch_scale": "1/sqrt(depth)",
+        "block.activation": REMOVE,
+    }
     out = edited_text(TEXT, edit)
     assert tomllib.loads(out) == apply_edit(tomllib.loads(TEXT), edit)
-    for kept in ("# my spec: a comment the user wrote", "depth = [1, 8]   # shallow", "lo = 0.5   # my bound", 'norm = "layer"'):
+    for kept in (
+        "# my spec: a comment the user wrote",
+        "depth = [1, 8]   # shallow",
+        "lo = 0.5   # my bound",
+        'norm = "layer"',
+    ):
         assert kept in out
     assert 'branch_init = ["zero"]  # full-size branches' in out  # a changed key keeps its place and comment
     assert "activation" not in out.split("[space]")[0]
@@ -116,8 +137,13 @@ def test_a_new_key_goes_after_its_tables_last_key_not_under_the_next_tables_comm
     before it goes after that table's last key, and the comment stays on the header it describes."""
     text = 'name = "x"\nfamily = "plain"\n\n[block]\nactivation = "tanh"  # act\nlayer = "linear"\n# norm = "layer"  (tried)\n\n# the claim: a decade either way\n[expect.gradient_arrival]\nlo = 0.1\n'
     out = edited_text(text, {"family": "preact", "block.branch_layers": 1, "block.skip": "projection"})
-    assert tomllib.loads(out) == apply_edit(tomllib.loads(text), {"family": "preact", "block.branch_layers": 1, "block.skip": "projection"})
-    assert 'layer = "linear"\nbranch_layers = 1\nskip = "projection"\n# norm = "layer"  (tried)\n\n# the claim: a decade either way\n[expect.gradient_arrival]\n' in out, out
+    assert tomllib.loads(out) == apply_edit(
+        tomllib.loads(text), {"family": "preact", "block.branch_layers": 1, "block.skip": "projection"}
+    )
+    assert (
+        'layer = "linear"\nbranch_layers = 1\nskip = "projection"\n# norm = "layer"  (tried)\n\n# the claim: a decade either way\n[expect.gradient_arrival]\n'
+        in out
+    ), out
     sub = 'name = "x"\n[block]\nactivation = "relu"\n# the library config\n[block.config]\nx = 1\n'
     out = edited_text(sub, {"block.branch_layers": 1})
     assert 'activation = "relu"\nbranch_layers = 1\n# the library config\n[block.config]\nx = 1\n' in out, out
@@ -135,7 +161,11 @@ def test_changes_are_only_the_keys_that_change() -> None:
 def test_a_new_table_and_an_inline_table_key() -> None:
     text = 'name = "x"\n[block]\nconfig = { depth = "depth", width = "width" }  # the config\n'
     out = edited_text(text, {"block.config.init_values": 1e-05, "train.z_loss": 1e-4})
-    assert tomllib.loads(out) == {"name": "x", "block": {"config": {"depth": "depth", "width": "width", "init_values": 1e-05}}, "train": {"z_loss": 1e-4}}
+    assert tomllib.loads(out) == {
+        "name": "x",
+        "block": {"config": {"depth": "depth", "width": "width", "init_values": 1e-05}},
+        "train": {"z_loss": 1e-4},
+    }
     assert "# the config" in out
 
 
@@ -160,15 +190,31 @@ def _spec(family: str, block: str = "", space: str = "", rest: str = "[expect.gr
 def test_a_plain_stack_gets_no_branch_remedy() -> None:
     got = _applicable(_spec("plain", 'activation = "relu"', 'weight_init = ["xavier_normal"]'))
     assert got == {"critical_init", "residual_route"}
-    assert _applicable(_spec("plain", 'activation = "relu"', 'weight_init = ["kaiming_normal"]')) == {"residual_route"}  # already critical
+    assert _applicable(_spec("plain", 'activation = "relu"', 'weight_init = ["kaiming_normal"]')) == {
+        "residual_route"
+    }  # already critical
     assert _applicable(_spec("plain", 'activation = "sigmoid"')) == {"residual_route"}  # no critical point to move to
 
 
 def test_a_residual_stack_gets_the_branch_remedies_it_does_not_have() -> None:
-    assert _applicable(_spec("preact", 'norm = "none"')) == {"zero_branch", "shrink_branch", "rezero", "skipinit", "critical_init"}
-    got = _applicable(_spec("preact", 'norm = "none"\nbranch_scale = "1/depth"', 'weight_init = ["kaiming_normal"]\nbranch_init = ["zero"]'))
+    assert _applicable(_spec("preact", 'norm = "none"')) == {
+        "zero_branch",
+        "shrink_branch",
+        "rezero",
+        "skipinit",
+        "critical_init",
+    }
+    got = _applicable(
+        _spec(
+            "preact",
+            'norm = "none"\nbranch_scale = "1/depth"',
+            'weight_init = ["kaiming_normal"]\nbranch_init = ["zero"]',
+        )
+    )
     assert got == {"rezero", "skipinit"}
-    assert "prenorm" in _applicable(_spec("postnorm", 'norm = "layer"')) and "prenorm" not in _applicable(_spec("preact", 'norm = "layer"'))
+    assert "prenorm" in _applicable(_spec("postnorm", 'norm = "layer"')) and "prenorm" not in _applicable(
+        _spec("preact", 'norm = "layer"')
+    )
 
 
 def test_a_custom_factory_gets_no_remedy() -> None:
@@ -185,7 +231,9 @@ def test_a_transformer_by_its_placement_residual_and_attention() -> None:
     assert {"deepnorm", "prenorm"} <= post and "shrink_branch" not in post
     deepnorm = _applicable(_spec("transformer", TRANSFORMER + 'norm_position = "post"\nresidual = "deepnorm"'))
     assert "deepnorm" not in deepnorm and "prenorm" in deepnorm and "rezero" not in deepnorm
-    done = _applicable(_spec("transformer", TRANSFORMER + 'qk_norm = "layer"\nattn_softcap = 30.0\nresidual = "layerscale"'))
+    done = _applicable(
+        _spec("transformer", TRANSFORMER + 'qk_norm = "layer"\nattn_softcap = 30.0\nresidual = "layerscale"')
+    )
     assert not {"qk_norm", "attention_softcap", "layerscale", "rezero", "skipinit", "zero_branch"} & done
 
 
@@ -195,7 +243,9 @@ def test_the_training_remedies_only_for_a_language_model_run() -> None:
     assert {"z_loss", "logit_softcap", "tied_readout", "qk_norm", "attention_softcap"} <= got
     with_them = lm.replace("[train]\n", "[train]\nz_loss = 1e-4\nlogit_softcap = 30.0\ntied = true\n")
     assert not {"z_loss", "logit_softcap", "tied_readout"} & _applicable(with_them)
-    teacher = (ROOT / "specs" / "control_sp_update_size.toml").read_text(encoding="utf-8")  # a [train] run, not a language model
+    teacher = (ROOT / "specs" / "control_sp_update_size.toml").read_text(
+        encoding="utf-8"
+    )  # a [train] run, not a language model
     assert not {"z_loss", "logit_softcap", "tied_readout", "qk_norm"} & _applicable(teacher)
 
 
@@ -224,4 +274,6 @@ def test_init_range_starts_from_the_librarys_default_not_a_broken_value() -> Non
     broken = parse_spec(text.replace("vocab_size = 64,", "vocab_size = 64, initializer_range = 1.0,"))
     assert _init_range_edit(broken, {}) == {"block.config.initializer_range": 0.005}
     assert _init_range_edit(parse_spec(text), {}) == {"block.config.initializer_range": 0.005}  # unset: the default
-    assert "init_range" not in _applicable(text.replace("vocab_size = 64,", "vocab_size = 64, initializer_range = 0.004,"))  # already at or below it
+    assert "init_range" not in _applicable(
+        text.replace("vocab_size = 64,", "vocab_size = 64, initializer_range = 0.004,")
+    )  # already at or below it

@@ -15,7 +15,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def results() -> list[SpecResult]:
-    return [run_spec(load_spec(ROOT / "specs" / name), RunOptions(profile="ci")) for name in ("control_scaled_skip.toml", "preact_mlp.toml")]
+    return [
+        run_spec(load_spec(ROOT / "specs" / name), RunOptions(profile="ci"))
+        for name in ("control_scaled_skip.toml", "preact_mlp.toml")
+    ]
 
 
 @pytest.mark.slow  # every plot of a training report drawn twice, in a background process and inline
@@ -26,7 +29,10 @@ def test_background_plots_are_the_same_bytes_as_inline(results: list[SpecResult]
         background = [renderer.pngs(res) for res in results]
     inline = [spec_pngs(res) for res in results]
     assert background == inline
-    expected = [["gradient", "variance"] + (["identity"] if res.spec.expect.identity_at_init is not None else []) for res in results]
+    expected = [
+        ["gradient", "variance"] + (["identity"] if res.spec.expect.identity_at_init is not None else [])
+        for res in results
+    ]
     assert [list(p) for p in inline] == expected and ["gradient", "variance", "identity"] in expected
     assert all(png.startswith(b"\x89PNG") for p in inline for png in p.values())
 

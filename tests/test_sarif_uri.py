@@ -61,7 +61,9 @@ def schema() -> dict[str, Any]:
 
 def uris(log: Any) -> list[str]:
     if isinstance(log, dict):
-        return [v for k, v in log.items() if k == "uri" and isinstance(v, str)] + [u for v in log.values() for u in uris(v)]
+        return [v for k, v in log.items() if k == "uri" and isinstance(v, str)] + [
+            u for v in log.values() for u in uris(v)
+        ]
     if isinstance(log, list):
         return [u for v in log for u in uris(v)]
     return []
@@ -88,12 +90,18 @@ def test_a_file_name_byte_that_is_not_utf8_is_percent_encoded_as_that_byte(tmp_p
 
 def test_a_location_outside_the_repository_is_an_absolute_file_uri(tmp_path: Path) -> None:
     (tmp_path / "repo").mkdir()
-    location = artifact_location(str(tmp_path / "elsewhere" / "100% x.toml"), {"GITHUB_WORKSPACE": str(tmp_path / "repo")})
+    location = artifact_location(
+        str(tmp_path / "elsewhere" / "100% x.toml"), {"GITHUB_WORKSPACE": str(tmp_path / "repo")}
+    )
     assert "uriBaseId" not in location and _FILE_URI.fullmatch(location["uri"]), location
-    assert urllib.parse.unquote(urllib.parse.urlparse(location["uri"]).path) == str(tmp_path / "elsewhere" / "100% x.toml")
+    assert urllib.parse.unquote(urllib.parse.urlparse(location["uri"]).path) == str(
+        tmp_path / "elsewhere" / "100% x.toml"
+    )
 
 
-def test_paths_are_relative_to_the_workspace_from_another_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_paths_are_relative_to_the_workspace_from_another_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`stability check` run from a sub-folder of the workspace: annotations and SARIF name the file
     by its path in the repository, not by the path given on the command line."""
     sub = tmp_path / "project" / "sub"
@@ -110,7 +118,9 @@ def test_paths_are_relative_to_the_workspace_from_another_folder(tmp_path: Path,
     assert repo_path("x.toml") == "project/sub/specs/x.toml" == repo_path("../specs/./x.toml")
 
 
-def test_the_sarif_of_a_run_with_odd_paths_is_valid_sarif_2_1_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_sarif_of_a_run_with_odd_paths_is_valid_sarif_2_1_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     for i, relative in enumerate(ODD[:2]):
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / relative).write_text(FAILING.replace('name = "sigmoid"', f'name = "sigmoid-{i}"'))
@@ -119,7 +129,21 @@ def test_the_sarif_of_a_run_with_odd_paths_is_valid_sarif_2_1_0(tmp_path: Path, 
     monkeypatch.setenv("GITHUB_WORKSPACE", str(tmp_path))
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    code = main(["check", "100% a#b?.toml", "../naïve", "../broken ü.toml", "--profile", "ci", "--in-process", "--only", "gradient_arrival", "--sarif", "../out.sarif"])
+    code = main(
+        [
+            "check",
+            "100% a#b?.toml",
+            "../naïve",
+            "../broken ü.toml",
+            "--profile",
+            "ci",
+            "--in-process",
+            "--only",
+            "gradient_arrival",
+            "--sarif",
+            "../out.sarif",
+        ]
+    )
     assert code == 2  # the broken spec; the others judged
     out = capsys.readouterr().out
     log = json.loads((tmp_path / "out.sarif").read_text(encoding="utf-8"))
@@ -127,10 +151,16 @@ def test_the_sarif_of_a_run_with_odd_paths_is_valid_sarif_2_1_0(tmp_path: Path, 
     run = log["runs"][0]
     assert run["originalUriBaseIds"]["%SRCROOT%"]["uri"] == tmp_path.as_uri() + "/"
     located = sorted(r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in run["results"])
-    assert located == ["broken%20%C3%BC.toml", "na%C3%AFve/%E6%97%A5%E6%9C%AC%E8%AA%9E%20spec.toml", "odd%20dir/100%25%20a%23b%3F.toml"]
+    assert located == [
+        "broken%20%C3%BC.toml",
+        "na%C3%AFve/%E6%97%A5%E6%9C%AC%E8%AA%9E%20spec.toml",
+        "odd%20dir/100%25%20a%23b%3F.toml",
+    ]
     for uri in uris(log):
         assert _RELATIVE.fullmatch(uri) or _FILE_URI.fullmatch(uri), uri
     # The annotations name the same files, by their paths in the repository.
     props = [line.split(" ", 1)[1].split("::", 1)[0] for line in out.splitlines() if line.startswith("::error")]
-    files = sorted(p.split(",")[0].removeprefix("file=").replace("%3A", ":").replace("%2C", ",").replace("%25", "%") for p in props)
+    files = sorted(
+        p.split(",")[0].removeprefix("file=").replace("%3A", ":").replace("%2C", ",").replace("%25", "%") for p in props
+    )
     assert files == sorted(["broken ü.toml", "naïve/日本語 spec.toml", "odd dir/100% a#b?.toml"])

@@ -33,7 +33,13 @@ def test_every_shipped_spec_loads_and_every_family_is_shipped() -> None:
     assert {s.family for s in specs} == set(FAMILIES.names())
     for family in set(FAMILIES.names()) - {"custom"}:
         layers = {s.block.layer for s in specs if s.family == family}
-        expected = {"tokens"} if family == "transformer" else {"tokens", "conv2d"} if family == "library" else {"linear", "conv2d"}
+        expected = (
+            {"tokens"}
+            if family == "transformer"
+            else {"tokens", "conv2d"}
+            if family == "library"
+            else {"linear", "conv2d"}
+        )
         assert layers == expected, family
     assert len({s.name for s in specs}) == len(specs)
     assert any(e.expect == "violated" for s in specs for _, e in s.invariants())
@@ -79,4 +85,6 @@ def test_identity_at_init_needs_a_zero_branch_in_the_space() -> None:
     text = MINIMAL.format(family="preact", block="", depth=3) + "[expect.identity_at_init]\n"
     with pytest.raises(SpecError, match="space.branch_init"):
         parse_spec(text)
-    assert parse_spec(text.replace("width = 8", 'width = 8\nbranch_init = ["zero"]')).expect.identity_at_init is not None
+    assert (
+        parse_spec(text.replace("width = 8", 'width = 8\nbranch_init = ["zero"]')).expect.identity_at_init is not None
+    )

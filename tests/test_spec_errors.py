@@ -70,28 +70,63 @@ def test_non_utf8_file_names_the_byte(cli: Cli, write_spec: Callable[..., Path])
 
 
 def test_unknown_key_says_did_you_mean(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
-    check_fails(cli, write_spec(base_spec.replace("batch = 2", "bacth = 2")), "space.bacth = 2", "unknown key", 'did you mean "batch"?')
+    check_fails(
+        cli,
+        write_spec(base_spec.replace("batch = 2", "bacth = 2")),
+        "space.bacth = 2",
+        "unknown key",
+        'did you mean "batch"?',
+    )
 
 
-def test_misspelt_required_key_is_reported_as_unknown_not_missing(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
+def test_misspelt_required_key_is_reported_as_unknown_not_missing(
+    cli: Cli, write_spec: Callable[..., Path], base_spec: str
+) -> None:
     # Without preferring the unknown key, this said only "family: is required but missing".
-    check_fails(cli, write_spec(base_spec.replace("family =", "famly =")), "famly = 'plain'", "unknown key", 'did you mean "family"?')
+    check_fails(
+        cli,
+        write_spec(base_spec.replace("family =", "famly =")),
+        "famly = 'plain'",
+        "unknown key",
+        'did you mean "family"?',
+    )
 
 
 def test_unknown_invariant_table_says_did_you_mean(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
-    check_fails(cli, write_spec(base_spec.replace("[expect.gradient_arrival]", "[expect.gradient_arival]")), "expect.gradient_arival", "unknown key", 'did you mean "gradient_arrival"?')
+    check_fails(
+        cli,
+        write_spec(base_spec.replace("[expect.gradient_arrival]", "[expect.gradient_arival]")),
+        "expect.gradient_arival",
+        "unknown key",
+        'did you mean "gradient_arrival"?',
+    )
 
 
 def test_missing_required_key(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
-    check_fails(cli, write_spec(base_spec.replace('description = "a small plain MLP"\n', "")), "description: is required but missing", "add `description = ...`")
+    check_fails(
+        cli,
+        write_spec(base_spec.replace('description = "a small plain MLP"\n', "")),
+        "description: is required but missing",
+        "add `description = ...`",
+    )
 
 
 def test_wrong_type(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
-    check_fails(cli, write_spec(base_spec.replace("lo = 0.1", 'lo = "small"')), "expect.gradient_arrival.lo = 'small'", "must be a number")
+    check_fails(
+        cli,
+        write_spec(base_spec.replace("lo = 0.1", 'lo = "small"')),
+        "expect.gradient_arrival.lo = 'small'",
+        "must be a number",
+    )
 
 
 def test_wrong_type_in_a_range(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
-    check_fails(cli, write_spec(base_spec.replace("batch = 2", 'batch = "two"')), "space.batch = 'two'", "expected an integer or a [lo, hi] pair of integers")
+    check_fails(
+        cli,
+        write_spec(base_spec.replace("batch = 2", 'batch = "two"')),
+        "space.batch = 'two'",
+        "expected an integer or a [lo, hi] pair of integers",
+    )
 
 
 # ----------------------------------------------------------------------------- values out of range
@@ -109,12 +144,20 @@ def test_wrong_type_in_a_range(cli: Cli, write_spec: Callable[..., Path], base_s
     ],
     ids=["depth-0", "depth-negative", "depth-range-from-0", "width-0", "batch-0", "empty-range"],
 )
-def test_sizes_out_of_range(cli: Cli, write_spec: Callable[..., Path], base_spec: str, old: str, new: str, fragments: tuple[str, ...]) -> None:
+def test_sizes_out_of_range(
+    cli: Cli, write_spec: Callable[..., Path], base_spec: str, old: str, new: str, fragments: tuple[str, ...]
+) -> None:
     check_fails(cli, write_spec(base_spec.replace(old, new)), *fragments)
 
 
 def test_gradient_arrival_lo_above_hi(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
-    check_fails(cli, write_spec(base_spec.replace("lo = 0.1", "lo = 20.0")), "expect.gradient_arrival.lo = 20.0", "is above hi = 10.0", "swap lo and hi")
+    check_fails(
+        cli,
+        write_spec(base_spec.replace("lo = 0.1", "lo = 20.0")),
+        "expect.gradient_arrival.lo = 20.0",
+        "is above hi = 10.0",
+        "swap lo and hi",
+    )
 
 
 @pytest.mark.parametrize(
@@ -128,7 +171,9 @@ def test_gradient_arrival_lo_above_hi(cli: Cli, write_spec: Callable[..., Path],
     ],
     ids=["lo-nan", "hi-inf", "hi-plus-inf", "init_std-inf", "init_gain-nan"],
 )
-def test_nan_or_inf_in_a_bound(cli: Cli, write_spec: Callable[..., Path], base_spec: str, old: str, new: str, fragments: tuple[str, ...]) -> None:
+def test_nan_or_inf_in_a_bound(
+    cli: Cli, write_spec: Callable[..., Path], base_spec: str, old: str, new: str, fragments: tuple[str, ...]
+) -> None:
     check_fails(cli, write_spec(base_spec.replace(old, new)), *fragments, "finite")
 
 
@@ -141,16 +186,33 @@ def test_nan_or_inf_gate_bias(cli: Cli, write_spec: Callable[..., Path], base_sp
 @pytest.mark.parametrize(
     ("text", "fragments"),
     [
-        (lambda b: _space(b, 'weight_init = ["kaiming_normall"]'), ("space.weight_init[0] = 'kaiming_normall'", "is not one of", 'did you mean "kaiming_normal"?')),
-        (lambda b: _space(b, 'weight_init = "xavier"'), ("space.weight_init[0] = 'xavier'", 'did you mean "xavier_normal"?')),
-        (lambda b: _block(b, 'activation = "rleu"'), ("block.activation = 'rleu'", "'relu', 'gelu', 'tanh', 'sigmoid' or 'identity'", 'did you mean "relu"?')),
+        (
+            lambda b: _space(b, 'weight_init = ["kaiming_normall"]'),
+            ("space.weight_init[0] = 'kaiming_normall'", "is not one of", 'did you mean "kaiming_normal"?'),
+        ),
+        (
+            lambda b: _space(b, 'weight_init = "xavier"'),
+            ("space.weight_init[0] = 'xavier'", 'did you mean "xavier_normal"?'),
+        ),
+        (
+            lambda b: _block(b, 'activation = "rleu"'),
+            ("block.activation = 'rleu'", "'relu', 'gelu', 'tanh', 'sigmoid' or 'identity'", 'did you mean "relu"?'),
+        ),
         (lambda b: _block(b, 'norm = "layernorm"'), ("block.norm = 'layernorm'", 'did you mean "layer"?')),
-        (lambda b: b.replace('family = "plain"', 'family = "preactt"'), ("family = 'preactt'", 'did you mean "preact"?')),
-        (lambda b: _space(b, 'dtype = ["float8"]'), ("space.dtype[0] = 'float8'", "'float32', 'float64', 'bfloat16' or 'float16'")),
+        (
+            lambda b: b.replace('family = "plain"', 'family = "preactt"'),
+            ("family = 'preactt'", 'did you mean "preact"?'),
+        ),
+        (
+            lambda b: _space(b, 'dtype = ["float8"]'),
+            ("space.dtype[0] = 'float8'", "'float32', 'float64', 'bfloat16' or 'float16'"),
+        ),
     ],
     ids=["init", "init-single-string", "activation", "norm", "family", "dtype"],
 )
-def test_unknown_choice_says_did_you_mean(cli: Cli, write_spec: Callable[..., Path], base_spec: str, text: Callable[[str], str], fragments: tuple[str, ...]) -> None:
+def test_unknown_choice_says_did_you_mean(
+    cli: Cli, write_spec: Callable[..., Path], base_spec: str, text: Callable[[str], str], fragments: tuple[str, ...]
+) -> None:
     check_fails(cli, write_spec(text(base_spec)), *fragments)
 
 
@@ -158,15 +220,30 @@ def test_unknown_choice_says_did_you_mean(cli: Cli, write_spec: Callable[..., Pa
 
 
 @pytest.mark.parametrize("skip", ['skip = "identity"\n', ""], ids=["explicit", "default-skip"])
-def test_identity_skip_between_different_widths(cli: Cli, write_spec: Callable[..., Path], base_spec: str, skip: str) -> None:
+def test_identity_skip_between_different_widths(
+    cli: Cli, write_spec: Callable[..., Path], base_spec: str, skip: str
+) -> None:
     text = _space(_block(base_spec, skip, family="preact"), "input_width = 3")
-    check_fails(cli, write_spec(text), "block.skip = 'identity'", "cannot join widths [3, 3] (space.input_width) and [4, 8]", 'set block.skip = "projection"')
+    check_fails(
+        cli,
+        write_spec(text),
+        "block.skip = 'identity'",
+        "cannot join widths [3, 3] (space.input_width) and [4, 8]",
+        'set block.skip = "projection"',
+    )
 
 
-def test_identity_skip_with_equal_width_ranges_drawn_independently(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
+def test_identity_skip_with_equal_width_ranges_drawn_independently(
+    cli: Cli, write_spec: Callable[..., Path], base_spec: str
+) -> None:
     # input_width = [4, 8] and width = [4, 8] still draw e.g. 5 and 4 for one case
     text = _space(_block(base_spec, "", family="preact"), "input_width = [4, 8]")
-    check_fails(cli, write_spec(text), "block.skip = 'identity'", "cannot join widths [4, 8] (space.input_width) and [4, 8] (space.width), drawn independently")
+    check_fails(
+        cli,
+        write_spec(text),
+        "block.skip = 'identity'",
+        "cannot join widths [4, 8] (space.input_width) and [4, 8] (space.width), drawn independently",
+    )
 
 
 def test_identity_skip_with_one_fixed_width_is_fine(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
@@ -175,26 +252,60 @@ def test_identity_skip_with_one_fixed_width_is_fine(cli: Cli, write_spec: Callab
     assert code in (0, 1) and err == "", err
 
 
-def test_projection_spectrum_between_different_widths(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
-    text = _space(_block(base_spec, 'skip = "projection"\nprojection_spectrum = [0.5, 1.0]', family="postnorm"), "input_width = 2")
-    check_fails(cli, write_spec(text), "block.projection_spectrum = [0.5, 1.0]", "square projection", "remove space.input_width or block.projection_spectrum")
+def test_projection_spectrum_between_different_widths(
+    cli: Cli, write_spec: Callable[..., Path], base_spec: str
+) -> None:
+    text = _space(
+        _block(base_spec, 'skip = "projection"\nprojection_spectrum = [0.5, 1.0]', family="postnorm"), "input_width = 2"
+    )
+    check_fails(
+        cli,
+        write_spec(text),
+        "block.projection_spectrum = [0.5, 1.0]",
+        "square projection",
+        "remove space.input_width or block.projection_spectrum",
+    )
 
 
 def test_identity_init_between_different_widths(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
     text = _space(base_spec, 'input_width = 2\nweight_init = ["identity"]')
-    check_fails(cli, write_spec(text), "space.weight_init = ['identity']", "'identity' needs square weights", "remove space.input_width")
+    check_fails(
+        cli,
+        write_spec(text),
+        "space.weight_init = ['identity']",
+        "'identity' needs square weights",
+        "remove space.input_width",
+    )
 
 
 def test_kernel_size_on_a_linear_layer(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
-    check_fails(cli, write_spec(_block(base_spec, "kernel_size = 3")), "block.kernel_size = 3", "is a conv2d option but block.layer is 'linear'", 'set block.layer = "conv2d"')
+    check_fails(
+        cli,
+        write_spec(_block(base_spec, "kernel_size = 3")),
+        "block.kernel_size = 3",
+        "is a conv2d option but block.layer is 'linear'",
+        'set block.layer = "conv2d"',
+    )
 
 
 def test_spatial_on_a_linear_layer(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
-    check_fails(cli, write_spec(_space(base_spec, "spatial = [4, 8]")), "space.spatial = [4, 8]", "is a conv2d option but block.layer is 'linear'", 'set block.layer = "conv2d"')
+    check_fails(
+        cli,
+        write_spec(_space(base_spec, "spatial = [4, 8]")),
+        "space.spatial = [4, 8]",
+        "is a conv2d option but block.layer is 'linear'",
+        'set block.layer = "conv2d"',
+    )
 
 
 def test_an_option_of_another_family(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
-    check_fails(cli, write_spec(_block(base_spec, "gate_bias = -1.0")), "block.gate_bias = -1.0", "makes no sense for family 'plain'", "it applies to highway")
+    check_fails(
+        cli,
+        write_spec(_block(base_spec, "gate_bias = -1.0")),
+        "block.gate_bias = -1.0",
+        "makes no sense for family 'plain'",
+        "it applies to highway",
+    )
 
 
 # ----------------------------------------------------------------------------- custom factories
@@ -212,7 +323,12 @@ def test_factory_module_that_does_not_import(cli: Cli, custom_spec: Callable[...
 
 
 def test_factory_module_that_does_not_exist(cli: Cli, custom_spec: Callable[..., Path]) -> None:
-    check_fails(cli, custom_spec("no_such_module_anywhere_xyz:blocks"), "block.factory = 'no_such_module_anywhere_xyz:blocks'", "module 'no_such_module_anywhere_xyz' was not found as a .py file")
+    check_fails(
+        cli,
+        custom_spec("no_such_module_anywhere_xyz:blocks"),
+        "block.factory = 'no_such_module_anywhere_xyz:blocks'",
+        "module 'no_such_module_anywhere_xyz' was not found as a .py file",
+    )
 
 
 def test_factory_function_that_does_not_exist(cli: Cli, custom_spec: Callable[..., Path]) -> None:
@@ -241,10 +357,17 @@ def test_factory_that_returns_no_module(cli: Cli, custom_spec: Callable[..., Pat
 
 
 def test_factory_blocks_whose_shapes_do_not_chain_fail_the_case(cli: Cli, custom_spec: Callable[..., Path]) -> None:
-    failed_case(cli, custom_spec("shapes_do_not_chain", width="4"), "the case does not run", "block 1 (Linear) failed on an input of shape (2, 5)")
+    failed_case(
+        cli,
+        custom_spec("shapes_do_not_chain", width="4"),
+        "the case does not run",
+        "block 1 (Linear) failed on an input of shape (2, 5)",
+    )
 
 
-def test_factory_blocks_that_raise_something_other_than_a_runtime_error(cli: Cli, custom_spec: Callable[..., Path]) -> None:
+def test_factory_blocks_that_raise_something_other_than_a_runtime_error(
+    cli: Cli, custom_spec: Callable[..., Path]
+) -> None:
     # a ValueError from a user's block once escaped as a traceback (only RuntimeError was caught)
     failed_case(cli, custom_spec("block_raises"), "ValueError: my block only takes even widths")
 
@@ -319,11 +442,28 @@ steps = 20
         ("steps = 20", "steps = 20\nwarmup = -1", ("train.warmup = -1", "must be at least 0", "use 0 or more")),
         ("lr = 0.01", "lr = nan", ("train.lr = nan", "must be a finite number", "write a finite number")),
         ("lr = 0.01", 'lr = "0.3"', ("train.lr = '0.3'", "must be a number", "write it without quotes: lr = 0.3")),
-        ("steps = 20", 'steps = "60"', ("train.steps = '60'", "must be an integer", "write it without quotes: steps = 60")),
+        (
+            "steps = 20",
+            'steps = "60"',
+            ("train.steps = '60'", "must be an integer", "write it without quotes: steps = 60"),
+        ),
         ("steps = 20", "steps = 60.5", ("train.steps = 60.5", "must be an integer", "write a whole number")),
         ("lr = 0.01", "lr = true", ("train.lr = True", "must be a number", "write a number")),
     ],
-    ids=["lr-negative", "lr-0", "steps-0", "steps-huge", "warmup-negative", "lr-nan", "lr-string", "steps-string", "steps-float", "lr-bool"],
+    ids=[
+        "lr-negative",
+        "lr-0",
+        "steps-0",
+        "steps-huge",
+        "warmup-negative",
+        "lr-nan",
+        "lr-string",
+        "steps-string",
+        "steps-float",
+        "lr-bool",
+    ],
 )
-def test_a_bad_train_value_names_the_key_the_value_and_the_fix(cli: Cli, write_spec: Callable[..., Path], old: str, new: str, fragments: tuple[str, ...]) -> None:
+def test_a_bad_train_value_names_the_key_the_value_and_the_fix(
+    cli: Cli, write_spec: Callable[..., Path], old: str, new: str, fragments: tuple[str, ...]
+) -> None:
     check_fails(cli, write_spec(LM_SPEC.replace(old, new)), *fragments)

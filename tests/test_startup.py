@@ -73,14 +73,24 @@ def test_every_usage_error_answers_without_torch(name: str) -> None:
 
 def test_the_check_finds_a_command_that_imports_torch() -> None:
     """The probe itself can fail: a check that goes on to probe imports torch."""
-    code, torch, _ = _imports_torch(["check", str(ROOT / "specs" / "plain_mlp.toml"), "--case", "depth=1", "--profile", "ci", "-q"])
+    code, torch, _ = _imports_torch(
+        ["check", str(ROOT / "specs" / "plain_mlp.toml"), "--case", "depth=1", "--profile", "ci", "-q"]
+    )
     assert code == 0 and torch
 
 
 def test_the_startup_benchmark_runs_as_a_script() -> None:
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_startup.py"), "--repeat", "1"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_startup.py"), "--repeat", "1"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     lines = run.stdout.strip().splitlines()
-    timed = [line.split()[0] for line in lines if not line.startswith(("target:", "over the target:"))]  # the last lines, the second only when loaded
+    timed = [
+        line.split()[0] for line in lines if not line.startswith(("target:", "over the target:"))
+    ]  # the last lines, the second only when loaded
     assert timed == list(startup.COMMANDS), run.stdout + run.stderr
     assert run.returncode in (0, 1)  # 1: over 1 s on this (possibly loaded) machine; the number is for an idle one
 

@@ -44,7 +44,10 @@ def test_two_processes_writing_at_once_leave_every_row_and_an_intact_file(tmp_pa
         assert p.exitcode == 0
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        assert db.execute("SELECT code_version, count(*) FROM probes GROUP BY code_version ORDER BY 1").fetchall() == [("a", 240), ("b", 240)]
+        assert db.execute("SELECT code_version, count(*) FROM probes GROUP BY code_version ORDER BY 1").fetchall() == [
+            ("a", 240),
+            ("b", 240),
+        ]
 
 
 def test_a_folder_is_refused_in_one_line(tmp_path: Path) -> None:

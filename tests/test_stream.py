@@ -70,13 +70,23 @@ def test_a_layer_scale_block_changes_the_stream_by_its_scale() -> None:
 
 def test_the_verdict_states_every_bound_and_passes_inside_them() -> None:
     m = _probe([Scale(5.0), Scale(1.1), Scale(1.2)])
-    v = residual_stream(m, lo=1.0, hi=2.0, entry_lo=4.0, entry_hi=6.0, variance_lo=40.0, variance_hi=50.0, max_block_change=4.5)
+    v = residual_stream(
+        m, lo=1.0, hi=2.0, entry_lo=4.0, entry_hi=6.0, variance_lo=40.0, variance_hi=50.0, max_block_change=4.5
+    )
     assert v.passed and v.invariant == "residual_stream" and v.observed == pytest.approx(1.32, **REL)
     assert v.bound == "g₁/g_L in [1, 2]; g₀/g₁ in [4, 6]; Var(x_L)/Var(x₀) in [40, 50]; block change ≤ 4.5"
-    assert v.detail == "stream gradient ratio g₁/g_L 1.32; entry factor g₀/g₁ 5; output variance Var(x_L)/Var(x₀) 43.56; largest block change 4 within the bounds"
+    assert (
+        v.detail
+        == "stream gradient ratio g₁/g_L 1.32; entry factor g₀/g₁ 5; output variance Var(x_L)/Var(x₀) 43.56; largest block change 4 within the bounds"
+    )
     assert v.extra["entry"] == pytest.approx(5.0, **REL) and v.extra["members"] == 1
     plain = residual_stream(m, lo=1.0, hi=2.0)
-    assert plain.passed and plain.bound == "g₁/g_L in [1, 2]" and plain.detail == "stream gradient ratio g₁/g_L 1.32 within the bounds; entry factor g₀/g₁ 5 (reported, not bounded)"
+    assert (
+        plain.passed
+        and plain.bound == "g₁/g_L in [1, 2]"
+        and plain.detail
+        == "stream gradient ratio g₁/g_L 1.32 within the bounds; entry factor g₀/g₁ 5 (reported, not bounded)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -112,7 +122,14 @@ def test_the_ensemble_median_is_judged_and_its_range_reported() -> None:
 
 def test_zero_and_non_finite_measurements_fail_with_what_happened() -> None:
     zero = residual_stream(Measurements([1.0, 1.0, 0.0], [1.0] * 3, [1.0] * 3, {}, None, None, None))
-    assert zero == Verdict("residual_stream", False, 0.0, "g₁/g_L in [0.1, 10]", 2, "the output gradient is zero; the loss does not depend on the output")
+    assert zero == Verdict(
+        "residual_stream",
+        False,
+        0.0,
+        "g₁/g_L in [0.1, 10]",
+        2,
+        "the output gradient is zero; the loss does not depend on the output",
+    )
     bad = residual_stream(Measurements([1.0, 1.0, 1.0], [1.0] * 3, [1.0] * 3, {}, None, None, 2, "activation"))
     assert not bad.passed and bad.block == 1 and math.isnan(bad.observed)
     dead = residual_stream(Measurements([1.0, 0.0, 1.0], [1.0] * 3, [1.0] * 3, {}, None, None, None))
@@ -142,20 +159,40 @@ def test_the_severity_reads_every_bounded_number_so_a_broken_band_is_worse_than_
     from stability.spec.registry import invariant
     from stability.spec.schema import ResidualStream
 
-    e = ResidualStream(lo=0.8, hi=4100.0, entry_lo=8.8, entry_hi=1100.0, variance_lo=9700.0, variance_hi=280000.0, max_block_change=0.5)
+    e = ResidualStream(
+        lo=0.8, hi=4100.0, entry_lo=8.8, entry_hi=1100.0, variance_lo=9700.0, variance_hi=280000.0, max_block_change=0.5
+    )
     inv = invariant("residual_stream")
 
     def sev(stream: float, **extra: float) -> float:
-        return inv.severity_of(Verdict("residual_stream", True, stream, "", None, "", extra={"entry": 100.0, "variance": 5e4, "change": 0.1, **extra}), e)
+        return inv.severity_of(
+            Verdict(
+                "residual_stream",
+                True,
+                stream,
+                "",
+                None,
+                "",
+                extra={"entry": 100.0, "variance": 5e4, "change": 0.1, **extra},
+            ),
+            e,
+        )
 
     inside = sev(204.0)
-    assert inside == pytest.approx(max(math.log(0.8 / 204), math.log(8.8 / 100), math.log(5e4 / 280000), math.log(0.1 / 0.5)))
+    assert inside == pytest.approx(
+        max(math.log(0.8 / 204), math.log(8.8 / 100), math.log(5e4 / 280000), math.log(0.1 / 0.5))
+    )
     broken = sev(1.31, entry=1.116, variance=1.164)
     assert broken == pytest.approx(math.log(9700 / 1.164)) and broken > 0 > inside
     assert sev(204.0, change=0.0) < 0  # identity blocks: the upper-bounded change as far inside as can be
     assert sev(204.0, change=0.6) == pytest.approx(math.log(0.6 / 0.5))
     assert sev(204.0, entry=math.nan) == math.inf
-    assert inv.severity_of(Verdict("residual_stream", False, 204.0, "", None, "", extra={"entry": None, "variance": 5e4}), e) == math.inf  # undefined, as the verdict stores it
+    assert (
+        inv.severity_of(
+            Verdict("residual_stream", False, 204.0, "", None, "", extra={"entry": None, "variance": 5e4}), e
+        )
+        == math.inf
+    )  # undefined, as the verdict stores it
 
 
 def test_a_number_exactly_at_its_bound_holds() -> None:
@@ -165,5 +202,7 @@ def test_a_number_exactly_at_its_bound_holds() -> None:
     m = _probe([Scale(4.0), Scale(2.0), Scale(1.0)])
     n = stream_numbers(m.grad_norm, m.act_var, m.act_sq_mean)
     assert (n["entry"], n["stream"], n["variance"], n["change"]) == (4.0, 2.0, 64.0, 3.0)
-    v = residual_stream(m, lo=2.0, hi=2.0, entry_lo=4.0, entry_hi=4.0, variance_lo=64.0, variance_hi=64.0, max_block_change=3.0)
+    v = residual_stream(
+        m, lo=2.0, hi=2.0, entry_lo=4.0, entry_hi=4.0, variance_lo=64.0, variance_hi=64.0, max_block_change=3.0
+    )
     assert v.passed, v.detail

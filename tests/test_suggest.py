@@ -55,7 +55,11 @@ IMPOSSIBLE = (
     .replace("lo = 0.1   # at most a decade lost\nhi = 10.0", "lo = 0.99\nhi = 1.01")
 )
 
-PASSING = PLAIN.replace('weight_init = ["xavier_normal"]  # not critical for ReLU', 'weight_init = ["kaiming_normal"]').replace("lo = 0.1", "lo = 0.01").replace("hi = 10.0", "hi = 100.0")
+PASSING = (
+    PLAIN.replace('weight_init = ["xavier_normal"]  # not critical for ReLU', 'weight_init = ["kaiming_normal"]')
+    .replace("lo = 0.1", "lo = 0.01")
+    .replace("hi = 10.0", "hi = 100.0")
+)
 
 
 def _write(tmp_path: Path, text: str, name: str = "mine.toml") -> Path:
@@ -83,7 +87,9 @@ def test_a_plain_stack_gets_its_critical_init_with_the_numbers_before_and_after(
     assert n.after is not None and 0.1 <= n.after <= 10.0  # the same case, the same seed, the remedy applied
     assert n.after_case == str(map_case(before.case, load_spec_text(critical.text, tmp_path)))
     assert n.closest is not None and n.examples >= 1
-    assert '+weight_init = ["kaiming_normal"]  # not critical for ReLU' in critical.diff and "-family" not in critical.diff
+    assert (
+        '+weight_init = ["kaiming_normal"]  # not critical for ReLU' in critical.diff and "-family" not in critical.diff
+    )
 
 
 def load_spec_text(text: str, tmp_path: Path) -> object:
@@ -95,7 +101,13 @@ def test_a_case_keeps_its_seed_and_takes_the_edited_choice(tmp_path: Path) -> No
     case = parse_case_string("depth=9,width=17,batch=5,seed=12345", spec)
     edited = load_spec(_write(tmp_path, PLAIN.replace('["xavier_normal"]', '["kaiming_normal"]'), "k.toml"))
     mapped = map_case(case, edited)
-    assert (mapped.depth, mapped.width, mapped.batch, mapped.seed, mapped.weight_init) == (9, 17, 5, 12345, "kaiming_normal")
+    assert (mapped.depth, mapped.width, mapped.batch, mapped.seed, mapped.weight_init) == (
+        9,
+        17,
+        5,
+        12345,
+        "kaiming_normal",
+    )
     assert map_case(case, spec) == case
 
 
@@ -107,7 +119,12 @@ def test_ranked_fewest_changes_first(tmp_path: Path) -> None:
 
 
 def test_only_the_remedies_for_what_failed_are_tried(tmp_path: Path) -> None:
-    lm_only = {r.name for r in REMEDIES if r.fixes <= {"attention_logits", "output_logits", "loss_spike", "early_warning", "lr_sensitivity", "attention_entropy"}}
+    lm_only = {
+        r.name
+        for r in REMEDIES
+        if r.fixes
+        <= {"attention_logits", "output_logits", "loss_spike", "early_warning", "lr_sensitivity", "attention_entropy"}
+    }
     s = _suggest(_write(tmp_path, PLAIN))
     assert not lm_only & {a.remedy for a in s.attempts}  # type: ignore[attr-defined]
 
@@ -130,10 +147,14 @@ def test_none_holds_exit_1_listing_what_each_did(tmp_path: Path, capsys: pytest.
     assert "not written" in err and not (tmp_path / "fixed.toml").exists()
 
 
-def test_out_writes_a_spec_that_check_passes_with_the_expectations_unchanged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_out_writes_a_spec_that_check_passes_with_the_expectations_unchanged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path, fixed = _write(tmp_path, PLAIN), tmp_path / "fixed.toml"
     report = tmp_path / "suggest.json"
-    assert main(["suggest", str(path), "--out", str(fixed), "--json", str(report)]) == 0  # in worker processes, as a user runs it
+    assert (
+        main(["suggest", str(path), "--out", str(fixed), "--json", str(report)]) == 0
+    )  # in worker processes, as a user runs it
     assert path.read_text(encoding="utf-8") == PLAIN  # the spec itself is never touched
     written = fixed.read_text(encoding="utf-8")
     assert tomllib.loads(written)["expect"] == tomllib.loads(PLAIN)["expect"]
@@ -155,7 +176,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
         (["suggest", str(path), "--out", str(tmp_path / "." / "mine.toml")], "is the spec itself"),
         (["suggest", str(path), "--out", str(tmp_path / "taken.toml")], "exists; add --force"),
         (["suggest", str(path), "--out", str(tmp_path)], "folder"),
-        (["suggest", str(path), "--out", str(tmp_path / "taken.toml" / "fixed.toml")], "taken.toml is not a folder"),  # before the remedies run, not after
+        (
+            ["suggest", str(path), "--out", str(tmp_path / "taken.toml" / "fixed.toml")],
+            "taken.toml is not a folder",
+        ),  # before the remedies run, not after
         (["suggest", str(path), "--out", "/proc/fixed.toml"], "cannot write in /proc"),
         (["suggest", str(path), "--out", "-"], "written to files"),
         (["suggest", str(path), "--only", "gradient_arival"], 'did you mean "gradient_arrival"'),
@@ -163,7 +187,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
         (["suggest", str(path), "--holds", "--out", str(tmp_path / "x.toml")], "--out with --holds"),
         (["suggest", str(tmp_path)], "is a folder"),
         (["suggest"], "give one spec file"),
-        (["suggest", str(_write(tmp_path, PLAIN.replace("activation", "activaton"), "typo.toml"))], "block.activaton = 'relu': unknown key"),
+        (
+            ["suggest", str(_write(tmp_path, PLAIN.replace("activation", "activaton"), "typo.toml"))],
+            "block.activaton = 'relu': unknown key",
+        ),
     ]
     for argv, why in cases:
         assert main(argv) == 2, argv
@@ -172,7 +199,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
     assert (tmp_path / "taken.toml").read_text(encoding="utf-8") == "mine\n"
 
 
-def test_an_out_path_that_cannot_be_written_is_refused_before_anything_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_out_path_that_cannot_be_written_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """What `--out` names is checked as every report path is: a folder meant by a trailing slash,
     standard output, a path under a file, a name the file system refuses; and `--json` naming the
     same file as `--out`. One line, exit 2, before the run (not a traceback after it, nor a file
@@ -193,7 +222,9 @@ def test_an_out_path_that_cannot_be_written_is_refused_before_anything_runs(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.toml"]
 
 
-def test_json_replaces_its_own_earlier_report_and_never_a_users_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_replaces_its_own_earlier_report_and_never_a_users_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Running `stability suggest --json r.json` again replaces r.json (the report is provably
     suggest's own); a file the user wrote, and the JSON report of `stability check`, stay."""
     path = _write(tmp_path, PLAIN)
@@ -217,8 +248,12 @@ def test_force_replaces_an_existing_file_but_never_a_fifo(tmp_path: Path, capsys
     assert main(["suggest", str(path), "--out", str(fifo), "--force"]) == 2
     assert "FIFO" in capsys.readouterr().err
     (tmp_path / "old.toml").write_text("old\n", encoding="utf-8")
-    assert main(["suggest", str(path), "--in-process", "--no-diff", "--out", str(tmp_path / "old.toml"), "--force"]) == 0
-    assert tomllib.loads((tmp_path / "old.toml").read_text(encoding="utf-8"))["space"]["weight_init"] == ["kaiming_normal"]
+    assert (
+        main(["suggest", str(path), "--in-process", "--no-diff", "--out", str(tmp_path / "old.toml"), "--force"]) == 0
+    )
+    assert tomllib.loads((tmp_path / "old.toml").read_text(encoding="utf-8"))["space"]["weight_init"] == [
+        "kaiming_normal"
+    ]
 
 
 # ----------------------------------------------------------------------------- a plugin's remedy
@@ -255,14 +290,18 @@ def toy_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
             del sys.modules[name]
 
 
-def test_a_remedy_registered_from_a_plugin_file_shows_up_in_suggest(toy_plugin: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_remedy_registered_from_a_plugin_file_shows_up_in_suggest(
+    toy_plugin: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _write(tmp_path, PLAIN)
     assert main(["suggest", "--list", "--plugin", str(toy_plugin)]) == 0
     assert "toy_he_gain" in capsys.readouterr().out
     report = tmp_path / "s.json"
     assert main(["suggest", str(path), "--plugin", str(toy_plugin), "--in-process", "--json", str(report)]) == 0
     out = capsys.readouterr().out
-    assert 'toy_he_gain: space.weight_init = ["kaiming_normal"], space.init_gain = 1, description = "under He init"' in out
+    assert (
+        'toy_he_gain: space.weight_init = ["kaiming_normal"], space.init_gain = 1, description = "under He init"' in out
+    )
     toy = next(a for a in json.loads(report.read_text(encoding="utf-8"))["attempts"] if a["remedy"] == "toy_he_gain")
     assert toy["status"] == "holds" and toy["references"] == ["A. Toy (2026). Remedies from a plugin."]
     # five keys, two of them (norm, bias_init) unchanged: three changes, so it ranks after critical_init's one
@@ -287,7 +326,16 @@ def test_a_remedy_that_changes_an_expectation_is_refused(tmp_path: Path) -> None
     def boom(spec: object, data: object) -> dict[str, object]:
         raise RuntimeError("no")
 
-    register_remedy(Remedy(name="toy_raises", summary="a toy that raises", fixes=frozenset({"gradient_arrival"}), applies=lambda spec, data: True, edit=boom, references=("None.",)))
+    register_remedy(
+        Remedy(
+            name="toy_raises",
+            summary="a toy that raises",
+            fixes=frozenset({"gradient_arrival"}),
+            applies=lambda spec, data: True,
+            edit=boom,
+            references=("None.",),
+        )
+    )
     try:
         s = _suggest(_write(tmp_path, PLAIN))
         toy = next(a for a in s.attempts if a.remedy == "toy_widen_bound")  # type: ignore[attr-defined]
@@ -312,16 +360,29 @@ def test_a_remedy_that_changes_an_expectation_is_refused(tmp_path: Path) -> None
         ({"probe.ensemble": 1}, "probe.ensemble"),
     ],
 )
-def test_a_remedy_that_changes_which_cases_are_drawn_is_refused(tmp_path: Path, edit: dict[str, object], key: str) -> None:
+def test_a_remedy_that_changes_which_cases_are_drawn_is_refused(
+    tmp_path: Path, edit: dict[str, object], key: str
+) -> None:
     """A remedy that 'holds' because the failing cases are no longer drawn, or no longer judged,
     is refused before it runs, whatever else it changes."""
     from stability.spec.remedy import Remedy, register_remedy
 
-    register_remedy(Remedy(name="toy_narrow", summary="a toy that cheats", fixes=frozenset({"gradient_arrival"}), applies=lambda spec, data: True, edit=lambda spec, data: edit, references=("None.",)))
+    register_remedy(
+        Remedy(
+            name="toy_narrow",
+            summary="a toy that cheats",
+            fixes=frozenset({"gradient_arrival"}),
+            applies=lambda spec, data: True,
+            edit=lambda spec, data: edit,
+            references=("None.",),
+        )
+    )
     try:
         s = _suggest(_write(tmp_path, PLAIN))
         toy = next(a for a in s.attempts if a.remedy == "toy_narrow")  # type: ignore[attr-defined]
-        assert toy.status == "refused" and f"it changes {key}:" in toy.detail and "which cases are drawn" in toy.detail, toy.detail
+        assert (
+            toy.status == "refused" and f"it changes {key}:" in toy.detail and "which cases are drawn" in toy.detail
+        ), toy.detail
         assert s.best.remedy == "critical_init" and "toy_narrow" not in [a.remedy for a in s.ranked]  # type: ignore[attr-defined]
     finally:
         REMEDIES.unregister("toy_narrow")
@@ -331,30 +392,59 @@ def test_a_training_remedy_may_not_shorten_the_run() -> None:
     from stability.run.suggest import judged_changes
     from stability.spec.load import validate_spec
 
-    data = tomllib.loads((Path(__file__).resolve().parent.parent / "specs" / "control_lm_output_logit_drift.toml").read_text(encoding="utf-8"))
+    data = tomllib.loads(
+        (Path(__file__).resolve().parent.parent / "specs" / "control_lm_output_logit_drift.toml").read_text(
+            encoding="utf-8"
+        )
+    )
     spec = validate_spec(data, file="x.toml")
     from stability.spec.remedy import apply_edit
 
     assert judged_changes(spec, validate_spec(apply_edit(data, {"train.z_loss": 1e-4}), file="x.toml")) == []
-    assert judged_changes(spec, validate_spec(apply_edit(data, {"train.steps": 50, "train.cases": 1}), file="x.toml")) == ["train.steps", "train.cases"]
+    assert judged_changes(
+        spec, validate_spec(apply_edit(data, {"train.steps": 50, "train.cases": 1}), file="x.toml")
+    ) == ["train.steps", "train.cases"]
     assert judged_changes(spec, spec.model_copy(update={"train": None})) == ["train"]
 
 
-def test_check_suggest_adds_the_remedy_to_the_failing_line_and_the_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_check_suggest_adds_the_remedy_to_the_failing_line_and_the_reports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = _write(tmp_path, PLAIN)
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     report = tmp_path / "report.json"
-    assert main(["check", str(path), "--profile", "ci", "--suggest", "--in-process", "--html", str(tmp_path / "html"), "--github", "--json", str(report)]) == 1
+    assert (
+        main(
+            [
+                "check",
+                str(path),
+                "--profile",
+                "ci",
+                "--suggest",
+                "--in-process",
+                "--html",
+                str(tmp_path / "html"),
+                "--github",
+                "--json",
+                str(report),
+            ]
+        )
+        == 1
+    )
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.strip().startswith("suggest:"))
-    assert 'critical_init: space.weight_init = ["kaiming_normal"]: gradient_arrival' in line and "--out FIXED.toml" in line
+    assert (
+        'critical_init: space.weight_init = ["kaiming_normal"]: gradient_arrival' in line and "--out FIXED.toml" in line
+    )
     html = (tmp_path / "html" / "index.html").read_text(encoding="utf-8")
     assert 'class="suggest"' in html and "critical_init" in html and "the spec diff of critical_init" in html
     md = summary.read_text(encoding="utf-8")
     assert "**suggest:** critical\\_init" in md and "```diff" in md  # (Markdown-escaped)
     (spec,) = json.loads(report.read_text(encoding="utf-8"))["specs"]
-    assert spec["suggestions"]["ranked"][0] == "critical_init" and spec["suggestions"]["failing"] == ["gradient_arrival"]
+    assert spec["suggestions"]["ranked"][0] == "critical_init" and spec["suggestions"]["failing"] == [
+        "gradient_arrival"
+    ]
     capsys.readouterr()
     assert main(["check", str(path), "--profile", "ci", "--in-process", "-q"]) == 1
     assert "suggest:" not in capsys.readouterr().out  # only when asked: it runs the remedies
@@ -390,9 +480,18 @@ def test_a_library_remedy_may_not_change_which_model_a_case_builds() -> None:
     from stability.spec.remedy import apply_edit
 
     pytest.importorskip("transformers")
-    data = tomllib.loads((Path(__file__).resolve().parent.parent / "specs" / "zoo" / "gpt2.toml").read_text(encoding="utf-8"))
+    data = tomllib.loads(
+        (Path(__file__).resolve().parent.parent / "specs" / "zoo" / "gpt2.toml").read_text(encoding="utf-8")
+    )
     spec = validate_spec(data, file="x.toml")
     assert spec.options.config["n_layer"] == "depth"
-    assert judged_changes(spec, validate_spec(apply_edit(data, {"block.config.initializer_range": 0.01}), file="x.toml")) == []
-    assert judged_changes(spec, validate_spec(apply_edit(data, {"block.config.n_layer": "2*depth"}), file="x.toml")) == ["block.config.n_layer"]
-    assert judged_changes(spec, validate_spec(apply_edit(data, {"block.shipped": {"n_embd": 1024, "n_head": 16}}), file="x.toml")) == ["block.shipped"]
+    assert (
+        judged_changes(spec, validate_spec(apply_edit(data, {"block.config.initializer_range": 0.01}), file="x.toml"))
+        == []
+    )
+    assert judged_changes(
+        spec, validate_spec(apply_edit(data, {"block.config.n_layer": "2*depth"}), file="x.toml")
+    ) == ["block.config.n_layer"]
+    assert judged_changes(
+        spec, validate_spec(apply_edit(data, {"block.shipped": {"n_embd": 1024, "n_head": 16}}), file="x.toml")
+    ) == ["block.shipped"]

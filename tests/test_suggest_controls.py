@@ -59,7 +59,9 @@ def _fixes(text: str, remedy: str, invariant: str, case: str) -> tuple[float, fl
     c = parse_case_string(case, spec)
     (before,) = run_spec(spec, RunOptions(profile="ci"), case=c, only=invariant).results
     assert not before.met and before.verdict is not None, before.message
-    edited = validate_spec(apply_edit(data, entry.edit(spec, data)), file=str(SPECS / "x.toml"))  # the edit is data, applied to the document
+    edited = validate_spec(
+        apply_edit(data, entry.edit(spec, data)), file=str(SPECS / "x.toml")
+    )  # the edit is data, applied to the document
     mapped = map_case(c, edited)
     assert mapped.seed == c.seed and mapped.depth == c.depth and mapped.width == c.width
     (after,) = run_spec(edited, RunOptions(profile="ci"), case=mapped, only=invariant).results
@@ -68,20 +70,74 @@ def _fixes(text: str, remedy: str, invariant: str, case: str) -> tuple[float, fl
 
 
 PROBE_CASES = [
-    ("control_postnorm_identity", "prenorm", "identity_at_init", "depth=1,width=8,batch=4,init=default,branch_init=zero,dtype=float32,seed=0"),
-    ("control_postnorm_identity", "prenorm", "identity_at_init", "depth=24,width=32,batch=8,init=default,branch_init=rezero,dtype=float64,seed=7"),
-    ("control_unnormalised_residual", "zero_branch", "variance_growth", "depth=3,width=16,batch=4,init=kaiming_normal,branch_init=default,dtype=float32,seed=0"),
-    ("control_unnormalised_residual", "shrink_branch", "variance_growth", "depth=3,width=16,batch=4,init=kaiming_normal,branch_init=default,dtype=float32,seed=0"),
-    ("control_unnormalised_residual", "rezero", "variance_growth", "depth=3,width=16,batch=4,init=kaiming_normal,branch_init=default,dtype=float32,seed=0"),
-    ("control_unnormalised_residual", "skipinit", "variance_growth", "depth=3,width=16,batch=4,init=kaiming_normal,branch_init=default,dtype=float32,seed=0"),
-    ("control_plain_sigmoid", "residual_route", "gradient_arrival", "depth=9,width=8,batch=4,init=xavier_normal,seed=1"),
-    ("control_plain_sigmoid", "residual_route", "gradient_arrival", "depth=40,width=64,batch=16,init=xavier_normal,seed=3"),
-    ("transformer_control_postln_balance", "deepnorm", "gradient_balance", "depth=3,width=16,batch=2,init=xavier_normal,seed=0,tokens=5"),
-    ("transformer_control_postln_balance", "layerscale", "gradient_balance", "depth=3,width=16,batch=2,init=xavier_normal,seed=0,tokens=5"),
+    (
+        "control_postnorm_identity",
+        "prenorm",
+        "identity_at_init",
+        "depth=1,width=8,batch=4,init=default,branch_init=zero,dtype=float32,seed=0",
+    ),
+    (
+        "control_postnorm_identity",
+        "prenorm",
+        "identity_at_init",
+        "depth=24,width=32,batch=8,init=default,branch_init=rezero,dtype=float64,seed=7",
+    ),
+    (
+        "control_unnormalised_residual",
+        "zero_branch",
+        "variance_growth",
+        "depth=3,width=16,batch=4,init=kaiming_normal,branch_init=default,dtype=float32,seed=0",
+    ),
+    (
+        "control_unnormalised_residual",
+        "shrink_branch",
+        "variance_growth",
+        "depth=3,width=16,batch=4,init=kaiming_normal,branch_init=default,dtype=float32,seed=0",
+    ),
+    (
+        "control_unnormalised_residual",
+        "rezero",
+        "variance_growth",
+        "depth=3,width=16,batch=4,init=kaiming_normal,branch_init=default,dtype=float32,seed=0",
+    ),
+    (
+        "control_unnormalised_residual",
+        "skipinit",
+        "variance_growth",
+        "depth=3,width=16,batch=4,init=kaiming_normal,branch_init=default,dtype=float32,seed=0",
+    ),
+    (
+        "control_plain_sigmoid",
+        "residual_route",
+        "gradient_arrival",
+        "depth=9,width=8,batch=4,init=xavier_normal,seed=1",
+    ),
+    (
+        "control_plain_sigmoid",
+        "residual_route",
+        "gradient_arrival",
+        "depth=40,width=64,batch=16,init=xavier_normal,seed=3",
+    ),
+    (
+        "transformer_control_postln_balance",
+        "deepnorm",
+        "gradient_balance",
+        "depth=3,width=16,batch=2,init=xavier_normal,seed=0,tokens=5",
+    ),
+    (
+        "transformer_control_postln_balance",
+        "layerscale",
+        "gradient_balance",
+        "depth=3,width=16,batch=2,init=xavier_normal,seed=0,tokens=5",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("control", "remedy", "invariant", "case"), PROBE_CASES, ids=[f"{c}-{r}-{case.split(',')[0]}" for c, r, _, case in PROBE_CASES])
+@pytest.mark.parametrize(
+    ("control", "remedy", "invariant", "case"),
+    PROBE_CASES,
+    ids=[f"{c}-{r}-{case.split(',')[0]}" for c, r, _, case in PROBE_CASES],
+)
 def test_the_remedy_fixes_its_control_at_the_failing_case(control: str, remedy: str, invariant: str, case: str) -> None:
     _fixes(_control(control), remedy, invariant, case)
 
@@ -92,7 +148,12 @@ def test_critical_init_fixes_a_tanh_stack_and_the_numbers_say_how() -> None:
 
 
 def test_zero_branches_make_the_unnormalised_residual_stack_the_identity() -> None:
-    _, after = _fixes(_control("control_unnormalised_residual"), "zero_branch", "variance_growth", "depth=64,width=64,batch=16,init=kaiming_normal,branch_init=default,dtype=float32,seed=9")
+    _, after = _fixes(
+        _control("control_unnormalised_residual"),
+        "zero_branch",
+        "variance_growth",
+        "depth=64,width=64,batch=16,init=kaiming_normal,branch_init=default,dtype=float32,seed=9",
+    )
     assert after == pytest.approx(1.0)  # every block is the identity: the variance ratio is exactly 1 at every boundary
 
 
@@ -126,7 +187,9 @@ LM_CASES = [
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("control", "remedy", "invariant", "case"), LM_CASES, ids=[f"{c}-{r}" for c, r, _, _ in LM_CASES])
+@pytest.mark.parametrize(
+    ("control", "remedy", "invariant", "case"), LM_CASES, ids=[f"{c}-{r}" for c, r, _, _ in LM_CASES]
+)
 def test_the_language_model_remedies_fix_their_controls(control: str, remedy: str, invariant: str, case: str) -> None:
     _fixes(_control(control), remedy, invariant, case)
 
@@ -142,7 +205,9 @@ def test_the_language_model_remedies_fix_their_controls(control: str, remedy: st
         ("control_lm_attention_logit_growth", None),
     ],
 )
-def test_suggest_holds_on_a_shipped_control_within_two_minutes(control: str, best: str | None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_suggest_holds_on_a_shipped_control_within_two_minutes(
+    control: str, best: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
     t0 = time.perf_counter()
     assert main(["suggest", str(SPECS / f"{control}.toml"), "--holds", "--no-diff", "--jobs", "2"]) == 0
     seconds = time.perf_counter() - t0
@@ -198,7 +263,9 @@ max_logit = 80.0
 
 
 @pytest.mark.slow
-def test_a_fresh_language_model_gets_a_written_spec_that_check_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_fresh_language_model_gets_a_written_spec_that_check_passes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec, fixed = tmp_path / "lm.toml", tmp_path / "lm_fixed.toml"
     spec.write_text(LM, encoding="utf-8")
     assert main(["check", str(spec), "--profile", "ci", "-q"]) == 1

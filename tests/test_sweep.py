@@ -49,7 +49,10 @@ def test_budgets_match_the_closed_form_of_a_scalar_chain(tmp_path: Path) -> None
             growth = budgets[(f'{{"init_gain":{g}}}', "variance_growth")]
             assert growth.budget == math.floor(math.log(0.5) / (2 * math.log(g)))
             assert arrival.deciding_case is not None and f"depth={arrival.budget + 1}," in arrival.deciding_case
-            assert arrival.reproduce is not None and f"--over depth={arrival.budget + 1} --over init_gain={g}" in arrival.reproduce
+            assert (
+                arrival.reproduce is not None
+                and f"--over depth={arrival.budget + 1} --over init_gain={g}" in arrival.reproduce
+            )
         grad, var = measure_values(result, "gradient"), measure_values(result, "variance")
         for depth in (1, 4, 16, 64):
             key = f'{{"depth":{depth},"init_gain":0.8}}'
@@ -65,10 +68,16 @@ def test_a_budget_beyond_the_range_or_below_it_says_so(tmp_path: Path) -> None:
     spec = load_spec(_write(tmp_path, LINEAR.replace("init_gain = 0.9", "init_gain = 1.0")))
     with Store(tmp_path / "r.sqlite") as store:
         result = run_sweep(spec, [parse_axis("depth=1,32")], store, InProcessExecutor(), seeds=[0])
-        assert {(b.invariant, b.status, b.budget) for b in result.budgets} == {("gradient_arrival", "at_least", 32), ("variance_growth", "at_least", 32)}
+        assert {(b.invariant, b.status, b.budget) for b in result.budgets} == {
+            ("gradient_arrival", "at_least", 32),
+            ("variance_growth", "at_least", 32),
+        }
         spec = load_spec(_write(tmp_path, LINEAR.replace("init_gain = 0.9", "init_gain = 0.01"), "low.toml"))
         result = run_sweep(spec, [parse_axis("depth=1,32")], store, InProcessExecutor(), seeds=[0])
-        assert {(b.invariant, b.status) for b in result.budgets} == {("gradient_arrival", "below"), ("variance_growth", "below")}
+        assert {(b.invariant, b.status) for b in result.budgets} == {
+            ("gradient_arrival", "below"),
+            ("variance_growth", "below"),
+        }
 
 
 SLOW_FACTORY = """
@@ -116,7 +125,13 @@ def test_a_sweep_killed_mid_way_resumes_to_the_same_tables(tmp_path: Path, monke
     args = [str(spec), "--over", "depth=1,2,3,4,5,6", "--seeds", "3", "--serial", "-q"]
     killed = tmp_path / "killed.sqlite"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.Popen([sys.executable, "-m", "stability", "sweep", *args, "--db", str(killed)], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stability", "sweep", *args, "--db", str(killed)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 60
     rows = 0
     while time.monotonic() < deadline and proc.poll() is None:
@@ -143,23 +158,31 @@ def test_a_sweep_killed_mid_way_resumes_to_the_same_tables(tmp_path: Path, monke
         assert store.last_unfinished() is None  # the resumed sweep is marked finished
 
 
-def test_compare_lists_budgets_that_moved_and_fails_when_one_went_down(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compare_lists_budgets_that_moved_and_fails_when_one_went_down(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     spec = load_spec(_write(tmp_path, LINEAR))
     db = tmp_path / "r.sqlite"
     with Store(db) as store:
-        run_sweep(spec, [parse_axis("depth=1,64")], store, InProcessExecutor(), seeds=[0], version="0.1.0+gaaaaaaaaaaaa")
+        run_sweep(
+            spec, [parse_axis("depth=1,64")], store, InProcessExecutor(), seeds=[0], version="0.1.0+gaaaaaaaaaaaa"
+        )
         halved = load_spec(_write(tmp_path, LINEAR.replace("init_gain = 0.9", "init_gain = 0.81"), "halved.toml"))
         # the same spec content under a second code version whose init halves the budget
-        import stability.run.sweep as sweep_module
+        import stability.run.store_keys as keys_module
 
-        real = sweep_module.spec_hash
-        monkeypatch.setattr(sweep_module, "spec_hash", lambda s: real(spec))
-        run_sweep(halved, [parse_axis("depth=1,64")], store, InProcessExecutor(), seeds=[0], version="0.1.0+gbbbbbbbbbbbb")
+        real = keys_module.spec_hash
+        monkeypatch.setattr(keys_module, "spec_hash", lambda s: real(spec))
+        run_sweep(
+            halved, [parse_axis("depth=1,64")], store, InProcessExecutor(), seeds=[0], version="0.1.0+gbbbbbbbbbbbb"
+        )
     capsys.readouterr()
     assert main(["sweep", "--compare", "0.1.0+gaaaa", "0.1.0+gbbbb", "--db", str(db)]) == 1
     out = capsys.readouterr().out
     assert "gradient_arrival" in out and "21" in out and "10" in out and "lower" in out
-    assert main(["sweep", "--compare", "0.1.0+gaaaa", "0.1.0+gaaaa", "--db", str(db)]) == 2  # one version against itself compares nothing
+    assert (
+        main(["sweep", "--compare", "0.1.0+gaaaa", "0.1.0+gaaaa", "--db", str(db)]) == 2
+    )  # one version against itself compares nothing
     assert "both name the code version 0.1.0+gaaaaaaaaaaaa" in capsys.readouterr().err
     assert main(["sweep", "--compare", "nope", "0.1.0+gaaaa", "--db", str(db)]) == 2
     assert "no budgets stored for that code version" in capsys.readouterr().err
@@ -173,10 +196,16 @@ def test_compare_lists_budgets_that_moved_and_fails_when_one_went_down(tmp_path:
         (["--seeds", "0"], "at least 1 seed"),
         (["--depth-range", "8:2"], "1 <= LO <= HI"),
         (["--serial", "--workers", "2"], "--serial runs one point at a time"),
-        pytest.param(["--serial", "--device", "cuda"], "CUDA is not available", marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
+        pytest.param(
+            ["--serial", "--device", "cuda"],
+            "CUDA is not available",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA"),
+        ),
     ],
 )
-def test_bad_usage_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], words: str) -> None:
+def test_bad_usage_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], words: str
+) -> None:
     spec = _write(tmp_path, LINEAR)
     assert main(["sweep", str(spec), *args, "--db", str(tmp_path / "r.sqlite")]) == 2
     err = capsys.readouterr().err
@@ -185,7 +214,9 @@ def test_bad_usage_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_a_custom_factory_that_raises_fails_its_points_not_the_sweep(tmp_path: Path) -> None:
     _write(tmp_path, "def broken(depth, width):\n    raise ValueError('no such block')\n", "sweep_test_broken.py")
-    spec = load_spec(_write(tmp_path, CUSTOM.format(name="make").replace("sweep_test_factories:make", "sweep_test_broken:broken")))
+    spec = load_spec(
+        _write(tmp_path, CUSTOM.format(name="make").replace("sweep_test_factories:make", "sweep_test_broken:broken"))
+    )
     with Store(tmp_path / "r.sqlite") as store:
         result = run_sweep(spec, [parse_axis("depth=1,2")], store, InProcessExecutor(), seeds=[0])
     assert all(p.failed for p in result.points)
@@ -194,7 +225,7 @@ def test_a_custom_factory_that_raises_fails_its_points_not_the_sweep(tmp_path: P
 
 
 def test_spec_content_not_path_keys_the_store(tmp_path: Path) -> None:
-    from stability.run.sweep import spec_hash
+    from stability.run.store_keys import spec_hash
 
     a = parse_spec(LINEAR, file="a.toml")
     b = parse_spec(LINEAR + "\n# a comment\n", file="elsewhere/b.toml")
@@ -230,7 +261,7 @@ def test_the_code_version_covers_every_stage_folder_of_the_package(tmp_path: Pat
     not only the sweep's own, gives another code version."""
     import stability
     from stability import __version__
-    from stability.run.sweep import PACKAGE, code_version
+    from stability.run.store_keys import PACKAGE, code_version
 
     assert PACKAGE == Path(stability.__file__).resolve().parent
     package = tmp_path / "stability"
@@ -241,8 +272,16 @@ def test_the_code_version_covers_every_stage_folder_of_the_package(tmp_path: Pat
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'stability'\n")
 
     def git(*args: str) -> str:
-        env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-        return subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True, env=env).stdout.strip()
+        env = {
+            **os.environ,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        }
+        return subprocess.run(
+            ["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True, env=env
+        ).stdout.strip()
 
     git("init", "-q")
     git("add", ".")
@@ -264,7 +303,7 @@ def test_an_installed_copy_is_versioned_by_its_sources_not_by_a_repository_aroun
     the version is the package version plus a hash of the sources: a user's commits say nothing
     about this code, and two builds with one version number must not share stored rows."""
     from stability import __version__
-    from stability.run.sweep import code_version
+    from stability.run.store_keys import code_version
 
     site = tmp_path / "venv" / "lib" / "site-packages" / "stability"
     (site / "run").mkdir(parents=True)
@@ -287,7 +326,23 @@ def test_a_sweep_with_only_renders_the_invariants_it_judged(tmp_path: Path, caps
     the first invariant left out)."""
     spec = Path(__file__).resolve().parent.parent / "specs" / "plain_tanh_mlp.toml"
     assert [n for n, _ in load_spec(spec).invariants()][:2] == ["gradient_arrival", "variance_growth"]
-    code = main(["sweep", str(spec), "--over", "depth=1", "--seeds", "2", "--serial", "--only", "gradient_arrival", "--db", str(tmp_path / "r.sqlite"), "--html", str(tmp_path / "report")])
+    code = main(
+        [
+            "sweep",
+            str(spec),
+            "--over",
+            "depth=1",
+            "--seeds",
+            "2",
+            "--serial",
+            "--only",
+            "gradient_arrival",
+            "--db",
+            str(tmp_path / "r.sqlite"),
+            "--html",
+            str(tmp_path / "report"),
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0 and err == "", out + err
     page = (tmp_path / "report" / "index.html").read_text(encoding="utf-8")

@@ -72,7 +72,9 @@ def test_two_dask_workers_give_the_serial_rows_bit_for_bit(tmp_path: Path, dask_
         assert b.table("budgets") == a.table("budgets")
 
 
-def test_a_factory_that_kills_its_worker_fails_that_point_and_the_sweep_goes_on(tmp_path: Path, dask_backend: object) -> None:
+def test_a_factory_that_kills_its_worker_fails_that_point_and_the_sweep_goes_on(
+    tmp_path: Path, dask_backend: object
+) -> None:
     (tmp_path / "sweep_exec_crashing.py").write_text(CRASHING)
     (tmp_path / "spec.toml").write_text(CUSTOM)
     spec = load_spec(tmp_path / "spec.toml")
@@ -121,7 +123,9 @@ def test_dask_warnings_stay_out_of_stderr_unless_verbose() -> None:
     assert quiet.returncode == 0, quiet.stderr
     assert "Port 8787 is already in use" not in quiet.stderr and "distributed." not in quiet.stderr, quiet.stderr
     for _ in range(5):
-        verbose = subprocess.run([sys.executable, "-c", _CLUSTER, "verbose"], capture_output=True, text=True, timeout=300)
+        verbose = subprocess.run(
+            [sys.executable, "-c", _CLUSTER, "verbose"], capture_output=True, text=True, timeout=300
+        )
         assert verbose.returncode == 0, verbose.stderr
         if "held here" in verbose.stdout or "Port 8787 is already in use" in verbose.stderr:
             break

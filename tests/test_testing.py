@@ -29,23 +29,35 @@ def _readme_snippet() -> str:
 
 
 @pytest.mark.slow  # a failing search shrunk, then its replay
-def test_the_readme_snippet_on_a_failing_spec_fails_within_a_minute_with_the_command_that_replays_it(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_readme_snippet_on_a_failing_spec_fails_within_a_minute_with_the_command_that_replays_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     test_file = tmp_path / "test_readme_snippet.py"
     test_file.write_text(_readme_snippet(), encoding="utf-8")
     t0 = time.monotonic()
-    run = subprocess.run([sys.executable, "-m", "pytest", str(test_file), "-q", "-p", "no:cacheprovider", f"--rootdir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", str(test_file), "-q", "-p", "no:cacheprovider", f"--rootdir={tmp_path}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     took = time.monotonic() - t0
     assert run.returncode == 1, run.stdout + run.stderr
     assert took < 60, f"the failing snippet took {took:.0f} s"
     message = [line.removeprefix("E").strip() for line in run.stdout.splitlines() if line.startswith("E ")]
-    assert message[0].startswith("stability.assertions.StabilityAssertionError: gradient_arrival violated: gradient ratio 0.00169 < 0.01")
+    assert message[0].startswith(
+        "stability.assertions.StabilityAssertionError: gradient_arrival violated: gradient ratio 0.00169 < 0.01"
+    )
     assert message[-1].startswith(f"reproduce: stability check {CLAIM} --case depth=3,"), message
     assert "PLEASE REPORT" not in run.stdout + run.stderr
     command = message[-1].removeprefix("reproduce: ").split()
     assert command[:2] == ["stability", "check"]
     capsys.readouterr()
     monkeypatch.chdir(ROOT)
-    assert main([*command[1:], "--profile", "ci"]) == 1  # the spec's own check on that case fails too, with the same number
+    assert (
+        main([*command[1:], "--profile", "ci"]) == 1
+    )  # the spec's own check on that case fails too, with the same number
     assert "gradient ratio 0.00169 < 0.01" in capsys.readouterr().out
 
 
@@ -85,7 +97,11 @@ def test_shrinking_stops_at_its_budget_and_the_depth_is_bisected() -> None:
     ends with the command that replays the smallest failing depth, 5."""
     calls, first, exc = _run(0.0)
     after = calls[calls.index(first) + 1 :]
-    assert all(c == first or (c.width, c.batch, c.seed, c.weight_init) == (first.width, first.batch, first.seed, first.weight_init) for c in after), after
+    assert all(
+        c == first
+        or (c.width, c.batch, c.seed, c.weight_init) == (first.width, first.batch, first.seed, first.weight_init)
+        for c in after
+    ), after
     assert len(set(after) - {first}) <= 7  # log2(64) + 1 bisection trials
     smallest = Case(**{**first.as_dict(), "depth": 5})
     notes = exc.__notes__

@@ -128,7 +128,9 @@ def _x(batch: int, width: int, seed: int = 0) -> torch.Tensor:
 # ============================================================================ fact 1: products vs sums
 
 
-@pytest.mark.parametrize(("slope", "depth", "quoted"), [(0.9, 100, "2.66e-5"), (0.99, 100, "0.366"), (0.9, 50, "5.15e-3")])
+@pytest.mark.parametrize(
+    ("slope", "depth", "quoted"), [(0.9, 100, "2.66e-5"), (0.99, 100, "0.366"), (0.9, 50, "5.15e-3")]
+)
 @pytest.mark.parametrize("width", [1, 8])
 def test_plain_chain_multiplies_one_factor_per_layer(slope: float, depth: int, quoted: str, width: int) -> None:
     """∂L/∂x = Wᵀ…Wᵀ r with W = s·I: the ratio is s^L, at every boundary s^(L−l)."""
@@ -167,7 +169,11 @@ def test_plain_chain_through_a_spec(slope: float, depth: int, width: int) -> Non
     """The same chain from a spec: plain, activation identity, W = init_gain·I, bias 0, float64.
     (Exact only since float64 cases are built in float64: init_gain used to be rounded to float32,
     off by 2.6e-6 relative at 0.9^100.)"""
-    spec = _spec("plain", 'activation = "identity"', f'weight_init = ["identity"]\ninit_gain = {slope}\nbias_init = 0.0\ndtype = ["float64"]')
+    spec = _spec(
+        "plain",
+        'activation = "identity"',
+        f'weight_init = ["identity"]\ninit_gain = {slope}\nbias_init = 0.0\ndtype = ["float64"]',
+    )
     m, _ = _replay(spec, depth=depth, width=width, batch=4)
     assert m.gradient_ratio == _within(slope**depth, _chain_rtol(depth))
 
@@ -175,7 +181,11 @@ def test_plain_chain_through_a_spec(slope: float, depth: int, width: int) -> Non
 @pytest.mark.parametrize("depth", [2, 4, 6, 8, 10])
 def test_plain_and_residual_table_through_specs(depth: int) -> None:
     """Plain (W = 0.5·I) against preact with a one-layer linear branch W = 0.5·I: 0.5^L and 1.5^L."""
-    plain = _spec("plain", 'activation = "identity"', 'weight_init = ["identity"]\ninit_gain = 0.5\nbias_init = 0.0\ndtype = ["float64"]')
+    plain = _spec(
+        "plain",
+        'activation = "identity"',
+        'weight_init = ["identity"]\ninit_gain = 0.5\nbias_init = 0.0\ndtype = ["float64"]',
+    )
     residual = _spec(
         "preact",
         'activation = "identity"\nnorm = "none"\nbranch_layers = 1',
@@ -225,7 +235,9 @@ def test_fixed_skip_scale_multiplies_lambda_per_block(dtype: str) -> None:
     """Zero branch, skip = λ·x: the only path is the route around, ratio λ^L. With λ = 0.5 every
     step is an exact halving, so 0.5^54 (≈ 5.55e-17) is met with ==."""
     assert _quoted(0.5**54, "5.55e-17")
-    spec = _spec("preact", 'norm = "layer"\nskip = "scaled"\nskip_scale = 0.5', f'branch_init = ["zero"]\ndtype = ["{dtype}"]')
+    spec = _spec(
+        "preact", 'norm = "layer"\nskip = "scaled"\nskip_scale = 0.5', f'branch_init = ["zero"]\ndtype = ["{dtype}"]'
+    )
     m, _ = _replay(spec, depth=54, width=8, batch=4)
     assert m.gradient_ratio == 0.5**54
     assert not gradient_arrival(m).passed
@@ -234,7 +246,9 @@ def test_fixed_skip_scale_multiplies_lambda_per_block(dtype: str) -> None:
 def test_fixed_skip_scale_keeps_float64_precision() -> None:
     """λ = 0.9 is not a binary fraction: the ratio is 0.9^L to float64 rounding only if the skip's
     scale is stored in float64 (it used to be a float32 buffer: 0.9^54 off by 1.4e-6 relative)."""
-    spec = _spec("preact", 'norm = "layer"\nskip = "scaled"\nskip_scale = 0.9', 'branch_init = ["zero"]\ndtype = ["float64"]')
+    spec = _spec(
+        "preact", 'norm = "layer"\nskip = "scaled"\nskip_scale = 0.9', 'branch_init = ["zero"]\ndtype = ["float64"]'
+    )
     m, _ = _replay(spec, depth=54, width=8, batch=4)
     assert m.gradient_ratio == _within(0.9**54, _chain_rtol(54))
 
@@ -375,7 +389,9 @@ def _sigmoid(b: float) -> float:
     return 1.0 / (1.0 + math.exp(-b))
 
 
-@pytest.mark.parametrize(("bias", "quoted"), [(-1.0, "2.48e-14"), (-2.0, "3.07e-6"), (-3.0, "7.76e-3"), (-4.0, "0.163")])
+@pytest.mark.parametrize(
+    ("bias", "quoted"), [(-1.0, "2.48e-14"), (-2.0, "3.07e-6"), (-3.0, "7.76e-3"), (-4.0, "0.163")]
+)
 def test_highway_carry_factor(bias: float, quoted: str) -> None:
     """W_T = 0, H = 0: y = (1 − σ(b_T))·x, ratio (1 − σ(b_T))^L. Tolerance: 1 − σ(b) loses
     σ/(1 − σ) ≤ 7.4 ulps at |b| ≤ 2, plus one rounding per block: rtol = 16·(L + 1)·EPS."""
@@ -419,7 +435,11 @@ def test_he_relu_plain_keeps_the_second_moment(init: str, predicted: float) -> N
     ratios). Tolerance 5%: the pooled mean's standard error is ~0.5% (asserted: ≤ 5%/3).
     (The final ratio q_50/q_0 is also 1 in expectation, but at this width its seed-to-seed standard
     deviation is ~0.4, so a 5% check on its seed average would need ~500 seeds; see docs/theory.md.)"""
-    spec = _spec("plain", 'activation = "relu"\nnorm = "none"', 'weight_init = ["kaiming_normal", "xavier_normal"]\nbias_init = 0.0')
+    spec = _spec(
+        "plain",
+        'activation = "relu"\nnorm = "none"',
+        'weight_init = ["kaiming_normal", "xavier_normal"]\nbias_init = 0.0',
+    )
     ratios: list[float] = []
     for seed in range(6):
         case = corner_case(spec, depth=50, width=512, batch=16, weight_init=init, seed=seed)
@@ -435,7 +455,11 @@ def test_fixed_variance_branches_grow_the_variance_linearly() -> None:
     = 1 whatever x is (He init, z = LN(x) with unit variance, symmetric), and is uncorrelated with
     x, so Var_l ≈ Var_0 + l·v. Every seed's series classifies as linear; the fitted slope averaged
     over 8 seeds is v within 10% (asserted ≥ 3 standard errors)."""
-    spec = _spec("preact", 'activation = "relu"\nnorm = "layer"\nbranch_layers = 1', 'weight_init = ["kaiming_normal"]\nbias_init = 0.0')
+    spec = _spec(
+        "preact",
+        'activation = "relu"\nnorm = "layer"\nbranch_layers = 1',
+        'weight_init = ["kaiming_normal"]\nbias_init = 0.0',
+    )
     depth, slopes = 50, []
     for seed in range(8):
         case = corner_case(spec, depth=depth, width=256, batch=16, seed=seed)
@@ -451,7 +475,11 @@ def test_full_size_unnormalised_branches_grow_exponentially() -> None:
     """No norm, He-initialised F = W₂·relu(W₁·relu(x)): E‖F‖² = 2·‖relu(x)‖² ≈ ‖x‖², so
     q_{l+1} ≈ 2·q_l. Every seed classifies as exponential; the pooled per-block ratio is 2 within
     5% (asserted ≥ 3 standard errors)."""
-    spec = _spec("preact", 'activation = "relu"\nnorm = "none"', 'weight_init = ["kaiming_normal"]\nbias_init = 0.0\ndtype = ["float64"]')
+    spec = _spec(
+        "preact",
+        'activation = "relu"\nnorm = "none"',
+        'weight_init = ["kaiming_normal"]\nbias_init = 0.0\ndtype = ["float64"]',
+    )
     ratios: list[float] = []
     for seed in range(8):
         case = corner_case(spec, depth=30, width=128, batch=16, seed=seed)

@@ -25,11 +25,15 @@ def _spec(activation: str, init: str, extra: str = "", family: str = "plain", bl
     )
 
 
-def _z_scores(activation: str, init: str, width: int, seeds: int, depth: int, residual: float | None = None) -> torch.Tensor:
+def _z_scores(
+    activation: str, init: str, width: int, seeds: int, depth: int, residual: float | None = None
+) -> torch.Tensor:
     if residual is None:
         spec = _spec(activation, init, "bias_init = 0.0")
     else:
-        spec = _spec(activation, init, "bias_init = 0.0", family="preact", block=f"branch_layers = 1\nbranch_scale = {residual}")
+        spec = _spec(
+            activation, init, "bias_init = 0.0", family="preact", block=f"branch_layers = 1\nbranch_scale = {residual}"
+        )
     zs = []
     for seed in range(seeds):
         case = corner_case(spec, depth=depth, width=width, batch=1, seed=seed, dtype="float64")  # type: ignore[arg-type]
@@ -43,7 +47,9 @@ def _z_scores(activation: str, init: str, width: int, seeds: int, depth: int, re
 
 @pytest.mark.parametrize(("activation", "init"), [("relu", "kaiming_normal"), ("tanh", "xavier_normal")])
 @pytest.mark.parametrize("width", [64, 256])
-def test_measured_gradient_rate_matches_chi1_within_the_derived_finite_width_spread(activation: str, init: str, width: int) -> None:
+def test_measured_gradient_rate_matches_chi1_within_the_derived_finite_width_spread(
+    activation: str, init: str, width: int
+) -> None:
     """z = (ln(g_0²/g_L²) − Σ(ln χ_l − v_l/2)) / √Σv_l over 120 seeds, one example, 10 blocks:
     mean 0 and variance 1 if v_l = (3κ_l − 1)/n is right. The sample variance of 120 z's has sd
     ≈ √(2/120) = 0.13, so [0.65, 1.4] is about ±3 sd; a per-block variance of 2/n (the Gaussian
@@ -71,12 +77,22 @@ def test_parameters_follow_the_init() -> None:
     c = corner_case(relu, depth=3, width=20)  # type: ignore[arg-type]
     assert mean_field_parameters(relu, c) == (2.0, 1 / 60, 1.0)  # type: ignore[arg-type]
     tanh = _spec("tanh", "kaiming_uniform", "bias_init = 0.0")
-    assert mean_field_parameters(tanh, corner_case(tanh, width=7))[:2] == pytest.approx((25 / 9, 0.0), rel=1e-15, abs=0.0)  # type: ignore[arg-type]
+    assert mean_field_parameters(tanh, corner_case(tanh, width=7))[:2] == pytest.approx(
+        (25 / 9, 0.0), rel=1e-15, abs=0.0
+    )  # type: ignore[arg-type]
     normal = _spec("identity", "normal", "init_std = 0.25\nbias_init = 0.0")
     assert mean_field_parameters(normal, corner_case(normal, width=32))[0] == pytest.approx(2.0, rel=1e-15, abs=0.0)  # type: ignore[arg-type]
     default = _spec("gelu", "default")
-    assert mean_field_parameters(default, corner_case(default, width=5))[:2] == pytest.approx((1 / 3, 1 / 15), rel=1e-15, abs=0.0)  # type: ignore[arg-type]
-    pre = _spec("relu", "xavier_normal", 'branch_init = ["default", "rezero"]', family="preact", block='branch_layers = 1\nbranch_scale = "1/sqrt(depth)"')
+    assert mean_field_parameters(default, corner_case(default, width=5))[:2] == pytest.approx(
+        (1 / 3, 1 / 15), rel=1e-15, abs=0.0
+    )  # type: ignore[arg-type]
+    pre = _spec(
+        "relu",
+        "xavier_normal",
+        'branch_init = ["default", "rezero"]',
+        family="preact",
+        block='branch_layers = 1\nbranch_scale = "1/sqrt(depth)"',
+    )
     assert mean_field_parameters(pre, corner_case(pre, depth=16))[2] == 0.25  # type: ignore[arg-type]
     assert mean_field_parameters(pre, corner_case(pre, depth=16, branch_init="rezero"))[2] == 0.0  # type: ignore[arg-type]
 
@@ -121,12 +137,24 @@ def test_mean_field_judges_the_ensembles_median_factor() -> None:
     p = predict(spec, corner_case(spec, depth=4, width=100))  # type: ignore[arg-type]
     half = sum(p.log_var) / 8 + 4 * math.sqrt(sum(p.log_var)) / 4 + 1e-6  # χ = 1: ρ = 0, band ±half
     out, at = math.exp(1.5 * half * 2), math.exp(0.5 * half * 2)  # g_0/g_L with ρ̂ = 1.5·half and 0.5·half
-    own_outside = [(out, 1.0), (at, 1.0), (1.0, 1.0), (1 / at, 1.0), (at, 1.0)]  # the case's own outside, the median (at) inside
+    own_outside = [
+        (out, 1.0),
+        (at, 1.0),
+        (1.0, 1.0),
+        (1 / at, 1.0),
+        (at, 1.0),
+    ]  # the case's own outside, the median (at) inside
     v = mean_field(_m([out, 1, 1, 1, 1.0], {"mean_field": p, "mean_field_ensemble": own_outside}))
     assert v.passed and v.observed == pytest.approx(math.exp(0.5 * half), rel=1e-12, abs=0.0)
     assert "the median of 5 networks" in v.detail and v.extra["ensemble"]["size"] == 5
     assert v.extra["ensemble"]["values"][0] == pytest.approx(math.exp(1.5 * half), rel=1e-12, abs=0.0)
-    moved = [(out, 1.0), (out, 1.0), (out, 1.0), (1.0, 1.0), (1.0, 1.0)]  # three of five outside: a wrong χ moves the median
+    moved = [
+        (out, 1.0),
+        (out, 1.0),
+        (out, 1.0),
+        (1.0, 1.0),
+        (1.0, 1.0),
+    ]  # three of five outside: a wrong χ moves the median
     v = mean_field(_m([1.0] * 5, {"mean_field": p, "mean_field_ensemble": moved}))
     assert not v.passed and v.observed == pytest.approx(math.exp(1.5 * half), rel=1e-12, abs=0.0)
     low = [(1.0, 1.0), (1 / out, 1.0), (1 / out, 1.0), (1 / out, 1.0), (1.0, 1.0)]
@@ -134,7 +162,9 @@ def test_mean_field_judges_the_ensembles_median_factor() -> None:
     dead = [(1.0, 1.0), (1.0, 1.0), (0.0, 1.0)]  # one network's gradient never arrives: no median hides it
     v = mean_field(_m([1.0] * 5, {"mean_field": p, "mean_field_ensemble": dead}))
     assert not v.passed and "network 3 of the 3" in v.detail
-    assert not mean_field(_m([1.0] * 5, {"mean_field": p, "mean_field_ensemble": [(1.0, math.nan), (1.0, 1.0), (1.0, 1.0)]})).passed
+    assert not mean_field(
+        _m([1.0] * 5, {"mean_field": p, "mean_field_ensemble": [(1.0, math.nan), (1.0, 1.0), (1.0, 1.0)]})
+    ).passed
 
 
 def test_mean_field_on_the_shipped_spec_is_judged_on_the_ensemble_and_not_fooled_by_one_seed() -> None:
@@ -199,4 +229,6 @@ def test_lesion_on_dense_is_refused_and_jacobian_bounds_are_ordered() -> None:
     with pytest.raises(SpecError, match="expect.lesion"):
         parse_spec('name = "d"\ndescription = "d"\nfamily = "dense"\n[space]\ndepth = 2\nwidth = 4\n[expect.lesion]\n')
     with pytest.raises(SpecError, match="mean_lo"):
-        parse_spec('name = "d"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 4\n[expect.jacobian_spectrum]\nmean_lo = 2.0\nmean_hi = 1.0\n')
+        parse_spec(
+            'name = "d"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 4\n[expect.jacobian_spectrum]\nmean_lo = 2.0\nmean_hi = 1.0\n'
+        )

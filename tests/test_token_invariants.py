@@ -25,7 +25,15 @@ from stability.measure.probe import Measurements, probe
 
 
 def _m(**kw: object) -> Measurements:
-    base: dict[str, object] = dict(grad_norm=[1.0, 1.0], act_var=[1.0, 1.0], act_sq_mean=[1.0, 1.0], param_grad_norm={}, identity_error=None, input_grad_error=None, nonfinite_at=None)
+    base: dict[str, object] = dict(
+        grad_norm=[1.0, 1.0],
+        act_var=[1.0, 1.0],
+        act_sq_mean=[1.0, 1.0],
+        param_grad_norm={},
+        identity_error=None,
+        input_grad_error=None,
+        nonfinite_at=None,
+    )
     base.update(kw)
     return Measurements(**base)  # type: ignore[arg-type]
 

@@ -11,7 +11,17 @@ import pytest
 import torch
 from torch import nn
 
-from stability.measure.train import Readout, Task, TrainModel, fit, lr_scales, make_task, relative_residuals, train_case, trainable
+from stability.measure.train import (
+    Readout,
+    Task,
+    TrainModel,
+    fit,
+    lr_scales,
+    make_task,
+    relative_residuals,
+    train_case,
+    trainable,
+)
 from stability.measure.train_update import log_slope, measure_update, update_sweep
 from stability.spec.case import corner_case
 from stability.spec.load import parse_spec
@@ -40,8 +50,22 @@ samples = 16
 """
 
 
-def _spec(*, family: str = "plain", layer: str = "linear", block: str = "", branch: str = "default", steps: int = 1, optimizer: str = "sgd", lr: float = 0.01, param: str = "sp"):  # type: ignore[no-untyped-def]
-    return parse_spec(SPEC.format(family=family, layer=layer, block=block, branch=branch, steps=steps, optimizer=optimizer, lr=lr, param=param))
+def _spec(
+    *,
+    family: str = "plain",
+    layer: str = "linear",
+    block: str = "",
+    branch: str = "default",
+    steps: int = 1,
+    optimizer: str = "sgd",
+    lr: float = 0.01,
+    param: str = "sp",
+):  # type: ignore[no-untyped-def]
+    return parse_spec(
+        SPEC.format(
+            family=family, layer=layer, block=block, branch=branch, steps=steps, optimizer=optimizer, lr=lr, param=param
+        )
+    )
 
 
 # ----------------------------------------------------------------------------- update size, closed form
@@ -54,7 +78,9 @@ def _linear_chain(d: int, h: int, k: int, gen: torch.Generator) -> TrainModel:
     readout = Readout(h, k, mult=1.0).double()
     with torch.no_grad():
         for layer in (embed, hidden, readout.linear):
-            layer.weight.copy_(torch.randn(layer.weight.shape, generator=gen, dtype=torch.float64) / math.sqrt(layer.weight.shape[1]))
+            layer.weight.copy_(
+                torch.randn(layer.weight.shape, generator=gen, dtype=torch.float64) / math.sqrt(layer.weight.shape[1])
+            )
         readout.linear.bias.zero_()
     readout.linear.bias.requires_grad_(False)
     return TrainModel(embed, nn.Sequential(hidden), readout)
@@ -87,7 +113,9 @@ def test_one_sgd_step_changes_every_boundary_as_the_closed_form_says() -> None:
     expected = [float((a - b).norm()) / math.sqrt(a.numel()) for a, b in ((h0n, h0), (h1n, h1), (fn, f))]
 
     params = [(p, 1.0) for p in model.modules().parameters() if p.requires_grad]
-    rms, change, run = measure_update(model, task, lambda: fit(params, lambda: task.loss(model.forward(x)), optimizer="sgd", lr=eta, steps=1))
+    rms, change, run = measure_update(
+        model, task, lambda: fit(params, lambda: task.loss(model.forward(x)), optimizer="sgd", lr=eta, steps=1)
+    )
     assert len(rms) == 3
     for got, want in zip(rms, expected, strict=True):
         assert got == pytest.approx(want, rel=1e-12, abs=0.0)
@@ -165,8 +193,20 @@ def test_mup_learning_rate_multipliers_follow_table_3() -> None:
     delta = {k: torch.Size([2 * s if s == 64 else s for s in v]) for k, v in base.items()}
     sgd = lr_scales(shapes, base, delta, optimizer="sgd")
     adam = lr_scales(shapes, base, delta, optimizer="adam")
-    assert sgd == {"embed.weight": 4.0, "embed.bias": 4.0, "h.weight": 1.0, "readout.linear.weight": 4.0, "readout.linear.bias": 1.0}
-    assert adam == {"embed.weight": 1.0, "embed.bias": 1.0, "h.weight": 0.25, "readout.linear.weight": 1.0, "readout.linear.bias": 1.0}
+    assert sgd == {
+        "embed.weight": 4.0,
+        "embed.bias": 4.0,
+        "h.weight": 1.0,
+        "readout.linear.weight": 4.0,
+        "readout.linear.bias": 1.0,
+    }
+    assert adam == {
+        "embed.weight": 1.0,
+        "embed.bias": 1.0,
+        "h.weight": 0.25,
+        "readout.linear.weight": 1.0,
+        "readout.linear.bias": 1.0,
+    }
 
 
 def test_mup_readout_is_scaled_and_equals_sp_at_the_base_width() -> None:

@@ -79,10 +79,18 @@ width = 8
     [
         ("plain", "[expect.trainability]", "train"),
         ("plain", "[train]\nsteps = 5\nlr = 0.1\n[expect.gradient_arrival]", "train"),
-        ("custom", '[block]\nfactory = "m:f"\n[train]\nsteps = 5\nlr = 0.1\n[expect.trainability]', "expect.trainability"),
+        (
+            "custom",
+            '[block]\nfactory = "m:f"\n[train]\nsteps = 5\nlr = 0.1\n[expect.trainability]',
+            "expect.trainability",
+        ),
         ("plain", "[train]\nsteps = 5\nlr = 0.1\nwarmup = 5\n[expect.trainability]", "train.warmup"),
         ("plain", "[train]\nsteps = 5\nlr = 0.1\n[expect.update_size]\nwidths = [64, 32]", "expect.update_size.widths"),
-        ("plain", "[train]\nsteps = 5\nlr = 0.1\n[expect.trainability]\ncompare_depths = [8, 8]", "expect.trainability.compare_depths"),
+        (
+            "plain",
+            "[train]\nsteps = 5\nlr = 0.1\n[expect.trainability]\ncompare_depths = [8, 8]",
+            "expect.trainability.compare_depths",
+        ),
         ("plain", "[train]\nsteps = 5\n[expect.trainability]", "train.lr"),
     ],
 )

@@ -47,25 +47,44 @@ EXPECTS = {
 
 
 def _spec(name: str, *, outputs: int = 4, optimizer: str = "adam", task: str = "teacher") -> object:
-    return parse_spec(TRAINING.format(optimizer=optimizer, outputs=outputs, task=task, expect=EXPECTS[name]), file="t.toml")
+    return parse_spec(
+        TRAINING.format(optimizer=optimizer, outputs=outputs, task=task, expect=EXPECTS[name]), file="t.toml"
+    )
 
 
 def test_every_built_in_training_invariant_declares_its_memory() -> None:
     training = [e for e in INVARIANTS if e.training]
-    assert {e.name for e in training} >= {"update_size", "trainability", "residual_size", "attention_logits", "lr_sensitivity"}
+    assert {e.name for e in training} >= {
+        "update_size",
+        "trainability",
+        "residual_size",
+        "attention_logits",
+        "lr_sensitivity",
+    }
     assert all(e.memory is not None for e in training)
 
 
 @pytest.mark.parametrize("name", list(EXPECTS))
-def test_a_readout_over_five_million_outputs_is_refused_under_200_mib_before_anything_is_built(cli: Callable[..., tuple[int, str, str]], tmp_path: Path, name: str) -> None:
+def test_a_readout_over_five_million_outputs_is_refused_under_200_mib_before_anything_is_built(
+    cli: Callable[..., tuple[int, str, str]], tmp_path: Path, name: str
+) -> None:
     path = tmp_path / "big.toml"
-    path.write_text(TRAINING.format(optimizer="adam", outputs=5_000_000, task="teacher", expect=EXPECTS[name]), encoding="utf-8")
+    path.write_text(
+        TRAINING.format(optimizer="adam", outputs=5_000_000, task="teacher", expect=EXPECTS[name]), encoding="utf-8"
+    )
     start = time.perf_counter()
     code, out, _ = cli("check", path, "--profile", "ci", "--memory-budget", "200MiB", "--in-process")
-    assert code == 1 and "refused: this case needs about" in out and "for its training runs" in out and "memory budget is 200.0 MiB" in out, out
+    assert (
+        code == 1
+        and "refused: this case needs about" in out
+        and "for its training runs" in out
+        and "memory budget is 200.0 MiB" in out
+    ), out
     assert time.perf_counter() - start < 60  # refused, not trained (a 5e6-output teacher alone is 2.4 GiB of float64)
     small = tmp_path / "small.toml"
-    small.write_text(TRAINING.format(optimizer="adam", outputs=4, task="teacher", expect=EXPECTS[name]), encoding="utf-8")
+    small.write_text(
+        TRAINING.format(optimizer="adam", outputs=4, task="teacher", expect=EXPECTS[name]), encoding="utf-8"
+    )
     code, out, _ = cli("check", small, "--profile", "ci", "--memory-budget", "200MiB", "--in-process")
     assert "refused" not in out, out
 
@@ -75,7 +94,10 @@ def test_the_readout_term_is_its_closed_form() -> None:
     copies of width + 1 numbers), 6 copies of the samples' outputs, and the teacher's column, hidden
     row and 3 copies of its targets in float64; SGD keeps 3 copies of the parameters."""
     for optimizer in ("adam", "sgd"):
-        a, b = (train_bytes(s, corner_case(s)) for s in (_spec("residual_size", outputs=n, optimizer=optimizer) for n in (4, 104)))  # type: ignore[arg-type]
+        a, b = (
+            train_bytes(s, corner_case(s))
+            for s in (_spec("residual_size", outputs=n, optimizer=optimizer) for n in (4, 104))
+        )  # type: ignore[arg-type]
         assert a is not None and b is not None
         copies = 3 + ADAM_STATE[optimizer]
         assert b - a == 100 * ((16 + 1) * copies * 4 + 6 * 8 * 4 + (TEACHER_HIDDEN + 3 * 8) * 8)
@@ -85,7 +107,9 @@ def test_the_readout_term_is_its_closed_form() -> None:
     t = teacher.train  # type: ignore[attr-defined]
     d_in = t.input_dim
     gap = train_bytes(teacher, case) - train_bytes(labels, case)  # type: ignore[arg-type,operator]
-    assert gap == 8 * (d_in * TEACHER_HIDDEN + TEACHER_HIDDEN * 104 + t.samples * TEACHER_HIDDEN + 3 * t.samples * 104 - t.samples)
+    assert gap == 8 * (
+        d_in * TEACHER_HIDDEN + TEACHER_HIDDEN * 104 + t.samples * TEACHER_HIDDEN + 3 * t.samples * 104 - t.samples
+    )
 
 
 def _bytes(tensors: object) -> int:
@@ -111,7 +135,9 @@ def test_the_estimates_cover_what_the_runs_allocate() -> None:
     assert lm_bytes(spec, dataclasses.replace(case, batch=2 * case.batch)) > need  # type: ignore[operator]
 
 
-def test_stability_check_and_evaluate_lm_apply_the_same_language_model_guard(cli: Callable[..., tuple[int, str, str]]) -> None:
+def test_stability_check_and_evaluate_lm_apply_the_same_language_model_guard(
+    cli: Callable[..., tuple[int, str, str]],
+) -> None:
     path = SPECS / "control_lm_early_warning.toml"
     spec = load_spec(path)
     case = corner_case(spec)

@@ -41,15 +41,21 @@ def test_update_size_figure_draws_the_cone_and_marks_the_first_width_outside_it(
 
 
 def test_loss_figure_marks_a_diverged_step() -> None:
-    v = trainability([TrainRun([1.0, 10.0, math.inf], 2, 2, 0.0, depth=8), TrainRun([1.0, 0.5, 0.25], 2, None, 0.0, depth=4)])
+    v = trainability(
+        [TrainRun([1.0, 10.0, math.inf], 2, 2, 0.0, depth=8), TrainRun([1.0, 0.5, 0.25], 2, None, 0.0, depth=4)]
+    )
     fig = loss_figure(v.extra)
     assert DIVERGED_GID in _gids(fig) and len(fig.axes[0].lines) == 2
 
 
 def test_the_html_report_shows_the_training_figures() -> None:
-    spec = parse_spec('name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 64\n[train]\nsteps = 1\nlr = 0.001\n[expect.update_size]\nwidths = [64, 128, 256, 512]\n')
+    spec = parse_spec(
+        'name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 64\n[train]\nsteps = 1\nlr = 0.001\n[expect.update_size]\nwidths = [64, 128, 256, 512]\n'
+    )
     v = _verdict(1.0)
-    result = InvariantResult("update_size", "holds", False, v, None, 1, "t::update_size: expected to hold, but it fails")
+    result = InvariantResult(
+        "update_size", "holds", False, v, None, 1, "t::update_size: expected to hold, but it fails"
+    )
     spec_result = SpecResult(spec, [result])
     assert list(training_figures(spec_result)) == ["update_size"]
     page = render_html([spec_result])
@@ -71,5 +77,7 @@ def test_every_legend_lies_outside_the_curves() -> None:
     """Below the plot, outside its axes (it used to sit on the curves, `loc="best"`): the training
     figures here, the probe's figures in tests/test_render.py."""
     _legend_outside(update_size_figure(_verdict(1.0).extra, failed=True))
-    v = trainability([TrainRun([1.0, 10.0, math.inf], 2, 2, 0.0, depth=8), TrainRun([1.0, 0.5, 0.25], 2, None, 0.0, depth=4)])
+    v = trainability(
+        [TrainRun([1.0, 10.0, math.inf], 2, 2, 0.0, depth=8), TrainRun([1.0, 0.5, 0.25], 2, None, 0.0, depth=4)]
+    )
     _legend_outside(loss_figure(v.extra))

@@ -19,7 +19,7 @@ from stability.errors import SpecError, UsageError
 from stability.families.build import build, make_input
 from stability.families.transformer import SelfAttention, TransformerBlock
 from stability.run.engine import evaluate
-from stability.run.engine import probe_observers as observers_for
+from stability.run.probing import probe_observers as observers_for
 from stability.run.strategies import cases
 from stability.spec.case import corner_case, parse_case_string
 from stability.spec.load import parse_spec, validate_spec
@@ -28,7 +28,9 @@ SPECS = Path(__file__).resolve().parent.parent / "specs"
 CONTROLS = sorted(SPECS.glob("transformer_control_*.toml"))
 
 
-def _spec(block: str = "", space: str = "", expect: str = "[expect.gradient_arrival]", family: str = "transformer") -> str:
+def _spec(
+    block: str = "", space: str = "", expect: str = "[expect.gradient_arrival]", family: str = "transformer"
+) -> str:
     return f"""name = "t"
 description = "d"
 family = "{family}"
@@ -68,8 +70,15 @@ def test_heads_follow_head_dim_and_always_divide_the_width() -> None:
 @pytest.mark.parametrize("residual", ["deepnorm", "gpt2"])
 def test_residual_schemes_scale_exactly_the_documented_weights(residual: str) -> None:
     pos = 'norm_position = "post"\n' if residual == "deepnorm" else ""
-    base = parse_spec(_spec(f'norm = "layer"\n{pos}head_dim = 8', 'weight_init = ["xavier_normal"]\ndtype = ["float64"]'))
-    scaled = parse_spec(_spec(f'norm = "layer"\n{pos}head_dim = 8\nresidual = "{residual}"', 'weight_init = ["xavier_normal"]\ndtype = ["float64"]'))
+    base = parse_spec(
+        _spec(f'norm = "layer"\n{pos}head_dim = 8', 'weight_init = ["xavier_normal"]\ndtype = ["float64"]')
+    )
+    scaled = parse_spec(
+        _spec(
+            f'norm = "layer"\n{pos}head_dim = 8\nresidual = "{residual}"',
+            'weight_init = ["xavier_normal"]\ndtype = ["float64"]',
+        )
+    )
     n = 6
     case = corner_case(base, depth=n, dtype="float64")
     a, b = build(base, case).blocks, build(scaled, case).blocks
@@ -83,14 +92,31 @@ def test_residual_schemes_scale_exactly_the_documented_weights(residual: str) ->
             "out": beta if residual == "deepnorm" else gpt2,
         }
         for name, f in factors.items():
-            torch.testing.assert_close(getattr(blk_b.attn.fn, name).weight, f * getattr(blk_a.attn.fn, name).weight, rtol=1e-15, atol=0)
-        torch.testing.assert_close(blk_b.mlp.fn.fc1.weight, (beta if residual == "deepnorm" else 1.0) * blk_a.mlp.fn.fc1.weight, rtol=1e-15, atol=0)
-        torch.testing.assert_close(blk_b.mlp.fn.fc2.weight, (beta if residual == "deepnorm" else gpt2) * blk_a.mlp.fn.fc2.weight, rtol=1e-15, atol=0)
+            torch.testing.assert_close(
+                getattr(blk_b.attn.fn, name).weight, f * getattr(blk_a.attn.fn, name).weight, rtol=1e-15, atol=0
+            )
+        torch.testing.assert_close(
+            blk_b.mlp.fn.fc1.weight,
+            (beta if residual == "deepnorm" else 1.0) * blk_a.mlp.fn.fc1.weight,
+            rtol=1e-15,
+            atol=0,
+        )
+        torch.testing.assert_close(
+            blk_b.mlp.fn.fc2.weight,
+            (beta if residual == "deepnorm" else gpt2) * blk_a.mlp.fn.fc2.weight,
+            rtol=1e-15,
+            atol=0,
+        )
         assert blk_b.attn.alpha == ((2 * n) ** 0.25 if residual == "deepnorm" else 1.0)
 
 
 def test_deepnorm_post_block_is_norm_of_alpha_x_plus_branch() -> None:
-    spec = parse_spec(_spec('norm = "layer"\nnorm_position = "post"\nresidual = "deepnorm"\nhead_dim = 8\nmlp = false', 'dtype = ["float64"]'))
+    spec = parse_spec(
+        _spec(
+            'norm = "layer"\nnorm_position = "post"\nresidual = "deepnorm"\nhead_dim = 8\nmlp = false',
+            'dtype = ["float64"]',
+        )
+    )
     case = corner_case(spec, depth=4, dtype="float64")
     blk = build(spec, case).blocks[0]
     x = make_input(spec, case)
@@ -102,7 +128,13 @@ def test_deepnorm_post_block_is_norm_of_alpha_x_plus_branch() -> None:
 @pytest.mark.parametrize("position", ["pre", "sandwich"])
 @pytest.mark.parametrize("residual", ["none", "rezero", "skipinit"])
 def test_zero_branches_give_the_identity_bit_exactly(position: str, residual: str) -> None:
-    spec = parse_spec(_spec(f'norm = "rms"\nnorm_position = "{position}"\nhead_dim = 8\nresidual = "{residual}"', 'branch_init = ["zero"]', "[expect.identity_at_init]"))
+    spec = parse_spec(
+        _spec(
+            f'norm = "rms"\nnorm_position = "{position}"\nhead_dim = 8\nresidual = "{residual}"',
+            'branch_init = ["zero"]',
+            "[expect.identity_at_init]",
+        )
+    )
     record = evaluate(spec, corner_case(spec, depth=3))
     assert record.measurements is not None
     assert record.measurements.identity_error == 0.0 and record.measurements.input_grad_error == 0.0
@@ -122,7 +154,11 @@ def test_without_skip_and_mlp_the_stack_is_pure_attention() -> None:
 @pytest.mark.parametrize("family", ["plain", "postnorm", "preact", "highway", "dense"])
 @pytest.mark.parametrize("norm", ["batch", "layer", "group"])
 def test_builtin_families_act_per_token_and_report_channels_and_tokens(family: str, norm: str) -> None:
-    spec = parse_spec(_spec(f'norm = "{norm}"', 'width = 8\nbranch_init = ["default"]', family=family).replace("width = { range = [16, 32], multiple_of = 8 }\n", ""))
+    spec = parse_spec(
+        _spec(f'norm = "{norm}"', 'width = 8\nbranch_init = ["default"]', family=family).replace(
+            "width = { range = [16, 32], multiple_of = 8 }\n", ""
+        )
+    )
     case = corner_case(spec, depth=3, tokens=5)
     x = make_input(spec, case)
     assert x.shape == (2, 5, 8)
@@ -137,7 +173,11 @@ def test_builtin_families_act_per_token_and_report_channels_and_tokens(family: s
 
 
 def test_batch_norm_on_tokens_normalises_each_channel_over_batch_and_tokens() -> None:
-    spec = parse_spec(_spec('norm = "batch"\nactivation = "identity"', "width = 8", family="plain").replace("width = { range = [16, 32], multiple_of = 8 }\n", ""))
+    spec = parse_spec(
+        _spec('norm = "batch"\nactivation = "identity"', "width = 8", family="plain").replace(
+            "width = { range = [16, 32], multiple_of = 8 }\n", ""
+        )
+    )
     case = corner_case(spec, depth=1, tokens=5)
     out = build(spec, case).blocks(make_input(spec, case))  # (B, T, C)
     flat = out.reshape(-1, 8)
@@ -152,7 +192,12 @@ def test_custom_factories_receive_tokens(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     path = tmp_path / "spec.toml"
-    path.write_text(_spec('factory = "tok_factory_mod:make"', "width = 4", family="custom").replace("width = { range = [16, 32], multiple_of = 8 }\n", ""), encoding="utf-8")
+    path.write_text(
+        _spec('factory = "tok_factory_mod:make"', "width = 4", family="custom").replace(
+            "width = { range = [16, 32], multiple_of = 8 }\n", ""
+        ),
+        encoding="utf-8",
+    )
     spec = load_spec(path)
     record = evaluate(spec, corner_case(spec, tokens=6))
     assert record.measurements is not None, record.error
@@ -163,7 +208,12 @@ def test_observers_only_for_what_the_spec_declares() -> None:
     assert observers_for(load_spec(SPECS / "preact_mlp.toml")) == []
     names = [o.name for o in observers_for(parse_spec(_spec('norm = "layer"\nhead_dim = 8')))]
     assert names == ["tokens"]
-    names = [o.name for o in observers_for(parse_spec(_spec('norm = "layer"\nhead_dim = 8', "", "[expect.rank_collapse]\n[expect.attention_entropy]")))]
+    names = [
+        o.name
+        for o in observers_for(
+            parse_spec(_spec('norm = "layer"\nhead_dim = 8', "", "[expect.rank_collapse]\n[expect.attention_entropy]"))
+        )
+    ]
     assert names == ["tokens", "rank_collapse", "attention_entropy"]
 
 
@@ -173,16 +223,32 @@ def test_observers_only_for_what_the_spec_declares() -> None:
 @settings(max_examples=60, deadline=None, database=None)
 @given(st.data())
 def test_strategies_draw_only_admitted_values(data: st.DataObject) -> None:
-    spec = parse_spec(_spec('norm = "layer"\nhead_dim = 8', "depth = { values = [2, 5, 9] }\nbatch = { range = [3, 20], multiple_of = 4 }").replace("depth = [1, 6]\n", "").replace("batch = 2\n", ""))
+    spec = parse_spec(
+        _spec(
+            'norm = "layer"\nhead_dim = 8',
+            "depth = { values = [2, 5, 9] }\nbatch = { range = [3, 20], multiple_of = 4 }",
+        )
+        .replace("depth = [1, 6]\n", "")
+        .replace("batch = 2\n", "")
+    )
     case = data.draw(cases(spec))
-    assert case.depth in (2, 5, 9) and case.width in (16, 24, 32) and case.batch in (4, 8, 12, 16, 20) and 3 <= (case.tokens or 0) <= 6
+    assert (
+        case.depth in (2, 5, 9)
+        and case.width in (16, 24, 32)
+        and case.batch in (4, 8, 12, 16, 20)
+        and 3 <= (case.tokens or 0) <= 6
+    )
 
 
 def test_constrained_keys_shrink_to_their_smallest_value_and_replay_checks_membership() -> None:
-    spec = parse_spec(_spec('norm = "layer"\nhead_dim = 8', "depth = { values = [2, 5, 9] }").replace("depth = [1, 6]\n", ""))
+    spec = parse_spec(
+        _spec('norm = "layer"\nhead_dim = 8', "depth = { values = [2, 5, 9] }").replace("depth = [1, 6]\n", "")
+    )
     assert corner_case(spec).depth == 2 and corner_case(spec).width == 16
     assert parse_case_string("depth=9,width=24,tokens=4", spec).width == 24
-    with pytest.raises(UsageError, match=r"width=20 is not in the spec's space \{ range = \[16, 32\], multiple_of = 8 \}"):
+    with pytest.raises(
+        UsageError, match=r"width=20 is not in the spec's space \{ range = \[16, 32\], multiple_of = 8 \}"
+    ):
         parse_case_string("width=20", spec)
     with pytest.raises(UsageError, match=r"depth=3 is not in the spec's space \{ values = \[2, 5, 9\] \}"):
         parse_case_string("depth=3", spec)
@@ -191,12 +257,20 @@ def test_constrained_keys_shrink_to_their_smallest_value_and_replay_checks_membe
 @pytest.mark.parametrize(
     ("block", "space", "message"),
     [
-        ('norm = "layer"\nhead_dim = 6', "", "space.width = '{ range = [16, 32], multiple_of = 8 }': must be a multiple of block.head_dim = 6"),
+        (
+            'norm = "layer"\nhead_dim = 6',
+            "",
+            "space.width = '{ range = [16, 32], multiple_of = 8 }': must be a multiple of block.head_dim = 6",
+        ),
         ('norm = "layer"\nheads = 3', "width = [16, 32]", "write width = { range = [18, 30], multiple_of = 3 }"),
         ('norm = "layer"', "width = { range = [17, 23], multiple_of = 8 }", "no multiple of 8 lies in [17, 23]"),
         ('norm = "layer"', "width = { values = [] }", "values must be a non-empty list of integers"),
         ('norm = "layer"', "width = { range = [8, 16], step = 8 }", "unknown key 'step' in the table"),
-        ('norm = "layer"\nresidual = "deepnorm"', "", "block.residual = 'deepnorm': DeepNorm (Wang et al. 2022) up-weights the skip of a post-norm block"),
+        (
+            'norm = "layer"\nresidual = "deepnorm"',
+            "",
+            "block.residual = 'deepnorm': DeepNorm (Wang et al. 2022) up-weights the skip of a post-norm block",
+        ),
         ('norm = "batch"', "", "block.norm = 'batch': family 'transformer' normalises each token"),
         ('norm = "layer"\nskip = "none"\nresidual = "rezero"', "", "'rezero' scales a residual connection"),
         ('norm = "layer"\nlayerscale_init = 0.01', "", 'only applies to residual = "layerscale"'),
@@ -215,7 +289,11 @@ def test_bad_combinations_are_one_line_errors_with_the_fix(block: str, space: st
 
 
 def test_token_invariants_need_token_inputs() -> None:
-    text = _spec('norm = "layer"', "", "[expect.attention_entropy]", family="preact").replace('layer = "tokens"\n', "").replace("tokens = [3, 6]\n", "")
+    text = (
+        _spec('norm = "layer"', "", "[expect.attention_entropy]", family="preact")
+        .replace('layer = "tokens"\n', "")
+        .replace("tokens = [3, 6]\n", "")
+    )
     with pytest.raises(SpecError, match="expect.attention_entropy: is measured over tokens"):
         parse_spec(text)
 
@@ -235,7 +313,9 @@ def test_transformer_control_is_caught_and_fails_when_flipped(path: Path) -> Non
     assert path.read_text(encoding="utf-8").startswith("# Negative control (")
     spec = load_spec(path)
     result = run_spec(spec, RunOptions(profile="ci"))
-    assert result.met and all(r.verdict is not None and not r.verdict.passed for r in result.results), [r.message for r in result.results]
+    assert result.met and all(r.verdict is not None and not r.verdict.passed for r in result.results), [
+        r.message for r in result.results
+    ]
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     for table in data["expect"].values():
         table["expect"] = "holds"
@@ -253,5 +333,8 @@ def test_smallest_violating_depth_stays_inside_a_constrained_depth() -> None:
 
 
 def test_identity_on_a_transformer_asks_for_zero_branches() -> None:
-    with pytest.raises(SpecError, match="space.branch_init = \\['default'\\]: identity_at_init is checked on zero-branch cases.*add \"zero\""):
+    with pytest.raises(
+        SpecError,
+        match="space.branch_init = \\['default'\\]: identity_at_init is checked on zero-branch cases.*add \"zero\"",
+    ):
         parse_spec(_spec('norm = "layer"\nhead_dim = 8\nresidual = "rezero"', "", "[expect.identity_at_init]"))

@@ -125,7 +125,9 @@ def test_the_builder_applies_the_options_to_every_layer() -> None:
     layers = [m for m in blocks.modules() if isinstance(m, nn.Linear)]
     assert len(layers) == 2 * 6 and all(isinstance(m, SigmaReparamLinear) for m in layers)
     for m in layers:  # exact at initialisation: every effective weight has spectral norm γ = 1
-        assert float(torch.linalg.matrix_norm((m.weight * (m.gamma / m.sigma())).detach(), ord=2)) == pytest.approx(1.0, abs=1e-12)
+        assert float(torch.linalg.matrix_norm((m.weight * (m.gamma / m.sigma())).detach(), ord=2)) == pytest.approx(
+            1.0, abs=1e-12
+        )
     attn = blocks[0].attn.fn
     assert isinstance(attn.q_norm, nn.RMSNorm) and attn.attn_softcap == 50.0
     plain = build(parse_spec(SPEC.format(block="")), corner_case(spec, dtype="float64")).blocks

@@ -23,7 +23,15 @@ def _m(grad: list[float] | None = None, var: list[float] | None = None) -> Measu
     n = len(grad or var or [])
     grad = grad or [1.0] * n
     var = var or [1.0] * n
-    return Measurements(grad_norm=grad, act_var=var, act_sq_mean=var, param_grad_norm={}, identity_error=None, input_grad_error=None, nonfinite_at=None)
+    return Measurements(
+        grad_norm=grad,
+        act_var=var,
+        act_sq_mean=var,
+        param_grad_norm={},
+        identity_error=None,
+        input_grad_error=None,
+        nonfinite_at=None,
+    )
 
 
 # ----------------------------------------------------------------------------- thresholds

@@ -86,7 +86,9 @@ def test_every_zoo_spec_has_a_row_in_docs_zoo_md_and_every_row_a_spec() -> None:
     assert len(specs) >= 25
 
 
-@pytest.mark.parametrize("name", ["bert", pytest.param("gpt2", marks=pytest.mark.slow), pytest.param("swin", marks=pytest.mark.slow)])  # one by default, three under -m slow
+@pytest.mark.parametrize(
+    "name", ["bert", pytest.param("gpt2", marks=pytest.mark.slow), pytest.param("swin", marks=pytest.mark.slow)]
+)  # one by default, three under -m slow
 def test_the_table_regenerated_for_a_family_matches_docs_zoo_md(name: str) -> None:
     pytest.importorskip("transformers", reason="Hugging Face transformers is not installed (pip install -e '.[hf]')")
     spec = load_spec(ZOO / f"{name}.toml")
@@ -96,7 +98,21 @@ def test_the_table_regenerated_for_a_family_matches_docs_zoo_md(name: str) -> No
 
 
 def _row(name: str, **verdicts: dict[int, bool | None]) -> ZooRow:
-    return ZooRow(name, f"specs/zoo/{name}.toml", "transformers", "M", "B", "pre", "LayerNorm ×2", "rotary", "σ 0.02", {k: "holds" for k in verdicts}, dict(verdicts), {4: 1.5, 16: None}, "≥ 16")
+    return ZooRow(
+        name,
+        f"specs/zoo/{name}.toml",
+        "transformers",
+        "M",
+        "B",
+        "pre",
+        "LayerNorm ×2",
+        "rotary",
+        "σ 0.02",
+        {k: "holds" for k in verdicts},
+        dict(verdicts),
+        {4: 1.5, 16: None},
+        "≥ 16",
+    )
 
 
 def test_a_verdict_cell_lists_the_failing_depths_and_marks_a_negative_control() -> None:
@@ -115,7 +131,9 @@ def test_the_markdown_table_replaces_only_its_own_rows_and_needs_its_markers(tmp
     assert "prose before" in text and "prose after" in text
     rows = _rows(text)
     assert list(rows) == ["[a](../specs/zoo/a.toml)", "[b](../specs/zoo/b.toml)"]
-    assert rows["[a](../specs/zoo/a.toml)"].endswith("gradient_arrival ✗ 4 |") and rows["[b](../specs/zoo/b.toml)"].endswith("gradient_arrival ✓ |")
+    assert rows["[a](../specs/zoo/a.toml)"].endswith("gradient_arrival ✗ 4 |") and rows[
+        "[b](../specs/zoo/b.toml)"
+    ].endswith("gradient_arrival ✓ |")
     (tmp_path / "bare.md").write_text("no markers\n", encoding="utf-8")
     with pytest.raises(UsageError, match="has no zoo-table markers"):
         update_markdown(tmp_path / "bare.md", [], (4,))

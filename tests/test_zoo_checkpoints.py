@@ -31,8 +31,26 @@ warnings.filterwarnings("ignore", message="Failed to load image Python extension
 #: variant under test, the attention kernel.
 REDUCED = frozenset(
     {
-        *("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "image_size", "img_size", "patch_size", "window_size"),
-        *("depths", "layers", "num_stages", "num_local_experts", "num_experts_per_tok", "zero_init_last", "attn_implementation", "decoder_layers"),
+        *(
+            "vocab_size",
+            "pad_token_id",
+            "bos_token_id",
+            "eos_token_id",
+            "image_size",
+            "img_size",
+            "patch_size",
+            "window_size",
+        ),
+        *(
+            "depths",
+            "layers",
+            "num_stages",
+            "num_local_experts",
+            "num_experts_per_tok",
+            "zero_init_last",
+            "attn_implementation",
+            "decoder_layers",
+        ),
     }
 )
 
@@ -59,7 +77,20 @@ SHIPPED = {
     "zoo-tv-swin": "swin_t",
 }
 #: The specs whose named checkpoint the library does not ship (its config class documents another).
-NOT_SHIPPED = {"zoo-bart", "zoo-deberta-v2", "zoo-falcon", "zoo-gemma", "zoo-gemma2", "zoo-gpt-neox", "zoo-llama", "zoo-mamba", "zoo-phi", "zoo-qwen2", "zoo-qwen3", "zoo-t5"}
+NOT_SHIPPED = {
+    "zoo-bart",
+    "zoo-deberta-v2",
+    "zoo-falcon",
+    "zoo-gemma",
+    "zoo-gemma2",
+    "zoo-gpt-neox",
+    "zoo-llama",
+    "zoo-mamba",
+    "zoo-phi",
+    "zoo-qwen2",
+    "zoo-qwen3",
+    "zoo-t5",
+}
 
 
 class _Stop(Exception):
@@ -92,7 +123,9 @@ def _checkpoint_values(library: str, model: str, checkpoint: str) -> dict[str, A
         cls = getattr(transformers, model)
         config = cls if model.endswith("Config") else cls.config_class
         named = re.search(r"\[([\w\-./]+)\]\(https://huggingface.co/", config.__doc__ or "")
-        assert named is not None and named.group(1) == checkpoint, f"{config.__name__}'s defaults are {named and named.group(1)}'s, not {checkpoint}'s"
+        assert named is not None and named.group(1) == checkpoint, (
+            f"{config.__name__}'s defaults are {named and named.group(1)}'s, not {checkpoint}'s"
+        )
         values = dict(config().to_dict())
         if values.get("head_dim") is None and "num_attention_heads" in values:  # the class derives it
             values["head_dim"] = values["hidden_size"] // values["num_attention_heads"]
@@ -136,13 +169,19 @@ def test_the_spec_config_is_the_named_checkpoints(name: str) -> None:
     data = tomllib.loads(path.read_text())
     library, _, model = data["block"]["model"].partition(":")
     checkpoint = SHIPPED[name]
-    assert checkpoint.rsplit("/", 1)[-1].split("-224")[0].split("-4k")[0].lower()[:8] in (data["description"] + model).lower().replace("_", "-") or checkpoint in data["description"] + model
+    assert (
+        checkpoint.rsplit("/", 1)[-1].split("-224")[0].split("-4k")[0].lower()[:8]
+        in (data["description"] + model).lower().replace("_", "-")
+        or checkpoint in data["description"] + model
+    )
     values = _checkpoint_values(library, model, checkpoint)
     compared = []
     for table, prefix in (("config", True), ("shipped", True)):
         for key, value in data["block"].get(table, {}).items():
             if key in REDUCED or _placeholder(value) or key not in values:
                 continue
-            assert _same(value, values[key], prefix=prefix), f"{path.name}: block.{table}.{key} = {value!r}, {checkpoint} has {values[key]!r}"
+            assert _same(value, values[key], prefix=prefix), (
+                f"{path.name}: block.{table}.{key} = {value!r}, {checkpoint} has {values[key]!r}"
+            )
             compared.append(key)
     assert compared or not data["block"].get("shipped"), f"{path.name}: no key compared with {checkpoint}"

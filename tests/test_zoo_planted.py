@@ -60,7 +60,7 @@ PLANTED: list[tuple[str, str, Callable[[nn.Module], None]]] = [
 
 
 def _judge(spec_name: str, case_text: str) -> object:
-    from stability.run.engine import measure_case
+    from stability.run.probing import measure_case
     from stability.spec.case import parse_case_string
     from stability.spec.registry import INVARIANTS
 
@@ -69,8 +69,12 @@ def _judge(spec_name: str, case_text: str) -> object:
     return INVARIANTS.get("residual_stream").judge(m, spec.expect.residual_stream)
 
 
-@pytest.mark.parametrize(("spec_name", "case_text", "plant"), PLANTED, ids=[f"{s}-{c}-{p.__name__.strip('_')}" for s, c, p in PLANTED])
-def test_the_calibrated_spec_fails_on_the_planted_bug_and_holds_without_it(monkeypatch: pytest.MonkeyPatch, spec_name: str, case_text: str, plant: Callable[[nn.Module], None]) -> None:
+@pytest.mark.parametrize(
+    ("spec_name", "case_text", "plant"), PLANTED, ids=[f"{s}-{c}-{p.__name__.strip('_')}" for s, c, p in PLANTED]
+)
+def test_the_calibrated_spec_fails_on_the_planted_bug_and_holds_without_it(
+    monkeypatch: pytest.MonkeyPatch, spec_name: str, case_text: str, plant: Callable[[nn.Module], None]
+) -> None:
     require_shipped_libraries()
     from stability.families import library_build
 

@@ -78,9 +78,18 @@ def test_zoo_llama_builds_llama_3_2_1b_positions_and_norms() -> None:
     built = lb.build_model(library_model(spec), _values(spec, 2), input_seed=1)
     cfg = built.model.config
     rope = cfg.rope_parameters
-    keys = ("rope_type", "rope_theta", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+    keys = (
+        "rope_type",
+        "rope_theta",
+        "factor",
+        "low_freq_factor",
+        "high_freq_factor",
+        "original_max_position_embeddings",
+    )
     assert tuple(rope[k] for k in keys) == ("llama3", 500000.0, 32.0, 1.0, 4.0, 8192)
-    assert cfg.rms_norm_eps == 1e-5 and all(m.variance_epsilon == 1e-5 for m in built.model.modules() if type(m).__name__ == "LlamaRMSNorm")
+    assert cfg.rms_norm_eps == 1e-5 and all(
+        m.variance_epsilon == 1e-5 for m in built.model.modules() if type(m).__name__ == "LlamaRMSNorm"
+    )
     # The rotary frequencies the blocks see: θ^(-2i/d), the low frequencies (wavelength above
     # 8192/1) divided by 32 (transformers' _compute_llama3_parameters).
     inv_freq = built.model.rotary_emb.inv_freq.double()
@@ -93,19 +102,43 @@ def test_zoo_llama_builds_llama_3_2_1b_positions_and_norms() -> None:
 @pytest.mark.parametrize(
     ("model", "config", "space", "key"),
     [
-        ("timm:vit_small_patch16_224", '{ img_size = 32, patch_size = 8, embed_dim = "width", depth = "depth", num_heads = "width/64" }', "tokens = 8", "space.tokens"),
-        ("transformers:ViTModel", '{ hidden_size = "width", num_hidden_layers = "depth", num_attention_heads = 2, image_size = 32, patch_size = 8 }', "tokens = 8", "space.tokens"),
-        ("torchvision:VisionTransformer", '{ image_size = 32, patch_size = 8, num_layers = "depth", num_heads = 2, hidden_dim = "width", mlp_dim = 64 }', "tokens = 8", "space.tokens"),
-        ("transformers:ViTModel", '{ hidden_size = "width", num_hidden_layers = "depth", num_attention_heads = 2, image_size = 32, patch_size = 8 }', "spatial = 16", "space.spatial"),
+        (
+            "timm:vit_small_patch16_224",
+            '{ img_size = 32, patch_size = 8, embed_dim = "width", depth = "depth", num_heads = "width/64" }',
+            "tokens = 8",
+            "space.tokens",
+        ),
+        (
+            "transformers:ViTModel",
+            '{ hidden_size = "width", num_hidden_layers = "depth", num_attention_heads = 2, image_size = 32, patch_size = 8 }',
+            "tokens = 8",
+            "space.tokens",
+        ),
+        (
+            "torchvision:VisionTransformer",
+            '{ image_size = 32, patch_size = 8, num_layers = "depth", num_heads = 2, hidden_dim = "width", mlp_dim = 64 }',
+            "tokens = 8",
+            "space.tokens",
+        ),
+        (
+            "transformers:ViTModel",
+            '{ hidden_size = "width", num_hidden_layers = "depth", num_attention_heads = 2, image_size = 32, patch_size = 8 }',
+            "spatial = 16",
+            "space.spatial",
+        ),
     ],
 )
-def test_a_space_key_the_model_does_not_read_is_refused_in_one_line(tmp_path: Path, model: str, config: str, space: str, key: str) -> None:
+def test_a_space_key_the_model_does_not_read_is_refused_in_one_line(
+    tmp_path: Path, model: str, config: str, space: str, key: str
+) -> None:
     require_shipped_libraries()
     from stability.errors import SpecError
 
     path = tmp_path / "s.toml"
     block = f'[block]\nlayer = "tokens"\nmodel = "{model}"\nconfig = {config}\n'
-    path.write_text(f'name = "s"\ndescription = "d"\nfamily = "library"\n\n{block}\n[space]\ndepth = [1, 2]\nwidth = 64\n{space}\n\n[expect.gradient_arrival]\n')
+    path.write_text(
+        f'name = "s"\ndescription = "d"\nfamily = "library"\n\n{block}\n[space]\ndepth = [1, 2]\nwidth = 64\n{space}\n\n[expect.gradient_arrival]\n'
+    )
     with pytest.raises(SpecError) as err:
         load_spec(path)
     text = str(err.value)

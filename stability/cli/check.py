@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from stability.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING, EXIT_OK, EXIT_USAGE, factories_allowed, load_each
+from stability.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_NOTHING,
+    EXIT_OK,
+    EXIT_USAGE,
+    factories_allowed,
+    load_each,
+)
 from stability.errors import SpecError, UsageError
 from stability.report.text import printable, write_command
 
@@ -49,14 +57,25 @@ def _validate(args: argparse.Namespace, specs: list[Spec], devices: list[str]) -
             raise UsageError(f"--source-root {root}: is not a folder; give the folder that holds your factory modules")
     if args.case:
         if len(specs) != 1:
-            raise UsageError(f"--case replays one case of one spec, but {len(specs)} specs were given; pass a single spec file")
+            raise UsageError(
+                f"--case replays one case of one spec, but {len(specs)} specs were given; pass a single spec file"
+            )
         for device in devices:
             case = parse_case_string(args.case, specs[0], device=device)
             if case.device.startswith("cuda") and not cuda_available():
-                raise UsageError(f"--case {args.case!r}: device={case.device} but CUDA is not available on this machine; replay it with device=cpu")
+                raise UsageError(
+                    f"--case {args.case!r}: device={case.device} but CUDA is not available on this machine; replay it with device=cpu"
+                )
     if args.update_baseline and not args.baseline:
         raise UsageError("--update-baseline writes the --baseline FILE; give --baseline FILE too")
-    check_outputs(json=args.json, junit=args.junit, html=args.html, sarif=args.sarif, baseline=args.baseline if args.update_baseline else None, inputs=[s.path for s in specs])
+    check_outputs(
+        json=args.json,
+        junit=args.junit,
+        html=args.html,
+        sarif=args.sarif,
+        baseline=args.baseline if args.update_baseline else None,
+        inputs=[s.path for s in specs],
+    )
     heartbeat_seconds()  # a bad $STABILITY_HEARTBEAT is refused now, not after the first spec
     return budget
 
@@ -70,7 +89,7 @@ def check_command(args: argparse.Namespace, console: Console, err: Console) -> i
         if not args.paths:
             print("stability: --changed: the changed files affect no spec; nothing to check", file=sys.stderr)
             return EXIT_OK
-    from stability.report.baseline import load_baseline
+    from stability.report.baseline_load import load_baseline
     from stability.run.devices import resolve_devices
 
     # Everything up to the first probe is checked without torch: a usage error answers at once.
@@ -84,7 +103,10 @@ def check_command(args: argparse.Namespace, console: Console, err: Console) -> i
             raise UsageError("--device cuda: CUDA is not available on this machine; use --device cpu or auto")
     devices = resolve_devices(args.device, available=True)
     if len(devices) < len(resolve_devices(args.device)):
-        print("stability: --device all: CUDA is not available on this machine, so the cuda runs are skipped", file=sys.stderr)
+        print(
+            "stability: --device all: CUDA is not available on this machine, so the cuda runs are skipped",
+            file=sys.stderr,
+        )
     budget = _validate(args, specs, devices)
     baseline = load_baseline(args.baseline, update=args.update_baseline) if args.baseline else None
     roots = [str(Path(r).resolve()) for r in args.source_root or []]
@@ -94,8 +116,12 @@ def check_command(args: argparse.Namespace, console: Console, err: Console) -> i
         from stability.run.processes import start_server
         from stability.spec.load import preload_modules
 
-        start_server(preload_modules(args.paths))  # the server imports torch (and the specs' libraries) while this process imports the rest
-    return _run_checks(args, console, err, specs, load_errors, devices=devices, budget=budget, baseline=baseline, roots=roots)
+        start_server(
+            preload_modules(args.paths)
+        )  # the server imports torch (and the specs' libraries) while this process imports the rest
+    return _run_checks(
+        args, console, err, specs, load_errors, devices=devices, budget=budget, baseline=baseline, roots=roots
+    )
 
 
 def _run_checks(
@@ -130,7 +156,14 @@ def _run_checks(
     tasks: list[Task] = []
     skipped: list[str] = []
     for device in devices:
-        options = RunOptions(profile=args.profile, device=device, case_timeout=args.case_timeout or None, memory_budget=budget, deterministic=args.deterministic, seed=args.seed)
+        options = RunOptions(
+            profile=args.profile,
+            device=device,
+            case_timeout=args.case_timeout or None,
+            memory_budget=budget,
+            deterministic=args.deterministic,
+            seed=args.seed,
+        )
         for spec in specs:
             if device not in spec.space.device and not args.case:
                 skipped.append(f"{spec.name} ({device} not in space.device)")
@@ -140,16 +173,31 @@ def _run_checks(
         torch.set_num_threads(threads)  # this process is the worker
         deep_stack()  # and frees the probes' graphs: the stack a worker gets (stability/run/worker.py)
     env = plugins_environment(args.plugin, roots_environment(roots))
-    executor = executor_for("in-process" if args.in_process else "workers", jobs=args.jobs, threads=threads, env=env, capture=not args.no_capture)
+    executor = executor_for(
+        "in-process" if args.in_process else "workers",
+        jobs=args.jobs,
+        threads=threads,
+        env=env,
+        capture=not args.no_capture,
+    )
     t0 = time.perf_counter()
     done: dict[int, Outcome] = {}
     order = {id(t): i for i, t in enumerate(tasks)}
     interrupted = False
     from stability.report.render import Renderer
 
-    renderer = Renderer() if args.html else None  # plots drawn in the background as each spec finishes (stability/report/render.py)
+    renderer = (
+        Renderer() if args.html else None
+    )  # plots drawn in the background as each spec finishes (stability/report/render.py)
     labels = [t.spec.name + (f" [{t.options.device}]" if len(devices) > 1 else "") for t in tasks]
-    progress = RunProgress(labels, mode=mode_for(console, quiet=args.quiet), out=console, err=err, workers=executor.workers, heartbeat=heartbeat_seconds())
+    progress = RunProgress(
+        labels,
+        mode=mode_for(console, quiet=args.quiet),
+        out=console,
+        err=err,
+        workers=executor.workers,
+        heartbeat=heartbeat_seconds(),
+    )
     try:
         with progress, source_roots(roots if args.in_process else []):
 
@@ -169,12 +217,23 @@ def _run_checks(
     errors = [str(e) for e in load_errors] + [o.error for o in outcomes if o.error]
     spec_errors = {o.task.spec.path: o.error for o in outcomes if o.error}
     if interrupted:  # a partial run must not replace the last complete report
-        _terminal(results, console, time.perf_counter() - t0, table=True, interrupted=True, spec_errors=spec_errors, workers=executor.workers)
+        _terminal(
+            results,
+            console,
+            time.perf_counter() - t0,
+            table=True,
+            interrupted=True,
+            spec_errors=spec_errors,
+            workers=executor.workers,
+        )
         if renderer is not None:
             renderer.close()
         kept = [f for f in (args.json, args.junit, args.html) if f]
         if kept:
-            print(f"stability: interrupted; not written (any previous report is left as it was): {', '.join(kept)}", file=sys.stderr)
+            print(
+                f"stability: interrupted; not written (any previous report is left as it was): {', '.join(kept)}",
+                file=sys.stderr,
+            )
         return EXIT_INTERRUPTED
     if args.suggest:  # the remedies, by the one computation `stability suggest` runs (stability/run/suggest.py)
         _suggestions(args, outcomes, executor, roots, spec_errors)
@@ -193,7 +252,9 @@ def _run_checks(
             with source_roots(roots if args.in_process else []):
                 return list(executor.map(more))
 
-        comparison = against.compare(baseline, outcomes, replay=replay, provenances=provenance, update=args.update_baseline)
+        comparison = against.compare(
+            baseline, outcomes, replay=replay, provenances=provenance, update=args.update_baseline
+        )
     compared = comparison.to_json() if comparison is not None else None
     unloaded = [(e.file, str(e)) for e in load_errors]
     # The reports first: whatever happens to the terminal afterwards, they are complete.
@@ -211,7 +272,9 @@ def _run_checks(
         from stability.report.sarif import write_sarif
 
         write_sarif(args.sarif, results, load_errors=unloaded, comparison=comparison)
-    if args.update_baseline and errors:  # a spec not judged has no entries: writing would drop its old ones (docs/ci.md)
+    if (
+        args.update_baseline and errors
+    ):  # a spec not judged has no entries: writing would drop its old ones (docs/ci.md)
         print(
             f"stability: --update-baseline: {printable(args.baseline)} not written (left as it was): {len(errors)} spec(s) could not be judged, "
             "and a baseline written now would hold no entries for them; fix the errors above and run again",
@@ -220,10 +283,23 @@ def _run_checks(
     elif args.update_baseline:
         write_json(args.baseline, results, seconds=seconds, errors=errors, provenance=provenance, baseline=compared)
     on_github = github.enabled(args.github)
-    if on_github and (problem := github.write_summary(github.job_summary(results, seconds=seconds, errors=errors, comparison=comparison))):
+    if on_github and (
+        problem := github.write_summary(
+            github.job_summary(results, seconds=seconds, errors=errors, comparison=comparison)
+        )
+    ):
         print(problem, file=sys.stderr)
     reports = time.perf_counter() - t_reports
-    _terminal(results, console, time.perf_counter() - t0, table=not args.quiet, interrupted=False, spec_errors=spec_errors, reports=reports, workers=executor.workers)
+    _terminal(
+        results,
+        console,
+        time.perf_counter() - t0,
+        table=not args.quiet,
+        interrupted=False,
+        spec_errors=spec_errors,
+        reports=reports,
+        workers=executor.workers,
+    )
     if comparison is not None:
         against.print_comparison(comparison, console, quiet=args.quiet)
     for line in github.workflow_commands(results, load_errors=unloaded, comparison=comparison) if on_github else []:
@@ -246,12 +322,17 @@ def _run_checks(
             why.append(f"{len(off)} skipped in this profile, e.g. {printable(off[0].message)}")
         if any(not r.skipped for res in results for r in res.results):
             why.append("no declared invariant applied to the case")
-        print(f"stability: error: nothing was judged ({'; '.join(why) or 'no spec ran'}); exit code {EXIT_NOTHING}", file=sys.stderr)
+        print(
+            f"stability: error: nothing was judged ({'; '.join(why) or 'no spec ran'}); exit code {EXIT_NOTHING}",
+            file=sys.stderr,
+        )
         return EXIT_NOTHING
     return EXIT_OK
 
 
-def _suggestions(args: argparse.Namespace, outcomes: list[Any], executor: Any, roots: list[str], spec_errors: dict[str, str]) -> None:
+def _suggestions(
+    args: argparse.Namespace, outcomes: list[Any], executor: Any, roots: list[str], spec_errors: dict[str, str]
+) -> None:
     """`check --suggest`: each spec with an unmet expectation gets its `Suggestions` (on its
     `SpecResult`, which every report renders), from the run just made."""
     from stability.families.factory import source_roots
@@ -263,7 +344,9 @@ def _suggestions(args: argparse.Namespace, outcomes: list[Any], executor: Any, r
             continue
         try:
             with source_roots(roots if args.in_process else []):
-                res.suggestions = suggest(res.spec.path, options=o.task.options, executor=executor, only=args.only, result=res)
+                res.suggestions = suggest(
+                    res.spec.path, options=o.task.options, executor=executor, only=args.only, result=res
+                )
         except SpecError as exc:  # the file changed under the run: the verdicts stand, without a suggestion
             print(f"stability: warning: --suggest: {printable(str(exc))}", file=sys.stderr)
 
@@ -287,7 +370,13 @@ def _terminal(
     if table and results:
         print_table(results, console)
     print_failures(results, console, spec_errors=spec_errors)
-    if not results and not interrupted:  # no spec ran (each refused, its error printed above): a "0 spec(s)" line would only bury those errors
+    if (
+        not results and not interrupted
+    ):  # no spec ran (each refused, its error printed above): a "0 spec(s)" line would only bury those errors
         return
-    console.print(summary_line(results, seconds, interrupted=interrupted, reports=reports, workers=workers), highlight=False, soft_wrap=True)  # one line in a CI log, however long
+    console.print(
+        summary_line(results, seconds, interrupted=interrupted, reports=reports, workers=workers),
+        highlight=False,
+        soft_wrap=True,
+    )  # one line in a CI log, however long
     console.file.flush()

@@ -15,7 +15,16 @@ from stability.report.text import printable
 if TYPE_CHECKING:
     from stability.spec.schema import Spec
 
-__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "EXIT_NOTHING", "load_each", "factories_allowed"]
+__all__ = [
+    "EXIT_OK",
+    "EXIT_FAILED",
+    "EXIT_USAGE",
+    "EXIT_INTERNAL",
+    "EXIT_INTERRUPTED",
+    "EXIT_NOTHING",
+    "load_each",
+    "factories_allowed",
+]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: Nothing was judged (every spec skipped for its device, --only naming an undeclared invariant, a
@@ -30,7 +39,9 @@ def _default_paths(paths: list[str]) -> list[str]:
     if paths:
         return paths
     if not Path("specs").is_dir():
-        raise UsageError("no path given and there is no ./specs folder; run `stability check PATH` with a spec file or folder")
+        raise UsageError(
+            "no path given and there is no ./specs folder; run `stability check PATH` with a spec file or folder"
+        )
     return ["specs"]
 
 
@@ -54,7 +65,9 @@ def load_each(paths: list[str]) -> tuple[list[Spec], list[SpecError]]:
         if s.name in names:
             for error in errors:
                 print(f"stability: error: {printable(str(error))}", file=sys.stderr)
-            raise SpecError(s.path, "name", f"is already used by {names[s.name]}", value=s.name, fix="give each spec a unique name")
+            raise SpecError(
+                s.path, "name", f"is already used by {names[s.name]}", value=s.name, fix="give each spec a unique name"
+            )
         names[s.name] = s.path
     return specs, errors
 

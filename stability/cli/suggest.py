@@ -59,8 +59,12 @@ def _check_out(out: str, spec: str, *, force: bool) -> None:
     if not out.strip():
         raise UsageError("--out: the path is empty; give the file to write the fixed spec to, e.g. --out fixed.toml")
     check_report_path("--out", out, None, example="fixed.toml")
-    if target.resolve() == source.resolve() or (target.exists() and source.exists() and os.path.samefile(target, source)):
-        raise UsageError(f"--out {out}: is the spec itself; suggest never overwrites the spec it reads: give another file, e.g. --out {source.with_name(source.stem + '_fixed.toml')}")
+    if target.resolve() == source.resolve() or (
+        target.exists() and source.exists() and os.path.samefile(target, source)
+    ):
+        raise UsageError(
+            f"--out {out}: is the spec itself; suggest never overwrites the spec it reads: give another file, e.g. --out {source.with_name(source.stem + '_fixed.toml')}"
+        )
     if os.path.lexists(target) and not force:
         raise UsageError(f"--out {out}: exists; add --force to replace it, or give another file")
 
@@ -81,19 +85,31 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
     if args.list:
         return _list(console)
     if not args.spec:
-        raise UsageError("stability suggest: give one spec file (stability suggest SPEC [--out FIXED.toml]); --list lists the remedies")
+        raise UsageError(
+            "stability suggest: give one spec file (stability suggest SPEC [--out FIXED.toml]); --list lists the remedies"
+        )
     if Path(args.spec).is_dir():
         raise UsageError(f"{args.spec}: is a folder; suggest reads one spec file")
     if args.out is not None:
         if args.holds:
-            raise UsageError("--out with --holds: the written spec would declare expectations other than yours; run suggest --holds without --out, or write holds in the spec")
+            raise UsageError(
+                "--out with --holds: the written spec would declare expectations other than yours; run suggest --holds without --out, or write holds in the spec"
+            )
         _check_out(args.out, args.spec, force=args.force)
     if args.json:
         from stability.report.outputs import check_report_path
 
-        check_report_path("--json", args.json, "suggest JSON", example="suggest.json", protected={Path(args.spec).resolve(): args.spec})
+        check_report_path(
+            "--json",
+            args.json,
+            "suggest JSON",
+            example="suggest.json",
+            protected={Path(args.spec).resolve(): args.spec},
+        )
         if args.out is not None and Path(args.json).resolve() == Path(args.out).resolve():
-            raise UsageError(f"--json {args.json}: is also the path of --out; give the report and the fixed spec each their own path")
+            raise UsageError(
+                f"--json {args.json}: is also the path of --out; give the report and the fixed spec each their own path"
+            )
     for root in args.source_root or []:
         if not Path(root).is_dir():
             raise UsageError(f"--source-root {root}: is not a folder; give the folder that holds your factory modules")
@@ -102,7 +118,9 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
         raise errors[0]
     spec = specs[0]
     if args.only is not None and getattr(spec.expect, args.only, None) is None:
-        raise UsageError(f"--only {args.only}: {args.spec} declares no [expect.{args.only}]; choose one of {', '.join(n for n, _ in spec.invariants())}")
+        raise UsageError(
+            f"--only {args.only}: {args.spec} declares no [expect.{args.only}]; choose one of {', '.join(n for n, _ in spec.invariants())}"
+        )
 
     from stability.families.factory import roots_environment, source_roots
     from stability.report.formats import write_atomic
@@ -115,7 +133,12 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
 
     roots = [str(Path(r).resolve()) for r in args.source_root or []]
     options = RunOptions(profile=args.profile, case_timeout=args.case_timeout or None)
-    executor = executor_for("in-process" if args.in_process else "workers", jobs=args.jobs, threads=default_threads(), env=plugins_environment(args.plugin, roots_environment(roots)))
+    executor = executor_for(
+        "in-process" if args.in_process else "workers",
+        jobs=args.jobs,
+        threads=default_threads(),
+        env=plugins_environment(args.plugin, roots_environment(roots)),
+    )
     if not args.in_process:
         from stability.run.processes import start_server
         from stability.spec.load import preload_modules
@@ -127,13 +150,20 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
     if args.out is not None and best is not None:
         write_atomic(args.out, best.text)
     if args.json:
-        report = {"stability_suggest": SUGGEST_JSON_VERSION, **found.to_dict()}  # the first key: what makes the file suggest's own
+        report = {
+            "stability_suggest": SUGGEST_JSON_VERSION,
+            **found.to_dict(),
+        }  # the first key: what makes the file suggest's own
         write_atomic(args.json, json.dumps(_finite(report), indent=2, allow_nan=False, default=str) + "\n")
-    print_suggestions(found, console, diffs=not args.no_diff, out=args.out if best is not None else None, only=args.only)
+    print_suggestions(
+        found, console, diffs=not args.no_diff, out=args.out if best is not None else None, only=args.only
+    )
     if args.out is not None and not found.failing:
         why = "no remedy is for what is unmet" if found.unfixable else "nothing to fix"
         print(f"stability: {printable(args.out)} not written: {why}", file=sys.stderr)
-    if found.unfixable and not found.failing:  # unmet, and no remedy is for it (a negative control that was not violated)
+    if (
+        found.unfixable and not found.failing
+    ):  # unmet, and no remedy is for it (a negative control that was not violated)
         return EXIT_FAILED
     if found.failing and best is None:
         if args.out is not None:

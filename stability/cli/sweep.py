@@ -4,9 +4,10 @@ HTML report. `stability sweep --compare A B` reads budgets from the store instea
 Exit codes: 0 done; 1 `--compare` found a budget that went down; 2 bad usage, refused before
 anything runs (the rules of `stability check`: the factory rule, the report paths, the memory
 budget; and the sweep's own bounds: `MAX_SEEDS` seeds, `MAX_PROBES` probes, `stability.run.grid`'s
-grid sizes, at most `WORKERS_PER_CORE` local workers per core, a `--scheduler` address Dask can
-parse), or nothing comparable for `--compare`; 130 interrupted (every point finished so far is
-already in the store: `--resume` continues).
+grid sizes, and the backend options of `stability.cli.sweep_backend`: at most `WORKERS_PER_CORE`
+local workers per core, a `--scheduler` address Dask can parse), or nothing comparable for
+`--compare`; 130 interrupted (every point finished so far is already in the store: `--resume`
+continues).
 """
 
 from __future__ import annotations
@@ -23,27 +24,35 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from stability.cli.common import factories_allowed
-from stability.cli.grammar import cores, parser
+from stability.cli.grammar import parser
+from stability.cli.sweep_backend import backend_for, check_backend
 from stability.errors import UsageError
 from stability.report.text import printable
-from stability.run.store import DEFAULT_DB, Budget, Store, budget_text, check_store
+from stability.run.store import Budget, Store, budget_text
+from stability.run.store_file import DEFAULT_DB, check_store
 
-__all__ = ["sweep_command", "print_budgets", "MAX_SEEDS", "MAX_PROBES", "WORKERS_PER_CORE", "SCHEDULER_SCHEMES"]
+__all__ = ["sweep_command", "print_budgets", "MAX_SEEDS", "MAX_PROBES"]
 
 #: The most seeds one point may have (`--seeds`).
 MAX_SEEDS = 10_000
 #: The most probes a sweep's grid may ask for (points × seeds; the budgets' bisection adds a few more).
 MAX_PROBES = 1_000_000
-#: `--workers` at most this many times the usable cores: more processes than that only compete.
-WORKERS_PER_CORE = 4
-#: The Dask address schemes `--scheduler` takes (each HOST:PORT).
-SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
 #: The largest seed a spec may name (`space.seed`).
 _MAX_SEED = 2**63 - 1
 
 #: Options that choose where and how long points run, not what they compute: kept from the
 #: current command line when `--resume` reruns a recorded sweep, and not part of what it matches.
-_BACKEND_FLAGS = {"--serial": 0, "--workers": 1, "--scheduler": 1, "--quiet": 0, "-q": 0, "--html": 1, "--case-timeout": 1, "--x": 1, "--verbose": 0}
+_BACKEND_FLAGS = {
+    "--serial": 0,
+    "--workers": 1,
+    "--scheduler": 1,
+    "--quiet": 0,
+    "-q": 0,
+    "--html": 1,
+    "--case-timeout": 1,
+    "--x": 1,
+    "--verbose": 0,
+}
 
 
 def _backend_args(argv: list[str]) -> list[str]:
@@ -85,88 +94,6 @@ def _depth_range(text: str) -> tuple[int, int]:
     return a, b
 
 
-def _scheduler(text: str) -> str:
-    """`--scheduler`: SCHEME://HOST:PORT with a Dask scheme and a port number, checked before any
-    connection is tried (Dask's own parser raises tracebacks at these)."""
-    import urllib.parse
-
-    fix = "give tcp://HOST:PORT, e.g. tcp://127.0.0.1:8786, or run without --scheduler"
-    parts = urllib.parse.urlsplit(text.strip())
-    if not parts.scheme or "://" not in text:
-        raise UsageError(f"--scheduler {text!r}: not an address; {fix}")
-    if parts.scheme not in SCHEDULER_SCHEMES:
-        raise UsageError(f"--scheduler {text}: {parts.scheme!r} is not a Dask scheme ({', '.join(SCHEDULER_SCHEMES)}); {fix}")
-    try:
-        port = parts.port
-    except ValueError:
-        port = -1
-    if not parts.hostname or port is None or port < 1 or parts.path.strip("/") or parts.query:
-        raise UsageError(f"--scheduler {text}: needs a host and a port number (1-65535) and nothing else; {fix}")
-    return text.strip()
-
-
-def _check_backend(args: argparse.Namespace) -> None:
-    """The backend options, refused before any cluster or process is started."""
-    if args.device == "cuda" and not args.scheduler:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise UsageError("--device cuda: CUDA is not available on this machine; use --device cpu, or --scheduler with GPU workers")
-    if args.serial and (args.scheduler or args.workers is not None):
-        raise UsageError("--serial runs one point at a time on this machine; drop --workers / --scheduler, or drop --serial")
-    if args.workers is not None:
-        if args.scheduler:
-            raise UsageError("--workers sizes a local cluster, and --scheduler uses a running one (whose workers run the points); drop one of them")
-        most = WORKERS_PER_CORE * cores()
-        if not 1 <= args.workers <= most:
-            raise UsageError(f"--workers {args.workers}: give 1 to {most} ({WORKERS_PER_CORE} per usable core), or --serial")
-    if args.scheduler is not None:
-        args.scheduler = _scheduler(args.scheduler)
-
-
-def _quiet_dask() -> None:
-    """Dask's own log lines (a worker restarted, a task lost with it, a heartbeat's traceback from
-    a dying worker) would interleave with the sweep's output; the sweep reports every failed point
-    itself, with its reason. Only critical ones are shown, in this process and in the workers it
-    starts, unless $DASK_LOGGING__DISTRIBUTED says otherwise."""
-    import logging
-    import os
-
-    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "critical")
-    level = logging.getLevelName(os.environ["DASK_LOGGING__DISTRIBUTED"].upper())
-    if not isinstance(level, int):
-        return
-    try:
-        import distributed  # noqa: F401 -- its loggers exist once it is imported (and set their own levels)
-    except ImportError:
-        return
-    for name in [n for n in logging.root.manager.loggerDict if n == "distributed" or n.startswith("distributed.")]:
-        logging.getLogger(name).setLevel(level)
-
-
-def _backend(args: argparse.Namespace) -> Any:
-    """Where the points run (stability.run.executors.executor_for): `--serial` in one worker process
-    at a time (each point isolated from the next), else on Dask. `_check_backend` first."""
-    from stability.run.executors import executor_for
-    from stability.run.plugins import plugins_environment
-
-    if args.serial:
-        return executor_for("workers", jobs=1, threads=1, env=plugins_environment(args.plugin))
-    if not getattr(args, "verbose", False):  # --verbose: Dask's own warnings reach stderr
-        _quiet_dask()
-    try:
-        return executor_for("dask", jobs=args.workers or 0, scheduler=args.scheduler, gpu=args.device == "cuda", env=plugins_environment(args.plugin), verbose=getattr(args, "verbose", False))
-    except ImportError:
-        raise UsageError("Dask distributed is not installed: pip install 'stability[sweep]', or run with --serial") from None
-    except Exception as exc:  # whatever the address answers (nothing, or not Dask): one line, exit 2
-        if not args.scheduler:
-            raise
-        from stability.run.sweep_exec import CONNECT_TIMEOUT_S
-
-        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-        raise UsageError(f"--scheduler {args.scheduler}: no Dask scheduler answered there within {CONNECT_TIMEOUT_S:g} s ({why}); check the address, or run without --scheduler") from None
-
-
 def _shown(text: object) -> str:
     """A path, a revision or a command line from the user in a console line: its control
     characters escaped and its brackets read as text, not as rich markup (`x[/y].sqlite` is a
@@ -178,13 +105,25 @@ def _check_x(x: str | None, axes: list[Any]) -> None:
     """`--x KEY` names a swept key other than depth (the heatmaps' x axis), or is refused."""
     swept = [a.key for a in axes if a.key != "depth"]
     if x is not None and x not in swept:
-        raise UsageError(f"--x {x}: the heatmaps' x axis must be a swept key other than depth; " + (f"choose one of {', '.join(swept)}" if swept else "this sweep has none (add --over KEY=VALUES)"))
+        raise UsageError(
+            f"--x {x}: the heatmaps' x axis must be a swept key other than depth; "
+            + (f"choose one of {', '.join(swept)}" if swept else "this sweep has none (add --over KEY=VALUES)")
+        )
 
 
 def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv: list[str]) -> int:
     db = DEFAULT_DB if args.db is None else args.db
     if args.compare:
-        extra = [flag for flag, given in (("SPEC", args.spec), ("--over", args.over), ("--resume", args.resume), ("--html", args.html is not None)) if given]
+        extra = [
+            flag
+            for flag, given in (
+                ("SPEC", args.spec),
+                ("--over", args.over),
+                ("--resume", args.resume),
+                ("--html", args.html is not None),
+            )
+            if given
+        ]
         if extra:
             raise UsageError(f"--compare reads budgets from the store and runs nothing; drop {', '.join(extra)}")
         with Store(db, read_only=True) as store:
@@ -195,8 +134,13 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
             last = store.last_unfinished(_recorded_args(argv) if args.spec else None)
         if last is None:
             if not args.spec:
-                raise UsageError(f"--resume: no unfinished sweep is recorded in {db}; start one with `stability sweep SPEC --over ...`")
-            console.print(f"--resume: no unfinished sweep of this spec and grid is recorded in {_shown(db)}; running it (stored points are reused)", highlight=False)
+                raise UsageError(
+                    f"--resume: no unfinished sweep is recorded in {db}; start one with `stability sweep SPEC --over ...`"
+                )
+            console.print(
+                f"--resume: no unfinished sweep of this spec and grid is recorded in {_shown(db)}; running it (stored points are reused)",
+                highlight=False,
+            )
         else:
             resumed = last[1] + _backend_args(argv)
             console.print(f"resuming sweep {last[0]}: stability {_shown(' '.join(resumed))}", highlight=False)
@@ -204,7 +148,9 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
             args.db = db
             resumed_id = last[0]
     if not args.spec:
-        raise UsageError("stability sweep: give a spec file, e.g. stability sweep specs/plain_mlp.toml --over depth=log:2:1024:10")
+        raise UsageError(
+            "stability sweep: give a spec file, e.g. stability sweep specs/plain_mlp.toml --over depth=log:2:1024:10"
+        )
     plan = _plan(args)
     if plan is None:
         return 2
@@ -213,7 +159,7 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
     from stability.run.sweep import run_sweep
 
     check_store(db)  # a bad --db is reported before a cluster starts, and nothing is created until one has
-    backend = _backend(args)
+    backend = backend_for(args)
     try:
         store = Store(db)
     except BaseException:
@@ -237,7 +183,10 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
                 case_timeout=args.case_timeout or None,
             )
     except KeyboardInterrupt:
-        console.print(f"interrupted: the points finished so far are stored in {_shown(db)}; `stability sweep --resume --db {_shown(db)}` continues", highlight=False)
+        console.print(
+            f"interrupted: the points finished so far are stored in {_shown(db)}; `stability sweep --resume --db {_shown(db)}` continues",
+            highlight=False,
+        )
         store.close()
         return 130
     finally:
@@ -259,7 +208,9 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
 
         drawn = time.perf_counter()
         path = write_sweep_html(args.html, result, x=getattr(args, "x", None))
-        console.print(f"report: {_shown(path)} (its phase diagrams drawn in {time.perf_counter() - drawn:.1f} s)", highlight=False)
+        console.print(
+            f"report: {_shown(path)} (its phase diagrams drawn in {time.perf_counter() - drawn:.1f} s)", highlight=False
+        )
     return 0
 
 
@@ -273,7 +224,11 @@ def _print_failed(failed: list[Any], console: Console) -> None:
     for p in failed[:_FAILED_SHOWN]:
         where = ",".join(f"{k}={v}" for k, v in p.point.items()) or "(the corner case)"
         reason = next((r["error"] for r in p.rows if r["error"]), "not measured")
-        console.print(f"failed point {escape(printable(where))}: {escape(printable(' '.join(str(reason).split())))}", highlight=False, soft_wrap=True)
+        console.print(
+            f"failed point {escape(printable(where))}: {escape(printable(' '.join(str(reason).split())))}",
+            highlight=False,
+            soft_wrap=True,
+        )
     if len(failed) > _FAILED_SHOWN:
         console.print(f"... and {len(failed) - _FAILED_SHOWN} more failed point(s)", highlight=False)
 
@@ -308,23 +263,29 @@ def _plan(args: argparse.Namespace) -> _Plan | None:
     if not 1 <= args.seeds <= MAX_SEEDS:
         raise UsageError(f"--seeds {args.seeds}: give at least 1 seed per point, and at most {MAX_SEEDS:,}")
     if points * args.seeds > MAX_PROBES:
-        raise UsageError(f"--seeds {args.seeds} on {points:,} grid point(s) is {points * args.seeds:,} probes; a sweep runs at most {MAX_PROBES:,}: give fewer seeds or points")
+        raise UsageError(
+            f"--seeds {args.seeds} on {points:,} grid point(s) is {points * args.seeds:,} probes; a sweep runs at most {MAX_PROBES:,}: give fewer seeds or points"
+        )
     first = spec.space.seed[0] if args.first_seed is None else args.first_seed
     if not 0 <= first <= _MAX_SEED - (args.seeds - 1):
-        raise UsageError(f"--first-seed {first}: seeds lie in [0, 2**63 - 1], so with --seeds {args.seeds} the first is at most {_MAX_SEED - (args.seeds - 1)}")
+        raise UsageError(
+            f"--first-seed {first}: seeds lie in [0, 2**63 - 1], so with --seeds {args.seeds} the first is at most {_MAX_SEED - (args.seeds - 1)}"
+        )
     seeds = list(range(first, first + args.seeds))
     depth_range = _depth_range(args.depth_range) if args.depth_range else None
     check_points(spec, grid_points(axes), seed=first, device=args.device)
     if args.html is not None:
         from stability.report.outputs import check_outputs
 
-        check_outputs(json=None, junit=None, html=args.html, inputs=[spec.path])  # the rules of `stability check --html`
+        check_outputs(
+            json=None, junit=None, html=args.html, inputs=[spec.path]
+        )  # the rules of `stability check --html`
     if os.environ.get("STABILITY_MEMORY_BUDGET"):
         from stability.run.guard import memory_budget
 
         memory_budget("cpu")  # raises UsageError naming the variable, as `stability check` does
-    _check_backend(args)
-    from stability.run.sweep import code_version  # imports the engine, and torch: after every refusal
+    check_backend(args)
+    from stability.run.store_keys import code_version  # asks git: after every refusal
 
     return _Plan(spec, axes, seeds, depth_range, names, code_version())
 
@@ -345,7 +306,11 @@ def swept_invariants(spec: Any, only: str | None) -> list[str]:
         refusal = INVARIANTS.get(name).sweep_refusal
         if refusal is not None:
             others = [n for n in declared if INVARIANTS.get(n).sweep_refusal is None]
-            hint = f"; sweep the others with --only ({', '.join(others)})" if others else "; check it with `stability check`"
+            hint = (
+                f"; sweep the others with --only ({', '.join(others)})"
+                if others
+                else "; check it with `stability check`"
+            )
             raise UsageError(f"stability sweep {spec.path}: expect.{name} cannot be swept: {refusal}{hint}")
     return declared
 
@@ -395,7 +360,13 @@ def print_budgets(budgets: list[Budget], console: Console, *, fixed: str | None 
     for col in ("slice", "invariant", "budget", "deciding case", "why"):
         t.add_column(col, overflow="fold")
     for b in budgets:
-        t.add_row(escape(", ".join(f"{k}={v}" for k, v in json.loads(b.slice).items()) or "(whole grid)"), b.invariant, budget_text(b), escape(b.deciding_case or ""), escape(b.detail))
+        t.add_row(
+            escape(", ".join(f"{k}={v}" for k, v in json.loads(b.slice).items()) or "(whole grid)"),
+            b.invariant,
+            budget_text(b),
+            escape(b.deciding_case or ""),
+            escape(b.detail),
+        )
     console.print(t)
 
 
@@ -421,7 +392,12 @@ def _compare(store: Store, revs: list[str], console: Console) -> int:
         down = _rank(b) < _rank(a)
         lowered |= down
         shown = name if device == "cpu" else f"{name} ({device})"
-        t.add_row(*(escape(str(k)) for k in (shown, slice_, invariant, seeds, depths)), _status_text(a), _status_text(b), "[red]lower[/red]" if down else "higher")
+        t.add_row(
+            *(escape(str(k)) for k in (shown, slice_, invariant, seeds, depths)),
+            _status_text(a),
+            _status_text(b),
+            "[red]lower[/red]" if down else "higher",
+        )
     console.print(t)
     return 1 if lowered else 0
 

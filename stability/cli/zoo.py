@@ -55,13 +55,26 @@ def zoo_command(args: argparse.Namespace, console: Console, err: Console) -> int
     if args.html is not None:
         page = check_zoo_html(args.html)
         if args.md is not None and Path(args.md).resolve() == page:
-            raise UsageError(f"--md {printable(args.md)}: is also the page --html writes ({page}); give each its own path")
+            raise UsageError(
+                f"--md {printable(args.md)}: is also the page --html writes ({page}); give each its own path"
+            )
     paths = args.paths or ([Path("specs/zoo")] if Path("specs/zoo").is_dir() else [ZOO])
-    specs = zoo_specs(paths[0]) if not args.paths and len(paths) == 1 else [load_spec(p) for p in find_specs(list(paths))]
+    specs = (
+        zoo_specs(paths[0]) if not args.paths and len(paths) == 1 else [load_spec(p) for p in find_specs(list(paths))]
+    )
     t0 = time.perf_counter()
     rows = []
     for spec in specs:
-        rows.append(zoo_row(spec, depths=depths, budget=not args.no_budget, on_case=None if args.quiet else (lambda what: err.print(f"zoo: {escape(printable(what))}", highlight=False))))
+        rows.append(
+            zoo_row(
+                spec,
+                depths=depths,
+                budget=not args.no_budget,
+                on_case=None
+                if args.quiet
+                else (lambda what: err.print(f"zoo: {escape(printable(what))}", highlight=False)),
+            )
+        )
     seconds = time.perf_counter() - t0
     table = Table(header_style="bold")
     lines = markdown_table(rows, depths).splitlines()
@@ -109,8 +122,14 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
             err.print(f"zoo --compare: {len(paths)} families under {escape(b.label)}", highlight=False)
         side_b = run_side(b, paths, depths=depths, out=Path(tmp) / "b", baseline=side_a / "report.json")
         rows = json.loads((side_b / "compare.json").read_text(encoding="utf-8"))
-        refused = {a.label: json.loads((side_a / "refused.json").read_text(encoding="utf-8")), b.label: json.loads((side_b / "refused.json").read_text(encoding="utf-8"))}
-        versions = {a.label: json.loads((side_a / "versions.json").read_text(encoding="utf-8")), b.label: json.loads((side_b / "versions.json").read_text(encoding="utf-8"))}
+        refused = {
+            a.label: json.loads((side_a / "refused.json").read_text(encoding="utf-8")),
+            b.label: json.loads((side_b / "refused.json").read_text(encoding="utf-8")),
+        }
+        versions = {
+            a.label: json.loads((side_a / "versions.json").read_text(encoding="utf-8")),
+            b.label: json.loads((side_b / "versions.json").read_text(encoding="utf-8")),
+        }
     table = Table(header_style="bold", title=f"{a.label} → {b.label}: numbers that moved past their drift")
     for head in ("family", "invariant", "case", "A → B", "change", "drift limit", "direction", "why"):
         table.add_column(head, overflow="fold")
@@ -126,5 +145,8 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
         write_atomic(Path(args.md), markdown(a.label, b.label, rows, refused, versions, compared=compared))
         console.print(f"wrote {escape(printable(args.md))}")
     grid = f"{len(paths)} families, depths {','.join(map(str, depths))}"
-    console.print(f"{len(moved(rows))} number(s) moved past their drift, of {compared} compared ({grid}) in {time.perf_counter() - t0:.0f} s", soft_wrap=True)
+    console.print(
+        f"{len(moved(rows))} number(s) moved past their drift, of {compared} compared ({grid}) in {time.perf_counter() - t0:.0f} s",
+        soft_wrap=True,
+    )
     return 1 if moved(rows) else 0

@@ -32,7 +32,16 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["Stack", "CallKwargs", "BLOCK_ATTRIBUTES", "find_blocks", "hidden_state", "resolve_call_kwargs", "set_modes", "is_batch_norm"]
+__all__ = [
+    "Stack",
+    "CallKwargs",
+    "BLOCK_ATTRIBUTES",
+    "find_blocks",
+    "hidden_state",
+    "resolve_call_kwargs",
+    "set_modes",
+    "is_batch_norm",
+]
 
 #: Attributes that name a model's list of blocks, tried in this order.
 BLOCK_ATTRIBUTES: tuple[str, ...] = ("blocks", "layers", "layer", "h", "block")

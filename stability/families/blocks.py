@@ -90,7 +90,9 @@ class PreActBlock(nn.Module):
 class PostNormBlock(nn.Module):
     """x_{l+1} = act(norm(skip(x_l) + gain · F(x_l))), F = W2·act(norm(W1 x_l)) (He et al. 2015)."""
 
-    def __init__(self, branch: nn.Sequential, skip: nn.Module | None, gain: nn.Module, norm: nn.Module, act: nn.Module) -> None:
+    def __init__(
+        self, branch: nn.Sequential, skip: nn.Module | None, gain: nn.Module, norm: nn.Module, act: nn.Module
+    ) -> None:
         super().__init__()
         self.branch, self.skip, self.gain, self.norm, self.act = branch, skip, gain, norm, act
 

@@ -33,14 +33,31 @@ from stability.families.blocks import (
     Transition,
 )
 from stability.families.discover import ModelRun, inputs_to
-from stability.families.init import activation, blank_layer, init_all, init_weight, modules_in_order, overwritten, zero_parameters
+from stability.families.init import (
+    activation,
+    blank_layer,
+    init_all,
+    init_weight,
+    modules_in_order,
+    overwritten,
+    zero_parameters,
+)
 from stability.families.transformer import build_transformer
 from stability.seeding import seeded
 from stability.spec.case import Case
 from stability.spec.registry import FAMILIES
 from stability.spec.schema import DEFAULT_SIZE, Spec
 
-__all__ = ["Network", "build", "make_input", "network_input", "derive_seed", "torch_dtype", "channel_counts", "BUILDERS"]
+__all__ = [
+    "Network",
+    "build",
+    "make_input",
+    "network_input",
+    "derive_seed",
+    "torch_dtype",
+    "channel_counts",
+    "BUILDERS",
+]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -187,7 +204,9 @@ def channel_counts(spec: Spec, case: Case) -> list[int]:
 # ----------------------------------------------------------------------------- pieces
 
 
-def _layer(spec: Spec, case: Case, c_in: int, c_out: int, *, kernel: int | None = None, bias: bool = True) -> nn.Linear | nn.Conv2d:
+def _layer(
+    spec: Spec, case: Case, c_in: int, c_out: int, *, kernel: int | None = None, bias: bool = True
+) -> nn.Linear | nn.Conv2d:
     """A linear or convolutional layer; without torch's default draws where the case's inits
     overwrite them all (`init.overwritten`: the builders initialise every layer they make)."""
     blank = overwritten(spec, case)
@@ -221,7 +240,11 @@ def _spectrum_projection(spec: Spec, c: int, gen: torch.Generator) -> torch.Tens
     s_min, s_max = spec.block.projection_spectrum  # type: ignore[misc]
     u = nn.init.orthogonal_(torch.empty(c, c, dtype=torch.float64), generator=gen)
     v = nn.init.orthogonal_(torch.empty(c, c, dtype=torch.float64), generator=gen)
-    s = torch.logspace(math.log10(s_max), math.log10(s_min), c, dtype=torch.float64) if c > 1 else torch.tensor([s_min], dtype=torch.float64)
+    s = (
+        torch.logspace(math.log10(s_max), math.log10(s_min), c, dtype=torch.float64)
+        if c > 1
+        else torch.tensor([s_min], dtype=torch.float64)
+    )
     return (u * s) @ v.T  # (C, C)
 
 
@@ -232,7 +255,9 @@ def _skip(spec: Spec, c_in: int, c_out: int, gen: torch.Generator, case: Case) -
     if kind == "identity":
         return nn.Identity()
     if kind == "scaled":
-        return Scale(torch.tensor(float(spec.block.skip_scale or 0.0)), learnable=False)  # the spec requires skip_scale with skip = "scaled"
+        return Scale(
+            torch.tensor(float(spec.block.skip_scale or 0.0)), learnable=False
+        )  # the spec requires skip_scale with skip = "scaled"
     if kind == "norm":
         return _norm(spec, c_in)
     proj = _layer(spec, case, c_in, c_out, kernel=1, bias=False)
@@ -257,7 +282,9 @@ def _gain(spec: Spec, case: Case, channels: int) -> nn.Module:
     if case.branch_init == "rezero":
         parts.append(Scale(torch.tensor(0.0), learnable=True))
     elif case.branch_init == "skipinit":
-        parts.append(Scale(torch.zeros(channels), learnable=True, channel_dim=-1 if spec.block.layer == "tokens" else 1))
+        parts.append(
+            Scale(torch.zeros(channels), learnable=True, channel_dim=-1 if spec.block.layer == "tokens" else 1)
+        )
     if not parts:
         return nn.Identity()
     return parts[0] if len(parts) == 1 else nn.Sequential(*parts)
@@ -322,7 +349,9 @@ def _build_dense(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequential:
     c = counts[0]
     for l in range(1, case.depth + 1):  # noqa: E741 (l: the boundary index, as in the papers)
         layer = _layer(spec, case, c, spec.block.growth)
-        block: nn.Module = DenseLayer(_norm(spec, c), activation(spec), layer, channel_dim=-1 if spec.block.layer == "tokens" else 1)
+        block: nn.Module = DenseLayer(
+            _norm(spec, c), activation(spec), layer, channel_dim=-1 if spec.block.layer == "tokens" else 1
+        )
         init_all(spec, case, block, gen)
         if case.branch_init == "zero":
             zero_parameters(layer)

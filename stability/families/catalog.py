@@ -25,7 +25,22 @@ __all__: list[str] = []
 _EVERY = frozenset({"layer", "kernel_size"})
 _LAYERS = frozenset({"activation", "norm", "norm_groups"})
 _RESIDUAL = frozenset({"skip", "skip_scale", "projection_spectrum", "branch_layers", "branch_scale"})
-_TRANSFORMER = frozenset({"skip", "norm_position", "causal", "heads", "head_dim", "mlp", "mlp_ratio", "residual", "layerscale_init", "qk_norm", "attn_softcap", "sigma_reparam"})
+_TRANSFORMER = frozenset(
+    {
+        "skip",
+        "norm_position",
+        "causal",
+        "heads",
+        "head_dim",
+        "mlp",
+        "mlp_ratio",
+        "residual",
+        "layerscale_init",
+        "qk_norm",
+        "attn_softcap",
+        "sigma_reparam",
+    }
+)
 _ANY_LAYER = ("linear", "conv2d", "tokens")
 _NO_ATTENTION = {
     "attention": "has no attention",
@@ -66,7 +81,13 @@ def _preact_law(spec: s.Spec, case: Any) -> tuple[float, bool]:
     if case.branch_init != "default":
         return 0.0, True
     scale = spec.block.branch_scale
-    alpha = 1.0 / math.sqrt(case.depth) if scale == "1/sqrt(depth)" else 1.0 / case.depth if scale == "1/depth" else float(scale)
+    alpha = (
+        1.0 / math.sqrt(case.depth)
+        if scale == "1/sqrt(depth)"
+        else 1.0 / case.depth
+        if scale == "1/depth"
+        else float(scale)
+    )
     return alpha, True
 
 
@@ -82,19 +103,35 @@ def _preact_law_refusal(spec: s.Spec) -> str | None:
 def _check_custom(spec: s.Spec, data: Mapping[str, Any]) -> None:
     f, b = spec.path, spec.block
     if not b.factory:
-        raise SpecError(f, "block.factory", "is required for family 'custom'", fix='add factory = "package.module:function"')
+        raise SpecError(
+            f, "block.factory", "is required for family 'custom'", fix='add factory = "package.module:function"'
+        )
     mod, sep, fn = b.factory.partition(":")
     if not sep or not mod or not fn.isidentifier():
         raise SpecError(f, "block.factory", 'must look like "package.module:function"', value=b.factory)
-    if spec.space.input_width is not None and not (spec.space.input_width == spec.space.width and spec.space.width[0] == spec.space.width[1]):
-        raise SpecError(f, "space.input_width", "family 'custom' keeps one width throughout", value=list(spec.space.input_width), fix="remove it")
+    if spec.space.input_width is not None and not (
+        spec.space.input_width == spec.space.width and spec.space.width[0] == spec.space.width[1]
+    ):
+        raise SpecError(
+            f,
+            "space.input_width",
+            "family 'custom' keeps one width throughout",
+            value=list(spec.space.input_width),
+            fix="remove it",
+        )
 
 
 def _check_one_width(name: str) -> Any:
     def check(spec: s.Spec, data: Mapping[str, Any]) -> None:
         w, iw = spec.space.width, spec.space.input_width
         if iw is not None and not (iw == w and w[0] == w[1]):
-            raise SpecError(spec.path, "space.input_width", f"family '{name}' keeps one width throughout", value=list(iw), fix="remove it")
+            raise SpecError(
+                spec.path,
+                "space.input_width",
+                f"family '{name}' keeps one width throughout",
+                value=list(iw),
+                fix="remove it",
+            )
 
     return check
 
@@ -169,7 +206,10 @@ with batch():
             zero_branch_inits=frozenset(),
             branch_inits=frozenset({"default", "zero"}),
             check=_check_one_width("dense"),
-            lacks={**_NO_ATTENTION, "same_shape_blocks": "a dense layer adds channels, so it cannot be replaced by the identity"},
+            lacks={
+                **_NO_ATTENTION,
+                "same_shape_blocks": "a dense layer adds channels, so it cannot be replaced by the identity",
+            },
         )
     )
     register_family(

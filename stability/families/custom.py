@@ -23,8 +23,8 @@ from stability.families.adapters import Stack, find_blocks
 from stability.families.build import Network, derive_seed, torch_dtype
 from stability.families.discover import ModelRun, discover, holds_blocks
 from stability.families.factory import EXTRA_NAMES, Parameter, load_factory, signature_error
-from stability.families.library import library_of
 from stability.families.library_build import make_inputs
+from stability.families.library_lookup import library_of
 from stability.spec.case import Case
 from stability.spec.schema import Spec
 
@@ -60,7 +60,8 @@ def call_factory(spec: Spec, case: Case, **extra: Any) -> Any:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):  # a builtin or C function without a signature: call it with nothing
         params = {}  # type: ignore[assignment]
-    error = signature_error(spec, [Parameter(p.name, p.kind.name, p.default is not inspect.Parameter.empty) for p in params.values()])  # type: ignore[arg-type]
+    declared = [Parameter(p.name, p.kind.name, p.default is not inspect.Parameter.empty) for p in params.values()]  # type: ignore[arg-type]
+    error = signature_error(spec, declared)
     if error is not None:  # the rule the parent checked on the source, now on the imported function
         raise error
     takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
@@ -90,7 +91,16 @@ def _whole_model(spec: Spec, case: Case, model: nn.Module) -> Network:
     target = library_of(model)
     assert target is not None
     try:
-        inputs = make_inputs(model, target, {}, case.as_dict(), modality=None, seed=derive_seed(case.seed, 1), device=torch.device("cpu"), dtype=torch.float32)
+        inputs = make_inputs(
+            model,
+            target,
+            {},
+            case.as_dict(),
+            modality=None,
+            seed=derive_seed(case.seed, 1),
+            device=torch.device("cpu"),
+            dtype=torch.float32,
+        )
     except CaseError as exc:
         raise SpecError(
             spec.path,

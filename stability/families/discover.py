@@ -45,7 +45,20 @@ from torch import nn
 from stability.errors import BlockError, CaseError, StabilityError
 from stability.families.adapters import BLOCK_ATTRIBUTES, hidden_state
 
-__all__ = ["Blocks", "Discovery", "DiscoveryError", "ModelInputs", "ModelRun", "block_runs", "discover", "holds_blocks", "inputs_to", "run_model", "hidden_argument", "trace"]
+__all__ = [
+    "Blocks",
+    "Discovery",
+    "DiscoveryError",
+    "ModelInputs",
+    "ModelRun",
+    "block_runs",
+    "discover",
+    "holds_blocks",
+    "inputs_to",
+    "run_model",
+    "hidden_argument",
+    "trace",
+]
 
 #: What a model is called with: keyword arguments (`model(**inputs)`), positional ones, or one tensor.
 ModelInputs = Mapping[str, Any] | tuple[Any, ...] | torch.Tensor
@@ -126,7 +139,11 @@ def hidden_argument(module: nn.Module, args: tuple[Any, ...], kwargs: Mapping[st
     cls = type(module)
     if cls not in _FIRST_PARAMETER:
         try:
-            params = [p.name for p in inspect.signature(module.forward).parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+            params = [
+                p.name
+                for p in inspect.signature(module.forward).parameters.values()
+                if p.kind is not inspect.Parameter.VAR_KEYWORD
+            ]
         except (TypeError, ValueError):
             params = []
         _FIRST_PARAMETER[cls] = params[0] if params else None
@@ -174,7 +191,14 @@ def _candidates(model: nn.Module) -> list[_Run]:
             if i == len(children) or type(children[i][1]) is not type(children[start][1]):
                 group = children[start:i]
                 if group:
-                    runs.append(_Run(tuple(c for _, c in group), tuple(n for n, _ in group), type(group[0][1]).__name__ in marked, attribute))
+                    runs.append(
+                        _Run(
+                            tuple(c for _, c in group),
+                            tuple(n for n, _ in group),
+                            type(group[0][1]).__name__ in marked,
+                            attribute,
+                        )
+                    )
                 start = i
     return runs
 
@@ -195,7 +219,11 @@ def holds_blocks(module: nn.Module, *, min_run: int = 2) -> bool:
     this package is not one."""
     if isinstance(module, _CONTAINERS):
         return False
-    return any((len(run.modules) >= min_run or run.marked) and not type(run.modules[0]).__module__.startswith(("torch.", "stability.")) for run in _candidates(module))
+    return any(
+        (len(run.modules) >= min_run or run.marked)
+        and not type(run.modules[0]).__module__.startswith(("torch.", "stability."))
+        for run in _candidates(module)
+    )
 
 
 def trace(model: nn.Module, inputs: ModelInputs, modules: Sequence[nn.Module]) -> dict[int, list[_Call]]:
@@ -204,7 +232,9 @@ def trace(model: nn.Module, inputs: ModelInputs, modules: Sequence[nn.Module]) -
     and out, and which traced module returned the tensor it took (a weak reference to each
     output tells a live tensor from a new one at a reused address)."""
     calls: dict[int, list[_Call]] = {id(m): [] for m in modules}
-    outputs: dict[int, tuple[weakref.ref[torch.Tensor], int]] = {}  # id(tensor) -> (the tensor, the module that returned it)
+    outputs: dict[
+        int, tuple[weakref.ref[torch.Tensor], int]
+    ] = {}  # id(tensor) -> (the tensor, the module that returned it)
     counter = [0]
 
     def pre(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -269,7 +299,9 @@ def _segments(run: _Run, calls: Mapping[int, list[_Call]]) -> tuple[list[Blocks]
         call = made[0]
         if not call.shape_in or call.shape_out is None:
             close()
-            breaks.append(f"{name} has no tensor hidden state {'in its arguments' if not call.shape_in else 'in what it returns'}")
+            breaks.append(
+                f"{name} has no tensor hidden state {'in its arguments' if not call.shape_in else 'in what it returns'}"
+            )
             continue
         if call.shape_out != call.shape_in:
             close()
@@ -279,7 +311,9 @@ def _segments(run: _Run, calls: Mapping[int, list[_Call]]) -> tuple[list[Blocks]
             before = run.modules[current[-1]]
             if call.source != id(before):
                 close()
-                breaks.append(f"{name} does not take the tensor {run.names[i - 1]} returned (something runs between them)")
+                breaks.append(
+                    f"{name} does not take the tensor {run.names[i - 1]} returned (something runs between them)"
+                )
         current.append(i)
     close()
     return segments, transitions, breaks
@@ -296,7 +330,9 @@ def _explicit(model: nn.Module, blocks: str | Sequence[nn.Module]) -> _Run:
         except AttributeError:
             raise DiscoveryError(f"blocks = {blocks!r}: {type(model).__name__} has no submodule {path!r}") from None
         if not isinstance(container, (nn.Sequential, nn.ModuleList)):
-            raise DiscoveryError(f"blocks = {blocks!r} is a {type(container).__name__}, not an nn.ModuleList or nn.Sequential of blocks")
+            raise DiscoveryError(
+                f"blocks = {blocks!r} is a {type(container).__name__}, not an nn.ModuleList or nn.Sequential of blocks"
+            )
         items = [(f"{path}.{n}" if path else n, c) for n, c in container.named_children()]
         if match and match.group(2) is not None:
             lo, hi = (int(g) if g else None for g in (match.group(2), match.group(3)))
@@ -307,7 +343,9 @@ def _explicit(model: nn.Module, blocks: str | Sequence[nn.Module]) -> _Run:
     modules = tuple(blocks)
     missing = [type(m).__name__ for m in modules if id(m) not in names_of]
     if missing or not modules:
-        raise DiscoveryError(f"blocks: {', '.join(missing) or 'nothing'} {'is' if len(missing) == 1 else 'are'} not part of the model")
+        raise DiscoveryError(
+            f"blocks: {', '.join(missing) or 'nothing'} {'is' if len(missing) == 1 else 'are'} not part of the model"
+        )
     return _Run(modules, tuple(names_of[id(m)] for m in modules), True, True)
 
 
@@ -315,7 +353,9 @@ def discover(model: nn.Module, inputs: ModelInputs, *, blocks: str | Sequence[nn
     """The blocks to probe in `model` called on `inputs` (the rules in the module docstring)."""
     runs = [_explicit(model, blocks)] if blocks is not None else _candidates(model)
     if not runs:
-        raise DiscoveryError(f"{type(model).__name__} holds no nn.ModuleList or nn.Sequential of blocks; name its blocks, e.g. blocks = 'encoder.layer'")
+        raise DiscoveryError(
+            f"{type(model).__name__} holds no nn.ModuleList or nn.Sequential of blocks; name its blocks, e.g. blocks = 'encoder.layer'"
+        )
     calls = trace(model, inputs, [m for run in runs for m in run.modules])
     found: list[tuple[_Run, Blocks]] = []
     transitions: list[str] = []
@@ -329,14 +369,20 @@ def discover(model: nn.Module, inputs: ModelInputs, *, blocks: str | Sequence[nn
         if len(found) != 1 or len(found[0][1].modules) != len(runs[0].modules):
             problems = transitions + breaks
             hint = f"; probe one stage at a time, e.g. {found[0][1].describe()}" if found else ""
-            raise DiscoveryError(f"blocks = {_show(blocks)} are not one run of shape-preserving blocks on the hidden state's path: {'; '.join(problems[:3])}{hint}")
+            raise DiscoveryError(
+                f"blocks = {_show(blocks)} are not one run of shape-preserving blocks on the hidden state's path: {'; '.join(problems[:3])}{hint}"
+            )
     if not found:
-        raise DiscoveryError(f"{type(model).__name__}: no block keeps the hidden state's shape on its path ({'; '.join((transitions + breaks)[:3])})")
+        raise DiscoveryError(
+            f"{type(model).__name__}: no block keeps the hidden state's shape on its path ({'; '.join((transitions + breaks)[:3])})"
+        )
 
     def first_call(item: tuple[_Run, Blocks]) -> int:
         return calls[id(item[1].modules[0])][0].order
 
-    run, chosen = min(found, key=lambda item: (-len(item[1].modules), not item[0].marked, not item[0].attribute, first_call(item)))
+    run, chosen = min(
+        found, key=lambda item: (-len(item[1].modules), not item[0].marked, not item[0].attribute, first_call(item))
+    )
     cls = type(chosen.modules[0])
     stages = tuple(s for _, s in sorted((item for item in found if type(item[1].modules[0]) is cls), key=first_call))
     return Discovery(chosen, stages, tuple(transitions))

@@ -107,7 +107,13 @@ def _split(spec_path: str, target: str) -> tuple[str, str]:
     mod_name, sep, fn_name = target.partition(":")
     parts = mod_name.split(".")
     if not sep or not fn_name.isidentifier() or not all(p.isidentifier() for p in parts):
-        raise SpecError(spec_path, "block.factory", "is not 'module:function'", value=target, fix='write e.g. "my_blocks:make_blocks"')
+        raise SpecError(
+            spec_path,
+            "block.factory",
+            "is not 'module:function'",
+            value=target,
+            fix='write e.g. "my_blocks:make_blocks"',
+        )
     return mod_name, fn_name
 
 
@@ -187,7 +193,13 @@ def load_factory(spec_path: str, target: str) -> Callable[..., Any]:
     try:
         module = _import(mod_name, file, root)
     except SystemExit as exc:
-        raise SpecError(spec_path, "block.factory", f"module '{mod_name}' called sys.exit({exc.code!r}) while importing", value=target, fix="a factory module must not exit") from None
+        raise SpecError(
+            spec_path,
+            "block.factory",
+            f"module '{mod_name}' called sys.exit({exc.code!r}) while importing",
+            value=target,
+            fix="a factory module must not exit",
+        ) from None
     except Exception as exc:
         raise SpecError(
             spec_path,
@@ -199,7 +211,12 @@ def load_factory(spec_path: str, target: str) -> Callable[..., Any]:
     fn = getattr(module, fn_name, None)
     if fn is None or not callable(fn):
         names = [n for n in dir(module) if callable(getattr(module, n)) and not n.startswith("_")]
-        raise SpecError(spec_path, "block.factory", f"module '{mod_name}' has no function '{fn_name}'{did_you_mean(fn_name, names)}", value=target)
+        raise SpecError(
+            spec_path,
+            "block.factory",
+            f"module '{mod_name}' has no function '{fn_name}'{did_you_mean(fn_name, names)}",
+            value=target,
+        )
     return fn  # type: ignore[no-any-return]
 
 
@@ -225,7 +242,9 @@ def filled_names(spec: Spec) -> list[str]:
     language-model spec (train.task = "markov") and the keys of `block.factory_args`."""
     from stability.spec.case import Case
 
-    lm = ("vocab",) if spec.train is not None and spec.train.task == "markov" else ()  # a language model's vocabulary (train.vocab)
+    lm = (
+        ("vocab",) if spec.train is not None and spec.train.task == "markov" else ()
+    )  # a language model's vocabulary (train.vocab)
     return sorted({*(f.name for f in dataclasses.fields(Case)), *EXTRA_NAMES, *lm, *spec.block.factory_args})
 
 
@@ -248,7 +267,14 @@ def signature_error(spec: Spec, params: Sequence[Parameter]) -> SpecError | None
                     fix=f"rename it to one of the factory's parameters, add a `{key}` parameter, or let the factory take **kwargs",
                 )
     names = set(filled_names(spec))
-    missing = [p.name for p in params if not p.has_default and (p.kind == "POSITIONAL_ONLY" or (p.kind in ("POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY") and p.name not in names))]
+    missing = [
+        p.name
+        for p in params
+        if not p.has_default
+        and (
+            p.kind == "POSITIONAL_ONLY" or (p.kind in ("POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY") and p.name not in names)
+        )
+    ]
     if missing:
         known = ", ".join(n for n in filled_names(spec) if n not in spec.block.factory_args)
         return SpecError(
@@ -310,10 +336,17 @@ def _names_bound(node: ast.stmt) -> set[str]:
 def _ast_parameters(args: ast.arguments) -> list[Parameter]:
     positional = [*args.posonlyargs, *args.args]
     first_default = len(positional) - len(args.defaults)
-    params = [Parameter(a.arg, "POSITIONAL_ONLY" if i < len(args.posonlyargs) else "POSITIONAL_OR_KEYWORD", i >= first_default) for i, a in enumerate(positional)]
+    params = [
+        Parameter(
+            a.arg, "POSITIONAL_ONLY" if i < len(args.posonlyargs) else "POSITIONAL_OR_KEYWORD", i >= first_default
+        )
+        for i, a in enumerate(positional)
+    ]
     if args.vararg is not None:
         params.append(Parameter(args.vararg.arg, "VAR_POSITIONAL", True))
-    params += [Parameter(a.arg, "KEYWORD_ONLY", d is not None) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)]
+    params += [
+        Parameter(a.arg, "KEYWORD_ONLY", d is not None) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+    ]
     if args.kwarg is not None:
         params.append(Parameter(args.kwarg.arg, "VAR_KEYWORD", True))
     return params

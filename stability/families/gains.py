@@ -14,6 +14,12 @@ from typing import Literal
 
 __all__ = ["NONLINEARITY", "KAIMING_GAIN2"]
 
-NONLINEARITY: dict[str, Literal["relu", "tanh", "sigmoid", "linear"]] = {"relu": "relu", "gelu": "relu", "tanh": "tanh", "sigmoid": "sigmoid", "identity": "linear"}
+NONLINEARITY: dict[str, Literal["relu", "tanh", "sigmoid", "linear"]] = {
+    "relu": "relu",
+    "gelu": "relu",
+    "tanh": "tanh",
+    "sigmoid": "sigmoid",
+    "identity": "linear",
+}
 
 KAIMING_GAIN2: dict[str, float] = {"relu": 2.0, "gelu": 2.0, "tanh": (5.0 / 3.0) ** 2, "sigmoid": 1.0, "identity": 1.0}

@@ -61,11 +61,21 @@ from torch import nn
 
 from stability.errors import CaseError
 from stability.families.discover import Blocks, discover
-from stability.families.library import LibraryModel, Target, quiet_imports, registry
+from stability.families.library import LibraryModel, quiet_imports
+from stability.families.library_lookup import Target, registry
 from stability.families.library_values import fill
 from stability.spec.schema import DEFAULT_SIZE
 
-__all__ = ["Built", "construct", "make_inputs", "build_model", "factors_between", "init_factors", "rescale_init", "weight_fans"]
+__all__ = [
+    "Built",
+    "construct",
+    "make_inputs",
+    "build_model",
+    "factors_between",
+    "init_factors",
+    "rescale_init",
+    "weight_fans",
+]
 
 
 @contextlib.contextmanager
@@ -103,9 +113,15 @@ def construct(target: Target, config: Mapping[str, Any]) -> nn.Module:
             elif _is_model_class(cls, lib.PreTrainedModel):
                 model = cls(cls.config_class(**config))
             else:
-                raise CaseError(f"{target} is not a model (a PreTrainedModel): name a model class such as {target.name.replace('Layer', 'Model')}")
+                raise CaseError(
+                    f"{target} is not a model (a PreTrainedModel): name a model class such as {target.name.replace('Layer', 'Model')}"
+                )
         elif target.kind == "registered":
-            model = lib.create_model(target.name, pretrained=False, **config) if target.library == "timm" else lib.models.get_model(target.name, weights=None, **config)
+            model = (
+                lib.create_model(target.name, pretrained=False, **config)
+                if target.library == "timm"
+                else lib.models.get_model(target.name, weights=None, **config)
+            )
         else:
             model = registry(target.library)[1][target.name](**config)
     if not isinstance(model, nn.Module):
@@ -121,7 +137,9 @@ def _modality(model: nn.Module, target: Target, chosen: str | None) -> str:
     main = getattr(model, "main_input_name", "input_ids")
     if main in ("input_ids", "pixel_values"):
         return "tokens" if main == "input_ids" else "images"
-    raise CaseError(f'{target} takes {main}, not token ids or images: set inputs = "embeddings" if its forward takes inputs_embeds')
+    raise CaseError(
+        f'{target} takes {main}, not token ids or images: set inputs = "embeddings" if its forward takes inputs_embeds'
+    )
 
 
 def _image_size(model: nn.Module, config: Mapping[str, Any], values: Mapping[str, Any]) -> tuple[int, int]:
@@ -137,14 +155,24 @@ def _image_size(model: nn.Module, config: Mapping[str, Any], values: Mapping[str
 
 
 def make_inputs(
-    model: nn.Module, target: Target, config: Mapping[str, Any], values: Mapping[str, Any], *, modality: str | None, seed: int, device: torch.device, dtype: torch.dtype
+    model: nn.Module,
+    target: Target,
+    config: Mapping[str, Any],
+    values: Mapping[str, Any],
+    *,
+    modality: str | None,
+    seed: int,
+    device: torch.device,
+    dtype: torch.dtype,
 ) -> dict[str, Any] | torch.Tensor:
     """The model's inputs for one case (the module docstring), drawn from `seed` on the CPU."""
     gen = torch.Generator().manual_seed(seed)
     kind = _modality(model, target, modality)
     batch, tokens = int(values.get("batch") or 2), int(values.get("tokens") or DEFAULT_SIZE)
     hf = getattr(model, "config", None) if target.library == "transformers" else None
-    extra: dict[str, Any] = {"use_cache": False} if hf is not None and "use_cache" in inspect.signature(model.forward).parameters else {}
+    extra: dict[str, Any] = (
+        {"use_cache": False} if hf is not None and "use_cache" in inspect.signature(model.forward).parameters else {}
+    )
     if kind == "tokens":
         vocab = getattr(hf, "vocab_size", None) or config.get("vocab_size")
         if not vocab:
@@ -152,7 +180,9 @@ def make_inputs(
         pad = getattr(hf, "pad_token_id", None)
         pad = pad if isinstance(pad, int) and 0 <= pad < int(vocab) and int(vocab) > 1 else None
         ids = torch.randint(0, int(vocab) - (pad is not None), (batch, tokens), generator=gen)  # (B, T)
-        if pad is not None:  # never the padding token: its embedding row is 0 at init, and a norm of 0 measures only its eps
+        if (
+            pad is not None
+        ):  # never the padding token: its embedding row is 0 at init, and a norm of 0 measures only its eps
             ids += (ids >= pad).long()
         return {"input_ids": ids.to(device), **extra}
     if kind == "embeddings":
@@ -164,7 +194,9 @@ def make_inputs(
         x = torch.randn(batch, tokens, int(hidden), generator=gen, dtype=torch.float64)
         return {"inputs_embeds": x.to(device=device, dtype=dtype), **extra}
     channels = int(getattr(hf, "num_channels", None) or config.get("num_channels") or config.get("in_chans") or 3)
-    x = torch.randn(batch, channels, *_image_size(model, config, values), generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
+    x = torch.randn(batch, channels, *_image_size(model, config, values), generator=gen, dtype=torch.float64).to(
+        device=device, dtype=dtype
+    )
     return {"pixel_values": x, **extra} if hf is not None else x
 
 
@@ -223,8 +255,14 @@ def factors_between(reduced: nn.Module, shipped: nn.Module) -> dict[str, float]:
         s_reduced, s_shipped = _rms(p), _rms(twin[name][1])
         if s_reduced > 0:
             (in_s, out_s), (in_r, out_r) = weight_fans(*twin[name]), weight_fans(owner, p)
-            candidates = (1.0, math.sqrt(in_r / in_s), math.sqrt(out_r / out_s))  # an init that ignores the width, or scales with the fan-in or the fan-out
-            out[name] = _snap(s_shipped / s_reduced, candidates, error=math.sqrt(0.5 / p.numel() + 0.5 / twin[name][1].numel())) * math.sqrt(in_s / in_r)
+            candidates = (
+                1.0,
+                math.sqrt(in_r / in_s),
+                math.sqrt(out_r / out_s),
+            )  # an init that ignores the width, or scales with the fan-in or the fan-out
+            out[name] = _snap(
+                s_shipped / s_reduced, candidates, error=math.sqrt(0.5 / p.numel() + 0.5 / twin[name][1].numel())
+            ) * math.sqrt(in_s / in_r)
     return out
 
 
@@ -245,14 +283,23 @@ def init_factors(spec: LibraryModel, values: Mapping[str, Any], block_class: typ
     reduced_config, shipped_config = fill(spec.config, one), {**fill(spec.config, one), **fill(spec.shipped, one)}
     # The block class is part of the key: discovery may pick another class at another depth (a
     # ResNet at depth 1 has no run of two bottlenecks), and its factors are no other class's.
-    key = repr((str(spec.target), f"{block_class.__module__}.{block_class.__qualname__}", sorted(reduced_config.items()), sorted(shipped_config.items())))
+    key = repr(
+        (
+            str(spec.target),
+            f"{block_class.__module__}.{block_class.__qualname__}",
+            sorted(reduced_config.items()),
+            sorted(shipped_config.items()),
+        )
+    )
     if key not in _FACTORS:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             pair = [construct(spec.target, c) for c in (reduced_config, shipped_config)]
         blocks = [next((m for m in model.modules() if type(m) is block_class), None) for model in pair]
         if blocks[0] is None or blocks[1] is None:
-            raise CaseError(f"{spec.target} built at depth 1 has no {block_class.__name__} to read the shipped init from")
+            raise CaseError(
+                f"{spec.target} built at depth 1 has no {block_class.__name__} to read the shipped init from"
+            )
         _FACTORS[key] = factors_between(blocks[0], blocks[1])
     return _FACTORS[key]
 
@@ -284,7 +331,14 @@ class Built:
     scaled: dict[str, float] = field(default_factory=dict)
 
 
-def build_model(spec: LibraryModel, values: Mapping[str, Any], *, input_seed: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> Built:
+def build_model(
+    spec: LibraryModel,
+    values: Mapping[str, Any],
+    *,
+    input_seed: int,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> Built:
     """Build the model of one case (`values`: the case's keys, `Case.as_dict()`), under the
     caller's seeded global generator; its inputs from `input_seed`; its blocks discovered on those
     inputs; the init rule applied when the spec gives the shipped config."""
@@ -297,7 +351,16 @@ def build_model(spec: LibraryModel, values: Mapping[str, Any], *, input_seed: in
         what = " ".join(f"{type(exc).__name__}: {exc}".split())
         raise CaseError(f"{spec.target} could not be built from {config}: {what}") from None
     model.to(device=torch.device(device), dtype=dtype)
-    inputs = make_inputs(model, spec.target, config, values, modality=spec.inputs, seed=input_seed, device=torch.device(device), dtype=dtype)
+    inputs = make_inputs(
+        model,
+        spec.target,
+        config,
+        values,
+        modality=spec.inputs,
+        seed=input_seed,
+        device=torch.device(device),
+        dtype=dtype,
+    )
     found = discover(model, inputs, blocks=spec.blocks)
     built = Built(model, inputs, found.blocks, found.stages)
     if spec.shipped:

@@ -51,7 +51,9 @@ class _ChunkedDraws(TorchDispatchMode):  # type: ignore[no-untyped-call]  # (tor
         super().__init__()  # type: ignore[no-untyped-call]
         self.seed, self.pool, self.calls = seed, pool, 0
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         target = args[0] if args else None
         if func not in _DRAWS or kwargs.get("generator") is not None or not isinstance(target, torch.Tensor):

@@ -56,18 +56,37 @@ class LibraryOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    model: str = Field(description='"LIBRARY:NAME": a transformers model or config class, a timm or torchvision registered model or model class')
-    config: dict[str, Any] = Field(default_factory=dict, description='the config\'s keyword arguments; "width", "depth", "2*width", "width/64" … are filled from the case')
-    inputs: Literal["tokens", "images", "embeddings"] | None = Field(default=None, description="the modality of the model's inputs (default: the model's own)")
-    blocks: str | None = Field(default=None, description='the blocks to probe, e.g. "encoder.layer" or "layer3[1:]" (default: discovered)')
-    shipped: dict[str, Any] = Field(default_factory=dict, description="the shipped config's values, for the init rule at a reduced width")
-    scale: Literal["probed", "shipped"] = Field(default="probed", description='"shipped": the shipped config (block.shipped over block.config), blocks streamed one at a time (transformers)')
+    model: str = Field(
+        description='"LIBRARY:NAME": a transformers model or config class, a timm or torchvision registered model or model class'
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description='the config\'s keyword arguments; "width", "depth", "2*width", "width/64" … are filled from the case',
+    )
+    inputs: Literal["tokens", "images", "embeddings"] | None = Field(
+        default=None, description="the modality of the model's inputs (default: the model's own)"
+    )
+    blocks: str | None = Field(
+        default=None, description='the blocks to probe, e.g. "encoder.layer" or "layer3[1:]" (default: discovered)'
+    )
+    shipped: dict[str, Any] = Field(
+        default_factory=dict, description="the shipped config's values, for the init rule at a reduced width"
+    )
+    scale: Literal["probed", "shipped"] = Field(
+        default="probed",
+        description='"shipped": the shipped config (block.shipped over block.config), blocks streamed one at a time (transformers)',
+    )
 
 
 def _options(spec: Any) -> LibraryOptions:
     opts = spec.options
     if not isinstance(opts, LibraryOptions):  # the loader validated them; a hand-made Spec may not have
-        raise SpecError(spec.path, "block.model", "is required for family 'library'", fix='add model = "transformers:LlamaModel" (or another LIBRARY:NAME)')
+        raise SpecError(
+            spec.path,
+            "block.model",
+            "is required for family 'library'",
+            fix='add model = "transformers:LlamaModel" (or another LIBRARY:NAME)',
+        )
     return opts
 
 
@@ -76,7 +95,16 @@ def library_model(spec: Any) -> Any:
     from stability.families.library import parse_library
 
     o = _options(spec)
-    return parse_library(o.model, config=o.config, inputs=o.inputs, blocks=o.blocks, shipped=o.shipped, scale=o.scale, file=spec.path, prefix="block.")
+    return parse_library(
+        o.model,
+        config=o.config,
+        inputs=o.inputs,
+        blocks=o.blocks,
+        shipped=o.shipped,
+        scale=o.scale,
+        file=spec.path,
+        prefix="block.",
+    )
 
 
 def _set(data: Mapping[str, Any], table: str, key: str) -> bool:
@@ -88,7 +116,12 @@ def _check(spec: Any, data: Mapping[str, Any]) -> None:
 
     f, s = spec.path, spec.space
     if not _set(data, "block", "model"):
-        raise SpecError(f, "block.model", "is required for family 'library'", fix='add model = "transformers:LlamaModel" (or another LIBRARY:NAME)')
+        raise SpecError(
+            f,
+            "block.model",
+            "is required for family 'library'",
+            fix='add model = "transformers:LlamaModel" (or another LIBRARY:NAME)',
+        )
     lib = library_model(spec)
     named = placeholders(lib.config)
     for key in ("depth", "width"):
@@ -111,7 +144,13 @@ def _check(spec: Any, data: Mapping[str, Any]) -> None:
             )
     _check_ineffective(spec, data, lib)
     if spec.probe.checkpoint_every:
-        raise SpecError(f, "probe.checkpoint_every", "is not supported by family 'library': the model's own forward runs its blocks", value=spec.probe.checkpoint_every, fix="remove it")
+        raise SpecError(
+            f,
+            "probe.checkpoint_every",
+            "is not supported by family 'library': the model's own forward runs its blocks",
+            value=spec.probe.checkpoint_every,
+            fix="remove it",
+        )
 
 
 def _check_ineffective(spec: Any, data: Mapping[str, Any], lib: Any) -> None:
@@ -131,7 +170,13 @@ def _check_ineffective(spec: Any, data: Mapping[str, Any], lib: Any) -> None:
             fix="remove it, and say in the spec how many tokens the image and patch sizes give",
         )
     if _set(data, "space", "spatial") and image_size is not None:
-        raise SpecError(f, "space.spatial", f"has no effect: block.config.{image_size} sets the image size", value=data["space"]["spatial"], fix=f"remove it, or drop block.config.{image_size}")
+        raise SpecError(
+            f,
+            "space.spatial",
+            f"has no effect: block.config.{image_size} sets the image size",
+            value=data["space"]["spatial"],
+            fix=f"remove it, or drop block.config.{image_size}",
+        )
 
 
 def _build(spec: Any, case: Any, gen: Any) -> Any:
@@ -145,8 +190,17 @@ def _build(spec: Any, case: Any, gen: Any) -> Any:
 
     lib = library_model(spec)
     make = build_streamed if lib.scale == "shipped" else build_model
-    built = make(lib, case.as_dict(), input_seed=derive_seed(case.seed, 1), device=torch.device(case.device), dtype=torch_dtype(case.dtype))
-    return Network(nn.Sequential(*built.blocks.modules), model=ModelRun(built.model, built.inputs, built.blocks, rescaled=built.scaled))
+    built = make(
+        lib,
+        case.as_dict(),
+        input_seed=derive_seed(case.seed, 1),
+        device=torch.device(case.device),
+        dtype=torch_dtype(case.dtype),
+    )
+    return Network(
+        nn.Sequential(*built.blocks.modules),
+        model=ModelRun(built.model, built.inputs, built.blocks, rescaled=built.scaled),
+    )
 
 
 _FOOTPRINTS: dict[str, Any] = {}  # the case without its depth → its footprints at depths 1 and 2 (None: no estimate)
@@ -166,8 +220,12 @@ def _footprints(spec: Any, case: Any) -> Any:
         try:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
-                _FOOTPRINTS[key] = tuple(footprint(lib, {**case.as_dict(), "depth": d}, torch_dtype(case.dtype)) for d in (1, 2))
-        except Exception:  # a config that does not build, a forward fake tensors cannot run: no estimate (the case runs as it is)
+                _FOOTPRINTS[key] = tuple(
+                    footprint(lib, {**case.as_dict(), "depth": d}, torch_dtype(case.dtype)) for d in (1, 2)
+                )
+        except (
+            Exception
+        ):  # a config that does not build, a forward fake tensors cannot run: no estimate (the case runs as it is)
             _FOOTPRINTS[key] = None
     return _FOOTPRINTS[key]
 
@@ -207,14 +265,18 @@ def _shipped_params(spec: Any, case: Any) -> int:
         return 0
     one = {**case.as_dict(), "depth": 1}
     reduced = fill(lib.config, one)
-    return sum(count_bytes(meta_model(lib, c), torch.float32)[0] for c in (reduced, {**reduced, **fill(lib.shipped, one)}))
+    return sum(
+        count_bytes(meta_model(lib, c), torch.float32)[0] for c in (reduced, {**reduced, **fill(lib.shipped, one)})
+    )
 
 
 def _ensemble_runs(spec: Any) -> bool:
     """Whether a seed ensemble is probed besides the case (a declared probe invariant whose registry entry has `ensemble`)."""
     from stability.spec.registry import INVARIANTS
 
-    return int(getattr(spec.probe, "ensemble", 1)) > 1 and any((e := INVARIANTS.get(n)).ensemble is not None and not e.training for n, _ in spec.invariants())
+    return int(getattr(spec.probe, "ensemble", 1)) > 1 and any(
+        (e := INVARIANTS.get(n)).ensemble is not None and not e.training for n, _ in spec.invariants()
+    )
 
 
 def _estimate(spec: Any, case: Any) -> int | None:
@@ -236,9 +298,13 @@ def _estimate(spec: Any, case: Any) -> int | None:
 
     params, saved = at(one.params, two.params), at(one.saved, two.saved)
     largest_param, largest_saved = max(one.largest_param, two.largest_param), max(one.largest_saved, two.largest_saved)
-    work = 2 * largest_param + 2 * largest_saved  # the backward's gradients of the largest parameter and activation, and their norms' copies
+    work = (
+        2 * largest_param + 2 * largest_saved
+    )  # the backward's gradients of the largest parameter and activation, and their norms' copies
     probe = (2 if _ensemble_runs(spec) else 1) * params + saved + work
-    build = at(one.params_float32, two.params_float32) + largest_param + _shipped_params(spec, case)  # constructed in float32, then cast; the init rule's models
+    build = (
+        at(one.params_float32, two.params_float32) + largest_param + _shipped_params(spec, case)
+    )  # constructed in float32, then cast; the init rule's models
     return int(resident_bytes() + max(probe, build))
 
 
@@ -267,7 +333,11 @@ def _check_lm(spec: Any, data: Any) -> None:
 def _preload(block: Mapping[str, Any]) -> Sequence[str]:
     """The modules a worker imports once per run for a spec of this family (from its raw `[block]`)."""
     library = str(block.get("model", "")).partition(":")[0]
-    return {"transformers": ["transformers", "transformers.modeling_utils"], "timm": ["timm", "timm.models"], "torchvision": ["torchvision.models"]}.get(library, [])
+    return {
+        "transformers": ["transformers", "transformers.modeling_utils"],
+        "timm": ["timm", "timm.models"],
+        "torchvision": ["torchvision.models"],
+    }.get(library, [])
 
 
 register_family(

@@ -199,7 +199,9 @@ def _saved(model: Any, lib: Any, config: dict[str, Any], values: dict[str, Any],
                 handle.remove()
     finally:
         quiet.setLevel(level)
-    largest_param = max((p.numel() * p.element_size() for block in found.blocks.modules for p in block.parameters()), default=0)
+    largest_param = max(
+        (p.numel() * p.element_size() for block in found.blocks.modules for p in block.parameters()), default=0
+    )
     return sum(storages.values()), max(storages.values(), default=0), largest_param
 
 
@@ -213,7 +215,11 @@ def _largest_block_param(model: Any, dtype: Any) -> int:
     if not runs:
         return 0
     run = max(runs, key=lambda r: len(r.modules))
-    sizes = [p.numel() * (dtype.itemsize if p.is_floating_point() else p.element_size()) for m in run.modules for p in m.parameters()]
+    sizes = [
+        p.numel() * (dtype.itemsize if p.is_floating_point() else p.element_size())
+        for m in run.modules
+        for p in m.parameters()
+    ]
     return max(sizes, default=0)
 
 

@@ -51,7 +51,15 @@ from torch.utils.checkpoint import checkpoint
 from stability.errors import CaseError
 from stability.families.library_draws import chunked_draws
 
-__all__ = ["Streamer", "build_streamed", "streamer_of", "init_streamed", "init_whole", "block_seed", "named_parameters_materialised"]
+__all__ = [
+    "Streamer",
+    "build_streamed",
+    "streamer_of",
+    "init_streamed",
+    "init_whole",
+    "block_seed",
+    "named_parameters_materialised",
+]
 
 #: The attribute a streamed model carries its `Streamer` under.
 _ATTRIBUTE = "_stability_streamer"
@@ -66,7 +74,9 @@ def block_seed(seed: int, index: int | str) -> int:
 def _library_init(model: nn.Module) -> Callable[[nn.Module], None]:
     init = getattr(model, "_init_weights", None)
     if not callable(init):
-        raise CaseError(f'scale = "shipped" streams a transformers model, initialised by its _init_weights: {type(model).__name__} has none')
+        raise CaseError(
+            f'scale = "shipped" streams a transformers model, initialised by its _init_weights: {type(model).__name__} has none'
+        )
     return init  # type: ignore[no-any-return]
 
 
@@ -91,7 +101,12 @@ def init_streamed(model: nn.Module, part: nn.Module, seed: int, *, skip: set[int
 
 
 def _storage_bytes(p: torch.Tensor) -> int:
-    return int(p.storage_offset() + sum((n - 1) * st for n, st in zip(p.shape, p.stride(), strict=True)) + 1) * p.element_size() if p.numel() else 0
+    return (
+        int(p.storage_offset() + sum((n - 1) * st for n, st in zip(p.shape, p.stride(), strict=True)) + 1)
+        * p.element_size()
+        if p.numel()
+        else 0
+    )
 
 
 def _materialise(params: Sequence[tuple[str, nn.Parameter]], device: torch.device, *, poison: bool) -> None:
@@ -146,7 +161,15 @@ class Streamer:
     """The streamed blocks of one model (the module docstring): `blocks` in the model's order,
     their parameters on the meta device until a block runs."""
 
-    def __init__(self, model: nn.Module, blocks: Sequence[nn.Module], *, seed: int, device: torch.device, factors: Mapping[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        blocks: Sequence[nn.Module],
+        *,
+        seed: int,
+        device: torch.device,
+        factors: Mapping[str, float] | None = None,
+    ) -> None:
         self.model, self.blocks, self.seed, self.device = model, list(blocks), seed, device
         self.factors = dict(factors or {})
         self.params = [list(b.named_parameters()) for b in self.blocks]
@@ -211,7 +234,9 @@ class Streamer:
         streamer = self
 
         def run(*args: Any, **kwargs: Any) -> Any:
-            if streamer.recomputing:  # the backward reached block i: keep the block after it (its backward may still be finishing)
+            if (
+                streamer.recomputing
+            ):  # the backward reached block i: keep the block after it (its backward may still be finishing)
                 streamer.materialise(i, keep=(i + 1,))
                 return original(*args, **kwargs)
             return streamer._forward_real(i, original, args, kwargs)
@@ -243,7 +268,9 @@ class Streamer:
         slots = [(m, name, p) for m in self.blocks[i].modules() for name, p in m._parameters.items() if p is not None]
         try:
             for m, name, p in slots:
-                m._parameters[name] = nn.Parameter(torch.empty(p.shape, dtype=p.dtype, device="meta"), requires_grad=p.requires_grad)
+                m._parameters[name] = nn.Parameter(
+                    torch.empty(p.shape, dtype=p.dtype, device="meta"), requires_grad=p.requires_grad
+                )
             out = original(*_map_tensors(args, lambda t: t.to("meta")), **_map_tensors(kwargs, lambda t: t.to("meta")))
         except Exception:  # a forward that reads numbers back: run it for real
             out = None
@@ -252,7 +279,9 @@ class Streamer:
                 m._parameters[name] = p
         if out is None:
             return self._forward_real(i, original, args, kwargs)
-        return _map_tensors(out, lambda t: torch.zeros(t.shape, dtype=t.dtype, device=device) if t.device.type == "meta" else t)
+        return _map_tensors(
+            out, lambda t: torch.zeros(t.shape, dtype=t.dtype, device=device) if t.device.type == "meta" else t
+        )
 
     def _forward_real(self, i: int, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Block i run for real: its parameters materialised for the call and released after."""
@@ -300,7 +329,14 @@ def named_parameters_materialised(model: nn.Module, known: Container[int] = ()) 
     return streamer.named_parameters(known) if streamer is not None else model.named_parameters()
 
 
-def build_streamed(spec: Any, values: Mapping[str, Any], *, input_seed: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> Any:
+def build_streamed(
+    spec: Any,
+    values: Mapping[str, Any],
+    *,
+    input_seed: int,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> Any:
     """`library_build.build_model` for `scale = "shipped"`: the model at its shipped config, its
     parameters on the meta device, the parts outside its blocks initialised for good, its blocks
     streamed (the module docstring). The init's seed is drawn from the caller's seeded generator."""
@@ -325,7 +361,9 @@ def build_streamed(spec: Any, values: Mapping[str, Any], *, input_seed: int, dev
     model.to(dtype=dtype)
     _storageless(model, dev)
     model.to(device=dev)  # (the buffers)
-    inputs = make_inputs(model, spec.target, config, values, modality=spec.inputs, seed=input_seed, device=dev, dtype=dtype)
+    inputs = make_inputs(
+        model, spec.target, config, values, modality=spec.inputs, seed=input_seed, device=dev, dtype=dtype
+    )
     candidates = _streamed_blocks(model, spec.blocks, str(spec.target))
     streamed = {id(m) for m in candidates}
     rest = [(n, p) for n, p in model.named_parameters() if not any(id(m) in streamed for m in _owners(model, n))]
@@ -333,10 +371,14 @@ def build_streamed(spec: Any, values: Mapping[str, Any], *, input_seed: int, dev
     init_streamed(model, model, block_seed(seed, "rest"), skip=streamed)
     unset = _unset(rest)
     if unset:
-        raise CaseError(f'{type(model).__name__}._init_weights leaves {", ".join(unset[:3])} unset (set at construction only, which a streamed model does not run): probe it with scale = "probed"')
+        raise CaseError(
+            f'{type(model).__name__}._init_weights leaves {", ".join(unset[:3])} unset (set at construction only, which a streamed model does not run): probe it with scale = "probed"'
+        )
     streamer = Streamer(model, candidates, seed=seed, device=dev)
     with streamer.tracing_shapes():
-        found = discover(model, inputs, blocks=spec.blocks)  # the blocks the whole model's discovery picks, among the streamed ones
+        found = discover(
+            model, inputs, blocks=spec.blocks
+        )  # the blocks the whole model's discovery picks, among the streamed ones
     return Built(model, inputs, found.blocks, found.stages)
 
 

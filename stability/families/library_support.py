@@ -90,7 +90,9 @@ def check_release(library: str, *, file: str, key: str, model: str) -> None:
     """A SpecError (exit 2) when the imported `library` is older than `MINIMUM`'s release."""
     have, floor = installed(library), MINIMUM.get(library)
     if floor is not None and _older(have, floor):
-        problem = f"needs {library} >= {floor}, the oldest release the library family supports (this environment has {have})"
+        problem = (
+            f"needs {library} >= {floor}, the oldest release the library family supports (this environment has {have})"
+        )
         raise SpecError(file, key, problem, value=model, fix=f"pip install --no-deps '{library}>={floor}'")
 
 
@@ -156,8 +158,22 @@ def expected_refusal(spec_file: str, library: str | None = None) -> str | None:
 #: under a release in such a range its gate must fail (the matrix checks that it does: the spec
 #: still sees the difference), and the release stays supported.
 INIT_DIFFERS: Mapping[str, tuple[tuple[str, str, str, str], ...]] = {
-    "mamba.toml": (("transformers", MINIMUM["transformers"], "4.54.0", "every nn.Linear at PyTorch's default U(±1/√fan-in), not N(0, initializer_range²): huggingface/transformers#38987"),),
-    "gpt2.toml": (("transformers", "5.0.0", "5.15.0", "c_proj without its 1/√(2·n_layer) scale: huggingface/transformers#47458, fixed by #47459"),),
+    "mamba.toml": (
+        (
+            "transformers",
+            MINIMUM["transformers"],
+            "4.54.0",
+            "every nn.Linear at PyTorch's default U(±1/√fan-in), not N(0, initializer_range²): huggingface/transformers#38987",
+        ),
+    ),
+    "gpt2.toml": (
+        (
+            "transformers",
+            "5.0.0",
+            "5.15.0",
+            "c_proj without its 1/√(2·n_layer) scale: huggingface/transformers#47458, fixed by #47459",
+        ),
+    ),
 }
 
 
@@ -176,7 +192,10 @@ def expected_init_difference(spec_file: str) -> str | None:
 #: building the zoo spec that sets them under the releases around it. A spec setting one under an
 #: older release is refused at load, in one line naming the release.
 BROKEN_BEFORE: Mapping[tuple[str, str, str], tuple[str, str]] = {
-    ("timm", "resnetv2_18", "zero_init_last"): ("1.0.16", "its PreActBasic blocks' zero_init_last reads conv3, which a basic block does not have (AttributeError at build)"),
+    ("timm", "resnetv2_18", "zero_init_last"): (
+        "1.0.16",
+        "its PreActBasic blocks' zero_init_last reads conv3, which a basic block does not have (AttributeError at build)",
+    ),
 }
 
 
@@ -200,4 +219,10 @@ def check_working(library: str, name: str, config: Mapping[str, object], *, file
         first, why = BROKEN_BEFORE.get((library, name, setting), (None, ""))
         if first is not None and _older(installed(library), first):
             problem = f"sets {setting}, which {library} {installed(library)} cannot build: {why}; it works from {library} {first}"
-            raise SpecError(file, f"{key}.{setting}", problem, value=config[setting], fix=f"pip install --no-deps '{library}>={first}', or leave {setting} out")
+            raise SpecError(
+                file,
+                f"{key}.{setting}",
+                problem,
+                value=config[setting],
+                fix=f"pip install --no-deps '{library}>={first}', or leave {setting} out",
+            )

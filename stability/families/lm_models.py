@@ -35,11 +35,19 @@ from torch import nn
 from stability.errors import CaseError, SpecError
 from stability.families.build import build, derive_seed, torch_dtype
 from stability.families.custom import call_factory
-from stability.families.library import library_of
+from stability.families.library_lookup import library_of
 from stability.spec.case import Case
 from stability.spec.schema import DEFAULT_SIZE, Spec
 
-__all__ = ["LanguageModel", "TokenModel", "language_model", "token_model", "parameter_group", "library_parameter_group", "named_groups"]
+__all__ = [
+    "LanguageModel",
+    "TokenModel",
+    "language_model",
+    "token_model",
+    "parameter_group",
+    "library_parameter_group",
+    "named_groups",
+]
 
 _HEAD_STREAM = 5
 
@@ -47,7 +55,17 @@ _HEAD_STREAM = 5
 class LanguageModel(nn.Module):
     """tokens (B, T) → logits (B, T, V): embed + positions → blocks → final norm → readout."""
 
-    def __init__(self, blocks: nn.Sequential, *, vocab: int, width: int, tokens: int, final_norm: nn.Module, tied: bool, softcap: float | None) -> None:
+    def __init__(
+        self,
+        blocks: nn.Sequential,
+        *,
+        vocab: int,
+        width: int,
+        tokens: int,
+        final_norm: nn.Module,
+        tied: bool,
+        softcap: float | None,
+    ) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, width)
         self.pos = nn.Parameter(torch.zeros(tokens, width))
@@ -103,14 +121,26 @@ def language_model(spec: Spec, case: Case) -> LanguageModel:
     t = spec.train
     tokens = case.tokens or DEFAULT_SIZE
     blocks = build(spec, dataclasses.replace(case, input_width=None)).blocks
-    with torch.random.fork_rng(devices=[]):  # the layers' default init draws from the global RNG; it is overwritten below
-        model = LanguageModel(blocks, vocab=t.vocab, width=case.width, tokens=tokens, final_norm=_final_norm(spec, case.width), tied=t.tied, softcap=t.logit_softcap)
+    with torch.random.fork_rng(
+        devices=[]
+    ):  # the layers' default init draws from the global RNG; it is overwritten below
+        model = LanguageModel(
+            blocks,
+            vocab=t.vocab,
+            width=case.width,
+            tokens=tokens,
+            final_norm=_final_norm(spec, case.width),
+            tied=t.tied,
+            softcap=t.logit_softcap,
+        )
     gen = torch.Generator().manual_seed(derive_seed(case.seed, _HEAD_STREAM))
     with torch.no_grad():
         model.embed.weight.copy_(torch.randn(model.embed.weight.shape, generator=gen, dtype=torch.float64))
         model.pos.copy_(torch.randn(model.pos.shape, generator=gen, dtype=torch.float64))
         if model.readout is not None:
-            model.readout.weight.copy_(torch.randn(model.readout.weight.shape, generator=gen, dtype=torch.float64) / math.sqrt(case.width))
+            model.readout.weight.copy_(
+                torch.randn(model.readout.weight.shape, generator=gen, dtype=torch.float64) / math.sqrt(case.width)
+            )
     dtype, device = torch_dtype(case.dtype), torch.device(case.device)
     model.embed.to(device=device, dtype=dtype)
     model.pos.data = model.pos.data.to(device=device, dtype=dtype)
@@ -190,7 +220,13 @@ def _hf_logits(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
 def _transformers_model(model: nn.Module, *, kind: str) -> TokenModel:
     get = getattr(model, "get_output_embeddings", None)
     readout = get() if callable(get) else None
-    return TokenModel(model, _hf_logits(model), "transformers", library_parameter_group(readout if isinstance(readout, nn.Module) else None), kind)
+    return TokenModel(
+        model,
+        _hf_logits(model),
+        "transformers",
+        library_parameter_group(readout if isinstance(readout, nn.Module) else None),
+        kind,
+    )
 
 
 def _library(spec: Spec, case: Case) -> TokenModel:
@@ -237,7 +273,11 @@ def _custom(spec: Spec, case: Case) -> TokenModel:
             value=spec.block.factory,
             fix="a language-model spec's factory returns an nn.Module from token ids (B, T) to logits (B, T, vocab)",
         )
-    if library_of(out) is not None and hasattr(out, "get_output_embeddings") and getattr(out, "config", None) is not None:
+    if (
+        library_of(out) is not None
+        and hasattr(out, "get_output_embeddings")
+        and getattr(out, "config", None) is not None
+    ):
         return _transformers_model(out, kind="custom")
     vocab = spec.train.vocab
 
@@ -270,7 +310,9 @@ def _check_causal(spec: Spec, case: Case, model: TokenModel) -> None:
         return
     first = (torch.arange(2 * t).reshape(2, t) * 7 + 3) % vocab  # (2, T), the same for every case
     second = first.clone()
-    second[:, half:] = (second[:, half:] + 1 + torch.arange(t - half) % (vocab - 1)) % vocab  # every later token differs
+    second[:, half:] = (
+        second[:, half:] + 1 + torch.arange(t - half) % (vocab - 1)
+    ) % vocab  # every later token differs
     was = model.module.training
     model.module.eval()
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
@@ -288,7 +330,9 @@ def _check_causal(spec: Spec, case: Case, model: TokenModel) -> None:
     else:
         key, value = "block.factory", spec.block.factory
     if getattr(config, "is_decoder", True) is False:
-        fix = "set is_decoder = true in block.config (the model then attends causally), or name a decoder-only causal LM"
+        fix = (
+            "set is_decoder = true in block.config (the model then attends causally), or name a decoder-only causal LM"
+        )
     elif spec.family == "library":
         fix = 'name a decoder-only causal LM (e.g. "transformers:GPT2LMHeadModel", "transformers:LlamaForCausalLM")'
     else:

@@ -12,7 +12,14 @@ from __future__ import annotations
 from stability.spec.case import Case
 from stability.spec.schema import DEFAULT_SIZE, Spec
 
-__all__ = ["SAVED_PER_BLOCK", "OVERHEAD_PER_BLOCK", "CUSTOM_MIN_PER_BLOCK", "item_bytes", "stack_bytes", "transformer_bytes"]
+__all__ = [
+    "SAVED_PER_BLOCK",
+    "OVERHEAD_PER_BLOCK",
+    "CUSTOM_MIN_PER_BLOCK",
+    "item_bytes",
+    "stack_bytes",
+    "transformer_bytes",
+]
 
 #: Saved tensors per layer-sized activation, by family: a generous count of what autograd keeps
 #: (layer input, norm input and statistics, activation output, the addition's operands).

@@ -51,7 +51,17 @@ from stability.families.init import activation, init_all, zero_parameters
 from stability.spec.case import Case
 from stability.spec.schema import Spec
 
-__all__ = ["AttentionProbs", "SelfAttention", "SigmaReparamLinear", "softcap", "MLP", "Sublayer", "TransformerBlock", "build_transformer", "head_count"]
+__all__ = [
+    "AttentionProbs",
+    "SelfAttention",
+    "SigmaReparamLinear",
+    "softcap",
+    "MLP",
+    "Sublayer",
+    "TransformerBlock",
+    "build_transformer",
+    "head_count",
+]
 
 
 class AttentionProbs(nn.Module):
@@ -123,7 +133,16 @@ class SelfAttention(nn.Module):
     softmax(Q Kᵀ / sqrt(d)) V per head, heads concatenated and projected by W_O; with the
     module docstring's qk_norm, attn_softcap and sigma_reparam options."""
 
-    def __init__(self, width: int, heads: int, *, causal: bool, qk_norm: str = "none", attn_softcap: float | None = None, sigma_reparam: bool = False) -> None:
+    def __init__(
+        self,
+        width: int,
+        heads: int,
+        *,
+        causal: bool,
+        qk_norm: str = "none",
+        attn_softcap: float | None = None,
+        sigma_reparam: bool = False,
+    ) -> None:
         super().__init__()
         if width % heads:
             raise ValueError(f"{heads} heads do not divide the width {width}")
@@ -263,7 +282,9 @@ def build_transformer(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequen
     skip = b.skip != "none"
     blocks = []
     for _ in range(n):
-        attn = SelfAttention(w, heads, causal=b.causal, qk_norm=b.qk_norm, attn_softcap=b.attn_softcap, sigma_reparam=b.sigma_reparam)
+        attn = SelfAttention(
+            w, heads, causal=b.causal, qk_norm=b.qk_norm, attn_softcap=b.attn_softcap, sigma_reparam=b.sigma_reparam
+        )
         init_all(spec, case, attn, gen)
         last: list[nn.Linear] = [attn.out]
         branch: list[nn.Linear] = [attn.v, attn.out]
@@ -287,7 +308,15 @@ def build_transformer(spec: Spec, case: Case, gen: torch.Generator) -> nn.Sequen
         def sub(fn: nn.Module) -> Sublayer:
             norm_in = _norm(spec, w) if b.norm_position in ("pre", "sandwich") else nn.Identity()
             norm_out = _norm(spec, w) if b.norm_position in ("post", "sandwich") else nn.Identity()
-            return Sublayer(fn, position=b.norm_position, norm_in=norm_in, norm_out=norm_out, skip=skip, alpha=alpha, gain=_gain(spec, w))
+            return Sublayer(
+                fn,
+                position=b.norm_position,
+                norm_in=norm_in,
+                norm_out=norm_out,
+                skip=skip,
+                alpha=alpha,
+                gain=_gain(spec, w),
+            )
 
         blocks.append(TransformerBlock(sub(attn), None if mlp is None else sub(mlp)))
     return nn.Sequential(*blocks)

@@ -13,7 +13,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from stability.judge.catalog_checks import check_arrival, check_identity, check_init, check_jacobian, check_mean_field, check_stream, check_tokens, check_training, check_variance, zero_branch
+from stability.judge.catalog_checks import (
+    check_arrival,
+    check_identity,
+    check_init,
+    check_jacobian,
+    check_mean_field,
+    check_stream,
+    check_tokens,
+    check_training,
+    check_variance,
+    zero_branch,
+)
 from stability.judge.catalog_measurements import (
     attention_observers,
     channel_ensemble,
@@ -64,7 +75,14 @@ def _gradient_arrival(m: Any, e: s.GradientArrival) -> Any:
 def _variance_growth(m: Any, e: s.VarianceGrowth) -> Any:
     from stability.judge.invariants import variance_growth
 
-    return variance_growth(m, max_growth=e.max_growth, max_ratio=e.max_ratio, min_ratio=e.min_ratio, statistic=e.statistic, bounded_ratio=e.bounded_ratio)
+    return variance_growth(
+        m,
+        max_growth=e.max_growth,
+        max_ratio=e.max_ratio,
+        min_ratio=e.min_ratio,
+        statistic=e.statistic,
+        bounded_ratio=e.bounded_ratio,
+    )
 
 
 def _identity_at_init(m: Any, e: s.IdentityAtInit) -> Any:
@@ -150,13 +168,23 @@ def _train_update_size(spec: s.Spec, e: s.UpdateSize, case: Any, cache: dict[Any
 def _train_trainability(spec: s.Spec, e: s.Trainability, case: Any, cache: dict[Any, Any]) -> Any:
     from stability.judge.train_invariants import trainability
 
-    return trainability(training_runs(spec, e, case, cache), max_loss_ratio=e.max_loss_ratio, compare_depths=e.compare_depths, max_depth_ratio=e.max_depth_ratio)
+    return trainability(
+        training_runs(spec, e, case, cache),
+        max_loss_ratio=e.max_loss_ratio,
+        compare_depths=e.compare_depths,
+        max_depth_ratio=e.max_depth_ratio,
+    )
 
 
 def _train_residual_size(spec: s.Spec, e: s.ResidualSize, case: Any, cache: dict[Any, Any]) -> Any:
     from stability.judge.train_invariants import residual_size
 
-    return residual_size(training_runs(spec, e, case, cache), max_mean=e.max_mean, compare_depths=e.compare_depths, max_depth_ratio=e.max_depth_ratio)
+    return residual_size(
+        training_runs(spec, e, case, cache),
+        max_mean=e.max_mean,
+        compare_depths=e.compare_depths,
+        max_depth_ratio=e.max_depth_ratio,
+    )
 
 
 _TRAIN_REFUSAL = "it is judged on an optimizer run (stability check runs it), not on the probe a sweep point takes"
@@ -275,9 +303,21 @@ with batch():
         )
     )
     for _name, _model, _train, _cases, _label in (
-        ("update_size", s.UpdateSize, _train_update_size, width_variants, "largest |slope| of log RMS(Δh) against log width"),
+        (
+            "update_size",
+            s.UpdateSize,
+            _train_update_size,
+            width_variants,
+            "largest |slope| of log RMS(Δh) against log width",
+        ),
         ("trainability", s.Trainability, _train_trainability, depth_variants, "final loss / initial loss"),
-        ("residual_size", s.ResidualSize, _train_residual_size, depth_variants, "mean relative residual ‖x_(l+1) − x_l‖/‖x_l‖ after the run"),
+        (
+            "residual_size",
+            s.ResidualSize,
+            _train_residual_size,
+            depth_variants,
+            "mean relative residual ‖x_(l+1) − x_l‖/‖x_l‖ after the run",
+        ),
     ):
         register_invariant(
             _entry(

@@ -39,7 +39,12 @@ def check_identity(spec: s.Spec) -> None:
     if inits is None:
         return
     if not inits:
-        raise SpecError(spec.path, "expect.identity_at_init", f"family '{spec.family}' has no branch to zero, so it is never the identity by construction", fix="remove it")
+        raise SpecError(
+            spec.path,
+            "expect.identity_at_init",
+            f"family '{spec.family}' has no branch to zero, so it is never the identity by construction",
+            fix="remove it",
+        )
     if not inits & set(spec.space.branch_init):
         raise SpecError(
             spec.path,
@@ -53,10 +58,21 @@ def check_identity(spec: s.Spec) -> None:
 def check_tokens(name: str) -> Any:
     def check(spec: s.Spec) -> None:
         if spec.block.layer != "tokens":
-            raise SpecError(spec.path, f"expect.{name}", "is measured over tokens, and this spec has no token inputs", fix='set block.layer = "tokens" (with space.tokens), or remove it')
+            raise SpecError(
+                spec.path,
+                f"expect.{name}",
+                "is measured over tokens, and this spec has no token inputs",
+                fix='set block.layer = "tokens" (with space.tokens), or remove it',
+            )
         tokens = spec.space.tokens or (s.DEFAULT_SIZE, s.DEFAULT_SIZE)
         if tokens[0] < 2:
-            raise SpecError(spec.path, "space.tokens", f"{name} compares tokens, so it needs at least 2", value=list(spec.space.tokens or ()), fix=f"start the range at 2 ([2, {max(tokens[1], 2)}])")
+            raise SpecError(
+                spec.path,
+                "space.tokens",
+                f"{name} compares tokens, so it needs at least 2",
+                value=list(spec.space.tokens or ()),
+                fix=f"start the range at 2 ([2, {max(tokens[1], 2)}])",
+            )
 
     return check
 
@@ -64,7 +80,13 @@ def check_tokens(name: str) -> Any:
 def check_jacobian(spec: s.Spec) -> None:
     js = spec.expect.jacobian_spectrum
     if js is not None and js.mean_lo is not None and js.mean_hi is not None and js.mean_lo > js.mean_hi:
-        raise SpecError(spec.path, "expect.jacobian_spectrum.mean_lo", f"is above mean_hi = {js.mean_hi}", value=js.mean_lo, fix="swap mean_lo and mean_hi")
+        raise SpecError(
+            spec.path,
+            "expect.jacobian_spectrum.mean_lo",
+            f"is above mean_hi = {js.mean_hi}",
+            value=js.mean_lo,
+            fix="swap mean_lo and mean_hi",
+        )
 
 
 def check_mean_field(spec: s.Spec) -> None:
@@ -92,7 +114,9 @@ def check_init(spec: s.Spec) -> None:
 def check_arrival(spec: s.Spec) -> None:
     ga = spec.expect.gradient_arrival
     if ga is not None and ga.lo > ga.hi:
-        raise SpecError(spec.path, "expect.gradient_arrival.lo", f"is above hi = {ga.hi}", value=ga.lo, fix="swap lo and hi")
+        raise SpecError(
+            spec.path, "expect.gradient_arrival.lo", f"is above hi = {ga.hi}", value=ga.lo, fix="swap lo and hi"
+        )
 
 
 def check_stream(spec: s.Spec) -> None:
@@ -102,20 +126,33 @@ def check_stream(spec: s.Spec) -> None:
     for low, high in (("lo", "hi"), ("entry_lo", "entry_hi"), ("variance_lo", "variance_hi")):
         a, b = getattr(rs, low), getattr(rs, high)
         if a is not None and b is not None and a > b:
-            raise SpecError(spec.path, f"expect.residual_stream.{low}", f"is above {high} = {b}", value=a, fix=f"swap {low} and {high}")
+            raise SpecError(
+                spec.path,
+                f"expect.residual_stream.{low}",
+                f"is above {high} = {b}",
+                value=a,
+                fix=f"swap {low} and {high}",
+            )
 
 
 def check_variance(spec: s.Spec) -> None:
     vg = spec.expect.variance_growth
     if vg is not None and vg.min_ratio is not None and vg.max_ratio is not None and vg.min_ratio > vg.max_ratio:
-        raise SpecError(spec.path, "expect.variance_growth.min_ratio", f"is above max_ratio = {vg.max_ratio}", value=vg.min_ratio)
+        raise SpecError(
+            spec.path, "expect.variance_growth.min_ratio", f"is above max_ratio = {vg.max_ratio}", value=vg.min_ratio
+        )
 
 
 def check_training(spec: s.Spec) -> None:
     """Shared by the training invariants: the run needs `[train]` and a built-in family's blocks."""
     declared = [n for n, _ in spec.invariants() if _is_training(n)]
     if spec.train is None:
-        raise SpecError(spec.path, "train", f"is required by expect.{declared[0]} (the optimizer run it judges)", fix="add [train] with steps = 100, lr = 0.01 (see docs/training.md)")
+        raise SpecError(
+            spec.path,
+            "train",
+            f"is required by expect.{declared[0]} (the optimizer run it judges)",
+            fix="add [train] with steps = 100, lr = 0.01 (see docs/training.md)",
+        )
     if FAMILIES.get(spec.family).user_code:
         raise SpecError(
             spec.path,

@@ -54,7 +54,16 @@ def jacobian_after(ctx: Any) -> Mapping[str, Any]:
     from stability.measure.jacobian import jacobian_spectrum
 
     js = ctx.spec.expect.jacobian_spectrum
-    return {"jacobian_spectrum": jacobian_spectrum(ctx.blocks, ctx.x, probes=js.probes, iterations=js.iterations, seed=derive_seed(ctx.case.seed, 3), exact=js.exact)}
+    return {
+        "jacobian_spectrum": jacobian_spectrum(
+            ctx.blocks,
+            ctx.x,
+            probes=js.probes,
+            iterations=js.iterations,
+            seed=derive_seed(ctx.case.seed, 3),
+            exact=js.exact,
+        )
+    }
 
 
 def mean_field_after(ctx: Any) -> Mapping[str, Any]:
@@ -94,7 +103,9 @@ def variance_ensemble(ctx: Any) -> Mapping[str, Any]:
     if ctx.size <= 1:
         return {}
     vg = ctx.spec.expect.variance_growth
-    ens = probe_ensemble_until_decided(ctx.spec, ctx.case, ctx.m, size=ctx.size, enough=enough_members(ctx.case.depth, bounded_ratio=vg.bounded_ratio))
+    ens = probe_ensemble_until_decided(
+        ctx.spec, ctx.case, ctx.m, size=ctx.size, enough=enough_members(ctx.case.depth, bounded_ratio=vg.bounded_ratio)
+    )
     ctx.shared["probe_ensemble"] = ens
     return {"ensemble": ens}
 

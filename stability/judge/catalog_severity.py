@@ -40,7 +40,12 @@ def stream_severity(v: Any, e: s.ResidualStream) -> float:
     case that breaks any band is further gone than one inside every band."""
     if not v.observed > 0:
         return math.inf
-    bands = {"stream": (e.lo, e.hi), "entry": (e.entry_lo, e.entry_hi), "variance": (e.variance_lo, e.variance_hi), "change": (None, e.max_block_change)}
+    bands = {
+        "stream": (e.lo, e.hi),
+        "entry": (e.entry_lo, e.entry_hi),
+        "variance": (e.variance_lo, e.variance_hi),
+        "change": (None, e.max_block_change),
+    }
     closeness = []
     for key, (low, high) in bands.items():
         if (low is None and high is None) or (key != "stream" and key not in v.extra):
@@ -50,7 +55,9 @@ def stream_severity(v: Any, e: s.ResidualStream) -> float:
             return math.inf
         if value == 0:  # an upper bound only (the block change of identity blocks): as far inside as can be
             continue
-        closeness.append(max(math.log(low / value) if low else -math.inf, math.log(value / high) if high else -math.inf))
+        closeness.append(
+            max(math.log(low / value) if low else -math.inf, math.log(value / high) if high else -math.inf)
+        )
     return max(closeness, default=-math.inf)
 
 
@@ -97,7 +104,10 @@ def plain_targets(label: str, sign: float = 1.0) -> Any:
 def arrival_targets(v: Any) -> Sequence[tuple[float, str]]:
     if not (math.isfinite(v.observed) and v.observed > 0):
         return []
-    return [(-math.log10(v.observed), "vanishing gradient (log10)"), (math.log10(v.observed), "exploding gradient (log10)")]
+    return [
+        (-math.log10(v.observed), "vanishing gradient (log10)"),
+        (math.log10(v.observed), "exploding gradient (log10)"),
+    ]
 
 
 def mean_field_targets(v: Any) -> Sequence[tuple[float, str]]:

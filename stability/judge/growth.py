@@ -54,7 +54,15 @@ from numpy.typing import NDArray
 
 from stability.spec.schema import GROWTH_CLASSES
 
-__all__ = ["EnsembleGrowth", "classify_ensemble", "ensemble_growth", "describe_ensemble", "enough_members", "DECISION_CHI2", "MIN_DECIDABLE_DEPTH"]
+__all__ = [
+    "EnsembleGrowth",
+    "classify_ensemble",
+    "ensemble_growth",
+    "describe_ensemble",
+    "enough_members",
+    "DECISION_CHI2",
+    "MIN_DECIDABLE_DEPTH",
+]
 
 #: χ² margin by which a model must beat another before the other is ruled out.
 DECISION_CHI2 = 16.0
@@ -114,7 +122,9 @@ def enough_members(depth: int, *, bounded_ratio: float = 4.0) -> Callable[[list[
     return enough
 
 
-def classify_ensemble(profiles: Sequence[Sequence[float]], *, bounded_ratio: float = 4.0, threshold: float = DECISION_CHI2) -> EnsembleGrowth:
+def classify_ensemble(
+    profiles: Sequence[Sequence[float]], *, bounded_ratio: float = 4.0, threshold: float = DECISION_CHI2
+) -> EnsembleGrowth:
     """Classify the growth of S ≥ 2 profiles of one architecture (one per seed; one value per
     boundary, each divided by its own boundary-0 value). See the module docstring for the laws,
     the average and the decision rule."""
@@ -170,7 +180,9 @@ def classify_ensemble(profiles: Sequence[Sequence[float]], *, bounded_ratio: flo
     return EnsembleGrowth(growth, lowest, exponent=exponent, chi2=chi2, **common)
 
 
-def ensemble_growth(extra: Mapping[str, Any], statistic: str, *, bounded_ratio: float = 4.0) -> tuple[EnsembleGrowth | None, str]:
+def ensemble_growth(
+    extra: Mapping[str, Any], statistic: str, *, bounded_ratio: float = 4.0
+) -> tuple[EnsembleGrowth | None, str]:
     """The ensemble's growth from a probe's `Measurements.extra` ("ensemble", stability/measure/ensemble.py),
     using only the members whose profile is finite and positive at boundary 0; (None, why) when
     there is no ensemble or fewer than two such members."""
@@ -239,7 +251,11 @@ def _fits(d: _Array, w: _Array, ls: _Array) -> tuple[dict[str, float], float]:
     on_grid = [best_scale(float(p))[1] for p in ps]
     k = int(np.argmin(on_grid))
     p_refined = _golden(lambda p: best_scale(p)[1], float(ps[max(k - 1, 0)]), float(ps[min(k + 1, len(ps) - 1)]))
-    candidates = [(best_scale(p_refined)[1], p_refined), (on_grid[k], float(ps[k])), (chi_lin, 1.0)]  # p = 1 is the linear law
+    candidates = [
+        (best_scale(p_refined)[1], p_refined),
+        (on_grid[k], float(ps[k])),
+        (chi_lin, 1.0),
+    ]  # p = 1 is the linear law
     chi_pow, p_best = min(candidates)
     return {"exponential": chi_exp, "linear": chi_lin, "power": chi_pow}, float(p_best)
 

@@ -61,7 +61,9 @@ def rule_tables() -> dict[str, RuleTable]:
         tables[name] = RuleTable(name, tuple(table.get("models", [])), table.get("extends"), rows)
     for t in tables.values():
         if t.extends is not None and t.extends not in tables:
-            raise StabilityError(f"stability/judge/{RULES_FILE}: table {t.name!r} extends {t.extends!r}, which is not a table")
+            raise StabilityError(
+                f"stability/judge/{RULES_FILE}: table {t.name!r} extends {t.extends!r}, which is not a table"
+            )
     return tables
 
 
@@ -103,7 +105,9 @@ def _number(row: InitRule, key: str, env: dict[str, Any]) -> float:
     try:
         value = evaluate(raw, env)
     except Undefined as exc:
-        raise _RuleError(f"its {key} = {raw!r} names {exc.name!r}, which this model does not declare: set it under [expect.init_conformance] config") from None
+        raise _RuleError(
+            f"its {key} = {raw!r} names {exc.name!r}, which this model does not declare: set it under [expect.init_conformance] config"
+        ) from None
     except (ArithmeticError, TypeError, ValueError, IndexError) as exc:
         raise _RuleError(f"its {key} = {raw!r} does not compute for this model ({type(exc).__name__}: {exc})") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -120,7 +124,9 @@ def _applies(row: InitRule, env: dict[str, Any]) -> bool:
     except Undefined:
         return False
     except (ArithmeticError, TypeError, ValueError, IndexError) as exc:
-        raise _RuleError(f"its when = {row.when!r} does not compute for this model ({type(exc).__name__}: {exc})") from None
+        raise _RuleError(
+            f"its when = {row.when!r} does not compute for this model ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def _law(row: InitRule, env: dict[str, Any]) -> Law:
@@ -155,7 +161,13 @@ def _law(row: InitRule, env: dict[str, Any]) -> Law:
 
 def _declared(row: InitRule, law: Law) -> str:
     """The law with the expression it came from: `N(0, 0.002²), std = initializer_range / sqrt(2 * n_layer)`."""
-    keys = {"normal": ("std", "mean"), "trunc_normal": ("std", "a", "b"), "uniform": ("bound", "a", "b"), "constant": ("value",), "any": ()}[row.law]
+    keys = {
+        "normal": ("std", "mean"),
+        "trunc_normal": ("std", "a", "b"),
+        "uniform": ("bound", "a", "b"),
+        "constant": ("value",),
+        "any": (),
+    }[row.law]
     exprs = [f"{k} = {getattr(row, k)}" for k in keys if isinstance(getattr(row, k, None), str)]
     return law.describe() + (f" ({'; '.join(exprs)})" if exprs else "")
 
@@ -190,21 +202,40 @@ def init_conformance(m: Any, e: InitConformance) -> Verdict:
     record = m.extra.get(_NAME)
     bound = f"0 parameters off the declared init (false alarms ≤ {e.alpha:g} a case)"
     if record is None:
-        return Verdict(_NAME, False, math.nan, bound, None, "no parameter statistics were recorded for this case", measured=False)
+        return Verdict(
+            _NAME, False, math.nan, bound, None, "no parameter statistics were recorded for this case", measured=False
+        )
     table = table_for(tuple(record.model), e.table)
     rows: list[tuple[str, InitRule]] = [("spec", r) for r in e.rules] + rows_of(table)
     if not rows:
-        return Verdict(_NAME, False, math.nan, bound, None, f"no rule table declares the init of {record.model[0]}: add rows under [expect.init_conformance] rules", measured=False)
+        return Verdict(
+            _NAME,
+            False,
+            math.nan,
+            bound,
+            None,
+            f"no rule table declares the init of {record.model[0]}: add rows under [expect.init_conformance] rules",
+            measured=False,
+        )
     env: dict[str, Any] = {**record.variables, **e.config}
     results = [_RowResult(origin, row, [], []) for origin, row in rows]
     try:
         applicable = [_applies(r.row, env) for r in results]
     except _RuleError as exc:
-        return Verdict(_NAME, False, math.nan, bound, None, f"a rule cannot be read for this model: {exc}", measured=False)
+        return Verdict(
+            _NAME, False, math.nan, bound, None, f"a rule cannot be read for this model: {exc}", measured=False
+        )
     assigned: list[tuple[Any, _RowResult, Law]] = []
     uncovered: list[str] = []
     for p in record.parameters:
-        chosen = next((r for r, ok in zip(results, applicable, strict=True) if ok and r.row.covers(p.name, tuple(p.module), tuple(p.within))), None)
+        chosen = next(
+            (
+                r
+                for r, ok in zip(results, applicable, strict=True)
+                if ok and r.row.covers(p.name, tuple(p.module), tuple(p.within))
+            ),
+            None,
+        )
         if chosen is None:
             uncovered.append(p.name)
             continue
@@ -212,7 +243,15 @@ def init_conformance(m: Any, e: InitConformance) -> Verdict:
         try:
             law = _law(chosen.row, local)
         except _RuleError as exc:
-            return Verdict(_NAME, False, math.nan, bound, None, f"the rule for {p.name} ({chosen.row.pattern()}, {chosen.origin}) cannot be read: {exc}", measured=False)
+            return Verdict(
+                _NAME,
+                False,
+                math.nan,
+                bound,
+                None,
+                f"the rule for {p.name} ({chosen.row.pattern()}, {chosen.origin}) cannot be read: {exc}",
+                measured=False,
+            )
         chosen.covered.append(p.name)
         assigned.append((p, chosen, law))
     tests = sum(tests_for(law, p.n) for p, _, law in assigned)
@@ -236,14 +275,26 @@ def init_conformance(m: Any, e: InitConformance) -> Verdict:
             try:
                 want = int(_number(r.row, "count", env))
             except _RuleError as exc:
-                return Verdict(_NAME, False, math.nan, bound, None, f"the rule {r.row.pattern()} ({r.origin}) cannot be read: {exc}", measured=False)
+                return Verdict(
+                    _NAME,
+                    False,
+                    math.nan,
+                    bound,
+                    None,
+                    f"the rule {r.row.pattern()} ({r.origin}) cannot be read: {exc}",
+                    measured=False,
+                )
             if len(r.covered) != want:
                 missing += abs(want - len(r.covered))
-                problems.append(f"{r.row.pattern()}: {len(r.covered)} parameters, declared {want} = {r.row.count} ({r.row.source})")
+                problems.append(
+                    f"{r.row.pattern()}: {len(r.covered)} parameters, declared {want} = {r.row.count} ({r.row.source})"
+                )
     if uncovered and e.uncovered == "fail":
         groups = sorted({_group(n) for n in uncovered})
         listed = ", ".join(groups[:_MAX_NAMES]) + (" …" if len(groups) > _MAX_NAMES else "")
-        problems.append(f'no rule declares the init of {len(uncovered)} parameters: {listed} (add rows under [expect.init_conformance] rules, or uncovered = "allow")')
+        problems.append(
+            f'no rule declares the init of {len(uncovered)} parameters: {listed} (add rows under [expect.init_conformance] rules, or uncovered = "allow")'
+        )
     broken = sum(len(r.broken) for r in results)
     observed = broken + missing + (len(uncovered) if e.uncovered == "fail" else 0)
     judged = len(assigned)
@@ -255,13 +306,31 @@ def init_conformance(m: Any, e: InitConformance) -> Verdict:
         "level": level,
         "uncovered": uncovered,
         "worst_excess": worst[0],
-        "rows": [{"rule": r.row.pattern(), "origin": r.origin, "source": r.row.source, "covered": len(r.covered), "broken": [n for n, _, _ in r.broken]} for r in results if r.covered or r.broken],
+        "rows": [
+            {
+                "rule": r.row.pattern(),
+                "origin": r.origin,
+                "source": r.row.source,
+                "covered": len(r.covered),
+                "broken": [n for n, _, _ in r.broken],
+            }
+            for r in results
+            if r.covered or r.broken
+        ],
     }
     if problems:
         return Verdict(_NAME, False, float(observed), bound, None, "; ".join(problems), extra=extra)
     closest = f"; closest to failing: {worst[1]}" if worst[1] else ""
     skipped = f"; {len(uncovered)} not covered (allowed)" if uncovered else ""
-    return Verdict(_NAME, True, 0.0, bound, None, f"{judged} parameters hold the init {where} declares ({tests} tests at level {level:.2g} each{closest}){skipped}", extra=extra)
+    return Verdict(
+        _NAME,
+        True,
+        0.0,
+        bound,
+        None,
+        f"{judged} parameters hold the init {where} declares ({tests} tests at level {level:.2g} each{closest}){skipped}",
+        extra=extra,
+    )
 
 
 def _row_failure(r: _RowResult) -> str:

@@ -218,7 +218,9 @@ def tests_for(law: Law, n: int) -> int:
     return 3 + (n >= 2)
 
 
-def check_parameter(law: Law, *, n: int, mean: float, var: float, lo: float, hi: float, eps: float, level: float) -> list[Check]:
+def check_parameter(
+    law: Law, *, n: int, mean: float, var: float, lo: float, hi: float, eps: float, level: float
+) -> list[Check]:
     """The checks of one parameter's statistics (n elements, their mean, unbiased variance, min and
     max; `eps` its dtype's machine epsilon) against `law` at the per-test two-sided `level`."""
     if law.kind == "any" or n == 0:
@@ -230,16 +232,24 @@ def check_parameter(law: Law, *, n: int, mean: float, var: float, lo: float, hi:
         return [Check("value", worst, v - tol, v + tol, v, 1.0 if exact else 0.0, level)]
     mu, sigma2, mu4 = law.moments()
     sigma = math.sqrt(sigma2)
-    pad = eps * max([abs(mu) + 10 * sigma] + [abs(x) for x in (law.a, law.b) if math.isfinite(x)])  # the dtype's rounding of the values
+    pad = eps * max(
+        [abs(mu) + 10 * sigma] + [abs(x) for x in (law.a, law.b) if math.isfinite(x)]
+    )  # the dtype's rounding of the values
     # The sampler's atoms (module docstring): a bound hit exactly is one element at it, left out of
     # the mean and the variance (n − 1 draws of the law remain; more at the bound inflate the variance).
     atoms, drawn = {}, n
     if law.kind == "trunc_normal":
-        atoms = {end: x for end, x, seen in (("min", law.a, lo), ("max", law.b, hi)) if math.isfinite(x) and abs(seen - x) <= pad}
+        atoms = {
+            end: x
+            for end, x, seen in (("min", law.a, lo), ("max", law.b, hi))
+            if math.isfinite(x) and abs(seen - x) <= pad
+        }
     for x in atoms.values():
         if n >= 2:
             left = mean + (mean - x) / (n - 1)
-            ss = max(var * (n - 1) - (x - mean) * (x - left), 0.0)  # the sum of squared deviations, x removed (Welford's update reversed)
+            ss = max(
+                var * (n - 1) - (x - mean) * (x - left), 0.0
+            )  # the sum of squared deviations, x removed (Welford's update reversed)
             n, mean = n - 1, left
             var = ss / (n - 1) if n >= 2 else 0.0
     z = _N.inv_cdf(1 - level / 2)
@@ -250,7 +260,17 @@ def check_parameter(law: Law, *, n: int, mean: float, var: float, lo: float, hi:
         nu = 2.0 / (2.0 / (n - 1) + (kappa - 3.0) / n)
         c = 2.0 / (9.0 * nu)
         zv = ((max(var, 0.0) / sigma2) ** (1 / 3) - (1 - c)) / math.sqrt(c)  # Wilson-Hilferty: ~N(0, 1)
-        out.append(Check("variance", var, sigma2 * _chi2_quantile(nu, -z) / nu, sigma2 * _chi2_quantile(nu, z) / nu, sigma2, math.erfc(abs(zv) / _SQRT2), level))
+        out.append(
+            Check(
+                "variance",
+                var,
+                sigma2 * _chi2_quantile(nu, -z) / nu,
+                sigma2 * _chi2_quantile(nu, z) / nu,
+                sigma2,
+                math.erfc(abs(zv) / _SQRT2),
+                level,
+            )
+        )
     # Order statistics: P(max ≤ x) = F(x)^n, P(min ≥ x) = (1 − F(x))^n; each end at level/2, so that
     # max and min are two-sided tests at `level` each. A bound hit exactly is judged as its atom:
     # P(the bound is hit) = 1 − (1 − 2⁻²⁴)ⁿ.
@@ -262,10 +282,30 @@ def check_parameter(law: Law, *, n: int, mean: float, var: float, lo: float, hi:
         out.append(Check("max", hi, law.b - pad, law.b + pad, law.quantile_high(median), at_end, level))
     else:
         below_max = math.exp(n * math.log1p(-min(law.sf(hi), 1.0))) if law.sf(hi) < 1 else 0.0  # P(max ≤ observed)
-        out.append(Check("max", hi, law.quantile_high(q_near), law.quantile_high(q_far) + pad, law.quantile_high(median), _two_sided(below_max), level))
+        out.append(
+            Check(
+                "max",
+                hi,
+                law.quantile_high(q_near),
+                law.quantile_high(q_far) + pad,
+                law.quantile_high(median),
+                _two_sided(below_max),
+                level,
+            )
+        )
     if "min" in atoms:
         out.append(Check("min", lo, law.a - pad, law.a + pad, law.quantile_low(median), at_end, level))
     else:
         above_min = math.exp(n * math.log1p(-min(law.cdf(lo), 1.0))) if law.cdf(lo) < 1 else 0.0  # P(min ≥ observed)
-        out.append(Check("min", lo, law.quantile_low(q_far) - pad, law.quantile_low(q_near), law.quantile_low(median), _two_sided(above_min), level))
+        out.append(
+            Check(
+                "min",
+                lo,
+                law.quantile_low(q_far) - pad,
+                law.quantile_low(q_near),
+                law.quantile_low(median),
+                _two_sided(above_min),
+                level,
+            )
+        )
     return out

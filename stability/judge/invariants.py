@@ -18,7 +18,15 @@ from stability.judge.verdict import Verdict
 from stability.measure.measurements import Measurements
 from stability.spec.schema import GROWTH_CLASSES
 
-__all__ = ["Verdict", "gradient_arrival", "variance_growth", "identity_at_init", "classify_growth", "GrowthFit", "mean_shift"]
+__all__ = [
+    "Verdict",
+    "gradient_arrival",
+    "variance_growth",
+    "identity_at_init",
+    "classify_growth",
+    "GrowthFit",
+    "mean_shift",
+]
 
 
 def _nonfinite(m: Measurements, invariant: str, bound: str) -> Verdict | None:
@@ -26,10 +34,18 @@ def _nonfinite(m: Measurements, invariant: str, bound: str) -> Verdict | None:
         return None
     b = m.nonfinite_at
     if m.nonfinite_kind == "activation":
-        where = f"block {b - 1} produced a non-finite activation (NaN/inf first seen at boundary {b})" if b > 0 else "the input holds NaN/inf"
+        where = (
+            f"block {b - 1} produced a non-finite activation (NaN/inf first seen at boundary {b})"
+            if b > 0
+            else "the input holds NaN/inf"
+        )
         block = max(b - 1, 0)
     else:
-        where = f"the gradient became non-finite at the input of block {b}" if b < m.n_blocks else "the output gradient is NaN/inf"
+        where = (
+            f"the gradient became non-finite at the input of block {b}"
+            if b < m.n_blocks
+            else "the output gradient is NaN/inf"
+        )
         block = b
     return Verdict(invariant, False, math.nan, bound, block, where + "; lower the learning scale or use a wider dtype")
 
@@ -43,12 +59,26 @@ def gradient_arrival(m: Measurements, *, lo: float = 0.1, hi: float = 10.0) -> V
     g = m.grad_norm
     top = g[-1]
     if top == 0:
-        return Verdict("gradient_arrival", False, 0.0, bound, m.n_blocks, "the output gradient is zero; the loss does not depend on the output")
+        return Verdict(
+            "gradient_arrival",
+            False,
+            0.0,
+            bound,
+            m.n_blocks,
+            "the output gradient is zero; the loss does not depend on the output",
+        )
     ratios = [v / top for v in g]  # cumulative arrival at each boundary, from the output down
     ratio = ratios[0]
     if ratio == 0:
         first = next(i for i in range(len(g) - 1, -1, -1) if g[i] == 0)
-        return Verdict("gradient_arrival", False, 0.0, bound, first, f"the gradient is exactly zero from the input of block {first} down (collapse)")
+        return Verdict(
+            "gradient_arrival",
+            False,
+            0.0,
+            bound,
+            first,
+            f"the gradient is exactly zero from the input of block {first} down (collapse)",
+        )
     if lo <= ratio <= hi:
         with np.errstate(divide="ignore"):
             worst = int(np.argmax(np.abs(np.log(np.asarray(ratios)))))  # farthest from 1
@@ -157,7 +187,9 @@ def variance_growth(
         return bad
     values = m.act_var if statistic == "variance" else m.act_sq_mean
     if values[0] == 0:
-        return Verdict("variance_growth", False, math.nan, bound, 0, f"the input's {statistic} is zero; feed a non-constant input")
+        return Verdict(
+            "variance_growth", False, math.nan, bound, 0, f"the input's {statistic} is zero; feed a non-constant input"
+        )
     over = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
     if over is not None:  # the activations are finite (their mean is), but their squares overflow
         block = max(over - 1, 0)
@@ -170,7 +202,13 @@ def variance_growth(
             f"the {statistic} overflows the float range after block {block} (activations beyond ~1e19 in magnitude); the variance runs away: scale the branches or the init down",
         )
     fit = classify_growth(values, bounded_ratio=bounded_ratio)
-    extra: dict[str, Any] = {"growth": fit.growth, "rate": fit.rate, "slope": fit.slope, "exponent": fit.exponent, "final_ratio": fit.final_ratio}
+    extra: dict[str, Any] = {
+        "growth": fit.growth,
+        "rate": fit.rate,
+        "slope": fit.slope,
+        "exponent": fit.exponent,
+        "final_ratio": fit.final_ratio,
+    }
     fits = f"{fit.growth} (×{fit.rate:.4g} per block, +{fit.slope:.3g}·s₀ per block)"
     judged = fit.growth
     ens, why = ensemble_growth(m.extra, statistic, bounded_ratio=bounded_ratio)
@@ -205,14 +243,34 @@ def variance_growth(
     if max_ratio is not None and fit.max_ratio > max_ratio:
         first = next(i for i, v in enumerate(r) if v > max_ratio)
         return Verdict(
-            "variance_growth", False, fit.max_ratio, bound, max(first - 1, 0), f"{statistic} ratio {fit.max_ratio:.3g} > {max_ratio:g}, first after block {max(first - 1, 0)}; growth {fits}", extra
+            "variance_growth",
+            False,
+            fit.max_ratio,
+            bound,
+            max(first - 1, 0),
+            f"{statistic} ratio {fit.max_ratio:.3g} > {max_ratio:g}, first after block {max(first - 1, 0)}; growth {fits}",
+            extra,
         )
     if min_ratio is not None and fit.min_ratio < min_ratio:
         first = next(i for i, v in enumerate(r) if v < min_ratio)
         return Verdict(
-            "variance_growth", False, fit.min_ratio, bound, max(first - 1, 0), f"{statistic} ratio {fit.min_ratio:.3g} < {min_ratio:g}, first after block {max(first - 1, 0)}; growth {fits}", extra
+            "variance_growth",
+            False,
+            fit.min_ratio,
+            bound,
+            max(first - 1, 0),
+            f"{statistic} ratio {fit.min_ratio:.3g} < {min_ratio:g}, first after block {max(first - 1, 0)}; growth {fits}",
+            extra,
         )
-    return Verdict("variance_growth", True, fit.max_ratio, bound, int(np.argmax(r)), f"{statistic} grows {fits}, max ratio {fit.max_ratio:.3g}", extra)
+    return Verdict(
+        "variance_growth",
+        True,
+        fit.max_ratio,
+        bound,
+        int(np.argmax(r)),
+        f"{statistic} grows {fits}, max ratio {fit.max_ratio:.3g}",
+        extra,
+    )
 
 
 def identity_at_init(m: Measurements, *, atol: float = 0.0) -> Verdict:
@@ -222,12 +280,25 @@ def identity_at_init(m: Measurements, *, atol: float = 0.0) -> Verdict:
     if bad is not None:
         return bad
     if m.identity_error is None:
-        return Verdict("identity_at_init", False, math.nan, bound, None, "the output's shape differs from the input's, so the stack cannot be the identity")
+        return Verdict(
+            "identity_at_init",
+            False,
+            math.nan,
+            bound,
+            None,
+            "the output's shape differs from the input's, so the stack cannot be the identity",
+        )
     fwd, bwd = m.identity_error, m.input_grad_error if m.input_grad_error is not None else 0.0
     observed = max(fwd, bwd)
     if observed <= atol:
         return Verdict(
-            "identity_at_init", True, observed, bound, None, "output equals input and input gradient equals output gradient" + (" bit-exactly" if observed == 0 else f" (error {observed:.3g})")
+            "identity_at_init",
+            True,
+            observed,
+            bound,
+            None,
+            "output equals input and input gradient equals output gradient"
+            + (" bit-exactly" if observed == 0 else f" (error {observed:.3g})"),
         )
     first = _first_change(m, atol)
     which = "output differs from the input" if fwd > atol else "input gradient differs from the output gradient"
@@ -274,11 +345,24 @@ def mean_shift(m: Measurements, *, max_ratio: float = 0.25) -> Verdict:
         return bad
     prof = m.extra.get("channels")
     if prof is None:
-        return Verdict("mean_shift", False, math.nan, bound, None, "channel statistics were not measured; probe with observers=[stability.measure.channels.ChannelStats()]", measured=False)
+        return Verdict(
+            "mean_shift",
+            False,
+            math.nan,
+            bound,
+            None,
+            "channel statistics were not measured; probe with observers=[stability.measure.channels.ChannelStats()]",
+            measured=False,
+        )
     members = m.extra.get("channel_ensemble") or [prof]
     per_member = [[p.ratio(i) for i in range(len(p.var))] for p in members]  # (S, L+1)
     rho = [_finite_median([r[i] for r in per_member]) for i in range(len(prof.var))]
-    extra: dict[str, Any] = {"ratio": [r if math.isfinite(r) else None for r in rho], "sq_channel_mean": prof.sq_mean, "channel_var": prof.var, "whole_var": list(m.act_var)}
+    extra: dict[str, Any] = {
+        "ratio": [r if math.isfinite(r) else None for r in rho],
+        "sq_channel_mean": prof.sq_mean,
+        "channel_var": prof.var,
+        "whole_var": list(m.act_var),
+    }
     final = rho[-1]
     spread = ""
     if len(members) > 1:
@@ -293,9 +377,25 @@ def mean_shift(m: Measurements, *, max_ratio: float = 0.25) -> Verdict:
         f"(whole-tensor variance {m.act_var[-1]:.3g}; input {prof.sq_mean[0]:.3g}, {prof.var[0]:.3g})"
     )
     if not math.isfinite(final):
-        return Verdict("mean_shift", False, math.nan, bound, m.n_blocks, f"the output's channel variance is zero or undefined: {numbers}", extra)
+        return Verdict(
+            "mean_shift",
+            False,
+            math.nan,
+            bound,
+            m.n_blocks,
+            f"the output's channel variance is zero or undefined: {numbers}",
+            extra,
+        )
     if final <= max_ratio:
-        return Verdict("mean_shift", True, final, bound, None, f"mean shift ρ = {final:.3g}{spread} at the output {bound}: {numbers}", extra)
+        return Verdict(
+            "mean_shift",
+            True,
+            final,
+            bound,
+            None,
+            f"mean shift ρ = {final:.3g}{spread} at the output {bound}: {numbers}",
+            extra,
+        )
     first = next(i for i, r in enumerate(rho) if math.isfinite(r) and r > max_ratio)
     return Verdict(
         "mean_shift",

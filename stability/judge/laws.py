@@ -97,7 +97,11 @@ def _residual(spec: Spec, case: Case) -> bool | None:
 
 
 def _applicable(spec: Spec, case: Case) -> bool:
-    return spec.block.layer == "linear" and (case.input_width is None or case.input_width == case.width) and _residual(spec, case) is not None
+    return (
+        spec.block.layer == "linear"
+        and (case.input_width is None or case.input_width == case.width)
+        and _residual(spec, case) is not None
+    )
 
 
 def _recursion(spec: Spec, case: Case, q0: float) -> tuple[float, float, str, str] | None:
@@ -162,7 +166,9 @@ def gradient_law(spec: Spec, case: Case, q0: float) -> Law | None:
     if MEANFIELD_HOOK is not None:
         chi = MEANFIELD_HOOK(spec, case)
         if chi is not None and chi > 0:
-            return Law("g_0/g_L", chi ** (case.depth / 2), f"χ₁^(L/2) = {chi:.4g}^({case.depth}/2)", "Schoenholz et al. 2017")
+            return Law(
+                "g_0/g_L", chi ** (case.depth / 2), f"χ₁^(L/2) = {chi:.4g}^({case.depth}/2)", "Schoenholz et al. 2017"
+            )
     return None
 
 
@@ -184,5 +190,14 @@ def annotate(spec: Spec, case: Case, verdict: Any, measurements: Any) -> Any:
         return verdict
     off = measured / law.predicted if law.predicted > 0 else math.inf
     text = f"; the law predicts {law.quantity} = {law.predicted:.4g} [{law.formula}; {law.source}], measured {measured:.4g} ({off:.3g}× the law)"
-    extra = {**verdict.extra, "law": {"quantity": law.quantity, "predicted": law.predicted, "measured": measured, "formula": law.formula, "source": law.source}}
+    extra = {
+        **verdict.extra,
+        "law": {
+            "quantity": law.quantity,
+            "predicted": law.predicted,
+            "measured": measured,
+            "formula": law.formula,
+            "source": law.source,
+        },
+    }
     return dataclasses.replace(verdict, detail=verdict.detail + text, extra=extra)

@@ -15,7 +15,15 @@ import dataclasses
 import math
 from typing import Any
 
-from stability.spec.lm_expect import LM_EXPLANATIONS, LM_INVARIANTS, AttentionLogits, EarlyWarning, LossSpike, LRSensitivity, OutputLogits
+from stability.spec.lm_expect import (
+    LM_EXPLANATIONS,
+    LM_INVARIANTS,
+    AttentionLogits,
+    EarlyWarning,
+    LossSpike,
+    LRSensitivity,
+    OutputLogits,
+)
 from stability.spec.lm_keys import LM_NEEDS, check_lm_expect
 from stability.spec.registry import Invariant, batch, register_invariant
 
@@ -33,7 +41,11 @@ def lm_runs(spec: Any, name: str, case: Any) -> list[RunKey]:
 
     expectation = getattr(spec.expect, name)
     if name == "lr_sensitivity":
-        return [(dataclasses.replace(case, seed=s), lr, None) for s in ensemble_seeds(case.seed, expectation.seeds) for lr in expectation.lrs]
+        return [
+            (dataclasses.replace(case, seed=s), lr, None)
+            for s in ensemble_seeds(case.seed, expectation.seeds)
+            for lr in expectation.lrs
+        ]
     if name == "early_warning":
         return [(case, spec.train.lr, expectation.steps)]
     return [(case, spec.train.lr, None)]
@@ -107,7 +119,9 @@ def _warning_severity(verdict: Any, expectation: EarlyWarning) -> float:
     return v / expectation.threshold if _DIRECTION[expectation.indicator] > 0 else expectation.threshold / v
 
 
-_REFUSAL = "it is judged on a language-model training run (stability check runs it), not on the probe a sweep point takes"
+_REFUSAL = (
+    "it is judged on a language-model training run (stability check runs it), not on the probe a sweep point takes"
+)
 _LABELS = {
     "attention_logits": "largest attention logit over the run",
     "output_logits": "largest |log Z| of the output softmax",

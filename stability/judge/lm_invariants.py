@@ -23,7 +23,17 @@ from stability.measure.lm_records import LMRun
 
 _F = TypeVar("_F", bound=Callable[..., Verdict])
 
-__all__ = ["attention_logits", "output_logits", "loss_spike", "early_warning", "lr_sensitivity", "lrs_of", "indicator", "progress", "growth_per_100"]
+__all__ = [
+    "attention_logits",
+    "output_logits",
+    "loss_spike",
+    "early_warning",
+    "lr_sensitivity",
+    "lrs_of",
+    "indicator",
+    "progress",
+    "growth_per_100",
+]
 
 
 class NotMeasured(Exception):
@@ -79,20 +89,39 @@ def growth_per_100(steps: Sequence[int], values: Sequence[float]) -> float:
 def attention_logits(run: LMRun, *, max_logit: float | None = 100.0, max_growth: float | None = None) -> Verdict:
     """The largest attention logit l_t ≤ max_logit at every recorded step; with max_growth, the
     fitted growth of l_t per 100 steps (`growth_per_100`) ≤ max_growth."""
-    parts = ([f"max logit ≤ {max_logit:g}"] if max_logit is not None else []) + ([f"growth ≤ ×{max_growth:g} per 100 steps"] if max_growth is not None else [])
+    parts = ([f"max logit ≤ {max_logit:g}"] if max_logit is not None else []) + (
+        [f"growth ≤ ×{max_growth:g} per 100 steps"] if max_growth is not None else []
+    )
     bound = ", ".join(parts)
     if not run.recorded:
-        raise NotMeasured(f"the run recorded nothing (it diverged at step {run.diverged_at})" if run.diverged_at is not None else "the run recorded nothing", bound)
+        raise NotMeasured(
+            f"the run recorded nothing (it diverged at step {run.diverged_at})"
+            if run.diverged_at is not None
+            else "the run recorded nothing",
+            bound,
+        )
     largest = run.largest_logit()
     if not any(math.isfinite(v) or v == math.inf for v in largest):
-        raise NotMeasured(f"no attention logits were captured: {run.attention_missing or 'the model computes no attention the harness can read'}", bound)
-    extra: dict[str, Any] = {"steps": list(run.recorded), "max_logit": _safe(largest), "entropy": _safe([min(e) if e else math.nan for e in run.entropy]), "losses": _safe(run.losses), "lr": run.lr}
+        raise NotMeasured(
+            f"no attention logits were captured: {run.attention_missing or 'the model computes no attention the harness can read'}",
+            bound,
+        )
+    extra: dict[str, Any] = {
+        "steps": list(run.recorded),
+        "max_logit": _safe(largest),
+        "entropy": _safe([min(e) if e else math.nan for e in run.entropy]),
+        "losses": _safe(run.losses),
+        "lr": run.lr,
+    }
     growth = growth_per_100(run.recorded, largest)
     extra["growth_per_100"] = growth if math.isfinite(growth) else None
     if max_logit is not None:
         for i, v in enumerate(largest):
             if v > max_logit:  # inf included: a measured overflow
-                layer = max(range(run.layers), key=lambda j: run.max_logit[i][j] if math.isfinite(run.max_logit[i][j]) else math.inf)
+                layer = max(
+                    range(run.layers),
+                    key=lambda j: run.max_logit[i][j] if math.isfinite(run.max_logit[i][j]) else math.inf,
+                )
                 extra.update(first_step=run.recorded[i], layer=layer)
                 return Verdict(
                     "attention_logits",
@@ -109,13 +138,29 @@ def attention_logits(run: LMRun, *, max_logit: float | None = 100.0, max_growth:
         if not math.isfinite(growth):
             raise NotMeasured("the growth of the attention logits needs two recorded steps with positive logits", bound)
         if growth > max_growth:
-            return Verdict("attention_logits", False, growth, bound, None, f"the largest attention logit grows ×{growth:.3g} per 100 steps (fitted over the run), above ×{max_growth:g}", extra)
+            return Verdict(
+                "attention_logits",
+                False,
+                growth,
+                bound,
+                None,
+                f"the largest attention logit grows ×{growth:.3g} per 100 steps (fitted over the run), above ×{max_growth:g}",
+                extra,
+            )
     peak = max(v for v in largest if math.isfinite(v))
     if run.diverged_at is not None:
         raise _stopped(run, "the largest attention logit", peak, bound)
     observed = peak if max_logit is not None else growth
     i = largest.index(peak)
-    return Verdict("attention_logits", True, observed, bound, None, f"the largest attention logit peaked at {peak:.3g} (step {run.recorded[i]}) over {run.steps} steps", extra)
+    return Verdict(
+        "attention_logits",
+        True,
+        observed,
+        bound,
+        None,
+        f"the largest attention logit peaked at {peak:.3g} (step {run.recorded[i]}) over {run.steps} steps",
+        extra,
+    )
 
 
 # ----------------------------------------------------------------------------- output_logits
@@ -125,7 +170,9 @@ def attention_logits(run: LMRun, *, max_logit: float | None = 100.0, max_growth:
 def output_logits(run: LMRun, *, max_abs_logz: float = 20.0, statistic: str = "max", after: float = 0.0) -> Verdict:
     """|log Z| ≤ max_abs_logz at every recorded step from after·steps on (the largest over the
     scored tokens, or of their mean)."""
-    bound = f"{'max' if statistic == 'max' else 'mean'} |log Z| ≤ {max_abs_logz:g}" + (f" from step {math.ceil(after * run.steps)}" if after else "")
+    bound = f"{'max' if statistic == 'max' else 'mean'} |log Z| ≤ {max_abs_logz:g}" + (
+        f" from step {math.ceil(after * run.steps)}" if after else ""
+    )
     start = math.ceil(after * run.steps)
     values = run.largest_abs_logz() if statistic == "max" else [abs(v) for v in run.logz_mean]
     judged = [(s, v) for s, v in zip(run.recorded, values, strict=True) if s >= start]
@@ -159,7 +206,15 @@ def output_logits(run: LMRun, *, max_abs_logz: float = 20.0, statistic: str = "m
     if run.diverged_at is not None:
         raise _stopped(run, "|log Z|", peak, bound)
     s = next(s for s, v in judged if v == peak)
-    return Verdict("output_logits", True, peak, bound, None, f"|log Z| peaked at {peak:.3g} (step {s}) over {run.steps} steps", extra)
+    return Verdict(
+        "output_logits",
+        True,
+        peak,
+        bound,
+        None,
+        f"|log Z| peaked at {peak:.3g} (step {s}) over {run.steps} steps",
+        extra,
+    )
 
 
 # ----------------------------------------------------------------------------- loss_spike
@@ -173,7 +228,8 @@ def loss_spike(run: LMRun, *, max_factor: float = 2.0, window: int = 10) -> Verd
     losses = run.losses
     if len(losses) < window + 1:
         raise NotMeasured(
-            f"the run has {len(losses)} losses, and a spike is judged against the {window} before it" + (f" (it diverged at step {run.diverged_at})" if run.diverged_at is not None else ""),
+            f"the run has {len(losses)} losses, and a spike is judged against the {window} before it"
+            + (f" (it diverged at step {run.diverged_at})" if run.diverged_at is not None else ""),
             bound,
         )
     arr = np.asarray(losses, dtype=np.float64)
@@ -188,9 +244,25 @@ def loss_spike(run: LMRun, *, max_factor: float = 2.0, window: int = 10) -> Verd
         if ratio > max_factor:
             extra["step"] = t
             shown = f"{arr[t]:.3g}" if math.isfinite(arr[t]) else "non-finite"
-            return Verdict("loss_spike", False, ratio, bound, None, f"the loss at step {t} is {shown}, {ratio:.3g}× the mean {mean:.3g} of the {window} steps before", extra)
+            return Verdict(
+                "loss_spike",
+                False,
+                ratio,
+                bound,
+                None,
+                f"the loss at step {t} is {shown}, {ratio:.3g}× the mean {mean:.3g} of the {window} steps before",
+                extra,
+            )
     extra["step"] = worst_t
-    return Verdict("loss_spike", True, worst, bound, None, f"the largest rise was {worst:.3g}× the running mean (step {worst_t}) over {len(losses)} steps", extra)
+    return Verdict(
+        "loss_spike",
+        True,
+        worst,
+        bound,
+        None,
+        f"the largest rise was {worst:.3g}× the running mean (step {worst_t}) over {len(losses)} steps",
+        extra,
+    )
 
 
 # ----------------------------------------------------------------------------- early_warning
@@ -247,14 +319,46 @@ def early_warning(run: LMRun, *, steps: int, name: str = "logit_growth", thresho
     value = indicator(run, name, steps)
     upto = [s for s in run.recorded if s < steps]
     # The indicator as it stood at each recorded step (what a warning at that step would have read), and the losses so far.
-    extra: dict[str, Any] = {"indicator": name, "steps": steps, "lr": run.lr, "recorded": upto, "curve": _safe([indicator(run, name, s + 1) for s in upto]), "losses": _safe(run.losses[:steps])}
+    extra: dict[str, Any] = {
+        "indicator": name,
+        "steps": steps,
+        "lr": run.lr,
+        "recorded": upto,
+        "curve": _safe([indicator(run, name, s + 1) for s in upto]),
+        "losses": _safe(run.losses[:steps]),
+    }
     if math.isnan(value):
-        why = f" (no attention logits were captured: {run.attention_missing})" if run.attention_missing and name != "loss_progress" else ""
-        raise NotMeasured(f"nothing {name} reads was recorded in the first {steps} steps" + (f" (the run diverged at step {run.diverged_at})" if run.diverged_at is not None else "") + why, bound)
+        why = (
+            f" (no attention logits were captured: {run.attention_missing})"
+            if run.attention_missing and name != "loss_progress"
+            else ""
+        )
+        raise NotMeasured(
+            f"nothing {name} reads was recorded in the first {steps} steps"
+            + (f" (the run diverged at step {run.diverged_at})" if run.diverged_at is not None else "")
+            + why,
+            bound,
+        )
     fires = value > threshold if up else value < threshold
     if fires:
-        return Verdict("early_warning", False, value, bound, None, f"{name} is {value:.3g} after {steps} steps ({'above' if up else 'below'} {threshold:g}): the run is predicted to diverge", extra)
-    return Verdict("early_warning", True, value, bound, None, f"{name} is {value:.3g} after {steps} steps: no divergence predicted", extra)
+        return Verdict(
+            "early_warning",
+            False,
+            value,
+            bound,
+            None,
+            f"{name} is {value:.3g} after {steps} steps ({'above' if up else 'below'} {threshold:g}): the run is predicted to diverge",
+            extra,
+        )
+    return Verdict(
+        "early_warning",
+        True,
+        value,
+        bound,
+        None,
+        f"{name} is {value:.3g} after {steps} steps: no divergence predicted",
+        extra,
+    )
 
 
 # ----------------------------------------------------------------------------- lr_sensitivity
@@ -285,7 +389,10 @@ def lr_sensitivity(runs: Mapping[int, Mapping[float, LMRun]], *, lrs: Sequence[f
         final = [grid[lr].final_eval for lr in lrs]
         value, best = lrs_of(final, initial)
         if best >= initial:
-            raise NotMeasured(f"no learning rate of the grid trained seed {seed} below its initial loss {initial:.3g}, so its sensitivity is not defined", bound)
+            raise NotMeasured(
+                f"no learning rate of the grid trained seed {seed} below its initial loss {initial:.3g}, so its sensitivity is not defined",
+                bound,
+            )
         per_seed[seed] = value
         curves[str(seed)] = _safe(final)
     if not per_seed:
@@ -300,9 +407,25 @@ def lr_sensitivity(runs: Mapping[int, Mapping[float, LMRun]], *, lrs: Sequence[f
         "curves": {str(s): {f"{lr:g}": _safe(g[lr].losses) for lr in lrs} for s, g in runs.items()},
     }
     spread = f"{min(per_seed.values()):.3g} … {max(per_seed.values()):.3g} over {len(per_seed)} seeds"
-    mean_final = [float(np.mean([g[lr].final_eval if math.isfinite(g[lr].final_eval) else g[lrs[0]].initial_eval for g in runs.values()])) for lr in lrs]
+    mean_final = [
+        float(
+            np.mean(
+                [g[lr].final_eval if math.isfinite(g[lr].final_eval) else g[lrs[0]].initial_eval for g in runs.values()]
+            )
+        )
+        for lr in lrs
+    ]
     best_lr = lrs[int(np.argmin(mean_final))]
     text = f"LRS {mean:.3g} ({spread}) over learning rates {lrs[0]:g} … {lrs[-1]:g}; best mean final loss {min(mean_final):.3g} at {best_lr:g}"
     if mean <= max_lrs:
         return Verdict("lr_sensitivity", True, mean, bound, None, text, extra)
-    return Verdict("lr_sensitivity", False, mean, bound, None, text + f", above {max_lrs:g}: the final loss depends on the learning rate; add qk_norm and z_loss, warm up longer", extra)
+    return Verdict(
+        "lr_sensitivity",
+        False,
+        mean,
+        bound,
+        None,
+        text
+        + f", above {max_lrs:g}: the final loss depends on the learning rate; add qk_norm and z_loss, warm up longer",
+        extra,
+    )

@@ -57,7 +57,16 @@ import math
 from dataclasses import dataclass
 
 from stability.judge.meanfield_profile import LayerProfile, layer_profile, log_factor_variance, log_rate_variance
-from stability.judge.meanfield_quadrature import _Q_MAX, _TINY, ACTIVATIONS, _check, _phi, _second_moment, _slope_moments, gaussian_expectation
+from stability.judge.meanfield_quadrature import (
+    _Q_MAX,
+    _TINY,
+    ACTIVATIONS,
+    _check,
+    _phi,
+    _second_moment,
+    _slope_moments,
+    gaussian_expectation,
+)
 
 __all__ = [
     "ACTIVATIONS",
@@ -103,7 +112,15 @@ class MeanField:
 _HOMOGENEOUS = {"relu": 0.5, "identity": 1.0}
 
 
-def fixed_point(activation: str, *, sigma_w2: float, sigma_b2: float = 0.0, q0: float = 1.0, tol: float = 1e-13, max_iter: int = 10_000) -> float:
+def fixed_point(
+    activation: str,
+    *,
+    sigma_w2: float,
+    sigma_b2: float = 0.0,
+    q0: float = 1.0,
+    tol: float = 1e-13,
+    max_iter: int = 10_000,
+) -> float:
     """q* of the map T(q) = σ_w² E[φ(√q z)²] + σ_b² (Poole et al. 2016, eq. 3), the limit of T
     iterated from q0.
 
@@ -165,9 +182,13 @@ def _chi_at(activation: str, sigma_w2: float, q: float) -> float:
     return sigma_w2 * _slope_moments(activation, q)[0]
 
 
-def chi1(activation: str, *, sigma_w2: float, sigma_b2: float = 0.0, residual: bool = False, branch_scale: float = 1.0) -> float:
+def chi1(
+    activation: str, *, sigma_w2: float, sigma_b2: float = 0.0, residual: bool = False, branch_scale: float = 1.0
+) -> float:
     """χ₁: the expected per-block factor of ‖∂L/∂x‖² at the fixed point (see `mean_field`)."""
-    return mean_field(activation, sigma_w2=sigma_w2, sigma_b2=sigma_b2, residual=residual, branch_scale=branch_scale).chi1
+    return mean_field(
+        activation, sigma_w2=sigma_w2, sigma_b2=sigma_b2, residual=residual, branch_scale=branch_scale
+    ).chi1
 
 
 #: |χ₁ − 1| at or below this is the edge of chaos (the quadrature's rounding is ~1e-16).
@@ -182,7 +203,9 @@ def _xi(chi: float) -> float:
     return 1.0 / abs(math.log(chi))
 
 
-def mean_field(activation: str, *, sigma_w2: float, sigma_b2: float = 0.0, residual: bool = False, branch_scale: float = 1.0) -> MeanField:
+def mean_field(
+    activation: str, *, sigma_w2: float, sigma_b2: float = 0.0, residual: bool = False, branch_scale: float = 1.0
+) -> MeanField:
     """q*, χ₁ and ξ for a plain stack (Schoenholz et al. 2017, eqs. 3, 5, 16), or for the reduced
     residual stack x + α(W φ(x) + b) with α = `branch_scale` (Yang & Schoenholz 2017), whose χ₁ is
     1 + α² σ_w² E[φ′(√p z)²] at the input's p = 1 and whose stream has no fixed point."""

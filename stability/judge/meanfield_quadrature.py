@@ -57,7 +57,9 @@ def _dphi(name: str) -> Callable[[Array], Array]:
     if name == "tanh":
         return lambda x: 1.0 - np.tanh(x) ** 2
     if name == "gelu":  # Φ(x) + x ϕ(x)
-        return lambda x: 0.5 * (1.0 + _erf(x / math.sqrt(2.0))) + x * np.exp(-0.5 * np.minimum(x * x, 1e4)) / math.sqrt(2 * math.pi)
+        return lambda x: (
+            0.5 * (1.0 + _erf(x / math.sqrt(2.0))) + x * np.exp(-0.5 * np.minimum(x * x, 1e4)) / math.sqrt(2 * math.pi)
+        )
     if name == "sigmoid":
         return lambda x: 0.25 * (1.0 - np.tanh(0.5 * x) ** 2)
     if name == "identity":

@@ -36,7 +36,17 @@ from stability.spec.remedy import REMOVE, Remedy, register_remedy
 __all__ = ["layerscale_init", "library_keys"]
 
 # The invariants a family of remedies is meant for.
-_SIGNAL = frozenset({"gradient_arrival", "variance_growth", "identity_at_init", "lesion", "jacobian_spectrum", "mean_shift", "rank_collapse"})
+_SIGNAL = frozenset(
+    {
+        "gradient_arrival",
+        "variance_growth",
+        "identity_at_init",
+        "lesion",
+        "jacobian_spectrum",
+        "mean_shift",
+        "rank_collapse",
+    }
+)
 _BALANCE = _SIGNAL - {"identity_at_init"} | {"gradient_balance"}
 _LOGITS = frozenset({"attention_logits", "early_warning", "lr_sensitivity", "attention_entropy"})
 _RESIDUAL = ("postnorm", "preact")
@@ -75,7 +85,8 @@ def library_keys(spec: Any) -> tuple[frozenset[str], bool]:
     empty when the library does not import here."""
     if spec.family != "library":
         return frozenset(), False
-    from stability.families.library import config_keys, resolve
+    from stability.families.library import resolve
+    from stability.families.library_lookup import config_keys
 
     try:
         keys, open_ended = config_keys(resolve(spec.options.model, file=spec.path))
@@ -109,7 +120,9 @@ def _zero_applies(spec: Any, data: Mapping[str, Any]) -> bool:
 
 def _branch_scale_applies(spec: Any, data: Mapping[str, Any]) -> bool:
     if spec.family == "transformer":
-        return bool(spec.block.residual == "none" and spec.block.norm_position != "post" and spec.block.skip == "identity")
+        return bool(
+            spec.block.residual == "none" and spec.block.norm_position != "post" and spec.block.skip == "identity"
+        )
     return spec.family in _RESIDUAL and spec.block.branch_scale == 1.0 and spec.block.skip != "none"
 
 
@@ -122,7 +135,12 @@ def _branch_scale_edit(spec: Any, data: Mapping[str, Any]) -> dict[str, Any]:
 def _gain_applies(init: str) -> Any:
     def applies(spec: Any, data: Mapping[str, Any]) -> bool:
         if spec.family == "transformer":
-            return spec.block.residual == "none" and spec.block.skip == "identity" and not spec.block.sigma_reparam and "zero" not in spec.space.branch_init
+            return (
+                spec.block.residual == "none"
+                and spec.block.skip == "identity"
+                and not spec.block.sigma_reparam
+                and "zero" not in spec.space.branch_init
+            )
         return spec.family in _RESIDUAL and _can_init(spec, init) and spec.block.skip != "none"
 
     return applies
@@ -139,12 +157,19 @@ def _gain_edit(init: str) -> Any:
 
 def _layerscale_applies(spec: Any, data: Mapping[str, Any]) -> bool:
     if spec.family == "transformer":
-        return spec.block.residual == "none" and spec.block.skip == "identity" and not spec.block.sigma_reparam and "zero" not in spec.space.branch_init
+        return (
+            spec.block.residual == "none"
+            and spec.block.skip == "identity"
+            and not spec.block.sigma_reparam
+            and "zero" not in spec.space.branch_init
+        )
     key = _library_key(spec, _LAYERSCALE_KEYS)
     if key is None:
         return False
     now = _library_value(spec, key)
-    return not (isinstance(now, int | float) and not isinstance(now, bool) and 0 < now <= layerscale_init(_deepest(spec)))
+    return not (
+        isinstance(now, int | float) and not isinstance(now, bool) and 0 < now <= layerscale_init(_deepest(spec))
+    )
 
 
 def _layerscale_edit(spec: Any, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -157,7 +182,13 @@ def _layerscale_edit(spec: Any, data: Mapping[str, Any]) -> dict[str, Any]:
 
 def _deepnorm_applies(spec: Any, data: Mapping[str, Any]) -> bool:
     b = spec.block
-    return _transformer(spec) and b.norm_position == "post" and b.residual == "none" and b.skip == "identity" and not b.sigma_reparam
+    return (
+        _transformer(spec)
+        and b.norm_position == "post"
+        and b.residual == "none"
+        and b.skip == "identity"
+        and not b.sigma_reparam
+    )
 
 
 # ----------------------------------------------------------------------------- init and the route around
@@ -239,13 +270,16 @@ def _train_applies(key: str, off: Any) -> Any:
 def _init_range(spec: Any) -> float:
     """The library's own default initializer_range (not the spec's, which may be what is broken)
     ÷ √(2·depth) at the deepest depth drawn."""
-    from stability.families.library import config_default, resolve
+    from stability.families.library import resolve
+    from stability.families.library_lookup import config_default
 
     try:
         default = config_default(resolve(spec.options.model, file=spec.path), "initializer_range")
     except Exception:  # the library does not import here: the loader said so
         default = None
-    base = float(default) if isinstance(default, int | float) and not isinstance(default, bool) and default > 0 else 0.02  # transformers' usual default
+    base = (
+        float(default) if isinstance(default, int | float) and not isinstance(default, bool) and default > 0 else 0.02
+    )  # transformers' usual default
     return float(f"{base / math.sqrt(2 * _deepest(spec)):.3g}")
 
 
@@ -289,7 +323,9 @@ _BUILT_IN = (
         fixes=_SIGNAL,
         applies=_gain_applies("rezero"),
         edit=_gain_edit("rezero"),
-        references=("Bachlechner et al. (2020). ReZero is All You Need: Fast Convergence at Large Depth. arXiv:2003.04887.",),
+        references=(
+            "Bachlechner et al. (2020). ReZero is All You Need: Fast Convergence at Large Depth. arXiv:2003.04887.",
+        ),
     ),
     Remedy(
         name="skipinit",
@@ -297,7 +333,9 @@ _BUILT_IN = (
         fixes=_SIGNAL,
         applies=_gain_applies("skipinit"),
         edit=_gain_edit("skipinit"),
-        references=("De, Smith (2020). Batch Normalization Biases Residual Blocks Towards the Identity Function in Deep Networks. NeurIPS 2020.",),
+        references=(
+            "De, Smith (2020). Batch Normalization Biases Residual Blocks Towards the Identity Function in Deep Networks. NeurIPS 2020.",
+        ),
     ),
     Remedy(
         name="layerscale",
@@ -365,7 +403,9 @@ _BUILT_IN = (
         fixes=frozenset({"attention_logits", "early_warning", "attention_entropy"}),
         applies=lambda spec, data: _transformer(spec) and spec.block.attn_softcap is None,
         edit=_softcap_edit,
-        references=("Gemma Team (2024). Gemma 2: Improving Open Language Models at a Practical Size. arXiv:2408.00118.",),
+        references=(
+            "Gemma Team (2024). Gemma 2: Improving Open Language Models at a Practical Size. arXiv:2408.00118.",
+        ),
     ),
     Remedy(
         name="z_loss",
@@ -381,7 +421,9 @@ _BUILT_IN = (
         fixes=frozenset({"output_logits", "loss_spike"}),
         applies=_train_applies("logit_softcap", None),
         edit=lambda spec, data: {"train.logit_softcap": LOGIT_CAP},
-        references=("Gemma Team (2024). Gemma 2: Improving Open Language Models at a Practical Size. arXiv:2408.00118.",),
+        references=(
+            "Gemma Team (2024). Gemma 2: Improving Open Language Models at a Practical Size. arXiv:2408.00118.",
+        ),
     ),
     Remedy(
         name="tied_readout",
@@ -397,7 +439,9 @@ _BUILT_IN = (
         fixes=frozenset({"gradient_arrival", "variance_growth", "rank_collapse", "gradient_balance"}),
         applies=_init_range_applies,
         edit=_init_range_edit,
-        references=("Radford et al. (2019). Language Models are Unsupervised Multitask Learners (residual projections scaled by 1/sqrt(N)).",),
+        references=(
+            "Radford et al. (2019). Language Models are Unsupervised Multitask Learners (residual projections scaled by 1/sqrt(N)).",
+        ),
     ),
 )
 

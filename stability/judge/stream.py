@@ -43,7 +43,13 @@ __all__ = ["StreamNumbers", "stream_numbers", "residual_stream"]
 StreamNumbers = dict[str, float]
 
 
-def stream_numbers(grad_norm: Sequence[float], act_var: Sequence[float], act_sq_mean: Sequence[float], *, variance_exponent: float = 0.0) -> StreamNumbers:
+def stream_numbers(
+    grad_norm: Sequence[float],
+    act_var: Sequence[float],
+    act_sq_mean: Sequence[float],
+    *,
+    variance_exponent: float = 0.0,
+) -> StreamNumbers:
     """The four numbers of one network (the module docstring); nan where a denominator is 0."""
     g, v, q = list(grad_norm), list(act_var), list(act_sq_mean)
     L = len(g) - 1
@@ -101,7 +107,9 @@ def residual_stream(
     if entry_lo is not None or entry_hi is not None:
         parts.append(f"g₀/g₁ in [{entry_lo or 0:g}, {entry_hi if entry_hi is not None else math.inf:g}]")
     if variance_lo is not None or variance_hi is not None:
-        parts.append(f"Var(x_L)/Var(x₀){per} in [{variance_lo or 0:g}, {variance_hi if variance_hi is not None else math.inf:g}]")
+        parts.append(
+            f"Var(x_L)/Var(x₀){per} in [{variance_lo or 0:g}, {variance_hi if variance_hi is not None else math.inf:g}]"
+        )
     if max_block_change is not None:
         parts.append(f"block change ≤ {max_block_change:g}")
     bound = "; ".join(parts)
@@ -109,13 +117,27 @@ def residual_stream(
     if bad is not None:
         return bad
     if m.grad_norm[-1] == 0:
-        return Verdict("residual_stream", False, 0.0, bound, m.n_blocks, "the output gradient is zero; the loss does not depend on the output")
+        return Verdict(
+            "residual_stream",
+            False,
+            0.0,
+            bound,
+            m.n_blocks,
+            "the output gradient is zero; the loss does not depend on the output",
+        )
     grads, variances, squares = _members(m)
-    each = [stream_numbers(g, v, q, variance_exponent=variance_exponent) for g, v, q in zip(grads, variances, squares, strict=True)]
+    each = [
+        stream_numbers(g, v, q, variance_exponent=variance_exponent)
+        for g, v, q in zip(grads, variances, squares, strict=True)
+    ]
     size = len(each)
     med = {k: _median([n[k] for n in each]) for k in ("entry", "stream", "variance", "change")}
     spread = {k: [n[k] if math.isfinite(n[k]) else None for n in each] for k in med}
-    extra: dict[str, Any] = {**{k: med[k] if math.isfinite(med[k]) else None for k in med}, "members": size, "per_member": spread}
+    extra: dict[str, Any] = {
+        **{k: med[k] if math.isfinite(med[k]) else None for k in med},
+        "members": size,
+        "per_member": spread,
+    }
 
     def shown(key: str) -> str:
         if size == 1 or not math.isfinite(med[key]):
@@ -123,7 +145,9 @@ def residual_stream(
         live = [n[key] for n in each]
         return f"{med[key]:.4g} (median of {size} networks, {min(live):.3g} to {max(live):.3g})"
 
-    checks: list[tuple[str, str, float, float | None, float | None]] = [("stream", "stream gradient ratio g₁/g_L", med["stream"], lo, hi)]
+    checks: list[tuple[str, str, float, float | None, float | None]] = [
+        ("stream", "stream gradient ratio g₁/g_L", med["stream"], lo, hi)
+    ]
     if entry_lo is not None or entry_hi is not None:
         checks.append(("entry", "entry factor g₀/g₁", med["entry"], entry_lo, entry_hi))
     if variance_lo is not None or variance_hi is not None:
@@ -141,5 +165,15 @@ def residual_stream(
     reported = [f"{label} {shown(key)}" for key, label, _, _, _ in checks]
     free = "" if "entry" in [c[0] for c in checks] else f"; entry factor g₀/g₁ {shown('entry')} (reported, not bounded)"
     if broken:
-        return Verdict("residual_stream", False, med["stream"], bound, None, "; ".join(broken) + f" (all: {', '.join(reported)}){free}", extra)
-    return Verdict("residual_stream", True, med["stream"], bound, None, "; ".join(reported) + " within the bounds" + free, extra)
+        return Verdict(
+            "residual_stream",
+            False,
+            med["stream"],
+            bound,
+            None,
+            "; ".join(broken) + f" (all: {', '.join(reported)}){free}",
+            extra,
+        )
+    return Verdict(
+        "residual_stream", True, med["stream"], bound, None, "; ".join(reported) + " within the bounds" + free, extra
+    )

@@ -89,7 +89,9 @@ def predict(spec: Spec, case: Case) -> MeanFieldPrediction:
     sw2, sb2, alpha = mean_field_parameters(spec, case)
     law = FAMILIES.get(spec.family).mean_field
     residual = law is not None and law(spec, case)[1]
-    prof = meanfield.layer_profile(spec.block.activation, sigma_w2=sw2, sigma_b2=sb2, depth=case.depth, residual=residual, branch_scale=alpha)
+    prof = meanfield.layer_profile(
+        spec.block.activation, sigma_w2=sw2, sigma_b2=sb2, depth=case.depth, residual=residual, branch_scale=alpha
+    )
     var = meanfield.log_factor_variance(prof, width=case.width)
     log_chi = tuple(math.log(c) if c > 0 else -math.inf for c in prof.chi)
     total = meanfield.log_rate_variance(prof, width=case.width)
@@ -97,12 +99,18 @@ def predict(spec: Spec, case: Case) -> MeanFieldPrediction:
 
 
 def _missing(name: str, bound: str) -> Verdict:
-    return Verdict(name, False, math.nan, bound, None, f"no {name} measurement: the case was probed without it", measured=False)
+    return Verdict(
+        name, False, math.nan, bound, None, f"no {name} measurement: the case was probed without it", measured=False
+    )
 
 
-def jacobian_spectrum(m: Measurements, *, max_spread: float = 4.0, mean_lo: float | None = None, mean_hi: float | None = None) -> Verdict:
+def jacobian_spectrum(
+    m: Measurements, *, max_spread: float = 4.0, mean_lo: float | None = None, mean_hi: float | None = None
+) -> Verdict:
     """σ_max²/⟨σ²⟩ ≤ max_spread and ⟨σ²⟩ within [mean_lo, mean_hi] (each side when set)."""
-    bound = f"spread ≤ {max_spread:g}" + (f", ⟨σ²⟩ in [{mean_lo or 0:g}, {mean_hi or math.inf:g}]" if mean_lo or mean_hi else "")
+    bound = f"spread ≤ {max_spread:g}" + (
+        f", ⟨σ²⟩ in [{mean_lo or 0:g}, {mean_hi or math.inf:g}]" if mean_lo or mean_hi else ""
+    )
     sp = m.extra.get("jacobian_spectrum")
     if sp is None:
         return _missing("jacobian_spectrum", bound)
@@ -110,11 +118,35 @@ def jacobian_spectrum(m: Measurements, *, max_spread: float = 4.0, mean_lo: floa
     what = f"⟨σ²⟩ = {sp.mean_sq:.4g}{se}, σ_max² = {sp.max_sq:.4g}, spread {sp.spread:.4g} ({sp.method}, N = {sp.n})"
     extra = {"mean_sq": sp.mean_sq, "mean_sq_se": sp.mean_sq_se, "max_sq": sp.max_sq}
     if not math.isfinite(sp.spread) or sp.spread > max_spread:
-        return Verdict("jacobian_spectrum", False, sp.spread, bound, None, f"{what}: spread above {max_spread:g}, far from an isometry", extra)
+        return Verdict(
+            "jacobian_spectrum",
+            False,
+            sp.spread,
+            bound,
+            None,
+            f"{what}: spread above {max_spread:g}, far from an isometry",
+            extra,
+        )
     if mean_lo is not None and sp.mean_sq < mean_lo:
-        return Verdict("jacobian_spectrum", False, sp.spread, bound, None, f"{what}: ⟨σ²⟩ below {mean_lo:g} (the gradient shrinks on average)", extra)
+        return Verdict(
+            "jacobian_spectrum",
+            False,
+            sp.spread,
+            bound,
+            None,
+            f"{what}: ⟨σ²⟩ below {mean_lo:g} (the gradient shrinks on average)",
+            extra,
+        )
     if mean_hi is not None and sp.mean_sq > mean_hi:
-        return Verdict("jacobian_spectrum", False, sp.spread, bound, None, f"{what}: ⟨σ²⟩ above {mean_hi:g} (the gradient grows on average)", extra)
+        return Verdict(
+            "jacobian_spectrum",
+            False,
+            sp.spread,
+            bound,
+            None,
+            f"{what}: ⟨σ²⟩ above {mean_hi:g} (the gradient grows on average)",
+            extra,
+        )
     return Verdict("jacobian_spectrum", True, sp.spread, bound, None, f"{what} within {bound}", extra)
 
 
@@ -136,16 +168,32 @@ def mean_field(m: Measurements, *, k_sigma: float = 4.0) -> Verdict:
         return _missing("mean_field", f"± {k_sigma:g} sd")
     depth = len(pred.log_chi)
     var = max(pred.total_var, sum(pred.log_var))
-    half = sum(pred.log_var) / (2 * depth) + k_sigma * math.sqrt(var) / depth + 1e-6  # 1e-6: float32 rounding of the norms
+    half = (
+        sum(pred.log_var) / (2 * depth) + k_sigma * math.sqrt(var) / depth + 1e-6
+    )  # 1e-6: float32 rounding of the norms
     rho = sum(pred.log_chi) / depth
     lo, hi = math.exp(rho - half), math.exp(rho + half)
     bound = f"χ = {pred.chi:.4g} in [{lo:.4g}, {hi:.4g}]"
-    extra: dict[str, Any] = {"predicted": pred.chi, "lo": lo, "hi": hi, "sigma_w2": pred.sigma_w2, "sigma_b2": pred.sigma_b2}
+    extra: dict[str, Any] = {
+        "predicted": pred.chi,
+        "lo": lo,
+        "hi": hi,
+        "sigma_w2": pred.sigma_w2,
+        "sigma_b2": pred.sigma_b2,
+    }
     members = m.extra.get("mean_field_ensemble") or [(m.grad_norm[0], m.grad_norm[-1])]
     for k, (g0, gl) in enumerate(members):
         if not (g0 > 0 and gl > 0 and math.isfinite(g0) and math.isfinite(gl)):
             who = "" if k == 0 else f" in network {k + 1} of the {len(members)} of the case's seed ensemble"
-            return Verdict("mean_field", False, math.nan, bound, None, f"the gradient norms are not positive and finite{who} (g_0 = {g0:.3g}, g_L = {gl:.3g})", extra)
+            return Verdict(
+                "mean_field",
+                False,
+                math.nan,
+                bound,
+                None,
+                f"the gradient norms are not positive and finite{who} (g_0 = {g0:.3g}, g_L = {gl:.3g})",
+                extra,
+            )
     rhos = [2.0 * math.log(g0 / gl) / depth for g0, gl in members]
     rho_hat = float(statistics.median(rhos))
     measured = math.exp(rho_hat)
@@ -153,14 +201,18 @@ def mean_field(m: Measurements, *, k_sigma: float = 4.0) -> Verdict:
     z = (rho_hat - rho) / sd if var > 0 else (0.0 if rho_hat == rho else math.inf)
     what = (
         f"measured {measured:.4g} per block (‖∂L/∂x‖² factor, {depth} blocks) vs mean-field χ = {pred.chi:.4g} "
-        f"({pred.activation}, σ_w² = {pred.sigma_w2:.4g}, σ_b² = {pred.sigma_b2:.3g}" + (f", residual α = {pred.branch_scale:.3g}" if pred.residual else "") + f"; {z:+.2f} sd at width {pred.width})"
+        f"({pred.activation}, σ_w² = {pred.sigma_w2:.4g}, σ_b² = {pred.sigma_b2:.3g}"
+        + (f", residual α = {pred.branch_scale:.3g}" if pred.residual else "")
+        + f"; {z:+.2f} sd at width {pred.width})"
     )
     if len(members) > 1:
         extra["ensemble"] = {"size": len(members), "values": [math.exp(r) for r in rhos]}
         own = (rhos[0] - rho) / sd if var > 0 else math.nan
         what = f"{what}, the median of {len(members)} networks (from {math.exp(min(rhos)):.4g} to {math.exp(max(rhos)):.4g}; this one {math.exp(rhos[0]):.4g}, {own:+.2f} sd)"
     ok = abs(rho_hat - rho) <= half
-    return Verdict("mean_field", ok, measured, bound, None, f"{what}: {'within' if ok else 'outside'} [{lo:.4g}, {hi:.4g}]", extra)
+    return Verdict(
+        "mean_field", ok, measured, bound, None, f"{what}: {'within' if ok else 'outside'} [{lo:.4g}, {hi:.4g}]", extra
+    )
 
 
 def lesion(m: Measurements, *, max_change: float = 0.5, statistic: str = "max") -> Verdict:
@@ -176,7 +228,15 @@ def lesion(m: Measurements, *, max_change: float = 0.5, statistic: str = "max") 
         return _missing("lesion", bound)
     finite = [(c, i) for i, c in enumerate(changes) if not math.isnan(c)]
     if not finite:
-        return Verdict("lesion", False, math.nan, bound, None, "no block can be replaced by the identity (every block changes the shape)", measured=False)
+        return Verdict(
+            "lesion",
+            False,
+            math.nan,
+            bound,
+            None,
+            "no block can be replaced by the identity (every block changes the shape)",
+            measured=False,
+        )
     worst, block = max(finite)
     value = worst if statistic == "max" else statistics.median(c for c, _ in finite)
     what = f"removing block {block} changes the output by {worst:.3g} (relative); median over {len(finite)} blocks {statistics.median(c for c, _ in finite):.3g}"
@@ -190,7 +250,9 @@ def lesion(m: Measurements, *, max_change: float = 0.5, statistic: str = "max") 
             extra["ensemble"] = {"size": len(members), "values": [None if math.isnan(v) else v for v in values]}
             what = f"{statistic} change {value:.3g}, the median of {len(members)} networks (from {min(live):.3g} to {max(live):.3g}); in this one, {what}"
     ok = value <= max_change
-    return Verdict("lesion", ok, value, bound, block, f"{what}: {statistic} {'within' if ok else 'above'} {max_change:g}", extra)
+    return Verdict(
+        "lesion", ok, value, bound, block, f"{what}: {statistic} {'within' if ok else 'above'} {max_change:g}", extra
+    )
 
 
 def _lesion_statistic(changes: list[float], statistic: str) -> float:

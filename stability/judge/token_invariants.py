@@ -75,7 +75,11 @@ def normalised_row_entropy(p: torch.Tensor, *, causal: bool) -> torch.Tensor:
     p64 = p.detach().to(torch.float64)
     t = p64.shape[-1]
     ent = torch.special.entr(p64).sum(dim=-1)  # (B, H, T): −Σ_j p log p, with 0·log 0 = 0
-    keys = torch.arange(1, t + 1, dtype=torch.float64, device=p.device) if causal else torch.full((t,), float(t), dtype=torch.float64, device=p.device)
+    keys = (
+        torch.arange(1, t + 1, dtype=torch.float64, device=p.device)
+        if causal
+        else torch.full((t,), float(t), dtype=torch.float64, device=p.device)
+    )
     valid = keys > 1  # (T,)
     if not bool(valid.any()):
         return torch.full((p64.shape[1],), math.nan, dtype=torch.float64, device=p.device)
@@ -147,7 +151,9 @@ class AttentionEntropyObserver:
             if id(module) in self._seen:  # recomputed by a checkpointed segment: measured once
                 return
             self._seen.add(id(module))
-            self._per_block.setdefault(index, []).append(normalised_row_entropy(out, causal=bool(getattr(module, "causal", False))))
+            self._per_block.setdefault(index, []).append(
+                normalised_row_entropy(out, causal=bool(getattr(module, "causal", False)))
+            )
 
         return hook
 
@@ -190,7 +196,9 @@ def finish_measurements(spec: Spec, m: Measurements) -> Measurements:
     shapes = m.extra.get("tokens")
     if spec.block.layer != "tokens" or not isinstance(shapes, dict):
         return m
-    return dataclasses.replace(m, channels=list(shapes["channels"]), extra={**m.extra, "tokens": list(shapes["tokens"])})
+    return dataclasses.replace(
+        m, channels=list(shapes["channels"]), extra={**m.extra, "tokens": list(shapes["tokens"])}
+    )
 
 
 # ----------------------------------------------------------------------------- verdicts
@@ -212,13 +220,31 @@ def rank_collapse(m: Measurements, *, max_similarity: float = 0.9) -> Verdict:
         return bad
     sims = m.extra.get("rank_collapse")
     if not sims:
-        return _missing("rank_collapse", bound, "the probe ran without the rank-collapse observer (token inputs of shape (B, T, C) are needed)")
+        return _missing(
+            "rank_collapse",
+            bound,
+            "the probe ran without the rank-collapse observer (token inputs of shape (B, T, C) are needed)",
+        )
     out = sims[-1]
     if not math.isfinite(out):
-        return Verdict("rank_collapse", False, math.nan, bound, None, "the token similarity is undefined: the output has fewer than 2 tokens or is not (B, T, C)")
+        return Verdict(
+            "rank_collapse",
+            False,
+            math.nan,
+            bound,
+            None,
+            "the token similarity is undefined: the output has fewer than 2 tokens or is not (B, T, C)",
+        )
     if out <= max_similarity:
         worst = max(range(len(sims)), key=lambda i: sims[i] if math.isfinite(sims[i]) else -math.inf)
-        return Verdict("rank_collapse", True, out, bound, max(worst - 1, 0), f"output tokens' mean cosine similarity {out:.3g} (input {sims[0]:.3g}, highest {sims[worst]:.3g} at boundary {worst})")
+        return Verdict(
+            "rank_collapse",
+            True,
+            out,
+            bound,
+            max(worst - 1, 0),
+            f"output tokens' mean cosine similarity {out:.3g} (input {sims[0]:.3g}, highest {sims[worst]:.3g} at boundary {worst})",
+        )
     if math.isfinite(sims[0]) and out <= sims[0]:
         return Verdict(
             "rank_collapse",
@@ -249,15 +275,33 @@ def attention_entropy(m: Measurements, *, min_entropy: float = 0.5) -> Verdict:
         return bad
     data = m.extra.get("attention_entropy")
     if not data or not data["blocks"]:
-        return _missing("attention_entropy", bound, "no attention probabilities were seen; compute them with stability.families.transformer.AttentionProbs")
+        return _missing(
+            "attention_entropy",
+            bound,
+            "no attention probabilities were seen; compute them with stability.families.transformer.AttentionProbs",
+        )
     per_block = data["per_block"]
     if not all(math.isfinite(v) for v in per_block):
-        return Verdict("attention_entropy", False, math.nan, bound, None, "the attention entropy is undefined: every attention row has a single key (one token)")
+        return Verdict(
+            "attention_entropy",
+            False,
+            math.nan,
+            bound,
+            None,
+            "the attention entropy is undefined: every attention row has a single key (one token)",
+        )
     k = min(range(len(per_block)), key=lambda i: per_block[i])
     block, low = data["blocks"][k], per_block[k]
     head = min(range(len(data["heads"][k])), key=lambda j: data["heads"][k][j])
     if low >= min_entropy:
-        return Verdict("attention_entropy", True, low, bound, block, f"lowest normalised attention entropy {low:.3g} (block {block}, head {head})")
+        return Verdict(
+            "attention_entropy",
+            True,
+            low,
+            bound,
+            block,
+            f"lowest normalised attention entropy {low:.3g} (block {block}, head {head})",
+        )
     return Verdict(
         "attention_entropy",
         False,
@@ -279,17 +323,35 @@ def gradient_balance(m: Measurements, *, max_spread: float = 10.0) -> Verdict:
         return _missing("gradient_balance", bound, "no block has a trainable parameter (requires_grad)")
     if not all(math.isfinite(v) for v in norms.values()):
         first = next(k for k, v in norms.items() if not math.isfinite(v))
-        return Verdict("gradient_balance", False, math.nan, bound, first, f"block {first}'s parameter gradient is NaN/inf")
+        return Verdict(
+            "gradient_balance", False, math.nan, bound, first, f"block {first}'s parameter gradient is NaN/inf"
+        )
     hi_block = max(norms, key=lambda k: norms[k])
     lo_block = min(norms, key=lambda k: norms[k])
     hi, lo = norms[hi_block], norms[lo_block]
     if len(norms) == 1:
-        return Verdict("gradient_balance", True, 1.0, bound, hi_block, "one block with parameters: spread 1 by definition")
+        return Verdict(
+            "gradient_balance", True, 1.0, bound, hi_block, "one block with parameters: spread 1 by definition"
+        )
     if lo == 0:
-        return Verdict("gradient_balance", False, math.inf, bound, lo_block, f"block {lo_block} receives no parameter gradient (norm 0; largest {hi:.3g} at block {hi_block})")
+        return Verdict(
+            "gradient_balance",
+            False,
+            math.inf,
+            bound,
+            lo_block,
+            f"block {lo_block} receives no parameter gradient (norm 0; largest {hi:.3g} at block {hi_block})",
+        )
     spread = hi / lo
     where = "near the output" if hi_block > lo_block else "near the input"
     detail = f"per-block parameter-gradient norms from {lo:.3g} (block {lo_block}) to {hi:.3g} (block {hi_block}): spread {spread:.3g}"
     if spread <= max_spread:
         return Verdict("gradient_balance", True, spread, bound, hi_block, detail)
-    return Verdict("gradient_balance", False, spread, bound, hi_block, f"{detail} > {max_spread:g}; the gradient concentrates {where}")
+    return Verdict(
+        "gradient_balance",
+        False,
+        spread,
+        bound,
+        hi_block,
+        f"{detail} > {max_spread:g}; the gradient concentrates {where}",
+    )

@@ -52,11 +52,21 @@ def update_size(sweep: UpdateSweep, *, max_abs_slope: float = 0.25, at: str = "a
         "rms": [_finite(sweep.rms(b)) for b in range(n)],
         "at": at,
         "max_abs_slope": max_abs_slope,
-        "weight_change": {k: _finite([r.weight_change[k] for r in sweep.records]) for k in sweep.records[0].weight_change},
+        "weight_change": {
+            k: _finite([r.weight_change[k] for r in sweep.records]) for k in sweep.records[0].weight_change
+        },
     }
     for r in sweep.records:
         if r.run.diverged_at is not None:
-            return Verdict("update_size", False, math.nan, bound, None, f"the loss became non-finite at step {r.run.diverged_at} at width {r.width}; lower train.lr", extra)
+            return Verdict(
+                "update_size",
+                False,
+                math.nan,
+                bound,
+                None,
+                f"the loss became non-finite at step {r.run.diverged_at} at width {r.width}; lower train.lr",
+                extra,
+            )
     bad = [b for b in candidates if not math.isfinite(sweep.slopes[b])]
     if bad:
         b = bad[0]
@@ -77,17 +87,35 @@ def update_size(sweep: UpdateSweep, *, max_abs_slope: float = 0.25, at: str = "a
     slope = sweep.slopes[worst]
     values = sweep.rms(worst)
     w0, v0 = sweep.widths[0], values[0]
-    outside = [w for w, v in zip(sweep.widths[1:], values[1:], strict=True) if abs(math.log(v / v0) / math.log(w / w0)) > max_abs_slope]
+    outside = [
+        w
+        for w, v in zip(sweep.widths[1:], values[1:], strict=True)
+        if abs(math.log(v / v0) / math.log(w / w0)) > max_abs_slope
+    ]
     failing = outside[0] if outside else sweep.widths[-1]
     extra.update(boundary=worst, slope=slope)
     where = boundary_name(worst, n)
     growth = f"RMS(Δh) ∝ width^{slope:.2f} at {where} (×{values[-1] / v0:.3g} from width {w0} to {sweep.widths[-1]})"
     if abs(slope) <= max_abs_slope:
-        return Verdict("update_size", True, slope, bound, worst, f"{growth}: the update size does not depend on the width", extra)
+        return Verdict(
+            "update_size", True, slope, bound, worst, f"{growth}: the update size does not depend on the width", extra
+        )
     extra["failing_width"] = failing
     trend = "grows" if slope > 0 else "shrinks"
-    fix = 'use µP (train.parametrization = "mup") or scale the hidden learning rates by 1/width' if slope > 0 else "the layer stops learning as the width grows; use µP's learning-rate scaling"
-    return Verdict("update_size", False, slope, bound, worst, f"{growth}: the update {trend} with the width, first outside the bound at width {failing}; {fix}", extra)
+    fix = (
+        'use µP (train.parametrization = "mup") or scale the hidden learning rates by 1/width'
+        if slope > 0
+        else "the layer stops learning as the width grows; use µP's learning-rate scaling"
+    )
+    return Verdict(
+        "update_size",
+        False,
+        slope,
+        bound,
+        worst,
+        f"{growth}: the update {trend} with the width, first outside the bound at width {failing}; {fix}",
+        extra,
+    )
 
 
 # ----------------------------------------------------------------------------- trainability
@@ -148,10 +176,26 @@ def trainability(
         text = f"after {deep.steps} steps the depth-{deep.depth} stack's loss is {deep.final:.3g}, {q:.3g}× the depth-{shallow.depth} stack's {shallow.final:.3g}"
         if q <= max_depth_ratio:
             return Verdict("trainability", True, q, bound, None, text + ": deeper is no worse", extra)
-        return Verdict("trainability", False, q, bound, None, text + ": the deeper stack trains worse (the degradation problem)", extra)
+        return Verdict(
+            "trainability",
+            False,
+            q,
+            bound,
+            None,
+            text + ": the deeper stack trains worse (the degradation problem)",
+            extra,
+        )
     r = runs[0]
     q = ratios[r.depth]
-    return Verdict("trainability", True, q, bound, None, f"the loss fell to {q:.3g} of its start ({r.initial:.3g} → {r.final:.3g} in {r.steps} steps)", extra)
+    return Verdict(
+        "trainability",
+        True,
+        q,
+        bound,
+        None,
+        f"the loss fell to {q:.3g} of its start ({r.initial:.3g} → {r.final:.3g} in {r.steps} steps)",
+        extra,
+    )
 
 
 # ----------------------------------------------------------------------------- residual_size
@@ -174,15 +218,32 @@ def residual_size(
     if compare_depths is not None:
         parts.append(f"mean(depth {compare_depths[1]}) ≤ {max_depth_ratio:g}×mean(depth {compare_depths[0]})")
     bound = ", ".join(parts) or "finite"
-    extra: dict[str, Any] = {"residuals": {str(r.depth): _finite(r.residuals) for r in runs}, "curves": {str(r.depth): _finite(r.losses) for r in runs}}
+    extra: dict[str, Any] = {
+        "residuals": {str(r.depth): _finite(r.residuals) for r in runs},
+        "curves": {str(r.depth): _finite(r.losses) for r in runs},
+    }
     means: dict[int, float] = {}
     for r in runs:
         if r.diverged_at is not None:
             return Verdict(
-                "residual_size", False, math.nan, bound, None, f"the run diverged at step {r.diverged_at} (depth {r.depth}), so there is no trained network to measure; lower train.lr", extra
+                "residual_size",
+                False,
+                math.nan,
+                bound,
+                None,
+                f"the run diverged at step {r.diverged_at} (depth {r.depth}), so there is no trained network to measure; lower train.lr",
+                extra,
             )
         if not r.residuals or not all(math.isfinite(v) for v in r.residuals):
-            return Verdict("residual_size", False, math.nan, bound, None, "a block changes the shape of its input (or a boundary is zero), so ‖x_(l+1) − x_l‖/‖x_l‖ is undefined", extra)
+            return Verdict(
+                "residual_size",
+                False,
+                math.nan,
+                bound,
+                None,
+                "a block changes the shape of its input (or a boundary is zero), so ‖x_(l+1) − x_l‖/‖x_l‖ is undefined",
+                extra,
+            )
         means[r.depth] = float(np.mean(r.residuals))
     extra["means"] = {str(d): v if math.isfinite(v) else None for d, v in means.items()}
     last = runs[-1]
@@ -190,13 +251,17 @@ def residual_size(
     block = int(np.argmax(last.residuals))
     text = f"after {last.steps} steps the blocks change the signal by {mean:.3g} on average (most: block {block}, {last.residuals[block]:.3g})"
     if max_mean is not None and mean > max_mean:
-        return Verdict("residual_size", False, mean, bound, block, text + f" at depth {last.depth}, above {max_mean:g}", extra)
+        return Verdict(
+            "residual_size", False, mean, bound, block, text + f" at depth {last.depth}, above {max_mean:g}", extra
+        )
     if compare_depths is not None:
         q = mean / means[runs[0].depth] if means[runs[0].depth] > 0 else math.inf
         extra["depth_ratio"] = q
         text += f" at depth {last.depth}, {q:.3g}× the depth-{runs[0].depth} stack's {means[runs[0].depth]:.3g}"
         if q > max_depth_ratio:
-            return Verdict("residual_size", False, mean, bound, block, text + ": the residuals do not shrink with depth", extra)
+            return Verdict(
+                "residual_size", False, mean, bound, block, text + ": the residuals do not shrink with depth", extra
+            )
         return Verdict("residual_size", True, mean, bound, block, text + ": smaller in the deeper stack", extra)
     return Verdict("residual_size", True, mean, bound, block, text, extra)
 

@@ -81,7 +81,9 @@ def _probe_seeds(
     if loss not in ("projection", "sum"):
         raise ValueError(f'probe_seeds(loss={loss!r}): choose "projection" or "sum"')
     if any(isinstance(net, Stack) and (net.call_kwargs is not None or net.stem is not None) for net in networks):
-        raise TypeError("probe_seeds calls each block as block(h): probe a stability.Stack with call_kwargs or a stem with probe()")
+        raise TypeError(
+            "probe_seeds calls each block as block(h): probe a stability.Stack with call_kwargs or a stem with probe()"
+        )
     stacks = [_as_list(net) for net in networks]
     n_nets = len(stacks)
     if n_nets == 0:
@@ -102,7 +104,9 @@ def _probe_seeds(
     norm_dtype = torch.float32 if low else None
     grad_norms: list[torch.Tensor | None] = [None] * (n + 1)  # (S,) each
 
-    def forward(p: list[dict[str, torch.Tensor]], b: list[dict[str, torch.Tensor]], h: torch.Tensor, eps: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def forward(
+        p: list[dict[str, torch.Tensor]], b: list[dict[str, torch.Tensor]], h: torch.Tensor, eps: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         # One seed (vmap adds the S dimension): h (B, …), eps[l − 1] shaped like boundary l.
         moments: list[torch.Tensor] = []
         for i, block in enumerate(blocks):
@@ -114,7 +118,9 @@ def _probe_seeds(
             except RuntimeError as exc:
                 if "out of memory" in str(exc).lower():
                     raise
-                raise BlockError(f"block {i} ({type(block).__name__}) failed under vmap on an input of shape {tuple(h.shape)}: {exc}") from exc
+                raise BlockError(
+                    f"block {i} ({type(block).__name__}) failed under vmap on an input of shape {tuple(h.shape)}: {exc}"
+                ) from exc
         _moments(h.detach().float() if low else h.detach(), moments)
         return h, moments
 
@@ -144,7 +150,9 @@ def _probe_seeds(
     grad_norms[0] = _rows_norm(g0, n_nets, norm_dtype)
     if n > 0:
         grad_norms[n] = _rows_norm(out_grad, n_nets, norm_dtype)
-    norm_zero = torch.zeros(n_nets, device=x.device, dtype=torch.float64 if x.device.type == "cpu" else torch.float32 if low else x.dtype)  # CPU: float64 (`_rows_norm` may return it)
+    norm_zero = torch.zeros(
+        n_nets, device=x.device, dtype=torch.float64 if x.device.type == "cpu" else torch.float32 if low else x.dtype
+    )  # CPU: float64 (`_rows_norm` may return it)
     norms = torch.stack([norm_zero if g is None else g.to(norm_zero.dtype) for g in grad_norms], dim=1)  # (S, n+1)
     pnorms = [_rows_norm(g, n_nets, None) for g in grads[1 : 1 + len(flat)]]  # (S,) each
     identity = _rows_rel_diff64(y, x0)
@@ -164,7 +172,9 @@ def _probe_seeds(
     channels = [shape[1] if len(shape) > 1 else 1 for shape in shapes]
     out: list[Measurements] = []
     for s, row in enumerate(host):
-        if _sums_out_of_range(row[n + 1 : n + 1 + k], counts):  # float32 sums beyond its range: `probe` takes them again in float64 (rare: |h| beyond ~1e19 or below ~1e-19)
+        if _sums_out_of_range(
+            row[n + 1 : n + 1 + k], counts
+        ):  # float32 sums beyond its range: `probe` takes them again in float64 (rare: |h| beyond ~1e19 or below ~1e-19)
             out.append(probe(networks[s], x[s], loss=loss, seed=seeds[s]))
             continue
         grad_norm = row[: n + 1]
@@ -247,7 +257,9 @@ def _same_state(stack: list[nn.Module], template: _State, s: int) -> _State:
     return out
 
 
-def _stack_states(states: list[_State], n: int) -> tuple[list[dict[str, torch.Tensor]], list[dict[str, torch.Tensor]], list[str]]:
+def _stack_states(
+    states: list[_State], n: int
+) -> tuple[list[dict[str, torch.Tensor]], list[dict[str, torch.Tensor]], list[str]]:
     """Per block (n of them, those without parameters or buffers included), {name: (S, …) tensor}
     for parameters (autograd leaves) and buffers, and the names (as `probe` reports them) of the
     parameters that take a gradient, in order."""
@@ -282,7 +294,9 @@ def _boundary_shapes(blocks: list[nn.Module], x: torch.Tensor) -> list[tuple[int
             except RuntimeError as exc:
                 if "out of memory" in str(exc).lower():
                     raise
-                raise BlockError(f"block {i} ({type(block).__name__}) failed on an input of shape {tuple(h.shape)}: {exc}") from exc
+                raise BlockError(
+                    f"block {i} ({type(block).__name__}) failed on an input of shape {tuple(h.shape)}: {exc}"
+                ) from exc
             if not isinstance(h, torch.Tensor):
                 raise BlockError(f"block {i} ({type(block).__name__}) returned {type(h).__name__}, not a tensor")
             shapes.append(tuple(h.shape))
@@ -343,7 +357,9 @@ def _refuse_shared(blocks: list[nn.Module]) -> None:
         for key in mine:
             first = owner.setdefault(key, i)
             if first != i:
-                raise ValueError(f"probe_seeds: blocks {first} and {i} share a parameter or buffer (a tied stack); probe() measures such networks one at a time")
+                raise ValueError(
+                    f"probe_seeds: blocks {first} and {i} share a parameter or buffer (a tied stack); probe() measures such networks one at a time"
+                )
 
 
 def _rows_norm(t: torch.Tensor, n_nets: int, dtype: torch.dtype | None) -> torch.Tensor:

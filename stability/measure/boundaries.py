@@ -101,13 +101,17 @@ def _rel_diff(a: torch.Tensor, b: torch.Tensor) -> float | None:
     if a.shape != b.shape:
         return None
     a, b = a.detach(), b.detach()
-    if a.dtype != b.dtype or a.dtype not in (torch.float32, torch.float64) or not a.is_cpu:  # (`_norm` re-checks the range on the CPU only)
+    if (
+        a.dtype != b.dtype or a.dtype not in (torch.float32, torch.float64) or not a.is_cpu
+    ):  # (`_norm` re-checks the range on the CPU only)
         a, b = a.to(torch.float64), b.to(torch.float64)
     num, den = float(_norm(a - b, None)), float(_norm(b, None))
     return num / den if den > 0 else num
 
 
-def _first_nonfinite(mean: list[float], grad: list[float]) -> tuple[int | None, Literal["activation", "gradient"] | None]:
+def _first_nonfinite(
+    mean: list[float], grad: list[float]
+) -> tuple[int | None, Literal["activation", "gradient"] | None]:
     """The first boundary a non-finite value reached: in forward order for activations, in
     backward order (from the output down) for gradients. An activation is non-finite exactly when
     its mean is (a sum holding inf or NaN is inf or NaN); the variance alone can overflow on
@@ -198,7 +202,9 @@ class _HostReductions:
         buf = self._buf
         if buf is None or self._rows[0].shape != h.shape or buf.dtype != h.dtype:
             self.flush()
-            buf = self._buf = torch.empty((max(1, min(_GROUP_ROWS, _GROUP_ELEMENTS // n)), n), dtype=h.dtype)  # (rows, N)
+            buf = self._buf = torch.empty(
+                (max(1, min(_GROUP_ROWS, _GROUP_ELEMENTS // n)), n), dtype=h.dtype
+            )  # (rows, N)
             self._rows = list(buf.view(-1, *h.shape).unbind(0))  # each shaped like h: copied into without a reshape
             self._squares = torch.empty_like(buf)
         slots = self._slots
@@ -214,9 +220,13 @@ class _HostReductions:
             return
         rows = self._buf[:k]  # (k, N)
         squares = torch.square(rows, out=self._squares[:k])  # (k, N)
-        if k == 1:  # a reduction to one number is split over torch's threads (other rounding than one thread's); to two or more, never
+        if (
+            k == 1
+        ):  # a reduction to one number is split over torch's threads (other rounding than one thread's); to two or more, never
             rows, squares = rows.expand(2, -1), squares.expand(2, -1)  # (2, N), stride 0: no copy
-        values = torch.cat((rows.sum(1)[:k], squares.sum(1)[:k])).tolist()  # Σh, Σh² per row: the float32 cascade of `Tensor.sum` on one thread
+        values = torch.cat(
+            (rows.sum(1)[:k], squares.sum(1)[:k])
+        ).tolist()  # Σh, Σh² per row: the float32 cascade of `Tensor.sum` on one thread
         for j, slot in enumerate(self._slots):
             self.moments.add_sums(slot, self._rows[j], values[j], values[k + j])
         self._slots.clear()
@@ -239,7 +249,9 @@ class _HostReductions:
     def param_dtype(self) -> torch.dtype | None:
         return self.norm_dtype
 
-    def read(self, g0: torch.Tensor, pnorms: torch.Tensor, y: torch.Tensor, x0: torch.Tensor, out_grad: torch.Tensor | None) -> _Values:
+    def read(
+        self, g0: torch.Tensor, pnorms: torch.Tensor, y: torch.Tensor, x0: torch.Tensor, out_grad: torch.Tensor | None
+    ) -> _Values:
         grad = self.grad
         grad[0] = _norm_value(g0, self.norm_dtype) if g0.is_cpu else _norm(g0, self.norm_dtype)
         on_device = [i for i, g in enumerate(grad) if isinstance(g, torch.Tensor)]  # norms still on a device
@@ -247,7 +259,9 @@ class _HostReductions:
         stats = _stack64(self.moments.parts)
         d, k = len(on_device), stats.numel()
         host = _read_host(torch.cat([norms.to(pnorms.device), stats.to(pnorms.device), pnorms]))
-        grad_norm = [g if isinstance(g, float) else 0.0 for g in grad]  # None: the gradient never arrived (the boundary does not reach the loss)
+        grad_norm = [
+            g if isinstance(g, float) else 0.0 for g in grad
+        ]  # None: the gradient never arrived (the boundary does not reach the loss)
         for j, i in enumerate(on_device):
             grad_norm[i] = host[j]
         var, mean = self.moments.result(host[d : d + k])
@@ -282,12 +296,16 @@ class _DeviceReductions:
     def param_dtype(self) -> torch.dtype | None:
         return torch.float64
 
-    def read(self, g0: torch.Tensor, pnorms: torch.Tensor, y: torch.Tensor, x0: torch.Tensor, out_grad: torch.Tensor | None) -> _Values:
+    def read(
+        self, g0: torch.Tensor, pnorms: torch.Tensor, y: torch.Tensor, x0: torch.Tensor, out_grad: torch.Tensor | None
+    ) -> _Values:
         dev = self.device
         self.grad[0] = _norm64(g0)
         zero = torch.zeros((), dtype=torch.float64, device=dev)
         rel = [_rel_parts64(y, x0), _rel_parts64(g0, out_grad) if out_grad is not None else None]
-        scalars = [zero if g is None else g for g in self.grad] + self.stats + [t for r in rel if r is not None for t in r]
+        scalars = (
+            [zero if g is None else g for g in self.grad] + self.stats + [t for r in rel if r is not None for t in r]
+        )
         local = torch.stack([_on(t, dev) for t in scalars])
         host = _read_host(torch.cat([local, _on(pnorms, dev)]))
         n1, k = len(self.grad), len(self.stats)
@@ -339,7 +357,11 @@ class _Pass:
         if self.leaf is not None:  # a checkpointed recomputation, or a model that runs its first block twice
             return h
         design = CPU_DESIGN if h.device.type == "cpu" else "device"
-        self.red = _DeviceReductions(self.n, h.device) if design == "device" else _HostReductions(self.n, h.dtype in _LOW, grouped=design == "grouped")
+        self.red = (
+            _DeviceReductions(self.n, h.device)
+            if design == "device"
+            else _HostReductions(self.n, h.dtype in _LOW, grouped=design == "grouped")
+        )
         x0 = h.detach().requires_grad_(True)  # the input as it was, and the gradient's leaf
         self.leaf = x0
         h0 = x0.clone()  # block 0's own copy: it may modify it in place without touching x0 (or the caller's tensor)

@@ -38,7 +38,16 @@ from stability.measure.probe import BoundaryObserver, Measurements, probe_networ
 from stability.spec.case import Case
 from stability.spec.schema import Spec
 
-__all__ = ["Ensemble", "ENSEMBLE_STREAM", "ensemble_seeds", "probe_ensemble", "probe_ensemble_until_decided", "ensemble_size", "probe_channel_ensemble", "lesion_ensemble"]
+__all__ = [
+    "Ensemble",
+    "ENSEMBLE_STREAM",
+    "ensemble_seeds",
+    "probe_ensemble",
+    "probe_ensemble_until_decided",
+    "ensemble_size",
+    "probe_channel_ensemble",
+    "lesion_ensemble",
+]
 
 #: The `derive_seed` stream the ensemble's seeds come from (0 weights, 1 input, 2 loss are the
 #: case's own; a high number keeps clear of streams other features add).
@@ -91,10 +100,24 @@ def probe_ensemble(spec: Spec, case: Case, first: Measurements, *, size: int, ve
     seeds = ensemble_seeds(case.seed, size)
     found, vectorised = _probe_members(spec, case, seeds[1:], vectorise=vectorise)
     everyone = [first, *found]
-    return Ensemble(seeds, [m.act_var for m in everyone], [m.act_sq_mean for m in everyone], vectorised, [m.grad_norm for m in everyone])
+    return Ensemble(
+        seeds,
+        [m.act_var for m in everyone],
+        [m.act_sq_mean for m in everyone],
+        vectorised,
+        [m.grad_norm for m in everyone],
+    )
 
 
-def probe_ensemble_until_decided(spec: Spec, case: Case, first: Measurements, *, size: int, enough: Callable[[list[list[float]]], bool], max_size: int | None = None) -> Ensemble:
+def probe_ensemble_until_decided(
+    spec: Spec,
+    case: Case,
+    first: Measurements,
+    *,
+    size: int,
+    enough: Callable[[list[list[float]]], bool],
+    max_size: int | None = None,
+) -> Ensemble:
     """`probe_ensemble`, then, until the judge has `enough` of the members' profiles (of the spec's
     `variance_growth.statistic`; `stability.judge.growth.enough_members`: the growth laws are decided,
     or cannot be at this depth), double the ensemble with the next seeds of the same stream, up to
@@ -135,7 +158,13 @@ def _member(spec: Spec, case: Case, seed: int) -> tuple[Network, torch.Tensor | 
     return net, network_input(spec, member, net)
 
 
-def _one_at_a_time(spec: Spec, case: Case, seeds: list[int], measure: Callable[[Network, torch.Tensor | None, int], _T], first: list[tuple[Network, torch.Tensor | None]] | None = None) -> list[_T]:
+def _one_at_a_time(
+    spec: Spec,
+    case: Case,
+    seeds: list[int],
+    measure: Callable[[Network, torch.Tensor | None, int], _T],
+    first: list[tuple[Network, torch.Tensor | None]] | None = None,
+) -> list[_T]:
     """`measure(net, x, seed)` of each member, each built after the one before is freed (a library
     model's members are whole models: one resident at a time besides the case's own, which the
     memory guard's estimate counts). `first`, when given, holds the first seed's member already
@@ -148,7 +177,9 @@ def _one_at_a_time(spec: Spec, case: Case, seeds: list[int], measure: Callable[[
     return out
 
 
-def _probe_member(spec: Spec, net: Network, x: torch.Tensor | None, seed: int, *, observers: Sequence[BoundaryObserver] = ()) -> Measurements:
+def _probe_member(
+    spec: Spec, net: Network, x: torch.Tensor | None, seed: int, *, observers: Sequence[BoundaryObserver] = ()
+) -> Measurements:
     """`probe_network` of one member with the streams the engine gives a case of that seed (loss 2, RNG 3)."""
     return probe_network(
         net,
@@ -161,7 +192,9 @@ def _probe_member(spec: Spec, net: Network, x: torch.Tensor | None, seed: int, *
     )
 
 
-def _probe_members(spec: Spec, case: Case, seeds: list[int], *, vectorise: bool = True) -> tuple[list[Measurements], bool]:
+def _probe_members(
+    spec: Spec, case: Case, seeds: list[int], *, vectorise: bool = True
+) -> tuple[list[Measurements], bool]:
     """The members with these seeds, probed together (or one by one where vmap cannot run a block)."""
     if not seeds:
         return [], False
@@ -174,7 +207,12 @@ def _probe_members(spec: Spec, case: Case, seeds: list[int], *, vectorise: bool 
         built = [head, *_built(spec, case, seeds[1:])]
         if all(net.call_kwargs is None and net.model is None and x is not None for net, x in built):
             try:
-                return probe_seeds([net.blocks for net, _ in built], [x for _, x in built if x is not None], seeds=[derive_seed(s, 2) for s in seeds], loss=spec.probe.loss), True
+                return probe_seeds(
+                    [net.blocks for net, _ in built],
+                    [x for _, x in built if x is not None],
+                    seeds=[derive_seed(s, 2) for s in seeds],
+                    loss=spec.probe.loss,
+                ), True
             except (BlockError, RuntimeError, ValueError) as exc:
                 if "out of memory" in str(exc).lower():
                     raise
@@ -196,7 +234,9 @@ def probe_channel_ensemble(spec: Spec, case: Case, first: Measurements, *, size:
     (a centred tanh stack of width 18 at batch 8 gives ρ from −0.1 to 0.3 across seeds, around a
     median of −0.03), so the invariant judges the ensemble's median."""
     seeds = ensemble_seeds(case.seed, size)[1:]
-    members = _one_at_a_time(spec, case, seeds, lambda net, x, s: _probe_member(spec, net, x, s, observers=[ChannelStats()]))
+    members = _one_at_a_time(
+        spec, case, seeds, lambda net, x, s: _probe_member(spec, net, x, s, observers=[ChannelStats()])
+    )
     return [first.extra["channels"], *(m.extra["channels"] for m in members)]
 
 
@@ -205,4 +245,7 @@ def lesion_ensemble(spec: Spec, case: Case, first: list[float], *, size: int) ->
     the case's own, the others built from `ensemble_seeds`. One network seeing one input of a few
     values is a noisy sample (a 1/√L-scaled pre-activation stack at width 16, batch 1 exceeds a
     change of 0.8 in ~1 of 80 draws), so `lesion` judges the median over the networks."""
-    return [first, *_one_at_a_time(spec, case, ensemble_seeds(case.seed, size)[1:], lambda net, x, s: network_lesion(net, x))]
+    return [
+        first,
+        *_one_at_a_time(spec, case, ensemble_seeds(case.seed, size)[1:], lambda net, x, s: network_lesion(net, x)),
+    ]

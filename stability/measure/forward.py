@@ -62,14 +62,18 @@ def model_forward(model: nn.Module, inputs: ModelInputs, blocks: Blocks, *, grad
     index = {id(m): i for i, m in enumerate(modules)}
     n = len(modules)
 
-    def forward(enter: Callable[[torch.Tensor], torch.Tensor], observe: Callable[[int, torch.Tensor], None]) -> torch.Tensor:
+    def forward(
+        enter: Callable[[torch.Tensor], torch.Tensor], observe: Callable[[int, torch.Tensor], None]
+    ) -> torch.Tensor:
         expected = [0]  # the block whose call comes next
         shape: list[torch.Size] = []
 
         def fail(i: int, problem: str) -> BlockError:
             return BlockError(f"block {i} ({type(modules[i]).__name__}, {blocks.names[i]}) {problem}")
 
-        def pre(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        def pre(
+            module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
             i = index[id(module)]
             if i != expected[0]:
                 raise fail(i, f"was called when block {expected[0]} was due (each block runs once, in order)")
@@ -85,7 +89,10 @@ def model_forward(model: nn.Module, inputs: ModelInputs, blocks: Blocks, *, grad
                     return (h0, *args[1:]), kwargs
                 return args, {**kwargs, where: h0}
             if h.shape != shape[0]:
-                raise fail(i, f"got a hidden state of shape {tuple(h.shape)}, block 0 got {tuple(shape[0])}: a ratio across a shape change compares different tensors")
+                raise fail(
+                    i,
+                    f"got a hidden state of shape {tuple(h.shape)}, block 0 got {tuple(shape[0])}: a ratio across a shape change compares different tensors",
+                )
             observe(i, h)
             return None
 
@@ -97,7 +104,10 @@ def model_forward(model: nn.Module, inputs: ModelInputs, blocks: Blocks, *, grad
                 if y is None:
                     raise fail(i, f"returned {type(output).__name__} with no tensor hidden state")
                 if y.shape != shape[0]:
-                    raise fail(i, f"returned a hidden state of shape {tuple(y.shape)}, block 0 got {tuple(shape[0])}: a ratio across a shape change compares different tensors")
+                    raise fail(
+                        i,
+                        f"returned a hidden state of shape {tuple(y.shape)}, block 0 got {tuple(shape[0])}: a ratio across a shape change compares different tensors",
+                    )
                 raise _Stop(y)
 
         handles = [m.register_forward_pre_hook(pre, with_kwargs=True) for m in modules]
@@ -107,7 +117,10 @@ def model_forward(model: nn.Module, inputs: ModelInputs, blocks: Blocks, *, grad
                 run_model(model, inputs)
         except _Stop as stop:
             return stop.y
-        except (CaseError, torch.OutOfMemoryError):  # a block's own error above, the time limit, or a device out of memory
+        except (
+            CaseError,
+            torch.OutOfMemoryError,
+        ):  # a block's own error above, the time limit, or a device out of memory
             raise
         except Exception as exc:
             what = " ".join(f"{type(exc).__name__}: {exc}".split())
@@ -115,13 +128,21 @@ def model_forward(model: nn.Module, inputs: ModelInputs, blocks: Blocks, *, grad
         finally:
             for handle in handles:
                 handle.remove()
-        raise BlockError(f"the forward of {type(model).__name__} returned before block {expected[0]} of {n} ({blocks.describe()}) ran")
+        raise BlockError(
+            f"the forward of {type(model).__name__} returned before block {expected[0]} of {n} ({blocks.describe()}) ran"
+        )
 
     return forward
 
 
 def _device(model: nn.Module, inputs: ModelInputs) -> torch.device:
-    values = list(inputs.values()) if isinstance(inputs, Mapping) else list(inputs) if isinstance(inputs, tuple) else [inputs]
+    values = (
+        list(inputs.values())
+        if isinstance(inputs, Mapping)
+        else list(inputs)
+        if isinstance(inputs, tuple)
+        else [inputs]
+    )
     for v in values:
         if isinstance(v, torch.Tensor):
             return v.device
@@ -154,12 +175,16 @@ def probe_model(
     found = blocks if isinstance(blocks, Blocks) else discover(model, inputs, blocks=blocks).blocks
     modules = list(found.modules)
     forward = model_forward(model, inputs, found)
-    remember_moments(model)  # a streamed model's parameters read as the pass first makes each block, not made again for init_record
+    remember_moments(
+        model
+    )  # a streamed model's parameters read as the pass first makes each block, not made again for init_record
 
     def body(named: list[tuple[str, nn.Parameter]]) -> Measurements:
         return measure_pass(forward, modules, named, loss=loss, seed=seed, target=target, observers=observers)
 
-    return prepared(modules, body, named_root=None, also=[model], device=_device(model, inputs), seed=seed, rng_seed=rng_seed)
+    return prepared(
+        modules, body, named_root=None, also=[model], device=_device(model, inputs), seed=seed, rng_seed=rng_seed
+    )
 
 
 def with_hidden(output: Any, h: torch.Tensor) -> Any:
@@ -169,7 +194,11 @@ def with_hidden(output: Any, h: torch.Tensor) -> Any:
     for key in ("last_hidden_state", "hidden_states"):
         if isinstance(output, Mapping) and isinstance(output.get(key), torch.Tensor):
             return type(output)(**{**output, key: h})
-        if isinstance(getattr(output, key, None), torch.Tensor) and dataclasses.is_dataclass(output) and not isinstance(output, type):
+        if (
+            isinstance(getattr(output, key, None), torch.Tensor)
+            and dataclasses.is_dataclass(output)
+            and not isinstance(output, type)
+        ):
             return dataclasses.replace(output, **{key: h})
     if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
         return type(output)([h, *output[1:]])
@@ -200,7 +229,10 @@ def lesion_changes_in_model(run: ModelRun) -> list[float]:
             def skip(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
                 return with_hidden(out, seen[-1])
 
-            handles = [block.register_forward_pre_hook(keep, with_kwargs=True), block.register_forward_hook(skip, with_kwargs=True)]
+            handles = [
+                block.register_forward_pre_hook(keep, with_kwargs=True),
+                block.register_forward_hook(skip, with_kwargs=True),
+            ]
         try:
             return model_forward(run.model, run.inputs, blocks, grad=False)(lambda h: h, lambda i, h: None)
         finally:

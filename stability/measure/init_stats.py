@@ -130,7 +130,16 @@ def _moments(pieces: list[torch.Tensor]) -> _Moments:
     return _Moments(n, origin + offset, max(m2, 0.0) if math.isfinite(m2) else m2, min(ends), max(ends))
 
 
-def _stats(name: str, module: tuple[str, ...], within: tuple[str, ...], moments: _Moments, shape: tuple[int, ...], fans: tuple[int, int], k: float, dtype: torch.dtype) -> ParameterStats:
+def _stats(
+    name: str,
+    module: tuple[str, ...],
+    within: tuple[str, ...],
+    moments: _Moments,
+    shape: tuple[int, ...],
+    fans: tuple[int, int],
+    k: float,
+    dtype: torch.dtype,
+) -> ParameterStats:
     """The statistics of the entries `moments` describes (one parameter, or its rows but the
     padding row) divided by `k` (> 0: dividing by it keeps min and max in order)."""
     n = moments.n
@@ -167,7 +176,9 @@ def _remembered(model: nn.Module) -> dict[int, _Moments]:
     return found[0].moments if found else {}
 
 
-def init_record(model: nn.Module, declared: Mapping[str, Any], rescaled: Mapping[str, float] | None = None) -> InitRecord:
+def init_record(
+    model: nn.Module, declared: Mapping[str, Any], rescaled: Mapping[str, float] | None = None
+) -> InitRecord:
     """The statistics of every parameter of `model` (module docstring)."""
     rescaled = rescaled or {}
     modules = dict(model.named_modules())
@@ -181,20 +192,37 @@ def init_record(model: nn.Module, declared: Mapping[str, Any], rescaled: Mapping
 
     known = {id(p) for name, p in model.named_parameters() if id(p) in remembered and padding(name, p) is None}
     out: list[ParameterStats] = []
-    for name, p in named_parameters_materialised(model, known):  # (a streamed model's blocks one at a time, where not read before)
+    for name, p in named_parameters_materialised(
+        model, known
+    ):  # (a streamed model's blocks one at a time, where not read before)
         owner_name = name.rpartition(".")[0]
         owner = modules.get(owner_name, model)
         classes = class_names(type(owner))
         parts = owner_name.split(".") if owner_name else []
-        within = tuple(c for i in range(len(parts) - 1, -1, -1) for c in class_names(type(modules.get(".".join(parts[:i]), model))))
+        within = tuple(
+            c for i in range(len(parts) - 1, -1, -1) for c in class_names(type(modules.get(".".join(parts[:i]), model)))
+        )
         weight = getattr(owner, "weight", None)
-        fans = _fans(owner, weight if p.dim() < 2 and isinstance(weight, torch.Tensor) and weight.dim() >= 2 else p)  # a bias: its layer's fans
+        fans = _fans(
+            owner, weight if p.dim() < 2 and isinstance(weight, torch.Tensor) and weight.dim() >= 2 else p
+        )  # a bias: its layer's fans
         k = float(rescaled.get(name, 1.0))
         pad = padding(name, p)
         if pad is not None:
             rest = [p[:pad], p[pad + 1 :]]  # (views: no copy of the table)
             out.append(_stats(name, classes, within, _moments(rest), (p.shape[0] - 1, *p.shape[1:]), fans, k, p.dtype))
-            out.append(_stats(f"{name}[padding_idx={pad}]", classes, within, _moments([p[pad]]), tuple(p[pad].shape), fans, k, p.dtype))
+            out.append(
+                _stats(
+                    f"{name}[padding_idx={pad}]",
+                    classes,
+                    within,
+                    _moments([p[pad]]),
+                    tuple(p[pad].shape),
+                    fans,
+                    k,
+                    p.dtype,
+                )
+            )
         else:
             moments = remembered[id(p)] if id(p) in known else _moments([p])
             out.append(_stats(name, classes, within, moments, tuple(p.shape), fans, k, p.dtype))
@@ -209,7 +237,11 @@ def _plain(value: Any) -> Any:
         return value
     if isinstance(value, type):
         return value.__name__
-    if isinstance(value, (list, tuple)) and value and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+    if (
+        isinstance(value, (list, tuple))
+        and value
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    ):
         return list(value)
     return None
 

@@ -39,7 +39,14 @@ from torch.func import jacrev, jvp, vjp, vmap
 
 from stability.measure.measurements import serializable
 
-__all__ = ["JacobianSpectrum", "EXACT_MAX", "jacobian_spectrum", "jacobian_svdvals", "hutchinson_mean_sq", "power_max_sq"]
+__all__ = [
+    "JacobianSpectrum",
+    "EXACT_MAX",
+    "jacobian_spectrum",
+    "jacobian_svdvals",
+    "hutchinson_mean_sq",
+    "power_max_sq",
+]
 
 #: The largest N = B·n_in for which the exact Jacobian is formed.
 EXACT_MAX = 4096
@@ -65,7 +72,11 @@ class JacobianSpectrum:
 
 @contextlib.contextmanager
 def _no_running_stats(module: nn.Module) -> Iterator[None]:
-    changed = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.training and m.track_running_stats]
+    changed = [
+        m
+        for m in module.modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.training and m.track_running_stats
+    ]
     for m in changed:
         m.track_running_stats = False
     try:
@@ -80,13 +91,19 @@ def hutchinson_mean_sq(f: Fn, x: torch.Tensor, *, probes: int, generator: torch.
     if probes < 2:
         raise ValueError(f"probes must be at least 2 to state a standard error, got {probes}")
     n = x.numel()
-    vs = torch.randn((probes, *x.shape), generator=generator, dtype=torch.float64).to(device=x.device, dtype=x.dtype)  # (K, *x.shape)
-    jv = vmap(lambda v: jvp(f, (x,), (v,))[1], randomness="different")(vs)  # (K, *y.shape): J v_k, all probes in one call
+    vs = torch.randn((probes, *x.shape), generator=generator, dtype=torch.float64).to(
+        device=x.device, dtype=x.dtype
+    )  # (K, *x.shape)
+    jv = vmap(lambda v: jvp(f, (x,), (v,))[1], randomness="different")(
+        vs
+    )  # (K, *y.shape): J v_k, all probes in one call
     t = jv.detach().double().flatten(1).pow(2).sum(1) / n  # (K,) ‖J v_k‖² / N
     return float(t.mean()), float(t.std() / math.sqrt(probes))
 
 
-def power_max_sq(f: Fn, x: torch.Tensor, *, iterations: int, generator: torch.Generator, rtol: float = 1e-4) -> tuple[float, int]:
+def power_max_sq(
+    f: Fn, x: torch.Tensor, *, iterations: int, generator: torch.Generator, rtol: float = 1e-4
+) -> tuple[float, int]:
     """(σ_max² lower bound, iterations used) by power iteration on JᵀJ.
 
     u ↦ Jᵀu is `torch.func.vjp`'s pullback; v ↦ Jv is the pullback of that pullback (it is linear
@@ -116,7 +133,9 @@ def jacobian_svdvals(blocks: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """All singular values of J = ∂blocks(x)/∂x as a float64 vector (N ≤ EXACT_MAX)."""
     n = x.numel()
     if n > EXACT_MAX:
-        raise ValueError(f"the exact Jacobian has {n}² entries (N = batch × input size = {n} > {EXACT_MAX}); use the estimates")
+        raise ValueError(
+            f"the exact Jacobian has {n}² entries (N = batch × input size = {n} > {EXACT_MAX}); use the estimates"
+        )
     x = x.detach()
     with _no_running_stats(blocks):
         jac = jacrev(blocks)(x)  # (*y.shape, *x.shape)
@@ -124,7 +143,9 @@ def jacobian_svdvals(blocks: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return s
 
 
-def jacobian_spectrum(blocks: nn.Module, x: torch.Tensor, *, probes: int = 16, iterations: int = 50, seed: int = 0, exact: bool = False) -> JacobianSpectrum:
+def jacobian_spectrum(
+    blocks: nn.Module, x: torch.Tensor, *, probes: int = 16, iterations: int = 50, seed: int = 0, exact: bool = False
+) -> JacobianSpectrum:
     """⟨σ²⟩, σ_max² and their ratio for the stack `blocks` at input x (B, …); see the module docstring."""
     x = x.detach()
     n = x.numel()
@@ -132,7 +153,9 @@ def jacobian_spectrum(blocks: nn.Module, x: torch.Tensor, *, probes: int = 16, i
         s2 = jacobian_svdvals(blocks, x) ** 2
         s2 = torch.cat([s2, s2.new_zeros(max(n - s2.numel(), 0))])  # the N eigenvalues of JᵀJ
         mean, top = float(s2.mean()), float(s2.max())
-        return JacobianSpectrum(mean, 0.0, top, top / mean if mean > 0 else math.inf, n, "exact", var_sq=float(s2.var(unbiased=False)))
+        return JacobianSpectrum(
+            mean, 0.0, top, top / mean if mean > 0 else math.inf, n, "exact", var_sq=float(s2.var(unbiased=False))
+        )
     gen = torch.Generator().manual_seed(seed)
     with _no_running_stats(blocks):
         mean, se = hutchinson_mean_sq(blocks, x, probes=probes, generator=gen)

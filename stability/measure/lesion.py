@@ -32,7 +32,11 @@ __all__ = ["lesion_changes", "network_lesion"]
 
 def lesion_changes(blocks: nn.Module | Sequence[nn.Module], x: torch.Tensor) -> list[float]:
     """change_l for every block l (NaN where the block changes the shape); see the module docstring."""
-    mods: list[nn.Module] = list(blocks) if not isinstance(blocks, nn.Module) or isinstance(blocks, (nn.Sequential, nn.ModuleList)) else [blocks]
+    mods: list[nn.Module] = (
+        list(blocks)
+        if not isinstance(blocks, nn.Module) or isinstance(blocks, (nn.Sequential, nn.ModuleList))
+        else [blocks]
+    )
     root = nn.ModuleList(mods)
     out: list[float] = []
     with torch.no_grad(), _no_running_stats(root):

@@ -88,7 +88,9 @@ class Capture:
         self.calls += 1
         return index
 
-    def record(self, layer: int, logits: torch.Tensor, visible: torch.Tensor | None, probs: torch.Tensor | None) -> None:
+    def record(
+        self, layer: int, logits: torch.Tensor, visible: torch.Tensor | None, probs: torch.Tensor | None
+    ) -> None:
         """logits (B, H, T, S) as the softmax takes them (before the mask), `visible` a boolean mask
         broadcasting to them (None: every key), `probs` the softmax's output (B, H, T, S)."""
         self.layers = max(self.layers, layer + 1)
@@ -103,7 +105,11 @@ class Capture:
             vis2 = torch.ones(p.shape[-2:], dtype=torch.bool, device=p.device)
         else:
             vis = visible.expand(p.shape) if visible.dim() == 4 else visible
-            vis2 = vis.reshape(-1, *vis.shape[-2:])[0] if vis.dim() > 2 and bool((vis == vis.reshape(-1, *vis.shape[-2:])[0]).all()) else vis
+            vis2 = (
+                vis.reshape(-1, *vis.shape[-2:])[0]
+                if vis.dim() > 2 and bool((vis == vis.reshape(-1, *vis.shape[-2:])[0]).all())
+                else vis
+            )
         if vis2.dim() == 2:  # one mask for every sequence and head: the rows that see two or more keys
             rows = vis2.sum(dim=1) > 1  # (T,)
             value = float(ent[..., rows].mean(dim=(0, 2)).amin()) if bool(rows.any()) else math.nan
@@ -137,7 +143,9 @@ class ProbsCapture(Capture):
         super().__init__()
         self._handles: list[Any] = []
         if isinstance(model, LanguageModel):
-            found = [(i, m) for i, block in enumerate(model.blocks) for m in block.modules() if isinstance(m, AttentionProbs)]
+            found = [
+                (i, m) for i, block in enumerate(model.blocks) for m in block.modules() if isinstance(m, AttentionProbs)
+            ]
             self.layers = len(model.blocks)
         else:
             found = list(enumerate(m for m in model.modules() if isinstance(m, AttentionProbs)))
@@ -226,7 +234,13 @@ def recording_attention(
     attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
     cap = _CURRENT[-1] if _CURRENT else None
     if cap is not None and cap.active:
-        visible = None if attention_mask is None else attention_mask > torch.finfo(attention_mask.dtype).min / 2 if attention_mask.is_floating_point() else attention_mask
+        visible = (
+            None
+            if attention_mask is None
+            else attention_mask > torch.finfo(attention_mask.dtype).min / 2
+            if attention_mask.is_floating_point()
+            else attention_mask
+        )
         cap.record(cap.next_layer(), logits, visible, attn_weights)
     attn_weights = nn.functional.dropout(attn_weights, p=dropout, training=module.training)
     attn_output = torch.matmul(attn_weights, value_states)  # (B, H, T, d)
@@ -279,7 +293,9 @@ class _SdpaMode(TorchFunctionMode):
         super().__init__()
         self.capture = capture
 
-    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         if func is nn.functional.scaled_dot_product_attention:
             self.capture.seen(*args, **kwargs)

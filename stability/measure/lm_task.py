@@ -53,7 +53,9 @@ def state_matrix(rows: torch.Tensor, *, vocab: int, order: int) -> torch.Tensor:
     return m
 
 
-def stationary_distribution(rows: torch.Tensor, *, vocab: int, order: int, tol: float = 1e-13, max_iter: int = 200_000) -> torch.Tensor:
+def stationary_distribution(
+    rows: torch.Tensor, *, vocab: int, order: int, tol: float = 1e-13, max_iter: int = 200_000
+) -> torch.Tensor:
     """π over the V^k states of the k-gram chain, πM = π with Σπ = 1 (M = `state_matrix`), in
     float64: by a direct solve of Mᵀπ = π with one equation replaced by Σπ = 1 for up to 1024 states,
     else by power iteration (of the lazy chain (M + I)/2 after 2000 steps: same π, never periodic) until
@@ -82,7 +84,9 @@ def stationary_distribution(rows: torch.Tensor, *, vocab: int, order: int, tol: 
             cur = step if i < _PLAIN_STEPS else 0.5 * (cur + step)  # lazy once plain steps have not converged
         pi = cur.reshape(-1) / cur.sum()
     if not residual <= 1e-10:
-        raise ValueError(f"the order-{order} chain over {vocab} tokens mixes too slowly for its stationary distribution to be found (residual {residual:.2g}); lower the concentration")
+        raise ValueError(
+            f"the order-{order} chain over {vocab} tokens mixes too slowly for its stationary distribution to be found (residual {residual:.2g}); lower the concentration"
+        )
     return pi
 
 
@@ -119,7 +123,11 @@ class MarkovChain:
         its row, by inverse-CDF sampling of float64 uniforms from `gen` (one draw per sequence for
         the start, then one per token)."""
         k, v = self.order, self.vocab
-        start = torch.searchsorted(self.stationary.cumsum(0), torch.rand(sequences, 1, generator=gen, dtype=torch.float64)).clamp(max=v**k - 1).squeeze(1)  # (N,)
+        start = (
+            torch.searchsorted(self.stationary.cumsum(0), torch.rand(sequences, 1, generator=gen, dtype=torch.float64))
+            .clamp(max=v**k - 1)
+            .squeeze(1)
+        )  # (N,)
         digits = [(start // v ** (k - 1 - i)) % v for i in range(k)]  # k × (N,)
         out = torch.empty(sequences, max(length, k), dtype=torch.int64)
         for i, d in enumerate(digits):
@@ -144,7 +152,9 @@ class MarkovChain:
 def markov_chain(*, vocab: int, order: int, concentration: float, seed: int) -> MarkovChain:
     """The chain of a seed: rows softmax(c·g), g ~ N(0, I) in float64 from `torch.Generator(seed)`."""
     if vocab**order > MAX_STATES:
-        raise ValueError(f"an order-{order} chain over {vocab} tokens has {vocab**order} states, more than {MAX_STATES}")
+        raise ValueError(
+            f"an order-{order} chain over {vocab} tokens has {vocab**order} states, more than {MAX_STATES}"
+        )
     if not math.isfinite(concentration) or concentration < 0:
         raise ValueError(f"the concentration must be a finite number ≥ 0 (got {concentration})")
     gen = torch.Generator().manual_seed(seed)

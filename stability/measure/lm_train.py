@@ -38,7 +38,14 @@ import torch
 from torch import nn
 
 from stability.families.build import derive_seed
-from stability.families.lm_models import LanguageModel, TokenModel, language_model, named_groups, parameter_group, token_model
+from stability.families.lm_models import (
+    LanguageModel,
+    TokenModel,
+    language_model,
+    named_groups,
+    parameter_group,
+    token_model,
+)
 from stability.measure.lm_capture import capture
 from stability.measure.lm_records import PARAMETER_GROUPS, LMRun
 from stability.measure.lm_task import MarkovChain, markov_chain
@@ -59,10 +66,14 @@ def _train(spec: Spec) -> Train:
 
 def lm_chain(spec: Spec, case: Case) -> MarkovChain:
     t = _train(spec)
-    return markov_chain(vocab=t.vocab, order=t.order, concentration=t.concentration, seed=derive_seed(case.seed, _CHAIN_STREAM))
+    return markov_chain(
+        vocab=t.vocab, order=t.order, concentration=t.concentration, seed=derive_seed(case.seed, _CHAIN_STREAM)
+    )
 
 
-def lm_loss(logits: torch.Tensor, targets: torch.Tensor, *, order: int, z_loss: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def lm_loss(
+    logits: torch.Tensor, targets: torch.Tensor, *, order: int, z_loss: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(B, T, V) logits for targets (B, T) → (objective, cross-entropy, log Z of each scored token).
     Target t (the token after input t) is scored when t + 1 ≥ k; objective = CE + z_loss·mean(log² Z)."""
     z = logits[:, order - 1 :].flatten(0, 1)  # (N, V)
@@ -131,7 +142,9 @@ def lm_run(spec: Spec, case: Case, *, lr: float | None = None, stop_at: int | No
         chain = lm_chain(spec, case)
         model = token_model(spec, case)
         model.module.train()
-        held_out = chain.sample(t.eval_sequences, tokens + 1, torch.Generator().manual_seed(derive_seed(case.seed, _EVAL_STREAM)))
+        held_out = chain.sample(
+            t.eval_sequences, tokens + 1, torch.Generator().manual_seed(derive_seed(case.seed, _EVAL_STREAM))
+        )
         run = LMRun(lr=lr, seed=case.seed, steps=t.steps, eps=t.eps, entropy_rate=chain.entropy_rate())
         run.oracle_eval = float(-chain.log_likelihood(held_out).mean())
         held_out = held_out.to(device)
@@ -187,7 +200,9 @@ def lm_run(spec: Spec, case: Case, *, lr: float | None = None, stop_at: int | No
                 opt.step()
                 if recording:
                     for g, ps in groups.items():
-                        run.update_rms[g].append(_rms([p.detach() - b for (_, p), b in zip(ps, before[g], strict=True)]))
+                        run.update_rms[g].append(
+                            _rms([p.detach() - b for (_, p), b in zip(ps, before[g], strict=True)])
+                        )
         finally:
             run.attention_missing = recorder.missing if not any(run.max_logit) else ""
             recorder.remove()

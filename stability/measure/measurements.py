@@ -36,7 +36,13 @@ SERIALIZABLE: dict[str, type] = {}
 #: The modules that register the built-in invariants' value classes (they import torch, so they are
 #: imported only when a stored or streamed value names a class not registered yet);
 #: tests/test_measurements.py checks that this lists every module that registers one.
-BUILTIN_VALUE_MODULES = ("stability.measure.ensemble", "stability.measure.channels", "stability.measure.jacobian", "stability.judge.theory_checks", "stability.measure.init_stats")
+BUILTIN_VALUE_MODULES = (
+    "stability.measure.ensemble",
+    "stability.measure.channels",
+    "stability.measure.jacobian",
+    "stability.judge.theory_checks",
+    "stability.measure.init_stats",
+)
 
 _TYPE = "__type__"
 _TUPLE = "__tuple__"
@@ -53,7 +59,9 @@ def serializable(cls: type[T] | None = None, *, name: str | None = None) -> Any:
         key = name or c.__name__
         known = SERIALIZABLE.get(key)
         if known is not None and known is not c:
-            raise ValueError(f"serializable: the name {key!r} is already registered for {known.__module__}.{known.__qualname__}")
+            raise ValueError(
+                f"serializable: the name {key!r} is already registered for {known.__module__}.{known.__qualname__}"
+            )
         SERIALIZABLE[key] = c
         c.__stability_name__ = key  # type: ignore[attr-defined]
         return c
@@ -84,11 +92,18 @@ def encode(value: Any) -> Any:
             out[k] = encode(v)
         return out
     name = getattr(type(value), "__stability_name__", None)
-    if name is not None and SERIALIZABLE.get(name) is type(value) and dataclasses.is_dataclass(value) and not isinstance(value, type):
+    if (
+        name is not None
+        and SERIALIZABLE.get(name) is type(value)
+        and dataclasses.is_dataclass(value)
+        and not isinstance(value, type)
+    ):
         return {_TYPE: name, **{f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}}
     if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", None) == 0:  # a NumPy or torch scalar
         return encode(value.item())
-    raise TypeError(f"Measurements.extra: cannot serialise a {type(value).__module__}.{type(value).__qualname__}; register it with stability.measure.measurements.serializable")
+    raise TypeError(
+        f"Measurements.extra: cannot serialise a {type(value).__module__}.{type(value).__qualname__}; register it with stability.measure.measurements.serializable"
+    )
 
 
 def decode(data: Any) -> Any:
@@ -108,7 +123,9 @@ def decode(data: Any) -> Any:
                     importlib.import_module(module)
                 cls = SERIALIZABLE.get(name)
             if cls is None:
-                raise ValueError(f"Measurements: unknown value type {name!r} (known: {', '.join(sorted(SERIALIZABLE)) or 'none'})")
+                raise ValueError(
+                    f"Measurements: unknown value type {name!r} (known: {', '.join(sorted(SERIALIZABLE)) or 'none'})"
+                )
             return cls(**{k: decode(v) for k, v in data.items() if k != _TYPE})
         return {k: decode(v) for k, v in data.items()}
     return data

@@ -49,7 +49,9 @@ def _storage_key(t: torch.Tensor) -> tuple[int, int]:
     return storage.data_ptr(), storage.nbytes()
 
 
-def saved_activation_bytes(blocks: nn.Module | Iterable[nn.Module], x: torch.Tensor, *, checkpoint_every: int = 0) -> int:
+def saved_activation_bytes(
+    blocks: nn.Module | Iterable[nn.Module], x: torch.Tensor, *, checkpoint_every: int = 0
+) -> int:
     """Bytes of the distinct activation storages autograd saves in one forward pass of `blocks`.
 
     `blocks` and `checkpoint_every` mean what they mean for `probe`. The input counts when a block

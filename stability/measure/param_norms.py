@@ -37,13 +37,21 @@ class _LargeParamNorms:
     at once: free on the CPU) by default, a 0-dim tensor on a device (no synchronisation).
     """
 
-    def __init__(self, params: list[nn.Parameter], norm_dtype: torch.dtype | None, *, norm: Callable[[torch.Tensor, torch.dtype | None], float | torch.Tensor] | None = None) -> None:
+    def __init__(
+        self,
+        params: list[nn.Parameter],
+        norm_dtype: torch.dtype | None,
+        *,
+        norm: Callable[[torch.Tensor, torch.dtype | None], float | torch.Tensor] | None = None,
+    ) -> None:
         self.params = params
         self.norm_dtype = norm_dtype
         self.norm = _norm_value if norm is None else norm
         self._by_id: dict[int, float | torch.Tensor] = {}  # id(parameter) → its norm
         self._handles: list[Any] = []
-        self._zeros: dict[tuple[torch.Size, torch.dtype, torch.device], torch.Tensor] = {}  # one stride-0 zero per kind and shape
+        self._zeros: dict[
+            tuple[torch.Size, torch.dtype, torch.device], torch.Tensor
+        ] = {}  # one stride-0 zero per kind and shape
         self._slots: dict[int, list[tuple[list[Any], int]]] = {}  # id(parameter) → the boundaries it is (`boundary`)
 
     @property
@@ -87,7 +95,9 @@ class _LargeParamNorms:
         return hook
 
 
-def _param_norms(grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, given: dict[int, float | torch.Tensor] | None = None) -> torch.Tensor:
+def _param_norms(
+    grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, given: dict[int, float | torch.Tensor] | None = None
+) -> torch.Tensor:
     """‖g‖ for every parameter gradient, as one float64 (P,) tensor in the order given.
 
     `given` holds norms already taken (by `_LargeParamNorms`: host floats or 0-dim tensors); their
@@ -133,10 +143,16 @@ def _param_norms(grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, g
         if all(isinstance(v, float) for v in values):
             pieces.append(_to_device(torch.tensor(values, dtype=torch.float64), device))
         else:
-            pieces.append(torch.stack([v if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=torch.float64) for v in values]).to(device=device, dtype=torch.float64))
+            pieces.append(
+                torch.stack(
+                    [v if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=torch.float64) for v in values]
+                ).to(device=device, dtype=torch.float64)
+            )
         order += done
     for idx in groups.values():
-        stacked = torch.stack([grads[j] for j in idx]).reshape(len(idx), -1)  # (k, numel): one reshape, not one per gradient
+        stacked = torch.stack([grads[j] for j in idx]).reshape(
+            len(idx), -1
+        )  # (k, numel): one reshape, not one per gradient
         pieces.append(_stacked_norms(stacked, norm_dtype))
         order += idx
     flat = torch.cat(pieces) if len(pieces) > 1 else pieces[0]  # (P,), in `order`
@@ -160,5 +176,7 @@ def _stacked_norms(stacked: torch.Tensor, norm_dtype: torch.dtype | None) -> tor
     else:
         norms = torch.linalg.vector_norm(stacked, dim=1, dtype=norm_dtype)
     if stacked.dtype != torch.float64 and not bool(((norms > 0) & (norms < math.inf)).all()):
-        norms = torch.linalg.vector_norm(stacked, dim=1, dtype=torch.float64)  # squares out of float32's range: the group again in float64
+        norms = torch.linalg.vector_norm(
+            stacked, dim=1, dtype=torch.float64
+        )  # squares out of float32's range: the group again in float64
     return norms.to(torch.float64)

@@ -33,7 +33,9 @@ from stability.families.adapters import CallKwargs, Stack, find_blocks, hidden_s
 from stability.families.build import Network
 from stability.families.discover import holds_blocks
 from stability.measure.boundaries import BoundaryObserver
-from stability.measure.boundaries import _rel_diff as _rel_diff  # (re-exported: the identity error is the probe's, tests and benchmarks import it from here)
+from stability.measure.boundaries import (
+    _rel_diff as _rel_diff,
+)  # (re-exported: the identity error is the probe's, tests and benchmarks import it from here)
 from stability.measure.forward import probe_model
 from stability.measure.measurements import Measurements
 from stability.measure.probe_pass import Forward, measure_pass, prepared
@@ -45,7 +47,9 @@ def _as_list(blocks: nn.Module | Iterable[nn.Module] | Stack) -> list[nn.Module]
     if isinstance(blocks, Stack):
         found = find_blocks(blocks)
         if found is None:
-            raise TypeError(f"Stack.blocks is a {type(blocks.blocks).__name__}: give an nn.Sequential, an nn.ModuleList or a module with .blocks/.layers/.layer/.h/.block")
+            raise TypeError(
+                f"Stack.blocks is a {type(blocks.blocks).__name__}: give an nn.Sequential, an nn.ModuleList or a module with .blocks/.layers/.layer/.h/.block"
+            )
         return found
     if isinstance(blocks, nn.Sequential):
         return list(blocks)
@@ -109,12 +113,18 @@ def probe(
     at position 0 and never touches `x`, and the identity error compares the output with the input
     as it was before any block ran.
     """
-    if isinstance(blocks, nn.Module) and holds_blocks(blocks):  # a whole model: probed through its own forward, `x` its inputs
+    if isinstance(blocks, nn.Module) and holds_blocks(
+        blocks
+    ):  # a whole model: probed through its own forward, `x` its inputs
         if call_kwargs is not None or checkpoint_every:
-            raise ValueError(f"probe({type(blocks).__name__}, …) runs the model's own forward, which passes its blocks what they need: call_kwargs and checkpoint_every do not apply")
+            raise ValueError(
+                f"probe({type(blocks).__name__}, …) runs the model's own forward, which passes its blocks what they need: call_kwargs and checkpoint_every do not apply"
+            )
         return probe_model(blocks, x, loss=loss, seed=seed, target=target, observers=observers, rng_seed=rng_seed)
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"probe(blocks, x): x is a {type(x).__name__}; blocks called one after another take a tensor (a whole model takes a mapping of its inputs)")
+        raise TypeError(
+            f"probe(blocks, x): x is a {type(x).__name__}; blocks called one after another take a tensor (a whole model takes a mapping of its inputs)"
+        )
     stem: nn.Module | None = None
     if isinstance(blocks, Stack):
         stem = blocks.stem
@@ -127,18 +137,38 @@ def probe(
             with torch.no_grad():
                 h = stem(h)
         kwargs = resolve_call_kwargs(call_kwargs, h)
-        return measure_pass(blocks_forward(modules, h, kwargs, checkpoint_every=checkpoint_every), modules, named, loss=loss, seed=seed, target=target, observers=observers)
+        return measure_pass(
+            blocks_forward(modules, h, kwargs, checkpoint_every=checkpoint_every),
+            modules,
+            named,
+            loss=loss,
+            seed=seed,
+            target=target,
+            observers=observers,
+        )
 
-    return prepared(modules, body, named_root=_naming_root(blocks), also=[stem] if stem is not None else [], device=x.device, seed=seed, rng_seed=rng_seed)
+    return prepared(
+        modules,
+        body,
+        named_root=_naming_root(blocks),
+        also=[stem] if stem is not None else [],
+        device=x.device,
+        seed=seed,
+        rng_seed=rng_seed,
+    )
 
 
-def blocks_forward(modules: list[nn.Module], x: torch.Tensor, kwargs: dict[str, Any], *, checkpoint_every: int = 0) -> Forward:
+def blocks_forward(
+    modules: list[nn.Module], x: torch.Tensor, kwargs: dict[str, Any], *, checkpoint_every: int = 0
+) -> Forward:
     """The forward of a stack of blocks called one after another, `block(h, **kwargs)`, on `x`;
     with `checkpoint_every = N > 0` in checkpointed segments of N blocks (recomputed during the
     backward pass, when `observe` ignores them)."""
     n = len(modules)
 
-    def forward(enter: Callable[[torch.Tensor], torch.Tensor], observe: Callable[[int, torch.Tensor], None]) -> torch.Tensor:
+    def forward(
+        enter: Callable[[torch.Tensor], torch.Tensor], observe: Callable[[int, torch.Tensor], None]
+    ) -> torch.Tensor:
         recomputing = [False]
 
         def run(h: torch.Tensor, start: int, stop: int) -> torch.Tensor:
@@ -153,7 +183,9 @@ def blocks_forward(modules: list[nn.Module], x: torch.Tensor, kwargs: dict[str, 
                     if recomputing[0]:  # checkpoint's recomputation signals its early stop this way
                         raise
                     what = " ".join(f"{type(exc).__name__}: {exc}".split())
-                    raise BlockError(f"block {i} ({type(modules[i]).__name__}) failed on an input of shape {tuple(h.shape)}: {what}") from exc
+                    raise BlockError(
+                        f"block {i} ({type(modules[i]).__name__}) failed on an input of shape {tuple(h.shape)}: {what}"
+                    ) from exc
                 found = out if isinstance(out, torch.Tensor) else hidden_state(out)
                 if found is None:
                     raise BlockError(
@@ -191,7 +223,18 @@ def probe_network(
     its `call_kwargs`. What the engine and the seed ensembles call for every network."""
     if net.model is not None:
         run = net.model
-        return probe_model(run.model, run.inputs, blocks=run.blocks, loss=loss, seed=seed, observers=observers, rng_seed=rng_seed)
+        return probe_model(
+            run.model, run.inputs, blocks=run.blocks, loss=loss, seed=seed, observers=observers, rng_seed=rng_seed
+        )
     if x is None:
         raise ValueError("a network of blocks is probed on an input tensor x")
-    return probe(net.blocks, x, loss=loss, seed=seed, checkpoint_every=checkpoint_every, call_kwargs=net.call_kwargs, rng_seed=rng_seed, observers=observers)
+    return probe(
+        net.blocks,
+        x,
+        loss=loss,
+        seed=seed,
+        checkpoint_every=checkpoint_every,
+        call_kwargs=net.call_kwargs,
+        rng_seed=rng_seed,
+        observers=observers,
+    )

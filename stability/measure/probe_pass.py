@@ -29,19 +29,25 @@ from stability.seeding import seeded
 __all__ = ["Forward", "prepared", "measure_pass", "projection_vector"]
 
 
-def projection_vector(shape: Sequence[int], seed: int, *, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+def projection_vector(
+    shape: Sequence[int], seed: int, *, dtype: torch.dtype, device: torch.device | str
+) -> torch.Tensor:
     """r ~ N(0, 1) drawn on the CPU from `seed`, so L = Σ y⊙r has ∂L/∂y = r on every device.
 
     Drawn in float32 whatever `dtype` is (so r is the same vector for every dtype, up to the
     rounding of half precision): the CPU's float64 `randn` is ~6× slower, 1.9 ms for a 16×32×16×16
     output, 4% of a probe of the conv stack in docs/performance.md."""
     gen = torch.Generator().manual_seed(seed)
-    pinned = torch.device(device).type == "cuda"  # copied from pinned memory without waiting: no synchronisation inside a pass
+    pinned = (
+        torch.device(device).type == "cuda"
+    )  # copied from pinned memory without waiting: no synchronisation inside a pass
     r = torch.randn(tuple(shape), generator=gen, dtype=torch.float32, pin_memory=pinned)
     return r.to(device=device, dtype=dtype, non_blocking=pinned)
 
 
-def _named_parameters(modules: list[nn.Module], state: _ModuleState, named_root: nn.Module | None) -> list[tuple[str, nn.Parameter]]:
+def _named_parameters(
+    modules: list[nn.Module], state: _ModuleState, named_root: nn.Module | None
+) -> list[tuple[str, nn.Parameter]]:
     """What `named_root.named_parameters()` yields (trainable ones only), from the walk `state`
     made (a direct walk of `_modules`: the generic generator took ~3% of a probe of a depth-256
     MLP). Without a naming root (a plain iterable of modules) each module's parameters are named
@@ -70,7 +76,9 @@ def _harness_code_only(modules: Sequence[nn.Module]) -> bool:
     return True
 
 
-def _walk(roots: Sequence[nn.Module], named: nn.Module | None) -> tuple[list[nn.Module], list[tuple[nn.Module, str, torch.Tensor]], list[tuple[str, nn.Parameter]]]:
+def _walk(
+    roots: Sequence[nn.Module], named: nn.Module | None
+) -> tuple[list[nn.Module], list[tuple[nn.Module, str, torch.Tensor]], list[tuple[str, nn.Parameter]]]:
     """(modules, buffers, named parameters) of `named` and `roots` and their submodules, each module
     once: `named` first, its parameters listed as `named.named_parameters()` lists them (same
     names, order and de-duplication); then the `roots` not reached from it (no parameters listed)."""
@@ -80,7 +88,9 @@ def _walk(roots: Sequence[nn.Module], named: nn.Module | None) -> tuple[list[nn.
     seen: set[int] = set()
     seen_params: set[int] = set()
 
-    def walk(m: nn.Module, prefix: str | None) -> None:  # (the emptiness tests skip most modules' loops: a quarter of the walk)
+    def walk(
+        m: nn.Module, prefix: str | None
+    ) -> None:  # (the emptiness tests skip most modules' loops: a quarter of the walk)
         seen.add(id(m))
         modules.append(m)
         if m._buffers:
@@ -133,7 +143,9 @@ def prepared(
     collecting = gc.isenabled()
     gc.disable()  # the walk and the pass make thousands of small objects (tuples, hooks, handles) and no garbage cycles: up to ~1 ms of collections otherwise
     try:
-        state = _ModuleState([*modules, *also], named=named_root)  # one walk: buffers, flags and (under `named_root`) parameters
+        state = _ModuleState(
+            [*modules, *also], named=named_root
+        )  # one walk: buffers, flags and (under `named_root`) parameters
         named = _named_parameters(modules, state, named_root)
         try:
             stream = _DROPOUT_STREAM ^ seed if rng_seed is None else rng_seed
@@ -175,7 +187,9 @@ def measure_pass(
     state = _Pass(len(modules), observers, large)
     with torch.enable_grad(), large, contextlib.closing(state.hooks):
         y = forward(state.enter, state.observe)
-        red = state.end_forward(y, large)  # the output observed; the backward pass may recompute checkpointed segments: observe once
+        red = state.end_forward(
+            y, large
+        )  # the output observed; the backward pass may recompute checkpointed segments: observe once
         x0 = state.leaf
         assert x0 is not None  # (end_forward raised otherwise)
         if loss == "projection":
@@ -233,7 +247,9 @@ class _ModuleState:
         modules, buffers, self.named = _walk(roots, named)
         self.modules, self.buffers = modules, buffers
         self.flags = [m.training for m in modules]
-        self.groups: list[tuple[list[torch.Tensor], torch.Tensor]] = []  # (buffers of one kind, their saved copies stacked)
+        self.groups: list[
+            tuple[list[torch.Tensor], torch.Tensor]
+        ] = []  # (buffers of one kind, their saved copies stacked)
         by_kind: dict[tuple[torch.dtype, torch.device, torch.Size], list[torch.Tensor]] = {}
         for _, _, t in buffers:
             by_kind.setdefault((t.dtype, t.device, t.shape), []).append(t)

@@ -91,7 +91,9 @@ class _Moments:
             return
         s = f.sum().item()
         if n > _SQUARES_MAX:
-            q = _row_norm_value(f, None) ** 2  # rows of `_NORM_ROW`: no (N,) temporary (the range is checked in `add_sums`)
+            q = (
+                _row_norm_value(f, None) ** 2
+            )  # rows of `_NORM_ROW`: no (N,) temporary (the range is checked in `add_sums`)
         else:
             q = f.square().sum().item()  # (N,) temporary, freed at once
         self.add_sums(self.slot(), f, s, q)
@@ -102,8 +104,15 @@ class _Moments:
         n = f.numel()
         mean = s / n
         var = q / n - mean * mean
-        if (not (math.isfinite(s) and math.isfinite(q)) or q == 0.0) and f.dtype != torch.float64 and bool(torch.isfinite(f).all()) and bool(f.any()):
-            f64 = f.double()  # finite values whose sums over- or underflow float32 (beyond ~1e19 or below ~1e-19): float64
+        if (
+            (not (math.isfinite(s) and math.isfinite(q)) or q == 0.0)
+            and f.dtype != torch.float64
+            and bool(torch.isfinite(f).all())
+            and bool(f.any())
+        ):
+            f64 = (
+                f.double()
+            )  # finite values whose sums over- or underflow float32 (beyond ~1e19 or below ~1e-19): float64
             mean = float(f64.mean())
             var = float((f64 - mean).square_().mean())
         elif not math.isfinite(s):  # an inf or nan in h: non-finite, as from var_mean
@@ -194,7 +203,9 @@ def _row_norm_value(g: torch.Tensor, dtype: torch.dtype | None) -> float:
     if n <= _NORM_ROW:
         value: float = torch.linalg.vector_norm(g, dtype=dtype).item()
         return value
-    if n % _NORM_ROW == 0 and g.is_contiguous():  # `_row_norms`' arithmetic in fewer Python operations (3 µs less): whole rows
+    if (
+        n % _NORM_ROW == 0 and g.is_contiguous()
+    ):  # `_row_norms`' arithmetic in fewer Python operations (3 µs less): whole rows
         return math.hypot(*torch.linalg.vector_norm(g.view(-1, _NORM_ROW), dim=1, dtype=dtype).tolist())
     return _row_norms(g.reshape(1, -1), dtype)[0]
 
@@ -209,9 +220,13 @@ def _row_norms(f: torch.Tensor, dtype: torch.dtype | None) -> list[float]:
         f = f.contiguous()
     s, n = f.shape
     k = n - n % _NORM_ROW
-    rows = torch.linalg.vector_norm(f[:, :k].view(s, k // _NORM_ROW, _NORM_ROW), dim=2, dtype=dtype)  # (S, k / _NORM_ROW)
+    rows = torch.linalg.vector_norm(
+        f[:, :k].view(s, k // _NORM_ROW, _NORM_ROW), dim=2, dtype=dtype
+    )  # (S, k / _NORM_ROW)
     if k < n:
-        rows = torch.cat((rows, torch.linalg.vector_norm(f[:, k:], dim=1, dtype=dtype, keepdim=True)), dim=1)  # (S, k / _NORM_ROW + 1)
+        rows = torch.cat(
+            (rows, torch.linalg.vector_norm(f[:, k:], dim=1, dtype=dtype, keepdim=True)), dim=1
+        )  # (S, k / _NORM_ROW + 1)
     return [math.hypot(*row) for row in rows.tolist()]
 
 
@@ -277,7 +292,9 @@ def _norm64(g: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     if f.numel() <= _CHUNK:
         out: torch.Tensor = torch.linalg.vector_norm(f, dtype=torch.float64)
         return out
-    out = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(c, dtype=torch.float64) for c in torch.split(f, _CHUNK)]))
+    out = torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(c, dtype=torch.float64) for c in torch.split(f, _CHUNK)])
+    )
     return out
 
 
@@ -292,7 +309,9 @@ def _var_mean64(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         var, mean = torch.var_mean(f.to(torch.float64), correction=0)
         return var, mean
     chunks = torch.split(f, _CHUNK)
-    parts = [(torch.var_mean(c.to(torch.float64), correction=0), c.numel() / f.numel()) for c in chunks]  # ((var, mean), weight) per chunk
+    parts = [
+        (torch.var_mean(c.to(torch.float64), correction=0), c.numel() / f.numel()) for c in chunks
+    ]  # ((var, mean), weight) per chunk
     mean = torch.stack([m * w for (_, m), w in parts]).sum()
     var = torch.stack([(v + (m - mean).square()) * w for (v, m), w in parts]).sum()
     return var, mean

@@ -137,7 +137,10 @@ def _shape_conv(spec: Spec, case: Case, n: int) -> tuple[int, ...]:
 
 
 #: layer kind → the shape of the raw input set, (N, input_dim) or (N, input_dim, S, S).
-_INPUT_SHAPES: dict[str, Callable[[Spec, Case, int], tuple[int, ...]]] = {"linear": _shape_linear, "conv2d": _shape_conv}
+_INPUT_SHAPES: dict[str, Callable[[Spec, Case, int], tuple[int, ...]]] = {
+    "linear": _shape_linear,
+    "conv2d": _shape_conv,
+}
 
 
 def _train(spec: Spec) -> Train:
@@ -163,7 +166,9 @@ def _parts(spec: Spec, case: Case) -> tuple[nn.Module, nn.Sequential, Readout]:
     t = _train(spec)
     blocks = build(spec, dataclasses.replace(case, input_width=None)).blocks
     gen = torch.Generator().manual_seed(derive_seed(case.seed, _HEAD_STREAM))
-    with torch.random.fork_rng(devices=[]):  # the layers' default init draws from the global RNG; it is overwritten below
+    with torch.random.fork_rng(
+        devices=[]
+    ):  # the layers' default init draws from the global RNG; it is overwritten below
         embed = _EMBEDDINGS[spec.block.layer](t.input_dim, case.width).double()
         readout = Readout(case.width, t.outputs, mult=1.0).double()
     _variance_init(embed, gen)
@@ -180,7 +185,9 @@ def _shapes(spec: Spec, case: Case, width: int) -> dict[str, torch.Size]:
     return {name: p.shape for name, p in model.modules().named_parameters()}
 
 
-def lr_scales(shapes: dict[str, torch.Size], base: dict[str, torch.Size], delta: dict[str, torch.Size], *, optimizer: str) -> dict[str, float]:
+def lr_scales(
+    shapes: dict[str, torch.Size], base: dict[str, torch.Size], delta: dict[str, torch.Size], *, optimizer: str
+) -> dict[str, float]:
     """Per-parameter learning-rate multipliers of µP (Yang et al. 2021, Table 3; `mup`'s MuSGD
     and MuAdam). A fan dimension *grows* when its size differs between `base` and `delta`;
     m_out and m_in are the growing dims' size over their base size (dims 0 and 1 of a weight,

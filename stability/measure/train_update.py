@@ -13,7 +13,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from stability.measure.train import Shapes, Task, TrainModel, TrainRun, make_task, reference_shapes, run_on, single_thread, trainable, trainable_params
+from stability.measure.train import (
+    Shapes,
+    Task,
+    TrainModel,
+    TrainRun,
+    make_task,
+    reference_shapes,
+    run_on,
+    single_thread,
+    trainable,
+    trainable_params,
+)
 from stability.spec.case import Case
 from stability.spec.schema import Spec
 
@@ -31,7 +42,9 @@ class UpdateRecord:
     run: TrainRun
 
 
-def measure_update(model: TrainModel, task: Task, train: Callable[[], TrainRun]) -> tuple[list[float], dict[str, float], TrainRun]:
+def measure_update(
+    model: TrainModel, task: Task, train: Callable[[], TrainRun]
+) -> tuple[list[float], dict[str, float], TrainRun]:
     """Run `train()` (which updates `model`) and measure, on `task.x`, RMS(Δh) = ‖h_after − h_before‖/√n
     at every boundary and ‖W_after − W_before‖_F / ‖W_before‖_F for every weight of 2 or more dims."""
     with torch.no_grad():

@@ -32,15 +32,14 @@ for a one-sided bound, the number itself); for a negative control (`expect = "vi
 to passing. `--update-baseline` writes this run's JSON report to FILE and reports the changes
 without failing on them (drift is a warning there, not an error); it writes nothing when the run
 could not judge a spec (exit 2), so a baseline never loses a spec's entries (docs/ci.md).
+
+Reading the FILE, within bounds, is `stability.report.baseline_load`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import re
-import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -49,9 +48,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from stability.errors import UsageError
 from stability.judge.verdict import Verdict
-from stability.report.provenance import SCHEMA_VERSION, provenance, provenance_changes
+from stability.report.provenance import provenance, provenance_changes
 from stability.report.text import printable
 from stability.run.conclude import severity
 from stability.run.results import InvariantResult
@@ -61,9 +59,17 @@ from stability.spec.schema import Spec
 if TYPE_CHECKING:  # only named in annotations: reading a baseline (a usage error) imports no torch
     from stability.run.executor import Outcome, Task
 
-__all__ = ["Baseline", "Comparison", "Delta", "Key", "compare", "load_baseline", "print_comparison", "relative_change", "spec_key", "toward_bound"]
-
-_FIX = "write one with `stability check --json FILE` on the base branch, or pass --update-baseline to create it"
+__all__ = [
+    "Baseline",
+    "Comparison",
+    "Delta",
+    "Key",
+    "compare",
+    "print_comparison",
+    "relative_change",
+    "spec_key",
+    "toward_bound",
+]
 
 
 @dataclass(frozen=True)
@@ -139,7 +145,15 @@ class Comparison:
             "file": self.path,
             "failed": self.failed,
             "deltas": [
-                {**vars(d.key), "before": _json_num(d.before), "after": _json_num(d.after), "change": _json_num(d.change), "limit": _json_num(d.limit), "status": d.status, "why": d.why}
+                {
+                    **vars(d.key),
+                    "before": _json_num(d.before),
+                    "after": _json_num(d.after),
+                    "change": _json_num(d.change),
+                    "limit": _json_num(d.limit),
+                    "status": d.status,
+                    "why": d.why,
+                }
                 for d in self.deltas
             ],
             "changed": self.changed,
@@ -151,92 +165,17 @@ def _json_num(x: float | None) -> float | str | None:
     return x if x is None or math.isfinite(x) else str(x)
 
 
-def _float(x: Any) -> float:
-    """A number of a JSON report ("nan", "inf" and "-inf" are written as strings)."""
-    return float(x) if isinstance(x, (int, float, str)) and not isinstance(x, bool) else math.nan
-
-
 def spec_key(path: str) -> str:
     """The one form a spec file takes in a baseline key, on both sides of a comparison: relative to
     this folder when the file lies under it (`specs/x.toml`, whether written `./specs/x.toml`,
     `specs/../specs/x.toml` or as an absolute path), else absolute; normalised either way."""
     absolute = os.path.normpath(os.path.abspath(path))
     here = os.path.abspath(os.curdir)
-    return os.path.relpath(absolute, here) if absolute == here or absolute.startswith(here.rstrip(os.sep) + os.sep) else absolute
-
-
-#: A baseline is read whole: at most MAX_BYTES, its JSON nested at most MAX_DEPTH arrays and
-#: objects deep. A JSON report nests 6 deep (report → specs → spec → invariants → entry → its
-#: `extra`'s values) and takes ~2 KiB per judged expectation (the shipped specs' ci report,
-#: ~140 expectations: ~0.3 MiB), so both limits are far above any report the tool writes.
-MAX_BYTES = 64 * 2**20
-MAX_DEPTH = 64
-_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
-
-
-def _depth(text: str) -> int:
-    """The deepest nesting of arrays and objects in JSON `text` (brackets inside strings skipped),
-    without recursion; stops counting past MAX_DEPTH."""
-    depth = deepest = 0
-    for m in _TOKENS.finditer(text):
-        c = m.group()
-        if c in "[{":
-            depth += 1
-            if depth > deepest:
-                deepest = depth
-                if deepest > MAX_DEPTH:
-                    break
-        elif c in "]}":
-            depth -= 1
-    return deepest
-
-
-# ----------------------------------------------------------------------------- reading
-
-
-def load_baseline(path: str, *, update: bool = False) -> Baseline:
-    """Read a JSON report as a baseline. A missing file is an empty baseline with `update` (it is
-    about to be written), else a UsageError; so is a file that is not a stability JSON report."""
-    try:
-        info = os.stat(path)
-        if not stat.S_ISREG(info.st_mode):  # never block on a FIFO or read a device
-            raise UsageError(f"--baseline {path}: is not a regular file; {_FIX}")
-        if info.st_size > MAX_BYTES:
-            raise UsageError(f"--baseline {path}: is {info.st_size} bytes, over the limit of {MAX_BYTES} ({MAX_BYTES // 2**20} MiB) for a baseline; {_FIX}")
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)  # (a file that grew since the stat is still bounded)
-        if len(raw) > MAX_BYTES:
-            raise UsageError(f"--baseline {path}: is over the limit of {MAX_BYTES} bytes ({MAX_BYTES // 2**20} MiB) for a baseline; {_FIX}")
-        text = raw.decode("utf-8")
-    except FileNotFoundError:
-        if update:
-            return Baseline(path, [])
-        raise UsageError(f"--baseline {path}: no such file; {_FIX}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--baseline {path}: cannot be read ({getattr(exc, 'strerror', None) or exc}); {_FIX}") from None
-    if _depth(text) > MAX_DEPTH:
-        raise UsageError(f"--baseline {path}: nests arrays and objects more than {MAX_DEPTH} deep, over the limit for a baseline (a JSON report nests 6); {_FIX}")
-    try:
-        data = json.loads(text)
-        if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION or not isinstance(data.get("specs"), list):
-            raise ValueError(f"not a stability JSON report of schema_version {SCHEMA_VERSION}")
-        baseline = Baseline(path, [])
-        for spec in data["specs"]:
-            where = (spec_key(str(spec["file"])), str(spec["name"]))
-            baseline.provenance[where] = spec.get("provenance")
-            for inv in spec["invariants"]:
-                if inv.get("verdict") is None or inv.get("case") is None:
-                    continue  # not judged (n/a, skipped, not measured): nothing to compare
-                case = Case.from_dict(inv["case"])
-                extra = {k: _float(v) if v in ("nan", "inf", "-inf") else v for k, v in (inv.get("extra") or {}).items()}
-                verdict = Verdict(
-                    inv["name"], inv["verdict"] == "holds", _float(inv["observed"]), str(inv.get("bound") or ""), inv.get("block"), str(inv.get("detail") or ""), extra, bool(inv.get("measured", True))
-                )
-                baseline.entries.append(Entry(Key(*where, inv["name"], str(case)), case, inv["expect"], bool(inv["met"]), verdict))
-    except (ValueError, KeyError, TypeError) as exc:
-        what = exc.args[0] if isinstance(exc, ValueError) and exc.args else f"{type(exc).__name__}: {exc}"
-        raise UsageError(f"--baseline {path}: is not a stability JSON report ({what}); {_FIX}") from None
-    return baseline
+    return (
+        os.path.relpath(absolute, here)
+        if absolute == here or absolute.startswith(here.rstrip(os.sep) + os.sep)
+        else absolute
+    )
 
 
 # ----------------------------------------------------------------------------- the rule
@@ -266,7 +205,10 @@ def _judge(spec: Spec, entry: Entry, after: InvariantResult) -> tuple[str, str]:
         return "not_comparable", "the case is no longer one the invariant applies to"
     if v is None or not math.isfinite(v.observed) or not math.isfinite(entry.verdict.observed):
         if entry.met and not after.met:
-            return "drift", f"the case no longer meets the expectation: {after.error or (v.detail if v else after.message)}"
+            return (
+                "drift",
+                f"the case no longer meets the expectation: {after.error or (v.detail if v else after.message)}",
+            )
         return "not_comparable", f"no number to compare ({after.error or (v.detail if v else 'not measured')})"
     if entry.met and not after.met:
         return "drift", "the case no longer meets the expectation"  # crossing the bound fails whatever the drift
@@ -300,7 +242,11 @@ def compare(
             here[(spec_key(o.task.spec.path), o.task.spec.name, r.name, o.task.options.device)] = (o, r)
     comparison = Comparison(baseline.path, [], update=update)
     known = {(e.key.file, e.key.spec, e.key.invariant) for e in baseline.entries}
-    comparison.new = [f"{o.task.spec.path}::{r.name}" for (file, name, inv, _), (o, r) in here.items() if r.verdict is not None and (file, name, inv) not in known]
+    comparison.new = [
+        f"{o.task.spec.path}::{r.name}"
+        for (file, name, inv, _), (o, r) in here.items()
+        if r.verdict is not None and (file, name, inv) not in known
+    ]
     found: list[tuple[Entry, Outcome, InvariantResult | None, str]] = []
     pending: list[tuple[Entry, Outcome]] = []
     for entry in baseline.entries:
@@ -325,11 +271,19 @@ def compare(
         expectation = getattr(spec.expect, entry.key.invariant)
         command, shown = reproduce_command(spec, entry.case), entry.case.varying(spec)
         if result is None:
-            comparison.deltas.append(Delta(entry.key, entry.verdict.observed, None, expectation.drift, "not_comparable", reason, command, shown))
+            comparison.deltas.append(
+                Delta(
+                    entry.key, entry.verdict.observed, None, expectation.drift, "not_comparable", reason, command, shown
+                )
+            )
             continue
         status, why = _judge(spec, entry, result)
-        after = result.verdict.observed if result.verdict is not None and math.isfinite(result.verdict.observed) else None
-        comparison.deltas.append(Delta(entry.key, entry.verdict.observed, after, expectation.drift, status, why, command, shown))
+        after = (
+            result.verdict.observed if result.verdict is not None and math.isfinite(result.verdict.observed) else None
+        )
+        comparison.deltas.append(
+            Delta(entry.key, entry.verdict.observed, after, expectation.drift, status, why, command, shown)
+        )
     compared = {(d.key.file, d.key.spec) for d in comparison.deltas}
     for o in outcomes:
         spec = o.task.spec
@@ -381,16 +335,32 @@ def print_comparison(c: Comparison, console: Console, *, quiet: bool = False) ->
             table.add_column(col, justify="right" if col in ("change", "drift limit") else "left", overflow="fold")
         for d in c.deltas:
             mark = {"drift": "[red]✗[/red]", "within": "[green]✓[/green]"}.get(d.status, "[dim]n/a[/dim]")
-            table.add_row(escape(printable(d.key.spec)), d.key.invariant, mark, f"{fmt(d.before)} → {fmt(d.after)}", fmt_change(d), fmt_limit(d.limit), escape(printable(d.shown)))
+            table.add_row(
+                escape(printable(d.key.spec)),
+                d.key.invariant,
+                mark,
+                f"{fmt(d.before)} → {fmt(d.after)}",
+                fmt_change(d),
+                fmt_limit(d.limit),
+                escape(printable(d.shown)),
+            )
         console.print(table)
     for d in c.deltas:
         if d.status == "drift":
             numbers = f"{fmt(d.before)} → {fmt(d.after)} ({fmt_change(d)}, drift limit {fmt_limit(d.limit)})"
-            console.print(f"[red]✗[/red] {escape(printable(str(d.key)))}: {numbers}: {escape(printable(d.why))}", soft_wrap=True)
+            console.print(
+                f"[red]✗[/red] {escape(printable(str(d.key)))}: {numbers}: {escape(printable(d.why))}", soft_wrap=True
+            )
             if d.reproduce:
                 console.print(f"    reproduce: {escape(printable(d.reproduce))}", soft_wrap=True)
         elif d.status == "not_comparable":
-            console.print(f"[dim]n/a {escape(printable(str(d.key)))} at {escape(printable(d.key.case))}: not comparable: {escape(printable(d.why))}[/dim]", soft_wrap=True)
+            console.print(
+                f"[dim]n/a {escape(printable(str(d.key)))} at {escape(printable(d.key.case))}: not comparable: {escape(printable(d.why))}[/dim]",
+                soft_wrap=True,
+            )
     for file, changes in c.changed.items():
-        console.print(f"    changed since the baseline in {escape(printable(file))}: {escape(printable('; '.join(changes)))}", soft_wrap=True)
+        console.print(
+            f"    changed since the baseline in {escape(printable(file))}: {escape(printable('; '.join(changes)))}",
+            soft_wrap=True,
+        )
     console.print(headline(c), soft_wrap=True)

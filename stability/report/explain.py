@@ -31,7 +31,12 @@ def _indent(text: str) -> str:
 def _not_measured(invariant: Invariant) -> list[str]:
     """The families a spec cannot measure the invariant on (they lack a capability it needs), as a
     section of its own; none when every family can."""
-    lines = [f"family '{fam.name}': {fam.lacks[need]}" for fam in FAMILIES for need in sorted(invariant.needs) if need in fam.lacks]
+    lines = [
+        f"family '{fam.name}': {fam.lacks[need]}"
+        for fam in FAMILIES
+        for need in sorted(invariant.needs)
+        if need in fam.lacks
+    ]
     if not lines:
         return []
     wrapped = "\n".join(textwrap.fill(line, width=94, initial_indent="- ", subsequent_indent="  ") for line in lines)
@@ -46,10 +51,14 @@ def explain_text(name: str | None = None) -> str:
         return _overview()
     if name not in INVARIANTS:
         names = INVARIANTS.names()
-        raise UsageError(f"unknown invariant '{name}'{did_you_mean(name, names)}; choose one of {', '.join(names)} (or run `stability explain` for the list)")
+        raise UsageError(
+            f"unknown invariant '{name}'{did_you_mean(name, names)}; choose one of {', '.join(names)} (or run `stability explain` for the list)"
+        )
     invariant = INVARIANTS.get(name)
     entry = invariant.explanation
-    refs = "\n".join(textwrap.fill(ref, width=94, initial_indent="- ", subsequent_indent="  ") for ref in entry.references)
+    refs = "\n".join(
+        textwrap.fill(ref, width=94, initial_indent="- ", subsequent_indent="  ") for ref in entry.references
+    )
     return "\n".join(
         [
             f"{name}: {entry.summary}",

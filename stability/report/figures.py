@@ -20,7 +20,17 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-__all__ = ["FIGSIZE", "DPI", "FAIL_COLOR", "BAND_COLOR", "new_figure", "positive", "legend_below", "power_of_two_ticks", "to_png"]
+__all__ = [
+    "FIGSIZE",
+    "DPI",
+    "FAIL_COLOR",
+    "BAND_COLOR",
+    "new_figure",
+    "positive",
+    "legend_below",
+    "power_of_two_ticks",
+    "to_png",
+]
 
 FIGSIZE = (6.4, 3.7)  # inches; 640 × 370 px at the default dpi
 DPI = 100
@@ -83,7 +93,11 @@ def power_of_two_ticks(axis: Axis, lo: float, hi: float) -> None:
     """Label a log-scaled depth axis at the powers of two in [lo, hi] as plain numbers (1, 2, 4, 8,
     16, …; every second one beyond eight labels), with no minor labels (matplotlib's default
     writes a depth of 60 as "6×10¹")."""
-    ticks = [2.0**k for k in range(math.floor(math.log2(max(lo, 1e-300))), math.ceil(math.log2(max(hi, 1.0))) + 1) if lo <= 2.0**k <= hi]
+    ticks = [
+        2.0**k
+        for k in range(math.floor(math.log2(max(lo, 1e-300))), math.ceil(math.log2(max(hi, 1.0))) + 1)
+        if lo <= 2.0**k <= hi
+    ]
     if len(ticks) > 8:
         ticks = ticks[:: math.ceil(len(ticks) / 8)]
     axis.set_major_locator(FixedLocator(ticks))

@@ -26,7 +26,19 @@ from stability.report.text import printable
 from stability.run.results import OUTPUT_LINES, InvariantResult, SpecResult
 from stability.spec.registry import INVARIANTS
 
-__all__ = ["judged_count", "print_table", "print_failures", "to_json", "write_json", "write_junit", "write_atomic", "summary_line", "spec_line", "phase_seconds", "count_text"]
+__all__ = [
+    "judged_count",
+    "print_table",
+    "print_failures",
+    "to_json",
+    "write_json",
+    "write_junit",
+    "write_atomic",
+    "summary_line",
+    "spec_line",
+    "phase_seconds",
+    "count_text",
+]
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> None:
@@ -117,7 +129,9 @@ def print_table(results: Iterable[SpecResult], console: Console) -> None:
     console.print(table)
 
 
-def print_failures(results: Iterable[SpecResult], console: Console, *, spec_errors: Mapping[str, str] | None = None) -> None:
+def print_failures(
+    results: Iterable[SpecResult], console: Console, *, spec_errors: Mapping[str, str] | None = None
+) -> None:
     """For every unmet expectation: what happened, how to reproduce it, where to read more; then,
     for a spec with an unmet expectation, the last lines its own code printed. An error is
     printed once: not again on its own line when the message holds it, and not at all for an
@@ -151,7 +165,11 @@ def print_failures(results: Iterable[SpecResult], console: Console, *, spec_erro
             lines = res.output.rstrip().splitlines()
             shown = lines[-OUTPUT_LINES:]
             more = f"last {len(shown)} of {len(lines)} lines" if len(shown) < len(lines) else f"{len(lines)} line(s)"
-            console.print(f"    output of {escape(printable(res.spec.path))}'s code ({more}; all of it in --json):", highlight=False, soft_wrap=True)
+            console.print(
+                f"    output of {escape(printable(res.spec.path))}'s code ({more}; all of it in --json):",
+                highlight=False,
+                soft_wrap=True,
+            )
             for line in shown:
                 console.print(f"[dim]    | {escape(printable(line))}[/dim]", highlight=False, soft_wrap=True)
 
@@ -173,7 +191,14 @@ def phase_seconds(results: Iterable[SpecResult]) -> dict[str, float]:
 def trained_count(res: SpecResult) -> int:
     """The cases a spec's training invariants trained (each case once, however many of its
     invariants shared the optimizer runs)."""
-    return len({c for r in res.results if r.name in INVARIANTS and INVARIANTS.get(r.name).training and not r.skipped for c in r.judged})
+    return len(
+        {
+            c
+            for r in res.results
+            if r.name in INVARIANTS and INVARIANTS.get(r.name).training and not r.skipped
+            for c in r.judged
+        }
+    )
 
 
 def count_text(results: Iterable[SpecResult]) -> str:
@@ -187,7 +212,14 @@ def count_text(results: Iterable[SpecResult]) -> str:
     return ", ".join(parts)
 
 
-def summary_line(results: list[SpecResult], seconds: float, *, interrupted: bool = False, reports: float | None = None, workers: int = 1) -> str:
+def summary_line(
+    results: list[SpecResult],
+    seconds: float,
+    *,
+    interrupted: bool = False,
+    reports: float | None = None,
+    workers: int = 1,
+) -> str:
     """The last line of a run: the expectations' outcomes, what ran, and how long each phase
     took (`phase_seconds`; `reports`: the seconds writing the reports, when the caller measured
     them; with `workers` > 1 the phases of the specs overlap, so they are summed over the workers)."""
@@ -338,7 +370,9 @@ def write_json(
     provenance: Mapping[str, dict[str, Any]] | None = None,
     baseline: dict[str, Any] | None = None,
 ) -> None:
-    report = to_json(results, seconds=seconds, interrupted=interrupted, errors=errors, provenance=provenance, baseline=baseline)
+    report = to_json(
+        results, seconds=seconds, interrupted=interrupted, errors=errors, provenance=provenance, baseline=baseline
+    )
     write_atomic(path, json.dumps(report, indent=2) + "\n")
 
 
@@ -352,7 +386,9 @@ def _xml(text: str) -> str:
     return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def write_junit(path: str | Path, results: list[SpecResult], *, seconds: float = 0.0, load_errors: Iterable[tuple[str, str]] = ()) -> None:
+def write_junit(
+    path: str | Path, results: list[SpecResult], *, seconds: float = 0.0, load_errors: Iterable[tuple[str, str]] = ()
+) -> None:
     """JUnit XML: one testcase per (spec, invariant), named like the pytest item, plus one `load`
     testcase with an error per spec file that could not be used (`load_errors`: (file, message)).
     ElementTree escapes markup (<, &, quotes); characters XML cannot hold at all are written as
@@ -372,13 +408,25 @@ def write_junit(path: str | Path, results: list[SpecResult], *, seconds: float =
         tc = ET.SubElement(suite, "testcase", classname=_xml(file), name="load", time="0.000")
         ET.SubElement(tc, "error", message=_xml(message)).text = _xml(message)
     for res, r in pairs:
-        tc = ET.SubElement(suite, "testcase", classname=_xml(res.spec.path), name=r.name, time=f"{res.seconds / max(len(res.results), 1):.3f}")
+        tc = ET.SubElement(
+            suite,
+            "testcase",
+            classname=_xml(res.spec.path),
+            name=r.name,
+            time=f"{res.seconds / max(len(res.results), 1):.3f}",
+        )
         if not r.applicable or r.skipped:
             ET.SubElement(tc, "skipped", message=_xml(r.message))
         if not r.met:
             tag = "error" if r.error else "failure"
             el = ET.SubElement(tc, tag, message=_xml(r.message))
-            el.text = _xml("\n".join(filter(None, [r.message, r.error and f"error: {r.error}", r.reproduce and f"reproduce: {r.reproduce}"])))
+            el.text = _xml(
+                "\n".join(
+                    filter(
+                        None, [r.message, r.error and f"error: {r.error}", r.reproduce and f"reproduce: {r.reproduce}"]
+                    )
+                )
+            )
             if res.output:
                 ET.SubElement(tc, "system-out").text = _xml(res.output)
     write_atomic(path, ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n")

@@ -39,7 +39,15 @@ from stability.report.text import escape_controls, neutralise, printable
 from stability.run.results import OUTPUT_LINES, InvariantResult, SpecResult
 from stability.spec.locate import locate_expectation
 
-__all__ = ["workflow_commands", "enabled", "escape_data", "escape_property", "job_summary", "write_summary", "SUMMARY_LIMIT"]
+__all__ = [
+    "workflow_commands",
+    "enabled",
+    "escape_data",
+    "escape_property",
+    "job_summary",
+    "write_summary",
+    "SUMMARY_LIMIT",
+]
 
 #: GitHub refuses a step summary over 1 MiB; stay below with room for other tools' lines.
 SUMMARY_LIMIT = 1024 * 1024 - 16 * 1024
@@ -101,31 +109,75 @@ def repo_path(path: str, environ: Mapping[str, str] = os.environ) -> str:
 
 def _lines(r: InvariantResult) -> str:
     """The message of an unmet expectation with its reproduce command, control characters escaped."""
-    parts = [r.message, r.error and f"error: {r.error}", r.reproduce and f"reproduce: {r.reproduce}", f"explain: stability explain {r.name}"]
+    parts = [
+        r.message,
+        r.error and f"error: {r.error}",
+        r.reproduce and f"reproduce: {r.reproduce}",
+        f"explain: stability explain {r.name}",
+    ]
     return "\n".join(printable(p) for p in parts if p)
 
 
-def workflow_commands(results: Iterable[SpecResult], *, load_errors: Iterable[tuple[str, str]] = (), comparison: Comparison | None = None, environ: Mapping[str, str] = os.environ) -> list[str]:
+def workflow_commands(
+    results: Iterable[SpecResult],
+    *,
+    load_errors: Iterable[tuple[str, str]] = (),
+    comparison: Comparison | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> list[str]:
     """Every workflow command of a run, in the order of the results."""
-    out = [command("error", printable(message), file=repo_path(file, environ), title="stability: the spec does not load") for file, message in load_errors]
+    out = [
+        command("error", printable(message), file=repo_path(file, environ), title="stability: the spec does not load")
+        for file, message in load_errors
+    ]
     for res in results:
         file = repo_path(res.spec.path, environ)
         for r in res.results:
             line = locate_expectation(res.spec.path, r.name)
             if not r.applicable:
-                out.append(command("warning", printable(r.message), file=file, line=line, title=f"stability: {r.name} not applicable"))
+                out.append(
+                    command(
+                        "warning",
+                        printable(r.message),
+                        file=file,
+                        line=line,
+                        title=f"stability: {r.name} not applicable",
+                    )
+                )
             elif r.skipped:
-                out.append(command("notice", printable(r.message), file=file, line=line, title=f"stability: {r.name} skipped in this profile"))
+                out.append(
+                    command(
+                        "notice",
+                        printable(r.message),
+                        file=file,
+                        line=line,
+                        title=f"stability: {r.name} skipped in this profile",
+                    )
+                )
             elif not r.met:
                 out.append(command("error", _lines(r), file=file, line=line, title=f"stability: {r.name} not met"))
     for d in comparison.deltas if comparison is not None else []:
         if d.status in ("drift", "not_comparable") and comparison is not None:
             line = locate_expectation(d.key.file, d.key.invariant)
-            text = printable(f"{fmt(d.before)} → {fmt(d.after)} ({fmt_change(d)}, drift limit {fmt_limit(d.limit)}) at {d.key.case}: {d.why}")
+            text = printable(
+                f"{fmt(d.before)} → {fmt(d.after)} ({fmt_change(d)}, drift limit {fmt_limit(d.limit)}) at {d.key.case}: {d.why}"
+            )
             if d.reproduce:
                 text += f"\nreproduce: {printable(d.reproduce)}"
-            kind, title = ("error", f"stability: {d.key.invariant} moved past its drift") if d.status == "drift" else ("warning", f"stability: {d.key.invariant} not comparable with the baseline")
-            out.append(command("warning" if comparison.update else kind, text, file=repo_path(d.key.file, environ), line=line, title=title))
+            kind, title = (
+                ("error", f"stability: {d.key.invariant} moved past its drift")
+                if d.status == "drift"
+                else ("warning", f"stability: {d.key.invariant} not comparable with the baseline")
+            )
+            out.append(
+                command(
+                    "warning" if comparison.update else kind,
+                    text,
+                    file=repo_path(d.key.file, environ),
+                    line=line,
+                    title=title,
+                )
+            )
     return out
 
 
@@ -157,24 +209,36 @@ def _mark(r: InvariantResult) -> str:
 
 
 def _table(results: list[SpecResult]) -> str:
-    rows = ["| spec | invariant | expect | verdict | observed | bound | deciding case |", "| --- | --- | --- | :-: | --: | --- | --- |"]
+    rows = [
+        "| spec | invariant | expect | verdict | observed | bound | deciding case |",
+        "| --- | --- | --- | :-: | --: | --- | --- |",
+    ]
     for res in results:
         for r in res.results:
             v = r.verdict
-            observed = "—" if v is None else fmt(v.observed) + (f" ({v.extra['growth']})" if v.extra.get("growth") else "")
+            observed = (
+                "—" if v is None else fmt(v.observed) + (f" ({v.extra['growth']})" if v.extra.get("growth") else "")
+            )
             bound = v.bound if v is not None else ("not applicable" if not r.applicable else "")
             case = r.case.varying(res.spec) if r.case is not None else ""
-            rows.append(f"| {cell(res.spec.name)} | {cell(r.name)} | {r.expect} | {_mark(r)} | {cell(observed)} | {cell(bound)} | {cell(case)} |")
+            rows.append(
+                f"| {cell(res.spec.name)} | {cell(r.name)} | {r.expect} | {_mark(r)} | {cell(observed)} | {cell(bound)} | {cell(case)} |"
+            )
     return "\n".join(rows)
 
 
 def _baseline(comparison: Comparison) -> str:
     rows = [f"### Against the baseline\n\n{cell(headline(comparison))}\n"]
     if comparison.deltas:
-        rows += ["| spec | invariant | verdict | before → after | change | drift limit | case |", "| --- | --- | :-: | --- | --: | --: | --- |"]
+        rows += [
+            "| spec | invariant | verdict | before → after | change | drift limit | case |",
+            "| --- | --- | :-: | --- | --: | --: | --- |",
+        ]
         for d in comparison.deltas:
             mark = {"drift": "✗", "within": "✓"}.get(d.status, "n/a")
-            rows.append(f"| {cell(d.key.spec)} | {cell(d.key.invariant)} | {mark} | {fmt(d.before)} → {fmt(d.after)} | {fmt_change(d)} | {fmt_limit(d.limit)} | {cell(d.shown)} |")
+            rows.append(
+                f"| {cell(d.key.spec)} | {cell(d.key.invariant)} | {mark} | {fmt(d.before)} → {fmt(d.after)} | {fmt_change(d)} | {fmt_limit(d.limit)} | {cell(d.shown)} |"
+            )
     for file, changes in comparison.changed.items():
         rows.append(f"\nChanged since the baseline in {cell(file)}: {cell('; '.join(changes))}")
     return "\n".join(rows)
@@ -188,7 +252,9 @@ def _failure(res: SpecResult, r: InvariantResult) -> str:
     if res.suggestions is not None and (suggestion := suggestion_line(res, r.name)) is not None:
         parts.append(f"**suggest:** {cell(suggestion)}")
         if (best := res.suggestions.best) is not None:
-            parts.append(f"<details><summary>the spec diff of {cell(best.remedy)}</summary>\n\n{fence(printable_lines([best.diff]), 'diff')}\n\n</details>")
+            parts.append(
+                f"<details><summary>the spec diff of {cell(best.remedy)}</summary>\n\n{fence(printable_lines([best.diff]), 'diff')}\n\n</details>"
+            )
     detail = [f"error: {r.error}"] if r.error else []
     if r.verdict is not None and r.verdict.detail:
         detail.append(f"detail: {r.verdict.detail}")
@@ -205,14 +271,20 @@ def printable_lines(lines: list[str]) -> str:
     return "\n".join(printable(line) for block in lines for line in block.splitlines())
 
 
-def job_summary(results: list[SpecResult], *, seconds: float, errors: Iterable[str] = (), comparison: Comparison | None = None) -> str:
+def job_summary(
+    results: list[SpecResult], *, seconds: float, errors: Iterable[str] = (), comparison: Comparison | None = None
+) -> str:
     """The whole Markdown summary of one run."""
     pairs = [r for res in results for r in res.results]
     failed = sum(not r.met for r in pairs)
     errors = list(errors)
     drift = comparison is not None and comparison.failed
     if failed or errors or drift:
-        what = [f"{failed} of {len(pairs)} expectation(s) not met" if failed else "", f"{len(errors)} error(s)" if errors else "", "a number moved past its drift limit" if drift else ""]
+        what = [
+            f"{failed} of {len(pairs)} expectation(s) not met" if failed else "",
+            f"{len(errors)} error(s)" if errors else "",
+            "a number moved past its drift limit" if drift else "",
+        ]
         head = "### stability: ✗ " + ", ".join(w for w in what if w)
     else:
         head = f"### stability: ✓ every expectation met ({len(pairs)})"
@@ -234,7 +306,9 @@ def _bounded(sections: list[str]) -> str:
     for i, section in enumerate(sections):
         n = len(section.encode("utf-8")) + 2
         if size + n > SUMMARY_LIMIT - 200:
-            out.append(f"*{len(sections) - i} more section(s) left out: a step summary holds at most 1 MiB; the HTML and JSON reports have everything.*")
+            out.append(
+                f"*{len(sections) - i} more section(s) left out: a step summary holds at most 1 MiB; the HTML and JSON reports have everything.*"
+            )
             break
         out.append(section)
         size += n

@@ -141,8 +141,16 @@ def _verdict_rows(index: int, res: SpecResult) -> list[str]:
         status = _status(r)
         v = r.verdict
         case = r.case.varying(res.spec) if r.case is not None else ""
-        reproduce = f"<details><summary>command</summary><code>{_e(r.reproduce)}</code></details>" if r.reproduce and r.met else ""
-        name = f'<td class="{spec_cls}" rowspan="{span}"><a href="#{_anchor(index)}">{_e(res.spec.name)}</a></td>' if n == 0 else ""
+        reproduce = (
+            f"<details><summary>command</summary><code>{_e(r.reproduce)}</code></details>"
+            if r.reproduce and r.met
+            else ""
+        )
+        name = (
+            f'<td class="{spec_cls}" rowspan="{span}"><a href="#{_anchor(index)}">{_e(res.spec.name)}</a></td>'
+            if n == 0
+            else ""
+        )
         rows.append(
             f'<tr class="{status}">{name}'
             f'<td class="inv">{_e(r.name)}</td><td>{_e(r.expect)}</td>'
@@ -164,7 +172,10 @@ def _verdict_rows(index: int, res: SpecResult) -> list[str]:
 
 
 def _verdict_table(results: list[SpecResult]) -> str:
-    head = "".join(f"<th>{h}</th>" for h in ("spec", "invariant", "expect", "met", "observed", "bound", "deciding case", "reproduce"))
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("spec", "invariant", "expect", "met", "observed", "bound", "deciding case", "reproduce")
+    )
     body = "".join(row for i, res in enumerate(results) for row in _verdict_rows(i, res))
     return f'<table class="verdicts"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
@@ -173,7 +184,9 @@ def _baseline_section(c: Comparison | None) -> str:
     """The comparison with a baseline (`stability check --baseline`): before → after per case."""
     if c is None:
         return ""
-    head = "".join(f"<th>{h}</th>" for h in ("spec", "invariant", "", "before → after", "change", "drift limit", "case", "why"))
+    head = "".join(
+        f"<th>{h}</th>" for h in ("spec", "invariant", "", "before → after", "change", "drift limit", "case", "why")
+    )
     rows = []
     for d in c.deltas:
         cls = {"drift": "failed", "within": "ok"}.get(d.status, "not_applicable")
@@ -183,8 +196,13 @@ def _baseline_section(c: Comparison | None) -> str:
             f'<td class="num">{_e(fmt(d.before))} → {_e(fmt(d.after))}</td><td class="num">{_e(fmt_change(d))}</td><td class="num">{_e(fmt_limit(d.limit))}</td>'
             f'<td class="case mono">{_case_text(d.shown)}</td><td>{_e(d.why)}</td></tr>'
         )
-    changed = "".join(f"<p>changed since the baseline in <code>{_e(file)}</code>: {_e('; '.join(changes))}</p>" for file, changes in c.changed.items())
-    table = f'<table class="verdicts"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>' if rows else ""
+    changed = "".join(
+        f"<p>changed since the baseline in <code>{_e(file)}</code>: {_e('; '.join(changes))}</p>"
+        for file, changes in c.changed.items()
+    )
+    table = (
+        f'<table class="verdicts"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>' if rows else ""
+    )
     return f'<h2 id="baseline">Against the baseline</h2><p class="meta">{_e(headline(c))}</p>{table}{changed}'
 
 
@@ -213,7 +231,10 @@ def _case_row(res: SpecResult, record: CaseRecord, roles: list[tuple[str, bool]]
     m = record.measurements
     failed = any(not met for _, met in roles) or record.error is not None
     cls = "failed" if failed else ("deciding" if roles else "")
-    cells = [f'<td class="mark">{"✗" if failed else ""}</td>', f'<td class="case mono">{_case_text(record.case.varying(res.spec) or str(record.case))}</td>']
+    cells = [
+        f'<td class="mark">{"✗" if failed else ""}</td>',
+        f'<td class="case mono">{_case_text(record.case.varying(res.spec) or str(record.case))}</td>',
+    ]
     ratio = m.gradient_ratio if m is not None else None
     cells.append(f'<td class="num">{_e(_fmt(ratio))}</td>')
     values = None if m is None else (m.act_var if _statistic(res) == "variance" else m.act_sq_mean)
@@ -229,7 +250,9 @@ def _case_row(res: SpecResult, record: CaseRecord, roles: list[tuple[str, bool]]
         if v is None:  # not applicable here, or a training invariant (judged on optimizer runs, not on these cases)
             cells.append('<td class="mark" title="not applicable">—</td>')
             continue
-        cells.append(f'<td class="mark {"ok" if v.passed else "failed"}" title="{"holds" if v.passed else "violated"}">{_mark(v.passed)}</td>')
+        cells.append(
+            f'<td class="mark {"ok" if v.passed else "failed"}" title="{"holds" if v.passed else "violated"}">{_mark(v.passed)}</td>'
+        )
     cells.append(f'<td class="num">{record.seconds:.2f}</td>')
     notes = [f"{'failing' if not met else 'deciding'} case of {name}" for name, met in roles]
     if record.error:
@@ -289,8 +312,12 @@ def _figures(res: SpecResult, pngs: PngSource = spec_pngs) -> str:
     parts = []
     for key, png in pngs(res).items():
         uri = _data_uri(png)
-        width, height = struct.unpack(">II", png[16:24])  # the PNG's own size (IHDR): a legend below the plot makes it taller
-        parts.append(f'<figure><img src="{uri}" alt="{_e(key)} plot of {_e(res.spec.name)}" width="{width}" height="{height}"><figcaption>{_e(figure_caption(res, key))}</figcaption></figure>')
+        width, height = struct.unpack(
+            ">II", png[16:24]
+        )  # the PNG's own size (IHDR): a legend below the plot makes it taller
+        parts.append(
+            f'<figure><img src="{uri}" alt="{_e(key)} plot of {_e(res.spec.name)}" width="{width}" height="{height}"><figcaption>{_e(figure_caption(res, key))}</figcaption></figure>'
+        )
     return f'<div class="plots">{"".join(parts)}</div>'
 
 
@@ -298,11 +325,19 @@ def figure_caption(res: SpecResult, key: str) -> str:
     """What the figure `key` of `spec_figures(res)` shows; it mentions a shaded band exactly when
     the figure draws one."""
     expect = res.spec.expect
-    if key not in ("gradient", "variance", "identity"):  # a training invariant's figure (stability/report/spec_plots.py)
+    if key not in (
+        "gradient",
+        "variance",
+        "identity",
+    ):  # a training invariant's figure (stability/report/spec_plots.py)
         return training_caption(key)
     if key == "gradient":
         what = "Gradient norm at each boundary relative to the output's; the invariant judges the left end (l = 0). "
-        bound = "Shaded: the declared bound. " if expect.gradient_arrival is not None else "No bound: gradient_arrival is not declared. "
+        bound = (
+            "Shaded: the declared bound. "
+            if expect.gradient_arrival is not None
+            else "No bound: gradient_arrival is not declared. "
+        )
         return what + bound + "A line that stops short has a zero or non-finite gradient there (a collapse)."
     if key == "variance":
         what = "Activation statistic at each boundary relative to the input's. "
@@ -315,12 +350,18 @@ def figure_caption(res: SpecResult, key: str) -> str:
             bound = f'No band: max_growth = "{vg.max_growth}" limits how the ratio grows with depth (judged from a fit over the probed depths), not its value at each boundary. '
         return what + bound + "A line that stops short has a zero or non-finite value there."
     ia = expect.identity_at_init
-    bound = f"Shaded: errors up to atol = {ia.atol:g}. " if ia is not None and ia.atol > 0 else "Green line at 0: the bound, exactly 0 (bit-exact). "
+    bound = (
+        f"Shaded: errors up to atol = {ia.atol:g}. "
+        if ia is not None and ia.atol > 0
+        else "Green line at 0: the bound, exactly 0 (bit-exact). "
+    )
     return (
         "Identity at initialisation, zero-branch cases only: at each boundary, the relative change of the second moment from "
         "the input's (solid) and of the gradient norm from the output's (dashed); both stay at 0 while every block is the "
         "identity, and a line leaves 0 after the first block that changes its input. Dots: the errors the invariant judges, "
-        "‖f(x) − x‖/‖x‖ at the output and ‖∂L/∂x − ∂L/∂y‖/‖∂L/∂y‖ at the input. " + bound + "Symmetric-log axis: values below 1e-9 are drawn on a linear scale, so 0 is on the axis."
+        "‖f(x) − x‖/‖x‖ at the output and ‖∂L/∂x − ∂L/∂y‖/‖∂L/∂y‖ at the input. "
+        + bound
+        + "Symmetric-log axis: values below 1e-9 are drawn on a linear scale, so 0 is on the axis."
     )
 
 
@@ -345,7 +386,14 @@ def _spec_section(index: int, res: SpecResult, pngs: PngSource = spec_pngs) -> s
 # ----------------------------------------------------------------------------- page
 
 
-def render_html(results: Iterable[SpecResult], *, seconds: float = 0.0, interrupted: bool = False, pngs: PngSource = spec_pngs, comparison: Comparison | None = None) -> str:
+def render_html(
+    results: Iterable[SpecResult],
+    *,
+    seconds: float = 0.0,
+    interrupted: bool = False,
+    pngs: PngSource = spec_pngs,
+    comparison: Comparison | None = None,
+) -> str:
     """The whole report as one HTML document (a string). `pngs` renders a spec's plots
     (`stability.report.render.Renderer.pngs` takes them from a background process); `comparison`
     is the run against a baseline, shown after the verdicts."""
@@ -373,7 +421,15 @@ def render_html(results: Iterable[SpecResult], *, seconds: float = 0.0, interrup
     )
 
 
-def write_html(dir: str | Path, results: Iterable[SpecResult], *, seconds: float = 0.0, interrupted: bool = False, pngs: PngSource = spec_pngs, comparison: Comparison | None = None) -> Path:
+def write_html(
+    dir: str | Path,
+    results: Iterable[SpecResult],
+    *,
+    seconds: float = 0.0,
+    interrupted: bool = False,
+    pngs: PngSource = spec_pngs,
+    comparison: Comparison | None = None,
+) -> Path:
     """Write DIR/index.html (atomically) and return its path."""
     folder = Path(dir)
     if folder.exists() and not folder.is_dir():

@@ -33,7 +33,18 @@ from matplotlib.ticker import FuncFormatter
 from stability.report.figures import BAND_COLOR, FAIL_COLOR, new_figure, positive
 from stability.report.train_plots import DIVERGED_GID, loss_figure
 
-__all__ = ["BOUND_GID", "MARK_GID", "MEAN_GID", "LM_CAPTIONS", "attention_logit_figure", "log_z_figure", "loss_spike_figure", "early_warning_figure", "lr_loss_figure", "lr_curve_figure"]
+__all__ = [
+    "BOUND_GID",
+    "MARK_GID",
+    "MEAN_GID",
+    "LM_CAPTIONS",
+    "attention_logit_figure",
+    "log_z_figure",
+    "loss_spike_figure",
+    "early_warning_figure",
+    "lr_loss_figure",
+    "lr_curve_figure",
+]
 
 #: `gid`s of the bound (or threshold) drawn, of the marked step or learning rate, and of a mean over seeds.
 BOUND_GID = "stability-lm-bound"
@@ -93,14 +104,18 @@ def attention_logit_figure(extra: dict[str, Any], expectation: Any, *, failed: b
 
 
 def lm_loss_figure(extra: dict[str, Any], *, title: str) -> Figure:
-    return loss_figure({"curves": {f"lr {extra.get('lr', math.nan):g}": extra.get("losses", [])}}, title=title, series="")
+    return loss_figure(
+        {"curves": {f"lr {extra.get('lr', math.nan):g}": extra.get("losses", [])}}, title=title, series=""
+    )
 
 
 def log_z_figure(extra: dict[str, Any], expectation: Any, *, failed: bool, steps_total: int) -> Figure:
     fig, ax = new_figure()
     ax.set_xlabel("step")
     ax.set_ylabel("log Z")
-    ax.set_title(f"log Z of the output softmax (lr {extra.get('lr', math.nan):g}, deciding case)", fontsize=11, loc="left")
+    ax.set_title(
+        f"log Z of the output softmax (lr {extra.get('lr', math.nan):g}, deciding case)", fontsize=11, loc="left"
+    )
     steps: list[int] = extra.get("steps", [])
     if not steps:
         _empty(ax)
@@ -109,11 +124,21 @@ def log_z_figure(extra: dict[str, Any], expectation: Any, *, failed: bool, steps
     lo = [math.nan if v is None else v for v in extra.get("logz_min", [])]
     hi = [math.nan if v is None else v for v in extra.get("logz_max", [])]
     ax.fill_between(steps, lo, hi, color="#1f77b4", alpha=0.18, lw=0, label="smallest … largest over the tokens")
-    ax.plot(steps, nan, color=FAIL_COLOR if failed else "#1f77b4", lw=2.0, marker="o", ms=3, label="mean over the tokens")
+    ax.plot(
+        steps, nan, color=FAIL_COLOR if failed else "#1f77b4", lw=2.0, marker="o", ms=3, label="mean over the tokens"
+    )
     start = math.ceil(expectation.after * steps_total)
     bound = expectation.max_abs_logz
     for sign in (1.0, -1.0):
-        line = ax.hlines(sign * bound, start, max(steps[-1], start), colors=BAND_COLOR, linestyles="--", lw=1.4, label=f"±{bound:g} ({expectation.statistic}, from step {start})" if sign > 0 else None)
+        line = ax.hlines(
+            sign * bound,
+            start,
+            max(steps[-1], start),
+            colors=BAND_COLOR,
+            linestyles="--",
+            lw=1.4,
+            label=f"±{bound:g} ({expectation.statistic}, from step {start})" if sign > 0 else None,
+        )
         line.set_gid(BOUND_GID)
     first = extra.get("first_step")
     if first is not None and first in steps:
@@ -128,7 +153,9 @@ def loss_spike_figure(extra: dict[str, Any], expectation: Any, *, failed: bool) 
     fig, ax = new_figure()
     ax.set_xlabel("step")
     ax.set_ylabel("training loss")
-    ax.set_title(f"loss and its spike ceiling (lr {extra.get('lr', math.nan):g}, deciding case)", fontsize=11, loc="left")
+    ax.set_title(
+        f"loss and its spike ceiling (lr {extra.get('lr', math.nan):g}, deciding case)", fontsize=11, loc="left"
+    )
     losses = [math.nan if v is None else v for v in extra.get("losses", [])]
     window = int(extra.get("window", expectation.window))
     if len(losses) <= window:
@@ -137,13 +164,25 @@ def loss_spike_figure(extra: dict[str, Any], expectation: Any, *, failed: bool) 
     ax.plot(range(len(losses)), losses, color="#111111", lw=1.3, label="loss")
     arr = np.asarray(losses, dtype=np.float64)
     ceiling = [expectation.max_factor * float(np.mean(arr[t - window : t])) for t in range(window, len(arr))]
-    line = ax.plot(range(window, len(arr)), ceiling, color=BAND_COLOR, ls="--", lw=1.4, label=f"{expectation.max_factor:g} × mean of the {window} steps before")[0]
+    line = ax.plot(
+        range(window, len(arr)),
+        ceiling,
+        color=BAND_COLOR,
+        ls="--",
+        lw=1.4,
+        label=f"{expectation.max_factor:g} × mean of the {window} steps before",
+    )[0]
     line.set_gid(BOUND_GID)
     step = extra.get("step")
     if step is not None and 0 <= step < len(losses):
         y = losses[step]
         finite = [v for v in losses if math.isfinite(v)]
-        _mark(ax, step, y if math.isfinite(y) else max(finite, default=1.0), f"{'spike' if failed else 'closest'} at step {step}")
+        _mark(
+            ax,
+            step,
+            y if math.isfinite(y) else max(finite, default=1.0),
+            f"{'spike' if failed else 'closest'} at step {step}",
+        )
     ax.legend(loc="best", fontsize=8, framealpha=0.85)
     return fig
 
@@ -156,16 +195,33 @@ def early_warning_figure(extra: dict[str, Any], expectation: Any, *, failed: boo
         ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel(name)
-    ax.set_title(f"early warning: {name} over the first {expectation.steps} steps (lr {extra.get('lr', math.nan):g})", fontsize=11, loc="left")
+    ax.set_title(
+        f"early warning: {name} over the first {expectation.steps} steps (lr {extra.get('lr', math.nan):g})",
+        fontsize=11,
+        loc="left",
+    )
     steps: list[int] = extra.get("recorded", [])
     curve = [math.nan if v is None else v for v in extra.get("curve", [])]
     if not steps:
         _empty(ax)
         return fig
-    ax.plot(steps, positive(curve) if logit else curve, color=FAIL_COLOR if failed else "#111111", lw=2.0, marker="o", ms=4, label=name)
+    ax.plot(
+        steps,
+        positive(curve) if logit else curve,
+        color=FAIL_COLOR if failed else "#111111",
+        lw=2.0,
+        marker="o",
+        ms=4,
+        label=name,
+    )
     _bound(ax, expectation.threshold, f"threshold {expectation.threshold:g}")
     if failed:
-        _mark(ax, steps[-1], curve[-1] if math.isfinite(curve[-1]) else expectation.threshold, f"warning after {expectation.steps} steps")
+        _mark(
+            ax,
+            steps[-1],
+            curve[-1] if math.isfinite(curve[-1]) else expectation.threshold,
+            f"warning after {expectation.steps} steps",
+        )
     losses = [math.nan if v is None else v for v in extra.get("losses", [])]
     if losses:
         fig.subplots_adjust(right=0.88)
@@ -206,7 +262,16 @@ def lr_loss_figure(extra: dict[str, Any]) -> Figure:
         line.set_gid(MEAN_GID)
         bad = [j for j, r in enumerate(rows) if any(not math.isfinite(v) for v in r)]
         if bad:
-            mark = ax.scatter([len(rows[bad[0]]) - 1], [float(np.nanmax(padded))], marker="X", s=90, color=FAIL_COLOR, zorder=6, edgecolors="white", label=f"lr {lr:g}: {len(bad)} seed(s) diverged")
+            mark = ax.scatter(
+                [len(rows[bad[0]]) - 1],
+                [float(np.nanmax(padded))],
+                marker="X",
+                s=90,
+                color=FAIL_COLOR,
+                zorder=6,
+                edgecolors="white",
+                label=f"lr {lr:g}: {len(bad)} seed(s) diverged",
+            )
             mark.set_gid(DIVERGED_GID)
     ax.legend(loc="best", fontsize=8, framealpha=0.85)
     return fig
@@ -233,7 +298,15 @@ def lr_curve_figure(extra: dict[str, Any], expectation: Any, *, failed: bool) ->
     for row in rows:
         ax.plot(lrs, row, color="#888888", lw=0.8, alpha=0.6, marker="o", ms=2)
     mean = [float(np.mean([r[i] for r in rows])) for i in range(len(lrs))]
-    line = ax.plot(lrs, mean, color=FAIL_COLOR if failed else "#111111", lw=2.4, marker="o", ms=5, label=f"mean over {len(rows)} seed(s)")[0]
+    line = ax.plot(
+        lrs,
+        mean,
+        color=FAIL_COLOR if failed else "#111111",
+        lw=2.4,
+        marker="o",
+        ms=5,
+        label=f"mean over {len(rows)} seed(s)",
+    )[0]
     line.set_gid(MEAN_GID)
     l0 = float(np.mean(list(initial.values()))) if initial else math.nan
     h = float(np.mean(list(extra.get("entropy_rate", {}).values()) or [math.nan]))

@@ -35,7 +35,9 @@ __all__ = ["check_outputs", "check_replaceable", "not_regular", "open_regular"]
 #: `$schema`); the JUnit suite named "stability"; the HTML pages' titles; `stability suggest
 #: --json`'s "stability_suggest" format version.
 _SIGNATURES = {
-    "JSON": re.compile(rb'\A\{\s*"schema_version"\s*:\s*\d+\s*,\s*"met"\s*:\s*(true|false)\s*,\s*"interrupted"\s*:\s*(true|false)\s*,\s*"seconds"\s*:'),
+    "JSON": re.compile(
+        rb'\A\{\s*"schema_version"\s*:\s*\d+\s*,\s*"met"\s*:\s*(true|false)\s*,\s*"interrupted"\s*:\s*(true|false)\s*,\s*"seconds"\s*:'
+    ),
     "JUnit": re.compile(rb'\A<\?xml[^>]*\?>\s*<testsuite name="stability"'),
     "HTML": re.compile(rb"\A<!DOCTYPE html>\s*<html[^>]*>\s*<head>.{0,400}?<title>stability (report|sweep)", re.S),
     "SARIF": re.compile(
@@ -101,7 +103,9 @@ def check_replaceable(path: Path, option: str = "report") -> None:
     except OSError as exc:
         raise UsageError(f"{option} {path}: cannot be checked ({exc.strerror}); choose another path") from None
     if kind is not None:
-        raise UsageError(f"{option} {path}: is {kind}, not a regular file; a report only ever replaces a regular file, choose a file path")
+        raise UsageError(
+            f"{option} {path}: is {kind}, not a regular file; a report only ever replaces a regular file, choose a file path"
+        )
 
 
 def _check_ours(path: Path, kind: str, option: str, shown: str) -> None:
@@ -116,7 +120,9 @@ def _check_ours(path: Path, kind: str, option: str, shown: str) -> None:
     except OSError as exc:
         raise UsageError(f"{option} {shown}: {path} cannot be read ({exc.strerror}); choose another path") from None
     if head and not _SIGNATURES[kind].match(head):
-        raise UsageError(f"{option} {shown}: {path} exists and is not a stability {kind} report; a report never replaces a file it did not write, so choose another path or delete that file first")
+        raise UsageError(
+            f"{option} {shown}: {path} exists and is not a stability {kind} report; a report never replaces a file it did not write, so choose another path or delete that file first"
+        )
 
 
 def _writable_folder(folder: Path, option: str, shown: str) -> None:
@@ -131,7 +137,9 @@ def _writable_folder(folder: Path, option: str, shown: str) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=".stability-check.", dir=probe)
     except OSError as exc:
-        raise UsageError(f"{option} {shown}: cannot write in {probe} ({exc.strerror}); choose a writable folder") from None
+        raise UsageError(
+            f"{option} {shown}: cannot write in {probe} ({exc.strerror}); choose a writable folder"
+        ) from None
     os.close(fd)
     os.unlink(tmp)
 
@@ -147,34 +155,69 @@ def _names_fit(target: Path, option: str, shown: str) -> None:
         size = len(os.fsencode(part))
         if size > name_max:
             cut = part if len(part) <= 40 else part[:37] + "..."
-            raise UsageError(f"{option} {cut if len(shown) > 80 else shown}: the name {cut!r} is {size} bytes, and the file system allows {name_max}; choose a shorter name")
+            raise UsageError(
+                f"{option} {cut if len(shown) > 80 else shown}: the name {cut!r} is {size} bytes, and the file system allows {name_max}; choose a shorter name"
+            )
 
 
-def check_outputs(*, json: str | None, junit: str | None, html: str | None, sarif: str | None = None, baseline: str | None = None, inputs: Iterable[str | Path] = ()) -> None:
+def check_outputs(
+    *,
+    json: str | None,
+    junit: str | None,
+    html: str | None,
+    sarif: str | None = None,
+    baseline: str | None = None,
+    inputs: Iterable[str | Path] = (),
+) -> None:
     """Validate the report paths of one run; raise UsageError (exit 2) on the first problem.
     `baseline` is the `--baseline` file when `--update-baseline` rewrites it (a JSON report)."""
     files: dict[Path, str] = {}
     protected = {Path(p).resolve(): str(p) for p in inputs}
-    for option, raw in (("--json", json), ("--junit", junit), ("--html", html), ("--sarif", sarif), ("--baseline", baseline)):
+    for option, raw in (
+        ("--json", json),
+        ("--junit", junit),
+        ("--html", html),
+        ("--sarif", sarif),
+        ("--baseline", baseline),
+    ):
         if raw is None:
             continue
         example = {"--junit": "junit.xml", "--sarif": "stability.sarif"}.get(option, "report.json")
-        resolved = check_report_path(option, raw, _KINDS[option], page="index.html" if option == "--html" else None, example=example, protected=protected)
+        resolved = check_report_path(
+            option,
+            raw,
+            _KINDS[option],
+            page="index.html" if option == "--html" else None,
+            example=example,
+            protected=protected,
+        )
         if resolved in files:
             raise UsageError(f"{option} {raw}: is also the path of {files[resolved]}; give each report its own path")
         files[resolved] = option
 
 
-def check_report_path(option: str, raw: str, kind: str | None, *, page: str | None = None, example: str = "report.json", protected: Mapping[Path, str] | None = None) -> Path:
+def check_report_path(
+    option: str,
+    raw: str,
+    kind: str | None,
+    *,
+    page: str | None = None,
+    example: str = "report.json",
+    protected: Mapping[Path, str] | None = None,
+) -> Path:
     """The checks of one report path, before anything runs; UsageError (exit 2, one line) on the
     first problem, else the resolved file the report will be written to. `page`: the option names
     a folder and the report is FOLDER/page. `kind`: the signature (`_SIGNATURES`) an existing
     non-empty file must carry to be replaced; None: the caller checks what it may replace.
     `protected`: {resolved path: as given} of the input specs, which no report may replace."""
     if not raw.strip():
-        raise UsageError(f"{option} '': the path is empty; give a {'folder' if page else 'file'} name (or leave the option out)")
+        raise UsageError(
+            f"{option} '': the path is empty; give a {'folder' if page else 'file'} name (or leave the option out)"
+        )
     if raw.strip() == "-":  # not standard output: the terminal report is written there already
-        raise UsageError(f"{option} -: reports are written to files, not to standard output; give a {'folder' if page else f'file name such as {example}'}")
+        raise UsageError(
+            f"{option} -: reports are written to files, not to standard output; give a {'folder' if page else f'file name such as {example}'}"
+        )
     given = Path(raw)
     _names_fit(given, option, raw)  # before any stat: a name that is too long makes every call on it fail
     try:
@@ -183,7 +226,9 @@ def check_report_path(option: str, raw: str, kind: str | None, *, page: str | No
         raise UsageError(f"{option} {raw}: cannot be checked ({exc.strerror}); choose another path") from None
     if page is not None:
         if given.exists() and what != "a folder":
-            raise UsageError(f"{option} {raw}: is {what or 'a file'}; give a folder (the report is written to FOLDER/{page})")
+            raise UsageError(
+                f"{option} {raw}: is {what or 'a file'}; give a folder (the report is written to FOLDER/{page})"
+            )
         target = given / page
     else:
         target = given
@@ -193,7 +238,9 @@ def check_report_path(option: str, raw: str, kind: str | None, *, page: str | No
     check_replaceable(target, option)
     resolved = target.resolve()
     if protected and resolved in protected:
-        raise UsageError(f"{option} {raw}: is the input spec {protected[resolved]}; a report must not overwrite a spec, choose another path")
+        raise UsageError(
+            f"{option} {raw}: is the input spec {protected[resolved]}; a report must not overwrite a spec, choose another path"
+        )
     if kind is not None:
         _check_ours(target, kind, option, raw)
     return resolved

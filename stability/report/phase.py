@@ -39,7 +39,16 @@ from stability.run.sweep import SweepResult
 from stability.spec.case import corner_case
 from stability.spec.registry import FAMILIES
 
-__all__ = ["MEASURES", "measure_values", "heatmap_figure", "x_axis_key", "mean_field_chi1", "depth_scale", "to_png", "overlay_for"]
+__all__ = [
+    "MEASURES",
+    "measure_values",
+    "heatmap_figure",
+    "x_axis_key",
+    "mean_field_chi1",
+    "depth_scale",
+    "to_png",
+    "overlay_for",
+]
 
 _DPI = 100
 #: Colour scale half-range in decades: beyond ±8 decades every cell reads "vanished" / "exploded".
@@ -70,7 +79,9 @@ def measure_values(result: SweepResult, measure: str) -> dict[str, float]:
     """{point key: the median over the point's measured seeds} (NaN when none was measured)."""
     out: dict[str, float] = {}
     for p in [*result.points, *result.extra_points]:
-        vals = [_log10_ratio(Measurements.from_json(r["m"]), result.spec, measure) for r in p.rows if r["m"] is not None]
+        vals = [
+            _log10_ratio(Measurements.from_json(r["m"]), result.spec, measure) for r in p.rows if r["m"] is not None
+        ]
         vals = [v for v in vals if not math.isnan(v)]
         out[point_key(p.point)] = statistics.median(vals) if vals else math.nan
     return out
@@ -95,7 +106,9 @@ def overlay_for(result: SweepResult, x_key: str | None) -> tuple[str, float] | N
     swept over σ_w², biases zero or PyTorch's default (σ_b² = 1/(3·fan_in))."""
     spec = result.spec
     law = FAMILIES.get(spec.family).mean_field if spec.family in FAMILIES else None
-    plain_law = law is not None and not law(spec, corner_case(spec))[1]  # the family's mean-field law, and not a residual one
+    plain_law = (
+        law is not None and not law(spec, corner_case(spec))[1]
+    )  # the family's mean-field law, and not a residual one
     if x_key != "sigma_w2" or not plain_law or spec.block.norm != "none" or spec.block.activation not in ACTIVATIONS:
         return None
     bias = spec.space.bias_init
@@ -131,7 +144,9 @@ def x_axis_key(result: SweepResult, x: str | None = None) -> str | None:
     return max(others, key=lambda a: len(a.values)).key if others else None
 
 
-def heatmap_figure(result: SweepResult, measure: str, *, facet: dict[str, Value] | None = None, x: str | None = None) -> Figure:
+def heatmap_figure(
+    result: SweepResult, measure: str, *, facet: dict[str, Value] | None = None, x: str | None = None
+) -> Figure:
     """The phase diagram of one measurement: x = `x_axis_key(result, x)`, y = depth (log)."""
     facet = facet or {}
     values = measure_values(result, measure)
@@ -186,7 +201,15 @@ def heatmap_figure(result: SweepResult, measure: str, *, facet: dict[str, Value]
     return fig
 
 
-def _budgets(ax: Any, result: SweepResult, measure: str, x_key: str | None, xs: list[Value], x_pos: list[float], facet: dict[str, Value]) -> None:
+def _budgets(
+    ax: Any,
+    result: SweepResult,
+    measure: str,
+    x_key: str | None,
+    xs: list[Value],
+    x_pos: list[float],
+    facet: dict[str, Value],
+) -> None:
     """The bisected depth budget of the invariant this measurement belongs to, one marker per slice."""
     name = "gradient_arrival" if measure == "gradient" else "variance_growth"
     found: list[tuple[float, int]] = []
@@ -201,9 +224,25 @@ def _budgets(ax: Any, result: SweepResult, measure: str, x_key: str | None, xs: 
         if x in xs:
             (floor if b.status == "at_least" else found).append((x_pos[xs.index(x)], b.budget))
     if found:
-        ax.plot(*zip(*found, strict=True), "D", color="white", markeredgecolor="black", markersize=6, linestyle="none", label="depth budget (bisection)")
+        ax.plot(
+            *zip(*found, strict=True),
+            "D",
+            color="white",
+            markeredgecolor="black",
+            markersize=6,
+            linestyle="none",
+            label="depth budget (bisection)",
+        )
     if floor:
-        ax.plot(*zip(*floor, strict=True), "^", color="white", markeredgecolor="black", markersize=7, linestyle="none", label="holds at the deepest depth searched")
+        ax.plot(
+            *zip(*floor, strict=True),
+            "^",
+            color="white",
+            markeredgecolor="black",
+            markersize=7,
+            linestyle="none",
+            label="holds at the deepest depth searched",
+        )
 
 
 def _mean_field(ax: Any, result: SweepResult, measure: str, x_key: str | None, xe: np.ndarray, ye: np.ndarray) -> None:
@@ -219,18 +258,30 @@ def _mean_field(ax: Any, result: SweepResult, measure: str, x_key: str | None, x
     line[~np.isfinite(line)] = np.nan
     ax.plot(grid, line, "--", color="black", linewidth=1.6, label="6ξ (mean field)")
     ga = result.spec.expect.gradient_arrival
-    if measure == "gradient" and ga is not None and not (math.isclose(-math.log(ga.lo), 3, rel_tol=1e-4) and math.isclose(math.log(ga.hi), 3, rel_tol=1e-4)):
+    if (
+        measure == "gradient"
+        and ga is not None
+        and not (math.isclose(-math.log(ga.lo), 3, rel_tol=1e-4) and math.isclose(math.log(ga.hi), 3, rel_tol=1e-4))
+    ):
         # r₀ ≈ χ₁^(L/2) leaves [lo, hi] at L = 2 ln(1/lo) ξ (χ₁ < 1) or 2 ln(hi) ξ (χ₁ > 1)
         with np.errstate(divide="ignore"):
             budget = np.where(chis < 1, 2 * math.log(1 / ga.lo), 2 * math.log(ga.hi)) / np.abs(np.log(chis))
         budget[~np.isfinite(budget)] = np.nan
-        ax.plot(grid, budget, "-.", color="#444444", linewidth=1.2, label=f"mean field: r₀ leaves [{ga.lo:g}, {ga.hi:g}]")
+        ax.plot(
+            grid, budget, "-.", color="#444444", linewidth=1.2, label=f"mean field: r₀ leaves [{ga.lo:g}, {ga.hi:g}]"
+        )
     try:
         critical = critical_sigma_w2(activation, sigma_b2)
     except ValueError:  # no order-to-chaos transition for this activation and σ_b²
         critical = math.nan
     if xe[0] <= critical <= xe[-1]:
-        ax.axvline(critical, color="black", linestyle=":", linewidth=1.2, label=f"χ₁ = 1: order | chaos (σ_w² = {critical:.3g})")
+        ax.axvline(
+            critical,
+            color="black",
+            linestyle=":",
+            linewidth=1.2,
+            label=f"χ₁ = 1: order | chaos (σ_w² = {critical:.3g})",
+        )
     ax.set_ylim(ye[0], ye[-1])
 
 

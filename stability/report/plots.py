@@ -167,7 +167,14 @@ def _draw_lines(
     if top is not None and highlight is not None:
         record, ys = top
         top_colour = FAIL_COLOR if highlight.failed else _DECIDING_COLOR
-        (line,) = ax.plot(range(len(ys)), ys, color=top_colour, lw=3.0, zorder=5, label=f"{highlight.label} (depth {record.case.depth})")
+        (line,) = ax.plot(
+            range(len(ys)),
+            ys,
+            color=top_colour,
+            lw=3.0,
+            zorder=5,
+            label=f"{highlight.label} (depth {record.case.depth})",
+        )
         line.set_gid(HIGHLIGHT_GID)
     for name, colour in by_init.items():
         ax.plot([], [], color=colour, lw=2, label=f"init {name}")
@@ -195,7 +202,9 @@ def _draw_band(ax: Axes, lo: float | None, hi: float | None, label: str) -> None
 def _finish(ax: Axes, title: str, note: str | None) -> None:
     ax.set_title(title, fontsize=11, loc="left")
     if not ax.lines:
-        ax.text(0.5, 0.5, note or "no case was measured", transform=ax.transAxes, ha="center", va="center", color="#666666")
+        ax.text(
+            0.5, 0.5, note or "no case was measured", transform=ax.transAxes, ha="center", va="center", color="#666666"
+        )
     legend_below(ax)
 
 
@@ -234,7 +243,9 @@ def variance_figure(
     ax.set_ylabel("Var(x_l) / Var(x_0)" if statistic == "variance" else "E[x_l²] / E[x_0²]")
     if band is not None:
         lo, hi = band
-        text = " ≤ ".join(filter(None, [f"{lo:g}" if lo is not None else "", "ratio", f"{hi:g}" if hi is not None else ""]))
+        text = " ≤ ".join(
+            filter(None, [f"{lo:g}" if lo is not None else "", "ratio", f"{hi:g}" if hi is not None else ""])
+        )
         _draw_band(ax, lo, hi, f"allowed: {text}")
     _finish(ax, title, None)
     return fig
@@ -246,7 +257,9 @@ def ensemble_spread(record: CaseRecord, statistic: str) -> tuple[list[float], li
     ens = None if record.measurements is None else record.measurements.extra.get("ensemble")
     if ens is None:
         return None
-    rows = [[v / p[0] for v in p] for p in ens.profiles(statistic) if p and p[0] > 0 and all(math.isfinite(v) for v in p)]
+    rows = [
+        [v / p[0] for v in p] for p in ens.profiles(statistic) if p and p[0] > 0 and all(math.isfinite(v) for v in p)
+    ]
     if len(rows) < 2:
         return None
     cols = list(zip(*rows, strict=True))
@@ -261,7 +274,16 @@ def _draw_ensemble(ax: Axes, records: Sequence[CaseRecord], highlight: Highlight
         return
     lo, hi, size = spread
     colour = FAIL_COLOR if highlight is not None and highlight.failed else _DECIDING_COLOR
-    band = ax.fill_between(range(len(lo)), positive(lo), positive(hi), color=colour, alpha=0.12, zorder=4, lw=0, label=f"its {size} seeds (min–max)")
+    band = ax.fill_between(
+        range(len(lo)),
+        positive(lo),
+        positive(hi),
+        color=colour,
+        alpha=0.12,
+        zorder=4,
+        lw=0,
+        label=f"its {size} seeds (min–max)",
+    )
     band.set_gid(ENSEMBLE_GID)
 
 
@@ -305,7 +327,11 @@ def identity_figure(
     alpha = 0.85 if len(series) <= 20 else max(0.25, 0.85 * 20 / len(series))
     for record, (fwd, bwd) in sorted(series, key=lambda rs: highlight is not None and rs[0].case == highlight.case):
         top = highlight is not None and record.case == highlight.case
-        colour = (FAIL_COLOR if highlight.failed else _DECIDING_COLOR) if top and highlight is not None else colours[record.case]
+        colour = (
+            (FAIL_COLOR if highlight.failed else _DECIDING_COLOR)
+            if top and highlight is not None
+            else colours[record.case]
+        )
         lw, z = (3.0, 5) if top else (1.1, 2)
         xs = range(len(fwd))
         (line,) = ax.plot(xs, fwd, color=colour, lw=lw, alpha=1.0 if top else alpha, zorder=z)
@@ -321,7 +347,14 @@ def identity_figure(
             ax.plot(px, py, ls="none", marker="o", ms=7 if top else 4, color=colour, zorder=z + 1, gid=JUDGED_GID)
     ax.plot([], [], color="#666666", lw=1.5, label="forward: |E[x_l²] − E[x_0²]| / E[x_0²]")
     ax.plot([], [], color="#666666", lw=1.5, ls="--", label="backward: |‖g_l‖ − ‖g_L‖| / ‖g_L‖")
-    ax.plot([], [], color="#666666", ls="none", marker="o", label="judged: ‖f(x) − x‖/‖x‖ (l = L), ‖∂L/∂x − ∂L/∂y‖/‖∂L/∂y‖ (l = 0)")
+    ax.plot(
+        [],
+        [],
+        color="#666666",
+        ls="none",
+        marker="o",
+        label="judged: ‖f(x) − x‖/‖x‖ (l = L), ‖∂L/∂x − ∂L/∂y‖/‖∂L/∂y‖ (l = 0)",
+    )
     for name, colour in by_init.items():
         ax.plot([], [], color=colour, lw=2, label=f"init {name}")
     if mappable is not None:
@@ -332,19 +365,35 @@ def identity_figure(
     ax.set_ylabel("relative change from the input's")
     if atol is not None:
         if atol > 0:
-            ax.axhspan(0.0, atol, color=BAND_COLOR, alpha=0.13, zorder=0, label=f"allowed: error ≤ {atol:g}").set_gid(BAND_GID)
+            ax.axhspan(0.0, atol, color=BAND_COLOR, alpha=0.13, zorder=0, label=f"allowed: error ≤ {atol:g}").set_gid(
+                BAND_GID
+            )
             ax.axhline(atol, color=BAND_COLOR, lw=1.0, ls="--", zorder=1, gid=BAND_EDGE_GID)
         else:
             ax.axhline(0.0, color=BAND_COLOR, lw=2.0, zorder=1, gid=BAND_EDGE_GID, label="bound: exactly 0")
     # 0 at the bottom, then every other decade from 1e-8 up to the largest error (at least 1)
     values = [v for _, (fwd, bwd) in series for v in (*fwd, *bwd) if math.isfinite(v)]
-    values += [v for r, _ in series if r.measurements is not None for v in (r.measurements.identity_error, r.measurements.input_grad_error) if v is not None and math.isfinite(v)]
+    values += [
+        v
+        for r, _ in series
+        if r.measurements is not None
+        for v in (r.measurements.identity_error, r.measurements.input_grad_error)
+        if v is not None and math.isfinite(v)
+    ]
     y_top = max(1.0, max(values, default=1.0), atol or 0.0)
     decades = range(-8, math.ceil(math.log10(y_top)) + 1, 2)
     ax.yaxis.set_major_locator(FixedLocator([0.0, *(10.0**k for k in decades)]))
     ax.set_ylim(-_ID_LINTHRESH, 10.0 ** decades[-1] * 3)
     ax.set_title(title, fontsize=11, loc="left")
     if not series:
-        ax.text(0.5, 0.5, "no zero-branch case was probed", transform=ax.transAxes, ha="center", va="center", color="#666666")
+        ax.text(
+            0.5,
+            0.5,
+            "no zero-branch case was probed",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            color="#666666",
+        )
     legend_below(ax, fontsize=7, ncol=1)  # three long entries: one per row
     return fig

@@ -69,7 +69,16 @@ class RunProgress:
     `finished(index, result)` is called as each job finishes; use it as a context manager around
     the run."""
 
-    def __init__(self, labels: list[str], *, mode: Mode, out: Console, err: Console, workers: int = 1, heartbeat: float = HEARTBEAT_S) -> None:
+    def __init__(
+        self,
+        labels: list[str],
+        *,
+        mode: Mode,
+        out: Console,
+        err: Console,
+        workers: int = 1,
+        heartbeat: float = HEARTBEAT_S,
+    ) -> None:
         self.labels, self.mode, self.out, self.workers, self.period = labels, mode, out, max(1, workers), heartbeat
         self.bar = Progress(console=err, transient=True, disable=mode != "bar")
         self.task = self.bar.add_task("checking", total=len(labels))
@@ -106,9 +115,13 @@ class RunProgress:
             started = self.running.pop(index, now)
             self.done += 1
             self._start_next(now)
-            if self.mode == "lines" and result is not None and len(self.labels) > 1:  # one spec's line would be its summary
+            if (
+                self.mode == "lines" and result is not None and len(self.labels) > 1
+            ):  # one spec's line would be its summary
                 self._print(spec_line(result, seconds=now - started), now)
-        self.bar.update(self.task, advance=1, description=escape(printable(self.labels[index])))  # the bar's text column reads markup: a name is text
+        self.bar.update(
+            self.task, advance=1, description=escape(printable(self.labels[index]))
+        )  # the bar's text column reads markup: a name is text
 
     def _print(self, line: str, now: float) -> None:
         self.out.print(line, highlight=False, markup=False, soft_wrap=True)
@@ -117,7 +130,9 @@ class RunProgress:
 
     def heartbeat_line(self, now: float) -> str:
         """The heartbeat: "… still running: NAME (running 45 s); 3 of 43 spec(s) done in 2 min 10 s"."""
-        running = ", ".join(f"{printable(self.labels[i])} (running {duration(now - t)})" for i, t in sorted(self.running.items()))
+        running = ", ".join(
+            f"{printable(self.labels[i])} (running {duration(now - t)})" for i, t in sorted(self.running.items())
+        )
         return f"… still running: {running or 'nothing'}; {self.done} of {len(self.labels)} spec(s) done in {duration(now - self.t0)}"
 
     def _beat(self) -> None:

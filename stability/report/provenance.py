@@ -1,7 +1,7 @@
 """Stage 6 (what a report's numbers depend on): the JSON report's schema version, and each
-spec's provenance — its content hash (`stability.run.sweep.spec_hash`: every validated value, not
+spec's provenance — its content hash (`stability.run.store_keys.spec_hash`: every validated value, not
 comments), the content hash of a custom spec's factory module, and the harness's code version
-(`stability.run.sweep.code_version`) — with what differs between two of them, in words.
+(`stability.run.store_keys.code_version`) — with what differs between two of them, in words.
 
 The JSON report (`stability.report.formats.to_json`) writes both; a baseline
 (`stability.report.baseline`) reads them back and reports whatever changed beside its numbers.
@@ -33,7 +33,7 @@ def provenance(spec: Spec) -> dict[str, Any]:
     """What a spec's numbers depend on: its content hash, its factory module's (custom specs; the
     source roots in force apply) and the harness's code version."""
     from stability.families.factory import locate_factory
-    from stability.run.sweep import code_version, spec_hash
+    from stability.run.store_keys import code_version, spec_hash
     from stability.spec.registry import FAMILIES
 
     factory: dict[str, str | None] | None = None
@@ -55,7 +55,9 @@ def provenance_changes(before: dict[str, Any] | None, now: dict[str, Any]) -> li
         out.append(f"the spec's content (hash {before.get('spec')} → {now['spec']})")
     was, nowf = before.get("factory") or {}, now["factory"] or {}
     if was.get("sha256") != nowf.get("sha256") or was.get("module") != nowf.get("module"):
-        out.append(f"the factory module {nowf.get('module') or was.get('module')} (sha256 {was.get('sha256')} → {nowf.get('sha256')})")
+        out.append(
+            f"the factory module {nowf.get('module') or was.get('module')} (sha256 {was.get('sha256')} → {nowf.get('sha256')})"
+        )
     if before.get("harness") != now["harness"]:
         out.append(f"the harness ({before.get('harness')} → {now['harness']})")
     return out

@@ -27,7 +27,8 @@ __all__ = ["main", "imported_versions"]
 
 def imported_versions() -> dict[str, str | None]:
     """The version of each library release this process imports (None: not installed here)."""
-    from stability.families.library import LIBRARIES, quiet_imports
+    from stability.families.library import quiet_imports
+    from stability.families.library_lookup import LIBRARIES
 
     out: dict[str, str | None] = {}
     for name in LIBRARIES:
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from stability.errors import SpecError
     from stability.report import baseline as against
+    from stability.report.baseline_load import load_baseline
     from stability.report.formats import write_json
     from stability.report.provenance import provenance
     from stability.run.engine import RunOptions
@@ -82,13 +84,19 @@ def main(argv: list[str] | None = None) -> int:
     write_json(out / "report.json", results, errors=errors, provenance={s.path: provenance(s) for s in specs})
     (out / "refused.json").write_text(json.dumps(refused) + "\n", encoding="utf-8")
     if args.baseline:
-        base = against.load_baseline(args.baseline)
+        base = load_baseline(args.baseline)
         rows: list[dict[str, Any]] = []
         for group in outcomes:  # one comparison per case: every entry is compared with this run's own number, no replay
             cases = {str(r.case) for o in group for r in o.result.results if r.case is not None}
-            mine = {(against.spec_key(o.task.spec.path), o.task.spec.name, r.name, str(r.case)): (o.task.spec, r) for o in group for r in o.result.results}
+            mine = {
+                (against.spec_key(o.task.spec.path), o.task.spec.name, r.name, str(r.case)): (o.task.spec, r)
+                for o in group
+                for r in o.result.results
+            }
             entries = [e for e in base.entries if e.key.case in cases]
-            comparison = against.compare(against.Baseline(base.path, entries, base.provenance), group, replay=executor.map)
+            comparison = against.compare(
+                against.Baseline(base.path, entries, base.provenance), group, replay=executor.map
+            )
             for d in comparison.deltas:
                 spec, result = mine.get((d.key.file, d.key.spec, d.key.invariant, d.key.case), (None, None))
                 before = next(e.verdict for e in entries if e.key == d.key)

@@ -33,7 +33,9 @@ def spec_pngs(result: SpecResult) -> dict[str, bytes]:
 
 def _context() -> multiprocessing.context.BaseContext:
     methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods and sys.platform != "darwin" else "spawn")
+    return multiprocessing.get_context(
+        "forkserver" if "forkserver" in methods and sys.platform != "darwin" else "spawn"
+    )
 
 
 class Renderer:

@@ -63,12 +63,19 @@ def artifact_location(path: str, environ: Mapping[str, str] = os.environ) -> dic
     return {"uri": urllib.parse.quote(os.fsencode(inside), safe="/"), "uriBaseId": "%SRCROOT%"}
 
 
-def _result(level: str, text: str, file: str, line: int, kind: str, *key: str, environ: Mapping[str, str]) -> dict[str, Any]:
+def _result(
+    level: str, text: str, file: str, line: int, kind: str, *key: str, environ: Mapping[str, str]
+) -> dict[str, Any]:
     """One result at `file`:`line`; `kind` and `key` name its fingerprint (what keeps it one alert)."""
     artifact = artifact_location(file, environ)
     uri = artifact["uri"]
     location = {"physicalLocation": {"artifactLocation": artifact, "region": {"startLine": line}}}
-    return {"level": level, "message": {"text": text}, "locations": [location], "partialFingerprints": {f"{kind}/v1": _fingerprint(uri, *key)}}
+    return {
+        "level": level,
+        "message": {"text": text},
+        "locations": [location],
+        "partialFingerprints": {f"{kind}/v1": _fingerprint(uri, *key)},
+    }
 
 
 def _rule(rule_id: str) -> dict[str, Any]:
@@ -77,31 +84,91 @@ def _rule(rule_id: str) -> dict[str, Any]:
     else:
         text = explain_text(rule_id)
         short, full = text.splitlines()[0], text
-    return {"id": rule_id, "name": rule_id, "shortDescription": {"text": short}, "fullDescription": {"text": full}, "help": {"text": full}, "defaultConfiguration": {"level": "error"}}
+    return {
+        "id": rule_id,
+        "name": rule_id,
+        "shortDescription": {"text": short},
+        "fullDescription": {"text": full},
+        "help": {"text": full},
+        "defaultConfiguration": {"level": "error"},
+    }
 
 
-def to_sarif(results: Iterable[SpecResult], *, load_errors: Iterable[tuple[str, str]] = (), comparison: Comparison | None = None, environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
+def to_sarif(
+    results: Iterable[SpecResult],
+    *,
+    load_errors: Iterable[tuple[str, str]] = (),
+    comparison: Comparison | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> dict[str, Any]:
     """The SARIF log of one run (a JSON-ready dict)."""
-    found = [("spec_load", _result("error", printable(message), file, 1, "stabilitySpec", environ=environ)) for file, message in load_errors]
+    found = [
+        ("spec_load", _result("error", printable(message), file, 1, "stabilitySpec", environ=environ))
+        for file, message in load_errors
+    ]
     for res in results:
         for r in res.results:
             if not r.applicable or r.skipped or r.met:
                 continue
-            text = "\n".join(printable(p) for p in (r.message, r.error and f"error: {r.error}", r.reproduce and f"reproduce: {r.reproduce}") if p)
+            text = "\n".join(
+                printable(p)
+                for p in (r.message, r.error and f"error: {r.error}", r.reproduce and f"reproduce: {r.reproduce}")
+                if p
+            )
             line = locate_expectation(res.spec.path, r.name)
-            found.append((r.name, _result("error", text, res.spec.path, line, "stabilityExpectation", r.name, environ=environ)))
+            found.append(
+                (r.name, _result("error", text, res.spec.path, line, "stabilityExpectation", r.name, environ=environ))
+            )
     if comparison is not None:
         for d in comparison.drifted:
             numbers = f"{fmt(d.before)} → {fmt(d.after)} ({fmt_change(d)}, drift limit {fmt_limit(d.limit)})"
-            text = printable(f"{d.key}: {numbers} at {d.key.case}: {d.why}") + (f"\nreproduce: {printable(d.reproduce)}" if d.reproduce else "")
+            text = printable(f"{d.key}: {numbers} at {d.key.case}: {d.why}") + (
+                f"\nreproduce: {printable(d.reproduce)}" if d.reproduce else ""
+            )
             line = locate_expectation(d.key.file, d.key.invariant)
-            found.append(("baseline_drift", _result("warning" if comparison.update else "error", text, d.key.file, line, "stabilityDrift", d.key.invariant, environ=environ)))
+            found.append(
+                (
+                    "baseline_drift",
+                    _result(
+                        "warning" if comparison.update else "error",
+                        text,
+                        d.key.file,
+                        line,
+                        "stabilityDrift",
+                        d.key.invariant,
+                        environ=environ,
+                    ),
+                )
+            )
     rule_ids = list(dict.fromkeys(rule_id for rule_id, _ in found))
     out = [{"ruleId": rule_id, "ruleIndex": rule_ids.index(rule_id), **result} for rule_id, result in found]
-    driver = {"name": "stability", "version": __version__, "semanticVersion": __version__, "rules": [_rule(r) for r in rule_ids]}
-    base = {"%SRCROOT%": {"uri": workspace(environ).as_uri().rstrip("/") + "/"}}  # SARIF 3.14.14: an absolute URI ending in "/"
-    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [{"tool": {"driver": driver}, "originalUriBaseIds": base, "results": out, "columnKind": "unicodeCodePoints"}]}
+    driver = {
+        "name": "stability",
+        "version": __version__,
+        "semanticVersion": __version__,
+        "rules": [_rule(r) for r in rule_ids],
+    }
+    base = {
+        "%SRCROOT%": {"uri": workspace(environ).as_uri().rstrip("/") + "/"}
+    }  # SARIF 3.14.14: an absolute URI ending in "/"
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {"tool": {"driver": driver}, "originalUriBaseIds": base, "results": out, "columnKind": "unicodeCodePoints"}
+        ],
+    }
 
 
-def write_sarif(path: str | Path, results: Iterable[SpecResult], *, load_errors: Iterable[tuple[str, str]] = (), comparison: Comparison | None = None) -> None:
-    write_atomic(path, json.dumps(to_sarif(results, load_errors=load_errors, comparison=comparison), indent=2, ensure_ascii=False) + "\n")
+def write_sarif(
+    path: str | Path,
+    results: Iterable[SpecResult],
+    *,
+    load_errors: Iterable[tuple[str, str]] = (),
+    comparison: Comparison | None = None,
+) -> None:
+    write_atomic(
+        path,
+        json.dumps(to_sarif(results, load_errors=load_errors, comparison=comparison), indent=2, ensure_ascii=False)
+        + "\n",
+    )

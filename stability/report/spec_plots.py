@@ -80,7 +80,8 @@ def spec_figures(result: SpecResult) -> dict[str, Figure]:
             statistic=statistic,
             band=variance_band(result),
             highlight=_highlight(_result(result, "variance_growth")),
-            title=("activation variance" if statistic == "variance" else "activation second moment") + ("" if vg is not None else " (not declared)"),
+            title=("activation variance" if statistic == "variance" else "activation second moment")
+            + ("" if vg is not None else " (not declared)"),
         ),
     }
     ia = spec.expect.identity_at_init
@@ -97,13 +98,21 @@ def spec_figures(result: SpecResult) -> dict[str, Figure]:
 
 
 def _loss(r: InvariantResult, expectation: Any, spec: Any) -> dict[str, Figure]:
-    return {f"loss:{r.name}": loss_figure(r.verdict.extra if r.verdict else {}, title=f"training loss ({r.name}, deciding case)")}
+    return {
+        f"loss:{r.name}": loss_figure(
+            r.verdict.extra if r.verdict else {}, title=f"training loss ({r.name}, deciding case)"
+        )
+    }
 
 
 def _update_size(r: InvariantResult, expectation: Any, spec: Any) -> dict[str, Figure]:
     v = r.verdict
     assert v is not None
-    return {"update_size": update_size_figure(v.extra, failed=not v.passed, title="update size against width (deciding case)")}
+    return {
+        "update_size": update_size_figure(
+            v.extra, failed=not v.passed, title="update size against width (deciding case)"
+        )
+    }
 
 
 def _lm(r: InvariantResult, expectation: Any, spec: Any) -> dict[str, Figure]:
@@ -113,9 +122,15 @@ def _lm(r: InvariantResult, expectation: Any, spec: Any) -> dict[str, Figure]:
     x, failed = v.extra, not v.passed
     title = f"training loss ({r.name}, lr {x.get('lr', math.nan):g}, deciding case)"
     if r.name == "attention_logits":
-        return {"attention_logits": lp.attention_logit_figure(x, expectation, failed=failed), f"lm_loss:{r.name}": lp.lm_loss_figure(x, title=title)}
+        return {
+            "attention_logits": lp.attention_logit_figure(x, expectation, failed=failed),
+            f"lm_loss:{r.name}": lp.lm_loss_figure(x, title=title),
+        }
     if r.name == "output_logits":
-        return {"log_z": lp.log_z_figure(x, expectation, failed=failed, steps_total=spec.train.steps), f"lm_loss:{r.name}": lp.lm_loss_figure(x, title=title)}
+        return {
+            "log_z": lp.log_z_figure(x, expectation, failed=failed, steps_total=spec.train.steps),
+            f"lm_loss:{r.name}": lp.lm_loss_figure(x, title=title),
+        }
     if r.name == "loss_spike":
         return {"loss_spike": lp.loss_spike_figure(x, expectation, failed=failed)}
     if r.name == "early_warning":

@@ -63,7 +63,9 @@ def _attempt_lines(a: Attempt, index: int | None) -> list[str]:
     return lines
 
 
-def print_suggestions(s: Suggestions, console: Console, *, diffs: bool = True, out: str | None = None, only: str | None = None) -> None:
+def print_suggestions(
+    s: Suggestions, console: Console, *, diffs: bool = True, out: str | None = None, only: str | None = None
+) -> None:
     """`stability suggest`'s output: what failed, the remedies that hold (ranked, each with its
     diff and numbers), then what every other remedy tried did."""
 
@@ -81,7 +83,9 @@ def print_suggestions(s: Suggestions, console: Console, *, diffs: bool = True, o
         say(f"  ✗ {r.message}", "red")
     ranked = s.ranked
     if ranked:
-        say(f"{len(ranked)} remedy(ies) make every expectation hold, best first (fewest changes, then margin):", "green")
+        say(
+            f"{len(ranked)} remedy(ies) make every expectation hold, best first (fewest changes, then margin):", "green"
+        )
         for i, a in enumerate(ranked, 1):
             for line in _attempt_lines(a, i):
                 say(line)
@@ -97,11 +101,20 @@ def print_suggestions(s: Suggestions, console: Console, *, diffs: bool = True, o
             for line in _attempt_lines(a, None):
                 say(line, "dim")
     if not s.attempts:
-        say(f"no registered remedy applies to this {s.family} spec for {', '.join(r.name for r in s.failing)} (`stability suggest --list` lists them)", "yellow")
+        say(
+            f"no registered remedy applies to this {s.family} spec for {', '.join(r.name for r in s.failing)} (`stability suggest --list` lists them)",
+            "yellow",
+        )
     if out is not None and ranked:
-        say(f"wrote {out}: {ranked[0].remedy} ({ranked[0].changed()}); the [expect] tables are as you wrote them", "green")
+        say(
+            f"wrote {out}: {ranked[0].remedy} ({ranked[0].changed()}); the [expect] tables are as you wrote them",
+            "green",
+        )
         if only is not None:
-            say(f"  (--only {only}: the spec's other expectations were not run; `stability check {out}` runs them)", "yellow")
+            say(
+                f"  (--only {only}: the spec's other expectations were not run; `stability check {out}` runs them)",
+                "yellow",
+            )
     for line in s.unfixable:
         say(f"also not met, and no remedy is for it: {line}", "yellow")
     say(f"{len(s.attempts)} remedy(ies) tried in {s.seconds:.1f} s")

@@ -61,8 +61,12 @@ def _budget_table(result: SweepResult) -> str:
         why = f"<div>{_e(b.detail)}</div>" if b.detail else ""
         repro = f"<div>reproduce: <code>{_e(b.reproduce)}</code></div>" if b.reproduce else ""
         case = f'<span class="mono case">{_e(b.deciding_case)}</span>' if b.deciding_case and failing else ""
-        rows.append(f'<tr class="{cls}"><td>{_e(_slice_text(b.slice))}</td><td class="inv">{_e(b.invariant)}</td><td class="num">{_e(budget_text(b))}</td><td>{case}{why}{repro}</td></tr>')
-    head = "".join(f"<th>{h}</th>" for h in ("slice", "invariant", "depth budget", "deciding case (first failing depth)"))
+        rows.append(
+            f'<tr class="{cls}"><td>{_e(_slice_text(b.slice))}</td><td class="inv">{_e(b.invariant)}</td><td class="num">{_e(budget_text(b))}</td><td>{case}{why}{repro}</td></tr>'
+        )
+    head = "".join(
+        f"<th>{h}</th>" for h in ("slice", "invariant", "depth budget", "deciding case (first failing depth)")
+    )
     return (
         f"<p>For each slice of the grid and each declared invariant: the largest depth in [{lo}, {hi}] at which it holds on "
         f"every one of the {len(result.seeds)} seeds, found by bisection. The deciding case is the first seed that fails one "
@@ -74,7 +78,9 @@ def _budget_table(result: SweepResult) -> str:
 def _facets(result: SweepResult, x: str | None) -> list[dict[str, Value]]:
     x_key = x_axis_key(result, x)
     rest = [a for a in result.axes if a.key not in ("depth", x_key)]
-    combos = [dict(zip([a.key for a in rest], vals, strict=True)) for vals in itertools.product(*[a.values for a in rest])]
+    combos = [
+        dict(zip([a.key for a in rest], vals, strict=True)) for vals in itertools.product(*[a.values for a in rest])
+    ]
     return combos[:_MAX_FACETS]
 
 
@@ -84,7 +90,9 @@ def _heatmaps(result: SweepResult, x: str | None) -> str:
     overlay = overlay_for(result, x_key)
     for facet in _facets(result, x):
         for measure in MEASURES:
-            uri = "data:image/png;base64," + base64.b64encode(to_png(heatmap_figure(result, measure, facet=facet, x=x))).decode("ascii")
+            uri = "data:image/png;base64," + base64.b64encode(
+                to_png(heatmap_figure(result, measure, facet=facet, x=x))
+            ).decode("ascii")
             caption = (
                 f"{MEASURES[measure]}. Blue: shrinks over depth; red: grows; grey: not measured. "
                 "White diamonds: the bisected depth budget of "
@@ -94,12 +102,23 @@ def _heatmaps(result: SweepResult, x: str | None) -> str:
             if overlay is not None:
                 caption += f" Dashed: the mean-field depth scale 6ξ, ξ = 1/|ln χ₁| ({overlay[0]}, σ_b² = {overlay[1]:.3g}); dotted: χ₁ = 1, the order-to-chaos boundary (Schoenholz et al. 2017)."
                 ga = result.spec.expect.gradient_arrival
-                if measure == "gradient" and ga is not None and not (math.isclose(-math.log(ga.lo), 3, rel_tol=1e-4) and math.isclose(math.log(ga.hi), 3, rel_tol=1e-4)):
-                    caption += f" Dash-dotted: the depth at which the mean-field r₀ ≈ χ₁^(L/2) leaves [{ga.lo:g}, {ga.hi:g}]."
+                if (
+                    measure == "gradient"
+                    and ga is not None
+                    and not (
+                        math.isclose(-math.log(ga.lo), 3, rel_tol=1e-4)
+                        and math.isclose(math.log(ga.hi), 3, rel_tol=1e-4)
+                    )
+                ):
+                    caption += (
+                        f" Dash-dotted: the depth at which the mean-field r₀ ≈ χ₁^(L/2) leaves [{ga.lo:g}, {ga.hi:g}]."
+                    )
                 elif measure == "gradient" and ga is not None:
                     caption += " The spec's bounds are e^(∓3), so r₀ ≈ χ₁^(L/2) leaves them at L = 6ξ: the diamonds should follow the dashed line."
             label = ", ".join(f"{k}={v}" for k, v in facet.items())
-            parts.append(f'<figure><img src="{uri}" alt="{_e(measure)} phase diagram {_e(label)}" width="640" height="520"><figcaption>{_e(caption)}</figcaption></figure>')
+            parts.append(
+                f'<figure><img src="{uri}" alt="{_e(measure)} phase diagram {_e(label)}" width="640" height="520"><figcaption>{_e(caption)}</figcaption></figure>'
+            )
     return f'<div class="heatmaps">{"".join(parts)}</div>'
 
 
@@ -136,7 +155,8 @@ def render_sweep_html(result: SweepResult, *, x: str | None = None) -> str:
     summary = (
         f"{len(result.points)} grid point(s) × {len(result.seeds)} seed(s) (seeds {result.seeds[0]}–{result.seeds[-1]}), "
         f"{len(result.extra_points)} more for the budgets; {result.probed} probe(s) run on {result.workers} worker(s), "
-        f"{result.cached} point(s) reused from the store, in {result.seconds:.1f} s" + (f"; {failed} point(s) could not be measured" if failed else "")
+        f"{result.cached} point(s) reused from the store, in {result.seconds:.1f} s"
+        + (f"; {failed} point(s) could not be measured" if failed else "")
     )
     title = f"stability sweep: {spec.name}"
     return (

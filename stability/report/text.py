@@ -55,7 +55,9 @@ def neutralise(text: str) -> str:
 def escape_controls(text: str) -> str:
     """`text` with every control character written as an escape (`\\x1b`, `\\u202e`; a lone
     surrogate as `\\udcff`)."""
-    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
+    return _UNSAFE.sub(
+        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text
+    )
 
 
 def printable(text: str) -> str:

@@ -61,22 +61,51 @@ def update_size_figure(extra: dict[str, Any], *, failed: bool, title: str = "upd
         label = ("output" if b == n - 1 else f"boundary {b}") if n <= 8 else None
         if b == judged:
             continue
-        ax.plot(widths, positive(values), color=cmap(0.85 * b / max(n - 1, 1)), lw=1.1, alpha=0.8, marker="o", ms=3, label=label)
+        ax.plot(
+            widths,
+            positive(values),
+            color=cmap(0.85 * b / max(n - 1, 1)),
+            lw=1.1,
+            alpha=0.8,
+            marker="o",
+            ms=3,
+            label=label,
+        )
     if judged is not None:
         ys = positive(rms[judged])
         name = "output" if judged == n - 1 else f"boundary {judged}"
-        ax.plot(widths, ys, color=FAIL_COLOR if failed else "#111111", lw=3.0, marker="o", ms=5, zorder=5, label=f"judged: {name} (slope {extra.get('slope', math.nan):.2f})")
+        ax.plot(
+            widths,
+            ys,
+            color=FAIL_COLOR if failed else "#111111",
+            lw=3.0,
+            marker="o",
+            ms=5,
+            zorder=5,
+            label=f"judged: {name} (slope {extra.get('slope', math.nan):.2f})",
+        )
         b_max = float(extra.get("max_abs_slope", 0.0))
         w0, y0 = widths[0], ys[0]
         if math.isfinite(y0) and b_max > 0:
             w = np.geomspace(widths[0], widths[-1], 50)
             lo, hi = y0 * (w / w0) ** (-b_max), y0 * (w / w0) ** b_max
-            cone = ax.fill_between(w, lo, hi, color=BAND_COLOR, alpha=0.15, zorder=0, label=f"bound |slope| ≤ {b_max:g}")
+            cone = ax.fill_between(
+                w, lo, hi, color=BAND_COLOR, alpha=0.15, zorder=0, label=f"bound |slope| ≤ {b_max:g}"
+            )
             cone.set_gid(CONE_GID)
         failing = extra.get("failing_width")
         if failing is not None and failing in widths:
             y = ys[widths.index(failing)]
-            mark = ax.scatter([failing], [y if math.isfinite(y) else y0], marker="X", s=140, color=FAIL_COLOR, zorder=6, edgecolors="white", label=f"first width outside: {failing}")
+            mark = ax.scatter(
+                [failing],
+                [y if math.isfinite(y) else y0],
+                marker="X",
+                s=140,
+                color=FAIL_COLOR,
+                zorder=6,
+                edgecolors="white",
+                label=f"first width outside: {failing}",
+            )
             mark.set_gid(FAILING_WIDTH_GID)
     ax.xaxis.set_major_locator(FixedLocator(widths))
     ax.xaxis.set_minor_locator(NullLocator())
@@ -97,12 +126,29 @@ def loss_figure(extra: dict[str, Any], *, title: str = "training loss", series: 
     palette = colormaps["tab10"]
     for i, (depth, losses) in enumerate(curves.items()):
         ys = positive(losses)
-        ax.plot(range(len(ys)), ys, color=palette(i % 10), lw=1.5, label=f"{series}{depth}", marker="o" if len(ys) <= 20 else None, ms=4)
+        ax.plot(
+            range(len(ys)),
+            ys,
+            color=palette(i % 10),
+            lw=1.5,
+            label=f"{series}{depth}",
+            marker="o" if len(ys) <= 20 else None,
+            ms=4,
+        )
         bad = [k for k, v in enumerate(losses) if v is None]
         if bad:
             finite = [y for y in ys if math.isfinite(y)]
             y = finite[-1] if finite else 1.0
-            mark = ax.scatter([bad[0]], [y], marker="X", s=140, color=FAIL_COLOR, zorder=6, edgecolors="white", label=f"{series}{depth}: not finite at step {bad[0]}")
+            mark = ax.scatter(
+                [bad[0]],
+                [y],
+                marker="X",
+                s=140,
+                color=FAIL_COLOR,
+                zorder=6,
+                edgecolors="white",
+                label=f"{series}{depth}: not finite at step {bad[0]}",
+            )
             mark.set_gid(DIVERGED_GID)
     if not curves:
         ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="#666666")

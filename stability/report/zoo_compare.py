@@ -56,19 +56,48 @@ def _limit(row: Mapping[str, Any]) -> str:
 
 def terminal_rows(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]]:
     """(family, invariant, case, A → B, change, drift limit, direction, verdict) of every moved row."""
-    return [(r["spec"], r["invariant"], r["shown"] or r["case"], f"{_fmt(r['before'])} → {_fmt(r['after'])}", _change(r), _limit(r), direction_text(r), r["why"]) for r in moved(rows)]
+    return [
+        (
+            r["spec"],
+            r["invariant"],
+            r["shown"] or r["case"],
+            f"{_fmt(r['before'])} → {_fmt(r['after'])}",
+            _change(r),
+            _limit(r),
+            direction_text(r),
+            r["why"],
+        )
+        for r in moved(rows)
+    ]
 
 
-def markdown(a: str, b: str, rows: Sequence[Mapping[str, Any]], refused: Mapping[str, Mapping[str, str]], versions: Mapping[str, Mapping[str, Any]], *, compared: int) -> str:
+def markdown(
+    a: str,
+    b: str,
+    rows: Sequence[Mapping[str, Any]],
+    refused: Mapping[str, Mapping[str, str]],
+    versions: Mapping[str, Mapping[str, Any]],
+    *,
+    compared: int,
+) -> str:
     """The comparison as Markdown, for a pull request's comment."""
     lines = [f"### Zoo numbers: `{a}` → `{b}`", ""]
     ran = {side: ", ".join(f"{k} {v}" for k, v in v_.items() if v) for side, v_ in versions.items()}
     lines += [f"- {side}: {text}" for side, text in ran.items()]
     hit = moved(rows)
-    lines += ["", f"{len(hit)} number(s) moved past their drift limit, of {compared} compared on the same cases and seeds.", ""]
+    lines += [
+        "",
+        f"{len(hit)} number(s) moved past their drift limit, of {compared} compared on the same cases and seeds.",
+        "",
+    ]
     if hit:
-        lines += ["| family | invariant | case | A → B | change | drift limit | direction |", "|---|---|---|---|---|---|---|"]
-        lines += [f"| {f} | {i} | {c} | {ab} | {ch} | {lim} | {d} |" for f, i, c, ab, ch, lim, d, _ in terminal_rows(rows)]
+        lines += [
+            "| family | invariant | case | A → B | change | drift limit | direction |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {f} | {i} | {c} | {ab} | {ch} | {lim} | {d} |" for f, i, c, ab, ch, lim, d, _ in terminal_rows(rows)
+        ]
     for side, files in refused.items():
         for file, why in files.items():
             lines.append(f"- not compared, refused under {side}: `{Path(file).name}`: {why.split(': ', 1)[-1]}")

@@ -43,27 +43,56 @@ def rejudge(result: SpecResult, *, replay: bool) -> str | None:
     first: str | None = None
     for i, r in enumerate(result.results):
         if not r.applicable and r.name in INVARIANTS and getattr(spec.expect, r.name, None) is not None:
-            if r.case is None or not_applicable_reason(spec, r.name, r.case) is None:  # it does apply: it was not judged
+            if (
+                r.case is None or not_applicable_reason(spec, r.name, r.case) is None
+            ):  # it does apply: it was not judged
                 where = f" at {r.case}" if r.case is not None else ""
                 line = f"{spec.path}::{r.name}: the worker reported it not applicable{where}, but it applies there{_TAMPERED}"
                 result.results[i] = InvariantResult(r.name, r.expect, False, None, r.case, 0, line, error=line)
                 first = first or line
             continue
-        if r.skipped or r.name not in INVARIANTS or INVARIANTS.get(r.name).training or getattr(spec.expect, r.name, None) is None:
+        if (
+            r.skipped
+            or r.name not in INVARIANTS
+            or INVARIANTS.get(r.name).training
+            or getattr(spec.expect, r.name, None) is None
+        ):
             continue
         if r.error is not None and not r.judged:  # never judged (the run stopped first): already a failure
             continue
         missing = [c for c in (*r.judged, *([r.case] if r.case is not None else [])) if c not in cases]
         if missing:
             line = f"{spec.path}::{r.name}: the worker reported it judged case {missing[0]} but sent no measurements for it{_TAMPERED}"
-            result.results[i] = InvariantResult(r.name, r.expect, False, None, missing[0], r.examples, line, reproduce_command(spec, missing[0]), error=line, judged=r.judged)
+            result.results[i] = InvariantResult(
+                r.name,
+                r.expect,
+                False,
+                None,
+                missing[0],
+                r.examples,
+                line,
+                reproduce_command(spec, missing[0]),
+                error=line,
+                judged=r.judged,
+            )
             first = first or line
             continue
         mine = _conclude(r, cases, replay=replay, spec=spec)
         if _same(mine, r):
             continue
         line = f"{spec.path}::{r.name}: the worker reported it {'met' if r.met else 'not met'}, but {_why(spec, r, mine, cases)}{_TAMPERED}"
-        result.results[i] = InvariantResult(mine.name, mine.expect, False, mine.verdict, mine.case, mine.examples, line, mine.reproduce, error=line, judged=mine.judged)
+        result.results[i] = InvariantResult(
+            mine.name,
+            mine.expect,
+            False,
+            mine.verdict,
+            mine.case,
+            mine.examples,
+            line,
+            mine.reproduce,
+            error=line,
+            judged=mine.judged,
+        )
         first = first or line
     return first
 
@@ -100,7 +129,11 @@ def _same(a: InvariantResult, b: InvariantResult) -> bool:
         return False
     if a.verdict is None or b.verdict is None:
         return True
-    return a.verdict.passed == b.verdict.passed and _same_number(a.verdict, b.verdict) and is_evidence(a.verdict) == is_evidence(b.verdict)
+    return (
+        a.verdict.passed == b.verdict.passed
+        and _same_number(a.verdict, b.verdict)
+        and is_evidence(a.verdict) == is_evidence(b.verdict)
+    )
 
 
 def _same_number(a: Verdict, b: Verdict) -> bool:

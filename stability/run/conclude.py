@@ -22,7 +22,16 @@ from stability.spec.case import Case, reproduce_command
 from stability.spec.registry import INVARIANTS
 from stability.spec.schema import Spec
 
-__all__ = ["judge", "conclude_replay", "conclude_search", "case_verdicts", "not_applicable", "severity", "message", "met_by"]
+__all__ = [
+    "judge",
+    "conclude_replay",
+    "conclude_search",
+    "case_verdicts",
+    "not_applicable",
+    "severity",
+    "message",
+    "met_by",
+]
 
 
 def judge(spec: Spec, name: str, record: CaseRecord) -> Verdict:
@@ -31,10 +40,14 @@ def judge(spec: Spec, name: str, record: CaseRecord) -> Verdict:
     is no evidence."""
     entry = INVARIANTS.get(name)
     if entry.training or entry.judge is None:
-        raise ValueError(f"{name} is judged on an optimizer run (stability.run.training.evaluate), not from a probe's Measurements")
+        raise ValueError(
+            f"{name} is judged on an optimizer run (stability.run.training.evaluate), not from a probe's Measurements"
+        )
     if record.measurements is None:
         return Verdict(name, False, math.nan, "", None, f"case not measured: {record.error}", measured=False)
-    verdict: Verdict = annotate(spec, record.case, entry.judge(record.measurements, getattr(spec.expect, name)), record.measurements)
+    verdict: Verdict = annotate(
+        spec, record.case, entry.judge(record.measurements, getattr(spec.expect, name)), record.measurements
+    )
     return verdict
 
 
@@ -43,7 +56,10 @@ def case_verdicts(spec: Spec, records: Mapping[Case, CaseRecord]) -> dict[Case, 
     invariant does not apply (what the reports draw; training invariants are judged on optimizer
     runs, not on these cases, and are left out)."""
     names = [n for n, _ in spec.invariants() if not INVARIANTS.get(n).training]
-    return {c: {n: None if not_applicable_reason(spec, n, c) is not None else judge(spec, n, r) for n in names} for c, r in records.items()}
+    return {
+        c: {n: None if not_applicable_reason(spec, n, c) is not None else judge(spec, n, r) for n in names}
+        for c, r in records.items()
+    }
 
 
 def severity(spec: Spec, name: str, v: Verdict) -> float:
@@ -57,7 +73,9 @@ def not_applicable(spec: Spec, name: str, case: Case) -> InvariantResult | None:
     if reason is None:
         return None
     expect = getattr(spec.expect, name).expect
-    return InvariantResult(name, expect, True, None, case, 0, f"{spec.path}::{name}: not applicable at {case}: {reason}", applicable=False)
+    return InvariantResult(
+        name, expect, True, None, case, 0, f"{spec.path}::{name}: not applicable at {case}: {reason}", applicable=False
+    )
 
 
 def met_by(expect: str, v: Verdict, record: CaseRecord) -> bool:
@@ -67,14 +85,18 @@ def met_by(expect: str, v: Verdict, record: CaseRecord) -> bool:
     return v.passed == (expect == "holds")
 
 
-def conclude_replay(spec: Spec, name: str, case: Case, record: CaseRecord, v: Verdict | None = None, *, expect: str | None = None) -> InvariantResult:
+def conclude_replay(
+    spec: Spec, name: str, case: Case, record: CaseRecord, v: Verdict | None = None, *, expect: str | None = None
+) -> InvariantResult:
     """One replayed case (`--case`, a training case): met when its verdict is evidence and agrees
     with the expectation (`expect`, default the spec's)."""
     expect = expect or getattr(spec.expect, name).expect
     v = judge(spec, name, record) if v is None else v
     met = met_by(expect, v, record)
     text = _unmeasured(spec, name, case, record) or message(spec, name, expect, met, v, case, True)
-    return InvariantResult(name, expect, met, v, case, 1, text, reproduce_command(spec, case), record.error, judged=(case,))
+    return InvariantResult(
+        name, expect, met, v, case, 1, text, reproduce_command(spec, case), record.error, judged=(case,)
+    )
 
 
 def conclude_search(
@@ -105,25 +127,57 @@ def conclude_search(
         v = verdict(failing)
         met = expect == "violated" and met_by("violated", v, record)
         text = _unmeasured(spec, name, failing, record) or message(spec, name, expect, met, v, failing, False)
-        return InvariantResult(name, expect, met, v, failing, examples, text, reproduce_command(spec, failing), record.error, judged=tuple(judged))
+        return InvariantResult(
+            name,
+            expect,
+            met,
+            v,
+            failing,
+            examples,
+            text,
+            reproduce_command(spec, failing),
+            record.error,
+            judged=tuple(judged),
+        )
     if not judged:
-        return InvariantResult(name, expect, False, None, None, 0, "no applicable case was drawn", error="no applicable case")
+        return InvariantResult(
+            name, expect, False, None, None, 0, "no applicable case was drawn", error="no applicable case"
+        )
     seen = [(c, verdict(c)) for c in judged]
     silent = next(((c, v) for c, v in seen if not is_evidence(v)), None)
     if silent is not None:  # a case that passed without being measured decides nothing
         c, v = silent
         text = f"{spec.path}::{name}: not measured at {c}: {v.detail}"
-        return InvariantResult(name, expect, False, v, c, examples, text, reproduce_command(spec, c), v.detail, judged=tuple(judged))
+        return InvariantResult(
+            name, expect, False, v, c, examples, text, reproduce_command(spec, c), v.detail, judged=tuple(judged)
+        )
     c, v = max(seen, key=lambda cv: severity(spec, name, cv[1]))
     met = expect == "holds"
-    return InvariantResult(name, expect, met, v, c, examples, message(spec, name, expect, met, v, c, False, examples), reproduce_command(spec, c), None, judged=tuple(judged))
+    return InvariantResult(
+        name,
+        expect,
+        met,
+        v,
+        c,
+        examples,
+        message(spec, name, expect, met, v, c, False, examples),
+        reproduce_command(spec, c),
+        None,
+        judged=tuple(judged),
+    )
 
 
-def message(spec: Spec, name: str, expect: str, met: bool, v: Verdict, case: Case, replay: bool, examples: int | None = None) -> str:
+def message(
+    spec: Spec, name: str, expect: str, met: bool, v: Verdict, case: Case, replay: bool, examples: int | None = None
+) -> str:
     where = f"{spec.path}::{name}"
     if expect == "holds":
         if met:
-            return f"{where}: holds on {examples} cases; closest to its bound: {v.detail} at {case}" if examples else f"{where}: holds at {case}: {v.detail}"
+            return (
+                f"{where}: holds on {examples} cases; closest to its bound: {v.detail} at {case}"
+                if examples
+                else f"{where}: holds at {case}: {v.detail}"
+            )
         if not is_evidence(v):
             return f"{where}: not measured at {case}: {v.detail}"
         smallest = "" if replay else "smallest failing case "

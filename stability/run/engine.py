@@ -5,7 +5,8 @@ For every invariant the search looks for a case on which the invariant fails. If
 invariant *holds*, finding one means the expectation is not met, and the shrunk case is reported;
 if it says *violated* (a negative control), finding one is the point, and the smallest violating
 case is reported ("collapses from depth 9"); not finding one within the budget is a failure, like
-a strict xfail. Measurements are cached per case, so invariants share probes.
+a strict xfail. Measurements are cached per case, so invariants share probes. What one case's
+probe measures is `stability.run.probing`'s.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,14 +23,19 @@ from hypothesis import example, given, seed, target
 from hypothesis.errors import HypothesisException
 
 from stability.errors import BlockError, CaseError, SpecError
-from stability.families.build import Network, build, derive_seed, network_input
-from stability.judge.token_invariants import TokenShapeObserver, finish_measurements
 from stability.judge.verdict import Verdict
-from stability.measure.ensemble import ensemble_size
-from stability.measure.measurements import Measurements
-from stability.measure.probe import probe_network
-from stability.run.conclude import case_verdicts, conclude_replay, conclude_search, judge, message, met_by, not_applicable, severity
+from stability.run.conclude import (
+    case_verdicts,
+    conclude_replay,
+    conclude_search,
+    judge,
+    message,
+    met_by,
+    not_applicable,
+    severity,
+)
 from stability.run.guard import case_limit, case_threads, check_budget, time_limit, warm_up
+from stability.run.probing import MeasureContext, measure_case, probe_observers
 from stability.run.profiles import get_profile, keyed
 from stability.run.results import CaseRecord, InvariantResult, SpecResult
 from stability.run.strategies import cases
@@ -68,68 +74,6 @@ class RunOptions:
     #: Hypothesis's seed for the search (`stability check --seed N`); None: the profile's own
     #: (random in dev and thorough, derandomized in ci).
     seed: int | None = None
-
-
-@dataclass
-class MeasureContext:
-    """What an invariant's `after_probe` and `ensemble` measurements see (stability.spec.registry):
-    the case, its blocks and their input (after the stem; None for a network probed through its
-    model's own forward), the probe's measurements, the size of
-    the case's seed ensemble (`[probe] ensemble`), and a dict the invariants of one case share
-    (variance_growth and mean_field judge the same ensemble members)."""
-
-    spec: Spec
-    case: Case
-    blocks: Any
-    x: torch.Tensor | None
-    m: Measurements
-    size: int
-    shared: dict[str, Any] = field(default_factory=dict)
-    #: The built network (`net.model`: the blocks run inside a model's own forward, and `x` is None).
-    net: Network | None = None
-
-
-def _probe_entries(spec: Spec) -> list[Any]:
-    """The registry entries of the probe invariants the spec declares, in registry order."""
-    return [e for e in (INVARIANTS.get(n) for n, _ in spec.invariants()) if not e.training]
-
-
-def probe_observers(spec: Spec) -> list[Any]:
-    """The observers a spec's probe runs: the token shapes for (B, T, C) inputs, then each declared
-    invariant's own (its registry entry's `observers`), in registry order."""
-    observers: list[Any] = [TokenShapeObserver()] if spec.block.layer == "tokens" else []
-    for e in _probe_entries(spec):
-        if e.observers is not None:
-            observers += e.observers(spec)
-    return observers
-
-
-def measure_case(spec: Spec, case: Case) -> Measurements:
-    """Build and probe one case and take every measurement its declared invariants need: the
-    observers during the pass, then each one's `after_probe`, then each one's `ensemble`
-    (registry order). Raises what building and probing raise."""
-    net = build(spec, case)
-    x = network_input(spec, case, net)
-    entries = _probe_entries(spec)
-    observers = probe_observers(spec)
-    m = probe_network(
-        net,
-        x,
-        loss=spec.probe.loss,
-        seed=derive_seed(case.seed, 2),
-        checkpoint_every=spec.probe.checkpoint_every,
-        rng_seed=derive_seed(case.seed, 3),
-        observers=observers,
-    )
-    m = finish_measurements(spec, m)
-    ctx = MeasureContext(spec, case, net.blocks, x, m, ensemble_size(spec), net=net)
-    for e in entries:
-        if e.after_probe is not None:
-            m.extra.update(e.after_probe(ctx))
-    for e in entries:
-        if e.ensemble is not None:
-            m.extra.update(e.ensemble(ctx))
-    return m
 
 
 def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseRecord:
@@ -223,7 +167,9 @@ def run_spec(
             results[-1].seconds = time.perf_counter() - started
             continue
         if case is None and profile_name not in spec.probe.profiles:
-            results.append(skipped_in_profile(spec, name, expectation, profile_name, spec.probe.profiles, "probe.profiles"))
+            results.append(
+                skipped_in_profile(spec, name, expectation, profile_name, spec.probe.profiles, "probe.profiles")
+            )
         elif case is not None:
             results.append(_replay(spec, name, expectation, case, measured))
         else:
@@ -234,13 +180,17 @@ def run_spec(
     return SpecResult(spec, results, cache, time.perf_counter() - t0, profile_name, verdicts=case_verdicts(spec, cache))
 
 
-def skipped_in_profile(spec: Spec, name: str, expectation: Any, profile_name: str, profiles: Sequence[str], key: str) -> InvariantResult:
+def skipped_in_profile(
+    spec: Spec, name: str, expectation: Any, profile_name: str, profiles: Sequence[str], key: str
+) -> InvariantResult:
     """An invariant the spec runs in other profiles only (`probe.profiles`, `train.profiles`)."""
     text = f"{spec.path}::{name}: skipped in profile {profile_name} ({key} = {', '.join(profiles)}); run it with --profile {profiles[0]}"
     return InvariantResult(name, expectation.expect, True, None, None, 0, text, skipped=True)
 
 
-def _replay(spec: Spec, name: str, expectation: Any, case: Case, measured: Callable[[Case], CaseRecord]) -> InvariantResult:
+def _replay(
+    spec: Spec, name: str, expectation: Any, case: Case, measured: Callable[[Case], CaseRecord]
+) -> InvariantResult:
     outside = not_applicable(spec, name, case)
     if outside is not None:
         return outside
@@ -293,7 +243,9 @@ def _search(
     except _Found:
         pass
     except HypothesisException as exc:  # e.g. an unsatisfiable space; reported, never a traceback
-        return InvariantResult(name, expectation.expect, False, None, None, len(seen), f"the search failed: {exc}", error=str(exc))
+        return InvariantResult(
+            name, expectation.expect, False, None, None, len(seen), f"the search failed: {exc}", error=str(exc)
+        )
     judged = tuple(dict.fromkeys(c for c, _ in seen))  # each case once, in order
     records = {c: measured(c) for c in judged}
     verdicts = dict(reversed(seen))  # (the first verdict of each case, as the search saw it)
@@ -302,7 +254,9 @@ def _search(
         smallest = _smallest_depth(spec, name, failing[-1], measured)  # Hypothesis replays its shrunk example last
         records[smallest] = measured(smallest)
         verdicts.setdefault(smallest, judge(spec, name, records[smallest]))
-    result = conclude_search(spec, name, judged, records, failing=smallest, verdicts=verdicts, expect=expectation.expect)
+    result = conclude_search(
+        spec, name, judged, records, failing=smallest, verdicts=verdicts, expect=expectation.expect
+    )
     if first_failure:
         result.shrink_seconds = time.perf_counter() - first_failure[0]
     return result
@@ -323,22 +277,20 @@ def smallest_depth(spec: Spec, case: Case, fails: Callable[[Case], bool]) -> Cas
     space = spec.space.depth
     if getattr(space, "constrained", False):  # bisect over the depths the space admits
         depths = [d for d in (space.values or range(space[0], case.depth + 1, space.multiple_of)) if d <= case.depth]
-        lo, hi = 0, len(depths) - 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if not fails(dataclasses.replace(case, depth=depths[mid])):
-                lo = mid + 1
-            else:
-                hi = mid
-        return dataclasses.replace(case, depth=depths[hi])
-    lo, hi = spec.space.depth[0], case.depth
+        return _bisect(case, fails, 0, len(depths) - 1, depths.__getitem__)
+    return _bisect(case, fails, spec.space.depth[0], case.depth, lambda depth: depth)
+
+
+def _bisect(case: Case, fails: Callable[[Case], bool], lo: int, hi: int, depth_at: Callable[[int], int]) -> Case:
+    """`case` at `depth_at(i)` for the smallest i in [lo, hi] at which it `fails`, by bisection (it is
+    known to fail at `depth_at(hi)`): one bisection for a space of admitted depths and for a range."""
     while lo < hi:
         mid = (lo + hi) // 2
-        if not fails(dataclasses.replace(case, depth=mid)):
+        if not fails(dataclasses.replace(case, depth=depth_at(mid))):
             lo = mid + 1
         else:
             hi = mid
-    return dataclasses.replace(case, depth=hi)
+    return dataclasses.replace(case, depth=depth_at(hi))
 
 
 # ----------------------------------------------------------------------------- training invariants
@@ -369,15 +321,30 @@ def run_training(
     seen: dict[Case, tuple[Verdict, str | None]] = {}
 
     def run(c: Case) -> tuple[Verdict, str | None]:
-        v, error = evaluate_training(spec, name, c, case_timeout=options.case_timeout, memory_budget=options.memory_budget, cache=cache)
+        v, error = evaluate_training(
+            spec, name, c, case_timeout=options.case_timeout, memory_budget=options.memory_budget, cache=cache
+        )
         if v is None:
             return Verdict(name, False, math.nan, "", None, f"case not trained: {error}", measured=False), error
         return v, None
 
     def result(c: Case, v: Verdict, error: str | None, replay: bool, examples: int) -> InvariantResult:
         met = met_by(expectation.expect, v, CaseRecord(c, None, error))
-        text = message(spec, name, expectation.expect, met, v, c, replay, None if replay else examples) + trained_text(spec, name, c)
-        return InvariantResult(name, expectation.expect, met, v, c, examples, text, reproduce_command(spec, c), error, judged=tuple(seen) or (c,))
+        text = message(spec, name, expectation.expect, met, v, c, replay, None if replay else examples) + trained_text(
+            spec, name, c
+        )
+        return InvariantResult(
+            name,
+            expectation.expect,
+            met,
+            v,
+            c,
+            examples,
+            text,
+            reproduce_command(spec, c),
+            error,
+            judged=tuple(seen) or (c,),
+        )
 
     if case is not None:
         outside = not_applicable(spec, name, case)
@@ -413,7 +380,9 @@ def run_training(
     except _Found:
         pass
     except HypothesisException as exc:
-        return InvariantResult(name, expectation.expect, False, None, None, len(seen), f"the search failed: {exc}", error=str(exc))
+        return InvariantResult(
+            name, expectation.expect, False, None, None, len(seen), f"the search failed: {exc}", error=str(exc)
+        )
     if failing:
         c = failing[-1]
         v, error = seen[c]

@@ -48,7 +48,17 @@ from stability.run.results import CaseRecord, InvariantResult, SpecResult
 from stability.spec.case import Case, reproduce_command
 from stability.spec.schema import Spec
 
-__all__ = ["Job", "Trace", "Task", "Outcome", "Executor", "InProcessExecutor", "run_task", "unfinished_outcome", "draws_from_the_spec_alone"]
+__all__ = [
+    "Job",
+    "Trace",
+    "Task",
+    "Outcome",
+    "Executor",
+    "InProcessExecutor",
+    "run_task",
+    "unfinished_outcome",
+    "draws_from_the_spec_alone",
+]
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -143,7 +153,12 @@ class Task(Job):
             on_result=lambda r: emit({"kind": "result", "result": r.to_dict()}),
         )
         res = outcome.result
-        return {"results": [r.to_dict() for r in res.results], "error": outcome.error, "seconds": res.seconds, "profile": res.profile}
+        return {
+            "results": [r.to_dict() for r in res.results],
+            "error": outcome.error,
+            "seconds": res.seconds,
+            "profile": res.profile,
+        }
 
     def conclude(self, trace: Trace) -> Outcome:
         from stability.run.audit import rejudge
@@ -152,7 +167,13 @@ class Task(Job):
         if trace.final is not None:
             results = [InvariantResult.from_dict(r) for r in trace.final["results"]]
             error = trace.final["error"]
-            result = SpecResult(self.spec, results, {r.case: r for r in trace.records}, float(trace.final["seconds"]), str(trace.final["profile"]))
+            result = SpecResult(
+                self.spec,
+                results,
+                {r.case: r for r in trace.records},
+                float(trace.final["seconds"]),
+                str(trace.final["profile"]),
+            )
             outcome = Outcome(self, result, None if error is None else str(error))
         else:
             done = [InvariantResult.from_dict(e["result"]) for e in trace.events if e.get("kind") == "result"]
@@ -160,7 +181,15 @@ class Task(Job):
             if trace.current is not None and not trace.spec_error:  # the stopped case, with the time it was given
                 records.append(CaseRecord(trace.current, None, trace.failure, self.options.case_timeout or 0.0))
             reason = trace.failure or "the job did not finish"
-            outcome = unfinished_outcome(self, reason, done=done, records=records, case=trace.current, spec_error=trace.spec_error, seconds=trace.seconds)
+            outcome = unfinished_outcome(
+                self,
+                reason,
+                done=done,
+                records=records,
+                case=trace.current,
+                spec_error=trace.spec_error,
+                seconds=trace.seconds,
+            )
         outcome.result.output = trace.output
         contradiction = rejudge(outcome.result, replay=self.case is not None)  # this process's own judgement
         if contradiction is not None and outcome.error is None:
@@ -201,7 +230,15 @@ def run_task(
 
     try:
         with draws_from_the_spec_alone():
-            result = engine.run_spec(task.spec, task.options, case=task.case, only=task.only, on_case=measured, on_start=started, on_result=judged)
+            result = engine.run_spec(
+                task.spec,
+                task.options,
+                case=task.case,
+                only=task.only,
+                on_case=measured,
+                on_start=started,
+                on_result=judged,
+            )
     except StabilityError as exc:
         return unfinished_outcome(task, str(exc), done=done, records=records, case=current[0] if current else None)
     return Outcome(task, result)

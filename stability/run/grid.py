@@ -36,12 +36,30 @@ from stability.spec.case import Case, corner_case
 from stability.spec.registry import FAMILIES
 from stability.spec.schema import BranchInit, DType, Spec, WeightInit
 
-__all__ = ["Axis", "parse_axis", "grid_points", "grid_size", "check_points", "apply_point", "point_key", "fixed_values", "fixed_text", "INT_KEYS", "KEYS", "MAX_AXIS_VALUES", "MAX_POINTS"]
+__all__ = [
+    "Axis",
+    "parse_axis",
+    "grid_points",
+    "grid_size",
+    "check_points",
+    "apply_point",
+    "point_key",
+    "fixed_values",
+    "fixed_text",
+    "INT_KEYS",
+    "KEYS",
+    "MAX_AXIS_VALUES",
+    "MAX_POINTS",
+]
 
 INT_KEYS = ("depth", "width", "batch")
 _CHOICE_KEYS = ("weight_init", "branch_init", "dtype")
 #: The values a choice key can take: the spec format's own (a sweep may leave the spec's space, never the format).
-_CHOICES: dict[str, tuple[str, ...]] = {"weight_init": get_args(WeightInit), "branch_init": get_args(BranchInit), "dtype": get_args(DType)}
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "weight_init": get_args(WeightInit),
+    "branch_init": get_args(BranchInit),
+    "dtype": get_args(DType),
+}
 _SPACE_FLOATS = ("init_std", "init_gain")
 _BLOCK_FLOATS = ("branch_scale", "skip_scale", "gate_bias")
 KEYS = (*INT_KEYS, *_CHOICE_KEYS, *_SPACE_FLOATS, *_BLOCK_FLOATS, "sigma_w2")
@@ -73,7 +91,9 @@ def _number(text: str, key: str, raw: str) -> float:
     try:
         x = float(text)
     except ValueError:
-        raise UsageError(f"--over {key}={raw}: {text!r} is not a number; write e.g. {key}=log:2:1024:10 or {key}=1,2,4") from None
+        raise UsageError(
+            f"--over {key}={raw}: {text!r} is not a number; write e.g. {key}=log:2:1024:10 or {key}=1,2,4"
+        ) from None
     if not math.isfinite(x):
         raise UsageError(f"--over {key}={raw}: {text!r} is not a finite number")
     return x
@@ -140,7 +160,9 @@ def parse_axis(text: str) -> Axis:
 def _bounded(key: str, raw: str, n: int) -> None:
     if n > MAX_AXIS_VALUES:
         shown = raw if len(raw) <= 40 else raw[:37] + "..."
-        raise UsageError(f"--over {key}={shown}: {n} values; an axis has at most {MAX_AXIS_VALUES:,} (a sweep probes every one with every seed): give fewer")
+        raise UsageError(
+            f"--over {key}={shown}: {n} values; an axis has at most {MAX_AXIS_VALUES:,} (a sweep probes every one with every seed): give fewer"
+        )
 
 
 def grid_size(axes: list[Axis]) -> int:
@@ -155,7 +177,9 @@ def grid_size(axes: list[Axis]) -> int:
     size = math.prod(len(a.values) for a in axes)
     if size > MAX_POINTS:
         shape = " × ".join(str(len(a.values)) for a in axes)
-        raise UsageError(f"--over: the grid has {shape} = {size:,} points; a sweep takes at most {MAX_POINTS:,}: give fewer values, or sweep in parts")
+        raise UsageError(
+            f"--over: the grid has {shape} = {size:,} points; a sweep takes at most {MAX_POINTS:,}: give fewer values, or sweep in parts"
+        )
     return size
 
 
@@ -202,16 +226,22 @@ def apply_point(spec: Spec, point: dict[str, Value], *, seed: int, device: str =
         elif key in _BLOCK_FLOATS:
             if key not in FAMILIES.get(spec.family).block_keys:
                 readers = [f.name for f in FAMILIES if key in f.block_keys]
-                raise UsageError(f"--over {key}: {spec.path} is family '{spec.family}', and {key} applies to {', '.join(readers)}")
+                raise UsageError(
+                    f"--over {key}: {spec.path} is family '{spec.family}', and {key} applies to {', '.join(readers)}"
+                )
             block[key] = float(value)
         elif key != "sigma_w2":
             raise UsageError(f"--over: unknown key '{key}'")
     if "skip_scale" in block and spec.block.skip != "scaled":
-        raise UsageError(f'--over skip_scale: {spec.path} has block.skip = "{spec.block.skip}"; it applies to skip = "scaled"')
+        raise UsageError(
+            f'--over skip_scale: {spec.path} has block.skip = "{spec.block.skip}"; it applies to skip = "scaled"'
+        )
     own_init = FAMILIES.get(spec.family).user_code  # a factory draws its own weights
     if own_init and ({"sigma_w2", *_SPACE_FLOATS} & set(point)):
         key = next(k for k in ("sigma_w2", *_SPACE_FLOATS) if k in point)
-        raise UsageError(f"--over {key}: {spec.path} is a custom factory, which builds its own init, so {key} changes nothing; sweep a factory_args value instead")
+        raise UsageError(
+            f"--over {key}: {spec.path} is a custom factory, which builds its own init, so {key} changes nothing; sweep a factory_args value instead"
+        )
     init = case.get("weight_init", spec.space.weight_init[0])
     for key, needs, fix in (("init_std", "normal", "or sweep sigma_w2"), ("init_gain", "identity", "")):
         if key in point and init != needs:
@@ -241,9 +271,13 @@ def fixed_values(spec: Spec, axes: list[Axis]) -> dict[str, Value]:
         swept |= {"weight_init", "init_std"}
     corner = corner_case(spec)
     out: dict[str, Value] = {}
-    one_branch_init = FAMILIES.get(spec.family).branch_inits is not None and len(FAMILIES.get(spec.family).branch_inits or ()) == 1
+    one_branch_init = (
+        FAMILIES.get(spec.family).branch_inits is not None and len(FAMILIES.get(spec.family).branch_inits or ()) == 1
+    )
     for key in (*INT_KEYS, *_CHOICE_KEYS):
-        if key not in swept and not (key == "branch_init" and one_branch_init):  # a family with one branch init has nothing to hold
+        if key not in swept and not (
+            key == "branch_init" and one_branch_init
+        ):  # a family with one branch init has nothing to hold
             out[key] = getattr(corner, key)
     for key in ("spatial", "tokens", "input_width"):
         value = getattr(corner, key)

@@ -24,7 +24,19 @@ from stability.spec.case import Case
 from stability.spec.registry import FAMILIES
 from stability.spec.schema import Spec
 
-__all__ = ["estimate_bytes", "memory_budget", "check_budget", "check_least", "case_limit", "case_threads", "past_limit", "time_limit", "warm_up", "CaseTimeout", "format_bytes"]
+__all__ = [
+    "estimate_bytes",
+    "memory_budget",
+    "check_budget",
+    "check_least",
+    "case_limit",
+    "case_threads",
+    "past_limit",
+    "time_limit",
+    "warm_up",
+    "CaseTimeout",
+    "format_bytes",
+]
 
 
 class CaseTimeout(CaseError):
@@ -208,7 +220,13 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     """Raise CaseTimeout if the body runs longer than `seconds` (main thread on POSIX only;
     elsewhere no limit applies). The check fires between tensor operations, never inside an
     import."""
-    usable = seconds is not None and seconds > 0 and math.isfinite(seconds) and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    usable = (
+        seconds is not None
+        and seconds > 0
+        and math.isfinite(seconds)
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
     if not usable:
         yield
         return

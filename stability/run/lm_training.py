@@ -36,5 +36,7 @@ def evaluate_lm(
     if name not in LM_INVARIANTS:
         raise ValueError(f"{name!r} is not a language-model invariant; these are {', '.join(LM_INVARIANTS)}")
     if spec.train is None or getattr(spec.expect, name, None) is None:
-        raise ValueError(f"{spec.path} does not declare [expect.{name}] with a [train] table")  # the loader guarantees both
+        raise ValueError(
+            f"{spec.path} does not declare [expect.{name}] with a [train] table"
+        )  # the loader guarantees both
     return evaluate(spec, name, case, case_timeout=case_timeout, memory_budget=memory_budget, cache=cache)

@@ -60,9 +60,13 @@ def _load(name: str) -> ModuleType:
     except UsageError:
         raise
     except SystemExit as exc:
-        raise UsageError(f"plugin {name}: called sys.exit({exc.code!r}) while importing; a plugin must only register entries") from None
+        raise UsageError(
+            f"plugin {name}: called sys.exit({exc.code!r}) while importing; a plugin must only register entries"
+        ) from None
     except Exception as exc:
-        raise UsageError(f"plugin {name}: does not import ({' '.join(f'{type(exc).__name__}: {exc}'.split())}); fix it, or drop it from --plugin / ${PLUGINS_ENV}") from None
+        raise UsageError(
+            f"plugin {name}: does not import ({' '.join(f'{type(exc).__name__}: {exc}'.split())}); fix it, or drop it from --plugin / ${PLUGINS_ENV}"
+        ) from None
     _loaded[key] = module
     return module
 

@@ -17,7 +17,14 @@ __all__ = ["PRELOAD", "PRELOAD_ENV", "get_context", "start_server"]
 
 #: Modules the forkserver imports once, before any child is forked (`stability.run._forkserver` sets
 #: one thread and runs the warm-up probe).
-PRELOAD = ["torch", "hypothesis", "stability.cli", "stability.run.engine", "stability.run.worker", "stability.run._forkserver"]
+PRELOAD = [
+    "torch",
+    "hypothesis",
+    "stability.cli",
+    "stability.run.engine",
+    "stability.run.worker",
+    "stability.run._forkserver",
+]
 
 _context: Any = None
 
@@ -43,6 +50,8 @@ def start_server(preload: Sequence[str] = ()) -> None:
     `preload` of the run's specs, `stability.spec.load.preload_modules`), in the background, once
     for every child it forks. A server already running keeps what it imported."""
     if preload:
-        os.environ[PRELOAD_ENV] = ",".join(dict.fromkeys([*filter(None, os.environ.get(PRELOAD_ENV, "").split(",")), *preload]))
+        os.environ[PRELOAD_ENV] = ",".join(
+            dict.fromkeys([*filter(None, os.environ.get(PRELOAD_ENV, "").split(",")), *preload])
+        )
     if get_context().get_start_method() == "forkserver":
         multiprocessing.forkserver.ensure_running()

@@ -30,7 +30,9 @@ from stability.errors import UsageError, did_you_mean
 __all__ = ["PROFILES", "get_profile", "default_profile_name", "KeyedDatabase", "keyed"]
 
 _BASE = settings.get_profile("default")  # never the loaded one: see the module's docstring
-_COMMON: dict[str, Any] = dict(parent=_BASE, deadline=None, suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False)
+_COMMON: dict[str, Any] = dict(
+    parent=_BASE, deadline=None, suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False
+)
 
 PROFILES: dict[str, settings] = {
     "ci": settings(
@@ -40,7 +42,12 @@ PROFILES: dict[str, settings] = {
         phases=(Phase.explicit, Phase.generate, Phase.shrink),
         **_COMMON,
     ),
-    "dev": settings(max_examples=25, derandomize=False, phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink), **_COMMON),
+    "dev": settings(
+        max_examples=25,
+        derandomize=False,
+        phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink),
+        **_COMMON,
+    ),
     "thorough": settings(max_examples=300, derandomize=False, **_COMMON),
 }
 

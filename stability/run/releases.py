@@ -39,12 +39,22 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from stability.errors import UsageError
 
-__all__ = ["CACHE", "Release", "parse_release", "install", "environment", "requirements_to_add", "run_side", "matrix_specs", "matrix"]
+__all__ = [
+    "CACHE",
+    "Release",
+    "parse_release",
+    "install",
+    "environment",
+    "requirements_to_add",
+    "run_side",
+    "matrix_specs",
+    "matrix",
+]
 
 #: Where wheels and installed releases are kept (gitignored).
 CACHE = Path(os.environ.get("STABILITY_RELEASE_CACHE") or Path(__file__).resolve().parents[2] / ".cache")
 
-#: The libraries a release names (the library family's, `stability.families.library.LIBRARIES`).
+#: The libraries a release names (the library family's, `stability.families.library_lookup.LIBRARIES`).
 LIBRARIES = ("transformers", "timm", "torchvision")
 
 #: Never installed into a release's folder: the pinned torch, and the other libraries of the matrix
@@ -84,19 +94,34 @@ def parse_release(text: str) -> Release:
 
 
 def _pip(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", *args], capture_output=True, text=True, check=False
+    )
 
 
 def _fetch(requirement: str, wheels: Path) -> None:
     """The newest wheel that meets `requirement`, into `wheels` (from there if one is already there)."""
     wheels.mkdir(parents=True, exist_ok=True)
-    local = _pip("download", "--no-deps", "--only-binary", ":all:", "--no-index", "--find-links", str(wheels), "-d", str(wheels), requirement)
+    local = _pip(
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--no-index",
+        "--find-links",
+        str(wheels),
+        "-d",
+        str(wheels),
+        requirement,
+    )
     if local.returncode == 0:
         return
     got = _pip("download", "--no-deps", "--only-binary", ":all:", "-d", str(wheels), requirement)
     if got.returncode != 0:
         last = (got.stderr.strip().splitlines() or ["pip failed"])[-1]
-        raise UsageError(f"release: cannot download {requirement} ({last}); check the version exists on PyPI as a wheel for Python {sys.version_info.major}.{sys.version_info.minor}")
+        raise UsageError(
+            f"release: cannot download {requirement} ({last}); check the version exists on PyPI as a wheel for Python {sys.version_info.major}.{sys.version_info.minor}"
+        )
 
 
 def _wheel(library: str, version: str, wheels: Path) -> Path:
@@ -161,7 +186,11 @@ def _best_wheel(requirement: Any, wheels: Path) -> Path | None:
             name, version, _, _ = parse_wheel_filename(path.name)
         except InvalidWheelFilename:
             continue
-        if name == canonicalize_name(requirement.name) and requirement.specifier.contains(version, prereleases=True) and (best is None or version > best[0]):
+        if (
+            name == canonicalize_name(requirement.name)
+            and requirement.specifier.contains(version, prereleases=True)
+            and (best is None or version > best[0])
+        ):
             best = (version, path)
     return None if best is None else best[1]
 
@@ -179,7 +208,19 @@ def install(release: Release, *, cache: Path = CACHE) -> Path:
     _fetch(f"{release.library}=={release.version}", wheels)
     extra = _closure(requirements_to_add(_wheel(release.library, release.version, wheels)), wheels)
     target.mkdir(parents=True, exist_ok=True)
-    got = _pip("install", "--quiet", "--no-deps", "--no-index", "--find-links", str(wheels), "--target", str(target), "--upgrade", f"{release.library}=={release.version}", *extra)
+    got = _pip(
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-index",
+        "--find-links",
+        str(wheels),
+        "--target",
+        str(target),
+        "--upgrade",
+        f"{release.library}=={release.version}",
+        *extra,
+    )
     if got.returncode != 0:
         last = (got.stderr.strip().splitlines() or ["pip failed"])[-1]
         raise UsageError(f"release {release.label}: pip could not install it into {target} ({last})")
@@ -197,12 +238,31 @@ def environment(release: Release, *, cache: Path = CACHE) -> tuple[str, dict[str
     return sys.executable, env
 
 
-def run_side(release: Release, paths: list[str], *, depths: tuple[int, ...], out: Path, baseline: Path | None = None, cache: Path = CACHE) -> Path:
+def run_side(
+    release: Release,
+    paths: list[str],
+    *,
+    depths: tuple[int, ...],
+    out: Path,
+    baseline: Path | None = None,
+    cache: Path = CACHE,
+) -> Path:
     """Run the zoo specs `paths` under `release` in a child process (`stability.report.release_side`);
     its folder `out` holds report.json, refused.json, versions.json (and compare.json with
     `baseline`). A UsageError (exit 2) when the child fails."""
     python, env = environment(release, cache=cache)
-    command = [python, "-W", "ignore", "-m", "stability.report.release_side", "--out", str(out), "--depths", ",".join(map(str, depths)), *paths]
+    command = [
+        python,
+        "-W",
+        "ignore",
+        "-m",
+        "stability.report.release_side",
+        "--out",
+        str(out),
+        "--depths",
+        ",".join(map(str, depths)),
+        *paths,
+    ]
     if baseline is not None:
         command += ["--baseline", str(baseline)]
     run = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
@@ -264,28 +324,60 @@ def _inside(paths: list[Path], *, profile: str, depths: str) -> int:
     gate = 0
     for spec, why in differs.items():  # the spec must see the release's other init: its gate fails (exit 1)
         print(f"matrix: {spec} declares another init than {why}; its gate must fail")
-        code = subprocess.run([sys.executable, "-m", "stability", "check", spec, "--profile", profile, "-q", "--jobs", "1"], check=False).returncode
+        code = subprocess.run(
+            [sys.executable, "-m", "stability", "check", spec, "--profile", profile, "-q", "--jobs", "1"], check=False
+        ).returncode
         if code != 1:
             wrong.append(f"{spec}: exit {code} under {why}, where the spec's gate must fail (exit 1)")
     for line in wrong:
         print(f"matrix: {line}", file=sys.stderr)
     rest = [p for p in loaded if p not in differs]
     if rest:
-        gate = subprocess.run([sys.executable, "-m", "stability", "check", *rest, "--profile", profile, "-q", "--jobs", "1"], check=False).returncode
-    if gate == 5:  # stability check's "nothing was judged": the profile holds none of these specs' cases (their corner cases still run below)
+        gate = subprocess.run(
+            [sys.executable, "-m", "stability", "check", *rest, "--profile", profile, "-q", "--jobs", "1"], check=False
+        ).returncode
+    if (
+        gate == 5
+    ):  # stability check's "nothing was judged": the profile holds none of these specs' cases (their corner cases still run below)
         print(f"matrix: the {profile} profile judges none of these specs", file=sys.stderr)
         gate = 0
     if not loaded:
         return 1 if wrong else 0
     with tempfile.TemporaryDirectory(prefix="stability-matrix-") as tmp:
-        side = subprocess.run([sys.executable, "-W", "ignore", "-m", "stability.report.release_side", "--out", tmp, "--depths", depths, *loaded], check=False).returncode
-        errors = json.loads((Path(tmp) / "report.json").read_text(encoding="utf-8")).get("errors", []) if side == 0 else [f"exit {side}"]
+        side = subprocess.run(
+            [
+                sys.executable,
+                "-W",
+                "ignore",
+                "-m",
+                "stability.report.release_side",
+                "--out",
+                tmp,
+                "--depths",
+                depths,
+                *loaded,
+            ],
+            check=False,
+        ).returncode
+        errors = (
+            json.loads((Path(tmp) / "report.json").read_text(encoding="utf-8")).get("errors", [])
+            if side == 0
+            else [f"exit {side}"]
+        )
     for e in errors:
         print(f"matrix: a corner case did not run: {e}", file=sys.stderr)
     return 2 if gate == 2 or errors else max(gate, 1 if wrong else 0)
 
 
-def matrix(release: Release, folder: Path, *, sample: list[str] | None = None, profile: str = "ci", depths: str = "2", cache: Path = CACHE) -> int:
+def matrix(
+    release: Release,
+    folder: Path,
+    *,
+    sample: list[str] | None = None,
+    profile: str = "ci",
+    depths: str = "2",
+    cache: Path = CACHE,
+) -> int:
     """One session of the matrix (noxfile.py): `release` installed into its folder, then in a
     process that imports it: every zoo spec of its library loads or is refused as the support
     matrix says (`stability.families.library_support`), `stability check --profile ci` on those
@@ -294,7 +386,17 @@ def matrix(release: Release, folder: Path, *, sample: list[str] | None = None, p
     support matrix failed), 2 (a spec or case did not run)."""
     python, env = environment(release, cache=cache)
     paths = matrix_specs(release, folder, sample=sample)
-    command = [python, "-m", "stability.run.releases", "--inside", "--profile", profile, "--depths", depths, *map(str, paths)]
+    command = [
+        python,
+        "-m",
+        "stability.run.releases",
+        "--inside",
+        "--profile",
+        profile,
+        "--depths",
+        depths,
+        *map(str, paths),
+    ]
     return subprocess.run(command, env=env, check=False).returncode
 
 
@@ -312,12 +414,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--zoo", default=str(Path(__file__).resolve().parents[2] / "specs" / "zoo"))
     args = p.parse_args(argv)
     if args.inside:
-        return _inside([Path(x) for x in ([args.release] if args.release else []) + args.paths], profile=args.profile, depths=args.depths)
+        return _inside(
+            [Path(x) for x in ([args.release] if args.release else []) + args.paths],
+            profile=args.profile,
+            depths=args.depths,
+        )
     try:
         release = parse_release(args.release or "")
         if release.library is None:
             raise UsageError(f"release {args.release!r}: the matrix installs LIBRARY==VERSION; {_FIX}")
-        return matrix(release, Path(args.zoo), sample=args.sample.split(",") if args.sample else None, profile=args.profile, depths=args.depths)
+        return matrix(
+            release,
+            Path(args.zoo),
+            sample=args.sample.split(",") if args.sample else None,
+            profile=args.profile,
+            depths=args.depths,
+        )
     except UsageError as exc:
         print(f"stability: error: {exc}", file=sys.stderr)
         return 2

@@ -32,12 +32,22 @@ class CaseRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (the measurements through `Measurements.to_dict`): what a worker sends."""
-        return {"case": self.case.as_dict(), "measurements": None if self.measurements is None else self.measurements.to_dict(), "error": self.error, "seconds": self.seconds}
+        return {
+            "case": self.case.as_dict(),
+            "measurements": None if self.measurements is None else self.measurements.to_dict(),
+            "error": self.error,
+            "seconds": self.seconds,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CaseRecord:
         m = data["measurements"]
-        return cls(Case.from_dict(data["case"]), None if m is None else Measurements.from_dict(m), data.get("error"), float(data.get("seconds", 0.0)))
+        return cls(
+            Case.from_dict(data["case"]),
+            None if m is None else Measurements.from_dict(m),
+            data.get("error"),
+            float(data.get("seconds", 0.0)),
+        )
 
 
 @dataclass

@@ -115,6 +115,8 @@ class DrawnNetwork:
         return f"DrawnNetwork({self.spec.name}: {self.case})"
 
 
-def networks(spec: Spec, *, device: str | None = "cpu", invariant: str | None = None) -> st.SearchStrategy[DrawnNetwork]:
+def networks(
+    spec: Spec, *, device: str | None = "cpu", invariant: str | None = None
+) -> st.SearchStrategy[DrawnNetwork]:
     """A drawn case with its (lazily built) blocks and input tensor."""
     return cases(spec, device=device, invariant=invariant).map(lambda c: DrawnNetwork(spec, c))

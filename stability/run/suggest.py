@@ -55,7 +55,11 @@ __all__ = ["Numbers", "Attempt", "Suggestions", "suggest", "failing_expectations
 
 def failing_expectations(result: SpecResult, only: str | None = None) -> list[InvariantResult]:
     """The expectations a remedy can fix: declared `holds`, judged, and not met."""
-    return [r for r in result.results if not r.met and r.expect == "holds" and r.applicable and not r.skipped and (only is None or r.name == only)]
+    return [
+        r
+        for r in result.results
+        if not r.met and r.expect == "holds" and r.applicable and not r.skipped and (only is None or r.name == only)
+    ]
 
 
 def map_case(case: Case, spec: Spec) -> Case:
@@ -94,7 +98,11 @@ def _expect_flipped(data: Mapping[str, Any]) -> dict[str, Any]:
     expect = data.get("expect")
     if not isinstance(expect, Mapping):
         return {}
-    return {f"expect.{n}.expect": "holds" for n, t in expect.items() if isinstance(t, Mapping) and t.get("expect") == "violated"}
+    return {
+        f"expect.{n}.expect": "holds"
+        for n, t in expect.items()
+        if isinstance(t, Mapping) and t.get("expect") == "violated"
+    }
 
 
 def suggest(
@@ -126,7 +134,11 @@ def suggest(
         _raise_on_error(outcome, path)
         result = outcome.result
     failing = failing_expectations(result, only)
-    unfixable = [f"{r.name}: {r.message}" for r in result.results if not r.met and r.expect != "holds" and (only is None or r.name == only)]
+    unfixable = [
+        f"{r.name}: {r.message}"
+        for r in result.results
+        if not r.met and r.expect != "holds" and (only is None or r.name == only)
+    ]
     out = Suggestions(path, spec.name, result.profile, failing, [], family=spec.family, unfixable=unfixable)
     if not failing:
         out.seconds = time.perf_counter() - t0
@@ -140,7 +152,18 @@ def suggest(
         try:
             edit = dict(entry.edit(spec, data))
         except Exception as exc:  # a plugin's edit that raises on this spec: listed, never a traceback
-            out.attempts.append(Attempt(entry.name, entry.summary, entry.references, [], "", text, "refused", f"its edit raised {type(exc).__name__}: {exc}"))
+            out.attempts.append(
+                Attempt(
+                    entry.name,
+                    entry.summary,
+                    entry.references,
+                    [],
+                    "",
+                    text,
+                    "refused",
+                    f"its edit raised {type(exc).__name__}: {exc}",
+                )
+            )
             continue
         attempt, edited = _attempt(entry.name, entry.summary, entry.references, edit, data, text, path, spec)
         if attempt is None:
@@ -167,7 +190,9 @@ def suggest(
 
 def _raise_on_error(outcome: Outcome, path: str) -> None:
     if outcome.error is not None:
-        raise SpecError(path, None, f"could not run: {outcome.error}", fix="fix what `stability check` reports for it first")
+        raise SpecError(
+            path, None, f"could not run: {outcome.error}", fix="fix what `stability check` reports for it first"
+        )
 
 
 def _applies(entry: Remedy, spec: Spec, data: Mapping[str, Any]) -> bool:
@@ -181,7 +206,13 @@ def _applies(entry: Remedy, spec: Spec, data: Mapping[str, Any]) -> bool:
 MAX_PAIRS = 15
 
 
-def _pairs(edits: Mapping[str, tuple[Remedy, dict[str, Any]]], data: Mapping[str, Any], text: str, path: str, spec: Spec | None = None) -> list[tuple[Attempt, Spec | None]]:
+def _pairs(
+    edits: Mapping[str, tuple[Remedy, dict[str, Any]]],
+    data: Mapping[str, Any],
+    text: str,
+    path: str,
+    spec: Spec | None = None,
+) -> list[tuple[Attempt, Spec | None]]:
     """Every two remedies (in registry order) whose edits set different keys, as one attempt
     named `a+b`, at most MAX_PAIRS of them. `spec`: `data` validated (validated here when not given)."""
     spec = spec if spec is not None else validate_spec(data, file=path)
@@ -192,7 +223,16 @@ def _pairs(edits: Mapping[str, tuple[Remedy, dict[str, Any]]], data: Mapping[str
             (ea, da), (eb, db) = edits[a], edits[b]
             if set(da) & set(db) or len(out) >= MAX_PAIRS:
                 continue
-            attempt, edited = _attempt(f"{a}+{b}", f"{ea.summary}; and {eb.summary}", ea.references + eb.references, {**da, **db}, data, text, path, spec)
+            attempt, edited = _attempt(
+                f"{a}+{b}",
+                f"{ea.summary}; and {eb.summary}",
+                ea.references + eb.references,
+                {**da, **db},
+                data,
+                text,
+                path,
+                spec,
+            )
             if attempt is not None:
                 out.append((attempt, edited))
     return out
@@ -207,7 +247,21 @@ JUDGED_SPACE = ("depth", "width", "batch", "spatial", "input_width", "tokens", "
 #: and its shipped config (the init rule judged); a config value filled from the case ("depth",
 #: "width/64") is judged too.
 JUDGED_LIBRARY = ("model", "blocks", "inputs", "shipped", "scale")
-JUDGED_TRAIN = ("steps", "cases", "seconds", "profiles", "record_every", "task", "samples", "input_dim", "outputs", "vocab", "order", "concentration", "eval_sequences")
+JUDGED_TRAIN = (
+    "steps",
+    "cases",
+    "seconds",
+    "profiles",
+    "record_every",
+    "task",
+    "samples",
+    "input_dim",
+    "outputs",
+    "vocab",
+    "order",
+    "concentration",
+    "eval_sequences",
+)
 
 
 def judged_changes(before: Spec, after: Spec) -> list[str]:
@@ -215,13 +269,19 @@ def judged_changes(before: Spec, after: Spec) -> list[str]:
     from the case) and `JUDGED_TRAIN` whose validated value differs between the spec and the edited
     spec (a table removed or added counts as its name)."""
     out = [f"space.{k}" for k in JUDGED_SPACE if getattr(before.space, k) != getattr(after.space, k)]
-    out += [f"probe.{k}" for k in type(before.probe).model_fields if getattr(before.probe, k) != getattr(after.probe, k)]
+    out += [
+        f"probe.{k}" for k in type(before.probe).model_fields if getattr(before.probe, k) != getattr(after.probe, k)
+    ]
     b, a = before.options, after.options  # a family's own block keys (None for the built-in ones)
     if b is not None and type(b) is type(a):  # which model each case builds, and its declared init
         out += [f"block.{k}" for k in JUDGED_LIBRARY if hasattr(b, k) and getattr(b, k) != getattr(a, k)]
         config = getattr(b, "config", None)
         if isinstance(config, Mapping):
-            out += [f"block.config.{k}" for k, v in config.items() if isinstance(v, str) and getattr(a, "config", {}).get(k) != v]
+            out += [
+                f"block.config.{k}"
+                for k, v in config.items()
+                if isinstance(v, str) and getattr(a, "config", {}).get(k) != v
+            ]
     if (before.train is None) != (after.train is None):
         out.append("train")
     elif before.train is not None and after.train is not None:
@@ -229,7 +289,16 @@ def judged_changes(before: Spec, after: Spec) -> list[str]:
     return out
 
 
-def _attempt(name: str, summary: str, references: tuple[str, ...], edit: dict[str, Any], data: Mapping[str, Any], text: str, path: str, spec: Spec) -> tuple[Attempt | None, Spec | None]:
+def _attempt(
+    name: str,
+    summary: str,
+    references: tuple[str, ...],
+    edit: dict[str, Any],
+    data: Mapping[str, Any],
+    text: str,
+    path: str,
+    spec: Spec,
+) -> tuple[Attempt | None, Spec | None]:
     """A remedy's edit of this spec: the attempt (None when it changes nothing) and the edited
     spec (None when the loader refuses it, or when it changes the expectations or which cases are
     drawn and how they are judged: the attempt is then "refused", with why)."""
@@ -240,11 +309,20 @@ def _attempt(name: str, summary: str, references: tuple[str, ...], edit: dict[st
     try:
         new_text = edited_text(text, edit)
     except Exception as exc:  # a value TOML cannot hold, a key under a non-table: never written
-        return Attempt(name, summary, references, changes, "", text, "refused", f"its edit cannot be written as TOML: {exc}"), None
-    diff = "".join(difflib.unified_diff(text.splitlines(keepends=True), new_text.splitlines(keepends=True), fromfile=path, tofile=f"{path} ({name})"))
+        return Attempt(
+            name, summary, references, changes, "", text, "refused", f"its edit cannot be written as TOML: {exc}"
+        ), None
+    diff = "".join(
+        difflib.unified_diff(
+            text.splitlines(keepends=True), new_text.splitlines(keepends=True), fromfile=path, tofile=f"{path} ({name})"
+        )
+    )
     attempt = Attempt(name, summary, references, changes, diff, new_text)
     if touched:
-        attempt.status, attempt.detail = "refused", f"it changes {', '.join(touched)}: a remedy may not change the expectations"
+        attempt.status, attempt.detail = (
+            "refused",
+            f"it changes {', '.join(touched)}: a remedy may not change the expectations",
+        )
         return attempt, None
     try:
         edited = validate_spec(apply_edit(data, edit), file=path)
@@ -275,7 +353,14 @@ def _replay_failing(
     owners: list[tuple[int, list[InvariantResult]]] = []
     for i, (attempt, edited) in enumerate(candidates):
         for r in failing:
-            attempt.numbers.append(Numbers(r.name, "" if r.case is None else str(r.case), r.verdict.bound if r.verdict else "", r.verdict.observed if r.verdict else math.nan))
+            attempt.numbers.append(
+                Numbers(
+                    r.name,
+                    "" if r.case is None else str(r.case),
+                    r.verdict.bound if r.verdict else "",
+                    r.verdict.observed if r.verdict else math.nan,
+                )
+            )
         for case, group in by_case.items():
             only = group[0].name if len(group) == 1 else None
             jobs.append(Task(edited, options, case=str(map_case(case, edited)), only=only))
@@ -297,7 +382,9 @@ def _replay_failing(
             if not ok and out[i]:
                 out[i] = False
                 attempt.status = "fails"
-                attempt.detail = "at the failing case: " + (outcome.error or (replayed.message if replayed is not None else "not judged"))
+                attempt.detail = "at the failing case: " + (
+                    outcome.error or (replayed.message if replayed is not None else "not judged")
+                )
     survivors = [(a, s) for i, (a, s) in enumerate(candidates) if out[i]]
     for i, (a, _) in enumerate(candidates):
         if not out[i] and on_attempt is not None:
@@ -324,7 +411,11 @@ def _confirm(
         for n in attempt.numbers:
             r = by_name.get(n.invariant)
             if r is not None and r.verdict is not None:
-                n.closest, n.closest_case, n.examples = r.verdict.observed, None if r.case is None else str(r.case), r.examples
+                n.closest, n.closest_case, n.examples = (
+                    r.verdict.observed,
+                    None if r.case is None else str(r.case),
+                    r.examples,
+                )
         unmet = [r for r in res.results if not r.met]
         if outcome.error is not None:
             attempt.status, attempt.detail = "fails", f"the edited spec could not run: {outcome.error}"

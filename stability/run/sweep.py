@@ -3,8 +3,8 @@ spec's depth budget, every probe kept in the results store.
 
 1. The grid (`stability.run.grid`): every combination of the `--over` axes. Each point is probed with
    the same seeds (`--seeds N`, from the spec's first seed up). Points already in the store under
-   these inputs (`inputs_hash`: the spec's content and a custom spec's factory module), this code
-   version and this device are read, not probed; the rest run on a backend
+   these inputs (`stability.run.store_keys.inputs_hash`: the spec's content and a custom spec's
+   factory module), this code version and this device are read, not probed; the rest run on a backend
    (`stability.run.sweep_exec`: in this process, or on Dask workers) and are stored as they arrive.
 2. The depth budget: for every slice of the grid (each combination of the axes other than depth)
    and every declared invariant, the largest depth at which the invariant holds on *every* seed
@@ -21,18 +21,12 @@ and probes nothing, is `stability.run.sweep_compare`.
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
 import math
 import shlex
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from stability._version import __version__
 from stability.judge.verdict import is_evidence
 from stability.measure.measurements import Measurements
 from stability.run.conclude import judge, severity
@@ -40,85 +34,20 @@ from stability.run.executor import Executor, Outcome
 from stability.run.grid import Axis, Value, apply_point, check_points, grid_points, point_key
 from stability.run.results import CaseRecord
 from stability.run.store import Budget, Store
+from stability.run.store_keys import code_version, inputs_hash
 from stability.run.sweep_exec import PointTask, Row
 from stability.spec.applicability import not_applicable_reason
 from stability.spec.schema import Spec
 
-__all__ = ["PointResult", "PointVerdict", "SweepResult", "Sweep", "spec_hash", "inputs_hash", "code_version", "ensemble_verdict"]
+__all__ = [
+    "PointResult",
+    "PointVerdict",
+    "SweepResult",
+    "Sweep",
+    "ensemble_verdict",
+]
 
 Progress = Callable[[int, int, int], None]  # (points done, of which cached, points known so far)
-
-
-def spec_hash(spec: Spec) -> str:
-    """The spec's content (every validated value, not the file's path or comments), hashed."""
-    data = spec.model_dump(mode="json", exclude={"path"})
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def inputs_hash(spec: Spec) -> str:
-    """What a sweep's stored numbers depend on besides the harness's code: the spec's content
-    (`spec_hash`) and, for a spec whose family runs user code, the bytes of its factory module as
-    the factory rule finds it (`stability.families.factory.locate_factory`, under the source roots
-    in force), or the fact that it is missing. Editing the module, or creating it, gives other
-    keys, so no stored row outlives the code that made it. (Modules the factory module imports in
-    turn are not covered: edit the factory module, or use a fresh `--db`.)"""
-    from stability.errors import SpecError
-    from stability.families.factory import locate_factory
-    from stability.spec.registry import FAMILIES
-
-    content = spec_hash(spec)
-    if not (FAMILIES.get(spec.family).user_code and spec.block.factory):
-        return content
-    h = hashlib.sha256(content.encode() + b"\0")
-    try:
-        h.update(locate_factory(spec.path, spec.block.factory)[2].read_bytes())
-    except (SpecError, OSError):
-        h.update(b"\0missing factory module")
-    return h.hexdigest()[:16]
-
-
-#: The package's folder: every stage's code, whose state `code_version` names.
-PACKAGE = Path(__file__).resolve().parent.parent
-
-
-@functools.lru_cache(maxsize=4)
-def code_version(package: Path = PACKAGE) -> str:
-    """The code that probes, for the store's keys. In the project's own git checkout (`package` is
-    `<top>/stability` beside a `pyproject.toml`): `<package version>+g<commit>`, with
-    `.dirty<hash>` when any file under `package` differs from that commit, so an edited tree never
-    reuses stale results. Anywhere else (an installed copy, or one inside someone else's
-    repository, whose commits say nothing about this code): `<package version>+src<hash>`, a hash
-    of every `.py` file under `package`, so two releases with one version number never share rows."""
-    here = package.resolve()
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=30, check=True).stdout
-
-    try:
-        top = Path(git("rev-parse", "--show-toplevel").strip()).resolve()
-        if top / "stability" != here or not (top / "pyproject.toml").is_file():
-            raise ValueError("not the project's own checkout")
-        commit = git("rev-parse", "HEAD").strip()
-        diff = git("diff", "HEAD", "--", ".")
-        untracked = git("ls-files", "--others", "--exclude-standard", "--", ".")
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return f"{__version__}+src{_source_hash(here)}"
-    version = f"{__version__}+g{commit[:12]}"
-    if diff or untracked:
-        h = hashlib.sha256(diff.encode())
-        for name in sorted(untracked.split()):
-            h.update(name.encode() + (here / name).read_bytes())
-        version += f".dirty{h.hexdigest()[:8]}"
-    return version
-
-
-def _source_hash(package: Path) -> str:
-    """12 hex digits of a SHA-256 over every `.py` file under `package` (relative path and bytes,
-    in sorted order; compiled caches and other files left out)."""
-    h = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        h.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:12]
 
 
 @dataclass
@@ -163,7 +92,9 @@ class SweepResult:
 PointVerdict = tuple[bool | None, str | None, str, float | None]
 
 
-def ensemble_verdict(spec: Spec, name: str, point: dict[str, Value], rows: list[Row], *, device: str = "cpu") -> PointVerdict:
+def ensemble_verdict(
+    spec: Spec, name: str, point: dict[str, Value], rows: list[Row], *, device: str = "cpu"
+) -> PointVerdict:
     """Invariant `name` at one point: it holds when it holds on every seed's case, each judged as
     `stability check --case` judges it (`stability.run.conclude.judge`, on the same measurements);
     a case it does not apply to (`applies_when`, or its own rule) makes the point not applicable,
@@ -265,7 +196,9 @@ class Sweep:
         tasks: list[PointTask] = []
         self.known += len(points)
         for i, p in enumerate(points):
-            rows = self._here.get(point_key(p)) or self.store.cached(self.hash, self.version, point_key(p), self.seeds, self.device)
+            rows = self._here.get(point_key(p)) or self.store.cached(
+                self.hash, self.version, point_key(p), self.seeds, self.device
+            )
             if rows is not None:
                 results[i] = PointResult(p, rows, True, self._verdicts(p, rows))
                 self.done += 1
@@ -273,7 +206,17 @@ class Sweep:
                     self._reused.add(point_key(p))
                     self.cached += 1
             else:
-                tasks.append(PointTask(self.spec, p, tuple(self.seeds), self.device, tag={"index": i}, memory_budget=self.memory_budget, timeout=self.case_timeout))
+                tasks.append(
+                    PointTask(
+                        self.spec,
+                        p,
+                        tuple(self.seeds),
+                        self.device,
+                        tag={"index": i},
+                        memory_budget=self.memory_budget,
+                        timeout=self.case_timeout,
+                    )
+                )
         self._report()
 
         def arrived(outcome: Outcome) -> None:
@@ -330,7 +273,20 @@ class Sweep:
                 budget, status = b.budget()
                 case, detail = b.deciding
                 failing_depth = b.bad
-                out.append(Budget(self.spec.name, point_key(s), n, budget, status, case, detail, self.reproduce(s, failing_depth, case) if case is not None and failing_depth is not None else None))
+                out.append(
+                    Budget(
+                        self.spec.name,
+                        point_key(s),
+                        n,
+                        budget,
+                        status,
+                        case,
+                        detail,
+                        self.reproduce(s, failing_depth, case)
+                        if case is not None and failing_depth is not None
+                        else None,
+                    )
+                )
         self.store.put_budgets(self.hash, self.version, self.seeds, depth_range, out, device=self.device)
         return out, list(seen.values())
 
@@ -377,8 +333,21 @@ def run_sweep(
     t0 = time.perf_counter()
     backend = backend or InProcessExecutor()
     grid = grid_points(axes)
-    check_points(spec, grid, seed=seeds[0] if seeds else 0, device=device)  # a point that cannot run is refused before any runs
-    sweep = Sweep(spec, store, backend, seeds=seeds, device=device, version=version, progress=progress, invariants=invariants, memory_budget=memory_budget, case_timeout=case_timeout)
+    check_points(
+        spec, grid, seed=seeds[0] if seeds else 0, device=device
+    )  # a point that cannot run is refused before any runs
+    sweep = Sweep(
+        spec,
+        store,
+        backend,
+        seeds=seeds,
+        device=device,
+        version=version,
+        progress=progress,
+        invariants=invariants,
+        memory_budget=memory_budget,
+        case_timeout=case_timeout,
+    )
     points = sweep.evaluate(grid)
     if depth_range is None:
         depth_axis = next((a for a in axes if a.key == "depth"), None)

@@ -1,7 +1,7 @@
 """`stability sweep --compare A B`: the depth budgets that moved between two code versions.
 
-A sweep stores each budget under the code version that measured it (`stability.run.sweep.code_version`)
-and the inputs it was measured on (`stability.run.sweep.inputs_hash`, the slice, the invariant,
+A sweep stores each budget under the code version that measured it (`stability.run.store_keys.code_version`)
+and the inputs it was measured on (`stability.run.store_keys.inputs_hash`, the slice, the invariant,
 the seeds, the depth range, the device). `compare` reads the budgets of two versions from the
 store, matches them by those inputs, and lists those whose value differs; it probes nothing.
 """
@@ -19,7 +19,9 @@ __all__ = ["Comparison", "Moved", "compare"]
 
 #: One budget under both code versions: ((spec name, slice, invariant, seeds, depth range, device), A's, B's),
 #: each side (budget, status, deciding case).
-Moved = list[tuple[tuple[str, str, str, str, str, str], tuple[int | None, str, str | None], tuple[int | None, str, str | None]]]
+Moved = list[
+    tuple[tuple[str, str, str, str, str, str], tuple[int | None, str, str | None], tuple[int | None, str, str | None]]
+]
 
 
 @dataclass
@@ -50,11 +52,19 @@ def compare(store: Store, rev_a: str, rev_b: str) -> Comparison:
 
     def resolve(rev: str) -> str:
         if not rev.strip():
-            raise UsageError(f"--compare {rev!r}: a revision is empty; give a git revision or a stored code version ({known})")
+            raise UsageError(
+                f"--compare {rev!r}: a revision is empty; give a git revision or a stored code version ({known})"
+            )
         matches = []
         if not rev.startswith("-"):  # (never an option to git)
             try:
-                commit = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+                commit = subprocess.run(
+                    ["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                    check=True,
+                ).stdout.strip()
             except (OSError, subprocess.SubprocessError):
                 commit = ""
             matches = [v for v in versions if commit and f"+g{commit[:12]}" in v]
@@ -63,9 +73,13 @@ def compare(store: Store, rev_a: str, rev_b: str) -> Comparison:
             return (clean or matches)[-1]
         matches = [v for v in versions if v.startswith(rev)]
         if not matches:
-            raise UsageError(f"--compare {rev}: no budgets stored for that code version in {store.path}; stored versions: {known}")
+            raise UsageError(
+                f"--compare {rev}: no budgets stored for that code version in {store.path}; stored versions: {known}"
+            )
         if len(matches) > 1:
-            raise UsageError(f"--compare {rev}: names {len(matches)} stored code versions ({', '.join(matches)}); give more of one")
+            raise UsageError(
+                f"--compare {rev}: names {len(matches)} stored code versions ({', '.join(matches)}); give more of one"
+            )
         return matches[0]
 
     va, vb = resolve(rev_a), resolve(rev_b)
@@ -83,5 +97,11 @@ def compare(store: Store, rev_a: str, rev_b: str) -> Comparison:
         (name, budget_a, status_a, case_a), (_, budget_b, status_b, case_b) = a[key], b[key]
         if (budget_a, status_a) != (budget_b, status_b):
             _, slice_, invariant, seeds, depths, device = key
-            moved.append(((name, slice_, invariant, seeds, depths, device), (budget_a, status_a, case_a), (budget_b, status_b, case_b)))
+            moved.append(
+                (
+                    (name, slice_, invariant, seeds, depths, device),
+                    (budget_a, status_a, case_a),
+                    (budget_b, status_b, case_b),
+                )
+            )
     return Comparison(va, vb, moved, len(common), len(set(a) - set(b)), len(set(b) - set(a)))

@@ -90,8 +90,12 @@ class PointTask(Job):
                 pairs = [apply_point(self.spec, self.point, seed=s, device=self.device) for s in self.seeds]
             except StabilityError as exc:
                 return {"error": str(exc)}
-            on_main = threading.current_thread() is threading.main_thread()  # (a Dask task is not: its parent keeps the time)
-            options = RunOptions(device=self.device, case_timeout=self.timeout if on_main else None, memory_budget=self.memory_budget)
+            on_main = (
+                threading.current_thread() is threading.main_thread()
+            )  # (a Dask task is not: its parent keeps the time)
+            options = RunOptions(
+                device=self.device, case_timeout=self.timeout if on_main else None, memory_budget=self.memory_budget
+            )
             for spec_s, case in pairs:
                 emit({"kind": "start", "case": case.as_dict()})
                 try:
@@ -124,7 +128,14 @@ def point_rows(task: PointTask, trace: Trace) -> list[Row]:
             case = trace.current if trace.current is not None and trace.current.seed == s else None
             rows.append({"seed": s, "case": "" if case is None else str(case), "m": None, "error": reason})
         else:
-            rows.append({"seed": s, "case": str(r.case), "m": None if r.measurements is None else r.measurements.to_json(), "error": r.error})
+            rows.append(
+                {
+                    "seed": s,
+                    "case": str(r.case),
+                    "m": None if r.measurements is None else r.measurements.to_json(),
+                    "error": r.error,
+                }
+            )
     return rows
 
 
@@ -164,7 +175,16 @@ class DaskExecutor(Executor):
         "global state a job changes stays in that worker for the jobs it runs later"
     )
 
-    def __init__(self, *, scheduler: str | None = None, n_workers: int | None = None, client: Any = None, gpu: bool = False, env: dict[str, str] | None = None, verbose: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        scheduler: str | None = None,
+        n_workers: int | None = None,
+        client: Any = None,
+        gpu: bool = False,
+        env: dict[str, str] | None = None,
+        verbose: bool = False,
+    ) -> None:
         import logging
         import warnings
 
@@ -195,7 +215,12 @@ class DaskExecutor(Executor):
                 if not verbose:
                     warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
                 self._cluster = LocalCluster(  # type: ignore[no-untyped-call,unused-ignore]
-                    n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.WARNING if verbose else logging.ERROR, **extra
+                    n_workers=n,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    silence_logs=logging.WARNING if verbose else logging.ERROR,
+                    **extra,
                 )
             self.client = Client(self._cluster)  # type: ignore[no-untyped-call,unused-ignore]
         self.workers = max(1, len(self.client.scheduler_info().get("workers", {})))
@@ -262,7 +287,9 @@ class DaskExecutor(Executor):
                 try:
                     trace = _trace(self._submit(jobs[i], topic, i).result())
                 except Exception as exc:
-                    trace = Trace(failure=f"the worker process running this job died ({_one_line(exc)})", spec_error=False)
+                    trace = Trace(
+                        failure=f"the worker process running this job died ({_one_line(exc)})", spec_error=False
+                    )
                 finish(i, trace)
         finally:
             self.client.unsubscribe_topic(topic)
@@ -272,7 +299,11 @@ class DaskExecutor(Executor):
     def _next_deadline(jobs: Sequence[Job], started: dict[int, tuple[float, str]], running: list[int]) -> float:
         """Seconds until the first running case passes its limit (at most 1 s: a case may start meanwhile)."""
         now = time.monotonic()
-        ends = [started[i][0] + (jobs[i].case_timeout or 0.0) + DASK_GRACE_S - now for i in running if i in started and jobs[i].case_timeout]
+        ends = [
+            started[i][0] + (jobs[i].case_timeout or 0.0) + DASK_GRACE_S - now
+            for i in running
+            if i in started and jobs[i].case_timeout
+        ]
         return max(0.05, min([1.0, *ends]))
 
     def _submit(self, job: Job, topic: str, index: int) -> Any:

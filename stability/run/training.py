@@ -41,7 +41,9 @@ def _check_memory(spec: Spec, entry: Invariant, expectation: Any, case: Case, bu
     if entry.memory is None:
         for v in variants:
             trial = dataclasses.replace(v, batch=spec.train.samples)
-            check_budget(spec, trial, budget * 3 // 5 if spec.train.optimizer != "sgd" and budget is not None else budget)
+            check_budget(
+                spec, trial, budget * 3 // 5 if spec.train.optimizer != "sgd" and budget is not None else budget
+            )
         return
     budget = default_budget(case.device) if budget is None else budget
     for v in variants:
@@ -84,7 +86,9 @@ def evaluate(
     except torch.OutOfMemoryError as exc:
         first = str(exc).splitlines()[0] if str(exc) else "out of memory"
         return None, f"out of memory on {case.device}: {first}"
-    except SpecError:  # bad input found only once the model is built (a language model that is not causal): exit 2, as the probe's
+    except (
+        SpecError
+    ):  # bad input found only once the model is built (a language model that is not causal): exit 2, as the probe's
         raise
     except Exception as exc:  # a block raised during training; the run goes on
         return None, "the case does not train: " + " ".join(f"{type(exc).__name__}: {exc}".split())

@@ -122,7 +122,9 @@ def _json(message: dict[str, Any]) -> bytes:
     return json.dumps(message, separators=(",", ":"), allow_nan=True).encode()
 
 
-def _child_main(conn: Connection, payload: bytes, env: dict[str, str], cwd: str, threads: int, output: Connection | None = None) -> None:
+def _child_main(
+    conn: Connection, payload: bytes, env: dict[str, str], cwd: str, threads: int, output: Connection | None = None
+) -> None:
     """Runs in the child: send file descriptors 1 and 2 into `output` (when capturing), adopt the
     parent's environment and folder, load the run's plugins, set the threads, run the job, send
     everything back, and leave without waiting for anything the job's code left running."""
@@ -251,7 +253,9 @@ class WorkerExecutor(Executor):
         "exits or crashes is reported and the other jobs go on"
     )
 
-    def __init__(self, *, jobs: int = 1, threads: int = 1, env: dict[str, str] | None = None, capture: bool = True) -> None:
+    def __init__(
+        self, *, jobs: int = 1, threads: int = 1, env: dict[str, str] | None = None, capture: bool = True
+    ) -> None:
         if jobs < 1 or threads < 1:
             raise ValueError("jobs and threads must be at least 1")
         self.jobs, self.threads, self.env, self.capture = jobs, threads, env, capture
@@ -271,9 +275,16 @@ class WorkerExecutor(Executor):
                 while pending and len(running) < self.jobs:
                     index, task = pending.popleft()
                     parent_conn, child_conn = ctx.Pipe(duplex=False)
-                    out_r, out_w = ctx.Pipe(duplex=False) if self.capture else (None, None)  # raw bytes: only the descriptors are used
+                    out_r, out_w = (
+                        ctx.Pipe(duplex=False) if self.capture else (None, None)
+                    )  # raw bytes: only the descriptors are used
                     payload = pickle.dumps(task)
-                    proc = ctx.Process(target=_child_main, args=(child_conn, payload, env, cwd, self.threads, out_w), daemon=True, name=f"stability-{task.label}")
+                    proc = ctx.Process(
+                        target=_child_main,
+                        args=(child_conn, payload, env, cwd, self.threads, out_w),
+                        daemon=True,
+                        name=f"stability-{task.label}",
+                    )
                     with _without_main():
                         proc.start()
                     child_conn.close()
@@ -283,7 +294,11 @@ class WorkerExecutor(Executor):
                 now = time.monotonic()
                 deadlines = [r.deadline for r in running.values() if r.deadline is not None]
                 timeout = max(0.0, min(deadlines) - now) if deadlines else None
-                waitables: list[Any] = [*running, *(r.proc.sentinel for r in running.values()), *(r.out for r in running.values() if r.out is not None)]
+                waitables: list[Any] = [
+                    *running,
+                    *(r.proc.sentinel for r in running.values()),
+                    *(r.out for r in running.values() if r.out is not None),
+                ]
                 multiprocessing.connection.wait(waitables, timeout)
                 for conn, run in list(running.items()):
                     finished = self._drain(run)
@@ -339,7 +354,9 @@ class WorkerExecutor(Executor):
                 if self._receive(run, message):
                     return True
             except Exception as exc:  # noqa: BLE001 -- a message that does not read as the protocol's
-                run.crash = f"sent a message that cannot be read ({' '.join(f'{type(exc).__name__}: {exc}'.split())[:300]})"
+                run.crash = (
+                    f"sent a message that cannot be read ({' '.join(f'{type(exc).__name__}: {exc}'.split())[:300]})"
+                )
                 return True
         if not run.proc.is_alive():
             return not run.conn.poll()  # exited: finished once its last messages are read

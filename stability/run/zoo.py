@@ -86,7 +86,9 @@ class ZooRow:
     positions: str
     init: str
     expects: dict[str, str]  # invariant → "holds" / "violated", as the spec declares
-    verdicts: dict[str, dict[int, bool | None]] = field(default_factory=dict)  # invariant → depth → passed (None: n/a or not measured)
+    verdicts: dict[str, dict[int, bool | None]] = field(
+        default_factory=dict
+    )  # invariant → depth → passed (None: n/a or not measured)
     ratios: dict[int, float | None] = field(default_factory=dict)  # depth → ‖∂L/∂x₀‖ / ‖∂L/∂x_L‖
     budget: str = ""
     errors: dict[int, str] = field(default_factory=dict)  # depth → why the case did not run
@@ -139,7 +141,9 @@ def parameterisation(model: nn.Module, inputs: Any, block: nn.Module) -> tuple[s
             seen.setdefault("norm_outputs", []).append((out, out._version))
 
     handles = [block.register_forward_pre_hook(block_pre, with_kwargs=True), block.register_forward_hook(block_post)]
-    handles += [n.register_forward_pre_hook(norm_pre) for n in norms] + [n.register_forward_hook(norm_post) for n in norms]
+    handles += [n.register_forward_pre_hook(norm_pre) for n in norms] + [
+        n.register_forward_hook(norm_post) for n in norms
+    ]
     try:
         with torch.no_grad():
             run_model(model, inputs)
@@ -174,7 +178,14 @@ def _positions(model: nn.Module) -> str:
         if name and not any(name in n.rsplit(".", 1)[-1] or n.endswith(name) for n in names):
             continue
         if scheme == "rotary":
-            share = next((float(v) for v in (getattr(config, k, None) for k in ("partial_rotary_factor", "rotary_pct")) if isinstance(v, (int, float))), 1.0)
+            share = next(
+                (
+                    float(v)
+                    for v in (getattr(config, k, None) for k in ("partial_rotary_factor", "rotary_pct"))
+                    if isinstance(v, (int, float))
+                ),
+                1.0,
+            )
             return scheme if share >= 1 else f"rotary on {share:g} of each head"
         return scheme
     return "none"
@@ -193,10 +204,16 @@ def _weights(block: nn.Module) -> list[tuple[nn.Module, torch.Tensor]]:
 def _init_text(model: nn.Module, block: nn.Module) -> str:
     from stability.families.library_build import weight_fans
 
-    gains = [float(p.detach().double().pow(2).mean()) * weight_fans(owner, p)[0] for owner, p in _weights(block) if p.numel() > 1]
+    gains = [
+        float(p.detach().double().pow(2).mean()) * weight_fans(owner, p)[0]
+        for owner, p in _weights(block)
+        if p.numel() > 1
+    ]
     gains = [g for g in gains if g > 0]
     config = getattr(model, "config", None)
-    sigma = next((v for v in (getattr(config, k, None) for k in ("initializer_range", "init_std")) if isinstance(v, float)), None)
+    sigma = next(
+        (v for v in (getattr(config, k, None) for k in ("initializer_range", "init_std")) if isinstance(v, float)), None
+    )
     text = f"σ {sigma:g}, " if isinstance(sigma, float) else ""
     return f"{text}σ²·fan-in {statistics.median(gains):.2g}" if gains else f"{text}zero weights"
 
@@ -206,10 +223,19 @@ def _describe(spec: Spec) -> tuple[str, str, str, str, str, str]:
     case = corner_case(spec, depth=max(spec.space.depth[0], 2))
     net = build(spec, case)
     if net.model is None:
-        raise UsageError(f"{spec.path}: the zoo tabulates models probed through their own forward (family = \"library\"); this spec's family '{spec.family}' builds blocks")
+        raise UsageError(
+            f"{spec.path}: the zoo tabulates models probed through their own forward (family = \"library\"); this spec's family '{spec.family}' builds blocks"
+        )
     block = net.model.blocks.modules[0]
     position, norms, positions = parameterisation(net.model.model, net.model.inputs, block)
-    return position, norms, positions, _init_text(net.model.model, block), type(block).__name__, type(net.model.model).__name__
+    return (
+        position,
+        norms,
+        positions,
+        _init_text(net.model.model, block),
+        type(block).__name__,
+        type(net.model.model).__name__,
+    )
 
 
 def zoo_budget(spec: Spec, *, top: int = max(DEPTHS)) -> Budget | None:
@@ -223,9 +249,21 @@ def zoo_budget(spec: Spec, *, top: int = max(DEPTHS)) -> Budget | None:
     from stability.spec import schema
 
     declared = spec.expect.gradient_arrival or schema.GradientArrival.model_validate({})
-    spec = spec.model_copy(update={"expect": schema.Expect.model_validate({"gradient_arrival": declared})})  # the budget's invariant alone: no other measurement runs
+    spec = spec.model_copy(
+        update={"expect": schema.Expect.model_validate({"gradient_arrival": declared})}
+    )  # the budget's invariant alone: no other measurement runs
     with Store(":memory:") as store:
-        result = run_sweep(spec, [], store, InProcessExecutor(), seeds=BUDGET_SEEDS, depth_range=(1, top), invariants=["gradient_arrival"], version="zoo", case_timeout=None)
+        result = run_sweep(
+            spec,
+            [],
+            store,
+            InProcessExecutor(),
+            seeds=BUDGET_SEEDS,
+            depth_range=(1, top),
+            invariants=["gradient_arrival"],
+            version="zoo",
+            case_timeout=None,
+        )
     return next(b for b in result.budgets if b.invariant == "gradient_arrival")
 
 
@@ -235,14 +273,27 @@ def _budget_cell(b: Budget | None) -> str:
     return "< 1" if b.status == "below" else budget_text(b)
 
 
-def zoo_row(spec: Spec, *, depths: Sequence[int] = DEPTHS, budget: bool = True, on_case: Callable[[str], None] | None = None) -> ZooRow:
+def zoo_row(
+    spec: Spec, *, depths: Sequence[int] = DEPTHS, budget: bool = True, on_case: Callable[[str], None] | None = None
+) -> ZooRow:
     """The zoo's row of one spec (the module docstring): its cases run in this process."""
     torch.set_num_threads(1)  # the same numbers on every machine: one thread's reduction order
     position, norms, positions, init, block, model = _describe(spec)
     o = spec.options
     library = str(getattr(o, "model", "")).partition(":")[0]
     declared = [(n, e) for n, e in spec.invariants() if not INVARIANTS.get(n).training]
-    row = ZooRow(spec.name, spec.path, library, model, block, position, norms, positions, init, {n: e.expect for n, e in declared})
+    row = ZooRow(
+        spec.name,
+        spec.path,
+        library,
+        model,
+        block,
+        position,
+        norms,
+        positions,
+        init,
+        {n: e.expect for n, e in declared},
+    )
     options = RunOptions(case_timeout=None)
     for depth in depths:
         case = corner_case(spec, depth=depth)
@@ -250,11 +301,19 @@ def zoo_row(spec: Spec, *, depths: Sequence[int] = DEPTHS, budget: bool = True, 
             on_case(f"{spec.name} depth {depth}")
         inside = spec.space.depth[0] <= depth <= spec.space.depth[1]  # a spec's bands are claims about its own depths
         # beyond them only the ratio is tabulated: the case's own network, no seed ensemble
-        record = evaluate(spec if inside else spec.model_copy(update={"probe": spec.probe.model_copy(update={"ensemble": 1})}), case, options)
+        record = evaluate(
+            spec if inside else spec.model_copy(update={"probe": spec.probe.model_copy(update={"ensemble": 1})}),
+            case,
+            options,
+        )
         if record.error is not None:
             row.errors[depth] = record.error
         m = record.measurements
-        row.ratios[depth] = m.gradient_ratio if m is not None and m.gradient_ratio is not None and math.isfinite(m.gradient_ratio) else None
+        row.ratios[depth] = (
+            m.gradient_ratio
+            if m is not None and m.gradient_ratio is not None and math.isfinite(m.gradient_ratio)
+            else None
+        )
         for name, _ in declared:
             passed: bool | None = None
             if inside and not_applicable_reason(spec, name, case) is None and m is not None:

@@ -87,7 +87,13 @@ def check_applies_when(spec: Spec, data: dict[str, Any]) -> None:
             continue
         where = f"expect.{name}.applies_when"
         if not table:
-            raise SpecError(spec.path, where, "is empty", value=table, fix='name at least one case key, e.g. { branch_init = ["zero"] }, or remove it')
+            raise SpecError(
+                spec.path,
+                where,
+                "is empty",
+                value=table,
+                fix='name at least one case key, e.g. { branch_init = ["zero"] }, or remove it',
+            )
         for raw_key, values in table.items():
             key = _ALIASES.get(raw_key, raw_key)
             if key not in keys:
@@ -100,18 +106,52 @@ def check_applies_when(spec: Spec, data: dict[str, Any]) -> None:
                     fix=f"use one of {', '.join(known)}",
                 )
             if not values:
-                raise SpecError(spec.path, f"{where}.{raw_key}", "lists no value, so the invariant would apply to no case", value=values, fix="list at least one value or remove the key")
+                raise SpecError(
+                    spec.path,
+                    f"{where}.{raw_key}",
+                    "lists no value, so the invariant would apply to no case",
+                    value=values,
+                    fix="list at least one value or remove the key",
+                )
             space = getattr(spec.space, key, None)
             for v in values:
                 if isinstance(space, list) and v not in space:
-                    raise SpecError(spec.path, f"{where}.{raw_key}", f"{v!r} is not in space.{key} {space}{did_you_mean(v, space)}", value=values, fix=f"list values from {space}")
-                if isinstance(space, tuple) and not (isinstance(v, int) and not isinstance(v, bool) and (space.admits(v) if isinstance(space, IntSpace) else space[0] <= v <= space[1])):
+                    raise SpecError(
+                        spec.path,
+                        f"{where}.{raw_key}",
+                        f"{v!r} is not in space.{key} {space}{did_you_mean(v, space)}",
+                        value=values,
+                        fix=f"list values from {space}",
+                    )
+                if isinstance(space, tuple) and not (
+                    isinstance(v, int)
+                    and not isinstance(v, bool)
+                    and (space.admits(v) if isinstance(space, IntSpace) else space[0] <= v <= space[1])
+                ):
                     shown = space.describe() if isinstance(space, IntSpace) else f"[{space[0]}, {space[1]}]"
-                    raise SpecError(spec.path, f"{where}.{raw_key}", f"{v!r} is not a value space.{key} {shown} can draw", value=values, fix=f"list values space.{key} draws, or widen space.{key}")
+                    raise SpecError(
+                        spec.path,
+                        f"{where}.{raw_key}",
+                        f"{v!r} is not a value space.{key} {shown} can draw",
+                        value=values,
+                        fix=f"list values space.{key} draws, or widen space.{key}",
+                    )
                 if space is None and v != getattr(corner, key):
-                    raise SpecError(spec.path, f"{where}.{raw_key}", f"{v!r}: space.{key} is not set, so every case has {key}={getattr(corner, key)}", value=values, fix="remove the key")
+                    raise SpecError(
+                        spec.path,
+                        f"{where}.{raw_key}",
+                        f"{v!r}: space.{key} is not set, so every case has {key}={getattr(corner, key)}",
+                        value=values,
+                        fix="remove the key",
+                    )
         for key, allowed in _implicit(spec, name).items():
             raw = next((k for k in table if _ALIASES.get(k, k) == key), None)
             if raw is not None and not set(allowed) & set(table[raw]):
                 reason = INVARIANTS.get(name).applies_reason
-                raise SpecError(spec.path, f"{where}.{raw}", f"names no value {name} applies to (any other {key} {reason})", value=table[raw], fix=f"list some of {allowed}")
+                raise SpecError(
+                    spec.path,
+                    f"{where}.{raw}",
+                    f"names no value {name} applies to (any other {key} {reason})",
+                    value=table[raw],
+                    fix=f"list some of {allowed}",
+                )

@@ -81,7 +81,9 @@ class Case:
 _FIELDS = frozenset(f.name for f in dataclasses.fields(Case))
 _OPTIONAL = frozenset({"spatial", "input_width", "tokens"})
 _REQUIRED = _FIELDS - {"tokens"}
-_FIELD_TYPES: dict[str, type] = {f: (int if f in ("depth", "width", "batch", "spatial", "input_width", "seed", "tokens") else str) for f in _FIELDS}
+_FIELD_TYPES: dict[str, type] = {
+    f: (int if f in ("depth", "width", "batch", "spatial", "input_width", "seed", "tokens") else str) for f in _FIELDS
+}
 _SHORT = {"weight_init": "init"}
 _ALIASES = {"init": "weight_init"}
 _INT_KEYS = ("depth", "width", "batch", "spatial", "input_width", "seed", "tokens")
@@ -124,7 +126,9 @@ def parse_case_string(text: str, spec: Spec, *, device: str | None = None) -> Ca
         if not sep or not raw:
             raise UsageError(f"--case {text!r}: '{item}' is not key=value; write e.g. depth=8,width=16")
         if key not in known:
-            raise UsageError(f"--case: unknown key '{key}'{did_you_mean(key, known + list(_ALIASES))}; known keys: {', '.join(['init', *known])}")
+            raise UsageError(
+                f"--case: unknown key '{key}'{did_you_mean(key, known + list(_ALIASES))}; known keys: {', '.join(['init', *known])}"
+            )
         if key in given:
             raise UsageError(f"--case {text!r}: {_SHORT.get(key, key)} is given twice; give each key once")
         if key in _INT_KEYS:
@@ -161,7 +165,9 @@ def _check_inside(case: Case, spec: Spec) -> None:
         choices = list(getattr(s, key))
         value = getattr(case, key)
         if value not in choices:
-            raise UsageError(f"--case: {_SHORT.get(key, key)}={value} is not in the spec's space {choices}{did_you_mean(value, choices)}")
+            raise UsageError(
+                f"--case: {_SHORT.get(key, key)}={value} is not in the spec's space {choices}{did_you_mean(value, choices)}"
+            )
 
 
 def reproduce_command(spec: Spec, case: Case, *, profile: str | None = None) -> str:

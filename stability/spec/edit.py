@@ -32,7 +32,9 @@ def _add_after_last_key(table: Table, key: str, value: Any) -> None:
     table's) stay below it, on the header they describe; a sub-table (`[block.config]`) stays
     after the keys."""
     body = table.value.body
-    last = max((i for i, (k, item) in enumerate(body) if k is not None and not isinstance(item, Table | AoT)), default=-1)
+    last = max(
+        (i for i, (k, item) in enumerate(body) if k is not None and not isinstance(item, Table | AoT)), default=-1
+    )
     if last == len(body) - 1 or not hasattr(table.value, "_insert_at"):
         table[key] = value
     else:
@@ -55,7 +57,12 @@ def edited_text(text: str, edit: Mapping[str, Any]) -> str:
                 del node[last]
             continue
         value = _plain(after)
-        if last in node and isinstance(node, Table | dict) and hasattr(node[last], "trivia") and not isinstance(value, dict):
+        if (
+            last in node
+            and isinstance(node, Table | dict)
+            and hasattr(node[last], "trivia")
+            and not isinstance(value, dict)
+        ):
             trivia = node[last].trivia
             item = tomlkit.item(value)
             item.trivia.comment_ws, item.trivia.comment = trivia.comment_ws, trivia.comment
@@ -65,6 +72,8 @@ def edited_text(text: str, edit: Mapping[str, Any]) -> str:
         else:
             node[last] = value
     out = tomlkit.dumps(doc)
-    if tomllib.loads(out) != apply_edit(tomllib.loads(text), {k: _plain(v) if v is not REMOVE else v for k, v in edit.items()}):
+    if tomllib.loads(out) != apply_edit(
+        tomllib.loads(text), {k: _plain(v) if v is not REMOVE else v for k, v in edit.items()}
+    ):
         raise ValueError("the edited text does not parse to the edited document")  # a tomlkit bug: never write it
     return out

@@ -96,28 +96,48 @@ class Lesion(Expectation):
 
 def _depth_pair(value: Any) -> Any:
     """`compare_depths = [shallow, deep]` → (shallow, deep), shallow < deep."""
-    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
         if not 1 <= value[0] < value[1]:
-            raise ValueError(f"must be [shallow, deep] with 1 <= shallow < deep (got {value}); write [{min(value)}, {max(value)}]")
+            raise ValueError(
+                f"must be [shallow, deep] with 1 <= shallow < deep (got {value}); write [{min(value)}, {max(value)}]"
+            )
         return tuple(value)
     raise ValueError("expected [shallow, deep], two depths, e.g. [4, 32]")
 
 
 def _widths(value: Any) -> Any:
-    if isinstance(value, list) and len(value) >= 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if (
+        isinstance(value, list)
+        and len(value) >= 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
         if value != sorted(set(value)) or value[0] < 1:
-            raise ValueError(f"must be at least two increasing positive widths (got {value}); write {sorted(set(v for v in value if v >= 1))}")
+            raise ValueError(
+                f"must be at least two increasing positive widths (got {value}); write {sorted(set(v for v in value if v >= 1))}"
+            )
         return value
     raise ValueError("expected a list of at least two widths, e.g. [64, 128, 256, 512]")
 
 
-DepthPair = Annotated[tuple[int, int], BeforeValidator(_depth_pair), WithJsonSchema({"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 2})]
+DepthPair = Annotated[
+    tuple[int, int],
+    BeforeValidator(_depth_pair),
+    WithJsonSchema({"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 2}),
+]
 
 
 class UpdateSize(Expectation):
     """The coordinate check: |slope| of log RMS(Δh) against log width ≤ max_abs_slope."""
 
-    widths: Annotated[list[int], BeforeValidator(_widths), WithJsonSchema({"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2})]
+    widths: Annotated[
+        list[int],
+        BeforeValidator(_widths),
+        WithJsonSchema({"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2}),
+    ]
     max_abs_slope: float = Field(0.25, gt=0.0)
     at: Literal["all", "output"] = "all"
 

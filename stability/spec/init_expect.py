@@ -36,7 +36,15 @@ from pydantic import Field, field_validator, model_validator
 from stability.spec.expectations import Expectation
 from stability.spec.values import _Model
 
-__all__ = ["InitRule", "InitConformance", "Undefined", "compile_expression", "evaluate", "glob_matches", "LAW_PARAMETERS"]
+__all__ = [
+    "InitRule",
+    "InitConformance",
+    "Undefined",
+    "compile_expression",
+    "evaluate",
+    "glob_matches",
+    "LAW_PARAMETERS",
+]
 
 Number = float | str
 Patterns = str | list[str] | None
@@ -69,7 +77,14 @@ _BINARY: dict[type, Callable[[Any, Any], Any]] = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
-_COMPARE: dict[type, Callable[[Any, Any], bool]] = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
+_COMPARE: dict[type, Callable[[Any, Any], bool]] = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
 _UNARY: dict[type, Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}
 
 
@@ -106,11 +121,18 @@ def _check_node(node: ast.AST) -> None:
     elif isinstance(node, ast.Subscript):
         _check_node(node.value)
         _check_node(node.slice)
-    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS and not node.keywords:
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _FUNCTIONS
+        and not node.keywords
+    ):
         for v in node.args:
             _check_node(v)
     else:
-        raise ValueError(f"{ast.unparse(node)!r} is not allowed (numbers, config keys, + - * / ** %, comparisons, and/or, x if c else y, v[i], {', '.join(_FUNCTIONS)})")
+        raise ValueError(
+            f"{ast.unparse(node)!r} is not allowed (numbers, config keys, + - * / ** %, comparisons, and/or, x if c else y, v[i], {', '.join(_FUNCTIONS)})"
+        )
 
 
 @lru_cache(maxsize=1024)
@@ -234,16 +256,27 @@ class InitRule(_Model):
             raise ValueError(f"law {self.law!r} takes {', '.join(takes) or 'no parameters'}, not {', '.join(extra)}")
         missing = [k for k, d in takes.items() if d is None and k not in given]
         if missing:
-            raise ValueError(f"law {self.law!r} needs {', '.join(missing)}" + (" (or bound)" if self.law == "uniform" else ""))
+            raise ValueError(
+                f"law {self.law!r} needs {', '.join(missing)}" + (" (or bound)" if self.law == "uniform" else "")
+            )
         return self
 
     def covers(self, name: str, module: tuple[str, ...], within: tuple[str, ...]) -> bool:
         leaf = name.split("[", 1)[0].rpartition(".")[2]
-        return glob_matches(self.name, name) and glob_matches(self.param, leaf) and glob_matches(self.module, module) and glob_matches(self.within, within)
+        return (
+            glob_matches(self.name, name)
+            and glob_matches(self.param, leaf)
+            and glob_matches(self.module, module)
+            and glob_matches(self.within, within)
+        )
 
     def pattern(self) -> str:
         """The row's covering keys, as a reader sees them."""
-        parts = [f"{k} {getattr(self, k) if isinstance(getattr(self, k), str) else '|'.join(getattr(self, k))}" for k in ("name", "within", "module", "param") if getattr(self, k) is not None]
+        parts = [
+            f"{k} {getattr(self, k) if isinstance(getattr(self, k), str) else '|'.join(getattr(self, k))}"
+            for k in ("name", "within", "module", "param")
+            if getattr(self, k) is not None
+        ]
         return ", ".join(parts) or "every parameter"
 
 

@@ -22,10 +22,19 @@ def spec_schema() -> dict[str, Any]:
             continue
         own = fam.options.model_json_schema()
         for key, prop in own.get("properties", {}).items():
-            block["properties"].setdefault(key, {**prop, "description": f"family '{fam.name}' only" + (f": {prop['description']}" if prop.get("description") else "")})
+            block["properties"].setdefault(
+                key,
+                {
+                    **prop,
+                    "description": f"family '{fam.name}' only"
+                    + (f": {prop['description']}" if prop.get("description") else ""),
+                },
+            )
         for name, definition in own.get("$defs", {}).items():
             schema.setdefault("$defs", {}).setdefault(name, definition)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "stability spec"
-    schema["description"] = "A stability spec file: the architecture, its search space and the invariants it must satisfy."
+    schema["description"] = (
+        "A stability spec file: the architecture, its search space and the invariants it must satisfy."
+    )
     return schema

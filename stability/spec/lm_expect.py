@@ -49,10 +49,16 @@ class OutputLogits(Expectation):
 
 
 def _lr_grid(value: Any) -> Any:
-    if isinstance(value, list) and len(value) >= 3 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+    if (
+        isinstance(value, list)
+        and len(value) >= 3
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    ):
         floats = [float(v) for v in value]
         if not all(math.isfinite(v) and v > 0 for v in floats) or floats != sorted(set(floats)):
-            raise ValueError(f"must be at least three increasing positive learning rates (got {value}); e.g. [0.001, 0.003, 0.01, 0.03, 0.1, 0.3]")
+            raise ValueError(
+                f"must be at least three increasing positive learning rates (got {value}); e.g. [0.001, 0.003, 0.01, 0.03, 0.1, 0.3]"
+            )
         return floats
     raise ValueError("expected a list of at least three learning rates, e.g. [0.001, 0.003, 0.01, 0.03, 0.1, 0.3]")
 
@@ -62,7 +68,11 @@ class LRSensitivity(Expectation):
     of an ensemble of `seeds` (the case's and seeds − 1 derived ones); the mean over the seeds
     ≤ max_lrs."""
 
-    lrs: Annotated[list[float], BeforeValidator(_lr_grid), WithJsonSchema({"type": "array", "items": {"type": "number", "exclusiveMinimum": 0}, "minItems": 3})]
+    lrs: Annotated[
+        list[float],
+        BeforeValidator(_lr_grid),
+        WithJsonSchema({"type": "array", "items": {"type": "number", "exclusiveMinimum": 0}, "minItems": 3}),
+    ]
     seeds: int = Field(8, ge=1, le=64)
     max_lrs: float = Field(gt=0.0)
 
@@ -217,5 +227,12 @@ The best possible loss is the task's entropy rate H, known in closed form.""",
 
 #: What `stability explain NAME` prints for each language-model invariant.
 LM_EXPLANATIONS: dict[str, Explanation] = {
-    name: Explanation(summary=t["summary"], computes=t["computes"], fails=t["fails"], fixes=t["fixes"], references=tuple(LM_REFERENCES[r] for r in t["references"])) for name, t in _TEXTS.items()
+    name: Explanation(
+        summary=t["summary"],
+        computes=t["computes"],
+        fails=t["fails"],
+        fixes=t["fixes"],
+        references=tuple(LM_REFERENCES[r] for r in t["references"]),
+    )
+    for name, t in _TEXTS.items()
 }

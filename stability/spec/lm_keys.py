@@ -22,7 +22,23 @@ CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 #: The most k-gram states a Markov task may have (vocab ** order): its rows are vocab ** (order + 1) float64 numbers.
 MAX_STATES = 65_536
 #: [train] keys read by the language-model run only.
-LM_TRAIN_KEYS = ("vocab", "order", "concentration", "eval_sequences", "betas", "eps", "weight_decay", "decay", "clip", "schedule", "min_lr_ratio", "z_loss", "logit_softcap", "tied", "record_every")
+LM_TRAIN_KEYS = (
+    "vocab",
+    "order",
+    "concentration",
+    "eval_sequences",
+    "betas",
+    "eps",
+    "weight_decay",
+    "decay",
+    "clip",
+    "schedule",
+    "min_lr_ratio",
+    "z_loss",
+    "logit_softcap",
+    "tied",
+    "record_every",
+)
 #: [train] keys of the regression and label tasks, which the language-model run does not read.
 _TASK_KEYS = ("samples", "input_dim", "outputs")
 
@@ -42,12 +58,16 @@ def _head_dims(spec: Spec) -> list[int]:
 
 def check_lm_keys(spec: Spec, data: dict[str, Any]) -> None:
     """The block's stability options and the [train] keys of the language-model run (called from
-    `stability.spec.load` for every spec; which families read the block options is the family
-    registry's `block_keys`)."""
+    `stability.spec.combinations` for every spec; which families read the block options is the
+    family registry's `block_keys`)."""
     f, b, s, t = spec.path, spec.block, spec.space, spec.train
     if b.qk_norm == "layer" and _head_dims(spec)[0] < 2:
         raise SpecError(
-            f, "block.qk_norm", f"LayerNorm over a head of {_head_dims(spec)[0]} channel sets it to 0", value=b.qk_norm, fix='use qk_norm = "rms", or heads of at least 2 channels (block.head_dim)'
+            f,
+            "block.qk_norm",
+            f"LayerNorm over a head of {_head_dims(spec)[0]} channel sets it to 0",
+            value=b.qk_norm,
+            fix='use qk_norm = "rms", or heads of at least 2 channels (block.head_dim)',
         )
     if b.sigma_reparam and b.residual in ("deepnorm", "gpt2"):
         raise SpecError(
@@ -58,15 +78,33 @@ def check_lm_keys(spec: Spec, data: dict[str, Any]) -> None:
             fix="remove one of them",
         )
     if b.sigma_reparam and "zero" in s.branch_init:
-        raise SpecError(f, "space.branch_init", "'zero' zeroes the last layer of each branch, whose sigma_reparam scale gamma/sigma(W) is undefined at W = 0", value=s.branch_init, fix='use "default"')
+        raise SpecError(
+            f,
+            "space.branch_init",
+            "'zero' zeroes the last layer of each branch, whose sigma_reparam scale gamma/sigma(W) is undefined at W = 0",
+            value=s.branch_init,
+            fix='use "default"',
+        )
     if t is None:
         return
     if t.task != "markov":
         for key in LM_TRAIN_KEYS:
             if _set(data, "train", key):
-                raise SpecError(f, f"train.{key}", 'applies to the language-model run (train.task = "markov")', value=data["train"][key], fix='remove it, or set train.task = "markov"')
+                raise SpecError(
+                    f,
+                    f"train.{key}",
+                    'applies to the language-model run (train.task = "markov")',
+                    value=data["train"][key],
+                    fix='remove it, or set train.task = "markov"',
+                )
         if t.optimizer == "adamw":
-            raise SpecError(f, "train.optimizer", 'AdamW runs the language-model task (train.task = "markov")', value="adamw", fix='use "sgd" or "adam", or set train.task = "markov"')
+            raise SpecError(
+                f,
+                "train.optimizer",
+                'AdamW runs the language-model task (train.task = "markov")',
+                value="adamw",
+                fix='use "sgd" or "adam", or set train.task = "markov"',
+            )
         return
     _check_markov(spec, data)
 
@@ -77,7 +115,10 @@ def _check_markov(spec: Spec, data: dict[str, Any]) -> None:
     declared = [n for n, _ in spec.invariants() if INVARIANTS.get(n).training and n not in LM_INVARIANTS]
     if declared:
         raise SpecError(
-            f, f"expect.{declared[0]}", 'runs the regression or label task, and train.task = "markov" trains a language model', fix='use task = "teacher" or "labels" for it, in a spec of its own'
+            f,
+            f"expect.{declared[0]}",
+            'runs the regression or label task, and train.task = "markov" trains a language model',
+            fix='use task = "teacher" or "labels" for it, in a spec of its own',
         )
     lacks = FAMILIES.get(spec.family).lacks
     missing = sorted(LM_NEEDS & set(lacks))
@@ -94,17 +135,41 @@ def _check_markov(spec: Spec, data: dict[str, Any]) -> None:
         lm_check(spec, data)
     for key in _TASK_KEYS:
         if _set(data, "train", key):
-            raise SpecError(f, f"train.{key}", "sizes the regression and label tasks; the language model reads vocab, order and the case's batch and tokens", value=data["train"][key], fix="remove it")
+            raise SpecError(
+                f,
+                f"train.{key}",
+                "sizes the regression and label tasks; the language model reads vocab, order and the case's batch and tokens",
+                value=data["train"][key],
+                fix="remove it",
+            )
     if t.optimizer != "adamw":
-        raise SpecError(f, "train.optimizer", "the language-model run trains with AdamW", value=t.optimizer, fix='set optimizer = "adamw"')
+        raise SpecError(
+            f,
+            "train.optimizer",
+            "the language-model run trains with AdamW",
+            value=t.optimizer,
+            fix='set optimizer = "adamw"',
+        )
     if t.parametrization != "sp":
-        raise SpecError(f, "train.parametrization", "the language-model run has the standard parametrisation only", value=t.parametrization, fix='remove it (or use "sp")')
+        raise SpecError(
+            f,
+            "train.parametrization",
+            "the language-model run has the standard parametrisation only",
+            value=t.parametrization,
+            fix='remove it (or use "sp")',
+        )
     if t.vocab**t.order > MAX_STATES:
         raise SpecError(
-            f, "train.order", f"an order-{t.order} chain over {t.vocab} tokens has {t.vocab**t.order} states, more than {MAX_STATES}", value=t.order, fix="lower train.order or train.vocab"
+            f,
+            "train.order",
+            f"an order-{t.order} chain over {t.vocab} tokens has {t.vocab**t.order} states, more than {MAX_STATES}",
+            value=t.order,
+            fix="lower train.order or train.vocab",
         )
     if not all(0.0 <= beta < 1.0 for beta in t.betas):
-        raise SpecError(f, "train.betas", "AdamW's betas lie in [0, 1)", value=list(t.betas), fix="use e.g. [0.9, 0.95]")
+        raise SpecError(
+            f, "train.betas", "AdamW's betas lie in [0, 1)", value=list(t.betas), fix="use e.g. [0.9, 0.95]"
+        )
     shortest = (s.tokens or (DEFAULT_SIZE, DEFAULT_SIZE))[0]
     if shortest < t.order:
         raise SpecError(
@@ -115,15 +180,33 @@ def _check_markov(spec: Spec, data: dict[str, Any]) -> None:
             fix=f"start the range at {t.order}",
         )
     if _set(data, "train", "min_lr_ratio") and t.schedule != "cosine":
-        raise SpecError(f, "train.min_lr_ratio", 'is where the cosine decay ends (train.schedule = "cosine")', value=t.min_lr_ratio, fix='remove it or set schedule = "cosine"')
+        raise SpecError(
+            f,
+            "train.min_lr_ratio",
+            'is where the cosine decay ends (train.schedule = "cosine")',
+            value=t.min_lr_ratio,
+            fix='remove it or set schedule = "cosine"',
+        )
     if t.record_every > t.steps:
-        raise SpecError(f, "train.record_every", f"is above train.steps = {t.steps}, so only the last step would be recorded", value=t.record_every, fix=f"use at most {t.steps}")
+        raise SpecError(
+            f,
+            "train.record_every",
+            f"is above train.steps = {t.steps}, so only the last step would be recorded",
+            value=t.record_every,
+            fix=f"use at most {t.steps}",
+        )
 
 
 def check_transformer_lm(spec: Spec, data: Any) -> None:
     """The transformer family's language model attends causally."""
     if not spec.block.causal:
-        raise SpecError(spec.path, "block.causal", "a language model predicts each token from the ones before it, and bidirectional attention sees the answer", value=False, fix="set causal = true")
+        raise SpecError(
+            spec.path,
+            "block.causal",
+            "a language model predicts each token from the ones before it, and bidirectional attention sees the answer",
+            value=False,
+            fix="set causal = true",
+        )
 
 
 def check_library_lm(spec: Spec, data: Any) -> None:
@@ -143,12 +226,27 @@ def check_library_lm(spec: Spec, data: Any) -> None:
         )
     vocab = opts.config.get("vocab_size")
     if vocab is not None and vocab != t.vocab:
-        raise SpecError(f, "block.config.vocab_size", f"differs from train.vocab = {t.vocab}, the chain's vocabulary", value=vocab, fix=f"set it to {t.vocab}, or remove it (train.vocab fills it)")
-    for key, why in (("shipped", "the language-model run trains the model as the library initialises it"), ("blocks", "the language-model run trains the whole model")):
+        raise SpecError(
+            f,
+            "block.config.vocab_size",
+            f"differs from train.vocab = {t.vocab}, the chain's vocabulary",
+            value=vocab,
+            fix=f"set it to {t.vocab}, or remove it (train.vocab fills it)",
+        )
+    for key, why in (
+        ("shipped", "the language-model run trains the model as the library initialises it"),
+        ("blocks", "the language-model run trains the whole model"),
+    ):
         if getattr(opts, key):
             raise SpecError(f, f"block.{key}", why, value=getattr(opts, key), fix="remove it")
     if opts.inputs not in (None, "tokens"):
-        raise SpecError(f, "block.inputs", "the language model reads token ids", value=opts.inputs, fix='remove it (or use "tokens")')
+        raise SpecError(
+            f,
+            "block.inputs",
+            "the language model reads token ids",
+            value=opts.inputs,
+            fix='remove it (or use "tokens")',
+        )
 
 
 def check_lm_expect(spec: Spec) -> None:
@@ -157,16 +255,42 @@ def check_lm_expect(spec: Spec) -> None:
     declared = next(n for n, _ in spec.invariants() if n in LM_INVARIANTS)
     if t is None:
         raise SpecError(
-            f, "train", f"is required by expect.{declared} (the language-model run it judges)", fix='add [train] with task = "markov", optimizer = "adamw", steps, lr (see docs/training.md)'
+            f,
+            "train",
+            f"is required by expect.{declared} (the language-model run it judges)",
+            fix='add [train] with task = "markov", optimizer = "adamw", steps, lr (see docs/training.md)',
         )
     if t.task != "markov":
-        raise SpecError(f, "train.task", f"expect.{declared} judges a language-model run", value=t.task, fix='set train.task = "markov" and optimizer = "adamw" (see docs/training.md)')
+        raise SpecError(
+            f,
+            "train.task",
+            f"expect.{declared} judges a language-model run",
+            value=t.task,
+            fix='set train.task = "markov" and optimizer = "adamw" (see docs/training.md)',
+        )
     al = getattr(e, "attention_logits", None)
     if al is not None and al.max_logit is None and al.max_growth is None:
-        raise SpecError(f, "expect.attention_logits", "bounds nothing: both max_logit and max_growth are unset", fix="set max_logit = 100.0 or max_growth")
+        raise SpecError(
+            f,
+            "expect.attention_logits",
+            "bounds nothing: both max_logit and max_growth are unset",
+            fix="set max_logit = 100.0 or max_growth",
+        )
     ew = getattr(e, "early_warning", None)
     if ew is not None and ew.steps >= t.steps:
-        raise SpecError(f, "expect.early_warning.steps", f"must be below train.steps = {t.steps}: the warning comes before the run ends", value=ew.steps, fix=f"use e.g. {max(1, t.steps // 4)}")
+        raise SpecError(
+            f,
+            "expect.early_warning.steps",
+            f"must be below train.steps = {t.steps}: the warning comes before the run ends",
+            value=ew.steps,
+            fix=f"use e.g. {max(1, t.steps // 4)}",
+        )
     ls = getattr(e, "loss_spike", None)
     if ls is not None and ls.window >= t.steps:
-        raise SpecError(f, "expect.loss_spike.window", f"must be below train.steps = {t.steps}", value=ls.window, fix=f"use e.g. {max(1, t.steps // 10)}")
+        raise SpecError(
+            f,
+            "expect.loss_spike.window",
+            f"must be below train.steps = {t.steps}",
+            value=ls.window,
+            fix=f"use e.g. {max(1, t.steps // 10)}",
+        )

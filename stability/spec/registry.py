@@ -100,7 +100,7 @@ class Invariant:
     - `after_probe(context) -> {key: value}` and `ensemble(context) -> {key: value}`: what it needs
       measured after the probe (e.g. the Jacobian spectrum) and on the case's seed ensemble; the
       values land in `Measurements.extra` (registered with `stability.measure.measurements.serializable`
-      when they are not plain data). `context` is `stability.run.engine.MeasureContext`.
+      when they are not plain data). `context` is `stability.run.probing.MeasureContext`.
     - `severity(verdict, expectation) -> float`: for a passing verdict, how close it came to
       failing (bigger is closer); the reported case of a search that found no failure is the one
       of largest severity. Default: the observed number.
@@ -142,11 +142,15 @@ class Invariant:
         else:
             for key in ("expect", "applies_when"):
                 if key not in self.expectation.model_fields:
-                    problems.append(f"expectation {self.expectation.__name__} lacks the field {key!r}: derive it from stability.spec.schema.Expectation")
+                    problems.append(
+                        f"expectation {self.expectation.__name__} lacks the field {key!r}: derive it from stability.spec.schema.Expectation"
+                    )
         if self.phase == "probe" and self.judge is None:
             problems.append("a probe invariant needs judge(measurements, expectation) -> Verdict")
         if self.phase == "training" and (self.train is None or self.train_cases is None):
-            problems.append("a training invariant needs train(spec, expectation, case, cache) -> Verdict and train_cases(expectation, case)")
+            problems.append(
+                "a training invariant needs train(spec, expectation, case, cache) -> Verdict and train_cases(expectation, case)"
+            )
         if self.phase not in ("probe", "training"):
             problems.append(f"phase {self.phase!r} is not 'probe' or 'training'")
         if self.applies is not None and not self.applies_reason:
@@ -264,7 +268,9 @@ class Registry(Generic[E]):
 
     def register(self, entry: E) -> E:
         if entry.name in self._entries:
-            raise RegistryError(f"{self.kind} {entry.name!r} is already registered ({_where(self._entries[entry.name])}); choose another name")
+            raise RegistryError(
+                f"{self.kind} {entry.name!r} is already registered ({_where(self._entries[entry.name])}); choose another name"
+            )
         self._entries[entry.name] = entry
         try:
             self._on_change()
@@ -284,7 +290,9 @@ class Registry(Generic[E]):
         try:
             return self._entries[name]
         except KeyError:
-            raise RegistryError(f"unknown {self.kind} {name!r}{did_you_mean(name, self._entries)}; known: {', '.join(self._entries) or 'none'}") from None
+            raise RegistryError(
+                f"unknown {self.kind} {name!r}{did_you_mean(name, self._entries)}; known: {', '.join(self._entries) or 'none'}"
+            ) from None
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._entries)

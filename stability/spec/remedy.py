@@ -27,7 +27,18 @@ from typing import Any
 
 from stability.spec.registry import Registry, RegistryError
 
-__all__ = ["Remedy", "REMEDIES", "register_remedy", "remedy", "REMOVE", "MISSING", "Change", "changes_of", "apply_edit", "lookup"]
+__all__ = [
+    "Remedy",
+    "REMEDIES",
+    "register_remedy",
+    "remedy",
+    "REMOVE",
+    "MISSING",
+    "Change",
+    "changes_of",
+    "apply_edit",
+    "lookup",
+]
 
 
 class _Marker:
@@ -107,7 +118,13 @@ class Change:
 
     def to_dict(self) -> dict[str, Any]:
         before, after = None if self.before is MISSING else self.before, None if self.after is REMOVE else self.after
-        return {"key": self.key, "before": before, "after": after, "set": self.before is not MISSING, "removed": self.after is REMOVE}
+        return {
+            "key": self.key,
+            "before": before,
+            "after": after,
+            "set": self.before is not MISSING,
+            "removed": self.after is REMOVE,
+        }
 
 
 def lookup(data: Mapping[str, Any], key: str) -> Any:
@@ -125,7 +142,9 @@ def changes_of(data: Mapping[str, Any], edit: Edit) -> list[Change]:
     out = []
     for key, after in edit.items():
         before = lookup(data, key)
-        if (after is REMOVE and before is MISSING) or (after is not REMOVE and before is not MISSING and before == after):
+        if (after is REMOVE and before is MISSING) or (
+            after is not REMOVE and before is not MISSING and before == after
+        ):
             continue
         out.append(Change(key, before, after))
     return out

@@ -3,8 +3,8 @@
 from the registries) and the `Spec` they make. The value types of its keys are in
 `stability.spec.values`, the built-in invariants' tables in `stability.spec.expectations` (both
 re-exported here, the surface a plugin's own expectation derives from), the JSON Schema in
-`stability.spec.json_schema`. Reading a file into these models, and the checks across keys, are
-`stability.spec.load`'s.
+`stability.spec.json_schema`. Reading a file into these models is `stability.spec.load`'s, the
+checks across keys `stability.spec.combinations`'.
 """
 
 from __future__ import annotations
@@ -157,7 +157,11 @@ class Probe(_Model):
     #: The profiles whose search judges the spec's probe invariants; in the others they are skipped
     #: and say so (a replayed `--case` runs in any profile). `train.profiles` does the same for
     #: the training invariants.
-    profiles: Annotated[list[Literal["ci", "dev", "thorough"]], BeforeValidator(_nonempty_list)] = ["ci", "dev", "thorough"]
+    profiles: Annotated[list[Literal["ci", "dev", "thorough"]], BeforeValidator(_nonempty_list)] = [
+        "ci",
+        "dev",
+        "thorough",
+    ]
     #: The cases the ci profile judges (case strings, `"depth=2"`; keys left out take the corner
     #: value): where given, the ci search draws no other case, so a spec whose cases are costly
     #: (a library model and its seed ensemble) has a fixed, small ci cost. dev and thorough try
@@ -189,7 +193,11 @@ class Train(_Model):
     input_dim: int = Field(16, ge=1)
     outputs: int = Field(4, ge=1)
     seconds: float = Field(30.0, gt=0.0)
-    profiles: Annotated[list[Literal["ci", "dev", "thorough"]], BeforeValidator(_nonempty_list)] = ["ci", "dev", "thorough"]
+    profiles: Annotated[list[Literal["ci", "dev", "thorough"]], BeforeValidator(_nonempty_list)] = [
+        "ci",
+        "dev",
+        "thorough",
+    ]
     cases: int = Field(3, ge=1, le=100)
     # The language-model run, task = "markov" (stability.measure.lm_train; cross-key checks: stability.spec.lm_keys).
     #: The token task: an order-`order` Markov chain over `vocab` tokens, rows softmax(concentration·g), g ~ N(0, I).
@@ -277,7 +285,10 @@ class _ExpectBase(_Model):
     test registered an invariant) still pickles, and a worker reads it with its own registry."""
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_expect_from, ({name: getattr(self, name) for name in type(self).model_fields if getattr(self, name) is not None},))
+        return (
+            _expect_from,
+            ({name: getattr(self, name) for name in type(self).model_fields if getattr(self, name) is not None},),
+        )
 
 
 def _expect_from(tables: dict[str, Any]) -> Any:

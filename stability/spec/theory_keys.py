@@ -20,12 +20,28 @@ def check_mean_field(spec: Spec) -> None:
     fam = FAMILIES.get(spec.family)
     has_law = [f.name for f in FAMILIES if f.mean_field is not None]
     if fam.mean_field is None:
-        raise SpecError(f, key, f"the mean-field oracle covers the families with a law ({', '.join(has_law)}), not family '{spec.family}'", fix=f"use family = {' or '.join(repr(n) for n in has_law)}")
+        raise SpecError(
+            f,
+            key,
+            f"the mean-field oracle covers the families with a law ({', '.join(has_law)}), not family '{spec.family}'",
+            fix=f"use family = {' or '.join(repr(n) for n in has_law)}",
+        )
     refusal = fam.mean_field_refusal(spec) if fam.mean_field_refusal is not None else None
     if refusal is not None:
-        raise SpecError(f, key, f"{refusal} (family '{spec.family}')", fix="see `stability explain mean_field` for the stacks the oracle covers")
+        raise SpecError(
+            f,
+            key,
+            f"{refusal} (family '{spec.family}')",
+            fix="see `stability explain mean_field` for the stacks the oracle covers",
+        )
     if b.layer != "linear":
-        raise SpecError(f, "block.layer", "the mean-field oracle covers linear layers (its width is the fan-in)", value=b.layer, fix='set block.layer = "linear"')
+        raise SpecError(
+            f,
+            "block.layer",
+            "the mean-field oracle covers linear layers (its width is the fan-in)",
+            value=b.layer,
+            fix='set block.layer = "linear"',
+        )
     bad = [w for w in s.weight_init if w not in _MEAN_FIELD_INITS]
     if bad:
         raise SpecError(
@@ -36,6 +52,18 @@ def check_mean_field(spec: Spec) -> None:
             fix=f"use {', '.join(_MEAN_FIELD_INITS)}",
         )
     if s.bias_init not in ("default", 0.0):
-        raise SpecError(f, "space.bias_init", "a constant nonzero bias is not a random bias of variance sigma_b2", value=s.bias_init, fix='use "default" or 0.0')
+        raise SpecError(
+            f,
+            "space.bias_init",
+            "a constant nonzero bias is not a random bias of variance sigma_b2",
+            value=s.bias_init,
+            fix='use "default" or 0.0',
+        )
     if s.input_width is not None and s.input_width != s.width:
-        raise SpecError(f, "space.input_width", "the mean-field oracle needs one width throughout", value=list(s.input_width), fix="remove it")
+        raise SpecError(
+            f,
+            "space.input_width",
+            "the mean-field oracle needs one width throughout",
+            value=list(s.input_width),
+            fix="remove it",
+        )

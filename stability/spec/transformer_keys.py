@@ -20,9 +20,21 @@ def _set(data: Mapping[str, Any], table: str, key: str) -> bool:
 def check_transformer(spec: Spec, data: Mapping[str, Any]) -> None:
     f, b, s, e = spec.path, spec.block, spec.space, spec.expect
     if b.layer != "tokens":
-        raise SpecError(f, "block.layer", "family 'transformer' works on (batch, tokens, channels) inputs", value=b.layer, fix='set block.layer = "tokens"')
+        raise SpecError(
+            f,
+            "block.layer",
+            "family 'transformer' works on (batch, tokens, channels) inputs",
+            value=b.layer,
+            fix='set block.layer = "tokens"',
+        )
     if b.norm not in ("layer", "rms", "none"):
-        raise SpecError(f, "block.norm", 'family \'transformer\' normalises each token: choose "layer", "rms" or "none"', value=b.norm, fix='use norm = "layer"')
+        raise SpecError(
+            f,
+            "block.norm",
+            'family \'transformer\' normalises each token: choose "layer", "rms" or "none"',
+            value=b.norm,
+            fix='use norm = "layer"',
+        )
     if b.skip not in ("identity", "none"):
         raise SpecError(
             f,
@@ -32,7 +44,13 @@ def check_transformer(spec: Spec, data: Mapping[str, Any]) -> None:
             fix='use skip = "identity" (or "none" for a negative control); scale the branches with block.residual',
         )
     if b.residual == "deepnorm" and b.norm_position != "post":
-        raise SpecError(f, "block.residual", "DeepNorm (Wang et al. 2022) up-weights the skip of a post-norm block", value=b.residual, fix='set block.norm_position = "post"')
+        raise SpecError(
+            f,
+            "block.residual",
+            "DeepNorm (Wang et al. 2022) up-weights the skip of a post-norm block",
+            value=b.residual,
+            fix='set block.norm_position = "post"',
+        )
     if b.residual in ("deepnorm", "rezero", "skipinit", "layerscale") and b.skip == "none":
         raise SpecError(
             f,
@@ -42,9 +60,21 @@ def check_transformer(spec: Spec, data: Mapping[str, Any]) -> None:
             fix='remove block.residual or set block.skip = "identity"',
         )
     if _set(data, "block", "layerscale_init") and b.residual != "layerscale":
-        raise SpecError(f, "block.layerscale_init", 'only applies to residual = "layerscale"', value=b.layerscale_init, fix='remove it or set block.residual = "layerscale"')
+        raise SpecError(
+            f,
+            "block.layerscale_init",
+            'only applies to residual = "layerscale"',
+            value=b.layerscale_init,
+            fix='remove it or set block.residual = "layerscale"',
+        )
     if _set(data, "block", "mlp_ratio") and not b.mlp:
-        raise SpecError(f, "block.mlp_ratio", "sizes the MLP sublayer, and mlp = false removes it", value=b.mlp_ratio, fix="remove it or set mlp = true")
+        raise SpecError(
+            f,
+            "block.mlp_ratio",
+            "sizes the MLP sublayer, and mlp = false removes it",
+            value=b.mlp_ratio,
+            fix="remove it or set mlp = true",
+        )
     if b.heads is not None and b.head_dim is not None:
         raise SpecError(
             f,
@@ -56,7 +86,11 @@ def check_transformer(spec: Spec, data: Mapping[str, Any]) -> None:
     step = b.head_dim or b.heads or 1
     name = "block.head_dim" if b.head_dim else "block.heads"
     w = s.width
-    fits = all(v % step == 0 for v in w.values) if w.values is not None else (w.multiple_of % step == 0 or (w[0] == w[1] and w[0] % step == 0))
+    fits = (
+        all(v % step == 0 for v in w.values)
+        if w.values is not None
+        else (w.multiple_of % step == 0 or (w[0] == w[1] and w[0] % step == 0))
+    )
     if not fits:
         lo, hi = max(step, -(-w[0] // step) * step), max(step, (w[1] // step) * step)
         raise SpecError(
@@ -75,9 +109,20 @@ def check_transformer(spec: Spec, data: Mapping[str, Any]) -> None:
             fix='use "default" or "zero", and block.residual = "rezero" or "skipinit"',
         )
     if s.input_width is not None:
-        raise SpecError(f, "space.input_width", "family 'transformer' keeps one width throughout", value=list(s.input_width), fix="remove it")
+        raise SpecError(
+            f,
+            "space.input_width",
+            "family 'transformer' keeps one width throughout",
+            value=list(s.input_width),
+            fix="remove it",
+        )
     if e.identity_at_init is not None and b.norm_position == "post" and b.norm != "none":
-        raise SpecError(f, "expect.identity_at_init", "a post-norm block normalises the sum, so it is never the identity", fix='remove it, or use norm_position = "pre" or "sandwich"')
+        raise SpecError(
+            f,
+            "expect.identity_at_init",
+            "a post-norm block normalises the sum, so it is never the identity",
+            fix='remove it, or use norm_position = "pre" or "sandwich"',
+        )
     if e.identity_at_init is not None and "zero" not in s.branch_init:
         raise SpecError(
             f,
@@ -87,4 +132,9 @@ def check_transformer(spec: Spec, data: Mapping[str, Any]) -> None:
             fix='add "zero" (it zeroes the last layer of every sublayer)',
         )
     if e.identity_at_init is not None and b.skip == "none":
-        raise SpecError(f, "expect.identity_at_init", 'a block without a skip (skip = "none") is never the identity', fix="remove it")
+        raise SpecError(
+            f,
+            "expect.identity_at_init",
+            'a block without a skip (skip = "none") is never the identity',
+            fix="remove it",
+        )

@@ -111,7 +111,9 @@ def _int_range(value: Any) -> Any:
     if isinstance(value, dict):
         unknown = sorted(set(value) - {"values", "range", "multiple_of"})
         if unknown:
-            raise ValueError(f"unknown key '{unknown[0]}' in the table{did_you_mean(unknown[0], ['values', 'range', 'multiple_of'])}; {_INT_FORMS}")
+            raise ValueError(
+                f"unknown key '{unknown[0]}' in the table{did_you_mean(unknown[0], ['values', 'range', 'multiple_of'])}; {_INT_FORMS}"
+            )
         if "values" in value:
             if set(value) != {"values"}:
                 raise ValueError("{ values = [...] } lists every value already; remove range/multiple_of")
@@ -128,7 +130,9 @@ def _int_range(value: Any) -> Any:
             raise ValueError(f"multiple_of must be an integer ≥ 1 (got {step!r})")
         first, last = -(-lo // step) * step, (hi // step) * step
         if first > last:
-            raise ValueError(f"no multiple of {step} lies in [{lo}, {hi}]; use e.g. range = [{max(step, first - step)}, {first}]")
+            raise ValueError(
+                f"no multiple of {step} lies in [{lo}, {hi}]; use e.g. range = [{max(step, first - step)}, {first}]"
+            )
         return IntSpace(first, last, multiple_of=step)
     raise ValueError(_INT_FORMS)
 
@@ -162,7 +166,12 @@ def _nonempty_list(value: Any) -> Any:
 def _range_schema(minimum: int) -> WithJsonSchema:
     one = {"type": "integer", "minimum": minimum}
     pair = {"type": "array", "items": one, "minItems": 2, "maxItems": 2}
-    values = {"type": "object", "properties": {"values": {"type": "array", "items": one, "minItems": 1}}, "required": ["values"], "additionalProperties": False}
+    values = {
+        "type": "object",
+        "properties": {"values": {"type": "array", "items": one, "minItems": 1}},
+        "required": ["values"],
+        "additionalProperties": False,
+    }
     stepped = {
         "type": "object",
         "properties": {"range": {"anyOf": [one, pair]}, "multiple_of": {"type": "integer", "minimum": 1}},
@@ -211,7 +220,9 @@ def _branch_scale(value: Any) -> Any:
         return float(value)
     if value in ("1/sqrt(depth)", "1/depth"):
         return value
-    raise ValueError('expected a number or "1/sqrt(depth)" or "1/depth"' + did_you_mean(value, ["1/sqrt(depth)", "1/depth"]))
+    raise ValueError(
+        'expected a number or "1/sqrt(depth)" or "1/depth"' + did_you_mean(value, ["1/sqrt(depth)", "1/depth"])
+    )
 
 
 def _float_pair(value: Any) -> Any:
