@@ -136,7 +136,7 @@ def test_a_factory_outside_your_code_is_refused_as_check_refuses_it(sweep: objec
         ),
         (["--scheduler", "tcp://127.0.0.1:99999"], "--scheduler tcp://127.0.0.1:99999: needs a host and a port number"),
         (["--case-timeout", "-1"], "is not a time limit; give seconds ≥ 0"),
-        (["--html", ""], "--html '': the path is empty"),
+        (["--html", ""], "--html '': an empty value"),
         (
             ["--over", "weight_init=identity,orthogonal", "--over", "init_gain=0.5"],
             "--over init_gain: it applies to weight_init = \"identity\", and this point's init is 'orthogonal'",
