@@ -285,6 +285,7 @@ def test_a_baseline_that_compares_nothing_exits_5(write_spec: Callable[..., Path
         (["sweep", "{spec}", "--over", "width=4,8", "--x", "width"], "--x: --x sets the x axis of the HTML report"),
         (["sweep", "{spec}", "--no-budget", "--depth-range", "1:8"], "--depth-range: --depth-range is where"),
         (["sweep", "{spec}", "--serial", "--verbose"], "--verbose: --verbose shows the Dask cluster's warnings"),
+        (["zoo", "--compare", "a", "b", "--no-budget"], "--no-budget: --compare measures each family's corner cases"),
     ],
 )
 def test_an_option_the_mode_does_nothing_with_is_refused(

@@ -10,7 +10,8 @@ are refused in one line (exit 2), and nothing is written.
 `stability.report.zoo_compare`): exit 1 when a number moved past its drift, 0 when none did and at
 least one was compared. Its `--md FILE` is checked the same way before either release is installed,
 and replaces only an earlier comparison (a file that opens as `markdown` writes it), never another
-file; `--html` writes the zoo table's page, which a comparison has none of, and is refused with it.
+file; `--html` writes the zoo table's page, which a comparison has none of, and is refused with it,
+as `--no-budget` is (a comparison searches no budget).
 Two sides that would compare nothing are refused before either runs (`check_sides`: a library that
 does not import, a folder that holds none, the same release twice); a side that refuses every spec
 is exit 2, and a comparison that compared no number exit 5.
@@ -104,7 +105,7 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
     import tempfile
 
     from stability.cli.common import EXIT_FAILED, EXIT_NOTHING, EXIT_OK
-    from stability.cli.grammar import given, parser
+    from stability.cli.grammar import given, parser, refuse_unused
     from stability.report.formats import write_atomic
     from stability.report.outputs import check_report_path
     from stability.report.zoo_compare import markdown, moved, terminal_rows
@@ -117,6 +118,7 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
         raise UsageError(
             "--html writes the zoo table's page, and --compare writes no table; write the comparison with --md FILE"
         )
+    refuse_unused(parser(), args, ["--no-budget"], "--compare measures each family's corner cases and no budget")
     if args.md:  # before two releases are installed and run (minutes): one line, exit 2, nothing written
         check_report_path("--md", args.md, "zoo comparison", example="compare.md")
     a, b = (parse_release(x) for x in args.compare)
