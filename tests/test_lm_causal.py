@@ -181,7 +181,15 @@ family = "library"
 [block]
 layer = "tokens"
 model = "transformers:GPT2LMHeadModel"
-config = { n_embd = "width", n_layer = "depth", n_head = 2, n_positions = 16, resid_pdrop = 0.1, attn_pdrop = 0.1, embd_pdrop = 0.1 }
+
+[block.config]
+n_embd = "width"
+n_layer = "depth"
+n_head = 2
+n_positions = 16
+resid_pdrop = 0.1
+attn_pdrop = 0.1
+embd_pdrop = 0.1
 
 [space]
 depth = 2

@@ -5,9 +5,10 @@ the answer. Two checks, both asked by `stability.measure.lm_train.lm_run`:
 - `check_causal`, on the built model and again on the trained one: sequences that share a prefix
   and differ in every token from a split s on must give the same logits before s, at every split
   (`SPLITS` of them, evenly spaced, in a longer sequence), in eval mode and in train mode (the mode
-  the run trains in: a model may attend causally only in one of them). Dropout draws the same masks for both sequences (the same
-  seed before each forward), buffers a train-mode forward updates (BatchNorm's running statistics)
-  are restored, and the caller's RNG and mode are left as they were. A gate that starts at zero
+  the run trains in: a model may attend causally only in one of them). Dropout draws the same
+  masks for both sequences (the same seed before each forward), buffers a train-mode forward
+  updates (BatchNorm's running statistics) are restored, and the caller's RNG and mode are left as
+  they were. A gate that starts at zero
   and opens in training is caught after training.
 - `check_held_out`, by the task itself: the tokens are drawn from a seeded Markov chain whose own
   conditional probabilities are the best any predictor from earlier tokens can do, on average
