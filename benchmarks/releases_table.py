@@ -80,7 +80,7 @@ def _met(report: Mapping[str, Any]) -> dict[str, bool]:
 def measure(only: Sequence[str] = ()) -> list[dict[str, Any]]:
     """One row per zoo spec (the module docstring)."""
     from stability.report.zoo_compare import direction_text
-    from stability.run.releases import run_side
+    from stability.run.release_sides import run_side
 
     rows: list[dict[str, Any]] = []
     for library, oldest, newest, paths in groups(only):

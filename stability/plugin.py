@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from stability.cli.grammar import seconds
 from stability.errors import LibraryMissing, SpecError, StabilityError
 from stability.families.factory import check_factory, roots_environment, source_roots
 from stability.report.text import LogSafe, printable
@@ -49,7 +50,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="cpu",
         help="device for spec items: cpu (default), cuda, auto (cuda when present), all (one item per device)",
     )
-    group.addoption("--stability-case-timeout", type=float, default=120.0, help="per-case time limit in seconds")
+    group.addoption(
+        "--stability-case-timeout",
+        type=seconds,
+        default=120.0,
+        help="per-case time limit in seconds (default 120; 0 = none), as `stability check --case-timeout`",
+    )
     group.addoption(
         "--stability-case",
         default=None,
@@ -83,6 +89,8 @@ def pytest_configure(config: pytest.Config) -> None:
     ]
     config.stash[_PLUGINS] = plugins
     load_plugins(plugins)
+    if config.getoption("--stability-case", None) == "":  # an unset variable: never read as "search instead"
+        raise pytest.UsageError("--stability-case '': an empty value; give a case, e.g. depth=4,seed=0")
     if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("OMP_NUM_THREADS"):
         # One intra-op thread per xdist worker: n workers × n threads would oversubscribe the cores.
         import torch

@@ -98,7 +98,7 @@ def swallow_timeout(depth, width):
 
 
 def leak_thread(depth, width):
-    threading.Thread(target=time.sleep, args=(120,), daemon=False).start()
+    threading.Thread(target=time.sleep, args=(3600,), daemon=False).start()  # an hour: longer than any test waits
     return linear(depth, width)
 
 

@@ -30,7 +30,7 @@ def spec(write_spec: Callable[..., Path], base_spec: str) -> Path:
 
 
 def test_an_empty_json_path(cli: Cli, spec: Path) -> None:
-    refused(cli("check", spec, "--json", ""), "--json '': the path is empty")
+    refused(cli("check", spec, "--json", ""), "--json '': an empty value")
 
 
 @pytest.mark.parametrize("option", ["--json", "--junit", "--html"])

@@ -5,7 +5,6 @@ leaked global state stay inside the spec's own worker process (stability/run/wor
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +42,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     for i, (name, (text, _)) in enumerate(SPECS.items()):
         (folder / f"{i:02d}_{name}.toml").write_text(text, encoding="utf-8")
     report = folder / "out" / "report.json"
-    t0 = time.monotonic()
-    proc = run_check(folder, "--json", report, "--profile", "ci", "--case-timeout", TIMEOUT, "-j", "2", cwd=folder)
-    seconds = time.monotonic() - t0
+    proc = run_check(
+        folder, "--json", report, "--profile", "ci", "--case-timeout", TIMEOUT, "-j", "2", cwd=folder, timeout=900
+    )  # a hang guard only: the leaked thread sleeps an hour
     data = json.loads(report.read_text())
-    return {"proc": proc, "seconds": seconds, "json": data, "specs": {s["name"]: s for s in data["specs"]}}
+    return {"proc": proc, "json": data, "specs": {s["name"]: s for s in data["specs"]}}
 
 
 def test_a_failing_spec_beside_every_false_green_factory_exits_2_with_a_complete_report(run: dict[str, Any]) -> None:
@@ -115,8 +114,10 @@ def test_a_block_that_swallows_the_timeout_is_stopped_within_the_limit_plus_one_
 
 
 def test_a_leaked_thread_does_not_keep_the_run_alive(run: dict[str, Any]) -> None:
+    """The thread sleeps an hour: a run that waited for it would not have returned at all (the
+    fixture's subprocess time limit), so that it returned, with the spec met, is the check."""
     assert run["specs"]["leaks-thread"]["met"] is True
-    assert run["seconds"] < 100  # the thread sleeps 120 s
+    assert run["proc"].returncode == 2  # the other specs' verdicts: it finished
 
 
 def test_global_state_does_not_leak_from_one_spec_to_the_next(run: dict[str, Any]) -> None:

@@ -124,13 +124,11 @@ def test_a_refused_case_allocates_nothing_and_builds_nothing(
     monkeypatch.setattr(stability.run.probing, "build", must_not_build)
     case = corner_case(spec)
     tracemalloc.start()
-    t0 = time.perf_counter()
     try:
         record = evaluate(spec, case, RunOptions(memory_budget=8 * 2**30))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert time.perf_counter() - t0 < 1.0
     assert peak < 2**20, f"the estimate itself allocated {peak} bytes"
     assert record.measurements is None and record.error is not None
     assert record.error.startswith("refused: this case needs") and SIZE.search(record.error)
@@ -206,10 +204,8 @@ def test_a_slow_case_is_stopped_at_the_case_timeout_and_the_run_goes_on(
     slow = custom_spec("slow", depth="3")
     fine = factory_dir / "zz_fine.toml"  # runs after the slow one (paths are checked in order)
     fine.write_text(passing_spec(base_spec, "fine-after-slow"))
-    t0 = time.perf_counter()
     code, out, err = cli("check", slow, fine, "--case-timeout", "0.5", "--profile", "ci")
-    assert time.perf_counter() - t0 < 15  # each slow block alone would sleep 10 s
-    assert code == 1, err
+    assert code == 1, err  # stopped by the limit (the message below), not after its blocks' 10 s sleeps
     assert "ran past the per-case time limit of 0.5 s" in out
     assert "raise --case-timeout" in out
     row = next(line for line in out.splitlines() if "fine-after-slow" in line)
@@ -299,7 +295,7 @@ def test_time_limit_interrupts_a_python_loop_and_restores_the_alarm() -> None:
         with time_limit(0.2):
             while True:
                 time.sleep(0.01)
-    assert 0.15 < time.perf_counter() - t0 < 2.0
+    assert time.perf_counter() - t0 > 0.15  # never early (a loaded machine only makes it later); the loop is endless
     assert signal.getsignal(signal.SIGALRM) is previous
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 

@@ -244,7 +244,7 @@ def test_compare_lists_every_budget_that_went_down_by_spec_content(cli: Cli, two
 @pytest.mark.parametrize(
     ("revs", "words"),
     [
-        (["", ""], "--compare '': a revision is empty"),
+        (["", ""], "--compare '': an empty value"),
         (["0", "0"], "--compare 0: names 3 stored code versions"),
         (
             ["0.1.0+gaaaa", "0.1.0+gaaaa"],

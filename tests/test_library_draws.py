@@ -35,10 +35,30 @@ def _drawn(threads: int, seed: int = 7) -> list[torch.Tensor]:
 
 
 def test_the_draws_are_the_same_at_every_thread_count_and_differ_between_seeds() -> None:
-    one, two, four = _drawn(1), _drawn(2), _drawn(4)
-    assert all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(one, two, four, strict=True))
-    other = _drawn(2, seed=8)
+    """Structural: one thread draws the chunks in turn, two on a pool (the only two paths); what a
+    chunk holds depends on the seed, the call and the chunk alone, so both give the same tensors.
+    No more threads than the cores of a loaded machine: oversubscribed, the pool can take minutes."""
+    one, two = _drawn(1), _drawn(2)
+    assert all(torch.equal(a, b) for a, b in zip(one, two, strict=True))
+    other = _drawn(1, seed=8)
     assert not any(torch.equal(a, b) for a, b in zip(one, other, strict=True))
+
+
+def test_every_draw_of_an_init_has_generators_of_its_own() -> None:
+    """Two draws of one size and law in one init are two draws, not one repeated: the generator of
+    a chunk is seeded from the call's place in the init as well as the chunk's place in the tensor
+    (a seed that ignored the call would make every layer of a block the same tensor)."""
+    torch.set_num_threads(1)
+    with torch.no_grad(), chunked_draws(7):
+        a = torch.empty(2500).normal_()
+        b = torch.empty(2500).normal_()
+        c = torch.empty(2500).uniform_()
+        d = torch.empty(2500).uniform_()
+    for x, y in ((a, b), (c, d)):
+        assert not any(torch.equal(p, q) for p in x.split(1000) for q in y.split(1000))
+    with torch.no_grad(), chunked_draws(7):
+        again = torch.empty(2500).normal_()
+    assert torch.equal(again, a)  # the first call of an init: the same seeds, the same numbers
 
 
 def test_every_chunk_has_a_generator_of_its_own() -> None:
@@ -94,7 +114,7 @@ def test_the_inits_of_torch_nn_init_are_split_where_they_draw() -> None:
             nn.init.kaiming_uniform_(b, a=math.sqrt(5))
         return [a, b]
 
-    (a, b), (a2, b2) = inits(1), inits(2)
+    (a, b), (a2, b2) = inits(1), inits(2)  # the serial and the pool path
     assert torch.equal(a, a2) and torch.equal(b, b2)
     assert float(a.abs().max()) <= 0.04 and float(b.abs().max()) <= 1 / math.sqrt(40)
     assert len({float(c[0]) for c in a.reshape(-1).split(library_draws.CHUNK)}) == 12

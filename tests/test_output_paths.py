@@ -208,7 +208,8 @@ def uninstalled(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("the comparison installed a release before checking --md")
 
     monkeypatch.setattr("stability.run.releases.environment", installed)
-    monkeypatch.setattr("stability.run.releases.run_side", installed)
+    monkeypatch.setattr("stability.run.release_sides.environment", installed)
+    monkeypatch.setattr("stability.run.release_sides.run_side", installed)
 
 
 COMPARE = ("zoo", "--compare", "transformers==4.53.3", "transformers==4.54.1", ZOO_SPEC, "-q")

@@ -76,6 +76,8 @@ def test_x_names_a_swept_key_or_is_refused(tmp_path: Path, capsys: pytest.Captur
         "-q",
         "--db",
         str(tmp_path / "r.sqlite"),
+        "--html",
+        str(tmp_path / "html"),  # --x sets the report's axis: without --html it is refused as doing nothing
     ]
     for bad in ("depth", "width"):
         capsys.readouterr()

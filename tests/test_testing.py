@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -29,12 +28,11 @@ def _readme_snippet() -> str:
 
 
 @pytest.mark.slow  # a failing search shrunk, then its replay
-def test_the_readme_snippet_on_a_failing_spec_fails_within_a_minute_with_the_command_that_replays_it(
+def test_the_readme_snippet_on_a_failing_spec_fails_with_the_smallest_case_and_the_command_that_replays_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     test_file = tmp_path / "test_readme_snippet.py"
     test_file.write_text(_readme_snippet(), encoding="utf-8")
-    t0 = time.monotonic()
     run = subprocess.run(
         [sys.executable, "-m", "pytest", str(test_file), "-q", "-p", "no:cacheprovider", f"--rootdir={tmp_path}"],
         cwd=ROOT,
@@ -42,9 +40,7 @@ def test_the_readme_snippet_on_a_failing_spec_fails_within_a_minute_with_the_com
         text=True,
         timeout=300,
     )
-    took = time.monotonic() - t0
     assert run.returncode == 1, run.stdout + run.stderr
-    assert took < 60, f"the failing snippet took {took:.0f} s"
     message = [line.removeprefix("E").strip() for line in run.stdout.splitlines() if line.startswith("E ")]
     assert message[0].startswith(
         "stability.assertions.StabilityAssertionError: gradient_arrival violated: gradient ratio 0.00169 < 0.01"

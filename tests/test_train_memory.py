@@ -6,7 +6,6 @@ count what the runs really allocate, and each term is its closed form."""
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -66,13 +65,20 @@ def test_every_built_in_training_invariant_declares_its_memory() -> None:
 
 @pytest.mark.parametrize("name", list(EXPECTS))
 def test_a_readout_over_five_million_outputs_is_refused_under_200_mib_before_anything_is_built(
-    cli: Callable[..., tuple[int, str, str]], tmp_path: Path, name: str
+    cli: Callable[..., tuple[int, str, str]], tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from stability.measure import train, train_update
+
+    def must_not_build(*args: object, **kwargs: object) -> None:  # a 5e6-output teacher alone is 2.4 GiB of float64
+        raise AssertionError("the case's network or task was built although the case is over the budget")
+
+    for module in (train, train_update):  # structural: refused before anything is built, however long that takes
+        monkeypatch.setattr(module, "trainable", must_not_build)
+        monkeypatch.setattr(module, "make_task", must_not_build)
     path = tmp_path / "big.toml"
     path.write_text(
         TRAINING.format(optimizer="adam", outputs=5_000_000, task="teacher", expect=EXPECTS[name]), encoding="utf-8"
     )
-    start = time.perf_counter()
     code, out, _ = cli("check", path, "--profile", "ci", "--memory-budget", "200MiB", "--in-process")
     assert (
         code == 1
@@ -80,7 +86,8 @@ def test_a_readout_over_five_million_outputs_is_refused_under_200_mib_before_any
         and "for its training runs" in out
         and "memory budget is 200.0 MiB" in out
     ), out
-    assert time.perf_counter() - start < 60  # refused, not trained (a 5e6-output teacher alone is 2.4 GiB of float64)
+    assert "built although" not in out
+    monkeypatch.undo()
     small = tmp_path / "small.toml"
     small.write_text(
         TRAINING.format(optimizer="adam", outputs=4, task="teacher", expect=EXPECTS[name]), encoding="utf-8"

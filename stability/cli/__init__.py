@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from stability.cli.common import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, load_each
-from stability.cli.grammar import parser
+from stability.cli.grammar import parser, refuse_empty
 from stability.errors import StabilityError, UsageError, did_you_mean
 from stability.report.text import printable
 from stability.spec.registry import INVARIANTS
@@ -114,7 +114,9 @@ def _command(argv: list[str] | None) -> int:
         console = Console(highlight=False, width=max(console.width, 160))
     err = Console(stderr=True, highlight=False)
     try:
-        args = parser().parse_args(argv)
+        grammar = parser()
+        args = grammar.parse_args(argv)
+        refuse_empty(grammar, args)
         from stability.run.plugins import load_plugins
 
         load_plugins(getattr(args, "plugin", []))

@@ -68,6 +68,12 @@ def _validate(args: argparse.Namespace, specs: list[Spec], devices: list[str]) -
                 )
     if args.update_baseline and not args.baseline:
         raise UsageError("--update-baseline writes the --baseline FILE; give --baseline FILE too")
+    from stability.cli.grammar import parser, refuse_unused
+
+    if args.in_process:
+        refuse_unused(parser(), args, ["--jobs"], "--in-process runs the specs in this process, one at a time")
+    if args.case:
+        refuse_unused(parser(), args, ["--seed"], "--case replays one case, and the case names its own seed")
     check_outputs(
         json=args.json,
         junit=args.junit,
@@ -311,6 +317,13 @@ def _run_checks(
         return EXIT_USAGE
     if not all(r.met for r in results) or (comparison is not None and comparison.failed):
         return EXIT_FAILED
+    if comparison is not None and not comparison.update and comparison.compared == 0:
+        print(
+            f"stability: error: nothing was compared against the baseline {printable(args.baseline)}: "
+            f"{_why_not_compared(comparison)}; exit code {EXIT_NOTHING}",
+            file=sys.stderr,
+        )
+        return EXIT_NOTHING
     if judged_count(results) == 0:
         why = []
         if skipped:
@@ -328,6 +341,16 @@ def _run_checks(
         )
         return EXIT_NOTHING
     return EXIT_OK
+
+
+def _why_not_compared(comparison: Any) -> str:
+    """Why a baseline comparison compared nothing, in words."""
+    if comparison.deltas:
+        return f"its {len(comparison.deltas)} entries for these specs could not be compared (listed above)"
+    return (
+        "it holds no entry for the specs, invariants and devices this run judged (a baseline of other specs, "
+        "or written from another folder: spec files are keyed relative to the folder the check runs in)"
+    )
 
 
 def _suggestions(

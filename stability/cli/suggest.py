@@ -82,8 +82,35 @@ def _finite(value: Any) -> Any:
 
 def suggest_command(args: argparse.Namespace, console: Console, err: Console) -> int:
     """`stability suggest ARGS`: the exit code."""
+    from stability.cli.grammar import parser, refuse_unused
+
+    grammar = parser()
     if args.list:
+        if args.spec is not None:
+            raise UsageError(f"--list lists the registered remedies and reads no spec; drop {args.spec} or --list")
+        refuse_unused(
+            grammar,
+            args,
+            [
+                "--out",
+                "--force",
+                "--only",
+                "--profile",
+                "--holds",
+                "--json",
+                "--no-diff",
+                "--jobs",
+                "--case-timeout",
+                "--source-root",
+                "--in-process",
+            ],
+            "--list only lists the registered remedies",
+        )
         return _list(console)
+    if args.out is None:
+        refuse_unused(grammar, args, ["--force"], "--force lets --out replace an existing file, and there is no --out")
+    if args.in_process:
+        refuse_unused(grammar, args, ["--jobs"], "--in-process runs the remedies in this process, one at a time")
     if not args.spec:
         raise UsageError(
             "stability suggest: give one spec file (stability suggest SPEC [--out FIXED.toml]); --list lists the remedies"

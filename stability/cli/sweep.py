@@ -24,7 +24,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from stability.cli.common import factories_allowed
-from stability.cli.grammar import parser
+from stability.cli.grammar import parser, refuse_unused
 from stability.cli.sweep_backend import backend_for, check_backend
 from stability.errors import UsageError
 from stability.report.text import printable
@@ -53,6 +53,13 @@ _BACKEND_FLAGS = {
     "--x": 1,
     "--verbose": 0,
 }
+
+
+#: What only a sweep that runs reads: `--compare` refuses each of them.
+_RUNNING_FLAGS = (
+    "--over --resume --html --seeds --first-seed --depth-range --no-budget --serial --workers --scheduler "
+    "--device --x --only --case-timeout --verbose"
+).split()
 
 
 def _backend_args(argv: list[str]) -> list[str]:
@@ -114,18 +121,10 @@ def _check_x(x: str | None, axes: list[Any]) -> None:
 def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv: list[str]) -> int:
     db = DEFAULT_DB if args.db is None else args.db
     if args.compare:
-        extra = [
-            flag
-            for flag, given in (
-                ("SPEC", args.spec),
-                ("--over", args.over),
-                ("--resume", args.resume),
-                ("--html", args.html is not None),
-            )
-            if given
-        ]
-        if extra:
-            raise UsageError(f"--compare reads budgets from the store and runs nothing; drop {', '.join(extra)}")
+        why = "--compare reads budgets from the store and runs nothing"
+        if args.spec:
+            raise UsageError(f"{why}; drop SPEC")
+        refuse_unused(parser(), args, _RUNNING_FLAGS, why)
         with Store(db, read_only=True) as store:
             return _compare(store, args.compare, console)
     resumed_id = None
@@ -150,6 +149,21 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
     if not args.spec:
         raise UsageError(
             "stability sweep: give a spec file, e.g. stability sweep specs/plain_mlp.toml --over depth=log:2:1024:10"
+        )
+    if args.html is None:
+        refuse_unused(
+            parser(), args, ["--x"], "--x sets the x axis of the HTML report's phase diagrams, and there is no --html"
+        )
+    if args.no_budget:
+        refuse_unused(
+            parser(),
+            args,
+            ["--depth-range"],
+            "--depth-range is where the budgets are searched, and --no-budget searches none",
+        )
+    if args.serial:
+        refuse_unused(
+            parser(), args, ["--verbose"], "--verbose shows the Dask cluster's warnings, and --serial starts none"
         )
     plan = _plan(args)
     if plan is None:

@@ -7,17 +7,24 @@ a folder where a file goes, a file without the zoo-table markers, a hand-written
 are refused in one line (exit 2), and nothing is written.
 
 `--compare A B` runs the zoo under two library releases instead (`stability.run.releases`,
-`stability.report.zoo_compare`): exit 1 when a number moved past its drift, 0 when none did. Its
-`--md FILE` is checked the same way before either release is installed, and replaces only an
-earlier comparison (a file that opens as `markdown` writes it), never another file.
+`stability.report.zoo_compare`): exit 1 when a number moved past its drift, 0 when none did and at
+least one was compared. Its `--md FILE` is checked the same way before either release is installed,
+and replaces only an earlier comparison (a file that opens as `markdown` writes it), never another
+file; `--html` writes the zoo table's page, which a comparison has none of, and is refused with it,
+as `--no-budget` is (a comparison searches no budget).
+Two sides that would compare nothing are refused before either runs (`check_sides`: a library that
+does not import, a folder that holds none, the same release twice); a side that refuses every spec
+is exit 2, and a comparison that compared no number exit 5.
 
 Exit codes: 0 done (the table is a measurement, not a gate: `stability check specs/zoo --profile
-thorough` judges the specs' expectations); 2 bad usage or a spec that does not load.
+thorough` judges the specs' expectations); 2 bad usage or a spec that does not load; with
+`--compare`, 1 a number moved and 5 nothing was compared.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -47,8 +54,8 @@ def zoo_command(args: argparse.Namespace, console: Console, err: Console) -> int
     from stability.spec.load import find_specs, load_spec
 
     if args.compare:
-        return compare_command(args, console, err, depths=_depths(args.depths or "4"))
-    depths = _depths(args.depths or "4,8,16")
+        return compare_command(args, console, err, depths=_depths("4" if args.depths is None else args.depths))
+    depths = _depths("4,8,16" if args.depths is None else args.depths)
     # Every output path before anything is measured (a minute per family): one line, exit 2.
     if args.md is not None:
         check_markdown(args.md)
@@ -97,13 +104,21 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
     import json
     import tempfile
 
+    from stability.cli.common import EXIT_FAILED, EXIT_NOTHING, EXIT_OK
+    from stability.cli.grammar import given, parser, refuse_unused
     from stability.report.formats import write_atomic
     from stability.report.outputs import check_report_path
     from stability.report.zoo_compare import markdown, moved, terminal_rows
-    from stability.run.releases import environment, parse_release, run_side
+    from stability.run.release_sides import check_sides, run_side
+    from stability.run.releases import parse_release
     from stability.run.zoo import ZOO
     from stability.spec.load import find_specs
 
+    if given(parser(), args, ["--html"]):
+        raise UsageError(
+            "--html writes the zoo table's page, and --compare writes no table; write the comparison with --md FILE"
+        )
+    refuse_unused(parser(), args, ["--no-budget"], "--compare measures each family's corner cases and no budget")
     if args.md:  # before two releases are installed and run (minutes): one line, exit 2, nothing written
         check_report_path("--md", args.md, "zoo comparison", example="compare.md")
     a, b = (parse_release(x) for x in args.compare)
@@ -112,15 +127,16 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
     if not paths:
         raise UsageError(f"--compare: no spec files under {', '.join(map(str, roots))}")
     t0 = time.perf_counter()
-    for release in (a, b):  # both installed (or refused) before either side runs
-        environment(release)
+    check_sides(a, b, paths)  # both installed, and two sides that would compare nothing refused, before either runs
     with tempfile.TemporaryDirectory(prefix="stability-compare-") as tmp:
         if not args.quiet:
             err.print(f"zoo --compare: {len(paths)} families under {escape(a.label)}", highlight=False)
-        side_a = run_side(a, paths, depths=depths, out=Path(tmp) / "a")
+        side_a = run_side(a, paths, depths=depths, out=Path(tmp) / "a", plugins=args.plugin)
         if not args.quiet:
             err.print(f"zoo --compare: {len(paths)} families under {escape(b.label)}", highlight=False)
-        side_b = run_side(b, paths, depths=depths, out=Path(tmp) / "b", baseline=side_a / "report.json")
+        side_b = run_side(
+            b, paths, depths=depths, out=Path(tmp) / "b", baseline=side_a / "report.json", plugins=args.plugin
+        )
         rows = json.loads((side_b / "compare.json").read_text(encoding="utf-8"))
         refused = {
             a.label: json.loads((side_a / "refused.json").read_text(encoding="utf-8")),
@@ -149,4 +165,19 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
         f"{len(moved(rows))} number(s) moved past their drift, of {compared} compared ({grid}) in {time.perf_counter() - t0:.0f} s",
         soft_wrap=True,
     )
-    return 1 if moved(rows) else 0
+    for side, files in refused.items():
+        if len(files) == len(paths):  # this side ran nothing: what it would be compared on was never measured
+            raise UsageError(
+                f"--compare: {side} refused every spec ({len(files)}), so nothing was compared; "
+                "the lines above say why (a release that lacks the models, or needs another torch)"
+            )
+    if moved(rows):
+        return EXIT_FAILED
+    if compared == 0:
+        print(
+            f"stability: error: zoo --compare: nothing was compared ({len(rows)} number(s), none comparable on both "
+            f"sides); exit code {EXIT_NOTHING}",
+            file=sys.stderr,
+        )
+        return EXIT_NOTHING
+    return EXIT_OK

@@ -142,7 +142,9 @@ def _law(row: InitRule, env: dict[str, Any]) -> Law:
             a, b = _number(row, "a", env), _number(row, "b", env)
         return Law("constant", value=a) if a == b else Law("uniform", a=min(a, b), b=max(a, b))
     mean = _number(row, "mean", env) if row.mean is not None else 0.0
-    std = abs(_number(row, "std", env))
+    std = _number(row, "std", env)
+    if std < 0:
+        raise _RuleError(f"its std = {row.std!r} is {std:g} for this model, and a standard deviation is ≥ 0")
     if std == 0:
         return Law("constant", value=mean)
     if row.law == "normal":
@@ -320,6 +322,9 @@ def init_conformance(m: Any, e: InitConformance) -> Verdict:
     }
     if problems:
         return Verdict(_NAME, False, float(observed), bound, None, "; ".join(problems), extra=extra)
+    if judged == 0:  # no parameter held to a rule: nothing was judged, and nothing judged is not a pass
+        what = f"none of its {len(uncovered)} parameters is covered by a rule" if uncovered else "it has no parameters"
+        return Verdict(_NAME, False, math.nan, bound, None, f"no parameter was judged: {what}", extra, measured=False)
     closest = f"; closest to failing: {worst[1]}" if worst[1] else ""
     skipped = f"; {len(uncovered)} not covered (allowed)" if uncovered else ""
     return Verdict(

@@ -23,6 +23,11 @@ softmax, over the keys a query can see) and the attention entropy (the smallest 
 max and min over the scored tokens), the gradient RMS before clipping, and per parameter group
 the RMS of the step's update (`stability.measure.lm_records.LMRun`).
 
+Causal for the whole run (`stability.families.lm_causal`): the built model, in eval and in train
+mode, before the first step; the trained one again after the last step run; and the task itself,
+the trained model's held-out loss per token against the chain's own on the same tokens. A model
+that reads a later token is refused (SpecError, exit 2) with the numbers that show it.
+
 Deterministic: derive_seed streams 0 the blocks (the builder's), 3 the training tokens, 4 the
 chain, 5 the embeddings and readout, 6 the global RNG, 7 the held-out sequences; one CPU thread;
 the caller's global RNG untouched. A case replays bit for bit.
@@ -38,6 +43,7 @@ import torch
 from torch import nn
 
 from stability.families.build import derive_seed
+from stability.families.lm_causal import check_causal, check_held_out
 from stability.families.lm_models import (
     LanguageModel,
     TokenModel,
@@ -118,13 +124,23 @@ def _rms(tensors: list[torch.Tensor]) -> float:
     return math.sqrt(sum(float(x.double().square().sum()) for x in tensors) / n)
 
 
-def _eval_loss(model: TokenModel, tokens: torch.Tensor, order: int) -> float:
+def _token_losses(model: TokenModel, tokens: torch.Tensor, order: int) -> torch.Tensor:
+    """(N, L) held-out tokens → (N·(L − k),): the cross-entropy of each scored token, in eval mode
+    (the terms whose mean `lm_loss` takes, in the same order as `MarkovChain.log_likelihood`'s)."""
     was = model.module.training
     model.module.eval()
     with torch.no_grad():
-        _, ce, _ = lm_loss(model.logits(tokens[:, :-1]), tokens[:, 1:], order=order, z_loss=0.0)
+        z = model.logits(tokens[:, :-1])[:, order - 1 :].flatten(0, 1)  # (N', V)
+        if z.dtype in (torch.float16, torch.bfloat16):
+            z = z.float()
+        y = tokens[:, order:].flatten()  # (N',)
+        out: torch.Tensor = torch.logsumexp(z, dim=-1) - z.gather(1, y[:, None]).squeeze(1)
     model.module.train(was)
-    return float(ce)
+    return out
+
+
+def _eval_loss(model: TokenModel, tokens: torch.Tensor, order: int) -> float:
+    return float(_token_losses(model, tokens, order).mean())
 
 
 def lm_run(spec: Spec, case: Case, *, lr: float | None = None, stop_at: int | None = None) -> LMRun:
@@ -141,6 +157,7 @@ def lm_run(spec: Spec, case: Case, *, lr: float | None = None, stop_at: int | No
         t0 = time.perf_counter()
         chain = lm_chain(spec, case)
         model = token_model(spec, case)
+        check_causal(spec, case, model)  # a model that reads later tokens is refused before it trains
         model.module.train()
         held_out = chain.sample(
             t.eval_sequences, tokens + 1, torch.Generator().manual_seed(derive_seed(case.seed, _EVAL_STREAM))
@@ -206,9 +223,15 @@ def lm_run(spec: Spec, case: Case, *, lr: float | None = None, stop_at: int | No
         finally:
             run.attention_missing = recorder.missing if not any(run.max_logit) else ""
             recorder.remove()
-        if run.diverged_at is None and (stop_at is None or stop_at >= t.steps):
-            run.final_eval = _eval_loss(model, held_out, t.order)
-            if not math.isfinite(run.final_eval):
-                run.diverged_at = t.steps
+        if run.diverged_at is None:  # again on the trained model, and by the task itself (lm_causal)
+            ran = len(run.losses)
+            check_causal(spec, case, model, steps=ran)
+            losses = _token_losses(model, held_out, t.order)
+            chain_losses = -chain.log_likelihood(held_out.cpu())
+            check_held_out(spec, model, losses.cpu(), chain_losses, entropy_rate=run.entropy_rate, steps=ran)
+            if stop_at is None or stop_at >= t.steps:
+                run.final_eval = float(losses.mean())
+                if not math.isfinite(run.final_eval):
+                    run.diverged_at = t.steps
         run.seconds = time.perf_counter() - t0
     return run

@@ -17,7 +17,8 @@ factory module, and the harness's code version.
 Whatever differs from the baseline is reported beside the numbers ("changed since the baseline:
 the factory module …"), never silently compared, and never hidden: a changed factory is usually
 the change under review. An entry that cannot be replayed (its case is outside a changed space,
-its invariant is no longer declared, the case no longer runs) is listed as not comparable.
+its invariant is no longer declared, the case no longer runs) is listed as not comparable. A
+comparison that compared no entry (`Comparison.compared`) judged nothing: `stability check` exits 5.
 
 **The rule.** The change is relative, |after − before| / |before| (a move away from exactly 0 is
 an infinite change). It fails the check (exit 1) when it is larger than `drift` **in either
@@ -134,6 +135,12 @@ class Comparison:
     @property
     def drifted(self) -> list[Delta]:
         return [d for d in self.deltas if d.status == "drift"]
+
+    @property
+    def compared(self) -> int:
+        """How many entries were compared with a number of this run (the not comparable left out):
+        a comparison of none judged nothing, and `stability check --baseline` exits 5 on it."""
+        return sum(d.status != "not_comparable" for d in self.deltas)
 
     @property
     def failed(self) -> bool:
@@ -316,7 +323,7 @@ def fmt_limit(limit: float) -> str:
 
 
 def headline(c: Comparison) -> str:
-    compared = sum(d.status != "not_comparable" for d in c.deltas)
+    compared = c.compared
     text = f"against the baseline {c.path}: {compared} expectation(s) compared on the same cases, {len(c.drifted)} moved past the drift limit"
     lost = len(c.deltas) - compared
     if lost:

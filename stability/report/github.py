@@ -69,11 +69,18 @@ def escape_property(text: str) -> str:
     return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
+def _value(text: str) -> str:
+    """A property's value before `escape_property`: its CR and LF kept, for the runner's own escapes
+    (%0D, %0A) that it unescapes, so a file name with a line break round-trips; every other control
+    character escaped (`printable`), which no runner escape could carry."""
+    return "".join(part if part in ("\r", "\n") else printable(part) for part in re.split(r"(\r|\n)", text))
+
+
 def command(kind: str, message: str, **properties: str | int | None) -> str:
-    """`::kind key=value,…::message`, every value's control characters escaped (`printable`: no
-    other line break, no workflow command; the message keeps its LF line breaks, which the runner
-    shows) and then escaped for the runner."""
-    props = ",".join(f"{k}={escape_property(printable(str(v)))}" for k, v in properties.items() if v is not None)
+    """`::kind key=value,…::message`, every value's control characters escaped (`_value`: its line
+    breaks by the runner's escapes, so a value round-trips; no workflow command; the message keeps
+    its LF line breaks, which the runner shows) and then escaped for the runner."""
+    props = ",".join(f"{k}={escape_property(_value(str(v)))}" for k, v in properties.items() if v is not None)
     text = "\n".join(printable(line) for line in message.split("\n"))
     return f"::{kind}{' ' + props if props else ''}::{escape_data(text)}"
 

@@ -10,6 +10,11 @@ A's report) it also writes DIR/compare.json: each expectation's number compared 
 baseline's on the same case by the baseline rule (`stability.report.baseline.compare`), with the
 direction it moved in (up or down, toward its bound or away from it). DIR/versions.json records the
 releases this process imported, so a comparison states what it compared.
+
+`--imports LIB,…` only prints, as JSON, what this process imports for each library (its version and
+the folder it comes from, or why it does not import) and runs nothing: the parent asks it before
+either side runs (`stability.run.releases.check_sides`). The run's plugins ($STABILITY_PLUGINS) are
+loaded before any spec is, as in every other process of a run.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "imported_versions"]
+__all__ = ["main", "imported_versions", "imported_libraries"]
 
 
 def imported_versions() -> dict[str, str | None]:
@@ -41,18 +46,47 @@ def imported_versions() -> dict[str, str | None]:
     return out
 
 
+def imported_libraries(names: list[str]) -> dict[str, dict[str, str | None]]:
+    """For each library of `names`: {"version", "folder" (the package's own folder), "error"} as
+    this process imports it (version and folder None, with the error, when it does not import)."""
+    from stability.families.library_support import quiet_imports  # without torch: a quick question
+
+    out: dict[str, dict[str, str | None]] = {}
+    for name in names:
+        try:
+            with quiet_imports():
+                module = __import__(name)
+            where = getattr(module, "__file__", None)
+            folder = str(Path(where).resolve().parent) if where else None
+            out[name] = {"version": str(getattr(module, "__version__", None)), "folder": folder, "error": None}
+        except Exception as exc:
+            what = " ".join(f"{type(exc).__name__}: {exc}".split())
+            out[name] = {"version": None, "folder": None, "error": what}
+    return out
+
+
 def _number(x: float | None) -> float | str | None:
     return x if x is None or math.isfinite(x) else str(x)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m stability.report.release_side")
-    p.add_argument("paths", nargs="+")
-    p.add_argument("--out", required=True)
+    p.add_argument("paths", nargs="*")
+    p.add_argument("--out")
     p.add_argument("--depths", default="4")
     p.add_argument("--baseline")
+    p.add_argument("--imports", help="LIB,…: print what this process imports for each, as JSON, and run nothing")
     args = p.parse_args(argv)
+    if args.imports is not None:
+        print(json.dumps(imported_libraries([n for n in args.imports.split(",") if n])))
+        return 0
+    if not args.paths or not args.out:
+        p.error("give --out DIR and the spec files")
     import torch
+
+    from stability.run.plugins import load_plugins
+
+    load_plugins()  # the run's plugins ($STABILITY_PLUGINS): a zoo spec may declare a plugin's invariant
 
     from stability.errors import SpecError
     from stability.report import baseline as against

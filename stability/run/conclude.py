@@ -5,8 +5,9 @@ so what a worker claims never decides anything; the sweep judges its points with
 
 Whether an expectation is met is decided by evidence only (`stability.judge.verdict.is_evidence`):
 `holds` is met when every case judged passes and gave a number; `violated` (a negative control)
-when a measured case fails with a number. A case that could not be measured, a verdict that
-measured nothing, or a search that judged no case never meets either.
+when a measured case fails with a number. A case that could not be measured, a network with no
+block, a verdict that measured nothing (an init rule that covered no parameter), or a search that
+judged no case never meets either.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ def judge(spec: Spec, name: str, record: CaseRecord) -> Verdict:
         )
     if record.measurements is None:
         return Verdict(name, False, math.nan, "", None, f"case not measured: {record.error}", measured=False)
+    if record.measurements.n_blocks == 0:  # every invariant is about blocks: none, nothing judged (never met)
+        return Verdict(name, False, math.nan, "", None, "the network has no block: nothing was judged", measured=False)
     verdict: Verdict = annotate(
         spec, record.case, entry.judge(record.measurements, getattr(spec.expect, name)), record.measurements
     )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import os
 import signal
 import threading
@@ -30,6 +29,7 @@ __all__ = [
     "check_budget",
     "check_least",
     "case_limit",
+    "LONGEST_LIMIT_S",
     "case_threads",
     "past_limit",
     "time_limit",
@@ -178,14 +178,22 @@ def warm_up(device: str = "cpu") -> None:
     probe(torch.nn.Sequential(torch.nn.Linear(2, 2)).to(device), torch.ones(1, 2, device=device))
 
 
+#: The longest time limit the timers hold on every path (the parent waits on its workers in
+#: milliseconds of a C int, about 24.8 days; `setitimer` overflows near 10¹² s): a longer limit
+#: (`case_timeout = 1e308`) is no limit, as 0 is.
+LONGEST_LIMIT_S = 1e6
+
+
 def case_limit(spec: Spec, run_limit: float | None) -> float | None:
     """The per-case time limit of `spec`'s cases in a run whose limit is `run_limit` (`--case-timeout`):
     raised to the spec's own `[probe] case_timeout` where that is longer, never lowered; None where
-    the run has none. Every path asks this: the in-process limit (`engine.evaluate`), the parent
-    that stops a worker (`Task.case_timeout`) and a sweep's (`PointTask.case_timeout`)."""
+    the run has none or the limit is longer than `LONGEST_LIMIT_S`. Every path asks this: the
+    in-process limit (`engine.evaluate`), the parent that stops a worker (`Task.case_timeout`) and a
+    sweep's (`PointTask.case_timeout`)."""
     if not run_limit:
         return None
-    return max(run_limit, spec.probe.case_timeout or 0.0)
+    limit = max(run_limit, spec.probe.case_timeout or 0.0)
+    return limit if limit <= LONGEST_LIMIT_S else None
 
 
 def past_limit(seconds: float, what: str = "") -> str:
@@ -218,12 +226,12 @@ def case_threads(spec: Spec) -> Iterator[None]:
 @contextlib.contextmanager
 def time_limit(seconds: float | None) -> Iterator[None]:
     """Raise CaseTimeout if the body runs longer than `seconds` (main thread on POSIX only;
-    elsewhere no limit applies). The check fires between tensor operations, never inside an
-    import."""
+    elsewhere, and for a limit longer than `LONGEST_LIMIT_S`, no limit applies). The check fires
+    between tensor operations, never inside an import."""
     usable = (
         seconds is not None
         and seconds > 0
-        and math.isfinite(seconds)
+        and seconds <= LONGEST_LIMIT_S
         and hasattr(signal, "setitimer")
         and threading.current_thread() is threading.main_thread()
     )

@@ -19,6 +19,8 @@ The folder goes first on `PYTHONPATH`, ahead of the environment's site-packages,
 `import transformers` there imports the release and `importlib.metadata` reads its version;
 `python -m stability.report.release_side` (the zoo's comparison) and `noxfile.py` (the matrix) run in
 such a process.
+
+The two sides of `stability zoo --compare` are `stability.run.release_sides`.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ __all__ = [
     "install",
     "environment",
     "requirements_to_add",
-    "run_side",
+    "library_of_spec",
+    "RELEASE_FIX",
     "matrix_specs",
     "matrix",
 ]
@@ -62,7 +65,11 @@ LIBRARIES = ("transformers", "timm", "torchvision")
 _NEVER = {"torch", *LIBRARIES}
 
 _RELEASE = re.compile(r"(transformers|timm|torchvision)==([0-9][0-9A-Za-z.+-]*)")
-_FIX = "name a release as LIBRARY==VERSION (transformers==4.53.3, timm==0.9.16, torchvision==0.15.2), or a folder of packages or a virtual environment"
+#: The fix every refusal of a release names.
+RELEASE_FIX = (
+    "name a release as LIBRARY==VERSION (transformers==4.53.3, timm==0.9.16, torchvision==0.15.2), "
+    "or a folder of packages or a virtual environment"
+)
 
 
 @dataclass(frozen=True)
@@ -82,14 +89,16 @@ class Release:
 
 def parse_release(text: str) -> Release:
     """`transformers==4.53.3` or an existing folder; a UsageError (exit 2) naming the fix otherwise."""
+    if not text.strip():
+        raise UsageError(f"release {text!r}: empty; {RELEASE_FIX}")
     match = _RELEASE.fullmatch(text.strip())
     if match:
         return Release(text, match.group(1), match.group(2))
     if re.match(r"\s*[A-Za-z0-9_.-]+\s*(==|>=|<=|~=|!=|<|>)", text):
-        raise UsageError(f"release {text!r}: not LIBRARY==VERSION of {', '.join(LIBRARIES)}; {_FIX}")
+        raise UsageError(f"release {text!r}: not LIBRARY==VERSION of {', '.join(LIBRARIES)}; {RELEASE_FIX}")
     path = Path(text)
     if not path.is_dir():
-        raise UsageError(f"release {text!r}: no such folder; {_FIX}")
+        raise UsageError(f"release {text!r}: no such folder; {RELEASE_FIX}")
     return Release(text, path=path.resolve())
 
 
@@ -128,7 +137,7 @@ def _wheel(library: str, version: str, wheels: Path) -> Path:
     name = library.replace("-", "_")
     for path in sorted(wheels.glob(f"{name}-{version}-*.whl")):
         return path
-    raise UsageError(f"release {library}=={version}: no wheel in {wheels} after the download; {_FIX}")
+    raise UsageError(f"release {library}=={version}: no wheel in {wheels} after the download; {RELEASE_FIX}")
 
 
 def requirements_to_add(wheel: Path) -> list[str]:
@@ -238,44 +247,10 @@ def environment(release: Release, *, cache: Path = CACHE) -> tuple[str, dict[str
     return sys.executable, env
 
 
-def run_side(
-    release: Release,
-    paths: list[str],
-    *,
-    depths: tuple[int, ...],
-    out: Path,
-    baseline: Path | None = None,
-    cache: Path = CACHE,
-) -> Path:
-    """Run the zoo specs `paths` under `release` in a child process (`stability.report.release_side`);
-    its folder `out` holds report.json, refused.json, versions.json (and compare.json with
-    `baseline`). A UsageError (exit 2) when the child fails."""
-    python, env = environment(release, cache=cache)
-    command = [
-        python,
-        "-W",
-        "ignore",
-        "-m",
-        "stability.report.release_side",
-        "--out",
-        str(out),
-        "--depths",
-        ",".join(map(str, depths)),
-        *paths,
-    ]
-    if baseline is not None:
-        command += ["--baseline", str(baseline)]
-    run = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if run.returncode != 0 or not (out / "report.json").is_file():
-        last = (run.stderr.strip().splitlines() or [f"exit {run.returncode}"])[-1]
-        raise UsageError(f"release {release.label}: the zoo did not run under it ({last})")
-    return out
-
-
 # ----------------------------------------------------------------------------- the matrix
 
 
-def _library_of_spec(path: Path) -> str | None:
+def library_of_spec(path: Path) -> str | None:
     """The library a zoo spec's `block.model` names (read from the file to pick the specs of a
     release's library, also those the release refuses; the loader validates them)."""
     import tomllib
@@ -292,7 +267,7 @@ def matrix_specs(release: Release, folder: Path, *, sample: list[str] | None = N
     """The zoo specs a release's session runs: those naming its library (timm's and torchvision's
     for a torchvision release: timm imports torchvision), optionally only the `sample`'s file stems."""
     wanted = {release.library} | ({"timm"} if release.library == "torchvision" else set())
-    paths = [p for p in sorted(folder.glob("*.toml")) if _library_of_spec(p) in wanted]
+    paths = [p for p in sorted(folder.glob("*.toml")) if library_of_spec(p) in wanted]
     return [p for p in paths if p.stem in sample] if sample else paths
 
 
@@ -308,7 +283,7 @@ def _inside(paths: list[Path], *, profile: str, depths: str) -> int:
     wrong: list[str] = []
     differs: dict[str, str] = {}
     for path in paths:
-        expected = expected_refusal(path.name, _library_of_spec(path))
+        expected = expected_refusal(path.name, library_of_spec(path))
         try:
             load_spec(path)
         except SpecError as exc:
@@ -383,9 +358,26 @@ def matrix(
     matrix says (`stability.families.library_support`), `stability check --profile ci` on those
     that load (whatever the zoo's ci profile holds), and each one's corner case at `depths`
     (`stability.report.release_side`): it must run. The exit code: 0, 1 (an expectation or the
-    support matrix failed), 2 (a spec or case did not run)."""
-    python, env = environment(release, cache=cache)
+    support matrix failed), 2 (a spec or case did not run, a `sample` stem that names no zoo spec),
+    5 (no spec of the release's library to run: nothing judged)."""
+    from stability.errors import did_you_mean
+
+    stems = sorted(p.stem for p in folder.glob("*.toml"))
+    unknown = [s for s in sample or [] if s not in stems]
+    if unknown:
+        raise UsageError(
+            f"--sample {unknown[0]}: no zoo spec {unknown[0]}.toml in {folder}{did_you_mean(unknown[0], stems)}"
+        )
     paths = matrix_specs(release, folder, sample=sample)
+    if not paths:
+        print(
+            f"stability: error: no zoo spec in {folder} names {release.library}"
+            + (f" among {', '.join(sample)}" if sample else "")
+            + "; nothing was judged",
+            file=sys.stderr,
+        )
+        return 5
+    python, env = environment(release, cache=cache)
     command = [
         python,
         "-m",
@@ -422,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         release = parse_release(args.release or "")
         if release.library is None:
-            raise UsageError(f"release {args.release!r}: the matrix installs LIBRARY==VERSION; {_FIX}")
+            raise UsageError(f"release {args.release!r}: the matrix installs LIBRARY==VERSION; {RELEASE_FIX}")
         return matrix(
             release,
             Path(args.zoo),

@@ -23,7 +23,7 @@ class Expectation(_Model):
     applies_when: dict[str, list[str | int]] | None = None
     #: How far the observed number may move, either way, relative (0.1 = 10%), before
     #: `stability check --baseline` fails the change (stability.report.baseline; inf = never).
-    drift: float = Field(0.1, ge=0.0)
+    drift: float = Field(0.1, ge=0.0, allow_inf_nan=True)
 
 
 class GradientArrival(Expectation):

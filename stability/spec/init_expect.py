@@ -243,6 +243,13 @@ class InitRule(_Model):
             raise ValueError("must be finite")
         return v
 
+    @field_validator("std")
+    @classmethod
+    def _spread(cls, v: Any) -> Any:
+        if isinstance(v, int | float) and not isinstance(v, bool) and v < 0:
+            raise ValueError(f"is negative, and a standard deviation is ≥ 0 (write {abs(v)!r})")
+        return v
+
     @model_validator(mode="after")
     def _parameters(self) -> InitRule:
         takes = dict(LAW_PARAMETERS[self.law])
