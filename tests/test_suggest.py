@@ -389,7 +389,7 @@ def test_a_remedy_that_changes_which_cases_are_drawn_is_refused(
 
 
 def test_a_training_remedy_may_not_shorten_the_run() -> None:
-    from stability.run.suggest import judged_changes
+    from stability.run.suggest_candidates import judged_changes
     from stability.spec.load import validate_spec
 
     data = tomllib.loads(
@@ -452,7 +452,7 @@ def test_check_suggest_adds_the_remedy_to_the_failing_line_and_the_reports(
 
 def test_two_remedies_together_when_none_holds_alone(tmp_path: Path) -> None:
     """Pairs are tried only when no single remedy holds, never two that set the same key."""
-    from stability.run.suggest import _pairs
+    from stability.run.suggest_candidates import pairs
 
     data = tomllib.loads(PLAIN)
     entry = REMEDIES.get("critical_init")
@@ -461,9 +461,9 @@ def test_two_remedies_together_when_none_holds_alone(tmp_path: Path) -> None:
         "residual_route": (REMEDIES.get("residual_route"), {"family": "preact", "block.branch_layers": 1}),
         "toy_same_key": (entry, {"space.weight_init": ["orthogonal"]}),
     }
-    pairs = _pairs(edits, data, PLAIN, str(tmp_path / "mine.toml"))
-    assert [a.remedy for a, _ in pairs] == ["critical_init+residual_route", "residual_route+toy_same_key"]
-    combined, edited = pairs[0]
+    tried = pairs(edits, data, PLAIN, str(tmp_path / "mine.toml"))
+    assert [a.remedy for a, _ in tried] == ["critical_init+residual_route", "residual_route+toy_same_key"]
+    combined, edited = tried[0]
     assert edited is not None and edited.family == "preact" and edited.space.weight_init == ["kaiming_normal"]
     assert [c.key for c in combined.changes] == ["space.weight_init", "family", "block.branch_layers"]
     assert combined.references == entry.references + REMEDIES.get("residual_route").references
@@ -475,7 +475,7 @@ def test_a_library_remedy_may_not_change_which_model_a_case_builds() -> None:
     """A library config value filled from the case ("depth", "width/64") and the model, blocks and
     shipped config are part of which network each case is: a remedy that edits them is refused; a
     config constant (initializer_range) is the init, and may change."""
-    from stability.run.suggest import judged_changes
+    from stability.run.suggest_candidates import judged_changes
     from stability.spec.load import validate_spec
     from stability.spec.remedy import apply_edit
 

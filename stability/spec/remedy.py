@@ -68,7 +68,7 @@ class Remedy:
       parsed TOML document the user wrote.
     - `edit(spec, data) -> {dotted key: new value or REMOVE}`: the spec transformation; it changes
       no `[expect]` table (`suggest` keeps the expectations the user wrote), nor which cases are
-      drawn and how they are judged (`stability.run.suggest.judged_changes`: `suggest` refuses it).
+      drawn and how they are judged (`stability.run.suggest_candidates.judged_changes`: `suggest` refuses it).
     - `references`: where the remedy comes from, as a citation.
     """
 
