@@ -10,11 +10,17 @@ which every expectation holds.
 | `rezero` | `space.branch_init = ["rezero"]`; transformer `block.residual = "rezero"` | as `zero_branch` |
 | `skipinit` | `space.branch_init = ["skipinit"]`; transformer `block.residual = "skipinit"` | as `zero_branch` |
 | `layerscale` | transformer `block.residual = "layerscale"`; a library config's layer-scale key | as `shrink_branch` |
+| `fixup` | `space.branch_init = ["zero"]` and `block.branch_scale = "1/sqrt(depth)"` (two-layer ReLU branches, no norm) | as `zero_branch` |
+| `carry_gate` | highway `block.gate_bias = -ln(L - 1)`: each transform gate starts at 1/L | gradient arrival, variance, lesion, spectrum, rank |
 | `deepnorm` | post-norm transformer `block.residual = "deepnorm"` | gradient balance, arrival, variance |
-| `critical_init` | `space.weight_init`: He for ReLU (σ_w² = 2), Glorot for tanh (σ_w² = 1) | gradient arrival, variance, spectrum |
+| `critical_init` | `space.weight_init`: He for ReLU (σ_w² = 2), Glorot for tanh (σ_w² = 1) (not a transformer) | gradient arrival, variance, spectrum |
 | `residual_route` | a plain stack as a one-layer pre-activation residual stack | gradient arrival, variance, lesion, spectrum |
 | `prenorm` | postnorm → preact; transformer `block.norm_position = "pre"` | identity, gradient balance, arrival, variance |
 | `init_range` | a library config's `initializer_range`: the library's default ÷ √(2·depth) | gradient arrival, variance, rank |
+
+`residual_route` and `prenorm` change the network's structure (`kind = "structure"`): `suggest`
+also tries each composed with every initialisation remedy (`kind = "init"`) that applies to the
+network it makes, the route around with its branches at zero, scaled or gated (He et al. 2016).
 
 The remedies for logits that grow in training (qk-norm, soft caps, z-loss, a tied readout) are
 `stability.judge.remedies_logits`'s. A remedy changes only the keys it names; the loader validates
@@ -30,7 +36,7 @@ from typing import Any
 from stability.spec.registry import FAMILIES
 from stability.spec.remedy import REMOVE, Remedy, register_remedy
 
-__all__ = ["layerscale_init", "library_keys", "library_key", "library_value", "is_transformer"]
+__all__ = ["layerscale_init", "carry_gate_bias", "library_keys", "library_key", "library_value", "is_transformer"]
 
 # The invariants a family of remedies is meant for.
 _SIGNAL = frozenset(
@@ -182,6 +188,33 @@ def _deepnorm_applies(spec: Any, data: Mapping[str, Any]) -> bool:
     )
 
 
+def _fixup_applies(spec: Any, data: Mapping[str, Any]) -> bool:
+    """Fixup's rule where the family exposes it: two weight layers per branch (m = 2, so the
+    scale L^(-1/(2m-2)) is L^(-1/2)), no norm (Fixup is for networks without one) and a positively
+    homogeneous activation, so that the branch's multiplier is the scaling of its first layer."""
+    b = spec.block
+    return (
+        spec.family in _RESIDUAL
+        and b.branch_layers == 2
+        and b.norm == "none"
+        and b.activation in ("relu", "identity")
+        and b.skip != "none"
+        and b.branch_scale == 1.0
+        and _can_init(spec, "zero")
+    )
+
+
+def carry_gate_bias(depth: int) -> float:
+    """The highway gate bias b_T = -ln(L - 1) at which each of L blocks' transform gate starts at
+    σ(b_T) = 1/L: the carry (1 - 1/L)^L keeps at least 1/4 of the signal at every depth (e^(-1) as
+    L grows), as a branch scaled by 1/√L adds 1/L of the variance per block."""
+    return float(f"{-math.log(max(depth, 2) - 1):.3g}") + 0.0  # (+ 0.0: -0.0 written as 0.0)
+
+
+def _carry_applies(spec: Any, data: Mapping[str, Any]) -> bool:
+    return bool(spec.family == "highway" and spec.block.gate_bias > carry_gate_bias(_deepest(spec)))
+
+
 # ----------------------------------------------------------------------------- init and the route around
 
 
@@ -192,7 +225,8 @@ def _critical(spec: Any) -> str | None:
 
 def _critical_applies(spec: Any, data: Mapping[str, Any]) -> bool:
     init = _critical(spec)
-    return spec.family in ("plain", *_RESIDUAL) and init is not None and list(spec.space.weight_init) != [init]
+    family = spec.family in ("plain", *_RESIDUAL, "highway", "dense")
+    return bool(family) and init is not None and list(spec.space.weight_init) != [init]
 
 
 def _route_applies(spec: Any, data: Mapping[str, Any]) -> bool:
@@ -258,6 +292,7 @@ _BUILT_IN = (
         fixes=_SIGNAL,
         applies=_zero_applies,
         edit=lambda spec, data: {"space.branch_init": ["zero"]},
+        kind="init",
         references=(
             "Goyal et al. (2017). Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour. arXiv:1706.02677 (zero-initialised last norm of each residual block).",
             "Zhang, Dauphin, Ma (2019). Fixup Initialization: Residual Learning Without Normalization. ICLR 2019.",
@@ -269,6 +304,7 @@ _BUILT_IN = (
         fixes=_BALANCE,
         applies=_branch_scale_applies,
         edit=_branch_scale_edit,
+        kind="init",
         references=(
             "Hanin, Rolnick (2018). How to Start Training: The Effect of Initialization and Architecture. NeurIPS 2018.",
             "Radford et al. (2019). Language Models are Unsupervised Multitask Learners (residual projections scaled by 1/sqrt(N)).",
@@ -280,6 +316,7 @@ _BUILT_IN = (
         fixes=_SIGNAL,
         applies=_gain_applies("rezero"),
         edit=_gain_edit("rezero"),
+        kind="init",
         references=(
             "Bachlechner et al. (2020). ReZero is All You Need: Fast Convergence at Large Depth. arXiv:2003.04887.",
         ),
@@ -290,6 +327,7 @@ _BUILT_IN = (
         fixes=_SIGNAL,
         applies=_gain_applies("skipinit"),
         edit=_gain_edit("skipinit"),
+        kind="init",
         references=(
             "De, Smith (2020). Batch Normalization Biases Residual Blocks Towards the Identity Function in Deep Networks. NeurIPS 2020.",
         ),
@@ -300,6 +338,7 @@ _BUILT_IN = (
         fixes=_BALANCE,
         applies=_layerscale_applies,
         edit=_layerscale_edit,
+        kind="init",
         references=("Touvron et al. (2021). Going deeper with Image Transformers. ICCV 2021.",),
     ),
     Remedy(
@@ -308,7 +347,33 @@ _BUILT_IN = (
         fixes=frozenset({"gradient_balance", "gradient_arrival", "variance_growth", "rank_collapse"}),
         applies=_deepnorm_applies,
         edit=lambda spec, data: {"block.residual": "deepnorm"},
+        kind="init",
         references=("Wang et al. (2022). DeepNet: Scaling Transformers to 1,000 Layers. arXiv:2203.00555.",),
+    ),
+    Remedy(
+        name="fixup",
+        summary="Fixup: the last layer of each branch at zero and the branch scaled by L^(-1/(2m-2)) = 1/sqrt(depth) "
+        "for m = 2 layers per branch",
+        fixes=_SIGNAL,
+        applies=_fixup_applies,
+        edit=lambda spec, data: {"space.branch_init": ["zero"], "block.branch_scale": "1/sqrt(depth)"},
+        kind="init",
+        references=(
+            "Zhang, Dauphin, Ma (2019). Fixup Initialization: Residual Learning Without Normalization. ICLR 2019.",
+        ),
+    ),
+    Remedy(
+        name="carry_gate",
+        summary="open the highway's carry gate: a transform-gate bias of -ln(L - 1), so each of the L gates starts "
+        "at 1/L and the carry keeps the signal at every depth",
+        fixes=_SIGNAL - {"identity_at_init", "mean_shift"},
+        applies=_carry_applies,
+        edit=lambda spec, data: {"block.gate_bias": carry_gate_bias(_deepest(spec))},
+        kind="init",
+        references=(
+            "Srivastava, Greff, Schmidhuber (2015). Training Very Deep Networks. NeurIPS 2015 (a negative transform-gate "
+            "bias, more negative for deeper networks).",
+        ),
     ),
     Remedy(
         name="critical_init",
@@ -316,6 +381,7 @@ _BUILT_IN = (
         fixes=frozenset({"gradient_arrival", "variance_growth", "jacobian_spectrum"}),
         applies=_critical_applies,
         edit=lambda spec, data: {"space.weight_init": [_critical(spec)]},
+        kind="init",
         references=(
             "He et al. (2015). Delving Deep into Rectifiers: Surpassing Human-Level Performance on ImageNet Classification. ICCV 2015.",
             "Schoenholz et al. (2017). Deep Information Propagation. ICLR 2017.",
@@ -327,6 +393,7 @@ _BUILT_IN = (
         fixes=frozenset({"gradient_arrival", "variance_growth", "lesion", "jacobian_spectrum"}),
         applies=_route_applies,
         edit=_route_edit,
+        kind="structure",
         references=(
             "He et al. (2016). Identity Mappings in Deep Residual Networks. ECCV 2016.",
             "Veit, Wilber, Belongie (2016). Residual Networks Behave Like Ensembles of Relatively Shallow Networks. NeurIPS 2016.",
@@ -338,6 +405,7 @@ _BUILT_IN = (
         fixes=frozenset({"identity_at_init", "gradient_balance", "gradient_arrival", "variance_growth"}),
         applies=_prenorm_applies,
         edit=_prenorm_edit,
+        kind="structure",
         references=(
             "Xiong et al. (2020). On Layer Normalization in the Transformer Architecture. ICML 2020.",
             "He et al. (2016). Identity Mappings in Deep Residual Networks. ECCV 2016.",
@@ -349,6 +417,7 @@ _BUILT_IN = (
         fixes=frozenset({"gradient_arrival", "variance_growth", "rank_collapse", "gradient_balance"}),
         applies=_init_range_applies,
         edit=_init_range_edit,
+        kind="init",
         references=(
             "Radford et al. (2019). Language Models are Unsupervised Multitask Learners (residual projections scaled by 1/sqrt(N)).",
         ),
