@@ -10,7 +10,9 @@ report and the GitHub job summary render its result, `Suggestions`):
    (`Remedy.applies`) gives an edit; the edited document is validated by the loader (a change the
    family refuses is listed as refused, with the loader's one line), and no edit may touch an
    `[expect]` table or which cases are drawn and how they are judged
-   (`stability.run.suggest_candidates.judged_changes`).
+   (`stability.run.suggest_candidates.judged_changes`). Each structural remedy is also composed
+   with every initialisation remedy that applies to the network it makes, as a candidate of its
+   own named `structure+init` (`compositions`: the residual route with its branches at zero).
 3. First the failing cases: each candidate replays, with the same seeds, the deciding case of
    every unmet expectation (its values mapped into the edited space where a remedy changed a
    choice, e.g. `branch_init=default` → `zero`), one job per (remedy, case), all at once on the
@@ -18,12 +20,14 @@ report and the GitHub job summary render its result, `Suggestions`):
 4. Then the survivors on the whole case set: the edited spec's own search in the same profile
    (what `stability check FIXED.toml` runs), every expectation of the spec. A remedy holds when
    every one is met.
-   When no single remedy holds, every two of them whose edits set different keys are tried the
-   same way, as one attempt named `a+b` (at most `MAX_PAIRS`): qk-layernorm and a z-loss
-   together, where each alone fixes one of two unmet expectations.
-5. Ranked: fewest changed keys first, then the larger margin (the survivors' closest-to-failing
-   verdict of each fixed invariant, by that invariant's severity: the one farther from its bound
-   first), then registry order.
+   When no candidate holds, every two single remedies whose edits set different keys are tried
+   the same way, as one attempt named `a+b` (at most `MAX_PAIRS`, none that repeats a
+   composition): qk-layernorm and a z-loss together, where each alone fixes one of two unmet
+   expectations.
+5. Ranked (`Suggestions.ranked`): fewest changed keys first, then the larger margin (the
+   survivors' closest-to-failing verdict of each fixed invariant, by that invariant's severity:
+   the one farther from its bound first), then the order tried (registry order, single remedies
+   before compositions).
 
 Nothing here writes a file: `stability.cli.suggest` writes `--out`.
 """
@@ -42,7 +46,7 @@ from stability.run.conclude import severity
 from stability.run.engine import RunOptions
 from stability.run.executor import Executor, Outcome, Task
 from stability.run.results import InvariantResult, SpecResult
-from stability.run.suggest_candidates import applies, attempt_of, pairs
+from stability.run.suggest_candidates import applies, attempt_of, compositions, pairs, same_changes
 from stability.run.suggestions import Attempt, Numbers, Suggestions
 from stability.spec.case import Case
 from stability.spec.edit import edited_text
@@ -169,24 +173,37 @@ def suggest(
         attempt, edited = attempt_of(entry.name, entry.summary, entry.references, edit, data, text, path, spec)
         if attempt is None:
             continue
-        out.attempts.append(attempt)
+        _add(out, candidates, attempt, edited, on_attempt)
         if edited is not None:
-            candidates.append((attempt, edited))
             edits[entry.name] = (entry, edit)
-        elif on_attempt is not None:
-            on_attempt(attempt)
+    for attempt, edited in compositions(list(REMEDIES), names, spec, data, text, path):
+        _add(out, candidates, attempt, edited, on_attempt)  # the route around with its branches at zero, ...
     survivors = _replay_failing(candidates, failing, options, executor, on_attempt)
     _confirm(survivors, failing, options, executor, only, on_attempt)
-    if not out.ranked and len(edits) > 1:  # no one remedy holds: two together (qk-norm and a z-loss, ...)
-        together = []
+    if not out.ranked and len(edits) > 1:  # no candidate holds: two remedies together (qk-norm and a z-loss, ...)
+        together: list[tuple[Attempt, Spec]] = []
         for attempt, edited in pairs(edits, data, text, path, spec):
-            out.attempts.append(attempt)
-            if edited is not None:
-                together.append((attempt, edited))
+            if not any(same_changes(attempt, a) for a in out.attempts):  # (not a composition tried already)
+                _add(out, together, attempt, edited, on_attempt)
         survivors = _replay_failing(together, failing, options, executor, on_attempt)
         _confirm(survivors, failing, options, executor, only, on_attempt)
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def _add(
+    out: Suggestions,
+    candidates: list[tuple[Attempt, Spec]],
+    attempt: Attempt,
+    edited: Spec | None,
+    on_attempt: Callable[[Attempt], None] | None,
+) -> None:
+    """List an attempt; run it when it was not refused."""
+    out.attempts.append(attempt)
+    if edited is not None:
+        candidates.append((attempt, edited))
+    elif on_attempt is not None:
+        on_attempt(attempt)
 
 
 def _raise_on_error(outcome: Outcome, path: str) -> None:
@@ -277,10 +294,20 @@ def _confirm(
                     r.examples,
                 )
         unmet = [r for r in res.results if not r.met]
+        unjudged = [  # a fixed expectation the remedied spec no longer judges is not fixed
+            r.name
+            for r in failing
+            if r.name not in by_name or not by_name[r.name].applicable or by_name[r.name].skipped
+        ]
         if outcome.error is not None:
             attempt.status, attempt.detail = "fails", f"the edited spec could not run: {outcome.error}"
         elif unmet:
             attempt.status, attempt.detail = "fails", "over the whole case set: " + unmet[0].message
+        elif unjudged:
+            attempt.status = "fails"
+            attempt.detail = (
+                f"over the whole case set: {', '.join(unjudged)} judged no case (not applicable or skipped)"
+            )
         else:
             attempt.status = "holds"
             met = [by_name[r.name] for r in failing if r.name in by_name]

@@ -1,6 +1,7 @@
 """The candidates `stability suggest` runs (`stability.run.suggest`): each applicable remedy's edit
-of a spec as an `Attempt`, with its diff and the edited spec, and the pairs of remedies tried when
-no single one holds. A candidate is refused here, before anything runs, when its edit changes an
+of a spec as an `Attempt`, with its diff and the edited spec; each structural remedy composed with
+the initialisations that apply to the network it makes (`compositions`); and the pairs of remedies
+tried when no candidate holds. A candidate is refused here, before anything runs, when its edit changes an
 `[expect]` table, when the loader refuses the edited spec, or when it changes which cases are
 drawn and how they are judged (`judged_changes`).
 """
@@ -8,7 +9,7 @@ drawn and how they are judged (`judged_changes`).
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
 from stability.errors import SpecError
@@ -22,6 +23,8 @@ __all__ = [
     "applies",
     "attempt_of",
     "pairs",
+    "compositions",
+    "same_changes",
     "judged_changes",
     "MAX_PAIRS",
     "JUDGED_SPACE",
@@ -35,6 +38,59 @@ def applies(entry: Remedy, spec: Spec, data: Mapping[str, Any]) -> bool:
         return bool(entry.applies(spec, data))
     except Exception:  # a plugin's rule that raises on this spec: not proposed
         return False
+
+
+def compositions(
+    remedies: Sequence[Remedy], names: Set[str], spec: Spec, data: Mapping[str, Any], text: str, path: str
+) -> list[tuple[Attempt, Spec | None]]:
+    """Each structural remedy (`kind = "structure"`) meant for one of the unmet invariants `names`
+    that applies to `spec`, composed with each initialisation remedy (`kind = "init"`) meant for
+    one of them that applies to the network the structural edit makes (not to `spec`: a plain
+    stack has no branch to start at zero until the route around gives it one), as one attempt
+    named `structure+init`: the structural edit, then the initialisation's edit of its result.
+    The composition is checked as a single remedy is (`attempt_of`: the loader, the expectations,
+    `judged_changes`, against `spec`). A structural edit that raises or does not load composes
+    nothing (its own attempt says why); neither does an initialisation edit that raises."""
+    out: list[tuple[Attempt, Spec | None]] = []
+    for shape in remedies:
+        if shape.kind != "structure" or not shape.fixes & names or not applies(shape, spec, data):
+            continue
+        try:
+            first = dict(shape.edit(spec, data))
+            shaped_data = apply_edit(data, first)
+            shaped = validate_spec(shaped_data, file=path)
+        except Exception:  # a plugin's edit that raises, an edit the loader refuses: listed alone
+            continue
+        for init in remedies:
+            if init.kind != "init" or not init.fixes & names or not applies(init, shaped, shaped_data):
+                continue
+            try:
+                second = dict(init.edit(shaped, shaped_data))
+            except Exception:  # a plugin's edit that raises on the shaped spec
+                continue
+            attempt, edited = attempt_of(
+                f"{shape.name}+{init.name}",
+                f"{shape.summary}; then {init.summary}",
+                shape.references + init.references,
+                {**first, **second},
+                data,
+                text,
+                path,
+                spec,
+            )
+            if attempt is not None:
+                out.append((attempt, edited))
+    return out
+
+
+def same_changes(a: Attempt, b: Attempt) -> bool:
+    """Whether two attempts change the same keys to the same values (a pair that repeats a
+    composition: the same remedy under another name)."""
+
+    def key(x: Attempt) -> set[tuple[str, str]]:
+        return {(c.key, repr(c.after)) for c in x.changes}
+
+    return key(a) == key(b)
 
 
 #: The most pairs of remedies tried when no single one holds.
