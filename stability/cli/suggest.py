@@ -40,10 +40,10 @@ def _list(console: Console) -> int:
     from stability.spec.remedy import REMEDIES
 
     t = Table(header_style="bold", title="remedies (stability suggest)")
-    for col in ("remedy", "what it changes", "meant for", "reference"):
+    for col in ("remedy", "kind", "what it changes", "meant for", "reference"):
         t.add_column(col)
     for r in REMEDIES:
-        t.add_row(r.name, escape(r.summary), ", ".join(sorted(r.fixes)), escape(r.references[0]))
+        t.add_row(r.name, r.kind, escape(r.summary), ", ".join(sorted(r.fixes)), escape(r.references[0]))
     console.print(t)
     return EXIT_OK
 
