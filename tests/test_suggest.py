@@ -532,7 +532,7 @@ class _Unjudged(InProcessExecutor):
     def __init__(self, when: str) -> None:
         self.when = when
 
-    def map(self, jobs, *, on_done=None):  # type: ignore[no-untyped-def]  # (the results as `not_applicable` makes them)
+    def map(self, jobs, *, on_done=None):  # type: ignore[no-untyped-def]  # (results shaped as `not_applicable`'s)
         from stability.run.results import InvariantResult
 
         outcomes = super().map(jobs, on_done=on_done)

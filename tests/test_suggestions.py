@@ -23,7 +23,8 @@ def _attempt(name: str, keys: int, margin: tuple[float, ...], status: str = "hol
 
 def _ranked(*attempts: Attempt, invariants: int = 1) -> list[str]:
     failing = [SimpleNamespace(name=f"inv{k}") for k in range(invariants)]  # only their count is read
-    return [a.remedy for a in Suggestions("x.toml", "x", "ci", failing, list(attempts)).ranked]  # type: ignore[arg-type]
+    found = Suggestions("x.toml", "x", "ci", failing, list(attempts))  # type: ignore[arg-type]
+    return [a.remedy for a in found.ranked]
 
 
 def test_fewer_changes_rank_first_whatever_the_margin() -> None:

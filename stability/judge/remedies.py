@@ -10,10 +10,10 @@ which every expectation holds.
 | `rezero` | `space.branch_init = ["rezero"]`; transformer `block.residual = "rezero"` | as `zero_branch` |
 | `skipinit` | `space.branch_init = ["skipinit"]`; transformer `block.residual = "skipinit"` | as `zero_branch` |
 | `layerscale` | transformer `block.residual = "layerscale"`; a library config's layer-scale key | as `shrink_branch` |
-| `fixup` | `space.branch_init = ["zero"]` and `block.branch_scale = "1/sqrt(depth)"` (two-layer ReLU branches, no norm) | as `zero_branch` |
-| `carry_gate` | highway `block.gate_bias = -ln(L - 1)`: each transform gate starts at 1/L | gradient arrival, variance, lesion, spectrum, rank |
+| `fixup` | zero branches and `block.branch_scale = "1/sqrt(depth)"` (two ReLU layers, no norm) | as `zero_branch` |
+| `carry_gate` | highway `gate_bias = -ln(L - 1)`: each gate starts at 1/L | arrival, variance, lesion, spectrum, rank |
 | `deepnorm` | post-norm transformer `block.residual = "deepnorm"` | gradient balance, arrival, variance |
-| `critical_init` | `space.weight_init`: He for ReLU (σ_w² = 2), Glorot for tanh (σ_w² = 1) (not a transformer) | gradient arrival, variance, spectrum |
+| `critical_init` | `space.weight_init`: He for ReLU, Glorot for tanh (no transformer) | arrival, variance, spectrum |
 | `residual_route` | a plain stack as a one-layer pre-activation residual stack | gradient arrival, variance, lesion, spectrum |
 | `prenorm` | postnorm → preact; transformer `block.norm_position = "pre"` | identity, gradient balance, arrival, variance |
 | `init_range` | a library config's `initializer_range`: the library's default ÷ √(2·depth) | gradient arrival, variance, rank |
@@ -371,8 +371,8 @@ _BUILT_IN = (
         edit=lambda spec, data: {"block.gate_bias": carry_gate_bias(_deepest(spec))},
         kind="init",
         references=(
-            "Srivastava, Greff, Schmidhuber (2015). Training Very Deep Networks. NeurIPS 2015 (a negative transform-gate "
-            "bias, more negative for deeper networks).",
+            "Srivastava, Greff, Schmidhuber (2015). Training Very Deep Networks. NeurIPS 2015 "
+            "(a negative transform-gate bias, more negative for deeper networks).",
         ),
     ),
     Remedy(
