@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import stability.families.catalog
 import stability.judge.catalog  # noqa: F401  (registers the built-in invariants; the families above)
 import stability.judge.remedies  # noqa: F401  (registers the built-in remedies: stability suggest)
+import stability.judge.remedies_logits  # noqa: F401  (and those for logits that grow in training)
 from stability._version import __version__ as __version__
 from stability.errors import CaseError, SpecError, StabilityError, UsageError
 

@@ -40,10 +40,10 @@ def _list(console: Console) -> int:
     from stability.spec.remedy import REMEDIES
 
     t = Table(header_style="bold", title="remedies (stability suggest)")
-    for col in ("remedy", "what it changes", "meant for", "reference"):
+    for col in ("remedy", "kind", "what it changes", "meant for", "reference"):
         t.add_column(col)
     for r in REMEDIES:
-        t.add_row(r.name, escape(r.summary), ", ".join(sorted(r.fixes)), escape(r.references[0]))
+        t.add_row(r.name, r.kind, escape(r.summary), ", ".join(sorted(r.fixes)), escape(r.references[0]))
     console.print(t)
     return EXIT_OK
 
@@ -156,17 +156,23 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
     from stability.run.executors import executor_for
     from stability.run.plugins import plugins_environment
     from stability.run.suggest import suggest
-    from stability.run.worker import default_threads
+    from stability.run.worker import deep_stack, default_threads
 
     roots = [str(Path(r).resolve()) for r in args.source_root or []]
     options = RunOptions(profile=args.profile, case_timeout=args.case_timeout or None)
+    threads = default_threads()
     executor = executor_for(
         "in-process" if args.in_process else "workers",
         jobs=args.jobs,
-        threads=default_threads(),
+        threads=threads,
         env=plugins_environment(args.plugin, roots_environment(roots)),
     )
-    if not args.in_process:
+    if args.in_process:  # this process is the worker, with a worker's threads and stack (as `check --in-process`)
+        import torch
+
+        torch.set_num_threads(threads)  # torch's default, one per core, spins against itself on a loaded runner
+        deep_stack()
+    else:
         from stability.run.processes import start_server
         from stability.spec.load import preload_modules
 

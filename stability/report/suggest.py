@@ -63,6 +63,23 @@ def _attempt_lines(a: Attempt, index: int | None) -> list[str]:
     return lines
 
 
+def _none_applies(s: Suggestions) -> str:
+    """Why no remedy was tried: for a family built by a user's factory, that suggest edits the spec
+    and the network is the factory's code, with the remedies meant for what failed to write there."""
+    from stability.spec.registry import FAMILIES
+    from stability.spec.remedy import REMEDIES
+
+    names = {r.name for r in s.failing}
+    failed = ", ".join(sorted(names))
+    if s.family in FAMILIES and FAMILIES.get(s.family).user_code:
+        meant = ", ".join(r.name for r in REMEDIES if r.fixes & names) or "none is registered"
+        return (
+            f"no remedy applies to a {s.family} spec: its network is its factory's code, which suggest does not edit; "
+            f"the remedies meant for {failed}, to write in the factory: {meant} (`stability suggest --list`)"
+        )
+    return f"no registered remedy applies to this {s.family} spec for {failed} (`stability suggest --list` lists them)"
+
+
 def print_suggestions(
     s: Suggestions, console: Console, *, diffs: bool = True, out: str | None = None, only: str | None = None
 ) -> None:
@@ -101,10 +118,7 @@ def print_suggestions(
             for line in _attempt_lines(a, None):
                 say(line, "dim")
     if not s.attempts:
-        say(
-            f"no registered remedy applies to this {s.family} spec for {', '.join(r.name for r in s.failing)} (`stability suggest --list` lists them)",
-            "yellow",
-        )
+        say(_none_applies(s), "yellow")
     if out is not None and ranked:
         say(
             f"wrote {out}: {ranked[0].remedy} ({ranked[0].changed()}); the [expect] tables are as you wrote them",
