@@ -72,10 +72,13 @@ def calibrate_command(args: argparse.Namespace, console: Console, err: Console) 
     for root in args.source_root or []:
         if not Path(root).is_dir():
             raise UsageError(f"--source-root {root}: is not a folder; give the folder that holds your factory modules")
+    from stability.spec.load import preload_modules
+
+    roots = [str(Path(r).resolve()) for r in args.source_root or []]
+    executor = measuring_executor(args, roots, preload_modules([args.spec]))  # its server imports while this loads
     specs, errors = load_each([args.spec])
     if errors:
         raise errors[0]
-    roots = [str(Path(r).resolve()) for r in args.source_root or []]
     allowed, refused = factories_allowed(specs, roots)
     if refused:
         raise refused[0]
@@ -83,9 +86,6 @@ def calibrate_command(args: argparse.Namespace, console: Console, err: Console) 
     text = Path(spec.path).read_text(encoding="utf-8-sig")
     measured_depths = calibration_depths(spec, depths)
     seeds = calibration_seeds(spec, args.seeds)
-    from stability.spec.load import preload_modules
-
-    executor = measuring_executor(args, roots, preload_modules([spec.path]))
     with source_roots(roots):
         measured = measure(
             spec,

@@ -251,7 +251,10 @@ def _measuring(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_calibrate_parsers(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
+def add_calibrate_parsers(
+    sub: argparse._SubParsersAction,  # type: ignore[type-arg]
+    parents: list[argparse.ArgumentParser],
+) -> None:
     c = sub.add_parser(
         "calibrate",
         parents=parents,
@@ -274,7 +277,8 @@ def add_calibrate_parsers(sub: argparse._SubParsersAction, parents: list[argpars
     i.add_argument(
         "target",
         nargs="?",
-        help="transformers:CLASS, timm:NAME, torchvision:NAME, or a factory (module:function, path/to/file.py:function)",
+        help="transformers:CLASS, timm:NAME, torchvision:NAME, or a factory "
+        "(module:function, path/to/file.py:function)",
     )
     i.add_argument(
         "--out",

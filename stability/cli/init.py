@@ -39,11 +39,11 @@ def init_command(args: argparse.Namespace, console: Console, err: Console) -> in
             "(module:function, path/to/file.py:function)"
         )
     depths = depth_list(args.depths) if args.depths else DEFAULT_DEPTHS
+    preload = FAMILIES.get("library").preload
+    # the workers' server imports the library while this process resolves the name with it
+    executor = measuring_executor(args, [], list(preload({"model": args.target})) if preload is not None else [])
     target = parse_target(args.target)
     path, factory = spec_path(target, args.out)
-    preload = FAMILIES.get("library").preload if target.kind == "library" else None
-    modules = list(preload({"model": args.target})) if preload is not None else []
-    executor = measuring_executor(args, [], modules)
     if not args.quiet:
         console.print(f"stability init {printable(args.target)} → {printable(str(path))}", highlight=False)
     result = init(
@@ -73,7 +73,8 @@ def init_command(args: argparse.Namespace, console: Console, err: Console) -> in
     if any(r.name == "init_conformance" for r in unmet):
         what = next(r for r in unmet if r.name == "init_conformance")
         print(
-            f"stability: {printable(str(path))} written, but the model breaks its own declared init: {printable(what.message)}",
+            f"stability: {printable(str(path))} written, but the model breaks its own declared init: "
+            f"{printable(what.message)}",
             file=sys.stderr,
         )
     else:

@@ -161,7 +161,8 @@ def calibration_depths(spec: Spec, depths: Sequence[int] | None = None) -> tuple
         outside = [d for d in depths if not _admits(space, d)]
         if outside:
             raise UsageError(
-                f"--depths {','.join(map(str, depths))}: {', '.join(map(str, outside))} is outside the spec's space.depth "
+                f"--depths {','.join(map(str, depths))}: {', '.join(map(str, outside))} is outside the spec's "
+                f"space.depth "
                 f"{_describe(space)}; give depths it admits"
             )
         return tuple(sorted(set(depths)))
@@ -336,9 +337,12 @@ def calibrate(
             values = list(band.values(judge(spec, name, r)))
             per_depth.setdefault(r.case.depth, []).extend(values)
         expectation = getattr(spec.expect, name)
-        current = tuple(None if k is None else getattr(expectation, k) for k in (band.lo, band.hi))
+        current = (
+            None if band.lo is None else getattr(expectation, band.lo),
+            None if band.hi is None else getattr(expectation, band.hi),
+        )
         dtype = measured.records[0].case.dtype if measured.records else "float32"
-        fits.append(band_of(name, band, per_depth, current=current, margin=margin, dtype=dtype))  # type: ignore[arg-type]
+        fits.append(band_of(name, band, per_depth, current=current, margin=margin, dtype=dtype))
     return Calibration(
         path=spec.path,
         depths=measured.depths,
@@ -399,7 +403,8 @@ def band_of(
 
 
 def _digits(x: float, rounding: Callable[[float], float]) -> float:
-    """`x` rounded to two significant digits by `rounding` (floor or ceil), written exactly ("3.6", not 3.6000000001)."""
+    """`x` rounded to two significant digits by `rounding` (floor or ceil), written exactly ("3.6",
+    not 3.6000000001)."""
     exponent = math.floor(math.log10(x)) - 1
     mantissa = rounding(round(x / 10.0**exponent, 9))
     return float(f"{int(mantissa)}e{exponent}")

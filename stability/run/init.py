@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 import time
 import tomllib
 from collections.abc import Callable, Mapping
@@ -86,8 +87,7 @@ def _survey(
 
     space = {"width": 64, "depth": 1, **d.data["space"]}
     depth = space["depth"]
-    low = depth[0] if isinstance(depth, list) else depth
-    at = 2 if isinstance(depth, list) and depth[0] <= 2 <= depth[1] else low
+    at = depth[1] if isinstance(depth, list) else depth  # the deepest: its run of blocks is the longest
     candidates = []
     layers: tuple[str, ...] = ("linear", "conv2d", "tokens")
     if target.kind == "library":
@@ -225,6 +225,15 @@ def init(
     found, data = _survey(d, target, path, executor, options)
     if d.fixed_depth:
         data["space"]["depth"] = found.blocks
+    elif d.staged and found.blocks == data["space"]["depth"][1] - 1 and found.names[0].endswith(".1"):
+        container = found.names[0].rsplit(".", 1)[0]
+        data["block"]["blocks"] = f"{container}[1:]"
+        data["space"]["depth"] = [x + 1 for x in data["space"]["depth"]]
+        depths = tuple(x + 1 for x in depths)
+        d.notes.append(
+            f"the stage's first block changes the hidden state's shape, so the probed blocks are the others "
+            f"({container}[1:]): the case's depth counts the stage's blocks, one more than are probed"
+        )
     data["expect"] = _expectations(found)
     spec = _validated(data, path)
     step("calibration")
@@ -235,7 +244,9 @@ def init(
     notes = list(d.notes)
     if found.residual:
         spec, cal, why = _choose_exponent(measured, spec)
-        data["expect"]["residual_stream"]["variance_exponent"] = spec.expect.residual_stream.variance_exponent  # type: ignore[union-attr]
+        chosen = spec.expect.residual_stream
+        assert chosen is not None  # a residual stack's spec declares it (_expectations)
+        data["expect"]["residual_stream"]["variance_exponent"] = chosen.variance_exponent
         notes.append(why)
     else:
         cal = calibrate(measured, spec=spec)
@@ -301,4 +312,5 @@ def _text(
         "probe": data["probe"],
         "expect": data["expect"],
     }
-    return generated_text(ordered, header=header, notes=spec_notes)
+    wrapped = [part for line in header for part in (textwrap.wrap(line, 100, subsequent_indent="  ") or [""])]
+    return generated_text(ordered, header=wrapped, notes=spec_notes)

@@ -75,8 +75,10 @@ class Draft:
 
     data: dict[str, Any]
     notes: list[str] = field(default_factory=list)
-    #: the registered depth the model is measured at (a builder that fixes it), else None
+    #: the model is measured at its registered depth (a builder that fixes it)
     fixed_depth: bool = False
+    #: the depth is a stage's (a list of stage depths with the case's depth first)
+    staged: bool = False
 
 
 def is_generated(path: Path) -> bool:
@@ -235,12 +237,14 @@ def _library_keys(target: InitTarget, width_hint: int | None) -> Draft:
         source = f"timm's registered {target.name}"
     config: dict[str, Any] = {}
     shipped: dict[str, Any] = {}
+    staged = False
     depth_key = _pick(_DEPTH, values, aliases)
     if depth_key is None:
         raise StabilityError(f"stability init {target.text}: {source} has no depth key ({', '.join(_DEPTH)})")
     depth_value = values[depth_key]
     if isinstance(depth_value, list | tuple):
         config[depth_key] = ["depth", *([1] * (len(depth_value) - 1))]
+        staged = True
         notes.append(
             f"the depth is the first stage's ({depth_key} registered {list(depth_value)}); later stages keep one block"
         )
@@ -304,8 +308,8 @@ def _library_keys(target: InitTarget, width_hint: int | None) -> Draft:
     if image_key is not None and isinstance(patch, int) and isinstance(image, int) and image > max(32, 4 * patch):
         config[image_key] = max(32, 4 * patch)
         notes.append(f"the image is {config[image_key]} pixels a side (registered {image}), patches of {patch}")
-    elif image_key is None and target.library == "timm":
-        space["spatial"] = 32
+    elif image_key is None and (target.library == "timm" or "num_channels" in values):
+        space["spatial"] = 32  # an image model whose config sets no image size
     block["config"] = config
     if shipped:
         block["shipped"] = shipped
@@ -314,7 +318,7 @@ def _library_keys(target: InitTarget, width_hint: int | None) -> Draft:
     )
     if width is not None:
         space["width"] = width
-    return Draft({"block": block, "space": space}, notes)
+    return Draft({"block": block, "space": space}, notes, staged=staged)
 
 
 def _side(value: Any) -> int | None:

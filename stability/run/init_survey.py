@@ -54,6 +54,7 @@ class Survey:
     hidden: tuple[int, ...]
     width: int
     blocks: int
+    names: tuple[str, ...]
     block: str
     model: str
     norm: str
@@ -75,6 +76,7 @@ class Survey:
         out = dict(data)
         out["hidden"] = tuple(out["hidden"])
         out["layer_scale"] = tuple(out["layer_scale"])
+        out["names"] = tuple(out["names"])
         return cls(**out)
 
 
@@ -223,7 +225,7 @@ def survey(spec: Spec, case: Case) -> Survey:
     norm, _, _ = parameterisation(_Once(), {}, block)
     residual = _residual(block, args, kwargs, where, h)
     causal = _causal(block, args, kwargs, where, h) if len(h.shape) == 3 and h.shape[1] > 1 else None
-    blocks = len(net.model.blocks.modules) if net.model is not None else len(net.blocks)
+    names = tuple(net.model.blocks.names) if net.model is not None else tuple(str(i) for i in range(len(net.blocks)))
     model = type(net.model.model).__name__ if net.model is not None else type(net.blocks).__name__
     verdict = rank = None
     if spec.expect.init_conformance is not None or spec.expect.rank_collapse is not None:
@@ -236,7 +238,8 @@ def survey(spec: Spec, case: Case) -> Survey:
         layer=layer,
         hidden=tuple(h.shape),
         width=width,
-        blocks=blocks,
+        blocks=len(names),
+        names=names,
         block=type(block).__name__,
         model=model,
         norm=norm,
