@@ -128,12 +128,19 @@ class Measured:
     releases: tuple[str, ...]
     seconds: float
 
-    def case_seconds(self) -> dict[int, float]:
-        """The largest seconds one network took at each depth (what a ci case costs per member)."""
-        out: dict[int, float] = {}
+    def case_seconds(self) -> tuple[dict[int, float], float]:
+        """(the median seconds one network took at each depth, what a ci case costs per member;
+        the seconds a process spends once before its first network: the slowest network's excess
+        over its depth's median, imports and the init rule's shipped-width models)."""
+        import statistics
+
+        by_depth: dict[int, list[float]] = {}
         for r in self.records:
-            out[r.case.depth] = max(out.get(r.case.depth, 0.0), r.seconds)
-        return out
+            by_depth.setdefault(r.case.depth, []).append(r.seconds)
+        median = {d: statistics.median(v) for d, v in by_depth.items()}
+        slowest = max(self.records, key=lambda r: r.seconds, default=None)
+        warm = 0.0 if slowest is None else max(0.0, slowest.seconds - median[slowest.case.depth])
+        return median, warm
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -114,6 +114,8 @@ def _survey(
     found, index = outcome.result
     data = candidates[index][0]
     data["space"]["width"] = found.width
+    order = ("depth", "width", "batch", "spatial", "tokens")
+    data["space"] = {k: data["space"][k] for k in sorted(data["space"], key=lambda k: (order + (k,)).index(k))}
     return found, data
 
 
@@ -155,11 +157,11 @@ def _choose_exponent(measured: Measured, spec: Spec) -> tuple[Spec, Calibration,
 
 def _ci(measured: Measured, depths: tuple[int, ...]) -> tuple[list[str], int, float]:
     """(ci_cases, ensemble, the estimated seconds of the ci run) within `CI_SECONDS`."""
-    cost = measured.case_seconds()
+    cost, warm = measured.case_seconds()
     chosen = [d for d in depths if d >= 2][:2] or list(depths[:1])
     ensemble = ENSEMBLE
     while True:
-        estimate = sum(cost.get(d, 0.0) * ensemble for d in chosen)
+        estimate = warm + sum(cost.get(d, 0.0) * ensemble for d in chosen)
         if estimate <= CI_SECONDS or (ensemble == 2 and len(chosen) == 1):
             break
         if ensemble > 2:
@@ -300,7 +302,7 @@ def _text(
             f"networks (estimated {estimate:.1f} s from the calibration's networks)"
         ],
         "expect.init_conformance": [
-            "the init each parameter receives against the model's own declared init (no rule table needed)"
+            "every parameter's init against what declares this model's init; no table named: the judge chooses"
         ],
     }
     ordered = {

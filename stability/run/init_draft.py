@@ -11,9 +11,10 @@ above it, as `--out` says), since a spec finds its factory beside it or below it
 which is read and never restated: `block.config` holds only the keys the case fills (the depth,
 the width, the heads, the inner width, a small vocabulary and the token ids that must fit in it, an
 image of four patches a side) and `block.shipped` the registered widths, so the init rule gives
-every weight matrix its shipped σ²·fan-in (docs/library-models.md, section 3). The width keeps the
-registered head size with at least two heads (and the registered ratio of heads to key-value
-heads). A stage-based network's depth is its first stage's (`depths = ["depth", 1, 1, 1]`, as
+every weight matrix its shipped σ²·fan-in (docs/library-models.md, section 3). The width is two
+heads of the registered head size (fewer heads, not smaller ones: what keeps the rule exact), the
+two sharing one key-value head where the registered heads share theirs (grouped-query attention).
+A stage-based network's depth is its first stage's (`depths = ["depth", 1, 1, 1]`, as
 specs/zoo/timm_resnet.toml maps it); a timm model's registered values are read by calling its
 builder with its model class's constructor stopped at entry (nothing is built). A torchvision
 builder passes the architecture to its class itself (`resnet50(**kw)` sets `layers`), so the model
@@ -139,13 +140,21 @@ def spec_path(target: InitTarget, out: str | None) -> tuple[Path, str | None]:
                 f"{GENERATED}…); init never replaces it: give another file"
             )
     else:
-        folder = target.file.parent if target.file is not None else Path("specs")
+        folder = _near(target.file.parent) if target.file is not None else Path("specs")
         path = folder / f"{target.slug}.toml"
         n = 2
         while path.exists() and not is_generated(path):
             path = folder / f"{target.slug}_{n}.toml"
             n += 1
     return path, _factory_name(target, path)
+
+
+def _near(folder: Path) -> Path:
+    """`folder` relative to the current folder where it is below it (what the messages show)."""
+    try:
+        return folder.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return folder
 
 
 def _factory_name(target: InitTarget, path: Path) -> str | None:
@@ -262,7 +271,8 @@ def _library_keys(target: InitTarget, width_hint: int | None) -> Draft:
         if isinstance(heads, int) and heads > 0:
             head_dim = values[dim_key] if dim_key and isinstance(values.get(dim_key), int) else registered // heads
             group = heads // kv if isinstance(kv, int) and kv > 0 else 1
-            width = head_dim * max(2, group)
+            group = min(group, 2)  # two heads, sharing their key-value head where the registered heads share
+            width = head_dim * 2
         else:
             width = min(registered, 128)
         if width < registered:
