@@ -180,3 +180,41 @@ def test_a_spec_without_bands_is_refused(tmp_path: Path, capsys: pytest.CaptureF
     path = _spec(tmp_path, textwrap.dedent(text))
     assert main(["calibrate", str(path), "--in-process"]) == 2
     assert "declares no invariant with bands" in capsys.readouterr().err
+
+
+def test_a_plugins_invariant_is_calibrated_by_its_registered_bands(tmp_path: Path) -> None:
+    """Nothing in calibrate names an invariant: a toy one registered here, E[x_L²]/E[x₀²] = c^(2L)
+    bounded above by max_ratio, gets its band from the same networks."""
+    from pydantic import Field
+
+    from stability.judge.verdict import Verdict
+    from stability.spec.expectations import Expectation
+    from stability.spec.registry import INVARIANTS, Explanation, Invariant, register_invariant
+
+    class ToyGrowth(Expectation):
+        max_ratio: float = Field(4.0, gt=0.0)
+
+    def judge(m: object, e: ToyGrowth) -> Verdict:
+        ratio = m.act_sq_mean[-1] / m.act_sq_mean[0]  # type: ignore[attr-defined]
+        return Verdict("toy_growth", ratio <= e.max_ratio, ratio, f"≤ {e.max_ratio:g}", None, f"ratio {ratio:g}")
+
+    register_invariant(
+        Invariant(
+            name="toy_growth",
+            expectation=ToyGrowth,
+            summary="a toy",
+            label="E[x_L²]/E[x₀²]",
+            explanation=Explanation(summary="a toy", computes="c", fails="f", fixes="x"),
+            judge=judge,
+            bands=(Band(number="ratio", label="E[x_L²]/E[x₀²]", values=lambda v: [v.observed], hi="max_ratio"),),
+        )
+    )
+    try:
+        spec = load_spec(_spec(tmp_path, SPEC.split("[expect.residual_stream]")[0] + "[expect.toy_growth]\n"))
+        seeds = calibration_seeds(spec, 6)
+        cal = calibrate(measure(spec, executor=InProcessExecutor(), depths=(1, 2), seeds=seeds))
+        (fit,) = cal.fits
+        most = max((2.0 ** (s % 3 - 1)) ** (2 * d) for s in seeds for d in (1, 2))
+        assert (fit.invariant, fit.current, fit.proposed) == ("toy_growth", (None, 4.0), (None, _up(most * MARGIN)))
+    finally:
+        INVARIANTS.unregister("toy_growth")

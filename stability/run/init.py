@@ -190,8 +190,8 @@ def _describe(found: Survey) -> str:
         f"norms {found.norm}" if found.norm != "none" else "no norms",
         "residual" if found.residual else "no identity path (not residual)",
     ]
-    if found.causal is not None:
-        parts.append("causal" if found.causal else "not causal")
+    if found.layer == "tokens" and len(found.hidden) == 3:
+        parts.append("tokens do not mix" if found.causal is None else "causal" if found.causal else "not causal")
     parts.append(
         f"layer scale {', '.join(f'{v:g}' for v in found.layer_scale)}" if found.layer_scale else "no layer scale"
     )

@@ -12,8 +12,9 @@ once more on the hidden state it received, with the arguments the model passed i
   set to zero, on the same input: a residual block still passes its input on (cosine of its output
   with its input ≥ 0.5: the stream, a norm of it, or a ReLU of a non-negative one), a plain block
   returns its biases;
-- **causal or not** (a token stream): the last position of block 0's input changed; a causal block
-  leaves every earlier position of its output unchanged (to 1e-6 of its size);
+- **causal or not** (a token stream): the last position of block 0's input changed, then the first;
+  a causal block leaves every earlier position of its output unchanged by the last (to 1e-6 of its
+  size) and changes later ones by the first (a block whose tokens do not mix is neither);
 - **layer scale**: the 1-D parameters of block 0 of the hidden state's width whose entries all hold
   one value of size below 0.1 that is not 0 (a norm's weight is 1 and its bias 0; a layer scale's
   gamma is its init value, 1e-5 or 1e-6);
@@ -161,14 +162,33 @@ def _residual(block: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     return out is not None and out.shape == h.shape and _cosine(out, h) >= 0.5
 
 
-def _causal(block: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], where: int | str, h: Any) -> bool:
+def _moves(
+    block: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], where: int | str, h: Any, *, at: int
+) -> tuple[bool, bool] | None:
+    """Whether changing position `at` of block 0's input changes its output (before `at`, after it)."""
     changed = h.clone()
-    changed[:, -1] = changed[:, -1] * -3.0 + 1.0
+    changed[:, at] = changed[:, at] * -3.0 + 1.0
     a, b = _call(block, args, kwargs, where, h), _call(block, args, kwargs, where, changed)
-    if a is None or b is None or a.shape != b.shape:
+    if a is None or b is None or a.shape != b.shape or a.dim() != 3:
+        return None
+    scale = 1e-6 * max(float(a.abs().max()), 1e-30)
+    diff = (b - a).double().abs()
+    return float(diff[:, :at].max()) > scale if at > 0 else False, (
+        float(diff[:, at + 1 :].max()) > scale if at + 1 < a.shape[1] else False
+    )
+
+
+def _causal(
+    block: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], where: int | str, h: Any
+) -> bool | None:
+    """True: a later token never changes an earlier output, and an earlier one changes later ones;
+    False: a later token changes earlier outputs; None: the tokens do not mix at all."""
+    first, last = _moves(block, args, kwargs, where, h, at=0), _moves(block, args, kwargs, where, h, at=h.shape[1] - 1)
+    if first is None or last is None:
+        return None
+    if last[0]:
         return False
-    before, after = a[:, :-1].double(), b[:, :-1].double()
-    return float((after - before).abs().max()) <= 1e-6 * max(float(before.abs().max()), 1e-30)
+    return True if first[1] else None
 
 
 def _layer_scale(block: nn.Module, width: int) -> tuple[float, ...]:
