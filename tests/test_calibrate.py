@@ -218,3 +218,14 @@ def test_a_plugins_invariant_is_calibrated_by_its_registered_bands(tmp_path: Pat
         assert (fit.invariant, fit.current, fit.proposed) == ("toy_growth", (None, 4.0), (None, _up(most * MARGIN)))
     finally:
         INVARIANTS.unregister("toy_growth")
+
+
+def test_a_band_is_measured_only_on_the_cases_its_invariant_applies_to(tmp_path: Path) -> None:
+    text = SPEC.replace("batch = 4\n", 'batch = 4\nbranch_init = ["default", "zero"]\n').replace(
+        "[expect.gradient_arrival]\n", '[expect.gradient_arrival]\napplies_when = { branch_init = ["zero"] }\n'
+    )
+    spec = load_spec(_spec(tmp_path, text))
+    cal = calibrate(measure(spec, executor=InProcessExecutor(), depths=(1,), seeds=calibration_seeds(spec, 2)))
+    fits = {f.invariant: f for f in cal.fits}
+    assert fits["gradient_arrival"].problem == "it applies to none of the calibrated networks (applies_when)"
+    assert fits["residual_stream"].problem is None  # the corner case (branch_init default) is its own

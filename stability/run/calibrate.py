@@ -42,6 +42,7 @@ from stability.run.executor import Executor, Job, Outcome, Trace
 from stability.run.guard import case_limit
 from stability.run.results import CaseRecord
 from stability.spec import schema
+from stability.spec.applicability import not_applicable_reason
 from stability.spec.case import Case, corner_case
 from stability.spec.registry import INVARIANTS, Band
 from stability.spec.schema import Spec
@@ -341,8 +342,8 @@ def calibrate(
             continue
         per_depth: dict[int, list[float]] = {d: [] for d in measured.depths}
         for r in measured.records:
-            values = list(band.values(judge(spec, name, r)))
-            per_depth.setdefault(r.case.depth, []).extend(values)
+            if not_applicable_reason(spec, name, r.case) is None:  # its applies_when, the family's rule
+                per_depth.setdefault(r.case.depth, []).extend(band.values(judge(spec, name, r)))
         expectation = getattr(spec.expect, name)
         current = (
             None if band.lo is None else getattr(expectation, band.lo),
@@ -394,6 +395,8 @@ def band_of(
         proposed=(None, None),
     )
     undefined = sum(s.undefined for s in spreads)
+    if not any(per_depth.values()):
+        return dataclasses.replace(fit, problem="it applies to none of the calibrated networks (applies_when)")
     if undefined:
         where = ", ".join(f"depth {s.depth}" for s in spreads if s.undefined)
         problem = f"undefined on {undefined} network(s) ({where}: a zero or non-finite variance or gradient)"

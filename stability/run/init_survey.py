@@ -13,8 +13,9 @@ once more on the hidden state it received, with the arguments the model passed i
   with its input ≥ 0.5: the stream, a norm of it, or a ReLU of a non-negative one), a plain block
   returns its biases;
 - **causal or not** (a token stream): the last position of block 0's input changed, then the first;
-  a causal block leaves every earlier position of its output unchanged by the last (to 1e-6 of its
-  size) and changes later ones by the first (a block whose tokens do not mix is neither);
+  a causal block leaves every earlier position of its output unchanged by the last (bit for bit: a
+  masked key's weight is exactly 0) and changes later ones by the first, however little (a layer
+  scale of 1e-6 leaves a change of that size); a block whose tokens do not mix is neither;
 - **layer scale**: the 1-D parameters of block 0 of the hidden state's width whose entries all hold
   one value of size below 0.1 that is not 0 (a norm's weight is 1 and its bias 0; a layer scale's
   gamma is its init value, 1e-5 or 1e-6);
@@ -171,7 +172,7 @@ def _moves(
     a, b = _call(block, args, kwargs, where, h), _call(block, args, kwargs, where, changed)
     if a is None or b is None or a.shape != b.shape or a.dim() != 3:
         return None
-    scale = 1e-6 * max(float(a.abs().max()), 1e-30)
+    scale = 1e-10 * max(float(a.abs().max()), 1e-30)  # below any float32 change: unchanged means bit for bit
     diff = (b - a).double().abs()
     return float(diff[:, :at].max()) > scale if at > 0 else False, (
         float(diff[:, at + 1 :].max()) > scale if at + 1 < a.shape[1] else False
