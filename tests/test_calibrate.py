@@ -15,14 +15,8 @@ from pathlib import Path
 import pytest
 
 from stability.cli import main
-from stability.run.calibrate import (
-    MARGIN,
-    band_of,
-    calibrate,
-    calibration_depths,
-    calibration_seeds,
-    measure,
-)
+from stability.run.bands import MARGIN, band_of
+from stability.run.calibrate import calibrate, calibration_depths, calibration_seeds, measure
 from stability.run.executor import InProcessExecutor
 from stability.spec.load import load_spec
 from stability.spec.registry import Band

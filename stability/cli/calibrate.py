@@ -60,7 +60,8 @@ def calibrate_command(args: argparse.Namespace, console: Console, err: Console) 
     from stability.families.factory import source_roots
     from stability.report.calibrate import print_calibration
     from stability.report.formats import write_atomic
-    from stability.run.calibrate import calibrate, calibration_depths, calibration_seeds, measure, written_bands
+    from stability.run.bands import written_bands
+    from stability.run.calibrate import calibrate, calibration_depths, calibration_seeds, measure
     from stability.run.engine import RunOptions
     from stability.spec.edit import commented_text
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from stability.run.calibrate import BandFit, Calibration
+from stability.run.bands import BandFit, Calibration
 
 __all__ = ["print_calibration", "bounds_text"]
 

@@ -35,13 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from stability.errors import UsageError
-from stability.run.calibrate import (
-    Calibration,
-    Measured,
-    calibrate,
-    measure,
-    written_bands,
-)
+from stability.run.bands import Calibration, written_bands
+from stability.run.calibrate import Measured, calibrate, measure
 from stability.run.engine import RunOptions
 from stability.run.executor import Executor, Outcome, Task
 from stability.run.init_draft import GENERATED, Draft, InitTarget, draft
