@@ -102,6 +102,7 @@ def test_init_on_a_transformers_model_writes_a_spec_that_check_passes(
     assert load_spec(out).probe.ci_cases == ["depth=2"]
 
 
+@pytest.mark.filterwarnings("ignore:There is a performance drop:UserWarning")  # vmap over SDPA, in the ensemble
 def test_init_on_a_factory_writes_a_spec_beside_it_that_check_passes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
