@@ -113,7 +113,10 @@ def test_variance_growth_judges_the_statistic_asked_for_and_reports_the_fit() ->
         "slope": fit.slope,
         "exponent": fit.exponent,
         "final_ratio": 2.5,
+        "min_ratio": fit.min_ratio,
+        "max_ratio": 2.5,
     }
+    assert fit.min_ratio == 1.0  # boundary 0 against itself: the smallest ratio min_ratio bounds
     sq = variance_growth(m, max_ratio=4.0, statistic="second_moment", max_growth="exponential")
     assert (
         not sq.passed

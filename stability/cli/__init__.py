@@ -1,4 +1,4 @@
-"""The `stability` command: check, list, explain, schema.
+"""The `stability` command: check, list, explain, schema, sweep, zoo, suggest, calibrate, init.
 
 Exit codes: 0 at least one expectation judged and every one met; 1 some expectation not met (the
 CI gate); 2 bad spec, bad usage, an unreadable input or a spec that could not run (a broken
@@ -143,6 +143,14 @@ def _command(argv: list[str] | None) -> int:
             from stability.cli.suggest import suggest_command
 
             return suggest_command(args, console, err)
+        if args.command == "calibrate":
+            from stability.cli.calibrate import calibrate_command
+
+            return calibrate_command(args, console, err)
+        if args.command == "init":
+            from stability.cli.init import init_command
+
+            return init_command(args, console, err)
         return _schema()
     except StabilityError as exc:
         print(f"stability: error: {printable(str(exc))}", file=sys.stderr)

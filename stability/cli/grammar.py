@@ -19,7 +19,7 @@ from stability.errors import UsageError
 from stability.run.devices import CHOICES as DEVICE_CHOICES
 from stability.spec.registry import INVARIANTS
 
-__all__ = ["parser", "cores", "seconds", "refuse_empty", "given", "refuse_unused"]
+__all__ = ["parser", "cores", "seconds", "refuse_empty", "given", "refuse_unused", "depth_list"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -226,7 +226,70 @@ def parser() -> argparse.ArgumentParser:
     )
     add_zoo_parser(sub, [plugins])
     add_suggest_parser(sub, [plugins])
+    add_calibrate_parsers(sub, [plugins])
     return p
+
+
+def _measuring(p: argparse.ArgumentParser) -> None:
+    """The options `calibrate` and `init` share: which networks, how they run."""
+    p.add_argument("--depths", metavar="D,D,…", help="the depths measured (default: 1,2,4,8, those the space admits)")
+    p.add_argument("--seeds", type=_count("seeds"), default=8, metavar="N", help="networks per depth (default 8)")
+    p.add_argument(
+        "--case-timeout",
+        type=seconds,
+        default=120.0,
+        metavar="S",
+        help="per-case time limit in seconds (default 120; 0 = none)",
+    )
+    p.add_argument(
+        "--jobs",
+        "-j",
+        type=_count("jobs", auto=True),
+        default="auto",
+        metavar="N",
+        help="measure N depths at once, each in its own worker process (default auto: one per usable core)",
+    )
+    p.add_argument(
+        "--in-process", action="store_true", help="run in this process, without worker isolation (for debugging)"
+    )
+
+
+def add_calibrate_parsers(
+    sub: argparse._SubParsersAction,  # type: ignore[type-arg]
+    parents: list[argparse.ArgumentParser],
+) -> None:
+    c = sub.add_parser(
+        "calibrate",
+        parents=parents,
+        help="every banded number's spread over seeds and depths, and the band it sets (--write: into the spec)",
+    )
+    c.add_argument("spec", nargs="?", help="one spec file")
+    c.add_argument("--write", action="store_true", help="rewrite the spec's bands in place (comments and order kept)")
+    c.add_argument(
+        "--source-root",
+        action="append",
+        metavar="DIR",
+        help="a folder whose .py files custom factories may come from (repeatable)",
+    )
+    _measuring(c)
+    i = sub.add_parser(
+        "init",
+        parents=parents,
+        help="write a calibrated spec for a library model or a factory, and check it (docs/your-model.md)",
+    )
+    i.add_argument(
+        "target",
+        nargs="?",
+        help="transformers:CLASS, timm:NAME, torchvision:NAME, or a factory "
+        "(module:function, path/to/file.py:function)",
+    )
+    i.add_argument(
+        "--out",
+        metavar="SPEC",
+        help="the spec file to write (default: under ./specs, or beside the factory); never one init did not write",
+    )
+    i.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    _measuring(i)
 
 
 def add_zoo_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
@@ -403,3 +466,14 @@ def cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
         return max(1, os.cpu_count() or 1)
+
+
+def depth_list(text: str) -> tuple[int, ...]:
+    """--depths: positive integers separated by commas, sorted, each once."""
+    try:
+        depths = tuple(sorted({int(d) for d in text.split(",") if d.strip()}))
+    except ValueError:
+        raise UsageError(f"--depths {text!r}: give positive integers separated by commas, e.g. 4,16,64") from None
+    if not depths or depths[0] < 1:
+        raise UsageError(f"--depths {text!r}: give positive integers separated by commas, e.g. 4,16,64")
+    return depths

@@ -32,20 +32,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from stability.cli.grammar import depth_list
 from stability.errors import UsageError
 from stability.report.text import printable
 
 __all__ = ["zoo_command"]
-
-
-def _depths(text: str) -> tuple[int, ...]:
-    try:
-        depths = tuple(sorted({int(d) for d in text.split(",") if d.strip()}))
-    except ValueError:
-        raise UsageError(f"--depths {text!r}: give positive integers separated by commas, e.g. 4,16,64") from None
-    if not depths or depths[0] < 1:
-        raise UsageError(f"--depths {text!r}: give positive integers separated by commas, e.g. 4,16,64")
-    return depths
 
 
 def zoo_command(args: argparse.Namespace, console: Console, err: Console) -> int:
@@ -54,8 +45,8 @@ def zoo_command(args: argparse.Namespace, console: Console, err: Console) -> int
     from stability.spec.load import find_specs, load_spec
 
     if args.compare:
-        return compare_command(args, console, err, depths=_depths("4" if args.depths is None else args.depths))
-    depths = _depths("4,8,16" if args.depths is None else args.depths)
+        return compare_command(args, console, err, depths=depth_list("4" if args.depths is None else args.depths))
+    depths = depth_list("4,8,16" if args.depths is None else args.depths)
     # Every output path before anything is measured (a minute per family): one line, exit 2.
     if args.md is not None:
         check_markdown(args.md)

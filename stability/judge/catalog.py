@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stability.judge.catalog_bands import ARRIVAL_BANDS, STREAM_BANDS, VARIANCE_BANDS
 from stability.judge.catalog_checks import (
     check_arrival,
     check_identity,
@@ -207,6 +208,7 @@ with batch():
             check=check_arrival,
             severity=ratio_severity,
             targets=arrival_targets,
+            bands=ARRIVAL_BANDS,
         )
     )
     register_invariant(
@@ -218,6 +220,7 @@ with batch():
             check=check_variance,
             ensemble=variance_ensemble,
             targets=log10_targets("variance growth (log10 ratio)"),
+            bands=VARIANCE_BANDS,
         )
     )
     register_invariant(
@@ -367,6 +370,7 @@ with batch():
             ensemble=stream_ensemble,
             severity=stream_severity,
             targets=arrival_targets,
+            bands=STREAM_BANDS,
         )
     )
 

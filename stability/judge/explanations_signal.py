@@ -157,8 +157,10 @@ seed ensemble (probe.ensemble), the range beside it in the message.""",
 - Put back the init the model declares: its initializer_range for embeddings, the depth scale of
   the residual projections, the layer scale's init_values, the norms' weights (1, or 0 for a
   (1 + w) norm).
-- If the model is meant to differ, measure it (stability check --profile thorough) and set the
-  bands from its seed ensemble's spread.""",
+- If the model is meant to differ (another model, another config), measure its bands:
+  `stability calibrate SPEC` prints every number's spread over 8 seeds at depths 1, 2, 4 and 8
+  and the band it sets (the extremes widened by ×1.25); `--write` puts them in the spec, each with
+  its spread in a comment; `stability init TARGET` writes a whole spec measured that way.""",
         references=refs("layernorm", "gpt2", "layerscale", "identity", "skipinit"),
     ),
     "mean_shift": Explanation(

@@ -208,6 +208,8 @@ def variance_growth(
         "slope": fit.slope,
         "exponent": fit.exponent,
         "final_ratio": fit.final_ratio,
+        "min_ratio": fit.min_ratio,  # the case's own network: what min_ratio and max_ratio bound
+        "max_ratio": fit.max_ratio,
     }
     fits = f"{fit.growth} (×{fit.rate:.4g} per block, +{fit.slope:.3g}·s₀ per block)"
     judged = fit.growth

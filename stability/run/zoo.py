@@ -116,7 +116,7 @@ def _prefix(model: str, block: str) -> str:
 def parameterisation(model: nn.Module, inputs: Any, block: nn.Module) -> tuple[str, str, str]:
     """(norm position, norm classes with their count, positional scheme) of a built model whose
     blocks are of `type(block)`, from one forward without gradient (the module docstring)."""
-    norms = [m for m in block.modules() if "Norm" in type(m).__name__]
+    norms = [m for m in block.modules() if m is not block and "Norm" in type(m).__name__]  # its norms, not itself
     seen: dict[str, Any] = {"first": None}
 
     # A tensor is compared by identity and by its version counter: an in-place operation after it

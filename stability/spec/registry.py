@@ -42,6 +42,7 @@ from stability.errors import StabilityError, did_you_mean
 
 __all__ = [
     "Explanation",
+    "Band",
     "Invariant",
     "Family",
     "Registry",
@@ -77,6 +78,28 @@ class Explanation:
 
 
 Phase = Literal["probe", "training"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Band:
+    """One number an invariant bounds by a band that a measurement of the family sets, not the
+    literature (`stability calibrate` measures it over seeds and depths and proposes the band;
+    `stability init` writes it). `values(verdict)` is the number on each network the verdict
+    judged (one per member of a seed ensemble, else the case's own network; nan where it is
+    undefined); `lo` and `hi` are the keys of the invariant's `[expect]` table that bound it
+    (None: that side is not bounded). The number must be positive: a band is widened by a factor.
+    A threshold a paper or the arithmetic sets (a cosine of 0.9, a mean-field band in standard
+    deviations) is no band: a measurement must not move it."""
+
+    number: str
+    label: str
+    values: Callable[[Any], Sequence[float]]
+    lo: str | None = None
+    hi: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.lo is None and self.hi is None:
+            raise RegistryError(f"band {self.number!r} bounds neither side: give lo or hi (its [expect] keys)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,6 +155,8 @@ class Invariant:
     #: The capabilities of a family it needs (`Family.lacks`): a spec whose family lacks one is
     #: refused when it is loaded, with the family's reason; `stability explain` lists those families.
     needs: frozenset[str] = frozenset()
+    #: The numbers it bounds by bands a measurement sets (`Band`; `stability calibrate` asks these).
+    bands: tuple[Band, ...] = ()
 
     def __post_init__(self) -> None:
         problems = []
@@ -160,6 +185,16 @@ class Invariant:
                 problems.append(f"{key} is empty")
         if not isinstance(self.explanation, Explanation):
             problems.append("explanation must be a stability.spec.registry.Explanation")
+        fields = getattr(self.expectation, "model_fields", {})
+        for b in self.bands:
+            if not isinstance(b, Band):
+                problems.append(f"bands must hold stability.spec.registry.Band entries, not {type(b).__name__}")
+                continue
+            unknown = [k for k in (b.lo, b.hi) if k is not None and k not in fields]
+            if unknown:
+                problems.append(f"band {b.number!r} names {', '.join(unknown)}, not keys of its [expect] table")
+        if self.bands and self.phase != "probe":
+            problems.append("bands are measured on the probe's networks: a training invariant has none")
         if problems:
             raise RegistryError(f"invariant {self.name!r} cannot be registered: " + "; ".join(problems))
 
