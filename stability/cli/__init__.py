@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from stability.cli.common import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, load_each
-from stability.cli.grammar import parser, refuse_empty
+from stability.cli.grammar import parser
+from stability.cli.usage import refuse_empty
 from stability.errors import StabilityError, UsageError, did_you_mean
 from stability.report.text import printable
 from stability.spec.registry import INVARIANTS

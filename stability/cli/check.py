@@ -68,7 +68,8 @@ def _validate(args: argparse.Namespace, specs: list[Spec], devices: list[str]) -
                 )
     if args.update_baseline and not args.baseline:
         raise UsageError("--update-baseline writes the --baseline FILE; give --baseline FILE too")
-    from stability.cli.grammar import parser, refuse_unused
+    from stability.cli.grammar import parser
+    from stability.cli.usage import refuse_unused
 
     if args.in_process:
         refuse_unused(parser(), args, ["--jobs"], "--in-process runs the specs in this process, one at a time")

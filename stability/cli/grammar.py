@@ -4,7 +4,8 @@ usage errors (exit 2, never argparse's usage block), and the option values' own 
 `--jobs auto` means). A value given as '' is refused for every option and argument
 (`refuse_empty`), and an option that does nothing in the mode a command runs in is refused by the
 command (`given`, the options set away from their defaults). The commands read what it parses; it
-imports none of them.
+imports none of them. What a command refuses of what was parsed (an empty value, an option its
+mode ignores) is `stability.cli.usage`'s.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from stability.errors import UsageError
 from stability.run.devices import CHOICES as DEVICE_CHOICES
 from stability.spec.registry import INVARIANTS
 
-__all__ = ["parser", "cores", "seconds", "refuse_empty", "given", "refuse_unused", "depth_list"]
+__all__ = ["parser", "cores", "seconds", "depth_list"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -382,65 +383,6 @@ def seconds(text: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a time limit; give seconds ≥ 0 (0 = no limit)")
     return value
-
-
-def _command_parser(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
-    """The subcommand's own parser (`stability check …`: check's)."""
-    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
-    command: argparse.ArgumentParser = sub.choices[args.command]
-    return command
-
-
-def _name(action: argparse.Action) -> str:
-    long = [o for o in action.option_strings if o.startswith("--")]
-    if long:
-        return long[0]
-    if action.option_strings:
-        return action.option_strings[0]
-    metavar = action.metavar
-    return str(metavar if isinstance(metavar, str) else action.dest).upper()
-
-
-def refuse_empty(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """A value given as '' (an unset variable in a script: `--json "$OUT"`, `--compare "$A" "$B"`)
-    is refused in one line, for every option and argument of the command: it is never read as
-    "not given" (no report written, no case replayed) nor as the current folder."""
-    for action in _command_parser(p, args)._actions:
-        value = getattr(args, action.dest, None)
-        values = value if isinstance(value, list | tuple) else [value]
-        if any(isinstance(v, str) and v == "" for v in values):
-            metavar = action.metavar if isinstance(action.metavar, str) else None
-            raise UsageError(
-                f"{args.command} {_name(action)} '': an empty value; give {metavar or 'a value'} "
-                "(an unset shell variable expands to '')"
-            )
-
-
-def given(p: argparse.ArgumentParser, args: argparse.Namespace, names: list[str]) -> list[str]:
-    """Those of the options `names` (as written: "--html") that the command line set away from
-    their defaults: what a mode that ignores them must refuse."""
-    actions = {o: a for a in _command_parser(p, args)._actions for o in a.option_strings}
-    out = []
-    for name in names:
-        action = actions[name]
-        default = action.default
-        if isinstance(default, str) and callable(action.type):  # argparse converts a string default ("auto")
-            default = action.type(default)
-        if getattr(args, action.dest, default) != default:
-            out.append(name)
-    return out
-
-
-def refuse_unused(p: argparse.ArgumentParser, args: argparse.Namespace, names: list[str], why: str) -> None:
-    """Refuse (one line, exit 2) those of `names` that the command line set, where the mode the
-    command runs in does nothing with them (`why` says what the mode does): an option is never
-    accepted and silently ignored."""
-    found = given(p, args, names)
-    if found:
-        one = len(found) == 1
-        raise UsageError(
-            f"{', '.join(found)}: {why}, so {'it does' if one else 'they do'} nothing; drop {'it' if one else 'them'}"
-        )
 
 
 def _count(option: str, *, auto: bool = False) -> Callable[[str], int]:

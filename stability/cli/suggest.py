@@ -82,7 +82,8 @@ def _finite(value: Any) -> Any:
 
 def suggest_command(args: argparse.Namespace, console: Console, err: Console) -> int:
     """`stability suggest ARGS`: the exit code."""
-    from stability.cli.grammar import parser, refuse_unused
+    from stability.cli.grammar import parser
+    from stability.cli.usage import refuse_unused
 
     grammar = parser()
     if args.list:

@@ -96,7 +96,8 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
     import tempfile
 
     from stability.cli.common import EXIT_FAILED, EXIT_NOTHING, EXIT_OK
-    from stability.cli.grammar import given, parser, refuse_unused
+    from stability.cli.grammar import parser
+    from stability.cli.usage import given, refuse_unused
     from stability.report.formats import write_atomic
     from stability.report.outputs import check_report_path
     from stability.report.zoo_compare import markdown, moved, terminal_rows
