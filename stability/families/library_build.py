@@ -9,8 +9,9 @@ its blocks found (`stability.families.discover`), and the init rule for reduced 
   shape (batch, channels, size, size), N(0, 1), channels from the config (`num_channels`,
   `in_chans`; else 3) and size from the config (`image_size`, `img_size`), else the case's
   `spatial`, else 32;
-- `"embeddings"`: `inputs_embeds` of shape (batch, tokens, hidden), N(0, 1), hidden the width of
-  the model's input embedding.
+- `"embeddings"`: `inputs_embeds` of shape (batch, tokens, hidden), N(0, s²), hidden the width of
+  the model's input embedding and s the root mean square of its rows (`embedding.embedding_rms`):
+  the stream enters block 0 at the scale the model's own token embedding gives it.
 
 The default is the model's own (`main_input_name` of a transformers model: `input_ids` → tokens,
 `pixel_values` → images; timm and torchvision: images). tokens defaults to 8 when the case draws
@@ -61,6 +62,7 @@ from torch import nn
 
 from stability.errors import CaseError
 from stability.families.discover import Blocks, discover
+from stability.families.embedding import embedding_rms, token_ids
 from stability.families.library import LibraryModel, quiet_imports
 from stability.families.library_lookup import Target, registry
 from stability.families.library_values import fill
@@ -177,13 +179,7 @@ def make_inputs(
         vocab = getattr(hf, "vocab_size", None) or config.get("vocab_size")
         if not vocab:
             raise CaseError(f"{target} has no vocab_size to draw token ids from: set config.vocab_size")
-        pad = getattr(hf, "pad_token_id", None)
-        pad = pad if isinstance(pad, int) and 0 <= pad < int(vocab) and int(vocab) > 1 else None
-        ids = torch.randint(0, int(vocab) - (pad is not None), (batch, tokens), generator=gen)  # (B, T)
-        if (
-            pad is not None
-        ):  # never the padding token: its embedding row is 0 at init, and a norm of 0 measures only its eps
-            ids += (ids >= pad).long()
+        ids = token_ids(int(vocab), getattr(hf, "pad_token_id", None), (batch, tokens), generator=gen)  # (B, T)
         return {"input_ids": ids.to(device), **extra}
     if kind == "embeddings":
         get = getattr(model, "get_input_embeddings", None)
@@ -191,7 +187,8 @@ def make_inputs(
         hidden = getattr(embedding, "embedding_dim", None) or getattr(hf, "hidden_size", None)
         if not hidden:
             raise CaseError(f"{target} has no input embedding to take the width of embeddings from")
-        x = torch.randn(batch, tokens, int(hidden), generator=gen, dtype=torch.float64)
+        x = torch.randn(batch, tokens, int(hidden), generator=gen, dtype=torch.float64)  # (B, T, C)
+        x *= embedding_rms(embedding)  # at the scale of the model's own token embedding
         return {"inputs_embeds": x.to(device=device, dtype=dtype), **extra}
     channels = int(getattr(hf, "num_channels", None) or config.get("num_channels") or config.get("in_chans") or 3)
     x = torch.randn(batch, channels, *_image_size(model, config, values), generator=gen, dtype=torch.float64).to(

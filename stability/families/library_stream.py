@@ -361,9 +361,6 @@ def build_streamed(
     model.to(dtype=dtype)
     _storageless(model, dev)
     model.to(device=dev)  # (the buffers)
-    inputs = make_inputs(
-        model, spec.target, config, values, modality=spec.inputs, seed=input_seed, device=dev, dtype=dtype
-    )
     candidates = _streamed_blocks(model, spec.blocks, str(spec.target))
     streamed = {id(m) for m in candidates}
     rest = [(n, p) for n, p in model.named_parameters() if not any(id(m) in streamed for m in _owners(model, n))]
@@ -374,6 +371,9 @@ def build_streamed(
         raise CaseError(
             f'{type(model).__name__}._init_weights leaves {", ".join(unset[:3])} unset (set at construction only, which a streamed model does not run): probe it with scale = "probed"'
         )
+    inputs = make_inputs(  # after the parts outside the blocks: `inputs = "embeddings"` reads the embedding's scale
+        model, spec.target, config, values, modality=spec.inputs, seed=input_seed, device=dev, dtype=dtype
+    )
     streamer = Streamer(model, candidates, seed=seed, device=dev)
     with streamer.tracing_shapes():
         found = discover(
