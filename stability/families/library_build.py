@@ -29,8 +29,8 @@ shipped model's. Concretely each such matrix is multiplied by
     k = (σ_shipped / σ_reduced) · √(fan-in_shipped / fan-in_reduced),
 
 σ being the root mean square of the library's own init of that parameter at each width, read
-off one block of the model built at depth 1 at both widths (the shipped one on the CPU: one
-block's memory, once per width and process). A ratio σ_shipped/σ_reduced within 4 standard
+off one block of the model built at depth 1 (or at its smallest depth, `library_depth`) at both
+widths (the shipped one on the CPU: one block's memory, once per width and process). A ratio σ_shipped/σ_reduced within 4 standard
 errors of 1 (an init that ignores the width), of √(fan-in_reduced/fan-in_shipped) or of
 √(fan-out_reduced/fan-out_shipped) (an init scaled by either) is taken as exactly that, so that sampling noise does not enter: for the
 init of transformers (N(0, σ²) whatever the width) k = √(W_shipped / W) exactly, **σ²·width
@@ -273,10 +273,14 @@ def _snap(ratio: float, candidates: tuple[float, ...], *, error: float) -> float
 _FACTORS: dict[str, dict[str, float]] = {}
 
 
-def init_factors(spec: LibraryModel, values: Mapping[str, Any], block_class: type) -> dict[str, float]:
+def init_factors(
+    spec: LibraryModel, values: Mapping[str, Any], block_class: type, *, least: int = 1
+) -> dict[str, float]:
     """k for each weight matrix of the spec's block class at this case's width, from the model
-    built at depth 1 at both widths (seed 0, outside the caller's generator; cached per process)."""
-    one = {**values, "depth": 1}
+    built at its smallest depth `least` (1 but for a model whose init needs more:
+    `library_depth.least_depth`) at both widths (seed 0, outside the caller's generator; cached per
+    process)."""
+    one = {**values, "depth": least}
     reduced_config, shipped_config = fill(spec.config, one), {**fill(spec.config, one), **fill(spec.shipped, one)}
     # The block class is part of the key: discovery may pick another class at another depth (a
     # ResNet at depth 1 has no run of two bottlenecks), and its factors are no other class's.
@@ -295,7 +299,7 @@ def init_factors(spec: LibraryModel, values: Mapping[str, Any], block_class: typ
         blocks = [next((m for m in model.modules() if type(m) is block_class), None) for model in pair]
         if blocks[0] is None or blocks[1] is None:
             raise CaseError(
-                f"{spec.target} built at depth 1 has no {block_class.__name__} to read the shipped init from"
+                f"{spec.target} built at depth {one['depth']} has no {block_class.__name__} to read the shipped init from"
             )
         _FACTORS[key] = factors_between(blocks[0], blocks[1])
     return _FACTORS[key]
@@ -335,10 +339,12 @@ def build_model(
     input_seed: int,
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
+    least: int = 1,
 ) -> Built:
     """Build the model of one case (`values`: the case's keys, `Case.as_dict()`), under the
     caller's seeded global generator; its inputs from `input_seed`; its blocks discovered on those
-    inputs; the init rule applied when the spec gives the shipped config."""
+    inputs; the init rule applied when the spec gives the shipped config (its pair of models built
+    at depth `least`, the smallest the model builds at: `library_depth.least_depth`)."""
     config = fill(spec.config, values)
     try:
         model = construct(spec.target, config)
@@ -361,6 +367,6 @@ def build_model(
     found = discover(model, inputs, blocks=spec.blocks)
     built = Built(model, inputs, found.blocks, found.stages)
     if spec.shipped:
-        built.factors = init_factors(spec, values, type(found.blocks.modules[0]))
+        built.factors = init_factors(spec, values, type(found.blocks.modules[0]), least=least)
         built.scaled = rescale_init(found.blocks, built.factors)
     return built

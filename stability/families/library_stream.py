@@ -417,14 +417,15 @@ def init_whole(model: nn.Module, blocks: Sequence[nn.Module], seed: int) -> None
         init_streamed(model, block, block_seed(seed, i))
 
 
-def estimate_bytes(one: Any, two: Any, *, depth: int, hidden_bytes: int) -> int:
+def estimate_bytes(one: Any, two: Any, *, depth: int, hidden_bytes: int, least: int = 1) -> int:
     """The peak bytes a streamed probe adds to what the process holds, from the model's
-    footprints at depths 1 and 2 (`library_memory.footprint`, at the shipped config): the parts
+    footprints at depths `least` and `least` + 1 (`library_memory.footprint`, at the config it is
+    built at; `least` the smallest depth it builds at, `library_depth`): the parts
     outside the blocks, two blocks' parameters, each block's input (what checkpointing keeps, one
     hidden state of `hidden_bytes` each), one block's saved tensors while its backward runs, and
     the backward's gradient of the largest parameter and activation with their norms' copies."""
     block = max(two.params - one.params, 0)
-    rest = max(one.params - block, 0)
+    rest = max(one.params - least * block, 0)
     saved = max(two.saved - one.saved, one.saved)
     work = 2 * max(one.largest_param, two.largest_param) + 2 * max(one.largest_saved, two.largest_saved)
     return int(rest + 2 * block + depth * hidden_bytes + saved + work)

@@ -143,6 +143,9 @@ def run_spec(
     options = options or RunOptions()
     profile_name, profile = get_profile(options.profile)
     t0 = time.perf_counter()
+    from stability.families.library_depth import narrowed
+
+    spec = narrowed(spec)  # no depth below the smallest the model builds at (a model whose init needs depth >= 2)
     cache: dict[Case, CaseRecord] = {}
 
     def measured(c: Case) -> CaseRecord:

@@ -228,6 +228,10 @@ class Family:
     #: the family, from the spec's raw `[block]` table (read before the spec is validated, so it
     #: must not raise): the worker forkserver imports them before it forks any child.
     preload: Callable[[Mapping[str, Any]], Sequence[str]] | None = None
+    #: `least_depth(spec) -> LeastDepth` (stability.families.library_depth): the smallest depth the
+    #: spec's model builds at (`.depth`, and `.why` the depths below fail); the search draws no
+    #: depth below it. None: every depth builds.
+    least_depth: Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:
         problems = []
