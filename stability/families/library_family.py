@@ -72,9 +72,11 @@ class LibraryOptions(BaseModel):
     shipped: dict[str, Any] = Field(
         default_factory=dict, description="the shipped config's values, for the init rule at a reduced width"
     )
-    scale: Literal["probed", "shipped"] = Field(
+    scale: Literal["probed", "shipped", "streamed"] = Field(
         default="probed",
-        description='"shipped": the shipped config (block.shipped over block.config), blocks streamed one at a time (transformers)',
+        description='"shipped": the shipped config (block.shipped over block.config), blocks streamed one at a time '
+        '(transformers); "streamed": block.config as the case fills it, blocks streamed (a case over the memory '
+        "budget is streamed so where it can be)",
     )
 
 
@@ -191,7 +193,7 @@ def _build(spec: Any, case: Any, gen: Any) -> Any:
 
     lib = library_model(spec)
     seed, device, dtype = derive_seed(case.seed, 1), torch.device(case.device), torch_dtype(case.dtype)
-    if lib.scale == "shipped":
+    if lib.scale in ("shipped", "streamed"):
         built = build_streamed(lib, case.as_dict(), input_seed=seed, device=device, dtype=dtype)
     else:
         least = least_depth(lib, case.as_dict()).depth if lib.shipped else 1  # where the init rule's pair is built
@@ -306,7 +308,7 @@ def _estimate(spec: Any, case: Any) -> int | None:
     if found is None:
         return None
     least, one, two = found
-    if library_model(spec).scale == "shipped":
+    if library_model(spec).scale in ("shipped", "streamed"):
         return int(resident_bytes() + _streamed_estimate(spec, case, least, one, two))
     depth = case.depth
 
@@ -323,6 +325,13 @@ def _estimate(spec: Any, case: Any) -> int | None:
         at(one.params_float32, two.params_float32) + largest_param + _shipped_params(spec, case, least)
     )  # constructed in float32, then cast; the init rule's models
     return int(resident_bytes() + max(probe, build))
+
+
+def _over_budget(spec: Any, case: Any, budget: int) -> Any:
+    """The registry's `over_budget` (stability.families.library_fit.over_budget)."""
+    from stability.families.library_fit import over_budget
+
+    return over_budget(spec, library_model(spec), case, budget)
 
 
 def _check_lm(spec: Any, data: Any) -> None:
@@ -373,6 +382,7 @@ register_family(
         lm_check=_check_lm,
         preload=_preload,
         least_depth=_least_depth,
+        over_budget=_over_budget,
         lacks={
             "blocks_alone": "runs its blocks only inside the model's own forward, on the model's own inputs (the Jacobian's torch.func transforms and the optimizer runs call the blocks on their own)",
             "attention": "computes its attention inside the library's modules, where the harness reads no probabilities yet",
