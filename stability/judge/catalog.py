@@ -204,7 +204,7 @@ with batch():
         _entry(
             "gradient_arrival",
             expectation=s.GradientArrival,
-            label="gradient ratio ‖∂L/∂x₀‖ / ‖∂L/∂x_L‖",
+            label="gradient ratio ‖∂L/∂x₀‖ / ‖∂L/∂x_L‖ (from x₁ on a pre-norm token model, the entry apart)",
             judge=_gradient_arrival,
             observers=form_observers,
             after_probe=entry_after,
