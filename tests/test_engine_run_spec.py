@@ -46,7 +46,12 @@ def _plain(expect: str = "[expect.gradient_arrival]\nlo = 1e-6\nhi = 1e6\n", ext
 @pytest.mark.parametrize(
     ("name", "module", "expectation", "kwargs"),
     [
-        ("gradient_arrival", inv, SimpleNamespace(lo=0.3, hi=3.0), dict(lo=0.3, hi=3.0)),
+        (
+            "gradient_arrival",
+            inv,
+            SimpleNamespace(lo=0.3, hi=3.0, include_entry=True),
+            dict(lo=0.3, hi=3.0, include_entry=True),
+        ),
         (
             "variance_growth",
             inv,

@@ -274,6 +274,17 @@ def parse_library(
             file, f"{prefix}inputs", "is not a modality", value=inputs, fix=f"choose one of {', '.join(MODALITIES)}"
         )
     out = LibraryModel(target, dict(config), inputs, blocks, dict(shipped or {}), scale)
+    if scale == "streamed" and (out.shipped or target.library != "transformers"):
+        raise SpecError(
+            file,
+            f"{prefix}scale",
+            '= "streamed" streams a transformers model\'s blocks at the config as given, with no init rule: '
+            + (f"{target} has another library" if target.library != "transformers" else "block.shipped is set"),
+            value=scale,
+            fix='use scale = "shipped" to stream the shipped config, or remove block.shipped'
+            if target.library == "transformers"
+            else "remove it: the whole model is probed as built",
+        )
     if scale == "shipped" and (not out.shipped or target.library != "transformers"):
         why = (
             "streams a transformers model's blocks"

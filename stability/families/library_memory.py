@@ -23,7 +23,8 @@ the backward frees them as it goes while each block's gradients come and go (the
 freed by their hook as they are produced: `stability.measure.reductions`). A seed ensemble
 (an invariant whose registry entry has `ensemble`, with `probe.ensemble` > 1) builds and probes
 its members one at a time while the case's own network is held, so two models are resident then.
-With `block.shipped`, the init rule builds the model at depth 1 at both widths once per process
+With `block.shipped`, the init rule builds the model at depth 1 (or its smallest depth,
+`library_depth`) at both widths once per process
 (`library_build.init_factors`) while the case's model is resident. So:
 
     peak = resident + max(models · P, P + P₁ + P₁,shipped) + S + G

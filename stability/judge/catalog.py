@@ -31,6 +31,8 @@ from stability.judge.catalog_measurements import (
     channel_ensemble,
     channel_observers,
     depth_variants,
+    entry_after,
+    form_observers,
     init_after,
     jacobian_after,
     lesion_after,
@@ -70,7 +72,7 @@ __all__: list[str] = []
 def _gradient_arrival(m: Any, e: s.GradientArrival) -> Any:
     from stability.judge.invariants import gradient_arrival
 
-    return gradient_arrival(m, lo=e.lo, hi=e.hi)
+    return gradient_arrival(m, lo=e.lo, hi=e.hi, include_entry=e.include_entry)
 
 
 def _variance_growth(m: Any, e: s.VarianceGrowth) -> Any:
@@ -203,8 +205,10 @@ with batch():
         _entry(
             "gradient_arrival",
             expectation=s.GradientArrival,
-            label="gradient ratio ‖∂L/∂x₀‖ / ‖∂L/∂x_L‖",
+            label="gradient ratio ‖∂L/∂x₀‖ / ‖∂L/∂x_L‖ (from x₁ on a pre-norm token model, the entry apart)",
             judge=_gradient_arrival,
+            observers=form_observers,
+            after_probe=entry_after,
             check=check_arrival,
             severity=ratio_severity,
             targets=arrival_targets,

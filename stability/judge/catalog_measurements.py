@@ -13,6 +13,8 @@ from stability.spec import schema as s
 
 __all__ = [
     "rank_observers",
+    "form_observers",
+    "entry_after",
     "attention_observers",
     "channel_observers",
     "jacobian_after",
@@ -35,6 +37,19 @@ def rank_observers(spec: s.Spec) -> list[Any]:
     from stability.judge.token_invariants import RankCollapseObserver
 
     return [RankCollapseObserver()] if spec.block.layer == "tokens" else []
+
+
+def form_observers(spec: s.Spec) -> list[Any]:
+    """Whether the stack is pre-norm (stability.measure.block_form), for a family whose x₀ may be a
+    model's own token embedding (a factory's or a library's model)."""
+    from stability.measure.block_form import BlockFormObserver
+
+    return [BlockFormObserver()] if spec.family in ("custom", "library") else []
+
+
+def entry_after(ctx: Any) -> Mapping[str, Any]:
+    """Whether x₀ is the model's own embedding of token ids (`Network.embedded`), beside the block form."""
+    return {"embedded": bool(ctx.net is not None and ctx.net.embedded)}
 
 
 def attention_observers(spec: s.Spec) -> list[Any]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from stability.judge.entry import entry_apart
 from stability.judge.growth import describe_ensemble, ensemble_growth
 from stability.judge.verdict import Verdict
 from stability.measure.measurements import Measurements
@@ -50,8 +51,15 @@ def _nonfinite(m: Measurements, invariant: str, bound: str) -> Verdict | None:
     return Verdict(invariant, False, math.nan, bound, block, where + "; lower the learning scale or use a wider dtype")
 
 
-def gradient_arrival(m: Measurements, *, lo: float = 0.1, hi: float = 10.0) -> Verdict:
-    """grad_norm[0] / grad_norm[-1] must lie in [lo, hi]; zero, underflow, NaN or inf is a collapse."""
+def gradient_arrival(
+    m: Measurements, *, lo: float = 0.1, hi: float = 10.0, include_entry: bool | None = None
+) -> Verdict:
+    """grad_norm[0] / grad_norm[-1] must lie in [lo, hi]; zero, underflow, NaN or inf is a collapse.
+
+    With the entry apart (`include_entry` false, or unset on a pre-norm stack whose x₀ is its model's
+    token embedding: `entry.entry_apart`) the ratio is grad_norm[1] / grad_norm[-1], from block 0's
+    output, and the entry factor grad_norm[0] / grad_norm[1] is reported beside it, not bounded."""
+    apart = (entry_apart(m) if include_entry is None else not include_entry) and m.n_blocks >= 1
     bound = f"[{lo:g}, {hi:g}]"
     bad = _nonfinite(m, "gradient_arrival", bound)
     if bad is not None:
@@ -67,8 +75,18 @@ def gradient_arrival(m: Measurements, *, lo: float = 0.1, hi: float = 10.0) -> V
             m.n_blocks,
             "the output gradient is zero; the loss does not depend on the output",
         )
+    first_boundary = 1 if apart else 0
     ratios = [v / top for v in g]  # cumulative arrival at each boundary, from the output down
-    ratio = ratios[0]
+    ratio = ratios[first_boundary]
+    extra: dict[str, Any] = {}
+    entry_note = ""
+    if apart:
+        entry = g[0] / g[1] if g[1] > 0 else math.nan
+        extra = {"entry": entry if math.isfinite(entry) else None, "judged": "g1/gL"}
+        entry_note = (
+            f" (g₁/g_L, from block 0's output; the embedding's entry factor g₀/g₁ {entry:.3g} is reported, "
+            "not bounded: include_entry = true bounds g₀/g_L)"
+        )
     if ratio == 0:
         first = next(i for i in range(len(g) - 1, -1, -1) if g[i] == 0)
         return Verdict(
@@ -78,22 +96,36 @@ def gradient_arrival(m: Measurements, *, lo: float = 0.1, hi: float = 10.0) -> V
             bound,
             first,
             f"the gradient is exactly zero from the input of block {first} down (collapse)",
+            extra,
         )
     if lo <= ratio <= hi:
         with np.errstate(divide="ignore"):
-            worst = int(np.argmax(np.abs(np.log(np.asarray(ratios)))))  # farthest from 1
-        return Verdict("gradient_arrival", True, ratio, bound, worst, f"gradient ratio {ratio:.3g} within {bound}")
+            worst = first_boundary + int(np.argmax(np.abs(np.log(np.asarray(ratios[first_boundary:])))))
+        return Verdict(
+            "gradient_arrival",
+            True,
+            ratio,
+            bound,
+            worst,
+            f"gradient ratio {ratio:.3g} within {bound}{entry_note}",
+            extra,
+        )
     side, limit = ("vanishes", lo) if ratio < lo else ("explodes", hi)
-    crossed = [i for i in range(len(g) - 1, -1, -1) if (ratios[i] < lo if ratio < lo else ratios[i] > hi)]
+    crossed = [
+        i for i in range(len(g) - 1, first_boundary - 1, -1) if (ratios[i] < lo if ratio < lo else ratios[i] > hi)
+    ]
     first = crossed[0]
-    per_block = ratio ** (1.0 / m.n_blocks) if m.n_blocks else 1.0
+    spanned = m.n_blocks - first_boundary
+    per_block = ratio ** (1.0 / spanned) if spanned else 1.0
     return Verdict(
         "gradient_arrival",
         False,
         ratio,
         bound,
         first,
-        f"gradient ratio {_beside(ratio, limit)} {'<' if ratio < lo else '>'} {limit:g}: the gradient {side} (crosses the bound at the input of block {first}; {per_block:.4g} per block on average)",
+        f"gradient ratio {_beside(ratio, limit)} {'<' if ratio < lo else '>'} {limit:g}: the gradient {side} "
+        f"(crosses the bound at the input of block {first}; {per_block:.4g} per block on average){entry_note}",
+        extra,
     )
 
 

@@ -84,8 +84,8 @@ def probe(
     """Measure gradient arrival, activation statistics and identity error in one fwd + one bwd.
 
     `blocks` is an `nn.Sequential` (its children are the blocks), an `nn.ModuleList`, any iterable
-    of modules, or a `stability.Stack` (its `stem` is applied to `x` without gradient first and its
-    `call_kwargs` are used). A whole model (a module holding a run of blocks,
+    of modules, or a `stability.Stack` (its `embedding` is applied to `x` when `x` holds token ids,
+    then its `stem`, both without gradient, and its `call_kwargs` are used). A whole model (a module holding a run of blocks,
     `stability.families.discover.holds_blocks`: GPT2Model, LlamaModel, a timm or torchvision
     network) is probed through its own forward, `x` being what it is called with (a tensor, or a
     mapping of keyword arguments such as `{"input_ids": ids}`): its blocks are discovered and
@@ -126,13 +126,17 @@ def probe(
             f"probe(blocks, x): x is a {type(x).__name__}; blocks called one after another take a tensor (a whole model takes a mapping of its inputs)"
         )
     stem: nn.Module | None = None
+    embedding: Callable[[torch.Tensor], torch.Tensor] | None = None
     if isinstance(blocks, Stack):
-        stem = blocks.stem
+        stem, embedding = blocks.stem, blocks.embedding
         call_kwargs = blocks.call_kwargs if call_kwargs is None else call_kwargs
     modules = _as_list(blocks)
 
     def body(named: list[tuple[str, nn.Parameter]]) -> Measurements:
         h = x
+        if embedding is not None and not (h.is_floating_point() or h.is_complex()):  # token ids
+            with torch.no_grad():
+                h = embedding(h)
         if stem is not None:
             with torch.no_grad():
                 h = stem(h)

@@ -202,11 +202,20 @@ def trained_count(res: SpecResult) -> int:
 
 
 def count_text(results: Iterable[SpecResult]) -> str:
-    """What ran, each counted as what it is: "8 case(s) probed", "3 case(s) trained", or both."""
+    """What ran, each counted as what it is: "8 case(s) probed", "3 case(s) trained", or both; the
+    cases over the memory budget that their family built another way (a library model streamed)
+    are named with how."""
     results = list(results)
     probed = sum(len(res.cases) for res in results)
     trained = sum(trained_count(res) for res in results)
-    parts = [f"{probed} case(s) probed"] if probed or not trained else []
+    other = [
+        r.measurements.extra["within_budget"]
+        for res in results
+        for r in res.cases.values()
+        if r.measurements is not None and isinstance(r.measurements.extra.get("within_budget"), dict)
+    ]
+    built = f" ({len(other)} over the memory budget, built {other[0]['how']})" if other else ""
+    parts = [f"{probed} case(s) probed{built}"] if probed or not trained else []
     if trained:
         parts.append(f"{trained} case(s) trained")
     return ", ".join(parts)

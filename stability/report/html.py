@@ -257,6 +257,9 @@ def _case_row(res: SpecResult, record: CaseRecord, roles: list[tuple[str, bool]]
     notes = [f"{'failing' if not met else 'deciding'} case of {name}" for name, met in roles]
     if record.error:
         notes.append(f"error: {record.error}")
+    other = record.measurements.extra.get("within_budget") if record.measurements is not None else None
+    if isinstance(other, dict):
+        notes.append(str(other.get("text", "")))
     cells.append(f"<td>{_e('; '.join(notes))}</td>")
     return f'<tr class="{cls}">{"".join(cells)}</tr>'
 

@@ -34,7 +34,7 @@ from stability.run.conclude import (
     not_applicable,
     severity,
 )
-from stability.run.guard import case_limit, case_threads, check_budget, time_limit, warm_up
+from stability.run.guard import case_limit, case_threads, fit_budget, time_limit, warm_up
 from stability.run.probing import MeasureContext, measure_case, probe_observers
 from stability.run.profiles import get_profile, keyed
 from stability.run.results import CaseRecord, InvariantResult, SpecResult
@@ -85,12 +85,14 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
     if case.device.startswith("cuda") and not torch.cuda.is_available():
         return CaseRecord(case, None, "CUDA is not available on this machine; use --device cpu", 0.0)
     try:
-        check_budget(spec, case, options.memory_budget)
+        built, why = fit_budget(spec, case, options.memory_budget)  # (a library model over it: streamed)
         limit = case_limit(spec, options.case_timeout)
         if limit:
             warm_up(case.device)  # torch's lazy imports and CUDA start-up are no case's own time
         with time_limit(limit), case_threads(spec):
-            m = measure_case(spec, case)
+            m = measure_case(built, case)
+        if why is not None:
+            m.extra["within_budget"] = why
     except BlockError as exc:  # a block raised on this case (any family): this case fails, the run goes on
         return CaseRecord(case, None, f"the case does not run: {exc}", time.perf_counter() - t0)
     except CaseError as exc:  # the time limit, or refused for memory
@@ -143,6 +145,9 @@ def run_spec(
     options = options or RunOptions()
     profile_name, profile = get_profile(options.profile)
     t0 = time.perf_counter()
+    from stability.families.library_depth import narrowed
+
+    spec = narrowed(spec)  # no depth below the smallest the model builds at (a model whose init needs depth >= 2)
     cache: dict[Case, CaseRecord] = {}
 
     def measured(c: Case) -> CaseRecord:

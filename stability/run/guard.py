@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
 from stability.errors import CaseError
 from stability.spec.case import Case
@@ -27,6 +28,7 @@ __all__ = [
     "estimate_bytes",
     "memory_budget",
     "check_budget",
+    "fit_budget",
     "check_least",
     "case_limit",
     "LONGEST_LIMIT_S",
@@ -131,17 +133,36 @@ def check_least(spec: Spec, case: Case, budget: int) -> None:
 
 def check_budget(spec: Spec, case: Case, budget: int | None = None) -> None:
     """Raise CaseError (with the estimate) when a case would not fit the memory budget."""
+    fit_budget(spec, case, budget, other_ways=False)
+
+
+def fit_budget(
+    spec: Spec, case: Case, budget: int | None = None, *, other_ways: bool = True
+) -> tuple[Spec, dict[str, Any] | None]:
+    """The spec to build the case with and, where it is not `spec`, what the report says of it
+    (`how`, `estimate`, `need`, `budget` and the `text`): `spec` when the case fits the budget;
+    else, with `other_ways`, the way its family builds it within the budget (its registry entry's
+    `over_budget`: a library model streamed block by block). CaseError otherwise, the refusal
+    naming what would fit where the family knows."""
     budget = memory_budget(case.device) if budget is None else budget
     check_least(spec, case, budget)
     est = estimate_bytes(spec, case)
-    if est is None:
-        return
-    if est > budget:
-        raise CaseError(
-            f"refused: this case needs about {format_bytes(est)} (parameters, saved activations and overhead) "
-            f"and the memory budget is {format_bytes(budget)} ({_which(spec, case)}); narrow space.depth/width/batch/tokens or "
-            f"raise --memory-budget (STABILITY_MEMORY_BUDGET)"
+    if est is None or est <= budget:
+        return spec, None
+    rule = FAMILIES.get(spec.family).over_budget if other_ways else None
+    other = rule(spec, case, budget) if rule is not None else None
+    if other is not None and other.spec is not None:
+        text = (
+            f"built {other.how}, about {format_bytes(other.need)}: as specified the case needs about "
+            f"{format_bytes(est)} and the memory budget is {format_bytes(budget)}"
         )
+        return other.spec, {"how": other.how, "estimate": est, "need": other.need, "budget": budget, "text": text}
+    fits = f"; or {other.how} (about {format_bytes(other.need)})" if other is not None else ""
+    raise CaseError(
+        f"refused: this case needs about {format_bytes(est)} (parameters, saved activations and overhead) "
+        f"and the memory budget is {format_bytes(budget)} ({_which(spec, case)}); narrow space.depth/width/batch/tokens or "
+        f"raise --memory-budget (STABILITY_MEMORY_BUDGET){fits}"
+    )
 
 
 def _which(spec: Spec, case: Case) -> str:

@@ -332,6 +332,9 @@ def run_sweep(
 
     t0 = time.perf_counter()
     backend = backend or InProcessExecutor()
+    from stability.families.library_depth import narrowed
+
+    spec = narrowed(spec)  # no depth below the smallest the model builds at (a model whose init needs depth >= 2)
     grid = grid_points(axes)
     check_points(
         spec, grid, seed=seeds[0] if seeds else 0, device=device
@@ -352,7 +355,7 @@ def run_sweep(
     if depth_range is None:
         depth_axis = next((a for a in axes if a.key == "depth"), None)
         ints = [int(v) for v in depth_axis.values] if depth_axis else list(spec.space.depth)
-        depth_range = (min(ints), max(ints))
+        depth_range = (max(min(ints), spec.space.depth[0]), max(ints))
     found: list[Budget] = []
     extra: list[PointResult] = []
     if budgets:

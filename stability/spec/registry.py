@@ -45,6 +45,7 @@ __all__ = [
     "Band",
     "Invariant",
     "Family",
+    "OtherBuild",
     "Registry",
     "INVARIANTS",
     "FAMILIES",
@@ -210,6 +211,18 @@ class Invariant:
 
 
 @dataclass(frozen=True, kw_only=True)
+class OtherBuild:
+    """Another way to build a case that is over the memory budget (`Family.over_budget`)."""
+
+    #: The spec to build the case with (it fits the budget); None: the refusal only names `how`.
+    spec: Any | None
+    #: Its estimate, in bytes.
+    need: int
+    #: Words: how it is built ("with its blocks streamed one at a time (…)"), or the change to make.
+    how: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class Family:
     """One family of networks, declared whole (see the module docstring).
 
@@ -263,6 +276,14 @@ class Family:
     #: the family, from the spec's raw `[block]` table (read before the spec is validated, so it
     #: must not raise): the worker forkserver imports them before it forks any child.
     preload: Callable[[Mapping[str, Any]], Sequence[str]] | None = None
+    #: `least_depth(spec) -> LeastDepth` (stability.families.library_depth): the smallest depth the
+    #: spec's model builds at (`.depth`, and `.why` the depths below fail); the search draws no
+    #: depth below it. None: every depth builds.
+    least_depth: Callable[[Any], Any] | None = None
+    #: `over_budget(spec, case, budget) -> OtherBuild | None`: how a case whose estimate is over the
+    #: memory budget is built within it instead (a library model streamed block by block), or what
+    #: the refusal names as fitting (stability.run.guard.fit_budget). None: refused as it is.
+    over_budget: Callable[[Any, Any, int], OtherBuild | None] | None = None
 
     def __post_init__(self) -> None:
         problems = []
