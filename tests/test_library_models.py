@@ -132,7 +132,7 @@ def _vision_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         import torchvision  # noqa: F401
     except Exception as exc:  # the PyPI torchvision for torch 2.13.0 is a CUDA build: RuntimeError on a CPU torch
         pytest.skip(
-            f"timm/torchvision do not import here ({type(exc).__name__}: {exc}); see docs/library-models.md, section 5"
+            f"timm/torchvision do not import here ({type(exc).__name__}: {exc}); see docs/library-models.md, section 7"
         )
     (tmp_path / "vision_blocks.py").write_text(
         next(b for b in _snippets("python") if "def resnet_layer(" in b), encoding="utf-8"
