@@ -23,6 +23,7 @@ import shutil
 import site
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,10 @@ def test_build_makes_an_sdist_and_a_wheel_that_hold_the_whole_package(dist: Path
     assert re.search(r"^Name: stability-harness$", metadata, re.M)
     assert re.search(r"^License-Expression: MIT$", metadata, re.M)
     assert f"{DIST}.dist-info/licenses/LICENSE" in names
+    with tarfile.open(dist / f"{DIST}.tar.gz") as sdist:
+        inside = {name.partition("/")[2] for name in sdist.getnames()}
+    assert {"pyproject.toml", "README.md", "LICENSE", "CHANGELOG.md", *EXAMPLES} <= inside
+    assert not {n for n in inside if n.startswith("tests/")}, "MANIFEST.in prunes the tests"
     entry_points = wheel.read(f"{DIST}.dist-info/entry_points.txt").decode()
     assert "[console_scripts]\nstability = stability.cli:main" in entry_points
     assert "[pytest11]\nstability = stability.plugin" in entry_points
