@@ -4,7 +4,7 @@
 
 Each measurement runs its command as a fresh process (wall time, and the CPU time of the process
 and every process below it, its workers included), records the machine it ran on (CPU model, usable cores, load average before
-and after, Python, torch, the commit) in docs/timings.json, and renders docs/timings.md from that
+and after, Python, torch, the commit) in benchmarks/timings.json, and renders docs/timings.md from that
 file (tests/test_startup.py checks the two agree, so the page is never edited by hand). Naming
 some measurements re-measures those and keeps the others' last results.
 
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "docs" / "timings.json"
+DATA = ROOT / "benchmarks" / "timings.json"
 PAGE = ROOT / "docs" / "timings.md"
 
 #: name → (what it is, the command, whether it runs in a fresh copy of specs/).
@@ -195,11 +195,11 @@ def duration(seconds: float) -> str:
 
 
 def render(data: dict[str, Any]) -> str:
-    """docs/timings.md from docs/timings.json."""
+    """docs/timings.md from benchmarks/timings.json."""
     lines = [
         "# Timings, measured",
         "",
-        "<!-- Written by `python benchmarks/timings.py` from docs/timings.json; do not edit by hand. -->",
+        "<!-- Written by `python benchmarks/timings.py` from benchmarks/timings.json; do not edit by hand. -->",
         "",
         "Every timing the README and docs/ quote comes from this page, which `benchmarks/timings.py` writes",
         "(a release runs it and commits the result). Each row is one fresh process: its wall time, the CPU",

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from approx_support import approx
 
 from stability.cli import main
 from stability.judge.verdict import Verdict
@@ -225,9 +226,7 @@ def test_update_baseline_writes_the_report_and_shows_the_drift_without_failing(t
     (pr / "b.json").write_text((base / "b.json").read_text())
     code, out, _ = check(pr, "--baseline", "b.json", "--update-baseline", "--html", "html")
     assert code == 0 and "1.00 → 1.31" in out and "--update-baseline: not failing" in out
-    assert json.loads((pr / "b.json").read_text())["specs"][0]["invariants"][0]["observed"] == pytest.approx(
-        1.31, rel=1e-6
-    )
+    assert json.loads((pr / "b.json").read_text())["specs"][0]["invariants"][0]["observed"] == approx(1.31, rel=1e-6)
     page = (pr / "html" / "index.html").read_text()
     assert "Against the baseline" in page and "1.00 → 1.31" in page and "+31.0%" in page
     assert check(pr, "--baseline", "b.json")[0] == 0  # the new numbers are the baseline now
@@ -334,11 +333,7 @@ def test_the_comparison_runs_in_workers_too(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "1.00 → 1.31 (+31.0%, drift limit 10%)" in proc.stdout
     (delta,) = json.loads((pr / "r.json").read_text())["baseline"]["deltas"]
-    assert (
-        delta["case"].endswith("seed=11")
-        and delta["status"] == "drift"
-        and delta["after"] == pytest.approx(1.31, rel=1e-6)
-    )
+    assert delta["case"].endswith("seed=11") and delta["status"] == "drift" and delta["after"] == approx(1.31, rel=1e-6)
 
 
 def test_a_move_of_exactly_the_drift_limit_is_within_it(tmp_path: Path, check: Check) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from approx_support import approx
 
 from stability.cli import main
 from stability.run import plugins
@@ -97,8 +98,8 @@ def test_check_in_workers_finds_the_closed_form_failure_and_the_html_shows_it(
     assert code == 1, out + err
     growth, arrival = results["output_growth"], results["gradient_arrival"]
     assert not growth["met"] and growth["case"]["depth"] == 4  # 1.44^4 = 4.30 > 4 > 1.44^3 = 2.99
-    assert growth["observed"] == pytest.approx(1.2**8, rel=1e-5)
-    assert arrival["met"] and arrival["observed"] == pytest.approx(1.2 ** arrival["case"]["depth"], rel=1e-5)
+    assert growth["observed"] == approx(1.2**8, rel=1e-5)
+    assert arrival["met"] and arrival["observed"] == approx(1.2 ** arrival["case"]["depth"], rel=1e-5)
     html = (project / "report" / "index.html").read_text()
     assert "output_growth" in html and "a closed form for every ratio" in html
 
@@ -109,7 +110,7 @@ def test_only_and_an_in_process_replay_judge_alike(project: Path, capsys: pytest
     assert (
         code == 0
         and [r["name"] for r in here] == ["output_growth"]
-        and here[0]["observed"] == pytest.approx(1.44**3, rel=1e-5)
+        and here[0]["observed"] == approx(1.44**3, rel=1e-5)
     )
     workers = [a for a in _args(COMMANDS[4]) if a != "--in-process"]
     code, _, _ = _run([*workers, "--json", "workers.json"], capsys)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from approx_support import approx
 
 from stability.errors import SpecError
 from stability.families.library import quiet_imports
@@ -158,8 +159,8 @@ def test_the_record_holds_the_librarys_init_with_the_harness_factor_divided_out(
     ]
     assert p.rescaled == 2.5 and p.n == w.numel() and (p.fan_in, p.fan_out) == (64, 192)
     assert p.mean == pytest.approx(float(w.mean()), rel=1e-6, abs=1e-12)
-    assert math.sqrt(p.var) == pytest.approx(float(w.std()), rel=1e-6)
-    assert (p.min, p.max) == pytest.approx((float(w.min()), float(w.max())), rel=1e-6)
+    assert math.sqrt(p.var) == approx(float(w.std()), rel=1e-6)
+    assert (p.min, p.max) == approx((float(w.min()), float(w.max())), rel=1e-6)
 
 
 def test_an_embeddings_padding_row_is_judged_apart() -> None:

@@ -165,8 +165,9 @@ def test_every_module_lives_in_a_stage_folder_or_is_named_at_the_top() -> None:
         "testing",
     ]
     assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(
-        [*STAGES, "cli"]
+        [*STAGES, "cli", "examples"]
     )
+    assert not list((PACKAGE / "examples").rglob("*.py")), "examples/ holds specs (package data), no code"
 
 
 def test_no_stage_imports_a_later_one() -> None:

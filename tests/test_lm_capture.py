@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from approx_support import approx
 from torch import nn
 
 from stability.families.lm_models import TokenModel, library_parameter_group
@@ -267,7 +268,7 @@ def test_a_factory_model_s_sdpa_calls_are_recorded_as_computed_by_hand() -> None
         k = k.repeat_interleave(2, dim=1)
         s = (q.double() @ k.double().transpose(-1, -2)) * scale
         hand.append(float(s.masked_fill(~visible, -math.inf).amax()))
-    assert recorded == pytest.approx(hand, rel=1e-6), (recorded, hand)
+    assert recorded == approx(hand, rel=1e-6), (recorded, hand)
     assert len(entropy) == 2 and all(0 < e < math.log(3) + 1e-12 for e in entropy[1:])
     with torch.no_grad(), cap.forward():  # inactive: no mode, nothing recorded
         tm.logits(tokens)

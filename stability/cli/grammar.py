@@ -69,7 +69,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--memory-budget",
         metavar="SIZE",
-        help="refuse cases estimated above SIZE (e.g. 4GiB; default half the free RAM)",
+        help="refuse cases estimated above SIZE (4GiB = 4*2**30 B, 4GB = 4e9 B, 4G = 4GiB; default half the free RAM)",
     )
     c.add_argument(
         "--deterministic", action="store_true", help="torch.use_deterministic_algorithms(True) (for CUDA runs)"

@@ -103,7 +103,7 @@ def _missing(library: str, exc: Exception, *, file: str, key: str, model: str) -
     fix = (
         'install it: pip install -e ".[hf]"'
         if library == "transformers"
-        else "install it (docs/library-models.md, section 5)"
+        else "install it (docs/library-models.md, section 7)"
     )
     return LibraryMissing(file, key, f"{library} does not import here ({what})", value=model, fix=fix)
 

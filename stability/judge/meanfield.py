@@ -220,10 +220,25 @@ def mean_field(
     return MeanField(activation, float(sigma_w2), float(sigma_b2), math.inf if grows else 1.0, chi, _xi(chi))
 
 
+#: σ_w² on the critical line in closed form. The positively homogeneous activations (`_HOMOGENEOUS`)
+#: have χ₁ = σ_w² E[φ′(z)²] at every q, and E[φ′(z)²] = E[φ(z)²] = c for them: σ_w² = 1/c at any σ_b².
+#: Without bias (σ_b² = 0), an activation with φ(0) = 0 and |φ(x)| < |φ′(0) x| has q* = 0 up to
+#: σ_w² = 1/φ′(0)², where χ₁ = σ_w² φ′(0)² = 1, and a q* > 0 with χ₁ > 1 beyond it (Poole et al. 2016,
+#: Fig. 1): tanh, with tanh′(0) = 1. GELU has φ(0) = 0 too, but from q = 1 its q grows without bound
+#: (GELU is ReLU-like for large inputs) from σ_w² ≈ 2.35 on, well before 1/φ′(0)² = 4: there χ₁ jumps
+#: from σ_w²/4 ≈ 0.59 (q* = 0) to ≈ 1.18 (q* = ∞), so its line is searched.
+_CRITICAL_WITHOUT_BIAS = {"tanh": 1.0}
+
+
 def critical_sigma_w2(activation: str, sigma_b2: float = 0.0) -> float:
-    """The σ_w² at which a plain stack's χ₁ = 1 (the order-to-chaos boundary for this σ_b²), by
+    """The σ_w² at which a plain stack's χ₁ = 1 (the order-to-chaos boundary for this σ_b²): in
+    closed form where one holds (ReLU 2 and the identity 1 at any σ_b²; tanh 1 without bias), else by
     bisection on log σ_w² in [1e-3, 1e4] (χ₁ increases with σ_w² for these activations)."""
     _check(activation, 1.0, sigma_b2)
+    if activation in _HOMOGENEOUS:
+        return 1.0 / _HOMOGENEOUS[activation]
+    if sigma_b2 == 0.0 and activation in _CRITICAL_WITHOUT_BIAS:
+        return _CRITICAL_WITHOUT_BIAS[activation]
     lo, hi = math.log(1e-3), math.log(1e4)
 
     def f(log_w: float) -> float:

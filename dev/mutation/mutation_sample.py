@@ -1,14 +1,14 @@
 """The mutation check's sample and its tally (docs/mutation.md).
 
-    python docs/mutation_sample.py draw        # draw the sample into docs/mutation_sample.txt
-    python docs/mutation_sample.py tally       # the sample's results per module, with 95% intervals
-    python docs/mutation_sample.py survivors   # the sampled mutants no test killed, one a line
+    python dev/mutation/mutation_sample.py draw        # draw the sample into dev/mutation/mutation_sample.txt
+    python dev/mutation/mutation_sample.py tally       # the sample's results per module, with 95% intervals
+    python dev/mutation/mutation_sample.py survivors   # the sampled mutants no test killed, one a line
 
 Run from the repository root after `mutmut run` has generated the mutants once (any run does: it
 writes every mutant's name under mutants/). The sample is a uniform random sample without
 replacement of every mutant mutmut generates for the modules in `[tool.mutmut] only_mutate`,
 drawn with a fixed seed from the sorted names, so the same source gives the same sample. The drawn
-names are kept in docs/mutation_sample.txt: a later run re-checks the same mutants even after
+names are kept in dev/mutation/mutation_sample.txt: a later run re-checks the same mutants even after
 tests (or a fix to a sampled function) were added.
 """
 

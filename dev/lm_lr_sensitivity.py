@@ -1,7 +1,7 @@
 """The learning-rate sensitivity of a language-model spec with and without qk-layernorm and z-loss
 (Wortsman et al. 2023, Fig. 1), on the same grid and seeds: the table in docs/training.md.
 
-    python docs/lm_lr_sensitivity.py specs/control_lm_lr_sensitivity.toml [--seeds 8] [--z-loss 1e-4]
+    python dev/lm_lr_sensitivity.py specs/control_lm_lr_sensitivity.toml [--seeds 8] [--z-loss 1e-4]
 
 The spec declares [expect.lr_sensitivity]; it is run as it is, with block.qk_norm = "layer", with
 train.z_loss, and with both, each over the spec's grid for the ensemble of the corner case (seed 0

@@ -1,7 +1,7 @@
 """Measure a training spec's headline number over many seeds: the numbers behind the bounds in
 specs/*.toml that declare a training invariant (docs/training.md).
 
-    python docs/training_calibration.py specs/mup_update_size.toml --seeds 20
+    python dev/training_calibration.py specs/mup_update_size.toml --seeds 20
 
 For each seed 0 … N-1 the spec's corner case (the first value of every range and list) with that
 seed is trained exactly as `stability check --case` would, and the verdict's observed value is

@@ -1,7 +1,7 @@
 """Regenerate docs/report.png: the HTML report of the shipped specs, as a browser shows it.
 
-    python docs/screenshot.py                 # check specs/ (ci profile), then screenshot
-    python docs/screenshot.py --reuse         # screenshot an existing /tmp/report/index.html
+    python dev/screenshot.py                 # check specs/ (ci profile), then screenshot
+    python dev/screenshot.py --reuse         # screenshot an existing /tmp/report/index.html
 
 Needs the `stability` command and a headless Chromium (Debian: `apt-get install chromium`).
 The check's exit code 1 (some expectation not met) still yields a report and a screenshot; a

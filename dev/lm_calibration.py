@@ -1,7 +1,7 @@
 """Measure a language-model spec's headline numbers over many seeds: the numbers behind the bounds
 of specs/*lm_*.toml (docs/training.md).
 
-    python docs/lm_calibration.py specs/control_lm_attention_logit_growth.toml --seeds 8
+    python dev/lm_calibration.py specs/control_lm_attention_logit_growth.toml --seeds 8
 
 For each seed 0 … N−1 the spec's corner case with that seed is run and judged by `evaluate_lm`
 exactly as `--case` would, and every declared language-model invariant's observed value is

@@ -1,6 +1,6 @@
 """CPU time of one probe of a transformer case with the token observers off and on.
 
-    python docs/token_overhead.py [WIDTH TOKENS BATCH]     (default 32 8 2; depth 8)
+    python dev/token_overhead.py [WIDTH TOKENS BATCH]     (default 32 8 2; depth 8)
 
 Interleaved repeats (every configuration once per round, 60 rounds after 5 warm-up rounds), one
 thread, `time.process_time` (CPU time, robust to a loaded machine); prints the median and the

@@ -1,6 +1,6 @@
 """Regenerate docs/sweep.png: the phase diagrams of a sweep report, as headless Chromium shows them.
 
-    python docs/sweep_screenshot.py /tmp/sweep/index.html      # a report written by `stability sweep --html /tmp/sweep`
+    python dev/sweep_screenshot.py /tmp/sweep/index.html      # a report written by `stability sweep --html /tmp/sweep`
 
 Needs Playwright for Python and the operating system's Chromium (Debian: `apt-get install chromium`);
 nothing is downloaded.
@@ -28,7 +28,7 @@ ARGS = [
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("report", type=Path)
-    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "sweep.png")
+    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "sweep.png")
     p.add_argument("--chromium", default="/usr/bin/chromium")
     args = p.parse_args()
     from playwright.sync_api import sync_playwright

@@ -2,8 +2,8 @@
 seeds of its corner case, and the same with one of the family's config keys unset (its own
 stabiliser removed): the tables in docs/training.md.
 
-    python docs/lm_zoo.py specs/lm_zoo/gemma2_attention_logits.toml [--seeds 8] [--without attn_logit_softcapping]
-    python docs/lm_zoo.py specs/lm_zoo/*_lr_sensitivity.toml
+    python dev/lm_zoo.py specs/lm_zoo/gemma2_attention_logits.toml [--seeds 8] [--without attn_logit_softcapping]
+    python dev/lm_zoo.py specs/lm_zoo/*_lr_sensitivity.toml
 
 An `attention_logits` spec is run on seeds 0 … seeds − 1 (the peak logit of each, the first step
 over the bound, the final held-out loss); an `lr_sensitivity` spec on its own ensemble of the corner
