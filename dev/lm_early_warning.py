@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from stability.judge.lm_invariants import _DIRECTION, indicator, progress
+from stability.judge.lm_invariants import WARNING_DIRECTION, indicator, progress
 from stability.measure.lm_records import LMRun
 from stability.measure.lm_train import lm_run
 from stability.spec.case import corner_case
@@ -186,7 +186,7 @@ def main() -> None:
     )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name in INDICATORS:
-        up = _DIRECTION[name] > 0
+        up = WARNING_DIRECTION[name] > 0
         for n in ns:
             values = {k: indicator(runs[k], name, n) for k in keys}
             thresholds, caught, alarms, early, ahead, n_bad, n_ok = [], 0, 0, 0, 0, 0, 0
@@ -230,7 +230,7 @@ def lead_table(
     warned at least M/2 steps before D."""
     ew = spec.expect.early_warning
     name, n, thr = ew.indicator, ew.steps, ew.threshold
-    up = _DIRECTION[name] > 0
+    up = WARNING_DIRECTION[name] > 0
     warned = {k: fires(indicator(runs[k], name, n), thr, up) for k in keys}
     bad = [k for k in keys if outcome[k]]
     ok = [k for k in keys if not outcome[k]]

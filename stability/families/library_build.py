@@ -77,6 +77,7 @@ __all__ = [
     "init_factors",
     "rescale_init",
     "weight_fans",
+    "weight_matrices",
 ]
 
 
@@ -208,7 +209,7 @@ def weight_fans(owner: nn.Module, p: torch.Tensor) -> tuple[int, int]:
     return int(p.shape[-1]), int(p.shape[-2])
 
 
-def _weights(block: nn.Module) -> dict[str, tuple[nn.Module, nn.Parameter]]:
+def weight_matrices(block: nn.Module) -> dict[str, tuple[nn.Module, nn.Parameter]]:
     """A block's weight matrices (two or more dimensions, outside an embedding), by name, with their owner."""
     out: dict[str, tuple[nn.Module, nn.Parameter]] = {}
     for owner_path, owner in block.named_modules():
@@ -245,8 +246,8 @@ def factors_between(reduced: nn.Module, shipped: nn.Module) -> dict[str, float]:
     """k for each weight matrix of a block (the rule in the module docstring): `reduced` and
     `shipped` are the same block class at the two widths, with the library's init."""
     out: dict[str, float] = {}
-    twin = _weights(shipped)
-    for name, (owner, p) in _weights(reduced).items():
+    twin = weight_matrices(shipped)
+    for name, (owner, p) in weight_matrices(reduced).items():
         if name not in twin or twin[name][1].shape == p.shape:
             continue
         s_reduced, s_shipped = _rms(p), _rms(twin[name][1])

@@ -27,10 +27,12 @@ __all__ = [
     "classify_growth",
     "GrowthFit",
     "mean_shift",
+    "nonfinite_verdict",
 ]
 
 
-def _nonfinite(m: Measurements, invariant: str, bound: str) -> Verdict | None:
+def nonfinite_verdict(m: Measurements, invariant: str, bound: str) -> Verdict | None:
+    """The violation where the pass met NaN/inf first (every probe invariant's), or None."""
     if m.nonfinite_at is None:
         return None
     b = m.nonfinite_at
@@ -61,7 +63,7 @@ def gradient_arrival(
     output, and the entry factor grad_norm[0] / grad_norm[1] is reported beside it, not bounded."""
     apart = (entry_apart(m) if include_entry is None else not include_entry) and m.n_blocks >= 1
     bound = f"[{lo:g}, {hi:g}]"
-    bad = _nonfinite(m, "gradient_arrival", bound)
+    bad = nonfinite_verdict(m, "gradient_arrival", bound)
     if bad is not None:
         return bad
     g = m.grad_norm
@@ -214,7 +216,7 @@ def variance_growth(
     if min_ratio is not None:
         parts.append(f"ratio ≥ {min_ratio:g}")
     bound = ", ".join(parts)
-    bad = _nonfinite(m, "variance_growth", bound)
+    bad = nonfinite_verdict(m, "variance_growth", bound)
     if bad is not None:
         return bad
     values = m.act_var if statistic == "variance" else m.act_sq_mean
@@ -310,7 +312,7 @@ def variance_growth(
 def identity_at_init(m: Measurements, *, atol: float = 0.0) -> Verdict:
     """‖f(x) − x‖/‖x‖ ≤ atol and ‖∂L/∂x − ∂L/∂y‖/‖∂L/∂y‖ ≤ atol (the Jacobian is the identity)."""
     bound = "exactly 0 (bit-exact)" if atol == 0 else f"≤ {atol:g}"
-    bad = _nonfinite(m, "identity_at_init", bound)
+    bad = nonfinite_verdict(m, "identity_at_init", bound)
     if bad is not None:
         return bad
     if m.identity_error is None:
@@ -374,7 +376,7 @@ def mean_shift(m: Measurements, *, max_ratio: float = 0.25) -> Verdict:
     (a centred tanh stack at width 16, batch 8 drew one network of ρ = 2.1 among seven near 0,
     whose mean was 0.29); the range is reported beside it."""
     bound = f"≤ {max_ratio:g}"
-    bad = _nonfinite(m, "mean_shift", bound)
+    bad = nonfinite_verdict(m, "mean_shift", bound)
     if bad is not None:
         return bad
     prof = m.extra.get("channels")

@@ -33,6 +33,7 @@ __all__ = [
     "indicator",
     "progress",
     "growth_per_100",
+    "WARNING_DIRECTION",
 ]
 
 
@@ -306,7 +307,7 @@ def indicator(run: LMRun, name: str, steps: int) -> float:
 
 
 #: Which way each indicator warns: above its threshold (+1) or below it (−1).
-_DIRECTION = {"logit_growth": 1, "max_logit": 1, "min_entropy": -1, "loss_progress": -1}
+WARNING_DIRECTION = {"logit_growth": 1, "max_logit": 1, "min_entropy": -1, "loss_progress": -1}
 
 
 @_judge("early_warning")
@@ -314,7 +315,7 @@ def early_warning(run: LMRun, *, steps: int, name: str = "logit_growth", thresho
     """The indicator over the first `steps` steps does not cross `threshold` (above it for the
     logit indicators, below it for the entropy and the progress): the run is not predicted to
     diverge. Judged at step `steps`, without the rest of the run."""
-    up = _DIRECTION[name] > 0
+    up = WARNING_DIRECTION[name] > 0
     bound = f"{name} {'≤' if up else '≥'} {threshold:g} over the first {steps} steps"
     value = indicator(run, name, steps)
     upto = [s for s in run.recorded if s < steps]

@@ -100,7 +100,7 @@ def residual_stream(
     max_block_change: float | None = None,
 ) -> Verdict:
     """The verdict on the four numbers' medians (the module docstring); the headline is the stream's gradient ratio."""
-    from stability.judge.invariants import _nonfinite
+    from stability.judge.invariants import nonfinite_verdict
 
     per = f"/L^{variance_exponent:g}" if variance_exponent else ""
     parts = [f"g₁/g_L in [{lo:g}, {hi:g}]"]
@@ -113,7 +113,7 @@ def residual_stream(
     if max_block_change is not None:
         parts.append(f"block change ≤ {max_block_change:g}")
     bound = "; ".join(parts)
-    bad = _nonfinite(m, "residual_stream", bound)
+    bad = nonfinite_verdict(m, "residual_stream", bound)
     if bad is not None:
         return bad
     if m.grad_norm[-1] == 0:

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from stability.judge.invariants import _nonfinite
+from stability.judge.invariants import nonfinite_verdict
 from stability.judge.verdict import Verdict
 from stability.measure.measurements import Measurements
 from stability.spec.schema import Spec
@@ -215,7 +215,7 @@ def rank_collapse(m: Measurements, *, max_similarity: float = 0.9) -> Verdict:
     5,000 draws, and an identity stack at initialisation passes them on unchanged). The message
     names the first block after which the similarity is above the bound."""
     bound = f"≤ {max_similarity:g}"
-    bad = _nonfinite(m, "rank_collapse", bound)
+    bad = nonfinite_verdict(m, "rank_collapse", bound)
     if bad is not None:
         return bad
     sims = m.extra.get("rank_collapse")
@@ -270,7 +270,7 @@ def rank_collapse(m: Measurements, *, max_similarity: float = 0.9) -> Verdict:
 def attention_entropy(m: Measurements, *, min_entropy: float = 0.5) -> Verdict:
     """min over blocks and heads of the normalised attention-row entropy must be ≥ min_entropy."""
     bound = f"≥ {min_entropy:g}"
-    bad = _nonfinite(m, "attention_entropy", bound)
+    bad = nonfinite_verdict(m, "attention_entropy", bound)
     if bad is not None:
         return bad
     data = m.extra.get("attention_entropy")
@@ -315,7 +315,7 @@ def attention_entropy(m: Measurements, *, min_entropy: float = 0.5) -> Verdict:
 def gradient_balance(m: Measurements, *, max_spread: float = 10.0) -> Verdict:
     """max / min of the per-block parameter-gradient norms must be ≤ max_spread."""
     bound = f"≤ {max_spread:g}"
-    bad = _nonfinite(m, "gradient_balance", bound)
+    bad = nonfinite_verdict(m, "gradient_balance", bound)
     if bad is not None:
         return bad
     norms = block_gradient_norms(m)

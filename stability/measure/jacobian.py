@@ -46,6 +46,7 @@ __all__ = [
     "jacobian_svdvals",
     "hutchinson_mean_sq",
     "power_max_sq",
+    "no_running_stats",
 ]
 
 #: The largest N = B·n_in for which the exact Jacobian is formed.
@@ -71,7 +72,8 @@ class JacobianSpectrum:
 
 
 @contextlib.contextmanager
-def _no_running_stats(module: nn.Module) -> Iterator[None]:
+def no_running_stats(module: nn.Module) -> Iterator[None]:
+    """Within it, `module`'s training batch norms use the batch's statistics and update no running ones."""
     changed = [
         m
         for m in module.modules()
@@ -137,7 +139,7 @@ def jacobian_svdvals(blocks: nn.Module, x: torch.Tensor) -> torch.Tensor:
             f"the exact Jacobian has {n}² entries (N = batch × input size = {n} > {EXACT_MAX}); use the estimates"
         )
     x = x.detach()
-    with _no_running_stats(blocks):
+    with no_running_stats(blocks):
         jac = jacrev(blocks)(x)  # (*y.shape, *x.shape)
     s: torch.Tensor = torch.linalg.svdvals(jac.detach().reshape(-1, n).double())
     return s
@@ -157,7 +159,7 @@ def jacobian_spectrum(
             mean, 0.0, top, top / mean if mean > 0 else math.inf, n, "exact", var_sq=float(s2.var(unbiased=False))
         )
     gen = torch.Generator().manual_seed(seed)
-    with _no_running_stats(blocks):
+    with no_running_stats(blocks):
         mean, se = hutchinson_mean_sq(blocks, x, probes=probes, generator=gen)
         top, used = power_max_sq(blocks, x, iterations=iterations, generator=gen)
     return JacobianSpectrum(mean, se, top, top / mean if mean > 0 else math.inf, n, "estimate", probes, used)

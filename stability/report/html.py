@@ -28,9 +28,9 @@ from stability.run.results import CaseRecord, InvariantResult, SpecResult
 from stability.spec.case import Case
 from stability.spec.registry import FAMILIES
 
-__all__ = ["render_html", "write_html"]
+__all__ = ["CSS", "render_html", "write_html"]
 
-_CSS = """
+CSS = """
 :root { --ok: #1a7f37; --bad: #cf222e; --bad-bg: #ffebe9; --muted: #57606a; --line: #d0d7de; }
 * { box-sizing: border-box; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif; color: #1f2328;
@@ -414,7 +414,7 @@ def render_html(
     return (
         "<!DOCTYPE html>\n"
         f'<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
+        f"<title>{_e(title)}</title><style>{CSS}</style></head><body>"
         f"<header><h1>stability report</h1>"
         f'<p class="summary {"ok" if met else "failed"}">{_mark(met)} {_e(summary)}</p>'
         f'<p class="meta">profile {_e(", ".join(profiles) or "—")} · generated {_e(generated)} · '

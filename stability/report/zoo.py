@@ -16,7 +16,7 @@ from pathlib import Path
 
 from stability.errors import UsageError
 from stability.report.formats import write_atomic
-from stability.report.html import _CSS
+from stability.report.html import CSS
 from stability.report.outputs import check_report_path
 from stability.report.text import printable
 from stability.run.zoo import ZooRow
@@ -154,7 +154,7 @@ def render_zoo_html(rows: Sequence[ZooRow], depths: Sequence[int], *, seconds: f
         )
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime())
     return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>stability zoo</title><style>{_CSS}</style></head><body>"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>stability zoo</title><style>{CSS}</style></head><body>"
         f"<h1>The zoo</h1><p class='meta'>{len(rows)} families, depths {', '.join(map(str, depths))}; {when}, {seconds:.0f} s</p>"
         f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></body></html>\n"
     )

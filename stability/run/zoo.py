@@ -173,9 +173,9 @@ class _Stop(BaseException):
 
 
 def _weights(block: nn.Module) -> list[tuple[nn.Module, torch.Tensor]]:
-    from stability.families.library_build import _weights as weights
+    from stability.families.library_build import weight_matrices
 
-    return list(weights(block).values())
+    return list(weight_matrices(block).values())
 
 
 def _init_text(model: nn.Module, block: nn.Module) -> str:

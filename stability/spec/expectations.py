@@ -10,10 +10,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
-from stability.spec.values import ExpectKind, Growth, _Model
+from stability.spec.values import ExpectKind, Growth, StrictModel
 
 
-class Expectation(_Model):
+class Expectation(StrictModel):
     """The keys every `[expect.NAME]` table has; an invariant's own model derives from it."""
 
     expect: ExpectKind = "holds"
