@@ -153,3 +153,26 @@ def test_a_plugin_file_in_a_folder_whose_name_is_not_utf8_loads(tmp_path: Path) 
     (folder / "quiet_plugin.py").write_text("LOADED = True\n", encoding="utf-8")
     module = plugins._load_file(folder / "quiet_plugin.py")
     assert module.LOADED is True
+
+
+def test_a_plugin_and_a_factory_module_are_imported_by_one_routine_under_names_of_their_own(tmp_path: Path) -> None:
+    """`stability.families.factory.import_file` imports both (plugins.py calls it): the same file
+    as a plugin and as a factory's module gets two private names, each the same in every process;
+    an import that fails leaves nothing in `sys.modules`, so the file can be fixed and loaded."""
+    from stability.families.factory import import_file
+
+    path = tmp_path / "blocks.py"
+    path.write_text("COUNT = [0]\nCOUNT[0] += 1\n", encoding="utf-8")
+    plugin = plugins._load_file(path)
+    factory = import_file(path, kind="factory", label="blocks")
+    assert plugin is not factory and plugin.COUNT == factory.COUNT == [1]
+    assert plugin.__name__.startswith("_stability_plugin_") and plugin.__name__.endswith("_blocks")
+    assert factory.__name__ == plugin.__name__.replace("_plugin_", "_factory_")
+    assert import_file(path, kind="factory", label="blocks") is factory  # once per process
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('not yet')\n", encoding="utf-8")
+    with pytest.raises(RuntimeError, match="not yet"):
+        import_file(broken, kind="plugin", label="broken")
+    assert not [n for n in sys.modules if n.endswith("_broken")]
+    broken.write_text("FIXED = True\n", encoding="utf-8")
+    assert import_file(broken, kind="plugin", label="broken").FIXED is True

@@ -225,6 +225,8 @@ def test_each_rule_is_written_in_one_place() -> None:
         r'name (==|!=) "(gradient_arrival|identity_at_init|mean_field|lesion|variance_growth)"'
     )
     assert [p for p in deciding if not p.startswith(("families/", "judge/catalog", "judge/remedies.py"))] == []
+    # a user's file (a factory's module, a plugin) is imported by path in one routine
+    assert [p.split(":")[0] for p in _code_lines(r"spec_from_file_location|exec_module")] == ["families/factory.py"] * 2
 
 
 def test_a_spec_loaded_before_the_registry_changed_still_pickles_for_its_worker(registered: list[str]) -> None:
