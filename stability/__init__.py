@@ -36,9 +36,8 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from stability import meanfield, strategies
     from stability.families.adapters import Stack
     from stability.families.build import Network, build, make_input
-    from stability.judge.growth import classify_ensemble
+    from stability.judge.growth import classify_ensemble, classify_growth
     from stability.judge.invariants import (
-        classify_growth,
         gradient_arrival,
         identity_at_init,
         mean_shift,
@@ -81,7 +80,7 @@ _LAZY: dict[str, str] = {
     "lesion_changes": "stability.measure.lesion",
     "path_length_shares": "stability.measure.paths",
     "Verdict": "stability.judge.verdict",
-    "classify_growth": "stability.judge.invariants",
+    "classify_growth": "stability.judge.growth",
     "gradient_arrival": "stability.judge.invariants",
     "identity_at_init": "stability.judge.invariants",
     "mean_shift": "stability.judge.invariants",

@@ -23,9 +23,9 @@ from stability.judge.verdict import Verdict
 from stability.report.baseline import Baseline, compare, relative_change, toward_bound
 from stability.report.baseline_load import load_baseline
 from stability.report.formats import to_json
-from stability.report.provenance import SCHEMA_VERSION
 from stability.run.engine import RunOptions, SpecResult, run_spec
 from stability.run.executor import Outcome, Task
+from stability.run.report_model import SCHEMA_VERSION
 from stability.run.store_keys import code_version, spec_hash
 from stability.spec.load import load_spec, parse_spec
 from stability.spec.schema import AttentionEntropy, GradientArrival, IdentityAtInit, Spec, UpdateSize
@@ -152,7 +152,7 @@ def test_relative_change_closed_forms() -> None:
 
 
 def _v(name: str, observed: float, passed: bool = True) -> Verdict:
-    return Verdict(name, passed, observed, "", None, "")
+    return Verdict(invariant=name, passed=passed, observed=observed, bound="", block=None, detail="")
 
 
 def _expecting(name: str, expectation: Any) -> Spec:
@@ -241,7 +241,10 @@ def test_update_baseline_writes_the_report_and_shows_the_drift_without_failing(t
             '{"schema_version": 1, "specs": []}',
             "is not a stability JSON report (not a stability JSON report of schema_version 2)",
         ),
-        ('{"schema_version": 2, "specs": [{"file": "x"}]}', "is not a stability JSON report (KeyError: 'name')"),
+        (
+            '{"schema_version": 2, "specs": [{"file": "x"}]}',
+            "is not a stability JSON report (specs[0].name: Field required)",
+        ),
         ("fifo", "is not a regular file"),
     ],
     ids=["missing", "not-json", "schema-1", "no-name", "fifo"],
@@ -297,7 +300,9 @@ def test_only_cases_that_differ_are_replayed_on_the_run_executor(
     comparison = compare(baseline, [outcome], replay=replay)
     assert [(t.case, t.only, t.options) for t in seen] == [(baseline.entries[1].key.case, "gradient_arrival", options)]
     assert [(d.status, d.before, d.after) for d in comparison.deltas] == [("within", 1.0, 1.0), ("within", 1.0, 1.0)]
-    assert compare(Baseline("empty", []), [outcome], replay=replay).new == ["specs/gain.toml::gradient_arrival"]
+    assert compare(Baseline(path="empty", entries=[]), [outcome], replay=replay).new == [
+        "specs/gain.toml::gradient_arrival"
+    ]
 
 
 def _report_spec(result: SpecResult, case: str) -> dict[str, Any]:

@@ -190,7 +190,14 @@ def test_a_plugins_invariant_is_calibrated_by_its_registered_bands(tmp_path: Pat
 
     def judge(m: object, e: ToyGrowth) -> Verdict:
         ratio = m.act_sq_mean[-1] / m.act_sq_mean[0]  # type: ignore[attr-defined]
-        return Verdict("toy_growth", ratio <= e.max_ratio, ratio, f"≤ {e.max_ratio:g}", None, f"ratio {ratio:g}")
+        return Verdict(
+            invariant="toy_growth",
+            passed=ratio <= e.max_ratio,
+            observed=ratio,
+            bound=f"≤ {e.max_ratio:g}",
+            block=None,
+            detail=f"ratio {ratio:g}",
+        )
 
     register_invariant(
         Invariant(

@@ -15,6 +15,7 @@ SHARED = {
     "stability.seeding",
     "stability._version",
     "stability.allocator",
+    "stability.numbers",
 }  # used by every stage, import nothing of the harness
 
 
@@ -159,6 +160,7 @@ def test_every_module_lives_in_a_stage_folder_or_is_named_at_the_top() -> None:
         "assertions",
         "errors",
         "meanfield",
+        "numbers",
         "plugin",
         "seeding",
         "strategies",

@@ -34,7 +34,7 @@ def test_gaussian_moments_at_any_variance(q: float) -> None:
 @pytest.mark.parametrize("activation", ["tanh", "gelu", "sigmoid", "relu", "identity"])
 def test_a_stack_without_weights_or_bias_collapses_to_zero(activation: str) -> None:
     assert mean_field(activation, sigma_w2=0.0) == MeanField(
-        activation, 0.0, 0.0, 0.0, 0.0, 0.0
+        activation=activation, sigma_w2=0.0, sigma_b2=0.0, q_star=0.0, chi1=0.0, xi=0.0
     )  # ξ = 0: gone in one block
 
 

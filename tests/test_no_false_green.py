@@ -473,7 +473,7 @@ def test_no_probe_invariant_is_evidence_on_a_network_with_no_block() -> None:
         PLAIN.format(extra="", expect="[expect.variance_growth]\n[expect.lesion]\n").replace('"plain"', '"preact"', 1)
     )
     m = Measurements([1.0], [1.0], [1.0], {}, 0.0, 0.0, None)
-    record = CaseRecord(corner_case(spec), m)
+    record = CaseRecord(case=corner_case(spec), measurements=m)
     names = [n for n, _ in spec.invariants() if not INVARIANTS.get(n).training]
     assert names == ["gradient_arrival", "variance_growth", "lesion"]
     m.extra["lesion"] = [0.0]

@@ -112,7 +112,7 @@ def test_the_ensemble_median_is_judged_and_its_range_reported() -> None:
     """Three networks with stream ratios 1, 2 and 8: the median 2 is judged, not member 0's 8."""
     profiles = [[8.0, 8.0, 1.0], [2.0, 2.0, 1.0], [1.0, 1.0, 1.0]]  # entry 1 each; stream 8, 2, 1
     ones = [[1.0, 1.0, 1.0]] * 3
-    ens = Ensemble([0, 1, 2], ones, ones, True, profiles)
+    ens = Ensemble(seeds=[0, 1, 2], act_var=ones, act_sq_mean=ones, vectorised=True, grad_norm=profiles)
     m = Measurements(profiles[0], [1.0] * 3, [1.0] * 3, {}, None, None, None, extra={"stream_ensemble": ens})
     v = residual_stream(m, lo=0.5, hi=4.0)
     assert v.passed and v.observed == 2.0 and v.extra["members"] == 3
@@ -124,12 +124,12 @@ def test_the_ensemble_median_is_judged_and_its_range_reported() -> None:
 def test_zero_and_non_finite_measurements_fail_with_what_happened() -> None:
     zero = residual_stream(Measurements([1.0, 1.0, 0.0], [1.0] * 3, [1.0] * 3, {}, None, None, None))
     assert zero == Verdict(
-        "residual_stream",
-        False,
-        0.0,
-        "g₁/g_L in [0.1, 10]",
-        2,
-        "the output gradient is zero; the loss does not depend on the output",
+        invariant="residual_stream",
+        passed=False,
+        observed=0.0,
+        bound="g₁/g_L in [0.1, 10]",
+        block=2,
+        detail="the output gradient is zero; the loss does not depend on the output",
     )
     bad = residual_stream(Measurements([1.0, 1.0, 1.0], [1.0] * 3, [1.0] * 3, {}, None, None, 2, "activation"))
     assert not bad.passed and bad.block == 1 and math.isnan(bad.observed)
@@ -168,12 +168,12 @@ def test_the_severity_reads_every_bounded_number_so_a_broken_band_is_worse_than_
     def sev(stream: float, **extra: float) -> float:
         return inv.severity_of(
             Verdict(
-                "residual_stream",
-                True,
-                stream,
-                "",
-                None,
-                "",
+                invariant="residual_stream",
+                passed=True,
+                observed=stream,
+                bound="",
+                block=None,
+                detail="",
                 extra={"entry": 100.0, "variance": 5e4, "change": 0.1, **extra},
             ),
             e,
@@ -190,7 +190,16 @@ def test_the_severity_reads_every_bounded_number_so_a_broken_band_is_worse_than_
     assert sev(204.0, entry=math.nan) == math.inf
     assert (
         inv.severity_of(
-            Verdict("residual_stream", False, 204.0, "", None, "", extra={"entry": None, "variance": 5e4}), e
+            Verdict(
+                invariant="residual_stream",
+                passed=False,
+                observed=204.0,
+                bound="",
+                block=None,
+                detail="",
+                extra={"entry": None, "variance": 5e4},
+            ),
+            e,
         )
         == math.inf
     )  # undefined, as the verdict stores it

@@ -542,17 +542,26 @@ class _Unjudged(InProcessExecutor):
                 continue
             outcome.result.results = [
                 InvariantResult(
-                    r.name,
-                    r.expect,
-                    True,
-                    None,
-                    r.case,
-                    0,
-                    f"{r.name}: not applicable at {r.case}: (a remedy moved it)",
+                    name=r.name,
+                    expect=r.expect,
+                    met=True,
+                    verdict=None,
+                    case=r.case,
+                    examples=0,
+                    message=f"{r.name}: not applicable at {r.case}: (a remedy moved it)",
                     applicable=False,
                 )
                 if replay
-                else InvariantResult(r.name, r.expect, True, None, None, 0, f"{r.name}: skipped", skipped=True)
+                else InvariantResult(
+                    name=r.name,
+                    expect=r.expect,
+                    met=True,
+                    verdict=None,
+                    case=None,
+                    examples=0,
+                    message=f"{r.name}: skipped",
+                    skipped=True,
+                )
                 for r in outcome.result.results
             ]
         return outcomes

@@ -18,12 +18,23 @@ from stability.spec.remedy import MISSING, Change
 
 def _attempt(name: str, keys: int, margin: tuple[float, ...], status: str = "holds") -> Attempt:
     changes = [Change(f"block.k{i}", MISSING, i) for i in range(keys)]
-    return Attempt(name, "s", ("r",), changes, "", "", status, "", [], margin)
+    return Attempt(
+        remedy=name,
+        summary="s",
+        references=("r",),
+        changes=changes,
+        diff="",
+        text="",
+        status=status,
+        detail="",
+        numbers=[],
+        margin=margin,
+    )
 
 
 def _ranked(*attempts: Attempt, invariants: int = 1) -> list[str]:
     failing = [SimpleNamespace(name=f"inv{k}") for k in range(invariants)]  # only their count is read
-    found = Suggestions("x.toml", "x", "ci", failing, list(attempts))  # type: ignore[arg-type]
+    found = Suggestions(path="x.toml", name="x", profile="ci", failing=failing, attempts=list(attempts))  # type: ignore[arg-type]
     return [a.remedy for a in found.ranked]
 
 
@@ -71,7 +82,7 @@ def test_what_did_not_hold_is_never_ranked_and_best_is_the_first() -> None:
     held, failed = _attempt("held", 2, (3.0,)), _attempt("failed", 1, (), "fails")
     refused = _attempt("refused", 1, (), "refused")
     failing = [SimpleNamespace(name="gradient_arrival")]
-    s = Suggestions("x.toml", "x", "ci", failing, [failed, refused, held])  # type: ignore[arg-type]
+    s = Suggestions(path="x.toml", name="x", profile="ci", failing=failing, attempts=[failed, refused, held])  # type: ignore[arg-type]
     assert [a.remedy for a in s.ranked] == ["held"] and s.best is held
     assert s.to_dict()["ranked"] == ["held"]
-    assert Suggestions("x.toml", "x", "ci", failing, [failed]).best is None  # type: ignore[arg-type]
+    assert Suggestions(path="x.toml", name="x", profile="ci", failing=failing, attempts=[failed]).best is None  # type: ignore[arg-type]

@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from stability.cli.common import EXIT_FAILED, EXIT_OK, load_each
 from stability.errors import UsageError
+from stability.numbers import json_safe
 from stability.report.text import printable
 
 __all__ = ["suggest_command", "SUGGEST_JSON_VERSION"]
@@ -67,17 +66,6 @@ def _check_out(out: str, spec: str, *, force: bool) -> None:
         )
     if os.path.lexists(target) and not force:
         raise UsageError(f"--out {out}: exists; add --force to replace it, or give another file")
-
-
-def _finite(value: Any) -> Any:
-    """JSON has no NaN or infinity: None in their place."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
 
 
 def suggest_command(args: argparse.Namespace, console: Console, err: Console) -> int:
@@ -188,7 +176,9 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
             "stability_suggest": SUGGEST_JSON_VERSION,
             **found.to_dict(),
         }  # the first key: what makes the file suggest's own
-        write_atomic(args.json, json.dumps(_finite(report), indent=2, allow_nan=False, default=str) + "\n")
+        write_atomic(
+            args.json, json.dumps(json_safe(report, nonfinite="null"), indent=2, allow_nan=False, default=str) + "\n"
+        )
     print_suggestions(
         found, console, diffs=not args.no_diff, out=args.out if best is not None else None, only=args.only
     )

@@ -103,6 +103,7 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
     from stability.report.zoo_compare import markdown, moved, terminal_rows
     from stability.run.release_sides import check_sides, run_side
     from stability.run.releases import parse_release
+    from stability.run.report_model import CompareRow
     from stability.run.zoo import ZOO
     from stability.spec.load import find_specs
 
@@ -129,7 +130,7 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
         side_b = run_side(
             b, paths, depths=depths, out=Path(tmp) / "b", baseline=side_a / "report.json", plugins=args.plugin
         )
-        rows = json.loads((side_b / "compare.json").read_text(encoding="utf-8"))
+        rows = [CompareRow.model_validate(r) for r in json.loads((side_b / "compare.json").read_text(encoding="utf-8"))]
         refused = {
             a.label: json.loads((side_a / "refused.json").read_text(encoding="utf-8")),
             b.label: json.loads((side_b / "refused.json").read_text(encoding="utf-8")),
@@ -148,7 +149,7 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
     for side, files in refused.items():
         for why in files.values():
             console.print(f"not compared, refused under {escape(side)}: {escape(why)}", soft_wrap=True)
-    compared = sum(r["status"] != "not_comparable" for r in rows)
+    compared = sum(r.status != "not_comparable" for r in rows)
     if args.md:
         write_atomic(Path(args.md), markdown(a.label, b.label, rows, refused, versions, compared=compared))
         console.print(f"wrote {escape(printable(args.md))}")

@@ -234,7 +234,7 @@ def check_config(target: Target, config: Mapping[str, Any], *, file: str, key: s
 MODALITIES: tuple[str, ...] = ("tokens", "images", "embeddings")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LibraryModel:
     """A spec's library model: the target, its config (placeholders unfilled), the modality of its
     inputs (None: the model's own), the blocks to probe (None: discovered) and the shipped config's
@@ -273,7 +273,9 @@ def parse_library(
         raise SpecError(
             file, f"{prefix}inputs", "is not a modality", value=inputs, fix=f"choose one of {', '.join(MODALITIES)}"
         )
-    out = LibraryModel(target, dict(config), inputs, blocks, dict(shipped or {}), scale)
+    out = LibraryModel(
+        target=target, config=dict(config), inputs=inputs, blocks=blocks, shipped=dict(shipped or {}), scale=scale
+    )
     if scale == "streamed" and (out.shipped or target.library != "transformers"):
         raise SpecError(
             file,

@@ -48,7 +48,7 @@ from typing import Any
 __all__ = ["LibraryFootprint", "count_bytes", "footprint", "meta_model", "registered_on_meta", "resident_bytes"]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class LibraryFootprint:
     """What one case's model takes, in bytes (the module docstring): `params` its parameters and
     buffers in the case's dtype, `saved` the tensors autograd keeps in the probe's forward,
@@ -244,4 +244,11 @@ def footprint(lib: Any, values: dict[str, Any], dtype: Any) -> LibraryFootprint:
     except Exception:  # a forward fake tensors cannot run (a kernel with no fake rule, a data-dependent branch):
         saved, largest_saved = 0, 0  # the parameters alone, a lower bound that still refuses what cannot fit
         largest_param = _largest_block_param(model, dtype) or largest
-    return LibraryFootprint(params, saved, largest_param, largest_saved, count, float32)
+    return LibraryFootprint(
+        params=params,
+        saved=saved,
+        largest_param=largest_param,
+        largest_saved=largest_saved,
+        count=count,
+        params_float32=float32,
+    )

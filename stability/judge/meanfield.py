@@ -84,7 +84,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MeanField:
     """The mean-field description of one (activation, σ_w², σ_b²) stack; see the module docstring.
 
@@ -213,11 +213,20 @@ def mean_field(
     if not residual:
         q = fixed_point(activation, sigma_w2=sigma_w2, sigma_b2=sigma_b2)
         chi = _chi_at(activation, sigma_w2, q)
-        return MeanField(activation, float(sigma_w2), float(sigma_b2), q, chi, _xi(chi))
+        return MeanField(
+            activation=activation, sigma_w2=float(sigma_w2), sigma_b2=float(sigma_b2), q_star=q, chi1=chi, xi=_xi(chi)
+        )
     a2 = float(branch_scale) ** 2
     grows = a2 * (sigma_w2 * second_moment(activation, 1.0) + sigma_b2) > 0.0
     chi = 1.0 + a2 * _chi_at(activation, sigma_w2, 1.0)
-    return MeanField(activation, float(sigma_w2), float(sigma_b2), math.inf if grows else 1.0, chi, _xi(chi))
+    return MeanField(
+        activation=activation,
+        sigma_w2=float(sigma_w2),
+        sigma_b2=float(sigma_b2),
+        q_star=math.inf if grows else 1.0,
+        chi1=chi,
+        xi=_xi(chi),
+    )
 
 
 #: σ_w² on the critical line in closed form. The positively homogeneous activations (`_HOMOGENEOUS`)

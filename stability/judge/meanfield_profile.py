@@ -20,7 +20,7 @@ from stability.judge.meanfield_quadrature import check_arguments, second_moment,
 __all__ = ["LayerProfile", "layer_profile", "log_factor_variance", "log_rate_variance"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LayerProfile:
     """Mean-field numbers for blocks l = 0 … L−1 of one finite stack.
 
@@ -73,7 +73,14 @@ def layer_profile(
         else:
             chis.append(sigma_w2 * m2)
             second = second_moment(activation, q)
-    return LayerProfile(tuple(qs), tuple(chis), tuple(kappas), residual, float(branch_scale), activation)
+    return LayerProfile(
+        q=tuple(qs),
+        chi=tuple(chis),
+        kappa=tuple(kappas),
+        residual=residual,
+        branch_scale=float(branch_scale),
+        activation=activation,
+    )
 
 
 def log_factor_variance(profile: LayerProfile, *, width: int) -> tuple[float, ...]:

@@ -6,8 +6,6 @@ interrupted run never leaves a truncated report and never destroys the previous 
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import re
 import tempfile
@@ -20,9 +18,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from stability.report.provenance import SCHEMA_VERSION
+from stability.numbers import number_text
 from stability.report.provenance import provenance as provenance_of
 from stability.report.text import printable
+from stability.run.report_model import CaseEntry, ComparisonEntry, InvariantEntry, Provenance, Report, SpecEntry
 from stability.run.results import OUTPUT_LINES, InvariantResult, SpecResult
 from stability.spec.registry import INVARIANTS
 
@@ -30,6 +29,7 @@ __all__ = [
     "judged_count",
     "print_table",
     "print_failures",
+    "report",
     "to_json",
     "write_json",
     "write_junit",
@@ -83,14 +83,6 @@ def _temporary_prefix(path: Path) -> str:
     return f".{name}."
 
 
-def _fmt(x: float | None) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "—"
-    if x == 0:
-        return "0"
-    return f"{x:.3g}"
-
-
 def _mark(r: InvariantResult) -> str:
     if not r.applicable:
         return "[dim]n/a[/dim]"
@@ -122,7 +114,7 @@ def print_table(results: Iterable[SpecResult], console: Console) -> None:
                 r.name,
                 r.expect,
                 _mark(r),
-                (_fmt(v.observed) if v is not None else "—") + detail,
+                (number_text(v.observed) if v is not None else "—") + detail,
                 escape(printable(v.bound)) if v is not None else ("not applicable" if not r.applicable else ""),
                 escape(printable(r.case.varying(res.spec))) if r.case is not None else "",
             )
@@ -269,25 +261,6 @@ def judged_count(results: Iterable[SpecResult]) -> int:
     return sum(r.verdict is not None for res in results for r in res.results)
 
 
-def _num(x: float | None) -> float | None | str:
-    if x is None:
-        return None
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)  # JSON has no NaN/inf: "nan", "inf", "-inf"
-    return x
-
-
-def _json_safe(value: Any) -> Any:
-    """`Measurements.to_dict`'s data in standard JSON: NaN and ±inf as the strings "nan", "inf", "-inf"."""
-    if isinstance(value, float):
-        return _num(value)
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    return value
-
-
 def to_json(
     results: list[SpecResult],
     *,
@@ -297,76 +270,82 @@ def to_json(
     provenance: Mapping[str, dict[str, Any]] | None = None,
     baseline: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The machine-readable report: per spec, per invariant, per case. Each spec records its
+    """The machine-readable report: per spec, per invariant, per case, as plain data (`report`'s)."""
+    return report(
+        results, seconds=seconds, interrupted=interrupted, errors=errors, provenance=provenance, baseline=baseline
+    ).to_data()
+
+
+def report(
+    results: list[SpecResult],
+    *,
+    seconds: float = 0.0,
+    interrupted: bool = False,
+    errors: list[str] | None = None,
+    provenance: Mapping[str, dict[str, Any]] | None = None,
+    baseline: dict[str, Any] | None = None,
+) -> Report:
+    """The JSON report as its model (`stability.run.report_model.Report`). Each spec records its
     provenance (`stability.report.provenance.provenance`, or `provenance[spec path]`), so the report
     can serve as a baseline; `baseline` is the comparison with one (`Comparison.to_json`)."""
-    specs = []
-    for res in results:
-        invariants = []
-        for r in res.results:
-            v = r.verdict
-            invariants.append(
-                {
-                    "name": r.name,
-                    "expect": r.expect,
-                    "met": r.met,
-                    "status": r.status,
-                    "verdict": None if v is None else ("holds" if v.passed else "violated"),
-                    "observed": None if v is None else _num(v.observed),
-                    "bound": None if v is None else v.bound,
-                    "block": None if v is None else v.block,
-                    "detail": None if v is None else v.detail,
-                    "extra": {} if v is None else _json_safe(v.to_dict()["extra"]),
-                    "measured": None if v is None else v.measured,
-                    "case": None if r.case is None else r.case.as_dict(),
-                    "examples": r.examples,
-                    "message": r.message,
-                    "reproduce": r.reproduce,
-                    "error": r.error,
-                }
-            )
-        cases = []
-        for record in res.cases.values():
-            m = record.measurements
-            cases.append(
-                {
-                    "case": record.case.as_dict(),
-                    "error": record.error,
-                    "seconds": record.seconds,
-                    "measurements": None if m is None else _json_safe(m.to_dict()),
-                }
-            )
-        specs.append(
-            {
-                "name": res.spec.name,
-                "file": res.spec.path,
-                "family": res.spec.family,
-                "description": res.spec.description,
-                "met": res.met,
-                "verdict": "pass" if res.met else "fail",
-                "profile": res.profile,
-                "seconds": res.seconds,
-                "output": res.output,
-                "provenance": (provenance or {}).get(res.spec.path) or provenance_of(res.spec),
-                "invariants": invariants,
-                "cases": cases,
-                # `stability check --suggest`: the remedies tried for its unmet expectations (stability/run/suggest.py)
-                **({"suggestions": _json_safe(res.suggestions.to_dict())} if res.suggestions is not None else {}),
-            }
-        )
-    report: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
+    return Report(
         # a run that judged nothing is not a pass (the CLI exits 5 for it)
-        "met": all(res.met for res in results) and not interrupted and not errors and judged_count(results) > 0,
-        "interrupted": interrupted,
-        "seconds": seconds,
-        "specs": specs,
-    }
-    if errors is not None:  # spec files that could not be read or validated, specs that could not run
-        report["errors"] = list(errors)
-    if baseline is not None:
-        report["baseline"] = baseline
-    return report
+        met=all(res.met for res in results) and not interrupted and not errors and judged_count(results) > 0,
+        interrupted=interrupted,
+        seconds=seconds,
+        specs=[_spec_entry(res, (provenance or {}).get(res.spec.path)) for res in results],
+        errors=None if errors is None else list(errors),
+        baseline=None if baseline is None else ComparisonEntry.model_validate(baseline),
+    )
+
+
+def _spec_entry(res: SpecResult, provenance: dict[str, Any] | None) -> SpecEntry:
+    return SpecEntry(
+        name=res.spec.name,
+        file=res.spec.path,
+        family=res.spec.family,
+        description=res.spec.description,
+        met=res.met,
+        verdict="pass" if res.met else "fail",
+        profile=res.profile,
+        seconds=res.seconds,
+        output=res.output,
+        provenance=Provenance.model_validate(provenance or provenance_of(res.spec)),
+        invariants=[_invariant_entry(r) for r in res.results],
+        cases=[
+            CaseEntry(
+                case=record.case.as_dict(),
+                error=record.error,
+                seconds=record.seconds,
+                measurements=None if record.measurements is None else record.measurements.to_dict(),
+            )
+            for record in res.cases.values()
+        ],
+        # `stability check --suggest`: the remedies tried for its unmet expectations (stability/run/suggest.py)
+        suggestions=None if res.suggestions is None else res.suggestions.to_dict(),
+    )
+
+
+def _invariant_entry(r: InvariantResult) -> InvariantEntry:
+    v = r.verdict
+    return InvariantEntry(
+        name=r.name,
+        expect=r.expect,
+        met=r.met,
+        status=r.status,
+        verdict=None if v is None else ("holds" if v.passed else "violated"),
+        observed=None if v is None else v.observed,
+        bound=None if v is None else v.bound,
+        block=None if v is None else v.block,
+        detail=None if v is None else v.detail,
+        extra={} if v is None else v.to_dict()["extra"],
+        measured=None if v is None else v.measured,
+        case=None if r.case is None else r.case.as_dict(),
+        examples=r.examples,
+        message=r.message,
+        reproduce=r.reproduce,
+        error=r.error,
+    )
 
 
 def write_json(
@@ -379,10 +358,10 @@ def write_json(
     provenance: Mapping[str, dict[str, Any]] | None = None,
     baseline: dict[str, Any] | None = None,
 ) -> None:
-    report = to_json(
+    made = report(
         results, seconds=seconds, interrupted=interrupted, errors=errors, provenance=provenance, baseline=baseline
     )
-    write_atomic(path, json.dumps(report, indent=2) + "\n")
+    write_atomic(path, made.text())
 
 
 # Characters XML 1.0 cannot hold at all, escaped or not (ElementTree writes them raw, and the file

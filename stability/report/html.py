@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 import struct
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from stability.errors import UsageError
+from stability.numbers import number_text
 from stability.report.baseline import Comparison, fmt, fmt_change, fmt_limit, headline
 from stability.report.formats import summary_line, write_atomic
 from stability.report.render import spec_pngs
@@ -94,13 +94,7 @@ def _e(value: object) -> str:
 
 
 def _fmt(x: float | None) -> str:
-    if x is None:
-        return "—"
-    if isinstance(x, float) and math.isnan(x):
-        return "nan"
-    if x == 0:
-        return "0"
-    return f"{x:.3g}"
+    return number_text(x, nan="nan")
 
 
 def _status(r: InvariantResult) -> str:

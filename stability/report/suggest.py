@@ -4,12 +4,12 @@ the GitHub job summary show. Rendering only: nothing here runs or judges a remed
 
 from __future__ import annotations
 
-import math
 import shlex
 
 from rich.console import Console
 from rich.markup import escape
 
+from stability.numbers import number_text
 from stability.report.text import printable
 from stability.run.results import SpecResult
 from stability.run.suggestions import Attempt, Numbers, Suggestions
@@ -18,9 +18,7 @@ __all__ = ["suggestion_line", "suggestion_of", "print_suggestions", "numbers_tex
 
 
 def _g(x: float | None) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "—"
-    return f"{x:.3g}"
+    return number_text(x)
 
 
 def numbers_text(n: Numbers) -> str:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from stability.errors import UsageError
+from stability.numbers import number_text
 from stability.report.formats import write_atomic
 from stability.report.html import CSS
 from stability.report.phase import MEASURES, heatmap_figure, measure_values, overlay_for, to_png, x_axis_key
@@ -40,11 +41,7 @@ def _e(value: object) -> str:
 
 
 def _fmt(x: float) -> str:
-    if math.isnan(x):
-        return "—"
-    if math.isinf(x):
-        return "−∞" if x < 0 else "∞"
-    return f"{x:.3g}"
+    return number_text(x, infinity="∞")
 
 
 def _slice_text(text: str) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from stability.errors import UsageError
+from stability.numbers import number_text
 from stability.report.formats import write_atomic
 from stability.report.html import CSS
 from stability.report.outputs import check_report_path
@@ -38,9 +39,7 @@ END = "<!-- zoo-table: end -->"
 
 
 def _ratio(value: float | None) -> str:
-    if value is None or not math.isfinite(value):
-        return "—"
-    return f"{value:.3g}"
+    return number_text(value if value is not None and math.isfinite(value) else None)
 
 
 def _verdicts(row: ZooRow, depths: Sequence[int]) -> str:

@@ -23,7 +23,7 @@ from stability.spec.schema import Spec
 __all__ = ["MeasureContext", "measure_case", "probe_observers"]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class MeasureContext:
     """What an invariant's `after_probe` and `ensemble` measurements see (stability.spec.registry):
     the case, its blocks and their input (after the stem; None for a network probed through its
@@ -75,7 +75,7 @@ def measure_case(spec: Spec, case: Case) -> Measurements:
         observers=observers,
     )
     m = finish_measurements(spec, m)
-    ctx = MeasureContext(spec, case, net.blocks, x, m, ensemble_size(spec), net=net)
+    ctx = MeasureContext(spec=spec, case=case, blocks=net.blocks, x=x, m=m, size=ensemble_size(spec), net=net)
     for e in entries:
         if e.after_probe is not None:
             m.extra.update(e.after_probe(ctx))

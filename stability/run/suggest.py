@@ -144,7 +144,15 @@ def suggest(
         for r in result.results
         if not r.met and r.expect != "holds" and (only is None or r.name == only)
     ]
-    out = Suggestions(path, spec.name, result.profile, failing, [], family=spec.family, unfixable=unfixable)
+    out = Suggestions(
+        path=path,
+        name=spec.name,
+        profile=result.profile,
+        failing=failing,
+        attempts=[],
+        family=spec.family,
+        unfixable=unfixable,
+    )
     if not failing:
         out.seconds = time.perf_counter() - t0
         return out
@@ -159,14 +167,14 @@ def suggest(
         except Exception as exc:  # a plugin's edit that raises on this spec: listed, never a traceback
             out.attempts.append(
                 Attempt(
-                    entry.name,
-                    entry.summary,
-                    entry.references,
-                    [],
-                    "",
-                    text,
-                    "refused",
-                    f"its edit raised {type(exc).__name__}: {exc}",
+                    remedy=entry.name,
+                    summary=entry.summary,
+                    references=entry.references,
+                    changes=[],
+                    diff="",
+                    text=text,
+                    status="refused",
+                    detail=f"its edit raised {type(exc).__name__}: {exc}",
                 )
             )
             continue
@@ -232,10 +240,10 @@ def _replay_failing(
         for r in failing:
             attempt.numbers.append(
                 Numbers(
-                    r.name,
-                    "" if r.case is None else str(r.case),
-                    r.verdict.bound if r.verdict else "",
-                    r.verdict.observed if r.verdict else math.nan,
+                    invariant=r.name,
+                    case="" if r.case is None else str(r.case),
+                    bound=r.verdict.bound if r.verdict else "",
+                    before=r.verdict.observed if r.verdict else math.nan,
                 )
             )
         for case, group in by_case.items():

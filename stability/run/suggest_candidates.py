@@ -201,14 +201,21 @@ def attempt_of(
         new_text = edited_text(text, edit)
     except Exception as exc:  # a value TOML cannot hold, a key under a non-table: never written
         return Attempt(
-            name, summary, references, changes, "", text, "refused", f"its edit cannot be written as TOML: {exc}"
+            remedy=name,
+            summary=summary,
+            references=references,
+            changes=changes,
+            diff="",
+            text=text,
+            status="refused",
+            detail=f"its edit cannot be written as TOML: {exc}",
         ), None
     diff = "".join(
         difflib.unified_diff(
             text.splitlines(keepends=True), new_text.splitlines(keepends=True), fromfile=path, tofile=f"{path} ({name})"
         )
     )
-    attempt = Attempt(name, summary, references, changes, diff, new_text)
+    attempt = Attempt(remedy=name, summary=summary, references=references, changes=changes, diff=diff, text=new_text)
     if touched:
         attempt.status, attempt.detail = (
             "refused",

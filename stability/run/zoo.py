@@ -73,7 +73,7 @@ _POSITIONS: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ZooRow:
     """One family of the zoo (the module docstring)."""
 
@@ -260,16 +260,16 @@ def zoo_row(
     library = str(getattr(o, "model", "")).partition(":")[0]
     declared = [(n, e) for n, e in spec.invariants() if not INVARIANTS.get(n).training]
     row = ZooRow(
-        spec.name,
-        spec.path,
-        library,
-        model,
-        block,
-        position,
-        norms,
-        positions,
-        init,
-        {n: e.expect for n, e in declared},
+        name=spec.name,
+        path=spec.path,
+        library=library,
+        model=model,
+        block=block,
+        norm_position=position,
+        norms=norms,
+        positions=positions,
+        init=init,
+        expects={n: e.expect for n, e in declared},
     )
     options = RunOptions(case_timeout=None)
     for depth in depths:
