@@ -155,10 +155,12 @@ def test_every_module_lives_in_a_stage_folder_or_is_named_at_the_top() -> None:
     assert top == [
         "__init__",
         "__main__",
+        "_exports",
         "_version",
         "allocator",
         "assertions",
         "errors",
+        "extend",
         "meanfield",
         "numbers",
         "plugin",
