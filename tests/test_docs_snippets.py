@@ -234,3 +234,21 @@ def test_the_import_check_finds_an_internal_import() -> None:
     ]
     shell = Snippet(ROOT / "README.md", 1, "sh", "echo\npython - <<'EOF'\nimport stability.cli\nEOF\n", None)
     assert [internal_imports(code) for code in python_of(shell)] == [["import stability.cli"]]
+
+
+def test_the_docs_cite_a_public_name_by_its_public_module() -> None:
+    """Prose too: `stability.probe_seeds`, not the internal module that defines it (the docs may
+    point into internal modules for how a thing works, never for what to call)."""
+    import stability
+    import stability.extend
+
+    public = set(stability.__all__) | set(stability.extend.__all__)
+    cited = re.compile(r"`(stability(?:\.[a-z_]+)+)\.([A-Za-z_]+)")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {m.group(1)}.{m.group(2)}"
+        for path in DOC_FILES
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        for m in cited.finditer(line)
+        if m.group(2) in public and m.group(1) not in PUBLIC
+    ]
+    assert found == []
