@@ -223,7 +223,70 @@ def parser() -> argparse.ArgumentParser:
     )
     add_zoo_parser(sub, [plugins])
     add_suggest_parser(sub, [plugins])
+    add_scan_parser(sub, [plugins])
     return p
+
+
+def add_scan_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
+    s = sub.add_parser(
+        "scan",
+        parents=parents,
+        help="every model a library registers, at initialisation: its init against what it declares, its stream "
+        "at two depths (docs/scan.md)",
+    )
+    s.add_argument("library", choices=["transformers", "timm", "torchvision"], help="the library to scan")
+    s.add_argument(
+        "--only",
+        dest="pattern",
+        metavar="PATTERN",
+        help="only the models whose name matches (shell patterns, comma-separated, any case: 'Vit*,Bert*')",
+    )
+    s.add_argument("--json", metavar="FILE", help="write every row as JSON")
+    s.add_argument("--md", metavar="FILE", help="write the rows (or, with --compare, the changes) as Markdown")
+    s.add_argument("--html", metavar="DIR", help="write the rows as DIR/scan.html")
+    s.add_argument(
+        "--db",
+        metavar="PATH",
+        default=None,
+        help="the results store the rows go to (default .stability/results.sqlite)",
+    )
+    s.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip the models the store holds for this library release and this code version",
+    )
+    s.add_argument(
+        "--triage",
+        metavar="FILE",
+        help="the known deviations and their verdicts (default: the shipped stability/judge/scan_triage.toml)",
+    )
+    s.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A", "B"),
+        help="scan under two releases (transformers==4.53.3, a folder of packages or a virtual environment) and diff "
+        "every model's recorded init exactly, and its stream past its drift (exit 1 when anything moved)",
+    )
+    s.add_argument(
+        "--jobs",
+        "-j",
+        type=_count("jobs", auto=True),
+        default="auto",
+        metavar="N",
+        help="models at once, each in its own worker process (default auto: one per usable core)",
+    )
+    s.add_argument(
+        "--case-timeout",
+        type=_seconds,
+        default=120.0,
+        metavar="S",
+        help="time limit of one model in seconds (default 120; 0 = none)",
+    )
+    s.add_argument("--memory-budget", metavar="SIZE", help="the memory one case may take (e.g. 4GiB)")
+    s.add_argument("--quiet", "-q", action="store_true", help="no progress bar or lines")
+    s.add_argument(
+        "--in-process", action="store_true", help="run in this process, without worker isolation (for debugging)"
+    )
 
 
 def add_zoo_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]

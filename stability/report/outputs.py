@@ -47,6 +47,9 @@ _SIGNATURES = {
     "suggest JSON": re.compile(rb'\A\{\s*"stability_suggest"\s*:\s*\d+\s*,'),
     "zoo HTML": re.compile(rb"\A<!doctype html><html><head><meta charset='utf-8'><title>stability zoo</title>"),
     "zoo comparison": re.compile(rb"\A### Zoo numbers: `[^`\n]*` \xe2\x86\x92 `[^`\n]*`\n\n- "),
+    "scan JSON": re.compile(rb'\A\{\s*"stability_scan"\s*:\s*\d+\s*,'),
+    "scan Markdown": re.compile(rb"\A### stability scan(: | --compare: )"),
+    "scan HTML": re.compile(rb"\A<!doctype html><html><head><meta charset='utf-8'><title>stability scan</title>"),
 }
 _KINDS = {"--json": "JSON", "--junit": "JUnit", "--html": "HTML", "--sarif": "SARIF", "--baseline": "JSON"}
 

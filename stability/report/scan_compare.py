@@ -1,0 +1,161 @@
+"""`stability scan LIBRARY --compare A B`'s report: what changed at init between two releases, model
+by model, from the rows each side's scan wrote (`stability.report.scan_side`).
+
+- **Init, exactly.** Every parameter group's recorded law on side A against side B's
+  (`h.*.attn.c_proj.weight: normal(std=0.0071) → normal(std=0.02)`): any difference in the law's
+  text is a change, a group present on one side only too (`absent`). Where a side's recorder gave
+  no laws, the deviations from the declared init are compared instead (one that appears or goes).
+- **The stream.** Each of the residual stream's numbers at each depth (`STREAM_KEYS`) on the same
+  case and seed on both sides, moved past the drift of `[expect.residual_stream]` by the baseline
+  rule (`stability.report.baseline.relative_change`, the expectation's default `drift`).
+- **Not compared.** A model judged on one side only, with each side's status and reason.
+
+Exit codes (the command's): 1 anything moved, 0 nothing did, 5 nothing was compared.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from stability.report.baseline import relative_change
+from stability.run.scan_rows import STREAM_KEYS, ScanRow
+
+__all__ = ["Change", "NotCompared", "Comparison", "compare_rows", "change_text", "markdown", "DRIFT"]
+
+
+def _drift() -> float:
+    from stability.spec.expectations import ResidualStream
+
+    return float(ResidualStream.model_fields["drift"].default)
+
+
+#: How far a stream number may move (relative) before it counts: `[expect.residual_stream]`'s drift.
+DRIFT = _drift()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Change:
+    """One thing that moved: a parameter group's law (`kind` "init"), a deviation that appeared or
+    went ("deviation"), or a stream number past its drift ("stream", `what` naming it)."""
+
+    model: str
+    kind: Literal["init", "deviation", "stream"]
+    what: str
+    before: str
+    after: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class NotCompared:
+    """A model not judged on both sides, with each side's status (and reason)."""
+
+    model: str
+    a: str
+    b: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comparison:
+    """Every change, every model not compared, and how many were compared."""
+
+    changes: tuple[Change, ...]
+    not_compared: tuple[NotCompared, ...]
+    compared: int
+
+
+def _laws(row: ScanRow) -> dict[str, str] | None:
+    if row.laws is None:
+        return None
+    return {law.parameter: law.law for law in row.laws}
+
+
+def _stream(row: ScanRow) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for s in row.stream:
+        for k in STREAM_KEYS:
+            v = s.numbers.get(k)
+            if k != "change" and v is not None and math.isfinite(v):
+                out[f"{k} @{s.depth}"] = v
+    return out
+
+
+def _status(row: ScanRow | None) -> str:
+    if row is None:
+        return "absent"
+    return row.status + (f" ({row.reason})" if row.reason else "")
+
+
+def compare_rows(a: Sequence[ScanRow], b: Sequence[ScanRow], *, drift: float = DRIFT) -> Comparison:
+    """The changes from side A's rows to side B's (the module docstring), models in B's order."""
+    rows_a = {r.name: r for r in a}
+    rows_b = {r.name: r for r in b}
+    names = list(rows_b) + [n for n in rows_a if n not in rows_b]
+    changes: list[Change] = []
+    skipped: list[NotCompared] = []
+    compared = 0
+    for name in names:
+        ra, rb = rows_a.get(name), rows_b.get(name)
+        if ra is None or rb is None or not ra.built or not rb.built:
+            if ra is not None or rb is not None:
+                skipped.append(NotCompared(model=name, a=_status(ra), b=_status(rb)))
+            continue
+        compared += 1
+        la, lb = _laws(ra), _laws(rb)
+        if la is not None and lb is not None:
+            for group in list(lb) + [g for g in la if g not in lb]:
+                before, after = la.get(group, "absent"), lb.get(group, "absent")
+                if before != after:
+                    changes.append(Change(model=name, kind="init", what=group, before=before, after=after))
+        else:
+            da = {d.parameter: d for d in ra.deviations}
+            db = {d.parameter: d for d in rb.deviations}
+            for group in list(db) + [g for g in da if g not in db]:
+                before = f"{da[group].recorded}, declared {da[group].declared}" if group in da else "as declared"
+                after = f"{db[group].recorded}, declared {db[group].declared}" if group in db else "as declared"
+                if before != after:
+                    changes.append(Change(model=name, kind="deviation", what=group, before=before, after=after))
+        sa, sb = _stream(ra), _stream(rb)
+        for key in sb:
+            if key in sa and abs(relative_change(sa[key], sb[key])) > drift:
+                changes.append(
+                    Change(model=name, kind="stream", what=key, before=f"{sa[key]:.4g}", after=f"{sb[key]:.4g}")
+                )
+    return Comparison(changes=tuple(changes), not_compared=tuple(skipped), compared=compared)
+
+
+def change_text(c: Change) -> str:
+    """`GPT2Model: h.*.attn.c_proj.weight: normal(std=0.0071) → normal(std=0.02)`."""
+    what = f"stream {c.what}" if c.kind == "stream" else c.what
+    return f"{c.model}: {what}: {c.before} → {c.after}"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(
+    a: str, b: str, comparison: Comparison, versions: Mapping[str, Mapping[str, str | None]], *, drift: float = DRIFT
+) -> str:
+    """The comparison as Markdown, for a pull request's comment."""
+    lines = [f"### stability scan --compare: `{a}` → `{b}`", ""]
+    for side, v in versions.items():
+        lines.append(f"- {side}: " + ", ".join(f"{k} {x}" for k, x in v.items() if x))
+    c = comparison
+    lines += [
+        "",
+        f"{len(c.changes)} change(s) in {len({x.model for x in c.changes})} model(s), of {c.compared} compared "
+        f"(the init exactly; the stream past a drift of {drift:.0%}).",
+        "",
+    ]
+    if c.changes:
+        lines += ["| model | parameter or number | A | B |", "|---|---|---|---|"]
+        for x in c.changes:
+            what = f"stream {x.what}" if x.kind == "stream" else f"`{x.what}`"
+            lines.append(f"| {_md(x.model)} | {_md(what)} | {_md(x.before)} | {_md(x.after)} |")
+    if c.not_compared:
+        lines += ["", f"Not compared ({len(c.not_compared)}):", ""]
+        lines += [f"- {_md(n.model)}: A {_md(n.a)}; B {_md(n.b)}" for n in c.not_compared]
+    return "\n".join(lines) + "\n"
