@@ -25,9 +25,11 @@ widest width to at most `WIDTH`. A width that f does not divide becomes the near
 
 Not every model accepts every change (a config whose validation ties two numbers the rule does not
 know of), so the rule is a ladder (`LADDER`): every change, then without the position cap, without
-the vocabulary's, the experts', the widths', and last the default arguments with the layers alone,
-then nothing at all. `stability.run.scan` builds each rung on the meta device and takes the first
-that builds within its parameter limit, and says which rung it took.
+the vocabulary's, with wider widths (4f, 16f), with a factor per config, with the layers as shipped
+(a config whose validation ties its layer counts together), without the experts', without the
+widths', and last the default arguments with the layers alone, then nothing at all.
+`stability.families.library_scan` builds each rung on the meta device and takes the first that
+builds within its parameter limit, and the row says which rung it took.
 """
 
 from __future__ import annotations
@@ -72,6 +74,10 @@ LADDER: tuple[Rung, ...] = (
     Rung(name="reduced, widths 16f", multiplier=16),
     Rung(name="reduced, widths by config", local=True),
     Rung(name="reduced, widths 4f by config", local=True, multiplier=4),
+    Rung(name="widths reduced, layers as shipped", layers=False),
+    Rung(
+        name="widths reduced, layers, positions and vocabulary as shipped", layers=False, positions=False, vocab=False
+    ),
     Rung(name="layers and experts reduced", widths=False, vocab=False, positions=False),
     Rung(name="layers reduced", widths=False, vocab=False, positions=False, experts=False),
     Rung(name="default", widths=False, vocab=False, positions=False, experts=False, layers=False),
@@ -80,9 +86,9 @@ LADDER: tuple[Rung, ...] = (
 _KV = re.compile(r"(key_value|kv)_heads?$|^n_kv_heads$")
 _HEADS = re.compile(r"(^|_)(n_)?heads?$|attention_heads$|^n_head$")
 _KEEP = re.compile(
-    r"head_dim|head_size|^d_kv$|^d_head$|^dim_head$|^kv_channels$|lora_rank|_rank$|^num_channels$|^in_chans$"
-    r"|^in_channels$|^out_channels$|input_channels|^audio_channels$|patch|kernel|stride|window|_ratio|groups?$|^base_width$"
-    r"|width_per_group|^num_labels$|^num_classes$|rotary|^image_size$|^img_size$"
+    r"head_dim|head_size|^d_kv$|d_head$|^dim_head$|^kv_channels$|lora_rank|_rank$|^num_channels$|^in_chans$"
+    r"|^in_channels$|^out_channels$|input_channels|^audio_channels$|patch|kernel|stride|window|_ratio|groups?$"
+    r"|^base_width$|width_per_group|^num_labels$|^num_classes$|rotary|^image_size$|^img_size$"
 )
 _LAYERS = re.compile(
     r"^(num_)?(hidden_)?layers$|^n_layers?$|^num_[a-z0-9_]*_layers$|^(encoder|decoder|text|vision)_layers$"
@@ -102,6 +108,7 @@ _TOKEN = re.compile(r"_token_ids?$|_token_index$|^pad_token_id$")
 _EXPERTS = re.compile(r"^(num_(local_)?experts|n_routed_experts|moe_num_experts)$")
 _PER_TOKEN = re.compile(r"^(num_experts_per_(tok|token)|moe_topk|n_activated_experts|moe_k|top_k)$")
 _GROUPS = re.compile(r"^(n_group|topk_group)$")
+_SCALED_GROUPS = re.compile(r"(^|_)(num|n)_groups$|^groups$|_groups$")
 _SHARED = re.compile(r"^(n_shared_experts|num_shared_experts)$")
 _REFS = re.compile(r"(layers|indexes|indices|idx)$")
 _COUNTS = (
@@ -131,6 +138,8 @@ def role(key: Any, value: Any) -> str | None:
     for pattern, name in _COUNTS:
         if pattern.search(k):
             return name
+    if _SCALED_GROUPS.search(k):
+        return "groups_scaled"
     if _KEEP.search(k) and not (k in ("in_channels", "out_channels") and not _is_int(value)):
         return None
     if _HEADS.search(k):
@@ -166,10 +175,20 @@ def head_factor(tree: Mapping[str, Any]) -> float:
     return f
 
 
+def _indexed(v: Any) -> bool:
+    """A mapping keyed by layer indices (a per-layer table), not a nested config."""
+    return isinstance(v, Mapping) and bool(v) and all(_is_int(x) or (isinstance(x, str) and x.isdigit()) for x in v)
+
+
+def _sub(v: Any) -> bool:
+    """A nested config: a mapping that is no per-layer table."""
+    return isinstance(v, Mapping) and not _indexed(v)
+
+
 def _collect(tree: Mapping[str, Any], wanted: str) -> list[int]:
     out: list[int] = []
     for k, v in tree.items():
-        if isinstance(v, Mapping):
+        if _sub(v):
             out += _collect(v, wanted)
         elif role(k, v) == wanted:
             out += _ints(v)
@@ -226,13 +245,13 @@ def _walk(
     tree: Mapping[str, Any], path: tuple[str, ...], rung: Rung, f: float, out: Plan, stages: list[tuple[str, ...]]
 ) -> None:
     if rung.widths and rung.local:
-        f = min(1.0, head_factor({k: v for k, v in tree.items() if not isinstance(v, Mapping)}) * rung.multiplier)
+        f = min(1.0, head_factor({k: v for k, v in tree.items() if not _sub(v)}) * rung.multiplier)
     changes = out.changes
     counts: set[int] = set()
     heads = 0
     stage_counts = {len(v) for k, v in tree.items() if isinstance(v, (list, tuple)) and role(k, v) == "layers"}
     for k, v in tree.items():
-        if isinstance(v, Mapping):
+        if _sub(v):
             _walk(v, (*path, k), rung, f, out, stages)
             continue
         what, at = role(k, v), (*path, k)
@@ -243,6 +262,8 @@ def _walk(
         elif what == "heads" and rung.widths and f != 1:
             changes[at] = _apply(v, lambda h: max(1, round(h * f)))
             heads = max([heads, *_ints(changes[at])])
+        elif what == "groups_scaled" and rung.widths and f != 1:  # channels per group kept, as a head's dimension
+            changes[at] = _apply(v, lambda g: max(1, round(g * f)))
         elif what == "width" and rung.widths and f != 1:
             changes[at] = _apply(v, lambda w: _scale(w, f, exact=out.exact) if w > 8 else w)
         elif what in _LIMITS and getattr(rung, _LIMITS[what][0]):
@@ -275,15 +296,7 @@ def _walk(
             stages.append(at)
         elif what == "layer_refs" and all(0 <= x < max(counts) for x in v):
             out.refs[at] = v
-        elif (
-            isinstance(v, (list, tuple))
-            and len(v) in counts
-            and what != "layers"
-            or isinstance(v, Mapping)
-            and "layer" in k
-            and v
-            and all(str(x).isdigit() for x in v)
-        ):
+        elif isinstance(v, (list, tuple)) and len(v) in counts and what != "layers" or _indexed(v) and "layer" in k:
             out.per_layer[at] = len(v)
 
 

@@ -245,7 +245,10 @@ def plan_build(target: ScanTarget, *, depth: int = 2, max_parameters: int = MAX_
             input_name=str(getattr(model, "main_input_name", "")),
             tried=tuple(tried),
         )
-    raise CaseError(f"no reduced config builds ({last})")
+    first = tried[0] if tried else last
+    raise CaseError(
+        f"no rung of the reducer builds within the limit: {first}" + (f"; {tried[-1]}" if len(tried) > 1 else "")
+    )
 
 
 def _only(p: Plan, keys: set[str]) -> Plan:
