@@ -111,7 +111,9 @@ def init_after(ctx: Any) -> Mapping[str, Any]:
     why = ""
     if trace is None:
         why = (
-            'scale = "shipped" streams the model: its blocks are made and initialised as the probe runs them, '
+            f"the recording stopped: {recorder.failure}"
+            if recorder is not None and recorder.failure
+            else 'scale = "shipped" streams the model: its blocks are made and initialised as the probe runs them, '
             "outside a recorded construction"
             if streamer_of(model) is not None
             else "the model was not constructed under the recording"

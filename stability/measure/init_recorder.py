@@ -22,9 +22,11 @@ records; `stability.judge.init_intent` reads the model's own intent from it).
   kaiming_uniform_(a=√5), nn.LayerNorm's ones and zeros, nn.Embedding's N(0, 1)). The law is
   folded exactly (`stability.measure.init_trace_law`).
 
-Writes made by the harness's own code (`stability.*`) are not the model's init and are not
-recorded. Tensors created by `torch.randn/rand/zeros/ones/full` (and scalar arithmetic on them)
-carry their law to the parameter they become (`nn.Parameter(init_values * torch.ones(d))`).
+Only the construction is recorded (the builders enter the recording around it alone: the
+harness's own rescaling to the shipped width, its moves and its probe come after). Tensors
+created by `torch.randn/rand/zeros/ones/full/empty` (and scalar arithmetic on them) carry their
+law to the parameter they become (`nn.Parameter(init_values * torch.ones(d))`). A step of the
+recording that fails stops it (`failure`), never the construction.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class _Tracked:
     partial: list[Partial] = field(default_factory=list)
     history: list[str] = field(default_factory=list)
     owner: nn.Module | None = None
+    key: int | None = None  # the address of the storage it holds (a parameter's, as registered or reassigned)
     creator: str = ""
 
     def region(self) -> tuple[int, int]:
@@ -101,7 +104,7 @@ class _Mode(TorchFunctionMode):
                 self.kinds[func] = kind
         out = func(*args, **kwargs)
         if kind != "pass" or "out" in kwargs:
-            self.recorder._event(kind, func, args, kwargs, out)
+            self.recorder.guarded(self.recorder._event, kind, func, args, kwargs, out)
         return out
 
 
@@ -116,6 +119,8 @@ class InitRecorder:
         self._arguments: dict[int, tuple[nn.Module, dict[str, Any]]] = {}  # constructor arguments, by id(module)
         self.seconds = 0.0
         self._depth = 0
+        #: Why the recording stopped (an operation it could not follow); "" while it runs.
+        self.failure = ""
 
     def __call__(self) -> contextlib.AbstractContextManager[None]:
         """A watcher of a construction (`stability.families.construction.watching`)."""
@@ -123,8 +128,8 @@ class InitRecorder:
 
     @property
     def recorded(self) -> bool:
-        """Whether any parameter was registered while recording."""
-        return bool(self._params)
+        """Whether any parameter was registered while recording, and the recording ran to its end."""
+        return bool(self._params) and not self.failure
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[None]:
@@ -133,7 +138,7 @@ class InitRecorder:
             return
         self._depth += 1
         start = time.perf_counter()
-        handle = nn.modules.module.register_module_parameter_registration_hook(self._registered)
+        handle = nn.modules.module.register_module_parameter_registration_hook(self._hook)
         try:
             with _Mode(self):
                 yield
@@ -169,6 +174,19 @@ class InitRecorder:
                     self._arguments[id(s)] = (s, {**(known[1] if known else {}), **plain_arguments(values)})
             f = f.f_back
 
+    def guarded(self, fn: Any, *args: Any) -> None:
+        """Run one step of the recording; the first that raises stops it (the model's own
+        construction is never disturbed), and says why (`failure`)."""
+        if self.failure:
+            return
+        try:
+            fn(*args)
+        except Exception as exc:
+            self.failure = f"{type(exc).__name__}: {exc}"
+
+    def _hook(self, module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        self.guarded(self._registered, module, name, param)
+
     def _registered(self, module: nn.Module, name: str, param: nn.Parameter | None) -> None:
         if param is None:
             return
@@ -192,6 +210,7 @@ class InitRecorder:
         self._params[id(param)] = tr
         if key is not None:
             self._storages[key] = tr
+            tr.key = key
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -272,17 +291,16 @@ class InitRecorder:
             return
         tr = self._params.get(id(args[0]))
         new_key = storage_of(args[1])
-        old_key = storage_of(tr.tensor) if tr is not None else None
+        old_key = tr.key if tr is not None else None  # (the parameter holds the new storage already)
         if tr is None or new_key is None or new_key == old_key:
             return
         source = self._pending.pop(new_key, None) or self._storages.get(new_key)
         where = where_written(tr.owner)
-        if where.harness:
-            return
         law = source.law if source is not None else snapshot(args[1])
         if old_key is not None:
             self._storages.pop(old_key, None)
         self._storages[new_key] = tr
+        tr.key = new_key
         self._set(tr, law, where, f".data = {law.describe()}")
 
     def _write(
@@ -293,8 +311,6 @@ class InitRecorder:
             self._untracked(target, key, op, args, kwargs, whole=index is None)
             return
         where = where_written(tr.owner)
-        if where.harness:
-            return
         if where.law_frame is not None and where.law_frame is tr.frame:
             return  # a later step of the init function that wrote it
         region = self._region(target, index)
@@ -320,8 +336,6 @@ class InitRecorder:
         if op not in DRAWS and "out" not in kwargs:
             return
         where = where_written(None)
-        if where.harness:
-            return
         if where.law_frame is not None and where.law_key is not None:
             law: RecordedLaw | None = law_of_frame(where.law_key, where.law_frame.f_locals, target)
         else:

@@ -24,6 +24,7 @@ import torch
 from stability.families.library import quiet_imports
 from stability.families.library_build import construct
 from stability.families.library_lookup import Target
+from stability.families.library_memory import registered_on_meta
 from stability.measure.init_recorder import InitRecorder
 from stability.measure.init_stats import Override
 
@@ -70,8 +71,13 @@ def _read(target: Target, keys: list[str], rest: Mapping[str, Any]) -> dict[str,
         defaults = config_class()
         return {k: getattr(defaults, k) for k in keys if hasattr(defaults, k)}
     recorder = InitRecorder()
-    with torch.random.fork_rng(devices=[]), torch.device("meta"), recorder.recording():
-        model = construct(target, dict(rest))
+    try:
+        with torch.random.fork_rng(devices=[]), torch.device("meta"), recorder.recording():
+            model = construct(target, dict(rest))
+    except Exception:  # a constructor that reads numbers back (linspace(...).tolist()): register-time moves instead
+        recorder = InitRecorder()
+        with torch.random.fork_rng(devices=[]), registered_on_meta(), recorder.recording():
+            model = construct(target, dict(rest))
     given = recorder.arguments_of(model)
     return {k: given[k] for k in keys if k in given}
 

@@ -77,7 +77,10 @@ class RecordedLaw:
             return constant(0.0)
         if self.kind == "normal":
             return replace(self, mean=self.mean * s, std=self.std * abs(s))
-        if self.kind in ("uniform", "trunc_normal"):
+        if self.kind == "uniform":
+            lo, hi = sorted((self.a * s, self.b * s))
+            return replace(self, a=lo, b=hi)
+        if self.kind == "trunc_normal":
             lo, hi = sorted((self.a * s, self.b * s))
             return replace(self, mean=self.mean * s, std=self.std * abs(s), a=lo, b=hi)
         if self.kind == "constant":
@@ -94,7 +97,9 @@ class RecordedLaw:
             return self
         if self.kind == "normal":
             return replace(self, mean=self.mean + s)
-        if self.kind in ("uniform", "trunc_normal"):
+        if self.kind == "uniform":
+            return replace(self, a=self.a + s, b=self.b + s)
+        if self.kind == "trunc_normal":
             return replace(self, mean=self.mean + s, a=self.a + s, b=self.b + s)
         if self.kind == "constant":
             return replace(self, value=self.value + s)
@@ -203,15 +208,31 @@ _SCALE = {"mul_": 1, "__imul__": 1, "div_": -1, "__itruediv__": -1, "true_divide
 _SHIFT = {"add_": 1, "__iadd__": 1, "sub_": -1, "__isub__": -1, "subtract_": -1}
 
 
+#: A clamp bound beyond which a normal law holds less mass than this is its truncation there: the
+#: difference (an atom of that mass at the bound) is below what any sample of a parameter can show.
+_NEGLIGIBLE = 1e-12
+
+
 def _clamp(law: RecordedLaw, lo: float | None, hi: float | None) -> RecordedLaw:
-    """A clamp that cuts nothing of the law (bounds outside its support, up to float rounding)."""
+    """A clamp that cuts nothing of the law (bounds outside its support, up to float rounding), or
+    only a negligible tail of a normal one (the inverse-CDF sampler's clamp at 10σ and beyond)."""
     if law.kind == "constant":
         v = law.value
         return constant(min(max(v, lo if lo is not None else v), hi if hi is not None else v))
-    if law.kind in ("uniform", "trunc_normal"):
+    if law.kind == "uniform":
         tol = 1e-9 * max(abs(law.a), abs(law.b), 1e-30)
         if (lo is None or lo <= law.a + tol) and (hi is None or hi >= law.b - tol):
             return law
+    if law.kind in ("normal", "trunc_normal"):
+        a, b = (law.a, law.b) if law.kind == "trunc_normal" else (-math.inf, math.inf)
+        below = 0.0 if lo is None or lo <= a else 0.5 * math.erfc((law.mean - lo) / law.std / math.sqrt(2))
+        above = 0.0 if hi is None or hi >= b else 0.5 * math.erfc((hi - law.mean) / law.std / math.sqrt(2))
+        if below < _NEGLIGIBLE and above < _NEGLIGIBLE:
+            new_a = a if lo is None else max(a, lo)
+            new_b = b if hi is None else min(b, hi)
+            if math.isinf(new_a) and math.isinf(new_b):
+                return RecordedLaw(kind="normal", mean=law.mean, std=law.std)
+            return _trunc(law.mean, law.std, new_a, new_b)
     return computed(f"{law.describe()} clamped to [{lo}, {hi}]")
 
 

@@ -61,7 +61,6 @@ class Where:
     site: str = ""
     scope: nn.Module | None = None
     default: bool = False  # torch.nn.modules code while the owner is constructed
-    harness: bool = False  # the harness's own code wrote it
 
 
 def self_of(f: types.FrameType) -> Any:
@@ -88,7 +87,6 @@ def where_written(owner: nn.Module | None) -> Where:
                 writer = f
                 w.writer = f"{module}:{f.f_code.co_qualname}"
                 w.site = f"{w.writer}:{f.f_lineno}"
-                w.harness = module == "stability" or module.startswith("stability.")
         if writer is not None:
             if w.scope is None:
                 s = self_of(f)
@@ -116,6 +114,8 @@ def snapshot(t: torch.Tensor) -> RecordedLaw:
     """The law of a value set at creation: a constant where every element is one, else computed."""
     if not t.is_floating_point() or t.numel() == 0:
         return computed("not floating point")
+    if t.is_meta:
+        return computed("on the meta device")
     lo, hi = (float(x) for x in torch.aminmax(t.detach().reshape(-1)))
     return constant(lo) if lo == hi and math.isfinite(lo) else computed("set at creation")
 
