@@ -60,6 +60,7 @@ import torch
 from torch import nn
 
 from stability.errors import CaseError
+from stability.families.construction import constructing
 from stability.families.discover import Blocks, discover
 from stability.families.library import LibraryModel, quiet_imports
 from stability.families.library_lookup import Target, registry
@@ -344,7 +345,8 @@ def build_model(
     inputs; the init rule applied when the spec gives the shipped config."""
     config = fill(spec.config, values)
     try:
-        model = construct(spec.target, config)
+        with constructing():  # (a watcher, e.g. init_conformance's recorder, sees the construction and init)
+            model = construct(spec.target, config)
     except CaseError:
         raise
     except Exception as exc:  # the library's own check on this case's config (heads not dividing the width, …)

@@ -31,6 +31,7 @@ from stability.judge.catalog_measurements import (
     channel_observers,
     depth_variants,
     init_after,
+    init_construction,
     jacobian_after,
     lesion_after,
     lesion_ensemble,
@@ -342,6 +343,7 @@ with batch():
             judge=_init_conformance,
             check=check_init,
             after_probe=init_after,
+            construction=init_construction,
             severity=init_severity,
         )
     )

@@ -129,6 +129,18 @@ def print_table(results: Iterable[SpecResult], console: Console) -> None:
     console.print(table)
 
 
+def print_notes(results: Iterable[SpecResult], console: Console) -> None:
+    """The one-line notes a met expectation's verdict carries (`extra["notes"]`: init_conformance's
+    table not applied, rows that cover nothing, a config value against the registered model's); an
+    unmet one's are in its message."""
+    for res in results:
+        for r in res.results:
+            notes = r.verdict.extra.get("notes") if r.met and r.verdict is not None else None
+            for note in notes or ():
+                line = f"note {printable(res.spec.name)}: {r.name}: {printable(str(note))}"
+                console.print(f"[dim]{escape(line)}[/dim]", highlight=False, soft_wrap=True)
+
+
 def print_failures(
     results: Iterable[SpecResult], console: Console, *, spec_errors: Mapping[str, str] | None = None
 ) -> None:

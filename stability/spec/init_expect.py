@@ -285,12 +285,15 @@ class InitConformance(Expectation):
 
     #: Rows of the spec's own, tried before the shipped table's (so they add and override).
     rules: list[InitRule] = Field(default_factory=list)
-    #: The shipped rule table to use (default: the first whose `models` matches the model's class).
-    table: str | None = None
+    #: The shipped rule table to use: a name (applied where its `models` match the model's class), false
+    #: for none (the model's own recorded intent alone), or unset: the table of the model's class
+    #: (`stability.judge.init_tables.choose_table`).
+    table: str | bool | None = None
     #: Declared values: those the model's config does not hold (a registered model's own defaults), and the
     #: intended value over the model's own where it holds another (docs/specs.md).
     config: dict[str, float | int | bool | str | list[float]] = Field(default_factory=dict)
-    #: A parameter no row covers: "fail" (the declared rule must be complete) or "allow".
-    uncovered: Literal["fail", "allow"] = "fail"
+    #: A parameter nothing declares (no row covers it, and its init was not recorded or is computed):
+    #: "allow" (listed as undeclared) or "fail" (the declared rule must be complete).
+    uncovered: Literal["fail", "allow"] = "allow"
     #: The false-alarm level of one case over all its tests (split over them, Bonferroni).
     alpha: float = Field(1e-6, gt=0.0, lt=0.5)
