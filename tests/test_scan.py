@@ -175,7 +175,7 @@ def test_a_model_too_large_for_the_scan_is_a_row_naming_its_size() -> None:
 def test_resume_skips_the_rows_stored_for_this_release_and_code(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     from stability.families.library_support import installed
-    from stability.run.scan import plan_scan
+    from stability.run.scan_plan import plan_scan
     from stability.run.scan_store import ScanStore
     from stability.run.store_keys import code_version
 

@@ -83,7 +83,8 @@ def _scan(
     from stability.report.scan import headline, html_page, markdown, scan_json, terminal_rows, untriaged, write_html
     from stability.run.executors import executor_for
     from stability.run.processes import start_server
-    from stability.run.scan import plan_scan, run_scan
+    from stability.run.scan import run_scan
+    from stability.run.scan_plan import plan_scan
     from stability.run.scan_store import ScanStore
     from stability.run.store_file import DEFAULT_DB
     from stability.spec.registry import FAMILIES
@@ -92,19 +93,24 @@ def _scan(
     preload = list(FAMILIES.get("library").preload({"model": f"{args.library}:"}) or [])  # type: ignore[misc]
     if not args.in_process:
         start_server(preload)
+    executor = executor_for("in-process" if args.in_process else "workers", jobs=args.jobs, env=dict(os.environ))
     with ScanStore(args.db or DEFAULT_DB) as store:
-        plan = plan_scan(args.library, only=args.pattern, options=options, store=store, resume=args.resume)
+        if not args.quiet and args.library != "transformers":
+            err.print(f"scan: keying the {args.library} models by what they build…", highlight=False)
+        plan = plan_scan(
+            args.library, only=args.pattern, options=options, store=store, resume=args.resume, executor=executor
+        )
         if not plan.names:
             console.print(f"no {args.library} model matches --only {escape(printable(args.pattern or ''))}")
             return EXIT_NOTHING
         if not args.quiet:
             resumed = f" ({len(plan.stored)} stored already)" if plan.stored else ""
+            keyed = f" (one per build of {plan.keyed} names)" if plan.keyed else ""
             err.print(
-                f"scan: {len(plan.jobs)} {args.library} {plan.release} models to build{resumed}, "
-                f"{1 if args.in_process else args.jobs} at a time",
+                f"scan: {len(plan.jobs)} {args.library} {plan.release} models to build{keyed}{resumed}, "
+                f"{executor.workers} at a time",
                 highlight=False,
             )
-        executor = executor_for("in-process" if args.in_process else "workers", jobs=args.jobs, env=dict(os.environ))
         labels = [j.label for j in plan.jobs]
         with RunProgress(
             labels,
@@ -140,7 +146,7 @@ def _scan(
     if args.html:
         page = write_html(args.html, html_page(args.library, run.release, rows, known, seconds))
         console.print(f"wrote {escape(printable(str(page)))}")
-    console.print(headline(args.library, run.release, rows, known, seconds), soft_wrap=True)
+    console.print(headline(args.library, run.release, rows, known, seconds, run.cpu_seconds), soft_wrap=True)
     if not any(r.built for r in rows):
         return EXIT_NOTHING
     return EXIT_FAILED if untriaged(rows, known) else EXIT_OK

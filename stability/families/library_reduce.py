@@ -6,7 +6,7 @@ The arguments are a transformers config's (its default instance, with every nest
 torchvision builder passes to its model class. Each argument plays a role, read from its name:
 
 - **layers** (`num_hidden_layers`, `encoder_layers`, `n_layer`, `depth`, `depths`, `layers`, …): the
-  depth asked for (a list of stage depths: each stage at most that depth); a list that held one entry
+  depth asked for (a list of stage depths: each stage at that depth); a list that held one entry
   per layer (`layer_types`, per-layer flags) is cut or repeated to the new count;
 - **heads** (`num_attention_heads`, `n_head`, `num_heads`, lists of them): multiplied by the factor f
   below, and **widths** (`hidden_size`, `d_model`, `intermediate_size`, `*_ffn_dim`, `embed_dim`,
@@ -40,7 +40,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LADDER", "VOCAB", "POSITIONS", "WIDTH", "Rung", "Plan", "role", "plan", "at_depth", "head_factor", "cut"]
+__all__ = [
+    "LADDER",
+    "VOCAB",
+    "POSITIONS",
+    "WIDTH",
+    "Rung",
+    "Plan",
+    "role",
+    "plan",
+    "at_depth",
+    "head_factor",
+    "cut",
+    "template",
+]
 
 VOCAB = 512
 POSITIONS = 512
@@ -336,7 +349,7 @@ def at_depth(tree: Mapping[str, Any], p: Plan, depth: int) -> dict[str, Any]:
     for path, value in p.changes.items():
         _put(out, path, value)
     for path, value in p.layers.items():
-        _put(out, path, depth if _is_int(value) else type(value)(min(x, depth) for x in value))
+        _put(out, path, depth if _is_int(value) else type(value)(depth for _ in value))
     for path in p.per_layer:
         value = _get(out, path)
         if isinstance(value, Mapping):
@@ -347,6 +360,20 @@ def at_depth(tree: Mapping[str, Any], p: Plan, depth: int) -> dict[str, Any]:
         _put(out, path, type(value)(x for x in value if x < depth))
     for path in p.stages:
         _put(out, path, None)
+    return out
+
+
+def template(tree: Mapping[str, Any], p: Plan) -> dict[str, Any] | None:
+    """`tree` with the plan's changes and `"depth"` (the library family's placeholder, filled from
+    a case) for every layer count: `at_depth` at any depth, as one config; None where the plan cuts
+    per-layer lists, which a placeholder cannot."""
+    if p.per_layer or p.refs or p.stages or not p.layers:
+        return None
+    out = _copy(tree)
+    for path, value in p.changes.items():
+        _put(out, path, value)
+    for path, value in p.layers.items():
+        _put(out, path, "depth" if _is_int(value) else ["depth"] * len(value))
     return out
 
 

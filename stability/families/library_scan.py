@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from stability.errors import CaseError
 from stability.families.library_lookup import Target, config_keys, registry
-from stability.families.library_reduce import LADDER, Plan, at_depth, plan
+from stability.families.library_reduce import LADDER, Plan, at_depth, plan, template
 from stability.families.library_support import import_library, quiet_imports
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "scan_targets",
     "plan_build",
     "constructor_arguments",
+    "build_key",
     "MAX_PARAMETERS",
 ]
 
@@ -96,6 +97,11 @@ class ScanBuild:
     def config(self, depth: int) -> dict[str, Any]:
         """The arguments at `depth`."""
         return at_depth(self.shipped, self.plan, depth) if self.plan.rung != "default" else {}
+
+    def template(self) -> dict[str, Any] | None:
+        """The arguments with the library family's `"depth"` placeholder for every layer count (one
+        config for every depth), where the plan allows it (`library_reduce.template`); else None."""
+        return template(self.shipped, self.plan) if self.plan.rung != "default" else None
 
     def changed(self, depth: int) -> dict[str, Any]:
         """The arguments at `depth` that differ from the shipped ones, by dotted path (what a row shows)."""
@@ -267,3 +273,34 @@ def _only(p: Plan, keys: set[str]) -> Plan:
         stages=tuple(s for s in p.stages if s[0] in keys),
         exact=p.exact,
     )
+
+
+def _stable(value: Any) -> Any:
+    """`value` as plain data that reads the same in every process: a class or function by its
+    qualified name, a `functools.partial` by its function and arguments, containers element-wise."""
+    import functools
+
+    if isinstance(value, Mapping):
+        return {str(k): _stable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_stable(v) for v in value]
+    if isinstance(value, functools.partial):
+        return {"partial": _stable(value.func), "args": _stable(value.args), "kwargs": _stable(value.keywords)}
+    if isinstance(value, type) or callable(value):
+        return f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', type(value).__qualname__)}"
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return f"{type(value).__module__}.{type(value).__qualname__}({value!s})"
+
+
+def build_key(target: ScanTarget, *, depth: int = 2, max_parameters: int = MAX_PARAMETERS) -> str:
+    """What a scan builds for `target` at `depth`, as text: two targets with one key build one
+    model (the same class from the same reduced arguments), so a scan builds it once. A target
+    whose plan fails has a key of its own."""
+    import json
+
+    try:
+        b = plan_build(target, depth=depth, max_parameters=max_parameters)
+    except Exception:  # noqa: BLE001 -- its own row will say why
+        return f"{target.library}:{target.name} (not built)"
+    return json.dumps([b.model, _stable(b.config(depth))], sort_keys=True)

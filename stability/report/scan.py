@@ -40,8 +40,16 @@ def untriaged(rows: Sequence[ScanRow], known: tuple[Known, ...]) -> list[tuple[S
     return [(r, d) for r in rows for d in r.deviations if triaged(known, r.library, r.name, d.parameter) is None]
 
 
-def headline(library: str, release: str, rows: Sequence[ScanRow], known: tuple[Known, ...], seconds: float) -> str:
-    """`transformers 5.25.0: 631 models tried, 590 built and judged (93.5 %), …`."""
+def headline(
+    library: str,
+    release: str,
+    rows: Sequence[ScanRow],
+    known: tuple[Known, ...],
+    seconds: float,
+    cpu: float | None = None,
+) -> str:
+    """`transformers 5.25.0: 631 models tried, 590 built and judged (93.5 %), …; 1500 s (2900 s of
+    CPU in the workers)`."""
     tried = len(rows)
     built = sum(r.built for r in rows)
     share = f" ({100 * built / tried:.1f} %)" if tried else ""
@@ -53,6 +61,7 @@ def headline(library: str, release: str, rows: Sequence[ScanRow], known: tuple[K
         f"{library} {release}: {tried} models tried, {built} built and judged{share}"
         + (f", {rest}" if rest else "")
         + f"; {deviating} with deviations, {len(new)} deviation(s) not triaged; {seconds:.0f} s"
+        + ("" if cpu is None else f" ({cpu:.0f} s of CPU in the workers)")
     )
 
 

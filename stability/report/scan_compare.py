@@ -2,8 +2,9 @@
 by model, from the rows each side's scan wrote (`stability.report.scan_side`).
 
 - **Init, exactly.** Every parameter group's recorded law on side A against side B's
-  (`h.*.attn.c_proj.weight: normal(std=0.0071) → normal(std=0.02)`): any difference in the law's
-  text is a change, a group present on one side only too (`absent`). Where a side's recorder gave
+  (`h.*.attn.c_proj.weight: N(0, 0.007071²) → N(0, 0.02²)`), compared at full precision (each
+  law's `exact` form), shown as a reader reads it (at full precision where that is what differs);
+  a group present on one side only is a change too (`absent`). Where a side's recorder gave
   no laws, the deviations from the declared init are compared instead (one that appears or goes).
 - **The stream.** Each of the residual stream's numbers at each depth (`STREAM_KEYS`) on the same
   case and seed on both sides, moved past the drift of `[expect.residual_stream]` by the baseline
@@ -66,10 +67,11 @@ class Comparison:
     compared: int
 
 
-def _laws(row: ScanRow) -> dict[str, str] | None:
+def _laws(row: ScanRow) -> dict[str, tuple[str, str]] | None:
+    """Each group's (exact law, law as shown)."""
     if row.laws is None:
         return None
-    return {law.parameter: law.law for law in row.laws}
+    return {law.parameter: (law.exact or law.law, law.law) for law in row.laws}
 
 
 def _stream(row: ScanRow) -> dict[str, float]:
@@ -106,9 +108,10 @@ def compare_rows(a: Sequence[ScanRow], b: Sequence[ScanRow], *, drift: float = D
         la, lb = _laws(ra), _laws(rb)
         if la is not None and lb is not None:
             for group in list(lb) + [g for g in la if g not in lb]:
-                before, after = la.get(group, "absent"), lb.get(group, "absent")
-                if before != after:
-                    changes.append(Change(model=name, kind="init", what=group, before=before, after=after))
+                old, new = la.get(group, ("absent", "absent")), lb.get(group, ("absent", "absent"))
+                if old[0] != new[0]:
+                    shown = (old[1], new[1]) if old[1] != new[1] else (old[0], new[0])
+                    changes.append(Change(model=name, kind="init", what=group, before=shown[0], after=shown[1]))
         else:
             da = {d.parameter: d for d in ra.deviations}
             db = {d.parameter: d for d in rb.deviations}
@@ -127,7 +130,7 @@ def compare_rows(a: Sequence[ScanRow], b: Sequence[ScanRow], *, drift: float = D
 
 
 def change_text(c: Change) -> str:
-    """`GPT2Model: h.*.attn.c_proj.weight: normal(std=0.0071) → normal(std=0.02)`."""
+    """`GPT2Model: h.*.attn.c_proj.weight: N(0, 0.007071²) → N(0, 0.02²)`."""
     what = f"stream {c.what}" if c.kind == "stream" else c.what
     return f"{c.model}: {what}: {c.before} → {c.after}"
 

@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     from stability.report.release_side import imported_versions
     from stability.run.executors import executor_for
     from stability.run.processes import start_server
-    from stability.run.scan import ScanOptions, plan_scan, run_scan
+    from stability.run.scan import ScanOptions, run_scan
+    from stability.run.scan_plan import plan_scan
     from stability.spec.registry import FAMILIES
 
     out = Path(args.out)
@@ -54,8 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     preload = list(FAMILIES.get("library").preload({"model": f"{args.library}:"}) or [])  # type: ignore[misc]
     start_server(preload)
     options = ScanOptions(case_timeout=args.case_timeout or None, memory_budget=args.memory_budget)
-    plan = plan_scan(args.library, only=args.only, options=options)
-    run = run_scan(plan, executor_for("workers", jobs=args.jobs, env=dict(os.environ)))
+    executor = executor_for("workers", jobs=args.jobs, env=dict(os.environ))
+    plan = plan_scan(args.library, only=args.only, options=options, executor=executor)
+    run = run_scan(plan, executor)
     rows = [r.to_dict() for r in run.rows]
     (out / "rows.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
     return 0

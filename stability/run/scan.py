@@ -39,13 +39,12 @@ from stability.run.scan_rows import ScanRow, StreamAt
 __all__ = [
     "ScanOptions",
     "ScanJob",
-    "ScanPlan",
     "ScanRun",
     "scan_one",
     "scan_spec",
     "select",
-    "plan_scan",
     "run_scan",
+    "start_case",
     "DEPTHS",
 ]
 
@@ -73,17 +72,20 @@ def _finite(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
-def scan_spec(library: str, name: str, model: str, config: dict[str, Any], depth: int, modality: str) -> Any:
-    """The spec a model's stream is measured by (the module docstring): `family = "library"`,
-    the model and its config at `depth`, batch 2, one network, `[expect.residual_stream]`."""
+def scan_spec(
+    library: str, name: str, model: str, config: dict[str, Any], depths: tuple[int, int], modality: str
+) -> Any:
+    """The spec a model's stream is measured by (the module docstring): `family = "library"`, the
+    model and its config — one for both `depths` where it names the depth (`"depth"`), else one
+    config per depth (`depths` then a single depth) —, batch 2, one network, `[expect.residual_stream]`."""
     from stability.spec.load import validate_spec
 
     data = {
         "name": f"scan-{library}-{name}",
-        "description": f"stability scan: {library} {name} at depth {depth}",
+        "description": f"stability scan: {library} {name}",
         "family": "library",
         "block": {"layer": "tokens" if modality == "tokens" else "conv2d", "model": model, "config": config},
-        "space": {"depth": depth, "width": 8, "batch": 2},
+        "space": {"depth": list(depths), "width": 8, "batch": 2},
         "probe": {"ensemble": 1},
         "expect": {"residual_stream": {}},
     }
@@ -105,7 +107,9 @@ def _stream_at(library: str, name: str, build: Any, depth: int, options: ScanOpt
             depth=depth, error=f"not measured: {build.model} takes {build.input_name}, not token ids or images"
         )
     try:
-        spec = scan_spec(library, name, build.model, build.config(depth), depth, build.modality)
+        shared = build.template()  # one spec for both depths: the memory guard's estimate is made once
+        config, depths = (shared, options.depths) if shared is not None else (build.config(depth), (depth, depth))
+        spec = scan_spec(library, name, build.model, config, depths, build.modality)
         record = evaluate(
             spec, corner_case(spec, depth=depth), RunOptions(case_timeout=None, memory_budget=options.memory_budget)
         )
@@ -161,6 +165,24 @@ def scan_one(library: str, name: str, also: Sequence[str], options: ScanOptions)
     )
 
 
+def start_case(options: ScanOptions) -> Any:
+    """The case a scan job's "start" event names: the time limit covers the whole job from it."""
+    from stability.spec.case import Case
+
+    return Case(
+        depth=options.depths[0],
+        width=1,
+        batch=2,
+        spatial=None,
+        input_width=None,
+        weight_init="default",
+        branch_init="default",
+        dtype="float32",
+        device="cpu",
+        seed=options.seed,
+    )
+
+
 @dataclass(frozen=True)
 class ScanJob(Job):
     """One model of a scan, run wherever the executor puts it (the module docstring)."""
@@ -179,21 +201,7 @@ class ScanJob(Job):
         return self.options.case_timeout
 
     def execute(self, emit: Emit) -> dict[str, Any]:
-        from stability.spec.case import Case
-
-        start = Case(
-            depth=self.options.depths[0],
-            width=1,
-            batch=2,
-            spatial=None,
-            input_width=None,
-            weight_init="default",
-            branch_init="default",
-            dtype="float32",
-            device="cpu",
-            seed=self.options.seed,
-        )
-        emit({"kind": "start", "case": start.as_dict()})  # the whole model is one "case" of the time limit
+        emit({"kind": "start", "case": start_case(self.options).as_dict()})  # the model is one "case" of the limit
         return scan_one(self.library, self.name, self.also, self.options).to_dict()
 
     def conclude(self, trace: Trace) -> Outcome:
@@ -221,64 +229,27 @@ def select(names: Sequence[str], only: str | None) -> list[str]:
 
 
 @dataclass
-class ScanPlan:
-    """What a scan will do: the library's release and the code version its rows are filed under,
-    the models selected (in the library's order), the rows the store holds already (with `resume`)
-    and a job for each of the others."""
-
-    library: str
-    release: str
-    code: str
-    names: list[str]
-    stored: dict[str, ScanRow]
-    jobs: list[ScanJob]
-
-
-@dataclass
 class ScanRun:
     """A finished scan: its rows in the library's order, the release scanned, how many rows came
-    from the store (`resumed`) and the wall time."""
+    from the store (`resumed`), the wall time and the workers' CPU time."""
 
     library: str
     release: str
     rows: list[ScanRow]
     resumed: int = 0
     seconds: float = 0.0
-
-
-def plan_scan(
-    library: str,
-    *,
-    only: str | None = None,
-    options: ScanOptions | None = None,
-    store: Any = None,
-    resume: bool = False,
-) -> ScanPlan:
-    """The models of `library` matching `only`; with `resume`, the rows `store` (a `ScanStore`)
-    holds for this release and code version are reused and only the others get a job."""
-    from stability.families.library_scan import scan_targets
-    from stability.families.library_support import installed
-    from stability.run.store_keys import code_version
-
-    options = options or ScanOptions()
-    release, code = installed(library), code_version()
-    targets = {t.name: t for t in scan_targets(library)}
-    names = select(list(targets), only)
-    stored = store.rows(library, release, code) if store is not None and resume else {}
-    stored = {n: r for n, r in stored.items() if n in names}
-    jobs = [ScanJob(library, n, targets[n].also, options) for n in names if n not in stored]
-    return ScanPlan(library, release, code, names, stored, jobs)
+    cpu_seconds: float | None = None  # the workers' own CPU time, where the executor counts it
 
 
 def run_scan(
-    plan: ScanPlan,
+    plan: Any,
     executor: Executor,
     *,
     store: Any = None,
     on_row: Callable[[int, ScanRow], None] | None = None,
 ) -> ScanRun:
-    """Run the plan's jobs on `executor` (the module docstring); each row goes to `store` as it
-    finishes and to `on_row` with its job's index."""
+    """Run the jobs of `plan` (a `stability.run.scan_plan.ScanPlan`) on `executor` (the module
+    docstring); each row goes to `store` as it finishes and to `on_row` with its job's index."""
     t0 = time.perf_counter()
     index = {id(j): i for i, j in enumerate(plan.jobs)}
 
@@ -289,6 +260,15 @@ def run_scan(
         if on_row is not None:
             on_row(index[id(outcome.task)], row)
 
+    cpu0 = getattr(executor, "cpu_seconds", None)
     fresh = {o.result.name: o.result for o in executor.map(plan.jobs, on_done=done)}
     rows = [plan.stored[n] if n in plan.stored else fresh[n] for n in plan.names]
-    return ScanRun(plan.library, plan.release, rows, resumed=len(plan.stored), seconds=time.perf_counter() - t0)
+    cpu = getattr(executor, "cpu_seconds", None)
+    return ScanRun(
+        plan.library,
+        plan.release,
+        rows,
+        resumed=len(plan.stored),
+        seconds=time.perf_counter() - t0,
+        cpu_seconds=None if cpu is None or cpu0 is None else cpu - cpu0,
+    )

@@ -39,10 +39,13 @@ class Deviation:
 
 @dataclass(frozen=True, kw_only=True)
 class RecordedLaw:
-    """The law one parameter group received at init, exactly, and the code that wrote it."""
+    """The law one parameter group received at init as a reader sees it (`law`), with every
+    parameter at full precision (`exact`: what two releases are compared by), and the code that
+    wrote it."""
 
     parameter: str
     law: str
+    exact: str = ""
     writer: str = ""
 
 
