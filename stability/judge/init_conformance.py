@@ -280,7 +280,8 @@ def _intent_failures(found: list[Deviation]) -> list[str]:
     out = []
     for (_, g), items in by.items():
         d = items[0]
-        out.append(f"{g}: recorded {d.recorded}, declared {d.declared} [{d.source}] — {len(items)} parameters")
+        n = len(items)
+        out.append(f"{g}: recorded {d.recorded}, declared {d.declared} [{d.source}] — {n} parameter{'s' * (n != 1)}")
     return out
 
 
@@ -291,7 +292,7 @@ def _notes(
     idle = [j for j in judged if j.idle(table.name if table is not None else None)]
     if idle:
         listed = "; ".join(f"{j.row.pattern()} ({j.origin})" for j in idle[:_MAX_NAMES])
-        notes.append(f"{len(idle)} rules cover no parameter: {listed}")
+        notes.append(f"{len(idle)} rule{'s' * (len(idle) != 1)} cover{'s' * (len(idle) == 1)} no parameter: {listed}")
     notes += [o.describe() for o in record.overrides]
     if record.trace is None and record.unrecorded:
         notes.append(f"the init was not recorded ({record.unrecorded}): only rows judge")

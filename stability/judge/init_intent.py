@@ -78,7 +78,7 @@ class Deviation:
 
 def group_of(name: str) -> str:
     """A parameter's name with its layer indices as `*` (`h.*.mlp.c_proj.weight`)."""
-    return re.sub(r"(?<=\.)\d+(?=\.|$|\[)", "*", name)
+    return re.sub(r"(?:(?<=\.)|^)\d+(?=\.|$|\[)", "*", name)
 
 
 def trace_of(record: InitRecord, name: str) -> tuple[ParameterTrace, RecordedLaw] | None:
