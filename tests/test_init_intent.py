@@ -235,6 +235,33 @@ def test_a_parameter_never_written_fails() -> None:
     )
 
 
+class _Rescaled(nn.Module):
+    """Mamba's out_proj under rescale_prenorm_residual: kaiming_uniform_(a=√5), then ÷ √N."""
+
+    def __init__(self, layers: int, rescale: bool) -> None:
+        super().__init__()
+        self.out = nn.ModuleList(nn.Linear(8, 8) for _ in range(layers))
+        for m in self.out:
+            nn.init.kaiming_uniform_(m.weight, a=math.sqrt(5))
+            if rescale:
+                with torch.no_grad():
+                    m.weight /= math.sqrt(layers)
+
+
+def test_a_depth_scaling_the_config_declares_and_no_weight_received_fails() -> None:
+    config = {"rescale_prenorm_residual": True, "num_hidden_layers": 4}
+    v = _judge(_record(lambda: _Rescaled(4, rescale=False), config))
+    assert not v.passed and v.detail == (
+        "the model: recorded no weight scaled after its draw, declared the residual branches' output weights "
+        "scaled by 1/√4 (or 1/√8) [the config declares rescale_prenorm_residual = True (Radford et al. 2019, "
+        "GPT-2's scheme)]"
+    )
+    scaled = _record(lambda: _Rescaled(4, rescale=True), config)
+    assert _judge(scaled).passed
+    assert scaled.trace is not None and scaled.trace.by_name()["out.0.weight"].scale == pytest.approx(0.5, abs=0.0)
+    assert _judge(_record(lambda: _Rescaled(4, rescale=False), {**config, "rescale_prenorm_residual": False})).passed
+
+
 # ----------------------------------------------------------------------------- precedence and reporting
 
 

@@ -139,8 +139,9 @@ def init_conformance(m: Any, e: InitConformance) -> Verdict:
     except RuleError as exc:
         return _unmeasured(f"a rule cannot be read for this model: {exc}", bound)
     model = _Judged(_MODEL, None)
-    intent = {d.name: d for d in deviations(record)}
-    off_intent: list[Deviation] = []
+    found = deviations(record)
+    intent = {d.name: d for d in found if d.name}
+    off_intent: list[Deviation] = [d for d in found if not d.name]  # the model's as a whole
     assigned: list[tuple[Any, _Judged, Law, str]] = []
     undeclared: list[str] = []
     for p in record.parameters:
@@ -160,13 +161,13 @@ def init_conformance(m: Any, e: InitConformance) -> Verdict:
         if p.name in intent:
             off_intent.append(intent[p.name])
             continue
-        found = trace_of(record, p.name)
-        law_ = judged_law(found[1]) if found is not None else None
-        if found is None or law_ is None:
+        traced = trace_of(record, p.name)
+        law_ = judged_law(traced[1]) if traced is not None else None
+        if traced is None or law_ is None:
             undeclared.append(p.name)
             continue
         model.covered.append(p.name)
-        t, recorded = found
+        t, recorded = traced
         assigned.append((p, model, law_, f"{recorded.describe()} by {t.writer.partition(':')[2] or 'its constructor'}"))
     tests = sum(tests_for(law, p.n) for p, _, law, _ in assigned)
     level = e.alpha / max(tests, 1)
@@ -281,7 +282,8 @@ def _intent_failures(found: list[Deviation]) -> list[str]:
     for (_, g), items in by.items():
         d = items[0]
         n = len(items)
-        out.append(f"{g}: recorded {d.recorded}, declared {d.declared} [{d.source}] — {n} parameter{'s' * (n != 1)}")
+        count = f" — {n} parameter{'s' * (n != 1)}" if d.name else ""
+        out.append(f"{g}: recorded {d.recorded}, declared {d.declared} [{d.source}]{count}")
     return out
 
 
