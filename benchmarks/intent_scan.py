@@ -11,9 +11,7 @@ and with the table its class chooses (`stability.judge.init_tables.choose_table`
     python -m benchmarks.intent_scan --corpus      # each corpus bug, buggy and fixed release
 
 `--corpus` runs each release in a subprocess importing it from `.cache/corpus/` (benchmarks/corpus.py
-installs it); a release whose huggingface_hub predates the one this environment's `kernels` package
-imports is run with `kernels` hidden (`sys.modules["kernels"] = None`, so transformers finds no
-kernels package, as in an environment without it).
+installs it, and hides what the entry's `hide` lists: `corpus.hidden_env`).
 """
 
 from __future__ import annotations
@@ -129,11 +127,10 @@ def corpus_rows() -> list[dict[str, Any]]:
         for which in ("buggy", "fixed"):
             folder = install_release(bug.library, bug.release(which), pins=bug.pins)
             code = (
-                "import sys, json; sys.modules.setdefault('kernels', None); "
-                "from benchmarks.intent_scan import zoo_target_of, judge_model; "
+                "import json; from benchmarks.intent_scan import zoo_target_of, judge_model; "
                 f"t, c = zoo_target_of({bug.spec!r}); print(json.dumps(judge_model(t, c)))"
             )
-            env = release_env(folder, {**_environ(), "PYTHONPATH": str(ROOT)})
+            env = release_env(folder, {**_environ(), "PYTHONPATH": str(ROOT)}, hide=bug.hide)
             done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
             if done.returncode != 0:
                 row[which] = {"error": " ".join(done.stderr.split())[-600:]}

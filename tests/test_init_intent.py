@@ -67,7 +67,7 @@ def test_a_weight_matrix_left_at_the_default_where_the_config_declares_its_std_f
     assert v.detail == (
         "in_proj.weight: recorded U(-0.25, 0.25), PyTorch's default (Linear.reset_parameters), declared N(0, 0.1²) "
         '[the config declares initializer_range = 0.1, "the standard deviation of the truncated_normal_initializer '
-        'for initializing all weight matrices" (transformers PretrainedConfig)] — 1 parameters'
+        'for initializing all weight matrices" (transformers PretrainedConfig)] — 1 parameter'
     )
     assert _judge(_record(lambda: _Mixer(forget=False), {"initializer_range": 0.1})).passed
     assert _judge(_record(lambda: _Mixer(forget=True))).passed  # no std declared: the default is the model's choice
@@ -92,7 +92,7 @@ def test_a_parameter_an_init_loop_left_at_the_default_fails() -> None:
     assert not v.passed and v.detail == (
         "head.weight: recorded U(-0.3536, 0.3536), PyTorch's default (Linear.reset_parameters), declared "
         "N(0, 0.02²) as a.weight [_Looped.__init__ initialises every Linear.weight of the model and left this one] "
-        "— 1 parameters"
+        "— 1 parameter"
     )
     assert _judge(_record(lambda: _Looped(late=False))).passed
 
@@ -139,7 +139,7 @@ def test_a_layer_scale_not_at_the_value_its_module_was_given_fails() -> None:
     v = _judge(_record(lambda: _Block(1e-6, bug=True)))
     assert not v.passed and v.detail == (
         "ls.gamma: recorded = 1 by _LayerScale.reset_parameters, declared = 1e-06 [layer scale from "
-        "_LayerScale(init_values=1e-06) (Touvron et al. 2021, CaiT)] — 1 parameters"
+        "_LayerScale(init_values=1e-06) (Touvron et al. 2021, CaiT)] — 1 parameter"
     )
     assert _judge(_record(lambda: _Block(1e-6, bug=False))).passed
 
@@ -192,7 +192,7 @@ def test_a_norm_offset_overwritten_by_a_generic_init_fails() -> None:
     v = _judge(_record(lambda: _Gemma(1.0)))
     assert not v.passed and v.detail == (
         "norm.weight: recorded = 1 by init_norms, declared = 0 [_OffsetRMSNorm.__init__ creates it = 0; "
-        "init_norms is generic code (neither the module's nor the model's)] — 1 parameters"
+        "init_norms is generic code (neither the module's nor the model's)] — 1 parameter"
     )
     assert _judge(_record(lambda: _Gemma(0.0))).passed
 
@@ -213,7 +213,7 @@ def test_a_frozen_parameter_left_at_zero_fails() -> None:
     v = _judge(_record(lambda: _Frozen(table=False)))
     assert not v.passed and v.detail == (
         "pos: recorded = 0 by _Frozen.__init__, declared not all zero [requires_grad = False keeps its init "
-        "for good: a table of zeros carries nothing] — 1 parameters"
+        "for good: a table of zeros carries nothing] — 1 parameter"
     )
     sincos = _judge(_record(lambda: _Frozen(table=True)))
     assert not sincos.measured and "1 undeclared (not judged): pos" in sincos.detail  # computed: not judged
@@ -231,8 +231,35 @@ def test_a_parameter_never_written_fails() -> None:
     v = _judge(_record(_Unset))
     assert not v.passed and v.detail == (
         "w: recorded torch.empty (never written) by _Unset.__init__, declared any init [torch.empty leaves memory "
-        "uninitialised] — 1 parameters"
+        "uninitialised] — 1 parameter"
     )
+
+
+class _Rescaled(nn.Module):
+    """Mamba's out_proj under rescale_prenorm_residual: kaiming_uniform_(a=√5), then ÷ √N."""
+
+    def __init__(self, layers: int, rescale: bool) -> None:
+        super().__init__()
+        self.out = nn.ModuleList(nn.Linear(8, 8) for _ in range(layers))
+        for m in self.out:
+            nn.init.kaiming_uniform_(m.weight, a=math.sqrt(5))
+            if rescale:
+                with torch.no_grad():
+                    m.weight /= math.sqrt(layers)
+
+
+def test_a_depth_scaling_the_config_declares_and_no_weight_received_fails() -> None:
+    config = {"rescale_prenorm_residual": True, "num_hidden_layers": 4}
+    v = _judge(_record(lambda: _Rescaled(4, rescale=False), config))
+    assert not v.passed and v.detail == (
+        "the model: recorded no weight scaled after its draw, declared the residual branches' output weights "
+        "scaled by 1/√4 (or 1/√8) [the config declares rescale_prenorm_residual = True (Radford et al. 2019, "
+        "GPT-2's scheme)]"
+    )
+    scaled = _record(lambda: _Rescaled(4, rescale=True), config)
+    assert _judge(scaled).passed
+    assert scaled.trace is not None and scaled.trace.by_name()["out.0.weight"].scale == pytest.approx(0.5, abs=0.0)
+    assert _judge(_record(lambda: _Rescaled(4, rescale=False), {**config, "rescale_prenorm_residual": False})).passed
 
 
 # ----------------------------------------------------------------------------- precedence and reporting
@@ -271,7 +298,7 @@ def test_a_spec_row_that_covers_nothing_and_an_undeclared_parameter_are_reported
     record = _record(lambda: _Frozen(table=True, frozen=False))
     row = {"name": "pos_embed", "law": "normal", "std": 0.02, "source": "a typo"}
     v = _judge(record, rules=[row])
-    assert not v.measured and "1 rules cover no parameter: name pos_embed (spec)" in v.detail
+    assert not v.measured and "1 rule covers no parameter: name pos_embed (spec)" in v.detail
     v = _judge(record, uncovered="fail")
     assert not v.passed and "no rule declares the init of 1 parameters: pos" in v.detail
 

@@ -139,8 +139,9 @@ def init_conformance(m: Any, e: InitConformance) -> Verdict:
     except RuleError as exc:
         return _unmeasured(f"a rule cannot be read for this model: {exc}", bound)
     model = _Judged(_MODEL, None)
-    intent = {d.name: d for d in deviations(record)}
-    off_intent: list[Deviation] = []
+    found = deviations(record)
+    intent = {d.name: d for d in found if d.name}
+    off_intent: list[Deviation] = [d for d in found if not d.name]  # the model's as a whole
     assigned: list[tuple[Any, _Judged, Law, str]] = []
     undeclared: list[str] = []
     for p in record.parameters:
@@ -160,13 +161,13 @@ def init_conformance(m: Any, e: InitConformance) -> Verdict:
         if p.name in intent:
             off_intent.append(intent[p.name])
             continue
-        found = trace_of(record, p.name)
-        law_ = judged_law(found[1]) if found is not None else None
-        if found is None or law_ is None:
+        traced = trace_of(record, p.name)
+        law_ = judged_law(traced[1]) if traced is not None else None
+        if traced is None or law_ is None:
             undeclared.append(p.name)
             continue
         model.covered.append(p.name)
-        t, recorded = found
+        t, recorded = traced
         assigned.append((p, model, law_, f"{recorded.describe()} by {t.writer.partition(':')[2] or 'its constructor'}"))
     tests = sum(tests_for(law, p.n) for p, _, law, _ in assigned)
     level = e.alpha / max(tests, 1)
@@ -280,7 +281,9 @@ def _intent_failures(found: list[Deviation]) -> list[str]:
     out = []
     for (_, g), items in by.items():
         d = items[0]
-        out.append(f"{g}: recorded {d.recorded}, declared {d.declared} [{d.source}] — {len(items)} parameters")
+        n = len(items)
+        count = f" — {n} parameter{'s' * (n != 1)}" if d.name else ""
+        out.append(f"{g}: recorded {d.recorded}, declared {d.declared} [{d.source}]{count}")
     return out
 
 
@@ -291,7 +294,7 @@ def _notes(
     idle = [j for j in judged if j.idle(table.name if table is not None else None)]
     if idle:
         listed = "; ".join(f"{j.row.pattern()} ({j.origin})" for j in idle[:_MAX_NAMES])
-        notes.append(f"{len(idle)} rules cover no parameter: {listed}")
+        notes.append(f"{len(idle)} rule{'s' * (len(idle) != 1)} cover{'s' * (len(idle) == 1)} no parameter: {listed}")
     notes += [o.describe() for o in record.overrides]
     if record.trace is None and record.unrecorded:
         notes.append(f"the init was not recorded ({record.unrecorded}): only rows judge")

@@ -27,6 +27,10 @@ A deviation is one of:
 - **frozen at zero** — a parameter with requires_grad = False left at zero: it can never learn, and
   a zero table adds nothing (transformers 5.x ViT-MAE's sin-cos position embeddings).
 - **never written** — a parameter created with torch.empty and never written: uninitialised memory.
+- **depth scaling** — the config declares the GPT-2 scheme (`rescale_prenorm_residual = True`:
+  the residual branches' output weights divided by √N after their draw, N = num_hidden_layers;
+  Radford et al. 2019) and no weight of the model was scaled by 1/√N (or 1/√(2N)) after its draw:
+  a deviation of the model, not of one parameter (its name is empty).
 
 Laws the model's code wrote on purpose (GPT-2's depth-scaled c_proj, Mamba's dt_proj) are its
 intent and are not deviations; a family table (stability/judge/init_rules.toml) states what the
@@ -45,9 +49,17 @@ from stability.measure.init_stats import InitRecord, ParameterStats
 from stability.measure.init_trace import ParameterTrace
 from stability.measure.init_trace_law import RecordedLaw
 
-__all__ = ["Deviation", "deviations", "group_of", "LAYER_SCALE_KEYS", "INIT_RANGE_KEYS", "trace_of"]
+__all__ = [
+    "Deviation",
+    "deviations",
+    "group_of",
+    "LAYER_SCALE_KEYS",
+    "INIT_RANGE_KEYS",
+    "DEPTH_SCALING_KEYS",
+    "trace_of",
+]
 
-Rule = Literal["left_at_default", "layer_scale", "norm_offset", "frozen_at_zero", "never_written"]
+Rule = Literal["left_at_default", "layer_scale", "norm_offset", "frozen_at_zero", "never_written", "depth_scaling"]
 
 #: The constructor arguments and config keys that give a layer scale its value (Touvron et al. 2021).
 LAYER_SCALE_KEYS = (
@@ -69,7 +81,7 @@ class Deviation:
     """One parameter whose recorded init contradicts the model's declared intent."""
 
     rule: Rule
-    name: str
+    name: str  # "" for a deviation of the model as a whole (depth scaling)
     group: str  # the name with layer indices as *
     recorded: str  # the recorded law and its writer
     declared: str  # the law the intent declares
@@ -78,7 +90,7 @@ class Deviation:
 
 def group_of(name: str) -> str:
     """A parameter's name with its layer indices as `*` (`h.*.mlp.c_proj.weight`)."""
-    return re.sub(r"(?<=\.)\d+(?=\.|$|\[)", "*", name)
+    return re.sub(r"(?:(?<=\.)|^)\d+(?=\.|$|\[)", "*", name)
 
 
 def trace_of(record: InitRecord, name: str) -> tuple[ParameterTrace, RecordedLaw] | None:
@@ -248,7 +260,30 @@ def _never_written(record: InitRecord, rows: list[tuple[ParameterStats, Paramete
             )
 
 
-_RULES = (_left_at_default, _layer_scale, _norm_offset, _frozen_at_zero, _never_written)
+#: The config keys that declare the GPT-2 scheme, and those that give its N.
+DEPTH_SCALING_KEYS = ("rescale_prenorm_residual",)
+_DEPTH_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+
+
+def _depth_scaling(record: InitRecord, rows: list[tuple[ParameterStats, ParameterTrace]]) -> Iterable[Deviation]:
+    key = next((k for k in DEPTH_SCALING_KEYS if record.variables.get(k) is True), None)
+    depth = next((int(v) for k in _DEPTH_KEYS if (v := _number(record.variables.get(k)))), 0)
+    if key is None or depth < 2 or not rows:
+        return
+    factors = (1 / math.sqrt(depth), 1 / math.sqrt(2 * depth))
+    if any(math.isclose(abs(t.scale), f, rel_tol=1e-6) for _, t in rows for f in factors):
+        return
+    yield Deviation(
+        rule="depth_scaling",
+        name="",
+        group="the model",
+        recorded="no weight scaled after its draw",
+        declared=f"the residual branches' output weights scaled by 1/√{depth} (or 1/√{2 * depth})",
+        source=f"the config declares {key} = True (Radford et al. 2019, GPT-2's scheme)",
+    )
+
+
+_RULES = (_left_at_default, _layer_scale, _norm_offset, _frozen_at_zero, _never_written, _depth_scaling)
 
 
 def deviations(record: InitRecord) -> list[Deviation]:
@@ -263,4 +298,4 @@ def deviations(record: InitRecord) -> list[Deviation]:
         for d in rule(record, rows):
             found.setdefault(d.name, d)
     order = {p.name: i for i, p in enumerate(record.parameters)}
-    return sorted(found.values(), key=lambda d: order[d.name])
+    return sorted(found.values(), key=lambda d: order.get(d.name, len(order)))

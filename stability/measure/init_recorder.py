@@ -52,6 +52,7 @@ from stability.measure.init_trace_ops import (
     FOLDS,
     Where,
     op_kind,
+    scale_of,
     self_of,
     snapshot,
     storage_of,
@@ -76,6 +77,7 @@ class _Tracked:
     scope: nn.Module | None = None
     frame: types.FrameType | None = None  # the init function's frame of the last write (its later writes are its own)
     partial: list[Partial] = field(default_factory=list)
+    scale: float = 1.0  # the product of the scalar factors applied since its law was drawn
     history: list[str] = field(default_factory=list)
     owner: nn.Module | None = None
     key: int | None = None  # the address of the storage it holds (a parameter's, as registered or reassigned)
@@ -322,9 +324,10 @@ class InitRecorder:
             return
         law = self._value_law(value) if index is not None else self._law(tr, op, args, kwargs, where, target)
         tr.frame = where.law_frame
-        function = tr.function if not where.function and op in FOLDS else where.function
+        folds = index is None and where.law_frame is None and op in FOLDS
+        function, scale = (tr.function, tr.scale * scale_of(op, args, kwargs)) if folds else (where.function, 1.0)
         self._set(tr, law, where, f"{where.function.rpartition('.')[2] or op} → {law.describe()}")
-        tr.function = function
+        tr.function, tr.scale = function, scale
 
     def _untracked(
         self, target: Any, key: int | None, op: str, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, whole: bool
@@ -442,6 +445,7 @@ class InitRecorder:
                     requires_grad=p.requires_grad,
                     partial=tuple(tr.partial),
                     history=tuple(tr.history[-8:]),
+                    scale=tr.scale,
                 )
             )
         return InitTrace(

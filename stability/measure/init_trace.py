@@ -61,6 +61,7 @@ class ParameterTrace:
     recorded: bool = True  # False: created before the recording (its law is unknown)
     partial: tuple[Partial, ...] = ()
     history: tuple[str, ...] = ()
+    scale: float = 1.0  # the scalar factor applied since its law was drawn (a depth scaling: 1/√N)
 
 
 @serializable

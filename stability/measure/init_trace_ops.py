@@ -35,6 +35,7 @@ __all__ = [
     "storage_of",
     "snapshot",
     "op_kind",
+    "scale_of",
     "CREATE",
     "ARITH",
     "FOLDS",
@@ -174,6 +175,23 @@ def op_kind(func: Any) -> str:
     if name in COPIES:
         return "copy"
     return "pass"
+
+
+def scale_of(op: str, args: tuple[Any, ...], kwargs: Any) -> float:
+    """The factor an in-place fold multiplies by (`mul_(s)`: s; `div_(s)`, `p /= s`: 1/s; a shift: 1;
+    a tensor operand: 1, its law is computed anyway)."""
+    if op == "neg_":
+        return -1.0
+    operand = args[1] if len(args) > 1 else kwargs.get("other")
+    if isinstance(operand, torch.Tensor):
+        operand = float(operand.reshape(()).item()) if operand.numel() == 1 and not operand.is_meta else None
+    if not isinstance(operand, (int, float)) or isinstance(operand, bool) or not operand:
+        return 1.0
+    if op in ("mul_", "__imul__"):
+        return float(operand)
+    if op in ("div_", "__itruediv__", "true_divide_"):
+        return 1.0 / float(operand)
+    return 1.0
 
 
 def writer_name(where: Where) -> str:
