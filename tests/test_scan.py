@@ -215,3 +215,17 @@ def test_triage_marks_known_deviations_and_the_scan_fails_only_on_new_ones(tmp_p
     with pytest.raises(UsageError, match=r'known\[0\]: verdict = .maybe.; write "bug" or "intended"'):
         load_triage(bad)
     assert isinstance(load_triage(), tuple)  # the shipped file reads
+
+
+def test_a_computed_law_is_compared_by_its_values_not_by_how_they_were_written() -> None:
+    from types import SimpleNamespace
+
+    from stability.measure.init_trace_law import RecordedLaw as Law
+    from stability.measure.init_trace_law import computed
+    from stability.run.scan_init import exact_law
+
+    stats = SimpleNamespace(mean=1.5, var=0.25, min=1.0, max=2.0)
+    assert exact_law(computed("set at creation"), stats) == exact_law(computed("copied from a tensor"), stats)
+    assert exact_law(computed("x"), stats) == "computed(mean=1.5, var=0.25, min=1, max=2)"
+    assert exact_law(Law(kind="normal", std=0.02 / 8**0.5)) == f"normal(std={0.02 / 8**0.5!r})"  # every digit
+    assert exact_law(Law(kind="constant", value=0.0)) == "constant()"

@@ -43,9 +43,15 @@ class InitJudged:
     note: str | None
 
 
-def exact_law(law: Any) -> str:
+def exact_law(law: Any, stats: Any = None) -> str:
     """A recorded law with every parameter at full precision (`normal(std=0.007071067811865475)`):
-    what two releases' laws are compared by; `describe()` is what a reader sees."""
+    what two releases' laws are compared by; `describe()` is what a reader sees. A computed law
+    (a table copied in, a value set at creation) says nothing of its values but how they came, so
+    it is compared by the values' statistics (`stats`: the parameter's `ParameterStats`) to float32's
+    precision instead: the same table written two ways is the same init."""
+    if law.kind == "computed" and stats is not None:
+        numbers = {"mean": stats.mean, "var": stats.var, "min": stats.min, "max": stats.max}
+        return "computed(" + ", ".join(f"{k}={v:.7g}" for k, v in numbers.items()) + ")"
     defaults = {f.name: f.default for f in fields(law)}
     parts = [f"{k}={getattr(law, k)!r}" for k in defaults if k != "kind" and getattr(law, k) != defaults[k]]
     return f"{law.kind}({', '.join(parts)})"
@@ -73,7 +79,7 @@ def judge_init(model_name: str, config: Mapping[str, Any], *, seed: int, file: s
     return InitJudged(
         judged=int(extra.get("parameters") or 0),
         deviations=_deviations(record, extra),
-        laws=_laws(trace),
+        laws=_laws(trace, {p.name: p for p in record.parameters}),
         note=None if verdict.measured else verdict.detail,
     )
 
@@ -139,15 +145,17 @@ def _row_laws(record: Any) -> dict[tuple[str, str], str]:
     return out
 
 
-def _laws(trace: Any) -> tuple[RecordedLaw, ...]:
-    """Each parameter group's recorded law (the module docstring)."""
+def _laws(trace: Any, stats: Mapping[str, Any]) -> tuple[RecordedLaw, ...]:
+    """Each parameter group's recorded law (the module docstring); `stats`: each parameter's
+    statistics, by name (`exact_law`)."""
     from stability.judge.init_intent import group_of
 
     by_group: dict[str, list[tuple[str, str, str, str]]] = {}
     for t in trace.parameters:
         writer = t.writer.partition(":")[2] or t.writer or "its constructor"
         law = t.law.describe() if t.recorded else "not recorded (created before the recording)"
-        by_group.setdefault(group_of(t.name), []).append((t.name, law, exact_law(t.law), writer))
+        exact = exact_law(t.law, stats.get(t.name))
+        by_group.setdefault(group_of(t.name), []).append((t.name, law, exact, writer))
     out: list[RecordedLaw] = []
     for group, members in by_group.items():
         if len({m[1:] for m in members}) == 1:
