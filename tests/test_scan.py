@@ -229,3 +229,28 @@ def test_a_computed_law_is_compared_by_its_values_not_by_how_they_were_written()
     assert exact_law(computed("x"), stats) == "computed(mean=1.5, var=0.25, min=1, max=2)"
     assert exact_law(Law(kind="normal", std=0.02 / 8**0.5)) == f"normal(std={0.02 / 8**0.5!r})"  # every digit
     assert exact_law(Law(kind="constant", value=0.0)) == "constant()"
+
+
+def test_groups_renamed_with_their_laws_unchanged_are_no_change_of_init() -> None:
+    n = "normal(std=0.02)"
+    a = [_row("V", laws={"cls": "normal(std=0.02)", "encoder.layer.*.q.weight": n, "encoder.layer.*.q.bias": "c0"})]
+    b = [_row("V", laws={"cls": "constant()", "layers.*.q_proj.weight": n, "layers.*.q_proj.bias": "c0"})]
+    c = compare_rows(a, b)
+    from stability.report.scan_compare import change_text
+
+    assert [change_text(x) for x in c.changes] == ["V: cls: normal(std=0.02) → constant()"]
+    assert c.renamed == (
+        ("V", "encoder.layer.*.q.weight", "layers.*.q_proj.weight"),
+        ("V", "encoder.layer.*.q.bias", "layers.*.q_proj.bias"),
+    )
+    b2 = [
+        _row(
+            "V",
+            laws={
+                "cls": "normal(std=0.02)",
+                "layers.*.q_proj.weight": "normal(std=0.01)",
+                "layers.*.q_proj.bias": "c0",
+            },
+        )
+    ]
+    assert len(compare_rows(a, b2).changes) == 4  # a law that differs: nothing is paired, every group is named

@@ -50,6 +50,13 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
         table.add_row(*(escape(printable(x)) for x in (c.model, what, c.before, c.after)))
     if comparison.changes:
         console.print(table)
+    if comparison.renamed:
+        first = comparison.renamed[0]
+        console.print(
+            f"renamed with the same laws (not a change of init): {len(comparison.renamed)} parameter group(s), "
+            f"e.g. {escape(first[0])}: {escape(first[1])} → {escape(first[2])}",
+            soft_wrap=True,
+        )
     for n in comparison.not_compared:
         console.print(f"not compared: {escape(printable(n.model))}: A {escape(n.a)}; B {escape(n.b)}", soft_wrap=True)
     versions = {side_a.label: side_a.versions, side_b.label: side_b.versions}
@@ -64,6 +71,7 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
             "compared": comparison.compared,
             "changes": [vars(c) for c in comparison.changes],
             "not_compared": [vars(n) for n in comparison.not_compared],
+            "renamed": [list(r) for r in comparison.renamed],
         }
         write_atomic(Path(args.json), json.dumps(data, indent=1) + "\n")
         console.print(f"wrote {escape(printable(args.json))}")

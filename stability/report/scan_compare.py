@@ -9,6 +9,10 @@ by model, from the rows each side's scan wrote (`stability.report.scan_side`).
 - **The stream.** Each of the residual stream's numbers at each depth (`STREAM_KEYS`) on the same
   case and seed on both sides, moved past the drift of `[expect.residual_stream]` by the baseline
   rule (`stability.report.baseline.relative_change`, the expectation's default `drift`).
+- **Renamed.** Parameter groups that exist on one side only are paired, in order, with groups of
+  the other side that have the same law and attribute; where every such group pairs, the model's
+  modules were renamed (transformers 5's `encoder.layer.*` → `layers.*`) and the pairs are listed
+  apart, not as changes. A group left unpaired is a change (`absent` on one side).
 - **Not compared.** A model judged on one side only, with each side's status and reason.
 
 Exit codes (the command's): 1 anything moved, 0 nothing did, 5 nothing was compared.
@@ -60,11 +64,13 @@ class NotCompared:
 
 @dataclass(frozen=True, kw_only=True)
 class Comparison:
-    """Every change, every model not compared, and how many were compared."""
+    """Every change, every model not compared, how many were compared, and the parameter groups
+    renamed with their laws unchanged (model, name in A, name in B): no change of init."""
 
     changes: tuple[Change, ...]
     not_compared: tuple[NotCompared, ...]
     compared: int
+    renamed: tuple[tuple[str, str, str], ...] = ()
 
 
 def _laws(row: ScanRow) -> dict[str, tuple[str, str]] | None:
@@ -97,6 +103,7 @@ def compare_rows(a: Sequence[ScanRow], b: Sequence[ScanRow], *, drift: float = D
     names = list(rows_b) + [n for n in rows_a if n not in rows_b]
     changes: list[Change] = []
     skipped: list[NotCompared] = []
+    renamed: list[tuple[str, str, str]] = []
     compared = 0
     for name in names:
         ra, rb = rows_a.get(name), rows_b.get(name)
@@ -107,7 +114,12 @@ def compare_rows(a: Sequence[ScanRow], b: Sequence[ScanRow], *, drift: float = D
         compared += 1
         la, lb = _laws(ra), _laws(rb)
         if la is not None and lb is not None:
+            moved = _renames(la, lb)
+            renamed += [(name, x, y) for x, y in moved.items()]
+            paired = set(moved) | set(moved.values())
             for group in list(lb) + [g for g in la if g not in lb]:
+                if group in paired:
+                    continue
                 old, new = la.get(group, ("absent", "absent")), lb.get(group, ("absent", "absent"))
                 if old[0] != new[0]:
                     shown = (old[1], new[1]) if old[1] != new[1] else (old[0], new[0])
@@ -126,7 +138,27 @@ def compare_rows(a: Sequence[ScanRow], b: Sequence[ScanRow], *, drift: float = D
                 changes.append(
                     Change(model=name, kind="stream", what=key, before=f"{sa[key]:.4g}", after=f"{sb[key]:.4g}")
                 )
-    return Comparison(changes=tuple(changes), not_compared=tuple(skipped), compared=compared)
+    return Comparison(changes=tuple(changes), not_compared=tuple(skipped), compared=compared, renamed=tuple(renamed))
+
+
+def _renames(la: Mapping[str, tuple[str, str]], lb: Mapping[str, tuple[str, str]]) -> dict[str, str]:
+    """Groups of A only paired with groups of B only, in order, where both have the same exact law
+    and the same attribute (`weight`, `bias`): a module renamed between releases (`encoder.layer.*`
+    to `layers.*`), its init unchanged. Pairing is all or nothing: unless every group of A only and
+    of B only pairs so, none is taken as a rename."""
+    gone = [g for g in la if g not in lb]
+    new = [g for g in lb if g not in la]
+    if not gone or len(gone) != len(new):
+        return {}
+    out: dict[str, str] = {}
+    free = list(new)
+    for g in gone:
+        match = next((h for h in free if lb[h][0] == la[g][0] and h.rpartition(".")[2] == g.rpartition(".")[2]), None)
+        if match is None:
+            return {}
+        out[g] = match
+        free.remove(match)
+    return out
 
 
 def change_text(c: Change) -> str:
@@ -158,6 +190,14 @@ def markdown(
         for x in c.changes:
             what = f"stream {x.what}" if x.kind == "stream" else f"`{x.what}`"
             lines.append(f"| {_md(x.model)} | {_md(what)} | {_md(x.before)} | {_md(x.after)} |")
+    if c.renamed:
+        models = sorted({m for m, _, _ in c.renamed})
+        first = c.renamed[0]
+        lines += [
+            "",
+            f"Renamed with the same laws, not a change of init: {len(c.renamed)} parameter group(s) of "
+            f"{', '.join(models)} (e.g. `{first[1]}` → `{first[2]}`).",
+        ]
     if c.not_compared:
         lines += ["", f"Not compared ({len(c.not_compared)}):", ""]
         lines += [f"- {_md(n.model)}: A {_md(n.a)}; B {_md(n.b)}" for n in c.not_compared]
