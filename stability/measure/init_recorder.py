@@ -51,6 +51,7 @@ from stability.measure.init_trace_ops import (
     DRAWS,
     FOLDS,
     Where,
+    live_at,
     op_kind,
     scale_of,
     self_of,
@@ -321,6 +322,8 @@ class InitRecorder:
             law = self._value_law(value) if index is not None else self._law(tr, op, args, kwargs, where, target)
             tr.partial.append(Partial(start=start, numel=numel, law=law))
             tr.history.append(f"{op} of elements [{start}, {start + numel}) → {law.describe()} by {writer_name(where)}")
+            if tr.law.kind == "empty":  # filled in parts (a table of sines and cosines, a row at a time)
+                tr.law = computed("written in parts")
             return
         law = self._value_law(value) if index is not None else self._law(tr, op, args, kwargs, where, target)
         tr.frame = where.law_frame
@@ -388,7 +391,7 @@ class InitRecorder:
             src = args[1] if len(args) > 1 else kwargs.get("src")
             found, _ = self._find(src)
             if found is not None and found is not tr:
-                return found.law
+                return found.law if not found.partial else computed("copied from a tensor written in parts")
             return (
                 self._value_law(src)
                 if isinstance(src, torch.Tensor) and src.numel() == 1
@@ -446,6 +449,7 @@ class InitRecorder:
                     partial=tuple(tr.partial),
                     history=tuple(tr.history[-8:]),
                     scale=tr.scale,
+                    created_live=live_at(tr.owner, p, tr.created) if _overwritten(tr) else None,
                 )
             )
         return InitTrace(
@@ -454,6 +458,13 @@ class InitRecorder:
             model_module=type(model).__module__,
             seconds=self.seconds,
         )
+
+
+def _overwritten(tr: _Tracked) -> bool:
+    """A vector its own module created as one constant and the init left at another."""
+    c, law = tr.created, tr.law
+    own = tr.owner is not None and not type(tr.owner).__module__.startswith("torch.")
+    return own and tr.tensor.dim() == 1 and c.kind == law.kind == "constant" and c.value != law.value
 
 
 def _class_name(cls: type) -> str:
