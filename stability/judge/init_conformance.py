@@ -133,7 +133,8 @@ def init_conformance(m: Any, e: InitConformance) -> Verdict:
     table, table_note = choose_table(
         tuple(record.model), e.table, tuple(record.init_defined_by), recorded=record.trace is not None
     )
-    judged = [_Row("spec", r) for r in e.rules] + [_Row(origin, r) for origin, r in rows_of(table)]
+    rows = rows_of(table, recorded=record.trace is not None)
+    judged = [_Row("spec", r) for r in e.rules] + [_Row(origin, r) for origin, r in rows]
     env: dict[str, Any] = {**record.variables, **e.config}
     try:
         for j in judged:

@@ -10,9 +10,11 @@ A deviation is one of:
   (a) the model's config declares the std of all weight matrices (transformers documents
   `initializer_range` and `init_std` as "the standard deviation of the truncated_normal_initializer
   for initializing all weight matrices") and the parameter is a weight matrix (two or more
-  dimensions); or (b) an init site of the model's code (one line of its init, writing a law into
-  parameters of two or more groups: a loop over modules, an `apply`) wrote every other parameter
-  of this module class and name within its scope (the module whose code it is) and left this one.
+  dimensions); or (b) an init site of the model's code (one line of its init visiting modules — a
+  loop over modules, an `apply` — and writing each visited module's own parameter, in two or more
+  groups) wrote every other parameter of this module class and name within its scope (the module
+  whose code it is) and left this one. A line that writes a named part of each block (timm's
+  zero_init_last: `m.conv2[1].weight`) declares nothing for that block's other parts.
   transformers 4.53.3's Mamba left its mixers' nn.Linear weights at U(±1/√fan_in) while its config
   declares initializer_range = 0.1.
 - **layer scale** — a layer-scale parameter (a vector) that is not the constant its module was
@@ -103,8 +105,11 @@ def group_of(name: str) -> str:
 
 
 def trace_of(record: InitRecord, name: str) -> tuple[ParameterTrace, RecordedLaw] | None:
-    """The trace of a record's parameter and its law (an embedding's padding row `w[padding_idx=K]`:
-    the write over that row, else the table's law); None where nothing was recorded."""
+    """The trace of a record's parameter and the law of the elements its statistics are of (an
+    embedding's padding row `w[padding_idx=K]`, judged apart: the write over that row, else the
+    table's law); None where nothing was recorded. Elements written apart after the last whole
+    write, other than a padding row judged apart, make the parameter's law computed: its
+    statistics are of a mixture."""
     if record.trace is None:
         return None
     traces = record.trace.by_name()
@@ -112,13 +117,15 @@ def trace_of(record: InitRecord, name: str) -> tuple[ParameterTrace, RecordedLaw
     t = traces.get(base)
     if t is None or not t.recorded:
         return None
-    if not row:
-        return t, t.law
-    stats = next((p for p in record.parameters if p.name == name), None)
-    k = int(row.rstrip("]"))
-    width = stats.n if stats is not None else 0
-    cover = [w for w in t.partial if w.start == k * width and w.numel == width]
-    return t, (cover[-1].law if cover else t.law)
+    rows = {p.name: p for p in record.parameters if p.name.startswith(base + "[padding_idx=")}
+    apart = {(int(n.partition("[padding_idx=")[2].rstrip("]")) * p.n, p.n) for n, p in rows.items()}
+    if row:
+        (start, width) = next(iter(apart))
+        cover = [w for w in t.partial if (w.start, w.numel) == (start, width)]
+        return t, (cover[-1].law if cover else t.law)
+    if any((w.start, w.numel) not in apart for w in t.partial):
+        return t, RecordedLaw(kind="computed", how=f"{t.law.describe()}, with elements written apart")
+    return t, t.law
 
 
 def _writer(t: ParameterTrace) -> str:
@@ -154,7 +161,7 @@ def _left_at_default(record: InitRecord, rows: list[tuple[ParameterStats, Parame
     # the groups of parameters it wrote, and per (module class, name) an example and its law.
     sites: dict[tuple[str, str], dict[str, Any]] = {}
     for p, t in rows:
-        if t.phase == "init" and t.site and t.scope is not None:
+        if t.phase == "init" and t.site and t.scope is not None and t.visited:
             s = sites.setdefault((t.site, t.scope), {"groups": set(), "kinds": {}, "writer": t.writer})
             s["groups"].add(group_of(p.name))
             s["kinds"].setdefault((p.module[0], p.name.rpartition(".")[2]), (group_of(p.name), t.law))

@@ -12,7 +12,8 @@ base describes code the model does not run, and the model's recorded intent judg
 every model of the library inherits) states what that code does, not what a model declares beyond
 it: by default it is chosen only where no init was recorded, since the recording says the same
 and, where the generic code is the bug (it filled Gemma's (1 + w) norms with 1), the table would
-declare the bug. `table = false` chooses none.
+declare the bug; for the same reason a generic table's rows do not come with a table that extends
+it where the init was recorded. `table = false` chooses none.
 """
 
 from __future__ import annotations
@@ -124,13 +125,17 @@ def choose_table(
     return None, ""
 
 
-def rows_of(table: RuleTable | None) -> list[tuple[str, InitRule]]:
-    """The table's rows then those of the tables it extends, each with its table's name."""
+def rows_of(table: RuleTable | None, *, recorded: bool = False) -> list[tuple[str, InitRule]]:
+    """The table's rows then those of the tables it extends, each with its table's name; with
+    `recorded` (the model's init was recorded), not those of a generic table it extends (they
+    state what generic code does: the recording says what it did)."""
     out: list[tuple[str, InitRule]] = []
     seen: set[str] = set()
+    first = table
     while table is not None and table.name not in seen:
         seen.add(table.name)
-        out += [(table.name, r) for r in table.rows]
+        if table is first or not (recorded and table.generic):
+            out += [(table.name, r) for r in table.rows]
         table = rule_tables()[table.extends] if table.extends else None
     return out
 

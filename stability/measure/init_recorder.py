@@ -79,6 +79,7 @@ class _Tracked:
     frame: types.FrameType | None = None  # the init function's frame of the last write (its later writes are its own)
     partial: list[Partial] = field(default_factory=list)
     scale: float = 1.0  # the product of the scalar factors applied since its law was drawn
+    visited: bool = False  # its last whole write came from code holding its owning module (`Where.visited`)
     history: list[str] = field(default_factory=list)
     owner: nn.Module | None = None
     key: int | None = None  # the address of the storage it holds (a parameter's, as registered or reassigned)
@@ -329,8 +330,13 @@ class InitRecorder:
         tr.frame = where.law_frame
         folds = index is None and where.law_frame is None and op in FOLDS
         function, scale = (tr.function, tr.scale * scale_of(op, args, kwargs)) if folds else (where.function, 1.0)
+        partial = [
+            Partial(start=w.start, numel=w.numel, law=computed(f"{w.law.describe()}, then {op}")) for w in tr.partial
+        ]
         self._set(tr, law, where, f"{where.function.rpartition('.')[2] or op} → {law.describe()}")
         tr.function, tr.scale = function, scale
+        if folds:  # (the elements written apart are scaled or shifted too: their law is no longer theirs alone)
+            tr.partial = partial
 
     def _untracked(
         self, target: Any, key: int | None, op: str, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, whole: bool
@@ -404,6 +410,7 @@ class InitRecorder:
         tr.law = law
         tr.phase = "default" if where.default else "init"
         tr.writer, tr.function, tr.site, tr.scope = where.writer, where.function, where.site, where.scope
+        tr.visited = where.visited
         tr.partial = []
         tr.history.append(f"{what} by {writer_name(where)}")
 
@@ -449,6 +456,7 @@ class InitRecorder:
                     partial=tuple(tr.partial),
                     history=tuple(tr.history[-8:]),
                     scale=tr.scale,
+                    visited=tr.visited,
                     created_live=live_at(tr.owner, p, tr.created) if _overwritten(tr) else None,
                 )
             )

@@ -63,6 +63,7 @@ class Where:
     site: str = ""
     scope: nn.Module | None = None
     default: bool = False  # torch.nn.modules code while the owner is constructed
+    visited: bool = False  # the writer holds the owning module itself (a loop or an apply over modules)
 
 
 def self_of(f: types.FrameType) -> Any:
@@ -89,6 +90,7 @@ def where_written(owner: nn.Module | None) -> Where:
                 writer = f
                 w.writer = f"{module}:{f.f_code.co_qualname}"
                 w.site = f"{w.writer}:{f.f_lineno}"
+                w.visited = owner is not None and any(v is owner for v in f.f_locals.values())
         if writer is not None:
             if w.scope is None:
                 s = self_of(f)
