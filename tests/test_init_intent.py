@@ -180,11 +180,21 @@ class _OffsetRMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(dim))
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * (1 + self.weight)
+
+
+class _PlaceholderRMSNorm(_OffsetRMSNorm):
+    """IBert's IntLayerNorm: a placeholder 0 its forward multiplies by (1 is its unit scale)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
 
 class _Gemma(nn.Module):
-    def __init__(self, fill: float) -> None:
+    def __init__(self, fill: float, norm: type[nn.Module] = _OffsetRMSNorm) -> None:
         super().__init__()
-        self.norm = _OffsetRMSNorm(4)
+        self.norm = norm(4)
         _GENERIC.init_norms(self, fill)
 
 
@@ -192,9 +202,25 @@ def test_a_norm_offset_overwritten_by_a_generic_init_fails() -> None:
     v = _judge(_record(lambda: _Gemma(1.0)))
     assert not v.passed and v.detail == (
         "norm.weight: recorded = 1 by init_norms, declared = 0 [_OffsetRMSNorm.__init__ creates it = 0; "
-        "init_norms is generic code (neither the module's nor the model's)] — 1 parameter"
+        "init_norms, generic code (of neither _OffsetRMSNorm's module nor the model's), overwrote it] — 1 parameter"
     )
     assert _judge(_record(lambda: _Gemma(0.0))).passed
+    # The model's own init, beside the module (transformers 4.53.3's GemmaPreTrainedModel): its intent.
+    assert _judge(_record(_Gemma453)).passed
+    placeholder = _record(lambda: _Gemma(1.0, norm=_PlaceholderRMSNorm))  # its 0 computes nothing: not a meaning
+    assert not deviations(placeholder)
+    assert placeholder.trace is not None and placeholder.trace.by_name()["norm.weight"].created_live is False
+
+
+class _Gemma453(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = _OffsetRMSNorm(4)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, _OffsetRMSNorm):
+            module.weight.data.fill_(1.0)
 
 
 # ----------------------------------------------------------------------------- frozen at zero, never written
@@ -212,12 +238,14 @@ class _Frozen(nn.Module):
 def test_a_frozen_parameter_left_at_zero_fails() -> None:
     v = _judge(_record(lambda: _Frozen(table=False)))
     assert not v.passed and v.detail == (
-        "pos: recorded = 0 by _Frozen.__init__, declared not all zero [requires_grad = False keeps its init "
-        "for good: a table of zeros carries nothing] — 1 parameter"
+        "pos: recorded = 0 by _Frozen.__init__, declared not all zero [requires_grad = False: no gradient moves "
+        "it, and a table of zeros carries nothing] — 1 parameter"
     )
     sincos = _judge(_record(lambda: _Frozen(table=True)))
     assert not sincos.measured and "1 undeclared (not judged): pos" in sincos.detail  # computed: not judged
     assert _judge(_record(lambda: _Frozen(table=False, frozen=False))).passed  # trained: it may start at 0
+    balancing = _record(lambda: nn.ParameterDict({"bias": nn.Parameter(torch.zeros(8), requires_grad=False)}))
+    assert not deviations(balancing)  # a frozen vector: a load-balancing bias, moved by a rule of its own
 
 
 class _Unset(nn.Module):

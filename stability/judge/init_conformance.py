@@ -130,8 +130,11 @@ def init_conformance(m: Any, e: InitConformance) -> Verdict:
     bound = f"0 parameters off the declared init (false alarms ≤ {e.alpha:g} a case)"
     if record is None:
         return _unmeasured("no parameter statistics were recorded for this case", bound)
-    table, table_note = choose_table(tuple(record.model), e.table, tuple(record.init_defined_by))
-    judged = [_Row("spec", r) for r in e.rules] + [_Row(origin, r) for origin, r in rows_of(table)]
+    table, table_note = choose_table(
+        tuple(record.model), e.table, tuple(record.init_defined_by), recorded=record.trace is not None
+    )
+    rows = rows_of(table, recorded=record.trace is not None)
+    judged = [_Row("spec", r) for r in e.rules] + [_Row(origin, r) for origin, r in rows]
     env: dict[str, Any] = {**record.variables, **e.config}
     try:
         for j in judged:

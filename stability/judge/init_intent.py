@@ -10,9 +10,11 @@ A deviation is one of:
   (a) the model's config declares the std of all weight matrices (transformers documents
   `initializer_range` and `init_std` as "the standard deviation of the truncated_normal_initializer
   for initializing all weight matrices") and the parameter is a weight matrix (two or more
-  dimensions); or (b) an init site of the model's code (one line of its init, writing a law into
-  parameters of two or more groups: a loop over modules, an `apply`) wrote every other parameter
-  of this module class and name within its scope (the module whose code it is) and left this one.
+  dimensions); or (b) an init site of the model's code (one line of its init visiting modules — a
+  loop over modules, an `apply` — and writing each visited module's own parameter, in two or more
+  groups) wrote every other parameter of this module class and name within its scope (the module
+  whose code it is) and left this one. A line that writes a named part of each block (timm's
+  zero_init_last: `m.conv2[1].weight`) declares nothing for that block's other parts.
   transformers 4.53.3's Mamba left its mixers' nn.Linear weights at U(±1/√fan_in) while its config
   declares initializer_range = 0.1.
 - **layer scale** — a layer-scale parameter (a vector) that is not the constant its module was
@@ -21,11 +23,20 @@ A deviation is one of:
   v times a constant from the config's value v (Touvron et al. 2021, CaiT). timm 1.0.21's
   LayerScale set gamma to ones, whatever `init_values`.
 - **norm offset** — a constant the owning module's own constructor created (Gemma's (1 + w)
-  RMSNorm creates w = 0) overwritten with another constant by a generic init: code neither of the
-  owner's module nor of the model's (transformers 4.56.2's PreTrainedModel._init_weights filled
-  every *RMSNorm* weight with 1).
-- **frozen at zero** — a parameter with requires_grad = False left at zero: it can never learn, and
-  a zero table adds nothing (transformers 5.x ViT-MAE's sin-cos position embeddings).
+  RMSNorm creates w = 0) overwritten with another constant by generic code: a module neither the
+  owner's class nor the model's class is defined in (transformers 4.56.2's
+  PreTrainedModel._init_weights filled every *RMSNorm* weight with 1) — where the module's forward
+  computes something at the created value (its output on an N(0, 1) input is not all zero:
+  `ParameterTrace.created_live`; IBert's IntLayerNorm creates a placeholder 0 and multiplies by
+  it). The class that computes with the value says what it means; code written beside it or beside the model (CLIP-like models
+  set their logit scale from a constant of their own) is the model's intent, and a family table
+  judges it where a paper declares otherwise (the gemma table: 4.53.3's
+  GemmaPreTrainedModel._init_weights filled its norms with 1 too).
+- **frozen at zero** — a table (two or more dimensions longer than 1) with requires_grad = False
+  left at zero: no gradient ever moves it, and a zero table adds nothing (transformers 5.x
+  ViT-MAE's sin-cos position embeddings). A frozen vector may be moved by a rule of its own (a
+  mixture of experts' load-balancing bias starts at zero and is updated outside gradient descent:
+  Wang et al. 2024, DeepSeek-AI 2024), and is not judged by this rule.
 - **never written** — a parameter created with torch.empty and never written: uninitialised memory.
 - **depth scaling** — the config declares the GPT-2 scheme (`rescale_prenorm_residual = True`:
   the residual branches' output weights divided by √N after their draw, N = num_hidden_layers;
@@ -94,8 +105,11 @@ def group_of(name: str) -> str:
 
 
 def trace_of(record: InitRecord, name: str) -> tuple[ParameterTrace, RecordedLaw] | None:
-    """The trace of a record's parameter and its law (an embedding's padding row `w[padding_idx=K]`:
-    the write over that row, else the table's law); None where nothing was recorded."""
+    """The trace of a record's parameter and the law of the elements its statistics are of (an
+    embedding's padding row `w[padding_idx=K]`, judged apart: the write over that row, else the
+    table's law); None where nothing was recorded. Elements written apart after the last whole
+    write, other than a padding row judged apart, make the parameter's law computed: its
+    statistics are of a mixture."""
     if record.trace is None:
         return None
     traces = record.trace.by_name()
@@ -103,13 +117,15 @@ def trace_of(record: InitRecord, name: str) -> tuple[ParameterTrace, RecordedLaw
     t = traces.get(base)
     if t is None or not t.recorded:
         return None
-    if not row:
-        return t, t.law
-    stats = next((p for p in record.parameters if p.name == name), None)
-    k = int(row.rstrip("]"))
-    width = stats.n if stats is not None else 0
-    cover = [w for w in t.partial if w.start == k * width and w.numel == width]
-    return t, (cover[-1].law if cover else t.law)
+    rows = {p.name: p for p in record.parameters if p.name.startswith(base + "[padding_idx=")}
+    apart = {(int(n.partition("[padding_idx=")[2].rstrip("]")) * p.n, p.n) for n, p in rows.items()}
+    if row:
+        (start, width) = next(iter(apart))
+        cover = [w for w in t.partial if (w.start, w.numel) == (start, width)]
+        return t, (cover[-1].law if cover else t.law)
+    if any((w.start, w.numel) not in apart for w in t.partial):
+        return t, RecordedLaw(kind="computed", how=f"{t.law.describe()}, with elements written apart")
+    return t, t.law
 
 
 def _writer(t: ParameterTrace) -> str:
@@ -145,7 +161,7 @@ def _left_at_default(record: InitRecord, rows: list[tuple[ParameterStats, Parame
     # the groups of parameters it wrote, and per (module class, name) an example and its law.
     sites: dict[tuple[str, str], dict[str, Any]] = {}
     for p, t in rows:
-        if t.phase == "init" and t.site and t.scope is not None:
+        if t.phase == "init" and t.site and t.scope is not None and t.visited:
             s = sites.setdefault((t.site, t.scope), {"groups": set(), "kinds": {}, "writer": t.writer})
             s["groups"].add(group_of(p.name))
             s["kinds"].setdefault((p.module[0], p.name.rpartition(".")[2]), (group_of(p.name), t.law))
@@ -214,36 +230,40 @@ def _created_from(created: RecordedLaw, v: float, *, empty: bool) -> bool:
 
 
 def _norm_offset(record: InitRecord, rows: list[tuple[ParameterStats, ParameterTrace]]) -> Iterable[Deviation]:
-    model_module = record.trace.model_module if record.trace is not None else ""
     for p, t in rows:
         if t.created.kind != "constant" or t.law.kind != "constant" or t.law.value == t.created.value:
             continue
-        owner = _module_of(t.owner)
-        if not owner or owner.startswith("torch.") or _module_of(t.creator) != owner:
-            continue  # not created by the module's own class (torch's modules draw their defaults)
+        if t.created_live is not True:
+            continue  # the created value is a placeholder its forward computes nothing with (or it cannot tell)
+        owner, owner_class = t.owner.partition(":")[::2]
+        creator = t.creator.partition(":")[2]
+        if not owner or owner.startswith("torch.") or creator not in {f"{c}.__init__" for c in p.module}:
+            continue  # not created by the module's own constructor (torch's modules draw their defaults)
+        model_module = record.trace.model_module if record.trace is not None else ""
         if _module_of(t.writer) in (owner, model_module, ""):
-            continue  # the model's or the module's own code
+            continue  # code beside the module's class or the model's: the model's intent
         yield Deviation(
             rule="norm_offset",
             name=p.name,
             group=group_of(p.name),
             recorded=_recorded(t),
             declared=f"= {t.created.value:g}",
-            source=f"{t.owner.partition(':')[2]}.__init__ creates it = {t.created.value:g}; "
-            f"{_writer(t)} is generic code (neither the module's nor the model's)",
+            source=f"{owner_class}.__init__ creates it = {t.created.value:g}; {_writer(t)}, generic code "
+            f"(of neither {owner_class}'s module nor the model's), overwrote it",
         )
 
 
 def _frozen_at_zero(record: InitRecord, rows: list[tuple[ParameterStats, ParameterTrace]]) -> Iterable[Deviation]:
     for p, t in rows:
-        if not t.requires_grad and p.n > 1 and t.law.kind == "constant" and t.law.value == 0:
+        table = sum(d > 1 for d in p.shape) >= 2
+        if not t.requires_grad and table and t.law.kind == "constant" and t.law.value == 0:
             yield Deviation(
                 rule="frozen_at_zero",
                 name=p.name,
                 group=group_of(p.name),
                 recorded=_recorded(t),
                 declared="not all zero",
-                source="requires_grad = False keeps its init for good: a table of zeros carries nothing",
+                source="requires_grad = False: no gradient moves it, and a table of zeros carries nothing",
             )
 
 

@@ -8,7 +8,12 @@ class describes another model. Chosen by default, it is the first table whose `m
 class of the model **and** whose class's init is the model's: where a more derived class defines
 its own init method (`_init_weights`, `init_weights`: `InitRecord.init_defined_by`), the table of a
 base describes code the model does not run, and the model's recorded intent judges it instead
-(`stability.judge.init_intent`). `table = false` chooses none.
+(`stability.judge.init_intent`). A table marked `generic` (transformers' PreTrainedModel init, which
+every model of the library inherits) states what that code does, not what a model declares beyond
+it: by default it is chosen only where no init was recorded, since the recording says the same
+and, where the generic code is the bug (it filled Gemma's (1 + w) norms with 1), the table would
+declare the bug; for the same reason a generic table's rows do not come with a table that extends
+it where the init was recorded. `table = false` chooses none.
 """
 
 from __future__ import annotations
@@ -50,6 +55,9 @@ class RuleTable:
     models: tuple[str, ...]
     extends: str | None
     rows: tuple[InitRule, ...]
+    #: It states what a library's generic init does (transformers' PreTrainedModel._init_weights):
+    #: chosen by default only where no init was recorded.
+    generic: bool = False
 
 
 @functools.cache
@@ -62,7 +70,9 @@ def rule_tables() -> dict[str, RuleTable]:
             rows = tuple(InitRule.model_validate(r) for r in table.get("rows", []))
         except Exception as exc:  # a broken shipped table is a defect of the package, named precisely
             raise StabilityError(f"stability/judge/{RULES_FILE}: table {name!r}: {exc}") from None
-        tables[name] = RuleTable(name, tuple(table.get("models", [])), table.get("extends"), rows)
+        tables[name] = RuleTable(
+            name, tuple(table.get("models", [])), table.get("extends"), rows, bool(table.get("generic", False))
+        )
     for t in tables.values():
         if t.extends is not None and t.extends not in tables:
             raise StabilityError(
@@ -85,10 +95,11 @@ def _matched(t: RuleTable, model: tuple[str, ...]) -> int | None:
 
 
 def choose_table(
-    model: tuple[str, ...], name: str | bool | None, init_defined_by: tuple[str, ...] = ()
+    model: tuple[str, ...], name: str | bool | None, init_defined_by: tuple[str, ...] = (), *, recorded: bool = False
 ) -> tuple[RuleTable | None, str]:
     """The table to apply to a model of these classes (the module docstring) and, where a table is
-    left out, the one line that says why."""
+    left out, the one line that says why; `recorded`: the model's init was recorded (a generic
+    table is then not chosen by default)."""
     if name is False:
         return None, ""
     tables = rule_tables()
@@ -101,7 +112,7 @@ def choose_table(
             f"(its classes: {', '.join(c.partition(':')[2] for c in model[:4])}): not applied"
         )
     for t in tables.values():
-        at = _matched(t, model) if t.models else None
+        at = _matched(t, model) if t.models and not (t.generic and recorded) else None
         if at is None:
             continue
         overriding = next((c for c in model[:at] if c in init_defined_by), None)
@@ -114,13 +125,17 @@ def choose_table(
     return None, ""
 
 
-def rows_of(table: RuleTable | None) -> list[tuple[str, InitRule]]:
-    """The table's rows then those of the tables it extends, each with its table's name."""
+def rows_of(table: RuleTable | None, *, recorded: bool = False) -> list[tuple[str, InitRule]]:
+    """The table's rows then those of the tables it extends, each with its table's name; with
+    `recorded` (the model's init was recorded), not those of a generic table it extends (they
+    state what generic code does: the recording says what it did)."""
     out: list[tuple[str, InitRule]] = []
     seen: set[str] = set()
+    first = table
     while table is not None and table.name not in seen:
         seen.add(table.name)
-        out += [(table.name, r) for r in table.rows]
+        if table is first or not (recorded and table.generic):
+            out += [(table.name, r) for r in table.rows]
         table = rule_tables()[table.extends] if table.extends else None
     return out
 

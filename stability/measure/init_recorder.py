@@ -51,6 +51,7 @@ from stability.measure.init_trace_ops import (
     DRAWS,
     FOLDS,
     Where,
+    live_at,
     op_kind,
     scale_of,
     self_of,
@@ -78,6 +79,7 @@ class _Tracked:
     frame: types.FrameType | None = None  # the init function's frame of the last write (its later writes are its own)
     partial: list[Partial] = field(default_factory=list)
     scale: float = 1.0  # the product of the scalar factors applied since its law was drawn
+    visited: bool = False  # its last whole write came from code holding its owning module (`Where.visited`)
     history: list[str] = field(default_factory=list)
     owner: nn.Module | None = None
     key: int | None = None  # the address of the storage it holds (a parameter's, as registered or reassigned)
@@ -321,13 +323,20 @@ class InitRecorder:
             law = self._value_law(value) if index is not None else self._law(tr, op, args, kwargs, where, target)
             tr.partial.append(Partial(start=start, numel=numel, law=law))
             tr.history.append(f"{op} of elements [{start}, {start + numel}) → {law.describe()} by {writer_name(where)}")
+            if tr.law.kind == "empty":  # filled in parts (a table of sines and cosines, a row at a time)
+                tr.law = computed("written in parts")
             return
         law = self._value_law(value) if index is not None else self._law(tr, op, args, kwargs, where, target)
         tr.frame = where.law_frame
         folds = index is None and where.law_frame is None and op in FOLDS
         function, scale = (tr.function, tr.scale * scale_of(op, args, kwargs)) if folds else (where.function, 1.0)
+        partial = [
+            Partial(start=w.start, numel=w.numel, law=computed(f"{w.law.describe()}, then {op}")) for w in tr.partial
+        ]
         self._set(tr, law, where, f"{where.function.rpartition('.')[2] or op} → {law.describe()}")
         tr.function, tr.scale = function, scale
+        if folds:  # (the elements written apart are scaled or shifted too: their law is no longer theirs alone)
+            tr.partial = partial
 
     def _untracked(
         self, target: Any, key: int | None, op: str, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, whole: bool
@@ -388,7 +397,7 @@ class InitRecorder:
             src = args[1] if len(args) > 1 else kwargs.get("src")
             found, _ = self._find(src)
             if found is not None and found is not tr:
-                return found.law
+                return found.law if not found.partial else computed("copied from a tensor written in parts")
             return (
                 self._value_law(src)
                 if isinstance(src, torch.Tensor) and src.numel() == 1
@@ -401,6 +410,7 @@ class InitRecorder:
         tr.law = law
         tr.phase = "default" if where.default else "init"
         tr.writer, tr.function, tr.site, tr.scope = where.writer, where.function, where.site, where.scope
+        tr.visited = where.visited
         tr.partial = []
         tr.history.append(f"{what} by {writer_name(where)}")
 
@@ -446,6 +456,8 @@ class InitRecorder:
                     partial=tuple(tr.partial),
                     history=tuple(tr.history[-8:]),
                     scale=tr.scale,
+                    visited=tr.visited,
+                    created_live=live_at(tr.owner, p, tr.created) if _overwritten(tr) else None,
                 )
             )
         return InitTrace(
@@ -454,6 +466,13 @@ class InitRecorder:
             model_module=type(model).__module__,
             seconds=self.seconds,
         )
+
+
+def _overwritten(tr: _Tracked) -> bool:
+    """A vector its own module created as one constant and the init left at another."""
+    c, law = tr.created, tr.law
+    own = tr.owner is not None and not type(tr.owner).__module__.startswith("torch.")
+    return own and tr.tensor.dim() == 1 and c.kind == law.kind == "constant" and c.value != law.value
 
 
 def _class_name(cls: type) -> str:

@@ -62,6 +62,12 @@ class ParameterTrace:
     partial: tuple[Partial, ...] = ()
     history: tuple[str, ...] = ()
     scale: float = 1.0  # the scalar factor applied since its law was drawn (a depth scaling: 1/√N)
+    #: Its last whole write came from code holding its owning module itself (`module.weight` in an
+    #: `apply`, `m.weight` in a loop over modules), not a named part of another (`m.conv2[1].weight`).
+    visited: bool = False
+    #: For a vector its module created as one constant and its init left at another: whether the
+    #: module's forward computes anything at the created constant (`init_trace_ops.live_at`).
+    created_live: bool | None = None
 
 
 @serializable

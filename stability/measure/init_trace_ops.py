@@ -35,6 +35,7 @@ __all__ = [
     "storage_of",
     "snapshot",
     "op_kind",
+    "live_at",
     "scale_of",
     "CREATE",
     "ARITH",
@@ -62,6 +63,7 @@ class Where:
     site: str = ""
     scope: nn.Module | None = None
     default: bool = False  # torch.nn.modules code while the owner is constructed
+    visited: bool = False  # the writer holds the owning module itself (a loop or an apply over modules)
 
 
 def self_of(f: types.FrameType) -> Any:
@@ -88,6 +90,7 @@ def where_written(owner: nn.Module | None) -> Where:
                 writer = f
                 w.writer = f"{module}:{f.f_code.co_qualname}"
                 w.site = f"{w.writer}:{f.f_lineno}"
+                w.visited = owner is not None and any(v is owner for v in f.f_locals.values())
         if writer is not None:
             if w.scope is None:
                 s = self_of(f)
@@ -192,6 +195,32 @@ def scale_of(op: str, args: tuple[Any, ...], kwargs: Any) -> float:
     if op in ("div_", "__itruediv__", "true_divide_"):
         return 1.0 / float(operand)
     return 1.0
+
+
+def live_at(owner: nn.Module | None, p: torch.Tensor, created: RecordedLaw) -> bool | None:
+    """Whether `owner`'s forward computes anything with its vector `p` at the constant it was created
+    with: True when its output on an N(0, 1) input of p's width is not all zero (Gemma's (1 + w)
+    RMSNorm at w = 0 is the unit scale), False when it is (a placeholder: IBert's IntLayerNorm
+    multiplies by w), None when the forward cannot be run alone. Every tensor of `owner` is put
+    back as it was."""
+    if owner is None or created.kind != "constant" or p.dim() != 1 or p.is_meta:
+        return None
+    state = {k: v.detach().clone() for k, v in owner.state_dict().items()}
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, p.numel(), generator=gen, dtype=torch.float64).to(device=p.device, dtype=p.dtype)
+    try:
+        with torch.no_grad():
+            p.fill_(created.value)
+            out = owner(x)
+    except Exception:  # a forward that needs more than its input (masks, positions, a scaling factor)
+        return None
+    finally:
+        with torch.no_grad():
+            owner.load_state_dict(state)
+    out = out[0] if isinstance(out, (tuple, list)) and out else out
+    if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+        return None
+    return bool(out.detach().abs().max() > 0)
 
 
 def writer_name(where: Where) -> str:

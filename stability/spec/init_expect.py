@@ -18,7 +18,7 @@ A **row** says which parameters it covers and the law their init declares:
 Numbers are a number or an expression of the model's declared config (`initializer_range`,
 `n_layer`, `d_model`, …) and the parameter's `fan_in`, `fan_out` and `numel`: + − * / ** %,
 comparisons, `and`, `or` (the first operand that is set and true: `initializer_range or
-init_std`), `x if c else y`, `v[i]`, and sqrt, log, exp, abs, min, max, sum, len.
+init_std`), `x if c else y`, `v[i]`, `v[i:j]`, and sqrt, log, exp, abs, min, max, sum, len.
 """
 
 from __future__ import annotations
@@ -121,6 +121,10 @@ def _check_node(node: ast.AST) -> None:
     elif isinstance(node, ast.Subscript):
         _check_node(node.value)
         _check_node(node.slice)
+    elif isinstance(node, ast.Slice) and node.step is None:
+        for bound in (node.lower, node.upper):
+            if bound is not None:
+                _check_node(bound)
     elif (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
@@ -131,7 +135,7 @@ def _check_node(node: ast.AST) -> None:
             _check_node(v)
     else:
         raise ValueError(
-            f"{ast.unparse(node)!r} is not allowed (numbers, config keys, + - * / ** %, comparisons, and/or, x if c else y, v[i], {', '.join(_FUNCTIONS)})"
+            f"{ast.unparse(node)!r} is not allowed (numbers, config keys, + - * / ** %, comparisons, and/or, x if c else y, v[i], v[i:j], {', '.join(_FUNCTIONS)})"
         )
 
 
@@ -188,6 +192,8 @@ def _compute(node: ast.AST, env: Mapping[str, Any]) -> Any:
         return _compute(node.body, env) if _compute(node.test, env) else _compute(node.orelse, env)
     if isinstance(node, ast.Subscript):
         return _compute(node.value, env)[_compute(node.slice, env)]
+    if isinstance(node, ast.Slice):
+        return slice(*(None if v is None else _compute(v, env) for v in (node.lower, node.upper)))
     if isinstance(node, ast.Call):
         assert isinstance(node.func, ast.Name)  # _check_node admitted only named functions
         return _FUNCTIONS[node.func.id](*(_compute(a, env) for a in node.args))
