@@ -121,13 +121,20 @@ def construct(target: Target, config: Mapping[str, Any]) -> nn.Module:
             model = (
                 lib.create_model(target.name, pretrained=False, **config)
                 if target.library == "timm"
-                else lib.models.get_model(target.name, weights=None, **config)
+                else lib.models.get_model(target.name, weights=None, **_no_backbone_weights(lib, target.name, config))
             )
         else:
             model = registry(target.library)[1][target.name](**config)
     if not isinstance(model, nn.Module):
         raise CaseError(f"{target} built a {type(model).__name__}, not a torch module")
     return model
+
+
+def _no_backbone_weights(lib: Any, name: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """A torchvision builder's arguments with `weights_backbone=None` where it takes one: its detection
+    and segmentation builders default to an ImageNet backbone, which they download (nothing is)."""
+    takes = "weights_backbone" in inspect.signature(lib.models.get_model_builder(name)).parameters
+    return {"weights_backbone": None, **config} if takes else dict(config)
 
 
 def _modality(model: nn.Module, target: Target, chosen: str | None) -> str:

@@ -15,9 +15,10 @@ the meta device with the class's `__init__` wrapped to record them (`constructor
 
 **What is built.** transformers: the class from the reduced config (`transformers:Class`). timm
 and torchvision: the model class with the reduced arguments (`timm:VisionTransformer`) where the
-builder's return annotation names it, so the same constructor call the builder makes runs at the
-reduced size; a builder without one gets the reduced values as keyword arguments of the registered
-name, which its own defaults then take (timm's `dict(model_args, **kwargs)`). A rung that does not
+builder's return annotation names it and no argument is a module or tensor the builder made (a
+detection model's backbone), so the same constructor call the builder makes runs at the reduced
+size; otherwise the registered name gets the reduced values as keyword arguments, which its own
+defaults then take (timm's `dict(model_args, **kwargs)`). A rung that does not
 build, or builds a model past `max_parameters`, gives way to the next; when none builds, the reason
 of the last one tried is the row's.
 """
@@ -30,6 +31,9 @@ import inspect
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import torch
+from torch import nn
 
 from stability.errors import CaseError
 from stability.families.library_lookup import Target, config_keys, registry
@@ -180,7 +184,8 @@ def _shipped(target: ScanTarget) -> tuple[Target, dict[str, Any], Target | None]
     cls, args = constructor_arguments(target.library, target.name)
     registered = Target(target.library, target.name, "registered", target.library)
     classes = registry(target.library)[1]
-    if classes.get(cls.__name__) is cls:
+    built = any(isinstance(v, (nn.Module, torch.Tensor)) for v in args.values())  # a backbone built by the builder
+    if classes.get(cls.__name__) is cls and not built:
         return registered, args, Target(target.library, cls.__name__, "model", target.library)
     return registered, args, None
 
