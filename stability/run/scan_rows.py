@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 __all__ = ["Status", "Deviation", "RecordedLaw", "StreamAt", "ScanRow", "STREAM_KEYS", "BUILT"]
@@ -56,6 +56,12 @@ class StreamAt:
     depth: int
     numbers: dict[str, float | None] = field(default_factory=dict)
     error: str | None = None
+
+
+def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of `data` that are fields of `cls` (a `--json` report adds each deviation's triage)."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
 
 
 def _num(x: Any) -> float | None:
@@ -108,8 +114,8 @@ class ScanRow:
             modality=data.get("modality"),
             judged=int(data.get("judged") or 0),
             init_note=data.get("init_note"),
-            deviations=tuple(Deviation(**d) for d in data.get("deviations") or ()),
-            laws=None if laws is None else tuple(RecordedLaw(**x) for x in laws),
+            deviations=tuple(Deviation(**_known(Deviation, d)) for d in data.get("deviations") or ()),
+            laws=None if laws is None else tuple(RecordedLaw(**_known(RecordedLaw, x)) for x in laws),
             stream=tuple(
                 StreamAt(
                     depth=int(s["depth"]),
