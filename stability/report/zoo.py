@@ -15,9 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from stability.errors import UsageError
-from stability.report.formats import write_atomic
 from stability.report.html import _CSS
-from stability.report.outputs import check_report_path
+from stability.report.outputs import check_report_path, write_atomic
 from stability.report.text import printable
 from stability.run.zoo import ZooRow
 
