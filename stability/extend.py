@@ -21,7 +21,7 @@ if _typing.TYPE_CHECKING:  # what the lazy names are, for type checkers and edit
     from stability.families.build import Network
     from stability.families.discover import Blocks, ModelRun
     from stability.families.embedding import TokenEmbedding
-    from stability.judge.init_conformance import RuleTable, rule_tables
+    from stability.judge.init_tables import RuleTable, rule_tables
     from stability.judge.verdict import Verdict, is_evidence
     from stability.measure.boundaries import BoundaryObserver
     from stability.measure.measurements import Measurements, serializable
@@ -68,8 +68,8 @@ _LAZY: dict[str, str] = {
     "Remedy": "stability.spec.remedy",
     "register_remedy": "stability.spec.remedy",
     "InitRule": "stability.spec.init_expect",
-    "RuleTable": "stability.judge.init_conformance",
-    "rule_tables": "stability.judge.init_conformance",
+    "RuleTable": "stability.judge.init_tables",
+    "rule_tables": "stability.judge.init_tables",
     "Network": "stability.families.build",
     "ModelRun": "stability.families.discover",
     "Blocks": "stability.families.discover",

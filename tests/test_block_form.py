@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from approx_support import approx
 from torch import nn
 
 from stability.judge.invariants import gradient_arrival
@@ -112,5 +113,5 @@ def test_probe_embeds_token_ids_through_a_stacks_declared_embedding() -> None:
     wte, blocks = nn.Embedding(10, 8), nn.Sequential(Form("pre"), Form("pre"))
     ids = torch.randint(0, 10, (2, 5))
     m = probe(Stack(blocks=blocks, embedding=wte), ids, observers=[BlockFormObserver()])
-    assert m.act_var[0] == pytest.approx(float(wte(ids).detach().double().var(correction=0)), rel=1e-6)
+    assert m.act_var[0] == approx(float(wte(ids).detach().double().var(correction=0)), rel=1e-6)
     assert m.extra["block_form"]["position"] == "pre"

@@ -10,6 +10,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from approx_support import approx
 
 from stability.judge.remedies import carry_gate_bias, layerscale_init
 from stability.spec.edit import edited_text
@@ -278,7 +279,7 @@ def test_the_carry_gate_starts_each_of_l_transform_gates_at_1_over_l() -> None:
     for depth in (2, 3, 8, 48, 200):
         b = carry_gate_bias(depth)
         # b is written with 3 significant digits: |Δb| ≤ 0.005 moves σ(b) by at most (1 - σ)·0.005 < 0.5%
-        assert 1 / (1 + math.exp(-b)) == pytest.approx(1 / depth, rel=5e-3)
+        assert 1 / (1 + math.exp(-b)) == approx(1 / depth, rel=5e-3)
         assert 0.25 - 1e-9 <= (1 - 1 / depth) ** depth <= math.exp(-1)
     assert carry_gate_bias(48) == -3.85 and carry_gate_bias(1) == 0.0 and str(carry_gate_bias(2)) == "0.0"
     deep = _spec("highway", "", "").replace("depth = [1, 4]", "depth = [2, 32]")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from approx_support import approx
 
 from stability import Case, parse_spec
 from stability.families.build import build, network_input
@@ -151,7 +152,7 @@ def test_a_whole_token_model_of_the_users_class_is_probed_through_its_own_forwar
     assert isinstance(ids, torch.Tensor) and ids.shape == (2, 8) and ids.dtype == torch.long
     m = measure_case(spec, case)
     own = [float(x.double().var(correction=0)) for x in _hidden_states(net.model.model, ids)]  # over all elements
-    assert m.act_var == pytest.approx(own, rel=1e-6)
+    assert m.act_var == approx(own, rel=1e-6)
     assert 0.5 * 2 * 0.02**2 < m.act_var[0] < 2 * 2 * 0.02**2  # 1,250 times below N(0, 1)'s variance
     assert m.extra["embedded"] is True and m.extra["block_form"]["position"] == "pre"
 
@@ -165,8 +166,8 @@ def test_blocks_with_their_declared_embedding_measure_what_the_whole_model_does(
     x0 = network_input(spec, case, net)
     assert x0 is not None and x0.shape == (2, 8, 64)
     stacked = measure_case(spec, case)
-    assert stacked.act_var == pytest.approx(whole.act_var, rel=1e-6)
-    assert stacked.grad_norm == pytest.approx(whole.grad_norm, rel=1e-5)
+    assert stacked.act_var == approx(whole.act_var, rel=1e-6)
+    assert stacked.grad_norm == approx(whole.grad_norm, rel=1e-5)
 
 
 def test_blocks_without_an_embedding_are_probed_on_n01_and_say_nothing_of_it(folder: Path) -> None:

@@ -1,4 +1,4 @@
-"""The `stability` command: check, list, explain, schema, sweep, zoo, suggest, calibrate, init.
+"""The `stability` command: check, list, explain, schema, sweep, zoo, suggest, calibrate, init, scan.
 
 Exit codes: 0 at least one expectation judged and every one met; 1 some expectation not met (the
 CI gate); 2 bad spec, bad usage, an unreadable input or a spec that could not run (a broken
@@ -140,6 +140,10 @@ def _command(argv: list[str] | None) -> int:
             from stability.cli.zoo import zoo_command
 
             return zoo_command(args, console, err)
+        if args.command == "scan":
+            from stability.cli.scan import scan_command
+
+            return scan_command(args, console, err)
         if args.command == "suggest":
             from stability.cli.suggest import suggest_command
 

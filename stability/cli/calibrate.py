@@ -17,8 +17,8 @@ from typing import Any
 
 from rich.console import Console
 
+from stability.cli.arg_types import depth_list
 from stability.cli.common import EXIT_OK, factories_allowed, load_each
-from stability.cli.grammar import depth_list
 from stability.errors import UsageError
 from stability.report.text import printable
 
@@ -59,7 +59,7 @@ def calibrate_command(args: argparse.Namespace, console: Console, err: Console) 
     """`stability calibrate ARGS`: the exit code."""
     from stability.families.factory import source_roots
     from stability.report.calibrate import print_calibration
-    from stability.report.formats import write_atomic
+    from stability.report.outputs import write_atomic
     from stability.run.bands import written_bands
     from stability.run.calibrate import calibrate, calibration_depths, calibration_seeds, measure
     from stability.run.engine import RunOptions

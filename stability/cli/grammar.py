@@ -11,16 +11,14 @@ mode ignores) is `stability.cli.usage`'s.
 from __future__ import annotations
 
 import argparse
-import math
-import os
-from collections.abc import Callable
 from typing import NoReturn
 
+from stability.cli.arg_types import count, seconds
 from stability.errors import UsageError
 from stability.run.devices import CHOICES as DEVICE_CHOICES
 from stability.spec.registry import INVARIANTS
 
-__all__ = ["parser", "cores", "seconds", "depth_list"]
+__all__ = ["parser"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -78,14 +76,14 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--jobs",
         "-j",
-        type=_count("jobs", auto=True),
+        type=count("jobs", auto=True),
         default="auto",
         metavar="N",
         help="run N specs at once, each in its own worker process (default auto: one per usable core)",
     )
     c.add_argument(
         "--threads",
-        type=_count("threads"),
+        type=count("threads"),
         default=None,
         metavar="N",
         help="torch threads per worker (default: STABILITY_THREADS, else 1)",
@@ -228,13 +226,14 @@ def parser() -> argparse.ArgumentParser:
     add_zoo_parser(sub, [plugins])
     add_suggest_parser(sub, [plugins])
     add_calibrate_parsers(sub, [plugins])
+    add_scan_parser(sub, [plugins])
     return p
 
 
 def _measuring(p: argparse.ArgumentParser) -> None:
     """The options `calibrate` and `init` share: which networks, how they run."""
     p.add_argument("--depths", metavar="D,D,…", help="the depths measured (default: 1,2,4,8, those the space admits)")
-    p.add_argument("--seeds", type=_count("seeds"), default=8, metavar="N", help="networks per depth (default 8)")
+    p.add_argument("--seeds", type=count("seeds"), default=8, metavar="N", help="networks per depth (default 8)")
     p.add_argument(
         "--case-timeout",
         type=seconds,
@@ -245,7 +244,7 @@ def _measuring(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--jobs",
         "-j",
-        type=_count("jobs", auto=True),
+        type=count("jobs", auto=True),
         default="auto",
         metavar="N",
         help="measure N depths at once, each in its own worker process (default auto: one per usable core)",
@@ -291,6 +290,68 @@ def add_calibrate_parsers(
     )
     i.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     _measuring(i)
+
+
+def add_scan_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
+    s = sub.add_parser(
+        "scan",
+        parents=parents,
+        help="every model a library registers, at initialisation: its init against what it declares, its stream "
+        "at two depths (docs/scan.md)",
+    )
+    s.add_argument("library", choices=["transformers", "timm", "torchvision"], help="the library to scan")
+    s.add_argument(
+        "--only",
+        dest="pattern",
+        metavar="PATTERN",
+        help="only the models whose name matches (shell patterns, comma-separated, any case: 'Vit*,Bert*')",
+    )
+    s.add_argument("--json", metavar="FILE", help="write every row as JSON")
+    s.add_argument("--md", metavar="FILE", help="write the rows (or, with --compare, the changes) as Markdown")
+    s.add_argument("--html", metavar="DIR", help="write the rows as DIR/scan.html")
+    s.add_argument(
+        "--db",
+        metavar="PATH",
+        default=None,
+        help="the results store the rows go to (default .stability/results.sqlite)",
+    )
+    s.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip the models the store holds for this library release and this code version",
+    )
+    s.add_argument(
+        "--triage",
+        metavar="FILE",
+        help="the known deviations and their verdicts (default: the shipped stability/judge/scan_triage.toml)",
+    )
+    s.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A", "B"),
+        help="scan under two releases (transformers==4.53.3, a folder of packages or a virtual environment) and diff "
+        "every model's recorded init exactly, and its stream past its drift (exit 1 when anything moved)",
+    )
+    s.add_argument(
+        "--jobs",
+        "-j",
+        type=count("jobs", auto=True),
+        default="auto",
+        metavar="N",
+        help="models at once, each in its own worker process (default auto: one per usable core)",
+    )
+    s.add_argument(
+        "--case-timeout",
+        type=seconds,
+        default=120.0,
+        metavar="S",
+        help="time limit of one model in seconds (default 120; 0 = none)",
+    )
+    s.add_argument("--memory-budget", metavar="SIZE", help="the memory one case may take (e.g. 4GiB)")
+    s.add_argument("--quiet", "-q", action="store_true", help="no progress bar or lines")
+    s.add_argument(
+        "--in-process", action="store_true", help="run in this process, without worker isolation (for debugging)"
+    )
 
 
 def add_zoo_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
@@ -351,7 +412,7 @@ def add_suggest_parser(sub: argparse._SubParsersAction, parents: list[argparse.A
     s.add_argument(
         "--jobs",
         "-j",
-        type=_count("jobs", auto=True),
+        type=count("jobs", auto=True),
         default="auto",
         metavar="N",
         help="run N remedies at once, each in its own worker process (default auto: one per usable core)",
@@ -372,50 +433,3 @@ def add_suggest_parser(sub: argparse._SubParsersAction, parents: list[argparse.A
     s.add_argument(
         "--in-process", action="store_true", help="run in this process, without worker isolation (for debugging)"
     )
-
-
-def seconds(text: str) -> float:
-    """--case-timeout: seconds ≥ 0, finite (0 = no limit)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a time limit; give seconds ≥ 0 (0 = no limit)")
-    return value
-
-
-def _count(option: str, *, auto: bool = False) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        if auto and text == "auto":
-            return cores()
-        try:
-            value = int(text)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not a count; give a whole number ≥ 1" + (" or auto" if auto else "")
-            )
-        return value
-
-    parse.__name__ = option
-    return parse
-
-
-def cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def depth_list(text: str) -> tuple[int, ...]:
-    """--depths: positive integers separated by commas, sorted, each once."""
-    try:
-        depths = tuple(sorted({int(d) for d in text.split(",") if d.strip()}))
-    except ValueError:
-        raise UsageError(f"--depths {text!r}: give positive integers separated by commas, e.g. 4,16,64") from None
-    if not depths or depths[0] < 1:
-        raise UsageError(f"--depths {text!r}: give positive integers separated by commas, e.g. 4,16,64")
-    return depths

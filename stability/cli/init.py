@@ -15,8 +15,8 @@ import sys
 
 from rich.console import Console
 
+from stability.cli.arg_types import depth_list
 from stability.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from stability.cli.grammar import depth_list
 from stability.errors import UsageError
 from stability.report.text import printable
 
@@ -27,7 +27,8 @@ def init_command(args: argparse.Namespace, console: Console, err: Console) -> in
     """`stability init ARGS`: the exit code."""
     from stability.cli.calibrate import measuring_executor
     from stability.report.calibrate import print_calibration
-    from stability.report.formats import print_failures, print_table, summary_line, write_atomic
+    from stability.report.formats import print_failures, print_table, summary_line
+    from stability.report.outputs import write_atomic
     from stability.run.calibrate import DEFAULT_DEPTHS
     from stability.run.init import init
     from stability.run.init_draft import parse_target, spec_path

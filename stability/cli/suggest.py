@@ -139,7 +139,7 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
         )
 
     from stability.families.factory import roots_environment, source_roots
-    from stability.report.formats import write_atomic
+    from stability.report.outputs import write_atomic
     from stability.report.suggest import print_suggestions
     from stability.run.engine import RunOptions
     from stability.run.executors import executor_for

@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from stability.cli.grammar import depth_list
+from stability.cli.arg_types import depth_list
 from stability.errors import UsageError
 from stability.report.text import printable
 
@@ -98,8 +98,7 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
     from stability.cli.common import EXIT_FAILED, EXIT_NOTHING, EXIT_OK
     from stability.cli.grammar import parser
     from stability.cli.usage import given, refuse_unused
-    from stability.report.formats import write_atomic
-    from stability.report.outputs import check_report_path
+    from stability.report.outputs import check_report_path, write_atomic
     from stability.report.zoo_compare import markdown, moved, terminal_rows
     from stability.run.release_sides import check_sides, run_side
     from stability.run.releases import parse_release

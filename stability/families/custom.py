@@ -25,6 +25,7 @@ from torch import nn
 from stability.errors import CaseError, SpecError
 from stability.families.adapters import Stack, find_blocks
 from stability.families.build import Network, derive_seed, torch_dtype
+from stability.families.construction import constructing
 from stability.families.discover import ModelRun, discover, holds_blocks
 from stability.families.embedding import TokenEmbedding, reading_embedding, token_ids
 from stability.families.factory import EXTRA_NAMES, Parameter, load_factory, signature_error
@@ -75,7 +76,8 @@ def call_factory(spec: Spec, case: Case, **extra: Any) -> Any:
     takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     kwargs = values if takes_all else {k: v for k, v in values.items() if k in params}
     try:
-        out = fn(**kwargs)
+        with constructing():  # (a watcher, e.g. init_conformance's recorder, sees the construction and init)
+            out = fn(**kwargs)
     except CaseError:  # the per-case time limit or memory refusal
         raise
     except SystemExit as exc:  # a factory may not decide the gate's exit code

@@ -61,6 +61,7 @@ import torch
 from torch import nn
 
 from stability.errors import CaseError
+from stability.families.construction import constructing
 from stability.families.discover import Blocks, discover
 from stability.families.embedding import embedding_rms, token_ids
 from stability.families.library import LibraryModel, quiet_imports
@@ -123,13 +124,20 @@ def construct(target: Target, config: Mapping[str, Any]) -> nn.Module:
             model = (
                 lib.create_model(target.name, pretrained=False, **config)
                 if target.library == "timm"
-                else lib.models.get_model(target.name, weights=None, **config)
+                else lib.models.get_model(target.name, weights=None, **_no_backbone_weights(lib, target.name, config))
             )
         else:
             model = registry(target.library)[1][target.name](**config)
     if not isinstance(model, nn.Module):
         raise CaseError(f"{target} built a {type(model).__name__}, not a torch module")
     return model
+
+
+def _no_backbone_weights(lib: Any, name: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """A torchvision builder's arguments with `weights_backbone=None` where it takes one: its detection
+    and segmentation builders default to an ImageNet backbone, which they download (nothing is)."""
+    takes = "weights_backbone" in inspect.signature(lib.models.get_model_builder(name)).parameters
+    return {"weights_backbone": None, **config} if takes else dict(config)
 
 
 def _modality(model: nn.Module, target: Target, chosen: str | None) -> str:
@@ -348,7 +356,8 @@ def build_model(
     at depth `least`, the smallest the model builds at: `library_depth.least_depth`)."""
     config = fill(spec.config, values)
     try:
-        model = construct(spec.target, config)
+        with constructing():  # (a watcher, e.g. init_conformance's recorder, sees the construction and init)
+            model = construct(spec.target, config)
     except CaseError:
         raise
     except Exception as exc:  # the library's own check on this case's config (heads not dividing the width, …)

@@ -66,7 +66,10 @@ def hf_names() -> tuple[str, ...]:
     return tuple(
         n
         for n in dir(_library("transformers"))
-        if re.fullmatch(r"[A-Z][A-Za-z0-9]+", n) and not n.endswith("PreTrainedModel")
+        if re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", n)  # Qwen2_5_VLModel, xLSTMModel: underscores, a lower-case start
+        and any(c.isupper() for c in n)
+        and not n.isupper()
+        and not n.endswith("PreTrainedModel")
     )
 
 

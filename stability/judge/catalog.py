@@ -34,6 +34,7 @@ from stability.judge.catalog_measurements import (
     entry_after,
     form_observers,
     init_after,
+    init_construction,
     jacobian_after,
     lesion_after,
     lesion_ensemble,
@@ -349,6 +350,7 @@ with batch():
             judge=_init_conformance,
             check=check_init,
             after_probe=init_after,
+            construction=init_construction,
             severity=init_severity,
         )
     )

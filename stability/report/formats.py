@@ -1,14 +1,12 @@
 """Stage 6: SpecResults → the terminal table, the JSON report and JUnit XML.
 
-Files are written atomically (a temporary file in the same folder, then `os.replace`), so an
-interrupted run never leaves a truncated report and never destroys the previous one.
+Files are written atomically (`stability.report.outputs.write_atomic`), so an interrupted run
+never leaves a truncated report and never destroys the previous one.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -19,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from stability.numbers import number_text
+from stability.report.outputs import write_atomic
 from stability.report.provenance import provenance as provenance_of
 from stability.report.text import printable
 from stability.run.report_model import CaseEntry, ComparisonEntry, InvariantEntry, Provenance, Report, SpecEntry
@@ -33,54 +32,11 @@ __all__ = [
     "to_json",
     "write_json",
     "write_junit",
-    "write_atomic",
     "summary_line",
     "spec_line",
     "phase_seconds",
     "count_text",
 ]
-
-
-def write_atomic(path: str | Path, data: str | bytes) -> None:
-    """Write `data` to `path` through a temporary file and a rename: all or nothing. Text is
-    written as UTF-8; a lone surrogate in it (a file name's byte that does not decode, carried by
-    Python as a surrogate escape) is written as its escape `\\udcff`, so the report is still written."""
-    path = Path(path)
-    from stability.report.outputs import check_replaceable
-
-    check_replaceable(path)  # never replace a device, a FIFO or a folder
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path), suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is an ordinary file
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode("utf-8", "backslashreplace") if isinstance(data, str) else data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def _temporary_prefix(path: Path) -> str:
-    """`.NAME.` for the temporary file beside `path`, NAME cut (in bytes, as the file system counts)
-    so that the whole temporary name, with mkstemp's 8 random characters and `.tmp`, stays within
-    the folder's NAME_MAX: a report whose own name fits is never lost to its temporary name."""
-    try:
-        name_max = os.pathconf(path.parent, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        name_max = 255
-    room = name_max - len(".") - len(".") - 8 - len(".tmp")
-    name = path.name
-    while name and len(os.fsencode(name)) > room:  # whole characters only
-        name = name[:-1]
-    return f".{name}."
 
 
 def _mark(r: InvariantResult) -> str:
@@ -119,6 +75,18 @@ def print_table(results: Iterable[SpecResult], console: Console) -> None:
                 escape(printable(r.case.varying(res.spec))) if r.case is not None else "",
             )
     console.print(table)
+
+
+def print_notes(results: Iterable[SpecResult], console: Console) -> None:
+    """The one-line notes a met expectation's verdict carries (`extra["notes"]`: init_conformance's
+    table not applied, rows that cover nothing, a config value against the registered model's); an
+    unmet one's are in its message."""
+    for res in results:
+        for r in res.results:
+            notes = r.verdict.extra.get("notes") if r.met and r.verdict is not None else None
+            for note in notes or ():
+                line = f"note {printable(res.spec.name)}: {r.name}: {printable(str(note))}"
+                console.print(f"[dim]{escape(line)}[/dim]", highlight=False, soft_wrap=True)
 
 
 def print_failures(

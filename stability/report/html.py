@@ -20,7 +20,8 @@ from pathlib import Path
 from stability.errors import UsageError
 from stability.numbers import number_text
 from stability.report.baseline import Comparison, fmt, fmt_change, fmt_limit, headline
-from stability.report.formats import summary_line, write_atomic
+from stability.report.formats import summary_line
+from stability.report.outputs import write_atomic
 from stability.report.render import spec_pngs
 from stability.report.spec_plots import training_caption, variance_band
 from stability.report.suggest import suggestion_line

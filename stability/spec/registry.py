@@ -125,6 +125,10 @@ class Invariant:
       measured after the probe (e.g. the Jacobian spectrum) and on the case's seed ensemble; the
       values land in `Measurements.extra` (registered with `stability.measure.measurements.serializable`
       when they are not plain data). `context` is `stability.run.probing.MeasureContext`.
+    - `construction(spec) -> watcher`: a watcher of the case's model being constructed (a
+      function returning a context manager, entered around the construction and the library's
+      own init: `stability.families.construction`); `after_probe` finds it as
+      `context.watchers[name]` (init_conformance records the init each parameter receives).
     - `severity(verdict, expectation) -> float`: for a passing verdict, how close it came to
       failing (bigger is closer); the reported case of a search that found no failure is the one
       of largest severity. Default: the observed number.
@@ -148,6 +152,7 @@ class Invariant:
     observers: Callable[[Any], list[Any]] | None = None
     after_probe: Callable[[Any], Mapping[str, Any]] | None = None
     ensemble: Callable[[Any], Mapping[str, Any]] | None = None
+    construction: Callable[[Any], Any] | None = None
     severity: Callable[[Any, Any], float] | None = None
     targets: Callable[[Any], Sequence[tuple[float, str]]] | None = None
     #: None: a sweep measures it at every point as `check` measures a case. Otherwise why a sweep

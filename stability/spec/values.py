@@ -215,11 +215,6 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 
 
-#: The base's former name, kept until stability/spec/init_expect.py says `StrictModel` (tests/test_layout.py,
-#: PRIVATE_PENDING); then removed.
-_Model = StrictModel
-
-
 def _branch_scale(value: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError('expected a number or "1/sqrt(depth)" or "1/depth"')
