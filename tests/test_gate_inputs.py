@@ -115,9 +115,10 @@ def test_counts_that_are_not_counts(
 def test_jobs_default_to_the_usable_cores(
     argv: list[str], cores: int, jobs: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import stability.cli.arg_types
     import stability.cli.grammar
 
-    monkeypatch.setattr(stability.cli.grammar, "cores", lambda: cores)
+    monkeypatch.setattr(stability.cli.arg_types, "cores", lambda: cores)
     assert stability.cli.grammar.parser().parse_args(["check", "spec.toml", *argv]).jobs == jobs
 
 
