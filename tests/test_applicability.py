@@ -79,6 +79,7 @@ def spec_file(tmp_path: Path) -> Callable[[str], Path]:
 ZERO_ONLY = 'applies_when = { branch_init = ["zero"] }\n'
 
 
+@pytest.mark.slow  # every case of a custom spec; nightly
 def test_without_applies_when_a_custom_identity_is_judged_on_every_case(
     cli: Cli, spec_file: Callable[[str], Path]
 ) -> None:

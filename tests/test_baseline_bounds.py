@@ -267,10 +267,10 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.mark.parametrize(
     "spec, case",
     [
-        ("specs/plain_mlp.toml", None),
+        pytest.param("specs/plain_mlp.toml", None, marks=pytest.mark.slow),
         ("specs/transformer_preln.toml", None),
-        ("specs/zoo/gpt2.toml", "depth=3,seed=7"),
-        ("specs/zoo/llama.toml", "depth=2,seed=1"),
+        pytest.param("specs/zoo/gpt2.toml", "depth=3,seed=7", marks=pytest.mark.slow),
+        pytest.param("specs/zoo/llama.toml", "depth=2,seed=1", marks=pytest.mark.slow),
     ],
     ids=["plain-mlp", "transformer-preln", "zoo-gpt2", "zoo-llama"],
 )

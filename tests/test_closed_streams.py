@@ -31,8 +31,8 @@ def _reports_complete(folder: Path, code: int) -> None:
     assert suite.get("tests") == "1" and suite.get("failures") == str(code)
 
 
-@pytest.mark.parametrize("tail", ["true", "head -1"])
-@pytest.mark.parametrize("which", ["pass", "fail"])
+@pytest.mark.parametrize("tail", [pytest.param("true", marks=pytest.mark.slow), "head -1"])  # slow: nightly
+@pytest.mark.parametrize("which", [pytest.param("pass", marks=pytest.mark.slow), "fail"])
 def test_a_closed_pipe_on_stdout(tmp_path: Path, tail: str, which: str) -> None:
     text, code = SPECS[which]
     (tmp_path / "s.toml").write_text(text)
@@ -53,7 +53,11 @@ def test_a_closed_pipe_on_stdout(tmp_path: Path, tail: str, which: str) -> None:
     _reports_complete(tmp_path, code)
 
 
-@pytest.mark.parametrize("which, workers", [("pass", False), ("fail", False), ("pass", True), ("fail", True)])
+@pytest.mark.parametrize(
+    "which, workers",
+    [pytest.param("pass", False, marks=pytest.mark.slow), ("fail", False)]
+    + [pytest.param(w, True, marks=pytest.mark.slow) for w in ("pass", "fail")],  # slow: nightly
+)
 def test_stdout_and_stderr_closed_from_the_start(tmp_path: Path, which: str, workers: bool) -> None:
     """`>&- 2>&-`: descriptors 1 and 2 closed before Python starts; with workers, the pipes to
     them must not land on descriptor 1 or 2."""

@@ -137,14 +137,21 @@ def _judge(path: str, case: str) -> dict[str, str]:
     return {r.name: r.message for r in result.results if not r.met}
 
 
+#: Planted bugs judged nightly only (a gemma2 model is as slow as gemma's and plants the same bug).
+SLOW_PLANTS = {"gemma2-rmsnorm-offset"}
+
+
 def _params(plants: list[Plant]) -> list[object]:
     return [
         pytest.param(
             p,
             id=p.bug,
-            marks=[pytest.mark.xfail(strict=True, raises=AssertionError, reason=NOT_YET_CAUGHT[p.bug])]
-            if p.bug in NOT_YET_CAUGHT
-            else [],
+            marks=(
+                [pytest.mark.xfail(strict=True, raises=AssertionError, reason=NOT_YET_CAUGHT[p.bug])]
+                if p.bug in NOT_YET_CAUGHT
+                else []
+            )
+            + ([pytest.mark.slow] if p.bug in SLOW_PLANTS else []),
         )
         for p in plants
     ]

@@ -208,6 +208,7 @@ def test_tutorial_files_are_valid() -> None:
     assert "only code a spec can run" in text and "exit code 1" in text and "exit code 0" in text
 
 
+@pytest.mark.slow  # two check subprocesses; nightly
 def test_the_tutorials_pasted_replay_is_what_the_replay_prints(tmp_path: Path) -> None:
     """§5 of custom-architectures.md shows a `--case` replay "pasted unedited": it must match what
     that replay prints today, every line but the time taken."""

@@ -210,6 +210,7 @@ def _false_exponentials(spec: Spec, cases: list[Case]) -> list[tuple[Case, str]]
     return out
 
 
+@pytest.mark.slow  # two ensembles of many cases; nightly
 @pytest.mark.parametrize("kind", ["preact_mlp", "basic_block"])
 def test_linear_stacks_are_rarely_called_exponential(kind: str, basic_block_spec: Callable[..., Spec]) -> None:
     spec = load_spec(SPECS / "preact_mlp.toml") if kind == "preact_mlp" else basic_block_spec()
@@ -299,6 +300,7 @@ def _missed_controls(kind: str, n: int, seed: int) -> list[tuple[Case, str, str]
     ]  # a decaying law does not break "bounded" growth
 
 
+@pytest.mark.slow  # ensembles at many depths; nightly
 @pytest.mark.parametrize("kind", ["unnormalised_residual", "plain_relu_hot", "plain_tanh_cold"])
 def test_exponential_controls_are_exponential_at_every_depth_from_8(kind: str) -> None:
     assert not _missed_controls(kind, 6, seed=0)

@@ -91,6 +91,7 @@ def test_a_decorated_factory_is_checked_in_the_worker_under_the_same_rule(cli: C
     assert (tmp_path / "imported").exists()  # the worker imported it; the parent did not (it never does)
 
 
+@pytest.mark.slow  # a pytest subprocess (tests/test_plugin.py's shared run covers a load item)
 def test_pytest_collects_it_as_one_failed_load_item(tmp_path: Path) -> None:
     specs = tmp_path / "specs"
     specs.mkdir()

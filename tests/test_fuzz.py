@@ -23,6 +23,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
@@ -673,6 +674,7 @@ class _SmallPoints(Executor):
         return out
 
 
+@pytest.mark.slow  # many sweep CLI runs; nightly
 @SWEEP
 @given(sweep_argvs())
 def test_the_sweep_cli_only_ever_exits_0_1_or_2_in_one_line(argv: list[str]) -> None:

@@ -69,6 +69,7 @@ def _check(folder: Path, *extra: str) -> tuple[Any, dict[str, Any], str]:
     return proc, {s["name"]: s for s in data["specs"]}, (folder / "r.xml").read_text()
 
 
+@pytest.mark.slow  # check subprocesses; nightly
 def test_a_passing_specs_output_stays_out_of_the_terminal_and_a_failing_ones_is_shown_with_it(tmp_path: Path) -> None:
     folder = _folder(
         tmp_path,

@@ -49,6 +49,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"proc": proc, "json": data, "specs": {s["name"]: s for s in data["specs"]}}
 
 
+@pytest.mark.slow  # every hostile factory in its own worker; nightly
 def test_a_failing_spec_beside_every_false_green_factory_exits_2_with_a_complete_report(run: dict[str, Any]) -> None:
     proc = run["proc"]
     assert proc.returncode == 2, proc.stderr

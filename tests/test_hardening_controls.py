@@ -212,7 +212,9 @@ hi = 100.0
 """
 
 
-@pytest.mark.parametrize("in_process", [False, True], ids=["worker", "in-process"])
+@pytest.mark.parametrize(
+    "in_process", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["worker", "in-process"]
+)
 def test_a_factory_that_rewrites_its_results_to_met_cannot_pass(tmp_path: Path, in_process: bool) -> None:
     """The parent judges the measurements itself. In a worker the rewritten messages contradict
     that judgement, which is an error naming the case (exit 2); in this process nothing is

@@ -109,6 +109,7 @@ def _untouched(report: Path, junit: Path) -> None:
     assert leftovers == []
 
 
+@pytest.mark.slow  # a check subprocess interrupted mid-run; nightly
 def test_ctrl_c_prints_the_partial_summary_and_keeps_the_previous_report(
     factory_dir: Path, custom_spec: Callable[..., Path], base_spec: str, tmp_path: Path
 ) -> None:

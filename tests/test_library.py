@@ -286,8 +286,14 @@ TOKENS = {"vocab_size": 64, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id"
     ("model", "config", "shipped"),
     [
         pytest.param("transformers:GPT2Model", GPT2, {"n_embd": 768, "n_head": 12}, id="gpt2"),
-        pytest.param("transformers:LlamaModel", {**DECODER, **TOKENS}, SHIPPED, id="llama"),
-        pytest.param("transformers:Qwen3Model", {**DECODER, **TOKENS, "head_dim": 64}, SHIPPED, id="qwen3"),
+        pytest.param("transformers:LlamaModel", {**DECODER, **TOKENS}, SHIPPED, id="llama", marks=pytest.mark.slow),
+        pytest.param(
+            "transformers:Qwen3Model",
+            {**DECODER, **TOKENS, "head_dim": 64},
+            SHIPPED,
+            id="qwen3",
+            marks=pytest.mark.slow,
+        ),
         pytest.param(
             "transformers:BertModel",
             {**ENCODER, "vocab_size": 64, "pad_token_id": 0},

@@ -142,6 +142,7 @@ def test_loading_imports_no_model_module_and_an_unknown_class_exits_2(tmp_path: 
     ]
 
 
+@pytest.mark.slow  # loads every shipped library spec in a fresh process each; nightly
 @pytest.mark.parametrize(
     "pattern", ["specs/zoo/*.toml", "specs/zoo/timm_*.toml", "specs/zoo/tv_*.toml", "specs/controls/timm_*.toml"]
 )
@@ -328,6 +329,7 @@ def test_a_spec_outside_its_profiles_skips_its_probe_invariants_and_a_case_repla
     assert not replayed.skipped and replayed.verdict is not None
 
 
+@pytest.mark.slow  # a worker pool importing the libraries; nightly
 def test_the_worker_forkserver_preloads_the_libraries_of_the_run(tmp_path: Path) -> None:
     from stability.spec.load import preload_modules
 

@@ -248,6 +248,7 @@ def run_with_peak(args: list[str], *, cwd: Path, timeout: float = 600) -> tuple[
     return proc, kib * 1024
 
 
+@pytest.mark.slow  # builds a huge model on the meta device; nightly
 def test_a_model_far_over_the_budget_is_refused_in_one_line_without_allocating_it(tmp_path: Path) -> None:
     """A 53 GB GPT-2 config (12 layers of width 9600): refused before anything its size exists,
     the process's peak resident set staying that of the interpreter and the libraries."""

@@ -37,6 +37,7 @@ def test_check_refuses_a_spec_whose_library_does_not_import_in_one_line() -> Non
         )
 
 
+@pytest.mark.slow  # a pytest subprocess; nightly
 def test_the_plugin_skips_a_spec_whose_library_does_not_import_saying_what_to_install() -> None:
     run = _run(
         "transformers",

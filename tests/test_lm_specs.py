@@ -67,6 +67,7 @@ def _verdicts(stem: str, seeds: range = SEEDS) -> list[tuple[bool, str, float]]:
     return out
 
 
+@pytest.mark.slow  # trains each LM control on every seed; .ci/run's gate judges the ci controls
 @pytest.mark.parametrize(("control", "fix"), CI_PAIRS, ids=[p[0] for p in CI_PAIRS])
 def test_a_ci_control_fails_and_its_fix_holds_on_every_seed(control: str, fix: str) -> None:
     assert all(m for m, _, _ in _verdicts(control)), "a control was not violated on some seed"
@@ -118,6 +119,7 @@ def test_stability_check_judges_the_ci_pairs_and_names_the_others_as_skipped(
     )
 
 
+@pytest.mark.slow  # trains twice through a subprocess; nightly
 def test_the_printed_reproduce_command_replays_the_case_bit_for_bit(
     cli: Callable[..., tuple[int, str, str]], tmp_path: Path
 ) -> None:

@@ -367,6 +367,7 @@ def _stability(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.Complet
     )
 
 
+@pytest.mark.slow  # full check subprocesses; the escaping itself is unit-tested
 def test_check_on_github_with_hostile_names_messages_and_output(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     proc = _stability("check", "specs", "--profile", "ci", "--json", "r.json", cwd=repo, env=_env(repo))
@@ -388,6 +389,7 @@ def make(depth, width):
 """
 
 
+@pytest.mark.slow  # full check subprocesses; the escaping itself is unit-tested
 def test_check_on_github_with_undecodable_bytes_in_a_file_name_and_a_message(tmp_path: Path) -> None:
     """A spec file whose name holds a byte that is not UTF-8, and a factory whose message holds a
     lone surrogate: the job summary, the annotations and every report are written, with the text

@@ -72,6 +72,7 @@ def test_the_closed_forms_of_the_critical_line_agree_with_the_quadrature(
         assert mean_field("tanh", sigma_w2=0.99).chi1 == pytest.approx(0.99, rel=1e-12, abs=0)
 
 
+@pytest.mark.slow  # a quadrature search; nightly
 def test_without_a_closed_form_the_critical_line_is_searched() -> None:
     """Sigmoid has φ(0) ≠ 0 and tanh with a bias has q* > 0: χ₁ crosses 1 where the search stops.
     GELU has φ(0) = 0 and φ′(0) = 1/2, but from q = 1 its q grows without bound from σ_w² ≈ 2.35 on,

@@ -98,6 +98,7 @@ def test_an_unknown_field_is_refused() -> None:
         Measurements.from_dict({**data, "verdict": "met"})
 
 
+@pytest.mark.slow  # a fresh process importing every value class; nightly
 def test_every_registered_value_class_is_found_by_a_process_that_has_not_imported_it() -> None:
     """A stored row names its values' classes; a fresh process must find every built-in one."""
     import subprocess

@@ -91,6 +91,7 @@ def _first_example_command() -> str:
     return line
 
 
+@pytest.mark.slow  # a clean virtual environment; .ci/run runs it as its own step
 def test_the_wheel_in_a_clean_environment_runs_the_first_example(dist: Path, tmp_path: Path) -> None:
     env_dir = tmp_path / "venv"
     made = _run(sys.executable, "-m", "venv", "--without-pip", env_dir)

@@ -56,29 +56,50 @@ def pytest_run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_items_are_spec_and_invariant(tmp_path: Path) -> None:
-    proj = project(tmp_path, good=GOOD, claim=CLAIM)
-    run = pytest_run(proj, "--collect-only", "-q")
-    assert "specs/good.toml::gradient_arrival" in run.stdout
-    assert "specs/good.toml::identity_at_init" in run.stdout
-    assert "specs/claim.toml::gradient_arrival" in run.stdout
-    assert "3 tests collected" in run.stdout
+BROKEN = GOOD.replace("depth = [1, 12]", "depth = [0, 12]").replace('"good"', '"broken"')
 
 
-def test_a_false_claim_fails_with_the_shrunk_case_and_a_reproduction(tmp_path: Path) -> None:
-    proj = project(tmp_path, good=GOOD, claim=CLAIM)
-    run = pytest_run(proj, "-q", "--junitxml", "out.xml")
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """One pytest run in a project with a healthy spec, a false claim and a spec that does not load,
+    shared by the tests below (each asks it a different question)."""
+    proj = project(tmp_path_factory.mktemp("plugin"), good=GOOD, claim=CLAIM, broken=BROKEN)
+    return proj, pytest_run(proj, "-v", "--junitxml", "out.xml")
+
+
+def test_items_are_spec_and_invariant(one_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    _, run = one_run
+    items = sorted(line.split()[0] for line in run.stdout.splitlines() if line.endswith("%]"))
+    assert items == [
+        "specs/broken.toml::load",
+        "specs/claim.toml::gradient_arrival",
+        "specs/good.toml::gradient_arrival",
+        "specs/good.toml::identity_at_init",
+    ], run.stdout
+
+
+def test_a_false_claim_fails_with_the_shrunk_case_and_a_reproduction(
+    one_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    proj, run = one_run
     assert run.returncode == 1, run.stdout
-    assert "2 passed" in run.stdout and "1 failed" in run.stdout
+    assert "2 passed" in run.stdout and "2 failed" in run.stdout
+    assert "specs/claim.toml::gradient_arrival FAILED" in run.stdout
     # 0.1192^L < 0.01 from L = 3: the smallest failing depth.
     assert "smallest failing case depth=3,width=4" in run.stdout
-    assert (
-        "reproduce: stability check" in run.stdout
-        and "reproduce: stability check specs/claim.toml --case depth=3,width=4," in run.stdout
-    )
+    assert "reproduce: stability check specs/claim.toml --case depth=3,width=4," in run.stdout
     cases = ET.parse(proj / "out.xml").getroot().iter("testcase")
     names = sorted(c.get("name") for c in cases)
-    assert names == ["gradient_arrival", "gradient_arrival", "identity_at_init"]
+    assert names == ["gradient_arrival", "gradient_arrival", "identity_at_init", "load"]
+
+
+def test_a_spec_that_fails_validation_is_one_failed_item_with_the_loader_error(
+    one_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    _, run = one_run
+    assert "specs/broken.toml::load FAILED" in run.stdout
+    assert "stability: error: " in run.stdout and "space.depth" in run.stdout and "must be at least 1" in run.stdout
+    assert "Traceback" not in run.stdout
 
 
 @pytest.mark.slow  # four pytest runs in subprocesses
@@ -86,9 +107,7 @@ def test_the_ids_pytest_v_prints_paste_back_and_select_the_same_item(tmp_path: P
     """`pytest -v` prints each item's node id (`specs/good.toml::identity_at_init`); it printed
     `specs/good::toml::identity_at_init` (the file name in the item's location, whose dots pytest
     turns into `::`), which selects nothing when pasted back."""
-    proj = project(
-        tmp_path, good=GOOD, broken=GOOD.replace("depth = [1, 12]", "depth = [0, 12]").replace('"good"', '"broken"')
-    )
+    proj = project(tmp_path, good=GOOD, broken=BROKEN)
     run = pytest_run(proj, "-v")
     printed = sorted(
         line.split()[0]
@@ -103,14 +122,6 @@ def test_the_ids_pytest_v_prints_paste_back_and_select_the_same_item(tmp_path: P
     for node in printed:  # what the pasted id selects: collecting it lists the items a run would run
         again = pytest_run(proj, "--collect-only", "-q", node)
         assert [line for line in again.stdout.splitlines() if "::" in line] == [node], again.stdout
-
-
-def test_a_spec_that_fails_validation_is_one_failed_item_with_the_loader_error(tmp_path: Path) -> None:
-    proj = project(tmp_path, broken=GOOD.replace("depth = [1, 12]", "depth = [0, 12]"))
-    run = pytest_run(proj, "-q")
-    assert run.returncode == 1
-    assert "stability: error: " in run.stdout and "space.depth" in run.stdout and "must be at least 1" in run.stdout
-    assert "Traceback" not in run.stdout
 
 
 @pytest.mark.slow  # pytest -n 2 in a subprocess, each xdist worker starting its own spec workers

@@ -25,7 +25,14 @@ def profile_probe() -> object:
     return module
 
 
-@pytest.mark.parametrize("mode", [["--floor"], ["--parts"], ["--designs", "tensor,grouped"]])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        ["--floor"],
+        pytest.param(["--parts"], marks=pytest.mark.slow),
+        pytest.param(["--designs", "tensor,grouped"], marks=pytest.mark.slow),
+    ],
+)
 def test_each_mode_prints_its_line_for_the_conv_network(
     profile_probe: object, mode: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -201,6 +201,7 @@ def test_a_training_spec_counts_its_trained_cases_not_zero_probed() -> None:
     assert spec_line(only_training, seconds=3.04) == "✓ t: trainability ✓; 3 case(s) trained in 3.0 s"
 
 
+@pytest.mark.slow  # a check subprocess over several specs; nightly
 def test_a_spec_error_is_printed_once(tmp_path: Path) -> None:
     """A factory that returns no module is a spec error of the worker: it used to be printed in
     every unjudged expectation's message, again on an `error:` line under each, and once on

@@ -5,6 +5,7 @@ that used to be written in several modules is written in one."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import subprocess
 import sys
@@ -178,23 +179,29 @@ def test_importing_the_package_registers_the_catalogues_and_imports_no_torch() -
 # ----------------------------------------------------------------------------- one rule, one place
 
 
-def _code_lines(pattern: str) -> list[str]:
-    """`module:line` of every line of the package's code matching `pattern`, its strings and comments
-    left out (tokenize), so a docstring or a message that names a rule does not count."""
+@functools.cache
+def _code() -> tuple[tuple[str, int, str], ...]:
+    """Every line of the package's code as (module, line, its tokens joined), its strings and
+    comments left out (tokenize), so a docstring or a message that names a rule does not count;
+    tokenized once for every pattern."""
     import io
     import tokenize
 
-    found = []
+    lines = []
     for path in sorted(PACKAGE.rglob("*.py")):
         code: dict[int, list[str]] = {}
         for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
             if tok.type == tokenize.COMMENT or (tok.type == tokenize.STRING and len(tok.string) > 16):
                 continue  # comments, docstrings and messages; short literals ("auto", "plain") are code
             code.setdefault(tok.start[0], []).append(tok.string)
-        for i, toks in sorted(code.items()):
-            if re.search(pattern, " ".join(toks)):
-                found.append(f"{path.relative_to(PACKAGE)}:{i}")
-    return found
+        lines += [(str(path.relative_to(PACKAGE)), i, " ".join(toks)) for i, toks in sorted(code.items())]
+    return tuple(lines)
+
+
+def _code_lines(pattern: str) -> list[str]:
+    """`module:line` of every line of the package's code matching `pattern` (`_code`)."""
+    rx = re.compile(pattern)
+    return [f"{module}:{i}" for module, i, text in _code() if rx.search(text)]
 
 
 def test_each_rule_is_written_in_one_place() -> None:

@@ -37,6 +37,7 @@ def test_background_plots_are_the_same_bytes_as_inline(results: list[SpecResult]
     assert all(png.startswith(b"\x89PNG") for p in inline for png in p.values())
 
 
+@pytest.mark.slow  # a sweep on Dask; nightly
 def test_a_result_never_submitted_is_rendered_inline(results: list[SpecResult]) -> None:
     with Renderer() as renderer:
         assert renderer.pngs(results[0]) == spec_pngs(results[0])
@@ -53,6 +54,7 @@ def test_the_page_is_the_same_with_background_plots(results: list[SpecResult]) -
     assert strip(page) == strip(inline)
 
 
+@pytest.mark.slow  # renders every figure; nightly
 def test_the_probe_figures_keep_their_legends_off_the_curves(results: list[SpecResult]) -> None:
     """Gradient, variance and identity figures: each legend below the plot, overlapping no axes;
     the HTML gives each image its own size (a legend's rows make it taller)."""

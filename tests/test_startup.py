@@ -71,6 +71,7 @@ def test_every_usage_error_answers_without_torch(name: str) -> None:
     assert not torch, f"stability {' '.join(MORE_USAGE_ERRORS[name])} imported torch before refusing"
 
 
+@pytest.mark.slow  # startup subprocesses; nightly
 def test_the_check_finds_a_command_that_imports_torch() -> None:
     """The probe itself can fail: a check that goes on to probe imports torch."""
     code, torch, _ = _imports_torch(
@@ -79,6 +80,7 @@ def test_the_check_finds_a_command_that_imports_torch() -> None:
     assert code == 0 and torch
 
 
+@pytest.mark.slow  # the startup benchmark as a script; nightly
 def test_the_startup_benchmark_runs_as_a_script() -> None:
     run = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "bench_startup.py"), "--repeat", "1"],

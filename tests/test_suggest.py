@@ -242,6 +242,7 @@ def test_an_out_path_that_cannot_be_written_is_refused_before_anything_runs(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.toml"]
 
 
+@pytest.mark.slow  # several suggest runs; nightly
 def test_json_replaces_its_own_earlier_report_and_never_a_users_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -259,6 +260,7 @@ def test_json_replaces_its_own_earlier_report_and_never_a_users_file(
     assert mine.read_text(encoding="utf-8") == '{"mine": 1}\n'
 
 
+@pytest.mark.slow  # several suggest runs; nightly
 def test_force_replaces_an_existing_file_but_never_a_fifo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import os
 
@@ -374,11 +376,16 @@ def test_a_remedy_that_changes_an_expectation_is_refused(tmp_path: Path) -> None
     [
         ({"space.depth": [2, 4]}, "space.depth"),  # the failing depths no longer drawn
         ({"space.width": 32, "space.weight_init": ["kaiming_normal"]}, "space.width"),  # even beside a real fix
-        ({"space.batch": 4}, "space.batch"),
-        ({"space.seed": [0, 3]}, "space.seed"),
-        ({"space.dtype": ["float64"]}, "space.dtype"),
         ({"probe.profiles": ["thorough"]}, "probe.profiles"),  # skipped in ci: nothing judged
-        ({"probe.ensemble": 1}, "probe.ensemble"),
+    ]
+    + [  # the other keys of the same rule: nightly
+        pytest.param(edit, key, marks=pytest.mark.slow)
+        for edit, key in [
+            ({"space.batch": 4}, "space.batch"),
+            ({"space.seed": [0, 3]}, "space.seed"),
+            ({"space.dtype": ["float64"]}, "space.dtype"),
+            ({"probe.ensemble": 1}, "probe.ensemble"),
+        ]
     ],
 )
 def test_a_remedy_that_changes_which_cases_are_drawn_is_refused(

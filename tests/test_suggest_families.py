@@ -193,6 +193,7 @@ def _arrives(n: object, lo: float = 0.1, hi: float = 10.0) -> bool:
     return all(lo <= x <= hi for x in (n.after, n.closest))  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow  # a suggest search with replays; nightly
 def test_plain_tanh_below_the_edge_of_chaos_gets_the_route_around_with_zero_branches(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -225,6 +226,7 @@ def test_plain_tanh_below_the_edge_of_chaos_gets_the_route_around_with_zero_bran
     assert main(["check", str(fixed), "--profile", "ci", "--in-process", "-q"]) == 0
 
 
+@pytest.mark.slow  # a suggest search with replays; nightly
 def test_postnorm_gets_the_norm_off_the_route_with_its_branches_at_zero(tmp_path: Path) -> None:
     """With batch norm and ReLU on the route around, zero branches alone still leave
     x → relu(BN(x)) per block; moving the norm into the branch (pre-activation) alone leaves
@@ -292,6 +294,7 @@ def test_dense_gets_he_init_on_its_layers_and_transitions(tmp_path: Path) -> Non
     assert best.changed() == 'space.weight_init = ["kaiming_normal"]' and _arrives(best.numbers[0])
 
 
+@pytest.mark.slow  # a suggest search with replays; nightly
 def test_a_postln_transformer_gets_deepnorm(tmp_path: Path) -> None:
     """Post-LN starves the blocks near the input (Xiong et al. 2020): DeepNorm's up-weighted skip
     holds the spread under 2 with one key; LayerScale and pre-LN with GPT-2's scaled branches hold

@@ -72,6 +72,7 @@ def test_two_dask_workers_give_the_serial_rows_bit_for_bit(tmp_path: Path, dask_
         assert b.table("budgets") == a.table("budgets")
 
 
+@pytest.mark.slow  # a sweep whose worker dies; nightly
 def test_a_factory_that_kills_its_worker_fails_that_point_and_the_sweep_goes_on(
     tmp_path: Path, dask_backend: object
 ) -> None:

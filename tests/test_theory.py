@@ -492,6 +492,7 @@ def test_full_size_unnormalised_branches_grow_exponentially() -> None:
     assert mean == _within(2.0, 0.05)
 
 
+@pytest.mark.slow  # deep stacks at many depths; nightly
 def test_branches_scaled_by_one_over_sqrt_depth_stay_bounded() -> None:
     """The same branches times 1/√L: q_{l+1} ≈ (1 + 1/L)·q_l, so q_L/q_0 ≈ (1 + 1/L)^L (→ e).
     Width 256: the seed-to-seed spread of the final ratio is ±0.16 there (±0.5 at width 32, where

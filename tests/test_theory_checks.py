@@ -46,7 +46,7 @@ def _z_scores(
 
 
 @pytest.mark.parametrize(("activation", "init"), [("relu", "kaiming_normal"), ("tanh", "xavier_normal")])
-@pytest.mark.parametrize("width", [64, 256])
+@pytest.mark.parametrize("width", [64, pytest.param(256, marks=pytest.mark.slow)])
 def test_measured_gradient_rate_matches_chi1_within_the_derived_finite_width_spread(
     activation: str, init: str, width: int
 ) -> None:
