@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from spec_support import make_spec
 
 from stability import parse_spec
 from stability.judge.invariants import Verdict
@@ -25,10 +26,8 @@ _M = Measurements([1.0], [1.0], [1.0], {}, None, None, None)
 def _spec(
     extra: str = "", expect: str = "[expect.gradient_arrival]\nlo = 0.05\nhi = 10.0\n", family: str = "plain"
 ) -> Spec:
-    return parse_spec(
-        f'name = "e"\ndescription = "d"\nfamily = "{family}"\n[space]\ndepth = [1, 12]\nwidth = 4\nbatch = 2\ndevice = ["cpu", "cuda"]\n{extra}\n{expect}',
-        file="specs/e.toml",
-    )
+    space = f'depth = [1, 12]\nwidth = 4\nbatch = 2\ndevice = ["cpu", "cuda"]\n{extra}\n'
+    return make_spec(family, space=space, expect=expect, file="specs/e.toml", name="e", description="d")
 
 
 def _stand_ins(monkeypatch: pytest.MonkeyPatch, passes: Any, observed: Any = lambda c: float(c.depth)) -> list[Case]:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from spec_support import make_spec
 
 from stability import parse_spec
 from stability.families.build import build, derive_seed, make_input
@@ -24,9 +25,15 @@ from stability.spec.schema import Spec
 
 
 def _spec(extra: str = "") -> Spec:
-    return parse_spec(
-        f'name = "e"\ndescription = "d"\nfamily = "preact"\n[block]\nactivation = "relu"\n[space]\ndepth = [1, 8]\nwidth = 8\nbatch = 4\ndtype = ["float64"]\n{extra}\n[expect.variance_growth]\n',
+    space = f'depth = [1, 8]\nwidth = 8\nbatch = 4\ndtype = ["float64"]\n{extra}\n'
+    return make_spec(
+        "preact",
+        block='activation = "relu"\n',
+        space=space,
+        expect="[expect.variance_growth]\n",
         file="specs/e.toml",
+        name="e",
+        description="d",
     )
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from spec_support import make_spec
 
 import stability.run.probing
 from stability.errors import CaseError
@@ -49,10 +50,7 @@ def passing_spec(base: str, name: str) -> str:
 
 
 def _spec(family: str, space: str, block: str = "", path: str = "<string>") -> Spec:
-    return parse_spec(
-        f'name = "g"\ndescription = "d"\nfamily = "{family}"\n[block]\n{block}\n[space]\n{space}\n[expect.gradient_arrival]\n',
-        file=path,
-    )
+    return make_spec(family, block=block, space=space, file=path, name="g", description="d")
 
 
 # ----------------------------------------------------------------------------- memory
@@ -299,7 +297,6 @@ def test_a_spec_raises_the_run_case_timeout_to_its_own(cli: Cli, custom_spec: Ca
 
 def test_a_spec_case_timeout_never_lowers_the_run_limit() -> None:
     from stability.run.guard import case_limit
-    from stability.spec.load import parse_spec
 
     spec = parse_spec(
         'name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 4\n[probe]\ncase_timeout = 10\n[expect.gradient_arrival]\n'
@@ -331,7 +328,6 @@ def test_a_spec_threads_never_lower_the_run_threads_and_are_put_back() -> None:
     import torch
 
     from stability.run.guard import case_threads
-    from stability.spec.load import parse_spec
 
     spec = parse_spec(
         'name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 4\n[probe]\nthreads = 2\n[expect.gradient_arrival]\n'

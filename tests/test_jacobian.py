@@ -7,9 +7,10 @@ import math
 
 import pytest
 import torch
+from spec_support import make_spec
 from torch import nn
 
-from stability import build, make_input, parse_spec
+from stability import build, make_input
 from stability.measure.jacobian import hutchinson_mean_sq, jacobian_spectrum, jacobian_svdvals, power_max_sq
 from stability.spec.case import corner_case
 
@@ -17,10 +18,8 @@ EPS64 = float(torch.finfo(torch.float64).eps)
 
 
 def _spec(family: str, block: str, space: str) -> object:
-    return parse_spec(
-        f'name = "j"\ndescription = "j"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 64]\nwidth = [1, 256]\n'
-        f'batch = [1, 8]\ndevice = ["cpu"]\ndtype = ["float64"]\n{space}\n[expect.jacobian_spectrum]\n'
-    )
+    ranges = 'depth = [1, 64]\nwidth = [1, 256]\nbatch = [1, 8]\ndevice = ["cpu"]\ndtype = ["float64"]\n'
+    return make_spec(family, block=block, space=ranges + space, expect="[expect.jacobian_spectrum]\n", name="j")
 
 
 @pytest.mark.parametrize("branch_init", ["zero", "rezero", "skipinit"])

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from approx_support import approx
+from spec_support import make_spec
 
-from stability import Case, load_spec, parse_spec
+from stability import Case, load_spec
 from stability.families.build import build, derive_seed, make_input
 from stability.judge import laws
 from stability.measure.ensemble import ensemble_seeds
@@ -22,8 +23,8 @@ SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 
 def _spec(family: str, block: str, space: str = "", expect: str = "[expect.variance_growth]\n") -> Spec:
-    return parse_spec(
-        f'name = "t"\ndescription = "t"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 64]\nwidth = [8, 1024]\nbatch = [2, 64]\n{space}\n{expect}'
+    return make_spec(
+        family, block=block, space=f"depth = [1, 64]\nwidth = [8, 1024]\nbatch = [2, 64]\n{space}", expect=expect
     )
 
 

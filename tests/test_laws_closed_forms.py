@@ -8,8 +8,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from spec_support import make_spec
 
-from stability import Case, parse_spec
+from stability import Case
 from stability.judge import laws
 from stability.judge.invariants import Verdict
 from stability.measure.probe import Measurements
@@ -19,9 +20,8 @@ EXACT = {"rel": 1e-12, "abs": 0.0}
 
 
 def _spec(family: str, block: str, space: str = "") -> Spec:
-    return parse_spec(
-        f'name = "t"\ndescription = "t"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 64]\nwidth = [4, 1024]\nbatch = 2\n{space}\n[expect.variance_growth]\n'
-    )
+    ranges = "depth = [1, 64]\nwidth = [4, 1024]\nbatch = 2\n"
+    return make_spec(family, block=block, space=ranges + space, expect="[expect.variance_growth]\n")
 
 
 def _case(depth: int, width: int, init: str, branch_init: str = "default", input_width: int | None = None) -> Case:

@@ -17,9 +17,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from spec_support import make_spec
 from torch import nn
 
-from stability import build, make_input, parse_spec, probe
+from stability import build, make_input, probe
 from stability.measure.memory import saved_activation_bytes
 from stability.spec.case import corner_case
 from stability.spec.schema import Spec
@@ -28,9 +29,8 @@ _ITEM = {torch.float32: 4, torch.float64: 8}
 
 
 def _spec(family: str, block: str, space: str = "") -> Spec:
-    return parse_spec(
-        f'name = "memory"\ndescription = "memory"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 64]\nwidth = [1, 64]\nbatch = [2, 16]\n{space}\n[expect.gradient_arrival]\n'
-    )
+    ranges = "depth = [1, 64]\nwidth = [1, 64]\nbatch = [2, 16]\n"
+    return make_spec(family, block=block, space=ranges + space, name="memory", description="memory")
 
 
 def _r2(x: np.ndarray, y: np.ndarray, degree: int) -> tuple[float, np.ndarray]:

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from spec_support import make_spec
 
 from stability import build, make_input, parse_spec, probe
 from stability.errors import SpecError
@@ -18,11 +19,12 @@ from stability.spec.case import corner_case
 
 
 def _spec(activation: str, init: str, extra: str = "", family: str = "plain", block: str = "") -> object:
-    return parse_spec(
-        f'name = "m"\ndescription = "m"\nfamily = "{family}"\n[block]\nactivation = "{activation}"\n{block}\n[space]\n'
-        f'depth = [1, 64]\nwidth = [1, 512]\nbatch = [1, 8]\nweight_init = ["{init}"]\ndtype = ["float64"]\ndevice = ["cpu"]\n{extra}\n'
-        "[expect.mean_field]\n"
+    space = (
+        f'depth = [1, 64]\nwidth = [1, 512]\nbatch = [1, 8]\nweight_init = ["{init}"]\ndtype = ["float64"]\n'
+        f'device = ["cpu"]\n{extra}\n'
     )
+    block = f'activation = "{activation}"\n{block}'
+    return make_spec(family, block=block, space=space, expect="[expect.mean_field]\n", name="m", description="m")
 
 
 def _z_scores(
