@@ -66,7 +66,7 @@ MEASUREMENTS: dict[str, tuple[str, list[str], bool]] = {
         True,
     ),
     "init-convnextv2": (
-        "`stability init` on timm's ConvNeXt V2 (exit 1: init_conformance applies ConvNeXt V1's table)",
+        "`stability init` on timm's ConvNeXt V2 (its own init recorded and judged; ConvNeXt V1's table not applied)",
         [sys.executable, "-m", "stability", "init", "timm:convnextv2_atto", "-q"],
         True,
     ),
