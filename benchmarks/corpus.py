@@ -64,6 +64,9 @@ class Bug:
     fix: str
     #: Versions of the release's own requirements pinned beside it (`name==version`), where the newest match is wrong.
     pins: tuple[str, ...] = ()
+    #: Packages of this environment the release must not see (`hidden_env`): one that imports the
+    #: release's own dependencies at a version they do not have.
+    hide: tuple[str, ...] = ()
 
     def release(self, which: str) -> str:
         return {"buggy": self.buggy, "fixed": self.fixed}[which]
@@ -76,7 +79,7 @@ def load_bugs(path: Path = BUGS) -> list[Bug]:
     for i, raw in enumerate(data.get("bug", [])):
         where = f"{path}: bug[{i}]"
         try:
-            bug = Bug(**{**raw, "pins": tuple(raw.get("pins", ()))})
+            bug = Bug(**{**raw, "pins": tuple(raw.get("pins", ())), "hide": tuple(raw.get("hide", ()))})
         except TypeError as exc:
             raise ValueError(f"{where}: {exc}") from None
         if bug.library not in LIBRARIES:
@@ -170,18 +173,34 @@ def install_release(library: str, version: str, *, pins: Sequence[str] = (), cac
             shutil.rmtree(work, ignore_errors=True)
 
 
-def release_env(folder: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment that imports the release in `folder` before anything installed."""
+def hidden_env(hide: Sequence[str], cache: Path = CACHE) -> Path:
+    """A folder whose `sitecustomize` makes the packages `hide` unimportable (`sys.modules[name] =
+    None`, so `importlib.util.find_spec` finds none, as in an environment without them): this
+    environment's `kernels` imports huggingface_hub's newest API, which transformers 4.53's own
+    huggingface_hub lacks, and transformers imports `kernels` wherever it finds it."""
+    folder = cache / f"_hidden-{'-'.join(sorted(hide))}"
+    script = folder / "sitecustomize.py"
+    text = "import sys\n" + "".join(f"sys.modules.setdefault({name!r}, None)\n" for name in sorted(hide))
+    if not script.is_file() or script.read_text() != text:
+        folder.mkdir(parents=True, exist_ok=True)
+        script.write_text(text)
+    return folder
+
+
+def release_env(folder: Path, base: Mapping[str, str] | None = None, *, hide: Sequence[str] = ()) -> dict[str, str]:
+    """The environment that imports the release in `folder` before anything installed (and none
+    of the packages `hide`)."""
     env = dict(os.environ if base is None else base)
-    env["PYTHONPATH"] = os.pathsep.join([str(folder), *filter(None, [env.get("PYTHONPATH", "")])])
+    shim = [str(hidden_env(hide, folder.parent))] if hide else []
+    env["PYTHONPATH"] = os.pathsep.join([str(folder), *shim, *filter(None, [env.get("PYTHONPATH", "")])])
     return env
 
 
-def imported_version(library: str, folder: Path) -> str:
+def imported_version(library: str, folder: Path, *, hide: Sequence[str] = ()) -> str:
     """The version a subprocess with `folder` first imports, checked to come from `folder`."""
     code = f"import {library}, pathlib, sys; f = pathlib.Path({library}.__file__).resolve(); print({library}.__version__); sys.exit(0 if f.is_relative_to({str(folder.resolve())!r}) else 3)"
     done = subprocess.run(
-        [sys.executable, "-c", code], env=release_env(folder), capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", code], env=release_env(folder, hide=hide), capture_output=True, text=True, timeout=300
     )
     if done.returncode != 0:
         tail = " ".join((done.stderr or done.stdout).split())[-600:]
@@ -226,12 +245,13 @@ def spec_profile(spec: Path, wanted: str = "ci") -> str:
     return wanted if wanted in profiles else profiles[0]
 
 
-def check(spec: Path, folder: Path, *, profile: str, timeout: float = 1800) -> Outcome:
+def check(spec: Path, folder: Path, *, profile: str, timeout: float = 1800, hide: Sequence[str] = ()) -> Outcome:
     """`stability check SPEC --profile P` in a subprocess importing the release in `folder`."""
     with tempfile.TemporaryDirectory(prefix="corpus-") as tmp:
         report = Path(tmp) / "report.json"
         cmd = [sys.executable, "-m", "stability", "check", str(spec), "--profile", profile, "-q", "--json", str(report)]
-        done = subprocess.run(cmd, env=release_env(folder), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        env = release_env(folder, hide=hide)
+        done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
         release = folder.name
         if not report.is_file():
             return Outcome(
@@ -257,11 +277,11 @@ def judge(bug: Bug, which: str, *, profile: str = "ci", cache: Path = CACHE) -> 
     """The bug's zoo spec checked on its buggy or fixed release (installed on first use)."""
     version = bug.release(which)
     folder = install_release(bug.library, version, pins=bug.pins, cache=cache)
-    got = imported_version(bug.library, folder)
+    got = imported_version(bug.library, folder, hide=bug.hide)
     if got != version:
         raise RuntimeError(f"{folder} imports {bug.library} {got}, not {version}")
     spec = ROOT / bug.spec
-    return check(spec, folder, profile=spec_profile(spec, profile))
+    return check(spec, folder, profile=spec_profile(spec, profile), hide=bug.hide)
 
 
 # --- the table --------------------------------------------------------------------------------------

@@ -126,7 +126,7 @@ def parts(blocks: Any, x: Any, r: Any, reps: int) -> dict[str, float]:
 
     wrap(boundaries._HostReductions, "add", "moments")  # (a group's reduction runs inside the add that fills it)
     wrap(boundaries._HostReductions, "end_forward", "moments")  # (the last group's)
-    wrap(mod, "_param_norms", "other parameter norms")
+    wrap(mod, "param_grad_norms", "other parameter norms")
     wrap(boundaries._HostReductions, "read", "final read, identity errors")
     wrap(mod, "projection_vector", "projection vector")
     wrap(mod, "_ModuleState", "module walk")
@@ -204,7 +204,7 @@ def _floor_pass(blocks: Any, x: Any) -> Callable[[], None]:
 
     from stability.measure.param_norms import _HOOK_PARAM
     from stability.measure.probe_pass import projection_vector
-    from stability.measure.reductions import _SQUARES_MAX
+    from stability.measure.reductions import SQUARES_MAX
 
     mods = list(blocks)
     params = [p for p in blocks.parameters() if p.requires_grad]
@@ -233,7 +233,7 @@ def _floor_pass(blocks: Any, x: Any) -> Callable[[], None]:
         h = x0.clone()
         for i, m in enumerate(mods):
             f = h.detach().reshape(-1)
-            sums.append((f.sum().item(), rows(f) ** 2 if f.numel() > _SQUARES_MAX else f.square().sum().item()))
+            sums.append((f.sum().item(), rows(f) ** 2 if f.numel() > SQUARES_MAX else f.square().sum().item()))
             if i:
 
                 def pre(go: Any, i: int = i) -> None:

@@ -4,7 +4,7 @@
 
 Each measurement runs its command as a fresh process (wall time, and the CPU time of the process
 and every process below it, its workers included), records the machine it ran on (CPU model, usable cores, load average before
-and after, Python, torch, the commit) in docs/timings.json, and renders docs/timings.md from that
+and after, Python, torch, the commit) in benchmarks/timings.json, and renders docs/timings.md from that
 file (tests/test_startup.py checks the two agree, so the page is never edited by hand). Naming
 some measurements re-measures those and keeps the others' last results.
 
@@ -12,7 +12,11 @@ some measurements re-measures those and keeps the others' last results.
 - `check-ci`: `stability check specs --profile ci -q`, the CI gate on the shipped specs;
 - `check`: `stability check specs/*.toml`, the README's first command (the `dev` profile, in a
   fresh copy of `specs/` so no example database from an earlier run is reused);
-- `tests`: `python -m pytest -n 2`, the README's second command (the whole test suite).
+- `tests`: `python -m pytest -n 2`, the README's second command (the whole test suite);
+- `init-decoder`, `init-convnextv2`, `init-resnet50`, `init-nanogpt`: `stability init` on four models
+  no spec of the project describes (a transformers decoder, timm's ConvNeXt V2, torchvision's
+  ResNet-50, the nanoGPT-style factory of docs/examples/nanogpt), each in a fresh copy of `specs/` and
+  `docs/examples/` (docs/your-model.md; the target is at most 60 s on 2 cores).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "docs" / "timings.json"
+DATA = ROOT / "benchmarks" / "timings.json"
 PAGE = ROOT / "docs" / "timings.md"
 
 #: name → (what it is, the command, whether it runs in a fresh copy of specs/).
@@ -55,6 +59,26 @@ MEASUREMENTS: dict[str, tuple[str, list[str], bool]] = {
         "the README's second command: the whole test suite",
         [sys.executable, "-m", "pytest", "-n", "2", "-q", "-p", "no:cacheprovider"],
         False,
+    ),
+    "init-decoder": (
+        "`stability init` on a transformers decoder the zoo does not have (OLMo)",
+        [sys.executable, "-m", "stability", "init", "transformers:OlmoModel", "-q"],
+        True,
+    ),
+    "init-convnextv2": (
+        "`stability init` on timm's ConvNeXt V2 (exit 1: init_conformance applies ConvNeXt V1's table)",
+        [sys.executable, "-m", "stability", "init", "timm:convnextv2_atto", "-q"],
+        True,
+    ),
+    "init-resnet50": (
+        "`stability init` on torchvision's ResNet-50, at its registered depth",
+        [sys.executable, "-m", "stability", "init", "torchvision:resnet50", "-q"],
+        True,
+    ),
+    "init-nanogpt": (
+        "`stability init` on the nanoGPT-style factory of docs/examples/nanogpt",
+        [sys.executable, "-m", "stability", "init", "docs/examples/nanogpt/model.py:gpt", "-q"],
+        True,
     ),
 }
 
@@ -130,6 +154,7 @@ def measure(name: str) -> dict[str, Any]:
     if fresh:
         scratch = Path(tempfile.mkdtemp(prefix="stability-timings-"))
         shutil.copytree(ROOT / "specs", scratch / "specs")
+        shutil.copytree(ROOT / "docs" / "examples", scratch / "docs" / "examples")
         cwd = scratch
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load_before = os.getloadavg()[0]
@@ -170,11 +195,11 @@ def duration(seconds: float) -> str:
 
 
 def render(data: dict[str, Any]) -> str:
-    """docs/timings.md from docs/timings.json."""
+    """docs/timings.md from benchmarks/timings.json."""
     lines = [
         "# Timings, measured",
         "",
-        "<!-- Written by `python benchmarks/timings.py` from docs/timings.json; do not edit by hand. -->",
+        "<!-- Written by `python benchmarks/timings.py` from benchmarks/timings.json; do not edit by hand. -->",
         "",
         "Every timing the README and docs/ quote comes from this page, which `benchmarks/timings.py` writes",
         "(a release runs it and commits the result). Each row is one fresh process: its wall time, the CPU",

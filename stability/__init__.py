@@ -1,18 +1,20 @@
 """stability: a property-based test and benchmark harness for deep-network stability.
 
-This module is the public surface; everything below it may change between releases. The pipeline
-runs one way, one folder per stage, and no stage imports a later one:
+This module is the Python API, and `stability.extend` the module for extension authors
+(invariants, families, remedies, executors, reading results); with `stability.strategies` and
+`stability.meanfield` they are the public surface. Import from these only: every other module of
+the package is internal and may change between releases. The pipeline runs one way, one folder
+per stage, and no stage imports a later one:
 
     spec/      a spec file loaded and validated (`load_spec`) → `Spec`, and its `Case`s; the
-               registries of invariants and families (`stability.spec.registry`)
+               registries of invariants and families (`stability.extend`)
     families/  a case built into blocks (`build`): the harness's families and a user's factory
     measure/   one forward and one backward pass (`probe`, `probe_seeds`) → `Measurements`
     judge/     measurements → `Verdict`s (`gradient_arrival`, `variance_growth`, `identity_at_init`, …)
     run/       the search over cases (`strategies.cases`, `run_spec`), executors, store, sweeps
     report/    the terminal table, JSON, JUnit, HTML and plots
 
-`cli/` (the entry point, `stability.cli.main`, and one module per command: `check`, `sweep`, `zoo`,
-`suggest`, over `grammar` and `common`) and `plugin.py` wire the stages to the
+`cli/` (the entry point and one module per command) and `plugin.py` wire the stages to the
 command line and to pytest.
 
 Importing the package registers the built-in invariants and families and nothing heavier: the
@@ -22,22 +24,29 @@ names below are imported on first use (PEP 562), so `stability --help`, `list`, 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import typing as _typing
 
 import stability.families.catalog
 import stability.judge.catalog  # noqa: F401  (registers the built-in invariants; the families above)
 import stability.judge.remedies  # noqa: F401  (registers the built-in remedies: stability suggest)
+import stability.judge.remedies_logits  # noqa: F401  (and those for logits that grow in training)
+from stability._exports import check_exports as _check_exports
+from stability._exports import lazy_exports as _lazy_exports
 from stability._version import __version__ as __version__
 from stability.errors import CaseError, SpecError, StabilityError, UsageError
 
-if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
+if _typing.TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from stability import meanfield, strategies
+    from stability.assertions import (
+        StabilityAssertionError,
+        assert_gradient_arrives,
+        assert_identity_at_init,
+        assert_variance_growth,
+    )
     from stability.families.adapters import Stack
     from stability.families.build import Network, build, make_input
-    from stability.judge.growth import classify_ensemble
+    from stability.judge.growth import EnsembleGrowth, GrowthFit, classify_ensemble, classify_growth
     from stability.judge.invariants import (
-        classify_growth,
         gradient_arrival,
         identity_at_init,
         mean_shift,
@@ -53,14 +62,15 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from stability.measure.probe import probe
     from stability.run.engine import RunOptions, evaluate, run_spec
     from stability.run.results import CaseRecord, InvariantResult, SpecResult
-    from stability.spec.case import Case, parse_case_string
+    from stability.spec.case import Case, corner_case, parse_case_string
     from stability.spec.load import find_specs, load_spec, parse_spec
     from stability.spec.schema import Spec
     from stability.testing import given_spec
 
-#: Public name → the module that defines it.
+#: Public name → the module that defines it (`stability.NAME`: the public module itself).
 _LAZY: dict[str, str] = {
     "Case": "stability.spec.case",
+    "corner_case": "stability.spec.case",
     "parse_case_string": "stability.spec.case",
     "find_specs": "stability.spec.load",
     "load_spec": "stability.spec.load",
@@ -80,11 +90,13 @@ _LAZY: dict[str, str] = {
     "lesion_changes": "stability.measure.lesion",
     "path_length_shares": "stability.measure.paths",
     "Verdict": "stability.judge.verdict",
-    "classify_growth": "stability.judge.invariants",
+    "GrowthFit": "stability.judge.growth",
+    "classify_growth": "stability.judge.growth",
     "gradient_arrival": "stability.judge.invariants",
     "identity_at_init": "stability.judge.invariants",
     "mean_shift": "stability.judge.invariants",
     "variance_growth": "stability.judge.invariants",
+    "EnsembleGrowth": "stability.judge.growth",
     "classify_ensemble": "stability.judge.growth",
     "CaseRecord": "stability.run.results",
     "InvariantResult": "stability.run.results",
@@ -93,80 +105,68 @@ _LAZY: dict[str, str] = {
     "evaluate": "stability.run.engine",
     "run_spec": "stability.run.engine",
     "given_spec": "stability.testing",
+    "StabilityAssertionError": "stability.assertions",
+    "assert_gradient_arrives": "stability.assertions",
+    "assert_identity_at_init": "stability.assertions",
+    "assert_variance_growth": "stability.assertions",
+    "strategies": "stability.strategies",
+    "meanfield": "stability.meanfield",
 }
-#: Public modules, imported on first use.
-_MODULES = ("strategies", "meanfield")
 
 __all__ = [
-    "Case",
-    "CaseError",
-    "CaseRecord",
-    "InvariantResult",
-    "Measurements",
-    "Network",
-    "RunOptions",
-    "Spec",
-    "SpecError",
-    "SpecResult",
-    "Stack",
+    # errors
     "StabilityError",
+    "SpecError",
+    "CaseError",
     "UsageError",
-    "Verdict",
-    "build",
-    "classify_growth",
-    "evaluate",
-    "find_specs",
-    "given_spec",
-    "gradient_arrival",
-    "identity_at_init",
+    # a spec and its cases
+    "Spec",
+    "Case",
     "load_spec",
-    "make_input",
-    "parse_case_string",
     "parse_spec",
+    "find_specs",
+    "parse_case_string",
+    "corner_case",
+    # building and probing
+    "Network",
+    "Stack",
+    "build",
+    "make_input",
     "probe",
     "probe_seeds",
-    "run_spec",
-    "strategies",
-    "variance_growth",
-    "mean_shift",
+    "Measurements",
     "ChannelStats",
-    "classify_ensemble",
     "JacobianSpectrum",
     "jacobian_spectrum",
     "jacobian_svdvals",
     "lesion_changes",
-    "meanfield",
     "path_length_shares",
+    # judging
+    "Verdict",
+    "gradient_arrival",
+    "variance_growth",
+    "identity_at_init",
+    "mean_shift",
+    "classify_growth",
+    "GrowthFit",
+    "classify_ensemble",
+    "EnsembleGrowth",
+    # running a spec, and its results
+    "RunOptions",
+    "run_spec",
+    "evaluate",
+    "SpecResult",
+    "InvariantResult",
+    "CaseRecord",
+    # in a user's own tests
+    "given_spec",
+    "strategies",
+    "assert_gradient_arrives",
+    "assert_variance_growth",
+    "assert_identity_at_init",
+    "StabilityAssertionError",
+    "meanfield",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _MODULES:
-        module = importlib.import_module(f"stability.{name}")
-        globals()[name] = module
-        return module
-    where = _LAZY.get(name)
-    if where is None:
-        raise AttributeError(f"module 'stability' has no attribute {name!r}")
-    value = getattr(importlib.import_module(where), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
-
-
-def _check_exports() -> None:
-    """`__all__` and what the package provides agree (as Hypothesis checks its own at import):
-    every public name is eager here or lazily importable, and every lazy name is public."""
-    eager = {"CaseError", "SpecError", "StabilityError", "UsageError"}
-    missing = [n for n in __all__ if n not in _LAZY and n not in _MODULES and n not in eager]
-    extra = [n for n in (*_LAZY, *_MODULES) if n not in __all__]
-    if missing or extra:  # pragma: no cover - a change to the public surface that forgot one side
-        raise RuntimeError(
-            f"stability/__init__.py: __all__ names {missing} with no definition, and {extra} are defined but not in __all__"
-        )
-
-
-_check_exports()
+__getattr__, __dir__ = _lazy_exports(__name__, _LAZY, globals())
+_check_exports(__name__, __all__, _LAZY, globals())

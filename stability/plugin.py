@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from stability.cli.grammar import seconds
+from stability.cli.arg_types import seconds
 from stability.errors import LibraryMissing, SpecError, StabilityError
 from stability.families.factory import check_factory, roots_environment, source_roots
 from stability.report.text import LogSafe, printable

@@ -4,12 +4,9 @@ and one module of deliberately broken, slow or NaN-producing block factories."""
 from __future__ import annotations
 
 import itertools
-import math
-import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -24,38 +21,6 @@ def pytest_configure(config: pytest.Config) -> None:
     and with fixed chunks one worker can sit idle at the end while the other works through its share."""
     if getattr(config.option, "dist", None) == "load":
         config.option.dist = "worksteal"
-
-
-_APPROX = pytest.approx
-
-
-def _scalars(expected: object) -> Iterator[float]:
-    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
-        yield float(expected)
-    elif isinstance(expected, dict):
-        for v in expected.values():
-            yield from _scalars(v)
-    elif isinstance(expected, (list, tuple)):
-        for v in expected:
-            yield from _scalars(v)
-
-
-def _approx(expected: Any, rel: float | None = None, abs: float | None = None, nan_ok: bool = False) -> Any:  # noqa: A002 -- pytest.approx's own keyword
-    """pytest.approx, refusing a relative tolerance that its default absolute one (1e-12) would
-    override: `approx(0.5**40, rel=1e-12)` passes 0 and twice the value. Such a check must say
-    `abs=` (usually `abs=0.0`)."""
-    if abs is None and rel is not None:
-        for v in _scalars(expected):
-            if v != 0.0 and math.isfinite(v) and math.fabs(v) * rel < 1e-12:
-                caller = sys._getframe(1)
-                where = f"{caller.f_code.co_filename}:{caller.f_lineno}"
-                raise AssertionError(
-                    f"{where}: pytest.approx({v!r}, rel={rel!r}) is checked to 1e-12 absolute, not to rel: give abs= (abs=0.0 checks rel alone)"
-                )
-    return _APPROX(expected, rel=rel, abs=abs, nan_ok=nan_ok)
-
-
-pytest.approx = _approx  # type: ignore[assignment]  # every test module looks it up at call time
 
 
 #: A valid plain spec; tests derive broken ones from it with `str.replace`.

@@ -7,8 +7,8 @@ import pytest
 #: The libraries the shipped library specs (specs/zoo/) name, and how to get each.
 SHIPPED_LIBRARIES = {
     "transformers": 'pip install -e ".[hf]"',
-    "timm": "docs/library-models.md, section 5",
-    "torchvision": "docs/library-models.md, section 5",
+    "timm": "docs/library-models.md, section 7",
+    "torchvision": "docs/library-models.md, section 7",
 }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from approx_support import approx
 from torch import nn
 
 from stability import Stack, probe
@@ -43,8 +44,8 @@ def x64() -> torch.Tensor:
 def test_every_result_shape_gives_the_same_numbers(shape: str) -> None:
     # y = 2·3·x: gradient ratio ‖∂L/∂x‖/‖∂L/∂y‖ = 6 exactly, output variance 36× the input's
     m = probe(nn.ModuleList([Mul(2.0, shape), Mul(3.0, shape)]), x64(), loss="sum")
-    assert m.gradient_ratio == pytest.approx(6.0, rel=1e-12)
-    assert m.act_var[2] / m.act_var[0] == pytest.approx(36.0, rel=1e-12)
+    assert m.gradient_ratio == approx(6.0, rel=1e-12)
+    assert m.act_var[2] / m.act_var[0] == approx(36.0, rel=1e-12)
     assert set(m.param_grad_norm) == {"0.c", "1.c"}
 
 
@@ -57,7 +58,7 @@ def test_call_kwargs_reach_every_block_as_a_mapping_or_from_the_input() -> None:
         assert not h.requires_grad
         return {"scale": 0.5}
 
-    assert probe(Stack(blocks=blocks, call_kwargs={"scale": 2.0}), x64(), loss="sum").gradient_ratio == pytest.approx(
+    assert probe(Stack(blocks=blocks, call_kwargs={"scale": 2.0}), x64(), loss="sum").gradient_ratio == approx(
         8.0, rel=1e-12
     )
     assert probe(Stack(blocks=blocks, call_kwargs=kwargs), x64(), loss="sum").gradient_ratio == pytest.approx(
@@ -87,7 +88,7 @@ def test_the_block_list_is_found_by_its_library_name(attribute: str) -> None:
     found = find_blocks(model)
     assert found is not None and len(found) == 2
     m = probe(Stack(blocks=model), x64(), loss="sum")
-    assert m.gradient_ratio == pytest.approx(4.0, rel=1e-12)
+    assert m.gradient_ratio == approx(4.0, rel=1e-12)
     assert set(m.param_grad_norm) == {"0.c", "1.c"}
 
 

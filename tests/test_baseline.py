@@ -16,15 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from approx_support import approx
 
 from stability.cli import main
 from stability.judge.verdict import Verdict
 from stability.report.baseline import Baseline, compare, relative_change, toward_bound
 from stability.report.baseline_load import load_baseline
 from stability.report.formats import to_json
-from stability.report.provenance import SCHEMA_VERSION
 from stability.run.engine import RunOptions, SpecResult, run_spec
 from stability.run.executor import Outcome, Task
+from stability.run.report_model import SCHEMA_VERSION
 from stability.run.store_keys import code_version, spec_hash
 from stability.spec.load import load_spec, parse_spec
 from stability.spec.schema import AttentionEntropy, GradientArrival, IdentityAtInit, Spec, UpdateSize
@@ -151,7 +152,7 @@ def test_relative_change_closed_forms() -> None:
 
 
 def _v(name: str, observed: float, passed: bool = True) -> Verdict:
-    return Verdict(name, passed, observed, "", None, "")
+    return Verdict(invariant=name, passed=passed, observed=observed, bound="", block=None, detail="")
 
 
 def _expecting(name: str, expectation: Any) -> Spec:
@@ -225,9 +226,7 @@ def test_update_baseline_writes_the_report_and_shows_the_drift_without_failing(t
     (pr / "b.json").write_text((base / "b.json").read_text())
     code, out, _ = check(pr, "--baseline", "b.json", "--update-baseline", "--html", "html")
     assert code == 0 and "1.00 → 1.31" in out and "--update-baseline: not failing" in out
-    assert json.loads((pr / "b.json").read_text())["specs"][0]["invariants"][0]["observed"] == pytest.approx(
-        1.31, rel=1e-6
-    )
+    assert json.loads((pr / "b.json").read_text())["specs"][0]["invariants"][0]["observed"] == approx(1.31, rel=1e-6)
     page = (pr / "html" / "index.html").read_text()
     assert "Against the baseline" in page and "1.00 → 1.31" in page and "+31.0%" in page
     assert check(pr, "--baseline", "b.json")[0] == 0  # the new numbers are the baseline now
@@ -242,7 +241,10 @@ def test_update_baseline_writes_the_report_and_shows_the_drift_without_failing(t
             '{"schema_version": 1, "specs": []}',
             "is not a stability JSON report (not a stability JSON report of schema_version 2)",
         ),
-        ('{"schema_version": 2, "specs": [{"file": "x"}]}', "is not a stability JSON report (KeyError: 'name')"),
+        (
+            '{"schema_version": 2, "specs": [{"file": "x"}]}',
+            "is not a stability JSON report (specs[0].name: Field required)",
+        ),
         ("fifo", "is not a regular file"),
     ],
     ids=["missing", "not-json", "schema-1", "no-name", "fifo"],
@@ -298,7 +300,9 @@ def test_only_cases_that_differ_are_replayed_on_the_run_executor(
     comparison = compare(baseline, [outcome], replay=replay)
     assert [(t.case, t.only, t.options) for t in seen] == [(baseline.entries[1].key.case, "gradient_arrival", options)]
     assert [(d.status, d.before, d.after) for d in comparison.deltas] == [("within", 1.0, 1.0), ("within", 1.0, 1.0)]
-    assert compare(Baseline("empty", []), [outcome], replay=replay).new == ["specs/gain.toml::gradient_arrival"]
+    assert compare(Baseline(path="empty", entries=[]), [outcome], replay=replay).new == [
+        "specs/gain.toml::gradient_arrival"
+    ]
 
 
 def _report_spec(result: SpecResult, case: str) -> dict[str, Any]:
@@ -334,11 +338,7 @@ def test_the_comparison_runs_in_workers_too(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "1.00 → 1.31 (+31.0%, drift limit 10%)" in proc.stdout
     (delta,) = json.loads((pr / "r.json").read_text())["baseline"]["deltas"]
-    assert (
-        delta["case"].endswith("seed=11")
-        and delta["status"] == "drift"
-        and delta["after"] == pytest.approx(1.31, rel=1e-6)
-    )
+    assert delta["case"].endswith("seed=11") and delta["status"] == "drift" and delta["after"] == approx(1.31, rel=1e-6)
 
 
 def test_a_move_of_exactly_the_drift_limit_is_within_it(tmp_path: Path, check: Check) -> None:

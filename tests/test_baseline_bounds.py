@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from approx_support import approx
 from test_baseline import MODULE, checkout
 
 from stability.cli import main
@@ -216,7 +217,7 @@ def test_a_baseline_entry_is_compared_whatever_form_its_path_takes(
         delta["case"] == "depth=1,width=4,batch=2,init=default,branch_init=default,dtype=float32,device=cpu,seed=5"
         and delta["file"] == "specs/gain.toml"
     )
-    assert delta["status"] == "within" and delta["before"] == delta["after"] == pytest.approx(1.31, rel=1e-6)
+    assert delta["status"] == "within" and delta["before"] == delta["after"] == approx(1.31, rel=1e-6)
 
 
 def test_spec_key_is_one_form_for_every_spelling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

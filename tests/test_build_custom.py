@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from approx_support import approx
 
 from stability import Case, parse_spec
 from stability.errors import CaseError, SpecError
@@ -282,7 +283,7 @@ def test_kaiming_uniform_weights_have_he_bounds() -> None:
     w = net.blocks[0].layer.weight.detach()
     bound = math.sqrt(6.0 / 400)  # gain √2 · √(3/fan_in)
     assert float(w.abs().max()) <= bound and float(w.abs().max()) > 0.99 * bound
-    assert float(w.var()) == pytest.approx(2.0 / 400, rel=0.02)  # 160,000 draws: sd of the estimate ≈ 0.3%
+    assert float(w.var()) == approx(2.0 / 400, rel=0.02)  # 160,000 draws: sd of the estimate ≈ 0.3%
 
 
 def test_conv_layers_keep_the_spatial_size_and_projections_are_one_by_one() -> None:

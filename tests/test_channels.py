@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from approx_support import approx
 from torch import nn
 
 from stability import Case, build, load_spec, make_input, parse_spec, probe
@@ -50,7 +51,7 @@ def test_wrong_axis_would_differ() -> None:
     """The layout matters: reading (B, T, C) channels-first gives other numbers (guards the rule)."""
     z = _balanced(2 * 5).reshape(2, 5)
     x = MU[None, None, :] + SIGMA[None, None, :] * z[:, :, None]
-    assert channel_moments(x, layout="channels_first")[0].item() != pytest.approx(M_EXACT, rel=1e-3)
+    assert channel_moments(x, layout="channels_first")[0].item() != approx(M_EXACT, rel=1e-3)
 
 
 def test_law_of_total_variance_against_the_probe() -> None:
@@ -114,7 +115,7 @@ def test_against_timm_definitions_on_the_same_input() -> None:
     n = 8 * 8 * 8
     for b, out in enumerate(outputs):
         assert prof.sq_mean[b] == pytest.approx(_timm_avg_sq_ch_mean(out), rel=1e-12, abs=0.0)
-        assert prof.var[b] * n / (n - 1) == pytest.approx(_timm_avg_ch_var(out), rel=1e-12)  # timm's unbiased var
+        assert prof.var[b] * n / (n - 1) == approx(_timm_avg_ch_var(out), rel=1e-12)  # timm's unbiased var
 
 
 def test_against_timm_itself_where_it_imports() -> None:
@@ -146,7 +147,7 @@ def test_mean_shift_hides_inside_variance_growth() -> None:
     whole_growth = m.act_var[-1] / m.act_var[0]
     channel_growth = prof.var[-1] / prof.var[0]
     assert 1.2 < channel_growth < whole_growth
-    assert m.act_var[-1] - prof.var[-1] == pytest.approx(prof.sq_mean[-1] - prof.grand_mean[-1] ** 2, rel=1e-9)
+    assert m.act_var[-1] - prof.var[-1] == approx(prof.sq_mean[-1] - prof.grand_mean[-1] ** 2, rel=1e-9)
 
 
 def test_relu_of_a_standard_normal_has_its_closed_form_ratio() -> None:
@@ -155,7 +156,7 @@ def test_relu_of_a_standard_normal_has_its_closed_form_ratio() -> None:
     z = torch.randn(200_000, 4, generator=gen, dtype=torch.float64)  # (N, C)
     m, v, _ = channel_moments(torch.relu(z)).tolist()
     expected = (1 / (2 * math.pi)) / (0.5 - 1 / (2 * math.pi))
-    assert mean_shift_ratio(m, v, 200_000) == pytest.approx(expected, rel=0.02)  # sd of the estimate ≈ 0.3%
+    assert mean_shift_ratio(m, v, 200_000) == approx(expected, rel=0.02)  # sd of the estimate ≈ 0.3%
 
 
 def test_sampling_correction_removes_the_small_batch_bias() -> None:
@@ -163,7 +164,7 @@ def test_sampling_correction_removes_the_small_batch_bias() -> None:
     gen = torch.Generator().manual_seed(1)
     z = torch.randn(4, 20_000, generator=gen, dtype=torch.float64)  # (N = 4, C = 20,000)
     m, v, _ = channel_moments(z).tolist()
-    assert m / v == pytest.approx(1 / 3, rel=0.05)
+    assert m / v == approx(1 / 3, rel=0.05)
     assert abs(mean_shift_ratio(m, v, 4)) < 0.02
 
 

@@ -166,3 +166,57 @@ def test_pre_commit_try_repo_runs_the_hook_on_this_repository(tmp_path: Path) ->
     assert run.returncode == 0 and "the changed files affect no spec; nothing to check" in run.stdout, (
         run.stdout + run.stderr
     )
+
+
+def test_the_workflow_runs_ci_on_every_push_and_pull_request() -> None:
+    """.github/workflows/ci.yml: a fork's CI is the project's own script, with the CPU build of
+    torch where .ci/install's pinned torch==2.13.0 finds it."""
+    workflow = _load(ROOT / ".github" / "workflows" / "ci.yml")
+    triggers = workflow.get("on", workflow.get(True))  # YAML 1.1 reads a bare `on` as true
+    assert set(triggers) == {"push", "pull_request"}
+    (job,) = workflow["jobs"].values()
+    runs = [step for step in job["steps"] if "run" in step]
+    assert runs[-1]["run"].strip() == "bash .ci/run"
+    download = next(step["run"] for step in runs if "pip download" in step["run"])
+    assert "torch==2.13.0" in download and "https://download.pytorch.org/whl/cpu" in download
+    assert "$RUNNER_TEMP/wheels" in download and runs[-1]["env"]["PIP_FIND_LINKS"] == "${{ runner.temp }}/wheels"
+    assert "torch==2.13.0" in (ROOT / ".ci" / "install").read_text(encoding="utf-8")
+    setup = next(step for step in job["steps"] if str(step.get("uses", "")).startswith("actions/setup-python@"))
+    assert setup["with"]["python-version"] == "3.11"
+
+
+def _pip_installs(text: str) -> list[list[str]]:
+    """Each `pip install` command of a shell text, as its arguments (`python -m` and `--quiet` left out)."""
+    joined = re.sub(r"\\\n\s*", " ", text)
+    found = []
+    for line in joined.splitlines():
+        line = line.split(" #")[0].strip()
+        if line.startswith("#") or "pip install" not in line:
+            continue
+        words = shlex.split(line.split("pip install", 1)[1])
+        found.append([w for w in words if w not in ("--quiet", "-q")])
+    return found
+
+
+def test_the_documented_timm_and_torchvision_install_is_ci_s_and_comes_last() -> None:
+    """torchvision 0.16.2 declares torch==2.1.2: a `pip install` after it that touches torch, numpy,
+    pillow or requests prints pip's resolver ERROR (docs/library-models.md, section 7). So the
+    documented lines are .ci/install's, in its order, and nothing is installed after them."""
+    install = _pip_installs((ROOT / ".ci" / "install").read_text(encoding="utf-8"))
+    no_deps = ["--no-deps", "torchvision==0.16.2", "timm==1.0.31"]
+    assert install[-1] == no_deps, "timm and torchvision are .ci/install's last install"
+    assert all("--no-deps" not in words for words in install[:-1])
+    for script in ("run", "nightly"):  # both source .ci/install and install nothing more
+        assert _pip_installs((ROOT / ".ci" / script).read_text(encoding="utf-8")) == [], script
+    doc = (ROOT / "docs" / "library-models.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", doc, re.S) if "torchvision==0.16.2" in b)
+    *before, last = _pip_installs(block)
+    assert last == no_deps, "docs/library-models.md installs timm and torchvision last"
+    (deps,) = before
+    assert set(deps) <= {w for words in install[:-1] for w in words}, "the same dependencies as .ci/install"
+    # The README's set-up installs torch pinned and the test extra, as .ci/install does first.
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    setup = next(b for b in re.findall(r"```bash\n(.*?)```", readme, re.S) if "pip install" in b)
+    (first,) = _pip_installs(setup.split("&&")[0])
+    assert first == ["torch==2.13.0", "-e", ".[test]"]
+    assert install[0] == ["torch==2.13.0"] and install[1][:2] == ["-e", ".[test,hf,sweep,browser,matrix]"]

@@ -85,6 +85,55 @@ def _blocks(text: str, lang: str) -> list[str]:
     return re.findall(rf"```{lang}\n(.*?)```", text, flags=re.S)
 
 
+# ----------------------------------------------------------------------------- README.md
+
+ROOT = DOCS.parent
+QUICKSTART = ROOT / "stability" / "examples" / "quickstart"
+#: The lines a run whose output is not a terminal adds as each spec finishes (a terminal shows a
+#: progress bar instead, which the README's pasted output leaves out).
+PROGRESS = re.compile(r"^[✓✗] \S+: .*; \d+ case\(s\) probed in ")
+
+
+def test_the_readme_shows_the_quickstart_spec_as_shipped() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    shown = next(b for b in _blocks(readme, "toml") if b.startswith("# stability/examples/quickstart/residual.toml"))
+    assert shown.partition("\n")[2] == (QUICKSTART / "residual.toml").read_text(encoding="utf-8")
+    plain, residual = ((QUICKSTART / f"{n}.toml").read_text(encoding="utf-8") for n in ("plain", "residual"))
+
+    def claim(text: str) -> str:  # what the README says the two share: everything from [block] on
+        return text[text.index("[block]") :].replace('branch_init = ["default"]\n', "")
+
+    assert claim(plain) == claim(residual) and 'family = "plain"' in plain and 'family = "preact"' in residual
+
+
+def test_the_readme_first_example_prints_what_the_readme_shows() -> None:
+    """The README's first example, pasted from a terminal: every line the command prints today
+    matches it, but the times ("… s") and the number of workers the summary names. (The command
+    stands in the prose, not in a block: the README's first two commands are the set-up's.)"""
+    import os
+    import subprocess
+    import sys
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    pasted = re.search(
+        r"`(stability check stability/examples/quickstart[^`]*)` prints.*?^```text\n(.*?)^```$", readme, re.S | re.M
+    )
+    assert pasted, "README.md shows no output of `stability check stability/examples/quickstart`"
+    command, shown = pasted.groups()
+    drop = {"CI", "STABILITY_PROFILE", "GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY"}  # no job summary or annotations
+    env = {k: v for k, v in os.environ.items() if k not in drop} | {"COLUMNS": "200", "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "stability", *shlex.split(command)[1:]]
+    run = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr  # the control fails
+
+    def untimed(lines: list[str]) -> list[str]:
+        lines = [re.sub(r"(?:[0-9.]+|…) s\b", "T s", ln).rstrip() for ln in lines if not PROGRESS.match(ln)]
+        return [re.sub(r"\(summed over \d+ workers: ", "(", ln) for ln in lines]
+
+    assert untimed(run.stdout.splitlines()) == untimed(shown.splitlines())
+    assert run.stderr == ""
+
+
 # ----------------------------------------------------------------------------- docs/specs.md
 
 

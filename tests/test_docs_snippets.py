@@ -16,6 +16,7 @@ loaded by tests/test_docs.py).
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -175,3 +176,79 @@ def test_nothing_in_the_repository_points_outside_it() -> None:
             if outside in line:
                 hits.append(f"{name}:{number}: {line.strip()[:120]}")
     assert not hits, "these lines point outside the repository; cite the source instead:\n" + "\n".join(hits)
+
+
+#: The modules a snippet may import from (tests/test_public.py checks what they export); every
+#: other module of the package is internal and may change between releases.
+PUBLIC = ("stability", "stability.extend", "stability.strategies", "stability.meanfield")
+#: A Python program inside a shell snippet: `python - <<'EOF'` … `EOF`.
+HEREDOC = re.compile(r"python3? - <<'?(?P<end>\w+)'?\n(?P<body>.*?)\n(?P=end)$", re.M | re.S)
+
+
+def python_of(snippet: Snippet) -> list[str]:
+    """The Python a snippet holds: its body, or each program a shell snippet runs from a heredoc."""
+    if snippet.kind == "python":
+        return [snippet.body]
+    return [m.group("body") for m in HEREDOC.finditer(snippet.body)]
+
+
+def internal_imports(code: str) -> list[str]:
+    """Each import of the package in `code` that is not of a public module's public name:
+    `from stability.spec.registry import Invariant`, `import stability.run.engine`, or a name the
+    public module's `__all__` does not list."""
+    import importlib
+
+    found = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "stability":
+            if node.module not in PUBLIC:
+                found.append(f"from {node.module} import {', '.join(a.name for a in node.names)}")
+                continue
+            listed = importlib.import_module(node.module).__all__
+            found += [f"from {node.module} import {a.name}" for a in node.names if a.name not in listed]
+        elif isinstance(node, ast.Import):
+            found += [
+                f"import {a.name}" for a in node.names if a.name.split(".")[0] == "stability" and a.name not in PUBLIC
+            ]
+    return found
+
+
+def test_every_snippet_imports_only_public_names() -> None:
+    """Every Python snippet of the docs and the README, run or not (a plugin module a user copies
+    counts), and every program a shell snippet runs with `python - <<'EOF'`, imports from the public
+    modules only (stability/__init__.py says what may change)."""
+    found = {s.id: bad for s in ALL for code in python_of(s) if (bad := internal_imports(code))}
+    assert found == {}
+    assert sum(len(python_of(s)) for s in ALL) >= 10, "the docs' Python was not found"
+
+
+def test_the_import_check_finds_an_internal_import() -> None:
+    code = (
+        "import stability\nfrom stability import load_spec, nothing_public\nimport stability.run.engine\n"
+        "def f():\n    from stability.spec.registry import Invariant\n    from stability.extend import Invariant\n"
+    )
+    assert internal_imports(code) == [
+        "from stability import nothing_public",
+        "import stability.run.engine",
+        "from stability.spec.registry import Invariant",
+    ]
+    shell = Snippet(ROOT / "README.md", 1, "sh", "echo\npython - <<'EOF'\nimport stability.cli\nEOF\n", None)
+    assert [internal_imports(code) for code in python_of(shell)] == [["import stability.cli"]]
+
+
+def test_the_docs_cite_a_public_name_by_its_public_module() -> None:
+    """Prose too: `stability.probe_seeds`, not the internal module that defines it (the docs may
+    point into internal modules for how a thing works, never for what to call)."""
+    import stability
+    import stability.extend
+
+    public = set(stability.__all__) | set(stability.extend.__all__)
+    cited = re.compile(r"`(stability(?:\.[a-z_]+)+)\.([A-Za-z_]+)")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {m.group(1)}.{m.group(2)}"
+        for path in DOC_FILES
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        for m in cited.finditer(line)
+        if m.group(2) in public and m.group(1) not in PUBLIC
+    ]
+    assert found == []

@@ -31,7 +31,9 @@ def _severity(name: str, v: Verdict, expectation: Any) -> float:
 
 
 def _v(observed: float, **extra: Any) -> Verdict:
-    return Verdict("x", True, observed, "b", None, "the detail", dict(extra))
+    return Verdict(
+        invariant="x", passed=True, observed=observed, bound="b", block=None, detail="the detail", extra=dict(extra)
+    )
 
 
 def test_severity_of_a_gradient_ratio_is_its_log_distance_to_the_nearer_bound() -> None:
@@ -143,7 +145,7 @@ def test_a_replayed_case_that_cannot_be_measured_fails_and_keeps_its_error() -> 
 
     def measured(c: Case) -> CaseRecord:
         calls.append(c)
-        return CaseRecord(c, None, "the case does not run: ValueError: no")
+        return CaseRecord(case=c, measurements=None, error="the case does not run: ValueError: no")
 
     r = engine._replay(SPEC, "gradient_arrival", expectation, CASE, measured)
     assert calls == [CASE]
@@ -156,13 +158,18 @@ def test_a_replayed_case_that_cannot_be_measured_fails_and_keeps_its_error() -> 
         and not r.verdict.passed
         and r.verdict.detail == "case not measured: the case does not run: ValueError: no"
     )
-    assert conclude._unmeasured(SPEC, "gradient_arrival", CASE, CaseRecord(CASE, None, None)) is None
+    assert (
+        conclude._unmeasured(SPEC, "gradient_arrival", CASE, CaseRecord(case=CASE, measurements=None, error=None))
+        is None
+    )
 
 
 def _halving(c: Case) -> CaseRecord:
     """Gradient ratio 0.5^depth: below lo = 0.05 from depth 5 on."""
     grad = [0.5 ** (c.depth - i) for i in range(c.depth + 1)]
-    return CaseRecord(c, Measurements(grad, [1.0] * (c.depth + 1), [1.0] * (c.depth + 1), {}, None, None, None))
+    return CaseRecord(
+        case=c, measurements=Measurements(grad, [1.0] * (c.depth + 1), [1.0] * (c.depth + 1), {}, None, None, None)
+    )
 
 
 @pytest.mark.parametrize(

@@ -116,7 +116,7 @@ def test_the_jacobian_estimate_uses_stream_three_of_the_case_seed() -> None:
 
 
 def test_an_unmeasured_case_is_judged_failed_with_an_empty_bound() -> None:
-    v = judge(_plain(), "gradient_arrival", CaseRecord(CASE, None, "boom"))
+    v = judge(_plain(), "gradient_arrival", CaseRecord(case=CASE, measurements=None, error="boom"))
     assert (v.invariant, v.passed, v.bound, v.block, v.detail) == (
         "gradient_arrival",
         False,
@@ -216,7 +216,9 @@ def test_the_depth_bisection_keeps_the_failing_depth_itself() -> None:
 
     def measured(c: Case) -> CaseRecord:  # fails only at depth 15: ratio 0.4 there, 1 elsewhere
         grad = [0.4 if c.depth == 15 else 1.0] + [1.0] * c.depth
-        return CaseRecord(c, Measurements(grad, [1.0] * (c.depth + 1), [1.0] * (c.depth + 1), {}, None, None, None))
+        return CaseRecord(
+            case=c, measurements=Measurements(grad, [1.0] * (c.depth + 1), [1.0] * (c.depth + 1), {}, None, None, None)
+        )
 
     assert (
         engine._smallest_depth(

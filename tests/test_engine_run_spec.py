@@ -46,7 +46,12 @@ def _plain(expect: str = "[expect.gradient_arrival]\nlo = 1e-6\nhi = 1e6\n", ext
 @pytest.mark.parametrize(
     ("name", "module", "expectation", "kwargs"),
     [
-        ("gradient_arrival", inv, SimpleNamespace(lo=0.3, hi=3.0), dict(lo=0.3, hi=3.0)),
+        (
+            "gradient_arrival",
+            inv,
+            SimpleNamespace(lo=0.3, hi=3.0, include_entry=True),
+            dict(lo=0.3, hi=3.0, include_entry=True),
+        ),
         (
             "variance_growth",
             inv,
@@ -76,7 +81,7 @@ def test_apply_hands_every_key_of_the_table_to_its_judge(
     monkeypatch: pytest.MonkeyPatch, name: str, module: Any, expectation: Any, kwargs: dict[str, Any]
 ) -> None:
     calls: list[tuple[Any, dict[str, Any]]] = []
-    verdict = Verdict(name, True, 1.0, "", None, "")
+    verdict = Verdict(invariant=name, passed=True, observed=1.0, bound="", block=None, detail="")
     monkeypatch.setattr(module, name, lambda m, **kw: calls.append((m, kw)) or verdict)
     assert INVARIANTS.get(name).judge(_M, expectation) is verdict
     assert calls == [(_M, kwargs)]
@@ -90,7 +95,7 @@ def test_apply_refuses_a_training_invariant_and_says_where_it_is_judged() -> Non
         judge(
             load_spec(SPECS / "warmup_free_residual.toml"),
             "trainability",
-            CaseRecord(corner_case(load_spec(SPECS / "warmup_free_residual.toml")), _M),
+            CaseRecord(case=corner_case(load_spec(SPECS / "warmup_free_residual.toml")), measurements=_M),
         )
 
 
@@ -119,7 +124,7 @@ def test_a_failed_case_records_the_seconds_it_took(
 def test_a_cuda_case_without_cuda_is_refused_at_once() -> None:
     case = Case(3, 4, 2, None, None, "default", "default", "float64", "cuda", 11)
     assert evaluate(_plain(), case) == CaseRecord(
-        case, None, "CUDA is not available on this machine; use --device cpu", 0.0
+        case=case, measurements=None, error="CUDA is not available on this machine; use --device cpu", seconds=0.0
     )
 
 
@@ -195,10 +200,16 @@ def _stand_ins(monkeypatch: pytest.MonkeyPatch) -> list[Case]:
 
     def fake_evaluate(spec: Spec, c: Case, options: Any = None) -> CaseRecord:
         measured.append(c)
-        return CaseRecord(c, _M)
+        return CaseRecord(case=c, measurements=_M)
 
     monkeypatch.setattr(engine, "evaluate", fake_evaluate)
-    monkeypatch.setattr(engine, "judge", lambda spec, name, record: Verdict(name, True, 1.0, "", None, "fine"))
+    monkeypatch.setattr(
+        engine,
+        "judge",
+        lambda spec, name, record: Verdict(
+            invariant=name, passed=True, observed=1.0, bound="", block=None, detail="fine"
+        ),
+    )
     return measured
 
 
@@ -227,7 +238,9 @@ def test_invariants_after_a_training_one_are_still_judged_and_training_gets_a_ca
 
     def fake_training(spec: Spec, name: str, expectation: Any, options: Any, profile_name: str, **kwargs: Any) -> Any:
         caches.append(kwargs.get("cache"))
-        return engine.InvariantResult(name, expectation.expect, True, None, None, 0, "trained")
+        return engine.InvariantResult(
+            name=name, expect=expectation.expect, met=True, verdict=None, case=None, examples=0, message="trained"
+        )
 
     monkeypatch.setattr(engine, "run_training", fake_training)
     text = (Path(__file__).resolve().parent.parent / "specs" / "degradation_plain.toml").read_text(encoding="utf-8")

@@ -37,11 +37,13 @@ def _stand_ins(monkeypatch: pytest.MonkeyPatch, passes: Any, observed: Any = lam
 
     def evaluate(spec: Spec, c: Case, options: Any = None) -> CaseRecord:
         measured.append(c)
-        return CaseRecord(c, _M)
+        return CaseRecord(case=c, measurements=_M)
 
     def judge(spec: Spec, name: str, record: CaseRecord) -> Verdict:
         c = record.case
-        return Verdict(name, passes(c), observed(c), "≤ 4", None, f"depth {c.depth}")
+        return Verdict(
+            invariant=name, passed=passes(c), observed=observed(c), bound="≤ 4", block=None, detail=f"depth {c.depth}"
+        )
 
     monkeypatch.setattr(engine, "evaluate", evaluate)
     monkeypatch.setattr(engine, "judge", judge)
@@ -111,11 +113,15 @@ def test_a_replayed_case_outside_the_invariant_keeps_its_expectation() -> None:
 def test_the_depth_bisection_accepts_a_plain_lo_hi_pair(monkeypatch: pytest.MonkeyPatch) -> None:
     """`_smallest_depth` reads `constrained` only where the space has it: a (lo, hi) tuple is a range."""
     monkeypatch.setattr(
-        engine, "judge", lambda spec, name, record: Verdict(name, record.case.depth < 6, 0.0, "", None, "")
+        engine,
+        "judge",
+        lambda spec, name, record: Verdict(
+            invariant=name, passed=record.case.depth < 6, observed=0.0, bound="", block=None, detail=""
+        ),
     )
     spec = SimpleNamespace(space=SimpleNamespace(depth=(2, 16)))
     case = Case(16, 4, 2, None, None, "default", "default", "float32", "cpu", 0)
-    found = engine._smallest_depth(spec, "gradient_arrival", case, lambda c: CaseRecord(c, _M))  # type: ignore[arg-type]
+    found = engine._smallest_depth(spec, "gradient_arrival", case, lambda c: CaseRecord(case=c, measurements=_M))  # type: ignore[arg-type]
     assert found.depth == 6
 
 
@@ -160,7 +166,9 @@ def test_the_constrained_bisection_can_end_at_the_smallest_admitted_depth() -> N
 
     def judge(spec: Spec, name: str, record: CaseRecord) -> Verdict:
         judged.append(record.case.depth)
-        return Verdict(name, False, 0.0, "", None, "")  # fails at every depth
+        return Verdict(
+            invariant=name, passed=False, observed=0.0, bound="", block=None, detail=""
+        )  # fails at every depth
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(engine, "judge", judge)
@@ -168,6 +176,6 @@ def test_the_constrained_bisection_can_end_at_the_smallest_admitted_depth() -> N
             spec,
             "gradient_arrival",
             Case(12, 4, 2, None, None, "default", "default", "float32", "cpu", 0),
-            lambda c: CaseRecord(c, _M),
+            lambda c: CaseRecord(case=c, measurements=_M),
         )
     assert found.depth == 2 and set(judged) <= {2, 4, 9, 12}

@@ -47,7 +47,14 @@ def _stand_in(
 
 
 def _v(passed: bool, observed: float) -> Verdict:
-    return Verdict("trainability", passed, observed, "≤ 1.25", None, f"ratio {observed:g}")
+    return Verdict(
+        invariant="trainability",
+        passed=passed,
+        observed=observed,
+        bound="≤ 1.25",
+        block=None,
+        detail=f"ratio {observed:g}",
+    )
 
 
 def test_an_untrained_replayed_case_is_not_met_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -172,7 +179,7 @@ def test_replayed_training_case_that_meets_and_a_skipped_ones_name(monkeypatch: 
 def test_the_message_names_the_depths_and_widths_the_optimizer_ran() -> None:
     """The case names one depth and one width; trainability's compare_depths trains others, and
     update_size trains every width it lists (their registry entries' `train_cases`)."""
-    from stability.run.engine import trained_text
+    from stability.run.training import trained_text
     from stability.spec.case import corner_case
     from stability.spec.load import load_spec
 

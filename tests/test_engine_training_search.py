@@ -52,7 +52,14 @@ def _stand_in(monkeypatch: pytest.MonkeyPatch, judge: Judge) -> list[tuple[Case,
 
 
 def _v(passed: bool, observed: float) -> Verdict:
-    return Verdict("trainability", passed, observed, "≤ 1.25", None, f"ratio {observed:g}")
+    return Verdict(
+        invariant="trainability",
+        passed=passed,
+        observed=observed,
+        bound="≤ 1.25",
+        block=None,
+        detail=f"ratio {observed:g}",
+    )
 
 
 def _passes(c: Case) -> tuple[Verdict | None, str | None]:
@@ -81,12 +88,12 @@ def test_an_untrained_case_has_the_invariants_name_and_no_bound(monkeypatch: pyt
     _stand_in(monkeypatch, lambda c: (None, "out of memory"))
     (r,) = run_spec(_spec(), RunOptions(), case="depth=4").results
     assert r.verdict == Verdict(
-        "trainability",
-        False,
-        r.verdict.observed if r.verdict else 0.0,
-        "",
-        None,
-        "case not trained: out of memory",
+        invariant="trainability",
+        passed=False,
+        observed=r.verdict.observed if r.verdict else 0.0,
+        bound="",
+        block=None,
+        detail="case not trained: out of memory",
         measured=False,
     )
     assert r.verdict is not None and math.isnan(r.verdict.observed)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from approx_support import approx
 
 from stability import load_spec, parse_spec, probe
 from stability.families.build import build, derive_seed, make_input
@@ -147,7 +148,7 @@ def test_vectorised_and_looped_members_agree_and_loop_equals_probe(basic_block_s
         member = dataclasses.replace(case, seed=s)
         alone = probe(build(spec, member).blocks, make_input(spec, member), seed=derive_seed(s, 2))
         assert slow.act_var[k] == alone.act_var  # bit-identical
-        assert fast.act_var[k] == pytest.approx(alone.act_var, rel=1e-5)
+        assert fast.act_var[k] == approx(alone.act_var, rel=1e-5)
     assert fast.act_var[0] == first.act_var
 
 
@@ -486,8 +487,8 @@ def test_html_variance_plot_draws_the_ensemble_spread_as_a_band() -> None:
     lo, hi, size = spread
     assert size == record.measurements.extra["ensemble"].size >= 8  # type: ignore[union-attr]
     ys = band.get_paths()[0].vertices[:, 1]
-    assert max(ys) == pytest.approx(max(hi), rel=1e-12)
-    assert min(ys) == pytest.approx(min(lo), rel=1e-12)
+    assert max(ys) == approx(max(hi), rel=1e-12)
+    assert min(ys) == approx(min(lo), rel=1e-12)
     assert lo[-1] <= record.measurements.act_var[-1] / record.measurements.act_var[0] <= hi[-1]  # type: ignore[union-attr]
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from approx_support import approx
 
 from stability.cli import main
 from stability.run import plugins
@@ -97,8 +98,8 @@ def test_check_in_workers_finds_the_closed_form_failure_and_the_html_shows_it(
     assert code == 1, out + err
     growth, arrival = results["output_growth"], results["gradient_arrival"]
     assert not growth["met"] and growth["case"]["depth"] == 4  # 1.44^4 = 4.30 > 4 > 1.44^3 = 2.99
-    assert growth["observed"] == pytest.approx(1.2**8, rel=1e-5)
-    assert arrival["met"] and arrival["observed"] == pytest.approx(1.2 ** arrival["case"]["depth"], rel=1e-5)
+    assert growth["observed"] == approx(1.2**8, rel=1e-5)
+    assert arrival["met"] and arrival["observed"] == approx(1.2 ** arrival["case"]["depth"], rel=1e-5)
     html = (project / "report" / "index.html").read_text()
     assert "output_growth" in html and "a closed form for every ratio" in html
 
@@ -109,7 +110,7 @@ def test_only_and_an_in_process_replay_judge_alike(project: Path, capsys: pytest
     assert (
         code == 0
         and [r["name"] for r in here] == ["output_growth"]
-        and here[0]["observed"] == pytest.approx(1.44**3, rel=1e-5)
+        and here[0]["observed"] == approx(1.44**3, rel=1e-5)
     )
     workers = [a for a in _args(COMMANDS[4]) if a != "--in-process"]
     code, _, _ = _run([*workers, "--json", "workers.json"], capsys)
@@ -152,3 +153,26 @@ def test_a_plugin_file_in_a_folder_whose_name_is_not_utf8_loads(tmp_path: Path) 
     (folder / "quiet_plugin.py").write_text("LOADED = True\n", encoding="utf-8")
     module = plugins._load_file(folder / "quiet_plugin.py")
     assert module.LOADED is True
+
+
+def test_a_plugin_and_a_factory_module_are_imported_by_one_routine_under_names_of_their_own(tmp_path: Path) -> None:
+    """`stability.families.factory.import_file` imports both (plugins.py calls it): the same file
+    as a plugin and as a factory's module gets two private names, each the same in every process;
+    an import that fails leaves nothing in `sys.modules`, so the file can be fixed and loaded."""
+    from stability.families.factory import import_file
+
+    path = tmp_path / "blocks.py"
+    path.write_text("COUNT = [0]\nCOUNT[0] += 1\n", encoding="utf-8")
+    plugin = plugins._load_file(path)
+    factory = import_file(path, kind="factory", label="blocks")
+    assert plugin is not factory and plugin.COUNT == factory.COUNT == [1]
+    assert plugin.__name__.startswith("_stability_plugin_") and plugin.__name__.endswith("_blocks")
+    assert factory.__name__ == plugin.__name__.replace("_plugin_", "_factory_")
+    assert import_file(path, kind="factory", label="blocks") is factory  # once per process
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('not yet')\n", encoding="utf-8")
+    with pytest.raises(RuntimeError, match="not yet"):
+        import_file(broken, kind="plugin", label="broken")
+    assert not [n for n in sys.modules if n.endswith("_broken")]
+    broken.write_text("FIXED = True\n", encoding="utf-8")
+    assert import_file(broken, kind="plugin", label="broken").FIXED is True

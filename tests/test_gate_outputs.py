@@ -103,7 +103,7 @@ def test_a_missing_parent_is_created_when_the_report_is_written(cli: Cli, spec: 
 
 def test_write_atomic_refuses_a_non_regular_file(tmp_path: Path) -> None:
     from stability.errors import UsageError
-    from stability.report.formats import write_atomic
+    from stability.report.outputs import write_atomic
 
     fifo = tmp_path / "f"
     os.mkfifo(fifo)

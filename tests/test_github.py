@@ -201,29 +201,31 @@ def test_not_applicable_warns_and_skipped_in_a_profile_is_a_notice(tmp_path: Pat
     spec = load_spec(path)
     results = [
         InvariantResult(
-            "gradient_arrival",
-            "holds",
-            True,
-            None,
-            None,
-            0,
-            "s.toml::gradient_arrival: not applicable at …",
+            name="gradient_arrival",
+            expect="holds",
+            met=True,
+            verdict=None,
+            case=None,
+            examples=0,
+            message="s.toml::gradient_arrival: not applicable at …",
             applicable=False,
         ),
         InvariantResult(
-            "gradient_arrival",
-            "holds",
-            True,
-            None,
-            None,
-            0,
-            "s.toml::gradient_arrival: skipped in profile ci",
+            name="gradient_arrival",
+            expect="holds",
+            met=True,
+            verdict=None,
+            case=None,
+            examples=0,
+            message="s.toml::gradient_arrival: skipped in profile ci",
             skipped=True,
         ),
     ]
     kinds = [
         parse_command(c)[0]
-        for c in workflow_commands([SpecResult(spec, results)], environ={"GITHUB_WORKSPACE": str(tmp_path)})
+        for c in workflow_commands(
+            [SpecResult(spec=spec, results=results)], environ={"GITHUB_WORKSPACE": str(tmp_path)}
+        )
     ]
     assert kinds == ["warning", "notice"]
     loads = workflow_commands([], load_errors=[("specs/bad.toml", "specs/bad.toml: bad key")], environ={})
@@ -238,18 +240,18 @@ def test_the_summary_stays_under_githubs_limit(tmp_path: Path) -> None:
     spec = load_spec(path)
     failing = [
         InvariantResult(
-            "gradient_arrival",
-            "holds",
-            False,
-            None,
-            None,
-            1,
-            "x" * 20_000,
+            name="gradient_arrival",
+            expect="holds",
+            met=False,
+            verdict=None,
+            case=None,
+            examples=1,
+            message="x" * 20_000,
             reproduce="stability check s.toml --case seed=1",
         )
         for _ in range(100)
     ]
-    text = job_summary([SpecResult(spec, failing)], seconds=1.0)
+    text = job_summary([SpecResult(spec=spec, results=failing)], seconds=1.0)
     assert len(text.encode()) <= SUMMARY_LIMIT
     assert "more section(s) left out: a step summary holds at most 1 MiB" in text
     assert text.count("<details>") == text.count("</details>") and text.count("```") % 2 == 0  # only whole sections

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from approx_support import approx
 
 from stability import parse_spec
 from stability.run.engine import evaluate
@@ -46,7 +47,7 @@ def test_cpu_and_cuda_agree(dtype: str, depth: int, rtol: float) -> None:
     gpu = evaluate(SPEC, corner_case(SPEC, depth=depth, width=32, dtype=dtype, device="cuda", seed=3)).measurements
     assert cpu is not None and gpu is not None
     for a, b in zip(cpu.grad_norm + cpu.act_var, gpu.grad_norm + gpu.act_var, strict=True):
-        assert b == pytest.approx(a, rel=rtol)
+        assert b == approx(a, rel=rtol)
 
 
 def _no_sync_blocks() -> tuple[torch.nn.Module, torch.Tensor]:
@@ -95,4 +96,4 @@ def test_the_pass_never_synchronises_the_device_before_its_one_read(
     assert len(reads) == 1
     assert gpu.nonfinite_at is None and cpu.nonfinite_at is None
     for a, b in zip(cpu.grad_norm + cpu.act_var, gpu.grad_norm + gpu.act_var, strict=True):
-        assert b == pytest.approx(a, rel=1e-4)
+        assert b == approx(a, rel=1e-4)

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from approx_support import approx
 
 from stability.judge.growth import DECISION_CHI2, MIN_DECIDABLE_DEPTH, classify_ensemble, describe_ensemble
 from stability.judge.invariants import classify_growth
@@ -28,7 +29,7 @@ L = np.arange(0, 49, dtype=np.float64)
 def test_exact_exponential_is_exponential_with_its_rate() -> None:
     g = classify_ensemble([1.3**L, 1.3**L])
     assert (g.growth, g.lowest) == ("exponential", "exponential")
-    assert g.rate == pytest.approx(1.3, rel=1e-12)
+    assert g.rate == approx(1.3, rel=1e-12)
     assert g.chi2["exponential"] == pytest.approx(0.0, abs=1e-9)  # the law fits exactly
 
 
@@ -101,7 +102,7 @@ def test_bounded_and_decaying_thresholds_are_inclusive_and_strict() -> None:
 def test_rise_then_fall_uses_the_extreme_not_the_final_value() -> None:
     up_down = np.array([1.0, 3.0, 6.0, 3.0, 1.5])
     g = classify_ensemble([up_down, up_down])
-    assert g.max_ratio == pytest.approx(6.0, rel=1e-12)
+    assert g.max_ratio == approx(6.0, rel=1e-12)
     assert g.growth != "bounded"  # 6 > 4 at boundary 2, though the final ratio is 1.5
 
 
@@ -109,10 +110,10 @@ def test_average_is_geometric_and_spread_is_per_boundary() -> None:
     a = np.array([1.0, 2.0, 8.0])
     b = np.array([2.0, 2.0, 4.0])  # its own boundary-0 value divides it: ratios 1, 1, 2
     g = classify_ensemble([a, b])
-    assert g.ratios == pytest.approx([1.0, math.sqrt(2.0), 4.0], rel=1e-12)
-    assert g.lo == pytest.approx([1.0, 1.0, 2.0], rel=1e-12)
-    assert g.hi == pytest.approx([1.0, 2.0, 8.0], rel=1e-12)
-    assert g.rate == pytest.approx(2.0, rel=1e-12)  # R_L^(1/L) = 4^(1/2)
+    assert g.ratios == approx([1.0, math.sqrt(2.0), 4.0], rel=1e-12)
+    assert g.lo == approx([1.0, 1.0, 2.0], rel=1e-12)
+    assert g.hi == approx([1.0, 2.0, 8.0], rel=1e-12)
+    assert g.rate == approx(2.0, rel=1e-12)  # R_L^(1/L) = 4^(1/2)
 
 
 def test_refuses_a_single_profile() -> None:

@@ -123,6 +123,6 @@ def test_each_undecided_description_in_full(lowest: str, ratios: list[float], ta
         "lo": [1.0] * (len(ratios) - 1) + [4.0],
         "hi": [1.0] * (len(ratios) - 1) + [6.0],
     }
-    g = EnsembleGrowth("exponential", lowest, exponent=None, **common)  # type: ignore[arg-type]
+    g = EnsembleGrowth(growth="exponential", lowest=lowest, exponent=None, **common)  # type: ignore[arg-type]
     final = ratios[-1]
     assert describe_ensemble(g) == _HEAD.replace("final ratio 5", f"final ratio {final:g}") + tail

@@ -41,12 +41,12 @@ def test_the_ensemble_description_names_the_exponent_and_why_it_is_undecided() -
         rate=2.08,
         slope=2.7,
     )
-    poly = EnsembleGrowth("polynomial", "polynomial", exponent=1.87, **common)  # type: ignore[arg-type]
+    poly = EnsembleGrowth(growth="polynomial", lowest="polynomial", exponent=1.87, **common)  # type: ignore[arg-type]
     assert (
         describe_ensemble(poly)
         == "polynomial (×2.08 per block, +2.7·s₀ per block, ∝ l^1.87; mean of 4 seeds, final ratio 9 in [8, 10])"
     )
-    at_min = EnsembleGrowth("exponential", "linear", exponent=None, **common)  # type: ignore[arg-type]  # depth 3 = MIN_DECIDABLE_DEPTH
+    at_min = EnsembleGrowth(growth="exponential", lowest="linear", exponent=None, **common)  # type: ignore[arg-type]  # depth 3 = MIN_DECIDABLE_DEPTH
     assert describe_ensemble(at_min).endswith(
         "; undecided at this depth (linear … exponential fit within the ensemble's noise: judged linear)"
     )
@@ -77,7 +77,7 @@ def test_only_a_polynomial_description_names_its_exponent() -> None:
         rate=1.59,
         slope=1.0,
     )
-    assert "∝ l^" not in describe_ensemble(EnsembleGrowth("linear", "linear", exponent=1.1, **common))  # type: ignore[arg-type]
+    assert "∝ l^" not in describe_ensemble(EnsembleGrowth(growth="linear", lowest="linear", exponent=1.1, **common))  # type: ignore[arg-type]
 
 
 def test_channel_stats_with_nothing_observed_is_an_empty_profile() -> None:

@@ -26,6 +26,7 @@ from stability.run.guard import (
     check_budget,
     estimate_bytes,
     memory_budget,
+    parse_size,
     time_limit,
 )
 from stability.spec.case import corner_case
@@ -177,6 +178,67 @@ def test_a_case_inside_the_budget_is_not_refused() -> None:
     check_budget(spec, corner_case(spec), 2**30)
     with pytest.raises(CaseError, match="refused"):
         check_budget(spec, corner_case(spec), 2**10)
+
+
+#: Every form the hand-written parser took, with the meaning it had: a lone letter is binary.
+OLD_FORMS = {
+    "4GiB": 4 * 2**30,
+    "4gib": 4 * 2**30,
+    " 4 GiB ": 4 * 2**30,
+    "4G": 4 * 2**30,
+    "4 g": 4 * 2**30,
+    "512MiB": 512 * 2**20,
+    "512M": 512 * 2**20,
+    "64k": 64 * 2**10,
+    "64KiB": 64 * 2**10,
+    "2T": 2 * 2**40,
+    "2TiB": 2 * 2**40,
+    "1.5GiB": 3 * 2**29,
+    "1e3MiB": 1000 * 2**20,
+    "1e9": 10**9,
+    "4096": 4096,
+    "1.5": 1,
+}
+#: What pydantic's ByteSize adds: decimal units with a B, the binary ones past TiB, bits.
+NEW_FORMS = {"4GB": 4 * 10**9, "4gb": 4 * 10**9, "512MB": 512 * 10**6, "64kB": 64_000, "2b": 2, "1PiB": 2**50}
+NEW_FORMS |= {"8Gbit": 10**9, "8Gibit": 2**30}
+
+
+@pytest.mark.parametrize(("text", "size"), [*OLD_FORMS.items(), *NEW_FORMS.items()])
+def test_a_size_is_read_as_pydantic_bytesize_reads_it_and_a_lone_letter_stays_binary(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("inf", "'inf' is not a unit of size"),
+        ("nan", "'nan' is not a unit of size"),
+        ("4XB", "'xb' is not a unit of size"),
+        ("4GiB of RAM", "'gibofram' is not a unit of size"),
+        ("1,5GiB", "'1,5' is not a number"),
+        ("GiB", "'' is not a number"),
+        ("1e400", "is not a finite size"),
+        ("-1", "is not a positive size"),
+        ("0", "is not a positive size"),
+        ("0.5", "is not a positive size"),
+        ("1bit", "is not a positive size"),
+    ],
+)
+def test_what_is_not_a_size_is_refused_saying_why(text: str, why: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(why)):
+        parse_size(text)
+
+
+def test_check_takes_a_decimal_size_and_refuses_a_case_over_it(
+    cli: Cli, write_spec: Callable[..., Path], base_spec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`4GB` was refused as not a size; now it is 4·10⁹ bytes, on the command line and in the variable."""
+    spec = write_spec(base_spec)
+    code, out, err = cli("check", spec, "--profile", "ci", "--in-process", "--memory-budget", "1kB")
+    assert code == 1 and "the memory budget is 1000 B" in out, (out, err)
+    monkeypatch.setenv("STABILITY_MEMORY_BUDGET", "4GB")
+    assert memory_budget("cpu") == 4 * 10**9
 
 
 def test_batch_norm_on_one_value_per_channel_is_refused_by_the_loader(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from stability.report.formats import write_atomic
+from stability.report.outputs import write_atomic
 
 Cli = Callable[..., tuple[int, str, str]]
 

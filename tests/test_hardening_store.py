@@ -189,7 +189,16 @@ def test_a_point_of_many_seeds_is_read_back_whatever_sqlites_variable_limit(tmp_
 
 
 def _budget(name: str, budget: int, *, invariant: str = "gradient_arrival", slice_: str = "{}") -> Budget:
-    return Budget(name, slice_, invariant, budget, "found", f"depth={budget + 1},seed=0", "", None)
+    return Budget(
+        spec_name=name,
+        slice=slice_,
+        invariant=invariant,
+        budget=budget,
+        status="found",
+        deciding_case=f"depth={budget + 1},seed=0",
+        detail="",
+        reproduce=None,
+    )
 
 
 @pytest.fixture

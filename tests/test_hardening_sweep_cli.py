@@ -16,7 +16,7 @@ import pytest
 from gate_support import SCALAR_CHAIN
 
 from stability.cli import main
-from stability.cli.grammar import cores
+from stability.cli.arg_types import cores
 from stability.cli.sweep import MAX_SEEDS
 from stability.cli.sweep_backend import WORKERS_PER_CORE
 from stability.run.store import Store

@@ -69,7 +69,9 @@ def test_a_search_whose_deciding_case_fails_to_run_says_so(monkeypatch: pytest.M
     from stability.run.engine import CaseRecord
 
     monkeypatch.setattr(
-        engine, "evaluate", lambda spec, c, options=None: CaseRecord(c, None, "the case does not run: boom")
+        engine,
+        "evaluate",
+        lambda spec, c, options=None: CaseRecord(case=c, measurements=None, error="the case does not run: boom"),
     )
     (r,) = run_spec(_plain(), RunOptions(profile="ci")).results  # type: ignore[arg-type]
     assert not r.met and r.case is not None and r.error == "the case does not run: boom"

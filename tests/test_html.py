@@ -91,7 +91,7 @@ def _record(case: Case, grad: list[float], var: list[float]) -> CaseRecord:
         input_grad_error=None,
         nonfinite_at=None,
     )
-    return CaseRecord(case, m)
+    return CaseRecord(case=case, measurements=m)
 
 
 def _band(fig: Figure) -> tuple[float, float]:
@@ -161,7 +161,7 @@ def test_variance_plot_uses_the_declared_statistic_and_band() -> None:
 def test_unplottable_values_become_gaps_not_errors() -> None:
     records = [
         _record(_case(3), [0.0, float("nan"), 1.0, 1.0], [1, float("inf"), 1, 1]),
-        CaseRecord(_case(4), None, "out of memory"),
+        CaseRecord(case=_case(4), measurements=None, error="out of memory"),
     ]
     for fig in (gradient_figure(records, bound=(0.1, 10)), variance_figure(records, band=(None, 4.0))):
         assert to_png(fig).startswith(b"\x89PNG")
@@ -345,7 +345,7 @@ def test_identity_plot_draws_nonzero_errors_where_a_block_changes_its_input() ->
         input_grad_error=1.0,
         nonfinite_at=None,
     )
-    fig = identity_figure([CaseRecord(case, m)], atol=0.1, highlight=Highlight(case, failed=True))
+    fig = identity_figure([CaseRecord(case=case, measurements=m)], atol=0.1, highlight=Highlight(case, failed=True))
     line = _highlighted(fig)
     assert _ys(line) == [0.0, 0.0, 3.0, 3.0] and line.get_color() == "#d62728"  # |4 − 1| / 1 from boundary 2 on
     dashed = [ln for ln in fig.axes[0].lines if ln.get_linestyle() == "--" and len(ln.get_xdata())]

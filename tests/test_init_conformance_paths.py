@@ -161,3 +161,71 @@ def test_workers_sweep_and_the_pytest_plugin_judge_alike(tmp_path: Path) -> None
     )
     assert "1 failed, 1 passed" in run.stdout, run.stdout + run.stderr
     assert "h.*.attn.c_attn.weight" in run.stdout
+
+
+FACTORY = """
+import torch
+from torch import nn
+
+
+class LayerScale(nn.Module):
+    def __init__(self, dim, init_values=1e-5, bug=False):
+        super().__init__()
+        self.init_values, self.bug = init_values, bug
+        self.gamma = nn.Parameter(torch.empty(dim))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.ones_(self.gamma) if self.bug else nn.init.constant_(self.gamma, self.init_values)
+
+    def forward(self, x):
+        return x * self.gamma
+
+
+class Block(nn.Module):
+    def __init__(self, width, bug):
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+        self.ls = LayerScale(width, init_values=1e-4, bug=bug)
+
+    def forward(self, x):
+        return x + self.ls(torch.tanh(self.fc(x)))
+
+
+def make(width, depth, bug=False):
+    return nn.Sequential(*[Block(width, bug) for _ in range(depth)])
+"""
+
+CUSTOM = """
+name = "{name}"
+description = "a user's factory with layer scale; its own intent declares the init"
+family = "custom"
+
+[block]
+layer = "linear"
+factory = "blocks:make"
+factory_args = {{ bug = {bug} }}
+
+[space]
+depth = [2, 3]
+width = 16
+batch = 4
+
+[expect.init_conformance]
+"""
+
+
+def test_a_factorys_own_intent_is_judged_and_a_planted_layer_scale_bug_fails(tmp_path: Path) -> None:
+    (tmp_path / "blocks.py").write_text(FACTORY, encoding="utf-8")
+    for name, bug in (("healthy", "false"), ("planted", "true")):
+        (tmp_path / f"{name}.toml").write_text(textwrap.dedent(CUSTOM.format(name=name, bug=bug)), encoding="utf-8")
+    run = ["--profile", "ci", "--in-process", "-q", "--case", "depth=2"]
+    assert main(["check", str(tmp_path / "healthy.toml"), *run, "--json", str(tmp_path / "h.json")]) == 0
+    assert main(["check", str(tmp_path / "planted.toml"), *run, "--json", str(tmp_path / "p.json")]) == 1
+    ok, broken = _verdicts(tmp_path / "h.json")["healthy"], _verdicts(tmp_path / "p.json")["planted"]
+    assert ok["met"] is True and "4 by the model's own init, as recorded" not in str(ok)  # (every parameter: 6)
+    assert broken["observed"] == 2
+    assert (
+        "*.ls.gamma: recorded = 1 by LayerScale.reset_parameters, declared = 0.0001 [layer scale from "
+        "LayerScale(init_values=0.0001) (Touvron et al. 2021, CaiT)] — 2 parameters"
+    ) in json.dumps(broken, ensure_ascii=False)

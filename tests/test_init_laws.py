@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from approx_support import approx
 
 from stability.judge.init_laws import Law, check_parameter
 from stability.judge.init_laws import tests_for as count_tests
@@ -52,11 +53,7 @@ def test_truncated_moments_match_a_quadrature() -> None:
     var = float(torch.trapezoid(w * (xs - m1) ** 2, xs))
     mu4 = float(torch.trapezoid(w * (xs - m1) ** 4, xs))
     got = law.moments()
-    assert (
-        got[0] == pytest.approx(m1, rel=1e-8)
-        and got[1] == pytest.approx(var, rel=1e-8)
-        and got[2] == pytest.approx(mu4, rel=1e-7)
-    )
+    assert got[0] == approx(m1, rel=1e-8) and got[1] == approx(var, rel=1e-8) and got[2] == approx(mu4, rel=1e-7)
 
 
 def test_a_truncation_far_out_is_the_normal() -> None:
@@ -77,8 +74,8 @@ def test_the_tails_are_accurate_far_out() -> None:
     assert law.sf(1.0 + 2.0 * 8) == pytest.approx(
         0.5 * math.erfc(8 / math.sqrt(2)), rel=1e-12, abs=0.0
     )  # 6.2e-16: 1 − cdf would be 0
-    assert law.quantile_high(law.sf(1.0 + 2.0 * 7)) == pytest.approx(15.0, rel=1e-9)
-    assert law.quantile_low(law.cdf(1.0 - 2.0 * 7)) == pytest.approx(-13.0, rel=1e-9)
+    assert law.quantile_high(law.sf(1.0 + 2.0 * 7)) == approx(15.0, rel=1e-9)
+    assert law.quantile_low(law.cdf(1.0 - 2.0 * 7)) == approx(-13.0, rel=1e-9)
 
 
 def test_the_max_interval_is_the_exact_order_statistic() -> None:
@@ -88,9 +85,9 @@ def test_the_max_interval_is_the_exact_order_statistic() -> None:
         c.statistic: c for c in check_parameter(law, n=n, mean=0.0, var=1.0, lo=-3.0, hi=3.0, eps=0.0, level=level)
     }
     mx = checks["max"]
-    assert (1 - law.sf(mx.lo)) ** n == pytest.approx(level / 2, rel=1e-6)
-    assert 1 - (1 - law.sf(mx.hi)) ** n == pytest.approx(level / 2, rel=1e-6)
-    assert law.cdf(checks["min"].hi) == pytest.approx(law.sf(mx.lo), rel=1e-9)  # symmetric
+    assert (1 - law.sf(mx.lo)) ** n == approx(level / 2, rel=1e-6)
+    assert 1 - (1 - law.sf(mx.hi)) ** n == approx(level / 2, rel=1e-6)
+    assert law.cdf(checks["min"].hi) == approx(law.sf(mx.lo), rel=1e-9)  # symmetric
 
 
 def test_the_variance_test_has_n_minus_1_degrees_under_a_normal_law() -> None:
@@ -99,7 +96,7 @@ def test_the_variance_test_has_n_minus_1_degrees_under_a_normal_law() -> None:
     (_, var, *_) = check_parameter(
         Law("normal", std=1.0), n=101, mean=0.0, var=1.0, lo=-2.0, hi=2.0, eps=0.0, level=0.05
     )
-    assert var.lo * 100 == pytest.approx(74.22, rel=2e-3) and var.hi * 100 == pytest.approx(129.56, rel=2e-3)
+    assert var.lo * 100 == approx(74.22, rel=2e-3) and var.hi * 100 == approx(129.56, rel=2e-3)
 
 
 def test_a_constant_is_exact_up_to_its_dtypes_rounding() -> None:
@@ -218,7 +215,7 @@ def test_the_samplers_clamp_at_a_far_bound_is_its_atom_not_an_outlier() -> None:
     w[3], w[7] = -2.0, 2.0  # each end's atom (the CPU's uniform reaches its lower end, CUDA's its upper)
     checks = {c.statistic: c for c in _judge(law, w)}
     assert checks["min"].passed and checks["max"].passed
-    assert checks["min"].p == pytest.approx(2 * (1 - (1 - END_ATOM) ** w.numel()), rel=1e-6)
+    assert checks["min"].p == approx(2 * (1 - (1 - END_ATOM) ** w.numel()), rel=1e-6)
     w[3] = -1.9  # inside the support, but 95σ out: no sampler gives it
     assert {"min", "variance"} <= _failed(law, w)
     w[3], w[11] = -2.0, -2.0  # two at the bound (once in 10⁴ such draws): the second one inflates the variance
@@ -266,8 +263,8 @@ def test_the_variance_test_of_a_uniform_law_has_satterthwaites_degrees() -> None
     sigma2 = 1.0 / 3.0
     nu = 2.0 / (2.0 / (n - 1) - 1.2 / n)
     (_, var, *_) = check_parameter(law, n=n, mean=0.0, var=sigma2, lo=-0.99, hi=0.99, eps=0.0, level=0.05)
-    assert var.lo / sigma2 == pytest.approx(_chi2_quantile_exact(nu, 0.025) / nu, rel=1e-3)
-    assert var.hi / sigma2 == pytest.approx(_chi2_quantile_exact(nu, 0.975) / nu, rel=1e-3)
+    assert var.lo / sigma2 == approx(_chi2_quantile_exact(nu, 0.025) / nu, rel=1e-3)
+    assert var.hi / sigma2 == approx(_chi2_quantile_exact(nu, 0.975) / nu, rel=1e-3)
 
 
 def test_a_bound_hit_exactly_leaves_the_other_draws_mean_and_variance() -> None:

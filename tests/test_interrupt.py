@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-import stability.report.formats
+import stability.report.outputs
 import stability.run.engine
-from stability.report.formats import write_atomic
+from stability.report.outputs import write_atomic
 
 Cli = Callable[..., tuple[int, str, str]]
 OLD_REPORT = '{"schema_version": 1, "met": true, "interrupted": false, "seconds": 0.5, "from": "the previous run"}\n'  # opens as every report does
@@ -185,7 +185,7 @@ def test_a_write_that_fails_half_way_leaves_the_old_file_and_no_temporary(
     def fail(*args: object) -> None:
         raise exc
 
-    monkeypatch.setattr(stability.report.formats.os, where.split(".")[1], fail)
+    monkeypatch.setattr(stability.report.outputs.os, where.split(".")[1], fail)
     with pytest.raises(type(exc)):
         write_atomic(target, '{"new": true}\n')
     assert target.read_text() == OLD_REPORT

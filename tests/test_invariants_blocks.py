@@ -2,7 +2,7 @@
 invariant's own name on a non-finite gradient, the first zero of a collapsed gradient, and the
 block after which a profile first crosses its bound when that is boundary 1 (block 0) or when a
 value sits exactly on `min_ratio`. Written from the surviving mutants of the whole-module run of
-invariants.py (docs/mutation_invariants_survivors.txt)."""
+invariants.py (dev/mutation/mutation_invariants_survivors.txt)."""
 
 from __future__ import annotations
 

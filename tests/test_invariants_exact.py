@@ -29,7 +29,12 @@ def _m(
 
 def test_gradient_arrival_defaults_are_a_tenth_and_ten() -> None:
     assert gradient_arrival(_m([0.1, 1.0])) == Verdict(
-        "gradient_arrival", True, 0.1, "[0.1, 10]", 0, "gradient ratio 0.1 within [0.1, 10]"
+        invariant="gradient_arrival",
+        passed=True,
+        observed=0.1,
+        bound="[0.1, 10]",
+        block=0,
+        detail="gradient ratio 0.1 within [0.1, 10]",
     )
     assert gradient_arrival(_m([10.0, 1.0])).passed
     assert not gradient_arrival(_m([0.0999, 1.0])).passed and not gradient_arrival(_m([10.01, 1.0])).passed
@@ -37,43 +42,50 @@ def test_gradient_arrival_defaults_are_a_tenth_and_ten() -> None:
 
 def test_gradient_arrival_reports_the_farthest_boundary_and_where_the_bound_is_crossed() -> None:
     v = gradient_arrival(_m([1.0, 4.0, 0.5, 1.0]), lo=0.2, hi=5.0)  # ratios 1, 4, 0.5, 1: 4 is farthest from 1 in log
-    assert v == Verdict("gradient_arrival", True, 1.0, "[0.2, 5]", 1, "gradient ratio 1 within [0.2, 5]")
+    assert v == Verdict(
+        invariant="gradient_arrival",
+        passed=True,
+        observed=1.0,
+        bound="[0.2, 5]",
+        block=1,
+        detail="gradient ratio 1 within [0.2, 5]",
+    )
     v = gradient_arrival(_m([0.01, 0.05, 0.5, 1.0]), lo=0.1, hi=10.0)
     assert v == Verdict(
-        "gradient_arrival",
-        False,
-        0.01,
-        "[0.1, 10]",
-        1,
-        "gradient ratio 0.01 < 0.1: the gradient vanishes (crosses the bound at the input of block 1; 0.2154 per block on average)",
+        invariant="gradient_arrival",
+        passed=False,
+        observed=0.01,
+        bound="[0.1, 10]",
+        block=1,
+        detail="gradient ratio 0.01 < 0.1: the gradient vanishes (crosses the bound at the input of block 1; 0.2154 per block on average)",
     )
     v = gradient_arrival(_m([1000.0, 20.0, 2.0, 1.0]), lo=0.1, hi=10.0)
     assert v == Verdict(
-        "gradient_arrival",
-        False,
-        1000.0,
-        "[0.1, 10]",
-        1,
-        "gradient ratio 1e+03 > 10: the gradient explodes (crosses the bound at the input of block 1; 10 per block on average)",
+        invariant="gradient_arrival",
+        passed=False,
+        observed=1000.0,
+        bound="[0.1, 10]",
+        block=1,
+        detail="gradient ratio 1e+03 > 10: the gradient explodes (crosses the bound at the input of block 1; 10 per block on average)",
     )
 
 
 def test_gradient_arrival_exact_zeros() -> None:
     assert gradient_arrival(_m([1.0, 1.0, 0.0])) == Verdict(
-        "gradient_arrival",
-        False,
-        0.0,
-        "[0.1, 10]",
-        2,
-        "the output gradient is zero; the loss does not depend on the output",
+        invariant="gradient_arrival",
+        passed=False,
+        observed=0.0,
+        bound="[0.1, 10]",
+        block=2,
+        detail="the output gradient is zero; the loss does not depend on the output",
     )
     assert gradient_arrival(_m([0.0, 0.0, 0.5, 1.0])) == Verdict(
-        "gradient_arrival",
-        False,
-        0.0,
-        "[0.1, 10]",
-        1,
-        "the gradient is exactly zero from the input of block 1 down (collapse)",
+        invariant="gradient_arrival",
+        passed=False,
+        observed=0.0,
+        bound="[0.1, 10]",
+        block=1,
+        detail="the gradient is exactly zero from the input of block 1 down (collapse)",
     )
 
 
@@ -98,20 +110,20 @@ def test_non_finite_verdicts_name_the_block() -> None:
 
 def test_identity_verdicts_say_bit_exact_or_the_error() -> None:
     assert identity_at_init(_m([1.0, 1.0], identity=0.0, grad_error=0.0)) == Verdict(
-        "identity_at_init",
-        True,
-        0.0,
-        "exactly 0 (bit-exact)",
-        None,
-        "output equals input and input gradient equals output gradient bit-exactly",
+        invariant="identity_at_init",
+        passed=True,
+        observed=0.0,
+        bound="exactly 0 (bit-exact)",
+        block=None,
+        detail="output equals input and input gradient equals output gradient bit-exactly",
     )
     assert identity_at_init(_m([1.0, 1.0], identity=1e-9, grad_error=None), atol=1e-6) == Verdict(
-        "identity_at_init",
-        True,
-        1e-9,
-        "≤ 1e-06",
-        None,
-        "output equals input and input gradient equals output gradient (error 1e-09)",
+        invariant="identity_at_init",
+        passed=True,
+        observed=1e-9,
+        bound="≤ 1e-06",
+        block=None,
+        detail="output equals input and input gradient equals output gradient (error 1e-09)",
     )
     v = identity_at_init(_m([1.0, 1.0], identity=None))
     assert (
@@ -227,7 +239,7 @@ def test_variance_growth_on_an_ensemble_reports_the_ensembles_numbers() -> None:
     from stability.measure.ensemble import Ensemble
 
     profiles = [[1.0, 1.5, 2.0, 2.4, 3.1], [1.0, 1.4, 2.1, 2.6, 2.9], [1.0, 1.6, 1.9, 2.5, 3.0]]
-    ens = Ensemble([0, 1, 2], profiles, profiles, True)
+    ens = Ensemble(seeds=[0, 1, 2], act_var=profiles, act_sq_mean=profiles, vectorised=True)
     v = variance_growth(_m([1.0] * 5, profiles[0], extra={"ensemble": ens}))
     want = classify_ensemble(profiles)
     assert v.extra["rate"] == want.rate and v.extra["slope"] == want.slope and v.extra["growth"] == want.growth

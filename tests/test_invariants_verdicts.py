@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from stability.judge.growth import classify_ensemble, describe_ensemble
-from stability.judge.invariants import Verdict, classify_growth, identity_at_init, mean_shift, variance_growth
+from stability.judge.growth import classify_ensemble, classify_growth, describe_ensemble
+from stability.judge.invariants import Verdict, identity_at_init, mean_shift, variance_growth
 from stability.measure.channels import ChannelProfile
 from stability.measure.ensemble import Ensemble
 from stability.measure.probe import Measurements
@@ -55,8 +55,13 @@ def _same(a: Verdict, b: Verdict) -> None:
 
 
 def test_a_verdict_reads_as_holds_or_violated() -> None:
-    assert str(Verdict("x", True, 1.0, "b", None, "fine")) == "x holds: fine"
-    assert str(Verdict("x", False, 1.0, "b", None, "broken")) == "x violated: broken"
+    assert (
+        str(Verdict(invariant="x", passed=True, observed=1.0, bound="b", block=None, detail="fine")) == "x holds: fine"
+    )
+    assert (
+        str(Verdict(invariant="x", passed=False, observed=1.0, bound="b", block=None, detail="broken"))
+        == "x violated: broken"
+    )
 
 
 def test_variance_growth_refuses_an_unknown_class() -> None:
@@ -74,29 +79,34 @@ def test_variance_growth_early_exits_in_full() -> None:
     _same(
         variance_growth(_m([1.0] * 3, [1.0, 2.0, 3.0], nonfinite_at=2), **kw),  # type: ignore[arg-type]
         Verdict(
-            "variance_growth",
-            False,
-            math.nan,
-            BOUND,
-            1,
-            "block 1 produced a non-finite activation (NaN/inf first seen at boundary 2)" + NAN_TAIL,
+            invariant="variance_growth",
+            passed=False,
+            observed=math.nan,
+            bound=BOUND,
+            block=1,
+            detail="block 1 produced a non-finite activation (NaN/inf first seen at boundary 2)" + NAN_TAIL,
         ),
     )
     _same(
         variance_growth(_m([1.0] * 3, [0.0, 2.0, 3.0]), **kw),  # type: ignore[arg-type]
         Verdict(
-            "variance_growth", False, math.nan, BOUND, 0, "the input's variance is zero; feed a non-constant input"
+            invariant="variance_growth",
+            passed=False,
+            observed=math.nan,
+            bound=BOUND,
+            block=0,
+            detail="the input's variance is zero; feed a non-constant input",
         ),
     )
     _same(
         variance_growth(_m([1.0] * 4, [1.0, 2.0, 3.0, math.inf]), **kw),  # type: ignore[arg-type]
         Verdict(
-            "variance_growth",
-            False,
-            math.inf,
-            BOUND,
-            2,
-            "the variance overflows the float range after block 2 (activations beyond ~1e19 in magnitude); the variance runs away: scale the branches or the init down",
+            invariant="variance_growth",
+            passed=False,
+            observed=math.inf,
+            bound=BOUND,
+            block=2,
+            detail="the variance overflows the float range after block 2 (activations beyond ~1e19 in magnitude); the variance runs away: scale the branches or the init down",
         ),
     )
 
@@ -113,7 +123,10 @@ def test_variance_growth_judges_the_statistic_asked_for_and_reports_the_fit() ->
         "slope": fit.slope,
         "exponent": fit.exponent,
         "final_ratio": 2.5,
+        "min_ratio": fit.min_ratio,
+        "max_ratio": 2.5,
     }
+    assert fit.min_ratio == 1.0  # boundary 0 against itself: the smallest ratio min_ratio bounds
     sq = variance_growth(m, max_ratio=4.0, statistic="second_moment", max_growth="exponential")
     assert (
         not sq.passed
@@ -130,7 +143,7 @@ def test_variance_growth_judges_the_statistic_asked_for_and_reports_the_fit() ->
 def test_variance_growth_on_an_ensemble_uses_its_statistic_bound_and_words() -> None:
     var = [[1.0, 1.2, 1.3, 1.5, 1.6], [1.0, 1.1, 1.4, 1.4, 1.7], [1.0, 1.3, 1.2, 1.6, 1.5]]
     sq = [[1.0, 2.5, 5.0, 6.5, 7.0], [1.0, 2.4, 4.6, 6.0, 7.5], [1.0, 2.6, 4.8, 6.2, 7.2]]
-    ens = Ensemble([0, 1, 2], var, sq, True)
+    ens = Ensemble(seeds=[0, 1, 2], act_var=var, act_sq_mean=sq, vectorised=True)
     v = variance_growth(
         _m([1.0] * 5, var[0], sq[0], extra={"ensemble": ens}),
         statistic="second_moment",
@@ -158,45 +171,45 @@ def test_identity_verdicts_in_full() -> None:
     _same(
         identity_at_init(_m([1.0] * 3, [1.0] * 3, nonfinite_at=1), atol=1e-3),
         Verdict(
-            "identity_at_init",
-            False,
-            math.nan,
-            bound,
-            0,
-            "block 0 produced a non-finite activation (NaN/inf first seen at boundary 1)" + NAN_TAIL,
+            invariant="identity_at_init",
+            passed=False,
+            observed=math.nan,
+            bound=bound,
+            block=0,
+            detail="block 0 produced a non-finite activation (NaN/inf first seen at boundary 1)" + NAN_TAIL,
         ),
     )
     _same(
         identity_at_init(_m([1.0] * 3, [1.0] * 3, identity=None), atol=1e-3),
         Verdict(
-            "identity_at_init",
-            False,
-            math.nan,
-            bound,
-            None,
-            "the output's shape differs from the input's, so the stack cannot be the identity",
+            invariant="identity_at_init",
+            passed=False,
+            observed=math.nan,
+            bound=bound,
+            block=None,
+            detail="the output's shape differs from the input's, so the stack cannot be the identity",
         ),
     )
     _same(
         identity_at_init(_m([1.0] * 3, [1.0, 1.0, 3.0], identity=0.5, grad_error=0.25), atol=1e-3),
         Verdict(
-            "identity_at_init",
-            False,
-            0.5,
-            bound,
-            1,
-            "output differs from the input: relative error 0.5 forward, 0.25 backward; block 1 is the first to change its input",
+            invariant="identity_at_init",
+            passed=False,
+            observed=0.5,
+            bound=bound,
+            block=1,
+            detail="output differs from the input: relative error 0.5 forward, 0.25 backward; block 1 is the first to change its input",
         ),
     )
     _same(
         identity_at_init(_m([1.0] * 3, [1.0] * 3, identity=0.5, grad_error=0.0), atol=1e-3),
         Verdict(
-            "identity_at_init",
-            False,
-            0.5,
-            bound,
-            None,
-            "output differs from the input: relative error 0.5 forward, 0 backward",
+            invariant="identity_at_init",
+            passed=False,
+            observed=0.5,
+            bound=bound,
+            block=None,
+            detail="output differs from the input: relative error 0.5 forward, 0 backward",
         ),
     )
 
@@ -217,23 +230,23 @@ def test_mean_shift_verdicts_in_full() -> None:
     _same(
         mean_shift(_m([1.0] * 2, [1.0] * 2, nonfinite_at=1), max_ratio=0.125),
         Verdict(
-            "mean_shift",
-            False,
-            math.nan,
-            "≤ 0.125",
-            0,
-            "block 0 produced a non-finite activation (NaN/inf first seen at boundary 1)" + NAN_TAIL,
+            invariant="mean_shift",
+            passed=False,
+            observed=math.nan,
+            bound="≤ 0.125",
+            block=0,
+            detail="block 0 produced a non-finite activation (NaN/inf first seen at boundary 1)" + NAN_TAIL,
         ),
     )
     _same(
         mean_shift(_m([1.0] * 2, [1.0] * 2)),
         Verdict(
-            "mean_shift",
-            False,
-            math.nan,
-            "≤ 0.25",
-            None,
-            "channel statistics were not measured; probe with observers=[stability.measure.channels.ChannelStats()]",
+            invariant="mean_shift",
+            passed=False,
+            observed=math.nan,
+            bound="≤ 0.25",
+            block=None,
+            detail="channel statistics were not measured; probe with observers=[stability.measure.channels.ChannelStats()]",
         ),
     )
     # ρ = 0, 0.125 (exactly at the bound), 0.5, 0.75: first above the bound at boundary 2, after block 1
@@ -249,13 +262,13 @@ def test_mean_shift_verdicts_in_full() -> None:
     _same(
         mean_shift(m, max_ratio=0.125),
         Verdict(
-            "mean_shift",
-            False,
-            0.75,
-            "≤ 0.125",
-            1,
-            f"mean shift ρ = 0.75 > 0.125 at the output (first above the bound after block 1): {numbers}; the per-channel offsets grow inside the variance",
-            extra,
+            invariant="mean_shift",
+            passed=False,
+            observed=0.75,
+            bound="≤ 0.125",
+            block=1,
+            detail=f"mean shift ρ = 0.75 > 0.125 at the output (first above the bound after block 1): {numbers}; the per-channel offsets grow inside the variance",
+            extra=extra,
         ),
     )
     dead = _prof([1.0, 2.25, 3.0, 0.0], [1.0, 2.0, 3.0, 0.0])
@@ -263,13 +276,13 @@ def test_mean_shift_verdicts_in_full() -> None:
     _same(
         mean_shift(_m([1.0] * 4, [1.5, 2.5, 2.75, 3.0], extra={"channels": dead})),
         Verdict(
-            "mean_shift",
-            False,
-            math.nan,
-            "≤ 0.25",
-            3,
-            f"the output's channel variance is zero or undefined: {numbers}",
-            {
+            invariant="mean_shift",
+            passed=False,
+            observed=math.nan,
+            bound="≤ 0.25",
+            block=3,
+            detail=f"the output's channel variance is zero or undefined: {numbers}",
+            extra={
                 "ratio": [0.0, 0.125, 0.0, None],
                 "sq_channel_mean": dead.sq_mean,
                 "channel_var": dead.var,
@@ -317,7 +330,14 @@ def test_failing_growth_verdicts_name_their_invariant_and_bound() -> None:
 def test_the_ensemble_law_is_judged_on_the_variance_profiles_when_asked_and_on_two_members() -> None:
     var = [[1.0, 1.2, 1.3, 1.5, 1.6], [1.0, 1.1, 1.4, 1.4, 1.7]]
     sq = [[1.0, 2.5, 5.0, 6.5, 7.0], [1.0, 2.4, 4.6, 6.0, 7.5]]
-    v = variance_growth(_m([1.0] * 5, var[0], sq[0], extra={"ensemble": Ensemble([0, 1], var, sq, True)}))
+    v = variance_growth(
+        _m(
+            [1.0] * 5,
+            var[0],
+            sq[0],
+            extra={"ensemble": Ensemble(seeds=[0, 1], act_var=var, act_sq_mean=sq, vectorised=True)},
+        )
+    )
     assert v.extra["ensemble"]["size"] == 2 and v.extra["ensemble"]["mean_log"] == classify_ensemble(var).ratios
 
 
@@ -366,6 +386,11 @@ def test_variance_growth_blocks_at_the_exact_bounds() -> None:
     assert variance_growth(_m([1.0] * 3, [1.0, 0.5, 0.8]), min_ratio=0.5).passed  # 0.5 is not below 0.5
     worse = variance_growth(_m([1.0] * 3, [1.0, 1.5, 2.0]), max_growth="decaying")  # bounded > decaying, never above 4
     assert (worse.passed, worse.block) == (False, 1) and worse.detail.endswith("it passes 4× the input's after block 1")
-    unusable = Ensemble([0, 1], [[1.0, 1.5, 2.0], [1.0, math.nan, 2.0]], [[1.0, 1.5, 2.0], [1.0, math.nan, 2.0]], False)
+    unusable = Ensemble(
+        seeds=[0, 1],
+        act_var=[[1.0, 1.5, 2.0], [1.0, math.nan, 2.0]],
+        act_sq_mean=[[1.0, 1.5, 2.0], [1.0, math.nan, 2.0]],
+        vectorised=False,
+    )
     v = variance_growth(_m([1.0] * 3, [1.0, 1.5, 2.0], extra={"ensemble": unusable}))
     assert v.extra["ensemble"] == {"skipped": "1 of 2 ensemble members have a finite profile"}

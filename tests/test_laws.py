@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from approx_support import approx
 
 from stability import Case, load_spec, parse_spec
 from stability.families.build import build, derive_seed, make_input
@@ -43,7 +44,7 @@ def test_normalised_branch_is_one_plus_l_alpha_squared_and_the_gradient_telescop
     v, g = laws.variance_law(spec, case, 1.0), laws.gradient_law(spec, case, 1.0)
     assert v is not None and g is not None
     assert v.predicted == pytest.approx(1 + 16 * 0.25, rel=1e-14, abs=0.0)  # 1 + Lα²
-    assert g.predicted**2 == pytest.approx(v.predicted, rel=1e-12)  # Π(1 + α²/q_l) = q_L/q_0
+    assert g.predicted**2 == approx(v.predicted, rel=1e-12)  # Π(1 + α²/q_l) = q_L/q_0
 
 
 def test_plain_chain_is_a_power_of_the_gain() -> None:
@@ -90,14 +91,14 @@ def test_measured_ensembles_agree_with_the_laws() -> None:
     case = _case(10, 360, 8, "normal")
     q, g2 = _ensemble_mean_ratios(plain, case, 8)
     tol = 4 * math.sqrt(2 * 10 / (360 * 8))  # 0.33
-    assert q == pytest.approx(0.9**10, rel=tol)
-    assert g2 == pytest.approx(0.9**10, rel=tol)
+    assert q == approx(0.9**10, rel=tol)
+    assert g2 == approx(0.9**10, rel=tol)
     preact = _spec("preact", 'activation = "relu"\nnorm = "layer"\nbranch_scale = 0.5', "bias_init = 0.0")
     case = _case(16, 256, 8, "kaiming_normal")
     q, g2 = _ensemble_mean_ratios(preact, case, 8)
     tol = 4 * math.sqrt(2 * 2 / (256 * 8))  # each block's branch: two layers, added to a growing sum
-    assert q == pytest.approx(5.0, rel=tol)
-    assert g2 == pytest.approx(5.0, rel=2 * tol)  # the norm's Jacobian adds its own spread
+    assert q == approx(5.0, rel=tol)
+    assert g2 == approx(5.0, rel=2 * tol)  # the norm's Jacobian adds its own spread
 
 
 def test_failing_verdict_prints_the_law_next_to_the_measurement() -> None:
@@ -107,7 +108,7 @@ def test_failing_verdict_prints_the_law_next_to_the_measurement() -> None:
     assert not v.passed
     law = v.extra["law"]
     assert law["predicted"] == 2.0**12
-    assert law["measured"] == pytest.approx(
+    assert law["measured"] == approx(
         evaluate(spec, case).measurements.act_sq_mean[-1] / evaluate(spec, case).measurements.act_sq_mean[0], rel=1e-12
     )  # type: ignore[union-attr]
     assert "the law predicts E[x_L²]/E[x_0²] = 4096" in v.detail

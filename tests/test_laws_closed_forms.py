@@ -193,7 +193,7 @@ def _m(act_sq_mean: list[float], grad_norm: list[float], nonfinite_at: int | Non
 
 
 def _failing(name: str) -> Verdict:
-    return Verdict(name, False, 0.0, "b", None, "d", {"k": 1})
+    return Verdict(invariant=name, passed=False, observed=0.0, bound="b", block=None, detail="d", extra={"k": 1})
 
 
 HE_RESIDUAL = (
@@ -227,7 +227,7 @@ def test_annotate_leaves_other_verdicts_alone() -> None:
     spec = _spec("preact", *HE_RESIDUAL)
     case = _case(3, 8, "kaiming_normal")
     good = _m([2.0, 5.0, 9.0, 4.0], [6.0, 1.0, 1.0, 2.0])
-    passing = Verdict("variance_growth", True, 0.0, "b", None, "d")
+    passing = Verdict(invariant="variance_growth", passed=True, observed=0.0, bound="b", block=None, detail="d")
     assert laws.annotate(spec, case, passing, good) is passing
     for verdict, m in [
         (_failing("variance_growth"), None),

@@ -15,6 +15,7 @@ SHARED = {
     "stability.seeding",
     "stability._version",
     "stability.allocator",
+    "stability.numbers",
 }  # used by every stage, import nothing of the harness
 
 
@@ -154,19 +155,23 @@ def test_every_module_lives_in_a_stage_folder_or_is_named_at_the_top() -> None:
     assert top == [
         "__init__",
         "__main__",
+        "_exports",
         "_version",
         "allocator",
         "assertions",
         "errors",
+        "extend",
         "meanfield",
+        "numbers",
         "plugin",
         "seeding",
         "strategies",
         "testing",
     ]
     assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(
-        [*STAGES, "cli"]
+        [*STAGES, "cli", "examples"]
     )
+    assert not list((PACKAGE / "examples").rglob("*.py")), "examples/ holds specs (package data), no code"
 
 
 def test_no_stage_imports_a_later_one() -> None:
@@ -196,3 +201,73 @@ def test_the_public_modules_are_the_stages_own() -> None:
         assert public.__all__ == inner.__all__
         assert all(getattr(public, name) is getattr(inner, name) for name in inner.__all__)
     assert stability.strategies is stability.__dict__["strategies"]
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_uses(root: Path = PACKAGE) -> list[str]:
+    """Every use of another module's private name (STYLE.md: a name two modules need is public in
+    one of them): `from stability.x import _y`, and `m._y` where `m` is bound to a module of the
+    package (`import stability.x as m`, `from stability import x`, `import stability.x`), at any
+    depth of the file. A module's use of its own names is not counted."""
+    names = _module_names(root)
+    found = []
+    for module, path in names.items():
+        tree = ast.parse(path.read_text())
+        bound: dict[str, str] = {}  # local name → the package module it names
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                if node.module.split(".")[0] != "stability":
+                    continue
+                for a in node.names:
+                    if f"{node.module}.{a.name}" in names:
+                        bound[a.asname or a.name] = f"{node.module}.{a.name}"
+                    elif _private(a.name) and node.module != module:
+                        found.append(f"{module}:{node.lineno} imports {node.module}.{a.name}")
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] == "stability":
+                        bound[a.asname or "stability"] = a.name if a.asname else "stability"
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and _private(node.attr)):
+                continue
+            parts, value = [], node.value
+            while isinstance(value, ast.Attribute):
+                parts.append(value.attr)
+                value = value.value
+            if not isinstance(value, ast.Name) or value.id not in bound:
+                continue
+            owner = ".".join([bound[value.id], *reversed(parts)])
+            if owner in names and owner != module:
+                found.append(f"{module}:{node.lineno} uses {owner}.{node.attr}")
+    return found
+
+
+#: Uses waiting on a file another branch is rewriting (the lead switches them when it merges):
+#: stability/spec/init_expect.py still says `_Model`, which stability/spec/values.py keeps as an alias.
+PRIVATE_PENDING: set[str] = set()
+
+
+def test_no_module_uses_another_modules_private_names() -> None:
+    assert [use for use in private_uses() if use not in PRIVATE_PENDING] == []
+
+
+def test_the_check_finds_a_private_name_imported_or_reached_through_a_module(tmp_path: Path) -> None:
+    (tmp_path / "measure").mkdir()
+    (tmp_path / "measure" / "__init__.py").write_text("")
+    (tmp_path / "measure" / "reductions.py").write_text("_ROW = 1\n\n\ndef _norm():\n    return _ROW\n")
+    (tmp_path / "measure" / "probe.py").write_text(
+        "import stability.measure.reductions\n"
+        "from stability.measure import reductions as r\n"
+        "from stability.errors import __doc__\n"
+        "\n\ndef f():\n"
+        "    from stability.measure.reductions import _norm, ok\n"
+        "    return r._ROW + stability.measure.reductions._norm() + r.ok + r.__name__\n"
+    )
+    assert private_uses(tmp_path) == [
+        "stability.measure.probe:7 imports stability.measure.reductions._norm",
+        "stability.measure.probe:8 uses stability.measure.reductions._ROW",
+        "stability.measure.probe:8 uses stability.measure.reductions._norm",
+    ]

@@ -165,7 +165,14 @@ def test_inputs_follow_the_modality_and_never_hold_the_padding_token() -> None:
         inputs="embeddings",
         file="s",
     )
-    assert build_model(spec, CASE, input_seed=1).inputs["inputs_embeds"].shape == (2, 8, 64)
+    b = build_model(spec, CASE, input_seed=1)
+    x = b.inputs["inputs_embeds"]
+    assert x.shape == (2, 8, 64)
+    # drawn at the scale of the model's own token embedding: N(0, 1) times its rows' rms (BERT's
+    # N(0, 0.02²), padding row 0 left out), from the same draw as before the scale
+    w = b.model.get_input_embeddings().weight.detach()[1:].double()
+    unit = torch.randn(2, 8, 64, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    assert torch.allclose(x.double(), unit * float(w.square().mean().sqrt()), rtol=1e-6)
     spec = parse_library(
         "transformers:ViTModel",
         config={

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import torch
+from approx_support import approx
 from shipped_support import require_shipped_libraries
 from torch import nn
 
@@ -228,7 +229,7 @@ def test_the_lesion_through_the_models_forward_is_the_blocks_lesion_where_they_s
     handle.remove()
     # GPT-2's blocks need nothing but the hidden state (causal attention inside the block): called
     # alone on block 0's input they compute what the model's forward does.
-    assert lesion_changes_in_model(net.model) == pytest.approx(lesion_changes(net.blocks, keep[0]), rel=1e-6)
+    assert lesion_changes_in_model(net.model) == approx(lesion_changes(net.blocks, keep[0]), rel=1e-6)
     result = run_spec(spec, RunOptions(profile="ci"), case="depth=3")
     assert result.results[0].met
 

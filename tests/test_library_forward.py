@@ -38,7 +38,7 @@ def _vision_importable() -> str | None:
         import torchvision  # noqa: F401
     except (
         Exception
-    ) as exc:  # torchvision's PyPI build for this torch may not import (docs/library-models.md, section 5)
+    ) as exc:  # torchvision's PyPI build for this torch may not import (docs/library-models.md, section 7)
         return f"timm/torchvision do not import here ({type(exc).__name__}: {exc})"
     return None
 

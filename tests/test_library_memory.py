@@ -330,7 +330,7 @@ def test_a_forward_fake_tensors_cannot_run_still_gets_the_parameters_estimate(mo
     case = parse_case_string("depth=2", spec, device="cpu")
     found = footprint(library_model(spec), case.as_dict(), torch.float32)
     assert found.saved == 0 and found.params > 0
-    shipped = _shipped_params(spec, case)  # the init rule's depth-1 models at width 128 and at the shipped 768
+    shipped = _shipped_params(spec, case, 1)  # the init rule's depth-1 models at width 128 and at the shipped 768
     assert shipped > found.params
     assert _estimate(spec, case) == max(
         found.params + 2 * found.largest_param, found.params_float32 + found.largest_param + shipped

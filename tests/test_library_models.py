@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+from approx_support import approx
 
 from stability import Stack, probe
 from stability.families.adapters import set_modes
@@ -131,7 +132,7 @@ def _vision_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         import torchvision  # noqa: F401
     except Exception as exc:  # the PyPI torchvision for torch 2.13.0 is a CUDA build: RuntimeError on a CPU torch
         pytest.skip(
-            f"timm/torchvision do not import here ({type(exc).__name__}: {exc}); see docs/library-models.md, section 5"
+            f"timm/torchvision do not import here ({type(exc).__name__}: {exc}); see docs/library-models.md, section 7"
         )
     (tmp_path / "vision_blocks.py").write_text(
         next(b for b in _snippets("python") if "def resnet_layer(" in b), encoding="utf-8"
@@ -153,9 +154,9 @@ def test_torchvision_resnet_layer_with_zero_init_residual_is_relu_then_the_ident
     m = probe(layer, x)
     # Each block is relu(x + 0): block 0 (a ReLU in place on its input, here the probe's copy)
     # maps x to relu(x), block 1 leaves it as it is.
-    assert m.act_var[1] == pytest.approx(float(x.relu().var(unbiased=False)), rel=1e-5)
-    assert m.act_var[2] == pytest.approx(m.act_var[1], rel=1e-6)
-    assert m.identity_error == pytest.approx(float((x.relu() - x).norm() / x.norm()), rel=1e-5)
+    assert m.act_var[1] == approx(float(x.relu().var(unbiased=False)), rel=1e-5)
+    assert m.act_var[2] == approx(m.act_var[1], rel=1e-6)
+    assert m.identity_error == approx(float((x.relu() - x).norm() / x.norm()), rel=1e-5)
 
 
 def test_timm_vit_blocks_with_layerscale_are_the_identity_to_first_order(

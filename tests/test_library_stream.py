@@ -23,6 +23,7 @@ from stability.families.discover import discover  # noqa: E402
 from stability.families.library import parse_library  # noqa: E402
 from stability.families.library_build import construct  # noqa: E402
 from stability.families.library_stream import _streamed_blocks, build_streamed, init_whole, streamer_of  # noqa: E402
+from stability.measure.block_form import BlockFormObserver  # noqa: E402
 from stability.measure.forward import probe_model  # noqa: E402
 from stability.measure.init_stats import init_record  # noqa: E402
 
@@ -108,7 +109,9 @@ def _pair(name: str, depth: int) -> tuple[Any, Any, Any, Any]:
     built = build_streamed(lib, values, input_seed=5)
     streamer = streamer_of(built.model)
     assert streamer is not None
-    streamed = probe_model(built.model, built.inputs, blocks=built.blocks, seed=3, rng_seed=4)
+    streamed = probe_model(
+        built.model, built.inputs, blocks=built.blocks, seed=3, rng_seed=4, observers=[BlockFormObserver()]
+    )
     # each probed block once forward, once when the backward recomputes it (the probe's forward ends at
     # the last probed block: BART's decoder is never materialised)
     assert streamer.materialisations == 2 * depth
@@ -118,7 +121,9 @@ def _pair(name: str, depth: int) -> tuple[Any, Any, Any, Any]:
     found = discover(whole, built.inputs)
     assert found.blocks.names == built.blocks.names
     init_whole(whole, _streamed_blocks(whole, None, str(lib.target)), streamer.seed)
-    reference = probe_model(whole, built.inputs, blocks=found.blocks, seed=3, rng_seed=4)
+    reference = probe_model(
+        whole, built.inputs, blocks=found.blocks, seed=3, rng_seed=4, observers=[BlockFormObserver()]
+    )
     # the init statistics read each block where the probe first made it: only the blocks the probe
     # never ran (BART's decoder) are made for them
     never = len(streamer.blocks) - len(streamer.checked)
@@ -135,6 +140,8 @@ def test_streamed_probe_measures_what_the_whole_model_measures(name: str, depth:
         _close(getattr(streamed, f.name), getattr(whole, f.name), f.name)
     assert len(streamed.grad_norm) == depth + 1
     assert streamed_init == whole_init
+    # where block 0's norms sit, read during the streamed pass (its checkpointed block recomputed)
+    assert streamed.extra["block_form"]["position"] == ("pre" if name in ("gpt2", "llama") else "post")
 
 
 def test_a_block_is_the_same_tensor_every_time_it_is_materialised() -> None:

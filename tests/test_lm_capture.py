@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from approx_support import approx
 from torch import nn
 
 from stability.families.lm_models import TokenModel, library_parameter_group
@@ -135,11 +136,11 @@ def _hand_rotary(model: nn.Module, tokens: torch.Tensor) -> list[tuple[float, fl
 
 def _recorded(model: nn.Module, tokens: torch.Tensor) -> tuple[list[float], list[float], torch.Tensor]:
     tm = TokenModel(
-        model,
-        lambda x: model(input_ids=x, use_cache=False).logits,
-        "transformers",
-        library_parameter_group(None),
-        "library",
+        module=model,
+        logits=lambda x: model(input_ids=x, use_cache=False).logits,
+        attention="transformers",
+        group=library_parameter_group(None),
+        kind="library",
     )
     cap = capture(tm)
     try:
@@ -181,11 +182,11 @@ def test_the_recording_attention_trains_as_eager_does() -> None:
         torch.manual_seed(0)
         model = cls(cls.config_class(**MODELS["GPT2LMHeadModel"]))
         tm = TokenModel(
-            model,
-            lambda x, m=model: m(input_ids=x, use_cache=False).logits,
-            "transformers",
-            library_parameter_group(None),
-            "library",
+            module=model,
+            logits=lambda x, m=model: m(input_ids=x, use_cache=False).logits,
+            attention="transformers",
+            group=library_parameter_group(None),
+            kind="library",
         )
         cap = capture(tm) if impl == RECORDING else None
         model.set_attn_implementation("eager") if cap is None else None
@@ -249,7 +250,7 @@ def test_a_factory_model_s_sdpa_calls_are_recorded_as_computed_by_hand() -> None
     tokens = _tokens()
     with torch.no_grad():
         plain = model(tokens)
-    tm = TokenModel(model, model, "sdpa", library_parameter_group(None), "custom")
+    tm = TokenModel(module=model, logits=model, attention="sdpa", group=library_parameter_group(None), kind="custom")
     cap = capture(tm)
     assert cap.missing  # nothing seen yet
     cap.active = True
@@ -267,7 +268,7 @@ def test_a_factory_model_s_sdpa_calls_are_recorded_as_computed_by_hand() -> None
         k = k.repeat_interleave(2, dim=1)
         s = (q.double() @ k.double().transpose(-1, -2)) * scale
         hand.append(float(s.masked_fill(~visible, -math.inf).amax()))
-    assert recorded == pytest.approx(hand, rel=1e-6), (recorded, hand)
+    assert recorded == approx(hand, rel=1e-6), (recorded, hand)
     assert len(entropy) == 2 and all(0 < e < math.log(3) + 1e-12 for e in entropy[1:])
     with torch.no_grad(), cap.forward():  # inactive: no mode, nothing recorded
         tm.logits(tokens)
@@ -276,7 +277,15 @@ def test_a_factory_model_s_sdpa_calls_are_recorded_as_computed_by_hand() -> None
 
 
 def test_uniform_sdpa_attention_has_the_entropy_of_the_visible_keys() -> None:
-    cap = capture(TokenModel(nn.Identity(), lambda x: x, "sdpa", library_parameter_group(None), "custom"))
+    cap = capture(
+        TokenModel(
+            module=nn.Identity(),
+            logits=lambda x: x,
+            attention="sdpa",
+            group=library_parameter_group(None),
+            kind="custom",
+        )
+    )
     q = torch.zeros(1, 2, 5, 4)
     cap.active = True
     with cap.forward():

@@ -260,7 +260,9 @@ def test_the_transformer_familys_language_model_passes_every_check() -> None:
 
 
 def _token_model(module: nn.Module) -> TokenModel:
-    return TokenModel(module, module, "sdpa", library_parameter_group(None), "custom")
+    return TokenModel(
+        module=module, logits=module, attention="sdpa", group=library_parameter_group(None), kind="custom"
+    )
 
 
 class Norm(nn.Module):

@@ -55,7 +55,20 @@ def _run(
 def _figures(spec: Spec, name: str, verdict: Any) -> tuple[dict[str, Figure], SpecResult]:
     expectation = getattr(spec.expect, name)
     met = verdict.passed == (expectation.expect == "holds")
-    result = SpecResult(spec, [InvariantResult(name, expectation.expect, met, verdict, None, 1, f"lm.toml::{name}")])
+    result = SpecResult(
+        spec=spec,
+        results=[
+            InvariantResult(
+                name=name,
+                expect=expectation.expect,
+                met=met,
+                verdict=verdict,
+                case=None,
+                examples=1,
+                message=f"lm.toml::{name}",
+            )
+        ],
+    )
     return training_figures(result), result
 
 

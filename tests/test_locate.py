@@ -81,7 +81,7 @@ def test_an_expectation_not_written_or_an_unreadable_file_points_at_line_1(tmp_p
 def test_every_shipped_expectation_is_found_at_its_header() -> None:
     require_shipped_libraries()
     checked = 0
-    for path in find_specs([SPECS, SPECS.parent / "docs" / "examples"]):
+    for path in find_specs([SPECS, SPECS.parent / "docs" / "examples", SPECS.parent / "stability" / "examples"]):
         lines = path.read_text(encoding="utf-8").splitlines()
         for name, _ in load_spec(path).invariants():
             line = locate_expectation(path, name)

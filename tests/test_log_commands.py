@@ -227,20 +227,38 @@ def _results(spec: object, name: str, path: str, message: str, error: str, outpu
     hostile_spec = spec.model_copy(update={"name": name, "path": path, "description": message})  # type: ignore[attr-defined]
     results = [
         InvariantResult(
-            "gradient_arrival",
-            "holds",
-            False,
-            None,
-            None,
-            1,
-            message,
+            name="gradient_arrival",
+            expect="holds",
+            met=False,
+            verdict=None,
+            case=None,
+            examples=1,
+            message=message,
             reproduce=f"stability check {path} --case seed=1",
             error=error,
         ),
-        InvariantResult("variance_growth", "holds", True, None, None, 0, message, applicable=False),
-        InvariantResult("identity_at_init", "holds", True, None, None, 0, message, skipped=True),
+        InvariantResult(
+            name="variance_growth",
+            expect="holds",
+            met=True,
+            verdict=None,
+            case=None,
+            examples=0,
+            message=message,
+            applicable=False,
+        ),
+        InvariantResult(
+            name="identity_at_init",
+            expect="holds",
+            met=True,
+            verdict=None,
+            case=None,
+            examples=0,
+            message=message,
+            skipped=True,
+        ),
     ]
-    return [SpecResult(hostile_spec, results, output=output)]
+    return [SpecResult(spec=hostile_spec, results=results, output=output)]
 
 
 @given(name=hostile, path=hostile, message=hostile, error=hostile, output=hostile)

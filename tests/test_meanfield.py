@@ -62,7 +62,7 @@ def test_tanh_chaotic_side() -> None:
 @pytest.mark.parametrize("activation", ["tanh", "gelu", "sigmoid"])
 @pytest.mark.parametrize("q", [0.01, 0.2, 1.0, 10.0, 100.0, 1e4])
 def test_quadrature_against_trapezoid(activation: str, q: float) -> None:
-    phi, d = quad._phi(activation), quad._dphi(activation)
+    phi, d = quad.activation_function(activation), quad._dphi(activation)
     got = quad._expect3(activation, q)
     ref = (_trapezoid(lambda x: phi(x) ** 2, q), _trapezoid(lambda x: d(x) ** 2, q), _trapezoid(lambda x: d(x) ** 4, q))
     for a, b in zip(got, ref, strict=True):
@@ -82,7 +82,7 @@ def test_nf_gains() -> None:
     for name, published in (("relu", 1.7139588594), ("tanh", 1.5939117670)):
         assert abs(published / mf.nf_gain(name) - 1) < 1e-3
         # γ makes Var[γ φ(z)] = 1 by the module's own quadrature too.
-        phi = quad._phi(name)
+        phi = quad.activation_function(name)
         g = mf.nf_gain(name)
         mean = mf.gaussian_expectation(phi)
         assert g * g * (mf.gaussian_expectation(lambda x, phi=phi: phi(x) ** 2) - mean * mean) == _within(1.0, 1e-12)
@@ -102,10 +102,10 @@ def test_critical_line() -> None:
 def test_fixed_point_is_a_fixed_point_and_is_stable() -> None:
     for act, sw2, sb2 in (("tanh", 1.5, 0.05), ("gelu", 1.5, 0.05), ("sigmoid", 3.0, 0.3), ("tanh", 2.5, 0.0)):
         q = mf.fixed_point(act, sigma_w2=sw2, sigma_b2=sb2)
-        assert sw2 * quad._second_moment(act, q) + sb2 == _within(q, 1e-12)
+        assert sw2 * quad.second_moment(act, q) + sb2 == _within(q, 1e-12)
         plain = 1.0
         for _ in range(3000):
-            plain = sw2 * quad._second_moment(act, plain) + sb2
+            plain = sw2 * quad.second_moment(act, plain) + sb2
         assert plain == _within(q, 1e-9)
     assert mf.fixed_point("tanh", sigma_w2=0.5) == 0.0
     assert mf.fixed_point("gelu", sigma_w2=3.0, sigma_b2=0.3) == math.inf

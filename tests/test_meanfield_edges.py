@@ -34,7 +34,7 @@ def test_gaussian_moments_at_any_variance(q: float) -> None:
 @pytest.mark.parametrize("activation", ["tanh", "gelu", "sigmoid", "relu", "identity"])
 def test_a_stack_without_weights_or_bias_collapses_to_zero(activation: str) -> None:
     assert mean_field(activation, sigma_w2=0.0) == MeanField(
-        activation, 0.0, 0.0, 0.0, 0.0, 0.0
+        activation=activation, sigma_w2=0.0, sigma_b2=0.0, q_star=0.0, chi1=0.0, xi=0.0
     )  # ξ = 0: gone in one block
 
 
@@ -46,7 +46,44 @@ def test_the_defaults_are_no_bias_and_a_unit_branch() -> None:
     )
     assert chi1("relu", sigma_w2=1.0, residual=True) == pytest.approx(1.5, rel=1e-14, abs=0)  # 1 + α²σ_w²/2 with α = 1
     assert mean_field("relu", sigma_w2=1.0, residual=True).chi1 == pytest.approx(1.5, rel=1e-14, abs=0)
-    assert critical_sigma_w2("tanh") == pytest.approx(1.0, abs=1e-6)  # tanh′(0) = 1: σ_w² = 1 without bias
+    assert critical_sigma_w2("tanh") == critical_sigma_w2("tanh", 0.0) == 1.0  # tanh′(0) = 1: σ_w² = 1 without bias
+
+
+@pytest.mark.parametrize(
+    ("activation", "sigma_b2", "closed"),
+    [("tanh", 0.0, 1.0), ("relu", 0.0, 2.0), ("relu", 0.7, 2.0), ("identity", 0.3, 1.0)],
+)
+def test_the_closed_forms_of_the_critical_line_agree_with_the_quadrature(
+    activation: str, sigma_b2: float, closed: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ReLU and the identity: χ₁ = σ_w² E[φ′(z)²] at every q (1/2 and 1); tanh without bias: q* = 0
+    below σ_w² = 1/tanh′(0)² = 1, where χ₁ = σ_w², and q* > 0 with χ₁ > 1 above. The quadrature's χ₁
+    crosses 1 there, and the closed form asks it nothing (it was a bisection of 540,683 quadratures)."""
+    with monkeypatch.context() as m:
+        m.setattr("stability.judge.meanfield.mean_field", None)  # a call would raise TypeError
+        assert critical_sigma_w2(activation, sigma_b2) == closed
+    for eps in (1e-2, 1e-4):
+        below = mean_field(activation, sigma_w2=closed * (1 - eps), sigma_b2=sigma_b2)
+        above = mean_field(activation, sigma_w2=closed * (1 + eps), sigma_b2=sigma_b2)
+        assert below.phase == "ordered" and above.phase == "chaotic"
+        assert below.chi1 == pytest.approx(1 - eps, rel=1e-12, abs=0) if activation != "tanh" else below.chi1 < 1
+    if activation == "tanh":  # below the edge q* = 0, so χ₁ = σ_w² tanh′(0)² = σ_w² exactly
+        assert mean_field("tanh", sigma_w2=0.99).q_star == 0.0
+        assert mean_field("tanh", sigma_w2=0.99).chi1 == pytest.approx(0.99, rel=1e-12, abs=0)
+
+
+def test_without_a_closed_form_the_critical_line_is_searched() -> None:
+    """Sigmoid has φ(0) ≠ 0 and tanh with a bias has q* > 0: χ₁ crosses 1 where the search stops.
+    GELU has φ(0) = 0 and φ′(0) = 1/2, but from q = 1 its q grows without bound from σ_w² ≈ 2.35 on,
+    before 1/φ′(0)² = 4: χ₁ jumps across 1 there, from σ_w² φ′(0)² (q* = 0) to past 1 (q* = ∞)."""
+    for activation, sigma_b2 in (("sigmoid", 0.0), ("tanh", 0.05)):
+        c = critical_sigma_w2(activation, sigma_b2)
+        assert mean_field(activation, sigma_w2=c, sigma_b2=sigma_b2).chi1 == pytest.approx(1.0, rel=1e-9, abs=0)
+    c = critical_sigma_w2("gelu")
+    assert 2.3 < c < 2.4
+    below, above = mean_field("gelu", sigma_w2=c * (1 - 1e-9)), mean_field("gelu", sigma_w2=c * (1 + 1e-9))
+    assert (below.q_star, above.q_star) == (0.0, math.inf)
+    assert below.chi1 == pytest.approx(c / 4, rel=1e-6, abs=0) and above.chi1 > 1.1
 
 
 def test_no_edge_of_chaos_in_range_is_an_error_that_says_so() -> None:

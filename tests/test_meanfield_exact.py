@@ -63,7 +63,7 @@ def test_plain_iteration_fallback_finds_a_stable_point_or_says_unbounded() -> No
     q = mf.fixed_point("gelu", sigma_w2=2.0, sigma_b2=0.05, q0=10.0)
 
     def t(x: float) -> float:
-        return 2.0 * quad._second_moment("gelu", x) + 0.05
+        return 2.0 * quad.second_moment("gelu", x) + 0.05
 
     assert 0.0 < q < 1.0 and t(q) == _within(q, 1e-12)
     h = 1e-6 * q

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from stability.cli.grammar import seconds
+from stability.cli.arg_types import seconds
 from stability.report.github import command
 from stability.run.guard import LONGEST_LIMIT_S, case_limit, time_limit
 from stability.spec.load import parse_spec
@@ -362,7 +362,7 @@ def test_init_conformance_on_a_model_with_no_parameter_is_not_met(cli: Cli, tmp_
     code, out, _ = cli("check", path, "--profile", "ci", "--in-process", "-q", "--json", report)
     assert code == 1 and "0 met, 1 not met" in out, (code, out)
     (inv,) = json.loads(report.read_text())["specs"][0]["invariants"]
-    assert inv["met"] is False and "no parameter was judged: it has no parameters" in inv["message"], inv
+    assert inv["met"] is False and "nothing was judged: it has no parameters" in inv["message"], inv
 
 
 def test_an_init_rule_with_a_negative_std_is_refused(cli: Cli, tmp_path: Path) -> None:
@@ -376,6 +376,7 @@ def test_an_init_rule_whose_std_computes_negative_cannot_be_read() -> None:
     from types import SimpleNamespace
 
     from stability.judge.init_conformance import init_conformance
+    from stability.measure.init_stats import InitRecord
     from stability.spec.init_expect import InitConformance
 
     e = InitConformance.model_validate(
@@ -385,7 +386,7 @@ def test_an_init_rule_whose_std_computes_negative_cannot_be_read() -> None:
         name="0.weight", module=["Linear"], within=[], fan_in=4, fan_out=4, n=16, mean=0.0, var=1e-4, min=-0.05
     )
     p.max, p.eps = 0.05, 0.0
-    record = SimpleNamespace(model=["Sequential"], variables={}, parameters=[p])
+    record = InitRecord(model=("Sequential",), variables={}, parameters=(p,))  # type: ignore[arg-type]
     v = init_conformance(SimpleNamespace(extra={"init_conformance": record}), e)
     assert not v.measured and "its std = '0.02 - fan_in' is -3.98 for this model" in v.detail, v
 
@@ -473,7 +474,7 @@ def test_no_probe_invariant_is_evidence_on_a_network_with_no_block() -> None:
         PLAIN.format(extra="", expect="[expect.variance_growth]\n[expect.lesion]\n").replace('"plain"', '"preact"', 1)
     )
     m = Measurements([1.0], [1.0], [1.0], {}, 0.0, 0.0, None)
-    record = CaseRecord(corner_case(spec), m)
+    record = CaseRecord(case=corner_case(spec), measurements=m)
     names = [n for n, _ in spec.invariants() if not INVARIANTS.get(n).training]
     assert names == ["gradient_arrival", "variance_growth", "lesion"]
     m.extra["lesion"] = [0.0]

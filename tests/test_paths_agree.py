@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from stability.cli import main
-from stability.report.formats import _fmt
+from stability.numbers import number_text
 from stability.report.html import render_html
 from stability.run.engine import RunOptions
 from stability.run.executor import Task
@@ -173,7 +173,9 @@ def _compare(paths: list[Path], cases: tuple[str, ...], tmp_path: Path) -> None:
     for case, results in by_case.items():
         printed = _html_numbers(results)
         expected = [
-            (r.name, _fmt(r.verdict.observed) if r.verdict is not None else "—") for res in results for r in res.results
+            (r.name, number_text(r.verdict.observed) if r.verdict is not None else "—")
+            for res in results
+            for r in res.results
         ]
         assert [(n, shown.split(" ")[0]) for n, shown in printed] == expected, (
             f"the HTML report shows other numbers at case {case!r}"

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from approx_support import approx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -46,15 +47,15 @@ REL = 1e-12
 def test_plain_chain_ratio_is_the_product_of_slopes(slope: float, depth: int) -> None:
     m = probe(chain(slope, depth), X)
     assert m.gradient_ratio == pytest.approx(slope**depth, rel=REL, abs=0.0)
-    assert m.grad_norm[-1] == pytest.approx(
+    assert m.grad_norm[-1] == approx(
         float(torch.linalg.vector_norm(torch.randn(5, 1, generator=torch.Generator().manual_seed(0)).double())), rel=REL
     )
 
 
 def test_quoted_values_of_the_chain() -> None:
     # The numbers the theory quotes, as the formula gives them (to the quoted digits).
-    assert probe(chain(0.9, 50), X).gradient_ratio == pytest.approx(5.15e-3, rel=1e-3)
-    assert probe(chain(0.9, 100), X).gradient_ratio == pytest.approx(2.66e-5, rel=2e-3)
+    assert probe(chain(0.9, 50), X).gradient_ratio == approx(5.15e-3, rel=1e-3)
+    assert probe(chain(0.9, 100), X).gradient_ratio == approx(2.66e-5, rel=2e-3)
 
 
 @pytest.mark.parametrize("depth", [2, 4, 6, 8, 10])
@@ -62,10 +63,10 @@ def test_plain_versus_residual_table(depth: int) -> None:
     plain = probe(chain(0.5, depth), X).gradient_ratio
     resid = probe(chain(0.5, depth, residual=True), X).gradient_ratio
     assert plain == pytest.approx(0.5**depth, rel=REL, abs=0.0)
-    assert resid == pytest.approx(1.5**depth, rel=REL)
+    assert resid == approx(1.5**depth, rel=REL)
     quoted = {2: (0.25, 2.25), 4: (0.0625, 5.0625), 6: (0.015625, 11.39), 8: (0.0039, 25.63), 10: (0.00098, 57.67)}
     qp, qr = quoted[depth]
-    assert plain == pytest.approx(qp, rel=0.01) and resid == pytest.approx(qr, rel=0.001)
+    assert plain == approx(qp, rel=0.01) and resid == approx(qr, rel=0.001)
 
 
 def test_every_boundary_and_activation_statistic_follows_the_chain() -> None:
@@ -101,7 +102,7 @@ def test_identity_errors_of_a_scaled_identity() -> None:
 
 def test_sum_and_mse_losses() -> None:
     m = probe(chain(0.5, 3), X, loss="sum")
-    assert m.grad_norm[-1] == pytest.approx(math.sqrt(5), rel=REL)  # ∂L/∂y = 1 everywhere
+    assert m.grad_norm[-1] == approx(math.sqrt(5), rel=REL)  # ∂L/∂y = 1 everywhere
     assert m.gradient_ratio == pytest.approx(0.125, rel=REL, abs=0.0)
     target = torch.zeros(5, 1, dtype=torch.float64)
     m = probe(chain(0.5, 3), X, loss="mse", target=target)

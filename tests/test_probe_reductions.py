@@ -1,7 +1,7 @@
 """The probe's boundary moments and gradient norms on the CPU, against float64 references.
 
-`stability.measure.reductions._Moments` reduces each boundary of ≥ 2,048 elements to Σh and Σh² at once (one-pass, with
-the corrected two-pass formula where mean² > var would cancel); `_norm` takes norms above 1,024
+`stability.measure.reductions.Moments` reduces each boundary of ≥ 2,048 elements to Σh and Σh² at once (one-pass, with
+the corrected two-pass formula where mean² > var would cancel); `norm_tensor` takes norms above 1,024
 elements a row of 1,024 at a time, combined in float64, because torch's float32 `vector_norm`
 drifts with the length (1.5e-5 relative at 16,384 elements on a constant vector, 9e-4 at 2^20). Every bound below is the stated accuracy in float32 (docs/performance.md):
 a float32 cascade sum of n ≤ 2^22 terms is within ~2e-7 relative, and the one-pass variance loses at
@@ -37,7 +37,7 @@ def test_moments_match_float64_at_every_size_and_mean(n: int, shift: float) -> N
     for scale in (1.0, 1e-3, 1e4):
         x = ((torch.randn(n, generator=g, dtype=torch.float64) + shift) * scale).float()
         var_ref, mean_ref = _reference(x)
-        m = P._Moments()
+        m = P.Moments()
         m.add(x)
         (var,), (mean,) = m.result([])
         assert abs(var - var_ref) <= REL * var_ref
@@ -49,7 +49,7 @@ def test_moments_divide_by_n_exactly() -> None:
     n = 4096
     signs = torch.tensor([1.0, -1.0]).repeat(n // 2)
     for mu, c in [(0.0, 1.0), (0.25, 0.5), (1000.0, 0.125)]:  # the last: mean² ≫ var, two-pass
-        m = P._Moments()
+        m = P.Moments()
         m.add(mu + c * signs)
         (var,), (mean,) = m.result([])
         assert var == c * c
@@ -57,7 +57,7 @@ def test_moments_divide_by_n_exactly() -> None:
 
 
 def test_small_boundaries_use_var_mean_and_keep_order() -> None:
-    m = P._Moments()
+    m = P.Moments()
     big = torch.arange(4096, dtype=torch.float32)
     small = torch.tensor([1.0, 2.0, 3.0, 6.0])
     m.add(small)
@@ -76,7 +76,7 @@ def test_non_finite_boundaries(bad: float, var_is: str, mean_is: str) -> None:
     """inf or nan in h: var nan (non-finite, as var_mean says)."""
     x = torch.randn(4096)
     x[7] = bad
-    m = P._Moments()
+    m = P.Moments()
     m.add(x)
     (var,), (mean,) = m.result([])
     kinds = {"nan": math.isnan, "inf": math.isinf}
@@ -92,7 +92,7 @@ def test_finite_boundaries_whose_float32_sums_overflow_or_underflow(scale: float
     x = (torch.randn(n, generator=torch.Generator().manual_seed(2), dtype=torch.float64) * scale).float()
     x[7] = 3.0e38 if scale == 1e36 else x[7]  # near float32's largest finite value
     var_ref, mean_ref = _reference(x)
-    m = P._Moments()
+    m = P.Moments()
     m.add(x)
     (var,), (mean,) = m.result(torch.stack(m.parts).double().tolist() if m.parts else [])
     assert math.isfinite(var) and math.isfinite(mean)
@@ -129,7 +129,7 @@ def test_norms_whose_float32_squares_leave_the_range(scale: float) -> None:
     taken again in float64, and the probe reports it instead of 0 or a non-finite gradient."""
     g = torch.randn(5000, generator=torch.Generator().manual_seed(3)) * scale
     ref = float(g.double().square().sum().sqrt())
-    assert abs(float(P._norm(g, None)) - ref) <= REL * ref
+    assert abs(float(P.norm_tensor(g, None)) - ref) <= REL * ref
     a = 1e-12 if scale < 1 else 1e12  # h_{l+1} = a·h_l: the gradient shrinks or grows by a per block
     m = probe(nn.Sequential(_Scale(a), _Scale(a), _Scale(1.0)), torch.randn(1, 5000), seed=1)
     assert m.nonfinite_at is None
@@ -144,7 +144,7 @@ def test_norm_is_accurate_at_every_size(n: int) -> None:
         torch.randn(n, generator=torch.Generator().manual_seed(3)).abs() + 0.5
     )  # all positive: the worst case for accumulation
     ref = float(g.double().square().sum().sqrt())
-    assert abs(float(P._norm(g, None)) - ref) <= REL * ref
+    assert abs(float(P.norm_tensor(g, None)) - ref) <= REL * ref
 
 
 #: float32's unit roundoff, 2^-24.
@@ -161,26 +161,26 @@ def test_norm_of_a_constant_vector_is_as_accurate_as_one_row(n: int) -> None:
     """‖c·𝟏_n‖ = √n·|c| exactly. Constant (coherent) data is the worst case for torch's float32
     `vector_norm` on the CPU, which accumulates each lane of a vector register sequentially: its
     error grows with n (at 16,384 elements 7.8e-6 for c = 1.1 and up to 1.5e-5 over c; at 2^20
-    9e-4). `_norm` takes rows of `_NORM_ROW` and combines their norms in float64, so whatever n
+    9e-4). `norm_tensor` takes rows of `NORM_ROW` and combines their norms in float64, so whatever n
     is, its error is that of torch's own norm on the longest row it uses (1,024 elements, or the
     remainder), measured here on the same machine, plus 2 roundings of float32 (a row's norm to
     float32, whose rounding the float64 combination keeps, and slack for the combination itself):
     the tolerance does not grow with n. It is also never more than 1e-6 (docs/performance.md)."""
-    row = 1024  # the claim (reductions._NORM_ROW): no accumulation runs over more than this
+    row = 1024  # the claim (reductions.NORM_ROW): no accumulation runs over more than this
     rest = n % row
     for c in [1.1, 0.7, 1.0 / 3.0, 2.5, 0.01]:
         c = float(torch.tensor(c))  # exact in float32
         exact = math.sqrt(n) * c
         tol = max(_torch_error(row, c), _torch_error(rest, c) if rest else 0.0) + 2 * U32
         assert tol <= 1e-6
-        for got in (float(P._norm(torch.full((n,), c), None)), P._norm_value(torch.full((n,), c), None)):
+        for got in (float(P.norm_tensor(torch.full((n,), c), None)), P.norm_value(torch.full((n,), c), None)):
             assert abs(got - exact) <= tol * exact, (n, c, abs(got - exact) / exact, tol)
 
 
 def test_norm_of_a_large_non_contiguous_tensor() -> None:
     g = torch.randn(1024, 1024, generator=torch.Generator().manual_seed(4)).t()
     ref = float(g.double().square().sum().sqrt())
-    out = P._norm(g, None)  # reduced in float64 (no row view of a transposed tensor)
+    out = P.norm_tensor(g, None)  # reduced in float64 (no row view of a transposed tensor)
     assert abs(float(out) - ref) <= REL * ref
 
 

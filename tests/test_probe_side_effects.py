@@ -8,6 +8,7 @@ import copy
 
 import pytest
 import torch
+from approx_support import approx
 from torch import nn
 
 from stability import probe
@@ -87,7 +88,7 @@ def test_an_in_place_block_works_at_position_0_and_leaves_x_alone() -> None:
     assert m.act_var[1] == pytest.approx(float(kept.relu().var(unbiased=False)), rel=1e-12, abs=0.0)
     # L = Σ W·relu(x): ∂L/∂x = 1[x > 0] ⊙ (1ᵀW), row by row
     expected = (kept > 0).double() * lin.weight.detach().sum(0)  # (B, C)
-    assert m.grad_norm[0] == pytest.approx(float(expected.norm()), rel=1e-12)
+    assert m.grad_norm[0] == approx(float(expected.norm()), rel=1e-12)
 
 
 def test_identity_is_judged_against_the_input_before_the_block_ran() -> None:
@@ -101,5 +102,5 @@ def test_identity_is_judged_against_the_input_before_the_block_ran() -> None:
 
     x = torch.randn(3, 4, dtype=torch.float64)
     m = probe([MutatesThenCopies()], x)
-    assert m.identity_error == pytest.approx(1.0, rel=1e-12)  # ‖2x − x‖ / ‖x‖
+    assert m.identity_error == approx(1.0, rel=1e-12)  # ‖2x − x‖ / ‖x‖
     assert probe([nn.Identity()], x).identity_error == 0.0

@@ -2,7 +2,7 @@
 (stability/measure/probe_pass.py, reductions.py, param_norms.py): relative differences in the
 tensors' own dtype or in float64, rounding to a dtype, which boundaries get the two-pass moments,
 the host-side combination of those moments, the parameter-gradient norms of every size class in
-their own order, the range fallback of `_norm`, and the hooked low-precision parameters. Written
+their own order, the range fallback of `norm_tensor`, and the hooked low-precision parameters. Written
 from the mutation check (docs/mutation.md)."""
 
 from __future__ import annotations
@@ -15,20 +15,20 @@ import torch
 from torch import nn
 
 from stability import probe
-from stability.measure.param_norms import _HOOK_PARAM, _SMALL_PARAM, _param_norms
-from stability.measure.probe import _rel_diff
+from stability.measure.boundaries import rel_diff
+from stability.measure.param_norms import _HOOK_PARAM, _SMALL_PARAM, param_grad_norms
 from stability.measure.probe_pass import projection_vector
 from stability.measure.reductions import (
-    _TWO_PASS_MIN,
+    TWO_PASS_MIN,
     _as_dtype,
-    _combine,
-    _moments,
-    _norm,
-    _norm_value,
-    _two_pass_count,
+    combine_moments,
+    moments_into,
+    norm_tensor,
+    norm_value,
+    two_pass_count,
 )
 
-#: A gradient of many rows of `reductions._NORM_ROW` (and, plus 3, a remainder).
+#: A gradient of many rows of `reductions.NORM_ROW` (and, plus 3, a remainder).
 _LONG = 1 << 16
 
 
@@ -46,7 +46,7 @@ def _norm64(t: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(t.double()))
 
 
-# ----------------------------------------------------------------------------- _rel_diff
+# ----------------------------------------------------------------------------- rel_diff
 
 
 def test_rel_diff_of_two_float32_tensors_is_computed_in_float32() -> None:
@@ -54,7 +54,7 @@ def test_rel_diff_of_two_float32_tensors_is_computed_in_float32() -> None:
     own = float(torch.linalg.vector_norm(a - b)) / float(torch.linalg.vector_norm(b))
     wide = _norm64(a.double() - b.double()) / _norm64(b)
     assert own != wide  # the two ways differ in the last bits here, so the test below can tell them apart
-    assert _rel_diff(a, b) == own
+    assert rel_diff(a, b) == own
 
 
 @pytest.mark.parametrize(
@@ -69,18 +69,18 @@ def test_rel_diff_of_two_float32_tensors_is_computed_in_float32() -> None:
 def test_rel_diff_of_mixed_or_half_precision_tensors_is_computed_in_float64(da: torch.dtype, db: torch.dtype) -> None:
     a, b = _randn(40, 7, seed=3, dtype=da), _randn(40, 7, seed=4, dtype=db)
     want = _norm64(a.double() - b.double()) / _norm64(b)
-    assert _rel_diff(a, b) == want
+    assert rel_diff(a, b) == want
 
 
 def test_rel_diff_edges() -> None:
     a = _randn(5, 4, seed=5)
-    assert _rel_diff(a, a.clone()) == 0.0
-    assert _rel_diff(a, a.reshape(4, 5)) is None  # another shape: no identity error
+    assert rel_diff(a, a.clone()) == 0.0
+    assert rel_diff(a, a.reshape(4, 5)) is None  # another shape: no identity error
     zero = torch.zeros(5, 4)
-    assert _rel_diff(a, zero) == float(torch.linalg.vector_norm(a))  # against zero: the absolute difference
+    assert rel_diff(a, zero) == float(torch.linalg.vector_norm(a))  # against zero: the absolute difference
 
 
-# ----------------------------------------------------------------------------- _as_dtype, _two_pass_count
+# ----------------------------------------------------------------------------- _as_dtype, two_pass_count
 
 
 def test_as_dtype_rounds_to_the_dtype_and_keeps_float64() -> None:
@@ -92,75 +92,77 @@ def test_as_dtype_rounds_to_the_dtype_and_keeps_float64() -> None:
 
 def test_two_pass_count_is_the_size_for_large_cpu_float_tensors_only() -> None:
     cpu, f32 = torch.device("cpu"), torch.float32
-    assert _two_pass_count(_TWO_PASS_MIN, cpu, f32) == _TWO_PASS_MIN
-    assert _two_pass_count(_TWO_PASS_MIN + 5, cpu, torch.float64) == _TWO_PASS_MIN + 5
-    assert _two_pass_count(_TWO_PASS_MIN - 1, cpu, f32) == 0
+    assert two_pass_count(TWO_PASS_MIN, cpu, f32) == TWO_PASS_MIN
+    assert two_pass_count(TWO_PASS_MIN + 5, cpu, torch.float64) == TWO_PASS_MIN + 5
+    assert two_pass_count(TWO_PASS_MIN - 1, cpu, f32) == 0
     assert (
-        _two_pass_count(4 * _TWO_PASS_MIN, torch.device("cuda"), f32) == 0
+        two_pass_count(4 * TWO_PASS_MIN, torch.device("cuda"), f32) == 0
     )  # a device: var_mean (no host read mid-pass)
-    assert _two_pass_count(4 * _TWO_PASS_MIN, torch.device("meta"), f32) == 0
-    assert _two_pass_count(4 * _TWO_PASS_MIN, cpu, torch.int64) == 0
+    assert two_pass_count(4 * TWO_PASS_MIN, torch.device("meta"), f32) == 0
+    assert two_pass_count(4 * TWO_PASS_MIN, cpu, torch.int64) == 0
 
 
-# ----------------------------------------------------------------------------- _moments and _combine
+# ----------------------------------------------------------------------------- moments_into and combine_moments
 
 
 def test_moments_small_boundaries_give_var_mean_and_large_ones_the_two_pass_sums() -> None:
-    small = _randn(_TWO_PASS_MIN - 1, seed=6, dtype=torch.float64) * 3 + 2
+    small = _randn(TWO_PASS_MIN - 1, seed=6, dtype=torch.float64) * 3 + 2
     out: list[torch.Tensor] = []
-    assert _moments(small, out) == 0 and len(out) == 2
+    assert moments_into(small, out) == 0 and len(out) == 2
     var, mean = torch.var_mean(small, correction=0)
     assert (float(out[0]), float(out[1])) == (float(var), float(mean))
     large = _randn(8, 512, seed=7, dtype=torch.float64) * 3 + 2  # 4,096 elements
     out = []
-    assert _moments(large, out) == large.numel() and len(out) == 3
+    assert moments_into(large, out) == large.numel() and len(out) == 3
     m = float(large.mean())
     d = large - large.mean()
     assert [float(t) for t in out] == [m, float(d.sum()), float((d * d).sum())]
-    v, u = _combine([float(t) for t in out], [large.numel()])
+    v, u = combine_moments([float(t) for t in out], [large.numel()])
     assert v[0] == pytest.approx(float(large.var(unbiased=False)), rel=1e-13, abs=0.0)
     assert u[0] == pytest.approx(m, rel=1e-15, abs=0.0)
 
 
 def test_combine_applies_the_corrected_two_pass_formula() -> None:
     # m = 1, Σd = 2, Σd² = 10 over n = 4: mean = m + Σd/n = 1.5, var = Σd²/n − (Σd/n)² = 2.5 − 0.25 = 2.25
-    var, mean = _combine([0.7, -3.0, 1.0, 2.0, 10.0, 5.0, math.inf, 1.0], [0, 4, 2])
+    var, mean = combine_moments([0.7, -3.0, 1.0, 2.0, 10.0, 5.0, math.inf, 1.0], [0, 4, 2])
     assert var[:2] == [0.7, 2.25] and mean[:2] == [-3.0, 1.5]
     assert math.isnan(var[2]) and mean[2] == 5.0  # an inf sum: non-finite variance, the centre kept as the mean
-    v, m = _combine(
+    v, m = combine_moments(
         [0.0, 1.0, 0.3], [3]
     )  # Σd²/n − (Σd/n)² = 0.1 − 0.11… < 0 (rounding does that near zero variance): clamped at 0
     assert v == [0.0] and m == [1.0 / 3.0]
 
 
-# ----------------------------------------------------------------------------- _norm
+# ----------------------------------------------------------------------------- norm_tensor
 
 
 def test_norm_keeps_the_input_dtype_unless_the_squares_leave_the_range() -> None:
     g = _randn(300, seed=8) * 1e-3  # a norm below 1: still float32
-    assert _norm(g, None).dtype == torch.float32
-    assert float(_norm(g, None)) == float(torch.linalg.vector_norm(g))
+    assert norm_tensor(g, None).dtype == torch.float32
+    assert float(norm_tensor(g, None)) == float(torch.linalg.vector_norm(g))
     big = torch.full((300,), 2.0**100)  # squares overflow float32: taken again in float64
-    out = _norm(big, None)
+    out = norm_tensor(big, None)
     assert out.dtype == torch.float64 and float(out) == pytest.approx(2.0**100 * math.sqrt(300), rel=1e-15, abs=0.0)
     tiny = torch.full((300,), 2.0**-100)  # squares underflow to 0 in float32
-    assert float(_norm(tiny, None)) == pytest.approx(2.0**-100 * math.sqrt(300), rel=1e-15, abs=0.0)
-    assert float(_norm(torch.zeros(300), None)) == 0.0
-    assert _norm_value(big, None) == float(out) and _norm_value(g, None) == float(torch.linalg.vector_norm(g))
+    assert float(norm_tensor(tiny, None)) == pytest.approx(2.0**-100 * math.sqrt(300), rel=1e-15, abs=0.0)
+    assert float(norm_tensor(torch.zeros(300), None)) == 0.0
+    assert norm_value(big, None) == float(out) and norm_value(g, None) == float(torch.linalg.vector_norm(g))
 
 
 def test_norm_of_half_precision_accumulates_in_the_dtype_given() -> None:
     g = _randn(1000, seed=9, dtype=torch.float16)
-    out = _norm(g, torch.float32)
+    out = norm_tensor(g, torch.float32)
     assert out.dtype == torch.float32
     assert float(out) == float(torch.linalg.vector_norm(g, dtype=torch.float32))
     long = _randn(5120, seed=9, dtype=torch.float16)  # by rows: float32 rows, combined in float64
     assert (
-        float(_norm(long, torch.float32)) == _rows32(long) != float(torch.linalg.vector_norm(long, dtype=torch.float64))
+        float(norm_tensor(long, torch.float32))
+        == _rows32(long)
+        != float(torch.linalg.vector_norm(long, dtype=torch.float64))
     )
 
 
-# ----------------------------------------------------------------------------- _param_norms
+# ----------------------------------------------------------------------------- param_grad_norms
 
 
 def test_param_norms_of_every_size_class_in_their_own_order() -> None:
@@ -168,16 +170,16 @@ def test_param_norms_of_every_size_class_in_their_own_order() -> None:
     grads = [
         _randn(*s, seed=10 + i) for i, s in enumerate(sizes)
     ]  # huge, small, middle, huge (whole rows), small, small, small
-    out = _param_norms(grads, None)
+    out = param_grad_norms(grads, None)
     assert out.dtype == torch.float64 and out.shape == (len(grads),)
     assert out.tolist() == pytest.approx([_norm64(g) for g in grads], rel=5e-7, abs=0.0)
     given = {1: torch.tensor(11.0), 3: torch.tensor(33.0)}  # norms already taken (by the hooks): not recomputed
-    mixed = _param_norms(grads, None, given=given).tolist()
+    mixed = param_grad_norms(grads, None, given=given).tolist()
     assert mixed[1] == 11.0 and mixed[3] == 33.0
     assert [mixed[j] for j in (0, 2, 4, 5, 6)] == pytest.approx(
         [_norm64(grads[j]) for j in (0, 2, 4, 5, 6)], rel=5e-7, abs=0.0
     )
-    empty = _param_norms([], None)
+    empty = param_grad_norms([], None)
     assert empty.dtype == torch.float64 and empty.numel() == 0
 
 
@@ -188,7 +190,7 @@ def test_param_norms_out_of_float32_range_are_taken_in_float64() -> None:
         torch.full((3, 3), 2.0),
         torch.full((2, 2), 2.0**83),
     ]  # squares beyond float32's range, both ways
-    out = _param_norms(grads, None).tolist()
+    out = param_grad_norms(grads, None).tolist()
     assert out == pytest.approx(
         [2.0**83 * math.sqrt(_SMALL_PARAM + 10), 3 * 2.0**-83, 6.0, 2.0**84], rel=1e-14, abs=0.0
     )
@@ -218,30 +220,30 @@ def test_param_norms_in_range_stay_in_float32_arithmetic_and_every_class_alone_i
     # each equals the float32 reduction of its class exactly, whether the norm is below or above 1
     small = [_randn(3, 5, seed=20) * 0.01, _randn(3, 5, seed=21) * 10.0]  # one group of two, norms < 1 and > 1
     middle = [_randn(_SMALL_PARAM + 1, seed=22) * 1e-4, _randn(_SMALL_PARAM + 7, seed=23)]
-    out = _param_norms([*small, *middle], None).tolist()
+    out = param_grad_norms([*small, *middle], None).tolist()
     want_small = torch.linalg.vector_norm(torch.stack(small).reshape(2, -1), dim=1).tolist()
-    want_middle = [_norm_value(g, None) for g in middle]  # each by rows (reductions._row_norms)
+    want_middle = [norm_value(g, None) for g in middle]  # each by rows (reductions.row_norms)
     assert out == [*want_small, *want_middle]
     for alone in (small, middle, [_randn(_LONG + 1, seed=24)]):
-        assert _param_norms(alone, None).dtype == torch.float64
-    assert _param_norms(small, None, given={0: torch.tensor(1.0), 1: torch.tensor(2.0)}).tolist() == [1.0, 2.0]
-    assert _param_norms(small, None, given={0: torch.tensor(1.0), 1: torch.tensor(2.0)}).dtype == torch.float64
+        assert param_grad_norms(alone, None).dtype == torch.float64
+    assert param_grad_norms(small, None, given={0: torch.tensor(1.0), 1: torch.tensor(2.0)}).tolist() == [1.0, 2.0]
+    assert param_grad_norms(small, None, given={0: torch.tensor(1.0), 1: torch.tensor(2.0)}).dtype == torch.float64
 
 
 @pytest.mark.parametrize("size", [7, _SMALL_PARAM + 3, _LONG + 4096])
 def test_param_norms_of_half_precision_gradients_accumulate_in_float32(size: int) -> None:
     grads = [_randn(size, seed=25, dtype=torch.float16), _randn(size, seed=26, dtype=torch.float16)]
-    out = _param_norms(grads, torch.float32).tolist()
-    assert out == [float(_norm(g, torch.float32)) for g in grads]  # float32 accumulation, every size class
+    out = param_grad_norms(grads, torch.float32).tolist()
+    assert out == [float(norm_tensor(g, torch.float32)) for g in grads]  # float32 accumulation, every size class
     assert out != [float(torch.linalg.vector_norm(g)) for g in grads]  # (a float16 accumulation would differ)
-    assert _param_norms(grads, torch.float32).dtype == torch.float64
+    assert param_grad_norms(grads, torch.float32).dtype == torch.float64
 
 
 def test_large_parameters_are_normed_by_hooks_and_small_ones_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
     from stability.measure import probe_pass
 
     seen: list[dict[int, torch.Tensor]] = []
-    real = probe_pass._param_norms
+    real = probe_pass.param_grad_norms
 
     def spy(
         grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, given: dict[int, torch.Tensor] | None = None
@@ -250,7 +252,7 @@ def test_large_parameters_are_normed_by_hooks_and_small_ones_at_the_end(monkeypa
         out: torch.Tensor = real(grads, norm_dtype, given=given)
         return out
 
-    monkeypatch.setattr(probe_pass, "_param_norms", spy)
+    monkeypatch.setattr(probe_pass, "param_grad_norms", spy)
     side = int(math.isqrt(_HOOK_PARAM))
     big = nn.Linear(side, side).double()
     probe(
@@ -286,12 +288,12 @@ def test_walk_visits_each_module_once_and_names_only_the_naming_roots_parameters
 
 
 def test_stack64_gives_float64_for_none_one_and_mixed_scalars() -> None:
-    from stability.measure.reductions import _stack64
+    from stability.measure.reductions import stack64
 
-    assert _stack64([]).dtype == torch.float64 and _stack64([]).numel() == 0
-    one = _stack64([torch.tensor(0.1, dtype=torch.float32)])
+    assert stack64([]).dtype == torch.float64 and stack64([]).numel() == 0
+    one = stack64([torch.tensor(0.1, dtype=torch.float32)])
     assert one.dtype == torch.float64 and one.tolist() == [float(np.float32(0.1))]
-    mixed = _stack64(
+    mixed = stack64(
         [
             torch.tensor(0.1, dtype=torch.float32),
             torch.tensor(0.1, dtype=torch.float64),

@@ -157,20 +157,20 @@ def _result(
         judged = tuple(cases[:trained]) if invariant == "trainability" else ()
         results.append(
             InvariantResult(
-                invariant,
-                "holds",
-                True,
-                Verdict(invariant, True, 1.0, "", None, "ok"),
-                cases[0],
-                1,
-                "",
+                name=invariant,
+                expect="holds",
+                met=True,
+                verdict=Verdict(invariant=invariant, passed=True, observed=1.0, bound="", block=None, detail="ok"),
+                case=cases[0],
+                examples=1,
+                message="",
                 judged=judged,
                 seconds=took,
                 shrink_seconds=shrink,
             )
         )
-    records = {c: CaseRecord(c, None) for c in cases[:probed]}
-    return SpecResult(spec, results, records, seconds)
+    records = {c: CaseRecord(case=c, measurements=None) for c in cases[:probed]}
+    return SpecResult(spec=spec, results=results, cases=records, seconds=seconds)
 
 
 def test_the_summary_says_how_long_each_phase_took() -> None:

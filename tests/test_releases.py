@@ -21,6 +21,7 @@ from stability.families import library, library_lookup, library_support
 from stability.families.library import resolve
 from stability.report.zoo_compare import direction_text, markdown, moved, terminal_rows
 from stability.run.releases import CACHE, Release, environment, matrix_specs, parse_release, requirements_to_add
+from stability.run.report_model import CompareRow
 
 ROOT = Path(__file__).resolve().parent.parent
 ZOO = ROOT / "specs" / "zoo"
@@ -208,56 +209,59 @@ def test_transformers_names_resolve_by_its_public_api() -> None:
 
 
 ROWS = [
-    {
-        "file": "z.toml",
-        "spec": "zoo-x",
-        "invariant": "variance_growth",
-        "case": "depth=4",
-        "shown": "depth=4",
-        "before": 1.7,
-        "after": 2.4e5,
-        "change": 1.4e5,
-        "limit": 0.1,
-        "status": "drift",
-        "why": "w",
-        "direction": "up",
-        "toward_bound": True,
-    },
-    {
-        "file": "z.toml",
-        "spec": "zoo-x",
-        "invariant": "rank_collapse",
-        "case": "depth=4",
-        "shown": "depth=4",
-        "before": 0.05,
-        "after": 0.046,
-        "change": -0.08,
-        "limit": 0.1,
-        "status": "within",
-        "why": "w",
-        "direction": "down",
-        "toward_bound": False,
-    },
-    {
-        "file": "z.toml",
-        "spec": "zoo-x",
-        "invariant": "gradient_arrival",
-        "case": "depth=4",
-        "shown": "depth=4",
-        "before": 1.45,
-        "after": 8.8e3,
-        "change": 6e3,
-        "limit": 0.1,
-        "status": "drift",
-        "why": "w",
-        "direction": "up",
-        "toward_bound": False,
-    },
+    CompareRow.model_validate(row)
+    for row in [
+        {
+            "file": "z.toml",
+            "spec": "zoo-x",
+            "invariant": "variance_growth",
+            "case": "depth=4",
+            "shown": "depth=4",
+            "before": 1.7,
+            "after": 2.4e5,
+            "change": 1.4e5,
+            "limit": 0.1,
+            "status": "drift",
+            "why": "w",
+            "direction": "up",
+            "toward_bound": True,
+        },
+        {
+            "file": "z.toml",
+            "spec": "zoo-x",
+            "invariant": "rank_collapse",
+            "case": "depth=4",
+            "shown": "depth=4",
+            "before": 0.05,
+            "after": 0.046,
+            "change": -0.08,
+            "limit": 0.1,
+            "status": "within",
+            "why": "w",
+            "direction": "down",
+            "toward_bound": False,
+        },
+        {
+            "file": "z.toml",
+            "spec": "zoo-x",
+            "invariant": "gradient_arrival",
+            "case": "depth=4",
+            "shown": "depth=4",
+            "before": 1.45,
+            "after": 8.8e3,
+            "change": 6e3,
+            "limit": 0.1,
+            "status": "drift",
+            "why": "w",
+            "direction": "up",
+            "toward_bound": False,
+        },
+    ]
 ]
 
 
 def test_the_comparison_lists_the_rule_s_drifts_with_their_direction() -> None:
-    assert [r["invariant"] for r in moved(ROWS)] == ["variance_growth", "gradient_arrival"]
+    assert [r.invariant for r in moved(ROWS)] == ["variance_growth", "gradient_arrival"]
     assert direction_text(ROWS[0]) == "up, toward its bound" and direction_text(ROWS[2]) == "up, away from its bound"
     assert terminal_rows(ROWS)[0][:7] == (
         "zoo-x",

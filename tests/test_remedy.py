@@ -5,12 +5,14 @@ stability/judge/remedies.py's rule of which remedy applies to which spec."""
 
 from __future__ import annotations
 
+import math
 import tomllib
 from pathlib import Path
 
 import pytest
+from approx_support import approx
 
-from stability.judge.remedies import layerscale_init
+from stability.judge.remedies import carry_gate_bias, layerscale_init
 from stability.spec.edit import edited_text
 from stability.spec.load import parse_spec
 from stability.spec.registry import RegistryError
@@ -31,6 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILT_IN = {
     "zero_branch",
     "shrink_branch",
+    "fixup",
+    "carry_gate",
     "rezero",
     "skipinit",
     "layerscale",
@@ -82,6 +86,7 @@ def test_a_duplicate_is_refused_and_a_miss_names_the_closest() -> None:
         ({"edit": None}, "edit must be callable"),
         ({"applies": 3}, "applies must be callable"),
         ({"references": ()}, "references must cite"),
+        ({"kind": "shape"}, "kind 'shape' is not one of structure, init, other"),
     ],
 )
 def test_an_incomplete_entry_fails_when_it_is_made(changes: dict[str, object], why: str) -> None:
@@ -202,6 +207,7 @@ def test_a_residual_stack_gets_the_branch_remedies_it_does_not_have() -> None:
         "shrink_branch",
         "rezero",
         "skipinit",
+        "fixup",  # two-layer ReLU branches without a norm: Fixup's L^(-1/(2m-2)) with m = 2
         "critical_init",
     }
     got = _applicable(
@@ -215,6 +221,83 @@ def test_a_residual_stack_gets_the_branch_remedies_it_does_not_have() -> None:
     assert "prenorm" in _applicable(_spec("postnorm", 'norm = "layer"')) and "prenorm" not in _applicable(
         _spec("preact", 'norm = "layer"')
     )
+
+
+def test_the_structural_remedies_and_the_initialisations_they_compose_with() -> None:
+    """The kinds `suggest` composes by: the route around and the norm's place change the network's
+    structure; every remedy that changes what the network starts from is an initialisation; the
+    training remedies are neither (a plugin's remedy is "other" unless it says)."""
+    kinds = {r.name: r.kind for r in REMEDIES if r.name in BUILT_IN}
+    assert {n for n, k in kinds.items() if k == "structure"} == {"residual_route", "prenorm"}
+    assert {n for n, k in kinds.items() if k == "init"} == {
+        "zero_branch",
+        "shrink_branch",
+        "rezero",
+        "skipinit",
+        "fixup",
+        "carry_gate",
+        "layerscale",
+        "deepnorm",
+        "critical_init",
+        "init_range",
+    }
+    assert {n for n, k in kinds.items() if k == "other"} == {
+        "qk_norm",
+        "attention_softcap",
+        "z_loss",
+        "logit_softcap",
+        "tied_readout",
+    }
+    assert _toy().kind == "other"
+
+
+def test_fixup_only_where_the_branch_multiplier_is_fixups_scaling() -> None:
+    """Fixup scales the first of m = 2 layers by L^(-1/(2m-2)) = L^(-1/2) and zeroes the last: the
+    family's branch multiplier is that scaling only for a positively homogeneous activation (ReLU:
+    act(c·z) = c·act(z)) and no norm between the layers (a norm undoes any scale of the first)."""
+    two_relu = _spec("preact", 'norm = "none"\nactivation = "relu"')
+    assert "fixup" in _applicable(two_relu) and "fixup" in _applicable(_spec("postnorm", 'activation = "relu"'))
+    for block in (
+        'norm = "layer"',  # a norm between the layers
+        'activation = "tanh"',  # not positively homogeneous
+        "branch_layers = 1",  # m = 1: L^(-1/0)
+        'branch_scale = "1/depth"',  # already scaled
+        'skip = "none"',  # no route around
+    ):
+        assert "fixup" not in _applicable(_spec("preact", block)), block
+    assert "fixup" not in _applicable(_spec("highway", 'activation = "relu"'))
+    spec = parse_spec(two_relu)
+    assert REMEDIES.get("fixup").edit(spec, {}) == {
+        "space.branch_init": ["zero"],
+        "block.branch_scale": "1/sqrt(depth)",
+    }
+
+
+def test_the_carry_gate_starts_each_of_l_transform_gates_at_1_over_l() -> None:
+    """b_T = -ln(L - 1): σ(b_T) = 1/(1 + (L - 1)) = 1/L, so the carry keeps (1 - 1/L)^L of the
+    signal, from 1/4 at L = 2 up to e^(-1) (Srivastava et al. 2015's negative bias, by depth)."""
+    for depth in (2, 3, 8, 48, 200):
+        b = carry_gate_bias(depth)
+        # b is written with 3 significant digits: |Δb| ≤ 0.005 moves σ(b) by at most (1 - σ)·0.005 < 0.5%
+        assert 1 / (1 + math.exp(-b)) == approx(1 / depth, rel=5e-3)
+        assert 0.25 - 1e-9 <= (1 - 1 / depth) ** depth <= math.exp(-1)
+    assert carry_gate_bias(48) == -3.85 and carry_gate_bias(1) == 0.0 and str(carry_gate_bias(2)) == "0.0"
+    deep = _spec("highway", "", "").replace("depth = [1, 4]", "depth = [2, 32]")
+    assert "carry_gate" in _applicable(deep)
+    assert REMEDIES.get("carry_gate").edit(parse_spec(deep), {}) == {"block.gate_bias": -3.43}
+    assert "carry_gate" not in _applicable(_spec("highway"))  # depth ≤ 4: the default -2 is already below
+    assert "carry_gate" not in _applicable(deep.replace("[block]\n", "[block]\ngate_bias = -4.0\n"))
+    assert "carry_gate" not in _applicable(_spec("preact"))
+
+
+def test_the_critical_init_for_every_stack_of_layers() -> None:
+    """He et al. 2015's init for ReLU (Glorot's for tanh) wherever a harness family stacks layers
+    (DenseNet is He-initialised: Huang et al. 2017); never a transformer (GELU has no such rule
+    here) nor where it is already drawn."""
+    for family in ("plain", "postnorm", "preact", "highway", "dense"):
+        assert "critical_init" in _applicable(_spec(family, 'activation = "relu"')), family
+    assert "critical_init" not in _applicable(_spec("dense", 'activation = "relu"', 'weight_init = ["kaiming_normal"]'))
+    assert "critical_init" not in _applicable(_spec("transformer", TRANSFORMER))
 
 
 def test_a_custom_factory_gets_no_remedy() -> None:

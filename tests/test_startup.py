@@ -1,7 +1,7 @@
 """Fast start: the commands that never probe (`--help`, `--version`, `list`, `explain`, `schema`)
 and every usage error answer without importing torch (each in a fresh interpreter, checked on
 `sys.modules`); benchmarks/bench_startup.py times them. And docs/timings.md is what
-benchmarks/timings.py renders from docs/timings.json, never a hand-edited number."""
+benchmarks/timings.py renders from benchmarks/timings.json, never a hand-edited number."""
 
 from __future__ import annotations
 
@@ -97,6 +97,6 @@ def test_the_startup_benchmark_runs_as_a_script() -> None:
 
 def test_the_timings_page_is_what_the_script_renders_from_its_data() -> None:
     timings = _load("timings")
-    data = json.loads((ROOT / "docs" / "timings.json").read_text())
+    data = json.loads((ROOT / "benchmarks" / "timings.json").read_text())
     assert (ROOT / "docs" / "timings.md").read_text() == timings.render(data)
     assert set(data) <= set(timings.MEASUREMENTS)

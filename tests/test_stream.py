@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+from approx_support import approx
 from torch import nn
 
 from stability.judge.stream import residual_stream, stream_numbers
@@ -63,7 +64,7 @@ def test_a_layer_scale_block_changes_the_stream_by_its_scale() -> None:
     for gamma in (1e-6, 1e-3, 0.5):
         m = _probe([LayerScaled(gamma) for _ in range(4)])
         n = stream_numbers(m.grad_norm, m.act_var, m.act_sq_mean)
-        assert n["change"] == pytest.approx(gamma, rel=1e-6)
+        assert n["change"] == approx(gamma, rel=1e-6)
         assert n["stream"] == pytest.approx((1 + gamma) ** 3, **REL) and n["entry"] == pytest.approx(1 + gamma, **REL)
     assert stream_numbers(*([1.0, 1.0, 1.0],) * 3)["change"] == 0.0  # identity blocks
 
@@ -111,7 +112,7 @@ def test_the_ensemble_median_is_judged_and_its_range_reported() -> None:
     """Three networks with stream ratios 1, 2 and 8: the median 2 is judged, not member 0's 8."""
     profiles = [[8.0, 8.0, 1.0], [2.0, 2.0, 1.0], [1.0, 1.0, 1.0]]  # entry 1 each; stream 8, 2, 1
     ones = [[1.0, 1.0, 1.0]] * 3
-    ens = Ensemble([0, 1, 2], ones, ones, True, profiles)
+    ens = Ensemble(seeds=[0, 1, 2], act_var=ones, act_sq_mean=ones, vectorised=True, grad_norm=profiles)
     m = Measurements(profiles[0], [1.0] * 3, [1.0] * 3, {}, None, None, None, extra={"stream_ensemble": ens})
     v = residual_stream(m, lo=0.5, hi=4.0)
     assert v.passed and v.observed == 2.0 and v.extra["members"] == 3
@@ -137,12 +138,12 @@ def test_one_undefined_member_makes_the_ensembles_median_undefined() -> None:
 def test_zero_and_non_finite_measurements_fail_with_what_happened() -> None:
     zero = residual_stream(Measurements([1.0, 1.0, 0.0], [1.0] * 3, [1.0] * 3, {}, None, None, None))
     assert zero == Verdict(
-        "residual_stream",
-        False,
-        0.0,
-        "g₁/g_L in [0.1, 10]",
-        2,
-        "the output gradient is zero; the loss does not depend on the output",
+        invariant="residual_stream",
+        passed=False,
+        observed=0.0,
+        bound="g₁/g_L in [0.1, 10]",
+        block=2,
+        detail="the output gradient is zero; the loss does not depend on the output",
     )
     bad = residual_stream(Measurements([1.0, 1.0, 1.0], [1.0] * 3, [1.0] * 3, {}, None, None, 2, "activation"))
     assert not bad.passed and bad.block == 1 and math.isnan(bad.observed)
@@ -181,12 +182,12 @@ def test_the_severity_reads_every_bounded_number_so_a_broken_band_is_worse_than_
     def sev(stream: float, **extra: float) -> float:
         return inv.severity_of(
             Verdict(
-                "residual_stream",
-                True,
-                stream,
-                "",
-                None,
-                "",
+                invariant="residual_stream",
+                passed=True,
+                observed=stream,
+                bound="",
+                block=None,
+                detail="",
                 extra={"entry": 100.0, "variance": 5e4, "change": 0.1, **extra},
             ),
             e,
@@ -203,7 +204,16 @@ def test_the_severity_reads_every_bounded_number_so_a_broken_band_is_worse_than_
     assert sev(204.0, entry=math.nan) == math.inf
     assert (
         inv.severity_of(
-            Verdict("residual_stream", False, 204.0, "", None, "", extra={"entry": None, "variance": 5e4}), e
+            Verdict(
+                invariant="residual_stream",
+                passed=False,
+                observed=204.0,
+                bound="",
+                block=None,
+                detail="",
+                extra={"entry": None, "variance": 5e4},
+            ),
+            e,
         )
         == math.inf
     )  # undefined, as the verdict stores it

@@ -48,12 +48,23 @@ lo = 0.1   # at most a decade lost
 hi = 10.0
 """
 
-# A bound no stack of this space meets (within 1% of 1 at depth 8 and more).
-IMPOSSIBLE = (
-    PLAIN.replace('weight_init = ["xavier_normal"]  # not critical for ReLU', 'weight_init = ["kaiming_normal"]')
-    .replace("depth = [2, 12]", "depth = [8, 12]")
-    .replace("lo = 0.1   # at most a decade lost\nhi = 10.0", "lo = 0.99\nhi = 1.01")
+# A bound no remedy meets: the gradient must shrink by 10-50%, which Glorot's init (2^(-L/2):
+# far below), He's (about 1), a route around (more than 1: each block adds to the gradient) and a
+# route around with its branches at zero (exactly 1) all miss.
+IMPOSSIBLE = PLAIN.replace("depth = [2, 12]", "depth = [8, 12]").replace(
+    "lo = 0.1   # at most a decade lost\nhi = 10.0", "lo = 0.5\nhi = 0.9"
 )
+# What is tried on PLAIN: the critical init, the route around, and the route around composed with
+# each initialisation that applies to the residual stack it makes.
+TRIED = {
+    "critical_init",
+    "residual_route",
+    "residual_route+zero_branch",
+    "residual_route+shrink_branch",
+    "residual_route+rezero",
+    "residual_route+skipinit",
+    "residual_route+critical_init",
+}
 
 PASSING = (
     PLAIN.replace('weight_init = ["xavier_normal"]  # not critical for ReLU', 'weight_init = ["kaiming_normal"]')
@@ -72,11 +83,19 @@ def _suggest(path: Path, **kw: object) -> object:
     return suggest(str(path), options=RunOptions(profile="ci"), executor=InProcessExecutor(), **kw)  # type: ignore[arg-type]
 
 
-def test_a_plain_stack_gets_its_critical_init_with_the_numbers_before_and_after(tmp_path: Path) -> None:
-    s = _suggest(_write(tmp_path, PLAIN))
+@pytest.fixture(scope="module")
+def plain_suggested(tmp_path_factory: pytest.TempPathFactory) -> object:
+    """What suggest finds for PLAIN, once for the tests that only read it."""
+    return _suggest(_write(tmp_path_factory.mktemp("plain"), PLAIN))
+
+
+def test_a_plain_stack_gets_its_critical_init_with_the_numbers_before_and_after(
+    tmp_path: Path, plain_suggested: object
+) -> None:
+    s = plain_suggested
     assert [r.name for r in s.failing] == ["gradient_arrival"]  # type: ignore[attr-defined]
     tried = {a.remedy: a for a in s.attempts}  # type: ignore[attr-defined]
-    assert set(tried) == {"critical_init", "residual_route"}  # no branch remedy for a stack without branches
+    assert set(tried) == TRIED  # no branch remedy alone for a stack without branches: composed with the route
     best = s.best  # type: ignore[attr-defined]
     assert best is not None and best.held
     critical = tried["critical_init"]
@@ -111,22 +130,23 @@ def test_a_case_keeps_its_seed_and_takes_the_edited_choice(tmp_path: Path) -> No
     assert map_case(case, spec) == case
 
 
-def test_ranked_fewest_changes_first(tmp_path: Path) -> None:
-    s = _suggest(_write(tmp_path, PLAIN))
-    ranked = s.ranked  # type: ignore[attr-defined]
+def test_ranked_fewest_changes_first(plain_suggested: object) -> None:
+    ranked = plain_suggested.ranked  # type: ignore[attr-defined]
     assert [len(a.changes) for a in ranked] == sorted(len(a.changes) for a in ranked)
-    assert ranked[0].remedy == "critical_init"  # one key against residual_route's two
+    # one key (He's init: its closest case nearer the bound) before the route around with its
+    # branches at zero (three keys; the identity, ratio 1 at every case)
+    assert ranked[0].remedy == "critical_init" and ranked[1].remedy == "residual_route+zero_branch"
+    assert ranked[0].margin > ranked[1].margin
 
 
-def test_only_the_remedies_for_what_failed_are_tried(tmp_path: Path) -> None:
+def test_only_the_remedies_for_what_failed_are_tried(plain_suggested: object) -> None:
     lm_only = {
         r.name
         for r in REMEDIES
         if r.fixes
         <= {"attention_logits", "output_logits", "loss_spike", "early_warning", "lr_sensitivity", "attention_entropy"}
     }
-    s = _suggest(_write(tmp_path, PLAIN))
-    assert not lm_only & {a.remedy for a in s.attempts}  # type: ignore[attr-defined]
+    assert not lm_only & {a.remedy for a in plain_suggested.attempts}  # type: ignore[attr-defined]
 
 
 def test_nothing_to_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -161,7 +181,7 @@ def test_out_writes_a_spec_that_check_passes_with_the_expectations_unchanged(
     assert "# a plain ReLU stack, Glorot-initialised" in written and "lo = 0.1   # at most a decade lost" in written
     data = json.loads(report.read_text(encoding="utf-8"))
     assert data["ranked"][0] == "critical_init" and data["failing"] == ["gradient_arrival"]
-    assert {a["remedy"] for a in data["attempts"]} == {"critical_init", "residual_route"}
+    assert {a["remedy"] for a in data["attempts"]} == TRIED
     capsys.readouterr()
     assert main(["check", str(fixed), "--profile", "ci", "-q"]) == 0
     assert main(["check", str(path), "--profile", "ci", "-q"]) == 1  # and the original still fails
@@ -295,7 +315,8 @@ def test_a_remedy_registered_from_a_plugin_file_shows_up_in_suggest(
 ) -> None:
     path = _write(tmp_path, PLAIN)
     assert main(["suggest", "--list", "--plugin", str(toy_plugin)]) == 0
-    assert "toy_he_gain" in capsys.readouterr().out
+    listed = capsys.readouterr().out
+    assert "toy_he_gain" in listed and "structure" in listed and "init" in listed  # each remedy's kind
     report = tmp_path / "s.json"
     assert main(["suggest", str(path), "--plugin", str(toy_plugin), "--in-process", "--json", str(report)]) == 0
     out = capsys.readouterr().out
@@ -389,7 +410,7 @@ def test_a_remedy_that_changes_which_cases_are_drawn_is_refused(
 
 
 def test_a_training_remedy_may_not_shorten_the_run() -> None:
-    from stability.run.suggest import judged_changes
+    from stability.run.suggest_candidates import judged_changes
     from stability.spec.load import validate_spec
 
     data = tomllib.loads(
@@ -452,7 +473,7 @@ def test_check_suggest_adds_the_remedy_to_the_failing_line_and_the_reports(
 
 def test_two_remedies_together_when_none_holds_alone(tmp_path: Path) -> None:
     """Pairs are tried only when no single remedy holds, never two that set the same key."""
-    from stability.run.suggest import _pairs
+    from stability.run.suggest_candidates import pairs
 
     data = tomllib.loads(PLAIN)
     entry = REMEDIES.get("critical_init")
@@ -461,21 +482,24 @@ def test_two_remedies_together_when_none_holds_alone(tmp_path: Path) -> None:
         "residual_route": (REMEDIES.get("residual_route"), {"family": "preact", "block.branch_layers": 1}),
         "toy_same_key": (entry, {"space.weight_init": ["orthogonal"]}),
     }
-    pairs = _pairs(edits, data, PLAIN, str(tmp_path / "mine.toml"))
-    assert [a.remedy for a, _ in pairs] == ["critical_init+residual_route", "residual_route+toy_same_key"]
-    combined, edited = pairs[0]
+    tried = pairs(edits, data, PLAIN, str(tmp_path / "mine.toml"))
+    assert [a.remedy for a, _ in tried] == ["critical_init+residual_route", "residual_route+toy_same_key"]
+    combined, edited = tried[0]
     assert edited is not None and edited.family == "preact" and edited.space.weight_init == ["kaiming_normal"]
     assert [c.key for c in combined.changes] == ["space.weight_init", "family", "block.branch_layers"]
     assert combined.references == entry.references + REMEDIES.get("residual_route").references
     s = _suggest(_write(tmp_path, IMPOSSIBLE))
-    assert "critical_init+residual_route" not in {a.remedy for a in s.attempts}  # type: ignore[attr-defined]  # (critical_init does not apply: already He)
+    tried = [a.remedy for a in s.attempts]  # type: ignore[attr-defined]
+    assert s.best is None and set(tried) == TRIED  # type: ignore[attr-defined]
+    # the pair critical_init+residual_route is the composition residual_route+critical_init: not run twice
+    assert "critical_init+residual_route" not in tried and "residual_route+critical_init" in tried
 
 
 def test_a_library_remedy_may_not_change_which_model_a_case_builds() -> None:
     """A library config value filled from the case ("depth", "width/64") and the model, blocks and
     shipped config are part of which network each case is: a remedy that edits them is refused; a
     config constant (initializer_range) is the init, and may change."""
-    from stability.run.suggest import judged_changes
+    from stability.run.suggest_candidates import judged_changes
     from stability.spec.load import validate_spec
     from stability.spec.remedy import apply_edit
 
@@ -495,3 +519,69 @@ def test_a_library_remedy_may_not_change_which_model_a_case_builds() -> None:
     assert judged_changes(
         spec, validate_spec(apply_edit(data, {"block.shipped": {"n_embd": 1024, "n_head": 16}}), file="x.toml")
     ) == ["block.shipped"]
+
+
+# ----------------------------------------------------------------------------- what counts as fixed
+
+
+class _Unjudged(InProcessExecutor):
+    """Runs every job as the in-process executor does, then reports the expectations of the
+    remedied specs (family `preact`, `when`: "replay" or "search") as judging nothing, as a
+    remedy that moved the failing case out of what the invariant applies to would."""
+
+    def __init__(self, when: str) -> None:
+        self.when = when
+
+    def map(self, jobs, *, on_done=None):  # type: ignore[no-untyped-def]  # (results shaped as `not_applicable`'s)
+        from stability.run.results import InvariantResult
+
+        outcomes = super().map(jobs, on_done=on_done)
+        for job, outcome in zip(jobs, outcomes, strict=True):
+            replay = job.case is not None
+            if job.spec.family != "preact" or replay != (self.when == "replay"):
+                continue
+            outcome.result.results = [
+                InvariantResult(
+                    name=r.name,
+                    expect=r.expect,
+                    met=True,
+                    verdict=None,
+                    case=r.case,
+                    examples=0,
+                    message=f"{r.name}: not applicable at {r.case}: (a remedy moved it)",
+                    applicable=False,
+                )
+                if replay
+                else InvariantResult(
+                    name=r.name,
+                    expect=r.expect,
+                    met=True,
+                    verdict=None,
+                    case=None,
+                    examples=0,
+                    message=f"{r.name}: skipped",
+                    skipped=True,
+                )
+                for r in outcome.result.results
+            ]
+        return outcomes
+
+
+@pytest.mark.parametrize("when", ["replay", "search"])
+def test_an_expectation_the_remedied_spec_no_longer_judges_is_not_fixed(tmp_path: Path, when: str) -> None:
+    """A remedy is proven by judging the failing expectation again: where its replay of the
+    failing case comes back "not applicable" (met, judging nothing), or its whole search judges
+    no case (skipped), it is out, saying so, and never ranked. The residual route and its
+    compositions (the remedies that make PLAIN a `preact` stack) are reported so here; the
+    critical init, which keeps the plain family, still holds."""
+    path = _write(tmp_path, PLAIN)
+    s = suggest(str(path), options=RunOptions(profile="ci"), executor=_Unjudged(when))
+    routed = [a for a in s.attempts if a.remedy.startswith("residual_route")]
+    assert len(routed) == 6
+    for a in routed:
+        assert a.status == "fails" and not a.margin, (a.remedy, a.detail)
+        if when == "replay":
+            assert a.detail.startswith("at the failing case: gradient_arrival: not applicable at"), a.detail
+        else:
+            assert a.detail == "over the whole case set: gradient_arrival judged no case (not applicable or skipped)"
+    assert [a.remedy for a in s.ranked] == ["critical_init"]

@@ -162,8 +162,10 @@ def test_training_verdicts_write_strict_json(tmp_path: Path) -> None:
 
     spec = load_spec(SPECS / "warmup_full_branch.toml")
     v = trainability([TrainRun([1.0, 1e30, math.inf], 2, 2, 0.0, depth=16)], max_loss_ratio=0.5)
-    result = InvariantResult("trainability", "violated", True, v, None, 1, "m")
-    write_json(tmp_path / "r.json", [SpecResult(spec, [result])])
+    result = InvariantResult(
+        name="trainability", expect="violated", met=True, verdict=v, case=None, examples=1, message="m"
+    )
+    write_json(tmp_path / "r.json", [SpecResult(spec=spec, results=[result])])
 
     def refuse(name: str) -> None:
         raise ValueError(name)

@@ -54,9 +54,15 @@ def test_the_html_report_shows_the_training_figures() -> None:
     )
     v = _verdict(1.0)
     result = InvariantResult(
-        "update_size", "holds", False, v, None, 1, "t::update_size: expected to hold, but it fails"
+        name="update_size",
+        expect="holds",
+        met=False,
+        verdict=v,
+        case=None,
+        examples=1,
+        message="t::update_size: expected to hold, but it fails",
     )
-    spec_result = SpecResult(spec, [result])
+    spec_result = SpecResult(spec=spec, results=[result])
     assert list(training_figures(spec_result)) == ["update_size"]
     page = render_html([spec_result])
     assert "RMS change of the activation" in page and page.count("data:image/png;base64,") == 1

@@ -99,19 +99,19 @@ def test_the_table_regenerated_for_a_family_matches_docs_zoo_md(name: str) -> No
 
 def _row(name: str, **verdicts: dict[int, bool | None]) -> ZooRow:
     return ZooRow(
-        name,
-        f"specs/zoo/{name}.toml",
-        "transformers",
-        "M",
-        "B",
-        "pre",
-        "LayerNorm ×2",
-        "rotary",
-        "σ 0.02",
-        {k: "holds" for k in verdicts},
-        dict(verdicts),
-        {4: 1.5, 16: None},
-        "≥ 16",
+        name=name,
+        path=f"specs/zoo/{name}.toml",
+        library="transformers",
+        model="M",
+        block="B",
+        norm_position="pre",
+        norms="LayerNorm ×2",
+        positions="rotary",
+        init="σ 0.02",
+        expects={k: "holds" for k in verdicts},
+        verdicts=dict(verdicts),
+        ratios={4: 1.5, 16: None},
+        budget="≥ 16",
     )
 
 

@@ -1,4 +1,4 @@
-"""The `stability` command: check, list, explain, schema.
+"""The `stability` command: check, list, explain, schema, sweep, zoo, suggest, calibrate, init, scan.
 
 Exit codes: 0 at least one expectation judged and every one met; 1 some expectation not met (the
 CI gate); 2 bad spec, bad usage, an unreadable input or a spec that could not run (a broken
@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from stability.cli.common import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, load_each
-from stability.cli.grammar import parser, refuse_empty
+from stability.cli.grammar import parser
+from stability.cli.usage import refuse_empty
 from stability.errors import StabilityError, UsageError, did_you_mean
 from stability.report.text import printable
 from stability.spec.registry import INVARIANTS
@@ -139,10 +140,22 @@ def _command(argv: list[str] | None) -> int:
             from stability.cli.zoo import zoo_command
 
             return zoo_command(args, console, err)
+        if args.command == "scan":
+            from stability.cli.scan import scan_command
+
+            return scan_command(args, console, err)
         if args.command == "suggest":
             from stability.cli.suggest import suggest_command
 
             return suggest_command(args, console, err)
+        if args.command == "calibrate":
+            from stability.cli.calibrate import calibrate_command
+
+            return calibrate_command(args, console, err)
+        if args.command == "init":
+            from stability.cli.init import init_command
+
+            return init_command(args, console, err)
         return _schema()
     except StabilityError as exc:
         print(f"stability: error: {printable(str(exc))}", file=sys.stderr)

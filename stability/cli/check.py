@@ -68,7 +68,8 @@ def _validate(args: argparse.Namespace, specs: list[Spec], devices: list[str]) -
                 )
     if args.update_baseline and not args.baseline:
         raise UsageError("--update-baseline writes the --baseline FILE; give --baseline FILE too")
-    from stability.cli.grammar import parser, refuse_unused
+    from stability.cli.grammar import parser
+    from stability.cli.usage import refuse_unused
 
     if args.in_process:
         refuse_unused(parser(), args, ["--jobs"], "--in-process runs the specs in this process, one at a time")
@@ -388,10 +389,11 @@ def _terminal(
     """The table, the failures and the summary line. A closed stdout (`| head -1`, `| true`) only
     silences the rest of the output (`stability.run.streams`, around `main`): it changes neither
     the reports nor the exit code."""
-    from stability.report.formats import print_failures, print_table, summary_line
+    from stability.report.formats import print_failures, print_notes, print_table, summary_line
 
     if table and results:
         print_table(results, console)
+        print_notes(results, console)
     print_failures(results, console, spec_errors=spec_errors)
     if (
         not results and not interrupted

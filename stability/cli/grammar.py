@@ -4,22 +4,21 @@ usage errors (exit 2, never argparse's usage block), and the option values' own 
 `--jobs auto` means). A value given as '' is refused for every option and argument
 (`refuse_empty`), and an option that does nothing in the mode a command runs in is refused by the
 command (`given`, the options set away from their defaults). The commands read what it parses; it
-imports none of them.
+imports none of them. What a command refuses of what was parsed (an empty value, an option its
+mode ignores) is `stability.cli.usage`'s.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import os
-from collections.abc import Callable
 from typing import NoReturn
 
+from stability.cli.arg_types import count, seconds
 from stability.errors import UsageError
 from stability.run.devices import CHOICES as DEVICE_CHOICES
 from stability.spec.registry import INVARIANTS
 
-__all__ = ["parser", "cores", "seconds", "refuse_empty", "given", "refuse_unused"]
+__all__ = ["parser"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -68,7 +67,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--memory-budget",
         metavar="SIZE",
-        help="refuse cases estimated above SIZE (e.g. 4GiB; default half the free RAM)",
+        help="refuse cases estimated above SIZE (4GiB = 4*2**30 B, 4GB = 4e9 B, 4G = 4GiB; default half the free RAM)",
     )
     c.add_argument(
         "--deterministic", action="store_true", help="torch.use_deterministic_algorithms(True) (for CUDA runs)"
@@ -77,14 +76,14 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--jobs",
         "-j",
-        type=_count("jobs", auto=True),
+        type=count("jobs", auto=True),
         default="auto",
         metavar="N",
         help="run N specs at once, each in its own worker process (default auto: one per usable core)",
     )
     c.add_argument(
         "--threads",
-        type=_count("threads"),
+        type=count("threads"),
         default=None,
         metavar="N",
         help="torch threads per worker (default: STABILITY_THREADS, else 1)",
@@ -226,7 +225,133 @@ def parser() -> argparse.ArgumentParser:
     )
     add_zoo_parser(sub, [plugins])
     add_suggest_parser(sub, [plugins])
+    add_calibrate_parsers(sub, [plugins])
+    add_scan_parser(sub, [plugins])
     return p
+
+
+def _measuring(p: argparse.ArgumentParser) -> None:
+    """The options `calibrate` and `init` share: which networks, how they run."""
+    p.add_argument("--depths", metavar="D,D,…", help="the depths measured (default: 1,2,4,8, those the space admits)")
+    p.add_argument("--seeds", type=count("seeds"), default=8, metavar="N", help="networks per depth (default 8)")
+    p.add_argument(
+        "--case-timeout",
+        type=seconds,
+        default=120.0,
+        metavar="S",
+        help="per-case time limit in seconds (default 120; 0 = none)",
+    )
+    p.add_argument(
+        "--jobs",
+        "-j",
+        type=count("jobs", auto=True),
+        default="auto",
+        metavar="N",
+        help="measure N depths at once, each in its own worker process (default auto: one per usable core)",
+    )
+    p.add_argument(
+        "--in-process", action="store_true", help="run in this process, without worker isolation (for debugging)"
+    )
+
+
+def add_calibrate_parsers(
+    sub: argparse._SubParsersAction,  # type: ignore[type-arg]
+    parents: list[argparse.ArgumentParser],
+) -> None:
+    c = sub.add_parser(
+        "calibrate",
+        parents=parents,
+        help="every banded number's spread over seeds and depths, and the band it sets (--write: into the spec)",
+    )
+    c.add_argument("spec", nargs="?", help="one spec file")
+    c.add_argument("--write", action="store_true", help="rewrite the spec's bands in place (comments and order kept)")
+    c.add_argument(
+        "--source-root",
+        action="append",
+        metavar="DIR",
+        help="a folder whose .py files custom factories may come from (repeatable)",
+    )
+    _measuring(c)
+    i = sub.add_parser(
+        "init",
+        parents=parents,
+        help="write a calibrated spec for a library model or a factory, and check it (docs/your-model.md)",
+    )
+    i.add_argument(
+        "target",
+        nargs="?",
+        help="transformers:CLASS, timm:NAME, torchvision:NAME, or a factory "
+        "(module:function, path/to/file.py:function)",
+    )
+    i.add_argument(
+        "--out",
+        metavar="SPEC",
+        help="the spec file to write (default: under ./specs, or beside the factory); never one init did not write",
+    )
+    i.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    _measuring(i)
+
+
+def add_scan_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
+    s = sub.add_parser(
+        "scan",
+        parents=parents,
+        help="every model a library registers, at initialisation: its init against what it declares, its stream "
+        "at two depths (docs/scan.md)",
+    )
+    s.add_argument("library", choices=["transformers", "timm", "torchvision"], help="the library to scan")
+    s.add_argument(
+        "--only",
+        dest="pattern",
+        metavar="PATTERN",
+        help="only the models whose name matches (shell patterns, comma-separated, any case: 'Vit*,Bert*')",
+    )
+    s.add_argument("--json", metavar="FILE", help="write every row as JSON")
+    s.add_argument("--md", metavar="FILE", help="write the rows (or, with --compare, the changes) as Markdown")
+    s.add_argument("--html", metavar="DIR", help="write the rows as DIR/scan.html")
+    s.add_argument(
+        "--db",
+        metavar="PATH",
+        default=None,
+        help="the results store the rows go to (default .stability/results.sqlite)",
+    )
+    s.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip the models the store holds for this library release and this code version",
+    )
+    s.add_argument(
+        "--triage",
+        metavar="FILE",
+        help="the known deviations and their verdicts (default: the shipped stability/judge/scan_triage.toml)",
+    )
+    s.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A", "B"),
+        help="scan under two releases (transformers==4.53.3, a folder of packages or a virtual environment) and diff "
+        "every model's recorded init exactly, and its stream past its drift (exit 1 when anything moved)",
+    )
+    s.add_argument(
+        "--jobs",
+        "-j",
+        type=count("jobs", auto=True),
+        default="auto",
+        metavar="N",
+        help="models at once, each in its own worker process (default auto: one per usable core)",
+    )
+    s.add_argument(
+        "--case-timeout",
+        type=seconds,
+        default=120.0,
+        metavar="S",
+        help="time limit of one model in seconds (default 120; 0 = none)",
+    )
+    s.add_argument("--memory-budget", metavar="SIZE", help="the memory one case may take (e.g. 4GiB)")
+    s.add_argument("--quiet", "-q", action="store_true", help="no progress bar or lines")
+    s.add_argument(
+        "--in-process", action="store_true", help="run in this process, without worker isolation (for debugging)"
+    )
 
 
 def add_zoo_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
@@ -287,7 +412,7 @@ def add_suggest_parser(sub: argparse._SubParsersAction, parents: list[argparse.A
     s.add_argument(
         "--jobs",
         "-j",
-        type=_count("jobs", auto=True),
+        type=count("jobs", auto=True),
         default="auto",
         metavar="N",
         help="run N remedies at once, each in its own worker process (default auto: one per usable core)",
@@ -308,98 +433,3 @@ def add_suggest_parser(sub: argparse._SubParsersAction, parents: list[argparse.A
     s.add_argument(
         "--in-process", action="store_true", help="run in this process, without worker isolation (for debugging)"
     )
-
-
-def seconds(text: str) -> float:
-    """--case-timeout: seconds ≥ 0, finite (0 = no limit)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a time limit; give seconds ≥ 0 (0 = no limit)")
-    return value
-
-
-def _command_parser(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
-    """The subcommand's own parser (`stability check …`: check's)."""
-    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
-    command: argparse.ArgumentParser = sub.choices[args.command]
-    return command
-
-
-def _name(action: argparse.Action) -> str:
-    long = [o for o in action.option_strings if o.startswith("--")]
-    if long:
-        return long[0]
-    if action.option_strings:
-        return action.option_strings[0]
-    metavar = action.metavar
-    return str(metavar if isinstance(metavar, str) else action.dest).upper()
-
-
-def refuse_empty(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """A value given as '' (an unset variable in a script: `--json "$OUT"`, `--compare "$A" "$B"`)
-    is refused in one line, for every option and argument of the command: it is never read as
-    "not given" (no report written, no case replayed) nor as the current folder."""
-    for action in _command_parser(p, args)._actions:
-        value = getattr(args, action.dest, None)
-        values = value if isinstance(value, list | tuple) else [value]
-        if any(isinstance(v, str) and v == "" for v in values):
-            metavar = action.metavar if isinstance(action.metavar, str) else None
-            raise UsageError(
-                f"{args.command} {_name(action)} '': an empty value; give {metavar or 'a value'} "
-                "(an unset shell variable expands to '')"
-            )
-
-
-def given(p: argparse.ArgumentParser, args: argparse.Namespace, names: list[str]) -> list[str]:
-    """Those of the options `names` (as written: "--html") that the command line set away from
-    their defaults: what a mode that ignores them must refuse."""
-    actions = {o: a for a in _command_parser(p, args)._actions for o in a.option_strings}
-    out = []
-    for name in names:
-        action = actions[name]
-        default = action.default
-        if isinstance(default, str) and callable(action.type):  # argparse converts a string default ("auto")
-            default = action.type(default)
-        if getattr(args, action.dest, default) != default:
-            out.append(name)
-    return out
-
-
-def refuse_unused(p: argparse.ArgumentParser, args: argparse.Namespace, names: list[str], why: str) -> None:
-    """Refuse (one line, exit 2) those of `names` that the command line set, where the mode the
-    command runs in does nothing with them (`why` says what the mode does): an option is never
-    accepted and silently ignored."""
-    found = given(p, args, names)
-    if found:
-        one = len(found) == 1
-        raise UsageError(
-            f"{', '.join(found)}: {why}, so {'it does' if one else 'they do'} nothing; drop {'it' if one else 'them'}"
-        )
-
-
-def _count(option: str, *, auto: bool = False) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        if auto and text == "auto":
-            return cores()
-        try:
-            value = int(text)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not a count; give a whole number ≥ 1" + (" or auto" if auto else "")
-            )
-        return value
-
-    parse.__name__ = option
-    return parse
-
-
-def cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)

@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from stability.cli.common import EXIT_FAILED, EXIT_OK, load_each
 from stability.errors import UsageError
+from stability.numbers import json_safe
 from stability.report.text import printable
 
 __all__ = ["suggest_command", "SUGGEST_JSON_VERSION"]
@@ -40,10 +39,10 @@ def _list(console: Console) -> int:
     from stability.spec.remedy import REMEDIES
 
     t = Table(header_style="bold", title="remedies (stability suggest)")
-    for col in ("remedy", "what it changes", "meant for", "reference"):
+    for col in ("remedy", "kind", "what it changes", "meant for", "reference"):
         t.add_column(col)
     for r in REMEDIES:
-        t.add_row(r.name, escape(r.summary), ", ".join(sorted(r.fixes)), escape(r.references[0]))
+        t.add_row(r.name, r.kind, escape(r.summary), ", ".join(sorted(r.fixes)), escape(r.references[0]))
     console.print(t)
     return EXIT_OK
 
@@ -69,20 +68,10 @@ def _check_out(out: str, spec: str, *, force: bool) -> None:
         raise UsageError(f"--out {out}: exists; add --force to replace it, or give another file")
 
 
-def _finite(value: Any) -> Any:
-    """JSON has no NaN or infinity: None in their place."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
 def suggest_command(args: argparse.Namespace, console: Console, err: Console) -> int:
     """`stability suggest ARGS`: the exit code."""
-    from stability.cli.grammar import parser, refuse_unused
+    from stability.cli.grammar import parser
+    from stability.cli.usage import refuse_unused
 
     grammar = parser()
     if args.list:
@@ -150,23 +139,29 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
         )
 
     from stability.families.factory import roots_environment, source_roots
-    from stability.report.formats import write_atomic
+    from stability.report.outputs import write_atomic
     from stability.report.suggest import print_suggestions
     from stability.run.engine import RunOptions
     from stability.run.executors import executor_for
     from stability.run.plugins import plugins_environment
     from stability.run.suggest import suggest
-    from stability.run.worker import default_threads
+    from stability.run.worker import deep_stack, default_threads
 
     roots = [str(Path(r).resolve()) for r in args.source_root or []]
     options = RunOptions(profile=args.profile, case_timeout=args.case_timeout or None)
+    threads = default_threads()
     executor = executor_for(
         "in-process" if args.in_process else "workers",
         jobs=args.jobs,
-        threads=default_threads(),
+        threads=threads,
         env=plugins_environment(args.plugin, roots_environment(roots)),
     )
-    if not args.in_process:
+    if args.in_process:  # this process is the worker, with a worker's threads and stack (as `check --in-process`)
+        import torch
+
+        torch.set_num_threads(threads)  # torch's default, one per core, spins against itself on a loaded runner
+        deep_stack()
+    else:
         from stability.run.processes import start_server
         from stability.spec.load import preload_modules
 
@@ -181,7 +176,9 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
             "stability_suggest": SUGGEST_JSON_VERSION,
             **found.to_dict(),
         }  # the first key: what makes the file suggest's own
-        write_atomic(args.json, json.dumps(_finite(report), indent=2, allow_nan=False, default=str) + "\n")
+        write_atomic(
+            args.json, json.dumps(json_safe(report, nonfinite="null"), indent=2, allow_nan=False, default=str) + "\n"
+        )
     print_suggestions(
         found, console, diffs=not args.no_diff, out=args.out if best is not None else None, only=args.only
     )

@@ -24,8 +24,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from stability.cli.common import factories_allowed
-from stability.cli.grammar import parser, refuse_unused
+from stability.cli.grammar import parser
 from stability.cli.sweep_backend import backend_for, check_backend
+from stability.cli.usage import refuse_unused
 from stability.errors import UsageError
 from stability.report.text import printable
 from stability.run.store import Budget, Store, budget_text

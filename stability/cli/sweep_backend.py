@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from stability.cli.grammar import cores
+from stability.cli.arg_types import cores
 from stability.errors import UsageError
 
 __all__ = ["WORKERS_PER_CORE", "SCHEDULER_SCHEMES", "check_backend", "backend_for"]

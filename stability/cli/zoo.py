@@ -32,20 +32,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from stability.cli.arg_types import depth_list
 from stability.errors import UsageError
 from stability.report.text import printable
 
 __all__ = ["zoo_command"]
-
-
-def _depths(text: str) -> tuple[int, ...]:
-    try:
-        depths = tuple(sorted({int(d) for d in text.split(",") if d.strip()}))
-    except ValueError:
-        raise UsageError(f"--depths {text!r}: give positive integers separated by commas, e.g. 4,16,64") from None
-    if not depths or depths[0] < 1:
-        raise UsageError(f"--depths {text!r}: give positive integers separated by commas, e.g. 4,16,64")
-    return depths
 
 
 def zoo_command(args: argparse.Namespace, console: Console, err: Console) -> int:
@@ -54,8 +45,8 @@ def zoo_command(args: argparse.Namespace, console: Console, err: Console) -> int
     from stability.spec.load import find_specs, load_spec
 
     if args.compare:
-        return compare_command(args, console, err, depths=_depths("4" if args.depths is None else args.depths))
-    depths = _depths("4,8,16" if args.depths is None else args.depths)
+        return compare_command(args, console, err, depths=depth_list("4" if args.depths is None else args.depths))
+    depths = depth_list("4,8,16" if args.depths is None else args.depths)
     # Every output path before anything is measured (a minute per family): one line, exit 2.
     if args.md is not None:
         check_markdown(args.md)
@@ -105,12 +96,13 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
     import tempfile
 
     from stability.cli.common import EXIT_FAILED, EXIT_NOTHING, EXIT_OK
-    from stability.cli.grammar import given, parser, refuse_unused
-    from stability.report.formats import write_atomic
-    from stability.report.outputs import check_report_path
+    from stability.cli.grammar import parser
+    from stability.cli.usage import given, refuse_unused
+    from stability.report.outputs import check_report_path, write_atomic
     from stability.report.zoo_compare import markdown, moved, terminal_rows
     from stability.run.release_sides import check_sides, run_side
     from stability.run.releases import parse_release
+    from stability.run.report_model import CompareRow
     from stability.run.zoo import ZOO
     from stability.spec.load import find_specs
 
@@ -137,7 +129,7 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
         side_b = run_side(
             b, paths, depths=depths, out=Path(tmp) / "b", baseline=side_a / "report.json", plugins=args.plugin
         )
-        rows = json.loads((side_b / "compare.json").read_text(encoding="utf-8"))
+        rows = [CompareRow.model_validate(r) for r in json.loads((side_b / "compare.json").read_text(encoding="utf-8"))]
         refused = {
             a.label: json.loads((side_a / "refused.json").read_text(encoding="utf-8")),
             b.label: json.loads((side_b / "refused.json").read_text(encoding="utf-8")),
@@ -156,7 +148,7 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
     for side, files in refused.items():
         for why in files.values():
             console.print(f"not compared, refused under {escape(side)}: {escape(why)}", soft_wrap=True)
-    compared = sum(r["status"] != "not_comparable" for r in rows)
+    compared = sum(r.status != "not_comparable" for r in rows)
     if args.md:
         write_atomic(Path(args.md), markdown(a.label, b.label, rows, refused, versions, compared=compared))
         console.print(f"wrote {escape(printable(args.md))}")

@@ -25,7 +25,8 @@ The call convention, in full (docs/custom-architectures.md tells it to users):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,7 @@ __all__ = [
     "resolve_call_kwargs",
     "set_modes",
     "is_batch_norm",
+    "modes_while_called",
 ]
 
 #: Attributes that name a model's list of blocks, tried in this order.
@@ -59,13 +61,18 @@ class Stack:
     attribute. `call_kwargs`: extra keyword arguments for every block call (a mapping, or a
     callable of the stack's input returning one; see the module docstring). `stem`: applied to the
     drawn input, without gradient, before block 0 (e.g. (B, C) → (B, T, C)); `head`: carried for
-    reports, never run by the probe.
+    reports, never run by the probe. `embedding`: the model's own token embedding, a module or a
+    function mapping token ids (B, T) to block 0's input (B, T, C) (token and position embeddings
+    summed, as the model's forward sums them); with it the probe's input is that embedding of
+    token ids drawn from the vocabulary of the `nn.Embedding` that reads them, instead of N(0, 1)
+    (`stability.families.embedding`), and the stem, if any, is applied after it.
     """
 
     blocks: nn.Module | Iterable[nn.Module]
     call_kwargs: CallKwargs | None = None
     stem: nn.Module | None = None
     head: nn.Module | None = None
+    embedding: nn.Module | Callable[[torch.Tensor], torch.Tensor] | None = None
 
 
 def find_blocks(obj: Any) -> list[nn.Module] | None:
@@ -125,3 +132,18 @@ def set_modes(root: nn.Module, *, norm_train: bool, dropout_train: bool) -> None
     """Batch-statistics norms train iff `norm_train`; every other module iff `dropout_train`."""
     for m in root.modules():
         m.training = norm_train if is_batch_norm(m) else dropout_train
+
+
+@contextlib.contextmanager
+def modes_while_called(*, norm_train: bool, dropout_train: bool) -> Iterator[None]:
+    """Every module called inside the block set as `set_modes` sets the blocks', as it is called: for
+    a function whose modules the harness cannot reach (a factory's `Stack.embedding`)."""
+
+    def pre(module: nn.Module, args: tuple[Any, ...]) -> None:
+        module.training = norm_train if is_batch_norm(module) else dropout_train
+
+    handle = nn.modules.module.register_module_forward_pre_hook(pre)
+    try:
+        yield
+    finally:
+        handle.remove()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from stability.families.adapters import CallKwargs, set_modes
+from stability.families.adapters import CallKwargs, modes_while_called, set_modes
 from stability.families.blocks import (
     ChannelRMSNorm,
     ChannelsLast,
@@ -33,6 +33,7 @@ from stability.families.blocks import (
     Transition,
 )
 from stability.families.discover import ModelRun, inputs_to
+from stability.families.embedding import TokenEmbedding, token_ids
 from stability.families.init import (
     activation,
     blank_layer,
@@ -87,6 +88,16 @@ class Network:
     head: nn.Module | None = None
     call_kwargs: CallKwargs | None = None
     model: ModelRun | None = None
+    #: The model's own token embedding (`stability.Stack.embedding`) and the `nn.Embedding` that reads
+    #: the ids: the drawn input is that embedding of token ids (`network_input`), not N(0, 1).
+    embedding: Callable[[torch.Tensor], torch.Tensor] | None = None
+    tokens: TokenEmbedding | None = None
+
+    @property
+    def embedded(self) -> bool:
+        """Whether x₀ is the model's own embedding of token ids: its forward from token ids (or
+        `inputs_embeds` at the embedding's scale), or a declared `embedding`."""
+        return self.embedding is not None or (self.model is not None and self.model.token_inputs)
 
 
 def build(spec: Spec, case: Case) -> Network:
@@ -113,7 +124,8 @@ def build(spec: Spec, case: Case) -> Network:
             net = built if isinstance(built, Network) else Network(built)
         device = torch.device(case.device)
         dtype = torch_dtype(case.dtype)
-        for module in (net.blocks, net.stem, net.head, net.model.model if net.model is not None else None):
+        embedding = net.embedding if isinstance(net.embedding, nn.Module) else None
+        for module in (net.blocks, net.stem, net.head, net.model.model if net.model is not None else None, embedding):
             if module is not None:
                 if _moves(module, device, dtype):
                     module.to(device=device, dtype=dtype)
@@ -176,11 +188,20 @@ def make_input(spec: Spec, case: Case) -> torch.Tensor:
 
 
 def network_input(spec: Spec, case: Case, net: Network) -> torch.Tensor | None:
-    """The drawn input after the network's stem (without gradient); None for a network whose
-    blocks run inside its model's own forward (`net.model`: the model has its own inputs)."""
+    """The drawn input after the network's stem (without gradient): N(0, 1) (`make_input`), or the
+    network's own embedding of token ids drawn from the case's input stream (`net.embedding`); None
+    for a network whose blocks run inside its model's own forward (`net.model`: the model has its
+    own inputs)."""
     if net.model is not None:
         return None
-    x = make_input(spec, case)
+    if net.embedding is not None and net.tokens is not None:
+        gen = torch.Generator().manual_seed(derive_seed(case.seed, 1))
+        ids = token_ids(net.tokens.vocab, net.tokens.padding, (case.batch, case.tokens or DEFAULT_SIZE), generator=gen)
+        modes = dict(norm_train=spec.probe.mode == "train", dropout_train=spec.probe.dropout == "on")
+        with torch.no_grad(), modes_while_called(**modes):  # its dropout off, as the blocks' is
+            x = net.embedding(ids.to(case.device)).to(device=case.device, dtype=torch_dtype(case.dtype))  # (B, T, C)
+    else:
+        x = make_input(spec, case)
     if net.stem is not None:
         with torch.no_grad():
             x = net.stem(x)

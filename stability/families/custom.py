@@ -6,8 +6,12 @@ configured source root, never the standard library or site-packages) and called 
 case's values (`call_factory`). What it returns becomes a network by the rules of
 `stability.families.adapters` (`_network_from`): an `nn.Sequential`, an `nn.ModuleList`, a
 `stability.Stack`, a module with `.blocks`/`.layers`/`.layer`/`.h`/`.block`; a whole transformers,
-timm or torchvision model is probed through its own forward (`_whole_model`). A factory that
-raises fails the case; one that exits, or returns what holds no blocks, is a spec error.
+timm or torchvision model is probed through its own forward (`_whole_model`), and so is a whole
+token model of the user's own class (`_own_token_model`: blocks of its own class and an
+`nn.Embedding` that reads what its forward is called with), from token ids. A `Stack` may declare
+the model's token `embedding`: the probe's input is then that embedding of token ids
+(`stability.families.embedding`). A factory that raises fails the case; one that exits, or returns
+what holds no blocks, is a spec error.
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ from torch import nn
 from stability.errors import CaseError, SpecError
 from stability.families.adapters import Stack, find_blocks
 from stability.families.build import Network, derive_seed, torch_dtype
+from stability.families.construction import constructing
 from stability.families.discover import ModelRun, discover, holds_blocks
+from stability.families.embedding import TokenEmbedding, reading_embedding, token_ids
 from stability.families.factory import EXTRA_NAMES, Parameter, load_factory, signature_error
 from stability.families.library_build import make_inputs
 from stability.families.library_lookup import library_of
 from stability.spec.case import Case
-from stability.spec.schema import Spec
+from stability.spec.schema import DEFAULT_SIZE, Spec
 
 __all__ = ["build_custom", "call_factory"]
 
@@ -42,7 +48,10 @@ def build_custom(spec: Spec, case: Case) -> Network:
     out = call_factory(spec, case)
     if isinstance(out, nn.Module) and library_of(out) is not None and holds_blocks(out, min_run=1):
         return _whole_model(spec, case, out)
-    return _nonempty(spec, case, _network_from(spec, out))
+    own = _own_token_model(spec, case, out)
+    if own is not None:
+        return own
+    return _nonempty(spec, case, _network_from(spec, out, case=case))
 
 
 def call_factory(spec: Spec, case: Case, **extra: Any) -> Any:
@@ -67,7 +76,8 @@ def call_factory(spec: Spec, case: Case, **extra: Any) -> Any:
     takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     kwargs = values if takes_all else {k: v for k, v in values.items() if k in params}
     try:
-        out = fn(**kwargs)
+        with constructing():  # (a watcher, e.g. init_conformance's recorder, sees the construction and init)
+            out = fn(**kwargs)
     except CaseError:  # the per-case time limit or memory refusal
         raise
     except SystemExit as exc:  # a factory may not decide the gate's exit code
@@ -113,6 +123,49 @@ def _whole_model(spec: Spec, case: Case, model: nn.Module) -> Network:
     return Network(nn.Sequential(*found.modules), model=ModelRun(model, inputs, found))
 
 
+def _own_token_model(spec: Spec, case: Case, out: Any) -> Network | None:
+    """A whole token model of the user's own class (no library's): a module, not a plain container,
+    holding a run of blocks of a class of its own and an `nn.Embedding` that reads what its forward
+    is called with. It is probed through its own forward from token ids drawn from that embedding's
+    vocabulary, hooks at its blocks' boundaries, as a library model is, so its blocks see the stream
+    at its embedding's scale (and its positions, masks and biases) exactly as the model runs it.
+    None for anything else (probed by the rules of `_network_from`)."""
+    if (
+        not isinstance(out, nn.Module)
+        or isinstance(out, (nn.Sequential, nn.ModuleList, nn.ModuleDict))
+        or not any(isinstance(m, nn.Embedding) for m in out.modules())
+        or not holds_blocks(out, min_run=1)
+    ):
+        return None
+    shape = (case.batch, case.tokens or DEFAULT_SIZE)
+    found = reading_embedding(out, shape)
+    if found is None:
+        return None
+    gen = torch.Generator().manual_seed(derive_seed(case.seed, 1))
+    ids = token_ids(found.vocab, found.padding, shape, generator=gen)  # (B, T)
+    blocks = discover(out, ids).blocks
+    return Network(nn.Sequential(*blocks.modules), model=ModelRun(out, ids, blocks), tokens=found)
+
+
+def _declared_embedding(spec: Spec, case: Case | None, stack: Stack) -> TokenEmbedding | None:
+    """The `nn.Embedding` that reads the token ids a `Stack.embedding` is called with (None without
+    one); a SpecError when none does."""
+    if stack.embedding is None:
+        return None
+    shape = (case.batch, case.tokens or DEFAULT_SIZE) if case is not None else (2, DEFAULT_SIZE)
+    found = reading_embedding(stack.embedding, shape)
+    if found is None:
+        raise SpecError(
+            spec.path,
+            "block.factory",
+            "returned a stability.Stack whose embedding reads the token ids with no nn.Embedding "
+            f"(or raised on ids of shape (batch, tokens)) for case {case}",
+            value=spec.block.factory,
+            fix="pass the model's token embedding: embedding=model.wte, or a function of the ids that calls it",
+        )
+    return found
+
+
 def _nested_blocks(model: nn.Module, depth: int = 3) -> list[str]:
     """Paths below `model` (up to `depth` levels) of modules `find_blocks` would take: where a whole
     model (a Hugging Face *Model or *ForCausalLM: encoder.layer, transformer.h, model.layers) keeps
@@ -133,7 +186,7 @@ def _nested_blocks(model: nn.Module, depth: int = 3) -> list[str]:
     return []
 
 
-def _network_from(spec: Spec, out: Any) -> Network:
+def _network_from(spec: Spec, out: Any, *, case: Case | None = None) -> Network:
     """What a factory returned → a `Network`, by the rules of `stability.families.adapters`."""
     if isinstance(out, nn.Sequential):
         return Network(out)
@@ -155,7 +208,15 @@ def _network_from(spec: Spec, out: Any) -> Network:
         )
     blocks = nn.Sequential(*found)
     if isinstance(out, Stack):
-        return Network(blocks, stem=out.stem, head=out.head, call_kwargs=out.call_kwargs)
+        embedding = out.embedding
+        return Network(
+            blocks,
+            stem=out.stem,
+            head=out.head,
+            call_kwargs=out.call_kwargs,
+            embedding=embedding,
+            tokens=_declared_embedding(spec, case, out),
+        )
     if isinstance(getattr(out, "blocks", None), nn.Module):  # a module with .blocks may carry .stem and .head
         return Network(blocks, stem=getattr(out, "stem", None), head=getattr(out, "head", None))
     return Network(blocks)

@@ -100,6 +100,14 @@ class ModelRun:
     blocks: Blocks
     rescaled: Mapping[str, float] = field(default_factory=dict)
 
+    @property
+    def token_inputs(self) -> bool:
+        """Whether the model is called with token ids (one integer tensor, or `input_ids`) or with
+        `inputs_embeds` (drawn at its embedding's scale): x₀ is then its own embedding's output."""
+        if isinstance(self.inputs, torch.Tensor):
+            return not self.inputs.is_floating_point()
+        return isinstance(self.inputs, Mapping) and ("input_ids" in self.inputs or "inputs_embeds" in self.inputs)
+
 
 @dataclass(frozen=True)
 class Discovery:

@@ -35,6 +35,7 @@ import sysconfig
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
 from stability.errors import SpecError, did_you_mean
@@ -49,6 +50,7 @@ __all__ = [
     "roots_environment",
     "locate_factory",
     "load_factory",
+    "import_file",
     "EXTRA_NAMES",
     "Parameter",
     "filled_names",
@@ -170,12 +172,21 @@ def _import(mod_name: str, file: Path, root: Path) -> Any:
         sys.path.append(str(root))  # after the standard library and site-packages: shadows nothing
     if _same_file(mod_name, file):
         return importlib.import_module(mod_name)
-    private = f"_stability_factory_{hashlib.sha1(os.fsencode(file)).hexdigest()[:12]}_{mod_name.replace('.', '_')}"
+    return import_file(file, kind="factory", label=mod_name.replace(".", "_"))
+
+
+def import_file(path: Path, *, kind: str, label: str) -> ModuleType:
+    """Import a user's `.py` file (a factory's module, a plugin) under a private name made from its
+    path, `_stability_{kind}_{hash}_{label}`: the same in every process of a run, so what the file
+    defines pickles, and never a name the standard library or the user's own packages hold. Once per
+    process; a file whose import fails (or exits) is left out of `sys.modules`, so it can be fixed
+    and imported again. Raises ImportError when the file cannot be loaded as a module."""
+    private = f"_stability_{kind}_{hashlib.sha1(os.fsencode(path)).hexdigest()[:12]}_{label}"
     if private in sys.modules:
         return sys.modules[private]
-    module_spec = importlib.util.spec_from_file_location(private, file)
+    module_spec = importlib.util.spec_from_file_location(private, path)
     if module_spec is None or module_spec.loader is None:
-        raise ImportError(f"cannot load {file}")
+        raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[private] = module
     try:

@@ -103,7 +103,7 @@ def _missing(library: str, exc: Exception, *, file: str, key: str, model: str) -
     fix = (
         'install it: pip install -e ".[hf]"'
         if library == "transformers"
-        else "install it (docs/library-models.md, section 5)"
+        else "install it (docs/library-models.md, section 7)"
     )
     return LibraryMissing(file, key, f"{library} does not import here ({what})", value=model, fix=fix)
 
@@ -234,7 +234,7 @@ def check_config(target: Target, config: Mapping[str, Any], *, file: str, key: s
 MODALITIES: tuple[str, ...] = ("tokens", "images", "embeddings")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LibraryModel:
     """A spec's library model: the target, its config (placeholders unfilled), the modality of its
     inputs (None: the model's own), the blocks to probe (None: discovered) and the shipped config's
@@ -273,7 +273,20 @@ def parse_library(
         raise SpecError(
             file, f"{prefix}inputs", "is not a modality", value=inputs, fix=f"choose one of {', '.join(MODALITIES)}"
         )
-    out = LibraryModel(target, dict(config), inputs, blocks, dict(shipped or {}), scale)
+    out = LibraryModel(
+        target=target, config=dict(config), inputs=inputs, blocks=blocks, shipped=dict(shipped or {}), scale=scale
+    )
+    if scale == "streamed" and (out.shipped or target.library != "transformers"):
+        raise SpecError(
+            file,
+            f"{prefix}scale",
+            '= "streamed" streams a transformers model\'s blocks at the config as given, with no init rule: '
+            + (f"{target} has another library" if target.library != "transformers" else "block.shipped is set"),
+            value=scale,
+            fix='use scale = "shipped" to stream the shipped config, or remove block.shipped'
+            if target.library == "transformers"
+            else "remove it: the whole model is probed as built",
+        )
     if scale == "shipped" and (not out.shipped or target.library != "transformers"):
         why = (
             "streams a transformers model's blocks"

@@ -9,8 +9,9 @@ its blocks found (`stability.families.discover`), and the init rule for reduced 
   shape (batch, channels, size, size), N(0, 1), channels from the config (`num_channels`,
   `in_chans`; else 3) and size from the config (`image_size`, `img_size`), else the case's
   `spatial`, else 32;
-- `"embeddings"`: `inputs_embeds` of shape (batch, tokens, hidden), N(0, 1), hidden the width of
-  the model's input embedding.
+- `"embeddings"`: `inputs_embeds` of shape (batch, tokens, hidden), N(0, s²), hidden the width of
+  the model's input embedding and s the root mean square of its rows (`embedding.embedding_rms`):
+  the stream enters block 0 at the scale the model's own token embedding gives it.
 
 The default is the model's own (`main_input_name` of a transformers model: `input_ids` → tokens,
 `pixel_values` → images; timm and torchvision: images). tokens defaults to 8 when the case draws
@@ -28,8 +29,8 @@ shipped model's. Concretely each such matrix is multiplied by
     k = (σ_shipped / σ_reduced) · √(fan-in_shipped / fan-in_reduced),
 
 σ being the root mean square of the library's own init of that parameter at each width, read
-off one block of the model built at depth 1 at both widths (the shipped one on the CPU: one
-block's memory, once per width and process). A ratio σ_shipped/σ_reduced within 4 standard
+off one block of the model built at depth 1 (or at its smallest depth, `library_depth`) at both
+widths (the shipped one on the CPU: one block's memory, once per width and process). A ratio σ_shipped/σ_reduced within 4 standard
 errors of 1 (an init that ignores the width), of √(fan-in_reduced/fan-in_shipped) or of
 √(fan-out_reduced/fan-out_shipped) (an init scaled by either) is taken as exactly that, so that sampling noise does not enter: for the
 init of transformers (N(0, σ²) whatever the width) k = √(W_shipped / W) exactly, **σ²·width
@@ -60,7 +61,9 @@ import torch
 from torch import nn
 
 from stability.errors import CaseError
+from stability.families.construction import constructing
 from stability.families.discover import Blocks, discover
+from stability.families.embedding import embedding_rms, token_ids
 from stability.families.library import LibraryModel, quiet_imports
 from stability.families.library_lookup import Target, registry
 from stability.families.library_values import fill
@@ -75,6 +78,7 @@ __all__ = [
     "init_factors",
     "rescale_init",
     "weight_fans",
+    "weight_matrices",
 ]
 
 
@@ -120,13 +124,20 @@ def construct(target: Target, config: Mapping[str, Any]) -> nn.Module:
             model = (
                 lib.create_model(target.name, pretrained=False, **config)
                 if target.library == "timm"
-                else lib.models.get_model(target.name, weights=None, **config)
+                else lib.models.get_model(target.name, weights=None, **_no_backbone_weights(lib, target.name, config))
             )
         else:
             model = registry(target.library)[1][target.name](**config)
     if not isinstance(model, nn.Module):
         raise CaseError(f"{target} built a {type(model).__name__}, not a torch module")
     return model
+
+
+def _no_backbone_weights(lib: Any, name: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """A torchvision builder's arguments with `weights_backbone=None` where it takes one: its detection
+    and segmentation builders default to an ImageNet backbone, which they download (nothing is)."""
+    takes = "weights_backbone" in inspect.signature(lib.models.get_model_builder(name)).parameters
+    return {"weights_backbone": None, **config} if takes else dict(config)
 
 
 def _modality(model: nn.Module, target: Target, chosen: str | None) -> str:
@@ -177,13 +188,7 @@ def make_inputs(
         vocab = getattr(hf, "vocab_size", None) or config.get("vocab_size")
         if not vocab:
             raise CaseError(f"{target} has no vocab_size to draw token ids from: set config.vocab_size")
-        pad = getattr(hf, "pad_token_id", None)
-        pad = pad if isinstance(pad, int) and 0 <= pad < int(vocab) and int(vocab) > 1 else None
-        ids = torch.randint(0, int(vocab) - (pad is not None), (batch, tokens), generator=gen)  # (B, T)
-        if (
-            pad is not None
-        ):  # never the padding token: its embedding row is 0 at init, and a norm of 0 measures only its eps
-            ids += (ids >= pad).long()
+        ids = token_ids(int(vocab), getattr(hf, "pad_token_id", None), (batch, tokens), generator=gen)  # (B, T)
         return {"input_ids": ids.to(device), **extra}
     if kind == "embeddings":
         get = getattr(model, "get_input_embeddings", None)
@@ -191,7 +196,8 @@ def make_inputs(
         hidden = getattr(embedding, "embedding_dim", None) or getattr(hf, "hidden_size", None)
         if not hidden:
             raise CaseError(f"{target} has no input embedding to take the width of embeddings from")
-        x = torch.randn(batch, tokens, int(hidden), generator=gen, dtype=torch.float64)
+        x = torch.randn(batch, tokens, int(hidden), generator=gen, dtype=torch.float64)  # (B, T, C)
+        x *= embedding_rms(embedding)  # at the scale of the model's own token embedding
         return {"inputs_embeds": x.to(device=device, dtype=dtype), **extra}
     channels = int(getattr(hf, "num_channels", None) or config.get("num_channels") or config.get("in_chans") or 3)
     x = torch.randn(batch, channels, *_image_size(model, config, values), generator=gen, dtype=torch.float64).to(
@@ -211,7 +217,7 @@ def weight_fans(owner: nn.Module, p: torch.Tensor) -> tuple[int, int]:
     return int(p.shape[-1]), int(p.shape[-2])
 
 
-def _weights(block: nn.Module) -> dict[str, tuple[nn.Module, nn.Parameter]]:
+def weight_matrices(block: nn.Module) -> dict[str, tuple[nn.Module, nn.Parameter]]:
     """A block's weight matrices (two or more dimensions, outside an embedding), by name, with their owner."""
     out: dict[str, tuple[nn.Module, nn.Parameter]] = {}
     for owner_path, owner in block.named_modules():
@@ -248,8 +254,8 @@ def factors_between(reduced: nn.Module, shipped: nn.Module) -> dict[str, float]:
     """k for each weight matrix of a block (the rule in the module docstring): `reduced` and
     `shipped` are the same block class at the two widths, with the library's init."""
     out: dict[str, float] = {}
-    twin = _weights(shipped)
-    for name, (owner, p) in _weights(reduced).items():
+    twin = weight_matrices(shipped)
+    for name, (owner, p) in weight_matrices(reduced).items():
         if name not in twin or twin[name][1].shape == p.shape:
             continue
         s_reduced, s_shipped = _rms(p), _rms(twin[name][1])
@@ -276,10 +282,14 @@ def _snap(ratio: float, candidates: tuple[float, ...], *, error: float) -> float
 _FACTORS: dict[str, dict[str, float]] = {}
 
 
-def init_factors(spec: LibraryModel, values: Mapping[str, Any], block_class: type) -> dict[str, float]:
+def init_factors(
+    spec: LibraryModel, values: Mapping[str, Any], block_class: type, *, least: int = 1
+) -> dict[str, float]:
     """k for each weight matrix of the spec's block class at this case's width, from the model
-    built at depth 1 at both widths (seed 0, outside the caller's generator; cached per process)."""
-    one = {**values, "depth": 1}
+    built at its smallest depth `least` (1 but for a model whose init needs more:
+    `library_depth.least_depth`) at both widths (seed 0, outside the caller's generator; cached per
+    process)."""
+    one = {**values, "depth": least}
     reduced_config, shipped_config = fill(spec.config, one), {**fill(spec.config, one), **fill(spec.shipped, one)}
     # The block class is part of the key: discovery may pick another class at another depth (a
     # ResNet at depth 1 has no run of two bottlenecks), and its factors are no other class's.
@@ -298,7 +308,7 @@ def init_factors(spec: LibraryModel, values: Mapping[str, Any], block_class: typ
         blocks = [next((m for m in model.modules() if type(m) is block_class), None) for model in pair]
         if blocks[0] is None or blocks[1] is None:
             raise CaseError(
-                f"{spec.target} built at depth 1 has no {block_class.__name__} to read the shipped init from"
+                f"{spec.target} built at depth {one['depth']} has no {block_class.__name__} to read the shipped init from"
             )
         _FACTORS[key] = factors_between(blocks[0], blocks[1])
     return _FACTORS[key]
@@ -338,13 +348,16 @@ def build_model(
     input_seed: int,
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
+    least: int = 1,
 ) -> Built:
     """Build the model of one case (`values`: the case's keys, `Case.as_dict()`), under the
     caller's seeded global generator; its inputs from `input_seed`; its blocks discovered on those
-    inputs; the init rule applied when the spec gives the shipped config."""
+    inputs; the init rule applied when the spec gives the shipped config (its pair of models built
+    at depth `least`, the smallest the model builds at: `library_depth.least_depth`)."""
     config = fill(spec.config, values)
     try:
-        model = construct(spec.target, config)
+        with constructing():  # (a watcher, e.g. init_conformance's recorder, sees the construction and init)
+            model = construct(spec.target, config)
     except CaseError:
         raise
     except Exception as exc:  # the library's own check on this case's config (heads not dividing the width, …)
@@ -364,6 +377,6 @@ def build_model(
     found = discover(model, inputs, blocks=spec.blocks)
     built = Built(model, inputs, found.blocks, found.stages)
     if spec.shipped:
-        built.factors = init_factors(spec, values, type(found.blocks.modules[0]))
+        built.factors = init_factors(spec, values, type(found.blocks.modules[0]), least=least)
         built.scaled = rescale_init(found.blocks, built.factors)
     return built

@@ -72,9 +72,11 @@ class LibraryOptions(BaseModel):
     shipped: dict[str, Any] = Field(
         default_factory=dict, description="the shipped config's values, for the init rule at a reduced width"
     )
-    scale: Literal["probed", "shipped"] = Field(
+    scale: Literal["probed", "shipped", "streamed"] = Field(
         default="probed",
-        description='"shipped": the shipped config (block.shipped over block.config), blocks streamed one at a time (transformers)',
+        description='"shipped": the shipped config (block.shipped over block.config), blocks streamed one at a time '
+        '(transformers); "streamed": block.config as the case fills it, blocks streamed (a case over the memory '
+        "budget is streamed so where it can be)",
     )
 
 
@@ -186,42 +188,49 @@ def _build(spec: Any, case: Any, gen: Any) -> Any:
     from stability.families.build import Network, derive_seed, torch_dtype
     from stability.families.discover import ModelRun
     from stability.families.library_build import build_model
+    from stability.families.library_depth import least_depth
     from stability.families.library_stream import build_streamed
 
     lib = library_model(spec)
-    make = build_streamed if lib.scale == "shipped" else build_model
-    built = make(
-        lib,
-        case.as_dict(),
-        input_seed=derive_seed(case.seed, 1),
-        device=torch.device(case.device),
-        dtype=torch_dtype(case.dtype),
-    )
+    seed, device, dtype = derive_seed(case.seed, 1), torch.device(case.device), torch_dtype(case.dtype)
+    if lib.scale in ("shipped", "streamed"):
+        built = build_streamed(lib, case.as_dict(), input_seed=seed, device=device, dtype=dtype)
+    else:
+        least = least_depth(lib, case.as_dict()).depth if lib.shipped else 1  # where the init rule's pair is built
+        built = build_model(lib, case.as_dict(), input_seed=seed, device=device, dtype=dtype, least=least)
     return Network(
         nn.Sequential(*built.blocks.modules),
         model=ModelRun(built.model, built.inputs, built.blocks, rescaled=built.scaled),
     )
 
 
-_FOOTPRINTS: dict[str, Any] = {}  # the case without its depth → its footprints at depths 1 and 2 (None: no estimate)
+#: The case without its depth → (the smallest depth d, its footprints at depths d and d + 1); None: no estimate.
+_FOOTPRINTS: dict[str, Any] = {}
 
 
 def _footprints(spec: Any, case: Any) -> Any:
-    """The case's model's footprints (`library_memory.footprint`) at depths 1 and 2, cached per
-    case without its depth and seed; None when the meta build or the fake pass fails."""
+    """(d, footprint at d, footprint at d + 1) of the case's model (`library_memory.footprint`), d
+    its smallest depth (`library_depth.least_depth`: 1 but for a model whose init needs more),
+    cached per case without its depth and seed; None when the meta build or the fake pass fails."""
     import torch
 
     from stability.families.build import torch_dtype
+    from stability.families.library_depth import least_depth
     from stability.families.library_memory import footprint
 
     key = repr((spec.path, spec.options, dataclasses.replace(case, depth=0, seed=0, device="cpu")))
     if key not in _FOOTPRINTS:
         lib = _as_built(library_model(spec))
         try:
+            least = least_depth(lib, case.as_dict()).depth
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
-                _FOOTPRINTS[key] = tuple(
-                    footprint(lib, {**case.as_dict(), "depth": d}, torch_dtype(case.dtype)) for d in (1, 2)
+                _FOOTPRINTS[key] = (
+                    least,
+                    *(
+                        footprint(lib, {**case.as_dict(), "depth": d}, torch_dtype(case.dtype))
+                        for d in (least, least + 1)
+                    ),
                 )
         except (
             Exception
@@ -230,13 +239,22 @@ def _footprints(spec: Any, case: Any) -> Any:
     return _FOOTPRINTS[key]
 
 
+def _least_depth(spec: Any) -> Any:
+    """The registry's `least_depth`: the smallest depth the spec's model builds at, at its corner case."""
+    from stability.families.library_depth import least_depth
+    from stability.spec.case import corner_case
+
+    return least_depth(_as_built(library_model(spec)), corner_case(spec).as_dict())
+
+
 def _as_built(lib: Any) -> Any:
     """The library model as it is built: at `scale = "shipped"` its config with the shipped values over it."""
     return dataclasses.replace(lib, config={**lib.config, **lib.shipped}, shipped={}) if lib.scale == "shipped" else lib
 
 
-def _streamed_estimate(spec: Any, case: Any, one: Any, two: Any) -> int:
-    """`library_stream.estimate_bytes` for the case: its hidden state is (batch, tokens, hidden_size)."""
+def _streamed_estimate(spec: Any, case: Any, least: int, one: Any, two: Any) -> int:
+    """`library_stream.estimate_bytes` for the case (`one`, `two`: its footprints at depths `least`
+    and `least` + 1): its hidden state is (batch, tokens, hidden_size)."""
     import torch
 
     from stability.families.build import torch_dtype
@@ -246,15 +264,16 @@ def _streamed_estimate(spec: Any, case: Any, one: Any, two: Any) -> int:
     from stability.spec.schema import DEFAULT_SIZE
 
     lib = _as_built(library_model(spec))
-    values = {**case.as_dict(), "depth": 1}
+    values = {**case.as_dict(), "depth": least}
     hidden = int(getattr(getattr(meta_model(lib, fill(lib.config, values)), "config", None), "hidden_size", 0) or 0)
     batch, tokens = int(values.get("batch") or 2), int(values.get("tokens") or DEFAULT_SIZE)
     itemsize = torch.empty((), dtype=torch_dtype(case.dtype)).element_size()
-    return estimate_bytes(one, two, depth=case.depth, hidden_bytes=batch * tokens * hidden * itemsize)
+    return estimate_bytes(one, two, depth=case.depth, hidden_bytes=batch * tokens * hidden * itemsize, least=least)
 
 
-def _shipped_params(spec: Any, case: Any) -> int:
-    """Bytes (float32) of the init rule's two depth-1 models (`library_build.init_factors`), 0 without `block.shipped`."""
+def _shipped_params(spec: Any, case: Any, least: int) -> int:
+    """Bytes (float32) of the init rule's two models at the smallest depth (`library_build.init_factors`),
+    0 without `block.shipped`."""
     import torch
 
     from stability.families.library_memory import count_bytes, meta_model
@@ -263,7 +282,7 @@ def _shipped_params(spec: Any, case: Any) -> int:
     lib = library_model(spec)
     if not lib.shipped:
         return 0
-    one = {**case.as_dict(), "depth": 1}
+    one = {**case.as_dict(), "depth": least}
     reduced = fill(lib.config, one)
     return sum(
         count_bytes(meta_model(lib, c), torch.float32)[0] for c in (reduced, {**reduced, **fill(lib.shipped, one)})
@@ -288,13 +307,13 @@ def _estimate(spec: Any, case: Any) -> int | None:
     found = _footprints(spec, case)
     if found is None:
         return None
-    one, two = found
-    if library_model(spec).scale == "shipped":
-        return int(resident_bytes() + _streamed_estimate(spec, case, one, two))
+    least, one, two = found
+    if library_model(spec).scale in ("shipped", "streamed"):
+        return int(resident_bytes() + _streamed_estimate(spec, case, least, one, two))
     depth = case.depth
 
-    def at(x: int, y: int) -> int:
-        return x if depth == 1 else y + (depth - 2) * max(y - x, 0)
+    def at(x: int, y: int) -> int:  # x at the smallest depth, y one deeper, extended linearly
+        return x if depth <= least else y + (depth - least - 1) * max(y - x, 0)
 
     params, saved = at(one.params, two.params), at(one.saved, two.saved)
     largest_param, largest_saved = max(one.largest_param, two.largest_param), max(one.largest_saved, two.largest_saved)
@@ -303,9 +322,16 @@ def _estimate(spec: Any, case: Any) -> int | None:
     )  # the backward's gradients of the largest parameter and activation, and their norms' copies
     probe = (2 if _ensemble_runs(spec) else 1) * params + saved + work
     build = (
-        at(one.params_float32, two.params_float32) + largest_param + _shipped_params(spec, case)
+        at(one.params_float32, two.params_float32) + largest_param + _shipped_params(spec, case, least)
     )  # constructed in float32, then cast; the init rule's models
     return int(resident_bytes() + max(probe, build))
+
+
+def _over_budget(spec: Any, case: Any, budget: int) -> Any:
+    """The registry's `over_budget` (stability.families.library_fit.over_budget)."""
+    from stability.families.library_fit import over_budget
+
+    return over_budget(spec, library_model(spec), case, budget)
 
 
 def _check_lm(spec: Any, data: Any) -> None:
@@ -355,6 +381,8 @@ register_family(
         check=_check,
         lm_check=_check_lm,
         preload=_preload,
+        least_depth=_least_depth,
+        over_budget=_over_budget,
         lacks={
             "blocks_alone": "runs its blocks only inside the model's own forward, on the model's own inputs (the Jacobian's torch.func transforms and the optimizer runs call the blocks on their own)",
             "attention": "computes its attention inside the library's modules, where the harness reads no probabilities yet",

@@ -29,6 +29,8 @@ __all__ = [
     "library_of",
     "config_default",
     "config_keys",
+    "default_config",
+    "returned_class",
 ]
 
 LIBRARIES: tuple[str, ...] = ("transformers", "timm", "torchvision")
@@ -64,7 +66,10 @@ def hf_names() -> tuple[str, ...]:
     return tuple(
         n
         for n in dir(_library("transformers"))
-        if re.fullmatch(r"[A-Z][A-Za-z0-9]+", n) and not n.endswith("PreTrainedModel")
+        if re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", n)  # Qwen2_5_VLModel, xLSTMModel: underscores, a lower-case start
+        and any(c.isupper() for c in n)
+        and not n.isupper()
+        and not n.endswith("PreTrainedModel")
     )
 
 
@@ -149,13 +154,14 @@ def registry(library: str) -> tuple[list[str], dict[str, type]]:
         names, builder = list(lib.models.list_models()), lib.models.get_model_builder
     classes: dict[str, type] = {}
     for n in names:
-        cls = _returned_class(builder(n))
+        cls = returned_class(builder(n))
         if cls is not None:
             classes.setdefault(cls.__name__, cls)
     return names, classes
 
 
-def _returned_class(fn: Any) -> type | None:
+def returned_class(fn: Any) -> type | None:
+    """The class a timm or torchvision builder's return annotation names (None: none it can read)."""
     try:
         ret = typing.get_type_hints(fn).get("return")
     except Exception:  # an annotation that does not evaluate: no class to check against
@@ -209,7 +215,7 @@ def _target_class(target: Target) -> type:
             if target.library == "timm"
             else lib.models.get_model_builder(target.name)
         )
-    cls = _returned_class(builder)
+    cls = returned_class(builder)
     return cls if cls is not None else object
 
 
@@ -245,3 +251,18 @@ def config_keys(target: Target) -> tuple[list[str], bool]:
     params = inspect.signature(cls).parameters  # the class's __init__, without self
     keys = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     return keys, any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def default_config(target: Target) -> tuple[dict[str, Any], dict[str, str]]:
+    """A transformers target's default config as data (`to_dict` of its config class built with no
+    arguments: the values a spec leaves to the library) and its aliases (`attribute_map`: the
+    common name → the class's own, `hidden_size` → `n_embd`); ({}, {}) for another library or a
+    config that needs arguments."""
+    if target.library != "transformers":
+        return {}, {}
+    try:
+        cls = _hf_config_class(target)
+        values = {k: v for k, v in cls().to_dict().items() if not k.startswith("_")}
+    except Exception:  # a config that needs arguments
+        return {}, {}
+    return values, dict(getattr(cls, "attribute_map", {}) or {})

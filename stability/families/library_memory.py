@@ -23,7 +23,8 @@ the backward frees them as it goes while each block's gradients come and go (the
 freed by their hook as they are produced: `stability.measure.reductions`). A seed ensemble
 (an invariant whose registry entry has `ensemble`, with `probe.ensemble` > 1) builds and probes
 its members one at a time while the case's own network is held, so two models are resident then.
-With `block.shipped`, the init rule builds the model at depth 1 at both widths once per process
+With `block.shipped`, the init rule builds the model at depth 1 (or its smallest depth,
+`library_depth`) at both widths once per process
 (`library_build.init_factors`) while the case's model is resident. So:
 
     peak = resident + max(models · P, P + P₁ + P₁,shipped) + S + G
@@ -47,7 +48,7 @@ from typing import Any
 __all__ = ["LibraryFootprint", "count_bytes", "footprint", "meta_model", "registered_on_meta", "resident_bytes"]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class LibraryFootprint:
     """What one case's model takes, in bytes (the module docstring): `params` its parameters and
     buffers in the case's dtype, `saved` the tensors autograd keeps in the probe's forward,
@@ -243,4 +244,11 @@ def footprint(lib: Any, values: dict[str, Any], dtype: Any) -> LibraryFootprint:
     except Exception:  # a forward fake tensors cannot run (a kernel with no fake rule, a data-dependent branch):
         saved, largest_saved = 0, 0  # the parameters alone, a lower bound that still refuses what cannot fit
         largest_param = _largest_block_param(model, dtype) or largest
-    return LibraryFootprint(params, saved, largest_param, largest_saved, count, float32)
+    return LibraryFootprint(
+        params=params,
+        saved=saved,
+        largest_param=largest_param,
+        largest_saved=largest_saved,
+        count=count,
+        params_float32=float32,
+    )

@@ -361,9 +361,6 @@ def build_streamed(
     model.to(dtype=dtype)
     _storageless(model, dev)
     model.to(device=dev)  # (the buffers)
-    inputs = make_inputs(
-        model, spec.target, config, values, modality=spec.inputs, seed=input_seed, device=dev, dtype=dtype
-    )
     candidates = _streamed_blocks(model, spec.blocks, str(spec.target))
     streamed = {id(m) for m in candidates}
     rest = [(n, p) for n, p in model.named_parameters() if not any(id(m) in streamed for m in _owners(model, n))]
@@ -374,6 +371,9 @@ def build_streamed(
         raise CaseError(
             f'{type(model).__name__}._init_weights leaves {", ".join(unset[:3])} unset (set at construction only, which a streamed model does not run): probe it with scale = "probed"'
         )
+    inputs = make_inputs(  # after the parts outside the blocks: `inputs = "embeddings"` reads the embedding's scale
+        model, spec.target, config, values, modality=spec.inputs, seed=input_seed, device=dev, dtype=dtype
+    )
     streamer = Streamer(model, candidates, seed=seed, device=dev)
     with streamer.tracing_shapes():
         found = discover(
@@ -417,14 +417,15 @@ def init_whole(model: nn.Module, blocks: Sequence[nn.Module], seed: int) -> None
         init_streamed(model, block, block_seed(seed, i))
 
 
-def estimate_bytes(one: Any, two: Any, *, depth: int, hidden_bytes: int) -> int:
+def estimate_bytes(one: Any, two: Any, *, depth: int, hidden_bytes: int, least: int = 1) -> int:
     """The peak bytes a streamed probe adds to what the process holds, from the model's
-    footprints at depths 1 and 2 (`library_memory.footprint`, at the shipped config): the parts
+    footprints at depths `least` and `least` + 1 (`library_memory.footprint`, at the config it is
+    built at; `least` the smallest depth it builds at, `library_depth`): the parts
     outside the blocks, two blocks' parameters, each block's input (what checkpointing keeps, one
     hidden state of `hidden_bytes` each), one block's saved tensors while its backward runs, and
     the backward's gradient of the largest parameter and activation with their norms' copies."""
     block = max(two.params - one.params, 0)
-    rest = max(one.params - block, 0)
+    rest = max(one.params - least * block, 0)
     saved = max(two.saved - one.saved, one.saved)
     work = 2 * max(one.largest_param, two.largest_param) + 2 * max(one.largest_saved, two.largest_saved)
     return int(rest + 2 * block + depth * hidden_bytes + saved + work)

@@ -60,7 +60,7 @@ FIRST: Mapping[tuple[str, str], str] = {
 @contextlib.contextmanager
 def quiet_imports() -> Iterator[None]:
     """Import a library without its noise: torchvision's warning that its compiled image
-    extension does not load (its models are pure Python; docs/library-models.md, section 5).
+    extension does not load (its models are pure Python; docs/library-models.md, section 7).
     timm imports torchvision too."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Failed to load image Python extension")

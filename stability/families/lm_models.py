@@ -27,7 +27,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -88,7 +88,7 @@ class LanguageModel(nn.Module):
         return z
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TokenModel:
     """A language model as the run trains it: `module` holds every trained parameter, `logits`
     maps token ids (B, T) to logits (B, T, V), `attention` says how its attention logits are
@@ -98,9 +98,9 @@ class TokenModel:
 
     module: nn.Module
     logits: Callable[[torch.Tensor], torch.Tensor]
-    attention: str
+    attention: Literal["probs", "transformers", "sdpa"]
     group: Callable[[str, nn.Module], str]
-    kind: str
+    kind: Literal["transformer", "library", "custom"]
 
 
 def _final_norm(spec: Spec, width: int) -> nn.Module:
@@ -217,15 +217,15 @@ def _hf_logits(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     return logits
 
 
-def _transformers_model(model: nn.Module, *, kind: str) -> TokenModel:
+def _transformers_model(model: nn.Module, *, kind: Literal["library", "custom"]) -> TokenModel:
     get = getattr(model, "get_output_embeddings", None)
     readout = get() if callable(get) else None
     return TokenModel(
-        model,
-        _hf_logits(model),
-        "transformers",
-        library_parameter_group(readout if isinstance(readout, nn.Module) else None),
-        kind,
+        module=model,
+        logits=_hf_logits(model),
+        attention="transformers",
+        group=library_parameter_group(readout if isinstance(readout, nn.Module) else None),
+        kind=kind,
     )
 
 
@@ -294,7 +294,13 @@ def _custom(spec: Spec, case: Case) -> TokenModel:
     from stability.families.transformer import AttentionProbs
 
     probs = any(isinstance(m, AttentionProbs) for m in out.modules())
-    return TokenModel(out, logits, "probs" if probs else "sdpa", library_parameter_group(None), "custom")
+    return TokenModel(
+        module=out,
+        logits=logits,
+        attention="probs" if probs else "sdpa",
+        group=library_parameter_group(None),
+        kind="custom",
+    )
 
 
 def token_model(spec: Spec, case: Case) -> TokenModel:
@@ -302,7 +308,7 @@ def token_model(spec: Spec, case: Case) -> TokenModel:
     reads later tokens is `stability.families.lm_causal`'s question, asked by the run)."""
     if spec.family == "transformer":
         model = language_model(spec, case)
-        return TokenModel(model, model, "probs", parameter_group, "transformer")
+        return TokenModel(module=model, logits=model, attention="probs", group=parameter_group, kind="transformer")
     if spec.family not in ("library", "custom"):
         raise ValueError(f"{spec.path}: family {spec.family!r} builds no language model")  # the loader refuses it first
     with torch.random.fork_rng(devices=[]):

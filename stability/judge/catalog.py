@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stability.judge.catalog_bands import ARRIVAL_BANDS, STREAM_BANDS, VARIANCE_BANDS
 from stability.judge.catalog_checks import (
     check_arrival,
     check_identity,
@@ -30,7 +31,10 @@ from stability.judge.catalog_measurements import (
     channel_ensemble,
     channel_observers,
     depth_variants,
+    entry_after,
+    form_observers,
     init_after,
+    init_construction,
     jacobian_after,
     lesion_after,
     lesion_ensemble,
@@ -69,7 +73,7 @@ __all__: list[str] = []
 def _gradient_arrival(m: Any, e: s.GradientArrival) -> Any:
     from stability.judge.invariants import gradient_arrival
 
-    return gradient_arrival(m, lo=e.lo, hi=e.hi)
+    return gradient_arrival(m, lo=e.lo, hi=e.hi, include_entry=e.include_entry)
 
 
 def _variance_growth(m: Any, e: s.VarianceGrowth) -> Any:
@@ -202,11 +206,14 @@ with batch():
         _entry(
             "gradient_arrival",
             expectation=s.GradientArrival,
-            label="gradient ratio ‖∂L/∂x₀‖ / ‖∂L/∂x_L‖",
+            label="gradient ratio ‖∂L/∂x₀‖ / ‖∂L/∂x_L‖ (from x₁ on a pre-norm token model, the entry apart)",
             judge=_gradient_arrival,
+            observers=form_observers,
+            after_probe=entry_after,
             check=check_arrival,
             severity=ratio_severity,
             targets=arrival_targets,
+            bands=ARRIVAL_BANDS,
         )
     )
     register_invariant(
@@ -218,6 +225,7 @@ with batch():
             check=check_variance,
             ensemble=variance_ensemble,
             targets=log10_targets("variance growth (log10 ratio)"),
+            bands=VARIANCE_BANDS,
         )
     )
     register_invariant(
@@ -342,6 +350,7 @@ with batch():
             judge=_init_conformance,
             check=check_init,
             after_probe=init_after,
+            construction=init_construction,
             severity=init_severity,
         )
     )
@@ -367,6 +376,7 @@ with batch():
             ensemble=stream_ensemble,
             severity=stream_severity,
             targets=arrival_targets,
+            bands=STREAM_BANDS,
         )
     )
 

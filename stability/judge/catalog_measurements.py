@@ -13,11 +13,14 @@ from stability.spec import schema as s
 
 __all__ = [
     "rank_observers",
+    "form_observers",
+    "entry_after",
     "attention_observers",
     "channel_observers",
     "jacobian_after",
     "mean_field_after",
     "lesion_after",
+    "init_construction",
     "init_after",
     "variance_ensemble",
     "mean_field_ensemble",
@@ -35,6 +38,19 @@ def rank_observers(spec: s.Spec) -> list[Any]:
     from stability.judge.token_invariants import RankCollapseObserver
 
     return [RankCollapseObserver()] if spec.block.layer == "tokens" else []
+
+
+def form_observers(spec: s.Spec) -> list[Any]:
+    """Whether the stack is pre-norm (stability.measure.block_form), for a family whose x₀ may be a
+    model's own token embedding (a factory's or a library's model)."""
+    from stability.measure.block_form import BlockFormObserver
+
+    return [BlockFormObserver()] if spec.family in ("custom", "library") else []
+
+
+def entry_after(ctx: Any) -> Mapping[str, Any]:
+    """Whether x₀ is the model's own embedding of token ids (`Network.embedded`), beside the block form."""
+    return {"embedded": bool(ctx.net is not None and ctx.net.embedded)}
 
 
 def attention_observers(spec: s.Spec) -> list[Any]:
@@ -78,20 +94,48 @@ def lesion_after(ctx: Any) -> Mapping[str, Any]:
     return {"lesion": network_lesion(ctx.net, ctx.x)}
 
 
+def init_construction(spec: s.Spec) -> Any:
+    """init_conformance's watcher of the construction: the recorder of the init each parameter receives."""
+    from stability.measure.init_recorder import InitRecorder
+
+    return InitRecorder()
+
+
 def init_after(ctx: Any) -> Mapping[str, Any]:
     """The statistics of every parameter at init, of the model as the library built it (a library
-    model's whole model, the shipped-width factors divided out; else the blocks)."""
+    model's whole model, the shipped-width factors divided out; else the blocks), with the init
+    each received as it was constructed and the init keys the spec sets against the registered
+    model's values."""
+    from stability.families.library_stream import streamer_of
     from stability.measure.init_stats import declared_config, init_record
 
     run = ctx.net.model if ctx.net is not None else None
     model, rescaled = (run.model, run.rescaled) if run is not None else (ctx.blocks, {})
     config: dict[str, Any] = {}
+    overrides: tuple[Any, ...] = ()
     if ctx.spec.family == "library":
         from stability.families.library_family import library_model
         from stability.families.library_values import fill
+        from stability.measure.init_registered import overrides as config_overrides
 
-        config = fill(library_model(ctx.spec).config, ctx.case.as_dict())
-    return {"init_conformance": init_record(model, declared_config(model, config), rescaled)}
+        lib = library_model(ctx.spec)
+        config = fill(lib.config, ctx.case.as_dict())
+        overrides = config_overrides(lib.target, config)
+    recorder = ctx.watchers.get("init_conformance")
+    trace = recorder.trace(model) if recorder is not None and recorder.recorded else None
+    why = ""
+    if trace is None:
+        why = (
+            f"the recording stopped: {recorder.failure}"
+            if recorder is not None and recorder.failure
+            else 'scale = "shipped" streams the model: its blocks are made and initialised as the probe runs them, '
+            "outside a recorded construction"
+            if streamer_of(model) is not None
+            else "the model was not constructed under the recording"
+        )
+    declared = declared_config(model, config, trace.model_args if trace is not None else None)
+    record = init_record(model, declared, rescaled, trace=trace, unrecorded=why, overrides=overrides)
+    return {"init_conformance": record}
 
 
 def variance_ensemble(ctx: Any) -> Mapping[str, Any]:

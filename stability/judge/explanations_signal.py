@@ -25,7 +25,15 @@ judges the arrival ratio
 that is exactly zero, underflows, or turns NaN/inf is a collapse and always fails. The message
 names the first block (from the output down) where the running ratio g_l / g_L leaves the band,
 and the average factor per block, r^(1/L). In the HTML report this is the left end of each line in the
-"gradient arrival" plot.""",
+"gradient arrival" plot.
+
+On a pre-norm stack (the norm inside the branch, the stream the bare sum) whose x_0 is the model's
+own token embedding, the ratio is r = g_1 / g_L, from block 0's output, and the entry factor
+g_0 / g_1 is reported beside it, not bounded: the stream enters block 0 at the embedding's scale
+(0.02 rms in GPT-2 and Llama) and block 0's norms multiply the gradient at x_0 by about 1/rms(x_0),
+a property of the embedding's init, not of the stack (residual_stream bounds it where it belongs).
+include_entry = true bounds g_0 / g_L there too; include_entry = false leaves block 0's input out
+on any model. Both are detected from the model during the probe (stability.measure.block_form).""",
         fails="""\
 - A plain stack multiplies one Jacobian per block: factors of 0.9 leave 0.9^50 ≈ 0.005 of the
   gradient after 50 blocks, and 1.1 per block explodes the same way.
@@ -157,8 +165,10 @@ seed ensemble (probe.ensemble), the range beside it in the message.""",
 - Put back the init the model declares: its initializer_range for embeddings, the depth scale of
   the residual projections, the layer scale's init_values, the norms' weights (1, or 0 for a
   (1 + w) norm).
-- If the model is meant to differ, measure it (stability check --profile thorough) and set the
-  bands from its seed ensemble's spread.""",
+- If the model is meant to differ (another model, another config), measure its bands:
+  `stability calibrate SPEC` prints every number's spread over 8 seeds at depths 1, 2, 4 and 8
+  and the band it sets (the extremes widened by ×1.25); `--write` puts them in the spec, each with
+  its spread in a comment; `stability init TARGET` writes a whole spec measured that way.""",
         references=refs("layernorm", "gpt2", "layerscale", "identity", "skipinit"),
     ),
     "mean_shift": Explanation(

@@ -1,5 +1,6 @@
-"""Growth laws judged on an ensemble of seeds: S profiles s_{s,l} (one per seed, one value per
-boundary) → the growth class the data support, the spread, and whether depth sufficed to decide.
+"""Growth laws: of one profile (`classify_growth`: one network's per-boundary statistic relative
+to its input's), and judged on an ensemble of seeds: S profiles s_{s,l} (one per seed, one value
+per boundary) → the growth class the data support, the spread, and whether depth sufficed to decide.
 
 Why an ensemble. At finite width a single network's variance profile is a random walk in log
 space: each block multiplies the variance by an independent random factor whose log has a
@@ -53,8 +54,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from stability.spec.schema import GROWTH_CLASSES
+from stability.spec.values import Growth
 
 __all__ = [
+    "GrowthFit",
+    "classify_growth",
     "EnsembleGrowth",
     "classify_ensemble",
     "ensemble_growth",
@@ -77,12 +81,78 @@ _MAX_EXPONENT = 3.0
 _Array = NDArray[np.float64]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class GrowthFit:
+    """How a per-boundary statistic grows over depth, relative to the input's."""
+
+    growth: Growth
+    ratios: list[float]  # s_l / s_0
+    max_ratio: float
+    min_ratio: float
+    final_ratio: float
+    rate: float  # per-block factor exp(slope of log r_l vs l)
+    slope: float  # slope of r_l vs l (least squares): the linear growth per block
+    exponent: float | None  # p in r_l − 1 ∝ l^p (log-log fit), None when r never exceeds 1
+
+
+def classify_growth(values: list[float], *, bounded_ratio: float = 4.0) -> GrowthFit:
+    """Classify the growth of `values` (one per boundary) as decaying, bounded, linear, polynomial
+    or exponential.
+
+    With r_l = s_l / s_0: *decaying* if r_L < 1/bounded_ratio; *bounded* if max r ≤ bounded_ratio.
+    Otherwise two one-parameter models are fitted by least squares, both through r_0 = 1: linear
+    r = 1 + a·l and exponential r = gˡ, and their residuals are compared in log space (where the
+    noise of a finite-width network is roughly even across depth); *exponential* if gˡ leaves
+    less than half the linear model's residual (a shallow noisy stack cannot tell them apart),
+    else *polynomial* or *linear* by the exponent p of r_l − 1 ∝ lᵖ (linear when p ≤ 1.5). Every point counts, so one noisy block cannot flip the class. A single block shows
+    no shape: with L = 1 both models fit exactly and the growth is called linear.
+    """
+    s = np.asarray(values, dtype=np.float64)
+    r = s / s[0]
+    L = len(r) - 1
+    depth = np.arange(L + 1, dtype=np.float64)
+    pos = r > 0
+    rate = float(np.exp(np.polyfit(depth[pos], np.log(r[pos]), 1)[0])) if pos.sum() >= 2 else math.nan
+    slope = float(np.polyfit(depth, r, 1)[0]) if L >= 1 else 0.0
+    above = (depth >= 1) & (r > 1)
+    exponent = float(np.polyfit(np.log(depth[above]), np.log(r[above] - 1), 1)[0]) if above.sum() >= 2 else None
+    max_r, min_r, final = float(r.max()), float(r.min()), float(r[-1])
+    growth: Growth
+    if (r == 0).any() or final < 1.0 / bounded_ratio:
+        growth = "decaying"
+    elif max_r <= bounded_ratio:
+        growth = "bounded"
+    else:
+        l, logr = depth[pos], np.log(r[pos])  # noqa: E741 (l: the boundary index, as in the papers)
+        ll = float((l * l).sum())
+        a = max(float((l * (r[pos] - 1)).sum()) / ll, 0.0)  # r = 1 + a·l
+        b = float((l * logr).sum()) / ll  # log r = b·l
+        sse_linear = float(((logr - np.log1p(a * l)) ** 2).sum())
+        sse_exponential = float(((logr - b * l) ** 2).sum())
+        if sse_exponential < 0.5 * sse_linear:  # clearly better, not within a few blocks' noise
+            growth = "exponential"
+        elif exponent is not None and exponent > 1.5:
+            growth = "polynomial"
+        else:
+            growth = "linear"
+    return GrowthFit(
+        growth=growth,
+        ratios=r.tolist(),
+        max_ratio=max_r,
+        min_ratio=min_r,
+        final_ratio=final,
+        rate=rate,
+        slope=slope,
+        exponent=exponent,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class EnsembleGrowth:
     """The growth class of an ensemble's seed-averaged profile, with its spread."""
 
-    growth: str  # the best-fitting class (one of GROWTH_CLASSES)
-    lowest: str  # the least severe class the data cannot rule out; verdicts compare this one
+    growth: Growth  # the best-fitting class
+    lowest: Growth  # the least severe class the data cannot rule out; verdicts compare this one
     size: int  # seeds in the ensemble
     ratios: list[float]  # R_l = exp(mean_s log r_{s,l}), the geometric-mean profile
     lo: list[float]  # min over seeds of r_{s,l}
@@ -153,11 +223,13 @@ def classify_ensemble(
         slope=slope,
     )
     if bool((r <= 0).any()) or big[-1] < 1.0 / bounded_ratio:
-        return EnsembleGrowth("decaying", "decaying", exponent=None, **common)
+        return EnsembleGrowth(growth="decaying", lowest="decaying", exponent=None, **common)
     if big.max() <= bounded_ratio:
-        return EnsembleGrowth("bounded", "bounded", exponent=None, **common)
+        return EnsembleGrowth(growth="bounded", lowest="bounded", exponent=None, **common)
     if depth < MIN_DECIDABLE_DEPTH:  # no increment beyond the first block: every law fits
-        return EnsembleGrowth("linear" if depth < 2 else _best_guess(big), "linear", exponent=None, **common)
+        return EnsembleGrowth(
+            growth="linear" if depth < 2 else _best_guess(big), lowest="linear", exponent=None, **common
+        )
     inc = np.diff(y, axis=1)[:, 1:]  # (S, L−1): d_{s,l} for l = 2 … L
     ls = np.arange(2, depth + 1, dtype=np.float64)  # (L−1,)
     d = inc.mean(axis=0)
@@ -168,16 +240,17 @@ def classify_ensemble(
     w = n_seeds / np.maximum(v, 1e-12 * max(float((d * d).mean()), _TINY))  # 1 / (standard error²)
     chi2, exponent = _fits(d, w, ls)
     scores = {"exponential": chi2["exponential"], "linear": chi2["linear"], "power": chi2["power"] + _EXTRA_PARAMETER}
-    power_class = "polynomial" if exponent > 1.5 else "linear"
-    classes = {"exponential": "exponential", "linear": "linear", "power": power_class}
+    power_class: Growth = "polynomial" if exponent > 1.5 else "linear"
+    classes: dict[str, Growth] = {"exponential": "exponential", "linear": "linear", "power": power_class}
     best = min(scores.values())
     plausible = [k for k, v_ in scores.items() if v_ <= best + threshold]
     lowest = min((classes[k] for k in plausible), key=GROWTH_CLASSES.index)
+    growth: Growth
     if "linear" in plausible:  # not faster than linear beyond doubt: report the best fit, judge by the lowest
         growth = classes[min(scores, key=lambda k: scores[k])]
     else:  # faster than linear: exponential unless the power law fits clearly better
         growth = "exponential" if "exponential" in plausible else power_class
-    return EnsembleGrowth(growth, lowest, exponent=exponent, chi2=chi2, **common)
+    return EnsembleGrowth(growth=growth, lowest=lowest, exponent=exponent, chi2=chi2, **common)
 
 
 def ensemble_growth(
@@ -212,7 +285,7 @@ def describe_ensemble(g: EnsembleGrowth) -> str:
     return head
 
 
-def _best_guess(big: _Array) -> str:
+def _best_guess(big: _Array) -> Growth:
     """At depth 2 (one increment past the first block): which law the averaged profile is closer
     to, for the report only; the verdict treats the depth as undecided."""
     step = math.log(big[2] / big[1])

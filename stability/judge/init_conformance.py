@@ -1,187 +1,91 @@
-"""`init_conformance`: every parameter's init against the rule its model declares.
+"""`init_conformance`: every parameter's init against what its model declares.
 
-The rule is data: the shipped rule tables (`init_rules.toml` beside this module, one per model
-family, each row citing where its rule is declared) with a spec's own rows first
-(`[expect.init_conformance] rules`, `stability.spec.init_expect`). Each parameter gets the law of
-the first row that covers it, its numbers computed from the model's declared config
-(`stability.measure.init_stats.InitRecord.variables`) and the parameter's fans; its statistics are
-judged against that law with the sampling theory of `stability.judge.init_laws`, every test of the
-case at `alpha / (number of tests)` (Bonferroni), so a correctly initialised model raises a false
-alarm in at most a fraction `alpha` of cases, whatever its size. A constant (norm weights and
-their offsets, zero biases and tokens, layer-scale values) is exact.
+Three sources declare a parameter's init, in this order of precedence:
 
-It fails when a parameter breaks its row's law, when a row that declares `count` covers another
-number of parameters (a layer scale that is missing), or (`uncovered = "fail"`, the default) when
-no row covers a parameter. The failures are reported per row: the parameter names (layer indices
-as `*`), the statistic observed and declared, the rule's expression and its source.
+1. the spec's own rows (`[expect.init_conformance] rules`, `stability.spec.init_expect`);
+2. the rows of the family table chosen by the model's actual class (`init_rules.toml`,
+   `stability.judge.init_tables.choose_table`; each row cites where its rule is declared and
+   computes its numbers from the model's declared config, `InitRecord.variables`);
+3. the model's own intent, read from the init each parameter received while the model was
+   constructed (`InitRecord.trace`, `stability.measure.init_trace`): a parameter whose recorded
+   init contradicts the intent (`stability.judge.init_intent.deviations`: left at PyTorch's
+   default where the model declares a law, a layer scale or a norm offset not at its declared
+   constant, frozen at zero, never written) fails by the rule it breaks; any other parameter's
+   values are judged against the law recorded for it, so that what is reported is what the model
+   holds.
+
+A row's law, or a recorded one, is judged on the parameter's statistics with the sampling theory
+of `stability.judge.init_laws`, every test of the case at `alpha / (number of tests)`
+(Bonferroni), so a correctly initialised model raises a false alarm in at most a fraction `alpha`
+of cases, whatever its size; a constant is exact. A row that declares `count` must cover that
+many parameters (a layer scale that is missing).
+
+A parameter nothing declares (no row covers it, its init was not recorded or is computed — a
+table of sin-cos positions, Mamba's log(1..N)) is **undeclared**: listed, not failed, unless
+`uncovered = "fail"`. A table named for another class, a row that covers no parameter (a spec's
+row; a row of the table's own that names parameters or counts them — its rows by module class
+alone are templates), and an init key the spec's config sets to another value than the registered
+model's are reported in the detail, each in one line. A case in which nothing was judged is not
+met. The failures are reported per row and per rule: the parameter groups (layer indices as `*`),
+the law observed or recorded and the one declared, and where it is declared.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-import re
-import tomllib
-from dataclasses import dataclass
-from importlib import resources
+from dataclasses import dataclass, field
 from typing import Any
 
-from stability.errors import StabilityError, did_you_mean
+from stability.judge.init_intent import Deviation, deviations, group_of, trace_of
 from stability.judge.init_laws import Check, Law, check_parameter, tests_for
+from stability.judge.init_tables import (
+    RULES_FILE,
+    RuleError,
+    RuleTable,
+    check_table_name,
+    choose_table,
+    row_applies,
+    row_declared,
+    row_law,
+    row_number,
+    rows_of,
+    rule_tables,
+    table_for,
+)
 from stability.judge.verdict import Verdict
-from stability.spec.init_expect import InitConformance, InitRule, Undefined, evaluate, glob_matches
+from stability.measure.init_trace_law import RecordedLaw
+from stability.spec.init_expect import InitConformance, InitRule
 
-__all__ = ["RuleTable", "rule_tables", "table_for", "rows_of", "init_conformance", "RULES_FILE"]
+__all__ = [
+    "RuleTable",
+    "rule_tables",
+    "table_for",
+    "rows_of",
+    "check_table_name",
+    "init_conformance",
+    "judged_law",
+    "RULES_FILE",
+]
 
-RULES_FILE = "init_rules.toml"
 _NAME = "init_conformance"
 _MAX_NAMES = 6  # parameter groups listed per row in the detail (all are in the verdict's extra)
+_MODEL = "the model's own init"
 
 
-@dataclass(frozen=True)
-class RuleTable:
-    """One family's declared init: the model classes it covers, the table it extends and its rows."""
-
-    name: str
-    models: tuple[str, ...]
-    extends: str | None
-    rows: tuple[InitRule, ...]
-
-
-@functools.cache
-def rule_tables() -> dict[str, RuleTable]:
-    """The shipped tables, in file order (each row validated as a spec's rows are)."""
-    data = tomllib.loads(resources.files("stability.judge").joinpath(RULES_FILE).read_text(encoding="utf-8"))
-    tables: dict[str, RuleTable] = {}
-    for name, table in data.items():
-        try:
-            rows = tuple(InitRule.model_validate(r) for r in table.get("rows", []))
-        except Exception as exc:  # a broken shipped table is a defect of the package, named precisely
-            raise StabilityError(f"stability/judge/{RULES_FILE}: table {name!r}: {exc}") from None
-        tables[name] = RuleTable(name, tuple(table.get("models", [])), table.get("extends"), rows)
-    for t in tables.values():
-        if t.extends is not None and t.extends not in tables:
-            raise StabilityError(
-                f"stability/judge/{RULES_FILE}: table {t.name!r} extends {t.extends!r}, which is not a table"
-            )
-    return tables
+def judged_law(law: RecordedLaw) -> Law | None:
+    """The law the sampling theory judges a recorded one by (None: one it does not judge)."""
+    if law.kind == "normal":
+        return Law("normal", mean=law.mean, std=law.std)
+    if law.kind == "trunc_normal":
+        return Law("trunc_normal", mean=law.mean, std=law.std, a=law.a, b=law.b)
+    if law.kind == "uniform":
+        return Law("uniform", a=law.a, b=law.b)
+    if law.kind == "constant":
+        return Law("constant", value=law.value)
+    return None
 
 
-def table_for(model: tuple[str, ...], name: str | None = None) -> RuleTable | None:
-    """The table named, or the first whose `models` matches the model's class or a base."""
-    tables = rule_tables()
-    if name is not None:
-        return tables[name]
-    return next((t for t in tables.values() if t.models and glob_matches(list(t.models), model)), None)
-
-
-def rows_of(table: RuleTable | None) -> list[tuple[str, InitRule]]:
-    """The table's rows then those of the tables it extends, each with its table's name."""
-    out: list[tuple[str, InitRule]] = []
-    seen: set[str] = set()
-    while table is not None and table.name not in seen:
-        seen.add(table.name)
-        out += [(table.name, r) for r in table.rows]
-        table = rule_tables()[table.extends] if table.extends else None
-    return out
-
-
-def check_table_name(name: str | None) -> str | None:
-    """None when `name` is a shipped table (or not given), else the message naming the close ones."""
-    if name is None or name in rule_tables():
-        return None
-    return f"is not a rule table{did_you_mean(name, list(rule_tables()))}; known: {', '.join(rule_tables())}"
-
-
-# ----------------------------------------------------------------------------- resolving a row's law
-
-
-class _RuleError(Exception):
-    """A row whose numbers cannot be computed for this model (a name its config does not declare)."""
-
-
-def _number(row: InitRule, key: str, env: dict[str, Any]) -> float:
-    raw = getattr(row, key)
-    try:
-        value = evaluate(raw, env)
-    except Undefined as exc:
-        raise _RuleError(
-            f"its {key} = {raw!r} names {exc.name!r}, which this model does not declare: set it under [expect.init_conformance] config"
-        ) from None
-    except (ArithmeticError, TypeError, ValueError, IndexError) as exc:
-        raise _RuleError(f"its {key} = {raw!r} does not compute for this model ({type(exc).__name__}: {exc})") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _RuleError(f"its {key} = {raw!r} is {value!r} for this model, not a finite number")
-    return float(value)
-
-
-def _applies(row: InitRule, env: dict[str, Any]) -> bool:
-    """A row's `when` (a name the config does not set reads as false)."""
-    if row.when is None:
-        return True
-    try:
-        return bool(evaluate(row.when, env))
-    except Undefined:
-        return False
-    except (ArithmeticError, TypeError, ValueError, IndexError) as exc:
-        raise _RuleError(
-            f"its when = {row.when!r} does not compute for this model ({type(exc).__name__}: {exc})"
-        ) from None
-
-
-def _law(row: InitRule, env: dict[str, Any]) -> Law:
-    if row.law == "any":
-        return Law("any")
-    if row.law == "constant":
-        return Law("constant", value=_number(row, "value", env))
-    if row.law == "uniform":
-        if row.bound is not None:
-            bound = abs(_number(row, "bound", env))
-            a, b = -bound, bound
-        else:
-            a, b = _number(row, "a", env), _number(row, "b", env)
-        return Law("constant", value=a) if a == b else Law("uniform", a=min(a, b), b=max(a, b))
-    mean = _number(row, "mean", env) if row.mean is not None else 0.0
-    std = _number(row, "std", env)
-    if std < 0:
-        raise _RuleError(f"its std = {row.std!r} is {std:g} for this model, and a standard deviation is ≥ 0")
-    if std == 0:
-        return Law("constant", value=mean)
-    if row.law == "normal":
-        return Law("normal", mean=mean, std=std)
-    a = _number(row, "a", env) if row.a is not None else -2.0
-    b = _number(row, "b", env) if row.b is not None else 2.0
-    if a == b:
-        return Law("constant", value=a)
-    law = Law("trunc_normal", mean=mean, std=std, a=min(a, b), b=max(a, b))
-    try:
-        law.moments()
-    except (ZeroDivisionError, OverflowError):
-        raise _RuleError(f"its truncation [{law.a:g}, {law.b:g}] holds no mass of N({mean:g}, {std:g}²)") from None
-    return law
-
-
-def _declared(row: InitRule, law: Law) -> str:
-    """The law with the expression it came from: `N(0, 0.002²), std = initializer_range / sqrt(2 * n_layer)`."""
-    keys = {
-        "normal": ("std", "mean"),
-        "trunc_normal": ("std", "a", "b"),
-        "uniform": ("bound", "a", "b"),
-        "constant": ("value",),
-        "any": (),
-    }[row.law]
-    exprs = [f"{k} = {getattr(row, k)}" for k in keys if isinstance(getattr(row, k, None), str)]
-    return law.describe() + (f" ({'; '.join(exprs)})" if exprs else "")
-
-
-# ----------------------------------------------------------------------------- the judge
-
-
-def _group(name: str) -> str:
-    return re.sub(r"(?<=\.)\d+(?=\.|$|\[)", "*", name)
-
-
-def _show(c: Check, law: Law) -> str:
+def _show(c: Check) -> str:
     if c.statistic == "variance":
         lo, hi = math.sqrt(max(c.lo, 0.0)), math.sqrt(c.hi)
         return f"std {math.sqrt(max(c.observed, 0.0)):.4g} (allowed {lo:.4g}..{hi:.4g})"
@@ -191,11 +95,32 @@ def _show(c: Check, law: Law) -> str:
 
 
 @dataclass
-class _RowResult:
-    origin: str
+class _Judged:
+    """The parameters one declaration covers (a row, or the model's recorded init) and those off it."""
+
+    origin: str  # "spec", a table's name, or _MODEL
+    row: InitRule | None
+    applies: bool = True
+    covered: list[str] = field(default_factory=list)
+    broken: list[tuple[str, Check, str]] = field(default_factory=list)  # (name, worst check, declared law)
+
+
+@dataclass
+class _Row(_Judged):
+    """A row's parameters (the spec's or a table's)."""
+
     row: InitRule
-    covered: list[str]
-    broken: list[tuple[str, Check, Law]]
+
+    def idle(self, own: str | None) -> bool:
+        """It covers no parameter, and that is worth a word: a spec's row; a row of the table's own
+        (not of the tables it extends) that names parameters or counts them (its rows by module class
+        alone are templates: a model without biases has no bias to zero)."""
+        specific = self.row.name is not None or self.row.count is not None
+        return self.applies and not self.covered and (self.origin == "spec" or (self.origin == own and specific))
+
+
+def _unmeasured(detail: str, bound: str) -> Verdict:
+    return Verdict(_NAME, False, math.nan, bound, None, detail, measured=False)
 
 
 def init_conformance(m: Any, e: InitConformance) -> Verdict:
@@ -204,149 +129,182 @@ def init_conformance(m: Any, e: InitConformance) -> Verdict:
     record = m.extra.get(_NAME)
     bound = f"0 parameters off the declared init (false alarms ≤ {e.alpha:g} a case)"
     if record is None:
-        return Verdict(
-            _NAME, False, math.nan, bound, None, "no parameter statistics were recorded for this case", measured=False
-        )
-    table = table_for(tuple(record.model), e.table)
-    rows: list[tuple[str, InitRule]] = [("spec", r) for r in e.rules] + rows_of(table)
-    if not rows:
-        return Verdict(
-            _NAME,
-            False,
-            math.nan,
-            bound,
-            None,
-            f"no rule table declares the init of {record.model[0]}: add rows under [expect.init_conformance] rules",
-            measured=False,
-        )
+        return _unmeasured("no parameter statistics were recorded for this case", bound)
+    table, table_note = choose_table(
+        tuple(record.model), e.table, tuple(record.init_defined_by), recorded=record.trace is not None
+    )
+    rows = rows_of(table, recorded=record.trace is not None)
+    judged = [_Row("spec", r) for r in e.rules] + [_Row(origin, r) for origin, r in rows]
     env: dict[str, Any] = {**record.variables, **e.config}
-    results = [_RowResult(origin, row, [], []) for origin, row in rows]
     try:
-        applicable = [_applies(r.row, env) for r in results]
-    except _RuleError as exc:
-        return Verdict(
-            _NAME, False, math.nan, bound, None, f"a rule cannot be read for this model: {exc}", measured=False
-        )
-    assigned: list[tuple[Any, _RowResult, Law]] = []
-    uncovered: list[str] = []
+        for j in judged:
+            j.applies = row_applies(j.row, env)
+    except RuleError as exc:
+        return _unmeasured(f"a rule cannot be read for this model: {exc}", bound)
+    model = _Judged(_MODEL, None)
+    found = deviations(record)
+    intent = {d.name: d for d in found if d.name}
+    off_intent: list[Deviation] = [d for d in found if not d.name]  # the model's as a whole
+    assigned: list[tuple[Any, _Judged, Law, str]] = []
+    undeclared: list[str] = []
     for p in record.parameters:
-        chosen = next(
-            (
-                r
-                for r, ok in zip(results, applicable, strict=True)
-                if ok and r.row.covers(p.name, tuple(p.module), tuple(p.within))
-            ),
-            None,
-        )
-        if chosen is None:
-            uncovered.append(p.name)
+        where = (tuple(p.module), tuple(p.within))
+        chosen = next((j for j in judged if j.applies and j.row.covers(p.name, *where)), None)
+        if chosen is not None:
+            local = {**env, "fan_in": p.fan_in, "fan_out": p.fan_out, "numel": p.n}
+            try:
+                law = row_law(chosen.row, local)
+            except RuleError as exc:
+                return _unmeasured(
+                    f"the rule for {p.name} ({chosen.row.pattern()}, {chosen.origin}) cannot be read: {exc}", bound
+                )
+            chosen.covered.append(p.name)
+            assigned.append((p, chosen, law, row_declared(chosen.row, law)))
             continue
-        local = {**env, "fan_in": p.fan_in, "fan_out": p.fan_out, "numel": p.n}
-        try:
-            law = _law(chosen.row, local)
-        except _RuleError as exc:
-            return Verdict(
-                _NAME,
-                False,
-                math.nan,
-                bound,
-                None,
-                f"the rule for {p.name} ({chosen.row.pattern()}, {chosen.origin}) cannot be read: {exc}",
-                measured=False,
-            )
-        chosen.covered.append(p.name)
-        assigned.append((p, chosen, law))
-    tests = sum(tests_for(law, p.n) for p, _, law in assigned)
+        if p.name in intent:
+            off_intent.append(intent[p.name])
+            continue
+        traced = trace_of(record, p.name)
+        law_ = judged_law(traced[1]) if traced is not None else None
+        if traced is None or law_ is None:
+            undeclared.append(p.name)
+            continue
+        model.covered.append(p.name)
+        t, recorded = traced
+        assigned.append((p, model, law_, f"{recorded.describe()} by {t.writer.partition(':')[2] or 'its constructor'}"))
+    tests = sum(tests_for(law, p.n) for p, _, law, _ in assigned)
     level = e.alpha / max(tests, 1)
     worst = (0.0, "")
-    for p, r, law in assigned:
+    for p, by, law, declared in assigned:
         checks = check_parameter(law, n=p.n, mean=p.mean, var=p.var, lo=p.min, hi=p.max, eps=p.eps, level=level)
         failed = [c for c in checks if not c.passed]
         if failed:
-            r.broken.append((p.name, max(failed, key=lambda c: c.excess), law))
+            by.broken.append((p.name, max(failed, key=lambda c: c.excess), declared))
             continue
         for c in checks:
             if math.isfinite(c.excess) and c.excess > worst[0]:
                 worst = (c.excess, f"{p.name} {c.statistic} at p = {c.p:.2g}")
     problems: list[str] = []
     missing = 0
-    for r, ok in zip(results, applicable, strict=True):
-        if r.broken:
-            problems.append(_row_failure(r))
-        if ok and r.row.count is not None:
+    for j in judged:
+        if j.broken:
+            problems.append(_broken(j))
+        if j.applies and j.row.count is not None:
             try:
-                want = int(_number(r.row, "count", env))
-            except _RuleError as exc:
-                return Verdict(
-                    _NAME,
-                    False,
-                    math.nan,
-                    bound,
-                    None,
-                    f"the rule {r.row.pattern()} ({r.origin}) cannot be read: {exc}",
-                    measured=False,
-                )
-            if len(r.covered) != want:
-                missing += abs(want - len(r.covered))
+                want = int(row_number(j.row, "count", env))
+            except RuleError as exc:
+                return _unmeasured(f"the rule {j.row.pattern()} ({j.origin}) cannot be read: {exc}", bound)
+            if len(j.covered) != want:
+                missing += abs(want - len(j.covered))
                 problems.append(
-                    f"{r.row.pattern()}: {len(r.covered)} parameters, declared {want} = {r.row.count} ({r.row.source})"
+                    f"{j.row.pattern()}: {len(j.covered)} parameters, declared {want} = {j.row.count} ({j.row.source})"
                 )
-    if uncovered and e.uncovered == "fail":
-        groups = sorted({_group(n) for n in uncovered})
-        listed = ", ".join(groups[:_MAX_NAMES]) + (" …" if len(groups) > _MAX_NAMES else "")
+    if model.broken:
+        problems.append(_broken(model))
+    problems += _intent_failures(off_intent)
+    if undeclared and e.uncovered == "fail":
         problems.append(
-            f'no rule declares the init of {len(uncovered)} parameters: {listed} (add rows under [expect.init_conformance] rules, or uncovered = "allow")'
+            f"no rule declares the init of {len(undeclared)} parameters: {_listed(undeclared)} "
+            '(add rows under [expect.init_conformance] rules, or uncovered = "allow")'
         )
-    broken = sum(len(r.broken) for r in results)
-    observed = broken + missing + (len(uncovered) if e.uncovered == "fail" else 0)
-    judged = len(assigned)
-    where = table.name if table is not None else "the spec's rules"
+    notes = _notes(record, table, table_note, judged, undeclared if e.uncovered != "fail" else [])
+    count = len(assigned) + len(off_intent)
+    broken = sum(len(j.broken) for j in [*judged, model])
+    observed = broken + missing + len(off_intent) + (len(undeclared) if e.uncovered == "fail" else 0)
     extra: dict[str, Any] = {
-        "table": where,
-        "parameters": judged,
+        "table": table.name if table is not None else None,
+        "parameters": count,
+        "by_rows": sum(len(j.covered) for j in judged),
+        "by_intent": len(model.covered) + len(off_intent),
         "tests": tests,
         "level": level,
-        "uncovered": uncovered,
+        "uncovered": undeclared,
         "worst_excess": worst[0],
+        "deviations": [vars(d) | {} for d in off_intent],
+        "notes": notes,
+        "overrides": [o.describe() for o in record.overrides],
         "rows": [
             {
-                "rule": r.row.pattern(),
-                "origin": r.origin,
-                "source": r.row.source,
-                "covered": len(r.covered),
-                "broken": [n for n, _, _ in r.broken],
+                "rule": j.row.pattern() if j.row is not None else _MODEL,
+                "origin": j.origin,
+                "source": j.row.source if j.row is not None else "the init recorded as the model was constructed",
+                "covered": len(j.covered),
+                "broken": [n for n, _, _ in j.broken],
             }
-            for r in results
-            if r.covered or r.broken
+            for j in [*judged, model]
+            if j.covered or j.broken
         ],
     }
     if problems:
-        return Verdict(_NAME, False, float(observed), bound, None, "; ".join(problems), extra=extra)
-    if judged == 0:  # no parameter held to a rule: nothing was judged, and nothing judged is not a pass
-        what = f"none of its {len(uncovered)} parameters is covered by a rule" if uncovered else "it has no parameters"
-        return Verdict(_NAME, False, math.nan, bound, None, f"no parameter was judged: {what}", extra, measured=False)
+        return Verdict(_NAME, False, float(observed), bound, None, "; ".join(problems + notes), extra=extra)
+    if count == 0:
+        detail = "nothing was judged: " + (
+            "no rule declares the init of any parameter, and no init was recorded"
+            if record.parameters
+            else "it has no parameters"
+        )
+        return Verdict(_NAME, False, math.nan, bound, None, "; ".join([detail, *notes]), extra=extra, measured=False)
     closest = f"; closest to failing: {worst[1]}" if worst[1] else ""
-    skipped = f"; {len(uncovered)} not covered (allowed)" if uncovered else ""
-    return Verdict(
-        _NAME,
-        True,
-        0.0,
-        bound,
-        None,
-        f"{judged} parameters hold the init {where} declares ({tests} tests at level {level:.2g} each{closest}){skipped}",
-        extra=extra,
+    sources = [f"{extra['by_rows']} by the rows of {table.name if table is not None else 'the spec'}"] * bool(
+        extra["by_rows"]
+    ) + [f"{extra['by_intent']} by {_MODEL}, as recorded"] * bool(extra["by_intent"])
+    detail = (
+        f"{count} parameters hold their declared init ({', '.join(sources)}; "
+        f"{tests} tests at level {level:.2g} each{closest})"
     )
+    return Verdict(_NAME, True, 0.0, bound, None, "; ".join([detail, *notes]), extra=extra)
 
 
-def _row_failure(r: _RowResult) -> str:
-    """`h.*.mlp.c_proj.weight: std 0.02 (allowed …), declared N(0, 0.002²) (std = …) (source) — 8 of 8 parameters`."""
-    by_group: dict[str, list[tuple[str, Check, Law]]] = {}
-    for item in r.broken:
-        by_group.setdefault(_group(item[0]), []).append(item)
+def _listed(names: list[str]) -> str:
+    groups = sorted({group_of(n) for n in names})
+    return ", ".join(groups[:_MAX_NAMES]) + (" …" if len(groups) > _MAX_NAMES else "")
+
+
+def _broken(j: _Judged) -> str:
+    """`h.*.mlp.c_proj.weight: std 0.02 (allowed …), declared N(0, 0.002²) (std = …) [source] — 8 of 8
+    parameters`."""
+    by_group: dict[str, list[tuple[str, Check, str]]] = {}
+    for item in j.broken:
+        by_group.setdefault(group_of(item[0]), []).append(item)
     parts = []
     for g, items in list(by_group.items())[:_MAX_NAMES]:
-        name, c, law = max(items, key=lambda it: it[1].excess)
-        parts.append(f"{g}: {_show(c, law)}, declared {_declared(r.row, law)}")
+        _, c, declared = max(items, key=lambda it: it[1].excess)
+        verb = "recorded" if j.row is None else "declared"
+        parts.append(f"{g}: {_show(c)}, {verb} {declared}")
     more = f" (and {len(by_group) - _MAX_NAMES} more groups)" if len(by_group) > _MAX_NAMES else ""
-    origin = "" if r.origin == "spec" else f"; rule table {r.origin}"
-    return f"{'; '.join(parts)}{more} [{r.row.source}{origin}] — {len(r.broken)} of {len(r.covered)} parameters"
+    if j.row is None:
+        where = "the values are not the init recorded as the model was constructed"
+    else:
+        where = j.row.source + ("" if j.origin == "spec" else f"; rule table {j.origin}")
+    return f"{'; '.join(parts)}{more} [{where}] — {len(j.broken)} of {len(j.covered)} parameters"
+
+
+def _intent_failures(found: list[Deviation]) -> list[str]:
+    """One line per (rule, group): `blocks.*.ls1.gamma: recorded = 1 by LayerScale.reset_parameters,
+    declared = 1e-06 [layer scale from LayerScale(init_values=1e-06) (…)] — 4 parameters`."""
+    by: dict[tuple[str, str], list[Deviation]] = {}
+    for d in found:
+        by.setdefault((d.rule, d.group), []).append(d)
+    out = []
+    for (_, g), items in by.items():
+        d = items[0]
+        n = len(items)
+        count = f" — {n} parameter{'s' * (n != 1)}" if d.name else ""
+        out.append(f"{g}: recorded {d.recorded}, declared {d.declared} [{d.source}]{count}")
+    return out
+
+
+def _notes(
+    record: Any, table: RuleTable | None, table_note: str, judged: list[_Row], undeclared: list[str]
+) -> list[str]:
+    notes = [table_note] if table_note else []
+    idle = [j for j in judged if j.idle(table.name if table is not None else None)]
+    if idle:
+        listed = "; ".join(f"{j.row.pattern()} ({j.origin})" for j in idle[:_MAX_NAMES])
+        notes.append(f"{len(idle)} rule{'s' * (len(idle) != 1)} cover{'s' * (len(idle) == 1)} no parameter: {listed}")
+    notes += [o.describe() for o in record.overrides]
+    if record.trace is None and record.unrecorded:
+        notes.append(f"the init was not recorded ({record.unrecorded}): only rows judge")
+    if undeclared:
+        notes.append(f"{len(undeclared)} undeclared (not judged): {_listed(undeclared)}")
+    return notes

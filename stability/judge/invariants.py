@@ -8,28 +8,29 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from stability.judge.growth import describe_ensemble, ensemble_growth
+from stability.judge.entry import entry_apart
+from stability.judge.growth import classify_growth, describe_ensemble, ensemble_growth
 from stability.judge.verdict import Verdict
 from stability.measure.measurements import Measurements
 from stability.spec.schema import GROWTH_CLASSES
+from stability.spec.values import Growth
 
 __all__ = [
     "Verdict",
     "gradient_arrival",
     "variance_growth",
     "identity_at_init",
-    "classify_growth",
-    "GrowthFit",
     "mean_shift",
+    "nonfinite_verdict",
 ]
 
 
-def _nonfinite(m: Measurements, invariant: str, bound: str) -> Verdict | None:
+def nonfinite_verdict(m: Measurements, invariant: str, bound: str) -> Verdict | None:
+    """The violation where the pass met NaN/inf first (every probe invariant's), or None."""
     if m.nonfinite_at is None:
         return None
     b = m.nonfinite_at
@@ -47,53 +48,91 @@ def _nonfinite(m: Measurements, invariant: str, bound: str) -> Verdict | None:
             else "the output gradient is NaN/inf"
         )
         block = b
-    return Verdict(invariant, False, math.nan, bound, block, where + "; lower the learning scale or use a wider dtype")
+    return Verdict(
+        invariant=invariant,
+        passed=False,
+        observed=math.nan,
+        bound=bound,
+        block=block,
+        detail=where + "; lower the learning scale or use a wider dtype",
+    )
 
 
-def gradient_arrival(m: Measurements, *, lo: float = 0.1, hi: float = 10.0) -> Verdict:
-    """grad_norm[0] / grad_norm[-1] must lie in [lo, hi]; zero, underflow, NaN or inf is a collapse."""
+def gradient_arrival(
+    m: Measurements, *, lo: float = 0.1, hi: float = 10.0, include_entry: bool | None = None
+) -> Verdict:
+    """grad_norm[0] / grad_norm[-1] must lie in [lo, hi]; zero, underflow, NaN or inf is a collapse.
+
+    With the entry apart (`include_entry` false, or unset on a pre-norm stack whose x₀ is its model's
+    token embedding: `entry.entry_apart`) the ratio is grad_norm[1] / grad_norm[-1], from block 0's
+    output, and the entry factor grad_norm[0] / grad_norm[1] is reported beside it, not bounded."""
+    apart = (entry_apart(m) if include_entry is None else not include_entry) and m.n_blocks >= 1
     bound = f"[{lo:g}, {hi:g}]"
-    bad = _nonfinite(m, "gradient_arrival", bound)
+    bad = nonfinite_verdict(m, "gradient_arrival", bound)
     if bad is not None:
         return bad
     g = m.grad_norm
     top = g[-1]
     if top == 0:
         return Verdict(
-            "gradient_arrival",
-            False,
-            0.0,
-            bound,
-            m.n_blocks,
-            "the output gradient is zero; the loss does not depend on the output",
+            invariant="gradient_arrival",
+            passed=False,
+            observed=0.0,
+            bound=bound,
+            block=m.n_blocks,
+            detail="the output gradient is zero; the loss does not depend on the output",
         )
+    first_boundary = 1 if apart else 0
     ratios = [v / top for v in g]  # cumulative arrival at each boundary, from the output down
-    ratio = ratios[0]
+    ratio = ratios[first_boundary]
+    extra: dict[str, Any] = {}
+    entry_note = ""
+    if apart:
+        entry = g[0] / g[1] if g[1] > 0 else math.nan
+        extra = {"entry": entry if math.isfinite(entry) else None, "judged": "g1/gL"}
+        entry_note = (
+            f" (g₁/g_L, from block 0's output; the embedding's entry factor g₀/g₁ {entry:.3g} is reported, "
+            "not bounded: include_entry = true bounds g₀/g_L)"
+        )
     if ratio == 0:
         first = next(i for i in range(len(g) - 1, -1, -1) if g[i] == 0)
         return Verdict(
-            "gradient_arrival",
-            False,
-            0.0,
-            bound,
-            first,
-            f"the gradient is exactly zero from the input of block {first} down (collapse)",
+            invariant="gradient_arrival",
+            passed=False,
+            observed=0.0,
+            bound=bound,
+            block=first,
+            detail=f"the gradient is exactly zero from the input of block {first} down (collapse)",
+            extra=extra,
         )
     if lo <= ratio <= hi:
         with np.errstate(divide="ignore"):
-            worst = int(np.argmax(np.abs(np.log(np.asarray(ratios)))))  # farthest from 1
-        return Verdict("gradient_arrival", True, ratio, bound, worst, f"gradient ratio {ratio:.3g} within {bound}")
+            worst = first_boundary + int(np.argmax(np.abs(np.log(np.asarray(ratios[first_boundary:])))))
+        return Verdict(
+            invariant="gradient_arrival",
+            passed=True,
+            observed=ratio,
+            bound=bound,
+            block=worst,
+            detail=f"gradient ratio {ratio:.3g} within {bound}{entry_note}",
+            extra=extra,
+        )
     side, limit = ("vanishes", lo) if ratio < lo else ("explodes", hi)
-    crossed = [i for i in range(len(g) - 1, -1, -1) if (ratios[i] < lo if ratio < lo else ratios[i] > hi)]
+    crossed = [
+        i for i in range(len(g) - 1, first_boundary - 1, -1) if (ratios[i] < lo if ratio < lo else ratios[i] > hi)
+    ]
     first = crossed[0]
-    per_block = ratio ** (1.0 / m.n_blocks) if m.n_blocks else 1.0
+    spanned = m.n_blocks - first_boundary
+    per_block = ratio ** (1.0 / spanned) if spanned else 1.0
     return Verdict(
-        "gradient_arrival",
-        False,
-        ratio,
-        bound,
-        first,
-        f"gradient ratio {_beside(ratio, limit)} {'<' if ratio < lo else '>'} {limit:g}: the gradient {side} (crosses the bound at the input of block {first}; {per_block:.4g} per block on average)",
+        invariant="gradient_arrival",
+        passed=False,
+        observed=ratio,
+        bound=bound,
+        block=first,
+        detail=f"gradient ratio {_beside(ratio, limit)} {'<' if ratio < lo else '>'} {limit:g}: the gradient {side} "
+        f"(crosses the bound at the input of block {first}; {per_block:.4g} per block on average){entry_note}",
+        extra=extra,
     )
 
 
@@ -105,62 +144,6 @@ def _beside(value: float, limit: float) -> str:
         if float(text) != limit:
             return text
     return repr(value)
-
-
-@dataclass(frozen=True)
-class GrowthFit:
-    """How a per-boundary statistic grows over depth, relative to the input's."""
-
-    growth: str  # one of GROWTH_CLASSES
-    ratios: list[float]  # s_l / s_0
-    max_ratio: float
-    min_ratio: float
-    final_ratio: float
-    rate: float  # per-block factor exp(slope of log r_l vs l)
-    slope: float  # slope of r_l vs l (least squares): the linear growth per block
-    exponent: float | None  # p in r_l − 1 ∝ l^p (log-log fit), None when r never exceeds 1
-
-
-def classify_growth(values: list[float], *, bounded_ratio: float = 4.0) -> GrowthFit:
-    """Classify the growth of `values` (one per boundary) as decaying, bounded, linear, polynomial
-    or exponential.
-
-    With r_l = s_l / s_0: *decaying* if r_L < 1/bounded_ratio; *bounded* if max r ≤ bounded_ratio.
-    Otherwise two one-parameter models are fitted by least squares, both through r_0 = 1: linear
-    r = 1 + a·l and exponential r = gˡ, and their residuals are compared in log space (where the
-    noise of a finite-width network is roughly even across depth); *exponential* if gˡ leaves
-    less than half the linear model's residual (a shallow noisy stack cannot tell them apart),
-    else *polynomial* or *linear* by the exponent p of r_l − 1 ∝ lᵖ (linear when p ≤ 1.5). Every point counts, so one noisy block cannot flip the class. A single block shows
-    no shape: with L = 1 both models fit exactly and the growth is called linear.
-    """
-    s = np.asarray(values, dtype=np.float64)
-    r = s / s[0]
-    L = len(r) - 1
-    depth = np.arange(L + 1, dtype=np.float64)
-    pos = r > 0
-    rate = float(np.exp(np.polyfit(depth[pos], np.log(r[pos]), 1)[0])) if pos.sum() >= 2 else math.nan
-    slope = float(np.polyfit(depth, r, 1)[0]) if L >= 1 else 0.0
-    above = (depth >= 1) & (r > 1)
-    exponent = float(np.polyfit(np.log(depth[above]), np.log(r[above] - 1), 1)[0]) if above.sum() >= 2 else None
-    max_r, min_r, final = float(r.max()), float(r.min()), float(r[-1])
-    if (r == 0).any() or final < 1.0 / bounded_ratio:
-        growth = "decaying"
-    elif max_r <= bounded_ratio:
-        growth = "bounded"
-    else:
-        l, logr = depth[pos], np.log(r[pos])  # noqa: E741 (l: the boundary index, as in the papers)
-        ll = float((l * l).sum())
-        a = max(float((l * (r[pos] - 1)).sum()) / ll, 0.0)  # r = 1 + a·l
-        b = float((l * logr).sum()) / ll  # log r = b·l
-        sse_linear = float(((logr - np.log1p(a * l)) ** 2).sum())
-        sse_exponential = float(((logr - b * l) ** 2).sum())
-        if sse_exponential < 0.5 * sse_linear:  # clearly better, not within a few blocks' noise
-            growth = "exponential"
-        elif exponent is not None and exponent > 1.5:
-            growth = "polynomial"
-        else:
-            growth = "linear"
-    return GrowthFit(growth, r.tolist(), max_r, min_r, final, rate, slope, exponent)
 
 
 def variance_growth(
@@ -182,24 +165,29 @@ def variance_growth(
     if min_ratio is not None:
         parts.append(f"ratio ≥ {min_ratio:g}")
     bound = ", ".join(parts)
-    bad = _nonfinite(m, "variance_growth", bound)
+    bad = nonfinite_verdict(m, "variance_growth", bound)
     if bad is not None:
         return bad
     values = m.act_var if statistic == "variance" else m.act_sq_mean
     if values[0] == 0:
         return Verdict(
-            "variance_growth", False, math.nan, bound, 0, f"the input's {statistic} is zero; feed a non-constant input"
+            invariant="variance_growth",
+            passed=False,
+            observed=math.nan,
+            bound=bound,
+            block=0,
+            detail=f"the input's {statistic} is zero; feed a non-constant input",
         )
     over = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
     if over is not None:  # the activations are finite (their mean is), but their squares overflow
         block = max(over - 1, 0)
         return Verdict(
-            "variance_growth",
-            False,
-            math.inf,
-            bound,
-            block,
-            f"the {statistic} overflows the float range after block {block} (activations beyond ~1e19 in magnitude); the variance runs away: scale the branches or the init down",
+            invariant="variance_growth",
+            passed=False,
+            observed=math.inf,
+            bound=bound,
+            block=block,
+            detail=f"the {statistic} overflows the float range after block {block} (activations beyond ~1e19 in magnitude); the variance runs away: scale the branches or the init down",
         )
     fit = classify_growth(values, bounded_ratio=bounded_ratio)
     extra: dict[str, Any] = {
@@ -208,9 +196,11 @@ def variance_growth(
         "slope": fit.slope,
         "exponent": fit.exponent,
         "final_ratio": fit.final_ratio,
+        "min_ratio": fit.min_ratio,  # the case's own network: what min_ratio and max_ratio bound
+        "max_ratio": fit.max_ratio,
     }
     fits = f"{fit.growth} (×{fit.rate:.4g} per block, +{fit.slope:.3g}·s₀ per block)"
-    judged = fit.growth
+    judged: Growth = fit.growth
     ens, why = ensemble_growth(m.extra, statistic, bounded_ratio=bounded_ratio)
     if ens is not None:  # the law is judged on the seed ensemble (stability/judge/growth.py)
         judged = ens.lowest
@@ -232,83 +222,83 @@ def variance_growth(
         shown = ens.ratios if ens is not None else r  # the profile the class was judged on
         first = next((i for i, v in enumerate(shown) if v > bounded_ratio), len(shown) - 1)
         return Verdict(
-            "variance_growth",
-            False,
-            fit.max_ratio,
-            bound,
-            max(first - 1, 0),
-            f"{statistic} grows {fits}, worse than {max_growth}; it passes {bounded_ratio:g}× the input's after block {max(first - 1, 0)}",
-            extra,
+            invariant="variance_growth",
+            passed=False,
+            observed=fit.max_ratio,
+            bound=bound,
+            block=max(first - 1, 0),
+            detail=f"{statistic} grows {fits}, worse than {max_growth}; it passes {bounded_ratio:g}× the input's after block {max(first - 1, 0)}",
+            extra=extra,
         )
     if max_ratio is not None and fit.max_ratio > max_ratio:
         first = next(i for i, v in enumerate(r) if v > max_ratio)
         return Verdict(
-            "variance_growth",
-            False,
-            fit.max_ratio,
-            bound,
-            max(first - 1, 0),
-            f"{statistic} ratio {fit.max_ratio:.3g} > {max_ratio:g}, first after block {max(first - 1, 0)}; growth {fits}",
-            extra,
+            invariant="variance_growth",
+            passed=False,
+            observed=fit.max_ratio,
+            bound=bound,
+            block=max(first - 1, 0),
+            detail=f"{statistic} ratio {fit.max_ratio:.3g} > {max_ratio:g}, first after block {max(first - 1, 0)}; growth {fits}",
+            extra=extra,
         )
     if min_ratio is not None and fit.min_ratio < min_ratio:
         first = next(i for i, v in enumerate(r) if v < min_ratio)
         return Verdict(
-            "variance_growth",
-            False,
-            fit.min_ratio,
-            bound,
-            max(first - 1, 0),
-            f"{statistic} ratio {fit.min_ratio:.3g} < {min_ratio:g}, first after block {max(first - 1, 0)}; growth {fits}",
-            extra,
+            invariant="variance_growth",
+            passed=False,
+            observed=fit.min_ratio,
+            bound=bound,
+            block=max(first - 1, 0),
+            detail=f"{statistic} ratio {fit.min_ratio:.3g} < {min_ratio:g}, first after block {max(first - 1, 0)}; growth {fits}",
+            extra=extra,
         )
     return Verdict(
-        "variance_growth",
-        True,
-        fit.max_ratio,
-        bound,
-        int(np.argmax(r)),
-        f"{statistic} grows {fits}, max ratio {fit.max_ratio:.3g}",
-        extra,
+        invariant="variance_growth",
+        passed=True,
+        observed=fit.max_ratio,
+        bound=bound,
+        block=int(np.argmax(r)),
+        detail=f"{statistic} grows {fits}, max ratio {fit.max_ratio:.3g}",
+        extra=extra,
     )
 
 
 def identity_at_init(m: Measurements, *, atol: float = 0.0) -> Verdict:
     """‖f(x) − x‖/‖x‖ ≤ atol and ‖∂L/∂x − ∂L/∂y‖/‖∂L/∂y‖ ≤ atol (the Jacobian is the identity)."""
     bound = "exactly 0 (bit-exact)" if atol == 0 else f"≤ {atol:g}"
-    bad = _nonfinite(m, "identity_at_init", bound)
+    bad = nonfinite_verdict(m, "identity_at_init", bound)
     if bad is not None:
         return bad
     if m.identity_error is None:
         return Verdict(
-            "identity_at_init",
-            False,
-            math.nan,
-            bound,
-            None,
-            "the output's shape differs from the input's, so the stack cannot be the identity",
+            invariant="identity_at_init",
+            passed=False,
+            observed=math.nan,
+            bound=bound,
+            block=None,
+            detail="the output's shape differs from the input's, so the stack cannot be the identity",
         )
     fwd, bwd = m.identity_error, m.input_grad_error if m.input_grad_error is not None else 0.0
     observed = max(fwd, bwd)
     if observed <= atol:
         return Verdict(
-            "identity_at_init",
-            True,
-            observed,
-            bound,
-            None,
-            "output equals input and input gradient equals output gradient"
+            invariant="identity_at_init",
+            passed=True,
+            observed=observed,
+            bound=bound,
+            block=None,
+            detail="output equals input and input gradient equals output gradient"
             + (" bit-exactly" if observed == 0 else f" (error {observed:.3g})"),
         )
     first = _first_change(m, atol)
     which = "output differs from the input" if fwd > atol else "input gradient differs from the output gradient"
     return Verdict(
-        "identity_at_init",
-        False,
-        observed,
-        bound,
-        first,
-        f"{which}: relative error {fwd:.3g} forward, {bwd:.3g} backward; block {first} is the first to change its input"
+        invariant="identity_at_init",
+        passed=False,
+        observed=observed,
+        bound=bound,
+        block=first,
+        detail=f"{which}: relative error {fwd:.3g} forward, {bwd:.3g} backward; block {first} is the first to change its input"
         if first is not None
         else f"{which}: relative error {fwd:.3g} forward, {bwd:.3g} backward",
     )
@@ -340,18 +330,18 @@ def mean_shift(m: Measurements, *, max_ratio: float = 0.25) -> Verdict:
     (a centred tanh stack at width 16, batch 8 drew one network of ρ = 2.1 among seven near 0,
     whose mean was 0.29); the range is reported beside it."""
     bound = f"≤ {max_ratio:g}"
-    bad = _nonfinite(m, "mean_shift", bound)
+    bad = nonfinite_verdict(m, "mean_shift", bound)
     if bad is not None:
         return bad
     prof = m.extra.get("channels")
     if prof is None:
         return Verdict(
-            "mean_shift",
-            False,
-            math.nan,
-            bound,
-            None,
-            "channel statistics were not measured; probe with observers=[stability.measure.channels.ChannelStats()]",
+            invariant="mean_shift",
+            passed=False,
+            observed=math.nan,
+            bound=bound,
+            block=None,
+            detail="channel statistics were not measured; probe with observers=[stability.measure.channels.ChannelStats()]",
             measured=False,
         )
     members = m.extra.get("channel_ensemble") or [prof]
@@ -378,33 +368,33 @@ def mean_shift(m: Measurements, *, max_ratio: float = 0.25) -> Verdict:
     )
     if not math.isfinite(final):
         return Verdict(
-            "mean_shift",
-            False,
-            math.nan,
-            bound,
-            m.n_blocks,
-            f"the output's channel variance is zero or undefined: {numbers}",
-            extra,
+            invariant="mean_shift",
+            passed=False,
+            observed=math.nan,
+            bound=bound,
+            block=m.n_blocks,
+            detail=f"the output's channel variance is zero or undefined: {numbers}",
+            extra=extra,
         )
     if final <= max_ratio:
         return Verdict(
-            "mean_shift",
-            True,
-            final,
-            bound,
-            None,
-            f"mean shift ρ = {final:.3g}{spread} at the output {bound}: {numbers}",
-            extra,
+            invariant="mean_shift",
+            passed=True,
+            observed=final,
+            bound=bound,
+            block=None,
+            detail=f"mean shift ρ = {final:.3g}{spread} at the output {bound}: {numbers}",
+            extra=extra,
         )
     first = next(i for i, r in enumerate(rho) if math.isfinite(r) and r > max_ratio)
     return Verdict(
-        "mean_shift",
-        False,
-        final,
-        bound,
-        max(first - 1, 0),
-        f"mean shift ρ = {final:.3g}{spread} > {max_ratio:g} at the output (first above the bound after block {max(first - 1, 0)}): {numbers}; the per-channel offsets grow inside the variance",
-        extra,
+        invariant="mean_shift",
+        passed=False,
+        observed=final,
+        bound=bound,
+        block=max(first - 1, 0),
+        detail=f"mean shift ρ = {final:.3g}{spread} > {max_ratio:g} at the output (first above the bound after block {max(first - 1, 0)}): {numbers}; the per-channel offsets grow inside the variance",
+        extra=extra,
     )
 
 

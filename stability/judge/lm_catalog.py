@@ -111,12 +111,12 @@ def _memory(spec: Any, expectation: Any, case: Any) -> int | None:
 def _warning_severity(verdict: Any, expectation: EarlyWarning) -> float:
     """How close a run came to the warning: value/threshold for the indicators that warn above it,
     threshold/value for those that warn below it."""
-    from stability.judge.lm_invariants import _DIRECTION
+    from stability.judge.lm_invariants import WARNING_DIRECTION
 
     v = float(verdict.observed)
     if not math.isfinite(v) or v <= 0:
         return math.inf
-    return v / expectation.threshold if _DIRECTION[expectation.indicator] > 0 else expectation.threshold / v
+    return v / expectation.threshold if WARNING_DIRECTION[expectation.indicator] > 0 else expectation.threshold / v
 
 
 _REFUSAL = (

@@ -33,6 +33,7 @@ __all__ = [
     "indicator",
     "progress",
     "growth_per_100",
+    "WARNING_DIRECTION",
 ]
 
 
@@ -52,7 +53,15 @@ def _judge(name: str) -> Callable[[_F], _F]:
             try:
                 return fn(*args, **kwargs)
             except NotMeasured as exc:
-                return Verdict(name, False, math.nan, exc.bound, None, f"not measured: {exc}", measured=False)
+                return Verdict(
+                    invariant=name,
+                    passed=False,
+                    observed=math.nan,
+                    bound=exc.bound,
+                    block=None,
+                    detail=f"not measured: {exc}",
+                    measured=False,
+                )
 
         return judged  # type: ignore[return-value]
 
@@ -124,28 +133,28 @@ def attention_logits(run: LMRun, *, max_logit: float | None = 100.0, max_growth:
                 )
                 extra.update(first_step=run.recorded[i], layer=layer)
                 return Verdict(
-                    "attention_logits",
-                    False,
-                    v,
-                    bound,
-                    layer,
-                    f"the largest attention logit reached {v:.3g} at step {run.recorded[i]} in layer {layer} (from {largest[0]:.3g} at step {run.recorded[0]}), "
+                    invariant="attention_logits",
+                    passed=False,
+                    observed=v,
+                    bound=bound,
+                    block=layer,
+                    detail=f"the largest attention logit reached {v:.3g} at step {run.recorded[i]} in layer {layer} (from {largest[0]:.3g} at step {run.recorded[0]}), "
                     f"above {max_logit:g}; attention entropy {extra['entropy'][i] if extra['entropy'][i] is not None else math.nan:.3g} nats there: "
                     'add qk_norm = "layer" (or attn_softcap), warm up longer or lower train.lr',
-                    extra,
+                    extra=extra,
                 )
     if max_growth is not None:
         if not math.isfinite(growth):
             raise NotMeasured("the growth of the attention logits needs two recorded steps with positive logits", bound)
         if growth > max_growth:
             return Verdict(
-                "attention_logits",
-                False,
-                growth,
-                bound,
-                None,
-                f"the largest attention logit grows ×{growth:.3g} per 100 steps (fitted over the run), above ×{max_growth:g}",
-                extra,
+                invariant="attention_logits",
+                passed=False,
+                observed=growth,
+                bound=bound,
+                block=None,
+                detail=f"the largest attention logit grows ×{growth:.3g} per 100 steps (fitted over the run), above ×{max_growth:g}",
+                extra=extra,
             )
     peak = max(v for v in largest if math.isfinite(v))
     if run.diverged_at is not None:
@@ -153,13 +162,13 @@ def attention_logits(run: LMRun, *, max_logit: float | None = 100.0, max_growth:
     observed = peak if max_logit is not None else growth
     i = largest.index(peak)
     return Verdict(
-        "attention_logits",
-        True,
-        observed,
-        bound,
-        None,
-        f"the largest attention logit peaked at {peak:.3g} (step {run.recorded[i]}) over {run.steps} steps",
-        extra,
+        invariant="attention_logits",
+        passed=True,
+        observed=observed,
+        bound=bound,
+        block=None,
+        detail=f"the largest attention logit peaked at {peak:.3g} (step {run.recorded[i]}) over {run.steps} steps",
+        extra=extra,
     )
 
 
@@ -191,13 +200,13 @@ def output_logits(run: LMRun, *, max_abs_logz: float = 20.0, statistic: str = "m
         if v > max_abs_logz:
             extra["first_step"] = s
             return Verdict(
-                "output_logits",
-                False,
-                v,
-                bound,
-                None,
-                f"|log Z| reached {v:.3g} at step {s}, above {max_abs_logz:g}: the output logits drift (Wortsman et al. 2023); add train.z_loss = 1e-4 or weight decay",
-                extra,
+                invariant="output_logits",
+                passed=False,
+                observed=v,
+                bound=bound,
+                block=None,
+                detail=f"|log Z| reached {v:.3g} at step {s}, above {max_abs_logz:g}: the output logits drift (Wortsman et al. 2023); add train.z_loss = 1e-4 or weight decay",
+                extra=extra,
             )
     finite = [v for _, v in judged if math.isfinite(v)]
     if not finite:
@@ -207,13 +216,13 @@ def output_logits(run: LMRun, *, max_abs_logz: float = 20.0, statistic: str = "m
         raise _stopped(run, "|log Z|", peak, bound)
     s = next(s for s, v in judged if v == peak)
     return Verdict(
-        "output_logits",
-        True,
-        peak,
-        bound,
-        None,
-        f"|log Z| peaked at {peak:.3g} (step {s}) over {run.steps} steps",
-        extra,
+        invariant="output_logits",
+        passed=True,
+        observed=peak,
+        bound=bound,
+        block=None,
+        detail=f"|log Z| peaked at {peak:.3g} (step {s}) over {run.steps} steps",
+        extra=extra,
     )
 
 
@@ -245,23 +254,23 @@ def loss_spike(run: LMRun, *, max_factor: float = 2.0, window: int = 10) -> Verd
             extra["step"] = t
             shown = f"{arr[t]:.3g}" if math.isfinite(arr[t]) else "non-finite"
             return Verdict(
-                "loss_spike",
-                False,
-                ratio,
-                bound,
-                None,
-                f"the loss at step {t} is {shown}, {ratio:.3g}× the mean {mean:.3g} of the {window} steps before",
-                extra,
+                invariant="loss_spike",
+                passed=False,
+                observed=ratio,
+                bound=bound,
+                block=None,
+                detail=f"the loss at step {t} is {shown}, {ratio:.3g}× the mean {mean:.3g} of the {window} steps before",
+                extra=extra,
             )
     extra["step"] = worst_t
     return Verdict(
-        "loss_spike",
-        True,
-        worst,
-        bound,
-        None,
-        f"the largest rise was {worst:.3g}× the running mean (step {worst_t}) over {len(losses)} steps",
-        extra,
+        invariant="loss_spike",
+        passed=True,
+        observed=worst,
+        bound=bound,
+        block=None,
+        detail=f"the largest rise was {worst:.3g}× the running mean (step {worst_t}) over {len(losses)} steps",
+        extra=extra,
     )
 
 
@@ -306,7 +315,7 @@ def indicator(run: LMRun, name: str, steps: int) -> float:
 
 
 #: Which way each indicator warns: above its threshold (+1) or below it (−1).
-_DIRECTION = {"logit_growth": 1, "max_logit": 1, "min_entropy": -1, "loss_progress": -1}
+WARNING_DIRECTION = {"logit_growth": 1, "max_logit": 1, "min_entropy": -1, "loss_progress": -1}
 
 
 @_judge("early_warning")
@@ -314,7 +323,7 @@ def early_warning(run: LMRun, *, steps: int, name: str = "logit_growth", thresho
     """The indicator over the first `steps` steps does not cross `threshold` (above it for the
     logit indicators, below it for the entropy and the progress): the run is not predicted to
     diverge. Judged at step `steps`, without the rest of the run."""
-    up = _DIRECTION[name] > 0
+    up = WARNING_DIRECTION[name] > 0
     bound = f"{name} {'≤' if up else '≥'} {threshold:g} over the first {steps} steps"
     value = indicator(run, name, steps)
     upto = [s for s in run.recorded if s < steps]
@@ -342,22 +351,22 @@ def early_warning(run: LMRun, *, steps: int, name: str = "logit_growth", thresho
     fires = value > threshold if up else value < threshold
     if fires:
         return Verdict(
-            "early_warning",
-            False,
-            value,
-            bound,
-            None,
-            f"{name} is {value:.3g} after {steps} steps ({'above' if up else 'below'} {threshold:g}): the run is predicted to diverge",
-            extra,
+            invariant="early_warning",
+            passed=False,
+            observed=value,
+            bound=bound,
+            block=None,
+            detail=f"{name} is {value:.3g} after {steps} steps ({'above' if up else 'below'} {threshold:g}): the run is predicted to diverge",
+            extra=extra,
         )
     return Verdict(
-        "early_warning",
-        True,
-        value,
-        bound,
-        None,
-        f"{name} is {value:.3g} after {steps} steps: no divergence predicted",
-        extra,
+        invariant="early_warning",
+        passed=True,
+        observed=value,
+        bound=bound,
+        block=None,
+        detail=f"{name} is {value:.3g} after {steps} steps: no divergence predicted",
+        extra=extra,
     )
 
 
@@ -418,14 +427,16 @@ def lr_sensitivity(runs: Mapping[int, Mapping[float, LMRun]], *, lrs: Sequence[f
     best_lr = lrs[int(np.argmin(mean_final))]
     text = f"LRS {mean:.3g} ({spread}) over learning rates {lrs[0]:g} … {lrs[-1]:g}; best mean final loss {min(mean_final):.3g} at {best_lr:g}"
     if mean <= max_lrs:
-        return Verdict("lr_sensitivity", True, mean, bound, None, text, extra)
+        return Verdict(
+            invariant="lr_sensitivity", passed=True, observed=mean, bound=bound, block=None, detail=text, extra=extra
+        )
     return Verdict(
-        "lr_sensitivity",
-        False,
-        mean,
-        bound,
-        None,
-        text
+        invariant="lr_sensitivity",
+        passed=False,
+        observed=mean,
+        bound=bound,
+        block=None,
+        detail=text
         + f", above {max_lrs:g}: the final loss depends on the learning rate; add qk_norm and z_loss, warm up longer",
-        extra,
+        extra=extra,
     )

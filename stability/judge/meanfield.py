@@ -58,14 +58,14 @@ from dataclasses import dataclass
 
 from stability.judge.meanfield_profile import LayerProfile, layer_profile, log_factor_variance, log_rate_variance
 from stability.judge.meanfield_quadrature import (
-    _Q_MAX,
-    _TINY,
     ACTIVATIONS,
-    _check,
-    _phi,
-    _second_moment,
-    _slope_moments,
+    Q_MAX,
+    Q_TINY,
+    activation_function,
+    check_arguments,
     gaussian_expectation,
+    second_moment,
+    slope_moments,
 )
 
 __all__ = [
@@ -84,7 +84,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MeanField:
     """The mean-field description of one (activation, σ_w², σ_b²) stack; see the module docstring.
 
@@ -131,7 +131,7 @@ def fixed_point(
     (plain iteration creeps near the order-to-chaos boundary, where T′(q*) → 1); an accelerated
     limit that is not stable (|T′(q*)| > 1) is discarded for the plain iteration's limit.
     """
-    _check(activation, sigma_w2, sigma_b2)
+    check_arguments(activation, sigma_w2, sigma_b2)
     if activation in _HOMOGENEOUS:
         slope = _HOMOGENEOUS[activation] * sigma_w2
         if slope < 1.0:
@@ -141,15 +141,15 @@ def fixed_point(
         return math.inf
 
     def t(q: float) -> float:
-        return sigma_w2 * _second_moment(activation, q) + sigma_b2
+        return sigma_w2 * second_moment(activation, q) + sigma_b2
 
     def plain(q: float) -> float:
         for _ in range(max_iter):
             nxt = t(q)
-            if nxt < _TINY:
+            if nxt < Q_TINY:
                 return 0.0
-            if nxt > 1e-3 * _Q_MAX and t(nxt) > nxt:
-                return math.inf  # as below: without this the iteration settles on the clamp at _Q_MAX
+            if nxt > 1e-3 * Q_MAX and t(nxt) > nxt:
+                return math.inf  # as below: without this the iteration settles on the clamp at Q_MAX
             if abs(nxt - q) <= tol * max(q, nxt):
                 return nxt
             q = nxt
@@ -163,7 +163,7 @@ def fixed_point(
         nxt = q - (t1 - q) ** 2 / denom if denom != 0.0 else t2
         if not (math.isfinite(nxt) and nxt > 0.0):
             nxt = t2
-        if nxt > 1e-3 * _Q_MAX and t(nxt) > nxt:
+        if nxt > 1e-3 * Q_MAX and t(nxt) > nxt:
             return math.inf  # past 10⁵ every activation here is linear or flat: growth does not stop
         if sigma_b2 == 0.0 and nxt < 1e-12 and t(nxt) < nxt:
             return 0.0  # T(q) = σ_w² φ′(0)² q + O(q²) near 0: a slope below 1 collapses q to 0
@@ -179,7 +179,7 @@ def fixed_point(
 
 
 def _chi_at(activation: str, sigma_w2: float, q: float) -> float:
-    return sigma_w2 * _slope_moments(activation, q)[0]
+    return sigma_w2 * slope_moments(activation, q)[0]
 
 
 def chi1(
@@ -209,21 +209,45 @@ def mean_field(
     """q*, χ₁ and ξ for a plain stack (Schoenholz et al. 2017, eqs. 3, 5, 16), or for the reduced
     residual stack x + α(W φ(x) + b) with α = `branch_scale` (Yang & Schoenholz 2017), whose χ₁ is
     1 + α² σ_w² E[φ′(√p z)²] at the input's p = 1 and whose stream has no fixed point."""
-    _check(activation, sigma_w2, sigma_b2)
+    check_arguments(activation, sigma_w2, sigma_b2)
     if not residual:
         q = fixed_point(activation, sigma_w2=sigma_w2, sigma_b2=sigma_b2)
         chi = _chi_at(activation, sigma_w2, q)
-        return MeanField(activation, float(sigma_w2), float(sigma_b2), q, chi, _xi(chi))
+        return MeanField(
+            activation=activation, sigma_w2=float(sigma_w2), sigma_b2=float(sigma_b2), q_star=q, chi1=chi, xi=_xi(chi)
+        )
     a2 = float(branch_scale) ** 2
-    grows = a2 * (sigma_w2 * _second_moment(activation, 1.0) + sigma_b2) > 0.0
+    grows = a2 * (sigma_w2 * second_moment(activation, 1.0) + sigma_b2) > 0.0
     chi = 1.0 + a2 * _chi_at(activation, sigma_w2, 1.0)
-    return MeanField(activation, float(sigma_w2), float(sigma_b2), math.inf if grows else 1.0, chi, _xi(chi))
+    return MeanField(
+        activation=activation,
+        sigma_w2=float(sigma_w2),
+        sigma_b2=float(sigma_b2),
+        q_star=math.inf if grows else 1.0,
+        chi1=chi,
+        xi=_xi(chi),
+    )
+
+
+#: σ_w² on the critical line in closed form. The positively homogeneous activations (`_HOMOGENEOUS`)
+#: have χ₁ = σ_w² E[φ′(z)²] at every q, and E[φ′(z)²] = E[φ(z)²] = c for them: σ_w² = 1/c at any σ_b².
+#: Without bias (σ_b² = 0), an activation with φ(0) = 0 and |φ(x)| < |φ′(0) x| has q* = 0 up to
+#: σ_w² = 1/φ′(0)², where χ₁ = σ_w² φ′(0)² = 1, and a q* > 0 with χ₁ > 1 beyond it (Poole et al. 2016,
+#: Fig. 1): tanh, with tanh′(0) = 1. GELU has φ(0) = 0 too, but from q = 1 its q grows without bound
+#: (GELU is ReLU-like for large inputs) from σ_w² ≈ 2.35 on, well before 1/φ′(0)² = 4: there χ₁ jumps
+#: from σ_w²/4 ≈ 0.59 (q* = 0) to ≈ 1.18 (q* = ∞), so its line is searched.
+_CRITICAL_WITHOUT_BIAS = {"tanh": 1.0}
 
 
 def critical_sigma_w2(activation: str, sigma_b2: float = 0.0) -> float:
-    """The σ_w² at which a plain stack's χ₁ = 1 (the order-to-chaos boundary for this σ_b²), by
+    """The σ_w² at which a plain stack's χ₁ = 1 (the order-to-chaos boundary for this σ_b²): in
+    closed form where one holds (ReLU 2 and the identity 1 at any σ_b²; tanh 1 without bias), else by
     bisection on log σ_w² in [1e-3, 1e4] (χ₁ increases with σ_w² for these activations)."""
-    _check(activation, 1.0, sigma_b2)
+    check_arguments(activation, 1.0, sigma_b2)
+    if activation in _HOMOGENEOUS:
+        return 1.0 / _HOMOGENEOUS[activation]
+    if sigma_b2 == 0.0 and activation in _CRITICAL_WITHOUT_BIAS:
+        return _CRITICAL_WITHOUT_BIAS[activation]
     lo, hi = math.log(1e-3), math.log(1e4)
 
     def f(log_w: float) -> float:
@@ -245,8 +269,8 @@ def critical_sigma_w2(activation: str, sigma_b2: float = 0.0) -> float:
 def nf_gain(activation: str) -> float:
     """γ = 1/√Var[φ(z)], z ~ N(0, 1): the NF-ResNet gain that makes Var[γ φ(z)] = 1 (Brock et al.
     2021, §4). ReLU: √(2/(1 − 1/π)) ≈ 1.7139588594; tanh ≈ 1.5939117670."""
-    _check(activation, 1.0, 0.0)
-    phi = _phi(activation)
+    check_arguments(activation, 1.0, 0.0)
+    phi = activation_function(activation)
     mean = gaussian_expectation(phi)
     var = gaussian_expectation(lambda x: (phi(x) - mean) ** 2)
     return 1.0 / math.sqrt(var)

@@ -15,12 +15,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from stability.judge.meanfield_quadrature import _check, _second_moment, _slope_moments
+from stability.judge.meanfield_quadrature import check_arguments, second_moment, slope_moments
 
 __all__ = ["LayerProfile", "layer_profile", "log_factor_variance", "log_rate_variance"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LayerProfile:
     """Mean-field numbers for blocks l = 0 … L−1 of one finite stack.
 
@@ -54,7 +54,7 @@ def layer_profile(
     Residual (x + α(W φ(x) + b)): p_0 = E[x₀²], p_{l+1} = p_l + α²(σ_w² E[φ(√p_l z)²] + σ_b²);
     χ_l = 1 + α² σ_w² E[φ′(√p_l z)²].
     """
-    _check(activation, sigma_w2, sigma_b2)
+    check_arguments(activation, sigma_w2, sigma_b2)
     if depth < 0:
         raise ValueError(f"depth must be >= 0, got {depth}")
     qs: list[float] = []
@@ -64,16 +64,23 @@ def layer_profile(
     second = float(input_second_moment)
     for _ in range(depth):
         q = second if residual else sigma_w2 * second + sigma_b2
-        m2, m4 = _slope_moments(activation, q)
+        m2, m4 = slope_moments(activation, q)
         qs.append(q)
         kappas.append(m4 / (m2 * m2) if m2 > 0 else 1.0)
         if residual:
             chis.append(1.0 + a2 * sigma_w2 * m2)
-            second = q + a2 * (sigma_w2 * _second_moment(activation, q) + sigma_b2)
+            second = q + a2 * (sigma_w2 * second_moment(activation, q) + sigma_b2)
         else:
             chis.append(sigma_w2 * m2)
-            second = _second_moment(activation, q)
-    return LayerProfile(tuple(qs), tuple(chis), tuple(kappas), residual, float(branch_scale), activation)
+            second = second_moment(activation, q)
+    return LayerProfile(
+        q=tuple(qs),
+        chi=tuple(chis),
+        kappa=tuple(kappas),
+        residual=residual,
+        branch_scale=float(branch_scale),
+        activation=activation,
+    )
 
 
 def log_factor_variance(profile: LayerProfile, *, width: int) -> tuple[float, ...]:

@@ -1,6 +1,7 @@
-"""The built-in remedies (`stability.spec.remedy`): what the literature does about each failure,
-written as a change to the keys the harness's families have. `stability suggest` tries each one
-that applies to a failing spec and keeps those under which every expectation holds.
+"""The built-in remedies for signal propagation at initialisation (`stability.spec.remedy`): what
+the literature does about each failure, written as a change to the keys the harness's families
+have. `stability suggest` tries each one that applies to a failing spec and keeps those under
+which every expectation holds.
 
 | remedy | the change | meant for |
 |---|---|---|
@@ -9,19 +10,21 @@ that applies to a failing spec and keeps those under which every expectation hol
 | `rezero` | `space.branch_init = ["rezero"]`; transformer `block.residual = "rezero"` | as `zero_branch` |
 | `skipinit` | `space.branch_init = ["skipinit"]`; transformer `block.residual = "skipinit"` | as `zero_branch` |
 | `layerscale` | transformer `block.residual = "layerscale"`; a library config's layer-scale key | as `shrink_branch` |
+| `fixup` | zero branches and `block.branch_scale = "1/sqrt(depth)"` (two ReLU layers, no norm) | as `zero_branch` |
+| `carry_gate` | highway `gate_bias = -ln(L - 1)`: each gate starts at 1/L | arrival, variance, lesion, spectrum, rank |
 | `deepnorm` | post-norm transformer `block.residual = "deepnorm"` | gradient balance, arrival, variance |
-| `critical_init` | `space.weight_init`: He for ReLU (σ_w² = 2), Glorot for tanh (σ_w² = 1) | gradient arrival, variance, spectrum |
+| `critical_init` | `space.weight_init`: He for ReLU, Glorot for tanh (no transformer) | arrival, variance, spectrum |
 | `residual_route` | a plain stack as a one-layer pre-activation residual stack | gradient arrival, variance, lesion, spectrum |
 | `prenorm` | postnorm → preact; transformer `block.norm_position = "pre"` | identity, gradient balance, arrival, variance |
-| `qk_norm` | `block.qk_norm = "layer"`; a library config's qk-norm key | attention logits, early warning, LR sensitivity, entropy |
-| `attention_softcap` | `block.attn_softcap` | attention logits, early warning, entropy |
-| `z_loss` | `train.z_loss = 1e-4` | output logits, LR sensitivity, loss spikes |
-| `logit_softcap` | `train.logit_softcap = 30` | output logits, loss spikes |
-| `tied_readout` | `train.tied = true` | loss spikes |
 | `init_range` | a library config's `initializer_range`: the library's default ÷ √(2·depth) | gradient arrival, variance, rank |
 
-A remedy changes only the keys it names; the loader validates the result, so a remedy whose
-change the spec's family or its other keys refuse is not proposed.
+`residual_route` and `prenorm` change the network's structure (`kind = "structure"`): `suggest`
+also tries each composed with every initialisation remedy (`kind = "init"`) that applies to the
+network it makes, the route around with its branches at zero, scaled or gated (He et al. 2016).
+
+The remedies for logits that grow in training (qk-norm, soft caps, z-loss, a tied readout) are
+`stability.judge.remedies_logits`'s. A remedy changes only the keys it names; the loader validates
+the result, so a remedy whose change the spec's family or its other keys refuse is not proposed.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any
 from stability.spec.registry import FAMILIES
 from stability.spec.remedy import REMOVE, Remedy, register_remedy
 
-__all__ = ["layerscale_init", "library_keys"]
+__all__ = ["layerscale_init", "carry_gate_bias", "library_keys", "library_key", "library_value", "is_transformer"]
 
 # The invariants a family of remedies is meant for.
 _SIGNAL = frozenset(
@@ -48,7 +51,6 @@ _SIGNAL = frozenset(
     }
 )
 _BALANCE = _SIGNAL - {"identity_at_init"} | {"gradient_balance"}
-_LOGITS = frozenset({"attention_logits", "early_warning", "lr_sensitivity", "attention_entropy"})
 _RESIDUAL = ("postnorm", "preact")
 
 
@@ -72,12 +74,8 @@ def _deepest(spec: Any) -> int:
     return max(d.values) if getattr(d, "values", None) else int(d[1])
 
 
-def _transformer(spec: Any) -> bool:
+def is_transformer(spec: Any) -> bool:
     return bool(spec.family == "transformer")
-
-
-def _markov(spec: Any) -> bool:
-    return spec.train is not None and spec.train.task == "markov"
 
 
 def library_keys(spec: Any) -> tuple[frozenset[str], bool]:
@@ -95,17 +93,16 @@ def library_keys(spec: Any) -> tuple[frozenset[str], bool]:
     return frozenset(keys), open_ended
 
 
-def _library_key(spec: Any, candidates: tuple[str, ...]) -> str | None:
+def library_key(spec: Any, candidates: tuple[str, ...]) -> str | None:
     """The first of `candidates` the library model's config takes (never guessed for a **kwargs class)."""
     keys, _ = library_keys(spec)
     return next((k for k in candidates if k in keys), None)
 
 
 _LAYERSCALE_KEYS = ("layer_scale_init_value", "layerscale_value", "ls_init_value", "init_values")
-_QK_NORM_KEYS = ("qk_norm", "use_qk_norm", "qk_layernorm")
 
 
-def _library_value(spec: Any, key: str) -> Any:
+def library_value(spec: Any, key: str) -> Any:
     return spec.options.config.get(key) if spec.family == "library" else None
 
 
@@ -163,10 +160,10 @@ def _layerscale_applies(spec: Any, data: Mapping[str, Any]) -> bool:
             and not spec.block.sigma_reparam
             and "zero" not in spec.space.branch_init
         )
-    key = _library_key(spec, _LAYERSCALE_KEYS)
+    key = library_key(spec, _LAYERSCALE_KEYS)
     if key is None:
         return False
-    now = _library_value(spec, key)
+    now = library_value(spec, key)
     return not (
         isinstance(now, int | float) and not isinstance(now, bool) and 0 < now <= layerscale_init(_deepest(spec))
     )
@@ -176,19 +173,46 @@ def _layerscale_edit(spec: Any, data: Mapping[str, Any]) -> dict[str, Any]:
     value = layerscale_init(_deepest(spec))
     if spec.family == "transformer":
         return {"block.residual": "layerscale", "block.layerscale_init": value}
-    key = _library_key(spec, _LAYERSCALE_KEYS)
+    key = library_key(spec, _LAYERSCALE_KEYS)
     return {f"block.config.{key}": value}
 
 
 def _deepnorm_applies(spec: Any, data: Mapping[str, Any]) -> bool:
     b = spec.block
     return (
-        _transformer(spec)
+        is_transformer(spec)
         and b.norm_position == "post"
         and b.residual == "none"
         and b.skip == "identity"
         and not b.sigma_reparam
     )
+
+
+def _fixup_applies(spec: Any, data: Mapping[str, Any]) -> bool:
+    """Fixup's rule where the family exposes it: two weight layers per branch (m = 2, so the
+    scale L^(-1/(2m-2)) is L^(-1/2)), no norm (Fixup is for networks without one) and a positively
+    homogeneous activation, so that the branch's multiplier is the scaling of its first layer."""
+    b = spec.block
+    return (
+        spec.family in _RESIDUAL
+        and b.branch_layers == 2
+        and b.norm == "none"
+        and b.activation in ("relu", "identity")
+        and b.skip != "none"
+        and b.branch_scale == 1.0
+        and _can_init(spec, "zero")
+    )
+
+
+def carry_gate_bias(depth: int) -> float:
+    """The highway gate bias b_T = -ln(L - 1) at which each of L blocks' transform gate starts at
+    σ(b_T) = 1/L: the carry (1 - 1/L)^L keeps at least 1/4 of the signal at every depth (e^(-1) as
+    L grows), as a branch scaled by 1/√L adds 1/L of the variance per block."""
+    return float(f"{-math.log(max(depth, 2) - 1):.3g}") + 0.0  # (+ 0.0: -0.0 written as 0.0)
+
+
+def _carry_applies(spec: Any, data: Mapping[str, Any]) -> bool:
+    return bool(spec.family == "highway" and spec.block.gate_bias > carry_gate_bias(_deepest(spec)))
 
 
 # ----------------------------------------------------------------------------- init and the route around
@@ -201,7 +225,8 @@ def _critical(spec: Any) -> str | None:
 
 def _critical_applies(spec: Any, data: Mapping[str, Any]) -> bool:
     init = _critical(spec)
-    return spec.family in ("plain", *_RESIDUAL) and init is not None and list(spec.space.weight_init) != [init]
+    family = spec.family in ("plain", *_RESIDUAL, "highway", "dense")
+    return bool(family) and init is not None and list(spec.space.weight_init) != [init]
 
 
 def _route_applies(spec: Any, data: Mapping[str, Any]) -> bool:
@@ -218,7 +243,7 @@ def _route_edit(spec: Any, data: Mapping[str, Any]) -> dict[str, Any]:
 def _prenorm_applies(spec: Any, data: Mapping[str, Any]) -> bool:
     if spec.family == "postnorm":
         return True
-    return _transformer(spec) and spec.block.norm_position != "pre" and spec.block.norm != "none"
+    return is_transformer(spec) and spec.block.norm_position != "pre" and spec.block.norm != "none"
 
 
 def _prenorm_edit(spec: Any, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -230,41 +255,7 @@ def _prenorm_edit(spec: Any, data: Mapping[str, Any]) -> dict[str, Any]:
     return edit
 
 
-# ----------------------------------------------------------------------------- logits
-
-
-def _qk_applies(spec: Any, data: Mapping[str, Any]) -> bool:
-    if _transformer(spec):
-        return bool(spec.block.qk_norm == "none")
-    key = _library_key(spec, _QK_NORM_KEYS)
-    return key is not None and not _library_value(spec, key)
-
-
-def _qk_edit(spec: Any, data: Mapping[str, Any]) -> dict[str, Any]:
-    if _transformer(spec):
-        b, w = spec.block, spec.space.width
-        head = b.head_dim or (min(w.values) if getattr(w, "values", None) else w[0]) // (b.heads or 1)
-        return {"block.qk_norm": "layer" if head >= 2 else "rms"}
-    return {f"block.config.{_library_key(spec, _QK_NORM_KEYS)}": True}
-
-
-#: Gemma 2's caps: 50 on the attention logits, 30 on the final logits (Gemma Team 2024, sec. 2).
-ATTENTION_CAP, LOGIT_CAP = 50.0, 30.0
-
-
-def _softcap_edit(spec: Any, data: Mapping[str, Any]) -> dict[str, Any]:
-    cap = ATTENTION_CAP
-    bound = getattr(getattr(spec.expect, "attention_logits", None), "max_logit", None)
-    if bound is not None and bound <= cap:  # a cap above the declared bound cannot keep the logits below it
-        cap = bound / 2
-    return {"block.attn_softcap": cap}
-
-
-def _train_applies(key: str, off: Any) -> Any:
-    def applies(spec: Any, data: Mapping[str, Any]) -> bool:
-        return _markov(spec) and getattr(spec.train, key) == off
-
-    return applies
+# ----------------------------------------------------------------------------- a library model's config
 
 
 def _init_range(spec: Any) -> float:
@@ -284,9 +275,9 @@ def _init_range(spec: Any) -> float:
 
 
 def _init_range_applies(spec: Any, data: Mapping[str, Any]) -> bool:
-    if _library_key(spec, ("initializer_range",)) is None:
+    if library_key(spec, ("initializer_range",)) is None:
         return False
-    now = _library_value(spec, "initializer_range")
+    now = library_value(spec, "initializer_range")
     return not (isinstance(now, int | float) and not isinstance(now, bool) and 0 < now <= _init_range(spec))
 
 
@@ -301,6 +292,7 @@ _BUILT_IN = (
         fixes=_SIGNAL,
         applies=_zero_applies,
         edit=lambda spec, data: {"space.branch_init": ["zero"]},
+        kind="init",
         references=(
             "Goyal et al. (2017). Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour. arXiv:1706.02677 (zero-initialised last norm of each residual block).",
             "Zhang, Dauphin, Ma (2019). Fixup Initialization: Residual Learning Without Normalization. ICLR 2019.",
@@ -312,6 +304,7 @@ _BUILT_IN = (
         fixes=_BALANCE,
         applies=_branch_scale_applies,
         edit=_branch_scale_edit,
+        kind="init",
         references=(
             "Hanin, Rolnick (2018). How to Start Training: The Effect of Initialization and Architecture. NeurIPS 2018.",
             "Radford et al. (2019). Language Models are Unsupervised Multitask Learners (residual projections scaled by 1/sqrt(N)).",
@@ -323,6 +316,7 @@ _BUILT_IN = (
         fixes=_SIGNAL,
         applies=_gain_applies("rezero"),
         edit=_gain_edit("rezero"),
+        kind="init",
         references=(
             "Bachlechner et al. (2020). ReZero is All You Need: Fast Convergence at Large Depth. arXiv:2003.04887.",
         ),
@@ -333,6 +327,7 @@ _BUILT_IN = (
         fixes=_SIGNAL,
         applies=_gain_applies("skipinit"),
         edit=_gain_edit("skipinit"),
+        kind="init",
         references=(
             "De, Smith (2020). Batch Normalization Biases Residual Blocks Towards the Identity Function in Deep Networks. NeurIPS 2020.",
         ),
@@ -343,6 +338,7 @@ _BUILT_IN = (
         fixes=_BALANCE,
         applies=_layerscale_applies,
         edit=_layerscale_edit,
+        kind="init",
         references=("Touvron et al. (2021). Going deeper with Image Transformers. ICCV 2021.",),
     ),
     Remedy(
@@ -351,7 +347,33 @@ _BUILT_IN = (
         fixes=frozenset({"gradient_balance", "gradient_arrival", "variance_growth", "rank_collapse"}),
         applies=_deepnorm_applies,
         edit=lambda spec, data: {"block.residual": "deepnorm"},
+        kind="init",
         references=("Wang et al. (2022). DeepNet: Scaling Transformers to 1,000 Layers. arXiv:2203.00555.",),
+    ),
+    Remedy(
+        name="fixup",
+        summary="Fixup: the last layer of each branch at zero and the branch scaled by L^(-1/(2m-2)) = 1/sqrt(depth) "
+        "for m = 2 layers per branch",
+        fixes=_SIGNAL,
+        applies=_fixup_applies,
+        edit=lambda spec, data: {"space.branch_init": ["zero"], "block.branch_scale": "1/sqrt(depth)"},
+        kind="init",
+        references=(
+            "Zhang, Dauphin, Ma (2019). Fixup Initialization: Residual Learning Without Normalization. ICLR 2019.",
+        ),
+    ),
+    Remedy(
+        name="carry_gate",
+        summary="open the highway's carry gate: a transform-gate bias of -ln(L - 1), so each of the L gates starts "
+        "at 1/L and the carry keeps the signal at every depth",
+        fixes=_SIGNAL - {"identity_at_init", "mean_shift"},
+        applies=_carry_applies,
+        edit=lambda spec, data: {"block.gate_bias": carry_gate_bias(_deepest(spec))},
+        kind="init",
+        references=(
+            "Srivastava, Greff, Schmidhuber (2015). Training Very Deep Networks. NeurIPS 2015 "
+            "(a negative transform-gate bias, more negative for deeper networks).",
+        ),
     ),
     Remedy(
         name="critical_init",
@@ -359,6 +381,7 @@ _BUILT_IN = (
         fixes=frozenset({"gradient_arrival", "variance_growth", "jacobian_spectrum"}),
         applies=_critical_applies,
         edit=lambda spec, data: {"space.weight_init": [_critical(spec)]},
+        kind="init",
         references=(
             "He et al. (2015). Delving Deep into Rectifiers: Surpassing Human-Level Performance on ImageNet Classification. ICCV 2015.",
             "Schoenholz et al. (2017). Deep Information Propagation. ICLR 2017.",
@@ -370,6 +393,7 @@ _BUILT_IN = (
         fixes=frozenset({"gradient_arrival", "variance_growth", "lesion", "jacobian_spectrum"}),
         applies=_route_applies,
         edit=_route_edit,
+        kind="structure",
         references=(
             "He et al. (2016). Identity Mappings in Deep Residual Networks. ECCV 2016.",
             "Veit, Wilber, Belongie (2016). Residual Networks Behave Like Ensembles of Relatively Shallow Networks. NeurIPS 2016.",
@@ -381,57 +405,11 @@ _BUILT_IN = (
         fixes=frozenset({"identity_at_init", "gradient_balance", "gradient_arrival", "variance_growth"}),
         applies=_prenorm_applies,
         edit=_prenorm_edit,
+        kind="structure",
         references=(
             "Xiong et al. (2020). On Layer Normalization in the Transformer Architecture. ICML 2020.",
             "He et al. (2016). Identity Mappings in Deep Residual Networks. ECCV 2016.",
         ),
-    ),
-    Remedy(
-        name="qk_norm",
-        summary="normalise each head's queries and keys (qk-layernorm), so the attention logits cannot grow with the weights",
-        fixes=_LOGITS,
-        applies=_qk_applies,
-        edit=_qk_edit,
-        references=(
-            "Dehghani et al. (2023). Scaling Vision Transformers to 22 Billion Parameters. ICML 2023.",
-            "Wortsman et al. (2023). Small-scale proxies for large-scale Transformer training instabilities. arXiv:2309.14322.",
-        ),
-    ),
-    Remedy(
-        name="attention_softcap",
-        summary="soft-cap the attention logits, s → cap·tanh(s/cap) (cap 50, below the declared bound)",
-        fixes=frozenset({"attention_logits", "early_warning", "attention_entropy"}),
-        applies=lambda spec, data: _transformer(spec) and spec.block.attn_softcap is None,
-        edit=_softcap_edit,
-        references=(
-            "Gemma Team (2024). Gemma 2: Improving Open Language Models at a Practical Size. arXiv:2408.00118.",
-        ),
-    ),
-    Remedy(
-        name="z_loss",
-        summary="add the z-loss 1e-4·log² Z to the training loss, which pins the output softmax's log-partition near 0",
-        fixes=frozenset({"output_logits", "lr_sensitivity", "loss_spike"}),
-        applies=_train_applies("z_loss", 0.0),
-        edit=lambda spec, data: {"train.z_loss": 1e-4},
-        references=("Chowdhery et al. (2022). PaLM: Scaling Language Modeling with Pathways. arXiv:2204.02311.",),
-    ),
-    Remedy(
-        name="logit_softcap",
-        summary="soft-cap the output logits, z → 30·tanh(z/30)",
-        fixes=frozenset({"output_logits", "loss_spike"}),
-        applies=_train_applies("logit_softcap", None),
-        edit=lambda spec, data: {"train.logit_softcap": LOGIT_CAP},
-        references=(
-            "Gemma Team (2024). Gemma 2: Improving Open Language Models at a Practical Size. arXiv:2408.00118.",
-        ),
-    ),
-    Remedy(
-        name="tied_readout",
-        summary="tie the readout to the token embedding (÷ √width), whose logits move √width times less per step",
-        fixes=frozenset({"loss_spike"}),
-        applies=_train_applies("tied", False),
-        edit=lambda spec, data: {"train.tied": True},
-        references=("Press, Wolf (2017). Using the Output Embedding to Improve Language Models. EACL 2017.",),
     ),
     Remedy(
         name="init_range",
@@ -439,6 +417,7 @@ _BUILT_IN = (
         fixes=frozenset({"gradient_arrival", "variance_growth", "rank_collapse", "gradient_balance"}),
         applies=_init_range_applies,
         edit=_init_range_edit,
+        kind="init",
         references=(
             "Radford et al. (2019). Language Models are Unsupervised Multitask Learners (residual projections scaled by 1/sqrt(N)).",
         ),

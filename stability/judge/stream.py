@@ -100,7 +100,7 @@ def residual_stream(
     max_block_change: float | None = None,
 ) -> Verdict:
     """The verdict on the four numbers' medians (the module docstring); the headline is the stream's gradient ratio."""
-    from stability.judge.invariants import _nonfinite
+    from stability.judge.invariants import nonfinite_verdict
 
     per = f"/L^{variance_exponent:g}" if variance_exponent else ""
     parts = [f"g₁/g_L in [{lo:g}, {hi:g}]"]
@@ -113,17 +113,17 @@ def residual_stream(
     if max_block_change is not None:
         parts.append(f"block change ≤ {max_block_change:g}")
     bound = "; ".join(parts)
-    bad = _nonfinite(m, "residual_stream", bound)
+    bad = nonfinite_verdict(m, "residual_stream", bound)
     if bad is not None:
         return bad
     if m.grad_norm[-1] == 0:
         return Verdict(
-            "residual_stream",
-            False,
-            0.0,
-            bound,
-            m.n_blocks,
-            "the output gradient is zero; the loss does not depend on the output",
+            invariant="residual_stream",
+            passed=False,
+            observed=0.0,
+            bound=bound,
+            block=m.n_blocks,
+            detail="the output gradient is zero; the loss does not depend on the output",
         )
     grads, variances, squares = _members(m)
     each = [
@@ -166,14 +166,20 @@ def residual_stream(
     free = "" if "entry" in [c[0] for c in checks] else f"; entry factor g₀/g₁ {shown('entry')} (reported, not bounded)"
     if broken:
         return Verdict(
-            "residual_stream",
-            False,
-            med["stream"],
-            bound,
-            None,
-            "; ".join(broken) + f" (all: {', '.join(reported)}){free}",
-            extra,
+            invariant="residual_stream",
+            passed=False,
+            observed=med["stream"],
+            bound=bound,
+            block=None,
+            detail="; ".join(broken) + f" (all: {', '.join(reported)}){free}",
+            extra=extra,
         )
     return Verdict(
-        "residual_stream", True, med["stream"], bound, None, "; ".join(reported) + " within the bounds" + free, extra
+        invariant="residual_stream",
+        passed=True,
+        observed=med["stream"],
+        bound=bound,
+        block=None,
+        detail="; ".join(reported) + " within the bounds" + free,
+        extra=extra,
     )

@@ -63,7 +63,7 @@ def mean_field_parameters(spec: Spec, case: Case) -> tuple[float, float, float]:
 
 
 @serializable
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MeanFieldPrediction:
     """The mean-field prediction for one case's gradient: per-block ln χ_l and the finite-width
     variances v_l of the measured per-block log factor (stability.judge.meanfield.log_factor_variance)."""
@@ -95,12 +95,28 @@ def predict(spec: Spec, case: Case) -> MeanFieldPrediction:
     var = meanfield.log_factor_variance(prof, width=case.width)
     log_chi = tuple(math.log(c) if c > 0 else -math.inf for c in prof.chi)
     total = meanfield.log_rate_variance(prof, width=case.width)
-    return MeanFieldPrediction(spec.block.activation, sw2, sb2, alpha, residual, case.width, log_chi, var, total)
+    return MeanFieldPrediction(
+        activation=spec.block.activation,
+        sigma_w2=sw2,
+        sigma_b2=sb2,
+        branch_scale=alpha,
+        residual=residual,
+        width=case.width,
+        log_chi=log_chi,
+        log_var=var,
+        total_var=total,
+    )
 
 
 def _missing(name: str, bound: str) -> Verdict:
     return Verdict(
-        name, False, math.nan, bound, None, f"no {name} measurement: the case was probed without it", measured=False
+        invariant=name,
+        passed=False,
+        observed=math.nan,
+        bound=bound,
+        block=None,
+        detail=f"no {name} measurement: the case was probed without it",
+        measured=False,
     )
 
 
@@ -119,35 +135,43 @@ def jacobian_spectrum(
     extra = {"mean_sq": sp.mean_sq, "mean_sq_se": sp.mean_sq_se, "max_sq": sp.max_sq}
     if not math.isfinite(sp.spread) or sp.spread > max_spread:
         return Verdict(
-            "jacobian_spectrum",
-            False,
-            sp.spread,
-            bound,
-            None,
-            f"{what}: spread above {max_spread:g}, far from an isometry",
-            extra,
+            invariant="jacobian_spectrum",
+            passed=False,
+            observed=sp.spread,
+            bound=bound,
+            block=None,
+            detail=f"{what}: spread above {max_spread:g}, far from an isometry",
+            extra=extra,
         )
     if mean_lo is not None and sp.mean_sq < mean_lo:
         return Verdict(
-            "jacobian_spectrum",
-            False,
-            sp.spread,
-            bound,
-            None,
-            f"{what}: ⟨σ²⟩ below {mean_lo:g} (the gradient shrinks on average)",
-            extra,
+            invariant="jacobian_spectrum",
+            passed=False,
+            observed=sp.spread,
+            bound=bound,
+            block=None,
+            detail=f"{what}: ⟨σ²⟩ below {mean_lo:g} (the gradient shrinks on average)",
+            extra=extra,
         )
     if mean_hi is not None and sp.mean_sq > mean_hi:
         return Verdict(
-            "jacobian_spectrum",
-            False,
-            sp.spread,
-            bound,
-            None,
-            f"{what}: ⟨σ²⟩ above {mean_hi:g} (the gradient grows on average)",
-            extra,
+            invariant="jacobian_spectrum",
+            passed=False,
+            observed=sp.spread,
+            bound=bound,
+            block=None,
+            detail=f"{what}: ⟨σ²⟩ above {mean_hi:g} (the gradient grows on average)",
+            extra=extra,
         )
-    return Verdict("jacobian_spectrum", True, sp.spread, bound, None, f"{what} within {bound}", extra)
+    return Verdict(
+        invariant="jacobian_spectrum",
+        passed=True,
+        observed=sp.spread,
+        bound=bound,
+        block=None,
+        detail=f"{what} within {bound}",
+        extra=extra,
+    )
 
 
 def mean_field(m: Measurements, *, k_sigma: float = 4.0) -> Verdict:
@@ -186,13 +210,13 @@ def mean_field(m: Measurements, *, k_sigma: float = 4.0) -> Verdict:
         if not (g0 > 0 and gl > 0 and math.isfinite(g0) and math.isfinite(gl)):
             who = "" if k == 0 else f" in network {k + 1} of the {len(members)} of the case's seed ensemble"
             return Verdict(
-                "mean_field",
-                False,
-                math.nan,
-                bound,
-                None,
-                f"the gradient norms are not positive and finite{who} (g_0 = {g0:.3g}, g_L = {gl:.3g})",
-                extra,
+                invariant="mean_field",
+                passed=False,
+                observed=math.nan,
+                bound=bound,
+                block=None,
+                detail=f"the gradient norms are not positive and finite{who} (g_0 = {g0:.3g}, g_L = {gl:.3g})",
+                extra=extra,
             )
     rhos = [2.0 * math.log(g0 / gl) / depth for g0, gl in members]
     rho_hat = float(statistics.median(rhos))
@@ -211,7 +235,13 @@ def mean_field(m: Measurements, *, k_sigma: float = 4.0) -> Verdict:
         what = f"{what}, the median of {len(members)} networks (from {math.exp(min(rhos)):.4g} to {math.exp(max(rhos)):.4g}; this one {math.exp(rhos[0]):.4g}, {own:+.2f} sd)"
     ok = abs(rho_hat - rho) <= half
     return Verdict(
-        "mean_field", ok, measured, bound, None, f"{what}: {'within' if ok else 'outside'} [{lo:.4g}, {hi:.4g}]", extra
+        invariant="mean_field",
+        passed=ok,
+        observed=measured,
+        bound=bound,
+        block=None,
+        detail=f"{what}: {'within' if ok else 'outside'} [{lo:.4g}, {hi:.4g}]",
+        extra=extra,
     )
 
 
@@ -229,12 +259,12 @@ def lesion(m: Measurements, *, max_change: float = 0.5, statistic: str = "max") 
     finite = [(c, i) for i, c in enumerate(changes) if not math.isnan(c)]
     if not finite:
         return Verdict(
-            "lesion",
-            False,
-            math.nan,
-            bound,
-            None,
-            "no block can be replaced by the identity (every block changes the shape)",
+            invariant="lesion",
+            passed=False,
+            observed=math.nan,
+            bound=bound,
+            block=None,
+            detail="no block can be replaced by the identity (every block changes the shape)",
             measured=False,
         )
     worst, block = max(finite)
@@ -251,7 +281,13 @@ def lesion(m: Measurements, *, max_change: float = 0.5, statistic: str = "max") 
             what = f"{statistic} change {value:.3g}, the median of {len(members)} networks (from {min(live):.3g} to {max(live):.3g}); in this one, {what}"
     ok = value <= max_change
     return Verdict(
-        "lesion", ok, value, bound, block, f"{what}: {statistic} {'within' if ok else 'above'} {max_change:g}", extra
+        invariant="lesion",
+        passed=ok,
+        observed=value,
+        bound=bound,
+        block=block,
+        detail=f"{what}: {statistic} {'within' if ok else 'above'} {max_change:g}",
+        extra=extra,
     )
 
 

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from stability.judge.invariants import _nonfinite
+from stability.judge.invariants import nonfinite_verdict
 from stability.judge.verdict import Verdict
 from stability.measure.measurements import Measurements
 from stability.spec.schema import Spec
@@ -205,7 +205,15 @@ def finish_measurements(spec: Spec, m: Measurements) -> Measurements:
 
 
 def _missing(invariant: str, bound: str, what: str) -> Verdict:
-    return Verdict(invariant, False, math.nan, bound, None, f"not measured: {what}", measured=False)
+    return Verdict(
+        invariant=invariant,
+        passed=False,
+        observed=math.nan,
+        bound=bound,
+        block=None,
+        detail=f"not measured: {what}",
+        measured=False,
+    )
 
 
 def rank_collapse(m: Measurements, *, max_similarity: float = 0.9) -> Verdict:
@@ -215,7 +223,7 @@ def rank_collapse(m: Measurements, *, max_similarity: float = 0.9) -> Verdict:
     5,000 draws, and an identity stack at initialisation passes them on unchanged). The message
     names the first block after which the similarity is above the bound."""
     bound = f"≤ {max_similarity:g}"
-    bad = _nonfinite(m, "rank_collapse", bound)
+    bad = nonfinite_verdict(m, "rank_collapse", bound)
     if bad is not None:
         return bad
     sims = m.extra.get("rank_collapse")
@@ -228,49 +236,50 @@ def rank_collapse(m: Measurements, *, max_similarity: float = 0.9) -> Verdict:
     out = sims[-1]
     if not math.isfinite(out):
         return Verdict(
-            "rank_collapse",
-            False,
-            math.nan,
-            bound,
-            None,
-            "the token similarity is undefined: the output has fewer than 2 tokens or is not (B, T, C)",
+            invariant="rank_collapse",
+            passed=False,
+            observed=math.nan,
+            bound=bound,
+            block=None,
+            detail="the token similarity is undefined: the output has fewer than 2 tokens or is not (B, T, C)",
         )
     if out <= max_similarity:
         worst = max(range(len(sims)), key=lambda i: sims[i] if math.isfinite(sims[i]) else -math.inf)
         return Verdict(
-            "rank_collapse",
-            True,
-            out,
-            bound,
-            max(worst - 1, 0),
-            f"output tokens' mean cosine similarity {out:.3g} (input {sims[0]:.3g}, highest {sims[worst]:.3g} at boundary {worst})",
+            invariant="rank_collapse",
+            passed=True,
+            observed=out,
+            bound=bound,
+            block=max(worst - 1, 0),
+            detail=f"output tokens' mean cosine similarity {out:.3g} (input {sims[0]:.3g}, highest {sims[worst]:.3g} at boundary {worst})",
         )
     if math.isfinite(sims[0]) and out <= sims[0]:
         return Verdict(
-            "rank_collapse",
-            True,
-            out,
-            bound,
-            None,
-            f"output tokens' mean cosine similarity {out:.3g} is above {max_similarity:g} but no higher than the input's own {sims[0]:.3g}: "
+            invariant="rank_collapse",
+            passed=True,
+            observed=out,
+            bound=bound,
+            block=None,
+            detail=f"output tokens' mean cosine similarity {out:.3g} is above {max_similarity:g} but no higher than the input's own {sims[0]:.3g}: "
             "the random input's similarity, not a collapse (the network does not raise it)",
         )
     first = next(i for i, s in enumerate(sims) if math.isfinite(s) and s > max_similarity)
     block = max(first - 1, 0)
     return Verdict(
-        "rank_collapse",
-        False,
-        out,
-        bound,
-        block,
-        f"output tokens' mean cosine similarity {out:.3g} > {max_similarity:g}: the tokens collapse toward one direction (input {sims[0]:.3g}; above the bound from the output of block {block})",
+        invariant="rank_collapse",
+        passed=False,
+        observed=out,
+        bound=bound,
+        block=block,
+        detail=f"output tokens' mean cosine similarity {out:.3g} > {max_similarity:g}: the tokens collapse toward one "
+        f"direction (input {sims[0]:.3g}; above the bound from the output of block {block})",
     )
 
 
 def attention_entropy(m: Measurements, *, min_entropy: float = 0.5) -> Verdict:
     """min over blocks and heads of the normalised attention-row entropy must be ≥ min_entropy."""
     bound = f"≥ {min_entropy:g}"
-    bad = _nonfinite(m, "attention_entropy", bound)
+    bad = nonfinite_verdict(m, "attention_entropy", bound)
     if bad is not None:
         return bad
     data = m.extra.get("attention_entropy")
@@ -283,39 +292,39 @@ def attention_entropy(m: Measurements, *, min_entropy: float = 0.5) -> Verdict:
     per_block = data["per_block"]
     if not all(math.isfinite(v) for v in per_block):
         return Verdict(
-            "attention_entropy",
-            False,
-            math.nan,
-            bound,
-            None,
-            "the attention entropy is undefined: every attention row has a single key (one token)",
+            invariant="attention_entropy",
+            passed=False,
+            observed=math.nan,
+            bound=bound,
+            block=None,
+            detail="the attention entropy is undefined: every attention row has a single key (one token)",
         )
     k = min(range(len(per_block)), key=lambda i: per_block[i])
     block, low = data["blocks"][k], per_block[k]
     head = min(range(len(data["heads"][k])), key=lambda j: data["heads"][k][j])
     if low >= min_entropy:
         return Verdict(
-            "attention_entropy",
-            True,
-            low,
-            bound,
-            block,
-            f"lowest normalised attention entropy {low:.3g} (block {block}, head {head})",
+            invariant="attention_entropy",
+            passed=True,
+            observed=low,
+            bound=bound,
+            block=block,
+            detail=f"lowest normalised attention entropy {low:.3g} (block {block}, head {head})",
         )
     return Verdict(
-        "attention_entropy",
-        False,
-        low,
-        bound,
-        block,
-        f"normalised attention entropy {low:.3g} < {min_entropy:g} at block {block}, head {head}: the attention concentrates on few keys (entropy collapse)",
+        invariant="attention_entropy",
+        passed=False,
+        observed=low,
+        bound=bound,
+        block=block,
+        detail=f"normalised attention entropy {low:.3g} < {min_entropy:g} at block {block}, head {head}: the attention concentrates on few keys (entropy collapse)",
     )
 
 
 def gradient_balance(m: Measurements, *, max_spread: float = 10.0) -> Verdict:
     """max / min of the per-block parameter-gradient norms must be ≤ max_spread."""
     bound = f"≤ {max_spread:g}"
-    bad = _nonfinite(m, "gradient_balance", bound)
+    bad = nonfinite_verdict(m, "gradient_balance", bound)
     if bad is not None:
         return bad
     norms = block_gradient_norms(m)
@@ -324,34 +333,46 @@ def gradient_balance(m: Measurements, *, max_spread: float = 10.0) -> Verdict:
     if not all(math.isfinite(v) for v in norms.values()):
         first = next(k for k, v in norms.items() if not math.isfinite(v))
         return Verdict(
-            "gradient_balance", False, math.nan, bound, first, f"block {first}'s parameter gradient is NaN/inf"
+            invariant="gradient_balance",
+            passed=False,
+            observed=math.nan,
+            bound=bound,
+            block=first,
+            detail=f"block {first}'s parameter gradient is NaN/inf",
         )
     hi_block = max(norms, key=lambda k: norms[k])
     lo_block = min(norms, key=lambda k: norms[k])
     hi, lo = norms[hi_block], norms[lo_block]
     if len(norms) == 1:
         return Verdict(
-            "gradient_balance", True, 1.0, bound, hi_block, "one block with parameters: spread 1 by definition"
+            invariant="gradient_balance",
+            passed=True,
+            observed=1.0,
+            bound=bound,
+            block=hi_block,
+            detail="one block with parameters: spread 1 by definition",
         )
     if lo == 0:
         return Verdict(
-            "gradient_balance",
-            False,
-            math.inf,
-            bound,
-            lo_block,
-            f"block {lo_block} receives no parameter gradient (norm 0; largest {hi:.3g} at block {hi_block})",
+            invariant="gradient_balance",
+            passed=False,
+            observed=math.inf,
+            bound=bound,
+            block=lo_block,
+            detail=f"block {lo_block} receives no parameter gradient (norm 0; largest {hi:.3g} at block {hi_block})",
         )
     spread = hi / lo
     where = "near the output" if hi_block > lo_block else "near the input"
     detail = f"per-block parameter-gradient norms from {lo:.3g} (block {lo_block}) to {hi:.3g} (block {hi_block}): spread {spread:.3g}"
     if spread <= max_spread:
-        return Verdict("gradient_balance", True, spread, bound, hi_block, detail)
+        return Verdict(
+            invariant="gradient_balance", passed=True, observed=spread, bound=bound, block=hi_block, detail=detail
+        )
     return Verdict(
-        "gradient_balance",
-        False,
-        spread,
-        bound,
-        hi_block,
-        f"{detail} > {max_spread:g}; the gradient concentrates {where}",
+        invariant="gradient_balance",
+        passed=False,
+        observed=spread,
+        bound=bound,
+        block=hi_block,
+        detail=f"{detail} > {max_spread:g}; the gradient concentrates {where}",
     )

@@ -59,13 +59,13 @@ def update_size(sweep: UpdateSweep, *, max_abs_slope: float = 0.25, at: str = "a
     for r in sweep.records:
         if r.run.diverged_at is not None:
             return Verdict(
-                "update_size",
-                False,
-                math.nan,
-                bound,
-                None,
-                f"the loss became non-finite at step {r.run.diverged_at} at width {r.width}; lower train.lr",
-                extra,
+                invariant="update_size",
+                passed=False,
+                observed=math.nan,
+                bound=bound,
+                block=None,
+                detail=f"the loss became non-finite at step {r.run.diverged_at} at width {r.width}; lower train.lr",
+                extra=extra,
             )
     bad = [b for b in candidates if not math.isfinite(sweep.slopes[b])]
     if bad:
@@ -74,14 +74,14 @@ def update_size(sweep: UpdateSweep, *, max_abs_slope: float = 0.25, at: str = "a
         w = next(w for w, v in zip(sweep.widths, values, strict=True) if not (math.isfinite(v) and v > 0))
         extra.update(boundary=b, failing_width=w)
         return Verdict(
-            "update_size",
-            False,
-            math.nan,
-            bound,
-            b,
-            f"RMS(Δh) at {boundary_name(b, n)} is {values[sweep.widths.index(w)]:.3g} at width {w}: no slope on a log scale "
+            invariant="update_size",
+            passed=False,
+            observed=math.nan,
+            bound=bound,
+            block=b,
+            detail=f"RMS(Δh) at {boundary_name(b, n)} is {values[sweep.widths.index(w)]:.3g} at width {w}: no slope on a log scale "
             "(an update of exactly zero means that layer does not learn; raise train.lr or train.steps)",
-            extra,
+            extra=extra,
         )
     worst = max(candidates, key=lambda b: abs(sweep.slopes[b]))
     slope = sweep.slopes[worst]
@@ -98,7 +98,13 @@ def update_size(sweep: UpdateSweep, *, max_abs_slope: float = 0.25, at: str = "a
     growth = f"RMS(Δh) ∝ width^{slope:.2f} at {where} (×{values[-1] / v0:.3g} from width {w0} to {sweep.widths[-1]})"
     if abs(slope) <= max_abs_slope:
         return Verdict(
-            "update_size", True, slope, bound, worst, f"{growth}: the update size does not depend on the width", extra
+            invariant="update_size",
+            passed=True,
+            observed=slope,
+            bound=bound,
+            block=worst,
+            detail=f"{growth}: the update size does not depend on the width",
+            extra=extra,
         )
     extra["failing_width"] = failing
     trend = "grows" if slope > 0 else "shrinks"
@@ -108,13 +114,13 @@ def update_size(sweep: UpdateSweep, *, max_abs_slope: float = 0.25, at: str = "a
         else "the layer stops learning as the width grows; use µP's learning-rate scaling"
     )
     return Verdict(
-        "update_size",
-        False,
-        slope,
-        bound,
-        worst,
-        f"{growth}: the update {trend} with the width, first outside the bound at width {failing}; {fix}",
-        extra,
+        invariant="update_size",
+        passed=False,
+        observed=slope,
+        bound=bound,
+        block=worst,
+        detail=f"{growth}: the update {trend} with the width, first outside the bound at width {failing}; {fix}",
+        extra=extra,
     )
 
 
@@ -145,14 +151,14 @@ def trainability(
         if r.diverged_at is not None:
             extra["diverged_at"] = r.diverged_at
             return Verdict(
-                "trainability",
-                False,
-                math.inf,
-                bound,
-                None,
-                f"the loss became non-finite at step {r.diverged_at} (depth {r.depth}, loss {r.losses[max(r.diverged_at - 1, 0)]:.3g} "
+                invariant="trainability",
+                passed=False,
+                observed=math.inf,
+                bound=bound,
+                block=None,
+                detail=f"the loss became non-finite at step {r.diverged_at} (depth {r.depth}, loss {r.losses[max(r.diverged_at - 1, 0)]:.3g} "
                 f"the step before): the run diverged; lower train.lr or add train.warmup steps",
-                extra,
+                extra=extra,
             )
     ratios = {r.depth: r.final / r.initial if r.initial > 0 else math.nan for r in runs}
     extra["loss_ratio"] = {str(d): v if math.isfinite(v) else None for d, v in ratios.items()}
@@ -161,13 +167,13 @@ def trainability(
             q = ratios[r.depth]
             if not q <= max_loss_ratio:
                 return Verdict(
-                    "trainability",
-                    False,
-                    q,
-                    bound,
-                    None,
-                    f"the loss fell only to {q:.3g} of its start ({r.initial:.3g} → {r.final:.3g} in {r.steps} steps, depth {r.depth}); bound {max_loss_ratio:g}",
-                    extra,
+                    invariant="trainability",
+                    passed=False,
+                    observed=q,
+                    bound=bound,
+                    block=None,
+                    detail=f"the loss fell only to {q:.3g} of its start ({r.initial:.3g} → {r.final:.3g} in {r.steps} steps, depth {r.depth}); bound {max_loss_ratio:g}",
+                    extra=extra,
                 )
     if compare_depths is not None:
         shallow, deep = runs[0], runs[1]
@@ -175,26 +181,34 @@ def trainability(
         extra["depth_ratio"] = q
         text = f"after {deep.steps} steps the depth-{deep.depth} stack's loss is {deep.final:.3g}, {q:.3g}× the depth-{shallow.depth} stack's {shallow.final:.3g}"
         if q <= max_depth_ratio:
-            return Verdict("trainability", True, q, bound, None, text + ": deeper is no worse", extra)
+            return Verdict(
+                invariant="trainability",
+                passed=True,
+                observed=q,
+                bound=bound,
+                block=None,
+                detail=text + ": deeper is no worse",
+                extra=extra,
+            )
         return Verdict(
-            "trainability",
-            False,
-            q,
-            bound,
-            None,
-            text + ": the deeper stack trains worse (the degradation problem)",
-            extra,
+            invariant="trainability",
+            passed=False,
+            observed=q,
+            bound=bound,
+            block=None,
+            detail=text + ": the deeper stack trains worse (the degradation problem)",
+            extra=extra,
         )
     r = runs[0]
     q = ratios[r.depth]
     return Verdict(
-        "trainability",
-        True,
-        q,
-        bound,
-        None,
-        f"the loss fell to {q:.3g} of its start ({r.initial:.3g} → {r.final:.3g} in {r.steps} steps)",
-        extra,
+        invariant="trainability",
+        passed=True,
+        observed=q,
+        bound=bound,
+        block=None,
+        detail=f"the loss fell to {q:.3g} of its start ({r.initial:.3g} → {r.final:.3g} in {r.steps} steps)",
+        extra=extra,
     )
 
 
@@ -226,23 +240,23 @@ def residual_size(
     for r in runs:
         if r.diverged_at is not None:
             return Verdict(
-                "residual_size",
-                False,
-                math.nan,
-                bound,
-                None,
-                f"the run diverged at step {r.diverged_at} (depth {r.depth}), so there is no trained network to measure; lower train.lr",
-                extra,
+                invariant="residual_size",
+                passed=False,
+                observed=math.nan,
+                bound=bound,
+                block=None,
+                detail=f"the run diverged at step {r.diverged_at} (depth {r.depth}), so there is no trained network to measure; lower train.lr",
+                extra=extra,
             )
         if not r.residuals or not all(math.isfinite(v) for v in r.residuals):
             return Verdict(
-                "residual_size",
-                False,
-                math.nan,
-                bound,
-                None,
-                "a block changes the shape of its input (or a boundary is zero), so ‖x_(l+1) − x_l‖/‖x_l‖ is undefined",
-                extra,
+                invariant="residual_size",
+                passed=False,
+                observed=math.nan,
+                bound=bound,
+                block=None,
+                detail="a block changes the shape of its input (or a boundary is zero), so ‖x_(l+1) − x_l‖/‖x_l‖ is undefined",
+                extra=extra,
             )
         means[r.depth] = float(np.mean(r.residuals))
     extra["means"] = {str(d): v if math.isfinite(v) else None for d, v in means.items()}
@@ -252,7 +266,13 @@ def residual_size(
     text = f"after {last.steps} steps the blocks change the signal by {mean:.3g} on average (most: block {block}, {last.residuals[block]:.3g})"
     if max_mean is not None and mean > max_mean:
         return Verdict(
-            "residual_size", False, mean, bound, block, text + f" at depth {last.depth}, above {max_mean:g}", extra
+            invariant="residual_size",
+            passed=False,
+            observed=mean,
+            bound=bound,
+            block=block,
+            detail=text + f" at depth {last.depth}, above {max_mean:g}",
+            extra=extra,
         )
     if compare_depths is not None:
         q = mean / means[runs[0].depth] if means[runs[0].depth] > 0 else math.inf
@@ -260,10 +280,26 @@ def residual_size(
         text += f" at depth {last.depth}, {q:.3g}× the depth-{runs[0].depth} stack's {means[runs[0].depth]:.3g}"
         if q > max_depth_ratio:
             return Verdict(
-                "residual_size", False, mean, bound, block, text + ": the residuals do not shrink with depth", extra
+                invariant="residual_size",
+                passed=False,
+                observed=mean,
+                bound=bound,
+                block=block,
+                detail=text + ": the residuals do not shrink with depth",
+                extra=extra,
             )
-        return Verdict("residual_size", True, mean, bound, block, text + ": smaller in the deeper stack", extra)
-    return Verdict("residual_size", True, mean, bound, block, text, extra)
+        return Verdict(
+            invariant="residual_size",
+            passed=True,
+            observed=mean,
+            bound=bound,
+            block=block,
+            detail=text + ": smaller in the deeper stack",
+            extra=extra,
+        )
+    return Verdict(
+        invariant="residual_size", passed=True, observed=mean, bound=bound, block=block, detail=text, extra=extra
+    )
 
 
 # ----------------------------------------------------------------------------- one case

@@ -6,7 +6,7 @@ times, and on small networks each call is mostly per-operation overhead. `probe_
 S networks' parameters and buffers along a new leading dimension and runs the whole stack once for
 all seeds, under a single `torch.func.vmap` of `torch.func.functional_call`:
 
-- activation moments are reduced per seed inside the vmapped forward (`reductions._moments`: var_mean
+- activation moments are reduced per seed inside the vmapped forward (`reductions.moments_into`: var_mean
   for small boundaries, corrected two-pass sums for large ones, with no host read inside the
   pass; `probe` itself reads one-pass sums to the host as it goes and falls back to the same
   two-pass formula where they would cancel: the same values to ~5e-7 in float32);
@@ -34,10 +34,17 @@ from torch.func import functional_call, vmap
 
 from stability.errors import BlockError
 from stability.families.adapters import Stack
-from stability.measure.boundaries import _LOW, _first_nonfinite
-from stability.measure.probe import Measurements, _as_list, probe
+from stability.measure.boundaries import LOW_PRECISION, first_nonfinite
+from stability.measure.probe import Measurements, block_list, probe
 from stability.measure.probe_pass import projection_vector
-from stability.measure.reductions import _NORM_ROW, _boundary_values, _combine, _moments, _row_norms, _two_pass_count
+from stability.measure.reductions import (
+    NORM_ROW,
+    boundary_values,
+    combine_moments,
+    moments_into,
+    row_norms,
+    two_pass_count,
+)
 
 __all__ = ["probe_seeds"]
 
@@ -84,7 +91,7 @@ def _probe_seeds(
         raise TypeError(
             "probe_seeds calls each block as block(h): probe a stability.Stack with call_kwargs or a stem with probe()"
         )
-    stacks = [_as_list(net) for net in networks]
+    stacks = [block_list(net) for net in networks]
     n_nets = len(stacks)
     if n_nets == 0:
         raise ValueError("probe_seeds: networks is empty; pass one network per seed")
@@ -100,7 +107,7 @@ def _probe_seeds(
     params, buffers, names = _stack_states(states, len(blocks))
     shapes = _boundary_shapes(blocks, x[0])  # per seed: input of block l, then the output
 
-    low = x.dtype in _LOW
+    low = x.dtype in LOW_PRECISION
     norm_dtype = torch.float32 if low else None
     grad_norms: list[torch.Tensor | None] = [None] * (n + 1)  # (S,) each
 
@@ -110,7 +117,7 @@ def _probe_seeds(
         # One seed (vmap adds the S dimension): h (B, …), eps[l − 1] shaped like boundary l.
         moments: list[torch.Tensor] = []
         for i, block in enumerate(blocks):
-            _moments(h.detach().float() if low else h.detach(), moments)
+            moments_into(h.detach().float() if low else h.detach(), moments)
             if i > 0:
                 h = h + eps[i - 1]  # + 0: ∂L/∂eps[i − 1] is the gradient at boundary i
             try:
@@ -121,7 +128,7 @@ def _probe_seeds(
                 raise BlockError(
                     f"block {i} ({type(block).__name__}) failed under vmap on an input of shape {tuple(h.shape)}: {exc}"
                 ) from exc
-        _moments(h.detach().float() if low else h.detach(), moments)
+        moments_into(h.detach().float() if low else h.detach(), moments)
         return h, moments
 
     counts = _moment_counts(shapes, x)
@@ -178,8 +185,8 @@ def _probe_seeds(
             out.append(probe(networks[s], x[s], loss=loss, seed=seeds[s]))
             continue
         grad_norm = row[: n + 1]
-        var, mean = _combine(row[n + 1 : n + 1 + k], counts)
-        nonfinite_at, kind = _first_nonfinite(mean, grad_norm)
+        var, mean = combine_moments(row[n + 1 : n + 1 + k], counts)
+        nonfinite_at, kind = first_nonfinite(mean, grad_norm)
         out.append(
             Measurements(
                 grad_norm=grad_norm,
@@ -197,10 +204,10 @@ def _probe_seeds(
 
 
 def _sums_out_of_range(values: list[float], counts: list[int]) -> bool:
-    """Whether a boundary's (m, Σd, Σd²) from `_moments` (counts as `_moment_counts`) left float32's
+    """Whether a boundary's (m, Σd, Σd²) from `moments_into` (counts as `_moment_counts`) left float32's
     range on finite values: Σd² overflowed to inf, or underflowed to 0 around a non-zero mean (a
     constant non-zero boundary also reads so, and is merely measured again)."""
-    for count, parts in _boundary_values(values, counts):
+    for count, parts in boundary_values(values, counts):
         if count:
             m, s, q = parts
             if math.isfinite(m) and math.isfinite(s) and (q == math.inf or (q == 0.0 and m != 0.0)):
@@ -316,10 +323,10 @@ def _frozen_buffers(blocks: list[nn.Module]) -> Iterator[None]:
 
 
 def _moment_counts(shapes: list[tuple[int, ...]], x: torch.Tensor) -> list[int]:
-    """What `_moments` returns per boundary (it depends only on size, device and dtype), so the
+    """What `moments_into` returns per boundary (it depends only on size, device and dtype), so the
     vmapped forward need not return Python ints."""
-    dtype = torch.float32 if x.dtype in _LOW else x.dtype
-    return [_two_pass_count(math.prod(shape), x.device, dtype) for shape in shapes]
+    dtype = torch.float32 if x.dtype in LOW_PRECISION else x.dtype
+    return [two_pass_count(math.prod(shape), x.device, dtype) for shape in shapes]
 
 
 def _states(stacks: list[list[nn.Module]]) -> list[_State]:
@@ -363,16 +370,16 @@ def _refuse_shared(blocks: list[nn.Module]) -> None:
 
 
 def _rows_norm(t: torch.Tensor, n_nets: int, dtype: torch.dtype | None) -> torch.Tensor:
-    """(S,) norms of t's S rows (t reshaped to (S, −1)), each the bits `reductions._norm_value`
-    gives for that row alone: on the CPU above `_NORM_ROW` elements per row by sub-rows of
-    `_NORM_ROW` combined in float64 (`reductions._row_norms`: torch's float32 vector_norm drifts to
+    """(S,) norms of t's S rows (t reshaped to (S, −1)), each the bits `reductions.norm_value`
+    gives for that row alone: on the CPU above `NORM_ROW` elements per row by sub-rows of
+    `NORM_ROW` combined in float64 (`reductions.row_norms`: torch's float32 vector_norm drifts to
     1e-5 relative at 2^16 elements), and a row whose float32 norm is 0 or inf (squares out of
     float32's range, beyond ~1e19 or below ~1e-19 per element) taken again in float64; the CPU
     result is then float64."""
     f = t.reshape(n_nets, -1)  # (S, N)
     cpu = f.device.type == "cpu" and dtype != torch.float64
-    if f.shape[1] > _NORM_ROW and cpu:
-        out = torch.tensor(_row_norms(f, dtype), dtype=torch.float64)
+    if f.shape[1] > NORM_ROW and cpu:
+        out = torch.tensor(row_norms(f, dtype), dtype=torch.float64)
     else:
         out = torch.linalg.vector_norm(f, dim=1, dtype=dtype)
     if cpu and f.dtype != torch.float64:

@@ -1,17 +1,17 @@
 """Stage 4: what the probe's one pass does at each boundary, in one of two designs.
 
 `stability.measure.probe_pass.measure_pass` runs the network once forward and once backward and hands
-this module every boundary: `_Pass.enter` gets the tensor that reaches block 0 (it becomes the
-gradient leaf), `_Pass.observe` every other boundary tensor, and each boundary gets one gradient
+this module every boundary: `BoundaryPass.enter` gets the tensor that reaches block 0 (it becomes the
+gradient leaf), `BoundaryPass.observe` every other boundary tensor, and each boundary gets one gradient
 hook. Each boundary is reduced to its variance and mean, each gradient to its norm; where those
 scalars wait until the end is the design (docs/performance.md has the measurements behind it):
 
 - **host**, for CPU tensors. A CPU has no device to wait for, so sums are read to Python floats
   as they are produced, and every fallback is decided while its tensor is still at hand (the
   corrected two-pass variance; float64 where float32 sums or squares leave the range:
-  `reductions._Moments`, `reductions._norm_value`); each gradient is reduced in its hook. Two
+  `reductions.Moments`, `reductions.norm_value`); each gradient is reduced in its hook. Two
   variants, chosen by `CPU_DESIGN`: "tensor" reduces each boundary on its own as it arrives, in
-  cache (Σh, Σh², two reads to the host); "grouped" copies boundaries of `_TWO_PASS_MIN` to
+  cache (Σh, Σh², two reads to the host); "grouped" copies boundaries of `TWO_PASS_MIN` to
   `_GROUP_MAX` elements into the rows of one buffer as they arrive and reduces a group of up to
   `_GROUP_ELEMENTS` elements at a time (one row-wise Σh and Σh² and one host read per group:
   fewer torch calls, and operations large enough for torch to split over its threads). The two
@@ -22,7 +22,7 @@ scalars wait until the end is the design (docs/performance.md has the measuremen
   every extra parallel region waits for a descheduled thread), so it is the default;
   `benchmarks/profile_probe.py` compares them again.
 - **device**, for CUDA and every other device. Nothing is read to the host before the end: each
-  reduction accumulates in float64 on the device (`reductions._var_mean64`, `_norm64`: float64
+  reduction accumulates in float64 on the device (`reductions.var_mean64`, `norm64`: float64
   holds the square of every float32 value, so there is no fallback to decide), the scalars stay
   0-dim device tensors, and the pass reads them all at once (`_read_host`: one synchronisation).
   `tests/test_gpu.py` runs it under `torch.cuda.set_sync_debug_mode("error")`; on the CPU,
@@ -40,26 +40,35 @@ from torch import nn
 
 from stability.errors import BlockError
 from stability.measure.measurements import Measurements
-from stability.measure.param_norms import _LargeParamNorms
+from stability.measure.param_norms import LargeParamNorms
 from stability.measure.reductions import (
-    _SQUARES_MAX,
-    _TWO_PASS_MIN,
-    _Moments,
-    _norm,
-    _norm64,
-    _norm_value,
-    _rel_parts64,
-    _stack64,
-    _to_device,
-    _var_mean64,
+    SQUARES_MAX,
+    TWO_PASS_MIN,
+    Moments,
+    norm64,
+    norm_tensor,
+    norm_value,
+    rel_parts64,
+    stack64,
+    to_device,
+    var_mean64,
 )
 
-__all__: list[str] = []  # the probe's internals
+#: The probe's internals (stability.measure.probe_pass runs a `BoundaryPass`); free to change.
+__all__ = [
+    "CPU_DESIGN",
+    "LOW_PRECISION",
+    "BoundaryObserver",
+    "BoundaryPass",
+    "first_nonfinite",
+    "rel_diff",
+]
 
-_LOW = (torch.float16, torch.bfloat16)
+#: The half-precision dtypes, whose boundaries are reduced in float32 at least.
+LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 #: CPU boundaries of at most this many elements are reduced in groups (`_HostReductions`).
-_GROUP_MAX = _SQUARES_MAX
+_GROUP_MAX = SQUARES_MAX
 #: A group holds up to this many elements (512 KiB of float32) and at most `_GROUP_ROWS` boundaries.
 _GROUP_ELEMENTS = 1 << 17
 _GROUP_ROWS = 32
@@ -90,11 +99,11 @@ class BoundaryObserver(Protocol):
     def finish(self) -> Any: ...
 
 
-def _rel_diff(a: torch.Tensor, b: torch.Tensor) -> float | None:
+def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float | None:
     """‖a − b‖ / ‖b‖, 0 exactly when a and b are bit-identical.
 
     Two CPU tensors of one float dtype are compared in that dtype: with gradual underflow a − b is 0
-    only where a = b, and `_norm` takes a norm whose squares leave float32's range again in
+    only where a = b, and `norm_tensor` takes a norm whose squares leave float32's range again in
     float64, so no difference is lost at any scale. Tensors of two dtypes, or of half precision,
     are compared in float64 (a float64 copy of each: 0.5 ms on a 16×32×16×16 output, which the
     common case does without)."""
@@ -103,13 +112,13 @@ def _rel_diff(a: torch.Tensor, b: torch.Tensor) -> float | None:
     a, b = a.detach(), b.detach()
     if (
         a.dtype != b.dtype or a.dtype not in (torch.float32, torch.float64) or not a.is_cpu
-    ):  # (`_norm` re-checks the range on the CPU only)
+    ):  # (`norm_tensor` re-checks the range on the CPU only)
         a, b = a.to(torch.float64), b.to(torch.float64)
-    num, den = float(_norm(a - b, None)), float(_norm(b, None))
+    num, den = float(norm_tensor(a - b, None)), float(norm_tensor(b, None))
     return num / den if den > 0 else num
 
 
-def _first_nonfinite(
+def first_nonfinite(
     mean: list[float], grad: list[float]
 ) -> tuple[int | None, Literal["activation", "gradient"] | None]:
     """The first boundary a non-finite value reached: in forward order for activations, in
@@ -137,11 +146,11 @@ class _GradientHooks:
     measured on 256 fresh boundaries) and goes with the graph. The output gets a tensor hook, which sees the loss's own
     gradient even where autograd runs none of the output's graph (nothing trainable behind it), and
     so does a boundary without a node (a block that returns a parameter or a new leaf): those stay
-    on the user's tensors, so `close` takes them off. A parameter of `_LargeParamNorms` returned as
+    on the user's tensors, so `close` takes them off. A parameter of `LargeParamNorms` returned as
     a boundary gets no hook of its own: its parameter hook, which takes the same norm of the same
     gradient before handing autograd a zero, fills the boundary's slot too."""
 
-    def __init__(self, n: int, large: _LargeParamNorms) -> None:
+    def __init__(self, n: int, large: LargeParamNorms) -> None:
         self.n = n
         self.large = large
         self.handles: list[Any] = []
@@ -185,7 +194,7 @@ class _HostReductions:
         self.low = low
         self.norm_dtype = torch.float32 if low else None
         self.grouped = grouped
-        self.moments = _Moments()
+        self.moments = Moments()
         self.grad: list[float | torch.Tensor | None] = [None] * (n + 1)  # a float where the gradient is on the CPU
         self._buf: torch.Tensor | None = None  # (rows, N): the group's boundaries, one per row
         self._rows: list[torch.Tensor] = []  # its rows, (N,) views made once
@@ -196,7 +205,7 @@ class _HostReductions:
         if self.low:
             h = h.float()
         n = h.numel()
-        if not (self.grouped and _TWO_PASS_MIN <= n <= _GROUP_MAX and h.is_cpu and h.dtype.is_floating_point):
+        if not (self.grouped and TWO_PASS_MIN <= n <= _GROUP_MAX and h.is_cpu and h.dtype.is_floating_point):
             self.moments.add(h)
             return
         buf = self._buf
@@ -235,11 +244,11 @@ class _HostReductions:
         grad, dtype = self.grad, self.norm_dtype
 
         def hook(g: torch.Tensor) -> None:
-            grad[i] = _norm_value(g, dtype) if g.is_cpu else _norm(g, dtype)
+            grad[i] = norm_value(g, dtype) if g.is_cpu else norm_tensor(g, dtype)
 
         return hook
 
-    def end_forward(self, large: _LargeParamNorms) -> None:
+    def end_forward(self, large: LargeParamNorms) -> None:
         self.flush()
         self._buf = self._squares = None
         self._rows = []
@@ -253,10 +262,10 @@ class _HostReductions:
         self, g0: torch.Tensor, pnorms: torch.Tensor, y: torch.Tensor, x0: torch.Tensor, out_grad: torch.Tensor | None
     ) -> _Values:
         grad = self.grad
-        grad[0] = _norm_value(g0, self.norm_dtype) if g0.is_cpu else _norm(g0, self.norm_dtype)
+        grad[0] = norm_value(g0, self.norm_dtype) if g0.is_cpu else norm_tensor(g0, self.norm_dtype)
         on_device = [i for i, g in enumerate(grad) if isinstance(g, torch.Tensor)]  # norms still on a device
-        norms = _stack64([g for g in grad if isinstance(g, torch.Tensor)])
-        stats = _stack64(self.moments.parts)
+        norms = stack64([g for g in grad if isinstance(g, torch.Tensor)])
+        stats = stack64(self.moments.parts)
         d, k = len(on_device), stats.numel()
         host = _read_host(torch.cat([norms.to(pnorms.device), stats.to(pnorms.device), pnorms]))
         grad_norm = [
@@ -265,8 +274,8 @@ class _HostReductions:
         for j, i in enumerate(on_device):
             grad_norm[i] = host[j]
         var, mean = self.moments.result(host[d : d + k])
-        identity = _rel_diff(y, x0)
-        input_grad = _rel_diff(g0, out_grad) if out_grad is not None else None
+        identity = rel_diff(y, x0)
+        input_grad = rel_diff(g0, out_grad) if out_grad is not None else None
         return _Values(grad_norm, var, mean, host[d + k :], identity, input_grad)
 
 
@@ -279,18 +288,18 @@ class _DeviceReductions:
         self.grad: list[torch.Tensor | None] = [None] * (n + 1)
 
     def add(self, h: torch.Tensor) -> None:
-        self.stats += _var_mean64(h)
+        self.stats += var_mean64(h)
 
     def grad_hook(self, i: int) -> Callable[[torch.Tensor], None]:
         grad = self.grad
 
         def hook(g: torch.Tensor) -> None:
-            grad[i] = _norm64(g)
+            grad[i] = norm64(g)
 
         return hook
 
-    def end_forward(self, large: _LargeParamNorms) -> None:
-        large.norm, large.norm_dtype = _norm64, torch.float64
+    def end_forward(self, large: LargeParamNorms) -> None:
+        large.norm, large.norm_dtype = norm64, torch.float64
 
     @property
     def param_dtype(self) -> torch.dtype | None:
@@ -300,9 +309,9 @@ class _DeviceReductions:
         self, g0: torch.Tensor, pnorms: torch.Tensor, y: torch.Tensor, x0: torch.Tensor, out_grad: torch.Tensor | None
     ) -> _Values:
         dev = self.device
-        self.grad[0] = _norm64(g0)
+        self.grad[0] = norm64(g0)
         zero = torch.zeros((), dtype=torch.float64, device=dev)
-        rel = [_rel_parts64(y, x0), _rel_parts64(g0, out_grad) if out_grad is not None else None]
+        rel = [rel_parts64(y, x0), rel_parts64(g0, out_grad) if out_grad is not None else None]
         scalars = (
             [zero if g is None else g for g in self.grad] + self.stats + [t for r in rel if r is not None for t in r]
         )
@@ -321,11 +330,11 @@ def _on(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """t on `device`, copied without synchronising (a model may span devices)."""
     if t.device == device:
         return t
-    return _to_device(t, device) if t.is_cpu else t.to(device, non_blocking=True)
+    return to_device(t, device) if t.is_cpu else t.to(device, non_blocking=True)
 
 
 def _ratio(num: float, den: float) -> float:
-    """‖a − b‖ / ‖b‖ from its two norms, as `_rel_diff` forms it."""
+    """‖a − b‖ / ‖b‖ from its two norms, as `rel_diff` forms it."""
     return num / den if den > 0 else num
 
 
@@ -341,10 +350,10 @@ class _Values(NamedTuple):
     input_grad: float | None
 
 
-class _Pass:
+class BoundaryPass:
     """The boundaries of one pass: `enter` and `observe` are what `Forward` calls."""
 
-    def __init__(self, n: int, observers: Sequence[BoundaryObserver], large: _LargeParamNorms) -> None:
+    def __init__(self, n: int, observers: Sequence[BoundaryObserver], large: LargeParamNorms) -> None:
         self.observers = tuple(observers)
         self.hooks = _GradientHooks(n, large)  # (`measure_pass` removes its tensor hooks after the backward pass)
         self.n = n
@@ -360,7 +369,7 @@ class _Pass:
         self.red = (
             _DeviceReductions(self.n, h.device)
             if design == "device"
-            else _HostReductions(self.n, h.dtype in _LOW, grouped=design == "grouped")
+            else _HostReductions(self.n, h.dtype in LOW_PRECISION, grouped=design == "grouped")
         )
         x0 = h.detach().requires_grad_(True)  # the input as it was, and the gradient's leaf
         self.leaf = x0
@@ -382,7 +391,7 @@ class _Pass:
         if i > 0 and h.requires_grad:
             self.hooks.on(i, h, red.grad_hook(i), red.grad)
 
-    def end_forward(self, y: torch.Tensor, large: _LargeParamNorms) -> _HostReductions | _DeviceReductions:
+    def end_forward(self, y: torch.Tensor, large: LargeParamNorms) -> _HostReductions | _DeviceReductions:
         """Observe the output (boundary n) and stop recording; the reductions, for the backward pass."""
         red = self.red
         if red is None or self.leaf is None:
@@ -395,7 +404,7 @@ class _Pass:
 
     def measurements(self, values: _Values, named: list[tuple[str, nn.Parameter]]) -> Measurements:
         sq_mean = [v + m * m for v, m in zip(values.var, values.mean, strict=True)]
-        nonfinite_at, kind = _first_nonfinite(values.mean, values.grad_norm)
+        nonfinite_at, kind = first_nonfinite(values.mean, values.grad_norm)
         return Measurements(
             grad_norm=values.grad_norm,
             act_var=values.var,

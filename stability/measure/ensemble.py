@@ -57,7 +57,7 @@ _T = TypeVar("_T")
 
 
 @serializable
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Ensemble:
     """The variance profiles of S networks of one case's architecture (member 0 is the case)."""
 
@@ -101,11 +101,11 @@ def probe_ensemble(spec: Spec, case: Case, first: Measurements, *, size: int, ve
     found, vectorised = _probe_members(spec, case, seeds[1:], vectorise=vectorise)
     everyone = [first, *found]
     return Ensemble(
-        seeds,
-        [m.act_var for m in everyone],
-        [m.act_sq_mean for m in everyone],
-        vectorised,
-        [m.grad_norm for m in everyone],
+        seeds=seeds,
+        act_var=[m.act_var for m in everyone],
+        act_sq_mean=[m.act_sq_mean for m in everyone],
+        vectorised=vectorised,
+        grad_norm=[m.grad_norm for m in everyone],
     )
 
 
@@ -137,11 +137,11 @@ def probe_ensemble_until_decided(
         seeds = ensemble_seeds(case.seed, ens.size + more)
         found, vectorised = _probe_members(spec, case, seeds[ens.size :])
         ens = Ensemble(
-            seeds,
-            ens.act_var + [m.act_var for m in found],
-            ens.act_sq_mean + [m.act_sq_mean for m in found],
-            ens.vectorised and vectorised,
-            ens.grad_norm + [m.grad_norm for m in found],
+            seeds=seeds,
+            act_var=ens.act_var + [m.act_var for m in found],
+            act_sq_mean=ens.act_sq_mean + [m.act_sq_mean for m in found],
+            vectorised=ens.vectorised and vectorised,
+            grad_norm=ens.grad_norm + [m.grad_norm for m in found],
         )
     return ens
 

@@ -211,7 +211,7 @@ def lesion_changes_in_model(run: ModelRun) -> list[float]:
     output (the block removed, the route around kept), ‖y − y₋ₗ‖ / ‖y‖ at the last block's output
     y; NaN for a block whose output shape differs from its input's. Without gradient, batch-norm
     running statistics left as they were."""
-    from stability.measure.jacobian import _no_running_stats
+    from stability.measure.jacobian import no_running_stats
 
     blocks = run.blocks
 
@@ -239,7 +239,7 @@ def lesion_changes_in_model(run: ModelRun) -> list[float]:
             for handle in handles:
                 handle.remove()
 
-    with torch.no_grad(), _no_running_stats(run.model), torch.random.fork_rng(devices=[]):
+    with torch.no_grad(), no_running_stats(run.model), torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         y = output(None).double()
         y_norm = float(y.norm())

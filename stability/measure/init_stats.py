@@ -14,8 +14,14 @@ like every measurement:
 - the statistics are of the **library's init**: a parameter the harness rescaled to the shipped
   width (`stability.families.library_build`, k > 0 per parameter) is read with k divided out;
 - `variables`: the model's declared config — a transformers model's `config` (its numbers and
-  booleans), else the keyword defaults of its class's constructor overridden by the config the
-  spec built it with — plus `depth`; `model`: "library:Class" for the class and each base.
+  booleans), else the keyword defaults of its class's constructor overridden by the arguments its
+  constructor was given (recorded, `InitTrace.model_args`: a registered timm or torchvision
+  model's own values) and by the config the spec built it with; `model`: "library:Class" for
+  the class and each base;
+- `trace`: the init each parameter received, recorded while the model was constructed
+  (`stability.measure.init_trace`; None, with `unrecorded` saying why, where it was not);
+- `overrides`: the init-relevant keys the spec's config sets to another value than the registered
+  model's own (`stability.measure.init_registered`).
 """
 
 from __future__ import annotations
@@ -31,9 +37,10 @@ from torch import nn
 
 from stability.families.library_build import weight_fans
 from stability.families.library_stream import named_parameters_materialised, streamer_of
+from stability.measure.init_trace import InitTrace
 from stability.measure.measurements import serializable
 
-__all__ = ["ParameterStats", "InitRecord", "init_record", "declared_config", "class_names"]
+__all__ = ["ParameterStats", "InitRecord", "Override", "init_record", "declared_config", "class_names"]
 
 
 @serializable
@@ -57,6 +64,20 @@ class ParameterStats:
 
 
 @serializable
+@dataclass(frozen=True, kw_only=True)
+class Override:
+    """A key of the init the spec's config sets to another value than the registered model's."""
+
+    key: str
+    given: Any
+    registered: Any
+    target: str  # the registered model ("timm:deit3_small_patch16_224")
+
+    def describe(self) -> str:
+        return f"config sets {self.key} = {self.given!r}; {self.target} registers {self.registered!r}"
+
+
+@serializable
 @dataclass(frozen=True)
 class InitRecord:
     """What init_conformance judges: the model's classes, its declared config and every parameter."""
@@ -64,6 +85,15 @@ class InitRecord:
     model: tuple[str, ...]
     variables: dict[str, Any]
     parameters: tuple[ParameterStats, ...]
+    trace: InitTrace | None = None
+    unrecorded: str = ""  # why there is no trace
+    overrides: tuple[Override, ...] = ()
+    #: The model's classes (as in `model`) that define an init method of their own (`INIT_METHODS`).
+    init_defined_by: tuple[str, ...] = ()
+
+
+#: The methods a library model's class defines its init in (transformers' `_init_weights`, timm's `init_weights`).
+INIT_METHODS = ("_init_weights", "init_weights")
 
 
 def class_names(cls: type, library: str | None = None) -> tuple[str, ...]:
@@ -177,9 +207,15 @@ def _remembered(model: nn.Module) -> dict[int, _Moments]:
 
 
 def init_record(
-    model: nn.Module, declared: Mapping[str, Any], rescaled: Mapping[str, float] | None = None
+    model: nn.Module,
+    declared: Mapping[str, Any],
+    rescaled: Mapping[str, float] | None = None,
+    *,
+    trace: InitTrace | None = None,
+    unrecorded: str = "",
+    overrides: Sequence[Override] = (),
 ) -> InitRecord:
-    """The statistics of every parameter of `model` (module docstring)."""
+    """The statistics of every parameter of `model` (module docstring), with its recorded `trace`."""
     rescaled = rescaled or {}
     modules = dict(model.named_modules())
     remembered = _remembered(model)
@@ -227,7 +263,17 @@ def init_record(
             moments = remembered[id(p)] if id(p) in known else _moments([p])
             out.append(_stats(name, classes, within, moments, tuple(p.shape), fans, k, p.dtype))
     library = type(model).__module__.split(".", 1)[0]
-    return InitRecord(class_names(type(model), library), dict(declared), tuple(out))
+    bases = [c for c in type(model).__mro__ if c not in (nn.Module, object) and issubclass(c, nn.Module)]
+    own_init = tuple(f"{library}:{c.__name__}" for c in bases if any(m in vars(c) for m in INIT_METHODS))
+    return InitRecord(
+        class_names(type(model), library),
+        dict(declared),
+        tuple(out),
+        trace,
+        unrecorded if trace is None else "",
+        tuple(overrides),
+        own_init,
+    )
 
 
 def _plain(value: Any) -> Any:
@@ -246,8 +292,11 @@ def _plain(value: Any) -> Any:
     return None
 
 
-def declared_config(model: nn.Module, config: Mapping[str, Any]) -> dict[str, Any]:
-    """The config the model declares (module docstring): numbers, booleans, strings and lists of numbers."""
+def declared_config(
+    model: nn.Module, config: Mapping[str, Any], constructed: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The config the model declares (module docstring): numbers, booleans, strings and lists of
+    numbers; `constructed`, the arguments its constructor was given, where they were recorded."""
     raw: dict[str, Any] = {}
     hf = getattr(model, "config", None)
     if hf is not None and hasattr(hf, "to_dict"):
@@ -258,5 +307,6 @@ def declared_config(model: nn.Module, config: Mapping[str, Any]) -> dict[str, An
         except (TypeError, ValueError):  # a builtin or C-defined signature: only the spec's config
             params = {}  # type: ignore[assignment]
         raw.update({k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty})
+        raw.update(constructed or {})  # what was passed: a registered model's own values (None where it passed None)
         raw.update(config)
     return {k: v for k, v in ((k, _plain(v)) for k, v in raw.items()) if v is not None}

@@ -32,6 +32,7 @@ import contextlib
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
@@ -46,6 +47,7 @@ __all__ = [
     "jacobian_svdvals",
     "hutchinson_mean_sq",
     "power_max_sq",
+    "no_running_stats",
 ]
 
 #: The largest N = B·n_in for which the exact Jacobian is formed.
@@ -55,7 +57,7 @@ Fn = Callable[[torch.Tensor], torch.Tensor]
 
 
 @serializable
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JacobianSpectrum:
     """What `jacobian_spectrum` measured. `spread` = σ_max² / ⟨σ²⟩ (1 for an isometry)."""
 
@@ -64,14 +66,15 @@ class JacobianSpectrum:
     max_sq: float
     spread: float
     n: int
-    method: str  # "estimate" | "exact"
+    method: Literal["estimate", "exact"]
     probes: int = 0
     iterations: int = 0
     var_sq: float | None = None  # variance of σ² over the spectrum (exact only)
 
 
 @contextlib.contextmanager
-def _no_running_stats(module: nn.Module) -> Iterator[None]:
+def no_running_stats(module: nn.Module) -> Iterator[None]:
+    """Within it, `module`'s training batch norms use the batch's statistics and update no running ones."""
     changed = [
         m
         for m in module.modules()
@@ -137,7 +140,7 @@ def jacobian_svdvals(blocks: nn.Module, x: torch.Tensor) -> torch.Tensor:
             f"the exact Jacobian has {n}² entries (N = batch × input size = {n} > {EXACT_MAX}); use the estimates"
         )
     x = x.detach()
-    with _no_running_stats(blocks):
+    with no_running_stats(blocks):
         jac = jacrev(blocks)(x)  # (*y.shape, *x.shape)
     s: torch.Tensor = torch.linalg.svdvals(jac.detach().reshape(-1, n).double())
     return s
@@ -154,10 +157,25 @@ def jacobian_spectrum(
         s2 = torch.cat([s2, s2.new_zeros(max(n - s2.numel(), 0))])  # the N eigenvalues of JᵀJ
         mean, top = float(s2.mean()), float(s2.max())
         return JacobianSpectrum(
-            mean, 0.0, top, top / mean if mean > 0 else math.inf, n, "exact", var_sq=float(s2.var(unbiased=False))
+            mean_sq=mean,
+            mean_sq_se=0.0,
+            max_sq=top,
+            spread=top / mean if mean > 0 else math.inf,
+            n=n,
+            method="exact",
+            var_sq=float(s2.var(unbiased=False)),
         )
     gen = torch.Generator().manual_seed(seed)
-    with _no_running_stats(blocks):
+    with no_running_stats(blocks):
         mean, se = hutchinson_mean_sq(blocks, x, probes=probes, generator=gen)
         top, used = power_max_sq(blocks, x, iterations=iterations, generator=gen)
-    return JacobianSpectrum(mean, se, top, top / mean if mean > 0 else math.inf, n, "estimate", probes, used)
+    return JacobianSpectrum(
+        mean_sq=mean,
+        mean_sq_se=se,
+        max_sq=top,
+        spread=top / mean if mean > 0 else math.inf,
+        n=n,
+        method="estimate",
+        probes=probes,
+        iterations=used,
+    )

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from stability.families.build import Network
-from stability.measure.jacobian import _no_running_stats
+from stability.measure.jacobian import no_running_stats
 
 __all__ = ["lesion_changes", "network_lesion"]
 
@@ -39,7 +39,7 @@ def lesion_changes(blocks: nn.Module | Sequence[nn.Module], x: torch.Tensor) -> 
     )
     root = nn.ModuleList(mods)
     out: list[float] = []
-    with torch.no_grad(), _no_running_stats(root):
+    with torch.no_grad(), no_running_stats(root):
         hs = [x]  # boundary tensors h_0 … h_L
         for b in mods:
             hs.append(b(hs[-1]))

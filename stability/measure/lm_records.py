@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from stability.numbers import from_json_safe, json_safe
+
 __all__ = ["LMRun", "PARAMETER_GROUPS"]
 
 #: The parameter groups whose update RMS a run records (stability.measure.lm_train.parameter_group).
@@ -18,31 +20,6 @@ PARAMETER_GROUPS: tuple[str, ...] = ("embedding", "attention", "mlp", "norm", "r
 
 #: The fields that hold text, not numbers (a number's non-finite values are written as text).
 _TEXT = frozenset({"attention_missing"})
-
-
-def _num(v: float) -> float | str:
-    """JSON-safe: NaN and ±inf as the strings "nan", "inf", "-inf"."""
-    return v if math.isfinite(v) else str(v)
-
-
-def _back(v: Any) -> Any:
-    if isinstance(v, str):
-        return float(v)
-    if isinstance(v, list):
-        return [_back(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _back(x) for k, x in v.items()}
-    return v
-
-
-def _out(v: Any) -> Any:
-    if isinstance(v, float):
-        return _num(v)
-    if isinstance(v, list):
-        return [_out(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _out(x) for k, x in v.items()}
-    return v
 
 
 @dataclass
@@ -90,7 +67,7 @@ class LMRun:
         return [max(abs(a), abs(b)) for a, b in zip(self.logz_max, self.logz_min, strict=True)]
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: _out(v) for k, v in dataclasses.asdict(self).items()}
+        return {k: json_safe(v) for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LMRun:
@@ -98,4 +75,4 @@ class LMRun:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ValueError(f"LMRun has no field {unknown[0]!r}")
-        return cls(**{k: v if k in _TEXT else _back(v) for k, v in data.items()})
+        return cls(**{k: v if k in _TEXT else from_json_safe(v) for k, v in data.items()})

@@ -42,6 +42,8 @@ BUILTIN_VALUE_MODULES = (
     "stability.measure.jacobian",
     "stability.judge.theory_checks",
     "stability.measure.init_stats",
+    "stability.measure.init_trace",
+    "stability.measure.init_trace_law",
 )
 
 _TYPE = "__type__"

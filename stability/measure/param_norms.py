@@ -1,6 +1,6 @@
 """Every parameter gradient's norm in a probe's pass: the large ones by hooks as autograd
-produces them (`_LargeParamNorms`), the rest grouped by shape afterwards (`_param_norms`), each as
-accurate as `stability.measure.reductions._norm` takes it.
+produces them (`LargeParamNorms`), the rest grouped by shape afterwards (`param_grad_norms`), each as
+accurate as `stability.measure.reductions.norm_tensor` takes it.
 """
 
 from __future__ import annotations
@@ -12,17 +12,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from stability.measure.reductions import _NORM_ROW, _norm_value, _row_norms, _to_device
+from stability.measure.reductions import NORM_ROW, norm_value, row_norms, to_device
 
-__all__: list[str] = []  # nothing public: the probe's internals, tested against float64 references
+#: The probe's internals (stability.measure.probe_pass takes the norms with them), tested against float64
+#: references; free to change.
+__all__ = ["LargeParamNorms", "param_grad_norms"]
 
-#: Parameter gradients up to this many elements have their norms taken together (`_param_norms`).
+#: Parameter gradients up to this many elements have their norms taken together (`param_grad_norms`).
 _SMALL_PARAM = 4096
-#: Parameters of at least this many elements have their gradients' norms taken by a hook (`_LargeParamNorms`).
+#: Parameters of at least this many elements have their gradients' norms taken by a hook (`LargeParamNorms`).
 _HOOK_PARAM = 16384
 
 
-class _LargeParamNorms:
+class LargeParamNorms:
     """The norms of the large parameters' gradients, each taken by a hook as autograd produces it.
 
     The hook reads the gradient while it is still in cache and hands autograd a stride-0 zero in
@@ -31,9 +33,9 @@ class _LargeParamNorms:
     width-256 MLP of docs/performance.md, and as many fresh pages to fault in on every probe).
     Only parameters of at least `_HOOK_PARAM` elements get one: a Python hook costs ~5 µs, more
     than the norm of a small gradient; small ones are reduced together afterwards
-    (`_param_norms`). A leaf's hook sees its whole gradient once (autograd sums the
+    (`param_grad_norms`). A leaf's hook sees its whole gradient once (autograd sums the
     contributions of a parameter used twice before it). The hooks are removed on exit, whatever
-    happened in between. `norm(g, norm_dtype)` takes the norm: `_norm_value` (a host float, read
+    happened in between. `norm(g, norm_dtype)` takes the norm: `norm_value` (a host float, read
     at once: free on the CPU) by default, a 0-dim tensor on a device (no synchronisation).
     """
 
@@ -46,7 +48,7 @@ class _LargeParamNorms:
     ) -> None:
         self.params = params
         self.norm_dtype = norm_dtype
-        self.norm = _norm_value if norm is None else norm
+        self.norm = norm_value if norm is None else norm
         self._by_id: dict[int, float | torch.Tensor] = {}  # id(parameter) → its norm
         self._handles: list[Any] = []
         self._zeros: dict[
@@ -60,7 +62,7 @@ class _LargeParamNorms:
         twice, shared by two blocks of a list, has one hook and the same norm at both indices)."""
         return {j: self._by_id[id(p)] for j, p in enumerate(self.params) if id(p) in self._by_id}
 
-    def __enter__(self) -> _LargeParamNorms:
+    def __enter__(self) -> LargeParamNorms:
         seen: set[int] = set()
         for p in self.params:
             if p.numel() >= _HOOK_PARAM and id(p) not in seen:
@@ -95,18 +97,18 @@ class _LargeParamNorms:
         return hook
 
 
-def _param_norms(
+def param_grad_norms(
     grads: list[torch.Tensor], norm_dtype: torch.dtype | None, *, given: dict[int, float | torch.Tensor] | None = None
 ) -> torch.Tensor:
     """‖g‖ for every parameter gradient, as one float64 (P,) tensor in the order given.
 
-    `given` holds norms already taken (by `_LargeParamNorms`: host floats or 0-dim tensors); their
+    `given` holds norms already taken (by `LargeParamNorms`: host floats or 0-dim tensors); their
     gradients are not read. With `norm_dtype=torch.float64` (the device design) every norm is
     accumulated in float64, and nothing is read to the host.
     Gradients of up to `_SMALL_PARAM` elements (biases, norm gains, small weights) are stacked by
-    shape and reduced in one call each (by rows of `_NORM_ROW` on the CPU above that size): one
+    shape and reduced in one call each (by rows of `NORM_ROW` on the CPU above that size): one
     norm call per bias costs more in dispatch than in arithmetic. Larger CPU gradients are each
-    taken by `_norm_value`; on a device, or in float64, by one `torch._foreach_norm` or
+    taken by `norm_value`; on a device, or in float64, by one `torch._foreach_norm` or
     `vector_norm` each.
     """
     if not grads:
@@ -114,7 +116,7 @@ def _param_norms(
     device = grads[0].device
     given = given or {}
     groups: dict[tuple[object, ...], list[int]] = {}  # small gradients by (shape, dtype, device)
-    host: list[int] = []  # larger CPU gradients, not in float64: `_norm_value` each
+    host: list[int] = []  # larger CPU gradients, not in float64: `norm_value` each
     middle: list[int] = []  # larger gradients on a device, or in float64: one _foreach_norm / vector_norm each
     for j, g in enumerate(grads):  # one pass: this loop is the function's cost for ~1,000 parameters
         if j in given:
@@ -135,13 +137,13 @@ def _param_norms(
             pieces.append(torch.stack([torch.linalg.vector_norm(g, dtype=norm_dtype) for g in big]).to(torch.float64))
         order += middle
     if host:
-        pieces.append(torch.tensor([_norm_value(grads[j], norm_dtype) for j in host], dtype=torch.float64))
+        pieces.append(torch.tensor([norm_value(grads[j], norm_dtype) for j in host], dtype=torch.float64))
         order += host
     if given:
         done = sorted(given)
         values = [given[j] for j in done]
         if all(isinstance(v, float) for v in values):
-            pieces.append(_to_device(torch.tensor(values, dtype=torch.float64), device))
+            pieces.append(to_device(torch.tensor(values, dtype=torch.float64), device))
         else:
             pieces.append(
                 torch.stack(
@@ -159,20 +161,20 @@ def _param_norms(
     if order != list(range(len(order))):
         inverse = torch.empty(len(order), dtype=torch.long)
         inverse[torch.tensor(order)] = torch.arange(len(order))
-        flat = flat.index_select(0, _to_device(inverse, flat.device))
+        flat = flat.index_select(0, to_device(inverse, flat.device))
     return flat
 
 
 def _stacked_norms(stacked: torch.Tensor, norm_dtype: torch.dtype | None) -> torch.Tensor:
     """(k,) float64 norms of the k rows of `stacked` (k, N), each as `_norm` takes it: on the CPU
-    by rows of `_NORM_ROW` above that many elements, a row whose float32 norm is 0 or inf (squares
+    by rows of `NORM_ROW` above that many elements, a row whose float32 norm is 0 or inf (squares
     out of float32's range) again in float64 (the whole group, one call)."""
     norms: torch.Tensor
     if not stacked.is_cpu or norm_dtype == torch.float64:
         norms = torch.linalg.vector_norm(stacked, dim=1, dtype=norm_dtype)
         return norms.to(torch.float64)
-    if stacked.shape[1] > _NORM_ROW:
-        norms = torch.tensor(_row_norms(stacked, norm_dtype), dtype=torch.float64)
+    if stacked.shape[1] > NORM_ROW:
+        norms = torch.tensor(row_norms(stacked, norm_dtype), dtype=torch.float64)
     else:
         norms = torch.linalg.vector_norm(stacked, dim=1, dtype=norm_dtype)
     if stacked.dtype != torch.float64 and not bool(((norms > 0) & (norms < math.inf)).all()):

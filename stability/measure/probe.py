@@ -5,7 +5,7 @@ During the forward pass each boundary tensor gets its statistics reduced to a fe
 gradient hook that reduces its gradient to one norm; nothing else about it is kept, so the probe
 holds no activation beyond what autograd saves anyway. A single `torch.autograd.grad` call then runs the
 one backward pass and returns the parameter gradients, reduced to norms a group at a time
-(`param_norms._param_norms`), the large ones by hooks as autograd produces them.
+(`param_norms.param_grad_norms`), the large ones by hooks as autograd produces them.
 
 What happens at each boundary, and when the scalars reach the host, is
 `stability.measure.boundaries`: on the CPU they are read as they come (free there), which lets
@@ -33,17 +33,15 @@ from stability.families.adapters import CallKwargs, Stack, find_blocks, hidden_s
 from stability.families.build import Network
 from stability.families.discover import holds_blocks
 from stability.measure.boundaries import BoundaryObserver
-from stability.measure.boundaries import (
-    _rel_diff as _rel_diff,
-)  # (re-exported: the identity error is the probe's, tests and benchmarks import it from here)
 from stability.measure.forward import probe_model
 from stability.measure.measurements import Measurements
 from stability.measure.probe_pass import Forward, measure_pass, prepared
 
-__all__ = ["Measurements", "BoundaryObserver", "probe", "probe_network", "blocks_forward"]
+__all__ = ["Measurements", "BoundaryObserver", "probe", "probe_network", "blocks_forward", "block_list"]
 
 
-def _as_list(blocks: nn.Module | Iterable[nn.Module] | Stack) -> list[nn.Module]:
+def block_list(blocks: nn.Module | Iterable[nn.Module] | Stack) -> list[nn.Module]:
+    """The blocks of a stack, a Sequential, a ModuleList, one module or an iterable of them."""
     if isinstance(blocks, Stack):
         found = find_blocks(blocks)
         if found is None:
@@ -84,8 +82,8 @@ def probe(
     """Measure gradient arrival, activation statistics and identity error in one fwd + one bwd.
 
     `blocks` is an `nn.Sequential` (its children are the blocks), an `nn.ModuleList`, any iterable
-    of modules, or a `stability.Stack` (its `stem` is applied to `x` without gradient first and its
-    `call_kwargs` are used). A whole model (a module holding a run of blocks,
+    of modules, or a `stability.Stack` (its `embedding` is applied to `x` when `x` holds token ids,
+    then its `stem`, both without gradient, and its `call_kwargs` are used). A whole model (a module holding a run of blocks,
     `stability.families.discover.holds_blocks`: GPT2Model, LlamaModel, a timm or torchvision
     network) is probed through its own forward, `x` being what it is called with (a tensor, or a
     mapping of keyword arguments such as `{"input_ids": ids}`): its blocks are discovered and
@@ -126,13 +124,17 @@ def probe(
             f"probe(blocks, x): x is a {type(x).__name__}; blocks called one after another take a tensor (a whole model takes a mapping of its inputs)"
         )
     stem: nn.Module | None = None
+    embedding: Callable[[torch.Tensor], torch.Tensor] | None = None
     if isinstance(blocks, Stack):
-        stem = blocks.stem
+        stem, embedding = blocks.stem, blocks.embedding
         call_kwargs = blocks.call_kwargs if call_kwargs is None else call_kwargs
-    modules = _as_list(blocks)
+    modules = block_list(blocks)
 
     def body(named: list[tuple[str, nn.Parameter]]) -> Measurements:
         h = x
+        if embedding is not None and not (h.is_floating_point() or h.is_complex()):  # token ids
+            with torch.no_grad():
+                h = embedding(h)
         if stem is not None:
             with torch.no_grad():
                 h = stem(h)

@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from stability.measure.boundaries import BoundaryObserver, _Pass
+from stability.measure.boundaries import BoundaryObserver, BoundaryPass
 from stability.measure.measurements import Measurements
-from stability.measure.param_norms import _LargeParamNorms, _param_norms
+from stability.measure.param_norms import LargeParamNorms, param_grad_norms
 from stability.seeding import seeded
 
 __all__ = ["Forward", "prepared", "measure_pass", "projection_vector"]
@@ -183,8 +183,8 @@ def measure_pass(
     params = [p for _, p in named]
     for o in observers:
         o.start(list(modules))
-    large = _LargeParamNorms(params, None)
-    state = _Pass(len(modules), observers, large)
+    large = LargeParamNorms(params, None)
+    state = BoundaryPass(len(modules), observers, large)
     with torch.enable_grad(), large, contextlib.closing(state.hooks):
         y = forward(state.enter, state.observe)
         red = state.end_forward(
@@ -205,7 +205,7 @@ def measure_pass(
             if (root.requires_grad)
             else [torch.zeros_like(x0), *[torch.zeros_like(p) for p in params]]
         )
-    pnorms = _param_norms(list(grads[1:]), red.param_dtype, given=large.norms)
+    pnorms = param_grad_norms(list(grads[1:]), red.param_dtype, given=large.norms)
     return state.measurements(red.read(grads[0], pnorms, y, x0, out_grad), named)
 
 

@@ -2,13 +2,13 @@
 `stability.measure.probe` takes them during its one pass (and `stability.measure.batched` under
 vmap).
 
-- `_Moments` / `_moments`: a boundary's variance and mean, reduced while it is in cache to Σh and
+- `Moments` / `moments_into`: a boundary's variance and mean, reduced while it is in cache to Σh and
   Σh² with the corrected two-pass formula where the one-pass one would cancel (Chan, Golub &
   LeVeque 1983), float64 where float32 sums leave the range.
-- `_norm`, `_norm_value`: ‖g‖₂ as accurate at any size as torch's own norm of `_NORM_ROW`
-  elements (rows of `_NORM_ROW` above that, combined in float64: within 1e-6, `_row_norms`),
+- `norm_tensor`, `norm_value`: ‖g‖₂ as accurate at any size as torch's own norm of `NORM_ROW`
+  elements (rows of `NORM_ROW` above that, combined in float64: within 1e-6, `row_norms`),
   taken again in float64 where float32 squares leave the range.
-- the device design's float64 reductions (`_norm64`, `_var_mean64`, `_rel_parts64`).
+- the device design's float64 reductions (`norm64`, `var_mean64`, `rel_parts64`).
 
 The parameter gradients' norms, taken with these, are `stability.measure.param_norms`.
 """
@@ -20,27 +20,46 @@ from collections.abc import Iterator
 
 import torch
 
-__all__: list[str] = []  # nothing public: the probe's internals, tested against float64 references
+#: The probe's internals (stability.measure.boundaries, batched and param_norms reduce with them),
+#: tested against float64 references; internal, free to change.
+__all__ = [
+    "NORM_ROW",
+    "SQUARES_MAX",
+    "TWO_PASS_MIN",
+    "Moments",
+    "boundary_values",
+    "combine_moments",
+    "moments_into",
+    "norm64",
+    "norm_tensor",
+    "norm_value",
+    "rel_parts64",
+    "row_norms",
+    "stack64",
+    "to_device",
+    "two_pass_count",
+    "var_mean64",
+]
 
 #: At or above this many elements a CPU boundary's moments use sums instead of var_mean (the
 #: measured break-even of the two on one core is ~1,700 elements).
-_TWO_PASS_MIN = 2048
-#: CPU tensors above this many elements have their norms taken a row of this many at a time (`_row_norms`).
-_NORM_ROW = 1024
-#: Boundaries up to this many elements have Σh² summed from a temporary of their squares (`_Moments`).
-_SQUARES_MAX = 1 << 16
+TWO_PASS_MIN = 2048
+#: CPU tensors above this many elements have their norms taken a row of this many at a time (`row_norms`).
+NORM_ROW = 1024
+#: Boundaries up to this many elements have Σh² summed from a temporary of their squares (`Moments`).
+SQUARES_MAX = 1 << 16
 
 
-def _moments(h: torch.Tensor, out: list[torch.Tensor]) -> int:
+def moments_into(h: torch.Tensor, out: list[torch.Tensor]) -> int:
     """Append h's moments to `out` as 0-dim tensors (no host sync); return how to read them.
 
     Returns 0 after appending (var, mean) from `torch.var_mean`, or n = h.numel() after appending
     (m, Σd, Σd²) with m = mean(h) and d = h − m (corrected two-pass, with no host read: under
     vmap the seeds' boundaries are one tensor). `probe_seeds` calls this one per seed under vmap;
-    `probe` reads its sums to the host as it goes (`_Moments`).
+    `probe` reads its sums to the host as it goes (`Moments`).
     """
     f = h.reshape(-1)  # (N,): a view when h is contiguous
-    n = _two_pass_count(f.numel(), f.device, f.dtype)
+    n = two_pass_count(f.numel(), f.device, f.dtype)
     if n == 0:
         var, mean = torch.var_mean(_small64(f), correction=0)
         out += (var, mean)
@@ -51,12 +70,12 @@ def _moments(h: torch.Tensor, out: list[torch.Tensor]) -> int:
     return n
 
 
-class _Moments:
+class Moments:
     """Boundary variance and mean for `probe`, each CPU boundary reduced while it is still in cache.
 
-    A CPU boundary of at least `_TWO_PASS_MIN` elements is reduced at once to s = Σh and
+    A CPU boundary of at least `TWO_PASS_MIN` elements is reduced at once to s = Σh and
     q = Σh² (cascade `sum`s, float32 accumulation for float32 input, within ~2e-7 relative at up
-    to 2^22 elements; above `_SQUARES_MAX` elements q = `_norm`(h)², which needs no temporary;
+    to 2^22 elements; above `SQUARES_MAX` elements q = `norm_tensor`(h)², which needs no temporary;
     a BLAS `dot` or a plain `vector_norm` drifts to 1e-5 at 2^20) and read to the host (free on a
     CPU): mean = s/n, var = q/n − mean². That one-pass formula multiplies the
     sums' relative error by (1 + mean²/var) (Chan, Golub & LeVeque 1983), so where mean² > var the
@@ -84,23 +103,23 @@ class _Moments:
 
     def add(self, h: torch.Tensor) -> None:
         f = h.reshape(-1)  # (N,): a view when h is contiguous
-        n = _two_pass_count(f.numel(), f.device, f.dtype)
+        n = two_pass_count(f.numel(), f.device, f.dtype)
         if n == 0:
             self._pending.append(self.slot())
             self.parts += torch.var_mean(_small64(f), correction=0)
             return
         s = f.sum().item()
-        if n > _SQUARES_MAX:
+        if n > SQUARES_MAX:
             q = (
                 _row_norm_value(f, None) ** 2
-            )  # rows of `_NORM_ROW`: no (N,) temporary (the range is checked in `add_sums`)
+            )  # rows of `NORM_ROW`: no (N,) temporary (the range is checked in `add_sums`)
         else:
             q = f.square().sum().item()  # (N,) temporary, freed at once
         self.add_sums(self.slot(), f, s, q)
 
     def add_sums(self, k: int, f: torch.Tensor, s: float, q: float) -> None:
         """Boundary k's variance and mean from s = Σf and q = Σf² (f on the CPU, of at least
-        `_TWO_PASS_MIN` elements), with the fallbacks of the class docstring, which read f again."""
+        `TWO_PASS_MIN` elements), with the fallbacks of the class docstring, which read f again."""
         n = f.numel()
         mean = s / n
         var = q / n - mean * mean
@@ -149,7 +168,7 @@ def _as_dtype(value: float, dtype: torch.dtype) -> float:
     return float(torch.tensor(value, dtype=dtype))
 
 
-def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A CPU tensor on `device` without synchronising it: to CUDA through pinned memory, copied
     asynchronously (a copy from pageable memory may wait for the device's stream)."""
     if device.type == "cpu":
@@ -159,31 +178,31 @@ def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t.to(device)
 
 
-def _norm(g: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
-    """‖g‖₂ as a 0-dim tensor (accumulated in `dtype` when given): `_norm_value`'s on the CPU
-    (float64 above `_NORM_ROW` elements, else g's dtype unless the squares left the range), torch's
+def norm_tensor(g: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """‖g‖₂ as a 0-dim tensor (accumulated in `dtype` when given): `norm_value`'s on the CPU
+    (float64 above `NORM_ROW` elements, else g's dtype unless the squares left the range), torch's
     own `vector_norm` on a device (a tree reduction there: no drift)."""
     out: torch.Tensor
     if not g.is_cpu:
         out = torch.linalg.vector_norm(g, dtype=dtype)
         return out
-    if g.numel() > _NORM_ROW:
-        return torch.tensor(_norm_value(g, dtype), dtype=torch.float64)
+    if g.numel() > NORM_ROW:
+        return torch.tensor(norm_value(g, dtype), dtype=torch.float64)
     out = torch.linalg.vector_norm(g, dtype=dtype)
     if out.dtype != torch.float64 and not 0.0 < out.item() < math.inf:
         out = torch.linalg.vector_norm(g, dtype=torch.float64)
     return out
 
 
-def _norm_value(g: torch.Tensor, dtype: torch.dtype | None) -> float:
+def norm_value(g: torch.Tensor, dtype: torch.dtype | None) -> float:
     """‖g‖₂ of a CPU tensor as a Python float, within ~1e-6 relative at any size.
 
     torch's float32 `vector_norm` (and `_foreach_norm`) on the CPU accumulates each lane of a
     vector register sequentially, so on coherent data its error grows with the length: ‖c·𝟏‖ is
     off by ~1e-6 relative at 1,024 elements, 1.5e-5 at 16,384, 6e-5 at 65,536 and 9e-4 at 2^20
     (constant vectors, worst of 60 values of c, AVX-512); on random data ~1e-7 to 1e-5. Above
-    `_NORM_ROW` elements the norm is therefore taken over rows of `_NORM_ROW` (torch's own error
-    on 1,024 elements, ≤ 8.6e-7) and the rows' norms combined in float64 (`_row_norms`), so the
+    `NORM_ROW` elements the norm is therefore taken over rows of `NORM_ROW` (torch's own error
+    on 1,024 elements, ≤ 8.6e-7) and the rows' norms combined in float64 (`row_norms`), so the
     error no longer grows with the size; a non-contiguous tensor is copied first. A float32 norm
     of 0 or inf (the squares under- or overflow below ~1e-19 or above ~1e19 per element; reading
     it costs nothing on the CPU) is taken again in one float64 pass: the true norm where g is
@@ -198,39 +217,37 @@ def _norm_value(g: torch.Tensor, dtype: torch.dtype | None) -> float:
 
 
 def _row_norm_value(g: torch.Tensor, dtype: torch.dtype | None) -> float:
-    """`_norm_value` without the range check."""
+    """`norm_value` without the range check."""
     n = g.numel()
-    if n <= _NORM_ROW:
+    if n <= NORM_ROW:
         value: float = torch.linalg.vector_norm(g, dtype=dtype).item()
         return value
     if (
-        n % _NORM_ROW == 0 and g.is_contiguous()
-    ):  # `_row_norms`' arithmetic in fewer Python operations (3 µs less): whole rows
-        return math.hypot(*torch.linalg.vector_norm(g.view(-1, _NORM_ROW), dim=1, dtype=dtype).tolist())
-    return _row_norms(g.reshape(1, -1), dtype)[0]
+        n % NORM_ROW == 0 and g.is_contiguous()
+    ):  # `row_norms`' arithmetic in fewer Python operations (3 µs less): whole rows
+        return math.hypot(*torch.linalg.vector_norm(g.view(-1, NORM_ROW), dim=1, dtype=dtype).tolist())
+    return row_norms(g.reshape(1, -1), dtype)[0]
 
 
-def _row_norms(f: torch.Tensor, dtype: torch.dtype | None) -> list[float]:
-    """The norm of each of the S rows of a CPU tensor f (S, N), N > `_NORM_ROW`, as host floats:
-    torch's `vector_norm` (accumulated in `dtype`) of every run of `_NORM_ROW` elements and of the
+def row_norms(f: torch.Tensor, dtype: torch.dtype | None) -> list[float]:
+    """The norm of each of the S rows of a CPU tensor f (S, N), N > `NORM_ROW`, as host floats:
+    torch's `vector_norm` (accumulated in `dtype`) of every run of `NORM_ROW` elements and of the
     remainder, combined by `math.hypot` (float64, correctly rounded to ~1 ulp). `probe` (a row of
     one) and `probe_seeds` (a row per seed) share it, so they give the same bits. (The same
     combination by `vector_norm(dtype=float64)` costs ~1.5 µs more per norm.)"""
     if not f.is_contiguous():
         f = f.contiguous()
     s, n = f.shape
-    k = n - n % _NORM_ROW
-    rows = torch.linalg.vector_norm(
-        f[:, :k].view(s, k // _NORM_ROW, _NORM_ROW), dim=2, dtype=dtype
-    )  # (S, k / _NORM_ROW)
+    k = n - n % NORM_ROW
+    rows = torch.linalg.vector_norm(f[:, :k].view(s, k // NORM_ROW, NORM_ROW), dim=2, dtype=dtype)  # (S, k / NORM_ROW)
     if k < n:
         rows = torch.cat(
             (rows, torch.linalg.vector_norm(f[:, k:], dim=1, dtype=dtype, keepdim=True)), dim=1
-        )  # (S, k / _NORM_ROW + 1)
+        )  # (S, k / NORM_ROW + 1)
     return [math.hypot(*row) for row in rows.tolist()]
 
 
-def _stack64(scalars: list[torch.Tensor]) -> torch.Tensor:
+def stack64(scalars: list[torch.Tensor]) -> torch.Tensor:
     """0-dim tensors → one float64 (k,) tensor: one stack and one cast when the dtypes agree
     (a cast per scalar was ~3% of a probe of a depth-256 MLP)."""
     if not scalars:
@@ -240,13 +257,13 @@ def _stack64(scalars: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack([t.to(torch.float64) for t in scalars])
 
 
-def _two_pass_count(numel: int, device: torch.device, dtype: torch.dtype) -> int:
-    """What `_moments` returns for a tensor of this size, device and dtype: 0 or numel."""
-    return numel if numel >= _TWO_PASS_MIN and device.type == "cpu" and dtype.is_floating_point else 0
+def two_pass_count(numel: int, device: torch.device, dtype: torch.dtype) -> int:
+    """What `moments_into` returns for a tensor of this size, device and dtype: 0 or numel."""
+    return numel if numel >= TWO_PASS_MIN and device.type == "cpu" and dtype.is_floating_point else 0
 
 
-def _boundary_values(values: list[float], counts: list[int]) -> Iterator[tuple[int, list[float]]]:
-    """(count, its values) per boundary of what `_moments` appended, counts as `_moments` returned:
+def boundary_values(values: list[float], counts: list[int]) -> Iterator[tuple[int, list[float]]]:
+    """(count, its values) per boundary of what `moments_into` appended, counts as `moments_into` returned:
     (var, mean) where the count is 0, else (m, Σd, Σd²)."""
     k = 0
     for n in counts:
@@ -255,11 +272,11 @@ def _boundary_values(values: list[float], counts: list[int]) -> Iterator[tuple[i
         k += width
 
 
-def _combine(values: list[float], counts: list[int]) -> tuple[list[float], list[float]]:
-    """Host-side (float64) variance and mean per boundary from what `_moments` appended."""
+def combine_moments(values: list[float], counts: list[int]) -> tuple[list[float], list[float]]:
+    """Host-side (float64) variance and mean per boundary from what `moments_into` appended."""
     var: list[float] = []
     mean: list[float] = []
-    for n, parts in _boundary_values(values, counts):
+    for n, parts in boundary_values(values, counts):
         if n == 0:
             var.append(parts[0])
             mean.append(parts[1])
@@ -275,19 +292,19 @@ def _combine(values: list[float], counts: list[int]) -> tuple[list[float], list[
     return var, mean
 
 
-#: Above this many elements the device design reduces a tensor in chunks of it (`_norm64`,
-#: `_var_mean64`), so its float64 copy stays under 128 MiB.
+#: Above this many elements the device design reduces a tensor in chunks of it (`norm64`,
+#: `var_mean64`), so its float64 copy stays under 128 MiB.
 _CHUNK = 1 << 24
 
 
-def _norm64(g: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+def norm64(g: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """‖g‖₂ accumulated in float64, as a 0-dim float64 tensor on g's device, with no host read.
 
     Squares of float32 (or half-precision) values never leave float64's range, so the norm needs
     no fallback and nothing is decided on the host: the device design's gradient norms
     (`stability.measure.boundaries`). torch casts the input to float64 first (a copy), so a tensor
     above `_CHUNK` elements is reduced a chunk at a time. `dtype` is ignored (the signature of
-    `_norm_value`, for `_LargeParamNorms`)."""
+    `norm_value`, for `_LargeParamNorms`)."""
     f = g.reshape(-1)  # (N,): a view when g is contiguous
     if f.numel() <= _CHUNK:
         out: torch.Tensor = torch.linalg.vector_norm(f, dtype=torch.float64)
@@ -298,7 +315,7 @@ def _norm64(g: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     return out
 
 
-def _var_mean64(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def var_mean64(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(variance, mean) of h in float64 as 0-dim tensors on h's device, with no host read: the
     device design's boundary moments. `torch.var_mean` is Welford's update (no cancellation) and
     float64 holds the squares of any float32 value, so neither the two-pass correction nor a
@@ -317,11 +334,11 @@ def _var_mean64(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return var, mean
 
 
-def _rel_parts64(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+def rel_parts64(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(‖a − b‖, ‖b‖) in float64 as 0-dim tensors, with no host read (the device design's
-    identity errors: `stability.measure.boundaries._rel_diff` reads them at once); None when the
+    identity errors: `stability.measure.boundaries.rel_diff` reads them at once); None when the
     shapes differ."""
     if a.shape != b.shape:
         return None
     a64, b64 = a.detach().to(torch.float64), b.detach().to(torch.float64)
-    return _norm64(a64 - b64), _norm64(b64)
+    return norm64(a64 - b64), norm64(b64)

@@ -50,12 +50,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from stability.judge.verdict import Verdict
+from stability.numbers import number_text
 from stability.report.provenance import provenance, provenance_changes
 from stability.report.text import printable
 from stability.run.conclude import severity
+from stability.run.report_model import ComparisonEntry, DeltaEntry, DeltaStatus
 from stability.run.results import InvariantResult
 from stability.spec.case import Case, reproduce_command
 from stability.spec.schema import Spec
+from stability.spec.values import ExpectKind
 
 if TYPE_CHECKING:  # only named in annotations: reading a baseline (a usage error) imports no torch
     from stability.run.executor import Outcome, Task
@@ -73,7 +76,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Key:
     """What a baseline entry is keyed by."""
 
@@ -86,16 +89,16 @@ class Key:
         return f"{self.file}::{self.invariant}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Entry:
     key: Key
     case: Case
-    expect: str
+    expect: ExpectKind
     met: bool
     verdict: Verdict
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Baseline:
     path: str
     entries: list[Entry]
@@ -103,7 +106,7 @@ class Baseline:
     provenance: dict[tuple[str, str], dict[str, Any] | None] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Delta:
     """One baseline entry compared: `status` is "drift" (fails), "within" or "not_comparable"."""
 
@@ -111,7 +114,7 @@ class Delta:
     before: float
     after: float | None
     limit: float
-    status: str
+    status: DeltaStatus
     why: str
     reproduce: str = ""
     #: The case's values that the spec's space lets vary (what the tables show).
@@ -122,7 +125,7 @@ class Delta:
         return None if self.after is None else relative_change(self.before, self.after)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Comparison:
     path: str
     deltas: list[Delta]
@@ -148,28 +151,25 @@ class Comparison:
         return bool(self.drifted) and not self.update
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "file": self.path,
-            "failed": self.failed,
-            "deltas": [
-                {
+        """The report's `baseline` entry (`stability.run.report_model.ComparisonEntry`), as data."""
+        return ComparisonEntry(
+            file=self.path,
+            failed=self.failed,
+            deltas=[
+                DeltaEntry(
                     **vars(d.key),
-                    "before": _json_num(d.before),
-                    "after": _json_num(d.after),
-                    "change": _json_num(d.change),
-                    "limit": _json_num(d.limit),
-                    "status": d.status,
-                    "why": d.why,
-                }
+                    before=d.before,
+                    after=d.after,
+                    change=d.change,
+                    limit=d.limit,
+                    status=d.status,
+                    why=d.why,
+                )
                 for d in self.deltas
             ],
-            "changed": self.changed,
-            "new": self.new,
-        }
-
-
-def _json_num(x: float | None) -> float | str | None:
-    return x if x is None or math.isfinite(x) else str(x)
+            changed=self.changed,
+            new=self.new,
+        ).to_data()
 
 
 def spec_key(path: str) -> str:
@@ -204,7 +204,7 @@ def toward_bound(spec: Spec, name: str, before: Verdict, after: Verdict) -> bool
     return now > was if getattr(spec.expect, name).expect == "holds" else now < was
 
 
-def _judge(spec: Spec, entry: Entry, after: InvariantResult) -> tuple[str, str]:
+def _judge(spec: Spec, entry: Entry, after: InvariantResult) -> tuple[DeltaStatus, str]:
     """(status, why) of one entry against its replay."""
     limit = getattr(spec.expect, after.name).drift
     v = after.verdict
@@ -247,7 +247,7 @@ def compare(
     for o in outcomes:
         for r in o.result.results:
             here[(spec_key(o.task.spec.path), o.task.spec.name, r.name, o.task.options.device)] = (o, r)
-    comparison = Comparison(baseline.path, [], update=update)
+    comparison = Comparison(path=baseline.path, deltas=[], update=update)
     known = {(e.key.file, e.key.spec, e.key.invariant) for e in baseline.entries}
     comparison.new = [
         f"{o.task.spec.path}::{r.name}"
@@ -280,7 +280,14 @@ def compare(
         if result is None:
             comparison.deltas.append(
                 Delta(
-                    entry.key, entry.verdict.observed, None, expectation.drift, "not_comparable", reason, command, shown
+                    key=entry.key,
+                    before=entry.verdict.observed,
+                    after=None,
+                    limit=expectation.drift,
+                    status="not_comparable",
+                    why=reason,
+                    reproduce=command,
+                    shown=shown,
                 )
             )
             continue
@@ -289,7 +296,16 @@ def compare(
             result.verdict.observed if result.verdict is not None and math.isfinite(result.verdict.observed) else None
         )
         comparison.deltas.append(
-            Delta(entry.key, entry.verdict.observed, after, expectation.drift, status, why, command, shown)
+            Delta(
+                key=entry.key,
+                before=entry.verdict.observed,
+                after=after,
+                limit=expectation.drift,
+                status=status,
+                why=why,
+                reproduce=command,
+                shown=shown,
+            )
         )
     compared = {(d.key.file, d.key.spec) for d in comparison.deltas}
     for o in outcomes:
@@ -308,9 +324,7 @@ def compare(
 
 def fmt(x: float | None) -> str:
     """A number as the comparison shows it: three significant digits, trailing zeros kept (1.00)."""
-    if x is None:
-        return "—"
-    return f"{x:#.3g}" if math.isfinite(x) else str(x)
+    return number_text(x, nan="nan", trailing_zeros=True)
 
 
 def fmt_change(d: Delta) -> str:

@@ -6,27 +6,17 @@ A file that is not such a report is a UsageError (exit 2) naming the fix.
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import re
 import stat
-from typing import Any
 
 from stability.errors import UsageError
-from stability.judge.verdict import Verdict
 from stability.report.baseline import Baseline, Entry, Key, spec_key
-from stability.report.provenance import SCHEMA_VERSION
-from stability.spec.case import Case
+from stability.run.report_model import read_report
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "load_baseline"]
 
 _FIX = "write one with `stability check --json FILE` on the base branch, or pass --update-baseline to create it"
-
-
-def _float(x: Any) -> float:
-    """A number of a JSON report ("nan", "inf" and "-inf" are written as strings)."""
-    return float(x) if isinstance(x, (int, float, str)) and not isinstance(x, bool) else math.nan
 
 
 #: A baseline is read whole: at most MAX_BYTES, its JSON nested at most MAX_DEPTH arrays and
@@ -75,7 +65,7 @@ def load_baseline(path: str, *, update: bool = False) -> Baseline:
         text = raw.decode("utf-8")
     except FileNotFoundError:
         if update:
-            return Baseline(path, [])
+            return Baseline(path=path, entries=[])
         raise UsageError(f"--baseline {path}: no such file; {_FIX}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(
@@ -85,39 +75,24 @@ def load_baseline(path: str, *, update: bool = False) -> Baseline:
         raise UsageError(
             f"--baseline {path}: nests arrays and objects more than {MAX_DEPTH} deep, over the limit for a baseline (a JSON report nests 6); {_FIX}"
         )
+    baseline = Baseline(path=path, entries=[])
     try:
-        data = json.loads(text)
-        if (
-            not isinstance(data, dict)
-            or data.get("schema_version") != SCHEMA_VERSION
-            or not isinstance(data.get("specs"), list)
-        ):
-            raise ValueError(f"not a stability JSON report of schema_version {SCHEMA_VERSION}")
-        baseline = Baseline(path, [])
-        for spec in data["specs"]:
-            where = (spec_key(str(spec["file"])), str(spec["name"]))
-            baseline.provenance[where] = spec.get("provenance")
-            for inv in spec["invariants"]:
-                if inv.get("verdict") is None or inv.get("case") is None:
+        for spec in read_report(text).specs:
+            where = (spec_key(spec.file), spec.name)
+            baseline.provenance[where] = None if spec.provenance is None else spec.provenance.to_data()
+            for inv in spec.invariants:
+                verdict, case = inv.verdict_of(), inv.case_of()
+                if verdict is None or case is None:
                     continue  # not judged (n/a, skipped, not measured): nothing to compare
-                case = Case.from_dict(inv["case"])
-                extra = {
-                    k: _float(v) if v in ("nan", "inf", "-inf") else v for k, v in (inv.get("extra") or {}).items()
-                }
-                verdict = Verdict(
-                    inv["name"],
-                    inv["verdict"] == "holds",
-                    _float(inv["observed"]),
-                    str(inv.get("bound") or ""),
-                    inv.get("block"),
-                    str(inv.get("detail") or ""),
-                    extra,
-                    bool(inv.get("measured", True)),
-                )
                 baseline.entries.append(
-                    Entry(Key(*where, inv["name"], str(case)), case, inv["expect"], bool(inv["met"]), verdict)
+                    Entry(
+                        key=Key(file=where[0], spec=where[1], invariant=inv.name, case=str(case)),
+                        case=case,
+                        expect=inv.expect,
+                        met=inv.met,
+                        verdict=verdict,
+                    )
                 )
-    except (ValueError, KeyError, TypeError) as exc:
-        what = exc.args[0] if isinstance(exc, ValueError) and exc.args else f"{type(exc).__name__}: {exc}"
-        raise UsageError(f"--baseline {path}: is not a stability JSON report ({what}); {_FIX}") from None
+    except ValueError as exc:  # not JSON, not a report (`read_report` says where), not a case
+        raise UsageError(f"--baseline {path}: is not a stability JSON report ({exc}); {_FIX}") from None
     return baseline

@@ -43,6 +43,20 @@ def _not_measured(invariant: Invariant) -> list[str]:
     return ["Not measured on (a spec declaring it for these families is refused)", _indent(wrapped), ""]
 
 
+def _bands(invariant: Invariant) -> list[str]:
+    """The numbers it bounds by measured bands (its registry entry's `bands`), as a section."""
+    if not invariant.bands:
+        return []
+    lines = [f"{b.label}: {' and '.join(k for k in (b.lo, b.hi) if k is not None)}" for b in invariant.bands]
+    text = "\n".join(textwrap.fill(line, width=94, initial_indent="- ", subsequent_indent="  ") for line in lines)
+    how = (
+        "`stability calibrate SPEC` measures each over 8 seeds at depths 1, 2, 4 and 8 and prints the band it "
+        "sets (the spread widened by ×1.25; --write puts it in the spec); `stability init TARGET` writes a spec "
+        "with them"
+    )
+    return ["Bands measured, not guessed", _indent(text), _indent(textwrap.fill(how, width=96)), ""]
+
+
 def explain_text(name: str | None = None) -> str:
     """The explanation of one invariant, or with `None` the list of invariants.
 
@@ -72,6 +86,7 @@ def explain_text(name: str | None = None) -> str:
             "Usual fixes",
             _indent(entry.fixes),
             "",
+            *_bands(invariant),
             *_not_measured(invariant),
             "References",
             _indent(refs),

@@ -1,16 +1,12 @@
 """Stage 6: SpecResults → the terminal table, the JSON report and JUnit XML.
 
-Files are written atomically (a temporary file in the same folder, then `os.replace`), so an
-interrupted run never leaves a truncated report and never destroys the previous one.
+Files are written atomically (`stability.report.outputs.write_atomic`), so an interrupted run
+never leaves a truncated report and never destroys the previous one.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import re
-import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -20,9 +16,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from stability.report.provenance import SCHEMA_VERSION
+from stability.numbers import number_text
+from stability.report.outputs import write_atomic
 from stability.report.provenance import provenance as provenance_of
 from stability.report.text import printable
+from stability.run.report_model import CaseEntry, ComparisonEntry, InvariantEntry, Provenance, Report, SpecEntry
 from stability.run.results import OUTPUT_LINES, InvariantResult, SpecResult
 from stability.spec.registry import INVARIANTS
 
@@ -30,65 +28,15 @@ __all__ = [
     "judged_count",
     "print_table",
     "print_failures",
+    "report",
     "to_json",
     "write_json",
     "write_junit",
-    "write_atomic",
     "summary_line",
     "spec_line",
     "phase_seconds",
     "count_text",
 ]
-
-
-def write_atomic(path: str | Path, data: str | bytes) -> None:
-    """Write `data` to `path` through a temporary file and a rename: all or nothing. Text is
-    written as UTF-8; a lone surrogate in it (a file name's byte that does not decode, carried by
-    Python as a surrogate escape) is written as its escape `\\udcff`, so the report is still written."""
-    path = Path(path)
-    from stability.report.outputs import check_replaceable
-
-    check_replaceable(path)  # never replace a device, a FIFO or a folder
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path), suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is an ordinary file
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode("utf-8", "backslashreplace") if isinstance(data, str) else data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def _temporary_prefix(path: Path) -> str:
-    """`.NAME.` for the temporary file beside `path`, NAME cut (in bytes, as the file system counts)
-    so that the whole temporary name, with mkstemp's 8 random characters and `.tmp`, stays within
-    the folder's NAME_MAX: a report whose own name fits is never lost to its temporary name."""
-    try:
-        name_max = os.pathconf(path.parent, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        name_max = 255
-    room = name_max - len(".") - len(".") - 8 - len(".tmp")
-    name = path.name
-    while name and len(os.fsencode(name)) > room:  # whole characters only
-        name = name[:-1]
-    return f".{name}."
-
-
-def _fmt(x: float | None) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "—"
-    if x == 0:
-        return "0"
-    return f"{x:.3g}"
 
 
 def _mark(r: InvariantResult) -> str:
@@ -122,11 +70,23 @@ def print_table(results: Iterable[SpecResult], console: Console) -> None:
                 r.name,
                 r.expect,
                 _mark(r),
-                (_fmt(v.observed) if v is not None else "—") + detail,
+                (number_text(v.observed) if v is not None else "—") + detail,
                 escape(printable(v.bound)) if v is not None else ("not applicable" if not r.applicable else ""),
                 escape(printable(r.case.varying(res.spec))) if r.case is not None else "",
             )
     console.print(table)
+
+
+def print_notes(results: Iterable[SpecResult], console: Console) -> None:
+    """The one-line notes a met expectation's verdict carries (`extra["notes"]`: init_conformance's
+    table not applied, rows that cover nothing, a config value against the registered model's); an
+    unmet one's are in its message."""
+    for res in results:
+        for r in res.results:
+            notes = r.verdict.extra.get("notes") if r.met and r.verdict is not None else None
+            for note in notes or ():
+                line = f"note {printable(res.spec.name)}: {r.name}: {printable(str(note))}"
+                console.print(f"[dim]{escape(line)}[/dim]", highlight=False, soft_wrap=True)
 
 
 def print_failures(
@@ -202,11 +162,20 @@ def trained_count(res: SpecResult) -> int:
 
 
 def count_text(results: Iterable[SpecResult]) -> str:
-    """What ran, each counted as what it is: "8 case(s) probed", "3 case(s) trained", or both."""
+    """What ran, each counted as what it is: "8 case(s) probed", "3 case(s) trained", or both; the
+    cases over the memory budget that their family built another way (a library model streamed)
+    are named with how."""
     results = list(results)
     probed = sum(len(res.cases) for res in results)
     trained = sum(trained_count(res) for res in results)
-    parts = [f"{probed} case(s) probed"] if probed or not trained else []
+    other = [
+        r.measurements.extra["within_budget"]
+        for res in results
+        for r in res.cases.values()
+        if r.measurements is not None and isinstance(r.measurements.extra.get("within_budget"), dict)
+    ]
+    built = f" ({len(other)} over the memory budget, built {other[0]['how']})" if other else ""
+    parts = [f"{probed} case(s) probed{built}"] if probed or not trained else []
     if trained:
         parts.append(f"{trained} case(s) trained")
     return ", ".join(parts)
@@ -260,25 +229,6 @@ def judged_count(results: Iterable[SpecResult]) -> int:
     return sum(r.verdict is not None for res in results for r in res.results)
 
 
-def _num(x: float | None) -> float | None | str:
-    if x is None:
-        return None
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)  # JSON has no NaN/inf: "nan", "inf", "-inf"
-    return x
-
-
-def _json_safe(value: Any) -> Any:
-    """`Measurements.to_dict`'s data in standard JSON: NaN and ±inf as the strings "nan", "inf", "-inf"."""
-    if isinstance(value, float):
-        return _num(value)
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    return value
-
-
 def to_json(
     results: list[SpecResult],
     *,
@@ -288,76 +238,82 @@ def to_json(
     provenance: Mapping[str, dict[str, Any]] | None = None,
     baseline: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The machine-readable report: per spec, per invariant, per case. Each spec records its
+    """The machine-readable report: per spec, per invariant, per case, as plain data (`report`'s)."""
+    return report(
+        results, seconds=seconds, interrupted=interrupted, errors=errors, provenance=provenance, baseline=baseline
+    ).to_data()
+
+
+def report(
+    results: list[SpecResult],
+    *,
+    seconds: float = 0.0,
+    interrupted: bool = False,
+    errors: list[str] | None = None,
+    provenance: Mapping[str, dict[str, Any]] | None = None,
+    baseline: dict[str, Any] | None = None,
+) -> Report:
+    """The JSON report as its model (`stability.run.report_model.Report`). Each spec records its
     provenance (`stability.report.provenance.provenance`, or `provenance[spec path]`), so the report
     can serve as a baseline; `baseline` is the comparison with one (`Comparison.to_json`)."""
-    specs = []
-    for res in results:
-        invariants = []
-        for r in res.results:
-            v = r.verdict
-            invariants.append(
-                {
-                    "name": r.name,
-                    "expect": r.expect,
-                    "met": r.met,
-                    "status": r.status,
-                    "verdict": None if v is None else ("holds" if v.passed else "violated"),
-                    "observed": None if v is None else _num(v.observed),
-                    "bound": None if v is None else v.bound,
-                    "block": None if v is None else v.block,
-                    "detail": None if v is None else v.detail,
-                    "extra": {} if v is None else _json_safe(v.to_dict()["extra"]),
-                    "measured": None if v is None else v.measured,
-                    "case": None if r.case is None else r.case.as_dict(),
-                    "examples": r.examples,
-                    "message": r.message,
-                    "reproduce": r.reproduce,
-                    "error": r.error,
-                }
-            )
-        cases = []
-        for record in res.cases.values():
-            m = record.measurements
-            cases.append(
-                {
-                    "case": record.case.as_dict(),
-                    "error": record.error,
-                    "seconds": record.seconds,
-                    "measurements": None if m is None else _json_safe(m.to_dict()),
-                }
-            )
-        specs.append(
-            {
-                "name": res.spec.name,
-                "file": res.spec.path,
-                "family": res.spec.family,
-                "description": res.spec.description,
-                "met": res.met,
-                "verdict": "pass" if res.met else "fail",
-                "profile": res.profile,
-                "seconds": res.seconds,
-                "output": res.output,
-                "provenance": (provenance or {}).get(res.spec.path) or provenance_of(res.spec),
-                "invariants": invariants,
-                "cases": cases,
-                # `stability check --suggest`: the remedies tried for its unmet expectations (stability/run/suggest.py)
-                **({"suggestions": _json_safe(res.suggestions.to_dict())} if res.suggestions is not None else {}),
-            }
-        )
-    report: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
+    return Report(
         # a run that judged nothing is not a pass (the CLI exits 5 for it)
-        "met": all(res.met for res in results) and not interrupted and not errors and judged_count(results) > 0,
-        "interrupted": interrupted,
-        "seconds": seconds,
-        "specs": specs,
-    }
-    if errors is not None:  # spec files that could not be read or validated, specs that could not run
-        report["errors"] = list(errors)
-    if baseline is not None:
-        report["baseline"] = baseline
-    return report
+        met=all(res.met for res in results) and not interrupted and not errors and judged_count(results) > 0,
+        interrupted=interrupted,
+        seconds=seconds,
+        specs=[_spec_entry(res, (provenance or {}).get(res.spec.path)) for res in results],
+        errors=None if errors is None else list(errors),
+        baseline=None if baseline is None else ComparisonEntry.model_validate(baseline),
+    )
+
+
+def _spec_entry(res: SpecResult, provenance: dict[str, Any] | None) -> SpecEntry:
+    return SpecEntry(
+        name=res.spec.name,
+        file=res.spec.path,
+        family=res.spec.family,
+        description=res.spec.description,
+        met=res.met,
+        verdict="pass" if res.met else "fail",
+        profile=res.profile,
+        seconds=res.seconds,
+        output=res.output,
+        provenance=Provenance.model_validate(provenance or provenance_of(res.spec)),
+        invariants=[_invariant_entry(r) for r in res.results],
+        cases=[
+            CaseEntry(
+                case=record.case.as_dict(),
+                error=record.error,
+                seconds=record.seconds,
+                measurements=None if record.measurements is None else record.measurements.to_dict(),
+            )
+            for record in res.cases.values()
+        ],
+        # `stability check --suggest`: the remedies tried for its unmet expectations (stability/run/suggest.py)
+        suggestions=None if res.suggestions is None else res.suggestions.to_dict(),
+    )
+
+
+def _invariant_entry(r: InvariantResult) -> InvariantEntry:
+    v = r.verdict
+    return InvariantEntry(
+        name=r.name,
+        expect=r.expect,
+        met=r.met,
+        status=r.status,
+        verdict=None if v is None else ("holds" if v.passed else "violated"),
+        observed=None if v is None else v.observed,
+        bound=None if v is None else v.bound,
+        block=None if v is None else v.block,
+        detail=None if v is None else v.detail,
+        extra={} if v is None else v.to_dict()["extra"],
+        measured=None if v is None else v.measured,
+        case=None if r.case is None else r.case.as_dict(),
+        examples=r.examples,
+        message=r.message,
+        reproduce=r.reproduce,
+        error=r.error,
+    )
 
 
 def write_json(
@@ -370,10 +326,10 @@ def write_json(
     provenance: Mapping[str, dict[str, Any]] | None = None,
     baseline: dict[str, Any] | None = None,
 ) -> None:
-    report = to_json(
+    made = report(
         results, seconds=seconds, interrupted=interrupted, errors=errors, provenance=provenance, baseline=baseline
     )
-    write_atomic(path, json.dumps(report, indent=2) + "\n")
+    write_atomic(path, made.text())
 
 
 # Characters XML 1.0 cannot hold at all, escaped or not (ElementTree writes them raw, and the file

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 import struct
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from stability.errors import UsageError
+from stability.numbers import number_text
 from stability.report.baseline import Comparison, fmt, fmt_change, fmt_limit, headline
-from stability.report.formats import summary_line, write_atomic
+from stability.report.formats import summary_line
+from stability.report.outputs import write_atomic
 from stability.report.render import spec_pngs
 from stability.report.spec_plots import training_caption, variance_band
 from stability.report.suggest import suggestion_line
@@ -28,9 +29,9 @@ from stability.run.results import CaseRecord, InvariantResult, SpecResult
 from stability.spec.case import Case
 from stability.spec.registry import FAMILIES
 
-__all__ = ["render_html", "write_html"]
+__all__ = ["CSS", "render_html", "write_html"]
 
-_CSS = """
+CSS = """
 :root { --ok: #1a7f37; --bad: #cf222e; --bad-bg: #ffebe9; --muted: #57606a; --line: #d0d7de; }
 * { box-sizing: border-box; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif; color: #1f2328;
@@ -94,13 +95,7 @@ def _e(value: object) -> str:
 
 
 def _fmt(x: float | None) -> str:
-    if x is None:
-        return "—"
-    if isinstance(x, float) and math.isnan(x):
-        return "nan"
-    if x == 0:
-        return "0"
-    return f"{x:.3g}"
+    return number_text(x, nan="nan")
 
 
 def _status(r: InvariantResult) -> str:
@@ -257,6 +252,9 @@ def _case_row(res: SpecResult, record: CaseRecord, roles: list[tuple[str, bool]]
     notes = [f"{'failing' if not met else 'deciding'} case of {name}" for name, met in roles]
     if record.error:
         notes.append(f"error: {record.error}")
+    other = record.measurements.extra.get("within_budget") if record.measurements is not None else None
+    if isinstance(other, dict):
+        notes.append(str(other.get("text", "")))
     cells.append(f"<td>{_e('; '.join(notes))}</td>")
     return f'<tr class="{cls}">{"".join(cells)}</tr>'
 
@@ -411,7 +409,7 @@ def render_html(
     return (
         "<!DOCTYPE html>\n"
         f'<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
+        f"<title>{_e(title)}</title><style>{CSS}</style></head><body>"
         f"<header><h1>stability report</h1>"
         f'<p class="summary {"ok" if met else "failed"}">{_mark(met)} {_e(summary)}</p>'
         f'<p class="meta">profile {_e(", ".join(profiles) or "—")} · generated {_e(generated)} · '

@@ -11,7 +11,7 @@ replaced when it is a stability report of the same kind (so `--json my_factory.p
 the report is written, provided the nearest existing ancestor is a writable folder (checked by
 creating and removing a temporary file in it, so `/proc` or a read-only mount is refused up front),
 and every name on the path fits the file system's NAME_MAX (the report's own temporary name is cut
-to fit too, `stability.report.formats.write_atomic`).
+to fit too, ``write_atomic` below`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from stability.errors import UsageError
 
-__all__ = ["check_outputs", "check_replaceable", "not_regular", "open_regular"]
+__all__ = ["check_outputs", "check_replaceable", "not_regular", "open_regular", "write_atomic"]
 
 #: How each kind of report this package writes begins (matched on its first KiB): what makes a
 #: file provably this package's own, so that a report replaces it. Each is the writer's own fixed
@@ -47,6 +47,9 @@ _SIGNATURES = {
     "suggest JSON": re.compile(rb'\A\{\s*"stability_suggest"\s*:\s*\d+\s*,'),
     "zoo HTML": re.compile(rb"\A<!doctype html><html><head><meta charset='utf-8'><title>stability zoo</title>"),
     "zoo comparison": re.compile(rb"\A### Zoo numbers: `[^`\n]*` \xe2\x86\x92 `[^`\n]*`\n\n- "),
+    "scan JSON": re.compile(rb'\A\{\s*"stability_scan"\s*:\s*\d+\s*,'),
+    "scan Markdown": re.compile(rb"\A### stability scan(: | --compare: )"),
+    "scan HTML": re.compile(rb"\A<!doctype html><html><head><meta charset='utf-8'><title>stability scan</title>"),
 }
 _KINDS = {"--json": "JSON", "--junit": "JUnit", "--html": "HTML", "--sarif": "SARIF", "--baseline": "JSON"}
 
@@ -244,3 +247,43 @@ def check_report_path(
     if kind is not None:
         _check_ours(target, kind, option, raw)
     return resolved
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Write `data` to `path` through a temporary file and a rename: all or nothing. Text is
+    written as UTF-8; a lone surrogate in it (a file name's byte that does not decode, carried by
+    Python as a surrogate escape) is written as its escape `\\udcff`, so the report is still written."""
+    path = Path(path)
+    check_replaceable(path)  # never replace a device, a FIFO or a folder
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path), suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is an ordinary file
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode("utf-8", "backslashreplace") if isinstance(data, str) else data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _temporary_prefix(path: Path) -> str:
+    """`.NAME.` for the temporary file beside `path`, NAME cut (in bytes, as the file system counts)
+    so that the whole temporary name, with mkstemp's 8 random characters and `.tmp`, stays within
+    the folder's NAME_MAX: a report whose own name fits is never lost to its temporary name."""
+    try:
+        name_max = os.pathconf(path.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    room = name_max - len(".") - len(".") - 8 - len(".tmp")
+    name = path.name
+    while name and len(os.fsencode(name)) > room:  # whole characters only
+        name = name[:-1]
+    return f".{name}."

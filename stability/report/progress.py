@@ -78,10 +78,13 @@ class RunProgress:
         err: Console,
         workers: int = 1,
         heartbeat: float = HEARTBEAT_S,
+        noun: str = "spec(s)",
+        verb: str = "checking",
     ) -> None:
         self.labels, self.mode, self.out, self.workers, self.period = labels, mode, out, max(1, workers), heartbeat
+        self.noun = noun
         self.bar = Progress(console=err, transient=True, disable=mode != "bar")
-        self.task = self.bar.add_task("checking", total=len(labels))
+        self.task = self.bar.add_task(verb, total=len(labels))
         self.waiting = deque(range(len(labels)))
         self.running: dict[int, float] = {}
         self.done = 0
@@ -109,13 +112,17 @@ class RunProgress:
         while self.waiting and len(self.running) < self.workers:
             self.running[self.waiting.popleft()] = now
 
-    def finished(self, index: int, result: SpecResult | None) -> None:
+    def finished(self, index: int, result: SpecResult | None, *, line: str | None = None) -> None:
+        """Job `index` is done; in lines mode its line is printed: `line` where given (a job that is
+        no spec's), else the spec's line of `result`."""
         now = time.monotonic()
         with self.lock:
             started = self.running.pop(index, now)
             self.done += 1
             self._start_next(now)
-            if (
+            if self.mode == "lines" and line is not None:
+                self._print(line, now)
+            elif (
                 self.mode == "lines" and result is not None and len(self.labels) > 1
             ):  # one spec's line would be its summary
                 self._print(spec_line(result, seconds=now - started), now)
@@ -133,7 +140,7 @@ class RunProgress:
         running = ", ".join(
             f"{printable(self.labels[i])} (running {duration(now - t)})" for i, t in sorted(self.running.items())
         )
-        return f"… still running: {running or 'nothing'}; {self.done} of {len(self.labels)} spec(s) done in {duration(now - self.t0)}"
+        return f"… still running: {running or 'nothing'}; {self.done} of {len(self.labels)} {self.noun} done in {duration(now - self.t0)}"
 
     def _beat(self) -> None:
         while not self.stop.wait(min(self.period, max(0.05, self.last_line + self.period - time.monotonic()))):

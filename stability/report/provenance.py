@@ -1,10 +1,11 @@
-"""Stage 6 (what a report's numbers depend on): the JSON report's schema version, and each
-spec's provenance — its content hash (`stability.run.store_keys.spec_hash`: every validated value, not
-comments), the content hash of a custom spec's factory module, and the harness's code version
-(`stability.run.store_keys.code_version`) — with what differs between two of them, in words.
+"""Stage 6 (what a report's numbers depend on): each spec's provenance — its content hash
+(`stability.run.store_keys.spec_hash`: every validated value, not comments), the content hash of a
+custom spec's factory module, and the harness's code version (`stability.run.store_keys.code_version`)
+— with what differs between two of them, in words.
 
-The JSON report (`stability.report.formats.to_json`) writes both; a baseline
-(`stability.report.baseline`) reads them back and reports whatever changed beside its numbers.
+The JSON report (`stability.report.formats.to_json`, its schema `stability.run.report_model`) writes
+it; a baseline (`stability.report.baseline`) reads it back and reports whatever changed beside its
+numbers.
 """
 
 from __future__ import annotations
@@ -19,10 +20,7 @@ from stability.errors import SpecError
 if TYPE_CHECKING:
     from stability.spec.schema import Spec
 
-__all__ = ["SCHEMA_VERSION", "provenance", "provenance_changes"]
-
-#: 2: a case's `measurements` is `Measurements.to_dict` (every field, `extra` included; 1 kept a subset).
-SCHEMA_VERSION = 2
+__all__ = ["provenance", "provenance_changes"]
 
 
 def _sha(path: Path) -> str:

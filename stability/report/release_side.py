@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -65,10 +64,6 @@ def imported_libraries(names: list[str]) -> dict[str, dict[str, str | None]]:
     return out
 
 
-def _number(x: float | None) -> float | str | None:
-    return x if x is None or math.isfinite(x) else str(x)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m stability.report.release_side")
     p.add_argument("paths", nargs="*")
@@ -95,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     from stability.report.provenance import provenance
     from stability.run.engine import RunOptions
     from stability.run.executor import InProcessExecutor, Task
+    from stability.run.report_model import CompareRow
     from stability.spec.case import corner_case
     from stability.spec.load import load_spec
 
@@ -129,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
             }
             entries = [e for e in base.entries if e.key.case in cases]
             comparison = against.compare(
-                against.Baseline(base.path, entries, base.provenance), group, replay=executor.map
+                against.Baseline(path=base.path, entries=entries, provenance=base.provenance),
+                group,
+                replay=executor.map,
             )
             for d in comparison.deltas:
                 spec, result = mine.get((d.key.file, d.key.spec, d.key.invariant, d.key.case), (None, None))
@@ -139,19 +137,19 @@ def main(argv: list[str] | None = None) -> int:
                     toward = against.toward_bound(spec, d.key.invariant, before, result.verdict)
                 change = d.change
                 rows.append(
-                    {
+                    CompareRow(
                         **vars(d.key),
-                        "shown": d.shown,
-                        "before": _number(d.before),
-                        "after": _number(d.after),
-                        "change": _number(change),
-                        "limit": _number(d.limit),
-                        "status": d.status,
-                        "why": d.why,
-                        "direction": None if change is None or change == 0 else ("up" if change > 0 else "down"),
-                        "toward_bound": toward,
-                        "reproduce": d.reproduce,
-                    }
+                        shown=d.shown,
+                        before=d.before,
+                        after=d.after,
+                        change=change,
+                        limit=d.limit,
+                        status=d.status,
+                        why=d.why,
+                        direction=None if change is None or change == 0 else ("up" if change > 0 else "down"),
+                        toward_bound=toward,
+                        reproduce=d.reproduce,
+                    ).to_data()
                 )
         (out / "compare.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
     return 0

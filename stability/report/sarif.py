@@ -27,8 +27,8 @@ from typing import Any
 from stability._version import __version__
 from stability.report.baseline import Comparison, fmt, fmt_change, fmt_limit
 from stability.report.explain import explain_text
-from stability.report.formats import write_atomic
 from stability.report.github import in_workspace, workspace
+from stability.report.outputs import write_atomic
 from stability.report.text import printable
 from stability.run.results import SpecResult
 from stability.spec.locate import locate_expectation

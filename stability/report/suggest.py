@@ -4,12 +4,12 @@ the GitHub job summary show. Rendering only: nothing here runs or judges a remed
 
 from __future__ import annotations
 
-import math
 import shlex
 
 from rich.console import Console
 from rich.markup import escape
 
+from stability.numbers import number_text
 from stability.report.text import printable
 from stability.run.results import SpecResult
 from stability.run.suggestions import Attempt, Numbers, Suggestions
@@ -18,9 +18,7 @@ __all__ = ["suggestion_line", "suggestion_of", "print_suggestions", "numbers_tex
 
 
 def _g(x: float | None) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "—"
-    return f"{x:.3g}"
+    return number_text(x)
 
 
 def numbers_text(n: Numbers) -> str:
@@ -63,6 +61,23 @@ def _attempt_lines(a: Attempt, index: int | None) -> list[str]:
     return lines
 
 
+def _none_applies(s: Suggestions) -> str:
+    """Why no remedy was tried: for a family built by a user's factory, that suggest edits the spec
+    and the network is the factory's code, with the remedies meant for what failed to write there."""
+    from stability.spec.registry import FAMILIES
+    from stability.spec.remedy import REMEDIES
+
+    names = {r.name for r in s.failing}
+    failed = ", ".join(sorted(names))
+    if s.family in FAMILIES and FAMILIES.get(s.family).user_code:
+        meant = ", ".join(r.name for r in REMEDIES if r.fixes & names) or "none is registered"
+        return (
+            f"no remedy applies to a {s.family} spec: its network is its factory's code, which suggest does not edit; "
+            f"the remedies meant for {failed}, to write in the factory: {meant} (`stability suggest --list`)"
+        )
+    return f"no registered remedy applies to this {s.family} spec for {failed} (`stability suggest --list` lists them)"
+
+
 def print_suggestions(
     s: Suggestions, console: Console, *, diffs: bool = True, out: str | None = None, only: str | None = None
 ) -> None:
@@ -101,10 +116,7 @@ def print_suggestions(
             for line in _attempt_lines(a, None):
                 say(line, "dim")
     if not s.attempts:
-        say(
-            f"no registered remedy applies to this {s.family} spec for {', '.join(r.name for r in s.failing)} (`stability suggest --list` lists them)",
-            "yellow",
-        )
+        say(_none_applies(s), "yellow")
     if out is not None and ranked:
         say(
             f"wrote {out}: {ranked[0].remedy} ({ranked[0].changed()}); the [expect] tables are as you wrote them",

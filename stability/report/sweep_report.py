@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 
 from stability.errors import UsageError
-from stability.report.formats import write_atomic
-from stability.report.html import _CSS
+from stability.numbers import number_text
+from stability.report.html import CSS
+from stability.report.outputs import write_atomic
 from stability.report.phase import MEASURES, heatmap_figure, measure_values, overlay_for, to_png, x_axis_key
 from stability.run.grid import Value, fixed_text, point_key
 from stability.run.store import budget_text
@@ -40,11 +41,7 @@ def _e(value: object) -> str:
 
 
 def _fmt(x: float) -> str:
-    if math.isnan(x):
-        return "—"
-    if math.isinf(x):
-        return "−∞" if x < 0 else "∞"
-    return f"{x:.3g}"
+    return number_text(x, infinity="∞")
 
 
 def _slice_text(text: str) -> str:
@@ -162,7 +159,7 @@ def render_sweep_html(result: SweepResult, *, x: str | None = None) -> str:
     return (
         "<!DOCTYPE html>\n"
         f'<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{_e(title)}</title><style>{_CSS}{_EXTRA_CSS}</style></head><body>"
+        f"<title>{_e(title)}</title><style>{CSS}{_EXTRA_CSS}</style></head><body>"
         f"<header><h1>{_e(title)}</h1>"
         f'<p class="summary ok">{_e(summary)}</p>'
         f'<p class="meta">spec <code>{_e(spec.path)}</code> ({_e(spec.family)}: {_e(spec.description)}) · axes {_e(axes)} · '

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from stability.errors import UsageError
-from stability.report.formats import write_atomic
-from stability.report.html import _CSS
-from stability.report.outputs import check_report_path
+from stability.numbers import number_text
+from stability.report.html import CSS
+from stability.report.outputs import check_report_path, write_atomic
 from stability.report.text import printable
 from stability.run.zoo import ZooRow
 
@@ -38,9 +38,7 @@ END = "<!-- zoo-table: end -->"
 
 
 def _ratio(value: float | None) -> str:
-    if value is None or not math.isfinite(value):
-        return "—"
-    return f"{value:.3g}"
+    return number_text(value if value is not None and math.isfinite(value) else None)
 
 
 def _verdicts(row: ZooRow, depths: Sequence[int]) -> str:
@@ -154,7 +152,7 @@ def render_zoo_html(rows: Sequence[ZooRow], depths: Sequence[int], *, seconds: f
         )
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime())
     return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>stability zoo</title><style>{_CSS}</style></head><body>"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>stability zoo</title><style>{CSS}</style></head><body>"
         f"<h1>The zoo</h1><p class='meta'>{len(rows)} families, depths {', '.join(map(str, depths))}; {when}, {seconds:.0f} s</p>"
         f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></body></html>\n"
     )

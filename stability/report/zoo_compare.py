@@ -15,57 +15,57 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from stability.numbers import number_text
+from stability.run.report_model import CompareRow
+
 __all__ = ["moved", "direction_text", "markdown", "terminal_rows"]
 
 
-def _num(x: Any) -> float | None:
-    return None if x is None else float(x)
-
-
-def moved(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def moved(rows: Sequence[CompareRow]) -> list[CompareRow]:
     """The rows whose number moved past its drift limit (the baseline rule's "drift")."""
-    return [r for r in rows if r["status"] == "drift"]
+    return [r for r in rows if r.status == "drift"]
 
 
-def direction_text(row: Mapping[str, Any]) -> str:
+def direction_text(row: CompareRow) -> str:
     """ "up, toward its bound", "down, away from its bound", …"""
-    if row.get("direction") is None:
+    if row.direction is None:
         return "—"
-    toward = row.get("toward_bound")
+    toward = row.toward_bound
     where = "" if toward is None else "toward its bound" if toward else "away from its bound"
-    return f"{row['direction']}, {where}" if where else str(row["direction"])
+    return f"{row.direction}, {where}" if where else row.direction
 
 
-def _fmt(x: Any) -> str:
-    from stability.report.baseline import fmt
+def _fmt(x: float | None) -> str:
+    from stability.report.baseline import fmt  # as the baseline's table shows a number
 
-    return fmt(_num(x))
-
-
-def _change(row: Mapping[str, Any]) -> str:
-    c = _num(row.get("change"))
-    return "—" if c is None else ("0%" if c == 0 else f"{c:+.1%}" if math.isfinite(c) else str(c))
+    return fmt(None if x is None else float(x))
 
 
-def _limit(row: Mapping[str, Any]) -> str:
+def _change(row: CompareRow) -> str:
+    c = None if row.change is None else float(row.change)
+    if c is None or not math.isfinite(c):
+        return number_text(c, nan="nan")  # "—", "inf", "-inf"
+    return "0%" if c == 0 else f"{c:+.1%}"
+
+
+def _limit(row: CompareRow) -> str:
     from stability.report.baseline import fmt_limit
 
-    x = _num(row.get("limit"))
-    return "—" if x is None else fmt_limit(x)
+    return "—" if row.limit is None else fmt_limit(float(row.limit))
 
 
-def terminal_rows(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]]:
+def terminal_rows(rows: Sequence[CompareRow]) -> list[tuple[str, ...]]:
     """(family, invariant, case, A → B, change, drift limit, direction, verdict) of every moved row."""
     return [
         (
-            r["spec"],
-            r["invariant"],
-            r["shown"] or r["case"],
-            f"{_fmt(r['before'])} → {_fmt(r['after'])}",
+            r.spec,
+            r.invariant,
+            r.shown or r.case,
+            f"{_fmt(r.before)} → {_fmt(r.after)}",
             _change(r),
             _limit(r),
             direction_text(r),
-            r["why"],
+            r.why,
         )
         for r in moved(rows)
     ]
@@ -74,7 +74,7 @@ def terminal_rows(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]]:
 def markdown(
     a: str,
     b: str,
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[CompareRow],
     refused: Mapping[str, Mapping[str, str]],
     versions: Mapping[str, Mapping[str, Any]],
     *,

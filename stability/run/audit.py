@@ -48,7 +48,16 @@ def rejudge(result: SpecResult, *, replay: bool) -> str | None:
             ):  # it does apply: it was not judged
                 where = f" at {r.case}" if r.case is not None else ""
                 line = f"{spec.path}::{r.name}: the worker reported it not applicable{where}, but it applies there{_TAMPERED}"
-                result.results[i] = InvariantResult(r.name, r.expect, False, None, r.case, 0, line, error=line)
+                result.results[i] = InvariantResult(
+                    name=r.name,
+                    expect=r.expect,
+                    met=False,
+                    verdict=None,
+                    case=r.case,
+                    examples=0,
+                    message=line,
+                    error=line,
+                )
                 first = first or line
             continue
         if (
@@ -64,14 +73,14 @@ def rejudge(result: SpecResult, *, replay: bool) -> str | None:
         if missing:
             line = f"{spec.path}::{r.name}: the worker reported it judged case {missing[0]} but sent no measurements for it{_TAMPERED}"
             result.results[i] = InvariantResult(
-                r.name,
-                r.expect,
-                False,
-                None,
-                missing[0],
-                r.examples,
-                line,
-                reproduce_command(spec, missing[0]),
+                name=r.name,
+                expect=r.expect,
+                met=False,
+                verdict=None,
+                case=missing[0],
+                examples=r.examples,
+                message=line,
+                reproduce=reproduce_command(spec, missing[0]),
                 error=line,
                 judged=r.judged,
             )
@@ -82,14 +91,14 @@ def rejudge(result: SpecResult, *, replay: bool) -> str | None:
             continue
         line = f"{spec.path}::{r.name}: the worker reported it {'met' if r.met else 'not met'}, but {_why(spec, r, mine, cases)}{_TAMPERED}"
         result.results[i] = InvariantResult(
-            mine.name,
-            mine.expect,
-            False,
-            mine.verdict,
-            mine.case,
-            mine.examples,
-            line,
-            mine.reproduce,
+            name=mine.name,
+            expect=mine.expect,
+            met=False,
+            verdict=mine.verdict,
+            case=mine.case,
+            examples=mine.examples,
+            message=line,
+            reproduce=mine.reproduce,
             error=line,
             judged=mine.judged,
         )

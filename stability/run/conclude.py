@@ -22,6 +22,7 @@ from stability.spec.applicability import not_applicable_reason
 from stability.spec.case import Case, reproduce_command
 from stability.spec.registry import INVARIANTS
 from stability.spec.schema import Spec
+from stability.spec.values import ExpectKind
 
 __all__ = [
     "judge",
@@ -45,9 +46,25 @@ def judge(spec: Spec, name: str, record: CaseRecord) -> Verdict:
             f"{name} is judged on an optimizer run (stability.run.training.evaluate), not from a probe's Measurements"
         )
     if record.measurements is None:
-        return Verdict(name, False, math.nan, "", None, f"case not measured: {record.error}", measured=False)
+        return Verdict(
+            invariant=name,
+            passed=False,
+            observed=math.nan,
+            bound="",
+            block=None,
+            detail=f"case not measured: {record.error}",
+            measured=False,
+        )
     if record.measurements.n_blocks == 0:  # every invariant is about blocks: none, nothing judged (never met)
-        return Verdict(name, False, math.nan, "", None, "the network has no block: nothing was judged", measured=False)
+        return Verdict(
+            invariant=name,
+            passed=False,
+            observed=math.nan,
+            bound="",
+            block=None,
+            detail="the network has no block: nothing was judged",
+            measured=False,
+        )
     verdict: Verdict = annotate(
         spec, record.case, entry.judge(record.measurements, getattr(spec.expect, name)), record.measurements
     )
@@ -77,11 +94,18 @@ def not_applicable(spec: Spec, name: str, case: Case) -> InvariantResult | None:
         return None
     expect = getattr(spec.expect, name).expect
     return InvariantResult(
-        name, expect, True, None, case, 0, f"{spec.path}::{name}: not applicable at {case}: {reason}", applicable=False
+        name=name,
+        expect=expect,
+        met=True,
+        verdict=None,
+        case=case,
+        examples=0,
+        message=f"{spec.path}::{name}: not applicable at {case}: {reason}",
+        applicable=False,
     )
 
 
-def met_by(expect: str, v: Verdict, record: CaseRecord) -> bool:
+def met_by(expect: ExpectKind, v: Verdict, record: CaseRecord) -> bool:
     """Whether verdict `v` on `record` meets the expectation `expect` (evidence only)."""
     if record.error is not None or not is_evidence(v):
         return False
@@ -89,7 +113,7 @@ def met_by(expect: str, v: Verdict, record: CaseRecord) -> bool:
 
 
 def conclude_replay(
-    spec: Spec, name: str, case: Case, record: CaseRecord, v: Verdict | None = None, *, expect: str | None = None
+    spec: Spec, name: str, case: Case, record: CaseRecord, v: Verdict | None = None, *, expect: ExpectKind | None = None
 ) -> InvariantResult:
     """One replayed case (`--case`, a training case): met when its verdict is evidence and agrees
     with the expectation (`expect`, default the spec's)."""
@@ -98,7 +122,16 @@ def conclude_replay(
     met = met_by(expect, v, record)
     text = _unmeasured(spec, name, case, record) or message(spec, name, expect, met, v, case, True)
     return InvariantResult(
-        name, expect, met, v, case, 1, text, reproduce_command(spec, case), record.error, judged=(case,)
+        name=name,
+        expect=expect,
+        met=met,
+        verdict=v,
+        case=case,
+        examples=1,
+        message=text,
+        reproduce=reproduce_command(spec, case),
+        error=record.error,
+        judged=(case,),
     )
 
 
@@ -110,7 +143,7 @@ def conclude_search(
     *,
     failing: Case | None,
     verdicts: Mapping[Case, Verdict] | None = None,
-    expect: str | None = None,
+    expect: ExpectKind | None = None,
 ) -> InvariantResult:
     """A search's outcome from the cases it judged (in order) and their records: `failing` is the
     smallest case it found that fails (after shrinking), or None. With `verdicts` the judged cases'
@@ -131,20 +164,27 @@ def conclude_search(
         met = expect == "violated" and met_by("violated", v, record)
         text = _unmeasured(spec, name, failing, record) or message(spec, name, expect, met, v, failing, False)
         return InvariantResult(
-            name,
-            expect,
-            met,
-            v,
-            failing,
-            examples,
-            text,
-            reproduce_command(spec, failing),
-            record.error,
+            name=name,
+            expect=expect,
+            met=met,
+            verdict=v,
+            case=failing,
+            examples=examples,
+            message=text,
+            reproduce=reproduce_command(spec, failing),
+            error=record.error,
             judged=tuple(judged),
         )
     if not judged:
         return InvariantResult(
-            name, expect, False, None, None, 0, "no applicable case was drawn", error="no applicable case"
+            name=name,
+            expect=expect,
+            met=False,
+            verdict=None,
+            case=None,
+            examples=0,
+            message="no applicable case was drawn",
+            error="no applicable case",
         )
     seen = [(c, verdict(c)) for c in judged]
     silent = next(((c, v) for c, v in seen if not is_evidence(v)), None)
@@ -152,26 +192,42 @@ def conclude_search(
         c, v = silent
         text = f"{spec.path}::{name}: not measured at {c}: {v.detail}"
         return InvariantResult(
-            name, expect, False, v, c, examples, text, reproduce_command(spec, c), v.detail, judged=tuple(judged)
+            name=name,
+            expect=expect,
+            met=False,
+            verdict=v,
+            case=c,
+            examples=examples,
+            message=text,
+            reproduce=reproduce_command(spec, c),
+            error=v.detail,
+            judged=tuple(judged),
         )
     c, v = max(seen, key=lambda cv: severity(spec, name, cv[1]))
     met = expect == "holds"
     return InvariantResult(
-        name,
-        expect,
-        met,
-        v,
-        c,
-        examples,
-        message(spec, name, expect, met, v, c, False, examples),
-        reproduce_command(spec, c),
-        None,
+        name=name,
+        expect=expect,
+        met=met,
+        verdict=v,
+        case=c,
+        examples=examples,
+        message=message(spec, name, expect, met, v, c, False, examples),
+        reproduce=reproduce_command(spec, c),
+        error=None,
         judged=tuple(judged),
     )
 
 
 def message(
-    spec: Spec, name: str, expect: str, met: bool, v: Verdict, case: Case, replay: bool, examples: int | None = None
+    spec: Spec,
+    name: str,
+    expect: ExpectKind,
+    met: bool,
+    v: Verdict,
+    case: Case,
+    replay: bool,
+    examples: int | None = None,
 ) -> str:
     where = f"{spec.path}::{name}"
     if expect == "holds":

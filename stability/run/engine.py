@@ -34,7 +34,7 @@ from stability.run.conclude import (
     not_applicable,
     severity,
 )
-from stability.run.guard import case_limit, case_threads, check_budget, time_limit, warm_up
+from stability.run.guard import case_limit, case_threads, fit_budget, time_limit, warm_up
 from stability.run.probing import MeasureContext, measure_case, probe_observers
 from stability.run.profiles import get_profile, keyed
 from stability.run.results import CaseRecord, InvariantResult, SpecResult
@@ -43,6 +43,7 @@ from stability.spec.applicability import not_applicable_reason
 from stability.spec.case import Case, parse_case_string, reproduce_command
 from stability.spec.registry import INVARIANTS
 from stability.spec.schema import Spec
+from stability.spec.values import ExpectKind
 
 __all__ = [
     "CaseRecord",
@@ -58,7 +59,6 @@ __all__ = [
     "skipped_in_profile",
     "RunOptions",
     "smallest_depth",
-    "trained_text",
 ]
 
 
@@ -83,30 +83,43 @@ def evaluate(spec: Spec, case: Case, options: RunOptions | None = None) -> CaseR
     options = options or RunOptions()
     t0 = time.perf_counter()
     if case.device.startswith("cuda") and not torch.cuda.is_available():
-        return CaseRecord(case, None, "CUDA is not available on this machine; use --device cpu", 0.0)
+        return CaseRecord(
+            case=case, measurements=None, error="CUDA is not available on this machine; use --device cpu", seconds=0.0
+        )
     try:
-        check_budget(spec, case, options.memory_budget)
+        built, why = fit_budget(spec, case, options.memory_budget)  # (a library model over it: streamed)
         limit = case_limit(spec, options.case_timeout)
         if limit:
             warm_up(case.device)  # torch's lazy imports and CUDA start-up are no case's own time
         with time_limit(limit), case_threads(spec):
-            m = measure_case(spec, case)
+            m = measure_case(built, case)
+        if why is not None:
+            m.extra["within_budget"] = why
     except BlockError as exc:  # a block raised on this case (any family): this case fails, the run goes on
-        return CaseRecord(case, None, f"the case does not run: {exc}", time.perf_counter() - t0)
+        return CaseRecord(
+            case=case, measurements=None, error=f"the case does not run: {exc}", seconds=time.perf_counter() - t0
+        )
     except CaseError as exc:  # the time limit, or refused for memory
-        return CaseRecord(case, None, str(exc), time.perf_counter() - t0)
+        return CaseRecord(case=case, measurements=None, error=str(exc), seconds=time.perf_counter() - t0)
     except torch.OutOfMemoryError as exc:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         first = str(exc).splitlines()[0] if str(exc) else "out of memory"
-        return CaseRecord(case, None, f"out of memory on {case.device}: {first}", time.perf_counter() - t0)
+        return CaseRecord(
+            case=case,
+            measurements=None,
+            error=f"out of memory on {case.device}: {first}",
+            seconds=time.perf_counter() - t0,
+        )
     except SpecError:
         raise
     except Exception as exc:  # any other exception a block raised (BatchNorm's ValueError on one value
         # per channel, a user block's own check): this case fails, the run goes on, no traceback
         what = " ".join(f"{type(exc).__name__}: {exc}".split())
-        return CaseRecord(case, None, f"the case does not run: {what}", time.perf_counter() - t0)
-    return CaseRecord(case, m, None, time.perf_counter() - t0)
+        return CaseRecord(
+            case=case, measurements=None, error=f"the case does not run: {what}", seconds=time.perf_counter() - t0
+        )
+    return CaseRecord(case=case, measurements=m, error=None, seconds=time.perf_counter() - t0)
 
 
 def _applies(spec: Spec, name: str, case: Case) -> bool:
@@ -143,6 +156,9 @@ def run_spec(
     options = options or RunOptions()
     profile_name, profile = get_profile(options.profile)
     t0 = time.perf_counter()
+    from stability.families.library_depth import narrowed
+
+    spec = narrowed(spec)  # no depth below the smallest the model builds at (a model whose init needs depth >= 2)
     cache: dict[Case, CaseRecord] = {}
 
     def measured(c: Case) -> CaseRecord:
@@ -177,7 +193,14 @@ def run_spec(
         results[-1].seconds = time.perf_counter() - started
         if on_result is not None:
             on_result(results[-1])
-    return SpecResult(spec, results, cache, time.perf_counter() - t0, profile_name, verdicts=case_verdicts(spec, cache))
+    return SpecResult(
+        spec=spec,
+        results=results,
+        cases=cache,
+        seconds=time.perf_counter() - t0,
+        profile=profile_name,
+        verdicts=case_verdicts(spec, cache),
+    )
 
 
 def skipped_in_profile(
@@ -185,7 +208,16 @@ def skipped_in_profile(
 ) -> InvariantResult:
     """An invariant the spec runs in other profiles only (`probe.profiles`, `train.profiles`)."""
     text = f"{spec.path}::{name}: skipped in profile {profile_name} ({key} = {', '.join(profiles)}); run it with --profile {profiles[0]}"
-    return InvariantResult(name, expectation.expect, True, None, None, 0, text, skipped=True)
+    return InvariantResult(
+        name=name, expect=expectation.expect, met=True, verdict=None, case=None, examples=0, message=text, skipped=True
+    )
+
+
+def _unjudged(name: str, expect: ExpectKind, examples: int, message: str, error: str) -> InvariantResult:
+    """An expectation its search could not judge (no verdict, no case): unmet, saying why."""
+    return InvariantResult(
+        name=name, expect=expect, met=False, verdict=None, case=None, examples=examples, message=message, error=error
+    )
 
 
 def _replay(
@@ -243,9 +275,7 @@ def _search(
     except _Found:
         pass
     except HypothesisException as exc:  # e.g. an unsatisfiable space; reported, never a traceback
-        return InvariantResult(
-            name, expectation.expect, False, None, None, len(seen), f"the search failed: {exc}", error=str(exc)
-        )
+        return _unjudged(name, expectation.expect, len(seen), f"the search failed: {exc}", str(exc))
     judged = tuple(dict.fromkeys(c for c, _ in seen))  # each case once, in order
     records = {c: measured(c) for c in judged}
     verdicts = dict(reversed(seen))  # (the first verdict of each case, as the search saw it)
@@ -314,6 +344,7 @@ def run_training(
     from hypothesis import Phase, settings
 
     from stability.run.training import evaluate as evaluate_training
+    from stability.run.training import trained_text
 
     assert spec.train is not None  # the loader requires [train] with a training invariant
     t = spec.train
@@ -325,24 +356,32 @@ def run_training(
             spec, name, c, case_timeout=options.case_timeout, memory_budget=options.memory_budget, cache=cache
         )
         if v is None:
-            return Verdict(name, False, math.nan, "", None, f"case not trained: {error}", measured=False), error
+            return Verdict(
+                invariant=name,
+                passed=False,
+                observed=math.nan,
+                bound="",
+                block=None,
+                detail=f"case not trained: {error}",
+                measured=False,
+            ), error
         return v, None
 
     def result(c: Case, v: Verdict, error: str | None, replay: bool, examples: int) -> InvariantResult:
-        met = met_by(expectation.expect, v, CaseRecord(c, None, error))
+        met = met_by(expectation.expect, v, CaseRecord(case=c, measurements=None, error=error))
         text = message(spec, name, expectation.expect, met, v, c, replay, None if replay else examples) + trained_text(
             spec, name, c
         )
         return InvariantResult(
-            name,
-            expectation.expect,
-            met,
-            v,
-            c,
-            examples,
-            text,
-            reproduce_command(spec, c),
-            error,
+            name=name,
+            expect=expectation.expect,
+            met=met,
+            verdict=v,
+            case=c,
+            examples=examples,
+            message=text,
+            reproduce=reproduce_command(spec, c),
+            error=error,
             judged=tuple(seen) or (c,),
         )
 
@@ -380,35 +419,14 @@ def run_training(
     except _Found:
         pass
     except HypothesisException as exc:
-        return InvariantResult(
-            name, expectation.expect, False, None, None, len(seen), f"the search failed: {exc}", error=str(exc)
-        )
+        return _unjudged(name, expectation.expect, len(seen), f"the search failed: {exc}", str(exc))
     if failing:
         c = failing[-1]
         v, error = seen[c]
         return result(c, v, error, True, len(seen))  # not shrunk: worded like a replay
     if not seen:
-        return InvariantResult(name, expectation.expect, False, None, None, 0, "no case was drawn", error="no case")
+        return _unjudged(name, expectation.expect, 0, "no case was drawn", "no case")
     # The case closest to failing: the largest severity (the entry's: the headline number's size,
     # slope magnitude, loss ratio, mean residual).
     c, (v, _) = max(seen.items(), key=lambda cv: severity(spec, name, cv[1][0]))
     return result(c, v, None, False, len(seen))
-
-
-def trained_text(spec: Spec, name: str, case: Case) -> str:
-    """What a training invariant trains for `case`, in words (" (optimizer runs at depths 4 and 32,
-    width 64)"): its registry entry's `train_cases`, the networks the optimizer runs, which the
-    case alone does not name (`compare_depths` trains other depths, `widths` other widths)."""
-    entry = INVARIANTS.get(name)
-    if entry.train_cases is None:
-        return ""
-    variants = entry.train_cases(getattr(spec.expect, name), case)
-    depths = sorted({v.depth for v in variants})
-    widths = sorted({v.width for v in variants})
-
-    def words(key: str, values: list[int]) -> str:
-        if len(values) == 1:
-            return f"{key} {values[0]}"
-        return f"{key}s {', '.join(map(str, values[:-1]))} and {values[-1]}"
-
-    return f" (optimizer runs at {words('depth', depths)}, {words('width', widths)})"

@@ -168,18 +168,25 @@ class Task(Job):
             results = [InvariantResult.from_dict(r) for r in trace.final["results"]]
             error = trace.final["error"]
             result = SpecResult(
-                self.spec,
-                results,
-                {r.case: r for r in trace.records},
-                float(trace.final["seconds"]),
-                str(trace.final["profile"]),
+                spec=self.spec,
+                results=results,
+                cases={r.case: r for r in trace.records},
+                seconds=float(trace.final["seconds"]),
+                profile=str(trace.final["profile"]),
             )
             outcome = Outcome(self, result, None if error is None else str(error))
         else:
             done = [InvariantResult.from_dict(e["result"]) for e in trace.events if e.get("kind") == "result"]
             records = list(trace.records)
             if trace.current is not None and not trace.spec_error:  # the stopped case, with the time it was given
-                records.append(CaseRecord(trace.current, None, trace.failure, self.options.case_timeout or 0.0))
+                records.append(
+                    CaseRecord(
+                        case=trace.current,
+                        measurements=None,
+                        error=trace.failure,
+                        seconds=self.options.case_timeout or 0.0,
+                    )
+                )
             reason = trace.failure or "the job did not finish"
             outcome = unfinished_outcome(
                 self,
@@ -300,23 +307,27 @@ def unfinished_outcome(
         expectation = getattr(spec.expect, name)
         results.append(
             InvariantResult(
-                name,
-                expectation.expect,
-                False,
-                None,
-                case,
-                0,
-                f"{spec.path}::{name}: not judged{where}: {reason}",
-                reproduce_command(spec, case) if case is not None else None,
-                reason,
+                name=name,
+                expect=expectation.expect,
+                met=False,
+                verdict=None,
+                case=case,
+                examples=0,
+                message=f"{spec.path}::{name}: not judged{where}: {reason}",
+                reproduce=reproduce_command(spec, case) if case is not None else None,
+                error=reason,
             )
         )
     cases = {r.case: r for r in records}
     if case is not None and case not in cases:
-        cases[case] = CaseRecord(case, None, reason, 0.0)
+        cases[case] = CaseRecord(case=case, measurements=None, error=reason, seconds=0.0)
     profile = get_profile(task.options.profile)[0]
     line = reason if reason.startswith(spec.path) else f"{spec.path}: {reason}"
-    return Outcome(task, SpecResult(spec, results, cases, seconds, profile), line if spec_error else None)
+    return Outcome(
+        task,
+        SpecResult(spec=spec, results=results, cases=cases, seconds=seconds, profile=profile),
+        line if spec_error else None,
+    )
 
 
 class Executor(abc.ABC):

@@ -13,10 +13,14 @@ import contextlib
 import functools
 import os
 import signal
+import string
 import threading
 import time
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any
+
+from pydantic import ByteSize
 
 from stability.errors import CaseError
 from stability.spec.case import Case
@@ -27,6 +31,7 @@ __all__ = [
     "estimate_bytes",
     "memory_budget",
     "check_budget",
+    "fit_budget",
     "check_least",
     "case_limit",
     "LONGEST_LIMIT_S",
@@ -64,7 +69,7 @@ def estimate_bytes(spec: Spec, case: Case) -> int | None:
 
 
 def memory_budget(device: str) -> int:
-    """Default budget: STABILITY_MEMORY_BUDGET (bytes, or with a GiB/MiB suffix) if set; else half
+    """Default budget: STABILITY_MEMORY_BUDGET (a size `parse_size` reads: 4GiB, 4GB, 512M) if set; else half
     the available host RAM, or 80% of the free memory of the CUDA device."""
     raw = os.environ.get("STABILITY_MEMORY_BUDGET")
     if raw:
@@ -83,25 +88,31 @@ def memory_budget(device: str) -> int:
     return int(_available_ram() * 0.5)
 
 
+#: A lone letter is the binary unit, as it always was here: `4G` is 4 GiB. Every other unit is
+#: pydantic's `ByteSize` table: `4GB` is 4·10⁹ bytes, `4GiB` 4·2³⁰, `1Gbit` 1.25·10⁸ (IEC 80000-13).
+_LETTERS = {letter: ByteSize.byte_sizes[f"{letter}ib"] for letter in "kmgtpe"}
+
+
 def parse_size(text: str) -> int:
-    """'4GiB', '512MiB', '1e9' → bytes. Raises ValueError for anything that is not a finite,
-    positive size (inf, nan, -1, 0, 'bogus')."""
+    """'4GiB', '4GB', '512MiB', '512M', '1e9' → bytes: a number (any float, `1e9` and `1.5` too,
+    rounded down to whole bytes) and a unit of `ByteSize` or a lone letter (binary; see `_LETTERS`),
+    spaces anywhere and any case. Raises ValueError for anything that is not a finite, positive
+    size (inf, nan, -1, 0, 'bogus', an unknown unit)."""
+    squeezed = text.strip().lower().replace(" ", "")
+    number = squeezed.rstrip(string.ascii_lowercase)
+    unit = squeezed[len(number) :]
+    factor = _LETTERS.get(unit) or ByteSize.byte_sizes.get(unit or "b")
+    if factor is None:
+        raise ValueError(f"{text!r}: {unit!r} is not a unit of size")
     try:
-        size = _parse_size(text)
+        size = int(float(number) * factor)
+    except ValueError:
+        raise ValueError(f"{text!r}: {number!r} is not a number") from None
     except OverflowError:
         raise ValueError(f"{text!r} is not a finite size") from None
     if size <= 0:
         raise ValueError(f"{text!r} is not a positive size")
     return size
-
-
-def _parse_size(text: str) -> int:
-    units = {"k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30, "t": 2**40, "tib": 2**40}
-    t = text.strip().lower().replace(" ", "")
-    for suffix in sorted(units, key=len, reverse=True):
-        if t.endswith(suffix):
-            return int(float(t[: -len(suffix)]) * units[suffix])
-    return int(float(t))
 
 
 def _available_ram() -> int:
@@ -131,17 +142,36 @@ def check_least(spec: Spec, case: Case, budget: int) -> None:
 
 def check_budget(spec: Spec, case: Case, budget: int | None = None) -> None:
     """Raise CaseError (with the estimate) when a case would not fit the memory budget."""
+    fit_budget(spec, case, budget, other_ways=False)
+
+
+def fit_budget(
+    spec: Spec, case: Case, budget: int | None = None, *, other_ways: bool = True
+) -> tuple[Spec, dict[str, Any] | None]:
+    """The spec to build the case with and, where it is not `spec`, what the report says of it
+    (`how`, `estimate`, `need`, `budget` and the `text`): `spec` when the case fits the budget;
+    else, with `other_ways`, the way its family builds it within the budget (its registry entry's
+    `over_budget`: a library model streamed block by block). CaseError otherwise, the refusal
+    naming what would fit where the family knows."""
     budget = memory_budget(case.device) if budget is None else budget
     check_least(spec, case, budget)
     est = estimate_bytes(spec, case)
-    if est is None:
-        return
-    if est > budget:
-        raise CaseError(
-            f"refused: this case needs about {format_bytes(est)} (parameters, saved activations and overhead) "
-            f"and the memory budget is {format_bytes(budget)} ({_which(spec, case)}); narrow space.depth/width/batch/tokens or "
-            f"raise --memory-budget (STABILITY_MEMORY_BUDGET)"
+    if est is None or est <= budget:
+        return spec, None
+    rule = FAMILIES.get(spec.family).over_budget if other_ways else None
+    other = rule(spec, case, budget) if rule is not None else None
+    if other is not None and other.spec is not None:
+        text = (
+            f"built {other.how}, about {format_bytes(other.need)}: as specified the case needs about "
+            f"{format_bytes(est)} and the memory budget is {format_bytes(budget)}"
         )
+        return other.spec, {"how": other.how, "estimate": est, "need": other.need, "budget": budget, "text": text}
+    fits = f"; or {other.how} (about {format_bytes(other.need)})" if other is not None else ""
+    raise CaseError(
+        f"refused: this case needs about {format_bytes(est)} (parameters, saved activations and overhead) "
+        f"and the memory budget is {format_bytes(budget)} ({_which(spec, case)}); narrow space.depth/width/batch/tokens or "
+        f"raise --memory-budget (STABILITY_MEMORY_BUDGET){fits}"
+    )
 
 
 def _which(spec: Spec, case: Case) -> str:

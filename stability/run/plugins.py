@@ -13,16 +13,15 @@ A plugin that cannot be imported is a usage error (exit 2) naming it.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
 from stability.errors import UsageError
+from stability.families.factory import import_file
 
 __all__ = ["PLUGINS_ENV", "load_plugins", "plugins_environment", "configured_plugins"]
 
@@ -74,17 +73,4 @@ def _load(name: str) -> ModuleType:
 def _load_file(path: Path) -> ModuleType:
     if not path.is_file():
         raise UsageError(f"plugin {path}: no such file; give a module name or the path of a .py file")
-    private = f"_stability_plugin_{hashlib.sha1(os.fsencode(path)).hexdigest()[:12]}_{path.stem}"
-    if private in sys.modules:
-        return sys.modules[private]
-    spec = importlib.util.spec_from_file_location(private, path)
-    if spec is None or spec.loader is None:
-        raise UsageError(f"plugin {path}: cannot be loaded as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[private] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[private]
-        raise
-    return module
+    return import_file(path, kind="plugin", label=path.stem)

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from stability.families.build import Network, build, derive_seed, network_input
+from stability.families.construction import watching
 from stability.judge.token_invariants import TokenShapeObserver, finish_measurements
 from stability.measure.ensemble import ensemble_size
 from stability.measure.measurements import Measurements
@@ -23,7 +24,7 @@ from stability.spec.schema import Spec
 __all__ = ["MeasureContext", "measure_case", "probe_observers"]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class MeasureContext:
     """What an invariant's `after_probe` and `ensemble` measurements see (stability.spec.registry):
     the case, its blocks and their input (after the stem; None for a network probed through its
@@ -40,6 +41,8 @@ class MeasureContext:
     shared: dict[str, Any] = field(default_factory=dict)
     #: The built network (`net.model`: the blocks run inside a model's own forward, and `x` is None).
     net: Network | None = None
+    #: Each invariant's watcher of the construction (its registry entry's `construction`), by name.
+    watchers: dict[str, Any] = field(default_factory=dict)
 
 
 def _probe_entries(spec: Spec) -> list[Any]:
@@ -61,9 +64,11 @@ def measure_case(spec: Spec, case: Case) -> Measurements:
     """Build and probe one case and take every measurement its declared invariants need: the
     observers during the pass, then each one's `after_probe`, then each one's `ensemble`
     (registry order). Raises what building and probing raise."""
-    net = build(spec, case)
-    x = network_input(spec, case, net)
     entries = _probe_entries(spec)
+    watchers = {e.name: e.construction(spec) for e in entries if e.construction is not None}
+    with watching(*watchers.values()):
+        net = build(spec, case)
+    x = network_input(spec, case, net)
     observers = probe_observers(spec)
     m = probe_network(
         net,
@@ -75,7 +80,9 @@ def measure_case(spec: Spec, case: Case) -> Measurements:
         observers=observers,
     )
     m = finish_measurements(spec, m)
-    ctx = MeasureContext(spec, case, net.blocks, x, m, ensemble_size(spec), net=net)
+    ctx = MeasureContext(
+        spec=spec, case=case, blocks=net.blocks, x=x, m=m, size=ensemble_size(spec), net=net, watchers=watchers
+    )
     for e in entries:
         if e.after_probe is not None:
             m.extra.update(e.after_probe(ctx))

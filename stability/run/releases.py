@@ -277,6 +277,7 @@ def _inside(paths: list[Path], *, profile: str, depths: str) -> int:
     then each spec's corner cases (`matrix` below)."""
     from stability.errors import SpecError
     from stability.families.library_support import expected_init_difference, expected_refusal
+    from stability.run.report_model import read_report
     from stability.spec.load import load_spec
 
     loaded: list[str] = []
@@ -335,7 +336,7 @@ def _inside(paths: list[Path], *, profile: str, depths: str) -> int:
             check=False,
         ).returncode
         errors = (
-            json.loads((Path(tmp) / "report.json").read_text(encoding="utf-8")).get("errors", [])
+            read_report((Path(tmp) / "report.json").read_text(encoding="utf-8")).errors or []
             if side == 0
             else [f"exit {side}"]
         )

@@ -8,20 +8,25 @@ them is `stability.run.conclude`'s.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from stability.judge.verdict import Verdict
 from stability.measure.measurements import Measurements
 from stability.spec.case import Case
 from stability.spec.schema import Spec
+from stability.spec.values import ExpectKind
 
-__all__ = ["CaseRecord", "InvariantResult", "SpecResult", "OUTPUT_LINES"]
+__all__ = ["CaseRecord", "InvariantResult", "SpecResult", "OUTPUT_LINES", "Status"]
+
+#: What became of an expectation: met, unmet (a failure, or an error that stopped its judging), not
+#: applicable to the case it was replayed on, or skipped in this profile.
+Status = Literal["ok", "failed", "error", "not_applicable", "skipped"]
 
 #: Lines of a failing spec's captured output the terminal and pytest show (JSON keeps all that was kept).
 OUTPUT_LINES = 20
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CaseRecord:
     """One case: what was measured on it, or why it could not be measured."""
 
@@ -43,19 +48,19 @@ class CaseRecord:
     def from_dict(cls, data: dict[str, Any]) -> CaseRecord:
         m = data["measurements"]
         return cls(
-            Case.from_dict(data["case"]),
-            None if m is None else Measurements.from_dict(m),
-            data.get("error"),
-            float(data.get("seconds", 0.0)),
+            case=Case.from_dict(data["case"]),
+            measurements=None if m is None else Measurements.from_dict(m),
+            error=data.get("error"),
+            seconds=float(data.get("seconds", 0.0)),
         )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class InvariantResult:
     """One (spec, invariant) pair: was the expectation met, and which case decided it."""
 
     name: str
-    expect: str  # "holds" | "violated"
+    expect: ExpectKind
     met: bool
     verdict: Verdict | None
     case: Case | None
@@ -97,25 +102,28 @@ class InvariantResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> InvariantResult:
+        expect = data["expect"]
+        if expect not in ("holds", "violated"):
+            raise ValueError(f"not an expectation: expect={expect!r:.80}")
         return cls(
-            str(data["name"]),
-            str(data["expect"]),
-            bool(data["met"]),
-            None if data["verdict"] is None else Verdict.from_dict(data["verdict"]),
-            None if data["case"] is None else Case.from_dict(data["case"]),
-            int(data["examples"]),
-            str(data["message"]),
-            data.get("reproduce"),
-            data.get("error"),
-            bool(data.get("applicable", True)),
-            bool(data.get("skipped", False)),
-            tuple(Case.from_dict(c) for c in data.get("judged", ())),
-            float(data.get("seconds", 0.0)),
-            float(data.get("shrink_seconds", 0.0)),
+            name=str(data["name"]),
+            expect=expect,
+            met=bool(data["met"]),
+            verdict=None if data["verdict"] is None else Verdict.from_dict(data["verdict"]),
+            case=None if data["case"] is None else Case.from_dict(data["case"]),
+            examples=int(data["examples"]),
+            message=str(data["message"]),
+            reproduce=data.get("reproduce"),
+            error=data.get("error"),
+            applicable=bool(data.get("applicable", True)),
+            skipped=bool(data.get("skipped", False)),
+            judged=tuple(Case.from_dict(c) for c in data.get("judged", ())),
+            seconds=float(data.get("seconds", 0.0)),
+            shrink_seconds=float(data.get("shrink_seconds", 0.0)),
         )
 
     @property
-    def status(self) -> str:
+    def status(self) -> Status:
         if not self.applicable:
             return "not_applicable"
         if self.skipped:
@@ -123,7 +131,7 @@ class InvariantResult:
         return "ok" if self.met else ("error" if self.error else "failed")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SpecResult:
     spec: Spec
     results: list[InvariantResult]

@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from stability.run.store_file import (
     APPLICATION_ID,
@@ -93,7 +93,11 @@ CREATE TABLE IF NOT EXISTS sweeps (
 """
 
 
-@dataclass(frozen=True)
+#: A depth budget's outcome (`Budget`'s docstring).
+BudgetStatus = Literal["found", "at_least", "below", "not applicable"]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Budget:
     """The largest depth at which an invariant holds on every seed of the ensemble.
 
@@ -106,7 +110,7 @@ class Budget:
     slice: str
     invariant: str
     budget: int | None
-    status: str
+    status: BudgetStatus
     deciding_case: str | None
     detail: str
     reproduce: str | None

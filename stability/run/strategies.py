@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from stability.families.build import Network, build, derive_seed, make_input
+from stability.families.build import Network, build, derive_seed, make_input, network_input
 from stability.run.devices import case_devices
 from stability.spec.applicability import narrow_for
 from stability.spec.case import Case
@@ -98,12 +98,8 @@ class DrawnNetwork:
     @property
     def x(self) -> torch.Tensor:
         if "x" not in self._built:
-            x = make_input(self.spec, self.case)
-            stem = self.network.stem
-            if stem is not None:
-                with torch.no_grad():
-                    x = stem(x)
-            self._built["x"] = x
+            x = network_input(self.spec, self.case, self.network)  # after the stem; a declared embedding's output
+            self._built["x"] = x if x is not None else make_input(self.spec, self.case)  # (a model's own forward)
         x_: torch.Tensor = self._built["x"]
         return x_
 

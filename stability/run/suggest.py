@@ -9,7 +9,10 @@ report and the GitHub job summary render its result, `Suggestions`):
 2. Every remedy meant for one of those invariants (`Remedy.fixes`) that applies to the spec
    (`Remedy.applies`) gives an edit; the edited document is validated by the loader (a change the
    family refuses is listed as refused, with the loader's one line), and no edit may touch an
-   `[expect]` table or which cases are drawn and how they are judged (`judged_changes`).
+   `[expect]` table or which cases are drawn and how they are judged
+   (`stability.run.suggest_candidates.judged_changes`). Each structural remedy is also composed
+   with every initialisation remedy that applies to the network it makes, as a candidate of its
+   own named `structure+init` (`compositions`: the residual route with its branches at zero).
 3. First the failing cases: each candidate replays, with the same seeds, the deciding case of
    every unmet expectation (its values mapped into the edited space where a remedy changed a
    choice, e.g. `branch_init=default` → `zero`), one job per (remedy, case), all at once on the
@@ -17,12 +20,14 @@ report and the GitHub job summary render its result, `Suggestions`):
 4. Then the survivors on the whole case set: the edited spec's own search in the same profile
    (what `stability check FIXED.toml` runs), every expectation of the spec. A remedy holds when
    every one is met.
-   When no single remedy holds, every two of them whose edits set different keys are tried the
-   same way, as one attempt named `a+b` (at most `MAX_PAIRS`): qk-layernorm and a z-loss
-   together, where each alone fixes one of two unmet expectations.
-5. Ranked: fewest changed keys first, then the larger margin (the survivors' closest-to-failing
-   verdict of each fixed invariant, by that invariant's severity: the one farther from its bound
-   first), then registry order.
+   When no candidate holds, every two single remedies whose edits set different keys are tried
+   the same way, as one attempt named `a+b` (at most `MAX_PAIRS`, none that repeats a
+   composition): qk-layernorm and a z-loss together, where each alone fixes one of two unmet
+   expectations.
+5. Ranked (`Suggestions.ranked`): fewest changed keys first, then the larger margin (the
+   survivors' closest-to-failing verdict of each fixed invariant, by that invariant's severity:
+   the one farther from its bound first), then the order tried (registry order, single remedies
+   before compositions).
 
 Nothing here writes a file: `stability.cli.suggest` writes `--out`.
 """
@@ -30,7 +35,6 @@ Nothing here writes a file: `stability.cli.suggest` writes `--out`.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import time
 import tomllib
@@ -42,12 +46,13 @@ from stability.run.conclude import severity
 from stability.run.engine import RunOptions
 from stability.run.executor import Executor, Outcome, Task
 from stability.run.results import InvariantResult, SpecResult
+from stability.run.suggest_candidates import applies, attempt_of, compositions, pairs, same_changes
 from stability.run.suggestions import Attempt, Numbers, Suggestions
 from stability.spec.case import Case
 from stability.spec.edit import edited_text
 from stability.spec.load import load_spec, validate_spec
 from stability.spec.registry import INVARIANTS
-from stability.spec.remedy import REMEDIES, Remedy, apply_edit, changes_of
+from stability.spec.remedy import REMEDIES, Remedy
 from stability.spec.schema import Spec
 
 __all__ = ["Numbers", "Attempt", "Suggestions", "suggest", "failing_expectations", "map_case"]
@@ -139,7 +144,15 @@ def suggest(
         for r in result.results
         if not r.met and r.expect != "holds" and (only is None or r.name == only)
     ]
-    out = Suggestions(path, spec.name, result.profile, failing, [], family=spec.family, unfixable=unfixable)
+    out = Suggestions(
+        path=path,
+        name=spec.name,
+        profile=result.profile,
+        failing=failing,
+        attempts=[],
+        family=spec.family,
+        unfixable=unfixable,
+    )
     if not failing:
         out.seconds = time.perf_counter() - t0
         return out
@@ -147,45 +160,58 @@ def suggest(
     candidates: list[tuple[Attempt, Spec]] = []
     edits: dict[str, tuple[Remedy, dict[str, Any]]] = {}
     for entry in REMEDIES:
-        if not entry.fixes & names or not _applies(entry, spec, data):
+        if not entry.fixes & names or not applies(entry, spec, data):
             continue
         try:
             edit = dict(entry.edit(spec, data))
         except Exception as exc:  # a plugin's edit that raises on this spec: listed, never a traceback
             out.attempts.append(
                 Attempt(
-                    entry.name,
-                    entry.summary,
-                    entry.references,
-                    [],
-                    "",
-                    text,
-                    "refused",
-                    f"its edit raised {type(exc).__name__}: {exc}",
+                    remedy=entry.name,
+                    summary=entry.summary,
+                    references=entry.references,
+                    changes=[],
+                    diff="",
+                    text=text,
+                    status="refused",
+                    detail=f"its edit raised {type(exc).__name__}: {exc}",
                 )
             )
             continue
-        attempt, edited = _attempt(entry.name, entry.summary, entry.references, edit, data, text, path, spec)
+        attempt, edited = attempt_of(entry.name, entry.summary, entry.references, edit, data, text, path, spec)
         if attempt is None:
             continue
-        out.attempts.append(attempt)
+        _add(out, candidates, attempt, edited, on_attempt)
         if edited is not None:
-            candidates.append((attempt, edited))
             edits[entry.name] = (entry, edit)
-        elif on_attempt is not None:
-            on_attempt(attempt)
+    for attempt, edited in compositions(list(REMEDIES), names, spec, data, text, path):
+        _add(out, candidates, attempt, edited, on_attempt)  # the route around with its branches at zero, ...
     survivors = _replay_failing(candidates, failing, options, executor, on_attempt)
     _confirm(survivors, failing, options, executor, only, on_attempt)
-    if not out.ranked and len(edits) > 1:  # no one remedy holds: two together (qk-norm and a z-loss, ...)
-        pairs = []
-        for attempt, edited in _pairs(edits, data, text, path, spec):
-            out.attempts.append(attempt)
-            if edited is not None:
-                pairs.append((attempt, edited))
-        survivors = _replay_failing(pairs, failing, options, executor, on_attempt)
+    if not out.ranked and len(edits) > 1:  # no candidate holds: two remedies together (qk-norm and a z-loss, ...)
+        together: list[tuple[Attempt, Spec]] = []
+        for attempt, edited in pairs(edits, data, text, path, spec):
+            if not any(same_changes(attempt, a) for a in out.attempts):  # (not a composition tried already)
+                _add(out, together, attempt, edited, on_attempt)
+        survivors = _replay_failing(together, failing, options, executor, on_attempt)
         _confirm(survivors, failing, options, executor, only, on_attempt)
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def _add(
+    out: Suggestions,
+    candidates: list[tuple[Attempt, Spec]],
+    attempt: Attempt,
+    edited: Spec | None,
+    on_attempt: Callable[[Attempt], None] | None,
+) -> None:
+    """List an attempt; run it when it was not refused."""
+    out.attempts.append(attempt)
+    if edited is not None:
+        candidates.append((attempt, edited))
+    elif on_attempt is not None:
+        on_attempt(attempt)
 
 
 def _raise_on_error(outcome: Outcome, path: str) -> None:
@@ -193,147 +219,6 @@ def _raise_on_error(outcome: Outcome, path: str) -> None:
         raise SpecError(
             path, None, f"could not run: {outcome.error}", fix="fix what `stability check` reports for it first"
         )
-
-
-def _applies(entry: Remedy, spec: Spec, data: Mapping[str, Any]) -> bool:
-    try:
-        return bool(entry.applies(spec, data))
-    except Exception:  # a plugin's rule that raises on this spec: not proposed
-        return False
-
-
-#: The most pairs of remedies tried when no single one holds.
-MAX_PAIRS = 15
-
-
-def _pairs(
-    edits: Mapping[str, tuple[Remedy, dict[str, Any]]],
-    data: Mapping[str, Any],
-    text: str,
-    path: str,
-    spec: Spec | None = None,
-) -> list[tuple[Attempt, Spec | None]]:
-    """Every two remedies (in registry order) whose edits set different keys, as one attempt
-    named `a+b`, at most MAX_PAIRS of them. `spec`: `data` validated (validated here when not given)."""
-    spec = spec if spec is not None else validate_spec(data, file=path)
-    out: list[tuple[Attempt, Spec | None]] = []
-    names = list(edits)
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            (ea, da), (eb, db) = edits[a], edits[b]
-            if set(da) & set(db) or len(out) >= MAX_PAIRS:
-                continue
-            attempt, edited = _attempt(
-                f"{a}+{b}",
-                f"{ea.summary}; and {eb.summary}",
-                ea.references + eb.references,
-                {**da, **db},
-                data,
-                text,
-                path,
-                spec,
-            )
-            if attempt is not None:
-                out.append((attempt, edited))
-    return out
-
-
-#: What a spec's cases are and how they are judged: the space's sizes, number types, devices, seeds
-#: and examples, the whole [probe] table, and the optimizer run's length, data and budget. A remedy
-#: changes the network, its init or its training, never these: an edit that narrowed the depth range
-#: or judged the spec in another profile would "hold" by no longer drawing the failing cases.
-JUDGED_SPACE = ("depth", "width", "batch", "spatial", "input_width", "tokens", "dtype", "device", "seed", "examples")
-#: A family's own block keys (a library model's): which model and blocks are probed at which scale,
-#: and its shipped config (the init rule judged); a config value filled from the case ("depth",
-#: "width/64") is judged too.
-JUDGED_LIBRARY = ("model", "blocks", "inputs", "shipped", "scale")
-JUDGED_TRAIN = (
-    "steps",
-    "cases",
-    "seconds",
-    "profiles",
-    "record_every",
-    "task",
-    "samples",
-    "input_dim",
-    "outputs",
-    "vocab",
-    "order",
-    "concentration",
-    "eval_sequences",
-)
-
-
-def judged_changes(before: Spec, after: Spec) -> list[str]:
-    """The keys of `JUDGED_SPACE`, [probe], `JUDGED_LIBRARY` (and a library config's keys filled
-    from the case) and `JUDGED_TRAIN` whose validated value differs between the spec and the edited
-    spec (a table removed or added counts as its name)."""
-    out = [f"space.{k}" for k in JUDGED_SPACE if getattr(before.space, k) != getattr(after.space, k)]
-    out += [
-        f"probe.{k}" for k in type(before.probe).model_fields if getattr(before.probe, k) != getattr(after.probe, k)
-    ]
-    b, a = before.options, after.options  # a family's own block keys (None for the built-in ones)
-    if b is not None and type(b) is type(a):  # which model each case builds, and its declared init
-        out += [f"block.{k}" for k in JUDGED_LIBRARY if hasattr(b, k) and getattr(b, k) != getattr(a, k)]
-        config = getattr(b, "config", None)
-        if isinstance(config, Mapping):
-            out += [
-                f"block.config.{k}"
-                for k, v in config.items()
-                if isinstance(v, str) and getattr(a, "config", {}).get(k) != v
-            ]
-    if (before.train is None) != (after.train is None):
-        out.append("train")
-    elif before.train is not None and after.train is not None:
-        out += [f"train.{k}" for k in JUDGED_TRAIN if getattr(before.train, k) != getattr(after.train, k)]
-    return out
-
-
-def _attempt(
-    name: str,
-    summary: str,
-    references: tuple[str, ...],
-    edit: dict[str, Any],
-    data: Mapping[str, Any],
-    text: str,
-    path: str,
-    spec: Spec,
-) -> tuple[Attempt | None, Spec | None]:
-    """A remedy's edit of this spec: the attempt (None when it changes nothing) and the edited
-    spec (None when the loader refuses it, or when it changes the expectations or which cases are
-    drawn and how they are judged: the attempt is then "refused", with why)."""
-    touched = [k for k in edit if k == "expect" or k.startswith("expect.")]
-    changes = changes_of(data, edit)
-    if not changes:
-        return None, None
-    try:
-        new_text = edited_text(text, edit)
-    except Exception as exc:  # a value TOML cannot hold, a key under a non-table: never written
-        return Attempt(
-            name, summary, references, changes, "", text, "refused", f"its edit cannot be written as TOML: {exc}"
-        ), None
-    diff = "".join(
-        difflib.unified_diff(
-            text.splitlines(keepends=True), new_text.splitlines(keepends=True), fromfile=path, tofile=f"{path} ({name})"
-        )
-    )
-    attempt = Attempt(name, summary, references, changes, diff, new_text)
-    if touched:
-        attempt.status, attempt.detail = (
-            "refused",
-            f"it changes {', '.join(touched)}: a remedy may not change the expectations",
-        )
-        return attempt, None
-    try:
-        edited = validate_spec(apply_edit(data, edit), file=path)
-    except SpecError as exc:
-        attempt.status, attempt.detail = "refused", f"the edited spec does not load: {exc}"
-        return attempt, None
-    if judged := judged_changes(spec, edited):
-        attempt.status = "refused"
-        attempt.detail = f"it changes {', '.join(judged)}: a remedy may not change which cases are drawn or how they are judged, or the failing cases would simply not be run"
-        return attempt, None
-    return attempt, edited
 
 
 def _replay_failing(
@@ -355,10 +240,10 @@ def _replay_failing(
         for r in failing:
             attempt.numbers.append(
                 Numbers(
-                    r.name,
-                    "" if r.case is None else str(r.case),
-                    r.verdict.bound if r.verdict else "",
-                    r.verdict.observed if r.verdict else math.nan,
+                    invariant=r.name,
+                    case="" if r.case is None else str(r.case),
+                    bound=r.verdict.bound if r.verdict else "",
+                    before=r.verdict.observed if r.verdict else math.nan,
                 )
             )
         for case, group in by_case.items():
@@ -417,10 +302,20 @@ def _confirm(
                     r.examples,
                 )
         unmet = [r for r in res.results if not r.met]
+        unjudged = [  # a fixed expectation the remedied spec no longer judges is not fixed
+            r.name
+            for r in failing
+            if r.name not in by_name or not by_name[r.name].applicable or by_name[r.name].skipped
+        ]
         if outcome.error is not None:
             attempt.status, attempt.detail = "fails", f"the edited spec could not run: {outcome.error}"
         elif unmet:
             attempt.status, attempt.detail = "fails", "over the whole case set: " + unmet[0].message
+        elif unjudged:
+            attempt.status = "fails"
+            attempt.detail = (
+                f"over the whole case set: {', '.join(unjudged)} judged no case (not applicable or skipped)"
+            )
         else:
             attempt.status = "holds"
             met = [by_name[r.name] for r in failing if r.name in by_name]

@@ -9,7 +9,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from stability.run.results import InvariantResult
 from stability.spec.remedy import REMOVE, Change
@@ -17,7 +17,7 @@ from stability.spec.remedy import REMOVE, Change
 __all__ = ["Numbers", "Attempt", "Suggestions"]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Numbers:
     """One unmet expectation before and after a remedy: its number at the deciding case, the same
     case replayed under the remedy, and the remedied spec's own search (its closest-to-failing case)."""
@@ -40,7 +40,11 @@ class Numbers:
         return cls(**dict(data))
 
 
-@dataclass
+#: What a remedy tried did: every expectation met under it, one not met, or the edited spec refused.
+AttemptStatus = Literal["holds", "fails", "refused"]
+
+
+@dataclass(kw_only=True)
 class Attempt:
     """One remedy tried on the spec: its changes and diff, and what it did (`status`: "holds" when
     every expectation is met under it, "fails" when one is not, "refused" when the loader refuses
@@ -52,7 +56,7 @@ class Attempt:
     changes: list[Change]
     diff: str
     text: str
-    status: str = "fails"
+    status: AttemptStatus = "fails"
     detail: str = ""
     numbers: list[Numbers] = field(default_factory=list)
     margin: tuple[float, ...] = ()
@@ -97,7 +101,7 @@ def _toml(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Suggestions:
     """What `suggest` found for one spec: the unmet expectations, every remedy tried (in the order
     tried) and the ones that hold, ranked (`ranked[0]` is the best)."""

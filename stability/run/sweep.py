@@ -33,7 +33,7 @@ from stability.run.conclude import judge, severity
 from stability.run.executor import Executor, Outcome
 from stability.run.grid import Axis, Value, apply_point, check_points, grid_points, point_key
 from stability.run.results import CaseRecord
-from stability.run.store import Budget, Store
+from stability.run.store import Budget, BudgetStatus, Store
 from stability.run.store_keys import code_version, inputs_hash
 from stability.run.sweep_exec import PointTask, Row
 from stability.spec.applicability import not_applicable_reason
@@ -50,7 +50,7 @@ __all__ = [
 Progress = Callable[[int, int, int], None]  # (points done, of which cached, points known so far)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PointResult:
     """One grid point: its rows (one per seed), whether they came from the store, and each
     declared invariant's verdict there (`ensemble_verdict`; the reports draw these)."""
@@ -65,7 +65,7 @@ class PointResult:
         return all(r["m"] is None for r in self.rows)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SweepResult:
     spec: Spec
     axes: list[Axis]
@@ -106,7 +106,7 @@ def ensemble_verdict(
         if reason is not None:
             return None, None, f"not applicable: {reason}", None
         m = Measurements.from_json(row["m"]) if row["m"] is not None else None
-        v = judge(spec_p, name, CaseRecord(case, m, row["error"]))
+        v = judge(spec_p, name, CaseRecord(case=case, measurements=m, error=row["error"]))
         if not (v.passed and is_evidence(v)):
             return False, str(case), v.detail, v.observed
         closeness = severity(spec_p, name, v)
@@ -148,7 +148,7 @@ class _Bisection:
         if self.good is not None and self.bad is not None and self.good > self.bad:  # not monotone: keep the failure
             self.good = None if self.bad == self.lo else self.good
 
-    def budget(self) -> tuple[int | None, str]:
+    def budget(self) -> tuple[int | None, BudgetStatus]:
         if self.na:
             return None, "not applicable"
         if self.bad is None:
@@ -200,7 +200,7 @@ class Sweep:
                 self.hash, self.version, point_key(p), self.seeds, self.device
             )
             if rows is not None:
-                results[i] = PointResult(p, rows, True, self._verdicts(p, rows))
+                results[i] = PointResult(point=p, rows=rows, cached=True, verdicts=self._verdicts(p, rows))
                 self.done += 1
                 if point_key(p) not in self._fresh and point_key(p) not in self._reused:
                     self._reused.add(point_key(p))
@@ -224,7 +224,9 @@ class Sweep:
             self.store.put(self.hash, self.version, self.spec.name, point_key(task.point), self.device, rows)
             self._here[point_key(task.point)] = rows
             self._fresh.add(point_key(task.point))
-            results[task.tag["index"]] = PointResult(task.point, rows, False, self._verdicts(task.point, rows))
+            results[task.tag["index"]] = PointResult(
+                point=task.point, rows=rows, cached=False, verdicts=self._verdicts(task.point, rows)
+            )
             self.done += 1
             self.probed += len(rows)
             self._report()
@@ -275,14 +277,14 @@ class Sweep:
                 failing_depth = b.bad
                 out.append(
                     Budget(
-                        self.spec.name,
-                        point_key(s),
-                        n,
-                        budget,
-                        status,
-                        case,
-                        detail,
-                        self.reproduce(s, failing_depth, case)
+                        spec_name=self.spec.name,
+                        slice=point_key(s),
+                        invariant=n,
+                        budget=budget,
+                        status=status,
+                        deciding_case=case,
+                        detail=detail,
+                        reproduce=self.reproduce(s, failing_depth, case)
                         if case is not None and failing_depth is not None
                         else None,
                     )
@@ -332,6 +334,9 @@ def run_sweep(
 
     t0 = time.perf_counter()
     backend = backend or InProcessExecutor()
+    from stability.families.library_depth import narrowed
+
+    spec = narrowed(spec)  # no depth below the smallest the model builds at (a model whose init needs depth >= 2)
     grid = grid_points(axes)
     check_points(
         spec, grid, seed=seeds[0] if seeds else 0, device=device
@@ -352,7 +357,7 @@ def run_sweep(
     if depth_range is None:
         depth_axis = next((a for a in axes if a.key == "depth"), None)
         ints = [int(v) for v in depth_axis.values] if depth_axis else list(spec.space.depth)
-        depth_range = (min(ints), max(ints))
+        depth_range = (max(min(ints), spec.space.depth[0]), max(ints))
     found: list[Budget] = []
     extra: list[PointResult] = []
     if budgets:
@@ -360,16 +365,16 @@ def run_sweep(
         on_grid = {point_key(p.point) for p in points}
         extra = [r for r in probed if point_key(r.point) not in on_grid]
     return SweepResult(
-        spec,
-        axes,
-        list(seeds),
-        points,
-        found,
-        depth_range,
-        sweep.version,
-        time.perf_counter() - t0,
-        sweep.probed,
-        sweep.cached,
-        backend.workers,
-        extra,
+        spec=spec,
+        axes=axes,
+        seeds=list(seeds),
+        points=points,
+        budgets=found,
+        depth_range=depth_range,
+        code_version=sweep.version,
+        seconds=time.perf_counter() - t0,
+        probed=sweep.probed,
+        cached=sweep.cached,
+        workers=backend.workers,
+        extra_points=extra,
     )

@@ -24,7 +24,7 @@ Moved = list[
 ]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Comparison:
     """`compare`'s answer: the two code versions, every budget stored under both whose value
     differs (`moved`), how many were compared, and how many are stored under one version only."""
@@ -104,4 +104,11 @@ def compare(store: Store, rev_a: str, rev_b: str) -> Comparison:
                     (budget_b, status_b, case_b),
                 )
             )
-    return Comparison(va, vb, moved, len(common), len(set(a) - set(b)), len(set(b) - set(a)))
+    return Comparison(
+        version_a=va,
+        version_b=vb,
+        moved=moved,
+        compared=len(common),
+        only_a=len(set(a) - set(b)),
+        only_b=len(set(b) - set(a)),
+    )

@@ -101,9 +101,9 @@ class PointTask(Job):
                 try:
                     record = evaluate(spec_s, case, options)
                 except StabilityError as exc:  # a custom factory that raises: this case fails, the sweep goes on
-                    record = CaseRecord(case, None, str(exc))
+                    record = CaseRecord(case=case, measurements=None, error=str(exc))
                 except Exception as exc:
-                    record = CaseRecord(case, None, f"the case does not run: {_one_line(exc)}")
+                    record = CaseRecord(case=case, measurements=None, error=f"the case does not run: {_one_line(exc)}")
                 emit({"kind": "case", "record": record.to_dict()})
             return {}
         finally:

@@ -20,7 +20,7 @@ from stability.spec.case import Case
 from stability.spec.registry import INVARIANTS, Invariant
 from stability.spec.schema import Spec
 
-__all__ = ["evaluate", "run_depths", "RunCache"]
+__all__ = ["evaluate", "run_depths", "trained_text", "RunCache"]
 
 #: One optimizer run per (case, depth): trainability and residual_size of one spec share them.
 RunCache = dict[tuple[Case, int], TrainRun]
@@ -93,3 +93,22 @@ def evaluate(
     except Exception as exc:  # a block raised during training; the run goes on
         return None, "the case does not train: " + " ".join(f"{type(exc).__name__}: {exc}".split())
     return verdict, None
+
+
+def trained_text(spec: Spec, name: str, case: Case) -> str:
+    """What a training invariant trains for `case`, in words (" (optimizer runs at depths 4 and 32,
+    width 64)"): its registry entry's `train_cases`, the networks the optimizer runs, which the
+    case alone does not name (`compare_depths` trains other depths, `widths` other widths)."""
+    entry = INVARIANTS.get(name)
+    if entry.train_cases is None:
+        return ""
+    variants = entry.train_cases(getattr(spec.expect, name), case)
+    depths = sorted({v.depth for v in variants})
+    widths = sorted({v.width for v in variants})
+
+    def words(key: str, values: list[int]) -> str:
+        if len(values) == 1:
+            return f"{key} {values[0]}"
+        return f"{key}s {', '.join(map(str, values[:-1]))} and {values[-1]}"
+
+    return f" (optimizer runs at {words('depth', depths)}, {words('width', widths)})"

@@ -40,7 +40,8 @@ from torch import nn
 
 from stability.errors import UsageError
 from stability.families.build import build
-from stability.families.discover import hidden_argument, run_model
+from stability.families.discover import run_model
+from stability.measure.block_form import NormPosition
 from stability.run.conclude import judge
 from stability.run.engine import RunOptions, evaluate
 from stability.run.store import Budget, budget_text
@@ -72,7 +73,7 @@ _POSITIONS: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ZooRow:
     """One family of the zoo (the module docstring)."""
 
@@ -115,48 +116,24 @@ def _prefix(model: str, block: str) -> str:
 
 def parameterisation(model: nn.Module, inputs: Any, block: nn.Module) -> tuple[str, str, str]:
     """(norm position, norm classes with their count, positional scheme) of a built model whose
-    blocks are of `type(block)`, from one forward without gradient (the module docstring)."""
-    norms = [m for m in block.modules() if "Norm" in type(m).__name__]
-    seen: dict[str, Any] = {"first": None}
-
-    # A tensor is compared by identity and by its version counter: an in-place operation after it
-    # (timm's `x += shortcut` on a BatchNorm's output) makes it another value in the same object.
-    def block_pre(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        where = hidden_argument(module, args, kwargs)
-        h = None if where is None else (args[where] if isinstance(where, int) else kwargs[where])
-        seen["in"] = (h, h._version) if isinstance(h, torch.Tensor) else None
+    blocks are of `type(block)`, from one forward without gradient (the module docstring; the
+    position by `stability.measure.block_form.NormPosition`, the rule the probe's entry asks)."""
+    reader = NormPosition(block)
+    norms = reader.norms
 
     def block_post(module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
-        from stability.families.adapters import hidden_state
-
-        seen["out"] = hidden_state(out)
         raise _Stop
 
-    def norm_pre(module: nn.Module, args: tuple[Any, ...]) -> None:
-        if seen["first"] is None and args and isinstance(args[0], torch.Tensor):
-            seen["first"] = (args[0], args[0]._version)
-
-    def norm_post(module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
-        if isinstance(out, torch.Tensor):
-            seen.setdefault("norm_outputs", []).append((out, out._version))
-
-    handles = [block.register_forward_pre_hook(block_pre, with_kwargs=True), block.register_forward_hook(block_post)]
-    handles += [n.register_forward_pre_hook(norm_pre) for n in norms] + [
-        n.register_forward_hook(norm_post) for n in norms
-    ]
+    stop = block.register_forward_hook(block_post)  # after the reader's own hook
     try:
         with torch.no_grad():
             run_model(model, inputs)
     except _Stop:
         pass
     finally:
-        for h in handles:
-            h.remove()
-    first, given = seen["first"], seen.get("in")
-    pre = first is not None and given is not None and first[0] is given[0] and first[1] == given[1]
-    out = seen.get("out")
-    post = out is not None and any(o is out and v == out._version for o, v in seen.get("norm_outputs", []))
-    position = "pre + post" if pre and post else "pre" if pre else "post" if post else "in branch" if norms else "none"
+        stop.remove()
+        reader.close()
+    position = reader.position() or ("in branch" if norms else "none")
     counts: dict[str, int] = {}
     prefix = _prefix(type(model).__name__, type(block).__name__)
     for n in norms:
@@ -196,9 +173,9 @@ class _Stop(BaseException):
 
 
 def _weights(block: nn.Module) -> list[tuple[nn.Module, torch.Tensor]]:
-    from stability.families.library_build import _weights as weights
+    from stability.families.library_build import weight_matrices
 
-    return list(weights(block).values())
+    return list(weight_matrices(block).values())
 
 
 def _init_text(model: nn.Module, block: nn.Module) -> str:
@@ -242,13 +219,13 @@ def zoo_budget(spec: Spec, *, top: int = max(DEPTHS)) -> Budget | None:
     """The depth budget of `gradient_arrival` in [1, top] on `BUDGET_SEEDS` (the module
     docstring): the spec's own band where it declares one, else the one-decade band [0.1, 10],
     the same for every family (a measurement of how far the whole ratio g₀/g_L stays within a
-    decade, not a claim of the spec's)."""
+    decade, the embedding's entry included on every model, not a claim of the spec's)."""
     from stability.run.executor import InProcessExecutor
     from stability.run.store import Store
     from stability.run.sweep import run_sweep
     from stability.spec import schema
 
-    declared = spec.expect.gradient_arrival or schema.GradientArrival.model_validate({})
+    declared = spec.expect.gradient_arrival or schema.GradientArrival.model_validate({"include_entry": True})
     spec = spec.model_copy(
         update={"expect": schema.Expect.model_validate({"gradient_arrival": declared})}
     )  # the budget's invariant alone: no other measurement runs
@@ -283,16 +260,16 @@ def zoo_row(
     library = str(getattr(o, "model", "")).partition(":")[0]
     declared = [(n, e) for n, e in spec.invariants() if not INVARIANTS.get(n).training]
     row = ZooRow(
-        spec.name,
-        spec.path,
-        library,
-        model,
-        block,
-        position,
-        norms,
-        positions,
-        init,
-        {n: e.expect for n, e in declared},
+        name=spec.name,
+        path=spec.path,
+        library=library,
+        model=model,
+        block=block,
+        norm_position=position,
+        norms=norms,
+        positions=positions,
+        init=init,
+        expects={n: e.expect for n, e in declared},
     )
     options = RunOptions(case_timeout=None)
     for depth in depths:

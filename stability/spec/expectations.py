@@ -10,10 +10,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
-from stability.spec.values import ExpectKind, Growth, _Model
+from stability.spec.values import ExpectKind, Growth, StrictModel
 
 
-class Expectation(_Model):
+class Expectation(StrictModel):
     """The keys every `[expect.NAME]` table has; an invariant's own model derives from it."""
 
     expect: ExpectKind = "holds"
@@ -27,10 +27,15 @@ class Expectation(_Model):
 
 
 class GradientArrival(Expectation):
-    """grad_norm[0] / grad_norm[-1] must lie in [lo, hi]."""
+    """grad_norm[0] / grad_norm[-1] must lie in [lo, hi]; on a pre-norm token model, grad_norm[1] /
+    grad_norm[-1], its embedding's entry factor reported beside (unless `include_entry`)."""
 
     lo: float = Field(0.1, gt=0.0)
     hi: float = Field(10.0, gt=0.0)
+    #: Whether the ratio spans block 0's input x₀: unset, it does except on a pre-norm stack whose
+    #: x₀ is the model's own token embedding (stability.judge.stream.entry_apart); true, always
+    #: (g₀/g_L); false, never (g₁/g_L, the entry factor g₀/g₁ reported beside).
+    include_entry: bool | None = None
 
 
 class VarianceGrowth(Expectation):

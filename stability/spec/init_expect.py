@@ -18,7 +18,7 @@ A **row** says which parameters it covers and the law their init declares:
 Numbers are a number or an expression of the model's declared config (`initializer_range`,
 `n_layer`, `d_model`, …) and the parameter's `fan_in`, `fan_out` and `numel`: + − * / ** %,
 comparisons, `and`, `or` (the first operand that is set and true: `initializer_range or
-init_std`), `x if c else y`, `v[i]`, and sqrt, log, exp, abs, min, max, sum, len.
+init_std`), `x if c else y`, `v[i]`, `v[i:j]`, and sqrt, log, exp, abs, min, max, sum, len.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from stability.spec.expectations import Expectation
-from stability.spec.values import _Model
+from stability.spec.values import StrictModel
 
 __all__ = [
     "InitRule",
@@ -121,6 +121,10 @@ def _check_node(node: ast.AST) -> None:
     elif isinstance(node, ast.Subscript):
         _check_node(node.value)
         _check_node(node.slice)
+    elif isinstance(node, ast.Slice) and node.step is None:
+        for bound in (node.lower, node.upper):
+            if bound is not None:
+                _check_node(bound)
     elif (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
@@ -131,7 +135,7 @@ def _check_node(node: ast.AST) -> None:
             _check_node(v)
     else:
         raise ValueError(
-            f"{ast.unparse(node)!r} is not allowed (numbers, config keys, + - * / ** %, comparisons, and/or, x if c else y, v[i], {', '.join(_FUNCTIONS)})"
+            f"{ast.unparse(node)!r} is not allowed (numbers, config keys, + - * / ** %, comparisons, and/or, x if c else y, v[i], v[i:j], {', '.join(_FUNCTIONS)})"
         )
 
 
@@ -188,6 +192,8 @@ def _compute(node: ast.AST, env: Mapping[str, Any]) -> Any:
         return _compute(node.body, env) if _compute(node.test, env) else _compute(node.orelse, env)
     if isinstance(node, ast.Subscript):
         return _compute(node.value, env)[_compute(node.slice, env)]
+    if isinstance(node, ast.Slice):
+        return slice(*(None if v is None else _compute(v, env) for v in (node.lower, node.upper)))
     if isinstance(node, ast.Call):
         assert isinstance(node.func, ast.Name)  # _check_node admitted only named functions
         return _FUNCTIONS[node.func.id](*(_compute(a, env) for a in node.args))
@@ -216,7 +222,7 @@ def glob_matches(patterns: Patterns, names: str | tuple[str, ...]) -> bool:
     return any(re.fullmatch(_glob(p), n) for p in pats for n in candidates)
 
 
-class InitRule(_Model):
+class InitRule(StrictModel):
     """One row (the module docstring)."""
 
     name: Patterns = None
@@ -292,12 +298,15 @@ class InitConformance(Expectation):
 
     #: Rows of the spec's own, tried before the shipped table's (so they add and override).
     rules: list[InitRule] = Field(default_factory=list)
-    #: The shipped rule table to use (default: the first whose `models` matches the model's class).
-    table: str | None = None
+    #: The shipped rule table to use: a name (applied where its `models` match the model's class), false
+    #: for none (the model's own recorded intent alone), or unset: the table of the model's class
+    #: (`stability.judge.init_tables.choose_table`).
+    table: str | bool | None = None
     #: Declared values: those the model's config does not hold (a registered model's own defaults), and the
     #: intended value over the model's own where it holds another (docs/specs.md).
     config: dict[str, float | int | bool | str | list[float]] = Field(default_factory=dict)
-    #: A parameter no row covers: "fail" (the declared rule must be complete) or "allow".
-    uncovered: Literal["fail", "allow"] = "fail"
+    #: A parameter nothing declares (no row covers it, and its init was not recorded or is computed):
+    #: "allow" (listed as undeclared) or "fail" (the declared rule must be complete).
+    uncovered: Literal["fail", "allow"] = "allow"
     #: The false-alarm level of one case over all its tests (split over them, Bonferroni).
     alpha: float = Field(1e-6, gt=0.0, lt=0.5)

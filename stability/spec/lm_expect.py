@@ -194,7 +194,7 @@ indicator, over the recorded steps t <= steps:
                    L_0 the first loss, H the task's entropy rate
     holds when the indicator does not warn
 
-docs/lm_early_warning.py measures each indicator's detection and false-alarm rates over a grid
+dev/lm_early_warning.py measures each indicator's detection and false-alarm rates over a grid
 of learning rates, sizes, qk-norm on and off and seeds (docs/training.md has the table).""",
         "fails": """\
 - A run headed for attention-logit divergence: its largest logit has already grown many times

@@ -42,8 +42,10 @@ from stability.errors import StabilityError, did_you_mean
 
 __all__ = [
     "Explanation",
+    "Band",
     "Invariant",
     "Family",
+    "OtherBuild",
     "Registry",
     "INVARIANTS",
     "FAMILIES",
@@ -80,6 +82,28 @@ Phase = Literal["probe", "training"]
 
 
 @dataclass(frozen=True, kw_only=True)
+class Band:
+    """One number an invariant bounds by a band that a measurement of the family sets, not the
+    literature (`stability calibrate` measures it over seeds and depths and proposes the band;
+    `stability init` writes it). `values(verdict)` is the number on each network the verdict
+    judged (one per member of a seed ensemble, else the case's own network; nan where it is
+    undefined); `lo` and `hi` are the keys of the invariant's `[expect]` table that bound it
+    (None: that side is not bounded). The number must be positive: a band is widened by a factor.
+    A threshold a paper or the arithmetic sets (a cosine of 0.9, a mean-field band in standard
+    deviations) is no band: a measurement must not move it."""
+
+    number: str
+    label: str
+    values: Callable[[Any], Sequence[float]]
+    lo: str | None = None
+    hi: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.lo is None and self.hi is None:
+            raise RegistryError(f"band {self.number!r} bounds neither side: give lo or hi (its [expect] keys)")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Invariant:
     """One invariant, declared whole (see the module docstring).
 
@@ -101,6 +125,10 @@ class Invariant:
       measured after the probe (e.g. the Jacobian spectrum) and on the case's seed ensemble; the
       values land in `Measurements.extra` (registered with `stability.measure.measurements.serializable`
       when they are not plain data). `context` is `stability.run.probing.MeasureContext`.
+    - `construction(spec) -> watcher`: a watcher of the case's model being constructed (a
+      function returning a context manager, entered around the construction and the library's
+      own init: `stability.families.construction`); `after_probe` finds it as
+      `context.watchers[name]` (init_conformance records the init each parameter receives).
     - `severity(verdict, expectation) -> float`: for a passing verdict, how close it came to
       failing (bigger is closer); the reported case of a search that found no failure is the one
       of largest severity. Default: the observed number.
@@ -124,6 +152,7 @@ class Invariant:
     observers: Callable[[Any], list[Any]] | None = None
     after_probe: Callable[[Any], Mapping[str, Any]] | None = None
     ensemble: Callable[[Any], Mapping[str, Any]] | None = None
+    construction: Callable[[Any], Any] | None = None
     severity: Callable[[Any, Any], float] | None = None
     targets: Callable[[Any], Sequence[tuple[float, str]]] | None = None
     #: None: a sweep measures it at every point as `check` measures a case. Otherwise why a sweep
@@ -132,6 +161,8 @@ class Invariant:
     #: The capabilities of a family it needs (`Family.lacks`): a spec whose family lacks one is
     #: refused when it is loaded, with the family's reason; `stability explain` lists those families.
     needs: frozenset[str] = frozenset()
+    #: The numbers it bounds by bands a measurement sets (`Band`; `stability calibrate` asks these).
+    bands: tuple[Band, ...] = ()
 
     def __post_init__(self) -> None:
         problems = []
@@ -160,6 +191,16 @@ class Invariant:
                 problems.append(f"{key} is empty")
         if not isinstance(self.explanation, Explanation):
             problems.append("explanation must be a stability.spec.registry.Explanation")
+        fields = getattr(self.expectation, "model_fields", {})
+        for b in self.bands:
+            if not isinstance(b, Band):
+                problems.append(f"bands must hold stability.spec.registry.Band entries, not {type(b).__name__}")
+                continue
+            unknown = [k for k in (b.lo, b.hi) if k is not None and k not in fields]
+            if unknown:
+                problems.append(f"band {b.number!r} names {', '.join(unknown)}, not keys of its [expect] table")
+        if self.bands and self.phase != "probe":
+            problems.append("bands are measured on the probe's networks: a training invariant has none")
         if problems:
             raise RegistryError(f"invariant {self.name!r} cannot be registered: " + "; ".join(problems))
 
@@ -172,6 +213,18 @@ class Invariant:
             return self.severity(verdict, expectation)
         observed = verdict.observed
         return observed if math.isfinite(observed) else math.inf
+
+
+@dataclass(frozen=True, kw_only=True)
+class OtherBuild:
+    """Another way to build a case that is over the memory budget (`Family.over_budget`)."""
+
+    #: The spec to build the case with (it fits the budget); None: the refusal only names `how`.
+    spec: Any | None
+    #: Its estimate, in bytes.
+    need: int
+    #: Words: how it is built ("with its blocks streamed one at a time (…)"), or the change to make.
+    how: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -228,6 +281,14 @@ class Family:
     #: the family, from the spec's raw `[block]` table (read before the spec is validated, so it
     #: must not raise): the worker forkserver imports them before it forks any child.
     preload: Callable[[Mapping[str, Any]], Sequence[str]] | None = None
+    #: `least_depth(spec) -> LeastDepth` (stability.families.library_depth): the smallest depth the
+    #: spec's model builds at (`.depth`, and `.why` the depths below fail); the search draws no
+    #: depth below it. None: every depth builds.
+    least_depth: Callable[[Any], Any] | None = None
+    #: `over_budget(spec, case, budget) -> OtherBuild | None`: how a case whose estimate is over the
+    #: memory budget is built within it instead (a library model streamed block by block), or what
+    #: the refusal names as fitting (stability.run.guard.fit_budget). None: refused as it is.
+    over_budget: Callable[[Any, Any, int], OtherBuild | None] | None = None
 
     def __post_init__(self) -> None:
         problems = []

@@ -23,12 +23,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 from stability.spec.registry import Registry, RegistryError
 
 __all__ = [
     "Remedy",
+    "RemedyKind",
     "REMEDIES",
     "register_remedy",
     "remedy",
@@ -56,6 +57,12 @@ MISSING: Any = _Marker("MISSING")
 
 Edit = Mapping[str, Any]
 
+#: What a remedy changes: "structure", the shape of the network (a route around every layer, where
+#: the norm sits); "init", the values it starts from (the weights, a branch's gain or scale, a
+#: gate's bias); "other", anything else (the loss, the readout, the attention logits). `suggest`
+#: composes each structural remedy with each initialisation that applies to the network it makes.
+RemedyKind = Literal["structure", "init", "other"]
+
 
 @dataclass(frozen=True, kw_only=True)
 class Remedy:
@@ -68,8 +75,11 @@ class Remedy:
       parsed TOML document the user wrote.
     - `edit(spec, data) -> {dotted key: new value or REMOVE}`: the spec transformation; it changes
       no `[expect]` table (`suggest` keeps the expectations the user wrote), nor which cases are
-      drawn and how they are judged (`stability.run.suggest.judged_changes`: `suggest` refuses it).
+      drawn and how they are judged (`stability.run.suggest_candidates.judged_changes`: `suggest` refuses it).
     - `references`: where the remedy comes from, as a citation.
+    - `kind` (`RemedyKind`): a "structure" remedy is also tried composed with every "init" remedy
+      that applies to the network it makes (the residual route with its branches at zero: He et
+      al. 2016); "other" (the default) is only tried alone, or paired when no remedy holds alone.
     """
 
     name: str
@@ -78,6 +88,7 @@ class Remedy:
     applies: Callable[[Any, Mapping[str, Any]], bool]
     edit: Callable[[Any, Mapping[str, Any]], Edit]
     references: tuple[str, ...]
+    kind: RemedyKind = "other"
 
     def __post_init__(self) -> None:
         problems = []
@@ -92,6 +103,8 @@ class Remedy:
                 problems.append(f"{key} must be callable")
         if not self.references or not all(isinstance(r, str) and r.strip() for r in self.references):
             problems.append("references must cite at least one source")
+        if self.kind not in get_args(RemedyKind):
+            problems.append(f"kind {self.kind!r} is not one of {', '.join(get_args(RemedyKind))}")
         if problems:
             raise RegistryError(f"remedy {self.name!r} cannot be registered: " + "; ".join(problems))
 

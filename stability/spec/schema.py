@@ -36,9 +36,12 @@ from stability.spec.values import (
     DEFAULT_SIZE,
     GROWTH_CLASSES,
     Activation,
+    BiasInit,
     BranchInit,
+    BranchScale,
     Device,
     DType,
+    FloatPair,
     IntRange,
     IntSpace,
     LayerKind,
@@ -47,13 +50,10 @@ from stability.spec.values import (
     Residual,
     SeedRange,
     Skip,
+    StrictModel,
     WeightInit,
-    _bias_init,
-    _branch_scale,
-    _choices,
-    _float_pair,
-    _Model,
-    _nonempty_list,
+    choices,
+    nonempty_list,
 )
 
 __all__ = [
@@ -87,7 +87,7 @@ __all__ = [
 ]
 
 
-class Block(_Model):
+class Block(StrictModel):
     """The block's structure and options. Which keys apply depends on the family."""
 
     layer: LayerKind = "linear"
@@ -96,9 +96,9 @@ class Block(_Model):
     norm_groups: int = Field(default=8, ge=1)
     skip: Skip = "identity"
     skip_scale: float | None = None
-    projection_spectrum: Annotated[tuple[float, float], BeforeValidator(_float_pair)] | None = None
+    projection_spectrum: FloatPair | None = None
     branch_layers: int = Field(default=2, ge=1, le=2)
-    branch_scale: Annotated[float | str, BeforeValidator(_branch_scale)] = 1.0
+    branch_scale: BranchScale = 1.0
     gate_bias: float = -2.0
     growth: int = Field(default=8, ge=1)
     transition_every: int = Field(default=0, ge=0)
@@ -123,7 +123,7 @@ class Block(_Model):
     sigma_reparam: bool = False
 
 
-class Space(_Model):
+class Space(StrictModel):
     """The search space cases are drawn from. Ranges are inclusive `[lo, hi]` or a single value."""
 
     depth: IntRange
@@ -131,19 +131,19 @@ class Space(_Model):
     batch: IntRange = (8, 8)  # type: ignore[assignment]  # a plain pair: what the JSON schema shows as the default
     spatial: IntRange | None = None
     input_width: IntRange | None = None
-    weight_init: _choices(WeightInit) = ["default"]  # type: ignore[valid-type]
+    weight_init: choices(WeightInit) = ["default"]  # type: ignore[valid-type]
     init_std: float = Field(0.02, gt=0.0)
     init_gain: float = 1.0
-    bias_init: Annotated[float | str, BeforeValidator(_bias_init)] = "default"
-    branch_init: _choices(BranchInit) = ["default"]  # type: ignore[valid-type]
-    dtype: _choices(DType) = ["float32"]  # type: ignore[valid-type]
-    device: _choices(Device) = ["cpu", "cuda"]  # type: ignore[valid-type]
+    bias_init: BiasInit = "default"
+    branch_init: choices(BranchInit) = ["default"]  # type: ignore[valid-type]
+    dtype: choices(DType) = ["float32"]  # type: ignore[valid-type]
+    device: choices(Device) = ["cpu", "cuda"]  # type: ignore[valid-type]
     seed: SeedRange = (0, 2**16 - 1)  # type: ignore[assignment]
     examples: list[str] = Field(default_factory=list)
     tokens: IntRange | None = None
 
 
-class Probe(_Model):
+class Probe(StrictModel):
     loss: Literal["projection", "sum"] = "projection"
     mode: Literal["train", "eval"] = "train"
     checkpoint_every: int = Field(default=0, ge=0)
@@ -157,7 +157,7 @@ class Probe(_Model):
     #: The profiles whose search judges the spec's probe invariants; in the others they are skipped
     #: and say so (a replayed `--case` runs in any profile). `train.profiles` does the same for
     #: the training invariants.
-    profiles: Annotated[list[Literal["ci", "dev", "thorough"]], BeforeValidator(_nonempty_list)] = [
+    profiles: Annotated[list[Literal["ci", "dev", "thorough"]], BeforeValidator(nonempty_list)] = [
         "ci",
         "dev",
         "thorough",
@@ -178,7 +178,7 @@ class Probe(_Model):
     threads: int | None = Field(default=None, ge=1, le=1024)
 
 
-class Train(_Model):
+class Train(StrictModel):
     """The optimizer run of the training invariants (stability.measure.train): every run is full-batch on
     a fixed synthetic set drawn from the case's seed, so it replays bit-exactly on the CPU."""
 
@@ -193,7 +193,7 @@ class Train(_Model):
     input_dim: int = Field(16, ge=1)
     outputs: int = Field(4, ge=1)
     seconds: float = Field(30.0, gt=0.0)
-    profiles: Annotated[list[Literal["ci", "dev", "thorough"]], BeforeValidator(_nonempty_list)] = [
+    profiles: Annotated[list[Literal["ci", "dev", "thorough"]], BeforeValidator(nonempty_list)] = [
         "ci",
         "dev",
         "thorough",
@@ -208,7 +208,7 @@ class Train(_Model):
     eval_sequences: int = Field(64, ge=1, le=4096)
     #: AdamW (Loshchilov & Hutter 2019): β₁, β₂, ε, and a weight decay `coupled` (θ ← θ − η_t·λ·θ, as
     #: torch.optim.AdamW) or `independent` of the learning rate (θ ← θ − s_t·λ·θ, s_t the schedule's factor).
-    betas: Annotated[tuple[float, float], BeforeValidator(_float_pair)] = (0.9, 0.999)
+    betas: FloatPair = (0.9, 0.999)
     eps: float = Field(1e-8, gt=0.0)
     weight_decay: float = Field(0.0, ge=0.0)
     decay: Literal["coupled", "independent"] = "coupled"
@@ -229,7 +229,7 @@ class Train(_Model):
 
 if TYPE_CHECKING:  # the built-in invariants' fields, for type checkers; at run time `rebuild` makes the model
 
-    class Expect(_Model):
+    class Expect(StrictModel):
         gradient_arrival: GradientArrival | None
         variance_growth: VarianceGrowth | None
         identity_at_init: IdentityAtInit | None
@@ -249,7 +249,7 @@ if TYPE_CHECKING:  # the built-in invariants' fields, for type checkers; at run 
 
 else:
 
-    class Expect(_Model):
+    class Expect(StrictModel):
         """The `[expect]` table: one optional field per registered invariant. Rebuilt by `rebuild`
         whenever an invariant is registered (stability.spec.registry); until the built-in catalogue
         is registered it has none."""
@@ -259,7 +259,7 @@ else:
 FamilyName = str
 
 
-class Spec(_Model):
+class Spec(StrictModel):
     """A validated spec. `path` is where it was read from ('<string>' when parsed from text).
     `options` holds the family's own `[block]` keys (its `Family.options` model), when it has any."""
 
@@ -279,7 +279,7 @@ class Spec(_Model):
         return [(n, e) for n in type(self.expect).model_fields if (e := getattr(self.expect, n)) is not None]
 
 
-class _ExpectBase(_Model):
+class _ExpectBase(StrictModel):
     """What every rebuilt `Expect` derives from: it pickles as its declared tables, rebuilt with the
     `Expect` of the process that reads it, so a spec made before the registry changed (a plugin or a
     test registered an invariant) still pickles, and a worker reads it with its own registry."""

@@ -1,5 +1,5 @@
 """The value types of spec keys, below every table that uses them: the strict, frozen base of every
-table (`_Model`: unknown keys forbidden), the choices a key takes (`Literal`s), integer ranges
+table (`StrictModel`: unknown keys forbidden), the choices a key takes (`Literal`s), integer ranges
 (`IntSpace`: n, [lo, hi], { values }, { range, multiple_of }) with their JSON Schema and their
 dump in the spec's own syntax, and the validators of the keys that take a number or a word.
 """
@@ -155,7 +155,8 @@ def _seed_range(value: Any) -> Any:
     return space
 
 
-def _nonempty_list(value: Any) -> Any:
+def nonempty_list(value: Any) -> Any:
+    """One choice (a string) as a list of one; an empty list refused."""
     if isinstance(value, str):
         return [value]
     if isinstance(value, list) and not value:
@@ -201,13 +202,16 @@ IntRange = Annotated[IntSpace, PlainValidator(_positive_range), PlainSerializer(
 SeedRange = Annotated[IntSpace, PlainValidator(_seed_range), PlainSerializer(_dump_space), _range_schema(0)]
 
 
-def _choices(kind: Any) -> Any:
+def choices(kind: Any) -> Any:
+    """The type of a key that takes one of `kind`'s words or a list of them (at least one)."""
     one = {"enum": list(get_args(kind))}
     schema = {"anyOf": [one, {"type": "array", "items": one, "minItems": 1}], "description": "one choice or a list"}
-    return Annotated[list[kind], BeforeValidator(_nonempty_list), WithJsonSchema(schema)]
+    return Annotated[list[kind], BeforeValidator(nonempty_list), WithJsonSchema(schema)]
 
 
-class _Model(BaseModel):
+class StrictModel(BaseModel):
+    """The base of every table of a spec: strict, frozen, unknown keys forbidden, no NaN or inf."""
+
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 
 
@@ -240,3 +244,11 @@ def _bias_init(value: Any) -> Any:
             raise ValueError("must be a finite number")
         return float(value)
     raise ValueError('expected a number or "default"')
+
+
+#: A `[a, b]` pair of numbers (`train.betas`, `block.projection_spectrum`).
+FloatPair = Annotated[tuple[float, float], BeforeValidator(_float_pair)]
+#: A residual branch's scale: a number, "1/sqrt(depth)" or "1/depth".
+BranchScale = Annotated[float | str, BeforeValidator(_branch_scale)]
+#: A bias's initial value: a number or "default" (the layer's own).
+BiasInit = Annotated[float | str, BeforeValidator(_bias_init)]
