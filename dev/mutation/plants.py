@@ -1,0 +1,1430 @@
+"""The hand-planted mutation round of the release surfaces (docs/mutation.md, "Round 6").
+
+    python dev/mutation/plants.py list                 # every plant, its module and its tests
+    python dev/mutation/plants.py run [--only ID,...]  # plant each, run its tests, put it back
+    python dev/mutation/plants.py tally                # killed and survived per module
+
+Each plant is one small bug written by hand into one module (an operator, a constant, an
+off-by-one, swapped arguments, a dropped condition): `old` is replaced by `new` (it must occur
+exactly once in the file), the plant's test files run (`pytest -x -n 0 -m 'not slow'`, the
+narrowest files that cover the module), and the file is put back whatever happens. A plant is
+**killed** when a test fails (or the run passes its time limit), **survived** when they all pass.
+Results go to .cache/mutation_plants.json (raw output stays out of docs/). Run from the
+repository root with `PYTHONPATH=$PWD`; the tests import the planted code from the working tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / ".cache" / "mutation_plants.json"
+LIMIT = 600.0  # seconds per plant: a run past it counts as killed (a hang)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plant:
+    id: str
+    file: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+    what: str
+
+
+def _p(id: str, file: str, old: str, new: str, tests: str, what: str) -> Plant:
+    return Plant(id=id, file=file, old=old, new=new, tests=tuple(tests.split()), what=what)
+
+
+# ----------------------------------------------------------------------------- the survivors issue 51 lists
+
+VALUES = "stability/families/library_values.py"
+MEMORY = "stability/families/library_memory.py"
+STREAM = "stability/families/library_stream.py"
+DRAWS = "stability/families/library_draws.py"
+RELEASES = "stability/run/releases.py"
+SIDES = "stability/run/release_sides.py"
+SIDE = "stability/report/release_side.py"
+COMPARE = "stability/report/zoo_compare.py"
+ZOO_CLI = "stability/cli/zoo.py"
+
+ISSUE: list[Plant] = [
+    _p(
+        "issue-widht",
+        VALUES,
+        "(match.group(1) or match.group(3))",
+        "match.group(1)",
+        "tests/test_library.py",
+        'a misspelt case key under a divisor ("widht/64") no longer refused',
+    ),
+    _p(
+        "issue-median-nan",
+        "stability/judge/stream.py",
+        "if len(live) == len(values) and live else",
+        "if live else",
+        "tests/test_stream.py",
+        "the ensemble median skips an undefined member",
+    ),
+    _p(
+        "issue-tied-twice",
+        MEMORY,
+        "(True, model.parameters()), (False, model.buffers())):\n        for t in tensors:\n"
+        "            if id(t) in seen:\n                continue\n",
+        "(True, [p for _, p in model.named_parameters(remove_duplicate=False)]), (False, model.buffers())):\n"
+        "        for t in tensors:\n",
+        "tests/test_library_memory.py",
+        "a tied weight counted twice in the estimate (once per module that holds it)",
+    ),
+    _p(
+        "issue-tied-untied-on-meta",
+        MEMORY,
+        'if param is not None and param.device.type != "meta":',
+        "if param is not None:",
+        "tests/test_library_memory.py",
+        "a tied weight copied per module when registered on the meta device (two tensors, counted twice)",
+    ),
+    _p(
+        "issue-corpus-error-alarm",
+        "benchmarks/corpus.py",
+        "alarms = sum(good.caught for _, _, good in rows)",
+        "alarms = sum(not good.passed for _, _, good in rows)",
+        "tests/test_corpus.py",
+        "an error on the fixed release counted as a false alarm",
+    ),
+    _p(
+        "issue-side-every-entry",
+        SIDE,
+        "entries = [e for e in base.entries if e.key.case in cases]",
+        "entries = list(base.entries)",
+        "tests/test_releases.py tests/test_no_false_green.py",
+        "the release side compares every baseline entry in each depth group",
+    ),
+    _p(
+        "issue-matrix-mismatch-0",
+        RELEASES,
+        "return 2 if gate == 2 or errors else max(gate, 1 if wrong else 0)",
+        "return 2 if gate == 2 or errors else gate",
+        "tests/test_releases.py tests/test_no_false_green.py",
+        "a support-matrix mismatch exits 0",
+    ),
+    _p(
+        "issue-stream-keep",
+        STREAM,
+        "streamer.materialise(i, keep=(i + 1,))",
+        "streamer.materialise(i, keep=(i - 1,))",
+        "tests/test_library_stream.py",
+        "the streamed backward keeps the block before instead of the block after",
+    ),
+    _p(
+        "issue-stream-estimate",
+        STREAM,
+        "return int(rest + 2 * block + depth * hidden_bytes + saved + work)",
+        "return int(rest + block + depth * hidden_bytes + saved + work)",
+        "tests/test_library_stream.py tests/test_library_family.py tests/test_guard.py",
+        "the streamed estimate holds one block instead of two",
+    ),
+    _p(
+        "issue-draw-call",
+        DRAWS,
+        "_chunk_seed(self.seed, call, j)",
+        "_chunk_seed(self.seed, 0, j)",
+        "tests/test_library_draws.py",
+        "chunked init seeds ignore the call index",
+    ),
+]
+
+# ----------------------------------------------------------------------------- this round's plants
+
+T_RELEASES = "tests/test_releases.py tests/test_no_false_green.py tests/test_release_runner.py"
+T_SIDES = "tests/test_no_false_green.py tests/test_releases.py tests/test_release_runner.py"
+T_SIDE = "tests/test_release_side.py tests/test_no_false_green.py tests/test_releases.py"
+T_COMPARE = "tests/test_releases.py tests/test_no_false_green.py tests/test_release_side.py"
+T_ZOO = "tests/test_no_false_green.py tests/test_output_paths.py tests/test_releases.py tests/test_release_side.py"
+T_STREAM = "tests/test_library_stream.py tests/test_library_family.py tests/test_guard.py"
+T_DRAWS = "tests/test_library_draws.py tests/test_library_stream.py"
+T_MEMORY = "tests/test_library_memory.py tests/test_library_family.py tests/test_guard.py"
+
+ROUND: list[Plant] = [
+    # --- run/releases.py: releases named, installed and run as the matrix's sessions
+    _p(
+        "rel-parse-operator",
+        RELEASES,
+        r"(==|>=|<=|~=|!=|<|>)",
+        r"(>=|<=|~=|!=|<|>)",
+        T_RELEASES,
+        "a pin of another package (torch==2.13.0) read as a folder name",
+    ),
+    _p(
+        "rel-parse-match",
+        RELEASES,
+        "match = _RELEASE.fullmatch(text.strip())",
+        "match = _RELEASE.match(text.strip())",
+        T_RELEASES,
+        "a release with trailing text read as its prefix",
+    ),
+    _p(
+        "rel-never-case",
+        RELEASES,
+        "if req.name.lower() in _NEVER",
+        "if req.name in _NEVER",
+        T_RELEASES,
+        "a requirement on Torch (capitalised) installed into the release's folder",
+    ),
+    _p(
+        "rel-closure-names",
+        RELEASES,
+        "names.add(name)",
+        "names.add(requirement)",
+        T_RELEASES,
+        "a requirement named twice with other specifiers added twice",
+    ),
+    _p(
+        "rel-best-oldest",
+        RELEASES,
+        "and (best is None or version > best[0])",
+        "and (best is None or version < best[0])",
+        T_RELEASES,
+        "the oldest cached wheel that meets a requirement instead of the newest",
+    ),
+    _p(
+        "rel-best-any",
+        RELEASES,
+        "            and requirement.specifier.contains(version, prereleases=True)\n",
+        "",
+        T_RELEASES,
+        "a cached wheel outside the requirement chosen",
+    ),
+    _p(
+        "rel-install-reuse",
+        RELEASES,
+        "    if done.is_file():\n        return target",
+        "    if target.is_dir():\n        return target",
+        T_RELEASES,
+        "a half-installed folder (no record written) reused",
+    ),
+    _p(
+        "rel-install-deps",
+        RELEASES,
+        '        "install",\n        "--quiet",\n        "--no-deps",\n',
+        '        "install",\n        "--quiet",\n',
+        T_RELEASES,
+        "the release installed with its dependencies (torch replaced)",
+    ),
+    _p(
+        "rel-install-record",
+        RELEASES,
+        'done.write_text(json.dumps({"release": release.label, "requirements": extra}, indent=1) + "\\n'
+        '", encoding="utf-8")',
+        "pass",
+        T_RELEASES,
+        "an installed release never recorded (installed again every time)",
+    ),
+    _p(
+        "rel-env-order",
+        RELEASES,
+        'os.pathsep.join([str(folder), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])',
+        'os.pathsep.join([*([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []), str(folder)])',
+        T_RELEASES,
+        "the release's folder after the environment's path",
+    ),
+    _p(
+        "rel-env-venv",
+        RELEASES,
+        '        return str(release.path / "bin" / "python"), env',
+        "        return sys.executable, env",
+        T_RELEASES,
+        "a virtual environment run with this interpreter",
+    ),
+    _p(
+        "rel-library-any",
+        RELEASES,
+        "return library if library in LIBRARIES else None",
+        "return library or None",
+        T_RELEASES,
+        "a spec's model of another package taken as a release's library",
+    ),
+    _p(
+        "rel-matrix-tv-timm",
+        RELEASES,
+        '({"timm"} if release.library == "torchvision" else set())',
+        "set()",
+        T_RELEASES,
+        "a torchvision release without the timm specs",
+    ),
+    _p(
+        "rel-matrix-sample",
+        RELEASES,
+        "return [p for p in paths if p.stem in sample] if sample else paths",
+        "return [p for p in paths if p.name in sample] if sample else paths",
+        T_RELEASES,
+        "the sample matched on file names",
+    ),
+    _p(
+        "rel-inside-unexpected-refusal",
+        RELEASES,
+        "            if expected is None:\n                wrong.append",
+        "            if expected is not None:\n                wrong.append",
+        T_RELEASES,
+        "a refusal the support matrix does not expect accepted (and an expected one flagged)",
+    ),
+    _p(
+        "rel-inside-unexpected-load",
+        RELEASES,
+        "        if expected is not None:\n"
+        '            wrong.append(f"{path}: loads, but the support matrix says it needs {expected}")\n',
+        "",
+        T_RELEASES,
+        "a spec that loads where the support matrix expects a refusal accepted",
+    ),
+    _p(
+        "rel-inside-differs-code",
+        RELEASES,
+        "        if code != 1:\n",
+        "        if code == 0:\n",
+        T_RELEASES,
+        "a spec that must fail under another init accepted when it errors (exit 2)",
+    ),
+    _p(
+        "rel-inside-gate-1",
+        RELEASES,
+        "        gate == 5\n",
+        "        gate in (1, 5)\n",
+        T_RELEASES,
+        "a failing ci gate read as nothing judged (exit 0)",
+    ),
+    _p(
+        "rel-inside-rest",
+        RELEASES,
+        "rest = [p for p in loaded if p not in differs]",
+        "rest = loaded",
+        T_RELEASES,
+        "a spec that must fail also run in the gate that must pass",
+    ),
+    _p(
+        "rel-inside-none-loaded",
+        RELEASES,
+        "        return 1 if wrong else 0\n",
+        "        return 0\n",
+        T_RELEASES,
+        "every spec refused against the support matrix, exit 0",
+    ),
+    _p(
+        "rel-inside-errors",
+        RELEASES,
+        "return 2 if gate == 2 or errors else",
+        "return 2 if gate == 2 else",
+        T_RELEASES,
+        "a corner case that did not run ignored",
+    ),
+    _p(
+        "rel-inside-side-exit",
+        RELEASES,
+        '            else [f"exit {side}"]',
+        "            else []",
+        T_RELEASES,
+        "a release side that crashed read as no error",
+    ),
+    _p(
+        "rel-inside-max",
+        RELEASES,
+        "max(gate, 1 if wrong else 0)",
+        "min(gate, 1 if wrong else 0)",
+        T_RELEASES,
+        "the gate's failure hidden by the support matrix's agreement",
+    ),
+    _p(
+        "rel-matrix-unknown",
+        RELEASES,
+        "unknown = [s for s in sample or [] if s not in stems]",
+        "unknown = [s for s in sample or [] if s in stems]",
+        T_RELEASES,
+        "a misspelt sample stem accepted",
+    ),
+    _p(
+        "rel-matrix-inside-flag",
+        RELEASES,
+        '        "stability.run.releases",\n        "--inside",\n',
+        '        "stability.run.releases",\n',
+        T_RELEASES,
+        "the session's child run without --inside",
+    ),
+    _p(
+        "rel-matrix-profile",
+        RELEASES,
+        '        "--profile",\n        profile,\n        "--depths",\n        depths,\n        *map(str, paths),',
+        '        "--depths",\n        depths,\n        *map(str, paths),',
+        T_RELEASES,
+        "the session's profile not passed on",
+    ),
+    _p(
+        "rel-main-folder",
+        RELEASES,
+        "        if release.library is None:\n            raise UsageError",
+        "        if release.library is None and False:\n            raise UsageError",
+        T_RELEASES,
+        "a folder given to the matrix, which installs releases",
+    ),
+    _p(
+        "rel-main-sample",
+        RELEASES,
+        'sample=args.sample.split(",") if args.sample else None',
+        "sample=[args.sample] if args.sample else None",
+        T_RELEASES,
+        "--sample a,b read as one stem",
+    ),
+    _p(
+        "rel-main-inside-first",
+        RELEASES,
+        "[Path(x) for x in ([args.release] if args.release else []) + args.paths]",
+        "[Path(x) for x in args.paths]",
+        T_RELEASES,
+        "the first spec of an --inside run dropped",
+    ),
+    _p(
+        "rel-main-exit",
+        RELEASES,
+        '        print(f"stability: error: {exc}", file=sys.stderr)\n        return 2',
+        '        print(f"stability: error: {exc}", file=sys.stderr)\n        return 1',
+        T_RELEASES,
+        "a bad release exits 1 (not met) instead of 2",
+    ),
+    # --- run/release_sides.py: the two sides of zoo --compare
+    _p(
+        "sides-imports-first",
+        SIDES,
+        '"--imports", ",".join(libraries)]',
+        '"--imports", ",".join(libraries[:1])]',
+        T_SIDES,
+        "only the first library asked about",
+    ),
+    _p(
+        "sides-imports-line",
+        SIDES,
+        "json.loads(run.stdout.strip().splitlines()[-1])",
+        "json.loads(run.stdout.strip().splitlines()[0])",
+        T_SIDES,
+        "the child's first line read instead of its answer",
+    ),
+    _p(
+        "sides-imports-value",
+        SIDES,
+        "except (IndexError, ValueError):",
+        "except IndexError:",
+        T_SIDES,
+        "a child that prints no JSON ends in a traceback",
+    ),
+    _p(
+        "sides-within-swap",
+        SIDES,
+        "Path(folder).resolve().is_relative_to(root.resolve())",
+        "root.resolve().is_relative_to(Path(folder).resolve())",
+        T_SIDES,
+        "the folder test reversed",
+    ),
+    _p(
+        "sides-libraries-empty",
+        SIDES,
+        "or list(LIBRARIES)",
+        "or []",
+        T_SIDES,
+        "specs that name no library checked against no library",
+    ),
+    _p(
+        "sides-same-text",
+        SIDES,
+        "    if a.label == b.label:",
+        "    if a.text == b.text:",
+        T_SIDES,
+        "one release spelt twice differently installed and run",
+    ),
+    _p(
+        "sides-first-lib",
+        SIDES,
+        "        for lib in libraries:\n",
+        "        for lib in libraries[:1]:\n",
+        T_SIDES,
+        "a second library that does not import let through",
+    ),
+    _p(
+        "sides-venv-any",
+        SIDES,
+        'venv = release.path is not None and (release.path / "bin" / "python").exists()',
+        "venv = release.path is not None",
+        T_SIDES,
+        "every folder taken as a virtual environment",
+    ),
+    _p(
+        "sides-any-all",
+        SIDES,
+        'and not any(_within(got[x]["folder"], release.path) for x in libraries)',
+        'and not all(_within(got[x]["folder"], release.path) for x in libraries)',
+        T_SIDES,
+        "a folder that holds one of two libraries refused",
+    ),
+    _p(
+        "sides-same-any",
+        SIDES,
+        'if all(first[x]["version"] == second[x]["version"] for x in libraries):',
+        'if any(first[x]["version"] == second[x]["version"] for x in libraries):',
+        T_SIDES,
+        "two releases that share one library's version refused",
+    ),
+    _p(
+        "sides-seen-label",
+        SIDES,
+        "        seen[release.label] = got",
+        "        seen[a.label] = got",
+        T_SIDES,
+        "both sides' imports filed under side A",
+    ),
+    _p(
+        "sides-plugins",
+        SIDES,
+        "    env = plugins_environment(plugins or [], env)\n",
+        "",
+        T_SIDES,
+        "the run's plugins not passed to a side",
+    ),
+    _p(
+        "sides-baseline",
+        SIDES,
+        '        command += ["--baseline", str(baseline)]',
+        "        pass",
+        T_SIDES,
+        "side B run without side A's report",
+    ),
+    _p(
+        "sides-report-missing",
+        SIDES,
+        'if run.returncode != 0 or not (out / "report.json").is_file():',
+        "if run.returncode != 0:",
+        T_SIDES,
+        "a side that wrote no report taken as run",
+    ),
+    _p("sides-depths", SIDES, '",".join(map(str, depths))', "str(depths[0])", T_SIDES, "only the first depth run"),
+    # --- report/release_side.py: one side, in the release's process
+    _p(
+        "side-torch-version",
+        SIDE,
+        '    out["torch"] = metadata.version("torch")\n',
+        "",
+        T_SIDE,
+        "the side's torch not recorded",
+    ),
+    _p(
+        "side-version-none",
+        SIDE,
+        "                out[name] = str(__import__(name).__version__)",
+        "                out[name] = str(getattr(__import__(name), '__version__', None))",
+        T_SIDE,
+        "a library without a version recorded as 'None'",
+    ),
+    _p(
+        "side-folder-parent",
+        SIDE,
+        "folder = str(Path(where).resolve().parent) if where else None",
+        "folder = str(Path(where).resolve().parent.parent) if where else None",
+        T_SIDE,
+        "the folder a library comes from read one level up",
+    ),
+    _p(
+        "side-error-version",
+        SIDE,
+        'out[name] = {"version": None, "folder": None, "error": what}',
+        'out[name] = {"version": "", "folder": None, "error": what}',
+        T_SIDE,
+        "a library that does not import given a version",
+    ),
+    _p(
+        "side-number",
+        SIDE,
+        "return x if x is None or math.isfinite(x) else str(x)",
+        "return x",
+        T_SIDE,
+        "an infinite number written as bare Infinity (not JSON)",
+    ),
+    _p(
+        "side-depths-first",
+        SIDE,
+        'depths = [int(d) for d in args.depths.split(",")]',
+        'depths = [int(args.depths.split(",")[0])]',
+        T_SIDE,
+        "only the first depth run",
+    ),
+    _p(
+        "side-refused-empty",
+        SIDE,
+        '(out / "refused.json").write_text(json.dumps(refused) + "\\n", encoding="utf-8")',
+        '(out / "refused.json").write_text(json.dumps({}) + "\\n", encoding="utf-8")',
+        T_SIDE,
+        "the refusals not written",
+    ),
+    _p(
+        "side-profile",
+        SIDE,
+        'options = RunOptions(profile="thorough", case_timeout=None)',
+        'options = RunOptions(profile="ci", case_timeout=None)',
+        T_SIDE,
+        "the side run in the ci profile",
+    ),
+    _p(
+        "side-corner-depth",
+        SIDE,
+        "str(corner_case(s, depth=d))",
+        "str(corner_case(s, depth=depths[0]))",
+        T_SIDE,
+        "every depth group run at the first depth",
+    ),
+    _p(
+        "side-toward-swap",
+        SIDE,
+        "toward = against.toward_bound(spec, d.key.invariant, before, result.verdict)",
+        "toward = against.toward_bound(spec, d.key.invariant, result.verdict, before)",
+        T_SIDE,
+        "toward and away from the bound swapped",
+    ),
+    _p(
+        "side-direction",
+        SIDE,
+        '("up" if change > 0 else "down")',
+        '("down" if change > 0 else "up")',
+        T_SIDE,
+        "up and down swapped",
+    ),
+    _p(
+        "side-before-after",
+        SIDE,
+        '"before": _number(d.before),',
+        '"before": _number(d.after),',
+        T_SIDE,
+        "the number before written as the number after",
+    ),
+    _p(
+        "side-limit",
+        SIDE,
+        '"limit": _number(d.limit),',
+        '"limit": _number(d.change),',
+        T_SIDE,
+        "the drift limit written as the change",
+    ),
+    _p(
+        "side-errors",
+        SIDE,
+        'write_json(out / "report.json", results, errors=errors,',
+        'write_json(out / "report.json", results, errors=[],',
+        T_SIDE,
+        "a case that did not run not reported",
+    ),
+    _p(
+        "side-no-paths",
+        SIDE,
+        "    if not args.paths or not args.out:",
+        "    if not args.out:",
+        T_SIDE,
+        "a side with no spec runs and reports nothing",
+    ),
+    _p(
+        "side-plugins",
+        SIDE,
+        "    load_plugins()  # the run's plugins",
+        "    pass  # the run's plugins",
+        T_SIDE,
+        "the run's plugins not loaded in a side",
+    ),
+    _p(
+        "side-mine-key",
+        SIDE,
+        "(against.spec_key(o.task.spec.path), o.task.spec.name, r.name, str(r.case))",
+        "(against.spec_key(o.task.spec.path), o.task.spec.name, r.name, str(o.task.case))",
+        T_SIDE,
+        "this run's result looked up by the task's case string",
+    ),
+    # --- report/zoo_compare.py: the comparison's report
+    _p(
+        "cmp-moved",
+        COMPARE,
+        'return [r for r in rows if r["status"] == "drift"]',
+        'return [r for r in rows if r["status"] != "within"]',
+        T_COMPARE,
+        "a number not compared counted as moved",
+    ),
+    _p(
+        "cmp-direction-none",
+        COMPARE,
+        '    if row.get("direction") is None:\n        return "—"\n',
+        "",
+        T_COMPARE,
+        "an unchanged number given a direction",
+    ),
+    _p(
+        "cmp-toward-swap",
+        COMPARE,
+        '"toward its bound" if toward else "away from its bound"',
+        '"away from its bound" if toward else "toward its bound"',
+        T_COMPARE,
+        "toward and away swapped",
+    ),
+    _p(
+        "cmp-toward-false",
+        COMPARE,
+        'where = "" if toward is None else',
+        'where = "" if not toward else',
+        T_COMPARE,
+        "away from its bound never said",
+    ),
+    _p("cmp-change-zero", COMPARE, '("0%" if c == 0 else ', "(", T_COMPARE, "no change shown as +0.0%"),
+    _p("cmp-change-sign", COMPARE, 'f"{c:+.1%}"', 'f"{c:.1%}"', T_COMPARE, "a change shown without its sign"),
+    _p(
+        "cmp-change-inf",
+        COMPARE,
+        "if math.isfinite(c) else str(c)",
+        "if True else str(c)",
+        T_COMPARE,
+        "an infinite change shown as a percentage",
+    ),
+    _p(
+        "cmp-limit-none",
+        COMPARE,
+        'return "—" if x is None else fmt_limit(x)',
+        "return fmt_limit(x or 0.0)",
+        T_COMPARE,
+        "a row without a drift limit shown with limit 0",
+    ),
+    _p(
+        "cmp-shown",
+        COMPARE,
+        'r["shown"] or r["case"],',
+        'r["case"],',
+        T_COMPARE,
+        "a case shown in full, not as the keys that vary",
+    ),
+    _p(
+        "cmp-terminal-all",
+        COMPARE,
+        "        for r in moved(rows)\n    ]",
+        "        for r in rows\n    ]",
+        T_COMPARE,
+        "every row listed as moved",
+    ),
+    _p(
+        "cmp-md-moved-count",
+        COMPARE,
+        'f"{len(hit)} number(s) moved',
+        'f"{len(rows)} number(s) moved',
+        T_COMPARE,
+        "every number counted as moved",
+    ),
+    _p(
+        "cmp-md-compared",
+        COMPARE,
+        "of {compared} compared",
+        "of {len(rows)} compared",
+        T_COMPARE,
+        "numbers that could not be compared counted as compared",
+    ),
+    _p(
+        "cmp-md-versions",
+        COMPARE,
+        "for k, v in v_.items() if v)",
+        "for k, v in v_.items())",
+        T_COMPARE,
+        "a library a side lacks listed as 'None'",
+    ),
+    _p("cmp-md-file", COMPARE, "`{Path(file).name}`", "`{file}`", T_COMPARE, "a refused spec named by its whole path"),
+    _p(
+        "cmp-num-none",
+        COMPARE,
+        "return None if x is None else float(x)",
+        "return float(x or 0)",
+        T_COMPARE,
+        "a missing number shown as 0",
+    ),
+    _p(
+        "cmp-md-table-rows",
+        COMPARE,
+        "for f, i, c, ab, ch, lim, d, _ in terminal_rows(rows)",
+        "for f, i, c, ab, ch, lim, d, _ in terminal_rows(rows)[:1]",
+        T_COMPARE,
+        "only the first moved row in the table",
+    ),
+    # --- cli/zoo.py: the command
+    _p(
+        "zoo-depths-blank",
+        ZOO_CLI,
+        'for d in text.split(",") if d.strip()}',
+        'for d in text.split(",")}',
+        T_ZOO,
+        "--depths 4,8, (a trailing comma) refused",
+    ),
+    _p(
+        "zoo-depths-zero",
+        ZOO_CLI,
+        "if not depths or depths[0] < 1:",
+        "if not depths or depths[0] < 0:",
+        T_ZOO,
+        "--depths 0 accepted",
+    ),
+    _p(
+        "zoo-compare-default-depths",
+        ZOO_CLI,
+        '_depths("4" if args.depths is None else args.depths)',
+        '_depths("4,8,16" if args.depths is None else args.depths)',
+        T_ZOO,
+        "--compare at three depths by default",
+    ),
+    _p(
+        "zoo-md-check",
+        ZOO_CLI,
+        "    if args.md is not None:\n        check_markdown(args.md)\n",
+        "",
+        T_ZOO,
+        "--md checked only after the zoo ran",
+    ),
+    _p(
+        "zoo-md-html-same",
+        ZOO_CLI,
+        "if args.md is not None and Path(args.md).resolve() == page:",
+        "if args.md is not None and Path(args.md) == page:",
+        T_ZOO,
+        "--md and --html on one file by a relative path",
+    ),
+    _p("zoo-budget", ZOO_CLI, "budget=not args.no_budget,", "budget=args.no_budget,", T_ZOO, "--no-budget inverted"),
+    _p(
+        "zoo-no-budget-refused",
+        ZOO_CLI,
+        '    refuse_unused(parser(), args, ["--no-budget"], "--compare'
+        " measures each family's corner cases and no budget\")\n",
+        "",
+        T_ZOO,
+        "--compare --no-budget accepted and ignored",
+    ),
+    _p(
+        "zoo-compare-md-check",
+        ZOO_CLI,
+        '        check_report_path("--md", args.md, "zoo comparison", example="compare.md")\n',
+        "        pass\n",
+        T_ZOO,
+        "--compare --md checked only after both sides ran",
+    ),
+    _p(
+        "zoo-refused-swap",
+        ZOO_CLI,
+        '            a.label: json.loads((side_a / "refused.json")',
+        '            a.label: json.loads((side_b / "refused.json")',
+        T_ZOO,
+        "side B's refusals shown under side A",
+    ),
+    _p(
+        "zoo-compared-all",
+        ZOO_CLI,
+        'compared = sum(r["status"] != "not_comparable" for r in rows)',
+        "compared = len(rows)",
+        T_ZOO,
+        "numbers that could not be compared counted as compared",
+    ),
+    _p(
+        "zoo-refused-every",
+        ZOO_CLI,
+        "        if len(files) == len(paths):",
+        "        if files:",
+        T_ZOO,
+        "a side that refuses one spec of several exits 2",
+    ),
+    _p(
+        "zoo-moved-exit",
+        ZOO_CLI,
+        "    if moved(rows):\n        return EXIT_FAILED",
+        "    if moved(rows):\n        return EXIT_OK",
+        T_ZOO,
+        "a moved number exits 0",
+    ),
+    _p(
+        "zoo-md-labels",
+        ZOO_CLI,
+        "markdown(a.label, b.label, rows,",
+        "markdown(b.label, a.label, rows,",
+        T_ZOO,
+        "the comparison's sides swapped in --md",
+    ),
+    _p(
+        "zoo-baseline-side",
+        ZOO_CLI,
+        'baseline=side_a / "report.json", plugins=args.plugin',
+        "baseline=None, plugins=args.plugin",
+        T_ZOO,
+        "side B compared with no baseline",
+    ),
+    _p(
+        "zoo-quiet",
+        ZOO_CLI,
+        "        if not args.quiet:\n"
+        '            err.print(f"zoo --compare: {len(paths)} families under {escape(a.label)}"',
+        '        if args.quiet:\n            err.print(f"zoo --compare: {len(paths)} families under {escape(a.label)}"',
+        T_ZOO,
+        "progress printed under -q",
+    ),
+    _p(
+        "zoo-no-specs",
+        ZOO_CLI,
+        '    if not paths:\n        raise UsageError(f"--compare: no spec files',
+        '    if not paths and False:\n        raise UsageError(f"--compare: no spec files',
+        T_ZOO,
+        "--compare on a folder without specs runs both sides",
+    ),
+    # --- families/library_stream.py: scale = "shipped"
+    _p(
+        "stream-block-seed",
+        STREAM,
+        'f"{seed}:{index}".encode()',
+        'f"{seed}".encode()',
+        T_STREAM,
+        "every block drawn from one seed (all blocks alike)",
+    ),
+    _p(
+        "stream-fork",
+        STREAM,
+        "with torch.random.fork_rng(devices=[]), torch.no_grad(), chunked_draws(seed):",
+        "with torch.no_grad(), chunked_draws(seed):",
+        T_STREAM,
+        "the caller's generator moved by a block's init",
+    ),
+    _p(
+        "stream-storage-bytes",
+        STREAM,
+        "* st for n, st in zip(p.shape, p.stride(), strict=True)) + 1)",
+        "* st for n, st in zip(p.shape, p.stride(), strict=True)))",
+        T_STREAM,
+        "a parameter's storage one entry short",
+    ),
+    _p(
+        "stream-poison",
+        STREAM,
+        "        if poison and p.is_floating_point():",
+        "        if False:",
+        T_STREAM,
+        "a block's storage not filled with NaN before its first init",
+    ),
+    _p(
+        "stream-keep-ignored",
+        STREAM,
+        "for j in sorted(self.live - {i, *keep}):",
+        "for j in sorted(self.live - {i}):",
+        T_STREAM,
+        "the block the backward may still need released",
+    ),
+    _p(
+        "stream-live-return",
+        STREAM,
+        "        if i in self.live:\n            return\n",
+        "",
+        T_STREAM,
+        "a live block made again",
+    ),
+    _p(
+        "stream-first-always",
+        STREAM,
+        "params, first = self.params[i], i not in self.checked",
+        "params, first = self.params[i], True",
+        T_STREAM,
+        "every materialisation taken as the first",
+    ),
+    _p(
+        "stream-peak",
+        STREAM,
+        "self.peak_live = max(self.peak_live, len(self.live))",
+        "self.peak_live = len(self.live)",
+        T_STREAM,
+        "the peak of live blocks records the last count",
+    ),
+    _p(
+        "stream-release-forward",
+        STREAM,
+        "            return original(*args, **kwargs)\n        finally:\n            self.release(i)",
+        "            return original(*args, **kwargs)\n        finally:\n            pass",
+        T_STREAM,
+        "a block kept after its forward",
+    ),
+    _p(
+        "stream-no-checkpoint",
+        STREAM,
+        "            return checkpoint(run, *args, use_reentrant=False, context_fn=contexts, **kwargs)",
+        "            return run(*args, **kwargs)",
+        T_STREAM,
+        "blocks run without checkpointing",
+    ),
+    _p(
+        "stream-known",
+        STREAM,
+        "if i is not None and id(p) not in known:",
+        "if i is not None:",
+        T_STREAM,
+        "a block made again for parameters already read",
+    ),
+    _p(
+        "stream-release-all",
+        STREAM,
+        "                yield name, p\n        finally:\n            self.release_all()",
+        "                yield name, p\n        finally:\n            pass",
+        T_STREAM,
+        "the last block read for statistics kept",
+    ),
+    _p(
+        "stream-shipped-order",
+        STREAM,
+        "config = {**fill(spec.config, values), **fill(spec.shipped, values)}",
+        "config = {**fill(spec.shipped, values), **fill(spec.config, values)}",
+        T_STREAM,
+        "the case's config over the shipped one",
+    ),
+    _p(
+        "stream-marked",
+        STREAM,
+        "marked = [m for r in runs if r.marked for m in r.modules]",
+        "marked = [m for r in runs if not r.marked for m in r.modules]",
+        T_STREAM,
+        "the unmarked runs streamed",
+    ),
+    _p(
+        "stream-named-slice",
+        STREAM,
+        'model.get_submodule(named.split("[")[0].strip())',
+        "model.get_submodule(named)",
+        T_STREAM,
+        "a block.blocks with a slice streams nothing",
+    ),
+    _p(
+        "stream-init-whole",
+        STREAM,
+        "        init_streamed(model, block, block_seed(seed, i))",
+        "        init_streamed(model, block, block_seed(seed, i + 1))",
+        T_STREAM,
+        "the whole model's blocks drawn from their neighbours' seeds",
+    ),
+    _p(
+        "stream-saved",
+        STREAM,
+        "saved = max(two.saved - one.saved, one.saved)",
+        "saved = two.saved - one.saved",
+        T_STREAM,
+        "the first block's saved tensors (with the embedding's) left out",
+    ),
+    _p(
+        "stream-work",
+        STREAM,
+        "work = 2 * max(one.largest_param, two.largest_param) + 2 *",
+        "work = max(one.largest_param, two.largest_param) + 2 *",
+        T_STREAM,
+        "the largest gradient's norm copy left out",
+    ),
+    _p(
+        "stream-hidden",
+        STREAM,
+        "depth * hidden_bytes",
+        "(depth - 1) * hidden_bytes",
+        T_STREAM,
+        "one block's input too few",
+    ),
+    _p(
+        "stream-rest",
+        STREAM,
+        "rest = max(one.params - block, 0)",
+        "rest = one.params",
+        T_STREAM,
+        "a block counted in the parts outside the blocks",
+    ),
+    _p(
+        "stream-unset-index",
+        STREAM,
+        "of block {i} unset",
+        "of block {i + 1} unset",
+        T_STREAM,
+        "the unset parameter's block misnamed",
+    ),
+    _p(
+        "stream-storageless-tie",
+        STREAM,
+        "            if id(p) not in done:\n",
+        "            if True:\n",
+        T_STREAM,
+        "a tied parameter split in two without storage",
+    ),
+    _p(
+        "stream-trace-real",
+        STREAM,
+        "        if out is None:\n            return self._forward_real(i, original, args, kwargs)",
+        "        if out is None:\n            return None",
+        T_STREAM,
+        "a block discovery cannot trace hands on nothing",
+    ),
+    _p(
+        "stream-rest-skip",
+        STREAM,
+        'init_streamed(model, model, block_seed(seed, "rest"), skip=streamed)',
+        'init_streamed(model, model, block_seed(seed, "rest"), skip=set())',
+        T_STREAM,
+        "the blocks initialised with the rest (storageless)",
+    ),
+    # --- families/library_draws.py: the chunked init draws
+    _p(
+        "draws-chunk-index",
+        DRAWS,
+        'f"{seed}:{call}:{chunk}"',
+        'f"{seed}:{call}"',
+        T_DRAWS,
+        "every chunk of a draw alike",
+    ),
+    _p(
+        "draws-call-stays",
+        DRAWS,
+        "call, self.calls = self.calls, self.calls + 1",
+        "call, self.calls = self.calls, self.calls",
+        T_DRAWS,
+        "the call index never advances",
+    ),
+    _p(
+        "draws-own-generator",
+        DRAWS,
+        'if func not in _DRAWS or kwargs.get("generator") is not None or',
+        "if func not in _DRAWS or",
+        T_DRAWS,
+        "a draw with its own generator taken over",
+    ),
+    _p(
+        "draws-contiguous",
+        DRAWS,
+        "or not target.is_contiguous():",
+        "or False:",
+        T_DRAWS,
+        "a non-contiguous tensor split",
+    ),
+    _p(
+        "draws-no-grad",
+        DRAWS,
+        "            with torch.no_grad():  # (grad mode is per thread",
+        "            if True:  # (grad mode is per thread",
+        T_DRAWS,
+        "a pool thread draws into a parameter with grad mode on",
+    ),
+    _p(
+        "draws-generator",
+        DRAWS,
+        '**{**kwargs, "generator": generator}',
+        "**kwargs",
+        T_DRAWS,
+        "a chunk drawn from the global generator",
+    ),
+    _p(
+        "draws-args",
+        DRAWS,
+        "func(chunks[j], *args[1:], **",
+        "func(chunks[j], **",
+        T_DRAWS,
+        "a chunk drawn without the call's mean and std",
+    ),
+    _p(
+        "draws-wait",
+        DRAWS,
+        "            list(self.pool.map(draw, range(len(chunks))))",
+        "            [self.pool.submit(draw, j) for j in range(len(chunks))]",
+        T_DRAWS,
+        "the draw not waited for",
+    ),
+    _p(
+        "draws-return",
+        DRAWS,
+        "        return target\n",
+        "        return None\n",
+        T_DRAWS,
+        "the in-place draw returns nothing",
+    ),
+    _p(
+        "draws-uniform",
+        DRAWS,
+        "_DRAWS = {torch.ops.aten.normal_.default, torch.ops.aten.uniform_.default}",
+        "_DRAWS = {torch.ops.aten.normal_.default}",
+        T_DRAWS,
+        "uniform draws left to the global generator",
+    ),
+    _p(
+        "draws-seed-mod",
+        DRAWS,
+        'return int.from_bytes(digest, "little") % 2**63',
+        'return int.from_bytes(digest[:1], "little") % 2**63',
+        T_DRAWS,
+        "chunk seeds from one byte of the digest (256 streams)",
+    ),
+    _p(
+        "draws-split-view",
+        DRAWS,
+        "chunks = torch.split(target.view(-1), CHUNK)",
+        "chunks = torch.split(target.view(-1).clone(), CHUNK)",
+        T_DRAWS,
+        "the chunks drawn into a copy",
+    ),
+    _p(
+        "draws-single-pool",
+        DRAWS,
+        "if self.pool is None or len(chunks) == 1:",
+        "if self.pool is None and len(chunks) == 1:",
+        T_DRAWS,
+        "one thread's draws sent to a pool that is not there",
+    ),
+    _p("draws-threads", DRAWS, "if threads > 1 else None", "if threads > 0 else None", T_DRAWS, "a pool of one thread"),
+    _p("draws-float", DRAWS, "or not target.is_floating_point() or", "or", T_DRAWS, "an integer tensor split"),
+    # --- families/library_memory.py: the memory estimate
+    _p(
+        "mem-statm-field",
+        MEMORY,
+        "int(fh.read().split()[1])",
+        "int(fh.read().split()[0])",
+        T_MEMORY,
+        "the virtual size read as the resident set",
+    ),
+    _p("mem-statm-pages", MEMORY, '* os.sysconf("SC_PAGE_SIZE")', "* 1", T_MEMORY, "pages read as bytes"),
+    _p(
+        "mem-buffers-flag",
+        MEMORY,
+        "        if buffers and isinstance(tensor, torch.Tensor)",
+        "        if isinstance(tensor, torch.Tensor)",
+        T_MEMORY,
+        "buffers moved to meta where they must stay real",
+    ),
+    _p(
+        "mem-restore",
+        MEMORY,
+        "        nn.Module.register_parameter = register_parameter  # type: ignore[method-assign]\n"
+        "        nn.Module.register_buffer = register_buffer",
+        "        nn.Module.register_buffer = register_buffer",
+        T_MEMORY,
+        "register_parameter left patched",
+    ),
+    _p(
+        "mem-stray",
+        MEMORY,
+        "    if stray:  # (a tensor assigned",
+        "    if False:  # (a tensor assigned",
+        T_MEMORY,
+        "a tensor the constructor assigned outside register_* left real",
+    ),
+    _p(
+        "mem-int-bytes",
+        MEMORY,
+        "size = t.numel() * (dtype.itemsize if t.is_floating_point() else t.element_size())",
+        "size = t.numel() * dtype.itemsize",
+        T_MEMORY,
+        "integer buffers counted in the case's dtype",
+    ),
+    _p(
+        "mem-count-buffers",
+        MEMORY,
+        "            if is_param:\n                count += t.numel()",
+        "            count += t.numel()",
+        T_MEMORY,
+        "buffers counted as parameters",
+    ),
+    _p(
+        "mem-largest-last",
+        MEMORY,
+        "            largest = max(largest, size)",
+        "            largest = size",
+        T_MEMORY,
+        "the largest tensor read as the last",
+    ),
+    _p(
+        "mem-owned",
+        MEMORY,
+        "        if storage._cdata not in owned:",
+        "        if True:",
+        T_MEMORY,
+        "parameters counted again among the saved tensors",
+    ),
+    _p(
+        "mem-storage-twice",
+        MEMORY,
+        "            storages[storage._cdata] = storage.nbytes()",
+        "            storages[storage._cdata] = storages.get(storage._cdata, 0) + storage.nbytes()",
+        T_MEMORY,
+        "a tensor saved twice counted twice",
+    ),
+    _p(
+        "mem-stop-first",
+        MEMORY,
+        "handle = found.blocks.modules[-1].register_forward_hook(_raise_stop)",
+        "handle = found.blocks.modules[0].register_forward_hook(_raise_stop)",
+        T_MEMORY,
+        "the forward stopped at the first probed block",
+    ),
+    _p(
+        "mem-largest-param-all",
+        MEMORY,
+        "(p.numel() * p.element_size() for block in found.blocks.modules for p in block.parameters())",
+        "(p.numel() * p.element_size() for p in model.parameters())",
+        T_MEMORY,
+        "the largest gradient read from the embedding too",
+    ),
+    _p(
+        "mem-fake-dtype",
+        MEMORY,
+        "meta = t.detach().to(dtype) if t.is_floating_point() else t.detach()",
+        "meta = t.detach()",
+        T_MEMORY,
+        "the fake pass run in float32 whatever the case's dtype",
+    ),
+    _p(
+        "mem-runs-first",
+        MEMORY,
+        "run = max(runs, key=lambda r: len(r.modules))",
+        "run = runs[0]",
+        T_MEMORY,
+        "the first run of blocks, not the longest",
+    ),
+    _p(
+        "mem-block-dtype",
+        MEMORY,
+        "        p.numel() * (dtype.itemsize if p.is_floating_point() else p.element_size())\n"
+        "        for m in run.modules",
+        "        p.numel() * p.element_size()\n        for m in run.modules",
+        T_MEMORY,
+        "the largest block parameter in float32 whatever the case's dtype",
+    ),
+    _p(
+        "mem-fallback-largest",
+        MEMORY,
+        "largest_param = _largest_block_param(model, dtype) or largest",
+        "largest_param = largest",
+        T_MEMORY,
+        "without a fake pass the largest gradient is the embedding's",
+    ),
+    _p(
+        "mem-float32",
+        MEMORY,
+        "float32 = count_bytes(model, torch.float32)[0]",
+        "float32 = params",
+        T_MEMORY,
+        "the constructed size in the case's dtype",
+    ),
+    _p(
+        "mem-swap",
+        MEMORY,
+        "return LibraryFootprint(params, saved, largest_param, largest_saved, count, float32)",
+        "return LibraryFootprint(params, saved, largest_saved, largest_param, count, float32)",
+        T_MEMORY,
+        "the largest parameter and saved activation swapped",
+    ),
+    _p(
+        "mem-enable-grad",
+        MEMORY,
+        "with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):",
+        "with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):",
+        T_MEMORY,
+        "under no_grad the fake pass saves nothing",
+    ),
+    _p(
+        "mem-meta-fallback",
+        MEMORY,
+        "    except Exception:  # a constructor that reads numbers back",
+        "    except TypeError:  # a constructor that reads numbers back",
+        T_MEMORY,
+        "a constructor that reads numbers back fails the estimate",
+    ),
+]
+
+PLANTS: list[Plant] = [*ISSUE, *ROUND]
+
+
+def _module(p: Plant) -> str:
+    return Path(p.file).name
+
+
+def _clear_bytecode(file: Path) -> None:
+    for pyc in (file.parent / "__pycache__").glob(f"{file.stem}.*.pyc"):
+        pyc.unlink(missing_ok=True)
+
+
+def run_one(p: Plant, tests: list[str] | None = None) -> dict[str, object]:
+    path = ROOT / p.file
+    text = path.read_text(encoding="utf-8")
+    count = text.count(p.old)
+    if count != 1:
+        return {"id": p.id, "status": "stale", "detail": f"old text found {count} times"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    tests = [t for t in (tests or p.tests) if (ROOT / t).is_file()]  # (a test file written later runs once it exists)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider", "-rf", *tests]
+    t0 = time.monotonic()
+    try:
+        path.write_text(text.replace(p.old, p.new), encoding="utf-8")
+        _clear_bytecode(path)
+        try:
+            done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=LIMIT)
+        except subprocess.TimeoutExpired:
+            return {"id": p.id, "status": "killed", "detail": f"timeout after {LIMIT:.0f} s", "seconds": LIMIT}
+    finally:
+        path.write_text(text, encoding="utf-8")
+        _clear_bytecode(path)
+    seconds = round(time.monotonic() - t0, 1)
+    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", done.stdout, flags=re.M)
+    if done.returncode == 0:
+        return {"id": p.id, "status": "survived", "detail": "", "seconds": seconds, "tests": tests}
+    detail = failed[0] if failed else (done.stdout.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+    return {"id": p.id, "status": "killed", "detail": detail, "seconds": seconds, "tests": tests}
+
+
+def _load() -> dict[str, dict[str, object]]:
+    return json.loads(RESULTS.read_text(encoding="utf-8")) if RESULTS.is_file() else {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python dev/mutation/plants.py")
+    parser.add_argument("command", choices=["list", "check", "run", "tally"])
+    parser.add_argument("--only", help="plant ids or module file names, comma-separated")
+    parser.add_argument("--tests", help="run these test files instead of each plant's own (space-separated)")
+    args = parser.parse_args(argv)
+    chosen = PLANTS
+    if args.only:
+        wanted = set(args.only.split(","))
+        chosen = [p for p in PLANTS if p.id in wanted or _module(p) in wanted]
+    if args.command == "list":
+        for p in chosen:
+            print(f"{p.id}\t{p.file}\t{' '.join(p.tests)}\t{p.what}")
+        return 0
+    if args.command == "check":  # every plant's text is in its module once
+        stale = [p.id for p in chosen if (ROOT / p.file).read_text(encoding="utf-8").count(p.old) != 1]
+        print("\n".join(f"stale: {s}" for s in stale) or f"{len(chosen)} plants, none stale")
+        return 1 if stale else 0
+    if args.command == "run":
+        results = _load()
+        for p in chosen:
+            got = run_one(p, args.tests.split() if args.tests else None)
+            results[p.id] = got
+            RESULTS.parent.mkdir(exist_ok=True)
+            RESULTS.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+            print(f"{p.id}: {got['status']} {got.get('detail', '')} ({got.get('seconds', 0)} s)", flush=True)
+        return 0
+    results = _load()
+    table: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for p in chosen:
+        status = str(results.get(p.id, {}).get("status", "not run"))
+        table[_module(p)][status] += 1
+        if status == "survived":
+            print(f"survived: {p.id} ({p.file}): {p.what}")
+    for module, counts in table.items():
+        planted = sum(counts.values())
+        killed = counts["killed"]
+        print(
+            f"{module}: planted {planted}, killed {killed}, survived {counts['survived']}, "
+            f"other {planted - killed - counts['survived']}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
