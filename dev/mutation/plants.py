@@ -56,6 +56,7 @@ SIDES = "stability/run/release_sides.py"
 SIDE = "stability/report/release_side.py"
 COMPARE = "stability/report/zoo_compare.py"
 ZOO_CLI = "stability/cli/zoo.py"
+ARG_TYPES = "stability/cli/arg_types.py"  # --depths, parsed for zoo (and sweep)
 
 ISSUE: list[Plant] = [
     _p(
@@ -547,10 +548,10 @@ ROUND: list[Plant] = [
     _p(
         "side-number",
         SIDE,
-        "return x if x is None or math.isfinite(x) else str(x)",
-        "return x",
+        "direction=None if change is None or change == 0 else",
+        "direction=None if change is None else",
         T_SIDE,
-        "an infinite number written as bare Infinity (not JSON)",
+        "an unchanged number given a direction",
     ),
     _p(
         "side-depths-first",
@@ -603,16 +604,16 @@ ROUND: list[Plant] = [
     _p(
         "side-before-after",
         SIDE,
-        '"before": _number(d.before),',
-        '"before": _number(d.after),',
+        "before=d.before,",
+        "before=d.after,",
         T_SIDE,
         "the number before written as the number after",
     ),
     _p(
         "side-limit",
         SIDE,
-        '"limit": _number(d.limit),',
-        '"limit": _number(d.change),',
+        "limit=d.limit,",
+        "limit=d.change,",
         T_SIDE,
         "the drift limit written as the change",
     ),
@@ -652,15 +653,15 @@ ROUND: list[Plant] = [
     _p(
         "cmp-moved",
         COMPARE,
-        'return [r for r in rows if r["status"] == "drift"]',
-        'return [r for r in rows if r["status"] != "within"]',
+        'return [r for r in rows if r.status == "drift"]',
+        'return [r for r in rows if r.status != "within"]',
         T_COMPARE,
         "a number not compared counted as moved",
     ),
     _p(
         "cmp-direction-none",
         COMPARE,
-        '    if row.get("direction") is None:\n        return "—"\n',
+        '    if row.direction is None:\n        return "—"\n',
         "",
         T_COMPARE,
         "an unchanged number given a direction",
@@ -681,29 +682,29 @@ ROUND: list[Plant] = [
         T_COMPARE,
         "away from its bound never said",
     ),
-    _p("cmp-change-zero", COMPARE, '("0%" if c == 0 else ', "(", T_COMPARE, "no change shown as +0.0%"),
+    _p("cmp-change-zero", COMPARE, '"0%" if c == 0 else ', "", T_COMPARE, "no change shown as +0.0%"),
     _p("cmp-change-sign", COMPARE, 'f"{c:+.1%}"', 'f"{c:.1%}"', T_COMPARE, "a change shown without its sign"),
     _p(
         "cmp-change-inf",
         COMPARE,
-        "if math.isfinite(c) else str(c)",
-        "if True else str(c)",
+        "    if c is None or not math.isfinite(c):\n",
+        "    if c is None:\n",
         T_COMPARE,
         "an infinite change shown as a percentage",
     ),
     _p(
         "cmp-limit-none",
         COMPARE,
-        'return "—" if x is None else fmt_limit(x)',
-        "return fmt_limit(x or 0.0)",
+        'return "—" if row.limit is None else fmt_limit(float(row.limit))',
+        "return fmt_limit(float(row.limit or 0.0))",
         T_COMPARE,
         "a row without a drift limit shown with limit 0",
     ),
     _p(
         "cmp-shown",
         COMPARE,
-        'r["shown"] or r["case"],',
-        'r["case"],',
+        "r.shown or r.case,",
+        "r.case,",
         T_COMPARE,
         "a case shown in full, not as the keys that vary",
     ),
@@ -743,8 +744,8 @@ ROUND: list[Plant] = [
     _p(
         "cmp-num-none",
         COMPARE,
-        "return None if x is None else float(x)",
-        "return float(x or 0)",
+        "return fmt(None if x is None else float(x))",
+        "return fmt(float(x or 0))",
         T_COMPARE,
         "a missing number shown as 0",
     ),
@@ -759,7 +760,7 @@ ROUND: list[Plant] = [
     # --- cli/zoo.py: the command
     _p(
         "zoo-depths-blank",
-        ZOO_CLI,
+        ARG_TYPES,
         'for d in text.split(",") if d.strip()}',
         'for d in text.split(",")}',
         T_ZOO,
@@ -767,7 +768,7 @@ ROUND: list[Plant] = [
     ),
     _p(
         "zoo-depths-zero",
-        ZOO_CLI,
+        ARG_TYPES,
         "if not depths or depths[0] < 1:",
         "if not depths or depths[0] < 0:",
         T_ZOO,
@@ -776,8 +777,8 @@ ROUND: list[Plant] = [
     _p(
         "zoo-compare-default-depths",
         ZOO_CLI,
-        '_depths("4" if args.depths is None else args.depths)',
-        '_depths("4,8,16" if args.depths is None else args.depths)',
+        'depth_list("4" if args.depths is None else args.depths))',
+        'depth_list("4,8,16" if args.depths is None else args.depths))',
         T_ZOO,
         "--compare at three depths by default",
     ),
@@ -826,7 +827,7 @@ ROUND: list[Plant] = [
     _p(
         "zoo-compared-all",
         ZOO_CLI,
-        'compared = sum(r["status"] != "not_comparable" for r in rows)',
+        'compared = sum(r.status != "not_comparable" for r in rows)',
         "compared = len(rows)",
         T_ZOO,
         "numbers that could not be compared counted as compared",
@@ -1036,7 +1037,7 @@ ROUND: list[Plant] = [
     _p(
         "stream-rest",
         STREAM,
-        "rest = max(one.params - block, 0)",
+        "rest = max(one.params - least * block, 0)",
         "rest = one.params",
         T_STREAM,
         "a block counted in the parts outside the blocks",
@@ -1315,8 +1316,8 @@ ROUND: list[Plant] = [
     _p(
         "mem-swap",
         MEMORY,
-        "return LibraryFootprint(params, saved, largest_param, largest_saved, count, float32)",
-        "return LibraryFootprint(params, saved, largest_saved, largest_param, count, float32)",
+        "        largest_param=largest_param,\n        largest_saved=largest_saved,\n",
+        "        largest_param=largest_saved,\n        largest_saved=largest_param,\n",
         T_MEMORY,
         "the largest parameter and saved activation swapped",
     ),
