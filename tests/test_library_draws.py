@@ -118,3 +118,16 @@ def test_the_inits_of_torch_nn_init_are_split_where_they_draw() -> None:
     assert torch.equal(a, a2) and torch.equal(b, b2)
     assert float(a.abs().max()) <= 0.04 and float(b.abs().max()) <= 1 / math.sqrt(40)
     assert len({float(c[0]) for c in a.reshape(-1).split(library_draws.CHUNK)}) == 12
+
+
+def test_a_draw_into_a_tensor_that_is_not_real_floating_point_is_torch_s_own() -> None:
+    """A complex tensor is not split (its `normal_` draws real and imaginary parts): the same
+    numbers as torch draws it from the global generator, as every other call the mode leaves."""
+
+    def draw() -> torch.Tensor:
+        torch.manual_seed(5)
+        return torch.empty(2500, dtype=torch.complex64).normal_()
+
+    plain = draw()
+    with torch.no_grad(), chunked_draws(9):
+        assert torch.equal(draw(), plain)

@@ -1339,7 +1339,407 @@ ROUND: list[Plant] = [
     ),
 ]
 
-PLANTS: list[Plant] = [*ISSUE, *ROUND]
+
+# ----------------------------------------------------------------------------- part 2: suggest and the rule tables
+
+RULES_TOML = "stability/judge/init_rules.toml"
+CONFORMANCE = "stability/judge/init_conformance.py"
+TABLES = "stability/judge/init_tables.py"
+INTENT = "stability/judge/init_intent.py"
+SUGGESTIONS = "stability/run/suggestions.py"
+SUGGEST = "stability/run/suggest.py"
+T_TABLES = "tests/test_init_tables_units.py tests/test_init_conformance.py"
+T_INTENT = "tests/test_init_intent.py tests/test_init_tables_units.py"
+T_SUGGEST = (
+    "tests/test_suggestions.py tests/test_suggest_units.py tests/test_suggest_candidates.py tests/test_suggest.py"
+)
+
+ISSUE_2: list[Plant] = [
+    _p(
+        "issue-resnet-fan-in",
+        RULES_TOML,
+        'std = "sqrt(2 / fan_out)"\nsource = "He et al. 2015 (Kaiming, mode fan_out, ReLU gain); transformers ResNet',
+        'std = "sqrt(2 / fan_in)"\nsource = "He et al. 2015 (Kaiming, mode fan_out, ReLU gain); transformers ResNet',
+        T_TABLES,
+        "a rule row's std from fan-in instead of fan-out (transformers ResNet convolutions)",
+    ),
+    _p(
+        "issue-count-when",
+        CONFORMANCE,
+        "if j.applies and j.row.count is not None:",
+        "if j.row.count is not None:",
+        T_TABLES,
+        "a rule row's count checked even when its when does not apply",
+    ),
+    _p(
+        "issue-suggest-margin-first",
+        SUGGESTIONS,
+        "key=lambda a: (len(a.changes), ranks[a.remedy], order[a.remedy])",
+        "key=lambda a: (ranks[a.remedy], len(a.changes), order[a.remedy])",
+        T_SUGGEST,
+        "suggest ranks by margin before fewest changes",
+    ),
+    _p(
+        "issue-suggest-margin-reversed",
+        SUGGESTIONS,
+        "column = sorted({a.margin[k] for a in held if k < len(a.margin)})",
+        "column = sorted({a.margin[k] for a in held if k < len(a.margin)}, reverse=True)",
+        T_SUGGEST,
+        "suggest's margin order reversed",
+    ),
+    _p(
+        "issue-suggest-replay-inapplicable",
+        SUGGEST,
+        "replayed.met and replayed.applicable",
+        "replayed.met",
+        T_SUGGEST,
+        "a replay where the invariant no longer applies counted as fixed",
+    ),
+]
+
+
+def _tab(id: str, old: str, new: str, what: str) -> Plant:
+    return _p(f"tab-{id}", TABLES, old, new, T_TABLES, what)
+
+
+def _int(id: str, old: str, new: str, what: str) -> Plant:
+    return _p(f"int-{id}", INTENT, old, new, T_INTENT, what)
+
+
+def _sug(id: str, file: str, old: str, new: str, what: str) -> Plant:
+    return _p(f"sug-{id}", file, old, new, T_SUGGEST, what)
+
+
+ROUND_2: list[Plant] = [
+    # --- judge/init_tables.py: the tables chosen and a row's law
+    _tab("choose-none", "    if name is False:\n", "    if not name:\n", "no table chosen by default"),
+    _tab(
+        "named-mismatch",
+        "if not t.models or _matched(t, model) is not None:",
+        "if True:",
+        "a named table applied to a class it is not written for",
+    ),
+    _tab(
+        "generic-never",
+        "if t.models and not (t.generic and recorded) else None",
+        "if t.models and not t.generic else None",
+        "a generic table never chosen, also where no init was recorded",
+    ),
+    _tab(
+        "generic-always",
+        "if t.models and not (t.generic and recorded) else None",
+        "if t.models else None",
+        "a generic table chosen where the init was recorded",
+    ),
+    _tab(
+        "overriding-self",
+        "overriding = next((c for c in model[:at] if c in init_defined_by), None)",
+        "overriding = next((c for c in model[: at + 1] if c in init_defined_by), None)",
+        "the matched class's own init read as overriding it",
+    ),
+    _tab(
+        "overriding-ignored", "        if overriding is None:\n", "        if True:\n", "a derived class's init ignored"
+    ),
+    _tab(
+        "rows-extends",
+        "table = rule_tables()[table.extends] if table.extends else None",
+        "table = None",
+        "the extended table's rows dropped",
+    ),
+    _tab(
+        "rows-generic",
+        "if table is first or not (recorded and table.generic):",
+        "if table is first or not table.generic:",
+        "a generic table's rows dropped also where no init was recorded",
+    ),
+    _tab(
+        "rows-order",
+        "out += [(table.name, r) for r in table.rows]",
+        "out = [(table.name, r) for r in table.rows] + out",
+        "the extended table's rows before the table's own",
+    ),
+    _tab(
+        "number-bool",
+        "if isinstance(value, bool) or not isinstance(value, (int, float))",
+        "if not isinstance(value, (int, float))",
+        "a row's number that computes true read as 1",
+    ),
+    _tab(
+        "number-finite",
+        " or not math.isfinite(value):\n        raise RuleError",
+        ":\n        raise RuleError",
+        "a row's number that computes inf accepted",
+    ),
+    _tab(
+        "when-undefined",
+        "    except Undefined:\n        return False",
+        "    except Undefined:\n        return True",
+        "a when naming an undeclared key read as true",
+    ),
+    _tab(
+        "when-none",
+        "    if row.when is None:\n        return True",
+        "    if row.when is None:\n        return False",
+        "a row without when never applies",
+    ),
+    _tab(
+        "bound-abs",
+        'bound = abs(row_number(row, "bound", env))',
+        'bound = row_number(row, "bound", env)',
+        "a negative bound gives an inverted range",
+    ),
+    _tab("std-negative", "    if std < 0:\n", "    if std < -1:\n", "a negative std accepted"),
+    _tab(
+        "std-zero",
+        '    if std == 0:\n        return Law("constant", value=mean)\n',
+        "",
+        "a std of 0 read as a normal law, not the constant mean",
+    ),
+    _tab("trunc-a", "if row.a is not None else -2.0", "if row.a is not None else -3.0", "the default truncation at -3"),
+    _tab(
+        "trunc-order",
+        'law = Law("trunc_normal", mean=mean, std=std, a=min(a, b), b=max(a, b))',
+        'law = Law("trunc_normal", mean=mean, std=std, a=a, b=b)',
+        "a truncation given high first kept inverted",
+    ),
+    _tab(
+        "mean-default",
+        'mean = row_number(row, "mean", env) if row.mean is not None else 0.0',
+        'mean = row_number(row, "mean", env) if row.mean is not None else 1.0',
+        "a row without a mean centred on 1",
+    ),
+    _tab(
+        "declared-exprs",
+        "if isinstance(getattr(row, k, None), str)]",
+        "if getattr(row, k, None) is not None]",
+        "a row's literal numbers shown as expressions",
+    ),
+    # --- judge/init_intent.py: the model's declared intent
+    _int("group-digit", r"(?:(?<=\.)|^)\d+(?=\.|$|\[)", r"(?:(?<=\.)|^)\d(?=\.|$|\[)", "layer 12 not grouped"),
+    _int(
+        "left-vector",
+        "if key is not None and len(p.shape) >= 2:",
+        "if key is not None and len(p.shape) >= 1:",
+        "a vector left at default flagged by the config's initializer_range",
+    ),
+    _int(
+        "left-range-zero",
+        "(_number(record.variables.get(k)) or 0) > 0",
+        "_number(record.variables.get(k)) is not None",
+        "an initializer_range of 0 read as declaring a std",
+    ),
+    _int(
+        "blanket-one",
+        'blanket = [(scope, s) for (_, scope), s in sites.items() if len(s["groups"]) >= 2]',
+        'blanket = [(scope, s) for (_, scope), s in sites.items() if len(s["groups"]) >= 1]',
+        "a line that writes one named part read as writing every module of its class",
+    ),
+    _int(
+        "scope-prefix",
+        'inside = scope == "" or p.name.startswith(scope + ".")',
+        'inside = scope == "" or p.name.startswith(scope)',
+        "a sibling whose name begins with the scope's (h.1 and h.10) read as inside it",
+    ),
+    _int(
+        "scope-any",
+        'inside = scope == "" or p.name.startswith(scope + ".")',
+        "inside = True",
+        "a parameter outside an init site's scope judged by it",
+    ),
+    _int(
+        "vector-any",
+        "return p.n > 0 and max(p.shape, default=1) == p.n",
+        "return p.n > 0",
+        "a matrix taken as a layer-scale vector",
+    ),
+    _int(
+        "constant-eps",
+        "abs(law.value - v) <= max(eps, 1e-12) * abs(v)",
+        "abs(law.value - v) <= 0.0",
+        "a layer scale off by its dtype's rounding flagged",
+    ),
+    _int(
+        "scale-right",
+        "if given is None or _is_constant(t.law, given[1], p.eps):",
+        "if given is None:",
+        "a layer scale set to its value flagged",
+    ),
+    _int(
+        "norm-live",
+        "if t.created_live is not True:",
+        "if t.created_live is False:",
+        "a placeholder whose liveness cannot be told judged as a norm offset",
+    ),
+    _int(
+        "norm-equal",
+        'if t.created.kind != "constant" or t.law.kind != "constant" or t.law.value == t.created.value:',
+        'if t.created.kind != "constant" or t.law.kind != "constant":',
+        "a norm left at its created value flagged",
+    ),
+    _int(
+        "norm-model-code",
+        'if _module_of(t.writer) in (owner, model_module, ""):',
+        'if _module_of(t.writer) in (owner, ""):',
+        "the model's own code read as generic",
+    ),
+    _int(
+        "frozen-trainable",
+        "if not t.requires_grad and table and",
+        "if table and",
+        "a trainable table at zero flagged as frozen",
+    ),
+    _int(
+        "frozen-vector",
+        "table = sum(d > 1 for d in p.shape) >= 2",
+        "table = sum(d > 1 for d in p.shape) >= 1",
+        "a frozen vector at zero flagged",
+    ),
+    _int(
+        "never-created",
+        'if t.law.kind == "empty":',
+        'if t.created.kind == "empty":',
+        "a parameter created empty and then written flagged as never written",
+    ),
+    _int(
+        "depth-2n",
+        "factors = (1 / math.sqrt(depth), 1 / math.sqrt(2 * depth))",
+        "factors = (1 / math.sqrt(depth),)",
+        "GPT-2's 1/sqrt(2N) scaling not recognised",
+    ),
+    _int(
+        "depth-one",
+        "if key is None or depth < 2 or not rows:",
+        "if key is None or not rows:",
+        "a one-layer model asked for depth scaling",
+    ),
+    _int(
+        "first-rule", "found.setdefault(d.name, d)", "found[d.name] = d", "a parameter's last rule kept, not its first"
+    ),
+    # --- run/suggestions.py and run/suggest.py: ranking and judging the remedies
+    _sug(
+        "held-all",
+        SUGGESTIONS,
+        "held = [a for a in self.attempts if a.held]",
+        "held = list(self.attempts)",
+        "a remedy that fails ranked",
+    ),
+    _sug(
+        "order-reversed",
+        SUGGESTIONS,
+        "(len(a.changes), ranks[a.remedy], order[a.remedy])",
+        "(len(a.changes), ranks[a.remedy], -order[a.remedy])",
+        "ties broken against registry order",
+    ),
+    _sug(
+        "rank-missing",
+        SUGGESTIONS,
+        "if k < len(a.margin) else len(column)",
+        "if k < len(a.margin) else 0",
+        "a remedy without a margin ranked best",
+    ),
+    _sug(
+        "rank-last",
+        SUGGESTIONS,
+        "ranks[a.remedy] += column.index(a.margin[k])",
+        "ranks[a.remedy] = column.index(a.margin[k])",
+        "only the last invariant's margin counted",
+    ),
+    _sug(
+        "rank-ties",
+        SUGGESTIONS,
+        "column = sorted({a.margin[k] for a in held if k < len(a.margin)})",
+        "column = sorted([a.margin[k] for a in held if k < len(a.margin)])",
+        "tied margins push the next remedy's rank down",
+    ),
+    _sug(
+        "best-last",
+        SUGGESTIONS,
+        "return ranked[0] if ranked else None",
+        "return ranked[-1] if ranked else None",
+        "the worst remedy named best",
+    ),
+    _sug(
+        "json-margin",
+        SUGGESTIONS,
+        '"margin": [m if math.isfinite(m) else None for m in self.margin],',
+        '"margin": list(self.margin),',
+        "an infinite margin written as bare Infinity (not JSON)",
+    ),
+    _sug(
+        "margin-none",
+        SUGGEST,
+        "    if r is None or r.verdict is None or r.name not in INVARIANTS:\n        return math.inf",
+        "    if r is None or r.verdict is None or r.name not in INVARIANTS:\n        return 0.0",
+        "an invariant with no verdict given the best margin",
+    ),
+    _sug(
+        "margin-first-only",
+        SUGGEST,
+        "attempt.margin = tuple(_margin(edited, by_name.get(r.name)) for r in failing)",
+        "attempt.margin = tuple(_margin(edited, by_name.get(r.name)) for r in failing[:1])",
+        "the margin of the first fixed invariant only",
+    ),
+    _sug(
+        "confirm-unmet",
+        SUGGEST,
+        "        elif unmet:\n",
+        "        elif False:\n",
+        "a remedy that breaks another expectation holds",
+    ),
+    _sug(
+        "confirm-skipped",
+        SUGGEST,
+        "if r.name not in by_name or not by_name[r.name].applicable or by_name[r.name].skipped",
+        "if r.name not in by_name or not by_name[r.name].applicable",
+        "a fixed expectation the remedied spec skips counted as fixed",
+    ),
+    _sug(
+        "replay-error",
+        SUGGEST,
+        "ok = outcome.error is None and replayed is not None and",
+        "ok = replayed is not None and",
+        "a replay that errored counted as fixed",
+    ),
+    _sug(
+        "failing-controls",
+        SUGGEST,
+        'if not r.met and r.expect == "holds" and r.applicable',
+        "if not r.met and r.applicable",
+        "a negative control offered remedies",
+    ),
+    _sug(
+        "failing-skipped",
+        SUGGEST,
+        "r.applicable and not r.skipped and (only",
+        "r.applicable and (only",
+        "a skipped expectation offered remedies",
+    ),
+    _sug(
+        "nearest-tie",
+        SUGGEST,
+        "return int(min(values, key=lambda v: (abs(v - value), v)))",
+        "return int(min(values, key=lambda v: (abs(v - value), -v)))",
+        "the larger of two nearest values",
+    ),
+    _sug(
+        "map-first-choice",
+        SUGGEST,
+        "            changes[key] = choices[0]\n",
+        "            changes[key] = choices[-1]\n",
+        "a choice the space no longer offers replaced by its last",
+    ),
+]
+
+PLANTS: list[Plant] = [*ISSUE, *ROUND, *ISSUE_2, *ROUND_2]
+
+#: Plants that change nothing a caller can observe, and why: counted apart, not as survivors.
+EQUIVALENT: dict[str, str] = {
+    "side-mine-key": "a task's results are judged at the task's own case (engine._replay), so str(r.case) is "
+    "the task's case string",
+    "draws-no-grad": "the chunks are views made inside the dispatch, below autograd: they carry no grad history, "
+    "so a pool thread's grad mode changes nothing",
+    "draws-threads": "a one-thread pool draws the same chunks from the same seeds as the loop (only slower)",
+}
 
 
 def _module(p: Plant) -> str:
@@ -1414,15 +1814,19 @@ def main(argv: list[str] | None = None) -> int:
     table: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for p in chosen:
         status = str(results.get(p.id, {}).get("status", "not run"))
+        if status == "survived" and p.id in EQUIVALENT:
+            status = "equivalent"
+            print(f"equivalent: {p.id} ({p.file}): {EQUIVALENT[p.id]}")
         table[_module(p)][status] += 1
         if status == "survived":
             print(f"survived: {p.id} ({p.file}): {p.what}")
     for module, counts in table.items():
         planted = sum(counts.values())
-        killed = counts["killed"]
+        killed, equivalent = counts["killed"], counts["equivalent"]
+        rate = killed / max(1, planted - equivalent)
         print(
             f"{module}: planted {planted}, killed {killed}, survived {counts['survived']}, "
-            f"other {planted - killed - counts['survived']}"
+            f"equivalent {equivalent}, not run {counts['not run']}: {rate:.0%} of the non-equivalent killed"
         )
     return 0
 
