@@ -131,3 +131,13 @@ def test_a_draw_into_a_tensor_that_is_not_real_floating_point_is_torch_s_own() -
     plain = draw()
     with torch.no_grad(), chunked_draws(9):
         assert torch.equal(draw(), plain)
+
+
+def test_the_draws_of_a_long_init_are_all_different() -> None:
+    """A block's init makes hundreds of draws (every layer's weights and biases): each chunk's seed
+    is 63 bits of its digest, so 300 draws of one size and law are 300 different tensors (seeds of
+    a byte would give at most 256)."""
+    torch.set_num_threads(1)
+    with torch.no_grad(), chunked_draws(7):
+        firsts = {float(torch.empty(8).normal_()[0]) for _ in range(300)}
+    assert len(firsts) == 300

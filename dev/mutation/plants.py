@@ -1739,6 +1739,8 @@ EQUIVALENT: dict[str, str] = {
     "draws-no-grad": "the chunks are views made inside the dispatch, below autograd: they carry no grad history, "
     "so a pool thread's grad mode changes nothing",
     "draws-threads": "a one-thread pool draws the same chunks from the same seeds as the loop (only slower)",
+    "draws-return": "the Python binding of an in-place draw returns its own tensor whatever the mode returns",
+    "tab-bound-abs": "the range is [min(a, b), max(a, b)] of -bound and bound: a negative bound gives the same law",
 }
 
 
