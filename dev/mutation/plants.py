@@ -148,11 +148,11 @@ ISSUE: list[Plant] = [
 T_RELEASES = "tests/test_releases.py tests/test_no_false_green.py tests/test_release_runner.py"
 T_SIDES = "tests/test_no_false_green.py tests/test_releases.py tests/test_release_runner.py"
 T_SIDE = "tests/test_release_side.py tests/test_no_false_green.py tests/test_releases.py"
-T_COMPARE = "tests/test_releases.py tests/test_no_false_green.py tests/test_release_side.py"
-T_ZOO = "tests/test_no_false_green.py tests/test_output_paths.py tests/test_releases.py tests/test_release_side.py"
-T_STREAM = "tests/test_library_stream.py tests/test_library_family.py tests/test_guard.py"
+T_COMPARE = "tests/test_zoo_compare.py tests/test_releases.py tests/test_no_false_green.py tests/test_release_side.py"
+T_ZOO = "tests/test_zoo_compare.py tests/test_no_false_green.py tests/test_output_paths.py tests/test_releases.py"
+T_STREAM = "tests/test_stream_units.py tests/test_library_stream.py tests/test_library_family.py tests/test_guard.py"
 T_DRAWS = "tests/test_library_draws.py tests/test_library_stream.py"
-T_MEMORY = "tests/test_library_memory.py tests/test_library_family.py tests/test_guard.py"
+T_MEMORY = "tests/test_memory_units.py tests/test_library_memory.py tests/test_library_family.py tests/test_guard.py"
 
 ROUND: list[Plant] = [
     # --- run/releases.py: releases named, installed and run as the matrix's sessions
@@ -1349,7 +1349,7 @@ INTENT = "stability/judge/init_intent.py"
 SUGGESTIONS = "stability/run/suggestions.py"
 SUGGEST = "stability/run/suggest.py"
 T_TABLES = "tests/test_init_tables_units.py tests/test_init_conformance.py"
-T_INTENT = "tests/test_init_intent.py tests/test_init_tables_units.py"
+T_INTENT = "tests/test_intent_units.py tests/test_init_intent.py tests/test_init_tables_units.py"
 T_SUGGEST = (
     "tests/test_suggestions.py tests/test_suggest_units.py tests/test_suggest_candidates.py tests/test_suggest.py"
 )

@@ -1,0 +1,85 @@
+"""The declared intent's edges (stability/judge/init_intent.py) on tiny nn.Modules, beside
+tests/test_init_intent.py: what a rule must leave alone (a vector, a zero std, one named part, a
+parameter outside an init loop's scope) as much as what it flags."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from stability.judge.init_intent import deviations, group_of
+from stability.measure.init_recorder import InitRecorder
+from stability.measure.init_stats import InitRecord, declared_config, init_record
+
+
+def _record(make: Any, variables: dict[str, Any] | None = None) -> InitRecord:
+    torch.manual_seed(0)
+    recorder = InitRecorder()
+    with recorder.recording():
+        model = make()
+    trace = recorder.trace(model)
+    return init_record(model, {**declared_config(model, {}, trace.model_args), **(variables or {})}, trace=trace)
+
+
+def _found(make: Any, variables: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+    return [(d.rule, d.name) for d in deviations(_record(make, variables))]
+
+
+def test_a_group_is_the_name_with_every_layer_index_as_a_star() -> None:
+    assert group_of("h.12.mlp.c_proj.weight") == "h.*.mlp.c_proj.weight"
+    assert group_of("0.weight") == "*.weight" and group_of("layers.3.experts[7]") == "layers.*.experts[7]"
+    assert group_of("conv1.weight") == "conv1.weight"
+
+
+class _Drawn(nn.Module):
+    """Its init draws the weight matrix and leaves the bias at its default."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        nn.init.normal_(self.proj.weight, std=0.1)
+        self.out = nn.Linear(8, 8)  # left at PyTorch's default
+
+
+def test_the_declared_std_of_weight_matrices_judges_matrices_only_and_only_when_positive() -> None:
+    assert _found(_Drawn, {"initializer_range": 0.1}) == [("left_at_default", "out.weight")]  # not the biases
+    assert _found(_Drawn, {"initializer_range": 0.0}) == []  # a std of 0 declares no law to keep
+
+
+class _OnePart(nn.Module):
+    """A loop over the modules that writes one named module's weight: one group, no blanket."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+        for m in self.modules():
+            if m is self.a:
+                nn.init.zeros_(m.weight)
+
+
+def test_a_loop_that_writes_one_named_part_declares_nothing_for_the_others() -> None:
+    assert _found(_OnePart) == []
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(2, 2), nn.Linear(2, 2)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=0.5)
+
+
+class _Plain(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.extra = nn.Linear(2, 2)  # its class's own default: no loop of its scope covers it
+
+
+def test_an_init_loop_judges_the_parameters_of_its_own_scope_only() -> None:
+    """Blocks h.0 … h.9 each initialise their Linears; h.10 is another class that does not, and
+    "h.10" begins with "h.1" without being inside it."""
+    model = lambda: nn.ModuleDict({"h": nn.ModuleList([*(_Block() for _ in range(10)), _Plain()])})  # noqa: E731
+    assert _found(model) == []
