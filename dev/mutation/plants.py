@@ -1807,6 +1807,9 @@ def main(argv: list[str] | None = None) -> int:
         results = _load()
         for p in chosen:
             got = run_one(p, args.tests.split() if args.tests else None)
+            if got["status"] == "survived" and results.get(p.id, {}).get("status") == "killed":
+                print(f"{p.id}: survives these tests; kept as killed by {results[p.id].get('detail')}")
+                continue  # (a narrower run does not undo the kill of an earlier one)
             results[p.id] = got
             RESULTS.parent.mkdir(exist_ok=True)
             RESULTS.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
