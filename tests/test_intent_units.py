@@ -4,6 +4,7 @@ parameter outside an init loop's scope) as much as what it flags."""
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import torch
@@ -83,3 +84,92 @@ def test_an_init_loop_judges_the_parameters_of_its_own_scope_only() -> None:
     "h.10" begins with "h.1" without being inside it."""
     model = lambda: nn.ModuleDict({"h": nn.ModuleList([*(_Block() for _ in range(10)), _Plain()])})  # noqa: E731
     assert _found(model) == []
+
+
+class _GivenMatrix(nn.Module):
+    """A module given init_values whose matrix is created from it and then drawn: not a layer scale
+    (a layer scale is a vector)."""
+
+    def __init__(self, init_values: float = 1e-5) -> None:
+        super().__init__()
+        self.w = nn.Parameter(init_values * torch.empty(4, 4))
+        nn.init.normal_(self.w, std=0.02)
+
+
+class _HalfScale(nn.Module):
+    """A bfloat16 layer scale set to its value as the dtype holds it: equal up to its rounding."""
+
+    def __init__(self, init_values: float = 1e-5) -> None:
+        super().__init__()
+        self.gamma = nn.Parameter(init_values * torch.empty(8, dtype=torch.bfloat16))
+        nn.init.constant_(self.gamma, float(torch.tensor(init_values, dtype=torch.bfloat16)))  # 1.0014e-05
+
+
+def test_a_layer_scale_is_a_vector_held_at_its_value_up_to_its_dtype() -> None:
+    assert _found(_GivenMatrix) == []
+    assert _found(_HalfScale) == []
+
+
+_OTHER = types.ModuleType("other_init")  # generic code, in a module of its own
+exec(  # noqa: S102 -- a fixed source: a function whose frames belong to another module
+    "def fill_norms(model, value):\n"
+    "    for m in model.modules():\n"
+    "        if 'Norm' in type(m).__name__:\n"
+    "            m.weight.data.fill_(value)\n",
+    _OTHER.__dict__,
+)
+
+
+class _MaskedNorm(nn.Module):
+    """A (1 + w) norm whose forward needs a mask too: whether its created 0 means anything cannot be
+    told by running it alone."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return x * mask * (1 + self.weight)
+
+
+class _Masked(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = _MaskedNorm(4)
+        _OTHER.fill_norms(self, 1.0)
+
+
+def test_a_created_constant_whose_meaning_cannot_be_told_is_no_norm_offset() -> None:
+    record = _record(_Masked)
+    assert record.trace is not None and record.trace.by_name()["norm.weight"].created_live is None
+    assert _found(_Masked) == []
+
+
+_NORMS = types.ModuleType("norm_library")  # a norm defined in a library module of its own
+exec(  # noqa: S102 -- a fixed source: a class whose module is not the model's
+    "import torch\n"
+    "from torch import nn\n"
+    "class OffsetNorm(nn.Module):\n"
+    "    def __init__(self, dim):\n"
+    "        super().__init__()\n"
+    "        self.weight = nn.Parameter(torch.zeros(dim))\n"
+    "    def forward(self, x):\n"
+    "        return x * (1 + self.weight)\n",
+    _NORMS.__dict__,
+)
+
+
+class _OwnInit(nn.Module):
+    """The model's own init (beside the model's class, not the norm's) sets the norm to 1: the
+    model's intent, however the norm's library created it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = _NORMS.OffsetNorm(4)
+        self.norm.weight.data.fill_(1.0)
+
+
+def test_the_model_s_own_init_writing_a_library_norm_is_its_intent() -> None:
+    record = _record(_OwnInit)
+    assert record.trace is not None and record.trace.by_name()["norm.weight"].created_live is True
+    assert _found(_OwnInit) == []

@@ -1741,6 +1741,8 @@ EQUIVALENT: dict[str, str] = {
     "draws-threads": "a one-thread pool draws the same chunks from the same seeds as the loop (only slower)",
     "draws-return": "the Python binding of an in-place draw returns its own tensor whatever the mode returns",
     "tab-bound-abs": "the range is [min(a, b), max(a, b)] of -bound and bound: a negative bound gives the same law",
+    "int-norm-equal": "a constant written over with its created value is no overwrite (ParameterTrace.overwritten), "
+    "so its created_live is None and the next check skips it",
 }
 
 
