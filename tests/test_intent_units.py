@@ -4,6 +4,7 @@ parameter outside an init loop's scope) as much as what it flags."""
 
 from __future__ import annotations
 
+import math
 import types
 from typing import Any
 
@@ -173,3 +174,49 @@ def test_the_model_s_own_init_writing_a_library_norm_is_its_intent() -> None:
     record = _record(_OwnInit)
     assert record.trace is not None and record.trace.by_name()["norm.weight"].created_live is True
     assert _found(_OwnInit) == []
+
+
+class _GPT2Scaled(nn.Module):
+    """GPT-2's scheme: the residual output weights ÷ √(2N) after their draw (two residual branches
+    per layer), or ÷ √N; a one-layer model's 1/√1 is no scaling at all."""
+
+    def __init__(self, layers: int, factor: float) -> None:
+        super().__init__()
+        self.proj = nn.ModuleList(nn.Linear(8, 8) for _ in range(layers))
+        for m in self.proj:
+            nn.init.normal_(m.weight, std=0.02)
+            with torch.no_grad():
+                m.weight *= factor
+
+
+def test_depth_scaling_by_one_over_root_two_n_is_gpt2_s_and_a_single_layer_needs_none() -> None:
+    config = {"rescale_prenorm_residual": True, "n_layer": 4}
+    assert _found(lambda: _GPT2Scaled(4, 1 / math.sqrt(8)), config) == []
+    assert _found(lambda: _GPT2Scaled(4, 1 / math.sqrt(4)), config) == []
+    assert _found(lambda: _GPT2Scaled(4, 1.0), config) == [("depth_scaling", "")]
+    assert _found(lambda: _GPT2Scaled(1, 1.0), {**config, "n_layer": 1}) == []
+
+
+class _OneScaled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Linear(8, 8, bias=False)
+        with torch.no_grad():
+            self.w.weight *= 0.5  # every weight scaled, by no depth's factor
+
+
+def test_a_one_layer_model_is_never_asked_for_depth_scaling() -> None:
+    assert _found(_OneScaled, {"rescale_prenorm_residual": True, "n_layer": 1}) == []
+
+
+class _NeverSet(nn.Module):
+    """A layer scale created from its value as v·empty and never written: both a layer scale not at
+    its value and uninitialised memory; the first rule's deviation is the one reported."""
+
+    def __init__(self, init_values: float = 1e-5) -> None:
+        super().__init__()
+        self.gamma = nn.Parameter(init_values * torch.empty(4))
+
+
+def test_a_parameter_two_rules_flag_is_reported_once_by_the_first() -> None:
+    assert _found(_NeverSet) == [("layer_scale", "gamma")]
