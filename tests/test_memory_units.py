@@ -73,3 +73,25 @@ def test_a_constructor_that_reads_numbers_back_is_built_on_meta_all_the_same(mon
     model: Any = meta_model(SimpleNamespace(target="x:ReadsBack"), {})
     assert model.rates == pytest.approx([0.0, 0.05, 0.1])
     assert {t.device.type for t in [*model.parameters(), *model.buffers()]} == {"meta"}
+
+
+def test_the_largest_gradient_is_a_probed_block_s_largest_parameter_not_the_embedding_s() -> None:
+    """The backward stops at the first block's input: the embedding before it gets no gradient. A
+    GPT-2 of width 32 and a 5000-token vocabulary: its embedding holds 160,000 numbers, its blocks'
+    largest matrix (the MLP's 32 x 128) 4,096."""
+    pytest.importorskip("transformers")
+    from stability.families.library_family import library_model
+    from stability.families.library_memory import footprint
+    from stability.spec.case import parse_case_string
+    from stability.spec.load import parse_spec
+
+    spec = parse_spec(
+        'name = "g"\ndescription = "g"\nfamily = "library"\n[block]\nlayer = "tokens"\n'
+        'model = "transformers:GPT2Model"\n'
+        'config = { n_embd = "width", n_layer = "depth", n_head = 2, vocab_size = 5000, n_positions = 16 }\n'
+        "[space]\ndepth = 2\nwidth = 32\nbatch = 2\ntokens = 8\n[expect.gradient_arrival]\n",
+        file="g.toml",
+    )
+    case = parse_case_string("depth=2", spec, device="cpu")
+    found = footprint(library_model(spec), case.as_dict(), torch.float32)
+    assert found.saved > 0 and found.largest_param == 32 * 128 * 4
