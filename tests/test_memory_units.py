@@ -95,3 +95,42 @@ def test_the_largest_gradient_is_a_probed_block_s_largest_parameter_not_the_embe
     case = parse_case_string("depth=2", spec, device="cpu")
     found = footprint(library_model(spec), case.as_dict(), torch.float32)
     assert found.saved > 0 and found.largest_param == 32 * 128 * 4
+    with torch.no_grad():  # (a caller without gradients: the probe's forward still saves what it saves)
+        assert footprint(library_model(spec), case.as_dict(), torch.float32) == found
+
+
+class _Wide(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 100, bias=False)  # 400 numbers
+
+
+class _Narrow(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8, bias=False)  # 64 numbers
+
+
+class _TwoRuns(nn.Module):
+    """A run of two wide blocks (a stem), then the longest run: three narrow blocks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.ModuleList([_Wide(), _Wide()])
+        self.body = nn.ModuleList([_Narrow() for _ in range(3)])
+
+
+def test_without_a_fake_forward_the_largest_gradient_is_the_longest_run_s_in_the_case_s_dtype(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from stability.families import library_memory
+
+    def cannot(*args: Any) -> Any:
+        raise RuntimeError("no fake rule")
+
+    monkeypatch.setattr(library_build, "construct", lambda target, config: _TwoRuns())
+    monkeypatch.setattr(library_memory, "_saved", cannot)
+    found = library_memory.footprint(SimpleNamespace(target="x:TwoRuns", config={}), {}, torch.bfloat16)
+    assert (found.saved, found.largest_saved) == (0, 0)
+    assert found.largest_param == 64 * 2  # the body's matrix in bfloat16, not the stem's 400 numbers
+    assert (found.params, found.params_float32) == ((2 * 400 + 3 * 64) * 2, (2 * 400 + 3 * 64) * 4)
