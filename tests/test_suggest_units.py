@@ -185,3 +185,32 @@ def test_a_case_is_mapped_to_the_first_choice_and_the_nearest_value_the_remedied
         "kaiming_normal",
         16,
     )  # its first choice; 32 is as near 16 as 48: the smaller
+
+
+def _held(name: str, margin: tuple[float, ...], keys: int = 1) -> Any:
+    from stability.run.suggestions import Attempt
+    from stability.spec.remedy import MISSING, Change
+
+    changes = [Change(f"block.k{i}", MISSING, i) for i in range(keys)]
+    return Attempt(remedy=name, summary="s", references=("r",), changes=changes, diff="", text="", status="holds",
+                   detail="", numbers=[], margin=margin)  # fmt: skip
+
+
+def _order(*attempts: Any, invariants: int) -> list[str]:
+    from stability.run.suggestions import Suggestions
+
+    failing = [SimpleNamespace(name=f"inv{k}") for k in range(invariants)]
+    found = Suggestions(path="x.toml", name="x", profile="ci", failing=failing, attempts=list(attempts))  # type: ignore[arg-type]
+    assert found.best is (found.ranked[0] if found.ranked else None)
+    return [a.remedy for a in found.ranked]
+
+
+def test_a_missing_margin_ranks_last_and_tied_margins_share_a_rank() -> None:
+    """A remedy without a margin for an invariant takes the rank after every remedy that has one;
+    remedies tied on a margin share its rank, and the next margin's rank is the next one (ranks
+    of the distinct margins), so a, b tied at 0.1 and c at 0.2 rank 0, 0, 1."""
+    assert _order(_held("short", (0.1,)), _held("whole", (0.1, 0.5)), invariants=2) == ["whole", "short"]
+    a, b, c = _held("a", (0.1, 9.0)), _held("b", (0.1, 8.0)), _held("c", (0.2, 1.0))
+    # ranks: a 0 + 2, b 0 + 1, c 1 + 0: b and c tie at 1 (the order tried puts b first), then a;
+    # with a rank per margin, not per distinct margin, c would be 2 + 0 and tie a
+    assert _order(a, b, c, invariants=2) == ["b", "c", "a"]

@@ -1806,6 +1806,17 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(f"stale: {s}" for s in stale) or f"{len(chosen)} plants, none stale")
         return 1 if stale else 0
     if args.command == "run":
+        if args.tests:  # a test that fails on the code as it is would "kill" every plant
+            clean = subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider", *args.tests.split()],
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                capture_output=True,
+                text=True,
+            )
+            if clean.returncode != 0:
+                print(f"the tests fail without a plant:\n{clean.stdout[-2000:]}", file=sys.stderr)
+                return 1
         results = _load()
         for p in chosen:
             got = run_one(p, args.tests.split() if args.tests else None)
