@@ -141,3 +141,23 @@ def test_a_row_s_count_is_checked_where_its_when_applies_only(config: dict[str, 
     assert v.passed is met, v.detail
     if not met:
         assert "2 parameters, declared 5 = 5" in v.detail
+
+
+@pytest.mark.parametrize("layer_scale", [0.0, 1e-6])
+def test_transformers_convnext_holds_its_table_with_layer_scale_on_and_off(layer_scale: float) -> None:
+    """The convnext row counts one layer scale per layer only where layer scale is on
+    (layer_scale_init_value > 0); off, the layers have none and the row covers nothing."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    recorder = InitRecorder()
+    config = transformers.ConvNextConfig(
+        hidden_sizes=[8, 16], depths=[1, 2], num_stages=2, layer_scale_init_value=layer_scale, num_channels=3
+    )
+    with recorder.recording():
+        model = transformers.ConvNextModel(config)
+    trace = recorder.trace(model)
+    record = init_record(model, declared_config(model, {}, trace.model_args), trace=trace)
+    scales = [n for n, _ in model.named_parameters() if n.endswith("layer_scale_parameter")]
+    assert len(scales) == (3 if layer_scale else 0)
+    v = init_conformance(_M(record), InitConformance.model_validate({}))
+    assert v.passed and "convnext" in v.detail, v.detail

@@ -9,7 +9,7 @@ off-by-one, swapped arguments, a dropped condition): `old` is replaced by `new` 
 exactly once in the file), the plant's test files run (`pytest -x -n 0 -m 'not slow'`, the
 narrowest files that cover the module), and the file is put back whatever happens. A plant is
 **killed** when a test fails (or the run passes its time limit), **survived** when they all pass.
-Results go to .cache/mutation_plants.json (raw output stays out of docs/). Run from the
+Results go to dev/mutation/plants_results.json (docs/mutation.md is their summary). Run from the
 repository root with `PYTHONPATH=$PWD`; the tests import the planted code from the working tree.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / ".cache" / "mutation_plants.json"
+RESULTS = ROOT / "dev" / "mutation" / "plants_results.json"  # the round's record: status and killing test
 LIMIT = 600.0  # seconds per plant: a run past it counts as killed (a hang)
 
 
@@ -1362,6 +1362,14 @@ ISSUE_2: list[Plant] = [
         'std = "sqrt(2 / fan_in)"\nsource = "He et al. 2015 (Kaiming, mode fan_out, ReLU gain); transformers ResNet',
         T_TABLES,
         "a rule row's std from fan-in instead of fan-out (transformers ResNet convolutions)",
+    ),
+    _p(
+        "issue-layer-scale-off",
+        RULES_TOML,
+        'count = "sum(depths[:num_stages]) if layer_scale_init_value > 0 else 0"',
+        'count = "sum(depths[:num_stages])"',
+        T_TABLES,
+        "a layer-scale count applied with layer scale off (the convnext row)",
     ),
     _p(
         "issue-count-when",
