@@ -211,6 +211,19 @@ def test_the_table_counts_caught_bugs_and_false_alarms() -> None:
     assert text.endswith("Caught by the spec alone: 1 of 2; false alarms on the fixed releases: 1 of 2.")
 
 
+def test_an_error_on_the_fixed_release_is_no_false_alarm_and_none_on_the_buggy_one_is_a_catch() -> None:
+    """A fixed release that could not be judged (exit 2; exit 1 with every case unmeasured) is
+    shown as an error: it neither passes nor raises a false alarm; the same on the buggy release
+    catches nothing."""
+    a, b = BUGS[0], BUGS[1]
+    unmeasured = Outcome("y", "ci", 1, [], error="rank_collapse: could not be built")
+    text = corpus.table(
+        [(a, Outcome("x", "ci", 1, ["variance_growth: m"]), Outcome("y", "ci", 2)), (b, unmeasured, unmeasured)]
+    )
+    assert text.count("| error (exit 2) |") == 1 and text.count("| error (exit 1) | error (exit 1) |") == 1
+    assert text.endswith("Caught by the spec alone: 1 of 2; false alarms on the fixed releases: 0 of 2.")
+
+
 def test_the_command_line_lists_its_options() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.corpus", "--help"],

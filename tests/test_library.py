@@ -84,6 +84,11 @@ def test_an_unknown_config_key_or_case_key_or_a_loading_key_is_refused() -> None
         SpecError, match=r"config.n_inner = '4\*widht': names 'widht', which is not a case key; close names: width"
     ):
         check_config(target, {"n_inner": "4*widht"}, file="s.toml")
+    # under a divisor alone (no factor), as in GPT-2's n_head: refused too, never a literal every case fails on
+    with pytest.raises(
+        SpecError, match=r"config.n_head = 'widht/64': names 'widht', which is not a case key; close names: width"
+    ):
+        check_config(target, {"n_head": "widht/64"}, file="s.toml")
     with pytest.raises(SpecError, match="config.pretrained = True: would load pretrained weights or files"):
         check_config(target, {"pretrained": True}, file="s.toml")
     check_config(

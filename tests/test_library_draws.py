@@ -118,3 +118,26 @@ def test_the_inits_of_torch_nn_init_are_split_where_they_draw() -> None:
     assert torch.equal(a, a2) and torch.equal(b, b2)
     assert float(a.abs().max()) <= 0.04 and float(b.abs().max()) <= 1 / math.sqrt(40)
     assert len({float(c[0]) for c in a.reshape(-1).split(library_draws.CHUNK)}) == 12
+
+
+def test_a_draw_into_a_tensor_that_is_not_real_floating_point_is_torch_s_own() -> None:
+    """A complex tensor is not split (its `normal_` draws real and imaginary parts): the same
+    numbers as torch draws it from the global generator, as every other call the mode leaves."""
+
+    def draw() -> torch.Tensor:
+        torch.manual_seed(5)
+        return torch.empty(2500, dtype=torch.complex64).normal_()
+
+    plain = draw()
+    with torch.no_grad(), chunked_draws(9):
+        assert torch.equal(draw(), plain)
+
+
+def test_the_draws_of_a_long_init_are_all_different() -> None:
+    """A block's init makes hundreds of draws (every layer's weights and biases): each chunk's seed
+    is 63 bits of its digest, so 300 draws of one size and law are 300 different tensors (seeds of
+    a byte would give at most 256)."""
+    torch.set_num_threads(1)
+    with torch.no_grad(), chunked_draws(7):
+        firsts = {float(torch.empty(8).normal_()[0]) for _ in range(300)}
+    assert len(firsts) == 300

@@ -373,3 +373,47 @@ def test_the_constructed_parameters_are_counted_in_float32_whatever_the_cases_dt
         found = footprint(library_model(spec), values, dtype)
         assert found.params == size * floating + other
         assert found.params_float32 == 4 * floating + other, dtype
+
+
+class _Tied(nn.Module):
+    """A token embedding and an output head that share one 11 x 4 weight (tied, as GPT-2's lm_head)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(11, 4)
+        self.head = nn.Linear(4, 11, bias=False)
+        self.head.weight = self.emb.weight
+        self.register_buffer("steps", torch.zeros(3, dtype=torch.int64))
+
+
+def test_a_tied_weight_is_counted_once_and_stays_tied_on_the_meta_device() -> None:
+    """44 shared entries: 44 · 4 bytes in float32, 44 · 8 in float64, plus the 3 · 8 bytes of the
+    int64 buffer in any dtype; built under `registered_on_meta` the head's weight is still the
+    embedding's (a copy per module would count it twice)."""
+    with library_memory.registered_on_meta():
+        model = _Tied()
+    assert model.head.weight is model.emb.weight and model.emb.weight.device.type == "meta"
+    assert model.steps.device.type == "meta"
+    assert count_bytes(model, torch.float32) == (44 * 4 + 24, 44 * 4, 44)
+    assert count_bytes(model, torch.float64) == (44 * 8 + 24, 44 * 8, 44)
+    with library_memory.registered_on_meta(buffers=False):
+        kept = _Tied()
+    assert kept.head.weight is kept.emb.weight and kept.steps.device.type == "cpu"
+
+
+def test_a_language_models_tied_head_is_counted_once() -> None:
+    """GPT-2 with its head (`tie_word_embeddings`, the default): the meta model's parameters and the
+    footprint's bytes are the real model's, each tensor once (the head is the embedding)."""
+    spec = _spec("transformers:GPT2LMHeadModel", GPT2)
+    values = parse_case_string("depth=2", spec, device="cpu").as_dict()
+    real = _real(spec, values)
+    assert real.lm_head.weight is real.transformer.wte.weight
+    from stability.families.library_values import fill
+
+    meta = meta_model(library_model(spec), fill(library_model(spec).config, values))
+    assert meta.lm_head.weight is meta.transformer.wte.weight
+    unique = {id(t): t for t in [*real.parameters(), *real.buffers()]}.values()
+    count = sum(p.numel() for p in real.parameters())
+    assert count_bytes(meta, torch.float32)[2] == count
+    found = footprint(library_model(spec), values, torch.float32)
+    assert found.count == count and found.params == sum(t.numel() * t.element_size() for t in unique)

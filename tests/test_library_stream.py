@@ -159,6 +159,64 @@ def test_a_block_is_the_same_tensor_every_time_it_is_materialised() -> None:
     assert streamer.live == {2}
 
 
+def _held_bytes(model: torch.nn.Module) -> int:
+    """The bytes of the parameters and buffers whose storage is allocated now (each tensor once)."""
+    tensors = {id(t): t for t in [*model.parameters(), *model.buffers()]}.values()
+    return sum(t.untyped_storage().nbytes() for t in tensors)
+
+
+def _recorded(name: str, depth: int) -> tuple[Any, list[tuple[bool, int, list[int], int]]]:
+    """A streamed probe at `depth` with each materialisation recorded: (recomputing, the block,
+    the blocks live after it, the parameter and buffer bytes held then)."""
+    lib = _lib(name)
+    torch.manual_seed(11)
+    built = build_streamed(lib, {"depth": depth, "width": 16, "batch": 2, "tokens": 6}, input_seed=5)
+    streamer = streamer_of(built.model)
+    assert streamer is not None
+    seen: list[tuple[bool, int, list[int], int]] = []
+    materialise = streamer.materialise
+
+    def recording(i: int, *, keep: Any = ()) -> None:
+        materialise(i, keep=keep)
+        seen.append((streamer.recomputing, i, sorted(streamer.live), _held_bytes(built.model)))
+
+    streamer.materialise = recording  # type: ignore[method-assign]
+    probe_model(built.model, built.inputs, blocks=built.blocks, seed=3, rng_seed=4)
+    return lib, seen
+
+
+def test_the_backward_keeps_the_block_after_the_one_it_recomputes_and_no_other() -> None:
+    """The forward holds one block at a time; the backward recomputes the blocks last to first and,
+    while it recomputes block i, keeps block i + 1 (its backward may still be finishing) and
+    releases every other: at depth 4 the live blocks are {3}, {2, 3}, {1, 2}, {0, 1}."""
+    _, seen = _recorded("gpt2", 4)
+    assert [(i, live) for back, i, live, _ in seen if not back] == [(0, [0]), (1, [1]), (2, [2]), (3, [3])]
+    assert [(i, live) for back, i, live, _ in seen if back] == [(3, [3]), (2, [2, 3]), (1, [1, 2]), (0, [0, 1])]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_the_streamed_estimate_holds_the_parameters_the_streamed_probe_holds_at_once(name: str) -> None:
+    """`estimate_bytes`'s parameter part (the parts outside the blocks and two blocks, from the
+    footprints at depths 1 and 2) is exactly the most parameter and buffer bytes the streamed
+    probe held at once, measured on the model's storages at every materialisation."""
+    from stability.families.library_memory import footprint
+    from stability.families.library_stream import estimate_bytes
+
+    lib, seen = _recorded(name, 4)
+    whole = dataclasses.replace(lib, config={**lib.config, **lib.shipped}, shipped={})
+    values = {"width": 16, "batch": 2, "tokens": 6}
+    one, two = (
+        dataclasses.replace(
+            footprint(whole, {**values, "depth": d}, torch.float32), saved=0, largest_param=0, largest_saved=0
+        )
+        for d in (1, 2)
+    )
+    held = max(b for *_, b in seen)
+    assert two.params > one.params > two.params - one.params > 0
+    assert estimate_bytes(one, two, depth=4, hidden_bytes=0) == held
+    assert estimate_bytes(one, two, depth=4, hidden_bytes=10) == held + 40  # one hidden state per block's input
+
+
 def test_discovery_runs_no_block_arithmetic() -> None:
     torch.manual_seed(0)
     built = build_streamed(_lib("gpt2"), {"depth": 4, "width": 16, "batch": 1, "tokens": 4}, input_seed=1)

@@ -121,6 +121,20 @@ def test_the_ensemble_median_is_judged_and_its_range_reported() -> None:
     assert not residual_stream(m, lo=0.5, hi=1.5).passed
 
 
+def test_one_undefined_member_makes_the_ensembles_median_undefined() -> None:
+    """Three networks, one with a zero variance at the input (its variance ratio is undefined), the
+    two others at exactly 1: the median over the ensemble is undefined, never the median of the
+    two left (which would hold the band [0.5, 2])."""
+    grads = [[1.0, 1.0, 1.0]] * 3
+    ones = [1.0, 1.0, 1.0]
+    ens = Ensemble([0, 1, 2], [[0.0, 1.0, 1.0], ones, ones], [ones] * 3, True, grads)
+    m = Measurements(grads[0], ones, ones, {}, None, None, None, extra={"stream_ensemble": ens})
+    v = residual_stream(m, lo=0.5, hi=2.0, variance_lo=0.5, variance_hi=2.0)
+    assert not v.passed and v.extra["variance"] is None and v.extra["per_member"]["variance"] == [None, 1.0, 1.0]
+    assert v.detail.startswith("output variance Var(x_L)/Var(x₀) is undefined (a zero variance or gradient")
+    assert v.extra["stream"] == 1.0  # the other numbers are defined for every member: judged on their median
+
+
 def test_zero_and_non_finite_measurements_fail_with_what_happened() -> None:
     zero = residual_stream(Measurements([1.0, 1.0, 0.0], [1.0] * 3, [1.0] * 3, {}, None, None, None))
     assert zero == Verdict(
