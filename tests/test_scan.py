@@ -291,3 +291,20 @@ def test_the_warm_up_scans_until_a_stream_is_measured_and_leaves_the_process_as_
     scan.warm_up("transformers:Tokens")  # one model: nothing to share, nothing scanned
     assert scanned == []
     assert scan.warm_up_spec("timm", "vit_*") == "stability.run.scan:warm_up:timm:vit_*"
+
+
+@pytest.mark.slow  # imports timm
+def test_a_timm_swiglu_gate_starts_as_its_module_declares_it() -> None:
+    pytest.importorskip("timm")
+    from timm.layers import SwiGLU
+
+    from stability.run.scan_init import judge_init
+
+    config = {"img_size": 32, "patch_size": 8, "embed_dim": 32, "depth": 2, "num_heads": 2, "mlp_layer": SwiGLU}
+    judged = judge_init("timm:VisionTransformer", config, seed=0, file="<test>")
+    laws = {x.parameter: x.exact for x in judged.laws or ()}
+    assert (
+        laws["blocks.*.mlp.fc1_g.weight"] == "normal(std=1e-06)"
+        and laws["blocks.*.mlp.fc1_g.bias"] == "constant(value=1.0)"
+    )
+    assert judged.deviations == ()  # timm's SwiGLU.init_weights, not init_weights_vit_timm's Linear rows
