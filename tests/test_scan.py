@@ -5,7 +5,9 @@ rows round-trip through JSON and the store."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -254,3 +256,55 @@ def test_groups_renamed_with_their_laws_unchanged_are_no_change_of_init() -> Non
         )
     ]
     assert len(compare_rows(a, b2).changes) == 4  # a law that differs: nothing is paired, every group is named
+
+
+def test_the_warm_up_scans_until_a_stream_is_measured_and_leaves_the_process_as_it_found_it(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    import signal
+    from types import SimpleNamespace
+
+    from stability.families import library_scan
+    from stability.run import scan
+
+    names = ["Broken", "Audio", "Tokens", "Images", "Late"]
+    monkeypatch.setattr(library_scan, "scan_targets", lambda library: [SimpleNamespace(name=n) for n in names])
+    scanned: list[str] = []
+
+    def scan_one(library: str, name: str, also: Any, options: ScanOptions) -> ScanRow:
+        scanned.append(name)
+        print(f"noise of {name}")  # the server's output is the user's terminal: none of it shows
+        os.write(2, b"C-level noise\n")
+        if name == "Broken":
+            raise RuntimeError("does not build")
+        row = _row(name)
+        return row if name != "Audio" else dataclasses.replace(row, stream=(StreamAt(depth=2, error="audio"),))
+
+    monkeypatch.setattr(scan, "scan_one", scan_one)
+    handler = signal.getsignal(signal.SIGALRM)
+    scan.warm_up("transformers:")
+    assert scanned == ["Broken", "Audio", "Tokens"]  # a failure and a row without a stream: the next model
+    assert signal.getsignal(signal.SIGALRM) is handler and signal.alarm(0) == 0
+    print("after")
+    assert capfd.readouterr() == ("after\n", "")
+    scanned.clear()
+    scan.warm_up("transformers:Tokens")  # one model: nothing to share, nothing scanned
+    assert scanned == []
+    assert scan.warm_up_spec("timm", "vit_*") == "stability.run.scan:warm_up:timm:vit_*"
+
+
+@pytest.mark.slow  # imports timm
+def test_a_timm_swiglu_gate_starts_as_its_module_declares_it() -> None:
+    pytest.importorskip("timm")
+    from timm.layers import SwiGLU
+
+    from stability.run.scan_init import judge_init
+
+    config = {"img_size": 32, "patch_size": 8, "embed_dim": 32, "depth": 2, "num_heads": 2, "mlp_layer": SwiGLU}
+    judged = judge_init("timm:VisionTransformer", config, seed=0, file="<test>")
+    laws = {x.parameter: x.exact for x in judged.laws or ()}
+    assert (
+        laws["blocks.*.mlp.fc1_g.weight"] == "normal(std=1e-06)"
+        and laws["blocks.*.mlp.fc1_g.bias"] == "constant(value=1.0)"
+    )
+    assert judged.deviations == ()  # timm's SwiGLU.init_weights, not init_weights_vit_timm's Linear rows

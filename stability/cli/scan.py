@@ -83,7 +83,7 @@ def _scan(
     from stability.report.scan import headline, html_page, markdown, scan_json, terminal_rows, untriaged, write_html
     from stability.run.executors import executor_for
     from stability.run.processes import start_server
-    from stability.run.scan import run_scan
+    from stability.run.scan import run_scan, warm_up_spec
     from stability.run.scan_plan import plan_scan
     from stability.run.scan_store import ScanStore
     from stability.run.store_file import DEFAULT_DB
@@ -92,7 +92,7 @@ def _scan(
     os.environ.update(OFFLINE)
     preload = list(FAMILIES.get("library").preload({"model": f"{args.library}:"}) or [])  # type: ignore[misc]
     if not args.in_process:
-        start_server(preload)
+        start_server(preload, warm_up=warm_up_spec(args.library, args.pattern))
     executor = executor_for("in-process" if args.in_process else "workers", jobs=args.jobs, env=dict(os.environ))
     with ScanStore(args.db or DEFAULT_DB) as store:
         if not args.quiet and args.library != "transformers":

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from stability.report.release_side import imported_versions
     from stability.run.executors import executor_for
     from stability.run.processes import start_server
-    from stability.run.scan import ScanOptions, run_scan
+    from stability.run.scan import ScanOptions, run_scan, warm_up_spec
     from stability.run.scan_plan import plan_scan
     from stability.spec.registry import FAMILIES
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "versions.json").write_text(json.dumps(imported_versions()) + "\n", encoding="utf-8")
     preload = list(FAMILIES.get("library").preload({"model": f"{args.library}:"}) or [])  # type: ignore[misc]
-    start_server(preload)
+    start_server(preload, warm_up=warm_up_spec(args.library, args.only))
     options = ScanOptions(case_timeout=args.case_timeout or None, memory_budget=args.memory_budget)
     executor = executor_for("workers", jobs=args.jobs, env=dict(os.environ))
     plan = plan_scan(args.library, only=args.only, options=options, executor=executor)

@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["PRELOAD", "PRELOAD_ENV", "get_context", "start_server"]
+__all__ = ["PRELOAD", "PRELOAD_ENV", "WARM_UP_ENV", "get_context", "start_server"]
 
 #: Modules the forkserver imports once, before any child is forked (`stability.run._forkserver` sets
 #: one thread and runs the warm-up probe).
@@ -45,10 +45,19 @@ def get_context() -> Any:
 PRELOAD_ENV = "STABILITY_PRELOAD"
 
 
-def start_server(preload: Sequence[str] = ()) -> None:
+#: The environment variable that names a warm-up the forkserver runs once after its imports, as
+#: `MODULE:FUNCTION:ARGUMENT` (`FUNCTION(ARGUMENT)`; `stability.run._forkserver`): `stability scan`'s
+#: one model scanned and thrown away, so that no child pays for that first run's imports again.
+WARM_UP_ENV = "STABILITY_WARM_UP"
+
+
+def start_server(preload: Sequence[str] = (), *, warm_up: str | None = None) -> None:
     """Start the forkserver now; it imports torch, and the modules `preload` names (the families'
     `preload` of the run's specs, `stability.spec.load.preload_modules`), in the background, once
-    for every child it forks. A server already running keeps what it imported."""
+    for every child it forks, then runs `warm_up` (`WARM_UP_ENV`). A server already running keeps
+    what it imported."""
+    if warm_up:
+        os.environ[WARM_UP_ENV] = warm_up
     if preload:
         os.environ[PRELOAD_ENV] = ",".join(
             dict.fromkeys([*filter(None, os.environ.get(PRELOAD_ENV, "").split(",")), *preload])
