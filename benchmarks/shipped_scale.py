@@ -372,7 +372,9 @@ def _gib(n: float | None) -> str:
 
 def table(rows: dict[str, dict[str, Any]]) -> str:
     lines = [
-        "| spec | shipped as | blocks probed × width | input | parameters | how | wall | peak PSS, all processes | worker's peak RSS | estimate | estimate / worker's | verdicts | load (1 min) |",
+        "| spec | shipped as | blocks probed × width | input | parameters | how | wall | peak PSS, all "
+        "processes | worker's peak RSS | estimate | estimate / worker's | verdicts | "
+        "load (1 min) |",
         "|---|---|---|---|--:|---|--:|--:|--:|--:|--:|---|--:|",
     ]
     for stem, r in rows.items():

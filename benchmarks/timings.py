@@ -51,7 +51,8 @@ MEASUREMENTS: dict[str, tuple[str, list[str], bool]] = {
         False,
     ),
     "check": (
-        "the README's first command: the specs of specs/*.toml (outside specs/zoo/), dev profile, no example database yet",
+        "the README's first command: the specs of specs/*.toml (outside specs/zoo/), dev profile, no example "
+        "database yet",
         [sys.executable, "-m", "stability", "check", "specs/*.toml"],
         True,
     ),
@@ -219,8 +220,10 @@ def render(data: dict[str, Any]) -> str:
             continue
         m = row["machine"]
         lines += [
-            f"`{row['command']}`: **{duration(row['wall_s'])}** wall, {duration(row['cpu_s'])} CPU, exit {row['exit']}, on {row['when']} at commit {m['commit']};",
-            f"{m['cpu']}, {m['cores']} usable core(s), load average {row['load_before']} before and {row['load_after']} after; Python {m['python']}, torch {m['torch']}, {m['os']}.",
+            f"`{row['command']}`: **{duration(row['wall_s'])}** wall, {duration(row['cpu_s'])} CPU, exit "
+            f"{row['exit']}, on {row['when']} at commit {m['commit']};",
+            f"{m['cpu']}, {m['cores']} usable core(s), load average {row['load_before']} before and "
+            f"{row['load_after']} after; Python {m['python']}, torch {m['torch']}, {m['os']}.",
             "",
         ]
         if row["last_lines"]:

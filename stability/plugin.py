@@ -60,7 +60,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--stability-case",
         default=None,
         metavar="K=V,...",
-        help="replay this case in every collected spec item instead of searching (keys left out take each spec's corner value), as `stability check --case`",
+        help="replay this case in every collected spec item instead of searching (keys left out take each "
+        "spec's corner value), as `stability check --case`",
     )
     parser.addini(
         "stability_spec_dirs", "folder names whose *.toml files are collected as specs", type="args", default=["specs"]

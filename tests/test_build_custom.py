@@ -148,7 +148,8 @@ def test_an_empty_stack_and_a_non_module_are_spec_errors(folder: Path) -> None:
         build(spec, CASE)
     assert (info.value.file, info.value.key, info.value.value) == (spec.path, "block.factory", f"{MODULE}:number")
     assert info.value.problem == (
-        "returned int, not an nn.Sequential, an nn.ModuleList, a stability.Stack or a module with one of .blocks/.layers/.layer/.h/.block"
+        "returned int, not an nn.Sequential, an nn.ModuleList, a stability.Stack or a module with one of "
+        ".blocks/.layers/.layer/.h/.block"
     )
     assert info.value.fix == "return nn.Sequential(*blocks), the library's ModuleList, or stability.Stack(blocks=...)"
 
@@ -199,7 +200,8 @@ def test_a_factory_gets_the_case_values_it_asks_for(folder: Path) -> None:
 
 def _dense(layer: str, extra: str = "") -> Spec:
     return parse_spec(
-        f'name = "d"\ndescription = "d"\nfamily = "dense"\n[block]\nlayer = "{layer}"\ngrowth = 3\nactivation = "relu"\n'
+        f'name = "d"\ndescription = "d"\nfamily = "dense"\n[block]\nlayer = "{layer}"\ngrowth = 3\nactivation '
+        '= "relu"\n'
         f"[space]\ndepth = [1, 8]\nwidth = 4\nbatch = 2\n{extra}\n[expect.gradient_arrival]\n"
     )
 
@@ -229,7 +231,8 @@ def test_dense_zero_branches_add_zero_channels() -> None:
 
 def _family(family: str, block: str, space: str = "", width: int = 4) -> Spec:
     return parse_spec(
-        f'name = "b"\ndescription = "d"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 8]\nwidth = {width}\nbatch = 2\n{space}\n[expect.gradient_arrival]\n'
+        f'name = "b"\ndescription = "d"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, '
+        f"8]\nwidth = {width}\nbatch = 2\n{space}\n[expect.gradient_arrival]\n"
     )
 
 

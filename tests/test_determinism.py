@@ -245,7 +245,11 @@ def test_a_factory_and_blocks_drawing_from_python_and_numpy_generators_replay_ex
     import numpy as np
 
     (tmp_path / "stability_det_random.py").write_text(RANDOM_FACTORY)
-    text = 'name = "r"\ndescription = "r"\nfamily = "custom"\n[block]\nfactory = "stability_det_random:make"\n[space]\ndepth = 6\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\n'
+    text = (
+        'name = "r"\ndescription = "r"\nfamily = "custom"\n[block]\nfactory = '
+        '"stability_det_random:make"\n[space]\ndepth = 6\nwidth = 4\nbatch = '
+        "2\n[expect.gradient_arrival]\n"
+    )
     spec = parse_spec(text, file=str(tmp_path / "r.toml"))
     case = parse_case_string("depth=6,width=4,batch=2,seed=3", spec)
     random.seed(1)

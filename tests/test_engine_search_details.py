@@ -26,7 +26,8 @@ def _spec(
     extra: str = "", expect: str = "[expect.gradient_arrival]\nlo = 0.05\nhi = 10.0\n", family: str = "plain"
 ) -> Spec:
     return parse_spec(
-        f'name = "e"\ndescription = "d"\nfamily = "{family}"\n[space]\ndepth = [1, 12]\nwidth = 4\nbatch = 2\ndevice = ["cpu", "cuda"]\n{extra}\n{expect}',
+        f'name = "e"\ndescription = "d"\nfamily = "{family}"\n[space]\ndepth = [1, 12]\nwidth = 4\nbatch = '
+        f'2\ndevice = ["cpu", "cuda"]\n{extra}\n{expect}',
         file="specs/e.toml",
     )
 
@@ -136,8 +137,8 @@ def test_a_passing_search_reports_the_case_closest_to_a_bound(monkeypatch: pytes
     assert (r.name, r.expect, r.met, r.error) == ("gradient_arrival", "holds", True, None)
     assert r.reproduce == reproduce_command(spec, r.case)
     assert (
-        r.message
-        == f"specs/e.toml::gradient_arrival: holds on {r.examples} cases; closest to its bound: depth {shallowest} at {r.case}"
+        r.message == f"specs/e.toml::gradient_arrival: holds on {r.examples} cases; closest to its bound: depth "
+        f"{shallowest} at {r.case}"
     )
 
 
@@ -159,7 +160,8 @@ def test_a_search_where_no_case_applies_is_an_error(monkeypatch: pytest.MonkeyPa
 
 def test_the_constrained_bisection_can_end_at_the_smallest_admitted_depth() -> None:
     spec = parse_spec(
-        'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = { values = [2, 4, 9, 12] }\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\n',
+        'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = { values = [2, 4, 9, 12] }\nwidth '
+        "= 4\nbatch = 2\n[expect.gradient_arrival]\n",
         file="specs/e.toml",
     )
     judged: list[int] = []

@@ -25,7 +25,9 @@ from stability.spec.schema import Spec
 
 def _spec(extra: str = "") -> Spec:
     return parse_spec(
-        f'name = "e"\ndescription = "d"\nfamily = "preact"\n[block]\nactivation = "relu"\n[space]\ndepth = [1, 8]\nwidth = 8\nbatch = 4\ndtype = ["float64"]\n{extra}\n[expect.variance_growth]\n',
+        'name = "e"\ndescription = "d"\nfamily = "preact"\n[block]\nactivation = "relu"\n[space]\ndepth = '
+        "[1, 8]\nwidth = 8\nbatch = 4\ndtype = "
+        f'["float64"]\n{extra}\n[expect.variance_growth]\n',
         file="specs/e.toml",
     )
 
@@ -125,7 +127,8 @@ def test_running_out_of_memory_in_the_vectorised_pass_is_not_swallowed(
 def test_members_of_a_stack_with_a_stem_are_probed_after_it(tmp_path: Path) -> None:
     (tmp_path / "stability_ensemble_stem.py").write_text(
         "import torch\nfrom torch import nn\nfrom stability import Stack\n\n\ndef make(depth, width):\n"
-        "    return Stack(blocks=nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in range(depth)]),\n"
+        "    return Stack(blocks=nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in "
+        "range(depth)]),\n"
         "                 stem=nn.Linear(width, width))\n",
         encoding="utf-8",
     )

@@ -50,7 +50,8 @@ def passing_spec(base: str, name: str) -> str:
 
 def _spec(family: str, space: str, block: str = "", path: str = "<string>") -> Spec:
     return parse_spec(
-        f'name = "g"\ndescription = "d"\nfamily = "{family}"\n[block]\n{block}\n[space]\n{space}\n[expect.gradient_arrival]\n',
+        'name = "g"\ndescription = "d"\nfamily = '
+        f'"{family}"\n[block]\n{block}\n[space]\n{space}\n[expect.gradient_arrival]\n',
         file=path,
     )
 
@@ -302,7 +303,8 @@ def test_a_spec_case_timeout_never_lowers_the_run_limit() -> None:
     from stability.spec.load import parse_spec
 
     spec = parse_spec(
-        'name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 4\n[probe]\ncase_timeout = 10\n[expect.gradient_arrival]\n'
+        'name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = '
+        "4\n[probe]\ncase_timeout = 10\n[expect.gradient_arrival]\n"
     )
     assert case_limit(spec, 120.0) == 120.0
     assert case_limit(spec, 1.0) == 10.0
@@ -334,7 +336,8 @@ def test_a_spec_threads_never_lower_the_run_threads_and_are_put_back() -> None:
     from stability.spec.load import parse_spec
 
     spec = parse_spec(
-        'name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 4\n[probe]\nthreads = 2\n[expect.gradient_arrival]\n'
+        'name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 4\n[probe]\nthreads = '
+        "2\n[expect.gradient_arrival]\n"
     )
     before = torch.get_num_threads()
     try:

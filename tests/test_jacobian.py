@@ -18,7 +18,8 @@ EPS64 = float(torch.finfo(torch.float64).eps)
 
 def _spec(family: str, block: str, space: str) -> object:
     return parse_spec(
-        f'name = "j"\ndescription = "j"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 64]\nwidth = [1, 256]\n'
+        f'name = "j"\ndescription = "j"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, '
+        "64]\nwidth = [1, 256]\n"
         f'batch = [1, 8]\ndevice = ["cpu"]\ndtype = ["float64"]\n{space}\n[expect.jacobian_spectrum]\n'
     )
 

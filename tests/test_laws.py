@@ -23,7 +23,8 @@ SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 def _spec(family: str, block: str, space: str = "", expect: str = "[expect.variance_growth]\n") -> Spec:
     return parse_spec(
-        f'name = "t"\ndescription = "t"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 64]\nwidth = [8, 1024]\nbatch = [2, 64]\n{space}\n{expect}'
+        f'name = "t"\ndescription = "t"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, '
+        f"64]\nwidth = [8, 1024]\nbatch = [2, 64]\n{space}\n{expect}"
     )
 
 

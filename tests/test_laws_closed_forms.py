@@ -20,7 +20,8 @@ EXACT = {"rel": 1e-12, "abs": 0.0}
 
 def _spec(family: str, block: str, space: str = "") -> Spec:
     return parse_spec(
-        f'name = "t"\ndescription = "t"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 64]\nwidth = [4, 1024]\nbatch = 2\n{space}\n[expect.variance_growth]\n'
+        f'name = "t"\ndescription = "t"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, '
+        f"64]\nwidth = [4, 1024]\nbatch = 2\n{space}\n[expect.variance_growth]\n"
     )
 
 

@@ -198,7 +198,8 @@ def test_a_module_of_ones_own_that_keeps_its_blocks_deeper_is_refused_with_the_p
             self.encoder = Encoder()
 
     spec = parse_spec(
-        'name = "m"\ndescription = "m"\nfamily = "custom"\n[block]\nfactory = "m:make"\n[space]\ndepth = 2\nwidth = 4\n[expect.gradient_arrival]\n',
+        'name = "m"\ndescription = "m"\nfamily = "custom"\n[block]\nfactory = "m:make"\n[space]\ndepth = '
+        "2\nwidth = 4\n[expect.gradient_arrival]\n",
         file="specs/m.toml",
     )
     model = Outer()

@@ -434,7 +434,10 @@ def test_a_factory_model_whose_attention_is_not_captured_says_so_in_one_line(tmp
     for name in ("attention_logits", "early_warning"):
         verdict, error = evaluate_lm(spec, name, corner_case(spec, seed=0))
         assert error is None and verdict is not None and not verdict.measured, (error, verdict)
-        line = "no attention logits were captured: its forward calls neither torch.nn.functional.scaled_dot_product_attention nor stability's AttentionProbs"
+        line = (
+            "no attention logits were captured: its forward calls neither "
+            "torch.nn.functional.scaled_dot_product_attention nor stability's AttentionProbs"
+        )
         assert (
             f"{line} (docs/training.md, 'Your own language model')" in verdict.detail and "\n" not in verdict.detail
         ), verdict.detail

@@ -29,7 +29,8 @@ _ITEM = {torch.float32: 4, torch.float64: 8}
 
 def _spec(family: str, block: str, space: str = "") -> Spec:
     return parse_spec(
-        f'name = "memory"\ndescription = "memory"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 64]\nwidth = [1, 64]\nbatch = [2, 16]\n{space}\n[expect.gradient_arrival]\n'
+        f'name = "memory"\ndescription = "memory"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = '
+        f"[1, 64]\nwidth = [1, 64]\nbatch = [2, 16]\n{space}\n[expect.gradient_arrival]\n"
     )
 
 

@@ -20,7 +20,8 @@ from stability.spec.case import corner_case
 def _spec(activation: str, init: str, extra: str = "", family: str = "plain", block: str = "") -> object:
     return parse_spec(
         f'name = "m"\ndescription = "m"\nfamily = "{family}"\n[block]\nactivation = "{activation}"\n{block}\n[space]\n'
-        f'depth = [1, 64]\nwidth = [1, 512]\nbatch = [1, 8]\nweight_init = ["{init}"]\ndtype = ["float64"]\ndevice = ["cpu"]\n{extra}\n'
+        f'depth = [1, 64]\nwidth = [1, 512]\nbatch = [1, 8]\nweight_init = ["{init}"]\ndtype = '
+        f'["float64"]\ndevice = ["cpu"]\n{extra}\n'
         "[expect.mean_field]\n"
     )
 
@@ -220,7 +221,10 @@ def test_lesion_verdict() -> None:
     ],
 )
 def test_mean_field_spec_errors(family: str, block: str, space: str, key: str) -> None:
-    text = f'name = "m"\ndescription = "m"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = 2\nwidth = 4\n{space}\n[expect.mean_field]\n'
+    text = (
+        f'name = "m"\ndescription = "m"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = 2\nwidth '
+        f"= 4\n{space}\n[expect.mean_field]\n"
+    )
     with pytest.raises(SpecError, match=key.replace(".", r"\.")):
         parse_spec(text)
 
@@ -230,5 +234,6 @@ def test_lesion_on_dense_is_refused_and_jacobian_bounds_are_ordered() -> None:
         parse_spec('name = "d"\ndescription = "d"\nfamily = "dense"\n[space]\ndepth = 2\nwidth = 4\n[expect.lesion]\n')
     with pytest.raises(SpecError, match="mean_lo"):
         parse_spec(
-            'name = "d"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 4\n[expect.jacobian_spectrum]\nmean_lo = 2.0\nmean_hi = 1.0\n'
+            'name = "d"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = '
+            "4\n[expect.jacobian_spectrum]\nmean_lo = 2.0\nmean_hi = 1.0\n"
         )

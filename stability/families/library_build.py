@@ -118,7 +118,8 @@ def construct(target: Target, config: Mapping[str, Any]) -> nn.Module:
                 model = cls(cls.config_class(**config))
             else:
                 raise CaseError(
-                    f"{target} is not a model (a PreTrainedModel): name a model class such as {target.name.replace('Layer', 'Model')}"
+                    f"{target} is not a model (a PreTrainedModel): name a model class such as "
+                    f"{target.name.replace('Layer', 'Model')}"
                 )
         elif target.kind == "registered":
             model = (
@@ -308,7 +309,8 @@ def init_factors(
         blocks = [next((m for m in model.modules() if type(m) is block_class), None) for model in pair]
         if blocks[0] is None or blocks[1] is None:
             raise CaseError(
-                f"{spec.target} built at depth {one['depth']} has no {block_class.__name__} to read the shipped init from"
+                f"{spec.target} built at depth {one['depth']} has no {block_class.__name__} to read the "
+                "shipped init from"
             )
         _FACTORS[key] = factors_between(blocks[0], blocks[1])
     return _FACTORS[key]

@@ -277,9 +277,15 @@ def describe_ensemble(g: EnsembleGrowth) -> str:
     if not g.decided:
         depth = len(g.ratios) - 1
         if depth < MIN_DECIDABLE_DEPTH:
-            head += f"; undecided at this depth (depth {depth} is too small to tell {g.lowest} from {g.growth}: judged {g.lowest})"
+            head += (
+                f"; undecided at this depth (depth {depth} is too small to tell {g.lowest} from "
+                f"{g.growth}: judged {g.lowest})"
+            )
         elif GROWTH_CLASSES.index(g.lowest) <= GROWTH_CLASSES.index("linear"):
-            head += f"; undecided at this depth ({g.lowest} … {g.growth} fit within the ensemble's noise: judged {g.lowest})"
+            head += (
+                f"; undecided at this depth ({g.lowest} … {g.growth} fit within the ensemble's noise: "
+                f"judged {g.lowest})"
+            )
         else:
             head += f"; {g.lowest} is not ruled out at this depth (judged {g.lowest})"
     return head

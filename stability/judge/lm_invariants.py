@@ -74,7 +74,8 @@ def _safe(values: Sequence[float]) -> list[float | None]:
 
 def _stopped(run: LMRun, what: str, value: float, bound: str) -> NotMeasured:
     return NotMeasured(
-        f"the run diverged at step {run.diverged_at} (its loss became non-finite) while {what} was still {value:.3g}, within {bound}; "
+        f"the run diverged at step {run.diverged_at} (its loss became non-finite) while {what} was still "
+        f"{value:.3g}, within {bound}; "
         "it stopped before the bound could be judged through the run (lower train.lr to see whether the bound holds)",
         bound,
     )
@@ -112,7 +113,8 @@ def attention_logits(run: LMRun, *, max_logit: float | None = 100.0, max_growth:
     largest = run.largest_logit()
     if not any(math.isfinite(v) or v == math.inf for v in largest):
         raise NotMeasured(
-            f"no attention logits were captured: {run.attention_missing or 'the model computes no attention the harness can read'}",
+            "no attention logits were captured: "
+            f"{run.attention_missing or 'the model computes no attention the harness can read'}",
             bound,
         )
     extra: dict[str, Any] = {
@@ -138,8 +140,11 @@ def attention_logits(run: LMRun, *, max_logit: float | None = 100.0, max_growth:
                     observed=v,
                     bound=bound,
                     block=layer,
-                    detail=f"the largest attention logit reached {v:.3g} at step {run.recorded[i]} in layer {layer} (from {largest[0]:.3g} at step {run.recorded[0]}), "
-                    f"above {max_logit:g}; attention entropy {extra['entropy'][i] if extra['entropy'][i] is not None else math.nan:.3g} nats there: "
+                    detail=f"the largest attention logit reached {v:.3g} at step {run.recorded[i]} in layer "
+                    f"{layer} (from {largest[0]:.3g} at step {run.recorded[0]}), "
+                    f"above {max_logit:g}; attention entropy "
+                    f"{extra['entropy'][i] if extra['entropy'][i] is not None else math.nan:.3g} nats "
+                    "there: "
                     'add qk_norm = "layer" (or attn_softcap), warm up longer or lower train.lr',
                     extra=extra,
                 )
@@ -153,7 +158,8 @@ def attention_logits(run: LMRun, *, max_logit: float | None = 100.0, max_growth:
                 observed=growth,
                 bound=bound,
                 block=None,
-                detail=f"the largest attention logit grows ×{growth:.3g} per 100 steps (fitted over the run), above ×{max_growth:g}",
+                detail=f"the largest attention logit grows ×{growth:.3g} per 100 steps (fitted over the run), "
+                f"above ×{max_growth:g}",
                 extra=extra,
             )
     peak = max(v for v in largest if math.isfinite(v))
@@ -205,7 +211,8 @@ def output_logits(run: LMRun, *, max_abs_logz: float = 20.0, statistic: str = "m
                 observed=v,
                 bound=bound,
                 block=None,
-                detail=f"|log Z| reached {v:.3g} at step {s}, above {max_abs_logz:g}: the output logits drift (Wortsman et al. 2023); add train.z_loss = 1e-4 or weight decay",
+                detail=f"|log Z| reached {v:.3g} at step {s}, above {max_abs_logz:g}: the output logits drift "
+                "(Wortsman et al. 2023); add train.z_loss = 1e-4 or weight decay",
                 extra=extra,
             )
     finite = [v for _, v in judged if math.isfinite(v)]
@@ -259,7 +266,8 @@ def loss_spike(run: LMRun, *, max_factor: float = 2.0, window: int = 10) -> Verd
                 observed=ratio,
                 bound=bound,
                 block=None,
-                detail=f"the loss at step {t} is {shown}, {ratio:.3g}× the mean {mean:.3g} of the {window} steps before",
+                detail=f"the loss at step {t} is {shown}, {ratio:.3g}× the mean {mean:.3g} of the {window} "
+                "steps before",
                 extra=extra,
             )
     extra["step"] = worst_t
@@ -356,7 +364,8 @@ def early_warning(run: LMRun, *, steps: int, name: str = "logit_growth", thresho
             observed=value,
             bound=bound,
             block=None,
-            detail=f"{name} is {value:.3g} after {steps} steps ({'above' if up else 'below'} {threshold:g}): the run is predicted to diverge",
+            detail=f"{name} is {value:.3g} after {steps} steps ({'above' if up else 'below'} {threshold:g}): "
+            "the run is predicted to diverge",
             extra=extra,
         )
     return Verdict(
@@ -399,7 +408,8 @@ def lr_sensitivity(runs: Mapping[int, Mapping[float, LMRun]], *, lrs: Sequence[f
         value, best = lrs_of(final, initial)
         if best >= initial:
             raise NotMeasured(
-                f"no learning rate of the grid trained seed {seed} below its initial loss {initial:.3g}, so its sensitivity is not defined",
+                f"no learning rate of the grid trained seed {seed} below its initial loss {initial:.3g}, so "
+                "its sensitivity is not defined",
                 bound,
             )
         per_seed[seed] = value
@@ -425,7 +435,10 @@ def lr_sensitivity(runs: Mapping[int, Mapping[float, LMRun]], *, lrs: Sequence[f
         for lr in lrs
     ]
     best_lr = lrs[int(np.argmin(mean_final))]
-    text = f"LRS {mean:.3g} ({spread}) over learning rates {lrs[0]:g} … {lrs[-1]:g}; best mean final loss {min(mean_final):.3g} at {best_lr:g}"
+    text = (
+        f"LRS {mean:.3g} ({spread}) over learning rates {lrs[0]:g} … {lrs[-1]:g}; best mean final loss "
+        f"{min(mean_final):.3g} at {best_lr:g}"
+    )
     if mean <= max_lrs:
         return Verdict(
             invariant="lr_sensitivity", passed=True, observed=mean, bound=bound, block=None, detail=text, extra=extra

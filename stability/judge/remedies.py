@@ -288,26 +288,31 @@ def _init_range_edit(spec: Any, data: Mapping[str, Any]) -> dict[str, Any]:
 _BUILT_IN = (
     Remedy(
         name="zero_branch",
-        summary="start every residual branch at zero (the last layer of each branch zeroed), so every block is the identity at initialisation",
+        summary="start every residual branch at zero (the last layer of each branch zeroed), so every block "
+        "is the identity at initialisation",
         fixes=_SIGNAL,
         applies=_zero_applies,
         edit=lambda spec, data: {"space.branch_init": ["zero"]},
         kind="init",
         references=(
-            "Goyal et al. (2017). Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour. arXiv:1706.02677 (zero-initialised last norm of each residual block).",
+            "Goyal et al. (2017). Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour. "
+            "arXiv:1706.02677 (zero-initialised last norm of each residual block).",
             "Zhang, Dauphin, Ma (2019). Fixup Initialization: Residual Learning Without Normalization. ICLR 2019.",
         ),
     ),
     Remedy(
         name="shrink_branch",
-        summary="shrink the branch, not the route around: scale each residual branch by 1/sqrt(depth) (GPT-2's scaled init for a transformer)",
+        summary="shrink the branch, not the route around: scale each residual branch by 1/sqrt(depth) "
+        "(GPT-2's scaled init for a transformer)",
         fixes=_BALANCE,
         applies=_branch_scale_applies,
         edit=_branch_scale_edit,
         kind="init",
         references=(
-            "Hanin, Rolnick (2018). How to Start Training: The Effect of Initialization and Architecture. NeurIPS 2018.",
-            "Radford et al. (2019). Language Models are Unsupervised Multitask Learners (residual projections scaled by 1/sqrt(N)).",
+            "Hanin, Rolnick (2018). How to Start Training: The Effect of Initialization and Architecture. "
+            "NeurIPS 2018.",
+            "Radford et al. (2019). Language Models are Unsupervised Multitask Learners (residual "
+            "projections scaled by 1/sqrt(N)).",
         ),
     ),
     Remedy(
@@ -329,12 +334,14 @@ _BUILT_IN = (
         edit=_gain_edit("skipinit"),
         kind="init",
         references=(
-            "De, Smith (2020). Batch Normalization Biases Residual Blocks Towards the Identity Function in Deep Networks. NeurIPS 2020.",
+            "De, Smith (2020). Batch Normalization Biases Residual Blocks Towards the Identity Function in "
+            "Deep Networks. NeurIPS 2020.",
         ),
     ),
     Remedy(
         name="layerscale",
-        summary="multiply each residual branch by a learnable diagonal started small (LayerScale: 0.1 up to depth 18, 1e-5 at 24, 1e-6 beyond)",
+        summary="multiply each residual branch by a learnable diagonal started small (LayerScale: 0.1 up to "
+        "depth 18, 1e-5 at 24, 1e-6 beyond)",
         fixes=_BALANCE,
         applies=_layerscale_applies,
         edit=_layerscale_edit,
@@ -343,7 +350,8 @@ _BUILT_IN = (
     ),
     Remedy(
         name="deepnorm",
-        summary="DeepNorm: up-weight the skip of each post-norm block by α = (2N)^(1/4) and scale the branch weights by β = (8N)^(-1/4)",
+        summary="DeepNorm: up-weight the skip of each post-norm block by α = (2N)^(1/4) and scale the branch "
+        "weights by β = (8N)^(-1/4)",
         fixes=frozenset({"gradient_balance", "gradient_arrival", "variance_growth", "rank_collapse"}),
         applies=_deepnorm_applies,
         edit=lambda spec, data: {"block.residual": "deepnorm"},
@@ -377,26 +385,30 @@ _BUILT_IN = (
     ),
     Remedy(
         name="critical_init",
-        summary="initialise at the critical point of the activation: He init for ReLU (σ_w² = 2), Glorot for tanh (σ_w² = 1 for square layers)",
+        summary="initialise at the critical point of the activation: He init for ReLU (σ_w² = 2), Glorot for "
+        "tanh (σ_w² = 1 for square layers)",
         fixes=frozenset({"gradient_arrival", "variance_growth", "jacobian_spectrum"}),
         applies=_critical_applies,
         edit=lambda spec, data: {"space.weight_init": [_critical(spec)]},
         kind="init",
         references=(
-            "He et al. (2015). Delving Deep into Rectifiers: Surpassing Human-Level Performance on ImageNet Classification. ICCV 2015.",
+            "He et al. (2015). Delving Deep into Rectifiers: Surpassing Human-Level Performance on ImageNet "
+            "Classification. ICCV 2015.",
             "Schoenholz et al. (2017). Deep Information Propagation. ICLR 2017.",
         ),
     ),
     Remedy(
         name="residual_route",
-        summary="add a route around every layer: the plain stack as a residual stack x + F(x) with one layer per branch",
+        summary="add a route around every layer: the plain stack as a residual stack x + F(x) with one layer "
+        "per branch",
         fixes=frozenset({"gradient_arrival", "variance_growth", "lesion", "jacobian_spectrum"}),
         applies=_route_applies,
         edit=_route_edit,
         kind="structure",
         references=(
             "He et al. (2016). Identity Mappings in Deep Residual Networks. ECCV 2016.",
-            "Veit, Wilber, Belongie (2016). Residual Networks Behave Like Ensembles of Relatively Shallow Networks. NeurIPS 2016.",
+            "Veit, Wilber, Belongie (2016). Residual Networks Behave Like Ensembles of Relatively Shallow "
+            "Networks. NeurIPS 2016.",
         ),
     ),
     Remedy(
@@ -413,13 +425,15 @@ _BUILT_IN = (
     ),
     Remedy(
         name="init_range",
-        summary="a smaller initializer_range in the library's config: the default std ÷ √(2·depth), so every branch starts small against the residual stream",
+        summary="a smaller initializer_range in the library's config: the default std ÷ √(2·depth), so every "
+        "branch starts small against the residual stream",
         fixes=frozenset({"gradient_arrival", "variance_growth", "rank_collapse", "gradient_balance"}),
         applies=_init_range_applies,
         edit=_init_range_edit,
         kind="init",
         references=(
-            "Radford et al. (2019). Language Models are Unsupervised Multitask Learners (residual projections scaled by 1/sqrt(N)).",
+            "Radford et al. (2019). Language Models are Unsupervised Multitask Learners (residual "
+            "projections scaled by 1/sqrt(N)).",
         ),
     ),
 )

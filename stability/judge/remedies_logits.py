@@ -68,13 +68,15 @@ def _train_applies(key: str, off: Any) -> Any:
 _BUILT_IN = (
     Remedy(
         name="qk_norm",
-        summary="normalise each head's queries and keys (qk-layernorm), so the attention logits cannot grow with the weights",
+        summary="normalise each head's queries and keys (qk-layernorm), so the attention logits cannot grow "
+        "with the weights",
         fixes=_LOGITS,
         applies=_qk_applies,
         edit=_qk_edit,
         references=(
             "Dehghani et al. (2023). Scaling Vision Transformers to 22 Billion Parameters. ICML 2023.",
-            "Wortsman et al. (2023). Small-scale proxies for large-scale Transformer training instabilities. arXiv:2309.14322.",
+            "Wortsman et al. (2023). Small-scale proxies for large-scale Transformer training instabilities. "
+            "arXiv:2309.14322.",
         ),
     ),
     Remedy(

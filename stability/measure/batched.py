@@ -258,7 +258,8 @@ def _same_state(stack: list[nn.Module], template: _State, s: int) -> _State:
                 found = "nothing" if t is None else f"{tuple(t.shape)} {t.dtype} on {t.device}"
                 raise ValueError(
                     f"probe_seeds: network {s} differs from network 0 at {name}: {found} where network 0 has "
-                    f"{tuple(first.shape)} {first.dtype} on {first.device}; every network must have the same architecture"
+                    f"{tuple(first.shape)} {first.dtype} on {first.device}; every network must have the same "
+                    "architecture"
                 )
             out[kind].append((name, t))
     return out
@@ -336,7 +337,9 @@ def _states(stacks: list[list[nn.Module]]) -> list[_State]:
         other = [type(m) for m in stack]
         if other != kinds:
             raise ValueError(
-                f"probe_seeds: network {s} differs from network 0: its blocks are {[t.__name__ for t in other]}, not {[t.__name__ for t in kinds]}; every network must have the same architecture"
+                f"probe_seeds: network {s} differs from network 0: its blocks are "
+                f"{[t.__name__ for t in other]}, not {[t.__name__ for t in kinds]}; every network "
+                "must have the same architecture"
             )
     _refuse_shared(stacks[0])
     template = _state(stacks[0])
@@ -365,7 +368,8 @@ def _refuse_shared(blocks: list[nn.Module]) -> None:
             first = owner.setdefault(key, i)
             if first != i:
                 raise ValueError(
-                    f"probe_seeds: blocks {first} and {i} share a parameter or buffer (a tied stack); probe() measures such networks one at a time"
+                    f"probe_seeds: blocks {first} and {i} share a parameter or buffer (a tied stack); probe() "
+                    "measures such networks one at a time"
                 )
 
 

@@ -46,7 +46,8 @@ def block_list(blocks: nn.Module | Iterable[nn.Module] | Stack) -> list[nn.Modul
         found = find_blocks(blocks)
         if found is None:
             raise TypeError(
-                f"Stack.blocks is a {type(blocks.blocks).__name__}: give an nn.Sequential, an nn.ModuleList or a module with .blocks/.layers/.layer/.h/.block"
+                f"Stack.blocks is a {type(blocks.blocks).__name__}: give an nn.Sequential, an nn.ModuleList "
+                "or a module with .blocks/.layers/.layer/.h/.block"
             )
         return found
     if isinstance(blocks, nn.Sequential):
@@ -116,12 +117,14 @@ def probe(
     ):  # a whole model: probed through its own forward, `x` its inputs
         if call_kwargs is not None or checkpoint_every:
             raise ValueError(
-                f"probe({type(blocks).__name__}, …) runs the model's own forward, which passes its blocks what they need: call_kwargs and checkpoint_every do not apply"
+                f"probe({type(blocks).__name__}, …) runs the model's own forward, which passes its blocks "
+                "what they need: call_kwargs and checkpoint_every do not apply"
             )
         return probe_model(blocks, x, loss=loss, seed=seed, target=target, observers=observers, rng_seed=rng_seed)
     if not isinstance(x, torch.Tensor):
         raise TypeError(
-            f"probe(blocks, x): x is a {type(x).__name__}; blocks called one after another take a tensor (a whole model takes a mapping of its inputs)"
+            f"probe(blocks, x): x is a {type(x).__name__}; blocks called one after another take a tensor (a "
+            "whole model takes a mapping of its inputs)"
         )
     stem: nn.Module | None = None
     embedding: Callable[[torch.Tensor], torch.Tensor] | None = None
@@ -191,7 +194,8 @@ def blocks_forward(
                 found = out if isinstance(out, torch.Tensor) else hidden_state(out)
                 if found is None:
                     raise BlockError(
-                        f"block {i} ({type(modules[i]).__name__}) returned {type(out).__name__} with no tensor hidden state "
+                        f"block {i} ({type(modules[i]).__name__}) returned {type(out).__name__} with no "
+                        "tensor hidden state "
                         "(a tensor; else last_hidden_state or hidden_states; else element 0 of a tuple or list)"
                     )
                 h = found

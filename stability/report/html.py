@@ -187,8 +187,11 @@ def _baseline_section(c: Comparison | None) -> str:
         cls = {"drift": "failed", "within": "ok"}.get(d.status, "not_applicable")
         mark = {"drift": "✗", "within": "✓"}.get(d.status, "n/a")
         rows.append(
-            f'<tr class="{cls}"><td>{_e(d.key.spec)}</td><td class="inv">{_e(d.key.invariant)}</td><td class="mark">{mark}</td>'
-            f'<td class="num">{_e(fmt(d.before))} → {_e(fmt(d.after))}</td><td class="num">{_e(fmt_change(d))}</td><td class="num">{_e(fmt_limit(d.limit))}</td>'
+            f'<tr class="{cls}"><td>{_e(d.key.spec)}</td><td class="inv">{_e(d.key.invariant)}</td><td '
+            f'class="mark">{mark}</td>'
+            f'<td class="num">{_e(fmt(d.before))} → {_e(fmt(d.after))}</td><td '
+            f'class="num">{_e(fmt_change(d))}</td><td '
+            f'class="num">{_e(fmt_limit(d.limit))}</td>'
             f'<td class="case mono">{_case_text(d.shown)}</td><td>{_e(d.why)}</td></tr>'
         )
     changed = "".join(
@@ -246,7 +249,8 @@ def _case_row(res: SpecResult, record: CaseRecord, roles: list[tuple[str, bool]]
             cells.append('<td class="mark" title="not applicable">—</td>')
             continue
         cells.append(
-            f'<td class="mark {"ok" if v.passed else "failed"}" title="{"holds" if v.passed else "violated"}">{_mark(v.passed)}</td>'
+            f'<td class="mark {"ok" if v.passed else "failed"}" '
+            f'title="{"holds" if v.passed else "violated"}">{_mark(v.passed)}</td>'
         )
     cells.append(f'<td class="num">{record.seconds:.2f}</td>')
     notes = [f"{'failing' if not met else 'deciding'} case of {name}" for name, met in roles]
@@ -260,8 +264,10 @@ def _case_row(res: SpecResult, record: CaseRecord, roles: list[tuple[str, bool]]
 
 
 _CASE_COLUMNS = (
-    "failed: ✗ when the case decided an unmet expectation or could not be measured; gradient ratio r₀ = ‖∂L/∂x₀‖ / ‖∂L/∂x_L‖; "
-    "max Var (or E(x²)) ratio: the largest ratio of a boundary's statistic to the input's; identity error: ‖f(x) − x‖ / ‖x‖; "
+    "failed: ✗ when the case decided an unmet expectation or could not be measured; gradient ratio r₀ = "
+    "‖∂L/∂x₀‖ / ‖∂L/∂x_L‖; "
+    "max Var (or E(x²)) ratio: the largest ratio of a boundary's statistic to the input's; identity error: "
+    "‖f(x) − x‖ / ‖x‖; "
     "one ✓/✗ column per invariant (— where it does not apply); seconds: build and probe time of the case."
 )
 
@@ -314,7 +320,8 @@ def _figures(res: SpecResult, pngs: PngSource = spec_pngs) -> str:
             ">II", png[16:24]
         )  # the PNG's own size (IHDR): a legend below the plot makes it taller
         parts.append(
-            f'<figure><img src="{uri}" alt="{_e(key)} plot of {_e(res.spec.name)}" width="{width}" height="{height}"><figcaption>{_e(figure_caption(res, key))}</figcaption></figure>'
+            f'<figure><img src="{uri}" alt="{_e(key)} plot of {_e(res.spec.name)}" width="{width}" '
+            f'height="{height}"><figcaption>{_e(figure_caption(res, key))}</figcaption></figure>'
         )
     return f'<div class="plots">{"".join(parts)}</div>'
 
@@ -345,7 +352,10 @@ def figure_caption(res: SpecResult, key: str) -> str:
         elif variance_band(res) is not None:
             bound = "Shaded: the ratios the spec allows. "
         else:
-            bound = f'No band: max_growth = "{vg.max_growth}" limits how the ratio grows with depth (judged from a fit over the probed depths), not its value at each boundary. '
+            bound = (
+                f'No band: max_growth = "{vg.max_growth}" limits how the ratio grows with depth (judged '
+                "from a fit over the probed depths), not its value at each boundary. "
+            )
         return what + bound + "A line that stops short has a zero or non-finite value there."
     ia = expect.identity_at_init
     bound = (
@@ -354,9 +364,12 @@ def figure_caption(res: SpecResult, key: str) -> str:
         else "Green line at 0: the bound, exactly 0 (bit-exact). "
     )
     return (
-        "Identity at initialisation, zero-branch cases only: at each boundary, the relative change of the second moment from "
-        "the input's (solid) and of the gradient norm from the output's (dashed); both stay at 0 while every block is the "
-        "identity, and a line leaves 0 after the first block that changes its input. Dots: the errors the invariant judges, "
+        "Identity at initialisation, zero-branch cases only: at each boundary, the relative change of the "
+        "second moment from "
+        "the input's (solid) and of the gradient norm from the output's (dashed); both stay at 0 while every "
+        "block is the "
+        "identity, and a line leaves 0 after the first block that changes its input. Dots: the errors the "
+        "invariant judges, "
         "‖f(x) − x‖/‖x‖ at the output and ‖∂L/∂x − ∂L/∂y‖/‖∂L/∂y‖ at the input. "
         + bound
         + "Symmetric-log axis: values below 1e-9 are drawn on a linear scale, so 0 is on the axis."
@@ -370,11 +383,13 @@ def _spec_section(index: int, res: SpecResult, pngs: PngSource = spec_pngs) -> s
         f"<span>file <code>{_e(spec.path)}</code></span>",
         f"<span>profile {_e(res.profile)}</span>",
         f"<span>{len(res.cases)} case(s) probed in {res.seconds:.1f} s</span>",
-        f"<span>family {_e(spec.family)}: {_e(FAMILIES.get(spec.family).description if spec.family in FAMILIES else spec.family)}</span>",
+        f"<span>family {_e(spec.family)}: "
+        f"{_e(FAMILIES.get(spec.family).description if spec.family in FAMILIES else spec.family)}</span>",
     ]
     return (
         f'<section class="spec {status}" id="{_anchor(index)}">'
-        f'<h2><span class="mark {status}">{_mark(res.met)}</span> {_e(spec.name)}<span class="family">{_e(spec.family)}</span></h2>'
+        f'<h2><span class="mark {status}">{_mark(res.met)}</span> {_e(spec.name)}<span '
+        f'class="family">{_e(spec.family)}</span></h2>'
         f'<p class="description">{_e(spec.description)}</p>'
         f'<p class="facts">{"".join(facts)}</p>'
         f"{_messages(res)}{_figures(res, pngs)}{_cases_table(res)}</section>"
@@ -408,7 +423,8 @@ def render_html(
     title = f"stability report: {'pass' if met else 'FAIL'}"
     return (
         "<!DOCTYPE html>\n"
-        f'<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, '
+        'initial-scale=1">'
         f"<title>{_e(title)}</title><style>{CSS}</style></head><body>"
         f"<header><h1>stability report</h1>"
         f'<p class="summary {"ok" if met else "failed"}">{_mark(met)} {_e(summary)}</p>'

@@ -140,7 +140,10 @@ class RunProgress:
         running = ", ".join(
             f"{printable(self.labels[i])} (running {duration(now - t)})" for i, t in sorted(self.running.items())
         )
-        return f"… still running: {running or 'nothing'}; {self.done} of {len(self.labels)} {self.noun} done in {duration(now - self.t0)}"
+        return (
+            f"… still running: {running or 'nothing'}; {self.done} of {len(self.labels)} {self.noun} done "
+            f"in {duration(now - self.t0)}"
+        )
 
     def _beat(self) -> None:
         while not self.stop.wait(min(self.period, max(0.05, self.last_line + self.period - time.monotonic()))):

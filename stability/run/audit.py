@@ -47,7 +47,10 @@ def rejudge(result: SpecResult, *, replay: bool) -> str | None:
                 r.case is None or not_applicable_reason(spec, r.name, r.case) is None
             ):  # it does apply: it was not judged
                 where = f" at {r.case}" if r.case is not None else ""
-                line = f"{spec.path}::{r.name}: the worker reported it not applicable{where}, but it applies there{_TAMPERED}"
+                line = (
+                    f"{spec.path}::{r.name}: the worker reported it not applicable{where}, but it applies "
+                    f"there{_TAMPERED}"
+                )
                 result.results[i] = InvariantResult(
                     name=r.name,
                     expect=r.expect,
@@ -71,7 +74,10 @@ def rejudge(result: SpecResult, *, replay: bool) -> str | None:
             continue
         missing = [c for c in (*r.judged, *([r.case] if r.case is not None else [])) if c not in cases]
         if missing:
-            line = f"{spec.path}::{r.name}: the worker reported it judged case {missing[0]} but sent no measurements for it{_TAMPERED}"
+            line = (
+                f"{spec.path}::{r.name}: the worker reported it judged case {missing[0]} but sent no "
+                f"measurements for it{_TAMPERED}"
+            )
             result.results[i] = InvariantResult(
                 name=r.name,
                 expect=r.expect,
@@ -89,7 +95,10 @@ def rejudge(result: SpecResult, *, replay: bool) -> str | None:
         mine = _conclude(r, cases, replay=replay, spec=spec)
         if _same(mine, r):
             continue
-        line = f"{spec.path}::{r.name}: the worker reported it {'met' if r.met else 'not met'}, but {_why(spec, r, mine, cases)}{_TAMPERED}"
+        line = (
+            f"{spec.path}::{r.name}: the worker reported it {'met' if r.met else 'not met'}, but "
+            f"{_why(spec, r, mine, cases)}{_TAMPERED}"
+        )
         result.results[i] = InvariantResult(
             name=mine.name,
             expect=mine.expect,
@@ -125,7 +134,10 @@ def _why(spec: Any, r: InvariantResult, mine: InvariantResult, cases: dict[Case,
     if r.case is not None and r.verdict is not None:
         v = judge(spec, r.name, cases[r.case])
         if v.passed != r.verdict.passed:
-            return f"case {r.case} {'passes' if v.passed else 'fails'} when judged again from its measurements ({v.detail})"
+            return (
+                f"case {r.case} {'passes' if v.passed else 'fails'} when judged again from its "
+                f"measurements ({v.detail})"
+            )
     if mine.case is not None and mine.verdict is not None and not mine.verdict.passed:
         return f"case {mine.case} fails it when judged again from its measurements ({mine.verdict.detail})"
     return f"judged again from its measurements it is {'met' if mine.met else 'not met'} ({mine.message})"

@@ -129,7 +129,8 @@ def _fetch(requirement: str, wheels: Path) -> None:
     if got.returncode != 0:
         last = (got.stderr.strip().splitlines() or ["pip failed"])[-1]
         raise UsageError(
-            f"release: cannot download {requirement} ({last}); check the version exists on PyPI as a wheel for Python {sys.version_info.major}.{sys.version_info.minor}"
+            f"release: cannot download {requirement} ({last}); check the version exists on PyPI as a wheel "
+            f"for Python {sys.version_info.major}.{sys.version_info.minor}"
         )
 
 

@@ -201,7 +201,8 @@ def _describe(spec: Spec) -> tuple[str, str, str, str, str, str]:
     net = build(spec, case)
     if net.model is None:
         raise UsageError(
-            f"{spec.path}: the zoo tabulates models probed through their own forward (family = \"library\"); this spec's family '{spec.family}' builds blocks"
+            f'{spec.path}: the zoo tabulates models probed through their own forward (family = "library"); '
+            f"this spec's family '{spec.family}' builds blocks"
         )
     block = net.model.blocks.modules[0]
     position, norms, positions = parameterisation(net.model.model, net.model.inputs, block)
