@@ -3,20 +3,32 @@ the literature does about each failure, written as a change to the keys the harn
 have. `stability suggest` tries each one that applies to a failing spec and keeps those under
 which every expectation holds.
 
-| remedy | the change | meant for |
-|---|---|---|
-| `zero_branch` | `space.branch_init = ["zero"]`: every block starts as the identity | gradient arrival, variance, identity, lesion, spectrum, mean shift, rank |
-| `shrink_branch` | `block.branch_scale = "1/sqrt(depth)"`; transformer `block.residual = "gpt2"` | the same, and gradient balance |
-| `rezero` | `space.branch_init = ["rezero"]`; transformer `block.residual = "rezero"` | as `zero_branch` |
-| `skipinit` | `space.branch_init = ["skipinit"]`; transformer `block.residual = "skipinit"` | as `zero_branch` |
-| `layerscale` | transformer `block.residual = "layerscale"`; a library config's layer-scale key | as `shrink_branch` |
-| `fixup` | zero branches and `block.branch_scale = "1/sqrt(depth)"` (two ReLU layers, no norm) | as `zero_branch` |
-| `carry_gate` | highway `gate_bias = -ln(L - 1)`: each gate starts at 1/L | arrival, variance, lesion, spectrum, rank |
-| `deepnorm` | post-norm transformer `block.residual = "deepnorm"` | gradient balance, arrival, variance |
-| `critical_init` | `space.weight_init`: He for ReLU, Glorot for tanh (no transformer) | arrival, variance, spectrum |
-| `residual_route` | a plain stack as a one-layer pre-activation residual stack | gradient arrival, variance, lesion, spectrum |
-| `prenorm` | postnorm → preact; transformer `block.norm_position = "pre"` | identity, gradient balance, arrival, variance |
-| `init_range` | a library config's `initializer_range`: the library's default ÷ √(2·depth) | gradient arrival, variance, rank |
+Each remedy, the change it makes and what it is meant for:
+
+- `zero_branch` — the change: `space.branch_init = ["zero"]`: every block starts as the identity;
+  meant for: gradient arrival, variance, identity, lesion, spectrum, mean shift, rank.
+- `shrink_branch` — the change: `block.branch_scale = "1/sqrt(depth)"`; transformer
+  `block.residual = "gpt2"`; meant for: the same, and gradient balance.
+- `rezero` — the change: `space.branch_init = ["rezero"]`; transformer `block.residual = "rezero"`;
+  meant for: as `zero_branch`.
+- `skipinit` — the change: `space.branch_init = ["skipinit"]`; transformer
+  `block.residual = "skipinit"`; meant for: as `zero_branch`.
+- `layerscale` — the change: transformer `block.residual = "layerscale"`; a library config's
+  layer-scale key; meant for: as `shrink_branch`.
+- `fixup` — the change: zero branches and `block.branch_scale = "1/sqrt(depth)"` (two ReLU layers,
+  no norm); meant for: as `zero_branch`.
+- `carry_gate` — the change: highway `gate_bias = -ln(L - 1)`: each gate starts at 1/L; meant for:
+  arrival, variance, lesion, spectrum, rank.
+- `deepnorm` — the change: post-norm transformer `block.residual = "deepnorm"`; meant for: gradient
+  balance, arrival, variance.
+- `critical_init` — the change: `space.weight_init`: He for ReLU, Glorot for tanh (no transformer);
+  meant for: arrival, variance, spectrum.
+- `residual_route` — the change: a plain stack as a one-layer pre-activation residual stack; meant
+  for: gradient arrival, variance, lesion, spectrum.
+- `prenorm` — the change: postnorm → preact; transformer `block.norm_position = "pre"`; meant for:
+  identity, gradient balance, arrival, variance.
+- `init_range` — the change: a library config's `initializer_range`: the library's
+  default ÷ √(2·depth); meant for: gradient arrival, variance, rank.
 
 `residual_route` and `prenorm` change the network's structure (`kind = "structure"`): `suggest`
 also tries each composed with every initialisation remedy (`kind = "init"`) that applies to the
