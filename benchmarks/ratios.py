@@ -185,9 +185,9 @@ def _interleaved_clocks(
     order = list(fns)
     rng = random.Random(0)
     for _ in range(reps):
-        rng.shuffle(
-            order
-        )  # each function follows each other one: what a call leaves behind (the allocator's free lists, the cache) is shared out
+        # each function follows each other one: what a call leaves behind (the allocator's free lists, the
+        # cache) is shared out
+        rng.shuffle(order)
         for k in order:
             c0, t0 = time.process_time(), time.perf_counter()
             fns[k]()
@@ -537,7 +537,9 @@ from stability.spec.case import corner_case
 from stability.judge.invariants import gradient_arrival
 from stability.measure.memory import saved_activation_bytes
 spec = load_spec("specs/preact_mlp.toml")
-case = corner_case(spec, depth={depth}, width=64, batch={batch}, weight_init="kaiming_normal", branch_init="default", dtype="float32")
+case = corner_case(
+    spec, depth={depth}, width=64, batch={batch}, weight_init="kaiming_normal", branch_init="default", dtype="float32"
+)
 t0 = time.perf_counter(); net = build(spec, case); x = make_input(spec, case); t_build = time.perf_counter() - t0
 out = {{"build_s": t_build, "malloc_env": malloc_env}}
 if {saved}:
@@ -563,8 +565,9 @@ else:
     out.update(ratio=m.gradient_ratio, passed=v.passed, detail=v.detail, nonfinite=m.nonfinite_at,
                grad_norm_head=m.grad_norm[:3], malloc_tuned=tune_malloc())
     if {saved}:  # every number, to compare runs exactly
-        out.update(grad_norm=m.grad_norm, act_var=m.act_var, act_sq_mean=m.act_sq_mean, param_grad_norm=m.param_grad_norm,
-                   identity_error=m.identity_error, input_grad_error=m.input_grad_error)
+        out.update(grad_norm=m.grad_norm, act_var=m.act_var, act_sq_mean=m.act_sq_mean,
+                   param_grad_norm=m.param_grad_norm, identity_error=m.identity_error,
+                   input_grad_error=m.input_grad_error)
 out["probe_s"] = time.perf_counter() - t0
 out["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps(out))

@@ -3,10 +3,11 @@
     python benchmarks/timings.py [NAME ...]      # default: every measurement below
 
 Each measurement runs its command as a fresh process (wall time, and the CPU time of the process
-and every process below it, its workers included), records the machine it ran on (CPU model, usable cores, load average before
-and after, Python, torch, the commit) in benchmarks/timings.json, and renders docs/timings.md from that
-file (tests/test_startup.py checks the two agree, so the page is never edited by hand). Naming
-some measurements re-measures those and keeps the others' last results.
+and every process below it, its workers included), records the machine it ran on (CPU model, usable
+cores, load average before and after, Python, torch, the commit) in benchmarks/timings.json, and
+renders docs/timings.md from that file (tests/test_startup.py checks the two agree, so the page is
+never edited by hand). Naming some measurements re-measures those and keeps the others' last
+results.
 
 - `startup`: `benchmarks/bench_startup.py`, the commands that never probe (each median of 5);
 - `check-ci`: `stability check specs --profile ci -q`, the CI gate on the shipped specs;

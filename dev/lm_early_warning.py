@@ -2,7 +2,8 @@
 diverged by step M? The detection and false-alarm table in docs/training.md.
 
     python dev/lm_early_warning.py specs/control_lm_early_warning.toml [--seeds 8] [--save runs.json | --load runs.json]
-    python dev/lm_early_warning.py specs/control_lm_early_warning.toml --seeds 4 --depths 2 --schedule constant --lrs 0.1,0.15,0.2,0.25,0.3 --rise 0.3 --lead 50
+    python dev/lm_early_warning.py specs/control_lm_early_warning.toml --seeds 4 --depths 2 \
+        --schedule constant --lrs 0.1,0.15,0.2,0.25,0.3 --rise 0.3 --lead 50
 
 Over a grid of (learning rate, depth, qk_norm off/on, seed), each run is the spec's case trained
 train.steps = M steps exactly as `stability check --case` would (the spec's train.lr, depth and
@@ -173,7 +174,8 @@ def main() -> None:
     )
     by_lr = ", ".join(
         f"{lr:g}: "
-        f"{sum(outcome[k] for k in keys if k[0] == lr and not k[2])}/{sum(outcome[k] for k in keys if k[0] == lr and k[2])}"
+        f"{sum(outcome[k] for k in keys if k[0] == lr and not k[2])}/"
+        f"{sum(outcome[k] for k in keys if k[0] == lr and k[2])}"
         for lr in sorted({k[0] for k in keys})
     )
     print(

@@ -79,7 +79,8 @@ Check = Callable[..., tuple[int, str, str]]
 
 @pytest.fixture
 def check(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Check:
-    """check(folder, *args) → (exit code, stdout, stderr) of `stability check specs/gain.toml --profile ci --in-process ARGS` run in `folder`."""
+    """check(folder, *args) → (exit code, stdout, stderr) of
+    `stability check specs/gain.toml --profile ci --in-process ARGS` run in `folder`."""
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
 
     def run(folder: Path, *args: str | Path) -> tuple[int, str, str]:

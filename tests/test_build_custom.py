@@ -1,7 +1,7 @@
 """The builder's custom-factory path and the dense family's corners, in process
-(stability/families/custom.py, stability/families/build.py): what each kind of factory return becomes, the exact error for each bad one,
-and a dense stack of token inputs or with zero branches. Written from the mutation check
-(docs/mutation.md)."""
+(stability/families/custom.py, stability/families/build.py): what each kind of factory return
+becomes, the exact error for each bad one, and a dense stack of token inputs or with zero branches.
+Written from the mutation check (docs/mutation.md)."""
 
 from __future__ import annotations
 
@@ -66,7 +66,12 @@ def layers(depth, width):
 
 
 def stack(depth, width):
-    return Stack(blocks=[nn.Linear(width, width) for _ in range(depth)], stem=nn.Identity(), head=nn.Linear(width, 1), call_kwargs={"k": 1})
+    return Stack(
+        blocks=[nn.Linear(width, width) for _ in range(depth)],
+        stem=nn.Identity(),
+        head=nn.Linear(width, 1),
+        call_kwargs={"k": 1},
+    )
 
 
 def sees(**values):
@@ -346,7 +351,8 @@ def test_skipinit_gain_on_tokens_is_per_channel_on_the_last_axis() -> None:
 
 
 def test_a_group_norm_over_one_channel_has_one_group() -> None:
-    # no group count leaves two channels per group: one group of the single channel (GroupNorm(1, 1)), over its 4×4 values
+    # no group count leaves two channels per group: one group of the single channel (GroupNorm(1, 1)), over its 4×4
+    # values
     spec = _family(
         "plain", 'layer = "conv2d"\nactivation = "relu"\nnorm = "group"\nnorm_groups = 4', "spatial = 4", width=1
     )

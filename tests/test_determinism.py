@@ -145,8 +145,12 @@ from stability import Stack
 def pre_ln_encoder(depth, width):
     """PyTorch's pre-LN encoder layers with dropout 0.1 as the library builds them; the stem makes
     the drawn (batch, width) input one sequence of `batch` tokens."""
-    layer = nn.TransformerEncoderLayer(width, 1, dim_feedforward=2 * width, dropout=0.1, batch_first=True, norm_first=True)
-    return Stack(blocks=nn.TransformerEncoder(layer, depth, enable_nested_tensor=False).layers, stem=nn.Unflatten(0, (1, -1)))
+    layer = nn.TransformerEncoderLayer(
+        width, 1, dim_feedforward=2 * width, dropout=0.1, batch_first=True, norm_first=True
+    )
+    return Stack(
+        blocks=nn.TransformerEncoder(layer, depth, enable_nested_tensor=False).layers, stem=nn.Unflatten(0, (1, -1))
+    )
 '''
 
 DROPOUT_SPEC = """\

@@ -1,8 +1,9 @@
 """The probe search's details in the engine (stability/run/engine.py) beyond tests/test_engine_decisions.py:
 the cases it draws (the run's device, pinned examples first, only zero-branch inits for
 `identity_at_init`), the failing and passing searches' exact words and fields, a replay's fields
-and words, and the depth bisection over a plain (lo, hi) range and down to the smallest admitted depth. Cases are judged by stand-ins, so nothing is built or probed.
-Written from the surviving mutants of the whole-module mutation run (docs/mutation.md)."""
+and words, and the depth bisection over a plain (lo, hi) range and down to the smallest admitted
+depth. Cases are judged by stand-ins, so nothing is built or probed. Written from the surviving
+mutants of the whole-module mutation run (docs/mutation.md)."""
 
 from __future__ import annotations
 

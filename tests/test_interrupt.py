@@ -24,7 +24,8 @@ OLD_REPORT = (
     '{"schema_version": 1, "met": true, "interrupted": false, "seconds": 0.5, "from": "the previous '
     'run"}\n'
 )  # opens as every report does
-OLD_JUNIT = '<?xml version="1.0"?>\n<testsuite name="stability" tests="0" />\n'  # a previous run's report (a report replaces only its own kind)
+# a previous run's report (a report replaces only its own kind)
+OLD_JUNIT = '<?xml version="1.0"?>\n<testsuite name="stability" tests="0" />\n'
 
 
 def _default_sigint() -> None:

@@ -307,9 +307,8 @@ def test_the_verdict_at_a_reduced_width_with_the_rule_is_the_one_at_the_shipped_
     )
     assert abs(math.log(with_rule / at_768)) < math.log(1.5), (at_768, with_rule)
     assert rule_verdicts == shipped_verdicts, (at_768, with_rule)
-    if (
-        model != "transformers:BertModel"
-    ):  # pre-LN: at 768 the branches are large next to the small embedding; at width 64 with the plain init they are not
+    # pre-LN: at 768 the branches are large next to the small embedding; at width 64 with the plain init they are not
+    if model != "transformers:BertModel":
         assert shipped_verdicts == [False, False] and plain_verdicts == [True, True], (at_768, plain)
     else:  # post-LN at depth 4: bounded at every width
         assert shipped_verdicts == plain_verdicts == [True, True]

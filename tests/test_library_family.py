@@ -272,11 +272,20 @@ def test_probe_of_a_whole_model_runs_its_own_forward() -> None:
 
 FACTORIES = """
 import torch
-from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaModel, WhisperConfig, WhisperModel
+from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaModel
+from transformers import WhisperConfig, WhisperModel
 
 
 def llama(depth, width):
-    return LlamaModel(LlamaConfig(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=depth, num_attention_heads=2, num_key_value_heads=1, vocab_size=32))
+    config = LlamaConfig(
+        hidden_size=width,
+        intermediate_size=2 * width,
+        num_hidden_layers=depth,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=32,
+    )
+    return LlamaModel(config)
 
 
 def gpt2_head(depth, width):
@@ -284,12 +293,23 @@ def gpt2_head(depth, width):
 
 
 def bert(depth, width):
-    return BertModel(BertConfig(num_hidden_layers=depth, hidden_size=width, num_attention_heads=2, intermediate_size=2 * width, vocab_size=32))
+    config = BertConfig(
+        num_hidden_layers=depth, hidden_size=width, num_attention_heads=2, intermediate_size=2 * width, vocab_size=32
+    )
+    return BertModel(config)
 
 
 def whisper(depth, width):
     tokens = dict(vocab_size=32, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
-    return WhisperModel(WhisperConfig(encoder_layers=depth, decoder_layers=depth, d_model=width, encoder_attention_heads=2, decoder_attention_heads=2, **tokens))
+    config = WhisperConfig(
+        encoder_layers=depth,
+        decoder_layers=depth,
+        d_model=width,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        **tokens,
+    )
+    return WhisperModel(config)
 """
 
 

@@ -207,4 +207,5 @@ def test_a_module_of_ones_own_that_keeps_its_blocks_deeper_is_refused_with_the_p
         _network_from(spec, model)
     assert "it holds blocks deeper, at .encoder: return that module" in str(info.value)
     assert len(_network_from(spec, model.encoder).blocks) == 2
-    # (a whole transformers, timm or torchvision model is probed through its own forward instead: tests/test_library_family.py)
+    # (a whole transformers, timm or torchvision model is probed through its own forward instead:
+    # tests/test_library_family.py)

@@ -3,9 +3,9 @@
 Exit codes: 0 at least one expectation judged and every one met; 1 some expectation not met (the
 CI gate); 2 bad spec, bad usage, an unreadable input or a spec that could not run (a broken
 factory, a crashed worker), reported after every other spec has run (one line on stderr each,
-never a traceback); 3 an internal error of the tool (its traceback); 5 nothing was judged (pytest's "no tests ran"); 130 interrupted (after the
-partial summary). `check` (`stability.cli.check`) runs every spec in its own worker process
-(`stability.run.worker`).
+never a traceback); 3 an internal error of the tool (its traceback); 5 nothing was judged (pytest's
+"no tests ran"); 130 interrupted (after the partial summary). `check` (`stability.cli.check`) runs
+every spec in its own worker process (`stability.run.worker`).
 """
 
 from __future__ import annotations

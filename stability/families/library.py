@@ -252,7 +252,8 @@ class LibraryModel:
 
     @property
     def width_keys(self) -> list[str]:
-        """The config keys whose values the case's width fills (`hidden_size = "width"`, `hidden_sizes = ["width", "2*width"]`)."""
+        """The config keys whose values the case's width fills (`hidden_size = "width"`,
+        `hidden_sizes = ["width", "2*width"]`)."""
         return [k for k, v in self.config.items() if "width" in placeholders(v)]
 
 

@@ -30,14 +30,14 @@ shipped model's. Concretely each such matrix is multiplied by
 
 σ being the root mean square of the library's own init of that parameter at each width, read
 off one block of the model built at depth 1 (or at its smallest depth, `library_depth`) at both
-widths (the shipped one on the CPU: one block's memory, once per width and process). A ratio σ_shipped/σ_reduced within 4 standard
-errors of 1 (an init that ignores the width), of √(fan-in_reduced/fan-in_shipped) or of
-√(fan-out_reduced/fan-out_shipped) (an init scaled by either) is taken as exactly that, so that sampling noise does not enter: for the
-init of transformers (N(0, σ²) whatever the width) k = √(W_shipped / W) exactly, **σ²·width
-stays fixed**; for a fan-in-aware init (Kaiming in torchvision and timm CNNs, Mamba's `dt_proj`)
-k = 1: the library already keeps the gains; torchvision's ResNets scale by the fan-out, so a
-1×1 conv that widens the bottleneck gets k = √(fan-out_reduced/fan-out_shipped). Any other init
-gets the measured k.
+widths (the shipped one on the CPU: one block's memory, once per width and process). A ratio
+σ_shipped/σ_reduced within 4 standard errors of 1 (an init that ignores the width), of
+√(fan-in_reduced/fan-in_shipped) or of √(fan-out_reduced/fan-out_shipped) (an init scaled by either)
+is taken as exactly that, so that sampling noise does not enter: for the init of transformers
+(N(0, σ²) whatever the width) k = √(W_shipped / W) exactly, **σ²·width stays fixed**; for a
+fan-in-aware init (Kaiming in torchvision and timm CNNs, Mamba's `dt_proj`) k = 1: the library
+already keeps the gains; torchvision's ResNets scale by the fan-out, so a 1×1 conv that widens the
+bottleneck gets k = √(fan-out_reduced/fan-out_shipped). Any other init gets the measured k.
 A weight matrix is a parameter of two or more dimensions outside an `nn.Embedding` (T5's relative
 bias table is no branch weight); its fan-in is a Linear's or a conv's input size (transformers'
 `Conv1D` keeps its weight as (in, out)), else the last dimension (F.linear's layout: fused

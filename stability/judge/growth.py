@@ -104,8 +104,9 @@ def classify_growth(values: list[float], *, bounded_ratio: float = 4.0) -> Growt
     r = 1 + a·l and exponential r = gˡ, and their residuals are compared in log space (where the
     noise of a finite-width network is roughly even across depth); *exponential* if gˡ leaves
     less than half the linear model's residual (a shallow noisy stack cannot tell them apart),
-    else *polynomial* or *linear* by the exponent p of r_l − 1 ∝ lᵖ (linear when p ≤ 1.5). Every point counts, so one noisy block cannot flip the class. A single block shows
-    no shape: with L = 1 both models fit exactly and the growth is called linear.
+    else *polynomial* or *linear* by the exponent p of r_l − 1 ∝ lᵖ (linear when p ≤ 1.5). Every
+    point counts, so one noisy block cannot flip the class. A single block shows no shape: with
+    L = 1 both models fit exactly and the growth is called linear.
     """
     s = np.asarray(values, dtype=np.float64)
     r = s / s[0]

@@ -69,7 +69,9 @@ def probe_seeds(
     copies, not on the networks.
     """
     collecting = gc.isenabled()
-    gc.disable()  # as in `probe`: the stacking and the vmapped pass make many small objects and no garbage cycles (full collections over S networks' modules otherwise)
+    # as in `probe`: the stacking and the vmapped pass make many small objects and no garbage cycles (full collections
+    # over S networks' modules otherwise)
+    gc.disable()
     try:
         return _probe_seeds(networks, inputs, seeds=seeds, loss=loss)
     finally:
@@ -179,9 +181,8 @@ def _probe_seeds(
     channels = [shape[1] if len(shape) > 1 else 1 for shape in shapes]
     out: list[Measurements] = []
     for s, row in enumerate(host):
-        if _sums_out_of_range(
-            row[n + 1 : n + 1 + k], counts
-        ):  # float32 sums beyond its range: `probe` takes them again in float64 (rare: |h| beyond ~1e19 or below ~1e-19)
+        # float32 sums beyond its range: `probe` takes them again in float64 (rare: |h| beyond ~1e19 or below ~1e-19)
+        if _sums_out_of_range(row[n + 1 : n + 1 + k], counts):
             out.append(probe(networks[s], x[s], loss=loss, seed=seeds[s]))
             continue
         grad_norm = row[: n + 1]

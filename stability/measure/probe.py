@@ -84,21 +84,22 @@ def probe(
 
     `blocks` is an `nn.Sequential` (its children are the blocks), an `nn.ModuleList`, any iterable
     of modules, or a `stability.Stack` (its `embedding` is applied to `x` when `x` holds token ids,
-    then its `stem`, both without gradient, and its `call_kwargs` are used). A whole model (a module holding a run of blocks,
-    `stability.families.discover.holds_blocks`: GPT2Model, LlamaModel, a timm or torchvision
-    network) is probed through its own forward, `x` being what it is called with (a tensor, or a
-    mapping of keyword arguments such as `{"input_ids": ids}`): its blocks are discovered and
-    measured at their boundaries with hooks (`stability.measure.forward.probe_model`); any other
-    module is one block. Each block is called as `block(h, **call_kwargs)` and the hidden state
-    taken from its result by `stability.families.adapters.hidden_state` (a tensor; else `last_hidden_state`
-    or `hidden_states`; else element 0 of a tuple or list). `loss="projection"` backpropagates
+    then its `stem`, both without gradient, and its `call_kwargs` are used). A whole model (a module
+    holding a run of blocks, `stability.families.discover.holds_blocks`: GPT2Model, LlamaModel, a
+    timm or torchvision network) is probed through its own forward, `x` being what it is called with
+    (a tensor, or a mapping of keyword arguments such as `{"input_ids": ids}`): its blocks are
+    discovered and measured at their boundaries with hooks
+    (`stability.measure.forward.probe_model`); any other module is one block. Each block is called
+    as `block(h, **call_kwargs)` and the hidden state taken from its result by
+    `stability.families.adapters.hidden_state` (a tensor; else `last_hidden_state` or
+    `hidden_states`; else element 0 of a tuple or list). `loss="projection"` backpropagates
     L = Σ y⊙r with r ~ N(0, 1) from `seed`; `"sum"` uses L = Σ y; `"mse"` uses
     L = mean((y − target)²). `grad_norm[l]` is the norm of the gradient that flows back through
     boundary l to the blocks before it: the sum over every use of the boundary, after any hook a
-    block set on that tensor (a block that clips the gradient through its input reports the
-    clipped one), and 0 where no gradient reaches it. With `checkpoint_every = N > 0`, blocks run in checkpointed segments
-    of N (recomputed during the backward pass): same numbers, less memory. `observers` add opt-in
-    measurements (`BoundaryObserver`); their results land in `.extra`.
+    block set on that tensor (a block that clips the gradient through its input reports the clipped
+    one), and 0 where no gradient reaches it. With `checkpoint_every = N > 0`, blocks run in
+    checkpointed segments of N (recomputed during the backward pass): same numbers, less memory.
+    `observers` add opt-in measurements (`BoundaryObserver`); their results land in `.extra`.
 
     Determinism and side effects: both passes run under `torch.random.fork_rng` with the global
     generator seeded from `rng_seed` (default: a stream derived from `seed`), and, when a module of

@@ -3,8 +3,9 @@ observed number with a JSON report of an earlier run (the base branch's), on the
 fails when a number moved by more than the expectation's `drift`, either way.
 
 **Keying.** A baseline entry is one judged expectation of the report: (spec file, spec name,
-invariant, case string), the spec file in one normal form on both sides (`spec_key`). The case string fixes everything the builder uses, seed included, so
-replaying it is deterministic: on unchanged code it gives the same number, bit for bit.
+invariant, case string), the spec file in one normal form on both sides (`spec_key`). The case
+string fixes everything the builder uses, seed included, so replaying it is deterministic: on
+unchanged code it gives the same number, bit for bit.
 
 **The same cases.** The search of this run may pick other deciding cases than the baseline's
 (the architecture changed, so the closest case moved), so each baseline entry's own case is

@@ -4,17 +4,19 @@ A spec's factory and blocks run in its worker process (stability/run/worker.py),
 judges them, so a factory can replace that code or rewrite what the worker sends: patch a judge to
 always pass, or rewrite the results to "met". So the parent, which never imports a spec's code,
 takes from the worker only which cases each invariant's search judged and which one it found
-failing, and the measurements it streamed (and checks that what it calls not applicable is), and decides every expectation itself with its own,
-untouched `stability.run.conclude` (the same functions the engine uses, so an honest worker's
-results come out identical). Where the parent's conclusion differs from the worker's, it replaces
-it and the spec gets an error (exit 2) naming the case: the spec's code may have replaced part of
-the harness. Judging is cheap next to probing (scalars and short lists).
+failing, and the measurements it streamed (and checks that what it calls not applicable is), and
+decides every expectation itself with its own, untouched `stability.run.conclude` (the same
+functions the engine uses, so an honest worker's results come out identical). Where the parent's
+conclusion differs from the worker's, it replaces it and the spec gets an error (exit 2) naming the
+case: the spec's code may have replaced part of the harness. Judging is cheap next to probing
+(scalars and short lists).
 
 What this cannot catch: the measurements themselves are taken in the process the spec's code runs
 in, and code written to forge them (replacing the probe, or hiding a case's record) is beyond any
 in-process measurement; the training invariants' optimizer runs are judged in the worker (they run
-only the built-in families' code, never a factory's); the harness defends against code that crashes, hangs, exits, prints, leaks
-state or replaces the verdict, not against a factory built to falsify the numbers.
+only the built-in families' code, never a factory's); the harness defends against code that crashes,
+hangs, exits, prints, leaks state or replaces the verdict, not against a factory built to falsify
+the numbers.
 """
 
 from __future__ import annotations
