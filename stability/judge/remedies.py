@@ -45,10 +45,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from stability.judge.remedies_spec import is_transformer, library_key, library_value
 from stability.spec.registry import FAMILIES
 from stability.spec.remedy import REMOVE, Remedy, register_remedy
 
-__all__ = ["layerscale_init", "carry_gate_bias", "library_keys", "library_key", "library_value", "is_transformer"]
+__all__ = ["layerscale_init", "carry_gate_bias"]
 
 # The invariants a family of remedies is meant for.
 _SIGNAL = frozenset(
@@ -86,36 +87,7 @@ def _deepest(spec: Any) -> int:
     return max(d.values) if getattr(d, "values", None) else int(d[1])
 
 
-def is_transformer(spec: Any) -> bool:
-    return bool(spec.family == "transformer")
-
-
-def library_keys(spec: Any) -> tuple[frozenset[str], bool]:
-    """(the config keys a library spec's model takes, whether it takes any key: a **kwargs class);
-    empty when the library does not import here."""
-    if spec.family != "library":
-        return frozenset(), False
-    from stability.families.library import resolve
-    from stability.families.library_lookup import config_keys
-
-    try:
-        keys, open_ended = config_keys(resolve(spec.options.model, file=spec.path))
-    except Exception:  # the library is missing or the model does not resolve: the loader said so
-        return frozenset(), False
-    return frozenset(keys), open_ended
-
-
-def library_key(spec: Any, candidates: tuple[str, ...]) -> str | None:
-    """The first of `candidates` the library model's config takes (never guessed for a **kwargs class)."""
-    keys, _ = library_keys(spec)
-    return next((k for k in candidates if k in keys), None)
-
-
 _LAYERSCALE_KEYS = ("layer_scale_init_value", "layerscale_value", "ls_init_value", "init_values")
-
-
-def library_value(spec: Any, key: str) -> Any:
-    return spec.options.config.get(key) if spec.family == "library" else None
 
 
 # ----------------------------------------------------------------------------- the branch

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stability.judge.remedies import is_transformer, library_key, library_value
+from stability.judge.remedies_spec import is_transformer, library_key, library_value
 from stability.spec.remedy import Remedy, register_remedy
 
 __all__ = ["ATTENTION_CAP", "LOGIT_CAP"]
