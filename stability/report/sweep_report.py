@@ -16,9 +16,9 @@ from pathlib import Path
 
 from stability.errors import UsageError
 from stability.numbers import number_text
-from stability.report.html import CSS
 from stability.report.outputs import write_atomic
 from stability.report.phase import MEASURES, heatmap_figure, measure_values, overlay_for, to_png, x_axis_key
+from stability.report.style import CSS
 from stability.run.grid import Value, fixed_text, point_key
 from stability.run.store import budget_text
 from stability.run.sweep import SweepResult

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from stability.errors import UsageError
 from stability.numbers import number_text
-from stability.report.html import CSS
 from stability.report.outputs import check_report_path, write_atomic
+from stability.report.style import CSS
 from stability.report.text import printable
 from stability.run.zoo import ZooRow
 
