@@ -288,7 +288,7 @@ def lr_loss_figure(extra: dict[str, Any]) -> Figure:
 
 
 def _capped(values: Sequence[float | None], initial: float) -> list[float]:
-    """A diverged run's final loss is L₀, as in the LRS (stability.judge.lm_invariants.lrs_of)."""
+    """A diverged run's final loss is L₀, as in the LRS (stability.judge.lr_sensitivity.lrs_of)."""
     return [min(v, initial) if v is not None and math.isfinite(v) else initial for v in values]
 
 
