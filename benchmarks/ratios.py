@@ -185,8 +185,8 @@ def _interleaved_clocks(
     order = list(fns)
     rng = random.Random(0)
     for _ in range(reps):
-        # each function follows each other one: what a call leaves behind (the allocator's free lists, the
-        # cache) is shared out
+        # each function follows each other one: what a call leaves
+        # behind (the allocator's free lists, the cache) is shared out
         rng.shuffle(order)
         for k in order:
             c0, t0 = time.process_time(), time.perf_counter()

@@ -25,8 +25,8 @@ Run = Callable[..., tuple[int, str, str]]
 
 @pytest.fixture
 def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Run:
-    """run(folder, *argv) → (exit code, stdout, stderr) of `stability check --profile ci --in-process ARGV` in
-    `folder`."""
+    """run(folder, *argv) → (exit code, stdout, stderr) of
+    `stability check --profile ci --in-process ARGV` in `folder`."""
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 

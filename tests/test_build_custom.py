@@ -351,8 +351,8 @@ def test_skipinit_gain_on_tokens_is_per_channel_on_the_last_axis() -> None:
 
 
 def test_a_group_norm_over_one_channel_has_one_group() -> None:
-    # no group count leaves two channels per group: one group of the single channel (GroupNorm(1, 1)), over its 4×4
-    # values
+    # no group count leaves two channels per group: one group of
+    # the single channel (GroupNorm(1, 1)), over its 4×4 values
     spec = _family(
         "plain", 'layer = "conv2d"\nactivation = "relu"\nnorm = "group"\nnorm_groups = 4', "spatial = 4", width=1
     )

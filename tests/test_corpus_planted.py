@@ -127,8 +127,8 @@ PLANTS = [
     ),
 ]
 
-#: Planted bugs the zoo spec does not catch yet, each with why (a strict xfail: it fails the day the spec catches the
-#: bug).
+#: Planted bugs the zoo spec does not catch yet, each with why
+#: (a strict xfail: it fails the day the spec catches the bug).
 NOT_YET_CAUGHT: dict[str, str] = {}
 
 

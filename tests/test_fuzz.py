@@ -8,8 +8,8 @@
 (c) Arbitrary `stability sweep` command lines (every option, valid, boundary and garbage values)
     end in exit 0, 1 or 2 with one line on stderr, never a traceback.
 
-The budget is small in the normal run; with STABILITY_PROFILE=thorough it is ≥ 1000 examples (500
-command lines for (c)).
+The budget is small in the normal run; with STABILITY_PROFILE=thorough
+it is ≥ 1000 examples (500 command lines for (c)).
 """
 
 from __future__ import annotations

@@ -105,8 +105,8 @@ def build(spec: Spec, case: Case) -> Network:
     family = FAMILIES.get(spec.family)
     seed = derive_seed(case.seed, 0)
     collecting = gc.isenabled()
-    # a build makes thousands of modules and dicts and no garbage cycles: the collections it set off took ~15% of a ci
-    # gate
+    # a build makes thousands of modules and dicts and no garbage
+    # cycles: the collections it set off took ~15% of a ci gate
     gc.disable()
     try:
         with torch.random.fork_rng(devices=[]), seeded(seed):

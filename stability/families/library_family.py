@@ -295,8 +295,8 @@ def _shipped_params(spec: Any, case: Any, least: int) -> int:
 
 
 def _ensemble_runs(spec: Any) -> bool:
-    """Whether a seed ensemble is probed besides the case (a declared probe invariant whose registry entry has
-    `ensemble`)."""
+    """Whether a seed ensemble is probed besides the case (a declared
+    probe invariant whose registry entry has `ensemble`)."""
     from stability.spec.registry import INVARIANTS
 
     return int(getattr(spec.probe, "ensemble", 1)) > 1 and any(

@@ -341,8 +341,8 @@ def early_warning(run: LMRun, *, steps: int, name: str = "logit_growth", thresho
     bound = f"{name} {'≤' if up else '≥'} {threshold:g} over the first {steps} steps"
     value = indicator(run, name, steps)
     upto = [s for s in run.recorded if s < steps]
-    # The indicator as it stood at each recorded step (what a warning at that step would have read), and the losses so
-    # far.
+    # The indicator as it stood at each recorded step (what a
+    # warning at that step would have read), and the losses so far.
     extra: dict[str, Any] = {
         "indicator": name,
         "steps": steps,

@@ -313,8 +313,8 @@ def _inside(paths: list[Path], *, profile: str, depths: str) -> int:
         gate = subprocess.run(
             [sys.executable, "-m", "stability", "check", *rest, "--profile", profile, "-q", "--jobs", "1"], check=False
         ).returncode
-    # stability check's "nothing was judged": the profile holds none of these specs' cases (their corner cases still
-    # run below)
+    # stability check's "nothing was judged": the profile holds none
+    # of these specs' cases (their corner cases still run below)
     if gate == 5:
         print(f"matrix: the {profile} profile judges none of these specs", file=sys.stderr)
         gate = 0

@@ -107,8 +107,8 @@ def _strip(name: str, prefix: str) -> str:
 
 
 def _prefix(model: str, block: str) -> str:
-    """The class-name prefix a model and its block share, up to a capital (`ConvNext` of `ConvNextModel`,
-    `ConvNextLayer`)."""
+    """The class-name prefix a model and its block share, up to a
+    capital (`ConvNext` of `ConvNextModel`, `ConvNextLayer`)."""
     n = len(os.path.commonprefix([model, block]))
     while 0 < n < min(len(model), len(block)) and not (model[n].isupper() and block[n].isupper()):
         n -= 1
