@@ -56,7 +56,8 @@ def main() -> None:
             mid = statistics.median(values)
             changes = [abs(relative_change(mid, v)) for v in values]
             print(
-                f"| {path} | {case} | {name} | {mid:.4g} | {statistics.median(changes):.1%} | {max(changes):.1%} | {abs(relative_change(runs[0][name], again[name])):.0%} |",
+                f"| {path} | {case} | {name} | {mid:.4g} | {statistics.median(changes):.1%} | "
+                f"{max(changes):.1%} | {abs(relative_change(runs[0][name], again[name])):.0%} |",
                 flush=True,
             )
 

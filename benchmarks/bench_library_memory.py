@@ -19,10 +19,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-GPT2 = 'model = "transformers:GPT2Model"\nconfig = {{ n_embd = "width", n_layer = "depth", n_head = "width/64", n_positions = 1024, vocab_size = 50257 }}'
+GPT2 = (
+    'model = "transformers:GPT2Model"\nconfig = {{ n_embd = "width", n_layer = "depth", n_head = '
+    '"width/64", n_positions = 1024, vocab_size = 50257 }}'
+)
 LLAMA = (
     'model = "transformers:LlamaModel"\n'
-    'config = {{ hidden_size = "width", intermediate_size = {ffn}, num_hidden_layers = "depth", num_attention_heads = "width/128", num_key_value_heads = "width/128", vocab_size = 32000 }}'
+    'config = {{ hidden_size = "width", intermediate_size = {ffn}, num_hidden_layers = "depth", '
+    'num_attention_heads = "width/128", num_key_value_heads = "width/128", '
+    "vocab_size = 32000 }}"
 )
 ENSEMBLE = '\n[probe]\nensemble = 2\n\n[expect.variance_growth]\nmax_growth = "exponential"\n'
 #: name → (model block, width, depth, tokens, an ensemble besides the case)
@@ -98,7 +103,10 @@ def row(name: str, folder: Path) -> str:
     )
     peak = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", run.stderr).group(1)) * 1024  # type: ignore[union-attr]
     seconds = re.search(r"Elapsed \(wall clock\) time.*: ([\d:.]+)", run.stderr).group(1)  # type: ignore[union-attr]
-    numbers = f"{estimate / 2**30:.2f} GiB | {peak / 2**30:.2f} GiB | {estimate / peak:.2f} | {seconds} | {load} | exit {run.returncode}"
+    numbers = (
+        f"{estimate / 2**30:.2f} GiB | {peak / 2**30:.2f} GiB | {estimate / peak:.2f} | {seconds} | "
+        f"{load} | exit {run.returncode}"
+    )
     return f"| {name} | {width} | {depth} | {tokens} | {'2' if ensemble else '1'} | {numbers} |"
 
 

@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             else f"{COMMANDS[name][0]} specs/*.toml {' '.join(COMMANDS[name][len(BUILT_IN) + 1 :])}"
         )
         print(
-            f"{name:24s} median {median:.3f} s  (min {min(xs):.3f}, max {max(xs):.3f}; {len(xs)} runs)  stability {shown}"
+            f"{name:24s} median {median:.3f} s  (min {min(xs):.3f}, max {max(xs):.3f}; {len(xs)} runs)  "
+            f"stability {shown}"
         )
         if median >= TARGET_S:
             slow.append(name)

@@ -157,7 +157,8 @@ def install_release(library: str, version: str, *, pins: Sequence[str] = (), cac
                 break
             if any(canonicalize_name(Requirement(w).name) in NEVER for w in wanted):
                 raise ReleaseUnavailable(
-                    f"{library}=={version} needs {', '.join(wanted)}, which would install torch beside this environment's"
+                    f"{library}=={version} needs {', '.join(wanted)}, which would install torch beside this "
+                    "environment's"
                 )
             _pip("install", "--no-deps", "--only-binary=:all:", "--upgrade", "--target", str(work), *wanted)
             wanted = [str(r) for r in unmet(work)]
@@ -198,7 +199,11 @@ def release_env(folder: Path, base: Mapping[str, str] | None = None, *, hide: Se
 
 def imported_version(library: str, folder: Path, *, hide: Sequence[str] = ()) -> str:
     """The version a subprocess with `folder` first imports, checked to come from `folder`."""
-    code = f"import {library}, pathlib, sys; f = pathlib.Path({library}.__file__).resolve(); print({library}.__version__); sys.exit(0 if f.is_relative_to({str(folder.resolve())!r}) else 3)"
+    code = (
+        f"import {library}, pathlib, sys; f = pathlib.Path({library}.__file__).resolve(); "
+        f"print({library}.__version__); sys.exit(0 if "
+        f"f.is_relative_to({str(folder.resolve())!r}) else 3)"
+    )
     done = subprocess.run(
         [sys.executable, "-c", code], env=release_env(folder, hide=hide), capture_output=True, text=True, timeout=300
     )
@@ -303,13 +308,15 @@ def table(rows: Iterable[tuple[Bug, Outcome, Outcome]]) -> str:
     for bug, bad, good in rows:
         spec, source = f"[{Path(bug.spec).stem}](../{bug.spec})", f"[issue]({bug.source}), [fix]({bug.fix})"
         lines.append(
-            f"| {bug.id} | {bug.library} | {spec} | {bug.buggy} → {bug.fixed} | {bug.mechanism} | {source} | {_cell(bad)} | {_cell(good)} |"
+            f"| {bug.id} | {bug.library} | {spec} | {bug.buggy} → {bug.fixed} | {bug.mechanism} | {source} | "
+            f"{_cell(bad)} | {_cell(good)} |"
         )
     caught = sum(bad.caught for _, bad, _ in rows)
     alarms = sum(good.caught for _, _, good in rows)
     lines.append("")
     lines.append(
-        f"Caught by the spec alone: {caught} of {len(rows)}; false alarms on the fixed releases: {alarms} of {len(rows)}."
+        f"Caught by the spec alone: {caught} of {len(rows)}; false alarms on the fixed releases: {alarms} of "
+        f"{len(rows)}."
     )
     return "\n".join(lines)
 

@@ -90,7 +90,8 @@ def main() -> None:
         for p in spinners:
             p.kill()
     print(
-        f"{len(tasks)} shipped specs, ci profile, {args.busy} busy process(es), median of {args.repeats} interleaved runs; reports identical"
+        f"{len(tasks)} shipped specs, ci profile, {args.busy} busy process(es), median of {args.repeats} "
+        "interleaved runs; reports identical"
     )
     print("| executor | wall (s) | CPU (s) |")
     print("|---|---|---|")

@@ -52,7 +52,8 @@ def main() -> None:
         if not v.passed:
             failed.append((str(case), v.detail))
     print(
-        f"{args.cases} cases, depth {args.depth[0]}-{args.depth[1]}: {len(failed)} failed; judged {judged}; {time.perf_counter() - t0:.0f} s"
+        f"{args.cases} cases, depth {args.depth[0]}-{args.depth[1]}: {len(failed)} failed; judged {judged}; "
+        f"{time.perf_counter() - t0:.0f} s"
     )
     for case_text, detail in failed:
         print(f"  {case_text}: {detail}")

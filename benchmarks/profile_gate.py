@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     rest_cpu = cpu - sum(timers.cpu.values())
     rest_wall = wall - sum(timers.wall.values())
     print(
-        f"exit {code}; imports {imports[0]:.2f} s CPU ({imports[1]:.2f} s wall); the gate {cpu:.2f} s CPU ({wall:.2f} s wall), one thread, in this process"
+        f"exit {code}; imports {imports[0]:.2f} s CPU ({imports[1]:.2f} s wall); the gate {cpu:.2f} s CPU "
+        f"({wall:.2f} s wall), one thread, in this process"
     )
     print("| part | calls | CPU s | share | wall s |\n|---|---|---|---|---|")
     for p in parts:

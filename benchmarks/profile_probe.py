@@ -281,7 +281,8 @@ def main(argv: list[str]) -> int:
     unknown = sorted(set(names) - set(DESIGNS)) + sorted(set(args.networks) - set(NETWORKS))
     if unknown:
         p.error(
-            f"unknown design or network {', '.join(unknown)}: designs are {', '.join(DESIGNS)}, networks {', '.join(NETWORKS)}"
+            f"unknown design or network {', '.join(unknown)}: designs are {', '.join(DESIGNS)}, networks "
+            f"{', '.join(NETWORKS)}"
         )
     for name in args.networks:
         blocks, x = network(name)
@@ -299,7 +300,8 @@ def main(argv: list[str]) -> int:
                 got = parts(blocks, x, r, args.reps)
                 print(
                     f"{name} threads={threads}",
-                    f"probe={got['probe'] * 1e3:.1f}ms bare={got['bare'] * 1e3:.1f}ms ({got['probe'] / got['bare']:.3f}x);",
+                    f"probe={got['probe'] * 1e3:.1f}ms bare={got['bare'] * 1e3:.1f}ms "
+                    f"({got['probe'] / got['bare']:.3f}x);",
                     "; ".join(f"{k} {v * 1e3:.2f} ms" for k, v in got.items() if k not in ("probe", "bare")),
                     flush=True,
                 )
@@ -307,7 +309,8 @@ def main(argv: list[str]) -> int:
             by = designs(blocks, x, r, names, threads, args.reps)
             cells = " ".join(f"{k}={by[k]['wall']:.3f}x/{by[k]['cpu']:.3f}x" for k in names)
             print(
-                f"{name} threads={threads} bare={by['bare']['wall_ms']:.1f}ms wall, {by['bare']['cpu_ms']:.1f}ms CPU; probe/bare wall/CPU: {cells}",
+                f"{name} threads={threads} bare={by['bare']['wall_ms']:.1f}ms wall, "
+                f"{by['bare']['cpu_ms']:.1f}ms CPU; probe/bare wall/CPU: {cells}",
                 flush=True,
             )
     return 0

@@ -185,9 +185,9 @@ def _interleaved_clocks(
     order = list(fns)
     rng = random.Random(0)
     for _ in range(reps):
-        rng.shuffle(
-            order
-        )  # each function follows each other one: what a call leaves behind (the allocator's free lists, the cache) is shared out
+        # each function follows each other one: what a call leaves
+        # behind (the allocator's free lists, the cache) is shared out
+        rng.shuffle(order)
         for k in order:
             c0, t0 = time.process_time(), time.perf_counter()
             fns[k]()
@@ -355,7 +355,10 @@ def _overhead_row(
     freed = statistics.median(t["probe"] / t["bare_freed"] for t in runs)
     probe_ms, bare_ms = (statistics.median(t[k] for t in runs) * 1e3 for k in ("probe", "bare"))
     lo, hi, coverage = median_interval(ratios)
-    spread = f"{ratios[0]:.3f}–{ratios[-1]:.3f} over {len(ratios)} processes; median in [{lo:.3f}, {hi:.3f}] at {coverage:.1%}"
+    spread = (
+        f"{ratios[0]:.3f}–{ratios[-1]:.3f} over {len(ratios)} processes; median in [{lo:.3f}, {hi:.3f}] "
+        f"at {coverage:.1%}"
+    )
     DATA[f"a.{regime}.t{threads}.{clock}.{label}"] = {
         "runs": runs,
         "ratio": ratio,
@@ -363,7 +366,10 @@ def _overhead_row(
         "ratio_freed": freed,
         "median_interval": [lo, hi, coverage],
     }
-    where = f"{regime}{' (' + ' '.join(f'{k}={v}' for k, v in env.items()) + ')' if env else ''}, {threads} thread{'s' if threads > 1 else ''}, {'wall' if clock == 'wall' else 'CPU'} time"
+    where = (
+        f"{regime}{' (' + ' '.join(f'{k}={v}' for k, v in env.items()) + ')' if env else ''}, {threads} "
+        f"thread{'s' if threads > 1 else ''}, {'wall' if clock == 'wall' else 'CPU'} time"
+    )
     note = f"{freed:.3f}× a bare pass that drops large parameter gradients as the probe does"
     if env is not None:
         note = "both passes without glibc unmapping and faulting back their large buffers: the probe's own cost"
@@ -531,7 +537,9 @@ from stability.spec.case import corner_case
 from stability.judge.invariants import gradient_arrival
 from stability.measure.memory import saved_activation_bytes
 spec = load_spec("specs/preact_mlp.toml")
-case = corner_case(spec, depth={depth}, width=64, batch={batch}, weight_init="kaiming_normal", branch_init="default", dtype="float32")
+case = corner_case(
+    spec, depth={depth}, width=64, batch={batch}, weight_init="kaiming_normal", branch_init="default", dtype="float32"
+)
 t0 = time.perf_counter(); net = build(spec, case); x = make_input(spec, case); t_build = time.perf_counter() - t0
 out = {{"build_s": t_build, "malloc_env": malloc_env}}
 if {saved}:
@@ -557,8 +565,9 @@ else:
     out.update(ratio=m.gradient_ratio, passed=v.passed, detail=v.detail, nonfinite=m.nonfinite_at,
                grad_norm_head=m.grad_norm[:3], malloc_tuned=tune_malloc())
     if {saved}:  # every number, to compare runs exactly
-        out.update(grad_norm=m.grad_norm, act_var=m.act_var, act_sq_mean=m.act_sq_mean, param_grad_norm=m.param_grad_norm,
-                   identity_error=m.identity_error, input_grad_error=m.input_grad_error)
+        out.update(grad_norm=m.grad_norm, act_var=m.act_var, act_sq_mean=m.act_sq_mean,
+                   param_grad_norm=m.param_grad_norm, identity_error=m.identity_error,
+                   input_grad_error=m.input_grad_error)
 out["probe_s"] = time.perf_counter() - t0
 out["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps(out))
@@ -582,13 +591,17 @@ def section_d(batch: int) -> None:
     bare = _deep(10_000, batch, 100, bare=True)
     DATA["d.deep"], DATA["d.deep_glibc_defaults"], DATA["d.bare_checkpointed"] = deep, untuned, bare
     _row(
-        f"(d) preact MLP depth 10,000, width 64, batch {batch}, checkpoint_every=100: peak RSS, fresh process, no allocator variable",
-        f"{deep['peak_rss'] / gib:.2f} GiB (build {deep['build_s']:.0f} s, probe {deep['probe_s']:.0f} s wall; ratio {deep['ratio']:.4g}, "
-        f"{'pass' if deep['passed'] else 'fail'}; mmap threshold set by the harness: {deep['malloc_tuned']}; allocator variables: {deep['malloc_env'] or 'none'}); "
+        f"(d) preact MLP depth 10,000, width 64, batch {batch}, checkpoint_every=100: peak RSS, fresh "
+        "process, no allocator variable",
+        f"{deep['peak_rss'] / gib:.2f} GiB (build {deep['build_s']:.0f} s, probe {deep['probe_s']:.0f} s "
+        f"wall; ratio {deep['ratio']:.4g}, "
+        f"{'pass' if deep['passed'] else 'fail'}; mmap threshold set by the harness: {deep['malloc_tuned']}; "
+        f"allocator variables: {deep['malloc_env'] or 'none'}); "
         f"the same checkpointed fwd+bwd without the probe: {bare['peak_rss'] / gib:.2f} GiB",
         "≤ 4 GiB",
         deep["peak_rss"] <= 4 * gib and not deep["malloc_env"],
-        "stability/allocator.py: mallopt(M_MMAP_THRESHOLD, 65536) on glibc, so 64 KiB+ activations come from mmap and return on free",
+        "stability/allocator.py: mallopt(M_MMAP_THRESHOLD, 65536) on glibc, so 64 KiB+ activations come from "
+        "mmap and return on free",
     )
     _row(
         "(d) the same with glibc's defaults (STABILITY_MALLOC_TUNE=0), for reference",
@@ -614,8 +627,11 @@ def section_d(batch: int) -> None:
     unckpt_10k = both[1000]["saved_bytes"] * 10 / gib
     _row(
         f"(d) same verdict with and without checkpointing, depth 1,000, batch {batch}",
-        f"{'pass' if both[1000]['passed'] else 'fail'} / {'pass' if both[100]['passed'] else 'fail'}; ratio {both[1000]['ratio']:.6g} / {both[100]['ratio']:.6g} "
-        f"({'bit-identical' if exact else 'differs'}); saved activations {both[1000]['saved_bytes'] / 2**20:.0f} MiB / {both[100]['saved_bytes'] / 2**20:.1f} MiB "
+        f"{'pass' if both[1000]['passed'] else 'fail'} / {'pass' if both[100]['passed'] else 'fail'}; ratio "
+        f"{both[1000]['ratio']:.6g} / {both[100]['ratio']:.6g} "
+        f"({'bit-identical' if exact else 'differs'}); saved activations "
+        f"{both[1000]['saved_bytes'] / 2**20:.0f} MiB / "
+        f"{both[100]['saved_bytes'] / 2**20:.1f} MiB "
         f"(so ≈ {unckpt_10k:.1f} GiB un-checkpointed at depth 10,000)",
         "same verdict",
         same,
@@ -745,19 +761,22 @@ def main(argv: list[str] | None = None) -> int:
         "--processes",
         type=int,
         default=PROCESSES,
-        help="(a) fresh interpreters per network, the median ratio over them and its 95%% interval reported (default 9)",
+        help="(a) fresh interpreters per network, the median ratio over them and its 95%% interval reported "
+        "(default 9)",
     )
     p.add_argument(
         "--threads",
         type=_counts,
         default=(1, 2),
-        help="torch intra-op threads, comma-separated: (a) measures at each, the other sections at the first (default 1,2)",
+        help="torch intra-op threads, comma-separated: (a) measures at each, the other sections at the first "
+        "(default 1,2)",
     )
     p.add_argument(
         "--clock",
         type=_clocks,
         default=("cpu", "wall"),
-        help="cpu: process CPU time (robust), wall: perf_counter; comma-separated: (a) reports each, the others the first; default cpu,wall",
+        help="cpu: process CPU time (robust), wall: perf_counter; comma-separated: (a) reports each, the "
+        "others the first; default cpu,wall",
     )
     p.add_argument("--deep-batch", type=int, default=256, help="batch of the depth-10,000 network (default 256)")
     p.add_argument("--json", metavar="FILE", help="also write every number as JSON")
@@ -798,7 +817,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     clocks = " and ".join("process CPU time" if c == "cpu" else "wall time" for c in CLOCKS)
     print(
-        f"torch {torch.__version__}, {'/'.join(map(str, THREAD_COUNTS))} thread(s), {os.cpu_count()} CPUs, {clocks}, medians of interleaved runs, {DATA['meta']['seconds']:.0f} s\n"
+        f"torch {torch.__version__}, {'/'.join(map(str, THREAD_COUNTS))} thread(s), {os.cpu_count()} CPUs, "
+        f"{clocks}, medians of interleaved runs, {DATA['meta']['seconds']:.0f} s\n"
     )
     print("| measurement | measured | target | met | note |")
     print("|---|---|---|---|---|")

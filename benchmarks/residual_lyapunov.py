@@ -93,13 +93,15 @@ def report(logs: torch.Tensor, frozen: torch.Tensor, *, windows: list[tuple[int,
         live = ~frozen[:, b]
         live_inc = float(inc[live, a - 1 : b].mean()) if bool(live.any()) else float("nan")
         print(
-            f"{a:>4}-{b:<5} {float(d.mean()):9.4f} {float(d.std() / math.sqrt(n)):7.4f} {float(frozen[:, b].double().mean()):7.3f} {live_inc:10.4f}"
+            f"{a:>4}-{b:<5} {float(d.mean()):9.4f} {float(d.std() / math.sqrt(n)):7.4f} "
+            f"{float(frozen[:, b].double().mean()):7.3f} {live_inc:10.4f}"
         )
     depth = logs.shape[1] - 1
     for at in sorted({8, 16, 32, 63, 64, 128, 256, 512, depth} & set(range(1, depth + 1))):
         geo = float((logs[:, at] - logs[:, 0]).mean())
         print(
-            f"l = {at:>3}: log geometric-mean ratio {geo:8.3f} (per block {geo / at:.4f}), log 2·l = {at * math.log(2):8.3f}"
+            f"l = {at:>3}: log geometric-mean ratio {geo:8.3f} (per block {geo / at:.4f}), log 2·l = "
+            f"{at * math.log(2):8.3f}"
         )
 
 
@@ -119,7 +121,8 @@ def main() -> None:
     edges = [1, 2, 5, 9, 17, 33, 65, 129, 257, 385, 513]
     windows = [(a, min(b - 1, args.depth)) for a, b in zip(edges[:-1], edges[1:], strict=True) if a <= args.depth]
     print(
-        f"width {args.width}, batch {args.batch}, depth {args.depth}, {args.seeds} networks ({'stability.families.build' if args.harness else 'vectorised draw'})"
+        f"width {args.width}, batch {args.batch}, depth {args.depth}, {args.seeds} networks "
+        f"({'stability.families.build' if args.harness else 'vectorised draw'})"
     )
     report(logs, frozen, windows=windows)
     print(f"wall {time.perf_counter() - t0:.1f} s, CPU {time.process_time() - c0:.1f} s")

@@ -12,8 +12,8 @@ docs/library-models.md section 10); a timm or torchvision model is small enough 
 its shipped width. Each runs, one at a time, as a user runs it: `stability check SPEC --profile
 thorough --threads 2`, workers and all: every 0.2 s the proportional set sizes of the command and
 every process under it are summed (pages they share counted once; the peak is that sum's
-maximum), and the worker's own peak resident set is the kernel's (`wait4`). The guard's estimate comes from a run refused
-with `--memory-budget 1MiB` (computed in the worker, as in a real run).
+maximum), and the worker's own peak resident set is the kernel's (`wait4`). The guard's estimate
+comes from a run refused with `--memory-budget 1MiB` (computed in the worker, as in a real run).
 
 With `--md FILE` the table replaces the one between FILE's `shipped-table` markers; without, it is
 printed. Rows are measurements of this machine: the load average beside each says how idle it was.
@@ -372,7 +372,9 @@ def _gib(n: float | None) -> str:
 
 def table(rows: dict[str, dict[str, Any]]) -> str:
     lines = [
-        "| spec | shipped as | blocks probed × width | input | parameters | how | wall | peak PSS, all processes | worker's peak RSS | estimate | estimate / worker's | verdicts | load (1 min) |",
+        "| spec | shipped as | blocks probed × width | input | parameters | how | wall | peak PSS, all "
+        "processes | worker's peak RSS | estimate | estimate / worker's | verdicts | "
+        "load (1 min) |",
         "|---|---|---|---|--:|---|--:|--:|--:|--:|--:|---|--:|",
     ]
     for stem, r in rows.items():

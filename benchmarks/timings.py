@@ -3,10 +3,11 @@
     python benchmarks/timings.py [NAME ...]      # default: every measurement below
 
 Each measurement runs its command as a fresh process (wall time, and the CPU time of the process
-and every process below it, its workers included), records the machine it ran on (CPU model, usable cores, load average before
-and after, Python, torch, the commit) in benchmarks/timings.json, and renders docs/timings.md from that
-file (tests/test_startup.py checks the two agree, so the page is never edited by hand). Naming
-some measurements re-measures those and keeps the others' last results.
+and every process below it, its workers included), records the machine it ran on (CPU model, usable
+cores, load average before and after, Python, torch, the commit) in benchmarks/timings.json, and
+renders docs/timings.md from that file (tests/test_startup.py checks the two agree, so the page is
+never edited by hand). Naming some measurements re-measures those and keeps the others' last
+results.
 
 - `startup`: `benchmarks/bench_startup.py`, the commands that never probe (each median of 5);
 - `check-ci`: `stability check specs --profile ci -q`, the CI gate on the shipped specs;
@@ -51,7 +52,8 @@ MEASUREMENTS: dict[str, tuple[str, list[str], bool]] = {
         False,
     ),
     "check": (
-        "the README's first command: the specs of specs/*.toml (outside specs/zoo/), dev profile, no example database yet",
+        "the README's first command: the specs of specs/*.toml (outside specs/zoo/), dev profile, no example "
+        "database yet",
         [sys.executable, "-m", "stability", "check", "specs/*.toml"],
         True,
     ),
@@ -219,8 +221,10 @@ def render(data: dict[str, Any]) -> str:
             continue
         m = row["machine"]
         lines += [
-            f"`{row['command']}`: **{duration(row['wall_s'])}** wall, {duration(row['cpu_s'])} CPU, exit {row['exit']}, on {row['when']} at commit {m['commit']};",
-            f"{m['cpu']}, {m['cores']} usable core(s), load average {row['load_before']} before and {row['load_after']} after; Python {m['python']}, torch {m['torch']}, {m['os']}.",
+            f"`{row['command']}`: **{duration(row['wall_s'])}** wall, {duration(row['cpu_s'])} CPU, exit "
+            f"{row['exit']}, on {row['when']} at commit {m['commit']};",
+            f"{m['cpu']}, {m['cores']} usable core(s), load average {row['load_before']} before and "
+            f"{row['load_after']} after; Python {m['python']}, torch {m['torch']}, {m['os']}.",
             "",
         ]
         if row["last_lines"]:

@@ -48,7 +48,8 @@ def main() -> None:
             else "nothing measured"
         )
         print(
-            f"{args.spec}::{name} (expect {expectation.expect}): {passed}/{len(values)} pass, {len(errors)} not measured; observed {spread}; {cpu:.2f} s CPU per case"
+            f"{args.spec}::{name} (expect {expectation.expect}): {passed}/{len(values)} pass, {len(errors)} "
+            f"not measured; observed {spread}; {cpu:.2f} s CPU per case"
         )
         print("  values: " + " ".join(f"{x:.3g}" for x in values))
         for line in errors:

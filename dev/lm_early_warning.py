@@ -2,7 +2,8 @@
 diverged by step M? The detection and false-alarm table in docs/training.md.
 
     python dev/lm_early_warning.py specs/control_lm_early_warning.toml [--seeds 8] [--save runs.json | --load runs.json]
-    python dev/lm_early_warning.py specs/control_lm_early_warning.toml --seeds 4 --depths 2 --schedule constant --lrs 0.1,0.15,0.2,0.25,0.3 --rise 0.3 --lead 50
+    python dev/lm_early_warning.py specs/control_lm_early_warning.toml --seeds 4 --depths 2 \
+        --schedule constant --lrs 0.1,0.15,0.2,0.25,0.3 --rise 0.3 --lead 50
 
 Over a grid of (learning rate, depth, qk_norm off/on, seed), each run is the spec's case trained
 train.steps = M steps exactly as `stability check --case` would (the spec's train.lr, depth and
@@ -168,21 +169,27 @@ def main() -> None:
     ]
     n_div = sum(outcome[k] for k in keys)
     print(
-        f"{args.spec}: {len(keys)} runs of M = {m} steps ({time.process_time() - t0:.0f} s CPU), {n_div} diverged by step M"
+        f"{args.spec}: {len(keys)} runs of M = {m} steps ({time.process_time() - t0:.0f} s CPU), {n_div} "
+        "diverged by step M"
     )
     by_lr = ", ".join(
-        f"{lr:g}: {sum(outcome[k] for k in keys if k[0] == lr and not k[2])}/{sum(outcome[k] for k in keys if k[0] == lr and k[2])}"
+        f"{lr:g}: "
+        f"{sum(outcome[k] for k in keys if k[0] == lr and not k[2])}/"
+        f"{sum(outcome[k] for k in keys if k[0] == lr and k[2])}"
         for lr in sorted({k[0] for k in keys})
     )
     print(
-        f"diverged by step M, per learning rate (qk_norm off/on, of {sum(1 for k in keys if k[0] == keys[0][0] and not k[2])} each): {by_lr}"
+        "diverged by step M, per learning rate (qk_norm off/on, of "
+        f"{sum(1 for k in keys if k[0] == keys[0][0] and not k[2])} each): {by_lr}"
     )
     print(
-        f"two folds: the threshold from seeds 0-{half - 1} scores seeds {half}-{args.seeds - 1}, and the other way round; every run is scored once, by a threshold it did not help choose"
+        f"two folds: the threshold from seeds 0-{half - 1} scores seeds {half}-{args.seeds - 1}, and the "
+        "other way round; every run is scored once, by a threshold it did not help choose"
     )
     print()
     print(
-        f"| indicator | N | thresholds (two folds) | diverged runs caught | false alarms | caught before the loss turned | caught ≥ {lead} steps before D |"
+        "| indicator | N | thresholds (two folds) | diverged runs caught | false alarms | caught before the "
+        f"loss turned | caught ≥ {lead} steps before D |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name in INDICATORS:
@@ -204,16 +211,22 @@ def main() -> None:
                         n_ok += 1
                         alarms += hit
             shown = " / ".join(f"{'>' if up else '<'} {t:.3g}" for t in thresholds)
-            rates = f"{caught}/{n_bad} ({100 * caught / max(n_bad, 1):.0f}%) | {alarms}/{n_ok} ({100 * alarms / max(n_ok, 1):.1f}%)"
+            rates = (
+                f"{caught}/{n_bad} ({100 * caught / max(n_bad, 1):.0f}%) | {alarms}/{n_ok} "
+                f"({100 * alarms / max(n_ok, 1):.1f}%)"
+            )
             print(
-                f"| `{name}` | {n} | {shown} | {rates} | {early}/{caught} | {ahead}/{n_bad} ({100 * ahead / max(n_bad, 1):.0f}%) |"
+                f"| `{name}` | {n} | {shown} | {rates} | {early}/{caught} | {ahead}/{n_bad} "
+                f"({100 * ahead / max(n_bad, 1):.0f}%) |"
             )
     if args.lead is not None:
         print()
         ds = sorted(divergence_step(runs[k]) for k in keys if outcome[k])
         if ds:
             print(
-                f"D of the diverging runs (rise {args.rise:g}): min {ds[0]}, median {ds[len(ds) // 2]}, max {ds[-1]}; {sum(d >= min(ns) + lead for d in ds)}/{len(ds)} have D ≥ {min(ns)} + {lead}"
+                f"D of the diverging runs (rise {args.rise:g}): min {ds[0]}, median {ds[len(ds) // 2]}, max "
+                f"{ds[-1]}; {sum(d >= min(ns) + lead for d in ds)}/{len(ds)} have D ≥ {min(ns)} + "
+                f"{lead}"
             )
     lead_table(spec, keys, runs, outcome, m)
 
@@ -239,19 +252,23 @@ def lead_table(
     print()
     alarms = sum(warned[k] for k in ok)
     print(
-        f"the shipped invariant, {name} {'>' if up else '<'} {thr:g} over the first N = {n} of M = {m} steps: {len(leads)}/{len(bad)} diverging runs warned, {alarms}/{len(ok)} false alarms;"
+        f"the shipped invariant, {name} {'>' if up else '<'} {thr:g} over the first N = {n} of M = {m} steps: "
+        f"{len(leads)}/{len(bad)} diverging runs warned, {alarms}/{len(ok)} false alarms;"
     )
     print(
-        f"lead time D - N (D: the first non-finite loss or the step its 10-step mean loss turned, M when it only stalled): {far}/{len(bad)} warned at least M/2 = {m // 2} steps before D"
+        "lead time D - N (D: the first non-finite loss or the step its 10-step mean loss turned, M when it "
+        f"only stalled): {far}/{len(bad)} warned at least M/2 = {m // 2} steps before D"
     )
     if leads:
         v = sorted(leads.values())
         print(
-            f"lead times: min {v[0]}, median {v[len(v) // 2]}, max {v[-1]}; D - N >= 0 (warned before D) for {sum(x >= 0 for x in v)}, M - N = {m - n} for all"
+            f"lead times: min {v[0]}, median {v[len(v) // 2]}, max {v[-1]}; D - N >= 0 (warned before D) for "
+            f"{sum(x >= 0 for x in v)}, M - N = {m - n} for all"
         )
     print()
     print(
-        "| learning rate | depth | qk-norm | diverged (of seeds) | lead time D − N of each diverging run, by seed (— not warned) |"
+        "| learning rate | depth | qk-norm | diverged (of seeds) | lead time D − N of each diverging run, by "
+        "seed (— not warned) |"
     )
     print("| --- | --- | --- | --- | --- |")
     for lr, d, qk in sorted({k[:3] for k in bad}):

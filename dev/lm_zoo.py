@@ -52,7 +52,10 @@ def attention(spec: Spec, seeds: int) -> str:
         if over
         else f"never over 100 on {seeds}/{seeds}"
     )
-    return f"peak {min(peaks):.3g}–{max(peaks):.3g} (median {statistics.median(peaks):.3g}); {crossed}; last batch loss {min(finals):.3f}–{max(finals):.3f}"
+    return (
+        f"peak {min(peaks):.3g}–{max(peaks):.3g} (median {statistics.median(peaks):.3g}); {crossed}; last "
+        f"batch loss {min(finals):.3f}–{max(finals):.3f}"
+    )
 
 
 def sensitivity(spec: Spec) -> str:

@@ -28,7 +28,8 @@ def _browser() -> str:
         if path:
             return path
     sys.exit(
-        f"screenshot.py: no headless browser found (tried {', '.join(BROWSERS)}); install one, e.g. `apt-get install chromium`"
+        f"screenshot.py: no headless browser found (tried {', '.join(BROWSERS)}); install one, e.g. `apt-get "
+        "install chromium`"
     )
 
 

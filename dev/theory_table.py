@@ -40,7 +40,9 @@ def spec(
     batch: str = "[1, 64]",
 ) -> Spec:
     return parse_spec(
-        f'name = "theory"\ndescription = "theory"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 100]\nwidth = [1, 512]\nbatch = {batch}\ndevice = ["cpu"]\n{space}\n{expect}\n'
+        f'name = "theory"\ndescription = "theory"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = '
+        f"[1, 100]\nwidth = [1, 512]\nbatch = {batch}\ndevice = "
+        f'["cpu"]\n{space}\n{expect}\n'
     )
 
 
@@ -134,7 +136,8 @@ def rows() -> Iterator[tuple[str, ...]]:
         n: spec(
             "preact",
             f'activation = "relu"\nnorm = "{n}"',
-            'weight_init = ["kaiming_normal"]\nbranch_init = ["zero", "rezero", "skipinit"]\ndtype = ["float32", "float64"]',
+            'weight_init = ["kaiming_normal"]\nbranch_init = ["zero", "rezero", "skipinit"]\ndtype = '
+            '["float32", "float64"]',
             batch="[2, 64]",  # batch norm in train mode needs two samples (the spec check says so)
         )
         for n in ("layer", "batch")
@@ -240,7 +243,8 @@ def rows() -> Iterator[tuple[str, ...]]:
     pred = float(np.linalg.norm(gg) / math.sqrt(b * w))
     yield (
         "5 projection",
-        f"zero branch, W_s spectrum [{lo}, {hi}], L = {L}: ‖1·W_1⋯W_L‖/‖1‖ ∈ [s_min^L, s_max^L] = [{g(lo**L)}, {g(hi**L)}]",
+        f"zero branch, W_s spectrum [{lo}, {hi}], L = {L}: ‖1·W_1⋯W_L‖/‖1‖ ∈ [s_min^L, s_max^L] = "
+        f"[{g(lo**L)}, {g(hi**L)}]",
         f"{T}::test_projection_shortcut_bounds_the_gradient_by_its_singular_values; specs/control_projection_skip.toml",
         g(pred),
         g(m.gradient_ratio),
@@ -288,7 +292,8 @@ def rows() -> Iterator[tuple[str, ...]]:
             f"plain ReLU, {init}, width 512, L = 50: E[q_(l+1)/q_l] = gain²/2 (6 seeds × 50 layers)",
             f"{T}::test_he_relu_plain_keeps_the_second_moment",
             g(pred),
-            f"{mean:.4f} ± {se:.4f} (s.e.); final q_50/q_0 mean {np.mean(final):.3g}, geometric spread ×{math.exp(np.std(np.log(final))):.2f}",
+            f"{mean:.4f} ± {se:.4f} (s.e.); final q_50/q_0 mean {np.mean(final):.3g}, geometric spread "
+            f"×{math.exp(np.std(np.log(final))):.2f}",
             "5% (≥ 3 s.e.)",
         )
     s = spec(
@@ -533,10 +538,12 @@ def theory_rows() -> Iterator[tuple[str, ...]]:
         z = np.asarray(zs)
         yield (
             "10 mean field",
-            f"plain {act}, {init}, width {width}, L = 10: z = (ln g₀²/g_L² − Σ(ln χ_l − v_l/2))/√Σv_l, v_l = (3κ_l − 1)/n (120 seeds)",
+            f"plain {act}, {init}, width {width}, L = 10: z = (ln g₀²/g_L² − Σ(ln χ_l − v_l/2))/√Σv_l, v_l = "
+            "(3κ_l − 1)/n (120 seeds)",
             f"{TC}::test_measured_gradient_rate_matches_chi1_within_the_derived_finite_width_spread",
             f"χ = {pr.chi:.4g}; mean z 0, Var z 1",
-            f"per-block factor e^(mean ln) = {math.exp(float(np.mean(rates))):.4g}; mean z {z.mean():+.3f}, Var z {z.var(ddof=1):.3f}",
+            f"per-block factor e^(mean ln) = {math.exp(float(np.mean(rates))):.4g}; mean z {z.mean():+.3f}, "
+            f"Var z {z.var(ddof=1):.3f}",
             f"|mean| ≤ {4 / math.sqrt(120):.2f}; Var in [0.65, 1.4] (±3 s.d.)",
         )
     # ---- fact 11: Jacobian spectrum (Pennington, Schoenholz & Ganguli 2017)
@@ -575,7 +582,8 @@ def theory_rows() -> Iterator[tuple[str, ...]]:
             v = np.asarray(vals, dtype=float)
             yield (
                 "11 isometry",
-                f"plain ReLU, σ_w² = 2, {'orthogonal' if orthogonal else 'Gaussian'} W, width 192, L = {depth}: Var σ² = {'L' if orthogonal else '2L'}, ⟨σ²⟩ = 1 (6 seeds)",
+                f"plain ReLU, σ_w² = 2, {'orthogonal' if orthogonal else 'Gaussian'} W, width 192, L = "
+                f"{depth}: Var σ² = {'L' if orthogonal else '2L'}, ⟨σ²⟩ = 1 (6 seeds)",
                 f"{TJ}::test_relu_plain_stack_spectrum_spreads_linearly_with_depth",
                 g((1 if orthogonal else 2) * depth),
                 f"{v.mean():.3f} ± {v.std(ddof=1) / math.sqrt(6):.3f} (s.e.)",
@@ -627,11 +635,13 @@ def theory_rows() -> Iterator[tuple[str, ...]]:
         sh, law = path_length_shares(blocks, x, r), binomial_shares(8, alpha)
         yield (
             "12 paths",
-            f"branches α·Q_l (orthogonal), α = {alpha}, L = 8: share of ‖∂L/∂x‖² through k branches = Binomial(L, α²/(1+α²))",
+            f"branches α·Q_l (orthogonal), α = {alpha}, L = 8: share of ‖∂L/∂x‖² through k branches = "
+            "Binomial(L, α²/(1+α²))",
             f"{TP}::test_shares_follow_the_binomial_law",
             "[" + ", ".join(f"{v:.3f}" for v in law) + "]",
             "[" + ", ".join(f"{v:.3f}" for v in sh) + "]",
-            f"{10 / math.sqrt(512):.2f} rel. per k; seen {max(abs(a / b - 1) for a, b in zip(sh, law, strict=True)):.3f}",
+            f"{10 / math.sqrt(512):.2f} rel. per k; seen "
+            f"{max(abs(a / b - 1) for a, b in zip(sh, law, strict=True)):.3f}",
         )
     # ---- fact 13: lesions (Veit et al. 2016)
     blocks = _linear_residual(6, 256, 0.5, seed=3, orthogonal=True)
@@ -687,7 +697,8 @@ def main() -> int:
     out.write("# The numbers, predicted and measured\n\n")
     out.write("Generated by `python dev/theory_table.py > docs/theory.md`; do not edit by hand.\n\n")
     out.write(
-        "Each row: a fact from the literature (sources in tests/test_theory.py), its formula, where the test suite checks it, the value the\n"
+        "Each row: a fact from the literature (sources in tests/test_theory.py), its formula, where the test "
+        "suite checks it, the value the\n"
     )
     out.write("formula predicts (computed by the script), the value the harness measures (through specs and\n")
     out.write(
@@ -717,7 +728,8 @@ def main() -> int:
         "the masks are correlated from block to block, and the covariance term of `log_rate_variance` brings Var z\n"
     )
     out.write(
-        "at width 128 from 1.34 to 1.11 (α = 0.5) and from 1.42 to 1.14 (α = 1), 120 seeds (tests/test_theory_checks.py::\n"
+        "at width 128 from 1.34 to 1.11 (α = 0.5) and from 1.42 to 1.14 (α = 1), 120 seeds "
+        "(tests/test_theory_checks.py::\n"
     )
     out.write(
         "test_residual_rate_needs_the_covariance_between_blocks). Jacobian (11): the 2L / L variances are the free\n"
@@ -731,7 +743,8 @@ def main() -> int:
     )
     out.write('flipped to "holds".\n\n')
     out.write(
-        "| spec | invariant | expectation | smallest violating case found | verdict | seconds |\n|---|---|---|---|---|---|\n"
+        "| spec | invariant | expectation | smallest violating case found | verdict | seconds "
+        "|\n|---|---|---|---|---|---|\n"
     )
     for row in controls():
         out.write("| " + " | ".join(row) + " |\n")

@@ -51,7 +51,8 @@ def main(argv: list[str]) -> None:
     for name, values in times.items():
         q1, med, q3 = statistics.quantiles(values, n=4)
         print(
-            f"  {name:20s} median {med * 1e3:6.2f} ms CPU ({(med / base - 1) * 100:+4.0f}%), quartiles {q1 * 1e3:.2f}–{q3 * 1e3:.2f} ms"
+            f"  {name:20s} median {med * 1e3:6.2f} ms CPU ({(med / base - 1) * 100:+4.0f}%), quartiles "
+            f"{q1 * 1e3:.2f}–{q3 * 1e3:.2f} ms"
         )
 
 

@@ -52,13 +52,14 @@ def main() -> None:
             else "no finite value"
         )
         print(
-            f"{args.spec}::{name}: {passed}/{len(values)} pass; observed {spread}; non-finite {len(values) - len(finite)}; {time.process_time() - t0:.1f} s CPU"
+            f"{args.spec}::{name}: {passed}/{len(values)} pass; observed {spread}; non-finite "
+            f"{len(values) - len(finite)}; {time.process_time() - t0:.1f} s CPU"
         )
         print("  values: " + " ".join(f"{x:.3g}" for x in values))
         if ratios:
             print(
-                f"  deep/shallow ratio: min {min(ratios):.4g}, median {statistics.median(ratios):.4g}, max {max(ratios):.4g}: "
-                + " ".join(f"{x:.3g}" for x in ratios)
+                f"  deep/shallow ratio: min {min(ratios):.4g}, median {statistics.median(ratios):.4g}, max "
+                f"{max(ratios):.4g}: " + " ".join(f"{x:.3g}" for x in ratios)
             )
 
 

@@ -60,7 +60,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--stability-case",
         default=None,
         metavar="K=V,...",
-        help="replay this case in every collected spec item instead of searching (keys left out take each spec's corner value), as `stability check --case`",
+        help="replay this case in every collected spec item instead of searching (keys left out take each "
+        "spec's corner value), as `stability check --case`",
     )
     parser.addini(
         "stability_spec_dirs", "folder names whose *.toml files are collected as specs", type="args", default=["specs"]
@@ -250,7 +251,8 @@ class SpecItem(pytest.Item):
         ).user_code:  # the user's own code: in a worker process, as `stability check` runs it
             result = self._in_worker(options, roots, case)
         else:  # the harness's own families run no user code: here, without a process to start
-            deep_stack()  # the stack a worker gets: freeing a very deep stack's graph recurses (stability/run/worker.py)
+            # the stack a worker gets: freeing a very deep stack's graph recurses (stability/run/worker.py)
+            deep_stack()
             with source_roots(roots), _spec_threads():  # the same cases (and threads) as `stability check`
                 (outcome,) = executor_for("in-process").map([Task(self.spec, options, case=case, only=self.invariant)])
             if outcome.error is not None and not outcome.result.results:

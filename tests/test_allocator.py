@@ -21,7 +21,8 @@ GLIBC = (
 
 _CHILD = """
 import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("allocator", "stability/allocator.py")  # the module alone: no torch import
+# the module alone: no torch import
+spec = importlib.util.spec_from_file_location("allocator", "stability/allocator.py")
 allocator = importlib.util.module_from_spec(spec); spec.loader.exec_module(allocator)
 tune_malloc = allocator.tune_malloc
 first = tune_malloc()
@@ -68,7 +69,9 @@ from stability import build
 from stability import probe
 from stability.spec.case import corner_case
 spec = load_spec("specs/preact_mlp.toml")
-case = corner_case(spec, depth={depth}, width=64, batch=256, weight_init="kaiming_normal", branch_init="default", dtype="float32")
+case = corner_case(
+    spec, depth={depth}, width=64, batch=256, weight_init="kaiming_normal", branch_init="default", dtype="float32"
+)
 net = build(spec, case); x = make_input(spec, case)
 import gc; gc.collect()
 base = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()

@@ -79,7 +79,8 @@ Check = Callable[..., tuple[int, str, str]]
 
 @pytest.fixture
 def check(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Check:
-    """check(folder, *args) → (exit code, stdout, stderr) of `stability check specs/gain.toml --profile ci --in-process ARGS` run in `folder`."""
+    """check(folder, *args) → (exit code, stdout, stderr) of
+    `stability check specs/gain.toml --profile ci --in-process ARGS` run in `folder`."""
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
 
     def run(folder: Path, *args: str | Path) -> tuple[int, str, str]:
@@ -98,8 +99,8 @@ def test_a_gradient_ratio_moved_from_1_to_1_31_fails_and_an_unchanged_run_passes
     code, out, _ = check(pr, "--baseline", base / "base.json")
     assert code == 1  # 1.31 is still inside [0.5, 2]: only the comparison fails it
     assert (
-        "✗ specs/gain.toml::gradient_arrival: 1.00 → 1.31 (+31.0%, drift limit 10%): rose, toward its bound, by more than the drift limit"
-        in out
+        "✗ specs/gain.toml::gradient_arrival: 1.00 → 1.31 (+31.0%, drift limit 10%): rose, toward its bound, "
+        "by more than the drift limit" in out
     )
     assert f"changed since the baseline in specs/gain.toml: the factory module specs/{MODULE}.py" in out
     assert "reproduce: stability check specs/gain.toml --case depth=1,width=4,batch=2," in out

@@ -1,7 +1,7 @@
-"""The baseline's edges (stability/report/baseline.py and baseline_load.py, its callers in stability/check_cli.py): bounded
-input, `--update-baseline` on a run that could not judge a spec, drift either way with its
-direction named (negative controls too), crossing the bound within the drift, spec paths written
-in any form, and what `--update-baseline` annotates on GitHub."""
+"""The baseline's edges (stability/report/baseline.py and baseline_load.py, its callers in
+stability/check_cli.py): bounded input, `--update-baseline` on a run that could not judge a spec,
+drift either way with its direction named (negative controls too), crossing the bound within the
+drift, spec paths written in any form, and what `--update-baseline` annotates on GitHub."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ Run = Callable[..., tuple[int, str, str]]
 
 @pytest.fixture
 def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Run:
-    """run(folder, *argv) → (exit code, stdout, stderr) of `stability check --profile ci --in-process ARGV` in `folder`."""
+    """run(folder, *argv) → (exit code, stdout, stderr) of
+    `stability check --profile ci --in-process ARGV` in `folder`."""
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 

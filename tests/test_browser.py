@@ -60,7 +60,8 @@ def assert_images_decode(page: Any) -> int:
     """Every <img> has finished loading and decoded to a non-empty bitmap; returns how many."""
     images = page.evaluate(
         "Promise.all(Array.from(document.images).map(img => img.decode().then(() => null, e => String(e))"
-        ".then(err => ({alt: img.alt, complete: img.complete, width: img.naturalWidth, height: img.naturalHeight, err}))))"
+        ".then(err => ({alt: img.alt, complete: img.complete, width: img.naturalWidth, height: "
+        "img.naturalHeight, err}))))"
     )
     assert images, "the page has no images"
     broken = [i for i in images if i["err"] or not i["complete"] or i["width"] == 0 or i["height"] == 0]

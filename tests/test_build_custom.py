@@ -1,7 +1,7 @@
 """The builder's custom-factory path and the dense family's corners, in process
-(stability/families/custom.py, stability/families/build.py): what each kind of factory return becomes, the exact error for each bad one,
-and a dense stack of token inputs or with zero branches. Written from the mutation check
-(docs/mutation.md)."""
+(stability/families/custom.py, stability/families/build.py): what each kind of factory return
+becomes, the exact error for each bad one, and a dense stack of token inputs or with zero branches.
+Written from the mutation check (docs/mutation.md)."""
 
 from __future__ import annotations
 
@@ -66,7 +66,12 @@ def layers(depth, width):
 
 
 def stack(depth, width):
-    return Stack(blocks=[nn.Linear(width, width) for _ in range(depth)], stem=nn.Identity(), head=nn.Linear(width, 1), call_kwargs={"k": 1})
+    return Stack(
+        blocks=[nn.Linear(width, width) for _ in range(depth)],
+        stem=nn.Identity(),
+        head=nn.Linear(width, 1),
+        call_kwargs={"k": 1},
+    )
 
 
 def sees(**values):
@@ -148,7 +153,8 @@ def test_an_empty_stack_and_a_non_module_are_spec_errors(folder: Path) -> None:
         build(spec, CASE)
     assert (info.value.file, info.value.key, info.value.value) == (spec.path, "block.factory", f"{MODULE}:number")
     assert info.value.problem == (
-        "returned int, not an nn.Sequential, an nn.ModuleList, a stability.Stack or a module with one of .blocks/.layers/.layer/.h/.block"
+        "returned int, not an nn.Sequential, an nn.ModuleList, a stability.Stack or a module with one of "
+        ".blocks/.layers/.layer/.h/.block"
     )
     assert info.value.fix == "return nn.Sequential(*blocks), the library's ModuleList, or stability.Stack(blocks=...)"
 
@@ -199,7 +205,8 @@ def test_a_factory_gets_the_case_values_it_asks_for(folder: Path) -> None:
 
 def _dense(layer: str, extra: str = "") -> Spec:
     return parse_spec(
-        f'name = "d"\ndescription = "d"\nfamily = "dense"\n[block]\nlayer = "{layer}"\ngrowth = 3\nactivation = "relu"\n'
+        f'name = "d"\ndescription = "d"\nfamily = "dense"\n[block]\nlayer = "{layer}"\ngrowth = 3\nactivation '
+        '= "relu"\n'
         f"[space]\ndepth = [1, 8]\nwidth = 4\nbatch = 2\n{extra}\n[expect.gradient_arrival]\n"
     )
 
@@ -229,7 +236,8 @@ def test_dense_zero_branches_add_zero_channels() -> None:
 
 def _family(family: str, block: str, space: str = "", width: int = 4) -> Spec:
     return parse_spec(
-        f'name = "b"\ndescription = "d"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 8]\nwidth = {width}\nbatch = 2\n{space}\n[expect.gradient_arrival]\n'
+        f'name = "b"\ndescription = "d"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, '
+        f"8]\nwidth = {width}\nbatch = 2\n{space}\n[expect.gradient_arrival]\n"
     )
 
 
@@ -343,7 +351,8 @@ def test_skipinit_gain_on_tokens_is_per_channel_on_the_last_axis() -> None:
 
 
 def test_a_group_norm_over_one_channel_has_one_group() -> None:
-    # no group count leaves two channels per group: one group of the single channel (GroupNorm(1, 1)), over its 4×4 values
+    # no group count leaves two channels per group: one group of
+    # the single channel (GroupNorm(1, 1)), over its 4×4 values
     spec = _family(
         "plain", 'layer = "conv2d"\nactivation = "relu"\nnorm = "group"\nnorm_groups = 4', "spatial = 4", width=1
     )

@@ -10,9 +10,20 @@ import pytest
 from stability.cli import main
 from stability.run.changed import affected_specs
 
-PLAIN = 'name = "{name}"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 4\nbatch = 2\nweight_init = ["xavier_normal"]\n[expect.gradient_arrival]\nlo = 0.01\nhi = 100.0\n'
-CUSTOM = 'name = "{name}"\ndescription = "d"\nfamily = "custom"\n[block]\nfactory = "{factory}"\n[space]\ndepth = 2\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\nlo = 0.01\nhi = 100.0\n'
-BLOCKS = "from torch import nn\n\n\ndef make(depth, width):\n    return nn.Sequential(*[nn.Identity() for _ in range(depth)])\n"
+PLAIN = (
+    'name = "{name}"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 4\nbatch = '
+    '2\nweight_init = ["xavier_normal"]\n[expect.gradient_arrival]\nlo = 0.01\nhi = '
+    "100.0\n"
+)
+CUSTOM = (
+    'name = "{name}"\ndescription = "d"\nfamily = "custom"\n[block]\nfactory = '
+    '"{factory}"\n[space]\ndepth = 2\nwidth = 4\nbatch = '
+    "2\n[expect.gradient_arrival]\nlo = 0.01\nhi = 100.0\n"
+)
+BLOCKS = (
+    "from torch import nn\n\n\ndef make(depth, width):\n    return nn.Sequential(*[nn.Identity() for _ "
+    "in range(depth)])\n"
+)
 
 
 @pytest.fixture

@@ -10,7 +10,10 @@ from stability import parse_spec
 from stability.errors import SpecError
 from stability.run.engine import RunOptions, run_spec
 
-SPEC = 'name = "t"\ndescription = "t"\nfamily = "preact"\n[block]\nlayer = "linear"\n[space]\ndepth = [1, 6]\nwidth = 8\nbatch = 4\n[expect.gradient_arrival]\n'
+SPEC = (
+    'name = "t"\ndescription = "t"\nfamily = "preact"\n[block]\nlayer = "linear"\n[space]\ndepth = [1, '
+    "6]\nwidth = 8\nbatch = 4\n[expect.gradient_arrival]\n"
+)
 
 
 def _depths(probe: str, profile: str) -> list[int]:

@@ -124,7 +124,11 @@ def test_a_tolerant_stream_drops_what_a_broken_pipe_refuses_and_silences_its_des
 
 
 def test_closed_standard_descriptors_are_reopened_on_dev_null(tmp_path: Path) -> None:
-    code = "import os\nfrom stability.run.streams import ensure_standard_fds\nensure_standard_fds()\nprint(os.readlink('/proc/self/fd/1'), file=open('out.txt', 'w'))\n"
+    code = (
+        "import os\nfrom stability.run.streams import "
+        "ensure_standard_fds\nensure_standard_fds()\nprint(os.readlink('/proc/self/fd/1'), "
+        "file=open('out.txt', 'w'))\n"
+    )
     proc = subprocess.run(
         ["bash", "-c", f"'{sys.executable}' -c \"$CODE\" >&-"],
         env={**_env(), "CODE": code},

@@ -39,7 +39,8 @@ SHIPPED = [
 
 
 def _options(profile: str) -> RunOptions:
-    """Outside ci a case runs for minutes (a learning-rate grid): its limit is the spec's own train.seconds, not --case-timeout's 120 s."""
+    """Outside ci a case runs for minutes (a learning-rate grid): its
+    limit is the spec's own train.seconds, not --case-timeout's 120 s."""
     return RunOptions(profile=profile) if profile == "ci" else RunOptions(profile=profile, case_timeout=None)
 
 

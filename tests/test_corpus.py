@@ -69,7 +69,10 @@ def _write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-ENTRY = 'id = "x"\nlibrary = "timm"\nspec = "specs/zoo/timm_vit.toml"\nbuggy = "1.0.21"\nfixed = "1.0.22"\nmechanism = "m"\nsource = "s"\nfix = "f"\n'
+ENTRY = (
+    'id = "x"\nlibrary = "timm"\nspec = "specs/zoo/timm_vit.toml"\nbuggy = "1.0.21"\nfixed = '
+    '"1.0.22"\nmechanism = "m"\nsource = "s"\nfix = "f"\n'
+)
 
 
 @pytest.mark.parametrize(

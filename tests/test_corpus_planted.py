@@ -127,7 +127,8 @@ PLANTS = [
     ),
 ]
 
-#: Planted bugs the zoo spec does not catch yet, each with why (a strict xfail: it fails the day the spec catches the bug).
+#: Planted bugs the zoo spec does not catch yet, each with why
+#: (a strict xfail: it fails the day the spec catches the bug).
 NOT_YET_CAUGHT: dict[str, str] = {}
 
 
@@ -164,7 +165,8 @@ def test_the_zoo_spec_holds_as_shipped_and_fails_with_the_bug_planted(
     require_shipped_libraries()
     monkeypatch.setattr(library_build, "_FACTORS", {})  # the init rule's factors read off the model as built
     healthy = _judge(plant.spec, plant.case)
-    if healthy:  # not an AssertionError: a strict xfail of a plant the spec misses must not hide a spec failing the healthy model
+    # not an AssertionError: a strict xfail of a plant the spec misses must not hide a spec failing the healthy model
+    if healthy:
         pytest.fail(f"{plant.spec} at {plant.case}, as the library builds it: {healthy}")
     monkeypatch.setattr(library_build, "_FACTORS", {})
     plant.plant(monkeypatch)

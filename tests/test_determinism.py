@@ -145,8 +145,12 @@ from stability import Stack
 def pre_ln_encoder(depth, width):
     """PyTorch's pre-LN encoder layers with dropout 0.1 as the library builds them; the stem makes
     the drawn (batch, width) input one sequence of `batch` tokens."""
-    layer = nn.TransformerEncoderLayer(width, 1, dim_feedforward=2 * width, dropout=0.1, batch_first=True, norm_first=True)
-    return Stack(blocks=nn.TransformerEncoder(layer, depth, enable_nested_tensor=False).layers, stem=nn.Unflatten(0, (1, -1)))
+    layer = nn.TransformerEncoderLayer(
+        width, 1, dim_feedforward=2 * width, dropout=0.1, batch_first=True, norm_first=True
+    )
+    return Stack(
+        blocks=nn.TransformerEncoder(layer, depth, enable_nested_tensor=False).layers, stem=nn.Unflatten(0, (1, -1))
+    )
 '''
 
 DROPOUT_SPEC = """\
@@ -245,7 +249,11 @@ def test_a_factory_and_blocks_drawing_from_python_and_numpy_generators_replay_ex
     import numpy as np
 
     (tmp_path / "stability_det_random.py").write_text(RANDOM_FACTORY)
-    text = 'name = "r"\ndescription = "r"\nfamily = "custom"\n[block]\nfactory = "stability_det_random:make"\n[space]\ndepth = 6\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\n'
+    text = (
+        'name = "r"\ndescription = "r"\nfamily = "custom"\n[block]\nfactory = '
+        '"stability_det_random:make"\n[space]\ndepth = 6\nwidth = 4\nbatch = '
+        "2\n[expect.gradient_arrival]\n"
+    )
     spec = parse_spec(text, file=str(tmp_path / "r.toml"))
     case = parse_case_string("depth=6,width=4,batch=2,seed=3", spec)
     random.seed(1)

@@ -2,16 +2,17 @@
 copied snippet works; and nothing in the repository points outside it.
 
 A fenced block tagged `python` is executed as a module (with the repository root as the working
-folder, under the `ci` profile), and every `test_*` function it defines is called, as pytest would. A block tagged `sh`,
-`bash`, `shell` or `console` runs under `bash -eu -o pipefail` in a scratch folder that links the
-repository's top-level folders (`specs/`, `benchmarks/`, …), with this environment's `bin/` first on
-PATH, HOME in the scratch folder and one torch thread, and must exit 0. A block that installs software or runs for minutes is
-marked in the Markdown, on the line before its fence, with `<!-- not-run: REASON -->`; such blocks
-are not run; `test_the_docs_have_snippets_and_every_skipped_one_says_why` lists them with that reason (`pytest -s`). A block
-that runs but takes tens of seconds is marked `<!-- slow: REASON -->` instead: it runs under `pytest -m slow`
-(as .ci/run does). Untagged blocks and blocks
-tagged `text`, `toml`, `yaml`, `diff` are shown output or data, not snippets (TOML blocks are
-loaded by tests/test_docs.py).
+folder, under the `ci` profile), and every `test_*` function it defines is called, as pytest would.
+A block tagged `sh`, `bash`, `shell` or `console` runs under `bash -eu -o pipefail` in a scratch
+folder that links the repository's top-level folders (`specs/`, `benchmarks/`, …), with this
+environment's `bin/` first on PATH, HOME in the scratch folder and one torch thread, and must
+exit 0. A block that installs software or runs for minutes is marked in the Markdown, on the line
+before its fence, with `<!-- not-run: REASON -->`; such blocks are not run;
+`test_the_docs_have_snippets_and_every_skipped_one_says_why` lists them with that reason
+(`pytest -s`). A block that runs but takes tens of seconds is marked `<!-- slow: REASON -->`
+instead: it runs under `pytest -m slow` (as .ci/run does). Untagged blocks and blocks tagged `text`,
+`toml`, `yaml`, `diff` are shown output or data, not snippets (TOML blocks are loaded by
+tests/test_docs.py).
 """
 
 from __future__ import annotations
@@ -152,7 +153,8 @@ def test_snippet_runs(snippet: Snippet, tmp_path: Path, monkeypatch: pytest.Monk
         timeout=600,
     )
     assert done.returncode == 0, (
-        f"{snippet.id} exited {done.returncode}:\n{snippet.body}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+        f"{snippet.id} exited {done.returncode}:\n{snippet.body}\n--- stdout\n{done.stdout[-3000:]}\n--- "
+        f"stderr\n{done.stderr[-3000:]}"
     )
 
 

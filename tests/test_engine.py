@@ -145,12 +145,12 @@ def test_the_readme_example_fails_as_the_readme_shows(cli: Any) -> None:
     readme = (root / "README.md").read_text(encoding="utf-8")
     assert code == 1
     assert (
-        "depth=3,width=4,batch=2,init=default,branch_init=zero,dtype=float32,device=cpu,seed=0: gradient ratio 0.00169 < 0.01"
-        in out
+        "depth=3,width=4,batch=2,init=default,branch_init=zero,dtype=float32,device=cpu,seed=0: gradient "
+        "ratio 0.00169 < 0.01" in out
     )
     assert (
-        "depth=3,width=4,batch=2,init=default,branch_init=zero,dtype=float32,device=cpu,seed=0: gradient ratio 0.00169 < 0.01"
-        in readme
+        "depth=3,width=4,batch=2,init=default,branch_init=zero,dtype=float32,device=cpu,seed=0: gradient "
+        "ratio 0.00169 < 0.01" in readme
     )
 
 

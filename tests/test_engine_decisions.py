@@ -20,7 +20,8 @@ from stability.spec.case import Case
 from stability.spec.registry import INVARIANTS
 
 SPEC = parse_spec(
-    'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = [1, 8]\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\nlo = 0.1\nhi = 10.0\n[expect.variance_growth]\n',
+    'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = [1, 8]\nwidth = 4\nbatch = '
+    "2\n[expect.gradient_arrival]\nlo = 0.1\nhi = 10.0\n[expect.variance_growth]\n",
     file="specs/e.toml",
 )
 CASE = Case(3, 4, 2, None, None, "default", "default", "float32", "cpu", 0)
@@ -178,7 +179,8 @@ def _halving(c: Case) -> CaseRecord:
 )
 def test_the_depth_bisection_stays_inside_the_space(depth: str, start: int, smallest: int) -> None:
     spec = parse_spec(
-        f'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = {depth}\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\nlo = 0.05\nhi = 10.0\n',
+        f'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = {depth}\nwidth = 4\nbatch = '
+        "2\n[expect.gradient_arrival]\nlo = 0.05\nhi = 10.0\n",
         file="specs/e.toml",
     )
     probed: list[int] = []

@@ -31,7 +31,8 @@ def _plain(
     expect: str = "[expect.gradient_arrival]\nlo = 1e-6\nhi = 1e6\n", block: str = 'activation = "tanh"'
 ) -> Spec:
     return parse_spec(
-        f'name = "e"\ndescription = "d"\nfamily = "plain"\n[block]\n{block}\n[space]\ndepth = [1, 4]\nwidth = 4\nbatch = 2\ndtype = ["float64"]\n{expect}',
+        f'name = "e"\ndescription = "d"\nfamily = "plain"\n[block]\n{block}\n[space]\ndepth = [1, 4]\nwidth = '
+        f'4\nbatch = 2\ndtype = ["float64"]\n{expect}',
         file="specs/e.toml",
     )
 
@@ -86,7 +87,9 @@ def test_dropout_masks_come_from_the_cases_own_stream(tmp_path: Path) -> None:
     """With dropout on, the probe's global RNG is seeded from stream 3 of the case seed: the case
     replays its masks, and another stream would draw other masks."""
     (tmp_path / "stability_evaluate_dropout.py").write_text(
-        "from torch import nn\n\n\ndef make(depth, width):\n    return nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.Dropout(0.5)) for _ in range(depth)])\n",
+        "from torch import nn\n\n\ndef make(depth, width):\n    return "
+        "nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.Dropout(0.5)) for _ "
+        "in range(depth)])\n",
         encoding="utf-8",
     )
     spec = parse_spec(
@@ -177,12 +180,15 @@ def test_a_stacks_call_kwargs_reach_the_probe(tmp_path: Path) -> None:
     (tmp_path / "stability_evaluate_kwargs.py").write_text(
         "from torch import nn\nfrom stability import Stack\n\n\nclass Scaled(nn.Module):\n"
         "    def forward(self, x, *, scale=1.0):\n        return scale * x\n\n\n"
-        "def make(depth, width):\n    return Stack(blocks=nn.Sequential(*[Scaled() for _ in range(depth)]), call_kwargs={'scale': 2.0})\n",
+        "def make(depth, width):\n    return Stack(blocks=nn.Sequential(*[Scaled() for _ in range(depth)]), "
+        "call_kwargs={'scale': 2.0})\n",
         encoding="utf-8",
     )
     spec = parse_spec(
-        'name = "k"\ndescription = "d"\nfamily = "custom"\n[block]\nfactory = "stability_evaluate_kwargs:make"\n[space]\n'
-        'depth = 3\nwidth = 4\nbatch = 2\ndtype = ["float64"]\n[probe]\nloss = "sum"\n[expect.gradient_arrival]\nlo = 1e-9\nhi = 1e9\n',
+        'name = "k"\ndescription = "d"\nfamily = "custom"\n[block]\nfactory = '
+        '"stability_evaluate_kwargs:make"\n[space]\n'
+        'depth = 3\nwidth = 4\nbatch = 2\ndtype = ["float64"]\n[probe]\nloss = '
+        '"sum"\n[expect.gradient_arrival]\nlo = 1e-9\nhi = 1e9\n',
         file=str(tmp_path / "k.toml"),
     )
     record = evaluate(spec, Case(3, 4, 2, None, None, "default", "default", "float64", "cpu", 0))
@@ -193,7 +199,8 @@ def test_a_stacks_call_kwargs_reach_the_probe(tmp_path: Path) -> None:
 
 def test_a_replayed_case_outside_the_invariant_is_not_applicable() -> None:
     spec = parse_spec(
-        'name = "p"\ndescription = "d"\nfamily = "preact"\n[space]\ndepth = 2\nwidth = 4\nbatch = 2\nbranch_init = ["default", "zero"]\n[expect.identity_at_init]\n',
+        'name = "p"\ndescription = "d"\nfamily = "preact"\n[space]\ndepth = 2\nwidth = 4\nbatch = '
+        '2\nbranch_init = ["default", "zero"]\n[expect.identity_at_init]\n',
         file="specs/p.toml",
     )
     (r,) = run_spec(spec, RunOptions(), case="branch_init=default").results
@@ -210,7 +217,8 @@ def test_a_replayed_case_outside_the_invariant_is_not_applicable() -> None:
 
 def test_the_depth_bisection_keeps_the_failing_depth_itself() -> None:
     spec = parse_spec(
-        'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = { range = [3, 15], multiple_of = 3 }\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\nlo = 0.5\nhi = 10.0\n',
+        'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = { range = [3, 15], multiple_of = '
+        "3 }\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\nlo = 0.5\nhi = 10.0\n",
         file="specs/e.toml",
     )
 

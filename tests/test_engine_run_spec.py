@@ -38,7 +38,8 @@ _M = Measurements([1.0], [1.0], [1.0], {}, None, None, None)
 def _plain(expect: str = "[expect.gradient_arrival]\nlo = 1e-6\nhi = 1e6\n", extra: str = "") -> Spec:
     return parse_spec(
         'name = "e"\ndescription = "d"\nfamily = "plain"\n[block]\nactivation = "tanh"\n'
-        f'[space]\ndepth = [1, 4]\nwidth = 4\nbatch = 2\ndtype = ["float64"]\ndevice = ["cpu", "cuda"]\n{extra}\n{expect}',
+        '[space]\ndepth = [1, 4]\nwidth = 4\nbatch = 2\ndtype = ["float64"]\ndevice = ["cpu", '
+        f'"cuda"]\n{extra}\n{expect}',
         file="specs/e.toml",
     )
 
@@ -90,7 +91,8 @@ def test_apply_hands_every_key_of_the_table_to_its_judge(
 def test_apply_refuses_a_training_invariant_and_says_where_it_is_judged() -> None:
     with pytest.raises(
         ValueError,
-        match=r"^trainability is judged on an optimizer run \(stability\.run\.training\.evaluate\), not from a probe's Measurements$",
+        match=r"^trainability is judged on an optimizer run \(stability\.run\.training\.evaluate\), not from "
+        r"a probe's Measurements$",
     ):
         judge(
             load_spec(SPECS / "warmup_free_residual.toml"),
@@ -152,7 +154,8 @@ def test_a_stem_runs_before_the_blocks(tmp_path: Path) -> None:
     )
     spec = parse_spec(
         'name = "s"\ndescription = "d"\nfamily = "custom"\n[block]\nfactory = "stability_engine_stem:make"\n'
-        '[space]\ndepth = 2\nwidth = 4\nbatch = 3\ndtype = ["float64"]\n[expect.gradient_arrival]\nlo = 1e-9\nhi = 1e9\n',
+        '[space]\ndepth = 2\nwidth = 4\nbatch = 3\ndtype = ["float64"]\n[expect.gradient_arrival]\nlo = '
+        "1e-9\nhi = 1e9\n",
         file=str(tmp_path / "s.toml"),
     )
     case = Case(2, 4, 3, None, None, "default", "default", "float64", "cpu", 0)

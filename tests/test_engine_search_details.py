@@ -1,7 +1,8 @@
 """The probe search's details in the engine (stability/run/engine.py) beyond tests/test_engine_decisions.py:
 the cases it draws (the run's device, pinned examples first, only zero-branch inits for
 `identity_at_init`), the failing and passing searches' exact words and fields, a replay's fields
-and words, and the depth bisection over a plain (lo, hi) range and down to the smallest admitted depth. Cases are judged by stand-ins, so nothing is built or probed.
+and words, and the depth bisection over a plain (lo, hi) range and down to the smallest admitted
+depth. Cases are judged by stand-ins, so nothing is built or probed.
 Written from the surviving mutants of the whole-module mutation run (docs/mutation.md)."""
 
 from __future__ import annotations
@@ -135,8 +136,8 @@ def test_a_passing_search_reports_the_case_closest_to_a_bound(monkeypatch: pytes
     assert (r.name, r.expect, r.met, r.error) == ("gradient_arrival", "holds", True, None)
     assert r.reproduce == reproduce_command(spec, r.case)
     assert (
-        r.message
-        == f"specs/e.toml::gradient_arrival: holds on {r.examples} cases; closest to its bound: depth {shallowest} at {r.case}"
+        r.message == f"specs/e.toml::gradient_arrival: holds on {r.examples} cases; closest to its bound: depth "
+        f"{shallowest} at {r.case}"
     )
 
 
@@ -158,7 +159,9 @@ def test_a_search_where_no_case_applies_is_an_error(monkeypatch: pytest.MonkeyPa
 
 def test_the_constrained_bisection_can_end_at_the_smallest_admitted_depth() -> None:
     spec = parse_spec(
-        'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = { values = [2, 4, 9, 12] }\nwidth = 4\nbatch = 2\n[expect.gradient_arrival]\n',
+        'name = "e"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = { values = [2, 4, 9, 12] }\nwidth '
+        "= 4\nbatch = "
+        "2\n[expect.gradient_arrival]\n",
         file="specs/e.toml",
     )
     judged: list[int] = []

@@ -70,8 +70,8 @@ def test_an_untrained_replayed_case_is_not_met_and_says_why(monkeypatch: pytest.
     assert r.verdict is not None and r.verdict.passed is False and math.isnan(r.verdict.observed)
     assert r.verdict.detail == "case not trained: the run took longer than 60 s"
     assert (
-        r.message
-        == f"specs/t.toml::trainability: expected to be violated, but the violation was not measured at {r.case}: case not trained: the run took longer than 60 s{RUNS}"
+        r.message == "specs/t.toml::trainability: expected to be violated, but the violation was not measured at "
+        f"{r.case}: case not trained: the run took longer than 60 s{RUNS}"
     )
 
 
@@ -88,8 +88,8 @@ def test_outside_its_profiles_the_invariant_is_skipped_without_examples(monkeypa
     (r,) = run_spec(_spec(), RunOptions(profile="ci")).results
     assert (r.met, r.skipped, r.examples, r.verdict, r.case, r.status) == (True, True, 0, None, None, "skipped")
     assert (
-        r.message
-        == "specs/t.toml::trainability: skipped in profile ci (train.profiles = thorough); run it with --profile thorough"
+        r.message == "specs/t.toml::trainability: skipped in profile ci (train.profiles = thorough); run it with "
+        "--profile thorough"
     )
     assert seen == []
 

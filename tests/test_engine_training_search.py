@@ -104,8 +104,8 @@ def test_a_skipped_invariant_keeps_its_expectation_and_lists_every_profile(monke
     (r,) = run_spec(_spec("violated", '["thorough", "dev"]'), RunOptions(profile="ci")).results
     assert (r.name, r.expect, r.met, r.skipped) == ("trainability", "violated", True, True)
     assert (
-        r.message
-        == "specs/t.toml::trainability: skipped in profile ci (train.profiles = thorough, dev); run it with --profile thorough"
+        r.message == "specs/t.toml::trainability: skipped in profile ci (train.profiles = thorough, dev); run it with "
+        "--profile thorough"
     )
 
 
@@ -207,8 +207,8 @@ def test_the_reported_passing_case_is_the_one_with_the_largest_headline_magnitud
     shallowest = min(c.depth for c in drawn)
     assert len({c.depth for c in drawn}) >= 2 and r.case is not None and r.case.depth == shallowest
     assert (
-        r.message
-        == f"specs/t.toml::trainability: holds on {len(drawn)} cases; closest to its bound: ratio {-0.1 * (10 - shallowest):g} at {r.case}{RUNS}"
+        r.message == f"specs/t.toml::trainability: holds on {len(drawn)} cases; closest to its bound: ratio "
+        f"{-0.1 * (10 - shallowest):g} at {r.case}{RUNS}"
     )
 
 
@@ -229,6 +229,6 @@ def test_a_negative_control_no_case_broke_says_how_many_were_tried(monkeypatch: 
     (r,) = run_spec(_spec("violated"), RunOptions(profile="ci")).results
     assert not r.met and r.case is not None
     assert (
-        r.message
-        == f"specs/t.toml::trainability: expected to be violated, but no case among 3 broke it; closest: ratio 2 at {r.case}{RUNS}"
+        r.message == "specs/t.toml::trainability: expected to be violated, but no case among 3 broke it; closest: "
+        f"ratio 2 at {r.case}{RUNS}"
     )

@@ -563,7 +563,8 @@ def _assert_all_right(spec: Spec, invariant: str, cases: list[Case], *, holds: b
     wrong = [(c, v.observed) for c, v in verdicts if v.passed != holds]
     values = sorted(v.observed for _, v in verdicts)
     print(
-        f"{spec.name} {invariant}: from {values[0]:.3f} to {values[-1]:.3f}, median {values[len(values) // 2]:.3f}; wrong {len(wrong)}"
+        f"{spec.name} {invariant}: from {values[0]:.3f} to {values[-1]:.3f}, median "
+        f"{values[len(values) // 2]:.3f}; wrong {len(wrong)}"
     )
     assert not wrong
 

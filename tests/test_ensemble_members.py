@@ -132,7 +132,8 @@ def test_running_out_of_memory_in_the_vectorised_pass_is_not_swallowed(
 def test_members_of_a_stack_with_a_stem_are_probed_after_it(tmp_path: Path) -> None:
     (tmp_path / "stability_ensemble_stem.py").write_text(
         "import torch\nfrom torch import nn\nfrom stability import Stack\n\n\ndef make(depth, width):\n"
-        "    return Stack(blocks=nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in range(depth)]),\n"
+        "    return Stack(blocks=nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in "
+        "range(depth)]),\n"
         "                 stem=nn.Linear(width, width))\n",
         encoding="utf-8",
     )

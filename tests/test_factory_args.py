@@ -69,8 +69,10 @@ def test_a_typo_in_factory_args_exits_2_naming_it_before_anything_runs(cli: Cli,
     code, out, err = cli("check", _spec(tmp_path, "make", "{ hedas = 4 }"), "--profile", "ci")
     assert code == 2
     assert err.strip().splitlines() == [
-        f"stability: error: {tmp_path / 'make.toml'}: block.factory_args.hedas = 4: is not a parameter of blocks:make(depth, width, heads) "
-        '(did you mean "heads"?); rename it to one of the factory\'s parameters, add a `hedas` parameter, or let the factory take **kwargs'
+        f"stability: error: {tmp_path / 'make.toml'}: block.factory_args.hedas = 4: is not a parameter of "
+        "blocks:make(depth, width, heads) "
+        '(did you mean "heads"?); rename it to one of the factory\'s parameters, add a `hedas` parameter, or '
+        "let the factory take **kwargs"
     ]
     assert not (tmp_path / "imported").exists()  # read from the source: neither the parent nor a worker imported it
     assert "spec(s)" not in out and "1 met" not in out  # nothing ran: the error alone, no summary
@@ -86,7 +88,10 @@ def test_a_decorated_factory_is_checked_in_the_worker_under_the_same_rule(cli: C
     `inspect.signature` (which follows functools.wraps) does, with the same message, once."""
     code, out, err = cli("check", _spec(tmp_path, "decorated", "{ hedas = 4 }"), "--profile", "ci")
     assert code == 2, out + err
-    message = 'block.factory_args.hedas = 4: is not a parameter of blocks:decorated(depth, width, heads) (did you mean "heads"?)'
+    message = (
+        "block.factory_args.hedas = 4: is not a parameter of blocks:decorated(depth, width, heads) "
+        '(did you mean "heads"?)'
+    )
     assert (out + err).count(message) == 1, out + err
     assert (tmp_path / "imported").exists()  # the worker imported it; the parent did not (it never does)
 

@@ -8,7 +8,8 @@
 (c) Arbitrary `stability sweep` command lines (every option, valid, boundary and garbage values)
     end in exit 0, 1 or 2 with one line on stderr, never a traceback.
 
-The budget is small in the normal run; with STABILITY_PROFILE=thorough it is ≥ 1000 examples (500 command lines for (c)).
+The budget is small in the normal run; with STABILITY_PROFILE=thorough
+it is ≥ 1000 examples (500 command lines for (c)).
 """
 
 from __future__ import annotations
@@ -283,7 +284,8 @@ def valid_documents(draw: st.DrawFn) -> dict[str, Any]:
     """A document the loader should accept: every family and option, depth ≤ 6, width ≤ 8,
     batch ≤ 4, spatial ≤ 4. (If the loader still refuses one, the test skips it, but only for a
     SpecError.)"""
-    # every registered family this strategy writes documents for (a library spec names a real model: tests/test_library_family.py)
+    # every registered family this strategy writes documents for (a library spec names a real model:
+    # tests/test_library_family.py)
     family = draw(st.sampled_from([f for f in FAMILIES.names() if f in BRANCH_INITS or f == "transformer"]))
     if family == "transformer":
         return draw(_transformer_documents())

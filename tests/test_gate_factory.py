@@ -75,7 +75,8 @@ def test_a_source_root_allows_a_factory_elsewhere(cli: Cli, tmp_path: Path) -> N
     code_dir.mkdir()
     spec_dir.mkdir()
     (code_dir / "gate_rooted_blocks.py").write_text(
-        "from torch import nn\ndef make(depth, width):\n    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])\n"
+        "from torch import nn\ndef make(depth, width):\n    return nn.Sequential(*[nn.Linear(width, width) "
+        "for _ in range(depth)])\n"
     )
     spec = spec_dir / "rooted.toml"
     spec.write_text(custom("rooted", "gate_rooted_blocks:make", depth="1"))
@@ -122,7 +123,8 @@ def test_a_folder_or_file_name_that_is_not_utf8_runs_as_any_other(cli: Cli, tmp_
     folder = tmp_path / os.fsdecode(b"odd\xff")
     folder.mkdir()
     (folder / "json.py").write_text(
-        "from torch import nn\ndef make(depth, width):\n    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])\n"
+        "from torch import nn\ndef make(depth, width):\n    return nn.Sequential(*[nn.Linear(width, width) "
+        "for _ in range(depth)])\n"
     )
     (folder / os.fsdecode(b"s\xfe.toml")).write_text(custom("odd", "json:make", depth="1"))
     code, out, err = cli("check", folder, "--profile", profile, "-j", "1")

@@ -210,12 +210,15 @@ def test_the_pytest_plugin_reports_sys_exit_deep_nesting_and_duplicate_names_in_
     specs = tmp_path / "specs"
     specs.mkdir()
     (specs / "blocks_exit.py").write_text(
-        "import sys\nfrom torch import nn\nclass Exit(nn.Module):\n    def forward(self, x):\n        sys.exit(3)\ndef make(depth, width):\n    return nn.Sequential(Exit())\n"
+        "import sys\nfrom torch import nn\nclass Exit(nn.Module):\n    def forward(self, x):\n        "
+        "sys.exit(3)\ndef make(depth, width):\n    return nn.Sequential(Exit())\n"
     )
     (specs / "a.toml").write_text(plain("same"))
     (specs / "b.toml").write_text(plain("same"))
     (specs / "c.toml").write_text(
-        'name = "exits"\ndescription = "d"\nfamily = "custom"\n[block]\nfactory = "blocks_exit:make"\n[space]\ndepth = 1\nwidth = 2\nbatch = 2\n[expect.gradient_arrival]\n'
+        'name = "exits"\ndescription = "d"\nfamily = "custom"\n[block]\nfactory = '
+        '"blocks_exit:make"\n[space]\ndepth = 1\nwidth = 2\nbatch = '
+        "2\n[expect.gradient_arrival]\n"
     )
     (specs / "deep.toml").write_text("junk = " + "[" * 600 + "]" * 600 + "\n" + plain("deep"))
     env = {**os.environ, "STABILITY_PROFILE": "ci"}

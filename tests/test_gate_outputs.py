@@ -119,7 +119,8 @@ def test_a_file_the_user_wrote_is_never_replaced_by_a_report(
     # The spec's own factory module, a hand-written page, any file that is not a stability report.
     factory = tmp_path / "stability_outputs_factory.py"
     factory.write_text(
-        "from torch import nn\n\ndef make(depth, width):\n    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])\n"
+        "from torch import nn\n\ndef make(depth, width):\n    return nn.Sequential(*[nn.Linear(width, width) "
+        "for _ in range(depth)])\n"
     )
     text = 'name = "c"\ndescription = "c"\nfamily = "custom"\n[block]\nfactory = "stability_outputs_factory:make"\n'
     custom = write_spec(

@@ -84,7 +84,8 @@ def test_sys_exit_as_a_factory_is_refused_before_anything_runs(run: dict[str, An
         ("exit-in-forward", "the spec's code called sys.exit(3)"),
         (
             "os-exit-in-forward",
-            "the worker exited with code 0 before reporting (sys.exit or os._exit in the spec's code?) while running case depth=2",
+            "the worker exited with code 0 before reporting (sys.exit or os._exit in the spec's code?) while "
+            "running case depth=2",
         ),
         ("empty-stack", "returned an empty stack (no blocks)"),
         ("segfault", "the worker was killed by SIGSEGV while running case depth=2"),
@@ -147,7 +148,8 @@ def test_a_stack_of_seventy_thousand_blocks_is_judged_not_a_segfault(tmp_path: P
     # torch frees a graph carrying the probe's Python hooks recursively (~100 bytes of C stack per
     # node): at depth 62,500 the usual 8 MiB stack ended the worker in SIGSEGV (exit 2).
     (tmp_path / "stability_gate_deep.py").write_text(
-        "from torch import nn\n\ndef make(depth, width):\n    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])\n"
+        "from torch import nn\n\ndef make(depth, width):\n    return nn.Sequential(*[nn.Linear(width, width) "
+        "for _ in range(depth)])\n"
     )
     spec = custom(
         "deep",

@@ -299,7 +299,9 @@ def test_a_spec_case_timeout_never_lowers_the_run_limit() -> None:
     from stability.run.guard import case_limit
 
     spec = parse_spec(
-        'name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 4\n[probe]\ncase_timeout = 10\n[expect.gradient_arrival]\n'
+        'name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = '
+        "4\n[probe]\ncase_timeout = "
+        "10\n[expect.gradient_arrival]\n"
     )
     assert case_limit(spec, 120.0) == 120.0
     assert case_limit(spec, 1.0) == 10.0
@@ -330,7 +332,8 @@ def test_a_spec_threads_never_lower_the_run_threads_and_are_put_back() -> None:
     from stability.run.guard import case_threads
 
     spec = parse_spec(
-        'name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 4\n[probe]\nthreads = 2\n[expect.gradient_arrival]\n'
+        'name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 4\n[probe]\nthreads = '
+        "2\n[expect.gradient_arrival]\n"
     )
     before = torch.get_num_threads()
     try:

@@ -158,8 +158,8 @@ def test_applies_when_outside_the_space_is_refused_naming_the_key_and_the_space(
     code, out, err = cli(command, spec, *args)
     assert code == 2
     assert (
-        err
-        == f"stability: error: {spec}: expect.gradient_arrival.applies_when.width = [{value}]: {value} is not a value {space} can draw; list values space.width draws, or widen space.width\n"
+        err == f"stability: error: {spec}: expect.gradient_arrival.applies_when.width = [{value}]: {value} is not "
+        f"a value {space} can draw; list values space.width draws, or widen space.width\n"
     )
     assert "Traceback" not in out + err and not db.exists()
 

@@ -434,7 +434,8 @@ def test_an_immutable_store_is_refused_for_a_sweep_in_one_line_and_read_for_comp
         assert (
             code == 2
             and err
-            == f"stability: error: --db {db}: cannot be written ({why}); a sweep stores its probes there: give a writable --db path (only --compare reads a store it cannot write)\n"
+            == f"stability: error: --db {db}: cannot be written ({why}); a sweep stores its probes there: "
+            "give a writable --db path (only --compare reads a store it cannot write)\n"
         )
         code, out, err = cli("sweep", "--compare", "0.1.0+gaaaa", "0.1.0+gbbbb", "--db", db)
         assert code == 1 and out.count("lower") == 2, out + err

@@ -39,7 +39,10 @@ lo = 1e-6
 hi = 1e6
 """
 
-LINEAR_FACTORY = "from torch import nn\n\n\ndef make(depth, width):\n    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])\n"
+LINEAR_FACTORY = (
+    "from torch import nn\n\n\ndef make(depth, width):\n    return "
+    "nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])\n"
+)
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -90,7 +93,8 @@ def test_a_factory_outside_your_code_is_refused_as_check_refuses_it(sweep: objec
     [
         (
             ["--workers", "10000"],
-            f"--workers 10000: give 1 to {WORKERS_PER_CORE * cores()} ({WORKERS_PER_CORE} per usable core), or --serial",
+            f"--workers 10000: give 1 to {WORKERS_PER_CORE * cores()} ({WORKERS_PER_CORE} per usable core), "
+            "or --serial",
         ),
         (["--workers", "0"], "--workers 0: give 1 to"),
         (
@@ -101,7 +105,8 @@ def test_a_factory_outside_your_code_is_refused_as_check_refuses_it(sweep: objec
         (["--seeds", "-3"], "--seeds -3: give at least 1 seed per point"),
         (
             ["--first-seed", "9223372036854775807"],
-            "--first-seed 9223372036854775807: seeds lie in [0, 2**63 - 1], so with --seeds 8 the first is at most 9223372036854775800",
+            "--first-seed 9223372036854775807: seeds lie in [0, 2**63 - 1], so with --seeds 8 the first is "
+            "at most 9223372036854775800",
         ),
         (["--first-seed", "-1"], "--first-seed -1: seeds lie in [0, 2**63 - 1]"),
         (

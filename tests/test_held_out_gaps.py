@@ -49,7 +49,8 @@ def test_a_nan_gradient_first_seen_at_the_input_is_located_there() -> None:
 
 def _plain(extra: str = "") -> object:
     return parse_spec(
-        'name = "e"\ndescription = "d"\nfamily = "plain"\n[block]\nactivation = "tanh"\n[space]\ndepth = [1, 3]\nwidth = 4\nbatch = 2\n'
+        'name = "e"\ndescription = "d"\nfamily = "plain"\n[block]\nactivation = "tanh"\n[space]\ndepth = [1, '
+        "3]\nwidth = 4\nbatch = 2\n"
         f'dtype = ["float64"]\n{extra}\n[expect.variance_growth]\nmax_growth = "exponential"\n',
         file="specs/e.toml",
     )

@@ -405,7 +405,10 @@ batch = 2
 
 
 def test_a_bad_table_name_and_a_built_in_family_without_rows_are_refused() -> None:
-    block = 'layer = "tokens"\nmodel = "transformers:LlamaModel"\nconfig = { hidden_size = "width", num_hidden_layers = "depth", num_attention_heads = 2 }'
+    block = (
+        'layer = "tokens"\nmodel = "transformers:LlamaModel"\nconfig = { hidden_size = "width", '
+        'num_hidden_layers = "depth", num_attention_heads = 2 }'
+    )
     with pytest.raises(SpecError, match=r"expect.init_conformance.table.*close|did you mean.*gpt2"):
         parse_spec(textwrap.dedent(_TOML.format(family="library", block=block, expect='table = "gtp2"')), file="t.toml")
     with pytest.raises(SpecError, match="own .space. keys"):

@@ -45,7 +45,10 @@ tokens = 4
 """
 
 #: A rule the model does not follow: its c_attn drawn at initializer_range, declared at a tenth of it.
-WRONG = 'rules = [{ name = "*.c_attn.weight", law = "normal", std = "initializer_range / 10", source = "a rule the model does not follow" }]'
+WRONG = (
+    'rules = [{ name = "*.c_attn.weight", law = "normal", std = "initializer_range / 10", source = "a '
+    'rule the model does not follow" }]'
+)
 
 
 def _write(tmp_path: Path, name: str, expect: str = "") -> Path:

@@ -20,8 +20,12 @@ import stability.run.engine
 from stability.report.outputs import write_atomic
 
 Cli = Callable[..., tuple[int, str, str]]
-OLD_REPORT = '{"schema_version": 1, "met": true, "interrupted": false, "seconds": 0.5, "from": "the previous run"}\n'  # opens as every report does
-OLD_JUNIT = '<?xml version="1.0"?>\n<testsuite name="stability" tests="0" />\n'  # a previous run's report (a report replaces only its own kind)
+OLD_REPORT = (
+    '{"schema_version": 1, "met": true, "interrupted": false, "seconds": 0.5, "from": "the previous '
+    'run"}\n'
+)  # opens as every report does
+# a previous run's report (a report replaces only its own kind)
+OLD_JUNIT = '<?xml version="1.0"?>\n<testsuite name="stability" tests="0" />\n'
 
 
 def _default_sigint() -> None:
@@ -97,7 +101,8 @@ def _communicate(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[str,
         proc.kill()
         out, err = proc.communicate()
         pytest.fail(
-            f"stability check still running {timeout:g} s after the signal; its processes:\n{tree}\nstdout:\n{out}\nstderr:\n{err}"
+            f"stability check still running {timeout:g} s after the signal; its "
+            f"processes:\n{tree}\nstdout:\n{out}\nstderr:\n{err}"
         )
 
 

@@ -57,7 +57,8 @@ def test_gradient_arrival_reports_the_farthest_boundary_and_where_the_bound_is_c
         observed=0.01,
         bound="[0.1, 10]",
         block=1,
-        detail="gradient ratio 0.01 < 0.1: the gradient vanishes (crosses the bound at the input of block 1; 0.2154 per block on average)",
+        detail="gradient ratio 0.01 < 0.1: the gradient vanishes (crosses the bound at the input of block 1; "
+        "0.2154 per block on average)",
     )
     v = gradient_arrival(_m([1000.0, 20.0, 2.0, 1.0]), lo=0.1, hi=10.0)
     assert v == Verdict(
@@ -66,7 +67,8 @@ def test_gradient_arrival_reports_the_farthest_boundary_and_where_the_bound_is_c
         observed=1000.0,
         bound="[0.1, 10]",
         block=1,
-        detail="gradient ratio 1e+03 > 10: the gradient explodes (crosses the bound at the input of block 1; 10 per block on average)",
+        detail="gradient ratio 1e+03 > 10: the gradient explodes (crosses the bound at the input of block 1; "
+        "10 per block on average)",
     )
 
 
@@ -93,8 +95,8 @@ def test_non_finite_verdicts_name_the_block() -> None:
     act = gradient_arrival(_m([1.0, 1.0, 1.0, 1.0], nonfinite_at=2, kind="activation"))
     assert (act.passed, act.block, act.bound) == (False, 1, "[0.1, 10]") and math.isnan(act.observed)
     assert (
-        act.detail
-        == "block 1 produced a non-finite activation (NaN/inf first seen at boundary 2); lower the learning scale or use a wider dtype"
+        act.detail == "block 1 produced a non-finite activation (NaN/inf first seen at boundary 2); lower the learning "
+        "scale or use a wider dtype"
     )
     inp = variance_growth(_m([1.0, 1.0], nonfinite_at=0, kind="activation"))
     assert inp.block == 0 and inp.detail.startswith("the input holds NaN/inf;") and inp.bound == "growth ≤ linear"
@@ -140,7 +142,8 @@ def test_identity_first_change_at_zero_tolerance_sees_the_smallest_change() -> N
     assert (
         v.block == 1
         and v.detail
-        == "output differs from the input: relative error 2e-16 forward, 0 backward; block 1 is the first to change its input"
+        == "output differs from the input: relative error 2e-16 forward, 0 backward; block 1 is the first to "
+        "change its input"
     )
     # a change below atol·|a| is not a change: no block named
     v = identity_at_init(_m([1.0, 1.0, 1.0], [1.0, 1.0, 1.0 + 1e-9], identity=0.0, grad_error=1e-3), atol=1e-6)

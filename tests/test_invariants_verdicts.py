@@ -106,7 +106,8 @@ def test_variance_growth_early_exits_in_full() -> None:
             observed=math.inf,
             bound=BOUND,
             block=2,
-            detail="the variance overflows the float range after block 2 (activations beyond ~1e19 in magnitude); the variance runs away: scale the branches or the init down",
+            detail="the variance overflows the float range after block 2 (activations beyond ~1e19 in "
+            "magnitude); the variance runs away: scale the branches or the init down",
         ),
     )
 
@@ -198,7 +199,8 @@ def test_identity_verdicts_in_full() -> None:
             observed=0.5,
             bound=bound,
             block=1,
-            detail="output differs from the input: relative error 0.5 forward, 0.25 backward; block 1 is the first to change its input",
+            detail="output differs from the input: relative error 0.5 forward, 0.25 backward; block 1 is the "
+            "first to change its input",
         ),
     )
     _same(
@@ -246,7 +248,8 @@ def test_mean_shift_verdicts_in_full() -> None:
             observed=math.nan,
             bound="≤ 0.25",
             block=None,
-            detail="channel statistics were not measured; probe with observers=[stability.measure.channels.ChannelStats()]",
+            detail="channel statistics were not measured; probe with "
+            "observers=[stability.measure.channels.ChannelStats()]",
         ),
     )
     # ρ = 0, 0.125 (exactly at the bound), 0.5, 0.75: first above the bound at boundary 2, after block 1
@@ -267,7 +270,8 @@ def test_mean_shift_verdicts_in_full() -> None:
             observed=0.75,
             bound="≤ 0.125",
             block=1,
-            detail=f"mean shift ρ = 0.75 > 0.125 at the output (first above the bound after block 1): {numbers}; the per-channel offsets grow inside the variance",
+            detail="mean shift ρ = 0.75 > 0.125 at the output (first above the bound after block 1): "
+            f"{numbers}; the per-channel offsets grow inside the variance",
             extra=extra,
         ),
     )

@@ -41,7 +41,8 @@ def test_a_name_that_is_no_model_or_config_of_an_allowed_library_is_refused_with
     assert resolve("transformers:LlamaConfig", file="s.toml").kind == "config"
     with pytest.raises(
         SpecError,
-        match=r"^s.toml: model = 'transformers:LlamaModle': is not a transformers model or config class; close names: LlamaModel",
+        match=r"^s.toml: model = 'transformers:LlamaModle': is not a transformers model or config class; "
+        r"close names: LlamaModel",
     ):
         resolve("transformers:LlamaModle", file="s.toml")
     for name in (
@@ -106,7 +107,8 @@ def test_the_check_imports_no_model_module() -> None:
         "check_config(t, {'hidden_size': 'width', 'num_hidden_layers': 'depth'}, file='s')\n"
         "try:\n    check_config(t, {'hidden_sise': 8}, file='s')\nexcept SpecError:\n    pass\n"
         "import re\n"
-        "def modeling():\n    return sorted(m for m in sys.modules if re.match(r'transformers[.]models[.](?!auto[.])[a-z0-9_]+[.]modeling_', m))\n"
+        "def modeling():\n    return sorted(m for m in sys.modules if "
+        "re.match(r'transformers[.]models[.](?!auto[.])[a-z0-9_]+[.]modeling_', m))\n"
         "print(modeling())\n"
         "import transformers\n"
         "transformers.LlamaModel\n"
@@ -211,7 +213,8 @@ def test_the_init_rule_keeps_sigma_squared_times_width_for_transformers_n0_sigma
     assert len(b.scaled) == 8  # 4 matrices x 2 blocks
     with pytest.raises(
         SpecError,
-        match=r"shipped = \{'n_head': 12\}: needs the shipped value of every config key the case's width fills \(missing: n_embd",
+        match=r"shipped = \{'n_head': 12\}: needs the shipped value of every config key the case's width "
+        r"fills \(missing: n_embd",
     ):
         parse_library("transformers:GPT2Model", config=GPT2, shipped={"n_head": 12}, file="s")
 
@@ -315,9 +318,8 @@ def test_the_verdict_at_a_reduced_width_with_the_rule_is_the_one_at_the_shipped_
     )
     assert abs(math.log(with_rule / at_768)) < math.log(1.5), (at_768, with_rule)
     assert rule_verdicts == shipped_verdicts, (at_768, with_rule)
-    if (
-        model != "transformers:BertModel"
-    ):  # pre-LN: at 768 the branches are large next to the small embedding; at width 64 with the plain init they are not
+    # pre-LN: at 768 the branches are large next to the small embedding; at width 64 with the plain init they are not
+    if model != "transformers:BertModel":
         assert shipped_verdicts == [False, False] and plain_verdicts == [True, True], (at_768, plain)
     else:  # post-LN at depth 4: bounded at every width
         assert shipped_verdicts == plain_verdicts == [True, True]

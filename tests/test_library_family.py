@@ -36,7 +36,10 @@ pytest.importorskip("transformers", reason="Hugging Face transformers is not ins
 warnings.filterwarnings("ignore", message="Failed to load image Python extension")
 
 Cli = Callable[..., tuple[int, str, str]]
-GPT2 = 'model = "transformers:GPT2Model"\nconfig = { n_embd = "width", n_layer = "depth", n_head = 2, vocab_size = 64, bos_token_id = 1, eos_token_id = 2 }\n'
+GPT2 = (
+    'model = "transformers:GPT2Model"\nconfig = { n_embd = "width", n_layer = "depth", n_head = 2, '
+    "vocab_size = 64, bos_token_id = 1, eos_token_id = 2 }\n"
+)
 
 
 def spec_text(
@@ -51,7 +54,8 @@ def spec_text(
     [
         (
             ("GPT2Model", "GPT2Modle"),
-            "block.model = 'transformers:GPT2Modle': is not a transformers model or config class; close names: GPT2Model",
+            "block.model = 'transformers:GPT2Modle': is not a transformers model or config class; close "
+            "names: GPT2Model",
         ),
         (
             ("n_embd", "n_embed"),
@@ -94,11 +98,13 @@ def test_a_spec_naming_what_does_not_exist_is_refused_in_one_line(change: tuple[
         ),
         (
             {"expect": "[expect.attention_entropy]\n"},
-            "expect.attention_entropy: is not measured on family 'library': computes its attention inside the library's modules",
+            "expect.attention_entropy: is not measured on family 'library': computes its attention inside "
+            "the library's modules",
         ),
         (
             {"expect": "[expect.jacobian_spectrum]\n"},
-            "expect.jacobian_spectrum: is not measured on family 'library': runs its blocks only inside the model's own forward",
+            "expect.jacobian_spectrum: is not measured on family 'library': runs its blocks only inside the "
+            "model's own forward",
         ),
         (
             {"expect": "[expect.identity_at_init]\n[expect.gradient_arrival]\n", "space": 'branch_init = "zero"\n'},
@@ -120,7 +126,8 @@ def test_loading_imports_no_model_module_and_an_unknown_class_exits_2(tmp_path: 
         "import re, sys\n"
         "from stability import load_spec\n"
         f"load_spec({str(good)!r})\n"
-        "print(sorted(m for m in sys.modules if re.match(r'transformers[.]models[.](?!auto[.])[a-z0-9_]+[.]modeling_', m)))\n"
+        "print(sorted(m for m in sys.modules if "
+        "re.match(r'transformers[.]models[.](?!auto[.])[a-z0-9_]+[.]modeling_', m)))\n"
     )
     out = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", code],
@@ -138,7 +145,8 @@ def test_loading_imports_no_model_module_and_an_unknown_class_exits_2(tmp_path: 
     )
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [
-        f"stability: error: {bad}: block.model = 'transformers:GTP2Model': is not a transformers model or config class; close names: GPT2Model, GPTJModel, GLPNModel"
+        f"stability: error: {bad}: block.model = 'transformers:GTP2Model': is not a transformers model or "
+        "config class; close names: GPT2Model, GPTJModel, GLPNModel"
     ]
 
 
@@ -154,7 +162,10 @@ def test_loading_every_shipped_library_spec_prints_no_library_noise(pattern: str
     in a fresh interpreter, so the spec that first imports its library is the one loaded."""
     require_shipped_libraries()
     root = Path(__file__).resolve().parent.parent
-    code = f"import glob\nfrom stability import load_spec\npaths = sorted(glob.glob({pattern!r}))\nassert paths\nfor p in paths:\n    load_spec(p)\n"
+    code = (
+        f"import glob\nfrom stability import load_spec\npaths = sorted(glob.glob({pattern!r}))\nassert "
+        "paths\nfor p in paths:\n    load_spec(p)\n"
+    )
     run = subprocess.run(
         [sys.executable, "-W", "error::UserWarning", "-c", code],
         capture_output=True,
@@ -262,11 +273,20 @@ def test_probe_of_a_whole_model_runs_its_own_forward() -> None:
 
 FACTORIES = """
 import torch
-from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaModel, WhisperConfig, WhisperModel
+from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaModel
+from transformers import WhisperConfig, WhisperModel
 
 
 def llama(depth, width):
-    return LlamaModel(LlamaConfig(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=depth, num_attention_heads=2, num_key_value_heads=1, vocab_size=32))
+    config = LlamaConfig(
+        hidden_size=width,
+        intermediate_size=2 * width,
+        num_hidden_layers=depth,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=32,
+    )
+    return LlamaModel(config)
 
 
 def gpt2_head(depth, width):
@@ -274,12 +294,23 @@ def gpt2_head(depth, width):
 
 
 def bert(depth, width):
-    return BertModel(BertConfig(num_hidden_layers=depth, hidden_size=width, num_attention_heads=2, intermediate_size=2 * width, vocab_size=32))
+    config = BertConfig(
+        num_hidden_layers=depth, hidden_size=width, num_attention_heads=2, intermediate_size=2 * width, vocab_size=32
+    )
+    return BertModel(config)
 
 
 def whisper(depth, width):
     tokens = dict(vocab_size=32, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
-    return WhisperModel(WhisperConfig(encoder_layers=depth, decoder_layers=depth, d_model=width, encoder_attention_heads=2, decoder_attention_heads=2, **tokens))
+    config = WhisperConfig(
+        encoder_layers=depth,
+        decoder_layers=depth,
+        d_model=width,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        **tokens,
+    )
+    return WhisperModel(config)
 """
 
 
@@ -289,7 +320,8 @@ def test_a_factory_returning_a_whole_model_is_probed_through_its_forward(tmp_pat
     path = tmp_path / f"{name}.toml"
     path.write_text(
         f'name = "{name}"\ndescription = "d"\nfamily = "custom"\n[block]\nlayer = "tokens"\nfactory = "whole:{name}"\n'
-        "[space]\ndepth = [1, 3]\nwidth = 16\nbatch = 2\ntokens = 5\n[expect.gradient_arrival]\nlo = 0.001\nhi = 1000.0\n",
+        "[space]\ndepth = [1, 3]\nwidth = 16\nbatch = 2\ntokens = 5\n[expect.gradient_arrival]\nlo = "
+        "0.001\nhi = 1000.0\n",
         encoding="utf-8",
     )
     code, out, err = cli("check", path, "--profile", "ci", "--in-process")
@@ -303,14 +335,15 @@ def test_a_factory_returning_a_whole_model_whose_inputs_the_harness_cannot_make_
     (tmp_path / "whole.py").write_text(FACTORIES, encoding="utf-8")
     path = tmp_path / "whisper.toml"
     path.write_text(
-        'name = "w"\ndescription = "d"\nfamily = "custom"\n[block]\nlayer = "tokens"\nfactory = "whole:whisper"\n[space]\ndepth = 2\nwidth = 16\n[expect.gradient_arrival]\n',
+        'name = "w"\ndescription = "d"\nfamily = "custom"\n[block]\nlayer = "tokens"\nfactory = '
+        '"whole:whisper"\n[space]\ndepth = 2\nwidth = 16\n[expect.gradient_arrival]\n',
         encoding="utf-8",
     )
     code, out, err = cli("check", path, "--profile", "ci", "--in-process")
     assert code == 2
     assert (
-        "returned the whole model WhisperModel, whose inputs the harness cannot make: transformers:WhisperModel takes input_features, not token ids or images"
-        in err
+        "returned the whole model WhisperModel, whose inputs the harness cannot make: "
+        "transformers:WhisperModel takes input_features, not token ids or images" in err
     )
     assert len(err.strip().splitlines()) == 1
 

@@ -1,9 +1,10 @@
 """Library models probed through their own forward (stability/measure/forward.py), one test per
-zoo family (specs/zoo/*.toml, read from the specs) and check: (1) fidelity, the hidden states the probe saw at its boundaries are the model's
-own, bit for bit; (2) the per-boundary input-gradient norms are plain autograd's on the same
-blocks, input and loss, to 1e-5. Tiny configs from data (stability/families/library.py), random
-init, nothing downloaded. The reference below shares no code with the driver: its own hooks, its
-own argument lookup, `torch.autograd.grad` on every boundary at once."""
+zoo family (specs/zoo/*.toml, read from the specs) and check: (1) fidelity, the hidden states the
+probe saw at its boundaries are the model's own, bit for bit; (2) the per-boundary input-gradient
+norms are plain autograd's on the same blocks, input and loss, to 1e-5. Tiny configs from data
+(stability/families/library.py), random init, nothing downloaded. The reference below shares no code
+with the driver: its own hooks, its own argument lookup, `torch.autograd.grad` on every boundary at
+once."""
 
 from __future__ import annotations
 

@@ -49,7 +49,8 @@ hi = 1e30
 {extra}"""
 GPT2 = '{ n_embd = "width", n_layer = "depth", n_head = "width/16", vocab_size = 97, n_positions = 64 }'
 LLAMA = (
-    '{ hidden_size = "width", intermediate_size = "3*width", num_hidden_layers = "depth", num_attention_heads = "width/16", num_key_value_heads = "width/32", '
+    '{ hidden_size = "width", intermediate_size = "3*width", num_hidden_layers = "depth", '
+    'num_attention_heads = "width/16", num_key_value_heads = "width/32", '
     "vocab_size = 97, tie_word_embeddings = false }"
 )
 
@@ -89,7 +90,8 @@ def _real(spec: Any, values: dict[str, Any]) -> nn.Module:
         ("transformers:LlamaModel", LLAMA),
         (
             "transformers:BertModel",
-            '{ hidden_size = "width", intermediate_size = "4*width", num_hidden_layers = "depth", num_attention_heads = 2, vocab_size = 97 }',
+            '{ hidden_size = "width", intermediate_size = "4*width", num_hidden_layers = "depth", '
+            "num_attention_heads = 2, vocab_size = 97 }",
         ),
         (
             "timm:vit_tiny_patch16_224",
@@ -280,7 +282,8 @@ def test_a_model_far_over_the_budget_is_refused_in_one_line_without_allocating_i
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (line,) = [x for x in proc.stdout.splitlines() if "refused" in x]
     m = re.search(
-        r"refused: this case needs about ([\d.]+) GiB \(parameters, saved activations and overhead\) and the memory budget is 8\.0 GiB \(spec (\S+), case (\S+)\); .* raise --memory-budget",
+        r"refused: this case needs about ([\d.]+) GiB \(parameters, saved activations and overhead\) and the "
+        r"memory budget is 8\.0 GiB \(spec (\S+), case (\S+)\); .* raise --memory-budget",
         line,
     )
     assert m is not None, line
@@ -343,9 +346,12 @@ def test_without_a_fake_forward_the_largest_gradient_is_a_blocks_parameter() -> 
     parameter of the blocks, not the embedding before them (which gets none): DeBERTa at its
     base widths, the word embedding 128100 x 768 and the blocks' largest matrix 768 x 3072."""
     spec = parse_spec(
-        'name = "d"\ndescription = "d"\nfamily = "library"\n[block]\nlayer = "tokens"\nmodel = "transformers:DebertaV2Model"\n'
-        'config = { hidden_size = 768, intermediate_size = 3072, num_hidden_layers = "depth", num_attention_heads = 12, relative_attention = true,'
-        ' pos_att_type = ["p2c", "c2p"], position_biased_input = false, max_relative_positions = -1, vocab_size = 128100 }\n'
+        'name = "d"\ndescription = "d"\nfamily = "library"\n[block]\nlayer = "tokens"\nmodel = '
+        '"transformers:DebertaV2Model"\n'
+        'config = { hidden_size = 768, intermediate_size = 3072, num_hidden_layers = "depth", '
+        "num_attention_heads = 12, relative_attention = true,"
+        ' pos_att_type = ["p2c", "c2p"], position_biased_input = false, max_relative_positions = -1, '
+        "vocab_size = 128100 }\n"
         "[space]\ndepth = 2\nwidth = 8\ntokens = 16\n[expect.rank_collapse]\n",
         file="d.toml",
     )

@@ -198,7 +198,8 @@ def test_a_module_of_ones_own_that_keeps_its_blocks_deeper_is_refused_with_the_p
             self.encoder = Encoder()
 
     spec = parse_spec(
-        'name = "m"\ndescription = "m"\nfamily = "custom"\n[block]\nfactory = "m:make"\n[space]\ndepth = 2\nwidth = 4\n[expect.gradient_arrival]\n',
+        'name = "m"\ndescription = "m"\nfamily = "custom"\n[block]\nfactory = "m:make"\n[space]\ndepth = '
+        "2\nwidth = 4\n[expect.gradient_arrival]\n",
         file="specs/m.toml",
     )
     model = Outer()
@@ -206,4 +207,5 @@ def test_a_module_of_ones_own_that_keeps_its_blocks_deeper_is_refused_with_the_p
         _network_from(spec, model)
     assert "it holds blocks deeper, at .encoder: return that module" in str(info.value)
     assert len(_network_from(spec, model.encoder).blocks) == 2
-    # (a whole transformers, timm or torchvision model is probed through its own forward instead: tests/test_library_family.py)
+    # (a whole transformers, timm or torchvision model is probed through its own forward instead:
+    # tests/test_library_family.py)

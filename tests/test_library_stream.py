@@ -260,9 +260,16 @@ family = "library"
 [block]
 layer = "tokens"
 model = "transformers:LlamaModel"
-config = { hidden_size = "width", intermediate_size = 96, num_hidden_layers = "depth", num_attention_heads = 4, num_key_value_heads = 2, vocab_size = 64 }
 shipped = { hidden_size = 32 }
 scale = "shipped"
+
+[block.config]
+hidden_size = "width"
+intermediate_size = 96
+num_hidden_layers = "depth"
+num_attention_heads = 4
+num_key_value_heads = 2
+vocab_size = 64
 
 [space]
 depth = [2, 3]

@@ -434,7 +434,10 @@ def test_a_factory_model_whose_attention_is_not_captured_says_so_in_one_line(tmp
     for name in ("attention_logits", "early_warning"):
         verdict, error = evaluate_lm(spec, name, corner_case(spec, seed=0))
         assert error is None and verdict is not None and not verdict.measured, (error, verdict)
-        line = "no attention logits were captured: its forward calls neither torch.nn.functional.scaled_dot_product_attention nor stability's AttentionProbs"
+        line = (
+            "no attention logits were captured: its forward calls neither "
+            "torch.nn.functional.scaled_dot_product_attention nor stability's AttentionProbs"
+        )
         assert (
             f"{line} (docs/training.md, 'Your own language model')" in verdict.detail and "\n" not in verdict.detail
         ), verdict.detail
@@ -464,7 +467,13 @@ family = "library"
 [block]
 layer = "tokens"
 model = "transformers:{model}"
-config = {{ hidden_size = "width", intermediate_size = "2*width", num_hidden_layers = "depth", num_attention_heads = 2, max_position_embeddings = 8{extra} }}
+
+[block.config]
+hidden_size = "width"
+intermediate_size = "2*width"
+num_hidden_layers = "depth"
+num_attention_heads = 2
+max_position_embeddings = 8{extra}
 
 [space]
 depth = 1
@@ -510,7 +519,7 @@ def test_the_same_encoder_as_a_decoder_is_trained_and_its_attention_captured(tmp
     from stability.spec.load import load_spec
 
     path = tmp_path / "bert.toml"
-    path.write_text(BERT_SPEC.format(model="BertLMHeadModel", extra=", is_decoder = true"))
+    path.write_text(BERT_SPEC.format(model="BertLMHeadModel", extra="\nis_decoder = true"))
     spec = load_spec(str(path))
     verdict, error = evaluate_lm(spec, "attention_logits", corner_case(spec, seed=0))
     assert error is None and verdict is not None and verdict.measured and verdict.passed, (error, verdict)

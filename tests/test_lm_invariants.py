@@ -1,7 +1,7 @@
-"""stability/judge/lm_invariants.py on hand-built records: each verdict's number against its formula
-(LRS on a hand-built grid of losses, the spike factor, the fitted growth of an exponential, the
-indicators), the first step over a bound, and every way a run can leave an invariant not measured
-(never "violated as expected")."""
+"""stability/judge/lm_invariants.py and lr_sensitivity.py on hand-built records: each verdict's
+number against its formula (LRS on a hand-built grid of losses, the spike factor, the fitted growth
+of an exponential, the indicators), the first step over a bound, and every way a run can leave an
+invariant not measured (never "violated as expected")."""
 
 from __future__ import annotations
 
@@ -15,11 +15,10 @@ from stability.judge.lm_invariants import (
     growth_per_100,
     indicator,
     loss_spike,
-    lr_sensitivity,
-    lrs_of,
     output_logits,
     progress,
 )
+from stability.judge.lr_sensitivity import lr_sensitivity, lrs_of
 from stability.judge.verdict import Verdict
 from stability.measure.lm_records import LMRun
 

@@ -83,7 +83,8 @@ def test_a_language_model_spec_loads_with_its_expectations() -> None:
         ),
         (
             lm(
-                expect="[expect.attention_logits]\nmax_logit = 100.0\n[expect.early_warning]\nsteps = 20\nthreshold = 3.0"
+                expect="[expect.attention_logits]\nmax_logit = 100.0\n[expect.early_warning]\nsteps = "
+                "20\nthreshold = 3.0"
             ),
             "expect.early_warning.steps",
             "below train.steps = 20",
@@ -173,7 +174,8 @@ def test_a_language_model_invariant_without_a_language_model_run_is_refused() ->
         parse_spec(no_train)
     with pytest.raises(
         SpecError,
-        match=r"train.task = 'teacher': expect.attention_logits judges a language-model run; set train.task = \"markov\"",
+        match=r"train.task = 'teacher': expect.attention_logits judges a language-model run; set train.task = "
+        r"\"markov\"",
     ):
         parse_spec(lm().replace('task = "markov"\noptimizer = "adamw"\n', ""))
 

@@ -14,6 +14,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from stability.judge import lm_invariants as j
+from stability.judge.lr_sensitivity import lr_sensitivity
 from stability.measure.lm_records import LMRun
 from stability.report.html import figure_caption, render_html
 from stability.report.lm_plots import BOUND_GID, LM_CAPTIONS, MARK_GID, MEAN_GID
@@ -176,7 +177,7 @@ def test_lr_sensitivity_draws_loss_curves_per_learning_rate_and_final_loss_again
             run = LMRun(lr=lr, seed=seed, steps=3, eps=1e-8, initial_eval=5.0, final_eval=f, entropy_rate=1.5)
             run.losses = [5.0, 4.0, f]
             runs[seed][lr] = run
-    v = j.lr_sensitivity(runs, lrs=grid, max_lrs=0.1)
+    v = lr_sensitivity(runs, lrs=grid, max_lrs=0.1)
     figures, result = _figures(spec, "lr_sensitivity", v)
     assert list(figures) == ["lr_losses", "lr_curve"]
     curve = figures["lr_curve"]

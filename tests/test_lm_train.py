@@ -290,7 +290,8 @@ def test_a_run_that_can_represent_the_chain_reaches_its_entropy_rate_within_2_pe
     )
     run = lm_run(spec, corner_case(spec, seed=0))
     print(
-        f"H = {run.entropy_rate:.4f}, held-out loss {run.final_eval:.4f} (the chain's own {run.oracle_eval:.4f}), from {run.initial_eval:.4f}"
+        f"H = {run.entropy_rate:.4f}, held-out loss {run.final_eval:.4f} (the chain's own "
+        f"{run.oracle_eval:.4f}), from {run.initial_eval:.4f}"
     )
     assert run.diverged_at is None
     assert abs(run.oracle_eval - run.entropy_rate) < 0.02 * run.entropy_rate

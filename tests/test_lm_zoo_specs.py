@@ -103,8 +103,10 @@ def _gpt2(lr: float) -> str:
     train = text[text.index("[train]") : text.index("[expect.attention_logits]")]
     train = re.sub(r"(?m)^lr = .*$", f"lr = {lr}", train)
     return (
-        'name = "held-out-gpt2"\ndescription = "GPT-2"\nfamily = "library"\n\n[block]\nlayer = "tokens"\nmodel = "transformers:GPT2LMHeadModel"\n'
-        'config = { n_embd = "width", n_layer = "depth", n_head = 4, n_positions = 16, bos_token_id = 1, eos_token_id = 2 }\n\n'
+        'name = "held-out-gpt2"\ndescription = "GPT-2"\nfamily = "library"\n\n[block]\nlayer = '
+        '"tokens"\nmodel = "transformers:GPT2LMHeadModel"\n'
+        'config = { n_embd = "width", n_layer = "depth", n_head = 4, n_positions = 16, bos_token_id = 1, '
+        "eos_token_id = 2 }\n\n"
         "[space]\ndepth = 2\nwidth = 32\ntokens = 16\nbatch = 16\n\n"
         + train
         + "[expect.attention_logits]\nmax_logit = 100.0\n"

@@ -337,7 +337,10 @@ lo = 0.01
 hi = 100.0
 """
 
-BROKEN = 'name = "b"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = [1, 2]\nwidth = 4\n[expect.gradient_arrival]\nlo = "##[add-mask]VALUE"\n'
+BROKEN = (
+    'name = "b"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = [1, 2]\nwidth = '
+    '4\n[expect.gradient_arrival]\nlo = "##[add-mask]VALUE"\n'
+)
 
 
 def _repo(tmp_path: Path) -> Path:

@@ -112,6 +112,10 @@ def test_every_registered_value_class_is_found_by_a_process_that_has_not_importe
 
     owners = {cls.__module__ for cls in SERIALIZABLE.values() if cls.__module__.startswith("stability.")}
     assert owners <= set(BUILTIN_VALUE_MODULES)
-    code = "from stability.measure.measurements import decode; print(type(decode({'__type__': 'Ensemble', 'seeds': [1], 'act_var': [[1.0]], 'act_sq_mean': [[1.0]], 'vectorised': True})).__name__)"
+    code = (
+        "from stability.measure.measurements import decode; print(type(decode({'__type__': 'Ensemble', "
+        "'seeds': [1], 'act_var': [[1.0]], 'act_sq_mean': [[1.0]], 'vectorised': "
+        "True})).__name__)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "Ensemble"

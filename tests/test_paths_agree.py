@@ -89,7 +89,9 @@ def _pytest(paths: list[Path], case: str, tmp_path: Path) -> dict[tuple[str, str
                 r = getattr(item, "result", None)
                 if call.when == "call" and r is not None:
                     v = r.verdict
-                    seen.setdefault(item.spec.name, {})[r.name] = [r.met, r.status, None if v is None else v.passed, None if v is None else (str(v.observed) if math.isnan(v.observed) else v.observed)]
+                    passed = None if v is None else v.passed
+                    observed = None if v is None else (str(v.observed) if math.isnan(v.observed) else v.observed)
+                    seen.setdefault(item.spec.name, {})[r.name] = [r.met, r.status, passed, observed]
             def pytest_sessionfinish(session):
                 with open("seen.json", "w") as fh:
                     json.dump(seen, fh)

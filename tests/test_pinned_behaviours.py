@@ -154,7 +154,10 @@ def failing_rebuild(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         INVARIANTS.unregister(name)
 
 
-SPEC = 'name = "t"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = [1, 4]\nwidth = 4\n[expect.{name}]\nlimit = 2.0\n'
+SPEC = (
+    'name = "t"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = [1, 4]\nwidth = '
+    "4\n[expect.{name}]\nlimit = 2.0\n"
+)
 
 
 def _whole_or_absent(name: str) -> None:

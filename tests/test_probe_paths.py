@@ -75,7 +75,8 @@ def test_every_container_gives_the_same_numbers() -> None:
     assert list(single.param_grad_norm) == ["weight", "bias"]
     with pytest.raises(
         TypeError,
-        match=r"^Stack.blocks is a int: give an nn.Sequential, an nn.ModuleList or a module with \.blocks/\.layers/\.layer/\.h/\.block$",
+        match=r"^Stack.blocks is a int: give an nn.Sequential, an nn.ModuleList or a module with "
+        r"\.blocks/\.layers/\.layer/\.h/\.block$",
     ):
         probe(Stack(blocks=3), x)  # type: ignore[arg-type]
 
@@ -124,7 +125,8 @@ def test_loss_errors_and_block_errors_are_one_line_and_name_the_block() -> None:
         probe(nn.Sequential(nn.Linear(4, 4).double(), Boom()), _x(2, 4))
     with pytest.raises(
         BlockError,
-        match=r"^block 0 \(Words\) returned str with no tensor hidden state \(a tensor; else last_hidden_state or hidden_states; else element 0 of a tuple or list\)$",
+        match=r"^block 0 \(Words\) returned str with no tensor hidden state \(a tensor; else "
+        r"last_hidden_state or hidden_states; else element 0 of a tuple or list\)$",
     ):
         probe(nn.Sequential(Words()), _x(2, 4))
 

@@ -1,10 +1,11 @@
 """The probe's boundary moments and gradient norms on the CPU, against float64 references.
 
-`stability.measure.reductions.Moments` reduces each boundary of ≥ 2,048 elements to Σh and Σh² at once (one-pass, with
-the corrected two-pass formula where mean² > var would cancel); `norm_tensor` takes norms above 1,024
-elements a row of 1,024 at a time, combined in float64, because torch's float32 `vector_norm`
-drifts with the length (1.5e-5 relative at 16,384 elements on a constant vector, 9e-4 at 2^20). Every bound below is the stated accuracy in float32 (docs/performance.md):
-a float32 cascade sum of n ≤ 2^22 terms is within ~2e-7 relative, and the one-pass variance loses at
+`stability.measure.reductions.Moments` reduces each boundary of ≥ 2,048 elements to Σh and Σh² at
+once (one-pass, with the corrected two-pass formula where mean² > var would cancel); `norm_tensor`
+takes norms above 1,024 elements a row of 1,024 at a time, combined in float64, because torch's
+float32 `vector_norm` drifts with the length (1.5e-5 relative at 16,384 elements on a constant
+vector, 9e-4 at 2^20). Every bound below is the stated accuracy in float32 (docs/performance.md): a
+float32 cascade sum of n ≤ 2^22 terms is within ~2e-7 relative, and the one-pass variance loses at
 most a factor (1 + mean²/var) ≤ 2 of that to cancellation before the two-pass formula takes over.
 """
 

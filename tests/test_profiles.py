@@ -85,12 +85,19 @@ def test_a_ci_variable_changes_no_profile(ci_vars: dict[str, str]) -> None:
     import sys
 
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "GITHUB_ACTIONS")} | ci_vars
-    code = "from stability.run.profiles import PROFILES as P; print([(k, p.derandomize, p.database is None, p.max_examples) for k, p in P.items()])"
+    code = (
+        "from stability.run.profiles import PROFILES as P; print([(k, p.derandomize, p.database is None, "
+        "p.max_examples) for k, p in P.items()])"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == str([("ci", True, True, 10), ("dev", False, False, 25), ("thorough", False, False, 300)])
 
 
-PLAIN = 'name = "p"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = [1, 3]\nwidth = 4\nbatch = 2\n[probe]\nprofiles = {profiles}\n[expect.gradient_arrival]\nlo = 1e-9\nhi = 1e9\n'
+PLAIN = (
+    'name = "p"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = [1, 3]\nwidth = 4\nbatch = '
+    "2\n[probe]\nprofiles = {profiles}\n[expect.gradient_arrival]\nlo = 1e-9\nhi = "
+    "1e9\n"
+)
 
 
 def test_probe_profiles_skip_a_specs_probe_invariants_outside_them_and_a_case_still_replays() -> None:
@@ -99,8 +106,8 @@ def test_probe_profiles_skip_a_specs_probe_invariants_outside_them_and_a_case_st
     (r,) = result.results
     assert r.skipped and r.met and r.examples == 0 and not result.cases
     assert (
-        r.message
-        == "<string>::gradient_arrival: skipped in profile ci (probe.profiles = thorough); run it with --profile thorough"
+        r.message == "<string>::gradient_arrival: skipped in profile ci (probe.profiles = thorough); run it with "
+        "--profile thorough"
     )
     (replayed,) = run_spec(spec, RunOptions(profile="ci"), case="depth=2").results
     assert not replayed.skipped and replayed.met and replayed.verdict is not None

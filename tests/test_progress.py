@@ -37,7 +37,10 @@ hi = 1e6
 """
 
 #: A factory that takes its time: every case sleeps, so the spec runs for seconds.
-SLOW = "import time\nimport torch.nn as nn\n\ndef make(depth: int, width: int):\n    time.sleep({sleep})\n    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])\n"
+SLOW = (
+    "import time\nimport torch.nn as nn\n\ndef make(depth: int, width: int):\n    time.sleep({sleep})\n   "
+    " return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])\n"
+)
 
 
 def _specs(tmp_path: Path, sleep: float) -> tuple[Path, Path]:
@@ -181,8 +184,8 @@ def test_the_summary_says_how_long_each_phase_took() -> None:
     assert phase_seconds([a, b]) == {"probing": 14.0 - 2.75 - 2.75, "shrinking": 2.75, "training": 2.75}
     line = summary_line([a, b], 15.25, reports=0.5)
     assert (
-        line
-        == "2 spec(s), 3 expectation(s): 3 met, 0 not met, 4 case(s) probed, 2 case(s) trained in 15.2 s (probing 8.5 s, shrinking 2.8 s, training 2.8 s, reports 0.5 s)"
+        line == "2 spec(s), 3 expectation(s): 3 met, 0 not met, 4 case(s) probed, 2 case(s) trained in 15.2 s "
+        "(probing 8.5 s, shrinking 2.8 s, training 2.8 s, reports 0.5 s)"
     )
     assert summary_line([a, b], 15.25, workers=4).endswith(
         "in 15.2 s (summed over 2 workers: probing 8.5 s, shrinking 2.8 s, training 2.8 s)"

@@ -131,7 +131,8 @@ def test_a_release_older_than_the_supported_floor_is_refused_in_one_line_naming_
     with pytest.raises(SpecError) as e:
         resolve("transformers:ViTModel", file="s.toml")
     assert str(e.value) == (
-        "s.toml: model = 'transformers:ViTModel': needs transformers >= 4.40.0, the oldest release the library family supports (this environment has 4.22.0); "
+        "s.toml: model = 'transformers:ViTModel': needs transformers >= 4.40.0, the oldest release the "
+        "library family supports (this environment has 4.22.0); "
         "pip install --no-deps 'transformers>=4.40.0'"
     )
 
@@ -391,7 +392,8 @@ def test_the_oldest_supported_transformers_runs_vit_and_refuses_newer_families_n
     assert {i["name"]: i["verdict"] for i in report["specs"][0]["invariants"]}["gradient_arrival"] == "holds"
     refused = json.loads((tmp_path / "refused.json").read_text())
     assert list(refused.values()) == [
-        f"{ZOO / 'qwen3.toml'}: block.model = 'transformers:Qwen3Model': needs transformers >= 4.51.0, the release that added Qwen3Model (this environment has 4.40.2); "
+        f"{ZOO / 'qwen3.toml'}: block.model = 'transformers:Qwen3Model': needs transformers >= 4.51.0, the "
+        "release that added Qwen3Model (this environment has 4.40.2); "
         "pip install --no-deps 'transformers>=4.51.0'"
     ]
     assert CACHE.name == ".cache"
@@ -434,8 +436,8 @@ def test_a_model_added_later_is_refused_naming_the_release_that_also_builds_its_
             config={"layers": ["depth", 1, 1, 1], "zero_init_last": True},
         )
     assert (
-        "needs timm >= 1.0.16, resnetv2_18 came in 1.0.10, and the config this spec sets builds from 1.0.16 (this environment has 1.0.9)"
-        in str(e.value)
+        "needs timm >= 1.0.16, resnetv2_18 came in 1.0.10, and the config this spec sets builds from 1.0.16 "
+        "(this environment has 1.0.9)" in str(e.value)
     )
     assert "timm>=1.0.16" in str(e.value)
     with pytest.raises(
@@ -454,13 +456,15 @@ def test_a_model_added_later_is_refused_naming_the_release_that_also_builds_its_
             "mixtral.toml",
             "4.45.2",
             "head_dim",
-            "block.config.head_dim = 128: needs transformers >= 4.47.0, the release that added MixtralConfig.head_dim (this environment has 4.45.2)",
+            "block.config.head_dim = 128: needs transformers >= 4.47.0, the release that added "
+            "MixtralConfig.head_dim (this environment has 4.45.2)",
         ),
         (
             "mistral.toml",
             "4.42.4",
             "head_dim",
-            "block.config.head_dim = 128: needs transformers >= 4.43.0, the release that added MistralConfig.head_dim (this environment has 4.42.4)",
+            "block.config.head_dim = 128: needs transformers >= 4.43.0, the release that added "
+            "MistralConfig.head_dim (this environment has 4.42.4)",
         ),
         ("llama.toml", "4.57.6", "rope_parameters", "block.config.rope_parameters = {"),
     ],

@@ -140,14 +140,18 @@ def test_the_text_edit_keeps_comments_order_and_the_expectations() -> None:
 def test_a_new_key_goes_after_its_tables_last_key_not_under_the_next_tables_comment() -> None:
     """A comment above a table header is the user's note on that table: a key added to the table
     before it goes after that table's last key, and the comment stays on the header it describes."""
-    text = 'name = "x"\nfamily = "plain"\n\n[block]\nactivation = "tanh"  # act\nlayer = "linear"\n# norm = "layer"  (tried)\n\n# the claim: a decade either way\n[expect.gradient_arrival]\nlo = 0.1\n'
+    text = (
+        'name = "x"\nfamily = "plain"\n\n[block]\nactivation = "tanh"  # act\nlayer = "linear"\n# norm = '
+        '"layer"  (tried)\n\n# the claim: a decade either '
+        "way\n[expect.gradient_arrival]\nlo = 0.1\n"
+    )
     out = edited_text(text, {"family": "preact", "block.branch_layers": 1, "block.skip": "projection"})
     assert tomllib.loads(out) == apply_edit(
         tomllib.loads(text), {"family": "preact", "block.branch_layers": 1, "block.skip": "projection"}
     )
     assert (
-        'layer = "linear"\nbranch_layers = 1\nskip = "projection"\n# norm = "layer"  (tried)\n\n# the claim: a decade either way\n[expect.gradient_arrival]\n'
-        in out
+        'layer = "linear"\nbranch_layers = 1\nskip = "projection"\n# norm = "layer"  (tried)\n\n# the claim: '
+        "a decade either way\n[expect.gradient_arrival]\n" in out
     ), out
     sub = 'name = "x"\n[block]\nactivation = "relu"\n# the library config\n[block.config]\nx = 1\n'
     out = edited_text(sub, {"block.branch_layers": 1})
@@ -189,7 +193,10 @@ def _applicable(text: str) -> set[str]:
 
 def _spec(family: str, block: str = "", space: str = "", rest: str = "[expect.gradient_arrival]\n") -> str:
     width = "{ range = [8, 16], multiple_of = 8 }" if family == "transformer" else "[8, 16]"
-    return f'name = "t"\ndescription = "t"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, 4]\nwidth = {width}\n{space}\n{rest}'
+    return (
+        f'name = "t"\ndescription = "t"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, '
+        f"4]\nwidth = {width}\n{space}\n{rest}"
+    )
 
 
 def test_a_plain_stack_gets_no_branch_remedy() -> None:

@@ -77,8 +77,8 @@ def test_the_verdict_states_every_bound_and_passes_inside_them() -> None:
     assert v.passed and v.invariant == "residual_stream" and v.observed == pytest.approx(1.32, **REL)
     assert v.bound == "g₁/g_L in [1, 2]; g₀/g₁ in [4, 6]; Var(x_L)/Var(x₀) in [40, 50]; block change ≤ 4.5"
     assert (
-        v.detail
-        == "stream gradient ratio g₁/g_L 1.32; entry factor g₀/g₁ 5; output variance Var(x_L)/Var(x₀) 43.56; largest block change 4 within the bounds"
+        v.detail == "stream gradient ratio g₁/g_L 1.32; entry factor g₀/g₁ 5; output variance Var(x_L)/Var(x₀) 43.56; "
+        "largest block change 4 within the bounds"
     )
     assert v.extra["entry"] == pytest.approx(5.0, **REL) and v.extra["members"] == 1
     plain = residual_stream(m, lo=1.0, hi=2.0)
@@ -163,7 +163,10 @@ def test_the_entry_is_registered_once_and_checks_its_bounds() -> None:
 
     entry = INVARIANTS.get("residual_stream")
     assert entry.ensemble is not None and entry.judge is not None and not entry.training
-    text = 'name = "t"\ndescription = "t"\nfamily = "preact"\n[space]\ndepth = [1, 4]\nwidth = 8\n[expect.residual_stream]\n'
+    text = (
+        'name = "t"\ndescription = "t"\nfamily = "preact"\n[space]\ndepth = [1, 4]\nwidth = '
+        "8\n[expect.residual_stream]\n"
+    )
     assert parse_spec(text + "lo = 0.5\nhi = 2.0\n").expect.residual_stream.hi == 2.0
     with pytest.raises(SpecError, match="entry_lo.*is above entry_hi"):
         parse_spec(text + "entry_lo = 3.0\nentry_hi = 2.0\n")

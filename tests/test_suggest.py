@@ -289,7 +289,13 @@ register_remedy(
         summary="a toy: He's init with its gain written out",
         fixes=frozenset({"gradient_arrival"}),
         applies=lambda spec, data: spec.family == "plain",
-        edit=lambda spec, data: {"block.norm": "none", "space.weight_init": ["kaiming_normal"], "space.bias_init": 0.0, "space.init_gain": 1.0, "description": "under He init"},
+        edit=lambda spec, data: {
+            "block.norm": "none",
+            "space.weight_init": ["kaiming_normal"],
+            "space.bias_init": 0.0,
+            "space.init_gain": 1.0,
+            "description": "under He init",
+        },
         references=("A. Toy (2026). Remedies from a plugin.",),
     )
 )

@@ -84,7 +84,8 @@ def test_x_names_a_swept_key_or_is_refused(tmp_path: Path, capsys: pytest.Captur
         assert main([*base, "--x", bad]) == 2
         assert (
             capsys.readouterr().err.strip()
-            == f"stability: error: --x {bad}: the heatmaps' x axis must be a swept key other than depth; choose one of skip_scale"
+            == f"stability: error: --x {bad}: the heatmaps' x axis must be a swept key other than depth; "
+            "choose one of skip_scale"
         )
 
 

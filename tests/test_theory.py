@@ -72,7 +72,8 @@ def _spec(
     """A spec file's text, validated as `stability check` would. The wide default bounds make
     `gradient_arrival` a pure measurement; tests that need the verdict set their own."""
     return parse_spec(
-        f'name = "theory"\ndescription = "theory"\nfamily = "{family}"\n[block]\nlayer = "linear"\n{block}\n[space]\n{ranges}\ndevice = ["cpu"]\n{space}\n{expect}\n',
+        f'name = "theory"\ndescription = "theory"\nfamily = "{family}"\n[block]\nlayer = '
+        f'"linear"\n{block}\n[space]\n{ranges}\ndevice = ["cpu"]\n{space}\n{expect}\n',
         file=f"<theory:{family}>",
     )
 
@@ -204,7 +205,8 @@ def _identity_spec(norm: str) -> Spec:
     return _spec(
         "preact",
         f'activation = "relu"\nnorm = "{norm}"',
-        'weight_init = ["kaiming_normal", "default"]\nbranch_init = ["zero", "rezero", "skipinit"]\ndtype = ["float32", "float64"]',
+        'weight_init = ["kaiming_normal", "default"]\nbranch_init = ["zero", "rezero", "skipinit"]\ndtype = '
+        '["float32", "float64"]',
         "[expect.identity_at_init]\natol = 0.0",
         ranges="depth = [1, 64]\nwidth = [1, 32]\nbatch = [2, 8]",  # batch ≥ 2: batch norm needs two samples
     )

@@ -222,7 +222,11 @@ def test_lesion_verdict() -> None:
     ],
 )
 def test_mean_field_spec_errors(family: str, block: str, space: str, key: str) -> None:
-    text = f'name = "m"\ndescription = "m"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = 2\nwidth = 4\n{space}\n[expect.mean_field]\n'
+    text = (
+        f'name = "m"\ndescription = "m"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = 2\nwidth '
+        "= "
+        f"4\n{space}\n[expect.mean_field]\n"
+    )
     with pytest.raises(SpecError, match=key.replace(".", r"\.")):
         parse_spec(text)
 
@@ -232,5 +236,7 @@ def test_lesion_on_dense_is_refused_and_jacobian_bounds_are_ordered() -> None:
         parse_spec('name = "d"\ndescription = "d"\nfamily = "dense"\n[space]\ndepth = 2\nwidth = 4\n[expect.lesion]\n')
     with pytest.raises(SpecError, match="mean_lo"):
         parse_spec(
-            'name = "d"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 4\n[expect.jacobian_spectrum]\nmean_lo = 2.0\nmean_hi = 1.0\n'
+            'name = "d"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = '
+            "4\n[expect.jacobian_spectrum]\nmean_lo "
+            "= 2.0\nmean_hi = 1.0\n"
         )

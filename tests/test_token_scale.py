@@ -53,7 +53,8 @@ class MLP(nn.Module):
 class Block(nn.Module):
     def __init__(self, width, heads):
         super().__init__()
-        self.ln_1, self.attn, self.ln_2, self.mlp = nn.LayerNorm(width), Attention(width, heads), nn.LayerNorm(width), MLP(width)
+        self.ln_1, self.attn = nn.LayerNorm(width), Attention(width, heads)
+        self.ln_2, self.mlp = nn.LayerNorm(width), MLP(width)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))

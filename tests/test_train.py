@@ -1,6 +1,7 @@
-"""stability/measure/train.py and stability/measure/train_update.py against closed forms: one SGD step of a linear network on a squared loss
-(Δh exactly), gradient descent on linear least squares (the loss after k steps in the Hessian's
-eigenbasis), µP's learning-rate multipliers (Yang et al. 2021, Table 3), and bit-exact replay."""
+"""stability/measure/train.py and stability/measure/train_update.py against closed forms: one SGD
+step of a linear network on a squared loss (Δh exactly), gradient descent on linear least squares
+(the loss after k steps in the Hessian's eigenbasis), µP's learning-rate multipliers (Yang et al.
+2021, Table 3), and bit-exact replay."""
 
 from __future__ import annotations
 

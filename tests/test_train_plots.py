@@ -50,7 +50,8 @@ def test_loss_figure_marks_a_diverged_step() -> None:
 
 def test_the_html_report_shows_the_training_figures() -> None:
     spec = parse_spec(
-        'name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 64\n[train]\nsteps = 1\nlr = 0.001\n[expect.update_size]\nwidths = [64, 128, 256, 512]\n'
+        'name = "t"\ndescription = "t"\nfamily = "plain"\n[space]\ndepth = 2\nwidth = 64\n[train]\nsteps = '
+        "1\nlr = 0.001\n[expect.update_size]\nwidths = [64, 128, 256, 512]\n"
     )
     v = _verdict(1.0)
     result = InvariantResult(

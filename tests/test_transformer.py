@@ -188,7 +188,8 @@ def test_batch_norm_on_tokens_normalises_each_channel_over_batch_and_tokens() ->
 def test_custom_factories_receive_tokens(tmp_path: Path) -> None:
     # The factory builds one block per token, so the number of blocks measured shows what it got.
     (tmp_path / "tok_factory_mod.py").write_text(
-        "from torch import nn\n\n\ndef make(depth, width, tokens):\n    return nn.Sequential(*[nn.Linear(width, width) for _ in range(tokens)])\n",
+        "from torch import nn\n\n\ndef make(depth, width, tokens):\n    return "
+        "nn.Sequential(*[nn.Linear(width, width) for _ in range(tokens)])\n",
         encoding="utf-8",
     )
     path = tmp_path / "spec.toml"

@@ -110,19 +110,22 @@ def test_zoo_llama_builds_llama_3_2_1b_positions_and_norms() -> None:
         ),
         (
             "transformers:ViTModel",
-            '{ hidden_size = "width", num_hidden_layers = "depth", num_attention_heads = 2, image_size = 32, patch_size = 8 }',
+            '{ hidden_size = "width", num_hidden_layers = "depth", num_attention_heads = 2, image_size = 32, '
+            "patch_size = 8 }",
             "tokens = 8",
             "space.tokens",
         ),
         (
             "torchvision:VisionTransformer",
-            '{ image_size = 32, patch_size = 8, num_layers = "depth", num_heads = 2, hidden_dim = "width", mlp_dim = 64 }',
+            '{ image_size = 32, patch_size = 8, num_layers = "depth", num_heads = 2, hidden_dim = "width", '
+            "mlp_dim = 64 }",
             "tokens = 8",
             "space.tokens",
         ),
         (
             "transformers:ViTModel",
-            '{ hidden_size = "width", num_hidden_layers = "depth", num_attention_heads = 2, image_size = 32, patch_size = 8 }',
+            '{ hidden_size = "width", num_hidden_layers = "depth", num_attention_heads = 2, image_size = 32, '
+            "patch_size = 8 }",
             "spatial = 16",
             "space.spatial",
         ),
@@ -137,7 +140,8 @@ def test_a_space_key_the_model_does_not_read_is_refused_in_one_line(
     path = tmp_path / "s.toml"
     block = f'[block]\nlayer = "tokens"\nmodel = "{model}"\nconfig = {config}\n'
     path.write_text(
-        f'name = "s"\ndescription = "d"\nfamily = "library"\n\n{block}\n[space]\ndepth = [1, 2]\nwidth = 64\n{space}\n\n[expect.gradient_arrival]\n'
+        f'name = "s"\ndescription = "d"\nfamily = "library"\n\n{block}\n[space]\ndepth = [1, 2]\nwidth = '
+        f"64\n{space}\n\n[expect.gradient_arrival]\n"
     )
     with pytest.raises(SpecError) as err:
         load_spec(path)

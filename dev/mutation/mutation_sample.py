@@ -81,7 +81,8 @@ def main() -> None:
         rows["all"][status[name]] += 1
     print(f"sample of {len(chosen)} of {len(status)} mutants ({args.list.name})")
     print(
-        f"{'module':26} {'sampled':>7} {'killed':>6} {'timeout':>7} {'survived':>8} {'no tests':>8} {'unrun':>5}  kill rate [95% interval]"
+        f"{'module':26} {'sampled':>7} {'killed':>6} {'timeout':>7} {'survived':>8} {'no tests':>8} "
+        f"{'unrun':>5}  kill rate [95% interval]"
     )
     for mod in sorted(rows, key=lambda m: (m == "all", m)):
         c = rows[mod]
@@ -92,7 +93,8 @@ def main() -> None:
         lo, hi = wilson(dead, judged)
         rate = f"{dead / judged:6.1%} [{lo:.1%}, {hi:.1%}]" if judged else "-"
         print(
-            f"{mod:26} {n:7d} {c['killed']:6d} {c['timeout']:7d} {c['survived'] + c['suspicious']:8d} {c['no tests']:8d} {unrun:5d}  {rate}"
+            f"{mod:26} {n:7d} {c['killed']:6d} {c['timeout']:7d} {c['survived'] + c['suspicious']:8d} "
+            f"{c['no tests']:8d} {unrun:5d}  {rate}"
         )
 
 

@@ -3,9 +3,9 @@
 Exit codes: 0 at least one expectation judged and every one met; 1 some expectation not met (the
 CI gate); 2 bad spec, bad usage, an unreadable input or a spec that could not run (a broken
 factory, a crashed worker), reported after every other spec has run (one line on stderr each,
-never a traceback); 3 an internal error of the tool (its traceback); 5 nothing was judged (pytest's "no tests ran"); 130 interrupted (after the
-partial summary). `check` (`stability.cli.check`) runs every spec in its own worker process
-(`stability.run.worker`).
+never a traceback); 3 an internal error of the tool (its traceback); 5 nothing was judged (pytest's
+"no tests ran"); 130 interrupted (after the partial summary). `check` (`stability.cli.check`) runs
+every spec in its own worker process (`stability.run.worker`).
 """
 
 from __future__ import annotations
@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:  # a fault of the tool: its traceback is shown, neutralised like every other text
             traceback.print_exc()
             print(
-                f"stability: internal error (the traceback above is the tool's own fault, not the spec's); exit code {EXIT_INTERNAL}",
+                "stability: internal error (the traceback above is the tool's own fault, not the spec's); "
+                f"exit code {EXIT_INTERNAL}",
                 file=sys.stderr,
             )
             return EXIT_INTERNAL
@@ -124,7 +125,8 @@ def _command(argv: list[str] | None) -> int:
         only = getattr(args, "only", None)
         if only is not None and only not in INVARIANTS:
             raise UsageError(
-                f"--only {only}: unknown invariant{did_you_mean(only, INVARIANTS.names())}; choose one of {', '.join(INVARIANTS.names())}"
+                f"--only {only}: unknown invariant{did_you_mean(only, INVARIANTS.names())}; choose one of "
+                f"{', '.join(INVARIANTS.names())}"
             )
         if args.command == "check":
             from stability.cli.check import check_command

@@ -64,7 +64,8 @@ def _validate(args: argparse.Namespace, specs: list[Spec], devices: list[str]) -
             case = parse_case_string(args.case, specs[0], device=device)
             if case.device.startswith("cuda") and not cuda_available():
                 raise UsageError(
-                    f"--case {args.case!r}: device={case.device} but CUDA is not available on this machine; replay it with device=cpu"
+                    f"--case {args.case!r}: device={case.device} but CUDA is not available on this machine; "
+                    "replay it with device=cpu"
                 )
     if args.update_baseline and not args.baseline:
         raise UsageError("--update-baseline writes the --baseline FILE; give --baseline FILE too")
@@ -283,7 +284,8 @@ def _run_checks(
         args.update_baseline and errors
     ):  # a spec not judged has no entries: writing would drop its old ones (docs/ci.md)
         print(
-            f"stability: --update-baseline: {printable(args.baseline)} not written (left as it was): {len(errors)} spec(s) could not be judged, "
+            f"stability: --update-baseline: {printable(args.baseline)} not written (left as it was): "
+            f"{len(errors)} spec(s) could not be judged, "
             "and a baseline written now would hold no entries for them; fix the errors above and run again",
             file=sys.stderr,
         )

@@ -39,7 +39,8 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="MODULE",
-        help="a module (or .py file) that registers invariants or families, imported in every process of the run (repeatable; also $STABILITY_PLUGINS)",
+        help="a module (or .py file) that registers invariants or families, imported in every process of the "
+        "run (repeatable; also $STABILITY_PLUGINS)",
     )
 
     c = sub.add_parser("check", parents=[plugins], help="check specs and exit non-zero when an expectation is not met")
@@ -97,13 +98,15 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--in-process",
         action="store_true",
-        help="run specs in this process, without worker isolation (for debugging; a factory can then change global state; its output is not captured)",
+        help="run specs in this process, without worker isolation (for debugging; a factory can then change "
+        "global state; its output is not captured)",
     )
     c.add_argument(
         "-s",
         "--no-capture",
         action="store_true",
-        help="let the specs' own code (factories, blocks) print to this terminal as it runs; by default what it prints is captured and shown with the spec's failures",
+        help="let the specs' own code (factories, blocks) print to this terminal as it runs; by default what "
+        "it prints is captured and shown with the spec's failures",
     )
     c.add_argument(
         "--seed",
@@ -121,12 +124,14 @@ def parser() -> argparse.ArgumentParser:
         "--github",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="GitHub Actions job summary ($GITHUB_STEP_SUMMARY) and ::error annotations on the specs' lines (default: on when GITHUB_ACTIONS=true)",
+        help="GitHub Actions job summary ($GITHUB_STEP_SUMMARY) and ::error annotations on the specs' lines "
+        "(default: on when GITHUB_ACTIONS=true)",
     )
     c.add_argument(
         "--baseline",
         metavar="FILE",
-        help="compare each expectation's number with this JSON report's, on its cases; exit 1 when one moved past its drift, either way",
+        help="compare each expectation's number with this JSON report's, on its cases; exit 1 when one moved "
+        "past its drift, either way",
     )
     c.add_argument(
         "--update-baseline",
@@ -136,12 +141,14 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--suggest",
         action="store_true",
-        help="for each unmet expectation, try the registered remedies and show the best one beside the failure (stability suggest; docs/suggest.md)",
+        help="for each unmet expectation, try the registered remedies and show the best one beside the "
+        "failure (stability suggest; docs/suggest.md)",
     )
     c.add_argument(
         "--changed",
         action="store_true",
-        help="the paths are changed files (and spec folders, default ./specs): check the specs they change, directly or through a factory module",
+        help="the paths are changed files (and spec folders, default ./specs): check the specs they change, "
+        "directly or through a factory module",
     )
 
     ls = sub.add_parser(
@@ -207,7 +214,8 @@ def parser() -> argparse.ArgumentParser:
     sw.add_argument(
         "--x",
         metavar="KEY",
-        help="the phase diagrams' x axis, a swept key (default: the swept axis with the most values; the others are facets)",
+        help="the phase diagrams' x axis, a swept key (default: the swept axis with the most values; the "
+        "others are facets)",
     )
     sw.add_argument("--only", metavar="INVARIANT", help="sweep one of the invariants the spec declares")
     sw.add_argument(
@@ -377,7 +385,9 @@ def add_zoo_parser(sub: argparse._SubParsersAction, parents: list[argparse.Argum
         "--compare",
         nargs=2,
         metavar=("A", "B"),
-        help="run every zoo family under two library releases (transformers==4.53.3, a folder of packages or a virtual environment) on the same cases: every number that moved past its drift (exit 1)",
+        help="run every zoo family under two library releases (transformers==4.53.3, a folder of packages or "
+        "a virtual environment) on the same cases: every number that moved past its "
+        "drift (exit 1)",
     )
 
 
@@ -385,7 +395,8 @@ def add_suggest_parser(sub: argparse._SubParsersAction, parents: list[argparse.A
     s = sub.add_parser(
         "suggest",
         parents=parents,
-        help="try every remedy that applies to a failing spec and list those that make every expectation hold (docs/suggest.md)",
+        help="try every remedy that applies to a failing spec and list those that make every expectation "
+        "hold (docs/suggest.md)",
     )
     s.add_argument("spec", nargs="?", help="one spec file with an unmet expectation")
     s.add_argument(

@@ -62,7 +62,8 @@ def _check_out(out: str, spec: str, *, force: bool) -> None:
         target.exists() and source.exists() and os.path.samefile(target, source)
     ):
         raise UsageError(
-            f"--out {out}: is the spec itself; suggest never overwrites the spec it reads: give another file, e.g. --out {source.with_name(source.stem + '_fixed.toml')}"
+            f"--out {out}: is the spec itself; suggest never overwrites the spec it reads: give another file, "
+            f"e.g. --out {source.with_name(source.stem + '_fixed.toml')}"
         )
     if os.path.lexists(target) and not force:
         raise UsageError(f"--out {out}: exists; add --force to replace it, or give another file")
@@ -102,14 +103,16 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
         refuse_unused(grammar, args, ["--jobs"], "--in-process runs the remedies in this process, one at a time")
     if not args.spec:
         raise UsageError(
-            "stability suggest: give one spec file (stability suggest SPEC [--out FIXED.toml]); --list lists the remedies"
+            "stability suggest: give one spec file (stability suggest SPEC [--out FIXED.toml]); --list lists "
+            "the remedies"
         )
     if Path(args.spec).is_dir():
         raise UsageError(f"{args.spec}: is a folder; suggest reads one spec file")
     if args.out is not None:
         if args.holds:
             raise UsageError(
-                "--out with --holds: the written spec would declare expectations other than yours; run suggest --holds without --out, or write holds in the spec"
+                "--out with --holds: the written spec would declare expectations other than yours; run "
+                "suggest --holds without --out, or write holds in the spec"
             )
         _check_out(args.out, args.spec, force=args.force)
     if args.json:
@@ -135,7 +138,8 @@ def suggest_command(args: argparse.Namespace, console: Console, err: Console) ->
     spec = specs[0]
     if args.only is not None and getattr(spec.expect, args.only, None) is None:
         raise UsageError(
-            f"--only {args.only}: {args.spec} declares no [expect.{args.only}]; choose one of {', '.join(n for n, _ in spec.invariants())}"
+            f"--only {args.only}: {args.spec} declares no [expect.{args.only}]; choose one of "
+            f"{', '.join(n for n, _ in spec.invariants())}"
         )
 
     from stability.families.factory import roots_environment, source_roots

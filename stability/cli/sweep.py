@@ -135,10 +135,12 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
         if last is None:
             if not args.spec:
                 raise UsageError(
-                    f"--resume: no unfinished sweep is recorded in {db}; start one with `stability sweep SPEC --over ...`"
+                    f"--resume: no unfinished sweep is recorded in {db}; start one with `stability sweep SPEC "
+                    "--over ...`"
                 )
             console.print(
-                f"--resume: no unfinished sweep of this spec and grid is recorded in {_shown(db)}; running it (stored points are reused)",
+                f"--resume: no unfinished sweep of this spec and grid is recorded in {_shown(db)}; running it "
+                "(stored points are reused)",
                 highlight=False,
             )
         else:
@@ -199,7 +201,8 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
             )
     except KeyboardInterrupt:
         console.print(
-            f"interrupted: the points finished so far are stored in {_shown(db)}; `stability sweep --resume --db {_shown(db)}` continues",
+            f"interrupted: the points finished so far are stored in {_shown(db)}; `stability sweep --resume "
+            f"--db {_shown(db)}` continues",
             highlight=False,
         )
         store.close()
@@ -211,7 +214,8 @@ def sweep_command(args: argparse.Namespace, console: Console, err: Console, argv
     print_budgets(result.budgets, console, fixed=fixed_text(plan.spec, plan.axes))
     failed = sum(p.failed for p in result.points)
     console.print(
-        f"{len(result.points)} grid point(s) × {len(plan.seeds)} seed(s), {len(result.extra_points)} more for the budgets: "
+        f"{len(result.points)} grid point(s) × {len(plan.seeds)} seed(s), {len(result.extra_points)} more for "
+        "the budgets: "
         f"{result.probed} probe(s) run on {result.workers} worker(s), {result.cached} point(s) reused from {_shown(db)}"
         + (f", {failed} point(s) failed" if failed else "")
         + f", in {result.seconds:.1f} s",
@@ -279,12 +283,14 @@ def _plan(args: argparse.Namespace) -> _Plan | None:
         raise UsageError(f"--seeds {args.seeds}: give at least 1 seed per point, and at most {MAX_SEEDS:,}")
     if points * args.seeds > MAX_PROBES:
         raise UsageError(
-            f"--seeds {args.seeds} on {points:,} grid point(s) is {points * args.seeds:,} probes; a sweep runs at most {MAX_PROBES:,}: give fewer seeds or points"
+            f"--seeds {args.seeds} on {points:,} grid point(s) is {points * args.seeds:,} probes; a sweep "
+            f"runs at most {MAX_PROBES:,}: give fewer seeds or points"
         )
     first = spec.space.seed[0] if args.first_seed is None else args.first_seed
     if not 0 <= first <= _MAX_SEED - (args.seeds - 1):
         raise UsageError(
-            f"--first-seed {first}: seeds lie in [0, 2**63 - 1], so with --seeds {args.seeds} the first is at most {_MAX_SEED - (args.seeds - 1)}"
+            f"--first-seed {first}: seeds lie in [0, 2**63 - 1], so with --seeds {args.seeds} the first is at "
+            f"most {_MAX_SEED - (args.seeds - 1)}"
         )
     seeds = list(range(first, first + args.seeds))
     depth_range = _depth_range(args.depth_range) if args.depth_range else None
@@ -393,7 +399,8 @@ def _compare(store: Store, revs: list[str], console: Console) -> int:
     console.print(f"budgets under {_shown(va)} → {_shown(vb)}: {found.compared} compared", highlight=False)
     if found.only_a or found.only_b:
         console.print(
-            f"not compared: {found.only_a} budget(s) stored only under {_shown(va)} and {found.only_b} only under {_shown(vb)} (another spec content, grid or device)",
+            f"not compared: {found.only_a} budget(s) stored only under {_shown(va)} and {found.only_b} only "
+            f"under {_shown(vb)} (another spec content, grid or device)",
             highlight=False,
         )
     if not moved:

@@ -50,7 +50,8 @@ def check_backend(args: argparse.Namespace) -> None:
 
         if not torch.cuda.is_available():
             raise UsageError(
-                "--device cuda: CUDA is not available on this machine; use --device cpu, or --scheduler with GPU workers"
+                "--device cuda: CUDA is not available on this machine; use --device cpu, or --scheduler with "
+                "GPU workers"
             )
     if args.serial and (args.scheduler or args.workers is not None):
         raise UsageError(
@@ -59,7 +60,8 @@ def check_backend(args: argparse.Namespace) -> None:
     if args.workers is not None:
         if args.scheduler:
             raise UsageError(
-                "--workers sizes a local cluster, and --scheduler uses a running one (whose workers run the points); drop one of them"
+                "--workers sizes a local cluster, and --scheduler uses a running one (whose workers run the "
+                "points); drop one of them"
             )
         most = WORKERS_PER_CORE * cores()
         if not 1 <= args.workers <= most:
@@ -120,5 +122,6 @@ def backend_for(args: argparse.Namespace) -> Any:
 
         why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         raise UsageError(
-            f"--scheduler {args.scheduler}: no Dask scheduler answered there within {CONNECT_TIMEOUT_S:g} s ({why}); check the address, or run without --scheduler"
+            f"--scheduler {args.scheduler}: no Dask scheduler answered there within {CONNECT_TIMEOUT_S:g} s "
+            f"({why}); check the address, or run without --scheduler"
         ) from None

@@ -154,7 +154,8 @@ def compare_command(args: argparse.Namespace, console: Console, err: Console, *,
         console.print(f"wrote {escape(printable(args.md))}")
     grid = f"{len(paths)} families, depths {','.join(map(str, depths))}"
     console.print(
-        f"{len(moved(rows))} number(s) moved past their drift, of {compared} compared ({grid}) in {time.perf_counter() - t0:.0f} s",
+        f"{len(moved(rows))} number(s) moved past their drift, of {compared} compared ({grid}) in "
+        f"{time.perf_counter() - t0:.0f} s",
         soft_wrap=True,
     )
     for side, files in refused.items():

@@ -105,7 +105,9 @@ def build(spec: Spec, case: Case) -> Network:
     family = FAMILIES.get(spec.family)
     seed = derive_seed(case.seed, 0)
     collecting = gc.isenabled()
-    gc.disable()  # a build makes thousands of modules and dicts and no garbage cycles: the collections it set off took ~15% of a ci gate
+    # a build makes thousands of modules and dicts and no garbage
+    # cycles: the collections it set off took ~15% of a ci gate
+    gc.disable()
     try:
         with torch.random.fork_rng(devices=[]), seeded(seed):
             if family.user_code or spec.family == "library":

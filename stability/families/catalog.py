@@ -44,7 +44,8 @@ _TRANSFORMER = frozenset(
 _ANY_LAYER = ("linear", "conv2d", "tokens")
 _NO_ATTENTION = {
     "attention": "has no attention",
-    "language_model": 'has no attention, and the language-model run (train.task = "markov") trains a transformer, a transformers causal LM or a factory\'s language model',
+    "language_model": 'has no attention, and the language-model run (train.task = "markov") trains a '
+    "transformer, a transformers causal LM or a factory's language model",
 }
 
 
@@ -229,7 +230,8 @@ with batch():
     register_family(
         Family(
             name="transformer",
-            description="x + Attn(norm(x)), then x + MLP(norm(x)) on (B, T, C) tokens: pre-, post- or sandwich-norm, with the residual schemes of the literature",
+            description="x + Attn(norm(x)), then x + MLP(norm(x)) on (B, T, C) tokens: pre-, post- or "
+            "sandwich-norm, with the residual schemes of the literature",
             build=_builder("transformer"),
             block_keys=_EVERY | _LAYERS | _TRANSFORMER,
             layers=("tokens",),

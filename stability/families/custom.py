@@ -194,7 +194,8 @@ def _network_from(spec: Spec, out: Any, *, case: Case | None = None) -> Network:
     if found is None:
         inner = _nested_blocks(out) if isinstance(out, nn.Module) else []
         hint = (
-            f"; it holds blocks deeper, at {' and '.join('.' + p for p in inner)}: return that module (with a stability.Stack carrying "
+            f"; it holds blocks deeper, at {' and '.join('.' + p for p in inner)}: return that module (with a "
+            "stability.Stack carrying "
             "the attention mask or position embeddings its blocks need, as the whole model would pass them)"
             if inner
             else ""
@@ -202,7 +203,8 @@ def _network_from(spec: Spec, out: Any, *, case: Case | None = None) -> Network:
         raise SpecError(
             spec.path,
             "block.factory",
-            f"returned {type(out).__name__}, not an nn.Sequential, an nn.ModuleList, a stability.Stack or a module with one of .blocks/.layers/.layer/.h/.block{hint}",
+            f"returned {type(out).__name__}, not an nn.Sequential, an nn.ModuleList, a stability.Stack or a "
+            f"module with one of .blocks/.layers/.layer/.h/.block{hint}",
             value=spec.block.factory,
             fix="return nn.Sequential(*blocks), the library's ModuleList, or stability.Stack(blocks=...)",
         )

@@ -362,7 +362,8 @@ def discover(model: nn.Module, inputs: ModelInputs, *, blocks: str | Sequence[nn
     runs = [_explicit(model, blocks)] if blocks is not None else _candidates(model)
     if not runs:
         raise DiscoveryError(
-            f"{type(model).__name__} holds no nn.ModuleList or nn.Sequential of blocks; name its blocks, e.g. blocks = 'encoder.layer'"
+            f"{type(model).__name__} holds no nn.ModuleList or nn.Sequential of blocks; name its blocks, e.g. "
+            "blocks = 'encoder.layer'"
         )
     calls = trace(model, inputs, [m for run in runs for m in run.modules])
     found: list[tuple[_Run, Blocks]] = []
@@ -378,11 +379,13 @@ def discover(model: nn.Module, inputs: ModelInputs, *, blocks: str | Sequence[nn
             problems = transitions + breaks
             hint = f"; probe one stage at a time, e.g. {found[0][1].describe()}" if found else ""
             raise DiscoveryError(
-                f"blocks = {_show(blocks)} are not one run of shape-preserving blocks on the hidden state's path: {'; '.join(problems[:3])}{hint}"
+                f"blocks = {_show(blocks)} are not one run of shape-preserving blocks on the hidden state's "
+                f"path: {'; '.join(problems[:3])}{hint}"
             )
     if not found:
         raise DiscoveryError(
-            f"{type(model).__name__}: no block keeps the hidden state's shape on its path ({'; '.join((transitions + breaks)[:3])})"
+            f"{type(model).__name__}: no block keeps the hidden state's shape on its path "
+            f"({'; '.join((transitions + breaks)[:3])})"
         )
 
     def first_call(item: tuple[_Run, Blocks]) -> int:

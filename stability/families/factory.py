@@ -139,7 +139,8 @@ def locate_factory(spec_path: str, target: str) -> tuple[str, str, Path, Path]:
     raise SpecError(
         spec_path,
         "block.factory",
-        f"module '{mod_name}' was not found as a .py file of your own code (looked in: {where}); a factory must live beside "
+        f"module '{mod_name}' was not found as a .py file of your own code (looked in: {where}); a factory "
+        "must live beside "
         f"the spec or under a --source-root, never in the standard library or site-packages ({_THREAT_MODEL})",
         value=target,
         fix=f"put {parts[-1]}.py beside the spec, or pass --source-root FOLDER",
@@ -275,7 +276,8 @@ def signature_error(spec: Spec, params: Sequence[Parameter]) -> SpecError | None
                     f"block.factory_args.{key}",
                     f"is not a parameter of {target}({', '.join(named)}){did_you_mean(key, named)}",
                     value=value,
-                    fix=f"rename it to one of the factory's parameters, add a `{key}` parameter, or let the factory take **kwargs",
+                    fix=f"rename it to one of the factory's parameters, add a `{key}` parameter, or let the "
+                    "factory take **kwargs",
                 )
     names = set(filled_names(spec))
     missing = [
@@ -291,9 +293,11 @@ def signature_error(spec: Spec, params: Sequence[Parameter]) -> SpecError | None
         return SpecError(
             spec.path,
             "block.factory",
-            f"asks for {', '.join(repr(m) for m in missing)}, which nothing fills (its parameters are filled by name from the case: {known}; and from block.factory_args)",
+            f"asks for {', '.join(repr(m) for m in missing)}, which nothing fills (its parameters are filled "
+            f"by name from the case: {known}; and from block.factory_args)",
             value=spec.block.factory,
-            fix=f"rename the parameter to one of those, give it a default, or set it in block.factory_args (e.g. factory_args = {{ {missing[0]} = ... }})",
+            fix="rename the parameter to one of those, give it a default, or set it in block.factory_args "
+            f"(e.g. factory_args = {{ {missing[0]} = ... }})",
         )
     return None
 

@@ -216,7 +216,10 @@ def check_config(target: Target, config: Mapping[str, Any], *, file: str, key: s
         if not open_ended and name not in known:
             if (first := first_key_release(target.library, target.name, name)) is not None:
                 have = installed(target.library)
-                problem = f"needs {target.library} >= {first[0]}, the release that added {first[1]} (this environment has {have})"
+                problem = (
+                    f"needs {target.library} >= {first[0]}, the release that added {first[1]} (this "
+                    f"environment has {have})"
+                )
                 raise SpecError(
                     file,
                     f"{key}.{name}",
@@ -249,7 +252,8 @@ class LibraryModel:
 
     @property
     def width_keys(self) -> list[str]:
-        """The config keys whose values the case's width fills (`hidden_size = "width"`, `hidden_sizes = ["width", "2*width"]`)."""
+        """The config keys whose values the case's width fills (`hidden_size = "width"`,
+        `hidden_sizes = ["width", "2*width"]`)."""
         return [k for k, v in self.config.items() if "width" in placeholders(v)]
 
 
@@ -314,6 +318,7 @@ def parse_library(
                 f"{prefix}shipped",
                 f"needs the shipped value of every config key the case's width fills (missing: {', '.join(missing)})",
                 value=dict(out.shipped),
-                fix='map the width (e.g. config.hidden_size = "width") and give its shipped value (shipped.hidden_size = 768)',
+                fix='map the width (e.g. config.hidden_size = "width") and give its shipped value '
+                "(shipped.hidden_size = 768)",
             )
     return out

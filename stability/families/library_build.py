@@ -30,14 +30,14 @@ shipped model's. Concretely each such matrix is multiplied by
 
 σ being the root mean square of the library's own init of that parameter at each width, read
 off one block of the model built at depth 1 (or at its smallest depth, `library_depth`) at both
-widths (the shipped one on the CPU: one block's memory, once per width and process). A ratio σ_shipped/σ_reduced within 4 standard
-errors of 1 (an init that ignores the width), of √(fan-in_reduced/fan-in_shipped) or of
-√(fan-out_reduced/fan-out_shipped) (an init scaled by either) is taken as exactly that, so that sampling noise does not enter: for the
-init of transformers (N(0, σ²) whatever the width) k = √(W_shipped / W) exactly, **σ²·width
-stays fixed**; for a fan-in-aware init (Kaiming in torchvision and timm CNNs, Mamba's `dt_proj`)
-k = 1: the library already keeps the gains; torchvision's ResNets scale by the fan-out, so a
-1×1 conv that widens the bottleneck gets k = √(fan-out_reduced/fan-out_shipped). Any other init
-gets the measured k.
+widths (the shipped one on the CPU: one block's memory, once per width and process). A ratio
+σ_shipped/σ_reduced within 4 standard errors of 1 (an init that ignores the width), of
+√(fan-in_reduced/fan-in_shipped) or of √(fan-out_reduced/fan-out_shipped) (an init scaled by either)
+is taken as exactly that, so that sampling noise does not enter: for the init of transformers
+(N(0, σ²) whatever the width) k = √(W_shipped / W) exactly, **σ²·width stays fixed**; for a
+fan-in-aware init (Kaiming in torchvision and timm CNNs, Mamba's `dt_proj`) k = 1: the library
+already keeps the gains; torchvision's ResNets scale by the fan-out, so a 1×1 conv that widens the
+bottleneck gets k = √(fan-out_reduced/fan-out_shipped). Any other init gets the measured k.
 A weight matrix is a parameter of two or more dimensions outside an `nn.Embedding` (T5's relative
 bias table is no branch weight); its fan-in is a Linear's or a conv's input size (transformers'
 `Conv1D` keeps its weight as (in, out)), else the last dimension (F.linear's layout: fused
@@ -118,7 +118,8 @@ def construct(target: Target, config: Mapping[str, Any]) -> nn.Module:
                 model = cls(cls.config_class(**config))
             else:
                 raise CaseError(
-                    f"{target} is not a model (a PreTrainedModel): name a model class such as {target.name.replace('Layer', 'Model')}"
+                    f"{target} is not a model (a PreTrainedModel): name a model class such as "
+                    f"{target.name.replace('Layer', 'Model')}"
                 )
         elif target.kind == "registered":
             model = (
@@ -308,7 +309,8 @@ def init_factors(
         blocks = [next((m for m in model.modules() if type(m) is block_class), None) for model in pair]
         if blocks[0] is None or blocks[1] is None:
             raise CaseError(
-                f"{spec.target} built at depth {one['depth']} has no {block_class.__name__} to read the shipped init from"
+                f"{spec.target} built at depth {one['depth']} has no {block_class.__name__} to read the "
+                "shipped init from"
             )
         _FACTORS[key] = factors_between(blocks[0], blocks[1])
     return _FACTORS[key]

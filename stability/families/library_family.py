@@ -57,11 +57,13 @@ class LibraryOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     model: str = Field(
-        description='"LIBRARY:NAME": a transformers model or config class, a timm or torchvision registered model or model class'
+        description='"LIBRARY:NAME": a transformers model or config class, a timm or torchvision registered '
+        "model or model class"
     )
     config: dict[str, Any] = Field(
         default_factory=dict,
-        description='the config\'s keyword arguments; "width", "depth", "2*width", "width/64" … are filled from the case',
+        description='the config\'s keyword arguments; "width", "depth", "2*width", "width/64" … are filled '
+        "from the case",
     )
     inputs: Literal["tokens", "images", "embeddings"] | None = Field(
         default=None, description="the modality of the model's inputs (default: the model's own)"
@@ -132,7 +134,8 @@ def _check(spec: Any, data: Mapping[str, Any]) -> None:
             raise SpecError(
                 f,
                 f"space.{key}",
-                f"varies, but no key of block.config is filled from the case's {key}, so every value builds the same model",
+                f"varies, but no key of block.config is filled from the case's {key}, so every value builds "
+                "the same model",
                 value=list(rng),
                 fix=f'map it (e.g. a config value "{key}") or fix it to one value',
             )
@@ -141,7 +144,8 @@ def _check(spec: Any, data: Mapping[str, Any]) -> None:
             raise SpecError(
                 f,
                 f"space.{key}",
-                "is not read by family 'library': the library initialises its model (and the init rule rescales it, with block.shipped)",
+                "is not read by family 'library': the library initialises its model (and the init rule "
+                "rescales it, with block.shipped)",
                 fix="remove it; set the library's own init keys in block.config",
             )
     _check_ineffective(spec, data, lib)
@@ -167,7 +171,8 @@ def _check_ineffective(spec: Any, data: Mapping[str, Any], lib: Any) -> None:
         raise SpecError(
             f,
             "space.tokens",
-            f"has no effect: {lib.target} reads images, and the tokens that reach its blocks are its patches (set by the config's image and patch sizes)",
+            f"has no effect: {lib.target} reads images, and the tokens that reach its blocks are its patches "
+            "(set by the config's image and patch sizes)",
             value=data["space"]["tokens"],
             fix="remove it, and say in the spec how many tokens the image and patch sizes give",
         )
@@ -290,7 +295,8 @@ def _shipped_params(spec: Any, case: Any, least: int) -> int:
 
 
 def _ensemble_runs(spec: Any) -> bool:
-    """Whether a seed ensemble is probed besides the case (a declared probe invariant whose registry entry has `ensemble`)."""
+    """Whether a seed ensemble is probed besides the case (a declared
+    probe invariant whose registry entry has `ensemble`)."""
     from stability.spec.registry import INVARIANTS
 
     return int(getattr(spec.probe, "ensemble", 1)) > 1 and any(
@@ -350,9 +356,11 @@ def _check_lm(spec: Any, data: Any) -> None:
         raise SpecError(
             spec.path,
             "block.model",
-            f"has no causal language model: AutoModelForCausalLM builds none for model type {model_type!r}, and the language-model run trains a model from token ids to next-token logits",
+            f"has no causal language model: AutoModelForCausalLM builds none for model type {model_type!r}, "
+            "and the language-model run trains a model from token ids to next-token logits",
             value=spec.options.model,
-            fix='name a decoder family\'s config or causal LM (e.g. "transformers:GPT2Config", "transformers:LlamaForCausalLM")',
+            fix='name a decoder family\'s config or causal LM (e.g. "transformers:GPT2Config", '
+            '"transformers:LlamaForCausalLM")',
         )
 
 
@@ -369,7 +377,8 @@ def _preload(block: Mapping[str, Any]) -> Sequence[str]:
 register_family(
     Family(
         name="library",
-        description="a transformers, timm or torchvision model named as data (block.model, block.config), probed through its own forward",
+        description="a transformers, timm or torchvision model named as data (block.model, block.config), "
+        "probed through its own forward",
         build=_build,
         block_keys=frozenset({"layer"}),
         options=LibraryOptions,
@@ -384,8 +393,11 @@ register_family(
         least_depth=_least_depth,
         over_budget=_over_budget,
         lacks={
-            "blocks_alone": "runs its blocks only inside the model's own forward, on the model's own inputs (the Jacobian's torch.func transforms and the optimizer runs call the blocks on their own)",
-            "attention": "computes its attention inside the library's modules, where the harness reads no probabilities yet",
+            "blocks_alone": "runs its blocks only inside the model's own forward, on the model's own inputs "
+            "(the Jacobian's torch.func transforms and the optimizer runs call the blocks on "
+            "their own)",
+            "attention": "computes its attention inside the library's modules, where the harness reads no "
+            "probabilities yet",
         },
     )
 )

@@ -75,7 +75,8 @@ def _library_init(model: nn.Module) -> Callable[[nn.Module], None]:
     init = getattr(model, "_init_weights", None)
     if not callable(init):
         raise CaseError(
-            f'scale = "shipped" streams a transformers model, initialised by its _init_weights: {type(model).__name__} has none'
+            'scale = "shipped" streams a transformers model, initialised by its _init_weights: '
+            f"{type(model).__name__} has none"
         )
     return init  # type: ignore[no-any-return]
 
@@ -369,7 +370,8 @@ def build_streamed(
     unset = _unset(rest)
     if unset:
         raise CaseError(
-            f'{type(model).__name__}._init_weights leaves {", ".join(unset[:3])} unset (set at construction only, which a streamed model does not run): probe it with scale = "probed"'
+            f"{type(model).__name__}._init_weights leaves {', '.join(unset[:3])} unset (set at construction "
+            'only, which a streamed model does not run): probe it with scale = "probed"'
         )
     inputs = make_inputs(  # after the parts outside the blocks: `inputs = "embeddings"` reads the embedding's scale
         model, spec.target, config, values, modality=spec.inputs, seed=input_seed, device=dev, dtype=dtype

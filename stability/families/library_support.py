@@ -163,7 +163,8 @@ INIT_DIFFERS: Mapping[str, tuple[tuple[str, str, str, str], ...]] = {
             "transformers",
             MINIMUM["transformers"],
             "4.54.0",
-            "every nn.Linear at PyTorch's default U(±1/√fan-in), not N(0, initializer_range²): huggingface/transformers#38987",
+            "every nn.Linear at PyTorch's default U(±1/√fan-in), not N(0, initializer_range²): "
+            "huggingface/transformers#38987",
         ),
     ),
     "gpt2.toml": (
@@ -194,7 +195,8 @@ def expected_init_difference(spec_file: str) -> str | None:
 BROKEN_BEFORE: Mapping[tuple[str, str, str], tuple[str, str]] = {
     ("timm", "resnetv2_18", "zero_init_last"): (
         "1.0.16",
-        "its PreActBasic blocks' zero_init_last reads conv3, which a basic block does not have (AttributeError at build)",
+        "its PreActBasic blocks' zero_init_last reads conv3, which a basic block does not have "
+        "(AttributeError at build)",
     ),
 }
 
@@ -218,7 +220,10 @@ def check_working(library: str, name: str, config: Mapping[str, object], *, file
     for setting in config:
         first, why = BROKEN_BEFORE.get((library, name, setting), (None, ""))
         if first is not None and _older(installed(library), first):
-            problem = f"sets {setting}, which {library} {installed(library)} cannot build: {why}; it works from {library} {first}"
+            problem = (
+                f"sets {setting}, which {library} {installed(library)} cannot build: {why}; it works "
+                f"from {library} {first}"
+            )
             raise SpecError(
                 file,
                 f"{key}.{setting}",

@@ -286,8 +286,10 @@ def _custom(spec: Spec, case: Case) -> TokenModel:
         if not isinstance(z, torch.Tensor) or z.shape != (*tokens.shape, vocab):
             shape = tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
             raise CaseError(
-                f"the factory {spec.block.factory}'s model returned {shape} for token ids {tuple(tokens.shape)}; it must return logits of shape {(*tokens.shape, vocab)} "
-                f"(train.vocab = {vocab}): a tensor, an output with .logits, a dict with 'logits' or a tuple whose first element is the logits"
+                f"the factory {spec.block.factory}'s model returned {shape} for token ids "
+                f"{tuple(tokens.shape)}; it must return logits of shape {(*tokens.shape, vocab)} "
+                f"(train.vocab = {vocab}): a tensor, an output with .logits, a dict with 'logits' or a tuple "
+                "whose first element is the logits"
             )
         return z
 

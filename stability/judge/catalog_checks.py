@@ -107,7 +107,8 @@ def check_init(spec: s.Spec) -> None:
             spec.path,
             "expect.init_conformance",
             f"family '{spec.family}' draws its init from the spec's own [space] keys, and no rule table declares it",
-            fix='add rows: rules = [{ module = "Linear", param = "weight", law = "normal", std = "...", source = "..." }]',
+            fix='add rows: rules = [{ module = "Linear", param = "weight", law = "normal", std = "...", '
+            'source = "..." }]',
         )
 
 
@@ -157,7 +158,8 @@ def check_training(spec: s.Spec) -> None:
         raise SpecError(
             spec.path,
             f"expect.{declared[0]}",
-            "is checked on the built-in families only (the run adds an input layer and a readout to the family's blocks)",
+            "is checked on the built-in families only (the run adds an input layer and a readout to the "
+            "family's blocks)",
             fix="remove it, or describe the network with a built-in family",
         )
 

@@ -133,7 +133,8 @@ where to look.""",
         references=refs("identity", "rezero", "skipinit", "resnet"),
     ),
     "residual_stream": Explanation(
-        summary="the residual stream after its entry: gradient ratio, output variance and block change in the init's bands",
+        summary="the residual stream after its entry: gradient ratio, output variance and block change in "
+        "the init's bands",
         computes="""\
 From the probe's boundary numbers (g_l = ‖∂L/∂x_l‖, Var(x_l) and E[x_l²] at boundary l, the input
 of block l; boundary L the output), four numbers, the first reported apart from the others:

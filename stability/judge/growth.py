@@ -104,8 +104,9 @@ def classify_growth(values: list[float], *, bounded_ratio: float = 4.0) -> Growt
     r = 1 + a·l and exponential r = gˡ, and their residuals are compared in log space (where the
     noise of a finite-width network is roughly even across depth); *exponential* if gˡ leaves
     less than half the linear model's residual (a shallow noisy stack cannot tell them apart),
-    else *polynomial* or *linear* by the exponent p of r_l − 1 ∝ lᵖ (linear when p ≤ 1.5). Every point counts, so one noisy block cannot flip the class. A single block shows
-    no shape: with L = 1 both models fit exactly and the growth is called linear.
+    else *polynomial* or *linear* by the exponent p of r_l − 1 ∝ lᵖ (linear when p ≤ 1.5). Every
+    point counts, so one noisy block cannot flip the class. A single block shows no shape: with
+    L = 1 both models fit exactly and the growth is called linear.
     """
     s = np.asarray(values, dtype=np.float64)
     r = s / s[0]
@@ -277,9 +278,15 @@ def describe_ensemble(g: EnsembleGrowth) -> str:
     if not g.decided:
         depth = len(g.ratios) - 1
         if depth < MIN_DECIDABLE_DEPTH:
-            head += f"; undecided at this depth (depth {depth} is too small to tell {g.lowest} from {g.growth}: judged {g.lowest})"
+            head += (
+                f"; undecided at this depth (depth {depth} is too small to tell {g.lowest} from "
+                f"{g.growth}: judged {g.lowest})"
+            )
         elif GROWTH_CLASSES.index(g.lowest) <= GROWTH_CLASSES.index("linear"):
-            head += f"; undecided at this depth ({g.lowest} … {g.growth} fit within the ensemble's noise: judged {g.lowest})"
+            head += (
+                f"; undecided at this depth ({g.lowest} … {g.growth} fit within the ensemble's noise: "
+                f"judged {g.lowest})"
+            )
         else:
             head += f"; {g.lowest} is not ruled out at this depth (judged {g.lowest})"
     return head

@@ -28,9 +28,9 @@ A deviation is one of:
   PreTrainedModel._init_weights filled every *RMSNorm* weight with 1) — where the module's forward
   computes something at the created value (its output on an N(0, 1) input is not all zero:
   `ParameterTrace.created_live`; IBert's IntLayerNorm creates a placeholder 0 and multiplies by
-  it). The class that computes with the value says what it means; code written beside it or beside the model (CLIP-like models
-  set their logit scale from a constant of their own) is the model's intent, and a family table
-  judges it where a paper declares otherwise (the gemma table: 4.53.3's
+  it). The class that computes with the value says what it means; code written beside it or beside
+  the model (CLIP-like models set their logit scale from a constant of their own) is the model's
+  intent, and a family table judges it where a paper declares otherwise (the gemma table: 4.53.3's
   GemmaPreTrainedModel._init_weights filled its norms with 1 too).
 - **frozen at zero** — a table (two or more dimensions longer than 1) with requires_grad = False
   left at zero: no gradient ever moves it, and a zero table adds nothing (transformers 5.x

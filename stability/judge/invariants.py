@@ -187,7 +187,8 @@ def variance_growth(
             observed=math.inf,
             bound=bound,
             block=block,
-            detail=f"the {statistic} overflows the float range after block {block} (activations beyond ~1e19 in magnitude); the variance runs away: scale the branches or the init down",
+            detail=f"the {statistic} overflows the float range after block {block} (activations beyond ~1e19 "
+            "in magnitude); the variance runs away: scale the branches or the init down",
         )
     fit = classify_growth(values, bounded_ratio=bounded_ratio)
     extra: dict[str, Any] = {
@@ -227,7 +228,8 @@ def variance_growth(
             observed=fit.max_ratio,
             bound=bound,
             block=max(first - 1, 0),
-            detail=f"{statistic} grows {fits}, worse than {max_growth}; it passes {bounded_ratio:g}× the input's after block {max(first - 1, 0)}",
+            detail=f"{statistic} grows {fits}, worse than {max_growth}; it passes {bounded_ratio:g}× the "
+            f"input's after block {max(first - 1, 0)}",
             extra=extra,
         )
     if max_ratio is not None and fit.max_ratio > max_ratio:
@@ -238,7 +240,8 @@ def variance_growth(
             observed=fit.max_ratio,
             bound=bound,
             block=max(first - 1, 0),
-            detail=f"{statistic} ratio {fit.max_ratio:.3g} > {max_ratio:g}, first after block {max(first - 1, 0)}; growth {fits}",
+            detail=f"{statistic} ratio {fit.max_ratio:.3g} > {max_ratio:g}, first after block "
+            f"{max(first - 1, 0)}; growth {fits}",
             extra=extra,
         )
     if min_ratio is not None and fit.min_ratio < min_ratio:
@@ -249,7 +252,8 @@ def variance_growth(
             observed=fit.min_ratio,
             bound=bound,
             block=max(first - 1, 0),
-            detail=f"{statistic} ratio {fit.min_ratio:.3g} < {min_ratio:g}, first after block {max(first - 1, 0)}; growth {fits}",
+            detail=f"{statistic} ratio {fit.min_ratio:.3g} < {min_ratio:g}, first after block "
+            f"{max(first - 1, 0)}; growth {fits}",
             extra=extra,
         )
     return Verdict(
@@ -298,7 +302,8 @@ def identity_at_init(m: Measurements, *, atol: float = 0.0) -> Verdict:
         observed=observed,
         bound=bound,
         block=first,
-        detail=f"{which}: relative error {fwd:.3g} forward, {bwd:.3g} backward; block {first} is the first to change its input"
+        detail=f"{which}: relative error {fwd:.3g} forward, {bwd:.3g} backward; block {first} is the first to "
+        "change its input"
         if first is not None
         else f"{which}: relative error {fwd:.3g} forward, {bwd:.3g} backward",
     )
@@ -341,7 +346,8 @@ def mean_shift(m: Measurements, *, max_ratio: float = 0.25) -> Verdict:
             observed=math.nan,
             bound=bound,
             block=None,
-            detail="channel statistics were not measured; probe with observers=[stability.measure.channels.ChannelStats()]",
+            detail="channel statistics were not measured; probe with "
+            "observers=[stability.measure.channels.ChannelStats()]",
             measured=False,
         )
     members = m.extra.get("channel_ensemble") or [prof]
@@ -393,7 +399,9 @@ def mean_shift(m: Measurements, *, max_ratio: float = 0.25) -> Verdict:
         observed=final,
         bound=bound,
         block=max(first - 1, 0),
-        detail=f"mean shift ρ = {final:.3g}{spread} > {max_ratio:g} at the output (first above the bound after block {max(first - 1, 0)}): {numbers}; the per-channel offsets grow inside the variance",
+        detail=f"mean shift ρ = {final:.3g}{spread} > {max_ratio:g} at the output (first above the bound "
+        f"after block {max(first - 1, 0)}): {numbers}; the per-channel offsets grow "
+        "inside the variance",
         extra=extra,
     )
 

@@ -146,7 +146,10 @@ def _recursion(spec: Spec, case: Case, q0: float) -> tuple[float, float, str, st
             return None  # λ = 0 and α = 0: nothing is left to normalise, and the norm's Jacobian is undefined
         grad2 *= lam2 + a2 * g * phi / q
         q = lam2 * q + a2 * branch
-    formula = f"q_L = λ²q + α²(g·φ + b²) per block from q_0 = {q0:.4g}: λ² = {lam2:g}, α = {alpha:.4g}, g·φ = {g * phi:.4g}, L = {depth}"
+    formula = (
+        f"q_L = λ²q + α²(g·φ + b²) per block from q_0 = {q0:.4g}: λ² = {lam2:g}, α = {alpha:.4g}, g·φ = "
+        f"{g * phi:.4g}, L = {depth}"
+    )
     return q / q0, grad2, formula, "De & Smith 2020; Brock et al. 2021"
 
 
@@ -189,7 +192,10 @@ def annotate(spec: Spec, case: Case, verdict: Any, measurements: Any) -> Any:
     if law is None or not math.isfinite(measured):
         return verdict
     off = measured / law.predicted if law.predicted > 0 else math.inf
-    text = f"; the law predicts {law.quantity} = {law.predicted:.4g} [{law.formula}; {law.source}], measured {measured:.4g} ({off:.3g}× the law)"
+    text = (
+        f"; the law predicts {law.quantity} = {law.predicted:.4g} [{law.formula}; {law.source}], measured "
+        f"{measured:.4g} ({off:.3g}× the law)"
+    )
     extra = {
         **verdict.extra,
         "law": {

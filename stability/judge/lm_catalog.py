@@ -77,7 +77,9 @@ def lm_verdict(spec: Any, name: str, case: Any, cache: dict[Any, Any]) -> Any:
         grid: dict[int, dict[float, Any]] = {}
         for (c, lr, _), r in runs.items():
             grid.setdefault(c.seed, {})[lr] = r
-        return j.lr_sensitivity(grid, lrs=e.lrs, max_lrs=e.max_lrs)
+        from stability.judge.lr_sensitivity import lr_sensitivity
+
+        return lr_sensitivity(grid, lrs=e.lrs, max_lrs=e.max_lrs)
     (run,) = runs.values()
     if name == "attention_logits":
         return j.attention_logits(run, max_logit=e.max_logit, max_growth=e.max_growth)

@@ -1,6 +1,7 @@
 """Stage 5 (training): language-model runs → Verdicts for `attention_logits`, `output_logits`,
-`loss_spike`, `early_warning` and `lr_sensitivity` (Wortsman et al. 2023, "Small-scale proxies for
-large-scale Transformer training instabilities").
+`loss_spike` and `early_warning` (Wortsman et al. 2023, "Small-scale proxies for large-scale
+Transformer training instabilities"); `lr_sensitivity`, judged over a grid of runs, is
+`stability.judge.lr_sensitivity`'s.
 
 Pure functions of `stability.measure.lm_records.LMRun`, like `stability.judge.train_invariants`.
 A verdict is evidence only on what was measured: a run that recorded nothing, or diverged before
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -28,17 +29,18 @@ __all__ = [
     "output_logits",
     "loss_spike",
     "early_warning",
-    "lr_sensitivity",
-    "lrs_of",
     "indicator",
     "progress",
     "growth_per_100",
     "WARNING_DIRECTION",
+    "NotMeasured",
+    "lm_judge",
+    "finite_or_none",
 ]
 
 
 class NotMeasured(Exception):
-    """Raised inside a judge when the run does not hold what it judges; `_judge` turns it into a
+    """Raised inside a judge when the run does not hold what it judges; `lm_judge` turns it into a
     verdict with `measured=False`."""
 
     def __init__(self, reason: str, bound: str) -> None:
@@ -46,7 +48,10 @@ class NotMeasured(Exception):
         self.bound = bound
 
 
-def _judge(name: str) -> Callable[[_F], _F]:
+def lm_judge(name: str) -> Callable[[_F], _F]:
+    """The decorator of every judge of a language-model run: a `NotMeasured` raised inside becomes the
+    verdict `name` with `measured=False` and the reason."""
+
     def wrap(fn: _F) -> _F:
         @functools.wraps(fn)
         def judged(*args: Any, **kwargs: Any) -> Verdict:
@@ -68,13 +73,15 @@ def _judge(name: str) -> Callable[[_F], _F]:
     return wrap
 
 
-def _safe(values: Sequence[float]) -> list[float | None]:
+def finite_or_none(values: Sequence[float]) -> list[float | None]:
+    """The values for a verdict's `extra` (JSON): a non-finite one as None."""
     return [float(v) if math.isfinite(v) else None for v in values]
 
 
 def _stopped(run: LMRun, what: str, value: float, bound: str) -> NotMeasured:
     return NotMeasured(
-        f"the run diverged at step {run.diverged_at} (its loss became non-finite) while {what} was still {value:.3g}, within {bound}; "
+        f"the run diverged at step {run.diverged_at} (its loss became non-finite) while {what} was still "
+        f"{value:.3g}, within {bound}; "
         "it stopped before the bound could be judged through the run (lower train.lr to see whether the bound holds)",
         bound,
     )
@@ -94,7 +101,7 @@ def growth_per_100(steps: Sequence[int], values: Sequence[float]) -> float:
 # ----------------------------------------------------------------------------- attention_logits
 
 
-@_judge("attention_logits")
+@lm_judge("attention_logits")
 def attention_logits(run: LMRun, *, max_logit: float | None = 100.0, max_growth: float | None = None) -> Verdict:
     """The largest attention logit l_t ≤ max_logit at every recorded step; with max_growth, the
     fitted growth of l_t per 100 steps (`growth_per_100`) ≤ max_growth."""
@@ -112,14 +119,15 @@ def attention_logits(run: LMRun, *, max_logit: float | None = 100.0, max_growth:
     largest = run.largest_logit()
     if not any(math.isfinite(v) or v == math.inf for v in largest):
         raise NotMeasured(
-            f"no attention logits were captured: {run.attention_missing or 'the model computes no attention the harness can read'}",
+            "no attention logits were captured: "
+            f"{run.attention_missing or 'the model computes no attention the harness can read'}",
             bound,
         )
     extra: dict[str, Any] = {
         "steps": list(run.recorded),
-        "max_logit": _safe(largest),
-        "entropy": _safe([min(e) if e else math.nan for e in run.entropy]),
-        "losses": _safe(run.losses),
+        "max_logit": finite_or_none(largest),
+        "entropy": finite_or_none([min(e) if e else math.nan for e in run.entropy]),
+        "losses": finite_or_none(run.losses),
         "lr": run.lr,
     }
     growth = growth_per_100(run.recorded, largest)
@@ -138,8 +146,11 @@ def attention_logits(run: LMRun, *, max_logit: float | None = 100.0, max_growth:
                     observed=v,
                     bound=bound,
                     block=layer,
-                    detail=f"the largest attention logit reached {v:.3g} at step {run.recorded[i]} in layer {layer} (from {largest[0]:.3g} at step {run.recorded[0]}), "
-                    f"above {max_logit:g}; attention entropy {extra['entropy'][i] if extra['entropy'][i] is not None else math.nan:.3g} nats there: "
+                    detail=f"the largest attention logit reached {v:.3g} at step {run.recorded[i]} in layer "
+                    f"{layer} (from {largest[0]:.3g} at step {run.recorded[0]}), "
+                    f"above {max_logit:g}; attention entropy "
+                    f"{extra['entropy'][i] if extra['entropy'][i] is not None else math.nan:.3g} nats "
+                    "there: "
                     'add qk_norm = "layer" (or attn_softcap), warm up longer or lower train.lr',
                     extra=extra,
                 )
@@ -153,7 +164,8 @@ def attention_logits(run: LMRun, *, max_logit: float | None = 100.0, max_growth:
                 observed=growth,
                 bound=bound,
                 block=None,
-                detail=f"the largest attention logit grows ×{growth:.3g} per 100 steps (fitted over the run), above ×{max_growth:g}",
+                detail=f"the largest attention logit grows ×{growth:.3g} per 100 steps (fitted over the run), "
+                f"above ×{max_growth:g}",
                 extra=extra,
             )
     peak = max(v for v in largest if math.isfinite(v))
@@ -175,7 +187,7 @@ def attention_logits(run: LMRun, *, max_logit: float | None = 100.0, max_growth:
 # ----------------------------------------------------------------------------- output_logits
 
 
-@_judge("output_logits")
+@lm_judge("output_logits")
 def output_logits(run: LMRun, *, max_abs_logz: float = 20.0, statistic: str = "max", after: float = 0.0) -> Verdict:
     """|log Z| ≤ max_abs_logz at every recorded step from after·steps on (the largest over the
     scored tokens, or of their mean)."""
@@ -187,10 +199,10 @@ def output_logits(run: LMRun, *, max_abs_logz: float = 20.0, statistic: str = "m
     judged = [(s, v) for s, v in zip(run.recorded, values, strict=True) if s >= start]
     extra: dict[str, Any] = {
         "steps": list(run.recorded),
-        "logz_mean": _safe(run.logz_mean),
-        "logz_max": _safe(run.logz_max),
-        "logz_min": _safe(run.logz_min),
-        "losses": _safe(run.losses),
+        "logz_mean": finite_or_none(run.logz_mean),
+        "logz_max": finite_or_none(run.logz_max),
+        "logz_min": finite_or_none(run.logz_min),
+        "losses": finite_or_none(run.losses),
         "lr": run.lr,
     }
     if not judged:
@@ -205,7 +217,8 @@ def output_logits(run: LMRun, *, max_abs_logz: float = 20.0, statistic: str = "m
                 observed=v,
                 bound=bound,
                 block=None,
-                detail=f"|log Z| reached {v:.3g} at step {s}, above {max_abs_logz:g}: the output logits drift (Wortsman et al. 2023); add train.z_loss = 1e-4 or weight decay",
+                detail=f"|log Z| reached {v:.3g} at step {s}, above {max_abs_logz:g}: the output logits drift "
+                "(Wortsman et al. 2023); add train.z_loss = 1e-4 or weight decay",
                 extra=extra,
             )
     finite = [v for _, v in judged if math.isfinite(v)]
@@ -229,7 +242,7 @@ def output_logits(run: LMRun, *, max_abs_logz: float = 20.0, statistic: str = "m
 # ----------------------------------------------------------------------------- loss_spike
 
 
-@_judge("loss_spike")
+@lm_judge("loss_spike")
 def loss_spike(run: LMRun, *, max_factor: float = 2.0, window: int = 10) -> Verdict:
     """loss_t ≤ max_factor × mean(loss_(t−window) … loss_(t−1)) for every t ≥ window; a
     non-finite loss after finite ones is an infinite spike."""
@@ -244,7 +257,7 @@ def loss_spike(run: LMRun, *, max_factor: float = 2.0, window: int = 10) -> Verd
     arr = np.asarray(losses, dtype=np.float64)
     csum = np.concatenate([[0.0], np.cumsum(np.where(np.isfinite(arr), arr, 0.0))])
     worst, worst_t = 0.0, window
-    extra: dict[str, Any] = {"losses": _safe(losses), "window": window, "lr": run.lr}
+    extra: dict[str, Any] = {"losses": finite_or_none(losses), "window": window, "lr": run.lr}
     for t in range(window, len(losses)):
         mean = (csum[t] - csum[t - window]) / window
         ratio = arr[t] / mean if math.isfinite(arr[t]) and mean > 0 else math.inf
@@ -259,7 +272,8 @@ def loss_spike(run: LMRun, *, max_factor: float = 2.0, window: int = 10) -> Verd
                 observed=ratio,
                 bound=bound,
                 block=None,
-                detail=f"the loss at step {t} is {shown}, {ratio:.3g}× the mean {mean:.3g} of the {window} steps before",
+                detail=f"the loss at step {t} is {shown}, {ratio:.3g}× the mean {mean:.3g} of the {window} "
+                "steps before",
                 extra=extra,
             )
     extra["step"] = worst_t
@@ -318,7 +332,7 @@ def indicator(run: LMRun, name: str, steps: int) -> float:
 WARNING_DIRECTION = {"logit_growth": 1, "max_logit": 1, "min_entropy": -1, "loss_progress": -1}
 
 
-@_judge("early_warning")
+@lm_judge("early_warning")
 def early_warning(run: LMRun, *, steps: int, name: str = "logit_growth", threshold: float) -> Verdict:
     """The indicator over the first `steps` steps does not cross `threshold` (above it for the
     logit indicators, below it for the entropy and the progress): the run is not predicted to
@@ -327,14 +341,15 @@ def early_warning(run: LMRun, *, steps: int, name: str = "logit_growth", thresho
     bound = f"{name} {'≤' if up else '≥'} {threshold:g} over the first {steps} steps"
     value = indicator(run, name, steps)
     upto = [s for s in run.recorded if s < steps]
-    # The indicator as it stood at each recorded step (what a warning at that step would have read), and the losses so far.
+    # The indicator as it stood at each recorded step (what a
+    # warning at that step would have read), and the losses so far.
     extra: dict[str, Any] = {
         "indicator": name,
         "steps": steps,
         "lr": run.lr,
         "recorded": upto,
-        "curve": _safe([indicator(run, name, s + 1) for s in upto]),
-        "losses": _safe(run.losses[:steps]),
+        "curve": finite_or_none([indicator(run, name, s + 1) for s in upto]),
+        "losses": finite_or_none(run.losses[:steps]),
     }
     if math.isnan(value):
         why = (
@@ -356,7 +371,8 @@ def early_warning(run: LMRun, *, steps: int, name: str = "logit_growth", thresho
             observed=value,
             bound=bound,
             block=None,
-            detail=f"{name} is {value:.3g} after {steps} steps ({'above' if up else 'below'} {threshold:g}): the run is predicted to diverge",
+            detail=f"{name} is {value:.3g} after {steps} steps ({'above' if up else 'below'} {threshold:g}): "
+            "the run is predicted to diverge",
             extra=extra,
         )
     return Verdict(
@@ -366,77 +382,5 @@ def early_warning(run: LMRun, *, steps: int, name: str = "logit_growth", thresho
         bound=bound,
         block=None,
         detail=f"{name} is {value:.3g} after {steps} steps: no divergence predicted",
-        extra=extra,
-    )
-
-
-# ----------------------------------------------------------------------------- lr_sensitivity
-
-
-def lrs_of(final: Sequence[float], initial: float) -> tuple[float, float]:
-    """(LRS, L*) of one seed's grid: L* = min over the grid of min(L(η), L₀) and LRS = mean over
-    the grid of min(L(η), L₀) − L* (Wortsman et al. 2023, eq. 1); a diverged run (NaN) counts as L₀."""
-    capped = [min(v, initial) if math.isfinite(v) else initial for v in final]
-    best = min(capped)
-    return float(np.mean([v - best for v in capped])), best
-
-
-@_judge("lr_sensitivity")
-def lr_sensitivity(runs: Mapping[int, Mapping[float, LMRun]], *, lrs: Sequence[float], max_lrs: float) -> Verdict:
-    """`runs[seed][lr]` for every seed of the ensemble and every lr of the grid; holds when the mean
-    over the seeds of each seed's LRS (`lrs_of`) ≤ max_lrs."""
-    bound = f"mean LRS ≤ {max_lrs:g}"
-    per_seed: dict[int, float] = {}
-    curves: dict[str, list[float | None]] = {}
-    for seed, grid in runs.items():
-        missing = [lr for lr in lrs if lr not in grid]
-        if missing:
-            raise NotMeasured(f"seed {seed} has no run at learning rate {missing[0]:g}", bound)
-        initial = grid[lrs[0]].initial_eval
-        if not math.isfinite(initial):
-            raise NotMeasured(f"seed {seed}'s initial loss is non-finite", bound)
-        final = [grid[lr].final_eval for lr in lrs]
-        value, best = lrs_of(final, initial)
-        if best >= initial:
-            raise NotMeasured(
-                f"no learning rate of the grid trained seed {seed} below its initial loss {initial:.3g}, so its sensitivity is not defined",
-                bound,
-            )
-        per_seed[seed] = value
-        curves[str(seed)] = _safe(final)
-    if not per_seed:
-        raise NotMeasured("no seed was run", bound)
-    mean = float(np.mean(list(per_seed.values())))
-    extra: dict[str, Any] = {
-        "lrs": list(lrs),
-        "per_seed": {str(k): v for k, v in per_seed.items()},
-        "final_loss": curves,
-        "initial_loss": {str(s): g[lrs[0]].initial_eval for s, g in runs.items()},
-        "entropy_rate": {str(s): g[lrs[0]].entropy_rate for s, g in runs.items()},
-        "curves": {str(s): {f"{lr:g}": _safe(g[lr].losses) for lr in lrs} for s, g in runs.items()},
-    }
-    spread = f"{min(per_seed.values()):.3g} … {max(per_seed.values()):.3g} over {len(per_seed)} seeds"
-    mean_final = [
-        float(
-            np.mean(
-                [g[lr].final_eval if math.isfinite(g[lr].final_eval) else g[lrs[0]].initial_eval for g in runs.values()]
-            )
-        )
-        for lr in lrs
-    ]
-    best_lr = lrs[int(np.argmin(mean_final))]
-    text = f"LRS {mean:.3g} ({spread}) over learning rates {lrs[0]:g} … {lrs[-1]:g}; best mean final loss {min(mean_final):.3g} at {best_lr:g}"
-    if mean <= max_lrs:
-        return Verdict(
-            invariant="lr_sensitivity", passed=True, observed=mean, bound=bound, block=None, detail=text, extra=extra
-        )
-    return Verdict(
-        invariant="lr_sensitivity",
-        passed=False,
-        observed=mean,
-        bound=bound,
-        block=None,
-        detail=text
-        + f", above {max_lrs:g}: the final loss depends on the learning rate; add qk_norm and z_loss, warm up longer",
         extra=extra,
     )

@@ -3,20 +3,32 @@ the literature does about each failure, written as a change to the keys the harn
 have. `stability suggest` tries each one that applies to a failing spec and keeps those under
 which every expectation holds.
 
-| remedy | the change | meant for |
-|---|---|---|
-| `zero_branch` | `space.branch_init = ["zero"]`: every block starts as the identity | gradient arrival, variance, identity, lesion, spectrum, mean shift, rank |
-| `shrink_branch` | `block.branch_scale = "1/sqrt(depth)"`; transformer `block.residual = "gpt2"` | the same, and gradient balance |
-| `rezero` | `space.branch_init = ["rezero"]`; transformer `block.residual = "rezero"` | as `zero_branch` |
-| `skipinit` | `space.branch_init = ["skipinit"]`; transformer `block.residual = "skipinit"` | as `zero_branch` |
-| `layerscale` | transformer `block.residual = "layerscale"`; a library config's layer-scale key | as `shrink_branch` |
-| `fixup` | zero branches and `block.branch_scale = "1/sqrt(depth)"` (two ReLU layers, no norm) | as `zero_branch` |
-| `carry_gate` | highway `gate_bias = -ln(L - 1)`: each gate starts at 1/L | arrival, variance, lesion, spectrum, rank |
-| `deepnorm` | post-norm transformer `block.residual = "deepnorm"` | gradient balance, arrival, variance |
-| `critical_init` | `space.weight_init`: He for ReLU, Glorot for tanh (no transformer) | arrival, variance, spectrum |
-| `residual_route` | a plain stack as a one-layer pre-activation residual stack | gradient arrival, variance, lesion, spectrum |
-| `prenorm` | postnorm → preact; transformer `block.norm_position = "pre"` | identity, gradient balance, arrival, variance |
-| `init_range` | a library config's `initializer_range`: the library's default ÷ √(2·depth) | gradient arrival, variance, rank |
+Each remedy, the change it makes and what it is meant for:
+
+- `zero_branch` — the change: `space.branch_init = ["zero"]`: every block starts as the identity;
+  meant for: gradient arrival, variance, identity, lesion, spectrum, mean shift, rank.
+- `shrink_branch` — the change: `block.branch_scale = "1/sqrt(depth)"`; transformer
+  `block.residual = "gpt2"`; meant for: the same, and gradient balance.
+- `rezero` — the change: `space.branch_init = ["rezero"]`; transformer `block.residual = "rezero"`;
+  meant for: as `zero_branch`.
+- `skipinit` — the change: `space.branch_init = ["skipinit"]`; transformer
+  `block.residual = "skipinit"`; meant for: as `zero_branch`.
+- `layerscale` — the change: transformer `block.residual = "layerscale"`; a library config's
+  layer-scale key; meant for: as `shrink_branch`.
+- `fixup` — the change: zero branches and `block.branch_scale = "1/sqrt(depth)"` (two ReLU layers,
+  no norm); meant for: as `zero_branch`.
+- `carry_gate` — the change: highway `gate_bias = -ln(L - 1)`: each gate starts at 1/L; meant for:
+  arrival, variance, lesion, spectrum, rank.
+- `deepnorm` — the change: post-norm transformer `block.residual = "deepnorm"`; meant for: gradient
+  balance, arrival, variance.
+- `critical_init` — the change: `space.weight_init`: He for ReLU, Glorot for tanh (no transformer);
+  meant for: arrival, variance, spectrum.
+- `residual_route` — the change: a plain stack as a one-layer pre-activation residual stack; meant
+  for: gradient arrival, variance, lesion, spectrum.
+- `prenorm` — the change: postnorm → preact; transformer `block.norm_position = "pre"`; meant for:
+  identity, gradient balance, arrival, variance.
+- `init_range` — the change: a library config's `initializer_range`: the library's
+  default ÷ √(2·depth); meant for: gradient arrival, variance, rank.
 
 `residual_route` and `prenorm` change the network's structure (`kind = "structure"`): `suggest`
 also tries each composed with every initialisation remedy (`kind = "init"`) that applies to the
@@ -33,10 +45,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from stability.judge.remedies_spec import is_transformer, library_key, library_value
 from stability.spec.registry import FAMILIES
 from stability.spec.remedy import REMOVE, Remedy, register_remedy
 
-__all__ = ["layerscale_init", "carry_gate_bias", "library_keys", "library_key", "library_value", "is_transformer"]
+__all__ = ["layerscale_init", "carry_gate_bias"]
 
 # The invariants a family of remedies is meant for.
 _SIGNAL = frozenset(
@@ -74,36 +87,7 @@ def _deepest(spec: Any) -> int:
     return max(d.values) if getattr(d, "values", None) else int(d[1])
 
 
-def is_transformer(spec: Any) -> bool:
-    return bool(spec.family == "transformer")
-
-
-def library_keys(spec: Any) -> tuple[frozenset[str], bool]:
-    """(the config keys a library spec's model takes, whether it takes any key: a **kwargs class);
-    empty when the library does not import here."""
-    if spec.family != "library":
-        return frozenset(), False
-    from stability.families.library import resolve
-    from stability.families.library_lookup import config_keys
-
-    try:
-        keys, open_ended = config_keys(resolve(spec.options.model, file=spec.path))
-    except Exception:  # the library is missing or the model does not resolve: the loader said so
-        return frozenset(), False
-    return frozenset(keys), open_ended
-
-
-def library_key(spec: Any, candidates: tuple[str, ...]) -> str | None:
-    """The first of `candidates` the library model's config takes (never guessed for a **kwargs class)."""
-    keys, _ = library_keys(spec)
-    return next((k for k in candidates if k in keys), None)
-
-
 _LAYERSCALE_KEYS = ("layer_scale_init_value", "layerscale_value", "ls_init_value", "init_values")
-
-
-def library_value(spec: Any, key: str) -> Any:
-    return spec.options.config.get(key) if spec.family == "library" else None
 
 
 # ----------------------------------------------------------------------------- the branch
@@ -288,26 +272,31 @@ def _init_range_edit(spec: Any, data: Mapping[str, Any]) -> dict[str, Any]:
 _BUILT_IN = (
     Remedy(
         name="zero_branch",
-        summary="start every residual branch at zero (the last layer of each branch zeroed), so every block is the identity at initialisation",
+        summary="start every residual branch at zero (the last layer of each branch zeroed), so every block "
+        "is the identity at initialisation",
         fixes=_SIGNAL,
         applies=_zero_applies,
         edit=lambda spec, data: {"space.branch_init": ["zero"]},
         kind="init",
         references=(
-            "Goyal et al. (2017). Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour. arXiv:1706.02677 (zero-initialised last norm of each residual block).",
+            "Goyal et al. (2017). Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour. "
+            "arXiv:1706.02677 (zero-initialised last norm of each residual block).",
             "Zhang, Dauphin, Ma (2019). Fixup Initialization: Residual Learning Without Normalization. ICLR 2019.",
         ),
     ),
     Remedy(
         name="shrink_branch",
-        summary="shrink the branch, not the route around: scale each residual branch by 1/sqrt(depth) (GPT-2's scaled init for a transformer)",
+        summary="shrink the branch, not the route around: scale each residual branch by 1/sqrt(depth) "
+        "(GPT-2's scaled init for a transformer)",
         fixes=_BALANCE,
         applies=_branch_scale_applies,
         edit=_branch_scale_edit,
         kind="init",
         references=(
-            "Hanin, Rolnick (2018). How to Start Training: The Effect of Initialization and Architecture. NeurIPS 2018.",
-            "Radford et al. (2019). Language Models are Unsupervised Multitask Learners (residual projections scaled by 1/sqrt(N)).",
+            "Hanin, Rolnick (2018). How to Start Training: The Effect of Initialization and Architecture. "
+            "NeurIPS 2018.",
+            "Radford et al. (2019). Language Models are Unsupervised Multitask Learners (residual "
+            "projections scaled by 1/sqrt(N)).",
         ),
     ),
     Remedy(
@@ -329,12 +318,14 @@ _BUILT_IN = (
         edit=_gain_edit("skipinit"),
         kind="init",
         references=(
-            "De, Smith (2020). Batch Normalization Biases Residual Blocks Towards the Identity Function in Deep Networks. NeurIPS 2020.",
+            "De, Smith (2020). Batch Normalization Biases Residual Blocks Towards the Identity Function in "
+            "Deep Networks. NeurIPS 2020.",
         ),
     ),
     Remedy(
         name="layerscale",
-        summary="multiply each residual branch by a learnable diagonal started small (LayerScale: 0.1 up to depth 18, 1e-5 at 24, 1e-6 beyond)",
+        summary="multiply each residual branch by a learnable diagonal started small (LayerScale: 0.1 up to "
+        "depth 18, 1e-5 at 24, 1e-6 beyond)",
         fixes=_BALANCE,
         applies=_layerscale_applies,
         edit=_layerscale_edit,
@@ -343,7 +334,8 @@ _BUILT_IN = (
     ),
     Remedy(
         name="deepnorm",
-        summary="DeepNorm: up-weight the skip of each post-norm block by α = (2N)^(1/4) and scale the branch weights by β = (8N)^(-1/4)",
+        summary="DeepNorm: up-weight the skip of each post-norm block by α = (2N)^(1/4) and scale the branch "
+        "weights by β = (8N)^(-1/4)",
         fixes=frozenset({"gradient_balance", "gradient_arrival", "variance_growth", "rank_collapse"}),
         applies=_deepnorm_applies,
         edit=lambda spec, data: {"block.residual": "deepnorm"},
@@ -377,26 +369,30 @@ _BUILT_IN = (
     ),
     Remedy(
         name="critical_init",
-        summary="initialise at the critical point of the activation: He init for ReLU (σ_w² = 2), Glorot for tanh (σ_w² = 1 for square layers)",
+        summary="initialise at the critical point of the activation: He init for ReLU (σ_w² = 2), Glorot for "
+        "tanh (σ_w² = 1 for square layers)",
         fixes=frozenset({"gradient_arrival", "variance_growth", "jacobian_spectrum"}),
         applies=_critical_applies,
         edit=lambda spec, data: {"space.weight_init": [_critical(spec)]},
         kind="init",
         references=(
-            "He et al. (2015). Delving Deep into Rectifiers: Surpassing Human-Level Performance on ImageNet Classification. ICCV 2015.",
+            "He et al. (2015). Delving Deep into Rectifiers: Surpassing Human-Level Performance on ImageNet "
+            "Classification. ICCV 2015.",
             "Schoenholz et al. (2017). Deep Information Propagation. ICLR 2017.",
         ),
     ),
     Remedy(
         name="residual_route",
-        summary="add a route around every layer: the plain stack as a residual stack x + F(x) with one layer per branch",
+        summary="add a route around every layer: the plain stack as a residual stack x + F(x) with one layer "
+        "per branch",
         fixes=frozenset({"gradient_arrival", "variance_growth", "lesion", "jacobian_spectrum"}),
         applies=_route_applies,
         edit=_route_edit,
         kind="structure",
         references=(
             "He et al. (2016). Identity Mappings in Deep Residual Networks. ECCV 2016.",
-            "Veit, Wilber, Belongie (2016). Residual Networks Behave Like Ensembles of Relatively Shallow Networks. NeurIPS 2016.",
+            "Veit, Wilber, Belongie (2016). Residual Networks Behave Like Ensembles of Relatively Shallow "
+            "Networks. NeurIPS 2016.",
         ),
     ),
     Remedy(
@@ -413,13 +409,15 @@ _BUILT_IN = (
     ),
     Remedy(
         name="init_range",
-        summary="a smaller initializer_range in the library's config: the default std ÷ √(2·depth), so every branch starts small against the residual stream",
+        summary="a smaller initializer_range in the library's config: the default std ÷ √(2·depth), so every "
+        "branch starts small against the residual stream",
         fixes=frozenset({"gradient_arrival", "variance_growth", "rank_collapse", "gradient_balance"}),
         applies=_init_range_applies,
         edit=_init_range_edit,
         kind="init",
         references=(
-            "Radford et al. (2019). Language Models are Unsupervised Multitask Learners (residual projections scaled by 1/sqrt(N)).",
+            "Radford et al. (2019). Language Models are Unsupervised Multitask Learners (residual "
+            "projections scaled by 1/sqrt(N)).",
         ),
     ),
 )

@@ -2,13 +2,16 @@
 logits, the output logits and the loss spikes they cause, written as a change to the transformer
 family's keys, a language-model run's `[train]` keys, or a library config's qk-norm key.
 
-| remedy | the change | meant for |
-|---|---|---|
-| `qk_norm` | `block.qk_norm = "layer"`; a library config's qk-norm key | attention logits, early warning, LR sensitivity, entropy |
-| `attention_softcap` | `block.attn_softcap` | attention logits, early warning, entropy |
-| `z_loss` | `train.z_loss = 1e-4` | output logits, LR sensitivity, loss spikes |
-| `logit_softcap` | `train.logit_softcap = 30` | output logits, loss spikes |
-| `tied_readout` | `train.tied = true` | loss spikes |
+Each remedy, the change it makes and what it is meant for:
+
+- `qk_norm` — the change: `block.qk_norm = "layer"`; a library config's qk-norm key; meant for:
+  attention logits, early warning, LR sensitivity, entropy.
+- `attention_softcap` — the change: `block.attn_softcap`; meant for: attention logits, early
+  warning, entropy.
+- `z_loss` — the change: `train.z_loss = 1e-4`; meant for: output logits, LR sensitivity, loss
+  spikes.
+- `logit_softcap` — the change: `train.logit_softcap = 30`; meant for: output logits, loss spikes.
+- `tied_readout` — the change: `train.tied = true`; meant for: loss spikes.
 
 The remedies for signal propagation at initialisation are `stability.judge.remedies`'s.
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stability.judge.remedies import is_transformer, library_key, library_value
+from stability.judge.remedies_spec import is_transformer, library_key, library_value
 from stability.spec.remedy import Remedy, register_remedy
 
 __all__ = ["ATTENTION_CAP", "LOGIT_CAP"]
@@ -68,13 +71,15 @@ def _train_applies(key: str, off: Any) -> Any:
 _BUILT_IN = (
     Remedy(
         name="qk_norm",
-        summary="normalise each head's queries and keys (qk-layernorm), so the attention logits cannot grow with the weights",
+        summary="normalise each head's queries and keys (qk-layernorm), so the attention logits cannot grow "
+        "with the weights",
         fixes=_LOGITS,
         applies=_qk_applies,
         edit=_qk_edit,
         references=(
             "Dehghani et al. (2023). Scaling Vision Transformers to 22 Billion Parameters. ICML 2023.",
-            "Wortsman et al. (2023). Small-scale proxies for large-scale Transformer training instabilities. arXiv:2309.14322.",
+            "Wortsman et al. (2023). Small-scale proxies for large-scale Transformer training instabilities. "
+            "arXiv:2309.14322.",
         ),
     ),
     Remedy(

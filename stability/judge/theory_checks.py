@@ -232,7 +232,10 @@ def mean_field(m: Measurements, *, k_sigma: float = 4.0) -> Verdict:
     if len(members) > 1:
         extra["ensemble"] = {"size": len(members), "values": [math.exp(r) for r in rhos]}
         own = (rhos[0] - rho) / sd if var > 0 else math.nan
-        what = f"{what}, the median of {len(members)} networks (from {math.exp(min(rhos)):.4g} to {math.exp(max(rhos)):.4g}; this one {math.exp(rhos[0]):.4g}, {own:+.2f} sd)"
+        what = (
+            f"{what}, the median of {len(members)} networks (from {math.exp(min(rhos)):.4g} to "
+            f"{math.exp(max(rhos)):.4g}; this one {math.exp(rhos[0]):.4g}, {own:+.2f} sd)"
+        )
     ok = abs(rho_hat - rho) <= half
     return Verdict(
         invariant="mean_field",
@@ -269,7 +272,10 @@ def lesion(m: Measurements, *, max_change: float = 0.5, statistic: str = "max") 
         )
     worst, block = max(finite)
     value = worst if statistic == "max" else statistics.median(c for c, _ in finite)
-    what = f"removing block {block} changes the output by {worst:.3g} (relative); median over {len(finite)} blocks {statistics.median(c for c, _ in finite):.3g}"
+    what = (
+        f"removing block {block} changes the output by {worst:.3g} (relative); median over {len(finite)} "
+        f"blocks {statistics.median(c for c, _ in finite):.3g}"
+    )
     extra: dict[str, Any] = {"changes": [None if math.isnan(c) else c for c in changes]}
     members = m.extra.get("lesion_ensemble")
     if members and len(members) > 1:
@@ -278,7 +284,10 @@ def lesion(m: Measurements, *, max_change: float = 0.5, statistic: str = "max") 
         if live:
             value = statistics.median(live)
             extra["ensemble"] = {"size": len(members), "values": [None if math.isnan(v) else v for v in values]}
-            what = f"{statistic} change {value:.3g}, the median of {len(members)} networks (from {min(live):.3g} to {max(live):.3g}); in this one, {what}"
+            what = (
+                f"{statistic} change {value:.3g}, the median of {len(members)} networks (from "
+                f"{min(live):.3g} to {max(live):.3g}); in this one, {what}"
+            )
     ok = value <= max_change
     return Verdict(
         invariant="lesion",

@@ -251,7 +251,8 @@ def rank_collapse(m: Measurements, *, max_similarity: float = 0.9) -> Verdict:
             observed=out,
             bound=bound,
             block=max(worst - 1, 0),
-            detail=f"output tokens' mean cosine similarity {out:.3g} (input {sims[0]:.3g}, highest {sims[worst]:.3g} at boundary {worst})",
+            detail=f"output tokens' mean cosine similarity {out:.3g} (input {sims[0]:.3g}, highest "
+            f"{sims[worst]:.3g} at boundary {worst})",
         )
     if math.isfinite(sims[0]) and out <= sims[0]:
         return Verdict(
@@ -260,7 +261,8 @@ def rank_collapse(m: Measurements, *, max_similarity: float = 0.9) -> Verdict:
             observed=out,
             bound=bound,
             block=None,
-            detail=f"output tokens' mean cosine similarity {out:.3g} is above {max_similarity:g} but no higher than the input's own {sims[0]:.3g}: "
+            detail=f"output tokens' mean cosine similarity {out:.3g} is above {max_similarity:g} but no "
+            f"higher than the input's own {sims[0]:.3g}: "
             "the random input's similarity, not a collapse (the network does not raise it)",
         )
     first = next(i for i, s in enumerate(sims) if math.isfinite(s) and s > max_similarity)
@@ -317,7 +319,8 @@ def attention_entropy(m: Measurements, *, min_entropy: float = 0.5) -> Verdict:
         observed=low,
         bound=bound,
         block=block,
-        detail=f"normalised attention entropy {low:.3g} < {min_entropy:g} at block {block}, head {head}: the attention concentrates on few keys (entropy collapse)",
+        detail=f"normalised attention entropy {low:.3g} < {min_entropy:g} at block {block}, head {head}: the "
+        "attention concentrates on few keys (entropy collapse)",
     )
 
 
@@ -363,7 +366,10 @@ def gradient_balance(m: Measurements, *, max_spread: float = 10.0) -> Verdict:
         )
     spread = hi / lo
     where = "near the output" if hi_block > lo_block else "near the input"
-    detail = f"per-block parameter-gradient norms from {lo:.3g} (block {lo_block}) to {hi:.3g} (block {hi_block}): spread {spread:.3g}"
+    detail = (
+        f"per-block parameter-gradient norms from {lo:.3g} (block {lo_block}) to {hi:.3g} (block "
+        f"{hi_block}): spread {spread:.3g}"
+    )
     if spread <= max_spread:
         return Verdict(
             invariant="gradient_balance", passed=True, observed=spread, bound=bound, block=hi_block, detail=detail

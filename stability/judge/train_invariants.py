@@ -79,7 +79,8 @@ def update_size(sweep: UpdateSweep, *, max_abs_slope: float = 0.25, at: str = "a
             observed=math.nan,
             bound=bound,
             block=b,
-            detail=f"RMS(Δh) at {boundary_name(b, n)} is {values[sweep.widths.index(w)]:.3g} at width {w}: no slope on a log scale "
+            detail=f"RMS(Δh) at {boundary_name(b, n)} is {values[sweep.widths.index(w)]:.3g} at width {w}: no "
+            "slope on a log scale "
             "(an update of exactly zero means that layer does not learn; raise train.lr or train.steps)",
             extra=extra,
         )
@@ -156,7 +157,8 @@ def trainability(
                 observed=math.inf,
                 bound=bound,
                 block=None,
-                detail=f"the loss became non-finite at step {r.diverged_at} (depth {r.depth}, loss {r.losses[max(r.diverged_at - 1, 0)]:.3g} "
+                detail=f"the loss became non-finite at step {r.diverged_at} (depth {r.depth}, loss "
+                f"{r.losses[max(r.diverged_at - 1, 0)]:.3g} "
                 f"the step before): the run diverged; lower train.lr or add train.warmup steps",
                 extra=extra,
             )
@@ -172,14 +174,18 @@ def trainability(
                     observed=q,
                     bound=bound,
                     block=None,
-                    detail=f"the loss fell only to {q:.3g} of its start ({r.initial:.3g} → {r.final:.3g} in {r.steps} steps, depth {r.depth}); bound {max_loss_ratio:g}",
+                    detail=f"the loss fell only to {q:.3g} of its start ({r.initial:.3g} → {r.final:.3g} in "
+                    f"{r.steps} steps, depth {r.depth}); bound {max_loss_ratio:g}",
                     extra=extra,
                 )
     if compare_depths is not None:
         shallow, deep = runs[0], runs[1]
         q = deep.final / shallow.final if shallow.final > 0 else math.inf
         extra["depth_ratio"] = q
-        text = f"after {deep.steps} steps the depth-{deep.depth} stack's loss is {deep.final:.3g}, {q:.3g}× the depth-{shallow.depth} stack's {shallow.final:.3g}"
+        text = (
+            f"after {deep.steps} steps the depth-{deep.depth} stack's loss is {deep.final:.3g}, {q:.3g}× "
+            f"the depth-{shallow.depth} stack's {shallow.final:.3g}"
+        )
         if q <= max_depth_ratio:
             return Verdict(
                 invariant="trainability",
@@ -245,7 +251,8 @@ def residual_size(
                 observed=math.nan,
                 bound=bound,
                 block=None,
-                detail=f"the run diverged at step {r.diverged_at} (depth {r.depth}), so there is no trained network to measure; lower train.lr",
+                detail=f"the run diverged at step {r.diverged_at} (depth {r.depth}), so there is no trained "
+                "network to measure; lower train.lr",
                 extra=extra,
             )
         if not r.residuals or not all(math.isfinite(v) for v in r.residuals):
@@ -255,7 +262,8 @@ def residual_size(
                 observed=math.nan,
                 bound=bound,
                 block=None,
-                detail="a block changes the shape of its input (or a boundary is zero), so ‖x_(l+1) − x_l‖/‖x_l‖ is undefined",
+                detail="a block changes the shape of its input (or a boundary is zero), so ‖x_(l+1) − "
+                "x_l‖/‖x_l‖ is undefined",
                 extra=extra,
             )
         means[r.depth] = float(np.mean(r.residuals))
@@ -263,7 +271,10 @@ def residual_size(
     last = runs[-1]
     mean = means[last.depth]
     block = int(np.argmax(last.residuals))
-    text = f"after {last.steps} steps the blocks change the signal by {mean:.3g} on average (most: block {block}, {last.residuals[block]:.3g})"
+    text = (
+        f"after {last.steps} steps the blocks change the signal by {mean:.3g} on average (most: block "
+        f"{block}, {last.residuals[block]:.3g})"
+    )
     if max_mean is not None and mean > max_mean:
         return Verdict(
             invariant="residual_size",

@@ -1,1 +1,2 @@
-"""Stage 4 (blocks → Measurements): what one forward and one backward pass (or a few, or a short training run) measure."""
+"""Stage 4 (blocks → Measurements): what one forward and one
+backward pass (or a few, or a short training run) measure."""

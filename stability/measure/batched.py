@@ -69,7 +69,9 @@ def probe_seeds(
     copies, not on the networks.
     """
     collecting = gc.isenabled()
-    gc.disable()  # as in `probe`: the stacking and the vmapped pass make many small objects and no garbage cycles (full collections over S networks' modules otherwise)
+    # as in `probe`: the stacking and the vmapped pass make many small objects and no garbage cycles (full collections
+    # over S networks' modules otherwise)
+    gc.disable()
     try:
         return _probe_seeds(networks, inputs, seeds=seeds, loss=loss)
     finally:
@@ -179,9 +181,8 @@ def _probe_seeds(
     channels = [shape[1] if len(shape) > 1 else 1 for shape in shapes]
     out: list[Measurements] = []
     for s, row in enumerate(host):
-        if _sums_out_of_range(
-            row[n + 1 : n + 1 + k], counts
-        ):  # float32 sums beyond its range: `probe` takes them again in float64 (rare: |h| beyond ~1e19 or below ~1e-19)
+        # float32 sums beyond its range: `probe` takes them again in float64 (rare: |h| beyond ~1e19 or below ~1e-19)
+        if _sums_out_of_range(row[n + 1 : n + 1 + k], counts):
             out.append(probe(networks[s], x[s], loss=loss, seed=seeds[s]))
             continue
         grad_norm = row[: n + 1]
@@ -258,7 +259,8 @@ def _same_state(stack: list[nn.Module], template: _State, s: int) -> _State:
                 found = "nothing" if t is None else f"{tuple(t.shape)} {t.dtype} on {t.device}"
                 raise ValueError(
                     f"probe_seeds: network {s} differs from network 0 at {name}: {found} where network 0 has "
-                    f"{tuple(first.shape)} {first.dtype} on {first.device}; every network must have the same architecture"
+                    f"{tuple(first.shape)} {first.dtype} on {first.device}; every network must have the same "
+                    "architecture"
                 )
             out[kind].append((name, t))
     return out
@@ -336,7 +338,9 @@ def _states(stacks: list[list[nn.Module]]) -> list[_State]:
         other = [type(m) for m in stack]
         if other != kinds:
             raise ValueError(
-                f"probe_seeds: network {s} differs from network 0: its blocks are {[t.__name__ for t in other]}, not {[t.__name__ for t in kinds]}; every network must have the same architecture"
+                f"probe_seeds: network {s} differs from network 0: its blocks are "
+                f"{[t.__name__ for t in other]}, not {[t.__name__ for t in kinds]}; every network "
+                "must have the same architecture"
             )
     _refuse_shared(stacks[0])
     template = _state(stacks[0])
@@ -365,7 +369,8 @@ def _refuse_shared(blocks: list[nn.Module]) -> None:
             first = owner.setdefault(key, i)
             if first != i:
                 raise ValueError(
-                    f"probe_seeds: blocks {first} and {i} share a parameter or buffer (a tied stack); probe() measures such networks one at a time"
+                    f"probe_seeds: blocks {first} and {i} share a parameter or buffer (a tied stack); probe() "
+                    "measures such networks one at a time"
                 )
 
 

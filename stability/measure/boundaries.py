@@ -229,9 +229,9 @@ class _HostReductions:
             return
         rows = self._buf[:k]  # (k, N)
         squares = torch.square(rows, out=self._squares[:k])  # (k, N)
-        if (
-            k == 1
-        ):  # a reduction to one number is split over torch's threads (other rounding than one thread's); to two or more, never
+        # a reduction to one number is split over torch's threads
+        # (other rounding than one thread's); to two or more, never
+        if k == 1:
             rows, squares = rows.expand(2, -1), squares.expand(2, -1)  # (2, N), stride 0: no copy
         values = torch.cat(
             (rows.sum(1)[:k], squares.sum(1)[:k])

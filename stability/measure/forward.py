@@ -91,7 +91,8 @@ def model_forward(model: nn.Module, inputs: ModelInputs, blocks: Blocks, *, grad
             if h.shape != shape[0]:
                 raise fail(
                     i,
-                    f"got a hidden state of shape {tuple(h.shape)}, block 0 got {tuple(shape[0])}: a ratio across a shape change compares different tensors",
+                    f"got a hidden state of shape {tuple(h.shape)}, block 0 got {tuple(shape[0])}: a ratio "
+                    "across a shape change compares different tensors",
                 )
             observe(i, h)
             return None
@@ -106,7 +107,8 @@ def model_forward(model: nn.Module, inputs: ModelInputs, blocks: Blocks, *, grad
                 if y.shape != shape[0]:
                     raise fail(
                         i,
-                        f"returned a hidden state of shape {tuple(y.shape)}, block 0 got {tuple(shape[0])}: a ratio across a shape change compares different tensors",
+                        f"returned a hidden state of shape {tuple(y.shape)}, block 0 got {tuple(shape[0])}: a "
+                        "ratio across a shape change compares different tensors",
                     )
                 raise _Stop(y)
 
@@ -129,7 +131,8 @@ def model_forward(model: nn.Module, inputs: ModelInputs, blocks: Blocks, *, grad
             for handle in handles:
                 handle.remove()
         raise BlockError(
-            f"the forward of {type(model).__name__} returned before block {expected[0]} of {n} ({blocks.describe()}) ran"
+            f"the forward of {type(model).__name__} returned before block {expected[0]} of {n} "
+            f"({blocks.describe()}) ran"
         )
 
     return forward

@@ -7,10 +7,11 @@ per parameter (in float64), on the model as built.
 like every measurement:
 
 - one `ParameterStats` per parameter (`named_parameters`: a tied weight once), with its owning
-  module's class and bases (what a rule's `module` matches) and the enclosing modules' (`within`), its shape and fans (the init rule's,
-  `stability.families.library_build.weight_fans`), n, mean, unbiased variance, min and max; an `nn.Embedding`
-  with a `padding_idx` gives its padding row apart (`name[padding_idx=K]`), since the library
-  zeroes that row: the rest of the table is then a sample of the declared law;
+  module's class and bases (what a rule's `module` matches) and the enclosing modules' (`within`),
+  its shape and fans (the init rule's, `stability.families.library_build.weight_fans`), n, mean,
+  unbiased variance, min and max; an `nn.Embedding` with a `padding_idx` gives its padding row apart
+  (`name[padding_idx=K]`), since the library zeroes that row: the rest of the table is then a sample
+  of the declared law;
 - the statistics are of the **library's init**: a parameter the harness rescaled to the shipped
   width (`stability.families.library_build`, k > 0 per parameter) is read with k divided out;
 - `variables`: the model's declared config — a transformers model's `config` (its numbers and

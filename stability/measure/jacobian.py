@@ -16,8 +16,9 @@ Three measurements, none of which forms J unless asked:
   standard error (the sample standard deviation of the K values over √K). All K products run in
   one `torch.func.vmap`-ed jvp (one jvp call costs ~20 ms of fixed overhead on a CPU).
 - σ_max² by power iteration on JᵀJ, alternating v ↦ Jv and u ↦ Jᵀu (`torch.func.vjp`; Jv as the
-  vjp of the linear pullback, see `power_max_sq`). Each Rayleigh quotient ‖Jv‖²/‖v‖² is a lower bound on σ_max² and converges to it as
-  (σ₂/σ₁)^{2k}; the iteration stops when one step changes it by less than `rtol` (1e-4) relative.
+  vjp of the linear pullback, see `power_max_sq`). Each Rayleigh quotient ‖Jv‖²/‖v‖² is a lower
+  bound on σ_max² and converges to it as (σ₂/σ₁)^{2k}; the iteration stops when one step changes it
+  by less than `rtol` (1e-4) relative.
 - The exact singular values, `torch.linalg.svdvals` of J built by `torch.func.jacrev`, for
   N ≤ `EXACT_MAX` (small widths only: J has N² entries).
 

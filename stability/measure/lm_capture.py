@@ -275,7 +275,10 @@ class _TransformersCapture(Capture):
             self.missing = f"{type(model).__name__} refused the recording attention ({type(exc).__name__}: {exc})"
         else:
             if _implementation(model) != RECORDING:
-                self.missing = f"{type(model).__name__} does not take its attention function from transformers' registry (set_attn_implementation left it at {self._before!r})"
+                self.missing = (
+                    f"{type(model).__name__} does not take its attention function from "
+                    f"transformers' registry (set_attn_implementation left it at {self._before!r})"
+                )
         _CURRENT.append(self)
 
     def remove(self) -> None:
@@ -305,7 +308,10 @@ class _SdpaMode(TorchFunctionMode):
 class _SdpaCapture(Capture):
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        self.missing = "its forward calls neither torch.nn.functional.scaled_dot_product_attention nor stability's AttentionProbs (docs/training.md, 'Your own language model')"
+        self.missing = (
+            "its forward calls neither torch.nn.functional.scaled_dot_product_attention nor "
+            "stability's AttentionProbs (docs/training.md, 'Your own language model')"
+        )
 
     @contextlib.contextmanager
     def _mode(self) -> Iterator[None]:

@@ -85,7 +85,8 @@ def stationary_distribution(
         pi = cur.reshape(-1) / cur.sum()
     if not residual <= 1e-10:
         raise ValueError(
-            f"the order-{order} chain over {vocab} tokens mixes too slowly for its stationary distribution to be found (residual {residual:.2g}); lower the concentration"
+            f"the order-{order} chain over {vocab} tokens mixes too slowly for its stationary distribution to "
+            f"be found (residual {residual:.2g}); lower the concentration"
         )
     return pi
 

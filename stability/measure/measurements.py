@@ -104,7 +104,8 @@ def encode(value: Any) -> Any:
     if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", None) == 0:  # a NumPy or torch scalar
         return encode(value.item())
     raise TypeError(
-        f"Measurements.extra: cannot serialise a {type(value).__module__}.{type(value).__qualname__}; register it with stability.measure.measurements.serializable"
+        f"Measurements.extra: cannot serialise a {type(value).__module__}.{type(value).__qualname__}; "
+        "register it with stability.measure.measurements.serializable"
     )
 
 

@@ -46,7 +46,8 @@ def block_list(blocks: nn.Module | Iterable[nn.Module] | Stack) -> list[nn.Modul
         found = find_blocks(blocks)
         if found is None:
             raise TypeError(
-                f"Stack.blocks is a {type(blocks.blocks).__name__}: give an nn.Sequential, an nn.ModuleList or a module with .blocks/.layers/.layer/.h/.block"
+                f"Stack.blocks is a {type(blocks.blocks).__name__}: give an nn.Sequential, an nn.ModuleList "
+                "or a module with .blocks/.layers/.layer/.h/.block"
             )
         return found
     if isinstance(blocks, nn.Sequential):
@@ -83,21 +84,22 @@ def probe(
 
     `blocks` is an `nn.Sequential` (its children are the blocks), an `nn.ModuleList`, any iterable
     of modules, or a `stability.Stack` (its `embedding` is applied to `x` when `x` holds token ids,
-    then its `stem`, both without gradient, and its `call_kwargs` are used). A whole model (a module holding a run of blocks,
-    `stability.families.discover.holds_blocks`: GPT2Model, LlamaModel, a timm or torchvision
-    network) is probed through its own forward, `x` being what it is called with (a tensor, or a
-    mapping of keyword arguments such as `{"input_ids": ids}`): its blocks are discovered and
-    measured at their boundaries with hooks (`stability.measure.forward.probe_model`); any other
-    module is one block. Each block is called as `block(h, **call_kwargs)` and the hidden state
-    taken from its result by `stability.families.adapters.hidden_state` (a tensor; else `last_hidden_state`
-    or `hidden_states`; else element 0 of a tuple or list). `loss="projection"` backpropagates
+    then its `stem`, both without gradient, and its `call_kwargs` are used). A whole model (a module
+    holding a run of blocks, `stability.families.discover.holds_blocks`: GPT2Model, LlamaModel, a
+    timm or torchvision network) is probed through its own forward, `x` being what it is called with
+    (a tensor, or a mapping of keyword arguments such as `{"input_ids": ids}`): its blocks are
+    discovered and measured at their boundaries with hooks
+    (`stability.measure.forward.probe_model`); any other module is one block. Each block is called
+    as `block(h, **call_kwargs)` and the hidden state taken from its result by
+    `stability.families.adapters.hidden_state` (a tensor; else `last_hidden_state` or
+    `hidden_states`; else element 0 of a tuple or list). `loss="projection"` backpropagates
     L = Σ y⊙r with r ~ N(0, 1) from `seed`; `"sum"` uses L = Σ y; `"mse"` uses
     L = mean((y − target)²). `grad_norm[l]` is the norm of the gradient that flows back through
     boundary l to the blocks before it: the sum over every use of the boundary, after any hook a
-    block set on that tensor (a block that clips the gradient through its input reports the
-    clipped one), and 0 where no gradient reaches it. With `checkpoint_every = N > 0`, blocks run in checkpointed segments
-    of N (recomputed during the backward pass): same numbers, less memory. `observers` add opt-in
-    measurements (`BoundaryObserver`); their results land in `.extra`.
+    block set on that tensor (a block that clips the gradient through its input reports the clipped
+    one), and 0 where no gradient reaches it. With `checkpoint_every = N > 0`, blocks run in
+    checkpointed segments of N (recomputed during the backward pass): same numbers, less memory.
+    `observers` add opt-in measurements (`BoundaryObserver`); their results land in `.extra`.
 
     Determinism and side effects: both passes run under `torch.random.fork_rng` with the global
     generator seeded from `rng_seed` (default: a stream derived from `seed`), and, when a module of
@@ -116,12 +118,14 @@ def probe(
     ):  # a whole model: probed through its own forward, `x` its inputs
         if call_kwargs is not None or checkpoint_every:
             raise ValueError(
-                f"probe({type(blocks).__name__}, …) runs the model's own forward, which passes its blocks what they need: call_kwargs and checkpoint_every do not apply"
+                f"probe({type(blocks).__name__}, …) runs the model's own forward, which passes its blocks "
+                "what they need: call_kwargs and checkpoint_every do not apply"
             )
         return probe_model(blocks, x, loss=loss, seed=seed, target=target, observers=observers, rng_seed=rng_seed)
     if not isinstance(x, torch.Tensor):
         raise TypeError(
-            f"probe(blocks, x): x is a {type(x).__name__}; blocks called one after another take a tensor (a whole model takes a mapping of its inputs)"
+            f"probe(blocks, x): x is a {type(x).__name__}; blocks called one after another take a tensor (a "
+            "whole model takes a mapping of its inputs)"
         )
     stem: nn.Module | None = None
     embedding: Callable[[torch.Tensor], torch.Tensor] | None = None
@@ -191,7 +195,8 @@ def blocks_forward(
                 found = out if isinstance(out, torch.Tensor) else hidden_state(out)
                 if found is None:
                     raise BlockError(
-                        f"block {i} ({type(modules[i]).__name__}) returned {type(out).__name__} with no tensor hidden state "
+                        f"block {i} ({type(modules[i]).__name__}) returned {type(out).__name__} with no "
+                        "tensor hidden state "
                         "(a tensor; else last_hidden_state or hidden_states; else element 0 of a tuple or list)"
                     )
                 h = found

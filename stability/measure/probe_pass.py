@@ -141,7 +141,9 @@ def prepared(
     those of `named_root` when given (named as its `named_parameters()` names them), else each
     module's as `"{i}.{name}"`; trainable ones only."""
     collecting = gc.isenabled()
-    gc.disable()  # the walk and the pass make thousands of small objects (tuples, hooks, handles) and no garbage cycles: up to ~1 ms of collections otherwise
+    # the walk and the pass make thousands of small objects (tuples, hooks, handles) and no garbage cycles: up to ~1 ms
+    # of collections otherwise
+    gc.disable()
     try:
         state = _ModuleState(
             [*modules, *also], named=named_root

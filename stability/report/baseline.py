@@ -3,8 +3,9 @@ observed number with a JSON report of an earlier run (the base branch's), on the
 fails when a number moved by more than the expectation's `drift`, either way.
 
 **Keying.** A baseline entry is one judged expectation of the report: (spec file, spec name,
-invariant, case string), the spec file in one normal form on both sides (`spec_key`). The case string fixes everything the builder uses, seed included, so
-replaying it is deterministic: on unchanged code it gives the same number, bit for bit.
+invariant, case string), the spec file in one normal form on both sides (`spec_key`). The case
+string fixes everything the builder uses, seed included, so replaying it is deterministic: on
+unchanged code it gives the same number, bit for bit.
 
 **The same cases.** The search of this run may pick other deciding cases than the baseline's
 (the architecture changed, so the closest case moved), so each baseline entry's own case is
@@ -222,7 +223,11 @@ def _judge(spec: Spec, entry: Entry, after: InvariantResult) -> tuple[DeltaStatu
     change = abs(relative_change(entry.verdict.observed, v.observed))
     if change == 0:
         return "within", "unchanged"
-    way = f"{'rose' if v.observed > entry.verdict.observed else 'fell'}, {'toward' if toward_bound(spec, after.name, entry.verdict, v) else 'away from'} its bound"
+    way = (
+        f"{'rose' if v.observed > entry.verdict.observed else 'fell'}, "
+        f"{'toward' if toward_bound(spec, after.name, entry.verdict, v) else 'away from'} "
+        "its bound"
+    )
     if change > limit:
         return "drift", f"{way}, by more than the drift limit"
     return "within", f"{way}, within the drift limit"
@@ -338,7 +343,10 @@ def fmt_limit(limit: float) -> str:
 
 def headline(c: Comparison) -> str:
     compared = c.compared
-    text = f"against the baseline {c.path}: {compared} expectation(s) compared on the same cases, {len(c.drifted)} moved past the drift limit"
+    text = (
+        f"against the baseline {c.path}: {compared} expectation(s) compared on the same cases, "
+        f"{len(c.drifted)} moved past the drift limit"
+    )
     lost = len(c.deltas) - compared
     if lost:
         text += f", {lost} not comparable"
@@ -376,7 +384,8 @@ def print_comparison(c: Comparison, console: Console, *, quiet: bool = False) ->
                 console.print(f"    reproduce: {escape(printable(d.reproduce))}", soft_wrap=True)
         elif d.status == "not_comparable":
             console.print(
-                f"[dim]n/a {escape(printable(str(d.key)))} at {escape(printable(d.key.case))}: not comparable: {escape(printable(d.why))}[/dim]",
+                f"[dim]n/a {escape(printable(str(d.key)))} at {escape(printable(d.key.case))}: not "
+                f"comparable: {escape(printable(d.why))}[/dim]",
                 soft_wrap=True,
             )
     for file, changes in c.changed.items():

@@ -54,13 +54,15 @@ def load_baseline(path: str, *, update: bool = False) -> Baseline:
             raise UsageError(f"--baseline {path}: is not a regular file; {_FIX}")
         if info.st_size > MAX_BYTES:
             raise UsageError(
-                f"--baseline {path}: is {info.st_size} bytes, over the limit of {MAX_BYTES} ({MAX_BYTES // 2**20} MiB) for a baseline; {_FIX}"
+                f"--baseline {path}: is {info.st_size} bytes, over the limit of {MAX_BYTES} "
+                f"({MAX_BYTES // 2**20} MiB) for a baseline; {_FIX}"
             )
         with open(path, "rb") as fh:
             raw = fh.read(MAX_BYTES + 1)  # (a file that grew since the stat is still bounded)
         if len(raw) > MAX_BYTES:
             raise UsageError(
-                f"--baseline {path}: is over the limit of {MAX_BYTES} bytes ({MAX_BYTES // 2**20} MiB) for a baseline; {_FIX}"
+                f"--baseline {path}: is over the limit of {MAX_BYTES} bytes ({MAX_BYTES // 2**20} MiB) for a "
+                f"baseline; {_FIX}"
             )
         text = raw.decode("utf-8")
     except FileNotFoundError:
@@ -73,7 +75,8 @@ def load_baseline(path: str, *, update: bool = False) -> Baseline:
         ) from None
     if _depth(text) > MAX_DEPTH:
         raise UsageError(
-            f"--baseline {path}: nests arrays and objects more than {MAX_DEPTH} deep, over the limit for a baseline (a JSON report nests 6); {_FIX}"
+            f"--baseline {path}: nests arrays and objects more than {MAX_DEPTH} deep, over the limit for a "
+            f"baseline (a JSON report nests 6); {_FIX}"
         )
     baseline = Baseline(path=path, entries=[])
     try:

@@ -66,7 +66,8 @@ def explain_text(name: str | None = None) -> str:
     if name not in INVARIANTS:
         names = INVARIANTS.names()
         raise UsageError(
-            f"unknown invariant '{name}'{did_you_mean(name, names)}; choose one of {', '.join(names)} (or run `stability explain` for the list)"
+            f"unknown invariant '{name}'{did_you_mean(name, names)}; choose one of {', '.join(names)} (or run "
+            "`stability explain` for the list)"
         )
     invariant = INVARIANTS.get(name)
     entry = invariant.explanation

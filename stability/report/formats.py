@@ -207,7 +207,8 @@ def summary_line(
     over = f"summed over {workers} workers: " if workers > 1 else ""
     return (
         f"{head}{len(results)} spec(s), {len(pairs)} expectation(s): {len(pairs) - failed - skipped - off} met, "
-        f"{failed} not met, {f'{skipped} not applicable, ' if skipped else ''}{f'{off} skipped in this profile, ' if off else ''}"
+        f"{failed} not met, "
+        f"{f'{skipped} not applicable, ' if skipped else ''}{f'{off} skipped in this profile, ' if off else ''}"
         f"{count_text(results)} in {seconds:.1f} s ({over}{', '.join(shown)})"
     )
 
@@ -220,7 +221,10 @@ def spec_line(res: SpecResult, seconds: float | None = None) -> str:
         mark = "n/a" if not r.applicable else "skipped" if r.skipped else "✓" if r.met else "✗"
         marks.append(f"{r.name} {mark}")
     took = res.seconds if seconds is None else seconds
-    return f"{'✓' if res.met else '✗'} {printable(res.spec.name)}: {', '.join(marks) or 'no expectation'}; {count_text([res])} in {took:.1f} s"
+    return (
+        f"{'✓' if res.met else '✗'} {printable(res.spec.name)}: {', '.join(marks) or 'no expectation'}; "
+        f"{count_text([res])} in {took:.1f} s"
+    )
 
 
 def judged_count(results: Iterable[SpecResult]) -> int:

@@ -167,7 +167,8 @@ def workflow_commands(
         if d.status in ("drift", "not_comparable") and comparison is not None:
             line = locate_expectation(d.key.file, d.key.invariant)
             text = printable(
-                f"{fmt(d.before)} → {fmt(d.after)} ({fmt_change(d)}, drift limit {fmt_limit(d.limit)}) at {d.key.case}: {d.why}"
+                f"{fmt(d.before)} → {fmt(d.after)} ({fmt_change(d)}, drift limit {fmt_limit(d.limit)}) at "
+                f"{d.key.case}: {d.why}"
             )
             if d.reproduce:
                 text += f"\nreproduce: {printable(d.reproduce)}"
@@ -229,7 +230,8 @@ def _table(results: list[SpecResult]) -> str:
             bound = v.bound if v is not None else ("not applicable" if not r.applicable else "")
             case = r.case.varying(res.spec) if r.case is not None else ""
             rows.append(
-                f"| {cell(res.spec.name)} | {cell(r.name)} | {r.expect} | {_mark(r)} | {cell(observed)} | {cell(bound)} | {cell(case)} |"
+                f"| {cell(res.spec.name)} | {cell(r.name)} | {r.expect} | {_mark(r)} | {cell(observed)} | "
+                f"{cell(bound)} | {cell(case)} |"
             )
     return "\n".join(rows)
 
@@ -244,7 +246,8 @@ def _baseline(comparison: Comparison) -> str:
         for d in comparison.deltas:
             mark = {"drift": "✗", "within": "✓"}.get(d.status, "n/a")
             rows.append(
-                f"| {cell(d.key.spec)} | {cell(d.key.invariant)} | {mark} | {fmt(d.before)} → {fmt(d.after)} | {fmt_change(d)} | {fmt_limit(d.limit)} | {cell(d.shown)} |"
+                f"| {cell(d.key.spec)} | {cell(d.key.invariant)} | {mark} | {fmt(d.before)} → {fmt(d.after)} "
+                f"| {fmt_change(d)} | {fmt_limit(d.limit)} | {cell(d.shown)} |"
             )
     for file, changes in comparison.changed.items():
         rows.append(f"\nChanged since the baseline in {cell(file)}: {cell('; '.join(changes))}")
@@ -260,7 +263,8 @@ def _failure(res: SpecResult, r: InvariantResult) -> str:
         parts.append(f"**suggest:** {cell(suggestion)}")
         if (best := res.suggestions.best) is not None:
             parts.append(
-                f"<details><summary>the spec diff of {cell(best.remedy)}</summary>\n\n{fence(printable_lines([best.diff]), 'diff')}\n\n</details>"
+                "<details><summary>the spec diff of "
+                f"{cell(best.remedy)}</summary>\n\n{fence(printable_lines([best.diff]), 'diff')}\n\n</details>"
             )
     detail = [f"error: {r.error}"] if r.error else []
     if r.verdict is not None and r.verdict.detail:
@@ -314,7 +318,8 @@ def _bounded(sections: list[str]) -> str:
         n = len(section.encode("utf-8")) + 2
         if size + n > SUMMARY_LIMIT - 200:
             out.append(
-                f"*{len(sections) - i} more section(s) left out: a step summary holds at most 1 MiB; the HTML and JSON reports have everything.*"
+                f"*{len(sections) - i} more section(s) left out: a step summary holds at most 1 MiB; the HTML "
+                "and JSON reports have everything.*"
             )
             break
         out.append(section)
@@ -332,5 +337,8 @@ def write_summary(text: str, environ: Mapping[str, str] = os.environ) -> str | N
         with os.fdopen(open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a", encoding="utf-8") as fh:
             fh.write(text)
     except OSError as exc:
-        return f"stability: warning: GITHUB_STEP_SUMMARY={printable(path)}: cannot append the job summary ({exc.strerror or exc}); the verdict is unchanged"
+        return (
+            f"stability: warning: GITHUB_STEP_SUMMARY={printable(path)}: cannot append the job summary "
+            f"({exc.strerror or exc}); the verdict is unchanged"
+        )
     return None

@@ -24,69 +24,13 @@ from stability.report.formats import summary_line
 from stability.report.outputs import write_atomic
 from stability.report.render import spec_pngs
 from stability.report.spec_plots import training_caption, variance_band
+from stability.report.style import CSS
 from stability.report.suggest import suggestion_line
 from stability.run.results import CaseRecord, InvariantResult, SpecResult
 from stability.spec.case import Case
 from stability.spec.registry import FAMILIES
 
-__all__ = ["CSS", "render_html", "write_html"]
-
-CSS = """
-:root { --ok: #1a7f37; --bad: #cf222e; --bad-bg: #ffebe9; --muted: #57606a; --line: #d0d7de; }
-* { box-sizing: border-box; }
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif; color: #1f2328;
-       margin: 0 auto; padding: 20px 28px 60px; max-width: 1400px; background: #fff; }
-h1 { font-size: 24px; margin: 0 0 4px; }
-h2 { font-size: 19px; margin: 0 0 6px; }
-h3 { font-size: 15px; margin: 16px 0 6px; }
-code, .mono { font: 12.5px/1.4 ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; }
-.summary { font-size: 15px; padding: 8px 12px; border-radius: 6px; margin: 10px 0 4px; }
-.summary.ok { background: #dafbe1; color: #116329; }
-.summary.failed { background: var(--bad-bg); color: #82071e; font-weight: 600; }
-.meta { color: var(--muted); margin: 0 0 14px; }
-table { border-collapse: collapse; width: 100%; }
-th, td { text-align: left; padding: 3px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
-th { background: #f6f8fa; font-weight: 600; white-space: nowrap; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.mark { text-align: center; font-size: 16px; width: 28px; }
-.ok .mark, .mark.ok { color: var(--ok); }
-.not_applicable .mark { color: var(--muted); }
-.failed .mark, .mark.failed, .error .mark { color: var(--bad); font-weight: 700; }
-tr.failed > td, tr.error > td { background: var(--bad-bg); }
-tr.failed > td.inv, tr.error > td.inv, table.cases tr.failed > td:first-child { box-shadow: inset 4px 0 0 var(--bad); }
-td.spec-name { background: #fff; font-weight: 600; border-right: 1px solid var(--line); }
-td.spec-name.failed { background: var(--bad-bg); }
-td.bound, td.inv { white-space: nowrap; }
-tr.detail > td { border-bottom: 2px solid var(--bad); font-size: 13px; padding: 2px 8px 8px 36px; }
-tr.detail code { display: inline-block; background: #fff; border: 1px solid #f5c2c0; border-radius: 4px;
-                 padding: 1px 6px; margin: 2px 0; word-break: break-all; }
-tr.deciding > td { background: #f6f8fa; font-weight: 600; }
-.case { overflow-wrap: anywhere; }
-a { color: #0969da; text-decoration: none; }
-a:hover { text-decoration: underline; }
-details > summary { cursor: pointer; color: var(--muted); white-space: nowrap; }
-details code { word-break: break-all; }
-section.spec { border: 1px solid var(--line); border-radius: 8px; padding: 14px 18px; margin: 22px 0; }
-section.spec.failed { border-color: var(--bad); box-shadow: inset 5px 0 0 var(--bad); }
-.family { display: inline-block; font-size: 12px; font-weight: 500; padding: 1px 8px; border-radius: 10px;
-          background: #ddf4ff; color: #0550ae; vertical-align: middle; margin-left: 6px; }
-.description { margin: 2px 0 6px; }
-.facts { color: var(--muted); margin: 0 0 8px; }
-.facts span + span::before { content: " · "; }
-ul.messages { margin: 6px 0 10px; padding-left: 0; list-style: none; }
-ul.messages li { margin: 3px 0; padding: 4px 8px; border-radius: 4px; }
-ul.messages li.failed, ul.messages li.error { background: var(--bad-bg); }
-ul.messages li .mark { font-weight: 700; margin-right: 4px; }
-ul.messages li.ok .mark { color: var(--ok); }
-ul.messages li.failed .mark, ul.messages li.error .mark { color: var(--bad); }
-ul.messages li.suggest { margin-left: 18px; border-left: 3px solid var(--ok); }
-ul.messages li.suggest pre { white-space: pre-wrap; font-size: 12px; }
-.plots { display: grid; grid-template-columns: repeat(auto-fit, minmax(520px, 1fr)); gap: 12px; margin: 8px 0; }
-.plots figure { margin: 0; }
-.plots img { width: 100%; max-width: 680px; height: auto; border: 1px solid #eaeef2; border-radius: 4px; }
-.plots figcaption { color: var(--muted); font-size: 12.5px; }
-table.cases td, table.cases th { font-size: 12.5px; padding: 3px 6px; }
-"""
+__all__ = ["render_html", "write_html"]
 
 
 def _e(value: object) -> str:
@@ -187,8 +131,11 @@ def _baseline_section(c: Comparison | None) -> str:
         cls = {"drift": "failed", "within": "ok"}.get(d.status, "not_applicable")
         mark = {"drift": "✗", "within": "✓"}.get(d.status, "n/a")
         rows.append(
-            f'<tr class="{cls}"><td>{_e(d.key.spec)}</td><td class="inv">{_e(d.key.invariant)}</td><td class="mark">{mark}</td>'
-            f'<td class="num">{_e(fmt(d.before))} → {_e(fmt(d.after))}</td><td class="num">{_e(fmt_change(d))}</td><td class="num">{_e(fmt_limit(d.limit))}</td>'
+            f'<tr class="{cls}"><td>{_e(d.key.spec)}</td><td class="inv">{_e(d.key.invariant)}</td><td '
+            f'class="mark">{mark}</td>'
+            f'<td class="num">{_e(fmt(d.before))} → {_e(fmt(d.after))}</td><td '
+            f'class="num">{_e(fmt_change(d))}</td><td '
+            f'class="num">{_e(fmt_limit(d.limit))}</td>'
             f'<td class="case mono">{_case_text(d.shown)}</td><td>{_e(d.why)}</td></tr>'
         )
     changed = "".join(
@@ -246,7 +193,8 @@ def _case_row(res: SpecResult, record: CaseRecord, roles: list[tuple[str, bool]]
             cells.append('<td class="mark" title="not applicable">—</td>')
             continue
         cells.append(
-            f'<td class="mark {"ok" if v.passed else "failed"}" title="{"holds" if v.passed else "violated"}">{_mark(v.passed)}</td>'
+            f'<td class="mark {"ok" if v.passed else "failed"}" '
+            f'title="{"holds" if v.passed else "violated"}">{_mark(v.passed)}</td>'
         )
     cells.append(f'<td class="num">{record.seconds:.2f}</td>')
     notes = [f"{'failing' if not met else 'deciding'} case of {name}" for name, met in roles]
@@ -260,8 +208,10 @@ def _case_row(res: SpecResult, record: CaseRecord, roles: list[tuple[str, bool]]
 
 
 _CASE_COLUMNS = (
-    "failed: ✗ when the case decided an unmet expectation or could not be measured; gradient ratio r₀ = ‖∂L/∂x₀‖ / ‖∂L/∂x_L‖; "
-    "max Var (or E(x²)) ratio: the largest ratio of a boundary's statistic to the input's; identity error: ‖f(x) − x‖ / ‖x‖; "
+    "failed: ✗ when the case decided an unmet expectation or could not be measured; gradient ratio r₀ = "
+    "‖∂L/∂x₀‖ / ‖∂L/∂x_L‖; "
+    "max Var (or E(x²)) ratio: the largest ratio of a boundary's statistic to the input's; identity error: "
+    "‖f(x) − x‖ / ‖x‖; "
     "one ✓/✗ column per invariant (— where it does not apply); seconds: build and probe time of the case."
 )
 
@@ -314,7 +264,8 @@ def _figures(res: SpecResult, pngs: PngSource = spec_pngs) -> str:
             ">II", png[16:24]
         )  # the PNG's own size (IHDR): a legend below the plot makes it taller
         parts.append(
-            f'<figure><img src="{uri}" alt="{_e(key)} plot of {_e(res.spec.name)}" width="{width}" height="{height}"><figcaption>{_e(figure_caption(res, key))}</figcaption></figure>'
+            f'<figure><img src="{uri}" alt="{_e(key)} plot of {_e(res.spec.name)}" width="{width}" '
+            f'height="{height}"><figcaption>{_e(figure_caption(res, key))}</figcaption></figure>'
         )
     return f'<div class="plots">{"".join(parts)}</div>'
 
@@ -345,7 +296,10 @@ def figure_caption(res: SpecResult, key: str) -> str:
         elif variance_band(res) is not None:
             bound = "Shaded: the ratios the spec allows. "
         else:
-            bound = f'No band: max_growth = "{vg.max_growth}" limits how the ratio grows with depth (judged from a fit over the probed depths), not its value at each boundary. '
+            bound = (
+                f'No band: max_growth = "{vg.max_growth}" limits how the ratio grows with depth (judged '
+                "from a fit over the probed depths), not its value at each boundary. "
+            )
         return what + bound + "A line that stops short has a zero or non-finite value there."
     ia = expect.identity_at_init
     bound = (
@@ -354,9 +308,12 @@ def figure_caption(res: SpecResult, key: str) -> str:
         else "Green line at 0: the bound, exactly 0 (bit-exact). "
     )
     return (
-        "Identity at initialisation, zero-branch cases only: at each boundary, the relative change of the second moment from "
-        "the input's (solid) and of the gradient norm from the output's (dashed); both stay at 0 while every block is the "
-        "identity, and a line leaves 0 after the first block that changes its input. Dots: the errors the invariant judges, "
+        "Identity at initialisation, zero-branch cases only: at each boundary, the relative change of the "
+        "second moment from "
+        "the input's (solid) and of the gradient norm from the output's (dashed); both stay at 0 while every "
+        "block is the "
+        "identity, and a line leaves 0 after the first block that changes its input. Dots: the errors the "
+        "invariant judges, "
         "‖f(x) − x‖/‖x‖ at the output and ‖∂L/∂x − ∂L/∂y‖/‖∂L/∂y‖ at the input. "
         + bound
         + "Symmetric-log axis: values below 1e-9 are drawn on a linear scale, so 0 is on the axis."
@@ -370,11 +327,13 @@ def _spec_section(index: int, res: SpecResult, pngs: PngSource = spec_pngs) -> s
         f"<span>file <code>{_e(spec.path)}</code></span>",
         f"<span>profile {_e(res.profile)}</span>",
         f"<span>{len(res.cases)} case(s) probed in {res.seconds:.1f} s</span>",
-        f"<span>family {_e(spec.family)}: {_e(FAMILIES.get(spec.family).description if spec.family in FAMILIES else spec.family)}</span>",
+        f"<span>family {_e(spec.family)}: "
+        f"{_e(FAMILIES.get(spec.family).description if spec.family in FAMILIES else spec.family)}</span>",
     ]
     return (
         f'<section class="spec {status}" id="{_anchor(index)}">'
-        f'<h2><span class="mark {status}">{_mark(res.met)}</span> {_e(spec.name)}<span class="family">{_e(spec.family)}</span></h2>'
+        f'<h2><span class="mark {status}">{_mark(res.met)}</span> {_e(spec.name)}<span '
+        f'class="family">{_e(spec.family)}</span></h2>'
         f'<p class="description">{_e(spec.description)}</p>'
         f'<p class="facts">{"".join(facts)}</p>'
         f"{_messages(res)}{_figures(res, pngs)}{_cases_table(res)}</section>"
@@ -408,7 +367,8 @@ def render_html(
     title = f"stability report: {'pass' if met else 'FAIL'}"
     return (
         "<!DOCTYPE html>\n"
-        f'<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, '
+        'initial-scale=1">'
         f"<title>{_e(title)}</title><style>{CSS}</style></head><body>"
         f"<header><h1>stability report</h1>"
         f'<p class="summary {"ok" if met else "failed"}">{_mark(met)} {_e(summary)}</p>'

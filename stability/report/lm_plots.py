@@ -53,17 +53,27 @@ MEAN_GID = "stability-lm-mean"
 
 #: What each figure kind shows (stability.report.html's captions).
 LM_CAPTIONS = {
-    "attention_logits": "Largest attention logit (over layers, heads, queries and the keys they see) at each recorded step (log scale). Dashed: the bound max_logit; red ✕: the first step over it.",
-    "lm_loss": "Training loss of each step's batch, before its update, against the step. A red ✕ marks a step whose loss was not finite.",
-    "log_z": "log Z of the output softmax at each recorded step: the mean over the scored tokens (line) and the smallest to the largest (shaded). "
+    "attention_logits": "Largest attention logit (over layers, heads, queries and the keys they see) at each "
+    "recorded step (log scale). Dashed: the bound max_logit; red ✕: the first step "
+    "over it.",
+    "lm_loss": "Training loss of each step's batch, before its update, against the step. A red ✕ marks a "
+    "step whose loss was not finite.",
+    "log_z": "log Z of the output softmax at each recorded step: the mean over the scored tokens (line) and "
+    "the smallest to the largest (shaded). "
     "Dashed: ±max_abs_logz from the step it is judged on; red ✕: the first step over it.",
-    "loss_spike": "Training loss of each step (line) and the ceiling max_factor × the mean of the window steps before it (dashed). "
+    "loss_spike": "Training loss of each step (line) and the ceiling max_factor × the mean of the window "
+    "steps before it (dashed). "
     "Red ✕: the step over the ceiling, or (when none is) the step closest to it.",
-    "early_warning": "The early-warning indicator as it stood at each recorded step of the first steps (left axis; log scale for the logit "
-    "indicators), the threshold (dashed), and the training loss so far (grey, right axis). Red ✕: the warning at the last step.",
-    "lr_losses": "Training loss against the step at each learning rate of the grid: the mean over the seeds of the ensemble (thick) and each seed (thin).",
-    "lr_curve": "Final held-out loss against the learning rate (log scale), the learning-rate sensitivity curve of Wortsman et al. 2023: each seed (thin), "
-    "their mean (thick); a diverged run is drawn at the initial loss L₀ (its value in the LRS). Dotted: L₀ and the task's entropy rate H.",
+    "early_warning": "The early-warning indicator as it stood at each recorded step of the first steps (left "
+    "axis; log scale for the logit "
+    "indicators), the threshold (dashed), and the training loss so far (grey, right axis). Red ✕: the "
+    "warning at the last step.",
+    "lr_losses": "Training loss against the step at each learning rate of the grid: the mean over the seeds "
+    "of the ensemble (thick) and each seed (thin).",
+    "lr_curve": "Final held-out loss against the learning rate (log scale), the learning-rate sensitivity "
+    "curve of Wortsman et al. 2023: each seed (thin), "
+    "their mean (thick); a diverged run is drawn at the initial loss L₀ (its value in the LRS). Dotted: L₀ "
+    "and the task's entropy rate H.",
 }
 
 
@@ -278,7 +288,7 @@ def lr_loss_figure(extra: dict[str, Any]) -> Figure:
 
 
 def _capped(values: Sequence[float | None], initial: float) -> list[float]:
-    """A diverged run's final loss is L₀, as in the LRS (stability.judge.lm_invariants.lrs_of)."""
+    """A diverged run's final loss is L₀, as in the LRS (stability.judge.lr_sensitivity.lrs_of)."""
     return [min(v, initial) if v is not None and math.isfinite(v) else initial for v in values]
 
 

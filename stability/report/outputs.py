@@ -107,7 +107,8 @@ def check_replaceable(path: Path, option: str = "report") -> None:
         raise UsageError(f"{option} {path}: cannot be checked ({exc.strerror}); choose another path") from None
     if kind is not None:
         raise UsageError(
-            f"{option} {path}: is {kind}, not a regular file; a report only ever replaces a regular file, choose a file path"
+            f"{option} {path}: is {kind}, not a regular file; a report only ever replaces a regular file, "
+            "choose a file path"
         )
 
 
@@ -124,7 +125,8 @@ def _check_ours(path: Path, kind: str, option: str, shown: str) -> None:
         raise UsageError(f"{option} {shown}: {path} cannot be read ({exc.strerror}); choose another path") from None
     if head and not _SIGNATURES[kind].match(head):
         raise UsageError(
-            f"{option} {shown}: {path} exists and is not a stability {kind} report; a report never replaces a file it did not write, so choose another path or delete that file first"
+            f"{option} {shown}: {path} exists and is not a stability {kind} report; a report never replaces a "
+            "file it did not write, so choose another path or delete that file first"
         )
 
 
@@ -159,7 +161,8 @@ def _names_fit(target: Path, option: str, shown: str) -> None:
         if size > name_max:
             cut = part if len(part) <= 40 else part[:37] + "..."
             raise UsageError(
-                f"{option} {cut if len(shown) > 80 else shown}: the name {cut!r} is {size} bytes, and the file system allows {name_max}; choose a shorter name"
+                f"{option} {cut if len(shown) > 80 else shown}: the name {cut!r} is {size} bytes, and the "
+                f"file system allows {name_max}; choose a shorter name"
             )
 
 
@@ -219,7 +222,8 @@ def check_report_path(
         )
     if raw.strip() == "-":  # not standard output: the terminal report is written there already
         raise UsageError(
-            f"{option} -: reports are written to files, not to standard output; give a {'folder' if page else f'file name such as {example}'}"
+            f"{option} -: reports are written to files, not to standard output; give a "
+            f"{'folder' if page else f'file name such as {example}'}"
         )
     given = Path(raw)
     _names_fit(given, option, raw)  # before any stat: a name that is too long makes every call on it fail
@@ -242,7 +246,8 @@ def check_report_path(
     resolved = target.resolve()
     if protected and resolved in protected:
         raise UsageError(
-            f"{option} {raw}: is the input spec {protected[resolved]}; a report must not overwrite a spec, choose another path"
+            f"{option} {raw}: is the input spec {protected[resolved]}; a report must not overwrite a spec, "
+            "choose another path"
         )
     if kind is not None:
         _check_ours(target, kind, option, raw)

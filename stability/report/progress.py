@@ -2,9 +2,10 @@
 
 - On a terminal (and not under CI): rich's progress bar on stderr, cleared when the run ends.
 - Anywhere else (a CI log, output redirected to a file): one line per spec on stdout as it
-  finishes (when there are several: one spec's line would repeat its summary) (`stability.report.formats.spec_line`: its name, each expectation's verdict, what ran,
-  and its time), and, while no spec finishes for `heartbeat` seconds, a heartbeat line naming the
-  specs still running and for how long, so a long spec is never a silent log. The period is
+  finishes (when there are several: one spec's line would repeat its summary)
+  (`stability.report.formats.spec_line`: its name, each expectation's verdict, what ran, and its
+  time), and, while no spec finishes for `heartbeat` seconds, a heartbeat line naming the specs
+  still running and for how long, so a long spec is never a silent log. The period is
   `HEARTBEAT_ENV` seconds (default `HEARTBEAT_S`; `0` turns the heartbeat off).
 - With `--quiet`: nothing until the summary.
 
@@ -140,7 +141,10 @@ class RunProgress:
         running = ", ".join(
             f"{printable(self.labels[i])} (running {duration(now - t)})" for i, t in sorted(self.running.items())
         )
-        return f"… still running: {running or 'nothing'}; {self.done} of {len(self.labels)} {self.noun} done in {duration(now - self.t0)}"
+        return (
+            f"… still running: {running or 'nothing'}; {self.done} of {len(self.labels)} {self.noun} done "
+            f"in {duration(now - self.t0)}"
+        )
 
     def _beat(self) -> None:
         while not self.stop.wait(min(self.period, max(0.05, self.last_line + self.period - time.monotonic()))):

@@ -54,7 +54,8 @@ def provenance_changes(before: dict[str, Any] | None, now: dict[str, Any]) -> li
     was, nowf = before.get("factory") or {}, now["factory"] or {}
     if was.get("sha256") != nowf.get("sha256") or was.get("module") != nowf.get("module"):
         out.append(
-            f"the factory module {nowf.get('module') or was.get('module')} (sha256 {was.get('sha256')} → {nowf.get('sha256')})"
+            f"the factory module {nowf.get('module') or was.get('module')} (sha256 {was.get('sha256')} → "
+            f"{nowf.get('sha256')})"
         )
     if before.get("harness") != now["harness"]:
         out.append(f"the harness ({before.get('harness')} → {now['harness']})")

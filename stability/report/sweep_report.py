@@ -16,9 +16,9 @@ from pathlib import Path
 
 from stability.errors import UsageError
 from stability.numbers import number_text
-from stability.report.html import CSS
 from stability.report.outputs import write_atomic
 from stability.report.phase import MEASURES, heatmap_figure, measure_values, overlay_for, to_png, x_axis_key
+from stability.report.style import CSS
 from stability.run.grid import Value, fixed_text, point_key
 from stability.run.store import budget_text
 from stability.run.sweep import SweepResult
@@ -59,14 +59,17 @@ def _budget_table(result: SweepResult) -> str:
         repro = f"<div>reproduce: <code>{_e(b.reproduce)}</code></div>" if b.reproduce else ""
         case = f'<span class="mono case">{_e(b.deciding_case)}</span>' if b.deciding_case and failing else ""
         rows.append(
-            f'<tr class="{cls}"><td>{_e(_slice_text(b.slice))}</td><td class="inv">{_e(b.invariant)}</td><td class="num">{_e(budget_text(b))}</td><td>{case}{why}{repro}</td></tr>'
+            f'<tr class="{cls}"><td>{_e(_slice_text(b.slice))}</td><td class="inv">{_e(b.invariant)}</td><td '
+            f'class="num">{_e(budget_text(b))}</td><td>{case}{why}{repro}</td></tr>'
         )
     head = "".join(
         f"<th>{h}</th>" for h in ("slice", "invariant", "depth budget", "deciding case (first failing depth)")
     )
     return (
-        f"<p>For each slice of the grid and each declared invariant: the largest depth in [{lo}, {hi}] at which it holds on "
-        f"every one of the {len(result.seeds)} seeds, found by bisection. The deciding case is the first seed that fails one "
+        f"<p>For each slice of the grid and each declared invariant: the largest depth in [{lo}, {hi}] at "
+        "which it holds on "
+        f"every one of the {len(result.seeds)} seeds, found by bisection. The deciding case is the first seed "
+        "that fails one "
         f"block deeper.</p>"
         f'<table class="budgets"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
     )
@@ -93,11 +96,16 @@ def _heatmaps(result: SweepResult, x: str | None) -> str:
             caption = (
                 f"{MEASURES[measure]}. Blue: shrinks over depth; red: grows; grey: not measured. "
                 "White diamonds: the bisected depth budget of "
-                f"{'gradient_arrival' if measure == 'gradient' else 'variance_growth'} per column; triangles: it still holds at the "
+                f"{'gradient_arrival' if measure == 'gradient' else 'variance_growth'} per column; triangles: "
+                "it still holds at the "
                 "deepest depth searched."
             )
             if overlay is not None:
-                caption += f" Dashed: the mean-field depth scale 6ξ, ξ = 1/|ln χ₁| ({overlay[0]}, σ_b² = {overlay[1]:.3g}); dotted: χ₁ = 1, the order-to-chaos boundary (Schoenholz et al. 2017)."
+                caption += (
+                    f" Dashed: the mean-field depth scale 6ξ, ξ = 1/|ln χ₁| ({overlay[0]}, σ_b² = "
+                    f"{overlay[1]:.3g}); dotted: χ₁ = 1, the order-to-chaos boundary (Schoenholz et "
+                    "al. 2017)."
+                )
                 ga = result.spec.expect.gradient_arrival
                 if (
                     measure == "gradient"
@@ -111,10 +119,14 @@ def _heatmaps(result: SweepResult, x: str | None) -> str:
                         f" Dash-dotted: the depth at which the mean-field r₀ ≈ χ₁^(L/2) leaves [{ga.lo:g}, {ga.hi:g}]."
                     )
                 elif measure == "gradient" and ga is not None:
-                    caption += " The spec's bounds are e^(∓3), so r₀ ≈ χ₁^(L/2) leaves them at L = 6ξ: the diamonds should follow the dashed line."
+                    caption += (
+                        " The spec's bounds are e^(∓3), so r₀ ≈ χ₁^(L/2) leaves them at L = 6ξ: the "
+                        "diamonds should follow the dashed line."
+                    )
             label = ", ".join(f"{k}={v}" for k, v in facet.items())
             parts.append(
-                f'<figure><img src="{uri}" alt="{_e(measure)} phase diagram {_e(label)}" width="640" height="520"><figcaption>{_e(caption)}</figcaption></figure>'
+                f'<figure><img src="{uri}" alt="{_e(measure)} phase diagram {_e(label)}" width="640" '
+                f'height="520"><figcaption>{_e(caption)}</figcaption></figure>'
             )
     return f'<div class="heatmaps">{"".join(parts)}</div>'
 
@@ -137,7 +149,8 @@ def _points_table(result: SweepResult) -> str:
         cells.append(f"<td>{_e('; '.join(errors))}</td>")
         rows.append(f'<tr class="{"failed" if p.failed else ""}">{"".join(cells)}</tr>')
     return (
-        f"<details><summary>{len(rows)} point(s) × {len(result.seeds)} seed(s); ✓/✗: the invariant holds on every seed</summary>"
+        f"<details><summary>{len(rows)} point(s) × {len(result.seeds)} seed(s); ✓/✗: the invariant holds on "
+        "every seed</summary>"
         f'<table class="cases"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table></details>"
     )
@@ -150,7 +163,8 @@ def render_sweep_html(result: SweepResult, *, x: str | None = None) -> str:
     generated = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     failed = sum(p.failed for p in result.points)
     summary = (
-        f"{len(result.points)} grid point(s) × {len(result.seeds)} seed(s) (seeds {result.seeds[0]}–{result.seeds[-1]}), "
+        f"{len(result.points)} grid point(s) × {len(result.seeds)} seed(s) (seeds "
+        f"{result.seeds[0]}–{result.seeds[-1]}), "
         f"{len(result.extra_points)} more for the budgets; {result.probed} probe(s) run on {result.workers} worker(s), "
         f"{result.cached} point(s) reused from the store, in {result.seconds:.1f} s"
         + (f"; {failed} point(s) could not be measured" if failed else "")
@@ -158,13 +172,16 @@ def render_sweep_html(result: SweepResult, *, x: str | None = None) -> str:
     title = f"stability sweep: {spec.name}"
     return (
         "<!DOCTYPE html>\n"
-        f'<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, '
+        'initial-scale=1">'
         f"<title>{_e(title)}</title><style>{CSS}{_EXTRA_CSS}</style></head><body>"
         f"<header><h1>{_e(title)}</h1>"
         f'<p class="summary ok">{_e(summary)}</p>'
-        f'<p class="meta">spec <code>{_e(spec.path)}</code> ({_e(spec.family)}: {_e(spec.description)}) · axes {_e(axes)} · '
+        f'<p class="meta">spec <code>{_e(spec.path)}</code> ({_e(spec.family)}: {_e(spec.description)}) · '
+        f"axes {_e(axes)} · "
         f"code {_e(result.code_version)} · generated {_e(generated)}</p>"
-        f'<p class="meta fixed">held fixed at every point: <span class="mono">{_e(fixed_text(spec, result.axes))}</span></p></header>'
+        '<p class="meta fixed">held fixed at every point: <span '
+        f'class="mono">{_e(fixed_text(spec, result.axes))}</span></p></header>'
         f"<main><h2>Depth budgets</h2>{_budget_table(result)}"
         f"<h2>Phase diagrams</h2>{_heatmaps(result, x)}"
         f"<h2>Points</h2>{_points_table(result)}</main></body></html>\n"

@@ -74,7 +74,9 @@ class LogSafe:
 
     def __init__(self, inner: TextIO | Any) -> None:
         self.inner = inner
-        self._line = ""  # what decides the next write's fate: the current line's blanks (and a colon), or a marker and its last characters
+        # what decides the next write's fate: the current line's
+        # blanks (and a colon), or a marker and its last characters
+        self._line = ""
 
     def write(self, text: str) -> int:
         context = self._line

@@ -35,9 +35,12 @@ CONE_GID = "stability-bound-cone"
 
 #: What each figure kind shows (stability.report.html's captions).
 CAPTIONS = {
-    "update_size": "RMS change of the activation after the optimizer steps, against the width (log-log), one line per boundary; "
-    "the judged boundary is thick. Shaded: the slopes the bound allows from the smallest width; red ✕: the first width outside it.",
-    "loss": "Training loss against the step for each trained depth (log scale). A red ✕ marks a step whose loss was not finite.",
+    "update_size": "RMS change of the activation after the optimizer steps, against the width (log-log), one "
+    "line per boundary; "
+    "the judged boundary is thick. Shaded: the slopes the bound allows from the smallest width; red ✕: the "
+    "first width outside it.",
+    "loss": "Training loss against the step for each trained depth (log scale). A red ✕ marks a step whose "
+    "loss was not finite.",
 }
 
 

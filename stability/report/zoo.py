@@ -16,8 +16,8 @@ from pathlib import Path
 
 from stability.errors import UsageError
 from stability.numbers import number_text
-from stability.report.html import CSS
 from stability.report.outputs import check_report_path, write_atomic
+from stability.report.style import CSS
 from stability.report.text import printable
 from stability.run.zoo import ZooRow
 
@@ -107,13 +107,15 @@ def check_markdown(path: str | Path, option: str = "--md") -> str:
         text = Path(path).read_text(encoding="utf-8") if Path(path).exists() else ""
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(
-            f"{option} {printable(raw)}: cannot be read as UTF-8 text ({getattr(exc, 'strerror', None) or exc}); choose another file"
+            f"{option} {printable(raw)}: cannot be read as UTF-8 text "
+            f"({getattr(exc, 'strerror', None) or exc}); choose another file"
         ) from None
     if not text:
         return f"# The zoo\n\n{BEGIN}\n{END}\n"
     if BEGIN not in text or END not in text or text.index(END) < text.index(BEGIN):
         raise UsageError(
-            f"{option} {printable(raw)}: has no zoo-table markers ({BEGIN} … {END}), so no part of it is the zoo table's to replace; add them where the table goes, or choose another file"
+            f"{option} {printable(raw)}: has no zoo-table markers ({BEGIN} … {END}), so no part of it is the "
+            "zoo table's to replace; add them where the table goes, or choose another file"
         )
     return text
 
@@ -152,8 +154,10 @@ def render_zoo_html(rows: Sequence[ZooRow], depths: Sequence[int], *, seconds: f
         )
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime())
     return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>stability zoo</title><style>{CSS}</style></head><body>"
-        f"<h1>The zoo</h1><p class='meta'>{len(rows)} families, depths {', '.join(map(str, depths))}; {when}, {seconds:.0f} s</p>"
+        "<!doctype html><html><head><meta charset='utf-8'><title>stability "
+        f"zoo</title><style>{CSS}</style></head><body>"
+        f"<h1>The zoo</h1><p class='meta'>{len(rows)} families, depths {', '.join(map(str, depths))}; {when}, "
+        f"{seconds:.0f} s</p>"
         f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></body></html>\n"
     )
 

@@ -1,1 +1,2 @@
-"""What drives stages 1-5: the search over cases, its executors (in-process, worker processes, Dask), the store and sweeps."""
+"""What drives stages 1-5: the search over cases, its executors
+(in-process, worker processes, Dask), the store and sweeps."""

@@ -4,17 +4,19 @@ A spec's factory and blocks run in its worker process (stability/run/worker.py),
 judges them, so a factory can replace that code or rewrite what the worker sends: patch a judge to
 always pass, or rewrite the results to "met". So the parent, which never imports a spec's code,
 takes from the worker only which cases each invariant's search judged and which one it found
-failing, and the measurements it streamed (and checks that what it calls not applicable is), and decides every expectation itself with its own,
-untouched `stability.run.conclude` (the same functions the engine uses, so an honest worker's
-results come out identical). Where the parent's conclusion differs from the worker's, it replaces
-it and the spec gets an error (exit 2) naming the case: the spec's code may have replaced part of
-the harness. Judging is cheap next to probing (scalars and short lists).
+failing, and the measurements it streamed (and checks that what it calls not applicable is), and
+decides every expectation itself with its own, untouched `stability.run.conclude` (the same
+functions the engine uses, so an honest worker's results come out identical). Where the parent's
+conclusion differs from the worker's, it replaces it and the spec gets an error (exit 2) naming the
+case: the spec's code may have replaced part of the harness. Judging is cheap next to probing
+(scalars and short lists).
 
 What this cannot catch: the measurements themselves are taken in the process the spec's code runs
 in, and code written to forge them (replacing the probe, or hiding a case's record) is beyond any
 in-process measurement; the training invariants' optimizer runs are judged in the worker (they run
-only the built-in families' code, never a factory's); the harness defends against code that crashes, hangs, exits, prints, leaks
-state or replaces the verdict, not against a factory built to falsify the numbers.
+only the built-in families' code, never a factory's); the harness defends against code that crashes,
+hangs, exits, prints, leaks state or replaces the verdict, not against a factory built to falsify
+the numbers.
 """
 
 from __future__ import annotations
@@ -47,7 +49,10 @@ def rejudge(result: SpecResult, *, replay: bool) -> str | None:
                 r.case is None or not_applicable_reason(spec, r.name, r.case) is None
             ):  # it does apply: it was not judged
                 where = f" at {r.case}" if r.case is not None else ""
-                line = f"{spec.path}::{r.name}: the worker reported it not applicable{where}, but it applies there{_TAMPERED}"
+                line = (
+                    f"{spec.path}::{r.name}: the worker reported it not applicable{where}, but it applies "
+                    f"there{_TAMPERED}"
+                )
                 result.results[i] = InvariantResult(
                     name=r.name,
                     expect=r.expect,
@@ -71,7 +76,10 @@ def rejudge(result: SpecResult, *, replay: bool) -> str | None:
             continue
         missing = [c for c in (*r.judged, *([r.case] if r.case is not None else [])) if c not in cases]
         if missing:
-            line = f"{spec.path}::{r.name}: the worker reported it judged case {missing[0]} but sent no measurements for it{_TAMPERED}"
+            line = (
+                f"{spec.path}::{r.name}: the worker reported it judged case {missing[0]} but sent no "
+                f"measurements for it{_TAMPERED}"
+            )
             result.results[i] = InvariantResult(
                 name=r.name,
                 expect=r.expect,
@@ -89,7 +97,10 @@ def rejudge(result: SpecResult, *, replay: bool) -> str | None:
         mine = _conclude(r, cases, replay=replay, spec=spec)
         if _same(mine, r):
             continue
-        line = f"{spec.path}::{r.name}: the worker reported it {'met' if r.met else 'not met'}, but {_why(spec, r, mine, cases)}{_TAMPERED}"
+        line = (
+            f"{spec.path}::{r.name}: the worker reported it {'met' if r.met else 'not met'}, but "
+            f"{_why(spec, r, mine, cases)}{_TAMPERED}"
+        )
         result.results[i] = InvariantResult(
             name=mine.name,
             expect=mine.expect,
@@ -125,7 +136,10 @@ def _why(spec: Any, r: InvariantResult, mine: InvariantResult, cases: dict[Case,
     if r.case is not None and r.verdict is not None:
         v = judge(spec, r.name, cases[r.case])
         if v.passed != r.verdict.passed:
-            return f"case {r.case} {'passes' if v.passed else 'fails'} when judged again from its measurements ({v.detail})"
+            return (
+                f"case {r.case} {'passes' if v.passed else 'fails'} when judged again from its "
+                f"measurements ({v.detail})"
+            )
     if mine.case is not None and mine.verdict is not None and not mine.verdict.passed:
         return f"case {mine.case} fails it when judged again from its measurements ({mine.verdict.detail})"
     return f"judged again from its measurements it is {'met' if mine.met else 'not met'} ({mine.message})"

@@ -207,7 +207,10 @@ def skipped_in_profile(
     spec: Spec, name: str, expectation: Any, profile_name: str, profiles: Sequence[str], key: str
 ) -> InvariantResult:
     """An invariant the spec runs in other profiles only (`probe.profiles`, `train.profiles`)."""
-    text = f"{spec.path}::{name}: skipped in profile {profile_name} ({key} = {', '.join(profiles)}); run it with --profile {profiles[0]}"
+    text = (
+        f"{spec.path}::{name}: skipped in profile {profile_name} ({key} = {', '.join(profiles)}); run it "
+        f"with --profile {profiles[0]}"
+    )
     return InvariantResult(
         name=name, expect=expectation.expect, met=True, verdict=None, case=None, examples=0, message=text, skipped=True
     )

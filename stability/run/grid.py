@@ -161,7 +161,8 @@ def _bounded(key: str, raw: str, n: int) -> None:
     if n > MAX_AXIS_VALUES:
         shown = raw if len(raw) <= 40 else raw[:37] + "..."
         raise UsageError(
-            f"--over {key}={shown}: {n} values; an axis has at most {MAX_AXIS_VALUES:,} (a sweep probes every one with every seed): give fewer"
+            f"--over {key}={shown}: {n} values; an axis has at most {MAX_AXIS_VALUES:,} (a sweep probes every "
+            "one with every seed): give fewer"
         )
 
 
@@ -178,7 +179,8 @@ def grid_size(axes: list[Axis]) -> int:
     if size > MAX_POINTS:
         shape = " × ".join(str(len(a.values)) for a in axes)
         raise UsageError(
-            f"--over: the grid has {shape} = {size:,} points; a sweep takes at most {MAX_POINTS:,}: give fewer values, or sweep in parts"
+            f"--over: the grid has {shape} = {size:,} points; a sweep takes at most {MAX_POINTS:,}: give "
+            "fewer values, or sweep in parts"
         )
     return size
 
@@ -240,13 +242,15 @@ def apply_point(spec: Spec, point: dict[str, Value], *, seed: int, device: str =
     if own_init and ({"sigma_w2", *_SPACE_FLOATS} & set(point)):
         key = next(k for k in ("sigma_w2", *_SPACE_FLOATS) if k in point)
         raise UsageError(
-            f"--over {key}: {spec.path} is a custom factory, which builds its own init, so {key} changes nothing; sweep a factory_args value instead"
+            f"--over {key}: {spec.path} is a custom factory, which builds its own init, so {key} changes "
+            "nothing; sweep a factory_args value instead"
         )
     init = case.get("weight_init", spec.space.weight_init[0])
     for key, needs, fix in (("init_std", "normal", "or sweep sigma_w2"), ("init_gain", "identity", "")):
         if key in point and init != needs:
             raise UsageError(
-                f'--over {key}: it applies to weight_init = "{needs}", and this point\'s init is {init!r}, so it changes nothing; add --over weight_init={needs}{" " + fix if fix else ""}'
+                f'--over {key}: it applies to weight_init = "{needs}", and this point\'s init is {init!r}, so '
+                f"it changes nothing; add --over weight_init={needs}{' ' + fix if fix else ''}"
             )
     if "sigma_w2" in point:
         width = int(case.get("width", spec.space.width[0]))

@@ -136,7 +136,8 @@ def check_least(spec: Spec, case: Case, budget: int) -> None:
         raise CaseError(
             f"refused: this case needs at least {format_bytes(least)} ({case.depth} blocks at "
             f"{format_bytes(least // max(case.depth, 1))} each for modules and autograd bookkeeping alone) "
-            f"and the memory budget is {format_bytes(budget)} ({_which(spec, case)}); narrow space.depth or raise --memory-budget (STABILITY_MEMORY_BUDGET)"
+            f"and the memory budget is {format_bytes(budget)} ({_which(spec, case)}); narrow space.depth or "
+            "raise --memory-budget (STABILITY_MEMORY_BUDGET)"
         )
 
 
@@ -169,7 +170,8 @@ def fit_budget(
     fits = f"; or {other.how} (about {format_bytes(other.need)})" if other is not None else ""
     raise CaseError(
         f"refused: this case needs about {format_bytes(est)} (parameters, saved activations and overhead) "
-        f"and the memory budget is {format_bytes(budget)} ({_which(spec, case)}); narrow space.depth/width/batch/tokens or "
+        f"and the memory budget is {format_bytes(budget)} ({_which(spec, case)}); narrow "
+        "space.depth/width/batch/tokens or "
         f"raise --memory-budget (STABILITY_MEMORY_BUDGET){fits}"
     )
 

@@ -64,7 +64,8 @@ def _load(name: str) -> ModuleType:
         ) from None
     except Exception as exc:
         raise UsageError(
-            f"plugin {name}: does not import ({' '.join(f'{type(exc).__name__}: {exc}'.split())}); fix it, or drop it from --plugin / ${PLUGINS_ENV}"
+            f"plugin {name}: does not import ({' '.join(f'{type(exc).__name__}: {exc}'.split())}); fix it, or "
+            f"drop it from --plugin / ${PLUGINS_ENV}"
         ) from None
     _loaded[key] = module
     return module

@@ -129,7 +129,8 @@ def _fetch(requirement: str, wheels: Path) -> None:
     if got.returncode != 0:
         last = (got.stderr.strip().splitlines() or ["pip failed"])[-1]
         raise UsageError(
-            f"release: cannot download {requirement} ({last}); check the version exists on PyPI as a wheel for Python {sys.version_info.major}.{sys.version_info.minor}"
+            f"release: cannot download {requirement} ({last}); check the version exists on PyPI as a wheel "
+            f"for Python {sys.version_info.major}.{sys.version_info.minor}"
         )
 
 
@@ -312,9 +313,9 @@ def _inside(paths: list[Path], *, profile: str, depths: str) -> int:
         gate = subprocess.run(
             [sys.executable, "-m", "stability", "check", *rest, "--profile", profile, "-q", "--jobs", "1"], check=False
         ).returncode
-    if (
-        gate == 5
-    ):  # stability check's "nothing was judged": the profile holds none of these specs' cases (their corner cases still run below)
+    # stability check's "nothing was judged": the profile holds none
+    # of these specs' cases (their corner cases still run below)
+    if gate == 5:
         print(f"matrix: the {profile} profile judges none of these specs", file=sys.stderr)
         gate = 0
     if not loaded:

@@ -172,7 +172,8 @@ class Store:
         if (app, version) != (APPLICATION_ID, SCHEMA_VERSION):
             raise refuse(
                 self.shown,
-                f"is not a results store of schema {SCHEMA_VERSION} (application_id {app:#x}, user_version {version}); give another --db path",
+                f"is not a results store of schema {SCHEMA_VERSION} (application_id {app:#x}, user_version "
+                f"{version}); give another --db path",
             )
 
     def __enter__(self) -> Store:
@@ -204,7 +205,8 @@ class Store:
         SQLite's limit on bound variables.)"""
         with self._sql():
             cur = self.db.execute(
-                "SELECT seed, case_text, measurements, error FROM probes WHERE spec_hash = ? AND code_version = ? AND point = ? AND device = ?",
+                "SELECT seed, case_text, measurements, error FROM probes WHERE spec_hash = ? AND "
+                "code_version = ? AND point = ? AND device = ?",
                 (spec_hash, code_version, point, device),
             )
             found = {seed: {"seed": seed, "case": case, "m": m, "error": err} for seed, case, m, err in cur}
@@ -260,7 +262,8 @@ class Store:
         ]
         with self._sql(), self._transaction():
             self.db.executemany(
-                "INSERT OR REPLACE INTO budgets (spec_hash, code_version, spec_name, slice, invariant, seeds, depth_range, device, budget, status, deciding_case, detail, reproduce) "
+                "INSERT OR REPLACE INTO budgets (spec_hash, code_version, spec_name, slice, invariant, "
+                "seeds, depth_range, device, budget, status, deciding_case, detail, reproduce) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 values,
             )
@@ -275,7 +278,8 @@ class Store:
         the spec's name (two specs of one name are two budgets)."""
         with self._sql():
             cur = self.db.execute(
-                "SELECT spec_hash, slice, invariant, seeds, depth_range, device, spec_name, budget, status, deciding_case FROM budgets WHERE code_version = ?",
+                "SELECT spec_hash, slice, invariant, seeds, depth_range, device, spec_name, budget, status, "
+                "deciding_case FROM budgets WHERE code_version = ?",
                 (code_version,),
             )
             return {

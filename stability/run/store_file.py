@@ -80,7 +80,8 @@ def inspect_store(path: Path, shown: str | Path) -> bool:
     if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
         raise refuse(
             shown,
-            "is not an SQLite database, so not a results store of stability; it was left as it is: give another --db path",
+            "is not an SQLite database, so not a results store of stability; it was left as it is: give "
+            "another --db path",
         )
     user_version = int.from_bytes(header[60:64], "big")
     application_id = int.from_bytes(header[68:72], "big")
@@ -88,13 +89,15 @@ def inspect_store(path: Path, shown: str | Path) -> bool:
         if user_version != SCHEMA_VERSION:
             raise refuse(
                 shown,
-                f"is a results store of schema {user_version}, and this stability reads schema {SCHEMA_VERSION}; {MOVE_AWAY}",
+                f"is a results store of schema {user_version}, and this stability reads schema "
+                f"{SCHEMA_VERSION}; {MOVE_AWAY}",
             )
         return True
     if application_id != 0:
         raise refuse(
             shown,
-            f"is the SQLite database of another application (application_id {application_id:#x}); it was left as it is: give another --db path",
+            f"is the SQLite database of another application (application_id {application_id:#x}); it was left "
+            "as it is: give another --db path",
         )
     tables = _tables(path, shown)
     if not tables and user_version == 0:
@@ -107,7 +110,8 @@ def inspect_store(path: Path, shown: str | Path) -> bool:
     listed = ", ".join(sorted(tables)) or f"none; user_version {user_version}"
     raise refuse(
         shown,
-        f"is an SQLite database of another application (tables: {listed}); it was left as it is: give another --db path",
+        f"is an SQLite database of another application (tables: {listed}); it was left as it is: give another "
+        "--db path",
     )
 
 
@@ -162,5 +166,6 @@ def refuse_unwritable(path: Path, shown: str | Path) -> None:
     if problem is not None:
         raise refuse(
             shown,
-            f"cannot be written ({problem.strerror}); a sweep stores its probes there: give a writable --db path (only --compare reads a store it cannot write)",
+            f"cannot be written ({problem.strerror}); a sweep stores its probes there: give a writable --db "
+            "path (only --compare reads a store it cannot write)",
         )

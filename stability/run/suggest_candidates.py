@@ -229,6 +229,9 @@ def attempt_of(
         return attempt, None
     if judged := judged_changes(spec, edited):
         attempt.status = "refused"
-        attempt.detail = f"it changes {', '.join(judged)}: a remedy may not change which cases are drawn or how they are judged, or the failing cases would simply not be run"
+        attempt.detail = (
+            f"it changes {', '.join(judged)}: a remedy may not change which cases are drawn or "
+            "how they are judged, or the failing cases would simply not be run"
+        )
         return attempt, None
     return attempt, edited

@@ -89,8 +89,10 @@ def compare(store: Store, rev_a: str, rev_b: str) -> Comparison:
     common = sorted(set(a) & set(b))
     if not common:
         raise UsageError(
-            f"--compare {rev_a} {rev_b}: nothing is comparable: no budget is stored under both {va} and {vb} for the same spec content, slice, "
-            f"invariant, seeds, depth range and device ({len(a)} under one, {len(b)} under the other); sweep the same spec and grid under both"
+            f"--compare {rev_a} {rev_b}: nothing is comparable: no budget is stored under both {va} and {vb} "
+            "for the same spec content, slice, "
+            f"invariant, seeds, depth range and device ({len(a)} under one, {len(b)} under the other); sweep "
+            "the same spec and grid under both"
         )
     moved: Moved = []
     for key in common:

@@ -51,8 +51,10 @@ def _check_memory(spec: Spec, entry: Invariant, expectation: Any, case: Case, bu
     need = entry.memory(spec, expectation, case)
     if need is not None and need > budget:
         raise CaseError(
-            f"refused: this case needs about {format_bytes(need)} for its training runs (the networks, the optimizer's state, the data and the outputs) "
-            f"and the memory budget is {format_bytes(budget)}; narrow space.width/depth/batch/tokens, lower the [train] sizes "
+            f"refused: this case needs about {format_bytes(need)} for its training runs (the networks, the "
+            "optimizer's state, the data and the outputs) "
+            f"and the memory budget is {format_bytes(budget)}; narrow space.width/depth/batch/tokens, lower "
+            "the [train] sizes "
             "(samples, outputs, vocab, eval_sequences) or raise STABILITY_MEMORY_BUDGET"
         )
 

@@ -420,7 +420,10 @@ class WorkerExecutor(Executor):
                     name = _signal_name(code)
                     what = f"the worker was killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
                 else:
-                    what = f"the worker exited with code {code} before reporting (sys.exit or os._exit in the spec's code?)"
+                    what = (
+                        f"the worker exited with code {code} before reporting (sys.exit or os._exit in the "
+                        "spec's code?)"
+                    )
                 where = f" while running case {trace.current}" if trace.current is not None else ""
                 trace.failure, trace.spec_error = f"{what}{where}", True
         return run.job.conclude(trace)

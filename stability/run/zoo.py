@@ -107,7 +107,8 @@ def _strip(name: str, prefix: str) -> str:
 
 
 def _prefix(model: str, block: str) -> str:
-    """The class-name prefix a model and its block share, up to a capital (`ConvNext` of `ConvNextModel`, `ConvNextLayer`)."""
+    """The class-name prefix a model and its block share, up to a
+    capital (`ConvNext` of `ConvNextModel`, `ConvNextLayer`)."""
     n = len(os.path.commonprefix([model, block]))
     while 0 < n < min(len(model), len(block)) and not (model[n].isupper() and block[n].isupper()):
         n -= 1
@@ -201,7 +202,8 @@ def _describe(spec: Spec) -> tuple[str, str, str, str, str, str]:
     net = build(spec, case)
     if net.model is None:
         raise UsageError(
-            f"{spec.path}: the zoo tabulates models probed through their own forward (family = \"library\"); this spec's family '{spec.family}' builds blocks"
+            f'{spec.path}: the zoo tabulates models probed through their own forward (family = "library"); '
+            f"this spec's family '{spec.family}' builds blocks"
         )
     block = net.model.blocks.modules[0]
     position, norms, positions = parameterisation(net.model.model, net.model.inputs, block)

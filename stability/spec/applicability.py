@@ -49,7 +49,10 @@ def not_applicable_reason(spec: Spec, name: str, case: Case) -> str | None:
     for key, values in _implicit(spec, name).items():
         value = getattr(case, key, None)
         if value not in values:
-            return f"{_SHOWN.get(key, key)}={value} {INVARIANTS.get(name).applies_reason} ({name} applies to {', '.join(map(str, values))})"
+            return (
+                f"{_SHOWN.get(key, key)}={value} {INVARIANTS.get(name).applies_reason} ({name} applies to "
+                f"{', '.join(map(str, values))})"
+            )
     for key, values in _rule(getattr(spec.expect, name)).items():
         value = getattr(case, key, None)
         if value not in values:

@@ -127,7 +127,8 @@ def parse_case_string(text: str, spec: Spec, *, device: str | None = None) -> Ca
             raise UsageError(f"--case {text!r}: '{item}' is not key=value; write e.g. depth=8,width=16")
         if key not in known:
             raise UsageError(
-                f"--case: unknown key '{key}'{did_you_mean(key, known + list(_ALIASES))}; known keys: {', '.join(['init', *known])}"
+                f"--case: unknown key '{key}'{did_you_mean(key, known + list(_ALIASES))}; known keys: "
+                f"{', '.join(['init', *known])}"
             )
         if key in given:
             raise UsageError(f"--case {text!r}: {_SHORT.get(key, key)} is given twice; give each key once")
@@ -166,7 +167,8 @@ def _check_inside(case: Case, spec: Spec) -> None:
         value = getattr(case, key)
         if value not in choices:
             raise UsageError(
-                f"--case: {_SHORT.get(key, key)}={value} is not in the spec's space {choices}{did_you_mean(value, choices)}"
+                f"--case: {_SHORT.get(key, key)}={value} is not in the spec's space "
+                f"{choices}{did_you_mean(value, choices)}"
             )
 
 

@@ -194,7 +194,8 @@ def check_combinations(spec: Spec, data: dict[str, Any]) -> None:
             f,
             "expect",
             "declares no invariant",
-            fix=f"add at least one of {', '.join(f'[expect.{name}]' for name in INVARIANTS.names())} (`stability explain NAME` describes each)",
+            fix=f"add at least one of {', '.join(f'[expect.{name}]' for name in INVARIANTS.names())} "
+            "(`stability explain NAME` describes each)",
         )
     check_lm_keys(spec, data)
     _check_training(spec)

@@ -122,7 +122,8 @@ def _widths(value: Any) -> Any:
     ):
         if value != sorted(set(value)) or value[0] < 1:
             raise ValueError(
-                f"must be at least two increasing positive widths (got {value}); write {sorted(set(v for v in value if v >= 1))}"
+                f"must be at least two increasing positive widths (got {value}); write "
+                f"{sorted(set(v for v in value if v >= 1))}"
             )
         return value
     raise ValueError("expected a list of at least two widths, e.g. [64, 128, 256, 512]")

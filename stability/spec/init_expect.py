@@ -135,7 +135,8 @@ def _check_node(node: ast.AST) -> None:
             _check_node(v)
     else:
         raise ValueError(
-            f"{ast.unparse(node)!r} is not allowed (numbers, config keys, + - * / ** %, comparisons, and/or, x if c else y, v[i], v[i:j], {', '.join(_FUNCTIONS)})"
+            f"{ast.unparse(node)!r} is not allowed (numbers, config keys, + - * / ** %, comparisons, and/or, "
+            f"x if c else y, v[i], v[i:j], {', '.join(_FUNCTIONS)})"
         )
 
 

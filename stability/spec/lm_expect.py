@@ -57,7 +57,8 @@ def _lr_grid(value: Any) -> Any:
         floats = [float(v) for v in value]
         if not all(math.isfinite(v) and v > 0 for v in floats) or floats != sorted(set(floats)):
             raise ValueError(
-                f"must be at least three increasing positive learning rates (got {value}); e.g. [0.001, 0.003, 0.01, 0.03, 0.1, 0.3]"
+                f"must be at least three increasing positive learning rates (got {value}); e.g. [0.001, "
+                "0.003, 0.01, 0.03, 0.1, 0.3]"
             )
         return floats
     raise ValueError("expected a list of at least three learning rates, e.g. [0.001, 0.003, 0.01, 0.03, 0.1, 0.3]")
@@ -98,14 +99,18 @@ class EarlyWarning(Expectation):
 
 LM_REFERENCES: dict[str, str] = {
     "wortsman": (
-        "Wortsman, Liu, Xiao, Everett, Alemi, Adlam, Co-Reyes, Gur, Kumar, Novak, Pennington, Sohl-Dickstein, Xu, Lee, Gilmer, Kornblith (2023). "
+        "Wortsman, Liu, Xiao, Everett, Alemi, Adlam, Co-Reyes, Gur, Kumar, Novak, Pennington, "
+        "Sohl-Dickstein, Xu, Lee, Gilmer, Kornblith (2023). "
         '"Small-scale proxies for large-scale Transformer training instabilities". arXiv:2309.14322.'
     ),
-    "dehghani": 'Dehghani et al. (2023). "Scaling Vision Transformers to 22 Billion Parameters" (qk-layernorm). ICML 2023, arXiv:2302.05442.',
+    "dehghani": 'Dehghani et al. (2023). "Scaling Vision Transformers to 22 Billion Parameters" '
+    "(qk-layernorm). ICML 2023, arXiv:2302.05442.",
     "palm": 'Chowdhery et al. (2022). "PaLM: Scaling Language Modeling with Pathways" (z-loss). arXiv:2204.02311.',
-    "gemma2": 'Gemma Team (2024). "Gemma 2: Improving Open Language Models at a Practical Size" (logit soft-capping). arXiv:2408.00118.',
+    "gemma2": 'Gemma Team (2024). "Gemma 2: Improving Open Language Models at a Practical Size" (logit '
+    "soft-capping). arXiv:2408.00118.",
     "sigma": (
-        'Zhai, Likhomanenko, Littwin, Busbridge, Ramapuram, Zhang, Gu, Susskind (2023). "Stabilizing Transformer Training by Preventing Attention Entropy Collapse" '
+        'Zhai, Likhomanenko, Littwin, Busbridge, Ramapuram, Zhang, Gu, Susskind (2023). "Stabilizing '
+        'Transformer Training by Preventing Attention Entropy Collapse" '
         "(sigma-reparam). ICML 2023, arXiv:2303.06296."
     ),
     "adamw": 'Loshchilov, Hutter (2019). "Decoupled Weight Decay Regularization". ICLR 2019, arXiv:1711.05101.',
@@ -204,7 +209,8 @@ of learning rates, sizes, qk-norm on and off and seeds (docs/training.md has the
         "references": ("wortsman", "dehghani"),
     },
     "lr_sensitivity": {
-        "summary": "the final loss depends little on the learning rate over a log grid (Wortsman et al.'s LR sensitivity)",
+        "summary": "the final loss depends little on the learning rate over a log grid (Wortsman et al.'s LR "
+        "sensitivity)",
         "computes": """\
 For each seed of an ensemble (the case's and seeds - 1 derived ones) and each learning rate eta
 of the grid lrs, the run of attention_logits at that rate; on held-out sequences,

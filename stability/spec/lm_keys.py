@@ -81,7 +81,8 @@ def check_lm_keys(spec: Spec, data: dict[str, Any]) -> None:
         raise SpecError(
             f,
             "space.branch_init",
-            "'zero' zeroes the last layer of each branch, whose sigma_reparam scale gamma/sigma(W) is undefined at W = 0",
+            "'zero' zeroes the last layer of each branch, whose sigma_reparam scale gamma/sigma(W) is "
+            "undefined at W = 0",
             value=s.branch_init,
             fix='use "default"',
         )
@@ -128,7 +129,8 @@ def _check_markov(spec: Spec, data: dict[str, Any]) -> None:
             "train.task",
             f"family '{spec.family}' {lacks[missing[0]]}",
             value="markov",
-            fix='use family = "transformer" (block.layer = "tokens"), "library" (a transformers causal LM) or "custom" (a factory returning the language model)',
+            fix='use family = "transformer" (block.layer = "tokens"), "library" (a transformers causal LM) '
+            'or "custom" (a factory returning the language model)',
         )
     lm_check = FAMILIES.get(spec.family).lm_check
     if lm_check is not None:
@@ -138,7 +140,8 @@ def _check_markov(spec: Spec, data: dict[str, Any]) -> None:
             raise SpecError(
                 f,
                 f"train.{key}",
-                "sizes the regression and label tasks; the language model reads vocab, order and the case's batch and tokens",
+                "sizes the regression and label tasks; the language model reads vocab, order and the case's "
+                "batch and tokens",
                 value=data["train"][key],
                 fix="remove it",
             )
@@ -175,7 +178,8 @@ def _check_markov(spec: Spec, data: dict[str, Any]) -> None:
         raise SpecError(
             f,
             "space.tokens",
-            f"an order-{t.order} chain scores the tokens after the first {t.order}, so a sequence needs at least {t.order}",
+            f"an order-{t.order} chain scores the tokens after the first {t.order}, so a sequence needs at "
+            f"least {t.order}",
             value=list(s.tokens or ()),
             fix=f"start the range at {t.order}",
         )
@@ -220,9 +224,12 @@ def check_library_lm(spec: Spec, data: Any) -> None:
         raise SpecError(
             f,
             "block.model",
-            'is not a transformers causal language model: the language-model run (train.task = "markov") trains a model from token ids to next-token logits',
+            'is not a transformers causal language model: the language-model run (train.task = "markov") '
+            "trains a model from token ids to next-token logits",
             value=opts.model,
-            fix='name a transformers class ending in ForCausalLM or LMHeadModel (e.g. "transformers:GPT2LMHeadModel", "transformers:LlamaForCausalLM") or its config class',
+            fix="name a transformers class ending in ForCausalLM or LMHeadModel (e.g. "
+            '"transformers:GPT2LMHeadModel", "transformers:LlamaForCausalLM") or its config '
+            "class",
         )
     vocab = opts.config.get("vocab_size")
     if vocab is not None and vocab != t.vocab:

@@ -174,13 +174,15 @@ class Invariant:
             for key in ("expect", "applies_when"):
                 if key not in self.expectation.model_fields:
                     problems.append(
-                        f"expectation {self.expectation.__name__} lacks the field {key!r}: derive it from stability.spec.schema.Expectation"
+                        f"expectation {self.expectation.__name__} lacks the field {key!r}: derive it from "
+                        "stability.spec.schema.Expectation"
                     )
         if self.phase == "probe" and self.judge is None:
             problems.append("a probe invariant needs judge(measurements, expectation) -> Verdict")
         if self.phase == "training" and (self.train is None or self.train_cases is None):
             problems.append(
-                "a training invariant needs train(spec, expectation, case, cache) -> Verdict and train_cases(expectation, case)"
+                "a training invariant needs train(spec, expectation, case, cache) -> Verdict and "
+                "train_cases(expectation, case)"
             )
         if self.phase not in ("probe", "training"):
             problems.append(f"phase {self.phase!r} is not 'probe' or 'training'")
@@ -330,7 +332,8 @@ class Registry(Generic[E]):
     def register(self, entry: E) -> E:
         if entry.name in self._entries:
             raise RegistryError(
-                f"{self.kind} {entry.name!r} is already registered ({_where(self._entries[entry.name])}); choose another name"
+                f"{self.kind} {entry.name!r} is already registered ({_where(self._entries[entry.name])}); "
+                "choose another name"
             )
         self._entries[entry.name] = entry
         try:
@@ -352,7 +355,8 @@ class Registry(Generic[E]):
             return self._entries[name]
         except KeyError:
             raise RegistryError(
-                f"unknown {self.kind} {name!r}{did_you_mean(name, self._entries)}; known: {', '.join(self._entries) or 'none'}"
+                f"unknown {self.kind} {name!r}{did_you_mean(name, self._entries)}; known: "
+                f"{', '.join(self._entries) or 'none'}"
             ) from None
 
     def names(self) -> tuple[str, ...]:

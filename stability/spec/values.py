@@ -87,7 +87,10 @@ def _int_space(lo: int, hi: int, values: tuple[int, ...] | None, multiple_of: in
     return IntSpace(lo, hi, values=values, multiple_of=multiple_of)
 
 
-_INT_FORMS = "expected an integer or a [lo, hi] pair of integers, or a table { values = [...] } or { range = [lo, hi], multiple_of = m }"
+_INT_FORMS = (
+    "expected an integer or a [lo, hi] pair of integers, or a table { values = [...] } or { range = "
+    "[lo, hi], multiple_of = m }"
+)
 
 
 def _is_int(v: Any) -> bool:
@@ -112,7 +115,9 @@ def _int_range(value: Any) -> Any:
         unknown = sorted(set(value) - {"values", "range", "multiple_of"})
         if unknown:
             raise ValueError(
-                f"unknown key '{unknown[0]}' in the table{did_you_mean(unknown[0], ['values', 'range', 'multiple_of'])}; {_INT_FORMS}"
+                f"unknown key '{unknown[0]}' in the "
+                f"table{did_you_mean(unknown[0], ['values', 'range', 'multiple_of'])}; "
+                f"{_INT_FORMS}"
             )
         if "values" in value:
             if set(value) != {"values"}:
@@ -182,7 +187,8 @@ def _range_schema(minimum: int) -> WithJsonSchema:
     return WithJsonSchema(
         {
             "anyOf": [one, pair, values, stepped],
-            "description": "n, an inclusive [lo, hi] range, { values = [...] }, or { range = [lo, hi], multiple_of = m }",
+            "description": "n, an inclusive [lo, hi] range, { values = [...] }, or { range = [lo, hi], "
+            "multiple_of = m }",
         }
     )
 
