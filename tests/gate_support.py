@@ -1,5 +1,6 @@
-"""Shared material for the tests/test_gate_*.py files: hostile factories, and a helper that runs
-`stability check` in a real subprocess (exits, kills and leaked threads only show there)."""
+"""Shared material for the tests of the gate against hostile input and code (test_cli_inputs, test_outputs,
+test_worker_isolation, test_factory_rule, …): hostile factories, and a helper that runs `stability check` in a real
+subprocess (exits, kills and leaked threads only show there)."""
 
 from __future__ import annotations
 

@@ -262,7 +262,7 @@ def draws_from_the_spec_alone() -> Iterator[None]:
     after a custom spec drew the factory module's literals as seeds and depths, and a run from
     pytest drew different cases from a run from the CLI. Inside this block the local pool is
     empty (Hypothesis's own global constants stay); the in-process and the worker paths give the
-    same cases, in any order. There is no public switch for this; tests/test_gate_executor.py
+    same cases, in any order. There is no public switch for this; tests/test_executor.py
     fails loudly if the internal it replaces goes away."""
     from hypothesis.internal.cache import LRUCache
     from hypothesis.internal.conjecture import providers
