@@ -127,7 +127,9 @@ def test_one_undefined_member_makes_the_ensembles_median_undefined() -> None:
     two left (which would hold the band [0.5, 2])."""
     grads = [[1.0, 1.0, 1.0]] * 3
     ones = [1.0, 1.0, 1.0]
-    ens = Ensemble([0, 1, 2], [[0.0, 1.0, 1.0], ones, ones], [ones] * 3, True, grads)
+    ens = Ensemble(
+        seeds=[0, 1, 2], act_var=[[0.0, 1.0, 1.0], ones, ones], act_sq_mean=[ones] * 3, vectorised=True, grad_norm=grads
+    )
     m = Measurements(grads[0], ones, ones, {}, None, None, None, extra={"stream_ensemble": ens})
     v = residual_stream(m, lo=0.5, hi=2.0, variance_lo=0.5, variance_hi=2.0)
     assert not v.passed and v.extra["variance"] is None and v.extra["per_member"]["variance"] == [None, 1.0, 1.0]
