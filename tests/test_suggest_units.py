@@ -148,7 +148,10 @@ def test_the_margin_is_each_fixed_invariant_s_severity_and_none_where_it_has_no_
     s = _suggest(tmp_path, script, both=True)
     assert [r.name for r in s.failing] == [NAME, "variance_growth"]
     margins = {a.remedy: a.margin for a in s.attempts if a.held}
-    assert margins["critical_init"][0] == pytest.approx(-math.log(2.0), rel=1e-9) and len(margins["critical_init"]) == 2
+    assert (
+        margins["critical_init"][0] == pytest.approx(-math.log(2.0), rel=1e-9, abs=0.0)
+        and len(margins["critical_init"]) == 2
+    )
     routed = [a for a in s.attempts if a.remedy.startswith("residual_route")]
     assert routed and all(a.margin[0] == math.inf and len(a.margin) == 2 for a in routed)
     assert all(a.to_dict()["margin"][0] is None for a in routed)

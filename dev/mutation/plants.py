@@ -1800,6 +1800,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["list", "check", "run", "tally"])
     parser.add_argument("--only", help="plant ids or module file names, comma-separated")
     parser.add_argument("--tests", help="run these test files instead of each plant's own (space-separated)")
+    parser.add_argument("--again", action="store_true", help="record what this run finds, even where it undoes a kill")
     args = parser.parse_args(argv)
     chosen = PLANTS
     if args.only:
@@ -1828,7 +1829,7 @@ def main(argv: list[str] | None = None) -> int:
         results = _load()
         for p in chosen:
             got = run_one(p, args.tests.split() if args.tests else None)
-            if got["status"] == "survived" and results.get(p.id, {}).get("status") == "killed":
+            if not args.again and got["status"] == "survived" and results.get(p.id, {}).get("status") == "killed":
                 print(f"{p.id}: survives these tests; kept as killed by {results[p.id].get('detail')}")
                 continue  # (a narrower run does not undo the kill of an earlier one)
             results[p.id] = got
