@@ -267,7 +267,7 @@ def test_the_warm_up_scans_until_a_stream_is_measured_and_leaves_the_process_as_
     from stability.families import library_scan
     from stability.run import scan
 
-    names = ["Broken", "Audio", "Tokens", "Images", "Late"]
+    names = ["Broken", "Audio", "Tokens", "Images", "Late"] + [f"M{i}" for i in range(scan.WARM_UP_MODELS)]
     monkeypatch.setattr(library_scan, "scan_targets", lambda library: [SimpleNamespace(name=n) for n in names])
     scanned: list[str] = []
 
@@ -288,7 +288,8 @@ def test_the_warm_up_scans_until_a_stream_is_measured_and_leaves_the_process_as_
     print("after")
     assert capfd.readouterr() == ("after\n", "")
     scanned.clear()
-    scan.warm_up("transformers:Tokens")  # one model: nothing to share, nothing scanned
+    few = ",".join(names[: scan.WARM_UP_MODELS - 1])
+    scan.warm_up(f"transformers:{few}")  # too few models to share the warm-up: nothing scanned
     assert scanned == []
     assert scan.warm_up_spec("timm", "vit_*") == "stability.run.scan:warm_up:timm:vit_*"
 
