@@ -309,3 +309,13 @@ def test_a_timm_swiglu_gate_starts_as_its_module_declares_it() -> None:
         and laws["blocks.*.mlp.fc1_g.bias"] == "constant(value=1.0)"
     )
     assert judged.deviations == ()  # timm's SwiGLU.init_weights, not init_weights_vit_timm's Linear rows
+
+
+def test_every_triaged_bug_described_in_the_docs_has_its_section_there() -> None:
+    import re
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "scan.md").read_text(encoding="utf-8")
+    headings = set(re.findall(r"^#+ (.+)$", docs, flags=re.MULTILINE))
+    cited = [m.group(1) for k in load_triage() if (m := re.search(r"docs/scan\.md, '(.*)'$", k.source))]
+    assert cited, "the shipped triage file cites no section of docs/scan.md"
+    assert [c for c in cited if c not in headings] == []
