@@ -319,3 +319,17 @@ def test_every_triaged_bug_described_in_the_docs_has_its_section_there() -> None
     cited = [m.group(1) for k in load_triage() if (m := re.search(r"docs/scan\.md, '(.*)'$", k.source))]
     assert cited, "the shipped triage file cites no section of docs/scan.md"
     assert [c for c in cited if c not in headings] == []
+
+
+def test_the_warm_up_is_named_to_the_server_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing.forkserver
+
+    from stability.run import processes
+
+    seen: list[str | None] = []
+    monkeypatch.setattr(
+        multiprocessing.forkserver, "ensure_running", lambda: seen.append(os.environ.get("STABILITY_WARM_UP"))
+    )
+    monkeypatch.delenv("STABILITY_WARM_UP", raising=False)
+    processes.start_server(warm_up="stability.run.scan:warm_up:timm:")
+    assert seen == ["stability.run.scan:warm_up:timm:"] and "STABILITY_WARM_UP" not in os.environ
