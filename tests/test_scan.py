@@ -184,9 +184,10 @@ def test_resume_skips_the_rows_stored_for_this_release_and_code(tmp_path: Path) 
     with ScanStore(tmp_path / "r.sqlite") as store:
         store.put(installed("transformers"), code_version(), _row("BertModel"))
         store.put("0.0.1", code_version(), _row("GPT2Model"))  # another release: not reused
-        plan = plan_scan("transformers", only="BertModel,GPT2Model", store=store, resume=True)
-        assert plan.names == ["BertModel", "GPT2Model"]
-        assert [j.name for j in plan.jobs] == ["GPT2Model"]
+        store.put(installed("transformers"), code_version(), _row("LlamaModel", status="timed out"))  # tried again
+        plan = plan_scan("transformers", only="BertModel,GPT2Model,LlamaModel", store=store, resume=True)
+        assert plan.names == ["BertModel", "LlamaModel", "GPT2Model"]
+        assert [j.name for j in plan.jobs] == ["LlamaModel", "GPT2Model"]
         assert plan.stored["BertModel"] == _row("BertModel")
         fresh = plan_scan("transformers", only="BertModel,GPT2Model", store=store, resume=False)
         assert [j.name for j in fresh.jobs] == ["BertModel", "GPT2Model"]
