@@ -184,9 +184,10 @@ def test_resume_skips_the_rows_stored_for_this_release_and_code(tmp_path: Path) 
     with ScanStore(tmp_path / "r.sqlite") as store:
         store.put(installed("transformers"), code_version(), _row("BertModel"))
         store.put("0.0.1", code_version(), _row("GPT2Model"))  # another release: not reused
-        plan = plan_scan("transformers", only="BertModel,GPT2Model", store=store, resume=True)
-        assert plan.names == ["BertModel", "GPT2Model"]
-        assert [j.name for j in plan.jobs] == ["GPT2Model"]
+        store.put(installed("transformers"), code_version(), _row("LlamaModel", status="timed out"))  # tried again
+        plan = plan_scan("transformers", only="BertModel,GPT2Model,LlamaModel", store=store, resume=True)
+        assert plan.names == ["BertModel", "LlamaModel", "GPT2Model"]
+        assert [j.name for j in plan.jobs] == ["LlamaModel", "GPT2Model"]
         assert plan.stored["BertModel"] == _row("BertModel")
         fresh = plan_scan("transformers", only="BertModel,GPT2Model", store=store, resume=False)
         assert [j.name for j in fresh.jobs] == ["BertModel", "GPT2Model"]
@@ -267,7 +268,7 @@ def test_the_warm_up_scans_until_a_stream_is_measured_and_leaves_the_process_as_
     from stability.families import library_scan
     from stability.run import scan
 
-    names = ["Broken", "Audio", "Tokens", "Images", "Late"]
+    names = ["Broken", "Audio", "Tokens", "Images", "Late"] + [f"M{i}" for i in range(scan.WARM_UP_MODELS)]
     monkeypatch.setattr(library_scan, "scan_targets", lambda library: [SimpleNamespace(name=n) for n in names])
     scanned: list[str] = []
 
@@ -288,7 +289,8 @@ def test_the_warm_up_scans_until_a_stream_is_measured_and_leaves_the_process_as_
     print("after")
     assert capfd.readouterr() == ("after\n", "")
     scanned.clear()
-    scan.warm_up("transformers:Tokens")  # one model: nothing to share, nothing scanned
+    few = ",".join(names[: scan.WARM_UP_MODELS - 1])
+    scan.warm_up(f"transformers:{few}")  # too few models to share the warm-up: nothing scanned
     assert scanned == []
     assert scan.warm_up_spec("timm", "vit_*") == "stability.run.scan:warm_up:timm:vit_*"
 
@@ -308,3 +310,27 @@ def test_a_timm_swiglu_gate_starts_as_its_module_declares_it() -> None:
         and laws["blocks.*.mlp.fc1_g.bias"] == "constant(value=1.0)"
     )
     assert judged.deviations == ()  # timm's SwiGLU.init_weights, not init_weights_vit_timm's Linear rows
+
+
+def test_every_triaged_bug_described_in_the_docs_has_its_section_there() -> None:
+    import re
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "scan.md").read_text(encoding="utf-8")
+    headings = set(re.findall(r"^#+ (.+)$", docs, flags=re.MULTILINE))
+    cited = [m.group(1) for k in load_triage() if (m := re.search(r"docs/scan\.md, '(.*)'$", k.source))]
+    assert cited, "the shipped triage file cites no section of docs/scan.md"
+    assert [c for c in cited if c not in headings] == []
+
+
+def test_the_warm_up_is_named_to_the_server_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing.forkserver
+
+    from stability.run import processes
+
+    seen: list[str | None] = []
+    monkeypatch.setattr(
+        multiprocessing.forkserver, "ensure_running", lambda: seen.append(os.environ.get("STABILITY_WARM_UP"))
+    )
+    monkeypatch.delenv("STABILITY_WARM_UP", raising=False)
+    processes.start_server(warm_up="stability.run.scan:warm_up:timm:")
+    assert seen == ["stability.run.scan:warm_up:timm:"] and "STABILITY_WARM_UP" not in os.environ

@@ -54,13 +54,20 @@ WARM_UP_ENV = "STABILITY_WARM_UP"
 def start_server(preload: Sequence[str] = (), *, warm_up: str | None = None) -> None:
     """Start the forkserver now; it imports torch, and the modules `preload` names (the families'
     `preload` of the run's specs, `stability.spec.load.preload_modules`), in the background, once
-    for every child it forks, then runs `warm_up` (`WARM_UP_ENV`). A server already running keeps
-    what it imported."""
-    if warm_up:
-        os.environ[WARM_UP_ENV] = warm_up
+    for every child it forks, then runs `warm_up` (`WARM_UP_ENV`: set for the server's start only,
+    so no later process of this one inherits it). A server already running keeps what it imported."""
     if preload:
         os.environ[PRELOAD_ENV] = ",".join(
             dict.fromkeys([*filter(None, os.environ.get(PRELOAD_ENV, "").split(",")), *preload])
         )
-    if get_context().get_start_method() == "forkserver":
+    if get_context().get_start_method() != "forkserver":
+        return
+    before = os.environ.pop(WARM_UP_ENV, None)
+    if warm_up:
+        os.environ[WARM_UP_ENV] = warm_up
+    try:
         multiprocessing.forkserver.ensure_running()
+    finally:
+        os.environ.pop(WARM_UP_ENV, None)
+        if before is not None:
+            os.environ[WARM_UP_ENV] = before

@@ -170,6 +170,10 @@ def scan_one(library: str, name: str, also: Sequence[str], options: ScanOptions)
 #: The most models `warm_up` tries, and its time limit for each (seconds).
 WARM_UP_TRIES, WARM_UP_SECONDS = 4, 60
 
+#: The fewest models a scan warms its server up for: each saves ~0.5 s of CPU, and the warm-up costs
+#: one model's scan (a detection model's: 30 s), so a scan of a few models goes without.
+WARM_UP_MODELS = 10
+
 
 def warm_up_spec(library: str, only: str | None = None) -> str:
     """The forkserver's warm-up for a scan of the models of `library` that match `only`
@@ -184,8 +188,8 @@ def warm_up(argument: str) -> None:
     the judge and the engine, the library's shared model code, torch's fake tensors) and pays only
     for its own model: transformers' BertModel took 1.9 s of CPU in a fresh worker and 0.3 s in one
     forked after this. The first of the scan's models whose stream is measured is the one (at most
-    `WARM_UP_TRIES`, each stopped after `WARM_UP_SECONDS`; none where the scan has one model: there
-    is nothing to share); its output goes nowhere. What a worker then measures is what it measured
+    `WARM_UP_TRIES`, each stopped after `WARM_UP_SECONDS`; none where the scan has fewer than
+    `WARM_UP_MODELS`: too little to share); its output goes nowhere. What a worker then measures is what it measured
     before: every build and draw is seeded by the job itself."""
     import contextlib
     import os
@@ -196,7 +200,7 @@ def warm_up(argument: str) -> None:
 
     library, _, only = argument.partition(":")
     names = select([t.name for t in scan_targets(library)], only or None)
-    if len(names) < 2:
+    if len(names) < WARM_UP_MODELS:
         return
 
     def stop(signum: int, frame: Any) -> None:

@@ -99,7 +99,8 @@ def plan_scan(
 ) -> ScanPlan:
     """The models of `library` matching `only`, one per build where `executor` keys them (the
     module docstring); with `resume`, the rows `store` (a `ScanStore`) holds for this release and
-    code version are reused and only the others get a job."""
+    code version are reused and only the others get a job, and a model that timed out (on a loaded
+    machine, or under a shorter `--case-timeout`) is tried again."""
     from stability.families.library_scan import scan_targets
     from stability.families.library_support import installed
     from stability.run.store_keys import code_version
@@ -120,6 +121,6 @@ def plan_scan(
         names = [n for n in names if first[keys[n]] == n]
         keyed = len(keys)
     stored = store.rows(library, release, code) if store is not None and resume else {}
-    stored = {n: r for n, r in stored.items() if n in names}
+    stored = {n: r for n, r in stored.items() if n in names and r.status != "timed out"}  # a time-out is no result
     jobs = [ScanJob(library, n, tuple(also[n]), options) for n in names if n not in stored]
     return ScanPlan(library, release, code, names, stored, jobs, keyed)
