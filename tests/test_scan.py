@@ -334,3 +334,17 @@ def test_the_warm_up_is_named_to_the_server_alone(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("STABILITY_WARM_UP", raising=False)
     processes.start_server(warm_up="stability.run.scan:warm_up:timm:")
     assert seen == ["stability.run.scan:warm_up:timm:"] and "STABILITY_WARM_UP" not in os.environ
+
+
+@pytest.mark.slow  # imports timm, builds a model
+def test_a_builder_that_makes_a_backbone_inside_a_partial_builds_it_again_at_the_reduced_size() -> None:
+    pytest.importorskip("timm")
+    from stability.families.library_scan import ScanTarget, plan_build
+    from stability.run.scan_init import judge_init
+
+    build = plan_build(ScanTarget(library="timm", name="vit_tiny_r_s16_p8_224"))  # partial(HybridEmbed, backbone=…)
+    assert (
+        build.model == "timm:vit_tiny_r_s16_p8_224"
+    )  # the registered builder, not VisionTransformer with a meta backbone
+    judged = judge_init(build.model, build.config(2), seed=0, file="<test>")
+    assert judged.judged > 0 and judged.note is None

@@ -184,10 +184,27 @@ def _shipped(target: ScanTarget) -> tuple[Target, dict[str, Any], Target | None]
     cls, args = constructor_arguments(target.library, target.name)
     registered = Target(target.library, target.name, "registered", target.library)
     classes = registry(target.library)[1]
-    built = any(isinstance(v, (nn.Module, torch.Tensor)) for v in args.values())  # a backbone built by the builder
+    built = any(_made(v) for v in args.values())  # a backbone the builder made, maybe inside a partial
     if classes.get(cls.__name__) is cls and not built:
         return registered, args, Target(target.library, cls.__name__, "model", target.library)
     return registered, args, None
+
+
+def _made(value: Any) -> bool:
+    """Whether `value` holds a module or tensor the builder made (timm's hybrid ViTs pass their
+    backbone inside `partial(HybridEmbed, backbone=...)`): built on the meta device by
+    `constructor_arguments`, it cannot be passed on, so the registered builder makes it again."""
+    import functools
+
+    if isinstance(value, (nn.Module, torch.Tensor)):
+        return True
+    if isinstance(value, functools.partial):
+        return any(_made(v) for v in (*value.args, *value.keywords.values()))
+    if isinstance(value, Mapping):
+        return any(_made(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_made(v) for v in value)
+    return False
 
 
 def _modality(model: Any, library: str) -> Modality:
