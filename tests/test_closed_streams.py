@@ -31,8 +31,9 @@ def _reports_complete(folder: Path, code: int) -> None:
     assert suite.get("tests") == "1" and suite.get("failures") == str(code)
 
 
-@pytest.mark.parametrize("tail", [pytest.param("true", marks=pytest.mark.slow), "head -1"])  # slow: nightly
-@pytest.mark.parametrize("which", [pytest.param("pass", marks=pytest.mark.slow), "fail"])
+@pytest.mark.slow  # check subprocesses behind a closed pipe; the default suite has stdout_and_stderr_closed…
+@pytest.mark.parametrize("tail", ["true", "head -1"])
+@pytest.mark.parametrize("which", ["pass", "fail"])
 def test_a_closed_pipe_on_stdout(tmp_path: Path, tail: str, which: str) -> None:
     text, code = SPECS[which]
     (tmp_path / "s.toml").write_text(text)
@@ -83,6 +84,7 @@ def test_stdout_and_stderr_closed_from_the_start(tmp_path: Path, which: str, wor
     _reports_complete(tmp_path, code)
 
 
+@pytest.mark.slow  # a check subprocess with both pipes closed; nightly
 def test_both_pipes_broken_before_the_first_write(tmp_path: Path) -> None:
     """The reader closes both pipes at once; a spec that does not load writes its error to the
     broken stderr, the other spec's table to the broken stdout: still exit 2, the report complete."""

@@ -183,6 +183,7 @@ def _without_seconds(value: Any) -> Any:
     return value
 
 
+@pytest.mark.slow  # three checks and a replay; nightly
 def test_a_dropout_spec_gives_identical_json_three_times_and_replays_bit_for_bit(
     cli: Callable[..., tuple[int, str, str]], tmp_path: Path
 ) -> None:

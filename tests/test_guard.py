@@ -281,7 +281,7 @@ def test_a_factory_that_is_slow_to_build_is_a_timeout_not_a_bad_spec(
     assert "ran past the per-case time limit" in out
 
 
-@pytest.mark.parametrize("where", ["--in-process", "--jobs=1"])
+@pytest.mark.parametrize("where", ["--in-process", pytest.param("--jobs=1", marks=pytest.mark.slow)])
 def test_a_spec_raises_the_run_case_timeout_to_its_own(cli: Cli, custom_spec: Callable[..., Path], where: str) -> None:
     """`[probe] case_timeout` raises the run's limit for the spec's cases (guard.case_limit), on the
     in-process path and in the parent that stops a worker alike; without it the same case is stopped."""
