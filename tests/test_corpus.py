@@ -236,3 +236,19 @@ def test_the_command_line_lists_its_options() -> None:
         timeout=60,
     )
     assert done.returncode == 0 and "--only" in done.stdout
+
+
+def test_a_hidden_package_is_not_found_beside_the_release(tmp_path: Path) -> None:
+    # (the Mamba releases import beside this environment's `kernels` only with it hidden)
+    release, other = tmp_path / "release", tmp_path / "other" / "pkgx"
+    release.mkdir()
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("")
+    code = "import importlib.util; print(importlib.util.find_spec('pkgx') is None)"
+    for hide, hidden in (((), "False"), (("pkgx",), "True")):
+        env = corpus.release_env(release, {**os.environ, "PYTHONPATH": str(other.parent)}, hide=hide)
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        assert done.stdout.strip() == hidden, done.stderr
+    assert (
+        tmp_path / "_hidden-pkgx" / "sitecustomize.py"
+    ).read_text() == "import sys\nsys.modules.setdefault('pkgx', None)\n"
