@@ -10,6 +10,7 @@ and with the table its class chooses (`stability.judge.init_tables.choose_table`
     python -m benchmarks.intent_scan --model transformers:OPTModel --config '{"hidden_size": 64}'
     python -m benchmarks.intent_scan --corpus      # each corpus bug, buggy and fixed release
     python -m benchmarks.intent_scan --zoo --extra --release transformers==4.56.2   # under another release
+    python -m benchmarks.intent_scan --all transformers --all timm --all torchvision   # whole libraries
 
 `--corpus` runs each release in a subprocess importing it from `.cache/corpus/` (benchmarks/corpus.py
 installs it, and hides what the entry's `hide` lists: `corpus.hidden_env`).
@@ -62,6 +63,74 @@ EXTRA: tuple[tuple[str, dict[str, Any]], ...] = (
     ("torchvision:convnext_tiny", {}),
     ("torchvision:swin_t", {}),
 )  # fmt: skip
+
+
+#: The widths a transformers config is built at where it has the key (`transformers_targets`).
+TINY: dict[str, int] = {
+    **dict.fromkeys(("hidden_size", "d_model", "n_embd", "embed_dim"), 64),
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers"), 2),
+    **dict.fromkeys(("num_attention_heads", "n_head", "encoder_attention_heads", "decoder_attention_heads"), 2),
+    **dict.fromkeys(("num_key_value_heads", "num_experts_per_tok"), 2),
+    **dict.fromkeys(("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff", "vocab_size"), 128),
+    **dict.fromkeys(("num_experts", "num_local_experts"), 4),
+    "max_position_embeddings": 64,
+    "head_dim": 32,
+    "d_kv": 32,
+    "image_size": 32,
+    "patch_size": 8,
+    "moe_intermediate_size": 32,
+}
+
+
+def transformers_targets() -> list[tuple[str, dict[str, Any], str]]:
+    """Every transformers base model class (`MODEL_MAPPING_NAMES`) whose config is not composite, at
+    the widths of `TINY` where its config has the key (a config that does not build from them fails
+    in the scan, said)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    out = []
+    for model_type, name in sorted(MODEL_MAPPING_NAMES.items()):
+        if not isinstance(name, str) or model_type not in CONFIG_MAPPING:
+            continue
+        try:
+            base = CONFIG_MAPPING[model_type]()
+        except Exception:  # a config without defaults: left out
+            continue
+        if getattr(base, "sub_configs", None):  # composite (vision + text): its parts are models of their own
+            continue
+        small = {
+            k: v
+            for k, v in TINY.items()
+            if isinstance(getattr(base, k, None), int) and not isinstance(getattr(base, k), bool)
+        }
+        out.append((f"transformers:{name}", small, model_type))
+    return out
+
+
+def timm_targets() -> list[tuple[str, dict[str, Any], str]]:
+    """One timm model of each of its model modules: the smallest by name (atto, femto, … tiny, small)."""
+    import timm
+    from timm.models import _registry
+
+    prefer = ("atto", "femto", "pico", "nano", "xxtiny", "xxs", "tiny", "xs", "small", "_s_", "b0", "18", "mobile")
+    by_module: dict[str, list[str]] = {}
+    for name in timm.list_models():
+        by_module.setdefault(_registry._model_to_module.get(name, "?"), []).append(name)
+
+    def rank(n: str) -> tuple[int, int]:
+        return next((i for i, p in enumerate(prefer) if p in n), len(prefer)), len(n)
+
+    return [(f"timm:{min(names, key=rank)}", {}, module) for module, names in sorted(by_module.items())]
+
+
+def torchvision_targets() -> list[tuple[str, dict[str, Any], str]]:
+    """Every torchvision classification model."""
+    from stability.families.library import quiet_imports
+
+    with quiet_imports():
+        import torchvision
+    return [(f"torchvision:{n}", {}, n) for n in torchvision.models.list_models(module=torchvision.models)]
 
 
 def judge_model(target: str, config: Mapping[str, Any], *, seed: int = 0) -> dict[str, Any]:
@@ -183,6 +252,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--zoo", action="store_true", help="every zoo spec's model")
     parser.add_argument("--extra", action="store_true", help="the models outside the zoo (EXTRA)")
     parser.add_argument("--corpus", action="store_true", help="the corpus bugs' models under their releases")
+    parser.add_argument(
+        "--all",
+        choices=("transformers", "timm", "torchvision"),
+        action="append",
+        default=[],
+        help="every base model of a library at a small config (transformers), one model per timm module, "
+        "every torchvision classification model",
+    )
     parser.add_argument("--model", help="one target, e.g. transformers:OPTModel")
     parser.add_argument("--config", default="{}", help="its config, as JSON")
     parser.add_argument("--json", type=Path, help="write every result here")
@@ -200,6 +277,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         jobs += [(t, c, t) for t, c in EXTRA]
     if args.model:
         jobs.append((args.model, json.loads(args.config), args.model))
+    sources = {"transformers": transformers_targets, "timm": timm_targets, "torchvision": torchvision_targets}
+    for library in args.all:
+        jobs += sources[library]()
     for target, config, label in jobs:
         start = time.perf_counter()
         try:
