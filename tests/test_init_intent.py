@@ -382,3 +382,27 @@ def test_no_zoo_family_deviates_from_its_own_intent() -> None:
         r = judge_model(target, config)
         assert r["intent"]["passed"] and r["class"]["passed"], (stem, r["intent"]["detail"], r["class"]["detail"])
         assert math.isfinite(r["seconds"])
+
+
+def test_a_model_whose_init_was_not_recorded_says_so_and_rows_alone_judge_it() -> None:
+    record = _record(lambda: nn.Linear(4, 4))
+    streamed = InitRecord(record.model, record.variables, record.parameters, None, unrecorded="streamed")
+    row = {"module": "Linear", "law": "uniform", "bound": "1 / sqrt(fan_in)", "source": "torch's default"}
+    v = _judge(streamed, rules=[row])
+    assert v.passed and "the init was not recorded (streamed): only rows judge" in v.detail
+    assert not _judge(streamed).measured  # nothing declares anything then
+
+
+def test_table_false_is_intent_alone_and_true_is_refused() -> None:
+    from stability.errors import SpecError
+    from stability.spec.load import parse_spec
+
+    text = (
+        'name = "t"\ndescription = "t"\nfamily = "library"\n[block]\nlayer = "tokens"\n'
+        'model = "transformers:GPT2Model"\nconfig = { n_embd = "width", n_layer = "depth", n_head = 2 }\n'
+        "[space]\ndepth = 2\nwidth = 8\nbatch = 2\n[expect.init_conformance]\ntable = TABLE\n"
+    )
+    pytest.importorskip("transformers")
+    assert parse_spec(text.replace("TABLE", "false"), file="t.toml").expect.init_conformance.table is False
+    with pytest.raises(SpecError, match="is true: name a table of stability/judge/init_rules.toml, or false for none"):
+        parse_spec(text.replace("TABLE", "true"), file="t.toml")
