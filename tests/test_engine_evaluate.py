@@ -197,15 +197,17 @@ def test_a_stacks_call_kwargs_reach_the_probe(tmp_path: Path) -> None:
     )  # 2³
 
 
-def test_a_replayed_case_outside_the_invariant_is_not_applicable() -> None:
+@pytest.mark.parametrize("expect", ["holds", "violated"])
+def test_a_replayed_case_outside_the_invariant_is_not_applicable_and_keeps_its_expectation(expect: str) -> None:
     spec = parse_spec(
         'name = "p"\ndescription = "d"\nfamily = "preact"\n[space]\ndepth = 2\nwidth = 4\nbatch = '
-        '2\nbranch_init = ["default", "zero"]\n[expect.identity_at_init]\n',
+        f'2\nbranch_init = ["default", "zero"]\n[expect.identity_at_init]\nexpect = "{expect}"\n',
         file="specs/p.toml",
     )
     (r,) = run_spec(spec, RunOptions(), case="branch_init=default").results
-    assert (r.name, r.met, r.verdict, r.examples, r.applicable, r.status) == (
+    assert (r.name, r.expect, r.met, r.verdict, r.examples, r.applicable, r.status) == (
         "identity_at_init",
+        expect,
         True,
         None,
         0,

@@ -95,21 +95,6 @@ def test_a_replayed_failure_is_worded_as_a_replay(monkeypatch: pytest.MonkeyPatc
     assert r.message == f"specs/e.toml::gradient_arrival: expected to hold, but it fails at {r.case}: depth 6"
 
 
-def test_a_replayed_case_outside_the_invariant_keeps_its_expectation() -> None:
-    spec = _spec(
-        'branch_init = ["default", "zero"]', '[expect.identity_at_init]\nexpect = "violated"\n', family="preact"
-    )
-    (r,) = run_spec(spec, RunOptions(), case="branch_init=default").results
-    assert (r.name, r.expect, r.met, r.applicable, r.examples, r.verdict) == (
-        "identity_at_init",
-        "violated",
-        True,
-        False,
-        0,
-        None,
-    )
-
-
 def test_the_depth_bisection_accepts_a_plain_lo_hi_pair(monkeypatch: pytest.MonkeyPatch) -> None:
     """`_smallest_depth` reads `constrained` only where the space has it: a (lo, hi) tuple is a range."""
     monkeypatch.setattr(

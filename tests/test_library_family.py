@@ -348,20 +348,6 @@ def test_a_factory_returning_a_whole_model_whose_inputs_the_harness_cannot_make_
     assert len(err.strip().splitlines()) == 1
 
 
-def test_a_spec_outside_its_profiles_skips_its_probe_invariants_and_a_case_replays() -> None:
-    spec = _spec(probe_table='[probe]\nprofiles = ["thorough"]\n')
-    result = run_spec(spec, RunOptions(profile="ci"))
-    (r,) = result.results
-    assert (
-        r.skipped
-        and r.met
-        and "skipped in profile ci (probe.profiles = thorough); run it with --profile thorough" in r.message
-    )
-    assert not result.cases  # nothing was built
-    (replayed,) = run_spec(spec, RunOptions(profile="ci"), case="depth=2").results
-    assert not replayed.skipped and replayed.verdict is not None
-
-
 @pytest.mark.slow  # a worker pool importing the libraries; nightly
 def test_the_worker_forkserver_preloads_the_libraries_of_the_run(tmp_path: Path) -> None:
     from stability.spec.load import preload_modules

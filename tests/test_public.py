@@ -110,12 +110,17 @@ def test_the_export_check_refuses_what_the_module_and_its_all_disagree_on() -> N
         check_exports("m", ["Here", "Here", "extra"], {}, namespace)
 
 
-def test_importing_the_public_modules_imports_no_torch() -> None:
+def test_importing_the_public_modules_registers_the_catalogues_and_imports_no_torch() -> None:
+    """A fresh process that imports `stability` and `stability.extend` has every invariant and family
+    registered (the counts this process sees) and has not imported torch."""
+    from stability.spec.registry import FAMILIES, INVARIANTS
+
     code = (
-        "import sys, stability, stability.extend\nprint('torch' in sys.modules, len(stability.extend.INVARIANTS) > 0)"
+        "import sys, stability, stability.extend\nfrom stability.spec.registry import FAMILIES\n"
+        "print(len(stability.extend.INVARIANTS), len(FAMILIES), 'torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["False", "True"]
+    assert out == [str(len(INVARIANTS)), str(len(FAMILIES)), "False"]
 
 
 def test_an_extension_registers_through_the_public_module_alone() -> None:
