@@ -58,12 +58,11 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--json", metavar="FILE", help="write the machine-readable report")
     c.add_argument("--junit", metavar="FILE", help="write JUnit XML (one testcase per spec and invariant)")
     c.add_argument("--html", metavar="DIR", help="write a self-contained HTML report with plots")
-    c.add_argument(
-        "--case-timeout",
-        type=seconds,
-        default=120.0,
-        metavar="S",
-        help="per-case time limit in seconds (default 120; 0 = none)",
+    _workers(
+        c,
+        "run N specs at once",
+        in_process="run specs in this process, without worker isolation (for debugging; a factory can then "
+        "change global state; its output is not captured)",
     )
     c.add_argument(
         "--memory-budget",
@@ -74,14 +73,6 @@ def parser() -> argparse.ArgumentParser:
         "--deterministic", action="store_true", help="torch.use_deterministic_algorithms(True) (for CUDA runs)"
     )
     c.add_argument("--quiet", "-q", action="store_true", help="only the summary and failures")
-    c.add_argument(
-        "--jobs",
-        "-j",
-        type=count("jobs", auto=True),
-        default="auto",
-        metavar="N",
-        help="run N specs at once, each in its own worker process (default auto: one per usable core)",
-    )
     c.add_argument(
         "--threads",
         type=count("threads"),
@@ -94,12 +85,6 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         metavar="DIR",
         help="a folder whose .py files custom factories may come from, besides each spec's own folder (repeatable)",
-    )
-    c.add_argument(
-        "--in-process",
-        action="store_true",
-        help="run specs in this process, without worker isolation (for debugging; a factory can then change "
-        "global state; its output is not captured)",
     )
     c.add_argument(
         "-s",
@@ -242,24 +227,7 @@ def _measuring(p: argparse.ArgumentParser) -> None:
     """The options `calibrate` and `init` share: which networks, how they run."""
     p.add_argument("--depths", metavar="D,D,…", help="the depths measured (default: 1,2,4,8, those the space admits)")
     p.add_argument("--seeds", type=count("seeds"), default=8, metavar="N", help="networks per depth (default 8)")
-    p.add_argument(
-        "--case-timeout",
-        type=seconds,
-        default=120.0,
-        metavar="S",
-        help="per-case time limit in seconds (default 120; 0 = none)",
-    )
-    p.add_argument(
-        "--jobs",
-        "-j",
-        type=count("jobs", auto=True),
-        default="auto",
-        metavar="N",
-        help="measure N depths at once, each in its own worker process (default auto: one per usable core)",
-    )
-    p.add_argument(
-        "--in-process", action="store_true", help="run in this process, without worker isolation (for debugging)"
-    )
+    _workers(p, "measure N depths at once")
 
 
 def add_calibrate_parsers(
@@ -340,26 +308,9 @@ def add_scan_parser(sub: argparse._SubParsersAction, parents: list[argparse.Argu
         help="scan under two releases (transformers==4.53.3, a folder of packages or a virtual environment) and diff "
         "every model's recorded init exactly, and its stream past its drift (exit 1 when anything moved)",
     )
-    s.add_argument(
-        "--jobs",
-        "-j",
-        type=count("jobs", auto=True),
-        default="auto",
-        metavar="N",
-        help="models at once, each in its own worker process (default auto: one per usable core)",
-    )
-    s.add_argument(
-        "--case-timeout",
-        type=seconds,
-        default=120.0,
-        metavar="S",
-        help="time limit of one model in seconds (default 120; 0 = none)",
-    )
+    _workers(s, "scan N models at once", timeout="time limit of one model")
     s.add_argument("--memory-budget", metavar="SIZE", help="the memory one case may take (e.g. 4GiB)")
     s.add_argument("--quiet", "-q", action="store_true", help="no progress bar or lines")
-    s.add_argument(
-        "--in-process", action="store_true", help="run in this process, without worker isolation (for debugging)"
-    )
 
 
 def add_zoo_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
@@ -420,27 +371,37 @@ def add_suggest_parser(sub: argparse._SubParsersAction, parents: list[argparse.A
     s.add_argument("--json", metavar="FILE", help="write every remedy tried, its diff and its numbers as JSON")
     s.add_argument("--no-diff", action="store_true", help="leave the diffs out of the terminal output")
     s.add_argument("--list", action="store_true", help="list the registered remedies and exit")
-    s.add_argument(
-        "--jobs",
-        "-j",
-        type=count("jobs", auto=True),
-        default="auto",
-        metavar="N",
-        help="run N remedies at once, each in its own worker process (default auto: one per usable core)",
-    )
-    s.add_argument(
-        "--case-timeout",
-        type=seconds,
-        default=120.0,
-        metavar="S",
-        help="per-case time limit in seconds (default 120; 0 = none)",
-    )
+    _workers(s, "run N remedies at once")
     s.add_argument(
         "--source-root",
         action="append",
         metavar="DIR",
         help="a folder whose .py files custom factories may come from (repeatable)",
     )
-    s.add_argument(
-        "--in-process", action="store_true", help="run in this process, without worker isolation (for debugging)"
+
+
+def _workers(
+    p: argparse.ArgumentParser,
+    jobs: str,
+    *,
+    timeout: str = "per-case time limit",
+    in_process: str = "run in this process, without worker isolation (for debugging)",
+) -> None:
+    """The worker options every measuring command shares (`--jobs`, `--case-timeout`, `--in-process`),
+    each command naming what its workers run."""
+    p.add_argument(
+        "--jobs",
+        "-j",
+        type=count("jobs", auto=True),
+        default="auto",
+        metavar="N",
+        help=f"{jobs}, each in its own worker process (default auto: one per usable core)",
     )
+    p.add_argument(
+        "--case-timeout",
+        type=seconds,
+        default=120.0,
+        metavar="S",
+        help=f"{timeout} in seconds (default 120; 0 = none)",
+    )
+    p.add_argument("--in-process", action="store_true", help=in_process)
