@@ -198,6 +198,23 @@ def test_select_matches_shell_patterns_in_any_case() -> None:
     assert select(["A"], None) == ["A"]
 
 
+def test_a_pattern_that_matches_no_model_judges_nothing_exit_5_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("transformers")
+    argv = ["scan", "transformers", "--only", "zzzz*", "--in-process", "-q", "--db", str(tmp_path / "s.sqlite")]
+    assert main(argv) == 5
+    out, err = capsys.readouterr()
+    assert not out and err == (
+        "stability: error: nothing was judged (no transformers model matches --only zzzz*); exit code 5\n"
+    )
+
+
+def test_the_headline_counts_one_model_in_the_singular() -> None:
+    assert headline("timm", "1", [_row("A")], (), 2.0).startswith("timm 1: 1 model tried, 1 built and judged (100.0 %)")
+    assert headline("timm", "1", [_row("A"), _row("B")], (), 2.0).startswith("timm 1: 2 models tried")
+
+
 def test_triage_marks_known_deviations_and_the_scan_fails_only_on_new_ones(tmp_path: Path) -> None:
     dev = Deviation(parameter="encoder.top_bn.weight", recorded="r", declared="d", source="s")
     rows = [_row("EfficientNetModel", deviations=(dev,)), _row("BertModel")]

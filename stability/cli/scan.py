@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -101,7 +102,11 @@ def _scan(
             args.library, only=args.pattern, options=options, store=store, resume=args.resume, executor=executor
         )
         if not plan.names:
-            console.print(f"no {args.library} model matches --only {escape(printable(args.pattern or ''))}")
+            print(
+                f"stability: error: nothing was judged (no {args.library} model matches --only "
+                f"{printable(args.pattern or '')}); exit code {EXIT_NOTHING}",
+                file=sys.stderr,
+            )
             return EXIT_NOTHING
         if not args.quiet:
             resumed = f" ({len(plan.stored)} stored already)" if plan.stored else ""

@@ -58,7 +58,7 @@ def headline(
     others = {s: sum(r.status == s for r in rows) for s in ("not built", "failed", "timed out")}
     rest = ", ".join(f"{n} {s}" for s, n in others.items() if n)
     return (
-        f"{library} {release}: {tried} models tried, {built} built and judged{share}"
+        f"{library} {release}: {tried} model{'' if tried == 1 else 's'} tried, {built} built and judged{share}"
         + (f", {rest}" if rest else "")
         + f"; {deviating} with deviations, {len(new)} deviation(s) not triaged; {seconds:.0f} s"
         + ("" if cpu is None else f" ({cpu:.0f} s of CPU in the workers)")
