@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from once_support import once_per_run
 
 GOOD = """
 name = "good"
@@ -63,8 +64,12 @@ BROKEN = GOOD.replace("depth = [1, 12]", "depth = [0, 12]").replace('"good"', '"
 def one_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """One pytest run in a project with a healthy spec, a false claim and a spec that does not load,
     shared by the tests below (each asks it a different question)."""
-    proj = project(tmp_path_factory.mktemp("plugin"), good=GOOD, claim=CLAIM, broken=BROKEN)
-    return proj, pytest_run(proj, "-v", "--junitxml", "out.xml")
+
+    def run(folder: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
+        proj = project(folder, good=GOOD, claim=CLAIM, broken=BROKEN)
+        return proj, pytest_run(proj, "-v", "--junitxml", "out.xml")
+
+    return once_per_run(tmp_path_factory, "plugin", run)
 
 
 def test_items_are_spec_and_invariant(one_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:

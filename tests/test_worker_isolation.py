@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from gate_support import custom, plain, run_check, write_factories
+from once_support import once_per_run
 
 #: name → (spec text, expected status of its invariants)
 SPECS: dict[str, tuple[str, str]] = {
@@ -36,17 +37,20 @@ TIMEOUT = 4.0
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One `stability check` over every spec above, in a subprocess, with -j 2."""
-    folder = tmp_path_factory.mktemp("gate")
-    write_factories(folder)
-    for i, (name, (text, _)) in enumerate(SPECS.items()):
-        (folder / f"{i:02d}_{name}.toml").write_text(text, encoding="utf-8")
-    report = folder / "out" / "report.json"
-    proc = run_check(
-        folder, "--json", report, "--profile", "ci", "--case-timeout", TIMEOUT, "-j", "2", cwd=folder, timeout=900
-    )  # a hang guard only: the leaked thread sleeps an hour
-    data = json.loads(report.read_text())
-    return {"proc": proc, "json": data, "specs": {s["name"]: s for s in data["specs"]}}
+    """One `stability check` over every spec above, in a subprocess, with -j 2 (once per test run)."""
+
+    def check(folder: Path) -> dict[str, Any]:
+        write_factories(folder)
+        for i, (name, (text, _)) in enumerate(SPECS.items()):
+            (folder / f"{i:02d}_{name}.toml").write_text(text, encoding="utf-8")
+        report = folder / "out" / "report.json"
+        proc = run_check(
+            folder, "--json", report, "--profile", "ci", "--case-timeout", TIMEOUT, "-j", "2", cwd=folder, timeout=900
+        )  # a hang guard only: the leaked thread sleeps an hour
+        data = json.loads(report.read_text())
+        return {"proc": proc, "json": data, "specs": {s["name"]: s for s in data["specs"]}}
+
+    return once_per_run(tmp_path_factory, "worker-isolation", check)
 
 
 @pytest.mark.slow  # every hostile factory in its own worker; nightly
