@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
+from spec_support import SPECS, training_spec
 
 from stability import RunOptions, run_spec
 from stability.judge.invariants import Verdict
@@ -17,20 +17,12 @@ from stability.run import training as ti
 from stability.spec.case import Case
 from stability.spec.schema import Spec
 
-SPECS = Path(__file__).resolve().parent.parent / "specs"
 #: What every message names for this spec's trainability (compare_depths = [4, 32], width 64).
 RUNS = " (optimizer runs at depths 4 and 32, width 64)"
 
 
-def _spec(expect: str = "violated", profiles: str = '["thorough"]') -> Spec:
-    text = (SPECS / "degradation_plain.toml").read_text(encoding="utf-8")
-    text = text.replace('expect = "violated"', f'expect = "{expect}"').replace(
-        'profiles = ["thorough"]', f"profiles = {profiles}"
-    )
-    text = text.replace("depth = 4\n", "depth = [2, 6]\n")
-    from stability.spec.load import parse_spec
-
-    return parse_spec(text, file="specs/t.toml")
+def _spec(expect: str = "violated", profiles: tuple[str, ...] = ("thorough",)) -> Spec:
+    return training_spec(expect=expect, profiles=profiles)
 
 
 def _stand_in(
@@ -96,7 +88,7 @@ def test_outside_its_profiles_the_invariant_is_skipped_without_examples(monkeypa
 
 def test_a_search_with_no_failure_reports_the_largest_headline_number(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = _stand_in(monkeypatch, lambda c: (_v(True, -0.1 * c.depth), None))  # |observed| largest at the deepest case
-    (r,) = run_spec(_spec("holds", '["ci"]'), RunOptions(profile="ci")).results
+    (r,) = run_spec(_spec("holds", ("ci",)), RunOptions(profile="ci")).results
     assert r.met and r.expect == "holds" and r.error is None
     assert r.examples == len(set(seen)) and r.examples >= 2
     deepest = max(c.depth for c in seen)
@@ -111,7 +103,7 @@ def test_a_search_with_no_failure_reports_the_largest_headline_number(monkeypatc
 
 def test_a_search_that_finds_a_failure_reports_it_unshrunk(monkeypatch: pytest.MonkeyPatch) -> None:
     _stand_in(monkeypatch, lambda c: (_v(c.depth < 4, float(c.depth)), None))
-    (r,) = run_spec(_spec("violated", '["ci"]'), RunOptions(profile="ci")).results
+    (r,) = run_spec(_spec("violated", ("ci",)), RunOptions(profile="ci")).results
     assert (
         r.met
         and r.name == "trainability"
@@ -125,7 +117,7 @@ def test_a_search_that_finds_a_failure_reports_it_unshrunk(monkeypatch: pytest.M
         r.message == f"specs/t.toml::trainability: violated as expected at {r.case}: ratio {r.case.depth:g}{RUNS}"
     )  # worded like a replay
     _stand_in(monkeypatch, lambda c: (None, "boom") if c.depth >= 4 else (_v(True, 1.0), None))
-    (r,) = run_spec(_spec("violated", '["ci"]'), RunOptions(profile="ci")).results
+    (r,) = run_spec(_spec("violated", ("ci",)), RunOptions(profile="ci")).results
     assert not r.met and r.error == "boom" and r.verdict is not None and r.verdict.detail == "case not trained: boom"
 
 
@@ -136,7 +128,7 @@ def test_a_search_hypothesis_refuses_is_an_error_result_not_a_traceback(monkeypa
 
     seen = _stand_in(monkeypatch, lambda c: (_v(True, 1.0), None))
     monkeypatch.setattr(engine, "cases", lambda spec, **_: st.nothing())
-    (r,) = run_spec(_spec("holds", '["ci"]'), RunOptions(profile="ci")).results
+    (r,) = run_spec(_spec("holds", ("ci",)), RunOptions(profile="ci")).results
     assert (r.met, r.verdict, r.case, r.examples, r.status) == (False, None, None, 0, "error") and seen == []
     assert r.error and "empty strategy" in r.error  # Hypothesis's own words
     assert r.message == f"the search failed: {r.error}"
@@ -144,25 +136,17 @@ def test_a_search_hypothesis_refuses_is_an_error_result_not_a_traceback(monkeypa
 
 def test_a_listed_profile_other_than_thorough_draws_train_cases_cases(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = _stand_in(monkeypatch, lambda c: (_v(True, 1.0), None))
-    run_spec(_spec("holds", '["ci"]'), RunOptions(profile="ci"))
+    run_spec(_spec("holds", ("ci",)), RunOptions(profile="ci"))
     assert 1 <= len(set(seen)) <= 3  # train.cases = 3 (ten times as many only in thorough)
 
 
 def test_training_search_is_generate_only_and_tries_pinned_cases_first(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = _stand_in(monkeypatch, lambda c: (_v(False, 2.0), None))
-    spec = _spec("holds", '["ci"]')
+    spec = _spec("holds", ("ci",))
     (r,) = run_spec(spec, RunOptions(profile="ci")).results
     assert len(set(seen)) == 1  # no shrinking: the first failing case is the one reported
     assert r.message == f"specs/t.toml::trainability: expected to hold, but it fails at {r.case}: ratio 2{RUNS}"
-    from stability.spec.load import parse_spec
-
-    pinned = parse_spec(
-        (SPECS / "degradation_plain.toml")
-        .read_text(encoding="utf-8")
-        .replace('profiles = ["thorough"]', 'profiles = ["ci"]')
-        .replace("depth = 4\n", 'depth = [2, 6]\nexamples = ["depth=5,seed=7"]\n'),
-        file="specs/t.toml",
-    )
+    pinned = training_spec(profiles=["ci"], edit={"space.examples": ["depth=5,seed=7"]})
     seen.clear()
     run_spec(pinned, RunOptions(profile="ci"))
     assert seen[0].depth == 5 and seen[0].seed == 7

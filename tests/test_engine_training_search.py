@@ -9,31 +9,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
+from spec_support import training_spec
 
 from stability import RunOptions, run_spec
 from stability.judge.invariants import Verdict
 from stability.run import engine
 from stability.run import training as ti
 from stability.spec.case import Case
-from stability.spec.load import parse_spec
 from stability.spec.schema import Spec
 
-SPECS = Path(__file__).resolve().parent.parent / "specs"
 #: What every message names for this spec's trainability (compare_depths = [4, 32], width 64).
 RUNS = " (optimizer runs at depths 4 and 32, width 64)"
 
 
-def _spec(expect: str = "holds", profiles: str = '["ci", "dev", "thorough"]', space: str = "depth = [2, 6]\n") -> Spec:
-    text = (SPECS / "degradation_plain.toml").read_text(encoding="utf-8")
-    text = text.replace('expect = "violated"', f'expect = "{expect}"').replace(
-        'profiles = ["thorough"]', f"profiles = {profiles}"
-    )
-    text = text.replace("depth = 4\n", space).replace('device = ["cpu"]', 'device = ["cpu", "cuda"]')
-    return parse_spec(text, file="specs/t.toml")
+def _spec(
+    expect: str = "holds", profiles: tuple[str, ...] = ("ci", "dev", "thorough"), examples: tuple[str, ...] = ()
+) -> Spec:
+    """The shipped degradation spec on both devices (`examples`: its pinned cases)."""
+    edit = {"space.device": ["cpu", "cuda"]} | ({"space.examples": list(examples)} if examples else {})
+    return training_spec(expect=expect, profiles=profiles, edit=edit)
 
 
 Judge = Callable[[Case], tuple[Verdict | None, str | None]]
@@ -101,7 +98,7 @@ def test_an_untrained_case_has_the_invariants_name_and_no_bound(monkeypatch: pyt
 
 def test_a_skipped_invariant_keeps_its_expectation_and_lists_every_profile(monkeypatch: pytest.MonkeyPatch) -> None:
     _stand_in(monkeypatch, _passes)
-    (r,) = run_spec(_spec("violated", '["thorough", "dev"]'), RunOptions(profile="ci")).results
+    (r,) = run_spec(_spec("violated", ("thorough", "dev")), RunOptions(profile="ci")).results
     assert (r.name, r.expect, r.met, r.skipped) == ("trainability", "violated", True, True)
     assert (
         r.message == "specs/t.toml::trainability: skipped in profile ci (train.profiles = thorough, dev); run it with "
@@ -145,7 +142,7 @@ def test_the_search_asks_for_train_cases_examples_ten_times_in_thorough(
 
 
 def test_every_drawn_and_pinned_case_is_on_the_runs_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = _spec(space='depth = [2, 6]\nexamples = ["depth=5,seed=7"]\n')
+    spec = _spec(examples=("depth=5,seed=7",))
     drawn = _drawn(monkeypatch, RunOptions(profile="ci", device="cuda"), spec)  # the stand-in needs no GPU
     assert (drawn[0].depth, drawn[0].seed) == (5, 7)  # the pinned case first
     assert len(drawn) == 4 and {c.device for c in drawn} == {"cuda"}
@@ -153,20 +150,12 @@ def test_every_drawn_and_pinned_case_is_on_the_runs_device(monkeypatch: pytest.M
 
 def test_the_search_stops_at_the_first_failure_without_shrinking(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _stand_in(monkeypatch, lambda c: (_v(c.depth < 3, float(c.depth)), None))
-    spec = parse_spec(_spec_text_with_cases(20), file="specs/t.toml")
+    spec = training_spec(expect="holds", profiles=["ci"], edit={"train.cases": 20})
     (r,) = run_spec(spec, RunOptions(profile="ci")).results
     drawn = [c for c, _ in calls]
     assert r.case is not None and r.case.depth >= 3
     assert drawn.index(r.case) == len(drawn) - 1  # nothing is tried after the first failing case
     assert r.examples == len(drawn) and r.name == "trainability" and r.expect == "holds"
-
-
-def _spec_text_with_cases(n: int) -> str:
-    text = (SPECS / "degradation_plain.toml").read_text(encoding="utf-8")
-    text = text.replace('expect = "violated"', 'expect = "holds"').replace(
-        'profiles = ["thorough"]', 'profiles = ["ci"]'
-    )
-    return text.replace("depth = 4\n", "depth = [2, 6]\n").replace("cases = 3\n", f"cases = {n}\n")
 
 
 def test_a_refused_search_keeps_the_invariants_name_and_expectation(monkeypatch: pytest.MonkeyPatch) -> None:
