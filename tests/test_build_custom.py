@@ -6,14 +6,14 @@ Written from the mutation check (docs/mutation.md)."""
 from __future__ import annotations
 
 import math
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 from approx_support import approx
+from spec_support import factory_block, make_spec
 
-from stability import Case, parse_spec
+from stability import Case
 from stability.errors import CaseError, SpecError
 from stability.families.build import build, make_input
 from stability.spec.schema import Spec
@@ -106,21 +106,15 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def _spec(folder: Path, fn: str, args: str = "") -> Spec:
-    text = textwrap.dedent(f"""\
-        name = "c"
-        description = "d"
-        family = "custom"
-        [block]
-        factory = "{MODULE}:{fn}"
-        {args}
-        [space]
-        depth = [1, 4]
-        width = 4
-        batch = 2
-        [expect.gradient_arrival]
-        """)
-    return parse_spec(text, file=str(folder / f"{fn}.toml"))
+def _spec(folder: Path, fn: str, args: dict[str, object] | None = None) -> Spec:
+    return make_spec(
+        "custom",
+        block=factory_block(f"{MODULE}:{fn}", args),
+        space="depth = [1, 4]\nwidth = 4\nbatch = 2",
+        file=str(folder / f"{fn}.toml"),
+        name="c",
+        description="d",
+    )
 
 
 CASE = Case(3, 4, 2, None, None, "default", "default", "float64", "cpu", 5)
@@ -179,7 +173,7 @@ def test_a_module_with_blocks_keeps_its_stem_and_head_and_other_containers_do_no
 
 
 def test_a_factory_gets_the_case_values_it_asks_for(folder: Path) -> None:
-    seen = build(_spec(folder, "sees", "factory_args = { extra = 7 }"), CASE).blocks.seen
+    seen = build(_spec(folder, "sees", {"extra": 7}), CASE).blocks.seen
     assert {
         k: seen[k] for k in ("depth", "width", "batch", "seed", "init", "layer", "torch_dtype", "extra", "branch_init")
     } == {
@@ -193,7 +187,7 @@ def test_a_factory_gets_the_case_values_it_asks_for(folder: Path) -> None:
         "extra": 7,
         "branch_init": "default",
     }
-    assert build(_spec(folder, "picks", "factory_args = { extra = 7 }"), CASE).blocks.seen == {
+    assert build(_spec(folder, "picks", {"extra": 7}), CASE).blocks.seen == {
         "depth": 3,
         "width": 4,
         "init": "default",
@@ -204,10 +198,12 @@ def test_a_factory_gets_the_case_values_it_asks_for(folder: Path) -> None:
 
 
 def _dense(layer: str, extra: str = "") -> Spec:
-    return parse_spec(
-        f'name = "d"\ndescription = "d"\nfamily = "dense"\n[block]\nlayer = "{layer}"\ngrowth = 3\nactivation '
-        '= "relu"\n'
-        f"[space]\ndepth = [1, 8]\nwidth = 4\nbatch = 2\n{extra}\n[expect.gradient_arrival]\n"
+    return make_spec(
+        "dense",
+        block=f'layer = "{layer}"\ngrowth = 3\nactivation = "relu"',
+        space=f"depth = [1, 8]\nwidth = 4\nbatch = 2\n{extra}",
+        name="d",
+        description="d",
     )
 
 
@@ -235,9 +231,8 @@ def test_dense_zero_branches_add_zero_channels() -> None:
 
 
 def _family(family: str, block: str, space: str = "", width: int = 4) -> Spec:
-    return parse_spec(
-        f'name = "b"\ndescription = "d"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, '
-        f"8]\nwidth = {width}\nbatch = 2\n{space}\n[expect.gradient_arrival]\n"
+    return make_spec(
+        family, block=block, space=f"depth = [1, 8]\nwidth = {width}\nbatch = 2\n{space}", name="b", description="d"
     )
 
 
@@ -368,4 +363,4 @@ def test_a_factory_asking_for_what_nothing_fills_is_a_spec_error_naming_it(folde
     msg = str(info.value)
     assert f"asks for {names}, which nothing fills" in msg and "block.factory_args" in msg and "\n" not in msg
     assert len(build(_spec(folder, "defaults_are_fine"), CASE).blocks) == 1
-    assert len(build(_spec(folder, "asks_for_spec", "factory_args = { spec = 1, case = 2 }"), CASE).blocks) == 1
+    assert len(build(_spec(folder, "asks_for_spec", {"spec": 1, "case": 2}), CASE).blocks) == 1

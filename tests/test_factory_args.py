@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from spec_support import factory_block, spec_text, write_spec
 
 from stability.families.factory import Parameter, check_factory, signature_error, source_parameters
 from stability.spec.load import parse_spec
@@ -42,31 +42,20 @@ def decorated(depth, width, heads=2):
 """
 
 
-def _spec(folder: Path, factory: str, args: str) -> Path:
-    (folder / "blocks.py").write_text(BLOCKS)
-    path = folder / f"{factory}.toml"
-    path.write_text(
-        textwrap.dedent(f"""\
-        name = "{factory}"
-        description = "a factory and its arguments"
-        family = "custom"
-        [block]
-        factory = "blocks:{factory}"
-        factory_args = {args}
-        [space]
-        depth = [1, 2]
-        width = 4
-        batch = 2
-        [expect.gradient_arrival]
-        lo = 1e-6
-        hi = 1e6
-        """)
+def _spec(folder: Path, factory: str, args: dict[str, object]) -> Path:
+    text = spec_text(
+        "custom",
+        block=factory_block(f"blocks:{factory}", args),
+        space="depth = [1, 2]\nwidth = 4\nbatch = 2",
+        expect="[expect.gradient_arrival]\nlo = 1e-6\nhi = 1e6\n",
+        name=factory,
+        description="a factory and its arguments",
     )
-    return path
+    return write_spec(folder, factory, text, modules={"blocks": BLOCKS})
 
 
 def test_a_typo_in_factory_args_exits_2_naming_it_before_anything_runs(cli: Cli, tmp_path: Path) -> None:
-    code, out, err = cli("check", _spec(tmp_path, "make", "{ hedas = 4 }"), "--profile", "ci")
+    code, out, err = cli("check", _spec(tmp_path, "make", {"hedas": 4}), "--profile", "ci")
     assert code == 2
     assert err.strip().splitlines() == [
         f"stability: error: {tmp_path / 'make.toml'}: block.factory_args.hedas = 4: is not a parameter of "
@@ -79,14 +68,14 @@ def test_a_typo_in_factory_args_exits_2_naming_it_before_anything_runs(cli: Cli,
 
 
 def test_a_factory_taking_kwargs_takes_any_argument(cli: Cli, tmp_path: Path) -> None:
-    code, out, err = cli("check", _spec(tmp_path, "open_ended", "{ hedas = 4, anything = 1 }"), "--profile", "ci")
+    code, out, err = cli("check", _spec(tmp_path, "open_ended", {"hedas": 4, "anything": 1}), "--profile", "ci")
     assert code == 0, out + err
 
 
 def test_a_decorated_factory_is_checked_in_the_worker_under_the_same_rule(cli: Cli, tmp_path: Path) -> None:
     """A decorator may change a signature, so the source does not decide; the worker's
     `inspect.signature` (which follows functools.wraps) does, with the same message, once."""
-    code, out, err = cli("check", _spec(tmp_path, "decorated", "{ hedas = 4 }"), "--profile", "ci")
+    code, out, err = cli("check", _spec(tmp_path, "decorated", {"hedas": 4}), "--profile", "ci")
     assert code == 2, out + err
     message = (
         "block.factory_args.hedas = 4: is not a parameter of blocks:decorated(depth, width, heads) "
@@ -100,7 +89,7 @@ def test_a_decorated_factory_is_checked_in_the_worker_under_the_same_rule(cli: C
 def test_pytest_collects_it_as_one_failed_load_item(tmp_path: Path) -> None:
     specs = tmp_path / "specs"
     specs.mkdir()
-    _spec(specs, "make", "{ hedas = 4 }")
+    _spec(specs, "make", {"hedas": 4})
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "--stability-profile", "ci", str(specs)],
         cwd=tmp_path,
@@ -151,7 +140,7 @@ def test_the_source_says_the_parameters_or_says_nothing(
 
 
 def test_one_rule_for_unknown_arguments_and_unfilled_parameters(tmp_path: Path) -> None:
-    spec = parse_spec(_spec(tmp_path, "make", "{ heads = 4 }").read_text(), file=str(tmp_path / "make.toml"))
+    spec = parse_spec(_spec(tmp_path, "make", {"heads": 4}).read_text(), file=str(tmp_path / "make.toml"))
     named = [Parameter("depth", "POSITIONAL_OR_KEYWORD", False), Parameter("heads", "KEYWORD_ONLY", False)]
     assert signature_error(spec, named) is None
     assert "asks for 'hidden', which nothing fills" in str(

@@ -5,14 +5,14 @@ spec whose bands were set on it catching its depth-scaled init dropped."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 from approx_support import approx
+from spec_support import factory_block, make_spec
 
-from stability import Case, parse_spec
+from stability import Case
 from stability.families.build import build, network_input
 from stability.families.embedding import embedding_rms, reading_embedding, token_ids
 from stability.run.engine import RunOptions, run_spec
@@ -109,24 +109,19 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def _spec(folder: Path, fn: str, *, args: str = "", expect: str = "[expect.gradient_arrival]\n") -> Spec:
-    text = textwrap.dedent(f"""\
-        name = "nano"
-        description = "nanoGPT-style decoder"
-        family = "custom"
-        [block]
-        layer = "tokens"
-        factory = "{MODULE}:{fn}"
-        factory_args = {{ {args} }}
-        [space]
-        depth = [1, 8]
-        width = 64
-        batch = 2
-        tokens = 8
-        [probe]
-        ensemble = 1
-        """)
-    return parse_spec(text + expect, file=str(folder / f"{fn}.toml"))
+def _spec(
+    folder: Path, fn: str, *, args: dict[str, object] | None = None, expect: str = "[expect.gradient_arrival]\n"
+) -> Spec:
+    return make_spec(
+        "custom",
+        block=factory_block(f"{MODULE}:{fn}", args or {}, layer="tokens"),
+        space="depth = [1, 8]\nwidth = 64\nbatch = 2\ntokens = 8",
+        probe="ensemble = 1",
+        expect=expect,
+        file=str(folder / f"{fn}.toml"),
+        name="nano",
+        description="nanoGPT-style decoder",
+    )
 
 
 def _case(depth: int, seed: int = 0) -> Case:
@@ -215,7 +210,7 @@ def test_the_depth_scaled_init_passes_its_bands_and_fails_them_without_the_scale
     the embedding's own share and the finite width move it by tens of percent)."""
     case = _case(4)
     healthy = run_spec(_spec(folder, fn, expect=STREAM), RunOptions(), case=case)
-    dropped = run_spec(_spec(folder, fn, args="depth_scaled = false", expect=STREAM), RunOptions(), case=case)
+    dropped = run_spec(_spec(folder, fn, args={"depth_scaled": False}, expect=STREAM), RunOptions(), case=case)
     (ok,), (bad,) = healthy.results, dropped.results
     assert ok.met and not bad.met, (ok.verdict, bad.verdict)
     v_ok, v_bad = ok.verdict.extra["variance"], bad.verdict.extra["variance"]  # type: ignore[union-attr]
