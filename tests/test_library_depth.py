@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from spec_support import library_text
 
 pytest.importorskip("transformers")
 
@@ -35,11 +36,13 @@ VALUES = {"depth": 3, "width": 16, "batch": 2, "tokens": 4}
 
 
 def _spec(depth: str, *, model: str = "transformers:RwkvModel", config: dict[str, Any] | None = None) -> Any:
-    fields = ", ".join(f"{k} = {v!r}".replace("'", '"') for k, v in (config or RWKV).items())
-    text = (
-        f'name = "r"\ndescription = "d"\nfamily = "library"\n[block]\nlayer = "tokens"\nmodel = "{model}"\n'
-        f"config = {{ {fields} }}\n[space]\ndepth = {depth}\nwidth = 16\nbatch = 2\ntokens = 4\n"
-        "[probe]\nensemble = 1\n[expect.gradient_arrival]\n"
+    text = library_text(
+        model,
+        config or RWKV,
+        space=f"depth = {depth}\nwidth = 16\nbatch = 2\ntokens = 4",
+        probe="ensemble = 1",
+        name="r",
+        description="d",
     )
     return parse_spec(text, file="r.toml")
 

@@ -20,6 +20,7 @@ import pytest
 import torch
 from approx_support import approx
 from shipped_support import require_shipped_libraries
+from spec_support import factory_block, library_text, spec_text, write_spec
 from torch import nn
 
 from stability import parse_spec, probe
@@ -36,17 +37,20 @@ pytest.importorskip("transformers", reason="Hugging Face transformers is not ins
 warnings.filterwarnings("ignore", message="Failed to load image Python extension")
 
 Cli = Callable[..., tuple[int, str, str]]
-GPT2 = (
-    'model = "transformers:GPT2Model"\nconfig = { n_embd = "width", n_layer = "depth", n_head = 2, '
-    "vocab_size = 64, bos_token_id = 1, eos_token_id = 2 }\n"
-)
+GPT2 = {"n_embd": "width", "n_layer": "depth", "n_head": 2, "vocab_size": 64, "bos_token_id": 1, "eos_token_id": 2}
 
 
-def spec_text(
-    block: str = GPT2, *, space: str = "", expect: str = "[expect.gradient_arrival]\n", probe_table: str = ""
-) -> str:
-    head = 'name = "lib"\ndescription = "a library model"\nfamily = "library"\n[block]\nlayer = "tokens"\n'
-    return f"{head}{block}[space]\ndepth = [1, 3]\nwidth = 16\nbatch = 2\ntokens = 5\n{space}{probe_table}{expect}"
+def gpt2_text(*, space: str = "", probe: str = "", expect: str = "[expect.gradient_arrival]\n") -> str:
+    """transformers' GPT2Model at width 16, depth 1 to 3, 5 tokens (`space`: further keys)."""
+    return library_text(
+        "transformers:GPT2Model",
+        GPT2,
+        space=f"depth = [1, 3]\nwidth = 16\nbatch = 2\ntokens = 5\n{space}",
+        probe=probe,
+        expect=expect,
+        name="lib",
+        description="a library model",
+    )
 
 
 @pytest.mark.parametrize(
@@ -80,7 +84,7 @@ def spec_text(
     ],
 )
 def test_a_spec_naming_what_does_not_exist_is_refused_in_one_line(change: tuple[str, str], message: str) -> None:
-    text = spec_text(space="width = [16, 32]\n" if "width" in message else "").replace(*change)
+    text = gpt2_text(space="width = [16, 32]\n" if "width" in message else "").replace(*change)
     if "width" in message:
         text = text.replace("width = 16\n", "", 1)
     with pytest.raises(SpecError) as info:
@@ -93,7 +97,7 @@ def test_a_spec_naming_what_does_not_exist_is_refused_in_one_line(change: tuple[
     [
         ({"space": 'weight_init = "kaiming_normal"\n'}, "space.weight_init: is not read by family 'library'"),
         (
-            {"probe_table": "[probe]\ncheckpoint_every = 2\n"},
+            {"probe": "checkpoint_every = 2"},
             "probe.checkpoint_every = 2: is not supported by family 'library'",
         ),
         (
@@ -114,14 +118,14 @@ def test_a_spec_naming_what_does_not_exist_is_refused_in_one_line(change: tuple[
 )
 def test_keys_a_library_model_does_not_read_are_refused(extra: dict[str, str], key: str) -> None:
     with pytest.raises(SpecError, match=key.replace("(", r"\(").replace(")", r"\)")):
-        parse_spec(spec_text(**extra), file="lib.toml")
+        parse_spec(gpt2_text(**extra), file="lib.toml")
 
 
 @pytest.mark.slow  # subprocesses importing transformers
 def test_loading_imports_no_model_module_and_an_unknown_class_exits_2(tmp_path: Path) -> None:
     good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
-    good.write_text(spec_text(), encoding="utf-8")
-    bad.write_text(spec_text().replace("GPT2Model", "GTP2Model"), encoding="utf-8")
+    good.write_text(gpt2_text(), encoding="utf-8")
+    bad.write_text(gpt2_text().replace("GPT2Model", "GTP2Model"), encoding="utf-8")
     code = (
         "import re, sys\n"
         "from stability import load_spec\n"
@@ -186,7 +190,7 @@ def test_explain_lists_what_the_library_family_cannot_measure() -> None:
 
 
 def _spec(**kw: str) -> Any:
-    return parse_spec(spec_text(**kw), file="lib.toml")
+    return parse_spec(gpt2_text(**kw), file="lib.toml")
 
 
 def test_the_engine_probes_the_models_own_forward() -> None:
@@ -316,14 +320,15 @@ def whisper(depth, width):
 
 @pytest.mark.parametrize("name", ["llama", "gpt2_head", "bert"])
 def test_a_factory_returning_a_whole_model_is_probed_through_its_forward(tmp_path: Path, name: str, cli: Cli) -> None:
-    (tmp_path / "whole.py").write_text(FACTORIES, encoding="utf-8")
-    path = tmp_path / f"{name}.toml"
-    path.write_text(
-        f'name = "{name}"\ndescription = "d"\nfamily = "custom"\n[block]\nlayer = "tokens"\nfactory = "whole:{name}"\n'
-        "[space]\ndepth = [1, 3]\nwidth = 16\nbatch = 2\ntokens = 5\n[expect.gradient_arrival]\nlo = "
-        "0.001\nhi = 1000.0\n",
-        encoding="utf-8",
+    text = spec_text(
+        "custom",
+        block=factory_block(f"whole:{name}", layer="tokens"),
+        space="depth = [1, 3]\nwidth = 16\nbatch = 2\ntokens = 5",
+        expect="[expect.gradient_arrival]\nlo = 0.001\nhi = 1000.0\n",
+        name=name,
+        description="d",
     )
+    path = write_spec(tmp_path, name, text, modules={"whole": FACTORIES})
     code, out, err = cli("check", path, "--profile", "ci", "--in-process")
     assert code == 0, out + err
     assert "TypeError" not in out + err
@@ -332,13 +337,14 @@ def test_a_factory_returning_a_whole_model_is_probed_through_its_forward(tmp_pat
 def test_a_factory_returning_a_whole_model_whose_inputs_the_harness_cannot_make_exits_2(
     tmp_path: Path, cli: Cli
 ) -> None:
-    (tmp_path / "whole.py").write_text(FACTORIES, encoding="utf-8")
-    path = tmp_path / "whisper.toml"
-    path.write_text(
-        'name = "w"\ndescription = "d"\nfamily = "custom"\n[block]\nlayer = "tokens"\nfactory = '
-        '"whole:whisper"\n[space]\ndepth = 2\nwidth = 16\n[expect.gradient_arrival]\n',
-        encoding="utf-8",
+    text = spec_text(
+        "custom",
+        block=factory_block("whole:whisper", layer="tokens"),
+        space="depth = 2\nwidth = 16",
+        name="w",
+        description="d",
     )
+    path = write_spec(tmp_path, "whisper", text, modules={"whole": FACTORIES})
     code, out, err = cli("check", path, "--profile", "ci", "--in-process")
     assert code == 2
     assert (
@@ -352,8 +358,8 @@ def test_a_factory_returning_a_whole_model_whose_inputs_the_harness_cannot_make_
 def test_the_worker_forkserver_preloads_the_libraries_of_the_run(tmp_path: Path) -> None:
     from stability.spec.load import preload_modules
 
-    (tmp_path / "a.toml").write_text(spec_text(), encoding="utf-8")
-    (tmp_path / "b.toml").write_text(spec_text().replace("transformers:GPT2Model", "timm:resnet18"), encoding="utf-8")
+    (tmp_path / "a.toml").write_text(gpt2_text(), encoding="utf-8")
+    (tmp_path / "b.toml").write_text(gpt2_text().replace("transformers:GPT2Model", "timm:resnet18"), encoding="utf-8")
     (tmp_path / "c.toml").write_text("not toml [", encoding="utf-8")
     assert preload_modules([tmp_path]) == ["transformers", "transformers.modeling_utils", "timm", "timm.models"]
     assert preload_modules([tmp_path / "missing"]) == []

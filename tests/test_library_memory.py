@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from spec_support import library_text, write_spec
 from torch import nn
 
 from stability.families import library_memory
@@ -27,52 +28,49 @@ from stability.spec.load import parse_spec
 # Every library model here but two is a transformers one (the two others ask for their own library below).
 pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
 
-SPEC = """\
-name = "{name}"
-description = "a library model"
-family = "library"
-
-[block]
-layer = "tokens"
-model = "{model}"
-config = {config}
-
-[space]
-depth = {depth}
-width = {width}
-batch = {batch}
-tokens = {tokens}
-
-[expect.gradient_arrival]
-lo = 1e-30
-hi = 1e30
-{extra}"""
-GPT2 = '{ n_embd = "width", n_layer = "depth", n_head = "width/16", vocab_size = 97, n_positions = 64 }'
-LLAMA = (
-    '{ hidden_size = "width", intermediate_size = "3*width", num_hidden_layers = "depth", '
-    'num_attention_heads = "width/16", num_key_value_heads = "width/32", '
-    "vocab_size = 97, tie_word_embeddings = false }"
-)
+GPT2 = {"n_embd": "width", "n_layer": "depth", "n_head": "width/16", "vocab_size": 97, "n_positions": 64}
+LLAMA = {
+    "hidden_size": "width",
+    "intermediate_size": "3*width",
+    "num_hidden_layers": "depth",
+    "num_attention_heads": "width/16",
+    "num_key_value_heads": "width/32",
+    "vocab_size": 97,
+    "tie_word_embeddings": False,
+}
 
 
-def _spec(
+def _text(
     model: str = "transformers:GPT2Model",
-    config: str = GPT2,
+    config: dict[str, object] = GPT2,
     *,
     depth: int | str = 2,
     width: int = 32,
     batch: int = 2,
     tokens: int = 8,
-    extra: str = "",
-    path: str = "lib.toml",
-) -> Any:
+    space: str = "",
+    probe: str = "",
+    expect: str = "",
+    name: str = "lib",
+) -> str:
+    """A library model's spec with the wide gradient band (`expect`: further expectations)."""
     # an image model's tokens are its patches (space.tokens is refused for it)
-    text = SPEC.format(
-        name="lib", model=model, config=config, depth=depth, width=width, batch=batch, tokens=tokens, extra=extra
+    image = model.startswith(("timm:", "torchvision:"))
+    return library_text(
+        model,
+        config,
+        space=f"depth = {depth}\nwidth = {width}\nbatch = {batch}\n"
+        + ("" if image else f"tokens = {tokens}\n")
+        + space,
+        probe=probe,
+        expect="[expect.gradient_arrival]\nlo = 1e-30\nhi = 1e30\n" + expect,
+        name=name,
+        description="a library model",
     )
-    if model.startswith(("timm:", "torchvision:")):
-        text = text.replace(f"tokens = {tokens}\n", "")
-    return parse_spec(text, file=path)
+
+
+def _spec(model: str = "transformers:GPT2Model", config: dict[str, object] = GPT2, **kw: Any) -> Any:
+    return parse_spec(_text(model, config, **kw), file="lib.toml")
 
 
 def _real(spec: Any, values: dict[str, Any]) -> nn.Module:
@@ -90,18 +88,23 @@ def _real(spec: Any, values: dict[str, Any]) -> nn.Module:
         ("transformers:LlamaModel", LLAMA),
         (
             "transformers:BertModel",
-            '{ hidden_size = "width", intermediate_size = "4*width", num_hidden_layers = "depth", '
-            "num_attention_heads = 2, vocab_size = 97 }",
+            {
+                "hidden_size": "width",
+                "intermediate_size": "4*width",
+                "num_hidden_layers": "depth",
+                "num_attention_heads": 2,
+                "vocab_size": 97,
+            },
         ),
         (
             "timm:vit_tiny_patch16_224",
-            '{ img_size = 32, patch_size = 8, embed_dim = "width", depth = "depth", num_heads = 2 }',
+            {"img_size": 32, "patch_size": 8, "embed_dim": "width", "depth": "depth", "num_heads": 2},
         ),
-        ("torchvision:resnet18", "{}"),
+        ("torchvision:resnet18", {}),
     ],
     ids=["gpt2", "llama", "bert", "timm-vit", "torchvision-resnet"],
 )
-def test_the_meta_model_has_the_real_models_exact_parameter_count(model: str, config: str) -> None:
+def test_the_meta_model_has_the_real_models_exact_parameter_count(model: str, config: dict[str, object]) -> None:
     pytest.importorskip(model.split(":")[0], reason=f"{model.split(':')[0]} is not installed (docs/library-models.md)")
     spec = _spec(model, config)
     values = parse_case_string("depth=2", spec, device="cpu").as_dict()
@@ -150,12 +153,12 @@ def _saved_for_real(model: nn.Module, inputs: Any, last: nn.Module) -> int:
 
 @pytest.mark.parametrize("config", [GPT2, LLAMA], ids=["gpt2", "llama"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_the_saved_tensors_on_fake_tensors_are_the_real_forwards(config: str, dtype: str) -> None:
+def test_the_saved_tensors_on_fake_tensors_are_the_real_forwards(config: dict[str, object], dtype: str) -> None:
     from stability.families.build import torch_dtype
     from stability.families.library_build import build_model
 
     model = "transformers:GPT2Model" if config is GPT2 else "transformers:LlamaModel"
-    spec = _spec(model, config, width=64, tokens=16, depth='[1, 4]\ndtype = ["float32", "float64"]')
+    spec = _spec(model, config, width=64, tokens=16, depth="[1, 4]", space='dtype = ["float32", "float64"]')
     values = parse_case_string(f"depth=3,dtype={dtype}", spec, device="cpu").as_dict()
     torch.manual_seed(0)
     built = build_model(library_model(spec), values, input_seed=0, dtype=torch_dtype(dtype))
@@ -186,7 +189,7 @@ def test_the_estimate_is_linear_in_depth_and_counts_a_second_model_for_the_ensem
     monkeypatch.setattr(library_memory, "resident_bytes", lambda: 0)
     alone = _spec(depth="[1, 8]")
     ensemble = _spec(
-        depth="[1, 8]", extra='\n[probe]\nensemble = 3\n\n[expect.variance_growth]\nmax_growth = "exponential"\n'
+        depth="[1, 8]", probe="ensemble = 3", expect='[expect.variance_growth]\nmax_growth = "exponential"\n'
     )
     case = parse_case_string("depth=6", alone, device="cpu")
     values = case.as_dict()
@@ -201,7 +204,7 @@ def test_the_ensembles_members_are_built_one_at_a_time(monkeypatch: pytest.Monke
     estimate's two models."""
     from stability.measure import ensemble as ens
 
-    spec = _spec(depth=2, extra='\n[probe]\nensemble = 4\n\n[expect.variance_growth]\nmax_growth = "exponential"\n')
+    spec = _spec(depth=2, probe="ensemble = 4", expect='[expect.variance_growth]\nmax_growth = "exponential"\n')
     case = parse_case_string("depth=2", spec, device="cpu")
     alive: list[weakref.ref[nn.Module]] = []
     seen: list[int] = []
@@ -254,19 +257,9 @@ def run_with_peak(args: list[str], *, cwd: Path, timeout: float = 600) -> tuple[
 def test_a_model_far_over_the_budget_is_refused_in_one_line_without_allocating_it(tmp_path: Path) -> None:
     """A 53 GB GPT-2 config (12 layers of width 9600): refused before anything its size exists,
     the process's peak resident set staying that of the interpreter and the libraries."""
-    spec = tmp_path / "huge.toml"
-    spec.write_text(
-        SPEC.format(
-            name="huge",
-            model="transformers:GPT2Model",
-            config='{ n_embd = "width", n_layer = "depth", n_head = "width/128", vocab_size = 50257 }',
-            depth=12,
-            width=9600,
-            batch=1,
-            tokens=16,
-            extra="",
-        )
-    )
+    config = {"n_embd": "width", "n_layer": "depth", "n_head": "width/128", "vocab_size": 50257}
+    text = _text(config=config, depth=12, width=9600, batch=1, tokens=16, name="huge")
+    spec = write_spec(tmp_path, "huge", text)
     proc, peak = run_with_peak(
         [
             "check",
@@ -297,19 +290,9 @@ def test_a_model_far_over_the_budget_is_refused_in_one_line_without_allocating_i
 
 @pytest.mark.slow  # two runs of `stability check` on a 4-layer GPT-2-small-sized config (~1 GB each)
 def test_the_estimate_is_within_25_percent_of_the_measured_peak(tmp_path: Path) -> None:
-    spec = tmp_path / "gpt2.toml"
-    spec.write_text(
-        SPEC.format(
-            name="gpt2",
-            model="transformers:GPT2Model",
-            config='{ n_embd = "width", n_layer = "depth", n_head = "width/64", vocab_size = 50257 }',
-            depth=4,
-            width=768,
-            batch=1,
-            tokens=128,
-            extra="",
-        )
-    )
+    config = {"n_embd": "width", "n_layer": "depth", "n_head": "width/64", "vocab_size": 50257}
+    text = _text(config=config, depth=4, width=768, batch=1, tokens=128, name="gpt2")
+    spec = write_spec(tmp_path, "gpt2", text)
     case = "depth=4,width=768,batch=1,tokens=128,seed=0"
     argv = [sys.executable, "-m", "stability", "check", str(spec), "--in-process", "--profile", "ci", "--case", case]
     refused = subprocess.run(
@@ -345,16 +328,26 @@ def test_without_a_fake_forward_the_largest_gradient_is_a_blocks_parameter() -> 
     """Where the fake forward cannot run, the backward's largest gradient is still the largest
     parameter of the blocks, not the embedding before them (which gets none): DeBERTa at its
     base widths, the word embedding 128100 x 768 and the blocks' largest matrix 768 x 3072."""
-    spec = parse_spec(
-        'name = "d"\ndescription = "d"\nfamily = "library"\n[block]\nlayer = "tokens"\nmodel = '
-        '"transformers:DebertaV2Model"\n'
-        'config = { hidden_size = 768, intermediate_size = 3072, num_hidden_layers = "depth", '
-        "num_attention_heads = 12, relative_attention = true,"
-        ' pos_att_type = ["p2c", "c2p"], position_biased_input = false, max_relative_positions = -1, '
-        "vocab_size = 128100 }\n"
-        "[space]\ndepth = 2\nwidth = 8\ntokens = 16\n[expect.rank_collapse]\n",
-        file="d.toml",
+    config = {
+        "hidden_size": 768,
+        "intermediate_size": 3072,
+        "num_hidden_layers": "depth",
+        "num_attention_heads": 12,
+        "relative_attention": True,
+        "pos_att_type": ["p2c", "c2p"],
+        "position_biased_input": False,
+        "max_relative_positions": -1,
+        "vocab_size": 128100,
+    }
+    text = library_text(
+        "transformers:DebertaV2Model",
+        config,
+        space="depth = 2\nwidth = 8\ntokens = 16",
+        expect="[expect.rank_collapse]\n",
+        name="d",
+        description="d",
     )
+    spec = parse_spec(text, file="d.toml")
     case = parse_case_string("depth=2", spec, device="cpu")
     found = footprint(library_model(spec), case.as_dict(), torch.float32)
     assert found.saved == 0
