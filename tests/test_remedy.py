@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from approx_support import approx
+from spec_support import shipped_text, spec_text
 
 from stability.judge.remedies import carry_gate_bias, layerscale_init
 from stability.spec.edit import edited_text
@@ -191,12 +192,9 @@ def _applicable(text: str) -> set[str]:
     return {r.name for r in REMEDIES if r.applies(spec, data)}
 
 
-def _spec(family: str, block: str = "", space: str = "", rest: str = "[expect.gradient_arrival]\n") -> str:
+def _spec(family: str, block: str = "", space: str = "", *, depth: str = "[1, 4]") -> str:
     width = "{ range = [8, 16], multiple_of = 8 }" if family == "transformer" else "[8, 16]"
-    return (
-        f'name = "t"\ndescription = "t"\nfamily = "{family}"\n[block]\n{block}\n[space]\ndepth = [1, '
-        f"4]\nwidth = {width}\n{space}\n{rest}"
-    )
+    return spec_text(family, block=block, space=f"depth = {depth}\nwidth = {width}\n{space}")
 
 
 def test_a_plain_stack_gets_no_branch_remedy() -> None:
@@ -289,11 +287,11 @@ def test_the_carry_gate_starts_each_of_l_transform_gates_at_1_over_l() -> None:
         assert 1 / (1 + math.exp(-b)) == approx(1 / depth, rel=5e-3)
         assert 0.25 - 1e-9 <= (1 - 1 / depth) ** depth <= math.exp(-1)
     assert carry_gate_bias(48) == -3.85 and carry_gate_bias(1) == 0.0 and str(carry_gate_bias(2)) == "0.0"
-    deep = _spec("highway", "", "").replace("depth = [1, 4]", "depth = [2, 32]")
+    deep = _spec("highway", depth="[2, 32]")
     assert "carry_gate" in _applicable(deep)
     assert REMEDIES.get("carry_gate").edit(parse_spec(deep), {}) == {"block.gate_bias": -3.43}
     assert "carry_gate" not in _applicable(_spec("highway"))  # depth ≤ 4: the default -2 is already below
-    assert "carry_gate" not in _applicable(deep.replace("[block]\n", "[block]\ngate_bias = -4.0\n"))
+    assert "carry_gate" not in _applicable(_spec("highway", "gate_bias = -4.0", depth="[2, 32]"))
     assert "carry_gate" not in _applicable(_spec("preact"))
 
 
@@ -328,10 +326,11 @@ def test_a_transformer_by_its_placement_residual_and_attention() -> None:
 
 
 def test_the_training_remedies_only_for_a_language_model_run() -> None:
-    lm = (ROOT / "specs" / "control_lm_attention_logit_growth.toml").read_text(encoding="utf-8")
-    got = _applicable(lm)
+    got = _applicable(shipped_text("control_lm_attention_logit_growth", {}))
     assert {"z_loss", "logit_softcap", "tied_readout", "qk_norm", "attention_softcap"} <= got
-    with_them = lm.replace("[train]\n", "[train]\nz_loss = 1e-4\nlogit_softcap = 30.0\ntied = true\n")
+    with_them = shipped_text(
+        "control_lm_attention_logit_growth", {"train.z_loss": 1e-4, "train.logit_softcap": 30.0, "train.tied": True}
+    )
     assert not {"z_loss", "logit_softcap", "tied_readout"} & _applicable(with_them)
     teacher = (ROOT / "specs" / "control_sp_update_size.toml").read_text(
         encoding="utf-8"
@@ -360,10 +359,10 @@ def test_init_range_starts_from_the_librarys_default_not_a_broken_value() -> Non
     pytest.importorskip("transformers")
     from stability.judge.remedies import _init_range_edit
 
-    text = (ROOT / "specs" / "zoo" / "gpt2.toml").read_text(encoding="utf-8")
-    broken = parse_spec(text.replace("vocab_size = 64,", "vocab_size = 64, initializer_range = 1.0,"))
+    text = shipped_text("zoo/gpt2", {})
+    broken = parse_spec(shipped_text("zoo/gpt2", {"block.config.initializer_range": 1.0}))
     assert _init_range_edit(broken, {}) == {"block.config.initializer_range": 0.005}
     assert _init_range_edit(parse_spec(text), {}) == {"block.config.initializer_range": 0.005}  # unset: the default
     assert "init_range" not in _applicable(
-        text.replace("vocab_size = 64,", "vocab_size = 64, initializer_range = 0.004,")
+        shipped_text("zoo/gpt2", {"block.config.initializer_range": 0.004})
     )  # already at or below it

@@ -23,6 +23,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from spec_support import make_spec
 from torch import nn
 
 from stability import (
@@ -33,7 +34,6 @@ from stability import (
     gradient_arrival,
     identity_at_init,
     make_input,
-    parse_spec,
     probe,
     run_spec,
     strategies,
@@ -71,10 +71,14 @@ def _spec(
 ) -> Spec:
     """A spec file's text, validated as `stability check` would. The wide default bounds make
     `gradient_arrival` a pure measurement; tests that need the verdict set their own."""
-    return parse_spec(
-        f'name = "theory"\ndescription = "theory"\nfamily = "{family}"\n[block]\nlayer = '
-        f'"linear"\n{block}\n[space]\n{ranges}\ndevice = ["cpu"]\n{space}\n{expect}\n',
+    return make_spec(
+        family,
+        block=f'layer = "linear"\n{block}',
+        space=f'{ranges}\ndevice = ["cpu"]\n{space}',
+        expect=expect,
         file=f"<theory:{family}>",
+        name="theory",
+        description="theory",
     )
 
 

@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+from spec_support import make_spec
 from torch import nn
 
 from stability.measure.train import (
@@ -25,30 +26,6 @@ from stability.measure.train import (
 )
 from stability.measure.train_update import log_slope, measure_update, update_sweep
 from stability.spec.case import corner_case
-from stability.spec.load import parse_spec
-
-SPEC = """
-name = "t"
-description = "t"
-family = "{family}"
-[block]
-layer = "{layer}"
-activation = "relu"
-{block}
-[space]
-depth = 3
-width = [8, 512]
-weight_init = ["kaiming_normal"]
-branch_init = ["{branch}"]
-[train]
-steps = {steps}
-optimizer = "{optimizer}"
-lr = {lr}
-parametrization = "{param}"
-base_width = 16
-samples = 16
-[expect.trainability]
-"""
 
 
 def _spec(
@@ -62,10 +39,13 @@ def _spec(
     lr: float = 0.01,
     param: str = "sp",
 ):  # type: ignore[no-untyped-def]
-    return parse_spec(
-        SPEC.format(
-            family=family, layer=layer, block=block, branch=branch, steps=steps, optimizer=optimizer, lr=lr, param=param
-        )
+    return make_spec(
+        family,
+        block=f'layer = "{layer}"\nactivation = "relu"\n{block}',
+        space=f'depth = 3\nwidth = [8, 512]\nweight_init = ["kaiming_normal"]\nbranch_init = ["{branch}"]',
+        train=f'steps = {steps}\noptimizer = "{optimizer}"\nlr = {lr}\nparametrization = "{param}"\n'
+        "base_width = 16\nsamples = 16",
+        expect="[expect.trainability]\n",
     )
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from spec_support import spec_text, write_spec
 
 from stability.measure.lm_train import language_model
 from stability.measure.train import TEACHER_HIDDEN, make_task, trainable
@@ -22,33 +23,21 @@ from stability.spec.registry import INVARIANTS
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 
-TRAINING = """
-name = "t"
-description = "d"
-family = "plain"
-[space]
-depth = 2
-width = 16
-[train]
-optimizer = "{optimizer}"
-lr = 0.01
-steps = 2
-samples = 8
-outputs = {outputs}
-task = "{task}"
-[expect.{expect}
-"""
 EXPECTS = {
-    "update_size": "update_size]\nwidths = [16, 32]",
-    "trainability": "trainability]\ncompare_depths = [1, 3]\nmax_depth_ratio = 2.0",
-    "residual_size": "residual_size]\nmax_mean = 1.0",
+    "update_size": "[expect.update_size]\nwidths = [16, 32]",
+    "trainability": "[expect.trainability]\ncompare_depths = [1, 3]\nmax_depth_ratio = 2.0",
+    "residual_size": "[expect.residual_size]\nmax_mean = 1.0",
 }
 
 
+def _text(name: str, *, outputs: int = 4, optimizer: str = "adam", task: str = "teacher") -> str:
+    """A plain stack trained on `task` with `outputs` outputs, expecting EXPECTS[name]."""
+    train = f'optimizer = "{optimizer}"\nlr = 0.01\nsteps = 2\nsamples = 8\noutputs = {outputs}\ntask = "{task}"'
+    return spec_text("plain", space="depth = 2\nwidth = 16", train=train, expect=EXPECTS[name], description="d")
+
+
 def _spec(name: str, *, outputs: int = 4, optimizer: str = "adam", task: str = "teacher") -> object:
-    return parse_spec(
-        TRAINING.format(optimizer=optimizer, outputs=outputs, task=task, expect=EXPECTS[name]), file="t.toml"
-    )
+    return parse_spec(_text(name, outputs=outputs, optimizer=optimizer, task=task), file="t.toml")
 
 
 def test_every_built_in_training_invariant_declares_its_memory() -> None:
@@ -75,10 +64,7 @@ def test_a_readout_over_five_million_outputs_is_refused_under_200_mib_before_any
     for module in (train, train_update):  # structural: refused before anything is built, however long that takes
         monkeypatch.setattr(module, "trainable", must_not_build)
         monkeypatch.setattr(module, "make_task", must_not_build)
-    path = tmp_path / "big.toml"
-    path.write_text(
-        TRAINING.format(optimizer="adam", outputs=5_000_000, task="teacher", expect=EXPECTS[name]), encoding="utf-8"
-    )
+    path = write_spec(tmp_path, "big", _text(name, outputs=5_000_000))
     code, out, _ = cli("check", path, "--profile", "ci", "--memory-budget", "200MiB", "--in-process")
     assert (
         code == 1
@@ -88,10 +74,7 @@ def test_a_readout_over_five_million_outputs_is_refused_under_200_mib_before_any
     ), out
     assert "built although" not in out
     monkeypatch.undo()
-    small = tmp_path / "small.toml"
-    small.write_text(
-        TRAINING.format(optimizer="adam", outputs=4, task="teacher", expect=EXPECTS[name]), encoding="utf-8"
-    )
+    small = write_spec(tmp_path, "small", _text(name))
     code, out, _ = cli("check", small, "--profile", "ci", "--memory-budget", "200MiB", "--in-process")
     assert "refused" not in out, out
 

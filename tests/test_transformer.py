@@ -12,6 +12,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from spec_support import spec_text, write_spec
 from torch import nn
 
 from stability import RunOptions, load_spec, run_spec
@@ -28,23 +29,19 @@ SPECS = Path(__file__).resolve().parent.parent / "specs"
 CONTROLS = sorted(SPECS.glob("transformer_control_*.toml"))
 
 
+#: The space of `_spec`'s token stacks, each key's default.
+SPACE = {"depth": "[1, 6]", "width": "{ range = [16, 32], multiple_of = 8 }", "tokens": "[3, 6]", "batch": "2"}
+
+
 def _spec(
     block: str = "", space: str = "", expect: str = "[expect.gradient_arrival]", family: str = "transformer"
 ) -> str:
-    return f"""name = "t"
-description = "d"
-family = "{family}"
-[block]
-layer = "tokens"
-{block}
-[space]
-depth = [1, 6]
-width = {{ range = [16, 32], multiple_of = 8 }}
-tokens = [3, 6]
-batch = 2
-{space}
-{expect}
-"""
+    """A token stack's spec: a key written in `space` replaces its default in SPACE."""
+    given = tomllib.loads(space)
+    defaults = "".join(f"{key} = {value}\n" for key, value in SPACE.items() if key not in given)
+    return spec_text(
+        family, block=f'layer = "tokens"\n{block}', space=defaults + space, expect=expect, name="t", description="d"
+    )
 
 
 # ----------------------------------------------------------------------------- builder formulas
@@ -154,11 +151,7 @@ def test_without_skip_and_mlp_the_stack_is_pure_attention() -> None:
 @pytest.mark.parametrize("family", ["plain", "postnorm", "preact", "highway", "dense"])
 @pytest.mark.parametrize("norm", ["batch", "layer", "group"])
 def test_builtin_families_act_per_token_and_report_channels_and_tokens(family: str, norm: str) -> None:
-    spec = parse_spec(
-        _spec(f'norm = "{norm}"', 'width = 8\nbranch_init = ["default"]', family=family).replace(
-            "width = { range = [16, 32], multiple_of = 8 }\n", ""
-        )
-    )
+    spec = parse_spec(_spec(f'norm = "{norm}"', 'width = 8\nbranch_init = ["default"]', family=family))
     case = corner_case(spec, depth=3, tokens=5)
     x = make_input(spec, case)
     assert x.shape == (2, 5, 8)
@@ -173,11 +166,7 @@ def test_builtin_families_act_per_token_and_report_channels_and_tokens(family: s
 
 
 def test_batch_norm_on_tokens_normalises_each_channel_over_batch_and_tokens() -> None:
-    spec = parse_spec(
-        _spec('norm = "batch"\nactivation = "identity"', "width = 8", family="plain").replace(
-            "width = { range = [16, 32], multiple_of = 8 }\n", ""
-        )
-    )
+    spec = parse_spec(_spec('norm = "batch"\nactivation = "identity"', "width = 8", family="plain"))
     case = corner_case(spec, depth=1, tokens=5)
     out = build(spec, case).blocks(make_input(spec, case))  # (B, T, C)
     flat = out.reshape(-1, 8)
@@ -187,18 +176,12 @@ def test_batch_norm_on_tokens_normalises_each_channel_over_batch_and_tokens() ->
 
 def test_custom_factories_receive_tokens(tmp_path: Path) -> None:
     # The factory builds one block per token, so the number of blocks measured shows what it got.
-    (tmp_path / "tok_factory_mod.py").write_text(
+    factory = (
         "from torch import nn\n\n\ndef make(depth, width, tokens):\n    return "
-        "nn.Sequential(*[nn.Linear(width, width) for _ in range(tokens)])\n",
-        encoding="utf-8",
+        "nn.Sequential(*[nn.Linear(width, width) for _ in range(tokens)])\n"
     )
-    path = tmp_path / "spec.toml"
-    path.write_text(
-        _spec('factory = "tok_factory_mod:make"', "width = 4", family="custom").replace(
-            "width = { range = [16, 32], multiple_of = 8 }\n", ""
-        ),
-        encoding="utf-8",
-    )
+    text = _spec('factory = "tok_factory_mod:make"', "width = 4", family="custom")
+    path = write_spec(tmp_path, "spec", text, modules={"tok_factory_mod": factory})
     spec = load_spec(path)
     record = evaluate(spec, corner_case(spec, tokens=6))
     assert record.measurements is not None, record.error
@@ -229,8 +212,6 @@ def test_strategies_draw_only_admitted_values(data: st.DataObject) -> None:
             'norm = "layer"\nhead_dim = 8',
             "depth = { values = [2, 5, 9] }\nbatch = { range = [3, 20], multiple_of = 4 }",
         )
-        .replace("depth = [1, 6]\n", "")
-        .replace("batch = 2\n", "")
     )
     case = data.draw(cases(spec))
     assert (
@@ -242,9 +223,7 @@ def test_strategies_draw_only_admitted_values(data: st.DataObject) -> None:
 
 
 def test_constrained_keys_shrink_to_their_smallest_value_and_replay_checks_membership() -> None:
-    spec = parse_spec(
-        _spec('norm = "layer"\nhead_dim = 8', "depth = { values = [2, 5, 9] }").replace("depth = [1, 6]\n", "")
-    )
+    spec = parse_spec(_spec('norm = "layer"\nhead_dim = 8', "depth = { values = [2, 5, 9] }"))
     assert corner_case(spec).depth == 2 and corner_case(spec).width == 16
     assert parse_case_string("depth=9,width=24,tokens=4", spec).width == 24
     with pytest.raises(
@@ -280,20 +259,15 @@ def test_constrained_keys_shrink_to_their_smallest_value_and_replay_checks_membe
 )
 def test_bad_combinations_are_one_line_errors_with_the_fix(block: str, space: str, message: str) -> None:
     text = _spec(block, space, "[expect.rank_collapse]")
-    if "width =" in space:
-        text = text.replace("width = { range = [16, 32], multiple_of = 8 }\n", "")
-    if "tokens =" in space:
-        text = text.replace("tokens = [3, 6]\n", "")
     with pytest.raises(SpecError) as exc:
         parse_spec(text, file="t.toml")
     assert message in str(exc.value) and "\n" not in str(exc.value)
 
 
 def test_token_invariants_need_token_inputs() -> None:
-    text = (
-        _spec('norm = "layer"', "", "[expect.attention_entropy]", family="preact")
-        .replace('layer = "tokens"\n', "")
-        .replace("tokens = [3, 6]\n", "")
+    space = f"depth = {SPACE['depth']}\nwidth = {SPACE['width']}\nbatch = 2"  # no tokens: a stack of vectors
+    text = spec_text(
+        "preact", block='norm = "layer"', space=space, expect="[expect.attention_entropy]", description="d"
     )
     with pytest.raises(SpecError, match="expect.attention_entropy: is measured over tokens"):
         parse_spec(text)
