@@ -108,10 +108,13 @@ def write_spec(folder: Path, name: str, text: str, *, modules: Mapping[str, str]
     return path
 
 
-def shipped_text(name: str, edit: Mapping[str, object]) -> str:
+def shipped_text(name: str, edit: Mapping[str, object], *, expect: str | None = None) -> str:
     """specs/NAME.toml's text with each dotted key of `edit` ("train.profiles") set to its value,
-    every other line as shipped. A table the edit names must exist in the shipped spec."""
+    every other line as shipped. A table the edit names must exist in the shipped spec. `expect`,
+    when given, replaces the shipped expectations (its own `[expect.NAME]` headers)."""
     doc = tomlkit.parse((SPECS / f"{name}.toml").read_text(encoding="utf-8"))
+    if expect is not None:
+        doc.remove("expect")
     for dotted, value in edit.items():
         *tables, key = dotted.split(".")
         table: Any = doc
@@ -120,7 +123,7 @@ def shipped_text(name: str, edit: Mapping[str, object]) -> str:
                 raise KeyError(f"specs/{name}.toml has no table {dotted.rsplit('.', 1)[0]!r}")
             table = table[part]
         table[key] = value
-    return tomlkit.dumps(doc)
+    return tomlkit.dumps(doc) + ("" if expect is None else f"\n{expect}\n")
 
 
 def training_spec(

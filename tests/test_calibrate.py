@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from spec_support import write_spec
 
 from stability.cli import main
 from stability.run.bands import MARGIN, band_of
@@ -43,6 +44,7 @@ def crashes(depth, width):
     raise RuntimeError("the factory  breaks\\n here")
 """
 
+#: Written out in full, comments and all: `--write` must change the bands and keep every other line.
 SPEC = """\
 # my own comment, kept
 name = "scaled"
@@ -72,10 +74,7 @@ hi = 100.0
 
 
 def _spec(tmp_path: Path, text: str = SPEC) -> Path:
-    (tmp_path / "scaled_blocks.py").write_text(FACTORY)
-    path = tmp_path / "scaled.toml"
-    path.write_text(text)
-    return path
+    return write_spec(tmp_path, "scaled", text, modules={"scaled_blocks": FACTORY})
 
 
 def _down(x: float) -> float:

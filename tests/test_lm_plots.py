@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import html
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
 from matplotlib.figure import Figure
+from spec_support import shipped_text
 
 from stability.judge import lm_invariants as j
 from stability.judge.lr_sensitivity import lr_sensitivity
@@ -24,13 +24,10 @@ from stability.run.results import InvariantResult, SpecResult
 from stability.spec.load import parse_spec
 from stability.spec.schema import Spec
 
-CONTROL = (Path(__file__).resolve().parent.parent / "specs" / "control_lm_early_warning.toml").read_text(
-    encoding="utf-8"
-)
-
 
 def _spec(expect: str) -> Spec:
-    return parse_spec(CONTROL.split("[expect.")[0] + expect, file="lm.toml")
+    """The shipped early-warning control (a small language model's training run) judged by `expect`."""
+    return parse_spec(shipped_text("control_lm_early_warning", {}, expect=expect), file="lm.toml")
 
 
 def _run(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from spec_support import spec_text, write_spec
 
 from stability.judge.verdict import Verdict
 from stability.report.formats import phase_seconds, spec_line, summary_line
@@ -21,20 +22,18 @@ from stability.run.results import CaseRecord, InvariantResult, SpecResult
 from stability.spec.case import corner_case
 from stability.spec.load import parse_spec
 
-QUICK = """
-name = "{name}"
-description = "a small plain stack"
-family = "{family}"
-[block]
-{block}
-[space]
-depth = [1, 3]
-width = 4
-batch = 2
-[expect.gradient_arrival]
-lo = 1e-6
-hi = 1e6
-"""
+
+def _quick(name: str, family: str = "plain", block: str = 'layer = "linear"', *, also: str = "") -> str:
+    """A small stack's spec, depth 1 to 3, with a wide gradient band (`also`: further expectations)."""
+    return spec_text(
+        family,
+        block=block,
+        space="depth = [1, 3]\nwidth = 4\nbatch = 2",
+        expect="[expect.gradient_arrival]\nlo = 1e-6\nhi = 1e6\n" + also,
+        name=name,
+        description="a small plain stack",
+    )
+
 
 #: A factory that takes its time: every case sleeps, so the spec runs for seconds.
 SLOW = (
@@ -44,11 +43,9 @@ SLOW = (
 
 
 def _specs(tmp_path: Path, sleep: float) -> tuple[Path, Path]:
-    (tmp_path / "slow_blocks.py").write_text(SLOW.format(sleep=sleep))
-    quick = tmp_path / "quick.toml"
-    quick.write_text(QUICK.format(name="quick", family="plain", block='layer = "linear"'))
-    slow = tmp_path / "slow.toml"
-    slow.write_text(QUICK.format(name="slow", family="custom", block='layer = "linear"\nfactory = "slow_blocks:make"'))
+    quick = write_spec(tmp_path, "quick", _quick("quick"))
+    slow_text = _quick("slow", "custom", 'layer = "linear"\nfactory = "slow_blocks:make"')
+    slow = write_spec(tmp_path, "slow", slow_text, modules={"slow_blocks": SLOW.format(sleep=sleep)})
     return quick, slow
 
 
@@ -153,7 +150,7 @@ def test_the_heartbeat_period_comes_from_the_environment(monkeypatch: pytest.Mon
 def _result(
     name: str, seconds: float, parts: list[tuple[str, float, float]], *, trained: int = 0, probed: int = 0
 ) -> SpecResult:
-    spec = parse_spec(QUICK.format(name=name, family="plain", block='layer = "linear"'))
+    spec = parse_spec(_quick(name))
     cases = [corner_case(spec, depth=d) for d in range(1, 4)]
     results = []
     for invariant, took, shrink in parts:
@@ -209,12 +206,13 @@ def test_a_spec_error_is_printed_once(tmp_path: Path) -> None:
     """A factory that returns no module is a spec error of the worker: it used to be printed in
     every unjudged expectation's message, again on an `error:` line under each, and once on
     stderr (five times for two expectations)."""
-    (tmp_path / "blocks.py").write_text("def make(depth, width):\n    return 42\n")
-    spec = tmp_path / "spec.toml"
-    spec.write_text(
-        QUICK.format(name="c", family="custom", block='layer = "linear"\nfactory = "blocks:make"')
-        + '[expect.variance_growth]\nmax_growth = "exponential"\n'
+    text = _quick(
+        "c",
+        "custom",
+        'layer = "linear"\nfactory = "blocks:make"',
+        also='[expect.variance_growth]\nmax_growth = "exponential"\n',
     )
+    spec = write_spec(tmp_path, "spec", text, modules={"blocks": "def make(depth, width):\n    return 42\n"})
     run = subprocess.run(
         [sys.executable, "-m", "stability", "check", str(spec), "--profile", "ci"],
         capture_output=True,
