@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from spec_support import spec_text
 from torch import nn
 
 from stability import parse_spec, probe
@@ -13,22 +14,10 @@ from stability.families.build import build, channel_counts, make_input
 from stability.spec.case import corner_case
 
 
-def spec_text(family: str, layer: str = "linear", block: str = "", space: str = "") -> str:
-    expect = "[expect.gradient_arrival]"
-    return f"""
-name = "t"
-description = "t"
-family = "{family}"
-[block]
-layer = "{layer}"
-{block}
-[space]
-depth = [1, 40]
-width = [1, 64]
-batch = [2, 8]
-{space}
-{expect}
-"""
+def _text(family: str, layer: str = "linear", block: str = "", space: str = "") -> str:
+    return spec_text(
+        family, block=f'layer = "{layer}"\n{block}', space=f"depth = [1, 40]\nwidth = [1, 64]\nbatch = [2, 8]\n{space}"
+    )
 
 
 def n_params(module: nn.Module) -> int:
@@ -38,7 +27,7 @@ def n_params(module: nn.Module) -> int:
 @pytest.mark.parametrize("layer", ["linear", "conv2d"])
 @pytest.mark.parametrize("family", ["plain", "postnorm", "preact", "highway", "dense"])
 def test_every_family_builds_and_keeps_its_shapes(family: str, layer: str) -> None:
-    spec = parse_spec(spec_text(family, layer, space="spatial = 5" if layer == "conv2d" else ""))
+    spec = parse_spec(_text(family, layer, space="spatial = 5" if layer == "conv2d" else ""))
     case = corner_case(spec, depth=5, width=8, batch=3)
     net = build(spec, case)
     x = make_input(spec, case)
@@ -69,14 +58,14 @@ def test_every_family_builds_and_keeps_its_shapes(family: str, layer: str) -> No
     ],
 )
 def test_parameter_counts(family: str, block: str, per_block: object) -> None:
-    spec = parse_spec(spec_text(family, block=block))
+    spec = parse_spec(_text(family, block=block))
     for depth, width in [(1, 4), (3, 7), (6, 16)]:
         net = build(spec, corner_case(spec, depth=depth, width=width))
         assert n_params(net.blocks) == depth * per_block(width)  # type: ignore[operator]
 
 
 def test_rezero_and_skipinit_add_one_scalar_or_one_gain_per_channel() -> None:
-    spec = parse_spec(spec_text("preact", space='branch_init = ["default", "rezero", "skipinit"]'))
+    spec = parse_spec(_text("preact", space='branch_init = ["default", "rezero", "skipinit"]'))
     base = n_params(build(spec, corner_case(spec, depth=3, width=5)).blocks)
     assert n_params(build(spec, corner_case(spec, depth=3, width=5, branch_init="rezero")).blocks) == base + 3
     assert n_params(build(spec, corner_case(spec, depth=3, width=5, branch_init="skipinit")).blocks) == base + 3 * 5
@@ -84,7 +73,7 @@ def test_rezero_and_skipinit_add_one_scalar_or_one_gain_per_channel() -> None:
 
 @pytest.mark.parametrize("layer", ["linear", "conv2d"])
 def test_dense_block_l_reads_k0_plus_k_times_l_channels(layer: str) -> None:
-    spec = parse_spec(spec_text("dense", layer, block="growth = 6", space="spatial = 4" if layer == "conv2d" else ""))
+    spec = parse_spec(_text("dense", layer, block="growth = 6", space="spatial = 4" if layer == "conv2d" else ""))
     k0, k, depth = 10, 6, 12
     case = corner_case(spec, depth=depth, width=k0, batch=2)
     net = build(spec, case)
@@ -98,7 +87,7 @@ def test_dense_block_l_reads_k0_plus_k_times_l_channels(layer: str) -> None:
 
 
 def test_dense_transitions_compress() -> None:
-    spec = parse_spec(spec_text("dense", block="growth = 4\ntransition_every = 2\ncompression = 0.5"))
+    spec = parse_spec(_text("dense", block="growth = 4\ntransition_every = 2\ncompression = 0.5"))
     case = corner_case(spec, depth=5, width=8)
     # 8 → 12 → 16 ⇒ ⌊0.5·16⌋ = 8 → 12 → 16 ⇒ 8 → 12 (no transition after the last block)
     assert channel_counts(spec, case) == [8, 12, 8, 12, 8, 12]
@@ -107,7 +96,7 @@ def test_dense_transitions_compress() -> None:
 
 
 def test_the_same_case_builds_the_same_weights_and_input() -> None:
-    spec = parse_spec(spec_text("preact", space='weight_init = ["kaiming_normal"]'))
+    spec = parse_spec(_text("preact", space='weight_init = ["kaiming_normal"]'))
     a, b = corner_case(spec, depth=4, width=6, seed=7), corner_case(spec, depth=4, width=6, seed=8)
     na, na2, nb = build(spec, a), build(spec, a), build(spec, b)
     for p, q in zip(na.blocks.parameters(), na2.blocks.parameters(), strict=True):
@@ -121,7 +110,7 @@ def test_the_same_case_builds_the_same_weights_and_input() -> None:
 
 def test_identity_init_and_constant_bias() -> None:
     spec = parse_spec(
-        spec_text(
+        _text(
             "plain",
             block='activation = "identity"',
             space='weight_init = ["identity"]\ninit_gain = 0.9\nbias_init = 0.0',
@@ -134,7 +123,7 @@ def test_identity_init_and_constant_bias() -> None:
 
 def test_projection_spectrum_sets_the_singular_values() -> None:
     spec = parse_spec(
-        spec_text("preact", block='skip = "projection"\nprojection_spectrum = [0.1, 2.0]', space='dtype = ["float64"]')
+        _text("preact", block='skip = "projection"\nprojection_spectrum = [0.1, 2.0]', space='dtype = ["float64"]')
     )
     net = build(spec, corner_case(spec, depth=1, width=5, dtype="float64"))
     s = torch.linalg.svdvals(net.blocks[0].skip.weight)
@@ -143,7 +132,7 @@ def test_projection_spectrum_sets_the_singular_values() -> None:
 
 
 def test_highway_zero_branch_gate_is_the_bias() -> None:
-    spec = parse_spec(spec_text("highway", block="gate_bias = -1.5", space='branch_init = ["zero"]'))
+    spec = parse_spec(_text("highway", block="gate_bias = -1.5", space='branch_init = ["zero"]'))
     net = build(spec, corner_case(spec, depth=2, width=4, branch_init="zero"))
     gate = net.blocks[0].gate
     assert torch.equal(gate.weight, torch.zeros_like(gate.weight)) and torch.all(gate.bias == -1.5)
@@ -157,7 +146,7 @@ def test_custom_factory_receives_the_case_values(tmp_path, monkeypatch) -> None:
         "    seen.update(depth=depth, width=width, init=init, seed=seed, hidden=hidden)\n"
         "    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])\n"
     )
-    text = spec_text("custom", block='factory = "my_arch:make"\nfactory_args = { hidden = 9 }')
+    text = _text("custom", block='factory = "my_arch:make"\nfactory_args = { hidden = 9 }')
     spec = parse_spec(text, file=str(tmp_path / "s.toml"))
     net = build(spec, corner_case(spec, depth=4, width=5, seed=11))
     import my_arch  # type: ignore[import-not-found]

@@ -9,6 +9,7 @@ import gc
 
 import pytest
 import torch
+from spec_support import spec_text
 from torch import nn
 
 from stability import parse_spec
@@ -19,25 +20,11 @@ from stability.families.init import modules_in_order, overwritten
 from stability.spec.case import corner_case
 
 
-def spec_text(family: str, layer: str, *, init: str, bias: str, block: str = "") -> str:
+def _text(family: str, layer: str, *, init: str, bias: str, block: str = "") -> str:
     spatial = "spatial = 4" if layer == "conv2d" else ""
     bias_line = "" if bias == "default" else f"bias_init = {bias}"
-    return f"""
-name = "t"
-description = "t"
-family = "{family}"
-[block]
-layer = "{layer}"
-{block}
-[space]
-depth = [1, 12]
-width = [1, 16]
-batch = [2, 4]
-weight_init = ["{init}"]
-{bias_line}
-{spatial}
-[expect.gradient_arrival]
-"""
+    space = f'depth = [1, 12]\nwidth = [1, 16]\nbatch = [2, 4]\nweight_init = ["{init}"]\n{bias_line}\n{spatial}'
+    return spec_text(family, block=f'layer = "{layer}"\n{block}', space=space)
 
 
 def _bits(net: build_module.Network) -> list[tuple[str, torch.Tensor]]:
@@ -77,7 +64,7 @@ CASES = [
 def test_skipping_the_discarded_default_draws_builds_the_same_bits(
     family: str, layer: str, block: str, init: str, bias: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    spec = parse_spec(spec_text(family, layer, init=init, bias=bias, block=block))
+    spec = parse_spec(_text(family, layer, init=init, bias=bias, block=block))
     case = corner_case(spec, depth=3, width=6, batch=2)
     assert overwritten(spec, case) == (init != "default" and bias != "default")
     before = torch.random.get_rng_state()
@@ -133,7 +120,7 @@ def test_the_module_walk_is_modules_order_with_shared_modules_once() -> None:
 
 @pytest.mark.parametrize("enabled", [True, False])
 def test_a_build_leaves_the_garbage_collector_as_it_found_it(enabled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = parse_spec(spec_text("plain", "linear", init="kaiming_normal", bias="0.0"))
+    spec = parse_spec(_text("plain", "linear", init="kaiming_normal", bias="0.0"))
     case = corner_case(spec, depth=2, width=4, batch=2)
     was = gc.isenabled()
     try:
