@@ -35,16 +35,16 @@ def main() -> None:
     t0 = time.perf_counter()
     for _ in range(args.cases):
         case = Case(
-            rng.randint(*args.depth),
-            rng.choice([16, 24, 32, 48, 64]),
-            rng.randint(4, 16),
-            None,
-            None,
-            rng.choice(["kaiming_normal", "xavier_normal", "default"]),
-            "default",
-            rng.choice(["float32", "float64"]),
-            "cpu",
-            rng.randrange(2**16),
+            depth=rng.randint(*args.depth),
+            width=rng.choice([16, 24, 32, 48, 64]),
+            batch=rng.randint(4, 16),
+            spatial=None,
+            input_width=None,
+            weight_init=rng.choice(["kaiming_normal", "xavier_normal", "default"]),
+            branch_init="default",
+            dtype=rng.choice(["float32", "float64"]),
+            device="cpu",
+            seed=rng.randrange(2**16),
         )
         v = judge(spec, "variance_growth", evaluate(spec, case))
         lowest = str(v.extra.get("lowest"))

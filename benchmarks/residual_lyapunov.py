@@ -70,7 +70,18 @@ def harness(*, width: int, depth: int, seeds: int, batch: int, seed: int) -> tup
     spec = load_spec(SPEC)
     logs, frozen = [], []
     for k in range(seeds):
-        case = Case(depth, width, batch, None, None, "kaiming_normal", "default", "float64", "cpu", seed + k)
+        case = Case(
+            depth=depth,
+            width=width,
+            batch=batch,
+            spatial=None,
+            input_width=None,
+            weight_init="kaiming_normal",
+            branch_init="default",
+            dtype="float64",
+            device="cpu",
+            seed=seed + k,
+        )
         net = build(spec, case)
         x = make_input(spec, case)  # (B, n)
         lv, fz = [torch.log(x.var(unbiased=False))], [bool((x <= 0).all())]

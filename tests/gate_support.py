@@ -121,7 +121,9 @@ def patch_judge(depth, width):
     import stability.judge.invariants as invariants
 
     def always(m, lo=0.1, hi=10.0, include_entry=None):
-        return invariants.Verdict("gradient_arrival", True, 1.0, "[lo, hi]", None, "fine")
+        return invariants.Verdict(
+            invariant="gradient_arrival", passed=True, observed=1.0, bound="[lo, hi]", block=None, detail="fine"
+        )
 
     invariants.gradient_arrival = always
     return nn.Sequential(*[Shrink() for _ in range(depth)])

@@ -278,7 +278,7 @@ def test_only_cases_that_differ_are_replayed_on_the_run_executor(
     spec = load_spec("specs/gain.toml")
     options = RunOptions(profile="ci")
     result = run_spec(spec, options, case="seed=3")
-    outcome = Outcome(Task(spec, options, "seed=3"), result)
+    outcome = Outcome(task=Task(spec, options, "seed=3"), result=result)
     (base / "b.json").write_text(
         json.dumps(
             {
@@ -294,7 +294,7 @@ def test_only_cases_that_differ_are_replayed_on_the_run_executor(
 
     def replay(tasks: list[Task]) -> list[Outcome]:
         seen.extend(tasks)
-        return [Outcome(t, run_spec(t.spec, t.options, case=t.case, only=t.only)) for t in tasks]
+        return [Outcome(task=t, result=run_spec(t.spec, t.options, case=t.case, only=t.only)) for t in tasks]
 
     baseline = load_baseline("b.json")
     assert [e.key.case.rsplit(",", 1)[-1] for e in baseline.entries] == ["seed=3", "seed=7"]

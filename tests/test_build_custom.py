@@ -117,7 +117,18 @@ def _spec(folder: Path, fn: str, args: dict[str, object] | None = None) -> Spec:
     )
 
 
-CASE = Case(3, 4, 2, None, None, "default", "default", "float64", "cpu", 5)
+CASE = Case(
+    depth=3,
+    width=4,
+    batch=2,
+    spatial=None,
+    input_width=None,
+    weight_init="default",
+    branch_init="default",
+    dtype="float64",
+    device="cpu",
+    seed=5,
+)
 
 
 def test_a_factory_that_exits_is_a_spec_error_naming_the_key(folder: Path) -> None:
@@ -209,7 +220,19 @@ def _dense(layer: str, extra: str = "") -> Spec:
 
 def test_dense_token_layers_concatenate_along_the_channels() -> None:
     spec = _dense("tokens", "tokens = 5")
-    case = Case(3, 4, 2, None, None, "default", "default", "float64", "cpu", 0, tokens=5)
+    case = Case(
+        depth=3,
+        width=4,
+        batch=2,
+        spatial=None,
+        input_width=None,
+        weight_init="default",
+        branch_init="default",
+        dtype="float64",
+        device="cpu",
+        seed=0,
+        tokens=5,
+    )
     net = build(spec, case)
     x = make_input(spec, case)  # (B, T, C)
     assert x.shape == (2, 5, 4)
@@ -222,11 +245,36 @@ def test_dense_token_layers_concatenate_along_the_channels() -> None:
 
 def test_dense_zero_branches_add_zero_channels() -> None:
     spec = _dense("linear", 'branch_init = ["zero"]')
-    case = Case(4, 4, 2, None, None, "default", "zero", "float64", "cpu", 0)
+    case = Case(
+        depth=4,
+        width=4,
+        batch=2,
+        spatial=None,
+        input_width=None,
+        weight_init="default",
+        branch_init="zero",
+        dtype="float64",
+        device="cpu",
+        seed=0,
+    )
     x = make_input(spec, case)
     y = build(spec, case).blocks(x)
     assert y.shape == (2, 16) and torch.equal(y[:, :4], x) and torch.count_nonzero(y[:, 4:]) == 0
-    default = build(spec, Case(4, 4, 2, None, None, "default", "default", "float64", "cpu", 0)).blocks(x)
+    default = build(
+        spec,
+        Case(
+            depth=4,
+            width=4,
+            batch=2,
+            spatial=None,
+            input_width=None,
+            weight_init="default",
+            branch_init="default",
+            dtype="float64",
+            device="cpu",
+            seed=0,
+        ),
+    ).blocks(x)
     assert torch.count_nonzero(default[:, 4:]) > 0
 
 
@@ -248,7 +296,7 @@ def _case(depth: int, width: int = 4, **kw: object) -> Case:
         seed=0,
     )
     base.update(kw)
-    return Case(depth, width, **base)  # type: ignore[arg-type]
+    return Case(depth=depth, width=width, **base)  # type: ignore[arg-type]
 
 
 def test_plain_first_layer_reads_the_input_width() -> None:

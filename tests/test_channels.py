@@ -58,7 +58,18 @@ def test_law_of_total_variance_against_the_probe() -> None:
     """Var(h) = V + M − m̄² at every boundary, V and M from the observer, Var from the probe
     (the probe's var_mean and two-pass paths both: the conv boundaries hold ≥ 2,048 values)."""
     spec = load_spec(SPECS / "preact_conv.toml")
-    case = Case(5, 16, 8, 8, None, "kaiming_normal", "default", "float64", "cpu", 3)  # 8·16·8·8 = 8,192 values
+    case = Case(
+        depth=5,
+        width=16,
+        batch=8,
+        spatial=8,
+        input_width=None,
+        weight_init="kaiming_normal",
+        branch_init="default",
+        dtype="float64",
+        device="cpu",
+        seed=3,
+    )  # 8·16·8·8 = 8,192 values
     obs = ChannelStats()
     m = probe(build(spec, case).blocks, make_input(spec, case), observers=[obs])
     prof = m.extra["channels"]
@@ -96,7 +107,18 @@ def _preact_bn_relu_conv() -> tuple[nn.Sequential, torch.Tensor]:
         [expect.variance_growth]
         """.replace("\n        ", "\n")
     )
-    case = Case(6, 16, 8, 8, None, "default", "default", "float64", "cpu", 0)
+    case = Case(
+        depth=6,
+        width=16,
+        batch=8,
+        spatial=8,
+        input_width=None,
+        weight_init="default",
+        branch_init="default",
+        dtype="float64",
+        device="cpu",
+        seed=0,
+    )
     return build(spec, case).blocks, make_input(spec, case)
 
 

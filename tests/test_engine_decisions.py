@@ -24,7 +24,18 @@ SPEC = parse_spec(
     "2\n[expect.gradient_arrival]\nlo = 0.1\nhi = 10.0\n[expect.variance_growth]\n",
     file="specs/e.toml",
 )
-CASE = Case(3, 4, 2, None, None, "default", "default", "float32", "cpu", 0)
+CASE = Case(
+    depth=3,
+    width=4,
+    batch=2,
+    spatial=None,
+    input_width=None,
+    weight_init="default",
+    branch_init="default",
+    dtype="float32",
+    device="cpu",
+    seed=0,
+)
 
 
 def _severity(name: str, v: Verdict, expectation: Any) -> float:
@@ -169,7 +180,16 @@ def _halving(c: Case) -> CaseRecord:
     """Gradient ratio 0.5^depth: below lo = 0.05 from depth 5 on."""
     grad = [0.5 ** (c.depth - i) for i in range(c.depth + 1)]
     return CaseRecord(
-        case=c, measurements=Measurements(grad, [1.0] * (c.depth + 1), [1.0] * (c.depth + 1), {}, None, None, None)
+        case=c,
+        measurements=Measurements(
+            grad_norm=grad,
+            act_var=[1.0] * (c.depth + 1),
+            act_sq_mean=[1.0] * (c.depth + 1),
+            param_grad_norm={},
+            identity_error=None,
+            input_grad_error=None,
+            nonfinite_at=None,
+        ),
     )
 
 
@@ -190,7 +210,21 @@ def test_the_depth_bisection_stays_inside_the_space(depth: str, start: int, smal
         return _halving(c)
 
     found = engine._smallest_depth(
-        spec, "gradient_arrival", Case(start, 4, 2, None, None, "default", "default", "float32", "cpu", 0), measured
+        spec,
+        "gradient_arrival",
+        Case(
+            depth=start,
+            width=4,
+            batch=2,
+            spatial=None,
+            input_width=None,
+            weight_init="default",
+            branch_init="default",
+            dtype="float32",
+            device="cpu",
+            seed=0,
+        ),
+        measured,
     )
     assert found.depth == smallest and found.width == 4
     assert all(spec.space.depth.admits(d) for d in probed)  # type: ignore[union-attr]

@@ -24,7 +24,18 @@ from stability.spec.case import Case
 from stability.spec.registry import INVARIANTS
 from stability.spec.schema import Spec
 
-CASE = Case(3, 4, 2, None, None, "default", "default", "float64", "cpu", 11)
+CASE = Case(
+    depth=3,
+    width=4,
+    batch=2,
+    spatial=None,
+    input_width=None,
+    weight_init="default",
+    branch_init="default",
+    dtype="float64",
+    device="cpu",
+    seed=11,
+)
 
 
 def _plain(
@@ -98,7 +109,18 @@ def test_dropout_masks_come_from_the_cases_own_stream(tmp_path: Path) -> None:
         "[expect.gradient_arrival]\nlo = 1e-9\nhi = 1e9\n",
         file=str(tmp_path / "d.toml"),
     )
-    case = Case(3, 8, 4, None, None, "default", "default", "float64", "cpu", 5)
+    case = Case(
+        depth=3,
+        width=8,
+        batch=4,
+        spatial=None,
+        input_width=None,
+        weight_init="default",
+        branch_init="default",
+        dtype="float64",
+        device="cpu",
+        seed=5,
+    )
     record = evaluate(spec, case)
     assert record.measurements is not None, record.error
     net = build(spec, case)
@@ -132,7 +154,16 @@ def test_an_unmeasured_case_is_judged_failed_with_an_empty_bound() -> None:
 
 def test_apply_passes_every_bound_of_the_jacobian_invariant() -> None:
     sp = SimpleNamespace(mean_sq=1.0, mean_sq_se=0.0, max_sq=2.0, spread=2.0, method="exact", n=4)
-    m = Measurements([1.0, 1.0], [1.0, 1.0], [1.0, 1.0], {}, None, None, None, extra={"jacobian_spectrum": sp})
+    m = Measurements(
+        grad_norm=[1.0, 1.0],
+        act_var=[1.0, 1.0],
+        act_sq_mean=[1.0, 1.0],
+        param_grad_norm={},
+        identity_error=None,
+        input_grad_error=None,
+        nonfinite_at=None,
+        extra={"jacobian_spectrum": sp},
+    )
     low = INVARIANTS.get("jacobian_spectrum").judge(m, SimpleNamespace(max_spread=4.0, mean_lo=1.5, mean_hi=None))
     high = INVARIANTS.get("jacobian_spectrum").judge(m, SimpleNamespace(max_spread=4.0, mean_lo=None, mean_hi=0.5))
     ok = INVARIANTS.get("jacobian_spectrum").judge(m, SimpleNamespace(max_spread=4.0, mean_lo=0.5, mean_hi=1.5))
@@ -168,7 +199,21 @@ def test_the_thorough_profile_steers_the_search(monkeypatch: pytest.MonkeyPatch)
 def test_a_cuda_case_without_cuda_says_so() -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: the refusal is for machines without it")
-    record = evaluate(_plain(), Case(3, 4, 2, None, None, "default", "default", "float64", "cuda", 0))
+    record = evaluate(
+        _plain(),
+        Case(
+            depth=3,
+            width=4,
+            batch=2,
+            spatial=None,
+            input_width=None,
+            weight_init="default",
+            branch_init="default",
+            dtype="float64",
+            device="cuda",
+            seed=0,
+        ),
+    )
     assert (record.measurements, record.error, record.seconds) == (
         None,
         "CUDA is not available on this machine; use --device cpu",
@@ -191,7 +236,21 @@ def test_a_stacks_call_kwargs_reach_the_probe(tmp_path: Path) -> None:
         '"sum"\n[expect.gradient_arrival]\nlo = 1e-9\nhi = 1e9\n',
         file=str(tmp_path / "k.toml"),
     )
-    record = evaluate(spec, Case(3, 4, 2, None, None, "default", "default", "float64", "cpu", 0))
+    record = evaluate(
+        spec,
+        Case(
+            depth=3,
+            width=4,
+            batch=2,
+            spatial=None,
+            input_width=None,
+            weight_init="default",
+            branch_init="default",
+            dtype="float64",
+            device="cpu",
+            seed=0,
+        ),
+    )
     assert record.measurements is not None and record.measurements.gradient_ratio == pytest.approx(
         8.0, rel=1e-15, abs=0.0
     )  # 2³
@@ -227,12 +286,35 @@ def test_the_depth_bisection_keeps_the_failing_depth_itself() -> None:
     def measured(c: Case) -> CaseRecord:  # fails only at depth 15: ratio 0.4 there, 1 elsewhere
         grad = [0.4 if c.depth == 15 else 1.0] + [1.0] * c.depth
         return CaseRecord(
-            case=c, measurements=Measurements(grad, [1.0] * (c.depth + 1), [1.0] * (c.depth + 1), {}, None, None, None)
+            case=c,
+            measurements=Measurements(
+                grad_norm=grad,
+                act_var=[1.0] * (c.depth + 1),
+                act_sq_mean=[1.0] * (c.depth + 1),
+                param_grad_norm={},
+                identity_error=None,
+                input_grad_error=None,
+                nonfinite_at=None,
+            ),
         )
 
     assert (
         engine._smallest_depth(
-            spec, "gradient_arrival", Case(15, 4, 2, None, None, "default", "default", "float32", "cpu", 0), measured
+            spec,
+            "gradient_arrival",
+            Case(
+                depth=15,
+                width=4,
+                batch=2,
+                spatial=None,
+                input_width=None,
+                weight_init="default",
+                branch_init="default",
+                dtype="float32",
+                device="cpu",
+                seed=0,
+            ),
+            measured,
         ).depth
         == 15
     )
@@ -242,7 +324,16 @@ def test_mean_shift_is_judged_at_the_specs_bound() -> None:
     from stability.measure.channels import ChannelProfile
 
     prof = ChannelProfile([1.0, 1.4], [1.0, 1.0], [0.0, 0.0], [2, 2])  # ρ = M/V − 1 = 0.4 at the output
-    m = Measurements([1.0, 1.0], [1.0, 1.0], [1.0, 1.0], {}, None, None, None, extra={"channels": prof})
+    m = Measurements(
+        grad_norm=[1.0, 1.0],
+        act_var=[1.0, 1.0],
+        act_sq_mean=[1.0, 1.0],
+        param_grad_norm={},
+        identity_error=None,
+        input_grad_error=None,
+        nonfinite_at=None,
+        extra={"channels": prof},
+    )
     assert INVARIANTS.get("mean_shift").judge(m, SimpleNamespace(max_ratio=0.5)).passed
     assert not INVARIANTS.get("mean_shift").judge(m, SimpleNamespace(max_ratio=0.3)).passed
 
@@ -253,7 +344,18 @@ def test_a_replayed_probe_case_is_worded_as_a_replay_and_a_sum_loss_is_used() ->
     assert (
         r.verdict is not None and r.message == f"specs/e.toml::gradient_arrival: holds at {r.case}: {r.verdict.detail}"
     )
-    case = Case(2, 4, 2, None, None, "default", "default", "float64", "cpu", 4)
+    case = Case(
+        depth=2,
+        width=4,
+        batch=2,
+        spatial=None,
+        input_width=None,
+        weight_init="default",
+        branch_init="default",
+        dtype="float64",
+        device="cpu",
+        seed=4,
+    )
     record = evaluate(spec, case)
     net = build(spec, case)
     want = probe(net.blocks, make_input(spec, case), loss="sum", seed=derive_seed(4, 2), rng_seed=derive_seed(4, 3))

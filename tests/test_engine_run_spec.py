@@ -31,8 +31,27 @@ from stability.spec.schema import Spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 
-CASE = Case(3, 4, 2, None, None, "default", "default", "float64", "cpu", 11)
-_M = Measurements([1.0], [1.0], [1.0], {}, None, None, None)
+CASE = Case(
+    depth=3,
+    width=4,
+    batch=2,
+    spatial=None,
+    input_width=None,
+    weight_init="default",
+    branch_init="default",
+    dtype="float64",
+    device="cpu",
+    seed=11,
+)
+_M = Measurements(
+    grad_norm=[1.0],
+    act_var=[1.0],
+    act_sq_mean=[1.0],
+    param_grad_norm={},
+    identity_error=None,
+    input_grad_error=None,
+    nonfinite_at=None,
+)
 
 
 def _plain(expect: str = "[expect.gradient_arrival]\nlo = 1e-6\nhi = 1e6\n", extra: str = "") -> Spec:
@@ -124,7 +143,18 @@ def test_a_failed_case_records_the_seconds_it_took(
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_a_cuda_case_without_cuda_is_refused_at_once() -> None:
-    case = Case(3, 4, 2, None, None, "default", "default", "float64", "cuda", 11)
+    case = Case(
+        depth=3,
+        width=4,
+        batch=2,
+        spatial=None,
+        input_width=None,
+        weight_init="default",
+        branch_init="default",
+        dtype="float64",
+        device="cuda",
+        seed=11,
+    )
     assert evaluate(_plain(), case) == CaseRecord(
         case=case, measurements=None, error="CUDA is not available on this machine; use --device cpu", seconds=0.0
     )
@@ -158,7 +188,18 @@ def test_a_stem_runs_before_the_blocks(tmp_path: Path) -> None:
         "1e-9\nhi = 1e9\n",
         file=str(tmp_path / "s.toml"),
     )
-    case = Case(2, 4, 3, None, None, "default", "default", "float64", "cpu", 0)
+    case = Case(
+        depth=2,
+        width=4,
+        batch=3,
+        spatial=None,
+        input_width=None,
+        weight_init="default",
+        branch_init="default",
+        dtype="float64",
+        device="cpu",
+        seed=0,
+    )
     record = evaluate(spec, case)
     assert record.measurements is not None, record.error
     x = make_input(spec, case)

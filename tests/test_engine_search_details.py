@@ -21,7 +21,15 @@ from stability.run.engine import CaseRecord, RunOptions, run_spec
 from stability.spec.case import Case, reproduce_command
 from stability.spec.schema import Spec
 
-_M = Measurements([1.0], [1.0], [1.0], {}, None, None, None)
+_M = Measurements(
+    grad_norm=[1.0],
+    act_var=[1.0],
+    act_sq_mean=[1.0],
+    param_grad_norm={},
+    identity_error=None,
+    input_grad_error=None,
+    nonfinite_at=None,
+)
 
 
 def _spec(
@@ -105,7 +113,18 @@ def test_the_depth_bisection_accepts_a_plain_lo_hi_pair(monkeypatch: pytest.Monk
         ),
     )
     spec = SimpleNamespace(space=SimpleNamespace(depth=(2, 16)))
-    case = Case(16, 4, 2, None, None, "default", "default", "float32", "cpu", 0)
+    case = Case(
+        depth=16,
+        width=4,
+        batch=2,
+        spatial=None,
+        input_width=None,
+        weight_init="default",
+        branch_init="default",
+        dtype="float32",
+        device="cpu",
+        seed=0,
+    )
     found = engine._smallest_depth(spec, "gradient_arrival", case, lambda c: CaseRecord(case=c, measurements=_M))  # type: ignore[arg-type]
     assert found.depth == 6
 
@@ -162,7 +181,18 @@ def test_the_constrained_bisection_can_end_at_the_smallest_admitted_depth() -> N
         found = engine._smallest_depth(
             spec,
             "gradient_arrival",
-            Case(12, 4, 2, None, None, "default", "default", "float32", "cpu", 0),
+            Case(
+                depth=12,
+                width=4,
+                batch=2,
+                spatial=None,
+                input_width=None,
+                weight_init="default",
+                branch_init="default",
+                dtype="float32",
+                device="cpu",
+                seed=0,
+            ),
             lambda c: CaseRecord(case=c, measurements=_M),
         )
     assert found.depth == 2 and set(judged) <= {2, 4, 9, 12}

@@ -40,7 +40,18 @@ def _spec(extra: str = "") -> Spec:
 def _case(
     depth: int = 4, seed: int = 2
 ) -> Case:  # seed 2: the first four members' input variances are 0.50, 1.44, 1.67, 1.10
-    return Case(depth, 8, 4, None, None, "default", "default", "float64", "cpu", seed)
+    return Case(
+        depth=depth,
+        width=8,
+        batch=4,
+        spatial=None,
+        input_width=None,
+        weight_init="default",
+        branch_init="default",
+        dtype="float64",
+        device="cpu",
+        seed=seed,
+    )
 
 
 def _alone(spec: Spec, case: Case) -> Measurements:
@@ -71,7 +82,21 @@ def test_undecided_ensembles_double_up_to_the_limit(monkeypatch: pytest.MonkeyPa
     assert seen == [2, 4] and e.size == 8 and e.seeds == ensemble_seeds(case.seed, 8)
     assert len(e.act_var) == len(e.act_sq_mean) == 8 and e.vectorised
     for k, seed in enumerate(e.seeds):
-        alone = _alone(spec, Case(4, 8, 4, None, None, "default", "default", "float64", "cpu", seed))
+        alone = _alone(
+            spec,
+            Case(
+                depth=4,
+                width=8,
+                batch=4,
+                spatial=None,
+                input_width=None,
+                weight_init="default",
+                branch_init="default",
+                dtype="float64",
+                device="cpu",
+                seed=seed,
+            ),
+        )
         assert e.act_var[k] == pytest.approx(alone.act_var, rel=1e-12, abs=0.0)
         assert e.act_sq_mean[k] == pytest.approx(alone.act_sq_mean, rel=1e-12, abs=0.0)
     seen.clear()
@@ -112,7 +137,21 @@ def test_one_member_is_not_vectorised_and_a_failed_vmap_falls_back_to_the_loop(m
     for k, seed in enumerate(e.seeds):
         assert (
             e.act_var[k]
-            == _alone(spec, Case(4, 8, 4, None, None, "default", "default", "float64", "cpu", seed)).act_var
+            == _alone(
+                spec,
+                Case(
+                    depth=4,
+                    width=8,
+                    batch=4,
+                    spatial=None,
+                    input_width=None,
+                    weight_init="default",
+                    branch_init="default",
+                    dtype="float64",
+                    device="cpu",
+                    seed=seed,
+                ),
+            ).act_var
         )  # the loop is `probe` itself
 
 
@@ -142,8 +181,33 @@ def test_members_of_a_stack_with_a_stem_are_probed_after_it(tmp_path: Path) -> N
         'depth = 3\nwidth = 6\nbatch = 4\ndtype = ["float64"]\n[expect.variance_growth]\n',
         file=str(tmp_path / "s.toml"),
     )
-    case = Case(3, 6, 4, None, None, "default", "default", "float64", "cpu", 1)
+    case = Case(
+        depth=3,
+        width=6,
+        batch=4,
+        spatial=None,
+        input_width=None,
+        weight_init="default",
+        branch_init="default",
+        dtype="float64",
+        device="cpu",
+        seed=1,
+    )
     e = probe_ensemble(spec, case, _alone(spec, case), size=3)
     for k, seed in enumerate(e.seeds[1:], start=1):
-        alone = _alone(spec, Case(3, 6, 4, None, None, "default", "default", "float64", "cpu", seed))
+        alone = _alone(
+            spec,
+            Case(
+                depth=3,
+                width=6,
+                batch=4,
+                spatial=None,
+                input_width=None,
+                weight_init="default",
+                branch_init="default",
+                dtype="float64",
+                device="cpu",
+                seed=seed,
+            ),
+        )
         assert e.act_var[k] == pytest.approx(alone.act_var, rel=1e-12, abs=0.0)

@@ -100,7 +100,7 @@ def test_a_shape_change_between_probed_boundaries_is_a_block_error_naming_it() -
 
     net, x = Grow(), torch.randn(2, 4)
     forged = Blocks(
-        tuple(net.layers), ("layers.0", "layers.1", "layers.2"), (2, 4)
+        modules=tuple(net.layers), names=("layers.0", "layers.1", "layers.2"), shape=(2, 4)
     )  # as if discovery had missed the change
     with pytest.raises(
         BlockError, match=r"block 2 \(Linear, layers.2\) got a hidden state of shape \(2, 6\), block 0 got \(2, 4\)"
@@ -112,10 +112,12 @@ def test_a_shape_change_between_probed_boundaries_is_a_block_error_naming_it() -
 
 def test_a_block_out_of_order_or_a_forward_that_stops_early_is_a_block_error() -> None:
     model = Model([1.0, 1.0, 1.0])
-    swapped = Blocks((model.layers[1], model.layers[0]), ("layers.1", "layers.0"), (2, 4))
+    swapped = Blocks(modules=(model.layers[1], model.layers[0]), names=("layers.1", "layers.0"), shape=(2, 4))
     with pytest.raises(BlockError, match=r"block 1 \(Scale, layers.0\) was called when block 0 was due"):
         probe_model(model, X, blocks=swapped)
-    extra = Blocks((*model.layers, nn.Identity()), ("layers.0", "layers.1", "layers.2", "other"), (2, 4))
+    extra = Blocks(
+        modules=(*model.layers, nn.Identity()), names=("layers.0", "layers.1", "layers.2", "other"), shape=(2, 4)
+    )
     with pytest.raises(BlockError, match=r"returned before block 3 of 4"):
         probe_model(model, X, blocks=extra)
 
@@ -129,7 +131,13 @@ def test_a_model_that_raises_is_a_block_error_with_its_message() -> None:
     found = discover(Model([1.0]), X).blocks
     model = Broken([1.0, 1.0])
     with pytest.raises(BlockError, match=r"^the forward of Broken failed: ValueError: no mask here$"):
-        probe_model(model, X, blocks=Blocks((model.layers[0], model.layers[1]), ("layers.0", "layers.1"), found.shape))
+        probe_model(
+            model,
+            X,
+            blocks=Blocks(
+                modules=(model.layers[0], model.layers[1]), names=("layers.0", "layers.1"), shape=found.shape
+            ),
+        )
 
 
 def test_buffers_and_flags_of_the_whole_model_are_put_back() -> None:
@@ -166,6 +174,6 @@ class Twice(nn.Module):
 
 def test_the_lesion_of_a_doubling_block_is_one_half() -> None:
     model, x = Twice(3), torch.randn(2, 4)
-    run = ModelRun(model, x, discover(model, x).blocks)
+    run = ModelRun(model=model, inputs=x, blocks=discover(model, x).blocks)
     # y = 8x; without block l, y = 4x: |8x - 4x| / |8x| = 1/2 for every block (the tuple's other elements are kept)
     assert lesion_changes_in_model(run) == pytest.approx([0.5, 0.5, 0.5], rel=1e-12, abs=0.0)

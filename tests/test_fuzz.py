@@ -668,7 +668,8 @@ class _SmallPoints(Executor):
                 (outcome,) = InProcessExecutor().map([job])
             else:
                 outcome = Outcome(
-                    job, [{"seed": s, "case": "", "m": None, "error": "not probed by the fuzzer"} for s in job.seeds]
+                    task=job,
+                    result=[{"seed": s, "case": "", "m": None, "error": "not probed by the fuzzer"} for s in job.seeds],
                 )
             if on_done is not None:
                 on_done(outcome)

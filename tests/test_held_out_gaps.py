@@ -33,7 +33,16 @@ def test_lesioning_a_stack_whose_output_is_exactly_zero_changes_nothing() -> Non
 
 
 def test_lesion_is_judged_by_the_specs_statistic() -> None:
-    m = Measurements([1.0] * 4, [1.0] * 4, [1.0] * 4, {}, None, None, None, extra={"lesion": [0.1, 0.2, 0.9]})
+    m = Measurements(
+        grad_norm=[1.0] * 4,
+        act_var=[1.0] * 4,
+        act_sq_mean=[1.0] * 4,
+        param_grad_norm={},
+        identity_error=None,
+        input_grad_error=None,
+        nonfinite_at=None,
+        extra={"lesion": [0.1, 0.2, 0.9]},
+    )
     assert INVARIANTS.get("lesion").judge(m, SimpleNamespace(max_change=0.5, statistic="median")).passed  # median 0.2
     assert not INVARIANTS.get("lesion").judge(m, SimpleNamespace(max_change=0.5, statistic="max")).passed
 
@@ -58,7 +67,18 @@ def _plain(extra: str = "") -> object:
 
 def test_an_ensemble_of_one_is_no_ensemble_and_on_start_gets_the_case() -> None:
     spec = _plain("[probe]\nensemble = 1")
-    case = Case(3, 4, 2, None, None, "default", "default", "float64", "cpu", 0)
+    case = Case(
+        depth=3,
+        width=4,
+        batch=2,
+        spatial=None,
+        input_width=None,
+        weight_init="default",
+        branch_init="default",
+        dtype="float64",
+        device="cpu",
+        seed=0,
+    )
     record = evaluate(spec, case)  # type: ignore[arg-type]
     assert record.measurements is not None and "ensemble" not in record.measurements.extra
     started: list[Case] = []

@@ -144,13 +144,13 @@ def test_every_shipped_table_validates_and_its_chain_ends_in_a_base() -> None:
 def test_the_record_round_trips_through_the_one_serialisation() -> None:
     model = _hf("GPT2Model", n_embd=64, n_layer=2, n_head=2, vocab_size=64)
     m = Measurements(
-        [1.0],
-        [1.0],
-        [1.0],
-        {},
-        None,
-        None,
-        None,
+        grad_norm=[1.0],
+        act_var=[1.0],
+        act_sq_mean=[1.0],
+        param_grad_norm={},
+        identity_error=None,
+        input_grad_error=None,
+        nonfinite_at=None,
         extra={
             "init_conformance": init_record(
                 model,
@@ -451,7 +451,15 @@ def test_fewer_parameters_off_the_declared_init_is_further_from_failing() -> Non
     inv = invariant("init_conformance")
 
     def verdict(off: float, worst: float = 0.0) -> Verdict:
-        return Verdict("init_conformance", off == 0, off, "", None, "", extra={"worst_excess": worst})
+        return Verdict(
+            invariant="init_conformance",
+            passed=off == 0,
+            observed=off,
+            bound="",
+            block=None,
+            detail="",
+            extra={"worst_excess": worst},
+        )
 
     severity = [
         inv.severity_of(verdict(off, worst), None) for off, worst in ((0, 0.2), (0, 0.9), (1, 0.0), (3, 0.0), (12, 0.0))

@@ -13,7 +13,15 @@ from stability.measure.probe import Measurements
 
 
 def _m(grad: list[float], act: list[float], **kw: object) -> Measurements:
-    return Measurements(grad, act, act, {}, None, None, **kw)  # type: ignore[arg-type]
+    return Measurements(
+        grad_norm=grad,
+        act_var=act,
+        act_sq_mean=act,
+        param_grad_norm={},
+        identity_error=None,
+        input_grad_error=None,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def test_a_non_finite_gradient_is_named_as_a_gradient_arrival_failure() -> None:

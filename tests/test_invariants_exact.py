@@ -24,7 +24,17 @@ def _m(
     extra: dict[str, object] | None = None,
 ) -> Measurements:
     var = var or [1.0] * len(grad)
-    return Measurements(grad, var, list(var), {}, identity, grad_error, nonfinite_at, kind, extra=extra or {})  # type: ignore[arg-type]
+    return Measurements(
+        grad_norm=grad,
+        act_var=var,
+        act_sq_mean=list(var),
+        param_grad_norm={},
+        identity_error=identity,
+        input_grad_error=grad_error,
+        nonfinite_at=nonfinite_at,
+        nonfinite_kind=kind,
+        extra=extra or {},
+    )  # type: ignore[arg-type]
 
 
 def test_gradient_arrival_defaults_are_a_tenth_and_ten() -> None:

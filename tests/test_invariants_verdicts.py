@@ -29,14 +29,14 @@ def _m(
     extra: dict[str, object] | None = None,
 ) -> Measurements:
     return Measurements(
-        grad,
-        var,
-        sq or list(var),
-        {},
-        identity,
-        grad_error,
-        nonfinite_at,
-        "activation" if nonfinite_at is not None else None,
+        grad_norm=grad,
+        act_var=var,
+        act_sq_mean=sq or list(var),
+        param_grad_norm={},
+        identity_error=identity,
+        input_grad_error=grad_error,
+        nonfinite_at=nonfinite_at,
+        nonfinite_kind="activation" if nonfinite_at is not None else None,
         extra=extra or {},
     )  # type: ignore[arg-type]
 

@@ -29,7 +29,18 @@ def _spec(family: str, block: str, space: str = "", expect: str = "[expect.varia
 
 
 def _case(depth: int, width: int, batch: int, init: str, seed: int = 0) -> Case:
-    return Case(depth, width, batch, None, None, init, "default", "float64", "cpu", seed)
+    return Case(
+        depth=depth,
+        width=width,
+        batch=batch,
+        spatial=None,
+        input_width=None,
+        weight_init=init,
+        branch_init="default",
+        dtype="float64",
+        device="cpu",
+        seed=seed,
+    )
 
 
 def test_he_residual_doubles_exactly() -> None:
@@ -60,7 +71,23 @@ def test_no_law_where_the_spec_does_not_fix_one() -> None:
     assert laws.variance_law(tanh, _case(8, 16, 4, "kaiming_normal"), 1.0) is None
     conv = load_spec(SPECS / "preact_conv.toml")
     assert (
-        laws.variance_law(conv, Case(8, 8, 4, 4, None, "kaiming_normal", "default", "float32", "cpu", 0), 1.0) is None
+        laws.variance_law(
+            conv,
+            Case(
+                depth=8,
+                width=8,
+                batch=4,
+                spatial=4,
+                input_width=None,
+                weight_init="kaiming_normal",
+                branch_init="default",
+                dtype="float32",
+                device="cpu",
+                seed=0,
+            ),
+            1.0,
+        )
+        is None
     )
 
 
@@ -76,7 +103,18 @@ def _ensemble_mean_ratios(spec: Spec, case: Case, seeds: int) -> tuple[float, fl
     """Arithmetic means over seeds of q_L/q_0 and of (g_0/g_L)²: the laws are expectations."""
     q, g2 = [], []
     for s in ensemble_seeds(case.seed, seeds):
-        c = Case(case.depth, case.width, case.batch, None, None, case.weight_init, "default", case.dtype, "cpu", s)
+        c = Case(
+            depth=case.depth,
+            width=case.width,
+            batch=case.batch,
+            spatial=None,
+            input_width=None,
+            weight_init=case.weight_init,
+            branch_init="default",
+            dtype=case.dtype,
+            device="cpu",
+            seed=s,
+        )
         m = probe(build(spec, c).blocks, make_input(spec, c), seed=derive_seed(s, 2))
         q.append(m.act_sq_mean[-1] / m.act_sq_mean[0])
         g2.append(m.gradient_ratio**2)
@@ -104,7 +142,18 @@ def test_measured_ensembles_agree_with_the_laws() -> None:
 
 def test_failing_verdict_prints_the_law_next_to_the_measurement() -> None:
     spec = load_spec(SPECS / "control_unnormalised_residual.toml")
-    case = Case(12, 16, 8, None, None, "kaiming_normal", "default", "float32", "cpu", 3)
+    case = Case(
+        depth=12,
+        width=16,
+        batch=8,
+        spatial=None,
+        input_width=None,
+        weight_init="kaiming_normal",
+        branch_init="default",
+        dtype="float32",
+        device="cpu",
+        seed=3,
+    )
     v = judge(spec, "variance_growth", evaluate(spec, case))
     assert not v.passed
     law = v.extra["law"]

@@ -25,7 +25,18 @@ def _spec(family: str, block: str, space: str = "") -> Spec:
 
 
 def _case(depth: int, width: int, init: str, branch_init: str = "default", input_width: int | None = None) -> Case:
-    return Case(depth, width, 2, None, input_width, init, branch_init, "float64", "cpu", 0)
+    return Case(
+        depth=depth,
+        width=width,
+        batch=2,
+        spatial=None,
+        input_width=input_width,
+        weight_init=init,
+        branch_init=branch_init,
+        dtype="float64",
+        device="cpu",
+        seed=0,
+    )
 
 
 def _both(spec: Spec, case: Case, q0: float = 1.0) -> tuple[laws.Law, laws.Law]:
@@ -189,7 +200,15 @@ def test_meanfield_hook_gets_the_spec_and_case_and_a_non_positive_chi_is_no_law(
 
 
 def _m(act_sq_mean: list[float], grad_norm: list[float], nonfinite_at: int | None = None) -> Measurements:
-    return Measurements(grad_norm, act_sq_mean, act_sq_mean, {}, None, None, nonfinite_at)
+    return Measurements(
+        grad_norm=grad_norm,
+        act_var=act_sq_mean,
+        act_sq_mean=act_sq_mean,
+        param_grad_norm={},
+        identity_error=None,
+        input_grad_error=None,
+        nonfinite_at=nonfinite_at,
+    )
 
 
 def _failing(name: str) -> Verdict:

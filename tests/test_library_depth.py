@@ -104,6 +104,18 @@ def test_the_init_rule_and_the_memory_model_build_at_the_smallest_depth() -> Non
     least = least_depth(lib, VALUES).depth
     factors = init_factors(lib, VALUES, RwkvBlock, least=least)  # at depth 1 its init raises ZeroDivisionError
     assert factors and all(math.isfinite(k) and k > 0 for k in factors.values()), factors
-    case = Case(3, 16, 2, None, None, "default", "default", "float32", "cpu", 0, tokens=4)
+    case = Case(
+        depth=3,
+        width=16,
+        batch=2,
+        spatial=None,
+        input_width=None,
+        weight_init="default",
+        branch_init="default",
+        dtype="float32",
+        device="cpu",
+        seed=0,
+        tokens=4,
+    )
     estimate = FAMILIES.get("library").estimate(_spec("[2, 3]"), case)
     assert estimate is not None and math.isfinite(estimate) and estimate > 0

@@ -55,7 +55,19 @@ def _write(tmp_path: Path, name: str, *, depth: int, width: int, shipped: str = 
 
 
 def _case(depth: int, width: int) -> Case:
-    return Case(depth, width, 1, None, None, "default", "default", "float32", "cpu", 0, tokens=4)
+    return Case(
+        depth=depth,
+        width=width,
+        batch=1,
+        spatial=None,
+        input_width=None,
+        weight_init="default",
+        branch_init="default",
+        dtype="float32",
+        device="cpu",
+        seed=0,
+        tokens=4,
+    )
 
 
 def _scaled(spec: Any, scale: str, **shipped: Any) -> Any:

@@ -55,16 +55,16 @@ def test_every_shipped_specs_measurements_round_trip_exactly(path: Path) -> None
 
 def test_non_finite_numbers_and_tuples_keep_their_values_and_types() -> None:
     m = Measurements(
-        [math.inf, 1.0],
-        [math.nan, 2.0],
-        [1.0, -math.inf],
-        {"0.w": math.nan},
-        None,
-        0.5,
-        1,
-        "gradient",
-        [3, 3],
-        {"pairs": [(1.0, math.nan)], "n": 2},
+        grad_norm=[math.inf, 1.0],
+        act_var=[math.nan, 2.0],
+        act_sq_mean=[1.0, -math.inf],
+        param_grad_norm={"0.w": math.nan},
+        identity_error=None,
+        input_grad_error=0.5,
+        nonfinite_at=1,
+        nonfinite_kind="gradient",
+        channels=[3, 3],
+        extra={"pairs": [(1.0, math.nan)], "n": 2},
     )
     back = Measurements.from_json(m.to_json())
     assert _same(back, m)
@@ -93,7 +93,15 @@ def test_a_second_class_under_a_registered_name_is_refused() -> None:
 
 
 def test_an_unknown_field_is_refused() -> None:
-    data = Measurements([1.0], [1.0], [1.0], {}, None, None, None).to_dict()
+    data = Measurements(
+        grad_norm=[1.0],
+        act_var=[1.0],
+        act_sq_mean=[1.0],
+        param_grad_norm={},
+        identity_error=None,
+        input_grad_error=None,
+        nonfinite_at=None,
+    ).to_dict()
     with pytest.raises(ValueError, match="unknown field"):
         Measurements.from_dict({**data, "verdict": "met"})
 

@@ -473,7 +473,15 @@ def test_no_probe_invariant_is_evidence_on_a_network_with_no_block() -> None:
     spec = parse_spec(
         PLAIN.format(extra="", expect="[expect.variance_growth]\n[expect.lesion]\n").replace('"plain"', '"preact"', 1)
     )
-    m = Measurements([1.0], [1.0], [1.0], {}, 0.0, 0.0, None)
+    m = Measurements(
+        grad_norm=[1.0],
+        act_var=[1.0],
+        act_sq_mean=[1.0],
+        param_grad_norm={},
+        identity_error=0.0,
+        input_grad_error=0.0,
+        nonfinite_at=None,
+    )
     record = CaseRecord(case=corner_case(spec), measurements=m)
     names = [n for n, _ in spec.invariants() if not INVARIANTS.get(n).training]
     assert names == ["gradient_arrival", "variance_growth", "lesion"]

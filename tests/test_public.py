@@ -45,6 +45,25 @@ def test_every_public_name_is_what_the_module_that_defines_it_defines(module: ty
     assert set(module.__all__) <= set(dir(module))
 
 
+#: Exported dataclasses built from their place in a list of values: a job is its spec and options.
+POSITIONAL = {"Task"}
+
+
+def test_every_public_dataclass_is_built_by_keyword() -> None:
+    """A result, a case or an option set of the public modules is never built from a row of
+    positional values (`Measurements([1.0], [1.0], [1.0], {}, None, None, None)`): each field is
+    named where it is given, so a field added or moved cannot shift the others."""
+    seen = set()
+    for module in LAZY:
+        for name in module.__all__:
+            value = getattr(module, name)
+            if isinstance(value, type) and dataclasses.is_dataclass(value) and name not in POSITIONAL:
+                seen.add(name)
+                positional = [f.name for f in dataclasses.fields(value) if f.init and not f.kw_only]
+                assert not positional, (name, positional)
+    assert {"Verdict", "Measurements", "Case", "RunOptions", "Outcome", "Network", "SpecResult"} <= seen
+
+
 def test_the_two_modules_agree_where_they_share_a_name() -> None:
     shared = set(stability.__all__) & set(stability.extend.__all__)
     assert {"Spec", "Case", "Verdict", "Measurements", "SpecResult", "RunOptions"} <= shared

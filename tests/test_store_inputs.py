@@ -47,7 +47,7 @@ class _Failing(Executor):
         out = []
         for job in jobs:
             rows = [{"seed": s, "case": "", "m": None, "error": "CUDA out of memory"} for s in job.seeds]  # type: ignore[attr-defined]
-            outcome = Outcome(job, rows)
+            outcome = Outcome(task=job, result=rows)
             if on_done is not None:
                 on_done(outcome)
             out.append(outcome)
@@ -62,7 +62,7 @@ class _OnTheCpu(Executor):
         out = []
         for job in jobs:
             (done,) = InProcessExecutor().map([dataclasses.replace(job, device="cpu")])  # type: ignore[type-var]
-            outcome = Outcome(job, done.result)
+            outcome = Outcome(task=job, result=done.result)
             if on_done is not None:
                 on_done(outcome)
             out.append(outcome)

@@ -113,7 +113,16 @@ def test_the_ensemble_median_is_judged_and_its_range_reported() -> None:
     profiles = [[8.0, 8.0, 1.0], [2.0, 2.0, 1.0], [1.0, 1.0, 1.0]]  # entry 1 each; stream 8, 2, 1
     ones = [[1.0, 1.0, 1.0]] * 3
     ens = Ensemble(seeds=[0, 1, 2], act_var=ones, act_sq_mean=ones, vectorised=True, grad_norm=profiles)
-    m = Measurements(profiles[0], [1.0] * 3, [1.0] * 3, {}, None, None, None, extra={"stream_ensemble": ens})
+    m = Measurements(
+        grad_norm=profiles[0],
+        act_var=[1.0] * 3,
+        act_sq_mean=[1.0] * 3,
+        param_grad_norm={},
+        identity_error=None,
+        input_grad_error=None,
+        nonfinite_at=None,
+        extra={"stream_ensemble": ens},
+    )
     v = residual_stream(m, lo=0.5, hi=4.0)
     assert v.passed and v.observed == 2.0 and v.extra["members"] == 3
     assert v.detail.startswith("stream gradient ratio g₁/g_L 2 (median of 3 networks, 1 to 8)")
@@ -130,7 +139,16 @@ def test_one_undefined_member_makes_the_ensembles_median_undefined() -> None:
     ens = Ensemble(
         seeds=[0, 1, 2], act_var=[[0.0, 1.0, 1.0], ones, ones], act_sq_mean=[ones] * 3, vectorised=True, grad_norm=grads
     )
-    m = Measurements(grads[0], ones, ones, {}, None, None, None, extra={"stream_ensemble": ens})
+    m = Measurements(
+        grad_norm=grads[0],
+        act_var=ones,
+        act_sq_mean=ones,
+        param_grad_norm={},
+        identity_error=None,
+        input_grad_error=None,
+        nonfinite_at=None,
+        extra={"stream_ensemble": ens},
+    )
     v = residual_stream(m, lo=0.5, hi=2.0, variance_lo=0.5, variance_hi=2.0)
     assert not v.passed and v.extra["variance"] is None and v.extra["per_member"]["variance"] == [None, 1.0, 1.0]
     assert v.detail.startswith("output variance Var(x_L)/Var(x₀) is undefined (a zero variance or gradient")
@@ -138,7 +156,17 @@ def test_one_undefined_member_makes_the_ensembles_median_undefined() -> None:
 
 
 def test_zero_and_non_finite_measurements_fail_with_what_happened() -> None:
-    zero = residual_stream(Measurements([1.0, 1.0, 0.0], [1.0] * 3, [1.0] * 3, {}, None, None, None))
+    zero = residual_stream(
+        Measurements(
+            grad_norm=[1.0, 1.0, 0.0],
+            act_var=[1.0] * 3,
+            act_sq_mean=[1.0] * 3,
+            param_grad_norm={},
+            identity_error=None,
+            input_grad_error=None,
+            nonfinite_at=None,
+        )
+    )
     assert zero == Verdict(
         invariant="residual_stream",
         passed=False,
@@ -147,12 +175,44 @@ def test_zero_and_non_finite_measurements_fail_with_what_happened() -> None:
         block=2,
         detail="the output gradient is zero; the loss does not depend on the output",
     )
-    bad = residual_stream(Measurements([1.0, 1.0, 1.0], [1.0] * 3, [1.0] * 3, {}, None, None, 2, "activation"))
+    bad = residual_stream(
+        Measurements(
+            grad_norm=[1.0, 1.0, 1.0],
+            act_var=[1.0] * 3,
+            act_sq_mean=[1.0] * 3,
+            param_grad_norm={},
+            identity_error=None,
+            input_grad_error=None,
+            nonfinite_at=2,
+            nonfinite_kind="activation",
+        )
+    )
     assert not bad.passed and bad.block == 1 and math.isnan(bad.observed)
-    dead = residual_stream(Measurements([1.0, 0.0, 1.0], [1.0] * 3, [1.0] * 3, {}, None, None, None))
+    dead = residual_stream(
+        Measurements(
+            grad_norm=[1.0, 0.0, 1.0],
+            act_var=[1.0] * 3,
+            act_sq_mean=[1.0] * 3,
+            param_grad_norm={},
+            identity_error=None,
+            input_grad_error=None,
+            nonfinite_at=None,
+        )
+    )
     assert not dead.passed and "is undefined" not in dead.detail  # g₁/g_L = 0 is a number
     assert dead.observed == 0.0 and "0 < 0.1" in dead.detail
-    flat = residual_stream(Measurements([1.0, 1.0, 1.0], [0.0] * 3, [0.0] * 3, {}, None, None, None), variance_hi=2.0)
+    flat = residual_stream(
+        Measurements(
+            grad_norm=[1.0, 1.0, 1.0],
+            act_var=[0.0] * 3,
+            act_sq_mean=[0.0] * 3,
+            param_grad_norm={},
+            identity_error=None,
+            input_grad_error=None,
+            nonfinite_at=None,
+        ),
+        variance_hi=2.0,
+    )
     assert not flat.passed and "output variance Var(x_L)/Var(x₀) is undefined" in flat.detail
 
 

@@ -114,7 +114,16 @@ def test_default_init_weights_have_the_stated_variance() -> None:
 
 def _m(grad_norm: list[float], extra: dict[str, object]) -> Measurements:
     n = len(grad_norm)
-    return Measurements(grad_norm, [1.0] * n, [1.0] * n, {}, None, None, None, extra=extra)
+    return Measurements(
+        grad_norm=grad_norm,
+        act_var=[1.0] * n,
+        act_sq_mean=[1.0] * n,
+        param_grad_norm={},
+        identity_error=None,
+        input_grad_error=None,
+        nonfinite_at=None,
+        extra=extra,
+    )
 
 
 def test_mean_field_verdict_band_edges() -> None:

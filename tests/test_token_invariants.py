@@ -110,7 +110,19 @@ def test_rank_collapse_of_an_identity_stack_on_a_chance_similar_input() -> None:
     from stability.spec.case import Case
 
     spec = load_spec(Path(__file__).resolve().parent.parent / "specs" / "transformer_rezero.toml")
-    case = Case(1, 16, 2, None, None, "xavier_normal", "default", "float32", "cpu", 59414, tokens=4)
+    case = Case(
+        depth=1,
+        width=16,
+        batch=2,
+        spatial=None,
+        input_width=None,
+        weight_init="xavier_normal",
+        branch_init="default",
+        dtype="float32",
+        device="cpu",
+        seed=59414,
+        tokens=4,
+    )
     v = judge(spec, "rank_collapse", evaluate(spec, case))
     assert v.passed
     assert v.observed > 0.3

@@ -125,7 +125,19 @@ def _spec(
 
 
 def _case(depth: int, seed: int = 0) -> Case:
-    return Case(depth, 64, 2, None, None, "default", "default", "float32", "cpu", seed, tokens=8)
+    return Case(
+        depth=depth,
+        width=64,
+        batch=2,
+        spatial=None,
+        input_width=None,
+        weight_init="default",
+        branch_init="default",
+        dtype="float32",
+        device="cpu",
+        seed=seed,
+        tokens=8,
+    )
 
 
 def _hidden_states(model: torch.nn.Module, ids: torch.Tensor) -> list[torch.Tensor]:

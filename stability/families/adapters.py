@@ -52,7 +52,7 @@ BLOCK_ATTRIBUTES: tuple[str, ...] = ("blocks", "layers", "layer", "h", "block")
 CallKwargs = Mapping[str, Any] | Callable[[torch.Tensor], Mapping[str, Any]]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Stack:
     """Blocks as a library builds them, plus how to call them. What a `custom` factory may return,
     and what `probe` accepts besides a plain container.

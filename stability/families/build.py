@@ -72,7 +72,7 @@ def derive_seed(seed: int, stream: int) -> int:
     return (seed * 0x9E3779B97F4A7C15 + stream * 0xBF58476D1CE4E5B9) % (2**63)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Network:
     """What a probe needs: the blocks, plus an optional stem applied before them, and the extra
     keyword arguments every block is called with (`stability.Stack.call_kwargs`).
@@ -123,7 +123,7 @@ def build(spec: Spec, case: Case) -> Network:
             else:
                 with _construction_dtype(case):
                     built = family.build(spec, case, gen)
-            net = built if isinstance(built, Network) else Network(built)
+            net = built if isinstance(built, Network) else Network(blocks=built)
         device = torch.device(case.device)
         dtype = torch_dtype(case.dtype)
         embedding = net.embedding if isinstance(net.embedding, nn.Module) else None

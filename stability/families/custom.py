@@ -120,7 +120,7 @@ def _whole_model(spec: Spec, case: Case, model: nn.Module) -> Network:
             fix='use family = "library" with inputs = "embeddings", or return its blocks in a stability.Stack',
         ) from None
     found = discover(model, inputs).blocks
-    return Network(nn.Sequential(*found.modules), model=ModelRun(model, inputs, found))
+    return Network(blocks=nn.Sequential(*found.modules), model=ModelRun(model=model, inputs=inputs, blocks=found))
 
 
 def _own_token_model(spec: Spec, case: Case, out: Any) -> Network | None:
@@ -144,7 +144,9 @@ def _own_token_model(spec: Spec, case: Case, out: Any) -> Network | None:
     gen = torch.Generator().manual_seed(derive_seed(case.seed, 1))
     ids = token_ids(found.vocab, found.padding, shape, generator=gen)  # (B, T)
     blocks = discover(out, ids).blocks
-    return Network(nn.Sequential(*blocks.modules), model=ModelRun(out, ids, blocks), tokens=found)
+    return Network(
+        blocks=nn.Sequential(*blocks.modules), model=ModelRun(model=out, inputs=ids, blocks=blocks), tokens=found
+    )
 
 
 def _declared_embedding(spec: Spec, case: Case | None, stack: Stack) -> TokenEmbedding | None:
@@ -189,7 +191,7 @@ def _nested_blocks(model: nn.Module, depth: int = 3) -> list[str]:
 def _network_from(spec: Spec, out: Any, *, case: Case | None = None) -> Network:
     """What a factory returned → a `Network`, by the rules of `stability.families.adapters`."""
     if isinstance(out, nn.Sequential):
-        return Network(out)
+        return Network(blocks=out)
     found = find_blocks(out) if isinstance(out, (nn.Module, Stack)) else None
     if found is None:
         inner = _nested_blocks(out) if isinstance(out, nn.Module) else []
@@ -212,7 +214,7 @@ def _network_from(spec: Spec, out: Any, *, case: Case | None = None) -> Network:
     if isinstance(out, Stack):
         embedding = out.embedding
         return Network(
-            blocks,
+            blocks=blocks,
             stem=out.stem,
             head=out.head,
             call_kwargs=out.call_kwargs,
@@ -220,8 +222,8 @@ def _network_from(spec: Spec, out: Any, *, case: Case | None = None) -> Network:
             tokens=_declared_embedding(spec, case, out),
         )
     if isinstance(getattr(out, "blocks", None), nn.Module):  # a module with .blocks may carry .stem and .head
-        return Network(blocks, stem=getattr(out, "stem", None), head=getattr(out, "head", None))
-    return Network(blocks)
+        return Network(blocks=blocks, stem=getattr(out, "stem", None), head=getattr(out, "head", None))
+    return Network(blocks=blocks)
 
 
 def _nonempty(spec: Spec, case: Case, net: Network) -> Network:

@@ -71,7 +71,7 @@ class DiscoveryError(StabilityError):
     (A forward that fails on its inputs is a `BlockError` instead: that case fails.)"""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Blocks:
     """A run of blocks on the hidden state's path: `modules[i]` is block i, at `names[i]` in the
     model; `shape` is the hidden state's shape at every boundary (from the traced run)."""
@@ -87,7 +87,7 @@ class Blocks:
         return f"{span} ({len(self.modules)} x {type(self.modules[0]).__name__})"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelRun:
     """A whole model, what it is called with, and the blocks on its hidden state's path: a network
     the probe measures through the model's own forward (`stability.measure.forward`), hooks at the
@@ -294,7 +294,13 @@ def _segments(run: _Run, calls: Mapping[int, list[_Call]]) -> tuple[list[Blocks]
     def close() -> None:
         if current:
             shape = calls[id(run.modules[current[0]])][0].shape_in
-            segments.append(Blocks(tuple(run.modules[i] for i in current), tuple(run.names[i] for i in current), shape))
+            segments.append(
+                Blocks(
+                    modules=tuple(run.modules[i] for i in current),
+                    names=tuple(run.names[i] for i in current),
+                    shape=shape,
+                )
+            )
             current.clear()
 
     for i, module in enumerate(run.modules):

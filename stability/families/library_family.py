@@ -204,8 +204,8 @@ def _build(spec: Any, case: Any, gen: Any) -> Any:
         least = least_depth(lib, case.as_dict()).depth if lib.shipped else 1  # where the init rule's pair is built
         built = build_model(lib, case.as_dict(), input_seed=seed, device=device, dtype=dtype, least=least)
     return Network(
-        nn.Sequential(*built.blocks.modules),
-        model=ModelRun(built.model, built.inputs, built.blocks, rescaled=built.scaled),
+        blocks=nn.Sequential(*built.blocks.modules),
+        model=ModelRun(model=built.model, inputs=built.inputs, blocks=built.blocks, rescaled=built.scaled),
     )
 
 

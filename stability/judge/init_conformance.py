@@ -120,7 +120,9 @@ class _Row(_Judged):
 
 
 def _unmeasured(detail: str, bound: str) -> Verdict:
-    return Verdict(_NAME, False, math.nan, bound, None, detail, measured=False)
+    return Verdict(
+        invariant=_NAME, passed=False, observed=math.nan, bound=bound, block=None, detail=detail, measured=False
+    )
 
 
 def init_conformance(m: Any, e: InitConformance) -> Verdict:
@@ -236,14 +238,31 @@ def init_conformance(m: Any, e: InitConformance) -> Verdict:
         ],
     }
     if problems:
-        return Verdict(_NAME, False, float(observed), bound, None, "; ".join(problems + notes), extra=extra)
+        return Verdict(
+            invariant=_NAME,
+            passed=False,
+            observed=float(observed),
+            bound=bound,
+            block=None,
+            detail="; ".join(problems + notes),
+            extra=extra,
+        )
     if count == 0:
         detail = "nothing was judged: " + (
             "no rule declares the init of any parameter, and no init was recorded"
             if record.parameters
             else "it has no parameters"
         )
-        return Verdict(_NAME, False, math.nan, bound, None, "; ".join([detail, *notes]), extra=extra, measured=False)
+        return Verdict(
+            invariant=_NAME,
+            passed=False,
+            observed=math.nan,
+            bound=bound,
+            block=None,
+            detail="; ".join([detail, *notes]),
+            extra=extra,
+            measured=False,
+        )
     closest = f"; closest to failing: {worst[1]}" if worst[1] else ""
     sources = [f"{extra['by_rows']} by the rows of {table.name if table is not None else 'the spec'}"] * bool(
         extra["by_rows"]
@@ -252,7 +271,15 @@ def init_conformance(m: Any, e: InitConformance) -> Verdict:
         f"{count} parameters hold their declared init ({', '.join(sources)}; "
         f"{tests} tests at level {level:.2g} each{closest})"
     )
-    return Verdict(_NAME, True, 0.0, bound, None, "; ".join([detail, *notes]), extra=extra)
+    return Verdict(
+        invariant=_NAME,
+        passed=True,
+        observed=0.0,
+        bound=bound,
+        block=None,
+        detail="; ".join([detail, *notes]),
+        extra=extra,
+    )
 
 
 def _listed(names: list[str]) -> str:

@@ -47,7 +47,7 @@ __all__ = [
 RULES_FILE = "init_rules.toml"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RuleTable:
     """One family's declared init: the model classes it covers, the table it extends and its rows."""
 
@@ -71,7 +71,11 @@ def rule_tables() -> dict[str, RuleTable]:
         except Exception as exc:  # a broken shipped table is a defect of the package, named precisely
             raise StabilityError(f"stability/judge/{RULES_FILE}: table {name!r}: {exc}") from None
         tables[name] = RuleTable(
-            name, tuple(table.get("models", [])), table.get("extends"), rows, bool(table.get("generic", False))
+            name=name,
+            models=tuple(table.get("models", [])),
+            extends=table.get("extends"),
+            rows=rows,
+            generic=bool(table.get("generic", False)),
         )
     for t in tables.values():
         if t.extends is not None and t.extends not in tables:

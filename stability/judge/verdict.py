@@ -21,7 +21,7 @@ from stability.measure.measurements import decode, encode
 __all__ = ["Verdict", "is_evidence"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Verdict:
     """One invariant judged on one case: the headline number, the bound, and where it was decided."""
 
@@ -55,14 +55,14 @@ class Verdict:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Verdict:
         return cls(
-            str(data["invariant"]),
-            bool(data["passed"]),
-            float(data["observed"]),
-            str(data["bound"]),
-            None if data["block"] is None else int(data["block"]),
-            str(data["detail"]),
-            decode(data.get("extra", {})),
-            bool(data.get("measured", True)),
+            invariant=str(data["invariant"]),
+            passed=bool(data["passed"]),
+            observed=float(data["observed"]),
+            bound=str(data["bound"]),
+            block=None if data["block"] is None else int(data["block"]),
+            detail=str(data["detail"]),
+            extra=decode(data.get("extra", {})),
+            measured=bool(data.get("measured", True)),
         )
 
 

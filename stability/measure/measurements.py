@@ -134,7 +134,7 @@ def decode(data: Any) -> Any:
     return data
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Measurements:
     """What one probe measured. Lists have one entry per boundary (n_blocks + 1)."""
 

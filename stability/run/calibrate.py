@@ -201,7 +201,7 @@ class CalibrationJob(Job):
         elif trace.final.get("error"):
             error = str(trace.final["error"])
         releases = [str(r) for r in (trace.final or {}).get("releases", [])]
-        return Outcome(self, (list(trace.records), releases), error)
+        return Outcome(task=self, result=(list(trace.records), releases), error=error)
 
 
 def measure(

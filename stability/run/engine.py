@@ -62,7 +62,7 @@ __all__ = [
 ]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunOptions:
     """How to run: the profile, the device, and the per-case limits."""
 

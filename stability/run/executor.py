@@ -63,7 +63,7 @@ __all__ = [
 Emit = Callable[[dict[str, Any]], None]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Trace:
     """What came back from one job: its records (in order), its other events, its final data (None
     when it did not finish), and why it did not (`failure`; `spec_error` when that is the spec's
@@ -112,7 +112,7 @@ class Job(abc.ABC):
         """The outcome, in the calling process, from what the job sent."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Outcome:
     """A job's result. For a spec (`Task`) `result` is its `SpecResult` and `error` is set when the
     spec could not be judged at all (bad factory, crashed worker): such a run ends with exit code 2;
@@ -174,7 +174,7 @@ class Task(Job):
                 seconds=float(trace.final["seconds"]),
                 profile=str(trace.final["profile"]),
             )
-            outcome = Outcome(self, result, None if error is None else str(error))
+            outcome = Outcome(task=self, result=result, error=None if error is None else str(error))
         else:
             done = [InvariantResult.from_dict(e["result"]) for e in trace.events if e.get("kind") == "result"]
             records = list(trace.records)
@@ -248,7 +248,7 @@ def run_task(
             )
     except StabilityError as exc:
         return unfinished_outcome(task, str(exc), done=done, records=records, case=current[0] if current else None)
-    return Outcome(task, result)
+    return Outcome(task=task, result=result)
 
 
 @contextlib.contextmanager
@@ -324,9 +324,9 @@ def unfinished_outcome(
     profile = get_profile(task.options.profile)[0]
     line = reason if reason.startswith(spec.path) else f"{spec.path}: {reason}"
     return Outcome(
-        task,
-        SpecResult(spec=spec, results=results, cases=cases, seconds=seconds, profile=profile),
-        line if spec_error else None,
+        task=task,
+        result=SpecResult(spec=spec, results=results, cases=cases, seconds=seconds, profile=profile),
+        error=line if spec_error else None,
     )
 
 

@@ -55,7 +55,7 @@ ENSEMBLE = 4
 NEAR_IDENTITY = 0.01
 
 
-@dataclass
+@dataclass(kw_only=True)
 class InitResult:
     """What `init` did: the file it wrote and its text, what it read off the model, the calibration,
     the check of the written spec (its outcome) and the seconds of each step."""

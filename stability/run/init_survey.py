@@ -314,8 +314,8 @@ class SurveyJob(Job):
 
     def conclude(self, trace: Trace) -> Outcome:
         if trace.final is None:
-            return Outcome(self, None, trace.failure or "the job did not finish")
+            return Outcome(task=self, result=None, error=trace.failure or "the job did not finish")
         found = trace.final["survey"]
         if found is None:
-            return Outcome(self, None, "; ".join(trace.final["reasons"]) or "nothing was built")
-        return Outcome(self, (Survey.from_dict(found), int(trace.final["index"])), None)
+            return Outcome(task=self, result=None, error="; ".join(trace.final["reasons"]) or "nothing was built")
+        return Outcome(task=self, result=(Survey.from_dict(found), int(trace.final["index"])), error=None)

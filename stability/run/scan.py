@@ -290,7 +290,7 @@ class ScanJob(Job):
                 reason=trace.failure or "the worker did not finish",
                 seconds=trace.seconds,
             )
-        return Outcome(self, row)
+        return Outcome(task=self, result=row)
 
 
 def select(names: Sequence[str], only: str | None) -> list[str]:
@@ -301,7 +301,7 @@ def select(names: Sequence[str], only: str | None) -> list[str]:
     return [n for n in names if any(fnmatch.fnmatchcase(n.lower(), p) for p in patterns)]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ScanRun:
     """A finished scan: its rows in the library's order, the release scanned, how many rows came
     from the store (`resumed`), the wall time and the workers' CPU time."""
@@ -338,9 +338,9 @@ def run_scan(
     rows = [plan.stored[n] if n in plan.stored else fresh[n] for n in plan.names]
     cpu = getattr(executor, "cpu_seconds", None)
     return ScanRun(
-        plan.library,
-        plan.release,
-        rows,
+        library=plan.library,
+        release=plan.release,
+        rows=rows,
         resumed=len(plan.stored),
         seconds=time.perf_counter() - t0,
         cpu_seconds=None if cpu is None or cpu0 is None else cpu - cpu0,

@@ -77,7 +77,7 @@ class KeyJob(Job):
 
     def conclude(self, trace: Trace) -> Outcome:
         keys = dict(trace.final["keys"]) if trace.final is not None else {}
-        return Outcome(self, {n: keys.get(n, f"{self.library}:{n} (not keyed)") for n in self.names})
+        return Outcome(task=self, result={n: keys.get(n, f"{self.library}:{n} (not keyed)") for n in self.names})
 
 
 def _keys(library: str, names: Sequence[str], executor: Executor, options: ScanOptions) -> dict[str, str]:

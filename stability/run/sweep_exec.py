@@ -111,7 +111,7 @@ class PointTask(Job):
 
     def conclude(self, trace: Trace) -> Outcome:
         rows = point_rows(self, trace)
-        return Outcome(self, rows, None)
+        return Outcome(task=self, result=rows, error=None)
 
 
 def point_rows(task: PointTask, trace: Trace) -> list[Row]:

@@ -18,7 +18,7 @@ from stability.spec.schema import DEFAULT_SIZE, IntSpace, Spec
 __all__ = ["Case", "parse_case_string", "corner_case", "reproduce_command"]
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, kw_only=True)
 class Case:
     """One network to build and probe. Field order is the shrink order (depth first)."""
 
