@@ -7,6 +7,8 @@ float32 `vector_norm` drifts with the length (1.5e-5 relative at 16,384 elements
 vector, 9e-4 at 2^20). Every bound below is the stated accuracy in float32 (docs/performance.md): a
 float32 cascade sum of n ≤ 2^22 terms is within ~2e-7 relative, and the one-pass variance loses at
 most a factor (1 + mean²/var) ≤ 2 of that to cancellation before the two-pass formula takes over.
+Where every sum is exact in binary floating point, the probe's variance is the population variance
+(divided by n) to the last bit.
 """
 
 from __future__ import annotations
@@ -317,3 +319,17 @@ def test_identity_error_keeps_differences_at_any_scale(scale: float) -> None:
 def test_identity_error_between_two_dtypes() -> None:
     m = probe(nn.Sequential(_Wider()), torch.ones(4, 8))
     assert m.identity_error == pytest.approx(1e-10, rel=1e-6, abs=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n", [2048, 4096, 6000])
+def test_two_pass_variance_divides_by_n_exactly(n: int, dtype: torch.dtype) -> None:
+    """±c alternating values, shifted by μ: mean μ and population variance c² exactly (the n − 1
+    divisor would give c²·n/(n − 1), 1 + 4.9e-4 at n = 2,048). Every sum involved is exact in
+    binary floating point, so the probe must return c² and μ to the last bit."""
+    c, mu = 1.5, 0.25
+    signs = torch.tensor([1.0, -1.0], dtype=dtype).repeat(n // 2)  # (n,)
+    x = (mu + c * signs).reshape(n // 16, 16)  # (B, C) with B·C = n ≥ 2,048: the two-pass path
+    m = probe([nn.Identity(), nn.Identity()], x)
+    assert m.act_var == [c * c] * 3
+    assert m.act_sq_mean == [c * c + mu * mu] * 3
