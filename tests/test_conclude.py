@@ -1,0 +1,122 @@
+"""Whether an expectation is met (stability/run/conclude.py) is decided by evidence only: a negative
+control passes only on a measured violation and vacuous truth never meets `holds`, tried from outside
+on invariants that measure nothing, each a real CLI call with its exit code and its one line."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+Cli = Callable[..., tuple[int, str, str]]
+
+#: Blocks on which three probe invariants have nothing to measure.
+NOTHING = """
+from torch import nn
+
+
+def linear(depth, width):
+    return nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])
+
+
+class Scale(nn.Module):
+    def forward(self, x):
+        return x * 1.0
+
+
+def no_parameters(depth, width):
+    return nn.Sequential(*[Scale() for _ in range(depth)])
+
+
+class Grow(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.lin = nn.Linear(width, width + 1)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def every_block_changes_shape(depth, width):
+    return nn.Sequential(*[Grow(width + i) for i in range(depth)])
+"""
+
+
+def _custom(name: str, factory: str, expect: str, *, tokens: bool = False, depth: str = "[2, 4]") -> str:
+    layer = 'layer = "tokens"\n' if tokens else ""
+    return (
+        textwrap.dedent(f"""\
+        name = "{name}"
+        description = "an invariant with nothing to measure"
+        family = "custom"
+        [block]
+        {layer}factory = "stability_hardening_nothing:{factory}"
+        [space]
+        depth = {depth}
+        width = 4
+        batch = 2
+        {"tokens = 3" if tokens else ""}
+        """)
+        + expect
+    )
+
+
+#: (spec text, the reason the invariant was not measured)
+ATTACKS = {
+    "attention_entropy": (
+        lambda e: _custom(
+            "attention-on-none",
+            "linear",
+            f'[expect.attention_entropy]\nmin_entropy = 0.5\nexpect = "{e}"\n',
+            tokens=True,
+        ),
+        "no attention probabilities were seen",
+    ),
+    "gradient_balance": (
+        lambda e: _custom(
+            "balance-without-parameters",
+            "no_parameters",
+            f'[expect.gradient_balance]\nmax_spread = 10.0\nexpect = "{e}"\n',
+        ),
+        "no block has a trainable parameter",
+    ),
+    "lesion": (
+        lambda e: _custom(
+            "lesion-of-shape-changers", "every_block_changes_shape", f'[expect.lesion]\nexpect = "{e}"\n'
+        ),
+        "no block can be replaced by the identity (every block changes the shape)",
+    ),
+    "update_size": (
+        lambda e: (
+            (Path(__file__).resolve().parent.parent / "specs" / "control_sp_update_size.toml")
+            .read_text(encoding="utf-8")
+            .replace("lr = 0.001", "lr = 1e30")
+            .replace('expect = "violated"', f'expect = "{e}"')
+            .replace('name = "control-sp-update-size"', 'name = "diverges-at-step-1"')
+        ),
+        "the loss became non-finite at step 1",
+    ),
+}
+
+
+@pytest.mark.parametrize("expect", ["violated", "holds"])
+@pytest.mark.parametrize("invariant", sorted(ATTACKS))
+def test_an_invariant_that_measured_nothing_is_never_met(cli: Cli, tmp_path: Path, invariant: str, expect: str) -> None:
+    """A negative control passes only on a measured violation; vacuous truth never meets `holds`."""
+    (tmp_path / "stability_hardening_nothing.py").write_text(NOTHING, encoding="utf-8")
+    text, reason = ATTACKS[invariant]
+    spec = tmp_path / "spec.toml"
+    spec.write_text(text(expect), encoding="utf-8")
+    code, out, err = cli("check", spec, "--profile", "ci", "-q")
+    assert code == 1, out + err
+    assert err == "" and "Traceback" not in out
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("✗ ")]
+    said = (
+        "expected to be violated, but the violation was not measured at "
+        if expect == "violated"
+        else f"{spec}::{invariant}: not measured at "
+    )
+    assert said in line and reason in line, line
+    assert "0 met, 1 not met" in out
