@@ -1,6 +1,7 @@
 """Whether an expectation is met (stability/run/conclude.py) is decided by evidence only: a negative
 control passes only on a measured violation and vacuous truth never meets `holds`, tried from outside
-on invariants that measure nothing, each a real CLI call with its exit code and its one line."""
+on invariants that measure nothing, each a real CLI call with its exit code and its one line; and no
+probe invariant is evidence on a network with no block, whatever its judge says of one boundary."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_support import PLAIN
+
+from stability.spec.load import parse_spec
 
 Cli = Callable[..., tuple[int, str, str]]
 
@@ -120,3 +124,27 @@ def test_an_invariant_that_measured_nothing_is_never_met(cli: Cli, tmp_path: Pat
     )
     assert said in line and reason in line, line
     assert "0 met, 1 not met" in out
+
+
+def test_no_probe_invariant_is_evidence_on_a_network_with_no_block() -> None:
+    """Every probe verdict passes through `conclude.judge`: a network with no block judged nothing,
+    whatever its judge would say of one boundary (a gradient ratio of 1, an exact identity)."""
+    from stability.judge.verdict import is_evidence
+    from stability.measure.probe import Measurements
+    from stability.run.conclude import judge
+    from stability.run.results import CaseRecord
+    from stability.spec.case import corner_case
+    from stability.spec.registry import INVARIANTS
+
+    spec = parse_spec(
+        PLAIN.format(extra="", expect="[expect.variance_growth]\n[expect.lesion]\n").replace('"plain"', '"preact"', 1)
+    )
+    m = Measurements([1.0], [1.0], [1.0], {}, 0.0, 0.0, None)
+    record = CaseRecord(case=corner_case(spec), measurements=m)
+    names = [n for n, _ in spec.invariants() if not INVARIANTS.get(n).training]
+    assert names == ["gradient_arrival", "variance_growth", "lesion"]
+    m.extra["lesion"] = [0.0]
+    for name in names:
+        assert INVARIANTS.get(name).judge(m, getattr(spec.expect, name)).passed  # the judge alone: a pass
+        v = judge(spec, name, record)
+        assert not is_evidence(v) and "no block" in v.detail, v
