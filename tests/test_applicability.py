@@ -1,6 +1,7 @@
 """Applicability stated, not guessed (stability/spec/applicability.py): `applies_when` validation, the
 search drawing only applicable cases, and a replayed case outside shown as "not applicable" in
-the terminal, JSON, JUnit and HTML, never as a pass."""
+the terminal, JSON, JUnit and HTML, never as a pass; an `applies_when` outside the space refused by
+`check` and `sweep` naming the key and the space."""
 
 from __future__ import annotations
 
@@ -188,3 +189,45 @@ def test_bad_applies_when_is_one_line_naming_the_key(applies: str, fragments: li
     assert "\n" not in line and line.startswith("s.toml: expect.identity_at_init.applies_when")
     for f in fragments:
         assert f in line, line
+
+
+# ----------------------------------------------------------------------------- applies_when outside the space
+
+
+APPLIES_WHEN = """\
+name = "applies-when-{name}"
+description = "applies_when outside the space"
+family = "plain"
+[space]
+depth = [1, 4]
+width = {width}
+batch = 2
+[expect.gradient_arrival]
+lo = 0.1
+hi = 10.0
+applies_when = {{ width = [{value}] }}
+"""
+
+
+@pytest.mark.parametrize(
+    ("width", "value", "space"),
+    [
+        ("{ values = [4, 64] }", 16, "space.width { values = [4, 64] }"),
+        ("{ range = [8, 64], multiple_of = 8 }", 9, "space.width { range = [8, 64], multiple_of = 8 }"),
+    ],
+)
+@pytest.mark.parametrize("command", ["check", "sweep"])
+def test_applies_when_outside_the_space_is_refused_naming_the_key_and_the_space(
+    cli: Cli, tmp_path: Path, width: str, value: int, space: str, command: str
+) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(APPLIES_WHEN.format(name=value, width=width, value=value), encoding="utf-8")
+    db = tmp_path / "r.sqlite"
+    args = ("--profile", "ci") if command == "check" else ("--over", "depth=1,2", "--serial", "--db", db)
+    code, out, err = cli(command, spec, *args)
+    assert code == 2
+    assert (
+        err == f"stability: error: {spec}: expect.gradient_arrival.applies_when.width = [{value}]: {value} is not "
+        f"a value {space} can draw; list values space.width draws, or widen space.width\n"
+    )
+    assert "Traceback" not in out + err and not db.exists()

@@ -1,9 +1,16 @@
 """stability/run/audit.py: the parent judges again every case a worker judged, and a reported outcome
-that the measurements contradict becomes an error naming the case."""
+that the measurements contradict becomes an error naming the case; a factory that rewrites its
+worker's result messages to "met" cannot pass, in a worker or in this process."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from stability import RunOptions, parse_spec, run_spec
 from stability.run.audit import rejudge
@@ -79,3 +86,99 @@ def test_a_violation_reported_for_a_case_that_holds_is_caught() -> None:
     result.results = [forged]
     line = rejudge(result, replay=False)
     assert line is not None and f"case {passing} passes when judged again" in line and not result.results[0].met
+
+
+# ----------------------------------------------------------------------------- a worker that lies
+
+
+#: Rewrites, inside its worker, every message the worker sends so that each result says "met".
+LIAR = """
+from torch import nn
+
+import stability.run.worker as worker
+
+_real = worker._json
+
+
+def _met(obj):
+    if isinstance(obj, dict):
+        out = {k: _met(v) for k, v in obj.items()}
+        if "met" in out:
+            out.update(met=True, error=None, message="met")
+        return out
+    if isinstance(obj, list):
+        return [_met(x) for x in obj]
+    return obj
+
+
+worker._json = lambda message: _real(_met(message))
+
+
+class Shrink(nn.Module):
+    def forward(self, x):
+        return x * 1e-3
+
+
+def make(depth, width):
+    return nn.Sequential(*[Shrink() for _ in range(depth)])
+"""
+
+
+LIAR_SPEC = """\
+name = "liar"
+description = "a vanishing gradient whose worker says every result is met"
+family = "custom"
+[block]
+factory = "stability_hardening_liar:make"
+[space]
+depth = [2, 4]
+width = 4
+batch = 2
+[expect.gradient_arrival]
+lo = 0.01
+hi = 100.0
+"""
+
+
+@pytest.mark.parametrize(
+    "in_process", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["worker", "in-process"]
+)
+def test_a_factory_that_rewrites_its_results_to_met_cannot_pass(tmp_path: Path, in_process: bool) -> None:
+    """The parent judges the measurements itself. In a worker the rewritten messages contradict
+    that judgement, which is an error naming the case (exit 2); in this process nothing is
+    rewritten and the verdict stands (exit 1). Never exit 0."""
+    (tmp_path / "stability_hardening_liar.py").write_text(LIAR, encoding="utf-8")
+    (tmp_path / "liar.toml").write_text(LIAR_SPEC, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "STABILITY_PROFILE")}
+    cmd = [
+        sys.executable,
+        "-m",
+        "stability",
+        "check",
+        "liar.toml",
+        "--profile",
+        "ci",
+        "-q",
+        *(["--in-process"] if in_process else []),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert "Traceback" not in proc.stdout + proc.stderr
+    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("✗ ")]
+    assert "0 met, 1 not met" in proc.stdout
+    if in_process:
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert (
+            "liar.toml::gradient_arrival: expected to hold, but it fails at smallest failing case depth=2," in line
+            and proc.stderr == ""
+        )
+    else:
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert (
+            "liar.toml::gradient_arrival: the worker reported it met, but case depth=2," in line
+            and "fails it when judged again from its measurements" in line
+        )
+        (error,) = proc.stderr.splitlines()
+        assert (
+            error.startswith("stability: error: liar.toml::gradient_arrival: the worker reported it met")
+            and "may have replaced part of the harness" in error
+        )

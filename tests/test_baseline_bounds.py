@@ -1,11 +1,13 @@
 """The baseline's edges (stability/report/baseline.py and baseline_load.py, its callers in
 stability/check_cli.py): bounded input, `--update-baseline` on a run that could not judge a spec,
 drift either way with its direction named (negative controls too), crossing the bound within the
-drift, spec paths written in any form, and what `--update-baseline` annotates on GitHub."""
+drift, spec paths written in any form, what `--update-baseline` annotates on GitHub, `drift = inf` as
+the documented "never", and exit 5 when the baseline compared nothing."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from collections.abc import Callable
@@ -13,14 +15,17 @@ from pathlib import Path
 
 import pytest
 from approx_support import approx
+from cli_support import PLAIN, one_error
 from test_baseline import MODULE, checkout
 
 from stability.cli import main
 from stability.report import baseline_load
 from stability.report.baseline import spec_key
 from stability.report.baseline_load import MAX_DEPTH, _depth
+from stability.spec.load import parse_spec
 
 Run = Callable[..., tuple[int, str, str]]
+Cli = Callable[..., tuple[int, str, str]]
 
 
 @pytest.fixture
@@ -290,3 +295,34 @@ def test_a_rerun_with_the_same_cases_and_seeds_shows_zero_drift(
     assert deltas and all(d["status"] == "within" and d["change"] == 0 and d["why"] == "unchanged" for d in deltas), (
         deltas
     )
+
+
+# ----------------------------------------------------------------------------- drift = inf; nothing compared
+
+
+def test_drift_inf_is_never_and_loads(write_spec: Callable[..., Path], cli: Cli, tmp_path: Path) -> None:
+    path = write_spec(PLAIN.format(extra="", expect="drift = inf\n"))
+    assert math.isinf(parse_spec(path.read_text()).expect.gradient_arrival.drift)
+    base = tmp_path / "base.json"
+    assert cli("check", path, "--profile", "ci", "--in-process", "-q", "--json", base)[0] == 0
+    data = json.loads(base.read_text())
+    for inv in data["specs"][0]["invariants"]:  # the baseline's number moved a long way: never a drift with inf
+        inv["observed"] = inv["observed"] * 1e6
+    base.write_text(json.dumps(data))
+    code, out, _ = cli("check", path, "--profile", "ci", "--in-process", "-q", "--baseline", base)
+    assert code == 0 and "1 expectation(s) compared on the same cases, 0 moved" in out, out
+    bad = write_spec(PLAIN.format(extra="", expect="drift = nan\n"), "nan.toml")
+    one_error(cli("check", bad, "-q"), "drift = nan", "at least 0")
+
+
+def test_a_baseline_that_compares_nothing_exits_5(write_spec: Callable[..., Path], cli: Cli, tmp_path: Path) -> None:
+    path = write_spec(PLAIN.format(extra="", expect=""))
+    other = write_spec(PLAIN.format(extra="", expect="").replace('name = "plain"', 'name = "other"'), "other.toml")
+    base = tmp_path / "base.json"
+    assert cli("check", other, "--profile", "ci", "--in-process", "-q", "--json", base)[0] == 0
+    code, out, err = cli("check", path, "--profile", "ci", "--in-process", "-q", "--baseline", base)
+    assert code == 5 and "0 expectation(s) compared" in out, (code, out, err)
+    assert f"nothing was compared against the baseline {base}: it holds no entry" in err
+    # writing a first baseline compares nothing, and is no failure
+    assert cli("check", path, "--profile", "ci", "--in-process", "-q", "--baseline", base, "--update-baseline")[0] == 0
+    assert cli("check", path, "--profile", "ci", "--in-process", "-q", "--baseline", base)[0] == 0  # now it compares

@@ -1,8 +1,12 @@
 """The block modules (stability/families/blocks.py) against their formulas, one module at a time, on
-inputs where every term of the formula shows (no symmetric input hides a wrong axis)."""
+inputs where every term of the formula shows (no symmetric input hides a wrong axis); and the dense
+layer's gradient to its input on both routes, alone and through a built dense stack."""
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 from torch import nn
 
@@ -17,6 +21,10 @@ from stability.families.blocks import (
     Scale,
     Transition,
 )
+from stability.families.build import build
+from stability.measure.probe import probe
+from stability.spec.case import corner_case
+from stability.spec.load import parse_spec
 
 
 def _x(*shape: int) -> torch.Tensor:
@@ -117,3 +125,61 @@ def test_dense_layer_concatenates_along_its_channel_dim_and_transition_compresse
     assert y.shape == (2, 5, 6)
     torch.testing.assert_close(y, torch.cat([tokens, torch.relu(tokens) @ W.T], dim=-1))
     torch.testing.assert_close(Transition(nn.Identity(), nn.ReLU(), _lin(2.0))(x), torch.relu(x) @ W.T)
+
+
+# ----------------------------------------------------------------------------- the dense layer's gradient
+
+
+def test_a_dense_layer_passes_the_gradient_to_its_input_on_both_routes() -> None:
+    """y = cat(x, W x): ∂L/∂x = g₁ + Wᵀ g₂ exactly, the first term through the concatenation, the
+    second through the layer. A detached input on either route drops one of them."""
+    gen = torch.Generator().manual_seed(0)
+    lin = nn.Linear(3, 2, bias=False, dtype=torch.float64)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(2, 3, generator=gen, dtype=torch.float64))
+    x = torch.randn(4, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(4, 5, generator=gen, dtype=torch.float64)  # ∂L/∂y: (B, 3 + 2)
+    y = DenseLayer(nn.Identity(), nn.Identity(), lin)(x)
+    (grad,) = torch.autograd.grad(y, x, g)
+    torch.testing.assert_close(grad, g[:, :3] + g[:, 3:] @ lin.weight.detach(), rtol=1e-15, atol=1e-15)
+
+
+DENSE = """
+name = "dense-linear"
+description = "a linear DenseNet-style stack: the gradient is a product of known matrices"
+family = "dense"
+[block]
+layer = "linear"
+activation = "identity"
+norm = "none"
+growth = 2
+[space]
+depth = 4
+width = 3
+batch = 2
+weight_init = ["xavier_normal"]
+bias_init = 0.0
+dtype = ["float64"]
+[expect.gradient_arrival]
+lo = 1e-6
+hi = 1e6
+"""
+
+
+def test_the_probe_of_a_built_dense_stack_sees_the_closed_form_gradient() -> None:
+    """Block l maps x to A_l x with A_l = [I; W_l] (identity activation, no norm, zero bias), so with
+    the loss Σ x_L the gradient at the input is (A_{L-1} ⋯ A_0)ᵀ 1: the probe's ratio r₀ must equal
+    its norm over √(width_L), from the built weights alone."""
+    spec = parse_spec(DENSE)
+    case = corner_case(spec)
+    net = build(spec, case)
+    product = torch.eye(3, dtype=torch.float64)
+    for block in net.blocks:
+        assert isinstance(block, DenseLayer)
+        w = block.layer.weight.detach()
+        product = torch.cat([torch.eye(w.shape[1], dtype=torch.float64), w]) @ product
+    ones = torch.ones(product.shape[0], dtype=torch.float64)
+    expected = float(torch.linalg.vector_norm(product.T @ ones) / math.sqrt(product.shape[0]))
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    m = probe(net.blocks, x, loss="sum")
+    assert m.grad_norm[0] / m.grad_norm[-1] == pytest.approx(expected, rel=1e-12, abs=0.0)

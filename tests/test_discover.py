@@ -1,7 +1,8 @@
 """stability/families/discover.py on toy models whose answers are known by construction: the
 longest chained run of shape-preserving blocks, transitions at shape changes, the refusals of
 explicit blocks that are not one run (a shape change, a second call, something in between), and
-the ties (a class the library marks, then the first to run)."""
+the ties (a class the library marks, then the first to run); a block fed an earlier block's output
+is not on the chain."""
 
 from __future__ import annotations
 
@@ -180,3 +181,31 @@ def test_the_hidden_state_is_the_first_positional_tensor_or_the_first_parameters
     assert hidden_argument(Keyword(), (), {"hidden_states": t, "scale": 2.0}) == "hidden_states"
     assert hidden_argument(Res(2), (), {"x": t}) == "x"  # Res.forward's first parameter
     assert hidden_argument(Res(2), (None,), {"mask": t}) is None
+
+
+class FedFromEarlier(nn.Module):
+    """layers.2 takes what layers.0 returned, not layers.1's output: 0 → 1 is a chain, 2 is not on it."""
+
+    def __init__(self, n: int = 4) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([Res(4) for _ in range(n)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = self.layers[0](x)
+        b = self.layers[1](a)
+        c = self.layers[2](a)  # an earlier block's output
+        out: torch.Tensor = self.layers[3](c) + b
+        return out
+
+
+def test_a_block_fed_an_earlier_blocks_output_is_not_in_the_chain() -> None:
+    x = torch.randn(3, 4)
+    with pytest.raises(DiscoveryError, match=r"layers.2 \(Res\) does not take the tensor layers.1 returned"):
+        discover(FedFromEarlier(), x, blocks="layers")
+    found = discover(FedFromEarlier(), x)
+    assert found.blocks.names in (
+        ("layers.0", "layers.1"),
+        ("layers.2", "layers.3"),
+    )  # a chain of two, never three or four
+    assert len(found.blocks.modules) == 2
+    assert sorted(s.names for s in found.stages) == [("layers.0", "layers.1"), ("layers.2", "layers.3")]

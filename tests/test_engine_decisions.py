@@ -1,21 +1,25 @@
 """The engine's small decisions, one at a time (stability/run/engine.py): how close a passing verdict
 came to its bound (which case is reported), what the search steers towards in `thorough`, the
-exact messages, and a replayed case that could not be measured. Written from the mutation check
-(docs/mutation.md): each assertion pins a value a plausible slip changes."""
+exact messages, and a replayed case that could not be measured; and, on a real search of a stack whose
+numbers are powers of 1/2, the shrunk failing case, the passing case closest to its bound, and no
+expectation met where every case errored. Written from the mutation check (docs/mutation.md) and
+issue 12's review: each assertion pins a value a plausible slip changes."""
 
 from __future__ import annotations
 
 import math
+import textwrap
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from stability import parse_spec
+from stability import load_spec, parse_spec
 from stability.judge.invariants import Verdict
 from stability.measure.probe import Measurements
 from stability.run import conclude, engine
-from stability.run.engine import CaseRecord
+from stability.run.engine import CaseRecord, RunOptions, run_spec
 from stability.spec.case import Case
 from stability.spec.registry import INVARIANTS
 
@@ -228,3 +232,72 @@ def test_the_depth_bisection_stays_inside_the_space(depth: str, start: int, smal
     )
     assert found.depth == smallest and found.width == 4
     assert all(spec.space.depth.admits(d) for d in probed)  # type: ignore[union-attr]
+
+
+# ----------------------------------------------------------------------------- which case a real search reports
+
+
+HALVING = '''
+import torch
+from torch import nn
+
+
+def halving(depth, width):
+    """x ↦ x/2 per block: gradient ratio exactly 2^-depth, activation variance 4^-depth."""
+    layers = [nn.Linear(width, width, bias=False) for _ in range(depth)]
+    for layer in layers:
+        with torch.no_grad():
+            layer.weight.copy_(0.5 * torch.eye(width))
+    return nn.Sequential(*layers)
+'''
+
+
+def _halving_spec(tmp_path: Path, expect: str) -> Path:
+    (tmp_path / "halving_blocks.py").write_text(HALVING, encoding="utf-8")
+    path = tmp_path / "halving.toml"
+    path.write_text(
+        textwrap.dedent("""\
+        name = "halving"
+        description = "x/2 per block"
+        family = "custom"
+        [block]
+        factory = "halving_blocks:halving"
+        [space]
+        depth = [1, 30]
+        width = 4
+        batch = 2
+        """)
+        + expect,
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_reports_the_shrunk_case_not_the_first_failing(tmp_path: Path) -> None:
+    """0.5^L < 0.05 from L = 5 on: whatever depth the search first fails at, the report is depth 5."""
+    spec = load_spec(_halving_spec(tmp_path, "[expect.gradient_arrival]\nlo = 0.05\nhi = 10.0\n"))
+    (r,) = run_spec(spec, RunOptions(profile="ci")).results
+    assert not r.met and r.case is not None
+    assert r.case.depth == 5
+    assert r.verdict is not None and r.verdict.observed == 0.5**5
+
+
+def test_reports_the_passing_case_closest_to_the_bound(tmp_path: Path) -> None:
+    """lo = 1e-12, hi = 1e12: every depth passes, and the deepest (0.5^L smallest) is nearest a bound
+    in log distance, whichever depths the search drew."""
+    spec = load_spec(_halving_spec(tmp_path, "[expect.gradient_arrival]\nlo = 1e-12\nhi = 1e12\n"))
+    result = run_spec(spec, RunOptions(profile="ci"))
+    (r,) = result.results
+    deepest = max(c.depth for c in result.cases)
+    assert r.met and r.case is not None and r.case.depth == deepest  # the smallest ratio, nearest lo
+    assert r.verdict is not None and r.verdict.observed == 0.5**deepest
+
+
+@pytest.mark.parametrize("expect", ["holds", "violated"])
+def test_an_expectation_is_never_met_when_every_case_errored(tmp_path: Path, expect: str) -> None:
+    """A 1-byte memory budget refuses every case: nothing was measured, so neither "holds" nor
+    "violated" can be met (a violation found only as errors is no violation)."""
+    spec = load_spec(_halving_spec(tmp_path, f'[expect.gradient_arrival]\nexpect = "{expect}"\nlo = 0.05\nhi = 10.0\n'))
+    (r,) = run_spec(spec, RunOptions(profile="ci", memory_budget=1)).results
+    assert not r.met
+    assert r.error

@@ -1,8 +1,9 @@
 """`_apply`, `evaluate` and `run_spec` in the engine (stability/run/engine.py) beyond
 tests/test_engine_evaluate.py: every key of an invariant's table reaches its judge, the seconds a
 failed case took, the stem, the ensembles a spec asks for (and only those), the checkpointing and
-time limit a case runs under, and what `run_spec` returns and calls back. Written from the
-surviving mutants of the whole-module mutation run (docs/mutation.md)."""
+time limit a case runs under, what `run_spec` returns and calls back, and a search whose deciding case
+could not run. Written from the surviving mutants of the whole-module mutation run and of held-out
+sample 3 (docs/mutation.md)."""
 
 from __future__ import annotations
 
@@ -292,3 +293,44 @@ def test_invariants_after_a_training_one_are_still_judged_and_training_gets_a_ca
     out = run_spec(spec, RunOptions(profile="ci"))
     assert [r.name for r in out.results] == ["trainability", "mean_shift"]
     assert len(caches) == 1 and isinstance(caches[0], dict)
+
+
+def _growth_spec(extra: str = "") -> object:
+    return parse_spec(
+        'name = "e"\ndescription = "d"\nfamily = "plain"\n[block]\nactivation = "tanh"\n[space]\ndepth = [1, '
+        "3]\nwidth = 4\nbatch = 2\n"
+        f'dtype = ["float64"]\n{extra}\n[expect.variance_growth]\nmax_growth = "exponential"\n',
+        file="specs/e.toml",
+    )
+
+
+def test_an_ensemble_of_one_is_no_ensemble_and_on_start_gets_the_case() -> None:
+    spec = _growth_spec("[probe]\nensemble = 1")
+    case = Case(
+        depth=3,
+        width=4,
+        batch=2,
+        spatial=None,
+        input_width=None,
+        weight_init="default",
+        branch_init="default",
+        dtype="float64",
+        device="cpu",
+        seed=0,
+    )
+    record = evaluate(spec, case)  # type: ignore[arg-type]
+    assert record.measurements is not None and "ensemble" not in record.measurements.extra
+    started: list[Case] = []
+    run_spec(spec, RunOptions(), case=case, on_start=started.append)  # type: ignore[arg-type]
+    assert started == [case]
+
+
+def test_a_search_whose_deciding_case_fails_to_run_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        engine,
+        "evaluate",
+        lambda spec, c, options=None: CaseRecord(case=c, measurements=None, error="the case does not run: boom"),
+    )
+    (r,) = run_spec(_growth_spec(), RunOptions(profile="ci")).results  # type: ignore[arg-type]
+    assert not r.met and r.case is not None and r.error == "the case does not run: boom"
+    assert r.message == f"specs/e.toml::variance_growth: the case could not be measured at {r.case}"

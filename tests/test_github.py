@@ -1,5 +1,6 @@
 """stability/report/github.py: the job summary ($GITHUB_STEP_SUMMARY) and the workflow commands
-(`::error file=…,line=…::`) of a run on GitHub Actions, in a scratch repository."""
+(`::error file=…,line=…::`) of a run on GitHub Actions, in a scratch repository; a command's `file=`
+property round-trips a newline."""
 
 from __future__ import annotations
 
@@ -265,3 +266,14 @@ def test_a_code_blocks_fence_is_longer_than_any_backtick_run_inside() -> None:
     assert fence("`````\nclosing?") == "``````\n`````\nclosing?\n``````"
     rendered = MarkdownIt().parse(fence("before\n```\n# not a heading\n```\nafter"))
     assert [t.type for t in rendered] == ["fence"]  # one block: the text inside cannot end it
+
+
+def test_an_annotations_file_property_round_trips_a_newline() -> None:
+    """The newline was shown as `\\x0a`, which the runner reads as four characters: the annotation
+    landed on no file."""
+    line = command("error", "m", file="specs/a\nb\r.toml", title="t", line=3)
+    props = dict(p.split("=", 1) for p in line.split("::")[1].split(" ", 1)[1].split(","))
+    runner = props["file"].replace("%0D", "\r").replace("%0A", "\n").replace("%3A", ":").replace("%2C", ",")
+    assert runner.replace("%25", "%") == "specs/a\nb\r.toml"
+    # a command after the break is still neutralised (":\:error"), before the runner's escapes
+    assert "file=a%0A%3A\\%3Aerror" in command("error", "m", file="a\n::error::x")

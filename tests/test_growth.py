@@ -1,5 +1,6 @@
 """`classify_ensemble` (stability/judge/growth.py) on closed-form profiles: exact laws, laws with known
-multiplicative noise, the thresholds at their exact values, and depths too small to decide."""
+multiplicative noise, the thresholds at their exact values, and depths too small to decide; and
+`classify_growth` on one profile at its thresholds and between the linear and exponential laws."""
 
 from __future__ import annotations
 
@@ -175,3 +176,29 @@ def test_power_law_exponent_never_exceeds_the_documented_cap() -> None:
             assert g.exponent == pytest.approx(growth._MAX_EXPONENT, abs=0.11)  # the grid's last point, refined
         else:
             assert g.exponent == pytest.approx(want, abs=0.25)
+
+
+def test_decaying_threshold_is_one_over_bounded_ratio() -> None:
+    """Final ratio 0.2 lies between 1/8 and 1/4: decaying at bounded_ratio 4 (not at a halved threshold)."""
+    assert classify_growth([1.0, 0.5, 0.2], bounded_ratio=4.0).growth == "decaying"
+    assert classify_growth([1.0, 0.5, 0.25], bounded_ratio=4.0).growth == "bounded"  # 1/4 exactly is not below
+
+
+def test_bounded_ratio_exactly_at_the_bound_is_bounded() -> None:
+    assert classify_growth([1.0, 2.0, 4.0], bounded_ratio=4.0).growth == "bounded"
+    assert classify_growth([1.0, 2.0, math.nextafter(4.0, 5.0)], bounded_ratio=4.0).growth != "bounded"
+
+
+def test_curve_between_linear_and_exponential_is_not_exponential() -> None:
+    """r = 1 + l^1.6 on l = 0 … 8: the exponential's log-SSE is 0.92 of the linear's, so it does
+    not clearly out-fit linear (the classifier asks for less than half); the log-log exponent 1.6
+    makes it polynomial."""
+    r = 1.0 + np.arange(9, dtype=np.float64) ** 1.6
+    ls, logr = np.arange(1, 9, dtype=np.float64), np.log(r[1:])
+    a = float((ls * (r[1:] - 1)).sum() / (ls * ls).sum())
+    b = float((ls * logr).sum() / (ls * ls).sum())
+    share = float(((logr - b * ls) ** 2).sum() / ((logr - np.log1p(a * ls)) ** 2).sum())
+    assert 0.5 < share < 1.0  # the case this test is about
+    fit = classify_growth(r.tolist())
+    assert fit.growth == "polynomial"
+    assert fit.exponent == pytest.approx(1.6, abs=0.1)

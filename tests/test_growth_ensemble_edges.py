@@ -1,8 +1,9 @@
 """`classify_ensemble`, `ensemble_growth` and `describe_ensemble` (stability/judge/growth.py) at their
 edges: depth 3 is the first depth that decides, the exact linear law is fitted at p = 1, χ² from
 the shrunk per-block variances (and their floor when the members agree exactly), which members an
-ensemble keeps, the default bound, and every undecided description in full. Written from the
-surviving mutants of the whole-module run of growth.py (docs/mutation.md)."""
+ensemble keeps, the default bound, and every undecided description in full; and a depth-0 ensemble beside
+the Jacobian estimate's defaults. Written from the surviving mutants of the whole-module run of growth.py and
+of held-out sample 3 (docs/mutation.md)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
+from torch import nn
 
 from stability.judge.growth import EnsembleGrowth, classify_ensemble, describe_ensemble, ensemble_growth
+from stability.measure.jacobian import jacobian_spectrum
 
 
 def test_depth_three_decides_an_exponential() -> None:
@@ -126,3 +130,10 @@ def test_each_undecided_description_in_full(lowest: str, ratios: list[float], ta
     g = EnsembleGrowth(growth="exponential", lowest=lowest, exponent=None, **common)  # type: ignore[arg-type]
     final = ratios[-1]
     assert describe_ensemble(g) == _HEAD.replace("final ratio 5", f"final ratio {final:g}") + tail
+
+
+def test_depth_zero_ensembles_and_the_jacobian_defaults() -> None:
+    g = classify_ensemble([[1.0], [2.0]])
+    assert (g.growth, g.slope, g.rate) == ("bounded", 0.0, 1.0)
+    x = torch.ones(2, 2, dtype=torch.float64)
+    assert jacobian_spectrum(nn.Identity(), x).probes == 16 and jacobian_spectrum(nn.Identity(), x).iterations <= 50

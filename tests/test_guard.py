@@ -1,6 +1,6 @@
 """No case can take the run down: a case too big for memory is refused, with its estimate, before
 anything is built; a case that runs too long is stopped at the per-case time limit; either way the
-run goes on and the case is reported as what it is."""
+run goes on and the case is reported as what it is; a limit longer than the timers can hold is no limit."""
 
 from __future__ import annotations
 
@@ -14,16 +14,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_support import PLAIN
 from spec_support import make_spec
 
 import stability.run.probing
+from stability.cli.arg_types import seconds
 from stability.errors import CaseError
 from stability.families.build import channel_counts
 from stability.families.memory import OVERHEAD_PER_BLOCK as _OVERHEAD_PER_BLOCK
 from stability.families.memory import SAVED_PER_BLOCK as _SAVED_PER_BLOCK
 from stability.run.engine import RunOptions, evaluate, judge
 from stability.run.guard import (
+    LONGEST_LIMIT_S,
     CaseTimeout,
+    case_limit,
     check_budget,
     estimate_bytes,
     memory_budget,
@@ -402,3 +406,25 @@ def test_the_time_limit_never_breaks_an_import(tmp_path: Path, monkeypatch: pyte
                 time.sleep(0.01)
     assert time.perf_counter() - t0 >= 0.4  # the import's 0.4 s ran to the end
     assert sys.modules["stability_slow_import"].LAST == "fully imported"
+
+
+# ----------------------------------------------------------------------------- a time limit longer than the timers hold
+
+
+def test_a_limit_longer_than_the_timers_hold_is_no_limit() -> None:
+    spec = parse_spec(PLAIN.format(extra="[probe]\ncase_timeout = 1e308\n", expect=""))
+    assert case_limit(spec, 120.0) is None  # raised to 1e308: no limit, not an overflow
+    assert case_limit(spec, 0.0) is None
+    small = parse_spec(PLAIN.format(extra="[probe]\ncase_timeout = 900\n", expect=""))
+    assert case_limit(small, 120.0) == 900.0 and case_limit(small, LONGEST_LIMIT_S * 2) is None
+    with time_limit(1e308):  # the in-process timer (and a train.seconds = 1e308) sets nothing it cannot hold
+        pass
+    assert seconds("1e308") == 1e308
+
+
+def test_case_timeout_1e308_runs_the_spec_in_workers_and_exits_0(write_spec: Callable[..., Path], cli: Cli) -> None:
+    """It was an OverflowError in the parent's wait on its workers, exit 3 (the spec's limit and the
+    option's meet in `case_limit`)."""
+    path = write_spec(PLAIN.format(extra="[probe]\ncase_timeout = 1e308\n", expect=""))
+    code, out, err = cli("check", path, "--profile", "ci", "-q", "--jobs", "1", "--case-timeout", "1e308")
+    assert code == 0 and "1 met" in out and "Traceback" not in err, (code, out, err)

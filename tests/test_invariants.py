@@ -97,3 +97,40 @@ def test_identity_exact_and_approximate() -> None:
 def test_identity_names_the_first_block_that_changes_its_input() -> None:
     m = measured([1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.7, 0.7], identity_error=0.3)
     assert identity_at_init(m).block == 1
+
+
+# ----------------------------------------------------------------------------- thresholds and extremes
+
+
+def _m(grad: list[float] | None = None, var: list[float] | None = None) -> Measurements:
+    n = len(grad or var or [])
+    grad = grad or [1.0] * n
+    var = var or [1.0] * n
+    return Measurements(
+        grad_norm=grad,
+        act_var=var,
+        act_sq_mean=var,
+        param_grad_norm={},
+        identity_error=None,
+        input_grad_error=None,
+        nonfinite_at=None,
+    )
+
+
+def test_gradient_ratio_exactly_at_lo_and_hi_holds_and_just_outside_fails() -> None:
+    assert gradient_arrival(_m(grad=[0.1, 1.0]), lo=0.1, hi=10.0).passed
+    assert gradient_arrival(_m(grad=[10.0, 1.0]), lo=0.1, hi=10.0).passed
+    assert not gradient_arrival(_m(grad=[math.nextafter(0.1, 0.0), 1.0]), lo=0.1, hi=10.0).passed
+    assert not gradient_arrival(_m(grad=[math.nextafter(10.0, 11.0), 1.0]), lo=0.1, hi=10.0).passed
+
+
+def test_max_ratio_is_judged_on_the_peak_not_the_final_value() -> None:
+    v = variance_growth(_m(var=[1.0, 5.0, 2.0]), max_growth="exponential", max_ratio=4.0)
+    assert not v.passed and v.observed == 5.0 and v.block == 0
+    v = variance_growth(_m(var=[1.0, 3.0, 3.9]), max_growth="exponential", max_ratio=4.0)
+    assert v.passed
+
+
+def test_min_ratio_is_judged_on_the_trough_not_the_final_value() -> None:
+    v = variance_growth(_m(var=[1.0, 0.1, 0.9]), max_growth="exponential", min_ratio=0.5)
+    assert not v.passed and v.observed == pytest.approx(0.1, rel=1e-15, abs=0) and v.block == 0

@@ -80,3 +80,13 @@ def test_shape_changing_blocks_are_skipped() -> None:
     net = nn.Sequential(nn.Linear(3, 5), nn.Linear(5, 5))
     out = lesion_changes(net, torch.randn(2, 3))
     assert math.isnan(out[0]) and out[1] > 0
+
+
+def test_lesioning_a_stack_whose_output_is_exactly_zero_changes_nothing() -> None:
+    zero = nn.Linear(3, 3, bias=False).double()
+    with torch.no_grad():
+        zero.weight.zero_()
+    assert lesion_changes(nn.Sequential(nn.Identity(), zero), torch.ones(2, 3, dtype=torch.float64)) == [
+        0.0,
+        math.inf,
+    ]  # 0/0 is 0; x/0 is ∞

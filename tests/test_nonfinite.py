@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
+from stability import probe
 from stability.families.build import build, make_input
 from stability.run.engine import RunOptions, evaluate, judge, run_spec
 from stability.spec.case import corner_case, parse_case_string
@@ -125,3 +127,12 @@ def test_overflow_through_check_is_exit_1_not_a_crash(
     code, out, err = cli("check", path, "--profile", "ci")
     assert code == 1, err
     assert "non-finite" in out and "Traceback" not in out + err
+
+
+def test_a_nan_gradient_first_seen_at_the_input_is_located_there() -> None:
+    class NanGradIn(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + torch.sqrt(0.0 * x)  # finite forward; ∂/∂x = inf · 0 = NaN at block 0's input
+
+    m = probe(nn.Sequential(NanGradIn(), nn.Linear(3, 3).double()), torch.ones(2, 3, dtype=torch.float64))
+    assert (m.nonfinite_at, m.nonfinite_kind) == (0, "gradient")

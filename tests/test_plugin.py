@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from cli_support import PLAIN
 from once_support import once_per_run
 
 GOOD = """
@@ -227,3 +228,24 @@ def test_a_custom_specs_code_runs_in_a_worker_and_cannot_end_or_change_the_sessi
         "specs/exits.toml::gradient_arrival" in run.stdout
         and "the worker exited with code 0 before reporting" in run.stdout
     )
+
+
+@pytest.mark.slow  # a pytest run in a subprocess each
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--stability-case-timeout", "-1"], "'-1' is not a time limit"),
+        (["--stability-case", ""], "--stability-case '': an empty value"),
+    ],
+)
+def test_the_pytest_options_refuse_what_stability_check_refuses(tmp_path: Path, args: list[str], needle: str) -> None:
+    """A negative time limit was no limit, and an empty case a search, where `stability check` refuses both."""
+    (tmp_path / "spec.toml").write_text(PLAIN.format(extra="", expect=""))
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", "spec.toml", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == pytest.ExitCode.USAGE_ERROR and needle in run.stderr, (run.returncode, run.stderr)

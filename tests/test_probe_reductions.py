@@ -7,6 +7,9 @@ float32 `vector_norm` drifts with the length (1.5e-5 relative at 16,384 elements
 vector, 9e-4 at 2^20). Every bound below is the stated accuracy in float32 (docs/performance.md): a
 float32 cascade sum of n ≤ 2^22 terms is within ~2e-7 relative, and the one-pass variance loses at
 most a factor (1 + mean²/var) ≤ 2 of that to cancellation before the two-pass formula takes over.
+Where every sum is exact in binary floating point, the probe's variance is the population variance
+(divided by n) to the last bit; and a tensor reduced in chunks keeps the variance between its chunks
+(Chan, Golub & LeVeque 1983).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import math
 
 import pytest
 import torch
+from approx_support import approx
 from torch import nn
 
 from stability import probe
@@ -317,3 +321,53 @@ def test_identity_error_keeps_differences_at_any_scale(scale: float) -> None:
 def test_identity_error_between_two_dtypes() -> None:
     m = probe(nn.Sequential(_Wider()), torch.ones(4, 8))
     assert m.identity_error == pytest.approx(1e-10, rel=1e-6, abs=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n", [2048, 4096, 6000])
+def test_two_pass_variance_divides_by_n_exactly(n: int, dtype: torch.dtype) -> None:
+    """±c alternating values, shifted by μ: mean μ and population variance c² exactly (the n − 1
+    divisor would give c²·n/(n − 1), 1 + 4.9e-4 at n = 2,048). Every sum involved is exact in
+    binary floating point, so the probe must return c² and μ to the last bit."""
+    c, mu = 1.5, 0.25
+    signs = torch.tensor([1.0, -1.0], dtype=dtype).repeat(n // 2)  # (n,)
+    x = (mu + c * signs).reshape(n // 16, 16)  # (B, C) with B·C = n ≥ 2,048: the two-pass path
+    m = probe([nn.Identity(), nn.Identity()], x)
+    assert m.act_var == [c * c] * 3
+    assert m.act_sq_mean == [c * c + mu * mu] * 3
+
+
+# ----------------------------------------------------------------------------- chunked float64 moments
+
+
+@pytest.mark.parametrize("chunk", [3, 7, 64])
+def test_chunked_variance_keeps_the_between_chunk_term(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Chunks with different means: the within-chunk variances alone miss most of the variance
+    (Chan, Golub & LeVeque 1983: M2 = Σ M2_c + Σ n_c (mean_c − mean)²). The reference is float64
+    over the whole tensor; `_CHUNK` is made small so the chunked path runs on a small tensor."""
+    monkeypatch.setattr(P, "_CHUNK", chunk)
+    h = torch.cat(
+        [torch.full((chunk,), float(3 * i)) + torch.linspace(-0.5, 0.5, chunk) for i in range(5)]
+        + [torch.tensor([7.0, -2.0])]
+    )  # (5·chunk + 2,): a short last chunk
+    var, mean = P.var_mean64(h)
+    want_var, want_mean = torch.var_mean(h.double(), correction=0)
+    assert var.dtype == torch.float64 and mean.dtype == torch.float64
+    assert float(mean) == approx(float(want_mean), rel=1e-12)
+    assert float(var) == approx(float(want_var), rel=1e-12)
+    within = sum(float(torch.var(c.double(), correction=0)) * c.numel() for c in torch.split(h, chunk)) / h.numel()
+    assert float(var) > 2 * within  # the between-chunk term is most of it here
+    norm = P.norm64(h)
+    assert float(norm) == approx(math.sqrt(float((h.double() ** 2).sum())), rel=1e-12)
+
+
+@pytest.mark.slow
+def test_chunked_variance_over_two_to_the_24_elements() -> None:
+    """The real threshold: 2^24 + 5 elements, two halves with means 0 and 2 (variance 1 + within)."""
+    n = (1 << 24) + 5
+    h = torch.zeros(n)  # (N,) float32
+    h[n // 2 :] = 2.0
+    var, mean = P.var_mean64(h)
+    m = (n - n // 2) * 2.0 / n
+    assert float(mean) == approx(m, rel=1e-12)
+    assert float(var) == approx((n // 2) / n * m**2 + (n - n // 2) / n * (2.0 - m) ** 2, rel=1e-9)

@@ -1,20 +1,23 @@
 """The registries (stability/spec/registry.py): duplicates and incomplete entries are refused when
-registered, unknown names get the closest ones, every built-in entry is complete, and each rule
-that used to be written in several modules is written in one."""
+registered, unknown names get the closest ones, every built-in entry is complete, each rule
+that used to be written in several modules is written in one, and a registration (or a batch of
+them) whose spec-model rebuild fails leaves nothing half registered."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import Field
 
 import stability
 from stability.errors import SpecError
+from stability.spec import registry, schema
 from stability.spec.json_schema import spec_schema
 from stability.spec.load import parse_spec
 from stability.spec.registry import (
@@ -24,6 +27,7 @@ from stability.spec.registry import (
     Family,
     Invariant,
     RegistryError,
+    batch,
     register_family,
     register_invariant,
 )
@@ -235,3 +239,72 @@ def test_a_spec_loaded_before_the_registry_changed_still_pickles_for_its_worker(
     INVARIANTS.unregister("tiny_check")
     registered.clear()
     assert pickle.loads(pickle.dumps(spec)).expect.gradient_arrival.lo == 0.25
+
+
+# ----------------------------------------------------------------------------- a registration whose rebuild fails
+
+
+class Toy(schema.Expectation):
+    limit: float = 1.0
+
+
+def _toy(name: str) -> Invariant:
+    return Invariant(
+        name=name,
+        expectation=Toy,
+        summary="a toy",
+        label="a number",
+        explanation=Explanation(summary="s", computes="c", fails="f", fixes="x"),
+        judge=lambda m, e: None,
+    )
+
+
+@pytest.fixture
+def failing_rebuild(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """schema.rebuild fails while an invariant whose name starts with `toy_broken` is registered."""
+    real = schema.rebuild
+
+    def rebuild(invariants: Iterable[Any], families: Iterable[Any]) -> None:
+        entries = list(invariants)
+        if any(e.name.startswith("toy_broken") for e in entries):
+            raise RuntimeError("the spec models cannot be rebuilt")
+        real(entries, families)
+
+    monkeypatch.setattr(schema, "rebuild", rebuild)
+    yield
+    for name in [n for n in INVARIANTS.names() if n.startswith("toy_")]:
+        INVARIANTS.unregister(name)
+
+
+SPEC = (
+    'name = "t"\ndescription = "d"\nfamily = "plain"\n[space]\ndepth = [1, 4]\nwidth = '
+    "4\n[expect.{name}]\nlimit = 2.0\n"
+)
+
+
+def _whole_or_absent(name: str) -> None:
+    assert name not in INVARIANTS
+    assert name not in schema.Spec.model_fields["expect"].annotation.model_fields  # type: ignore[union-attr]
+    with pytest.raises(SpecError, match="unknown key"):
+        parse_spec(SPEC.format(name=name))
+    assert sorted(schema.Spec.model_fields["expect"].annotation.model_fields) == sorted(INVARIANTS.names())  # type: ignore[union-attr]
+
+
+def test_a_registration_whose_rebuild_fails_is_not_left_half_registered(failing_rebuild: None) -> None:
+    with pytest.raises(RuntimeError, match="cannot be rebuilt"):
+        register_invariant(_toy("toy_broken"))
+    _whole_or_absent("toy_broken")
+
+
+def test_a_batch_whose_rebuild_fails_registers_none_of_its_entries(failing_rebuild: None) -> None:
+    before = (INVARIANTS.names(), FAMILIES.names())
+    with pytest.raises(RuntimeError, match="cannot be rebuilt"), batch():
+        register_invariant(_toy("toy_fine"))
+        register_invariant(_toy("toy_broken_too"))
+    _whole_or_absent("toy_broken_too")
+    _whole_or_absent("toy_fine")
+    assert (INVARIANTS.names(), FAMILIES.names()) == before
+    with batch():  # the registry still works
+        register_invariant(_toy("toy_fine"))
+    assert "toy_fine" in INVARIANTS and parse_spec(SPEC.format(name="toy_fine")).expect.toy_fine.limit == 2.0
+    assert registry._deferred == [0]

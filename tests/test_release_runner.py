@@ -1,6 +1,7 @@
 """The release runner's logic without installing a release: pip, the child processes and the
 support matrix are replaced by fakes, so each test is unit-sized (stability/run/releases.py,
-stability/run/release_sides.py). What a real install does is tests/test_releases.py's slow tests."""
+stability/run/release_sides.py); and the matrix's `--sample` refused when misspelt, exit 5 when it
+names no spec of the release's library. What a real install does is tests/test_releases.py's slow tests."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import pytest
 from stability.errors import SpecError, UsageError
 from stability.run import release_sides, releases
 from stability.run.release_sides import check_sides, imports, run_side
-from stability.run.releases import LIBRARIES, Release, install, library_of_spec, parse_release
+from stability.run.releases import LIBRARIES, Release, install, library_of_spec, matrix, parse_release
+
+ZOO = Path(__file__).resolve().parents[1] / "specs" / "zoo"
 
 # ----------------------------------------------------------------------------- naming and installing
 
@@ -345,3 +348,10 @@ def test_a_side_that_wrote_no_report_did_not_run(monkeypatch: pytest.MonkeyPatch
     _child(monkeypatch)
     with pytest.raises(UsageError, match="the zoo did not run under it"):
         run_side(parse_release("timm==1.0"), ["x.toml"], depths=(4,), out=tmp_path / "a")
+
+
+def test_the_matrix_with_a_misspelt_sample_or_no_spec_judges_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(UsageError, match=r"--sample brt: no zoo spec brt.toml in .* \(did you mean \"bert\"\?\)"):
+        matrix(parse_release("transformers==4.53.3"), ZOO, sample=["brt"])
+    assert matrix(parse_release("timm==1.0.9"), ZOO, sample=["bert"]) == 5  # bert is no timm spec: nothing run
+    assert "nothing was judged" in capsys.readouterr().err

@@ -46,6 +46,7 @@ width = 4
 batch = 2
 weight_init = ["xavier_normal"]
 
+# the expectation's table is on line 15
 [expect.gradient_arrival]
 lo = 0.01
 hi = 100.0
@@ -164,3 +165,32 @@ def test_the_sarif_of_a_run_with_odd_paths_is_valid_sarif_2_1_0(
         p.split(",")[0].removeprefix("file=").replace("%3A", ":").replace("%2C", ",").replace("%25", "%") for p in props
     )
     assert files == sorted(["broken ü.toml", "naïve/日本語 spec.toml", "odd dir/100% a#b?.toml"])
+
+
+@pytest.mark.parametrize("name", ["x.toml", "new\nline.toml"])
+def test_annotations_point_at_the_expectations_line_from_another_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """Run from a folder that is not the workspace, every annotation pointed at line 1 when the line
+    was read from the workspace-relative path; the spec file name may hold a newline."""
+    sub = tmp_path / "repo" / "project"
+    (sub / "specs").mkdir(parents=True)
+    (sub / "specs" / name).write_text(FAILING)
+    summary = tmp_path / "summary.md"
+    monkeypatch.chdir(sub)
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(tmp_path / "repo"))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    assert FAILING.splitlines()[14] == "[expect.gradient_arrival]"
+    capsys.readouterr()
+    code = main(["check", f"specs/{name}", "--profile", "ci", "--in-process", "-q", "--sarif", "out.sarif"])
+    out = capsys.readouterr().out
+    assert code == 1
+    (line,) = [x for x in out.splitlines() if x.startswith("::error")]
+    props = dict(p.split("=", 1) for p in line.split("::")[1].split(" ", 1)[1].split(","))
+    assert props["line"] == "15", line
+    assert props["file"].replace("%0A", "\n") == f"project/specs/{name}", line
+    sarif = json.loads(Path("out.sarif").read_text())
+    (result,) = sarif["runs"][0]["results"]
+    assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == 15
+    assert re.search(r"line 15\)", summary.read_text()), summary.read_text()

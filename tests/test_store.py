@@ -1,4 +1,5 @@
-"""The results store: WAL mode, all-or-nothing points, and concurrent writers that never corrupt it."""
+"""The results store: WAL mode, all-or-nothing points, concurrent writers that never corrupt it, and the
+sweep `--resume` picks (the last unfinished sweep, not the oldest)."""
 
 from __future__ import annotations
 
@@ -53,3 +54,19 @@ def test_two_processes_writing_at_once_leave_every_row_and_an_intact_file(tmp_pa
 def test_a_folder_is_refused_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="is a folder"):
         Store(tmp_path)
+
+
+def test_resume_picks_the_last_unfinished_sweep_not_the_oldest(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.sqlite") as store:
+        args = ["sweep", "a.toml", "--over", "depth=1,2"]
+        first = store.start_sweep("v", args)
+        second = store.start_sweep("v", ["sweep", "b.toml", "--over", "depth=1"])
+        third = store.start_sweep("v", args)
+        fourth = store.start_sweep("v", ["sweep", "c.toml"])
+        assert first < second < third < fourth
+        store.finish_sweep(fourth)
+        assert store.last_unfinished() == (third, args)
+        assert store.last_unfinished(args) == (third, args)
+        store.finish_sweep(third)
+        assert store.last_unfinished() == (second, ["sweep", "b.toml", "--over", "depth=1"])
+        assert store.last_unfinished(args) == (first, args)

@@ -4,6 +4,7 @@ spec-to-(σ_w², σ_b²) mapping, the verdicts on hand-made measurements, and sp
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from stability.judge.theory_checks import jacobian_spectrum, lesion, mean_field,
 from stability.measure.jacobian import JacobianSpectrum
 from stability.measure.probe import Measurements
 from stability.spec.case import corner_case
+from stability.spec.registry import INVARIANTS
 
 
 def _spec(activation: str, init: str, extra: str = "", family: str = "plain", block: str = "") -> object:
@@ -249,3 +251,18 @@ def test_lesion_on_dense_is_refused_and_jacobian_bounds_are_ordered() -> None:
             "4\n[expect.jacobian_spectrum]\nmean_lo "
             "= 2.0\nmean_hi = 1.0\n"
         )
+
+
+def test_lesion_is_judged_by_the_specs_statistic() -> None:
+    m = Measurements(
+        grad_norm=[1.0] * 4,
+        act_var=[1.0] * 4,
+        act_sq_mean=[1.0] * 4,
+        param_grad_norm={},
+        identity_error=None,
+        input_grad_error=None,
+        nonfinite_at=None,
+        extra={"lesion": [0.1, 0.2, 0.9]},
+    )
+    assert INVARIANTS.get("lesion").judge(m, SimpleNamespace(max_change=0.5, statistic="median")).passed  # median 0.2
+    assert not INVARIANTS.get("lesion").judge(m, SimpleNamespace(max_change=0.5, statistic="max")).passed

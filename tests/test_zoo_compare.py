@@ -1,6 +1,8 @@
 """`stability zoo --compare A B`'s report and command without installing a release: the rows and
 the report (stability/report/zoo_compare.py), and the command with both sides stubbed
-(stability/cli/zoo.py); `stability zoo` itself with its rows stubbed."""
+(stability/cli/zoo.py); `stability zoo` itself with its rows stubbed. The command refuses sides that
+would compare nothing (a library that does not import, a folder that holds none, one release twice)
+and `--html`, exits 2 when a side refuses every spec and 5 when nothing was compared."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import one_error
 
 from stability.report.zoo_compare import direction_text, markdown, terminal_rows
 from stability.run.report_model import CompareRow
@@ -204,3 +207,96 @@ def test_zoo_md_and_html_on_one_file_by_a_relative_path_are_refused(
     (tmp_path / "plain.toml").write_text(PLAIN, encoding="utf-8")
     code, _, err = cli("zoo", "plain.toml", "--md", "out/zoo.html", "--html", "out")
     assert code == 2 and "is also the page --html writes" in err, (code, err)
+
+
+# ----------------------------------------------------------------------------- refusals and exit codes
+
+
+def _stub(folder: Path, body: str) -> Path:
+    """A folder of packages holding a `transformers` whose __init__ is `body` (imported in a child)."""
+    (folder / "transformers").mkdir(parents=True)
+    (folder / "transformers" / "__init__.py").write_text(body)
+    return folder
+
+
+def test_zoo_compare_html_is_refused(cli: Cli, tmp_path: Path) -> None:
+    """`--html DIR` was accepted and silently ignored by `zoo --compare`."""
+    one_error(
+        cli("zoo", "--compare", "transformers==4.53.3", "transformers==4.54.1", ZOO / "bert.toml", "--html", tmp_path),
+        "--html",
+        "--md FILE",
+    )
+
+
+def test_zoo_compare_of_one_release_twice_is_refused_naming_it(cli: Cli, tmp_path: Path) -> None:
+    """Two folders that import the same release compare it with itself: refused before either side runs."""
+    a = _stub(tmp_path / "a", '__version__ = "0.0.1"\n')
+    b = _stub(tmp_path / "b", '__version__ = "0.0.1"\n')
+    one_error(cli("zoo", "--compare", a, b, ZOO / "bert.toml", "-q"), "both import transformers 0.0.1", "itself")
+    one_error(
+        cli("zoo", "--compare", "transformers==4.53.3", "transformers==4.53.3", ZOO / "bert.toml"),
+        "are the same release",
+    )
+
+
+def test_zoo_compare_where_the_library_does_not_import_is_refused(cli: Cli, tmp_path: Path) -> None:
+    """Neither side could import the library: every spec was refused on both, "0 compared", exit 0."""
+    a = _stub(tmp_path / "a", 'raise ImportError("broken on purpose")\n')
+    b = _stub(tmp_path / "b", 'raise ImportError("broken on purpose")\n')
+    one_error(
+        cli("zoo", "--compare", a, b, ZOO / "bert.toml", "-q"),
+        f"release {a}: transformers does not import under it (ImportError: broken on purpose)",
+    )
+
+
+def test_zoo_compare_of_a_folder_without_the_library_is_refused(cli: Cli, tmp_path: Path) -> None:
+    """An empty folder imports this environment's own release under the folder's name."""
+    (tmp_path / "empty").mkdir()
+    b = _stub(tmp_path / "b", '__version__ = "0.0.1"\n')
+    one_error(
+        cli("zoo", "--compare", tmp_path / "empty", b, ZOO / "bert.toml", "-q"),
+        f"release {tmp_path / 'empty'}: the folder holds no transformers",
+        "this environment's own",
+    )
+
+
+#: A row with no number after: counted as not compared.
+NOT_COMPARABLE: dict[str, Any] = {
+    "file": "z.toml",
+    "spec": "zoo-x",
+    "invariant": "gradient_arrival",
+    "case": "depth=4",
+    "shown": "depth=4",
+    "before": 1.0,
+    "after": None,
+    "change": None,
+    "limit": 0.1,
+    "status": "not_comparable",
+    "why": "no number to compare",
+    "direction": None,
+    "toward_bound": None,
+}
+
+
+def test_zoo_compare_that_compared_nothing_exits_5(cli: Cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _sides(monkeypatch, rows=[NOT_COMPARABLE])
+    a, b = (tmp_path / "a", tmp_path / "b")
+    a.mkdir(), b.mkdir()
+    code, out, err = cli("zoo", "--compare", a, b, ZOO / "bert.toml", "-q")
+    assert code == 5 and "of 0 compared" in out and "nothing was compared" in err, (code, out, err)
+    within = {**NOT_COMPARABLE, "status": "within", "after": 1.0, "change": 0.0}
+    _sides(monkeypatch, rows=[NOT_COMPARABLE, within])
+    assert cli("zoo", "--compare", a, b, ZOO / "bert.toml", "-q")[0] == 0  # one number compared, none moved
+    _sides(monkeypatch, rows=[{**within, "status": "drift"}])
+    assert cli("zoo", "--compare", a, b, ZOO / "bert.toml", "-q")[0] == 1
+
+
+def test_zoo_compare_where_a_side_refuses_every_spec_exits_2(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    a, b = (tmp_path / "a", tmp_path / "b")
+    a.mkdir(), b.mkdir()
+    _sides(monkeypatch, rows=[], refused={str(a): [str(ZOO / "bert.toml"), str(ZOO / "gpt2.toml")]})
+    code, out, err = cli("zoo", "--compare", a, b, ZOO / "bert.toml", ZOO / "gpt2.toml", "-q")
+    assert code == 2 and f"{a} refused every spec (2)" in err and "Traceback" not in err, (code, err)
+    assert out.count("not compared, refused under") == 2

@@ -106,7 +106,7 @@ ISSUE: list[Plant] = [
         SIDE,
         "entries = [e for e in base.entries if e.key.case in cases]",
         "entries = list(base.entries)",
-        "tests/test_release_side.py tests/test_releases.py tests/test_no_false_green.py",
+        "tests/test_release_side.py tests/test_releases.py tests/test_zoo_compare.py",
         "the release side compares every baseline entry in each depth group",
     ),
     _p(
@@ -114,7 +114,7 @@ ISSUE: list[Plant] = [
         RELEASES,
         "return 2 if gate == 2 or errors else max(gate, 1 if wrong else 0)",
         "return 2 if gate == 2 or errors else gate",
-        "tests/test_release_runner.py tests/test_releases.py tests/test_no_false_green.py",
+        "tests/test_release_runner.py tests/test_releases.py",
         "a support-matrix mismatch exits 0",
     ),
     _p(
@@ -145,11 +145,11 @@ ISSUE: list[Plant] = [
 
 # ----------------------------------------------------------------------------- this round's plants
 
-T_RELEASES = "tests/test_releases.py tests/test_no_false_green.py tests/test_release_runner.py"
-T_SIDES = "tests/test_no_false_green.py tests/test_releases.py tests/test_release_runner.py"
-T_SIDE = "tests/test_release_side.py tests/test_no_false_green.py tests/test_releases.py"
-T_COMPARE = "tests/test_zoo_compare.py tests/test_releases.py tests/test_no_false_green.py tests/test_release_side.py"
-T_ZOO = "tests/test_zoo_compare.py tests/test_no_false_green.py tests/test_output_paths.py tests/test_releases.py"
+T_RELEASES = "tests/test_releases.py tests/test_release_runner.py"
+T_SIDES = "tests/test_zoo_compare.py tests/test_releases.py tests/test_release_runner.py"
+T_SIDE = "tests/test_release_side.py tests/test_zoo_compare.py tests/test_releases.py"
+T_COMPARE = "tests/test_zoo_compare.py tests/test_releases.py tests/test_release_side.py"
+T_ZOO = "tests/test_zoo_compare.py tests/test_cli_usage.py tests/test_output_paths.py tests/test_releases.py"
 T_STREAM = "tests/test_stream_units.py tests/test_library_stream.py tests/test_library_family.py tests/test_guard.py"
 T_DRAWS = "tests/test_library_draws.py tests/test_library_stream.py"
 T_MEMORY = "tests/test_memory_units.py tests/test_library_memory.py tests/test_library_family.py tests/test_guard.py"

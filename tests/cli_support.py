@@ -1,0 +1,36 @@
+"""Shared material for tests that run the command line (test_cli_usage, test_guard, test_baseline_bounds,
+test_zoo_compare, test_plugin, …): a short plain tanh stack with a place for extra tables (`{extra}`) and
+expectations (`{expect}`), and `one_error`, the assertion that a run exited 2 with one line on stderr
+and no traceback."""
+
+from __future__ import annotations
+
+PLAIN = """\
+name = "plain"
+description = "a short plain tanh stack"
+family = "plain"
+
+[block]
+activation = "tanh"
+
+[space]
+depth = [1, 2]
+width = 4
+batch = 2
+dtype = ["float64"]
+{extra}
+[expect.gradient_arrival]
+lo = 0.01
+hi = 100.0
+{expect}
+"""
+
+
+def one_error(result: tuple[int, str, str], *needles: str) -> str:
+    """The run exited 2 with one line on stderr holding every needle, and no traceback."""
+    code, _, err = result
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, (code, err)
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
