@@ -241,3 +241,17 @@ def _one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The cycle collector, tuned for a suite: everything alive after collection (torch, the
+    libraries, every collected test) moves out of its generations (`gc.freeze`), so a collection
+    walks only what the tests create, and the youngest generation is collected every 50,000
+    allocations instead of 700. Reference counting still frees what is not in a cycle at once.
+    Measured on the idle 2-core machine: the suite's CPU 3 min 31 s → 3 min 0 s, its wall time
+    127 s → 112 s (no bytecode cached)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
