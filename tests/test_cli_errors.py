@@ -13,29 +13,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_support import one_error
 
 Cli = Callable[..., tuple[int, str, str]]
 
 
-def one_error(code: int, out: str, err: str) -> str:
-    assert code == 2, (code, out, err)
-    assert "Traceback" not in out + err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("stability: error: "), err
-    return lines[0]
-
-
 def test_a_path_that_does_not_exist(cli: Cli, tmp_path: Path) -> None:
     missing = tmp_path / "nope.toml"
-    line = one_error(*cli("check", missing))
+    line = one_error(cli("check", missing))
     assert f"{missing}: no such file or folder" in line
     assert "pass a spec file or a folder of *.toml specs" in line
 
 
 def test_a_folder_with_no_specs(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("not a spec")
-    line = one_error(*cli("check", tmp_path))
+    line = one_error(cli("check", tmp_path))
     assert f"{tmp_path}: no *.toml spec files found" in line
 
 
@@ -44,39 +36,39 @@ def test_a_run_where_no_spec_loads_prints_its_errors_and_no_empty_summary(
 ) -> None:
     path = write_spec(base_spec.replace('family = "plain"', 'family = "plian"'))
     code, out, err = cli("check", path, "--in-process")
-    line = one_error(code, out, err)
+    line = one_error((code, out, err))
     assert "family" in line and "plian" in line
     assert "spec(s)" not in out, out  # (no "0 spec(s), 0 expectation(s)" line under the error)
 
 
 def test_an_unknown_case_key_says_did_you_mean(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
-    line = one_error(*cli("check", write_spec(base_spec), "--case", "dept=3"))
+    line = one_error(cli("check", write_spec(base_spec), "--case", "dept=3"))
     assert "--case: unknown key 'dept'" in line
     assert 'did you mean "depth"?' in line
     assert "known keys: init, depth, width" in line
 
 
 def test_a_case_value_outside_the_space(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
-    line = one_error(*cli("check", write_spec(base_spec), "--case", "depth=30"))
+    line = one_error(cli("check", write_spec(base_spec), "--case", "depth=30"))
     assert "--case: depth=30 is outside the spec's space [1, 4]" in line
 
 
 def test_a_case_choice_outside_the_space_says_did_you_mean(
     cli: Cli, write_spec: Callable[..., Path], base_spec: str
 ) -> None:
-    line = one_error(*cli("check", write_spec(base_spec), "--case", "depth=2,init=defualt"))
+    line = one_error(cli("check", write_spec(base_spec), "--case", "depth=2,init=defualt"))
     assert "init=defualt" in line and 'did you mean "default"?' in line
 
 
 def test_a_case_that_is_not_key_value(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
-    line = one_error(*cli("check", write_spec(base_spec), "--case", "depth"))
+    line = one_error(cli("check", write_spec(base_spec), "--case", "depth"))
     assert "'depth' is not key=value" in line
 
 
 def test_case_with_several_specs(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
     write_spec(base_spec, "a.toml")
     folder = write_spec(base_spec.replace('name = "base"', 'name = "other"'), "b.toml").parent
-    line = one_error(*cli("check", folder, "--case", "depth=1"))
+    line = one_error(cli("check", folder, "--case", "depth=1"))
     assert "--case replays one case of one spec, but 2 specs were given" in line
 
 
@@ -91,12 +83,12 @@ def test_case_with_several_specs(cli: Cli, write_spec: Callable[..., Path], base
     ids=["profile", "case-timeout", "command", "nothing"],
 )
 def test_argument_errors(cli: Cli, args: list[str], fragment: str) -> None:
-    line = one_error(*cli(*args))
+    line = one_error(cli(*args))
     assert fragment in line and "see `stability" in line
 
 
 def test_a_bad_memory_budget(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
-    line = one_error(*cli("check", write_spec(base_spec), "--memory-budget", "lots"))
+    line = one_error(cli("check", write_spec(base_spec), "--memory-budget", "lots"))
     assert "--memory-budget 'lots': write a size like 4GiB" in line
 
 
@@ -114,7 +106,7 @@ def test_every_bad_file_gets_its_own_line(cli: Cli, write_spec: Callable[..., Pa
 def test_two_specs_with_one_name(cli: Cli, write_spec: Callable[..., Path], base_spec: str) -> None:
     write_spec(base_spec, "a.toml")
     folder = write_spec(base_spec, "b.toml").parent
-    line = one_error(*cli("check", folder))
+    line = one_error(cli("check", folder))
     assert "b.toml: name = 'base': is already used by" in line and "a.toml" in line
 
 

@@ -14,20 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_support import one_error
 from gate_support import plain, run_check
 
 Cli = Callable[..., tuple[int, str, str]]
-
-
-def one_error(result: tuple[int, str, str], *fragments: str, code: int = 2) -> str:
-    got, out, err = result
-    assert got == code, (got, out, err)
-    assert "Traceback" not in out + err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("stability: error: "), err
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 def test_a_fifo_among_the_specs_is_reported_and_the_others_run(

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from cli_support import one_error
 
 from stability.errors import UsageError
 
@@ -97,16 +98,6 @@ def special(folder: Path, kind: str) -> Path:
     else:
         path.mkdir()
     return path
-
-
-def one_error(result: tuple[int, str, str], *fragments: str) -> str:
-    code, out, err = result
-    assert code == 2, (code, out, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("stability: error: ") and "Traceback" not in err, err
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 KINDS = ["fifo", "device", "folder"]
@@ -204,12 +195,15 @@ def test_zoo_md_without_the_markers_is_refused_before_measuring_and_left_as_it_w
 def uninstalled(monkeypatch: pytest.MonkeyPatch) -> None:
     """`stability zoo --compare` must refuse its --md before it installs or runs either release."""
 
+    from stability.run import release_sides, releases  # imported before either is patched: release_sides
+    # binds releases.environment when first imported, and would keep the stand-in past this test
+
     def installed(*args: object, **kwargs: object) -> None:
         raise AssertionError("the comparison installed a release before checking --md")
 
-    monkeypatch.setattr("stability.run.releases.environment", installed)
-    monkeypatch.setattr("stability.run.release_sides.environment", installed)
-    monkeypatch.setattr("stability.run.release_sides.run_side", installed)
+    monkeypatch.setattr(releases, "environment", installed)
+    monkeypatch.setattr(release_sides, "environment", installed)
+    monkeypatch.setattr(release_sides, "run_side", installed)
 
 
 COMPARE = ("zoo", "--compare", "transformers==4.53.3", "transformers==4.54.1", ZOO_SPEC, "-q")

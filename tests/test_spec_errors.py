@@ -13,24 +13,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_support import one_error
 
 import stability.spec.schema
 
 Cli = Callable[..., tuple[int, str, str]]
 
 
-def one_error(code: int, out: str, err: str) -> str:
-    """The single error line, after checking the contract: exit 2, one line, no traceback."""
-    assert code == 2, (code, out, err)
-    assert "Traceback" not in out + err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("stability: error: "), err
-    return lines[0]
-
-
 def check_fails(cli: Cli, path: Path, *fragments: str) -> str:
-    line = one_error(*cli("check", path, "--profile", "ci"))
+    line = one_error(cli("check", path, "--profile", "ci"))
     assert str(path) in line, line
     for fragment in fragments:
         assert fragment in line, f"{fragment!r} missing from: {line}"
