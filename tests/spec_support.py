@@ -6,7 +6,8 @@ what it varies (the family, its [block] keys, its [space], [probe], [train] and 
 - `factory_block`: the [block] lines of a `family = "custom"` spec (its factory and arguments);
 - `write_spec`: a spec file written into a folder, with the factory modules it imports beside it;
 - `shipped_text`: a spec shipped in specs/, with some of its keys set to other values;
-- `training_spec`: the shipped degradation spec with its trainability claim, profiles and depths set."""
+- `training_spec`: the shipped degradation spec with its trainability claim, profiles and depths set;
+- `make_case`: a case, every field not given at a small float64 CPU default."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 
 import tomlkit
 
+from stability.spec.case import Case
 from stability.spec.load import parse_spec
 from stability.spec.schema import Spec
 
@@ -25,6 +27,7 @@ __all__ = [
     "SPECS",
     "factory_block",
     "library_text",
+    "make_case",
     "make_spec",
     "shipped_text",
     "spec_text",
@@ -138,3 +141,23 @@ def training_spec(
     [2, 6] instead of fixed at 4, and every further key of `edit` set; validated, errors at `file`."""
     keys = {"expect.trainability.expect": expect, "train.profiles": list(profiles), "space.depth": [2, 6]}
     return parse_spec(shipped_text("degradation_plain", {**keys, **(edit or {})}), file=file)
+
+
+#: `make_case`'s defaults: a depth-3, width-4, batch-2 float64 network on the CPU at seed 0.
+CASE_DEFAULTS: dict[str, Any] = {
+    "depth": 3,
+    "width": 4,
+    "batch": 2,
+    "spatial": None,
+    "input_width": None,
+    "weight_init": "default",
+    "branch_init": "default",
+    "dtype": "float64",
+    "device": "cpu",
+    "seed": 0,
+}
+
+
+def make_case(**fields: Any) -> Case:
+    """A `Case` with the given fields and `CASE_DEFAULTS` for the rest."""
+    return Case(**{**CASE_DEFAULTS, **fields})

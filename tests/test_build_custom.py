@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from approx_support import approx
-from spec_support import factory_block, make_spec
+from spec_support import factory_block, make_case, make_spec
 
 from stability import Case
 from stability.errors import CaseError, SpecError
@@ -117,18 +117,7 @@ def _spec(folder: Path, fn: str, args: dict[str, object] | None = None) -> Spec:
     )
 
 
-CASE = Case(
-    depth=3,
-    width=4,
-    batch=2,
-    spatial=None,
-    input_width=None,
-    weight_init="default",
-    branch_init="default",
-    dtype="float64",
-    device="cpu",
-    seed=5,
-)
+CASE = make_case(seed=5)
 
 
 def test_a_factory_that_exits_is_a_spec_error_naming_the_key(folder: Path) -> None:
@@ -220,19 +209,7 @@ def _dense(layer: str, extra: str = "") -> Spec:
 
 def test_dense_token_layers_concatenate_along_the_channels() -> None:
     spec = _dense("tokens", "tokens = 5")
-    case = Case(
-        depth=3,
-        width=4,
-        batch=2,
-        spatial=None,
-        input_width=None,
-        weight_init="default",
-        branch_init="default",
-        dtype="float64",
-        device="cpu",
-        seed=0,
-        tokens=5,
-    )
+    case = make_case(tokens=5)
     net = build(spec, case)
     x = make_input(spec, case)  # (B, T, C)
     assert x.shape == (2, 5, 4)
@@ -245,35 +222,13 @@ def test_dense_token_layers_concatenate_along_the_channels() -> None:
 
 def test_dense_zero_branches_add_zero_channels() -> None:
     spec = _dense("linear", 'branch_init = ["zero"]')
-    case = Case(
-        depth=4,
-        width=4,
-        batch=2,
-        spatial=None,
-        input_width=None,
-        weight_init="default",
-        branch_init="zero",
-        dtype="float64",
-        device="cpu",
-        seed=0,
-    )
+    case = make_case(depth=4, branch_init="zero")
     x = make_input(spec, case)
     y = build(spec, case).blocks(x)
     assert y.shape == (2, 16) and torch.equal(y[:, :4], x) and torch.count_nonzero(y[:, 4:]) == 0
     default = build(
         spec,
-        Case(
-            depth=4,
-            width=4,
-            batch=2,
-            spatial=None,
-            input_width=None,
-            weight_init="default",
-            branch_init="default",
-            dtype="float64",
-            device="cpu",
-            seed=0,
-        ),
+        make_case(depth=4),
     ).blocks(x)
     assert torch.count_nonzero(default[:, 4:]) > 0
 

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 from approx_support import approx
+from spec_support import make_case
 from torch import nn
 
-from stability import Case, build, load_spec, make_input, parse_spec, probe
+from stability import build, load_spec, make_input, parse_spec, probe
 from stability.judge.invariants import mean_shift
 from stability.measure.channels import ChannelStats, channel_moments, mean_shift_ratio
 from stability.run.engine import run_spec
@@ -58,17 +59,8 @@ def test_law_of_total_variance_against_the_probe() -> None:
     """Var(h) = V + M − m̄² at every boundary, V and M from the observer, Var from the probe
     (the probe's var_mean and two-pass paths both: the conv boundaries hold ≥ 2,048 values)."""
     spec = load_spec(SPECS / "preact_conv.toml")
-    case = Case(
-        depth=5,
-        width=16,
-        batch=8,
-        spatial=8,
-        input_width=None,
-        weight_init="kaiming_normal",
-        branch_init="default",
-        dtype="float64",
-        device="cpu",
-        seed=3,
+    case = make_case(
+        depth=5, width=16, batch=8, spatial=8, weight_init="kaiming_normal", seed=3
     )  # 8·16·8·8 = 8,192 values
     obs = ChannelStats()
     m = probe(build(spec, case).blocks, make_input(spec, case), observers=[obs])
@@ -107,18 +99,7 @@ def _preact_bn_relu_conv() -> tuple[nn.Sequential, torch.Tensor]:
         [expect.variance_growth]
         """.replace("\n        ", "\n")
     )
-    case = Case(
-        depth=6,
-        width=16,
-        batch=8,
-        spatial=8,
-        input_width=None,
-        weight_init="default",
-        branch_init="default",
-        dtype="float64",
-        device="cpu",
-        seed=0,
-    )
+    case = make_case(depth=6, width=16, batch=8, spatial=8)
     return build(spec, case).blocks, make_input(spec, case)
 
 

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from spec_support import make_case
 
 from stability import load_spec, parse_spec
 from stability.judge.invariants import Verdict
@@ -28,18 +29,7 @@ SPEC = parse_spec(
     "2\n[expect.gradient_arrival]\nlo = 0.1\nhi = 10.0\n[expect.variance_growth]\n",
     file="specs/e.toml",
 )
-CASE = Case(
-    depth=3,
-    width=4,
-    batch=2,
-    spatial=None,
-    input_width=None,
-    weight_init="default",
-    branch_init="default",
-    dtype="float32",
-    device="cpu",
-    seed=0,
-)
+CASE = make_case(dtype="float32")
 
 
 def _severity(name: str, v: Verdict, expectation: Any) -> float:
@@ -216,18 +206,7 @@ def test_the_depth_bisection_stays_inside_the_space(depth: str, start: int, smal
     found = engine._smallest_depth(
         spec,
         "gradient_arrival",
-        Case(
-            depth=start,
-            width=4,
-            batch=2,
-            spatial=None,
-            input_width=None,
-            weight_init="default",
-            branch_init="default",
-            dtype="float32",
-            device="cpu",
-            seed=0,
-        ),
+        make_case(depth=start, dtype="float32"),
         measured,
     )
     assert found.depth == smallest and found.width == 4

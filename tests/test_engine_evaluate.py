@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 from hypothesis import settings
+from spec_support import make_case
 
 from stability import parse_spec
 from stability.errors import BlockError, CaseError
@@ -24,18 +25,7 @@ from stability.spec.case import Case
 from stability.spec.registry import INVARIANTS
 from stability.spec.schema import Spec
 
-CASE = Case(
-    depth=3,
-    width=4,
-    batch=2,
-    spatial=None,
-    input_width=None,
-    weight_init="default",
-    branch_init="default",
-    dtype="float64",
-    device="cpu",
-    seed=11,
-)
+CASE = make_case(seed=11)
 
 
 def _plain(
@@ -109,18 +99,7 @@ def test_dropout_masks_come_from_the_cases_own_stream(tmp_path: Path) -> None:
         "[expect.gradient_arrival]\nlo = 1e-9\nhi = 1e9\n",
         file=str(tmp_path / "d.toml"),
     )
-    case = Case(
-        depth=3,
-        width=8,
-        batch=4,
-        spatial=None,
-        input_width=None,
-        weight_init="default",
-        branch_init="default",
-        dtype="float64",
-        device="cpu",
-        seed=5,
-    )
+    case = make_case(width=8, batch=4, seed=5)
     record = evaluate(spec, case)
     assert record.measurements is not None, record.error
     net = build(spec, case)
@@ -201,18 +180,7 @@ def test_a_cuda_case_without_cuda_says_so() -> None:
         pytest.skip("this machine has CUDA: the refusal is for machines without it")
     record = evaluate(
         _plain(),
-        Case(
-            depth=3,
-            width=4,
-            batch=2,
-            spatial=None,
-            input_width=None,
-            weight_init="default",
-            branch_init="default",
-            dtype="float64",
-            device="cuda",
-            seed=0,
-        ),
+        make_case(device="cuda"),
     )
     assert (record.measurements, record.error, record.seconds) == (
         None,
@@ -238,18 +206,7 @@ def test_a_stacks_call_kwargs_reach_the_probe(tmp_path: Path) -> None:
     )
     record = evaluate(
         spec,
-        Case(
-            depth=3,
-            width=4,
-            batch=2,
-            spatial=None,
-            input_width=None,
-            weight_init="default",
-            branch_init="default",
-            dtype="float64",
-            device="cpu",
-            seed=0,
-        ),
+        make_case(),
     )
     assert record.measurements is not None and record.measurements.gradient_ratio == pytest.approx(
         8.0, rel=1e-15, abs=0.0
@@ -302,18 +259,7 @@ def test_the_depth_bisection_keeps_the_failing_depth_itself() -> None:
         engine._smallest_depth(
             spec,
             "gradient_arrival",
-            Case(
-                depth=15,
-                width=4,
-                batch=2,
-                spatial=None,
-                input_width=None,
-                weight_init="default",
-                branch_init="default",
-                dtype="float32",
-                device="cpu",
-                seed=0,
-            ),
+            make_case(depth=15, dtype="float32"),
             measured,
         ).depth
         == 15
@@ -344,18 +290,7 @@ def test_a_replayed_probe_case_is_worded_as_a_replay_and_a_sum_loss_is_used() ->
     assert (
         r.verdict is not None and r.message == f"specs/e.toml::gradient_arrival: holds at {r.case}: {r.verdict.detail}"
     )
-    case = Case(
-        depth=2,
-        width=4,
-        batch=2,
-        spatial=None,
-        input_width=None,
-        weight_init="default",
-        branch_init="default",
-        dtype="float64",
-        device="cpu",
-        seed=4,
-    )
+    case = make_case(depth=2, seed=4)
     record = evaluate(spec, case)
     net = build(spec, case)
     want = probe(net.blocks, make_input(spec, case), loss="sum", seed=derive_seed(4, 2), rng_seed=derive_seed(4, 3))

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from spec_support import make_case
 
 from stability import parse_spec
 from stability.errors import BlockError, CaseError
@@ -32,18 +33,7 @@ from stability.spec.schema import Spec
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 
-CASE = Case(
-    depth=3,
-    width=4,
-    batch=2,
-    spatial=None,
-    input_width=None,
-    weight_init="default",
-    branch_init="default",
-    dtype="float64",
-    device="cpu",
-    seed=11,
-)
+CASE = make_case(seed=11)
 _M = Measurements(
     grad_norm=[1.0],
     act_var=[1.0],
@@ -144,18 +134,7 @@ def test_a_failed_case_records_the_seconds_it_took(
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_a_cuda_case_without_cuda_is_refused_at_once() -> None:
-    case = Case(
-        depth=3,
-        width=4,
-        batch=2,
-        spatial=None,
-        input_width=None,
-        weight_init="default",
-        branch_init="default",
-        dtype="float64",
-        device="cuda",
-        seed=11,
-    )
+    case = make_case(device="cuda", seed=11)
     assert evaluate(_plain(), case) == CaseRecord(
         case=case, measurements=None, error="CUDA is not available on this machine; use --device cpu", seconds=0.0
     )
@@ -189,18 +168,7 @@ def test_a_stem_runs_before_the_blocks(tmp_path: Path) -> None:
         "1e-9\nhi = 1e9\n",
         file=str(tmp_path / "s.toml"),
     )
-    case = Case(
-        depth=2,
-        width=4,
-        batch=3,
-        spatial=None,
-        input_width=None,
-        weight_init="default",
-        branch_init="default",
-        dtype="float64",
-        device="cpu",
-        seed=0,
-    )
+    case = make_case(depth=2, batch=3)
     record = evaluate(spec, case)
     assert record.measurements is not None, record.error
     x = make_input(spec, case)
@@ -306,18 +274,7 @@ def _growth_spec(extra: str = "") -> object:
 
 def test_an_ensemble_of_one_is_no_ensemble_and_on_start_gets_the_case() -> None:
     spec = _growth_spec("[probe]\nensemble = 1")
-    case = Case(
-        depth=3,
-        width=4,
-        batch=2,
-        spatial=None,
-        input_width=None,
-        weight_init="default",
-        branch_init="default",
-        dtype="float64",
-        device="cpu",
-        seed=0,
-    )
+    case = make_case()
     record = evaluate(spec, case)  # type: ignore[arg-type]
     assert record.measurements is not None and "ensemble" not in record.measurements.extra
     started: list[Case] = []

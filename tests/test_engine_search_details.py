@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from spec_support import make_spec
+from spec_support import make_case, make_spec
 
 from stability import parse_spec
 from stability.judge.invariants import Verdict
@@ -113,18 +113,7 @@ def test_the_depth_bisection_accepts_a_plain_lo_hi_pair(monkeypatch: pytest.Monk
         ),
     )
     spec = SimpleNamespace(space=SimpleNamespace(depth=(2, 16)))
-    case = Case(
-        depth=16,
-        width=4,
-        batch=2,
-        spatial=None,
-        input_width=None,
-        weight_init="default",
-        branch_init="default",
-        dtype="float32",
-        device="cpu",
-        seed=0,
-    )
+    case = make_case(depth=16, dtype="float32")
     found = engine._smallest_depth(spec, "gradient_arrival", case, lambda c: CaseRecord(case=c, measurements=_M))  # type: ignore[arg-type]
     assert found.depth == 6
 
@@ -181,18 +170,7 @@ def test_the_constrained_bisection_can_end_at_the_smallest_admitted_depth() -> N
         found = engine._smallest_depth(
             spec,
             "gradient_arrival",
-            Case(
-                depth=12,
-                width=4,
-                batch=2,
-                spatial=None,
-                input_width=None,
-                weight_init="default",
-                branch_init="default",
-                dtype="float32",
-                device="cpu",
-                seed=0,
-            ),
+            make_case(depth=12, dtype="float32"),
             lambda c: CaseRecord(case=c, measurements=_M),
         )
     assert found.depth == 2 and set(judged) <= {2, 4, 9, 12}

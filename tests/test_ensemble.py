@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 from approx_support import approx
+from spec_support import make_case
 
 from stability import load_spec, parse_spec, probe
 from stability.families.build import build, derive_seed, make_input
@@ -112,16 +113,14 @@ def _case(
     weight_init: str = "default",
     branch_init: str = "default",
 ) -> Case:
-    return Case(
+    return make_case(
         depth=depth,
         width=width,
         batch=batch,
         spatial=spatial,
-        input_width=None,
         weight_init=weight_init,
         branch_init=branch_init,
         dtype="float32",
-        device="cpu",
         seed=seed,
     )
 
@@ -345,18 +344,7 @@ def _unnormalised_residual_profiles(width: int, depth: int, networks: int) -> tu
     spec = load_spec(SPECS / "control_unnormalised_residual.toml")
     logs, frozen = [], []
     for seed in range(networks):
-        case = Case(
-            depth=depth,
-            width=width,
-            batch=8,
-            spatial=None,
-            input_width=None,
-            weight_init="kaiming_normal",
-            branch_init="default",
-            dtype="float64",
-            device="cpu",
-            seed=seed,
-        )
+        case = make_case(depth=depth, width=width, batch=8, weight_init="kaiming_normal", seed=seed)
         x = make_input(spec, case)  # (B, n)
         lv, fz = [torch.log(x.var(unbiased=False))], [bool((x <= 0).all())]
         with torch.no_grad():
@@ -374,18 +362,7 @@ def test_unnormalised_residual_freezes_exactly_once_every_coordinate_is_non_posi
     W2·relu(W1·relu(x)) (no bias) is exactly 0, so every later block returns its input bit for bit;
     a state with one positive coordinate is not absorbing."""
     spec = load_spec(SPECS / "control_unnormalised_residual.toml")
-    case = Case(
-        depth=16,
-        width=8,
-        batch=4,
-        spatial=None,
-        input_width=None,
-        weight_init="kaiming_normal",
-        branch_init="default",
-        dtype="float32",
-        device="cpu",
-        seed=0,
-    )
+    case = make_case(depth=16, width=8, batch=4, weight_init="kaiming_normal", dtype="float32")
     x = -make_input(spec, case).abs()  # (B, n), every coordinate ≤ 0
     h = x
     with torch.no_grad():
@@ -581,17 +558,8 @@ def _drawn(spec: Spec, n: int, seed: int, *, corner: bool = False, any_init: boo
         batch = spec.space.batch[0] if corner else rng.randint(*spec.space.batch)
         init = rng.choice(spec.space.weight_init) if any_init else spec.space.weight_init[0]
         out.append(
-            Case(
-                depth=depth,
-                width=width,
-                batch=batch,
-                spatial=None,
-                input_width=None,
-                weight_init=init,
-                branch_init="default",
-                dtype="float32",
-                device="cpu",
-                seed=rng.randrange(2**16),
+            make_case(
+                depth=depth, width=width, batch=batch, weight_init=init, dtype="float32", seed=rng.randrange(2**16)
             )
         )
     return out
@@ -625,18 +593,7 @@ def test_mean_shift_of_a_centred_stack_is_judged_on_the_ensemble_not_one_seed() 
     expectation): its own network has ρ = 0.296 > 0.25, the median over the 8 networks of its
     ensemble is far below, and with `ensemble = 1` the single network is judged (and fails)."""
     spec = load_spec(SPECS / "preact_tanh_mlp.toml")
-    case = Case(
-        depth=9,
-        width=18,
-        batch=8,
-        spatial=None,
-        input_width=None,
-        weight_init="xavier_normal",
-        branch_init="default",
-        dtype="float32",
-        device="cpu",
-        seed=2550,
-    )
+    case = make_case(depth=9, width=18, batch=8, weight_init="xavier_normal", dtype="float32", seed=2550)
     v = _verdict(spec, "mean_shift", case)
     assert v.passed and v.extra["ensemble"]["size"] == 8
     assert v.observed < 0.15
@@ -652,18 +609,7 @@ def test_one_heavy_tailed_network_does_not_decide_the_mean_shift() -> None:
     v = _verdict(
         spec,
         "mean_shift",
-        Case(
-            depth=15,
-            width=16,
-            batch=8,
-            spatial=None,
-            input_width=None,
-            weight_init="xavier_normal",
-            branch_init="default",
-            dtype="float32",
-            device="cpu",
-            seed=15214,
-        ),
+        make_case(depth=15, width=16, batch=8, weight_init="xavier_normal", dtype="float32", seed=15214),
     )
     assert v.passed and v.extra["ensemble"]["size"] == 8
     assert v.observed < 0.1
@@ -671,18 +617,7 @@ def test_one_heavy_tailed_network_does_not_decide_the_mean_shift() -> None:
 
 def test_mean_shift_of_the_ensemble_is_the_median_of_the_members() -> None:
     spec = load_spec(SPECS / "control_mean_shift_relu.toml")
-    case = Case(
-        depth=6,
-        width=16,
-        batch=8,
-        spatial=None,
-        input_width=None,
-        weight_init=spec.space.weight_init[0],
-        branch_init="default",
-        dtype="float32",
-        device="cpu",
-        seed=5,
-    )
+    case = make_case(depth=6, width=16, batch=8, weight_init=spec.space.weight_init[0], dtype="float32", seed=5)
     record = evaluate(spec, case)
     assert record.measurements is not None
     profiles = record.measurements.extra["channel_ensemble"]
@@ -715,18 +650,7 @@ def test_lesion_is_judged_on_the_ensemble_median() -> None:
     """The reviewer's case of preact_isometry.toml (depth 4, width 17, batch 1, seed 0): its own
     network's largest lesion change is above 0.8; the median over 8 networks is the verdict."""
     spec = load_spec(SPECS / "preact_isometry.toml")
-    case = Case(
-        depth=4,
-        width=17,
-        batch=1,
-        spatial=None,
-        input_width=None,
-        weight_init="kaiming_normal",
-        branch_init="default",
-        dtype="float32",
-        device="cpu",
-        seed=0,
-    )
+    case = make_case(depth=4, width=17, batch=1, weight_init="kaiming_normal", dtype="float32")
     v = _verdict(spec, "lesion", case)
     own = max(c for c in v.extra["changes"] if c is not None)
     assert own > 0.8

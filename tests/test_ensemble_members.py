@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from spec_support import make_spec
+from spec_support import make_case, make_spec
 
 from stability import parse_spec
 from stability.families.build import build, derive_seed, make_input
@@ -40,18 +40,7 @@ def _spec(extra: str = "") -> Spec:
 def _case(
     depth: int = 4, seed: int = 2
 ) -> Case:  # seed 2: the first four members' input variances are 0.50, 1.44, 1.67, 1.10
-    return Case(
-        depth=depth,
-        width=8,
-        batch=4,
-        spatial=None,
-        input_width=None,
-        weight_init="default",
-        branch_init="default",
-        dtype="float64",
-        device="cpu",
-        seed=seed,
-    )
+    return make_case(depth=depth, width=8, batch=4, seed=seed)
 
 
 def _alone(spec: Spec, case: Case) -> Measurements:
@@ -84,18 +73,7 @@ def test_undecided_ensembles_double_up_to_the_limit(monkeypatch: pytest.MonkeyPa
     for k, seed in enumerate(e.seeds):
         alone = _alone(
             spec,
-            Case(
-                depth=4,
-                width=8,
-                batch=4,
-                spatial=None,
-                input_width=None,
-                weight_init="default",
-                branch_init="default",
-                dtype="float64",
-                device="cpu",
-                seed=seed,
-            ),
+            make_case(depth=4, width=8, batch=4, seed=seed),
         )
         assert e.act_var[k] == pytest.approx(alone.act_var, rel=1e-12, abs=0.0)
         assert e.act_sq_mean[k] == pytest.approx(alone.act_sq_mean, rel=1e-12, abs=0.0)
@@ -139,18 +117,7 @@ def test_one_member_is_not_vectorised_and_a_failed_vmap_falls_back_to_the_loop(m
             e.act_var[k]
             == _alone(
                 spec,
-                Case(
-                    depth=4,
-                    width=8,
-                    batch=4,
-                    spatial=None,
-                    input_width=None,
-                    weight_init="default",
-                    branch_init="default",
-                    dtype="float64",
-                    device="cpu",
-                    seed=seed,
-                ),
+                make_case(depth=4, width=8, batch=4, seed=seed),
             ).act_var
         )  # the loop is `probe` itself
 
@@ -181,33 +148,11 @@ def test_members_of_a_stack_with_a_stem_are_probed_after_it(tmp_path: Path) -> N
         'depth = 3\nwidth = 6\nbatch = 4\ndtype = ["float64"]\n[expect.variance_growth]\n',
         file=str(tmp_path / "s.toml"),
     )
-    case = Case(
-        depth=3,
-        width=6,
-        batch=4,
-        spatial=None,
-        input_width=None,
-        weight_init="default",
-        branch_init="default",
-        dtype="float64",
-        device="cpu",
-        seed=1,
-    )
+    case = make_case(width=6, batch=4, seed=1)
     e = probe_ensemble(spec, case, _alone(spec, case), size=3)
     for k, seed in enumerate(e.seeds[1:], start=1):
         alone = _alone(
             spec,
-            Case(
-                depth=3,
-                width=6,
-                batch=4,
-                spatial=None,
-                input_width=None,
-                weight_init="default",
-                branch_init="default",
-                dtype="float64",
-                device="cpu",
-                seed=seed,
-            ),
+            make_case(width=6, batch=4, seed=seed),
         )
         assert e.act_var[k] == pytest.approx(alone.act_var, rel=1e-12, abs=0.0)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from approx_support import approx
-from spec_support import make_spec
+from spec_support import make_case, make_spec
 
 from stability import Case, load_spec
 from stability.families.build import build, derive_seed, make_input
@@ -29,18 +29,7 @@ def _spec(family: str, block: str, space: str = "", expect: str = "[expect.varia
 
 
 def _case(depth: int, width: int, batch: int, init: str, seed: int = 0) -> Case:
-    return Case(
-        depth=depth,
-        width=width,
-        batch=batch,
-        spatial=None,
-        input_width=None,
-        weight_init=init,
-        branch_init="default",
-        dtype="float64",
-        device="cpu",
-        seed=seed,
-    )
+    return make_case(depth=depth, width=width, batch=batch, weight_init=init, seed=seed)
 
 
 def test_he_residual_doubles_exactly() -> None:
@@ -73,18 +62,7 @@ def test_no_law_where_the_spec_does_not_fix_one() -> None:
     assert (
         laws.variance_law(
             conv,
-            Case(
-                depth=8,
-                width=8,
-                batch=4,
-                spatial=4,
-                input_width=None,
-                weight_init="kaiming_normal",
-                branch_init="default",
-                dtype="float32",
-                device="cpu",
-                seed=0,
-            ),
+            make_case(depth=8, width=8, batch=4, spatial=4, weight_init="kaiming_normal", dtype="float32"),
             1.0,
         )
         is None
@@ -103,17 +81,8 @@ def _ensemble_mean_ratios(spec: Spec, case: Case, seeds: int) -> tuple[float, fl
     """Arithmetic means over seeds of q_L/q_0 and of (g_0/g_L)²: the laws are expectations."""
     q, g2 = [], []
     for s in ensemble_seeds(case.seed, seeds):
-        c = Case(
-            depth=case.depth,
-            width=case.width,
-            batch=case.batch,
-            spatial=None,
-            input_width=None,
-            weight_init=case.weight_init,
-            branch_init="default",
-            dtype=case.dtype,
-            device="cpu",
-            seed=s,
+        c = make_case(
+            depth=case.depth, width=case.width, batch=case.batch, weight_init=case.weight_init, dtype=case.dtype, seed=s
         )
         m = probe(build(spec, c).blocks, make_input(spec, c), seed=derive_seed(s, 2))
         q.append(m.act_sq_mean[-1] / m.act_sq_mean[0])
@@ -142,18 +111,7 @@ def test_measured_ensembles_agree_with_the_laws() -> None:
 
 def test_failing_verdict_prints_the_law_next_to_the_measurement() -> None:
     spec = load_spec(SPECS / "control_unnormalised_residual.toml")
-    case = Case(
-        depth=12,
-        width=16,
-        batch=8,
-        spatial=None,
-        input_width=None,
-        weight_init="kaiming_normal",
-        branch_init="default",
-        dtype="float32",
-        device="cpu",
-        seed=3,
-    )
+    case = make_case(depth=12, width=16, batch=8, weight_init="kaiming_normal", dtype="float32", seed=3)
     v = judge(spec, "variance_growth", evaluate(spec, case))
     assert not v.passed
     law = v.extra["law"]

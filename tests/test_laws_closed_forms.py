@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from spec_support import make_spec
+from spec_support import make_case, make_spec
 
 from stability import Case
 from stability.judge import laws
@@ -25,18 +25,7 @@ def _spec(family: str, block: str, space: str = "") -> Spec:
 
 
 def _case(depth: int, width: int, init: str, branch_init: str = "default", input_width: int | None = None) -> Case:
-    return Case(
-        depth=depth,
-        width=width,
-        batch=2,
-        spatial=None,
-        input_width=input_width,
-        weight_init=init,
-        branch_init=branch_init,
-        dtype="float64",
-        device="cpu",
-        seed=0,
-    )
+    return make_case(depth=depth, width=width, input_width=input_width, weight_init=init, branch_init=branch_init)
 
 
 def _both(spec: Spec, case: Case, q0: float = 1.0) -> tuple[laws.Law, laws.Law]:

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 import torch
-from spec_support import library_text
+from spec_support import library_text, make_case
 
 pytest.importorskip("transformers")
 
-from stability import Case, parse_spec  # noqa: E402
+from stability import parse_spec  # noqa: E402
 from stability.errors import SpecError  # noqa: E402
 from stability.families import library_build, library_depth, library_memory  # noqa: E402
 from stability.families.library import parse_library  # noqa: E402
@@ -104,18 +104,6 @@ def test_the_init_rule_and_the_memory_model_build_at_the_smallest_depth() -> Non
     least = least_depth(lib, VALUES).depth
     factors = init_factors(lib, VALUES, RwkvBlock, least=least)  # at depth 1 its init raises ZeroDivisionError
     assert factors and all(math.isfinite(k) and k > 0 for k in factors.values()), factors
-    case = Case(
-        depth=3,
-        width=16,
-        batch=2,
-        spatial=None,
-        input_width=None,
-        weight_init="default",
-        branch_init="default",
-        dtype="float32",
-        device="cpu",
-        seed=0,
-        tokens=4,
-    )
+    case = make_case(width=16, dtype="float32", tokens=4)
     estimate = FAMILIES.get("library").estimate(_spec("[2, 3]"), case)
     assert estimate is not None and math.isfinite(estimate) and estimate > 0

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spec_support import make_case
 
 pytest.importorskip("transformers")
 
@@ -55,19 +56,7 @@ def _write(tmp_path: Path, name: str, *, depth: int, width: int, shipped: str = 
 
 
 def _case(depth: int, width: int) -> Case:
-    return Case(
-        depth=depth,
-        width=width,
-        batch=1,
-        spatial=None,
-        input_width=None,
-        weight_init="default",
-        branch_init="default",
-        dtype="float32",
-        device="cpu",
-        seed=0,
-        tokens=4,
-    )
+    return make_case(depth=depth, width=width, batch=1, dtype="float32", tokens=4)
 
 
 def _scaled(spec: Any, scale: str, **shipped: Any) -> Any:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from spec_support import make_case
 from torch import nn
 
 from stability.families.blocks import Scale
@@ -107,22 +108,9 @@ def test_rank_collapse_of_an_identity_stack_on_a_chance_similar_input() -> None:
     whose random input has similarity 0.321 > 0.3; ReZero blocks are the identity at init."""
     from stability import load_spec
     from stability.run.engine import evaluate, judge
-    from stability.spec.case import Case
 
     spec = load_spec(Path(__file__).resolve().parent.parent / "specs" / "transformer_rezero.toml")
-    case = Case(
-        depth=1,
-        width=16,
-        batch=2,
-        spatial=None,
-        input_width=None,
-        weight_init="xavier_normal",
-        branch_init="default",
-        dtype="float32",
-        device="cpu",
-        seed=59414,
-        tokens=4,
-    )
+    case = make_case(depth=1, width=16, weight_init="xavier_normal", dtype="float32", seed=59414, tokens=4)
     v = judge(spec, "rank_collapse", evaluate(spec, case))
     assert v.passed
     assert v.observed > 0.3

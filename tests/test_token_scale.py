@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from approx_support import approx
-from spec_support import factory_block, make_spec
+from spec_support import factory_block, make_case, make_spec
 
 from stability import Case
 from stability.families.build import build, network_input
@@ -125,19 +125,7 @@ def _spec(
 
 
 def _case(depth: int, seed: int = 0) -> Case:
-    return Case(
-        depth=depth,
-        width=64,
-        batch=2,
-        spatial=None,
-        input_width=None,
-        weight_init="default",
-        branch_init="default",
-        dtype="float32",
-        device="cpu",
-        seed=seed,
-        tokens=8,
-    )
+    return make_case(depth=depth, width=64, dtype="float32", seed=seed, tokens=8)
 
 
 def _hidden_states(model: torch.nn.Module, ids: torch.Tensor) -> list[torch.Tensor]:
