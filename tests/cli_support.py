@@ -5,6 +5,11 @@ expectations (`{expect}`), and `one_error`, the assertion that a run exited 2 wi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+#: The `cli` fixture (tests/conftest.py): runs `stability ARGS…` in this process → (exit code, stdout, stderr).
+Cli = Callable[..., tuple[int, str, str]]
+
 PLAIN = """\
 name = "plain"
 description = "a short plain tanh stack"

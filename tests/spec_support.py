@@ -24,7 +24,9 @@ from stability.spec.load import parse_spec
 from stability.spec.schema import Spec
 
 __all__ = [
+    "ROOT",
     "SPECS",
+    "ZOO",
     "factory_block",
     "library_text",
     "make_case",
@@ -37,7 +39,10 @@ __all__ = [
 ]
 
 #: The specs shipped with the project (specs/*.toml).
-SPECS = Path(__file__).resolve().parent.parent / "specs"
+#: The repository's root, and the specs it ships (specs/, specs/zoo/).
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ROOT / "specs"
+ZOO = SPECS / "zoo"
 
 
 def toml_value(value: object) -> str:

@@ -6,13 +6,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from spec_support import ROOT
 
 from stability.allocator import tune_malloc
 
-ROOT = Path(__file__).resolve().parent.parent
 GLIBC = (
     sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION") is not None
     if hasattr(os, "confstr")

@@ -12,13 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_support import Cli
 
 from stability.errors import SpecError
 from stability.spec.applicability import narrow_for, not_applicable_reason
 from stability.spec.case import parse_case_string
 from stability.spec.load import parse_spec
-
-Cli = Callable[..., tuple[int, str, str]]
 
 FACTORY = """
 import torch

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from approx_support import approx
-from cli_support import PLAIN, one_error
+from cli_support import PLAIN, Cli, one_error
 from test_baseline import MODULE, checkout
 
 from stability.cli import main
@@ -25,7 +25,6 @@ from stability.report.baseline_load import MAX_DEPTH, _depth
 from stability.spec.load import parse_spec
 
 Run = Callable[..., tuple[int, str, str]]
-Cli = Callable[..., tuple[int, str, str]]
 
 
 @pytest.fixture

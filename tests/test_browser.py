@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spec_support import SPECS
 
 from stability.cli import main
 
@@ -26,7 +27,6 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 pytestmark = pytest.mark.skipif(
     not Path(CHROMIUM).exists(), reason="no Chromium: .ci/run installs Debian's `chromium` (apt-get install chromium)"

@@ -5,20 +5,17 @@ probe's whole-tensor variance, timm's definitions, and a ReLU of a standard norm
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
 from approx_support import approx
-from spec_support import make_case
+from spec_support import SPECS, make_case
 from torch import nn
 
 from stability import build, load_spec, make_input, parse_spec, probe
 from stability.judge.invariants import mean_shift
 from stability.measure.channels import ChannelStats, channel_moments, mean_shift_ratio
 from stability.run.engine import run_spec
-
-SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 
 def _balanced(n: int) -> torch.Tensor:

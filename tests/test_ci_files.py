@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spec_support import ROOT
 
 from stability.cli.grammar import parser
 
 yaml = pytest.importorskip("yaml")
 
-ROOT = Path(__file__).resolve().parent.parent
 #: What the examples' variables stand for when their commands are parsed.
 VALUES = {"$PATHS": "specs", '"$PROFILE"': "ci", "$ARGS": "--sarif stability.sarif"}
 COMMAND = re.compile(r"(?:^|[\s/])stability check(?P<args>.*?)(?:\|\||&&|;|$)")

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 from shipped_support import require_shipped_libraries
+from spec_support import SPECS
 
 from stability.cli import main
-
-SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 SIGMOID = """
 name = "plain-sigmoid"

@@ -13,9 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cli_support import one_error
-
-Cli = Callable[..., tuple[int, str, str]]
+from cli_support import Cli, one_error
 
 
 def test_a_path_that_does_not_exist(cli: Cli, tmp_path: Path) -> None:

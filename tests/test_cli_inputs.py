@@ -14,10 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_support import one_error
+from cli_support import Cli, one_error
 from gate_support import plain, run_check
-
-Cli = Callable[..., tuple[int, str, str]]
 
 
 def test_a_fifo_among_the_specs_is_reported_and_the_others_run(

@@ -9,9 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cli_support import PLAIN, one_error
-
-Cli = Callable[..., tuple[int, str, str]]
+from cli_support import PLAIN, Cli, one_error
 
 
 @pytest.mark.parametrize(

@@ -6,15 +6,12 @@ probe invariant is evidence on a network with no block, whatever its judge says 
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cli_support import PLAIN
+from cli_support import PLAIN, Cli
 
 from stability.spec.load import parse_spec
-
-Cli = Callable[..., tuple[int, str, str]]
 
 #: Blocks on which three probe invariants have nothing to measure.
 NOTHING = """

@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 from hypothesis import settings
+from spec_support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: Fence tag → how the block runs.
 KINDS = {"python": "python", "py": "python", "sh": "sh", "bash": "sh", "shell": "sh", "console": "sh"}

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from spec_support import make_case
+from spec_support import SPECS, make_case
 
 from stability import parse_spec
 from stability.errors import BlockError, CaseError
@@ -30,8 +30,6 @@ from stability.spec.case import Case, corner_case
 from stability.spec.load import load_spec
 from stability.spec.registry import INVARIANTS
 from stability.spec.schema import Spec
-
-SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 CASE = make_case(seed=11)
 _M = Measurements(

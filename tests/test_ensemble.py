@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 from approx_support import approx
-from spec_support import make_case
+from spec_support import SPECS, make_case
 
 from stability import load_spec, parse_spec, probe
 from stability.families.build import build, derive_seed, make_input
@@ -36,8 +36,6 @@ from stability.measure.ensemble import ENSEMBLE_STREAM, ensemble_seeds, probe_en
 from stability.run.engine import evaluate, judge
 from stability.spec.case import Case
 from stability.spec.schema import Spec
-
-SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 BASIC_BLOCK = '''
 """A stack with torchvision's BasicBlock structure (He et al. 2015): conv3x3, BatchNorm, ReLU,

@@ -11,15 +11,13 @@ from typing import Any
 
 import pytest
 from shipped_support import require_shipped_libraries
+from spec_support import SPECS
 
 from stability.report.formats import to_json
 from stability.run.engine import RunOptions
 from stability.run.executor import InProcessExecutor, Outcome, Task, run_task
 from stability.run.worker import WorkerExecutor
 from stability.spec.load import find_specs, load_spec
-
-SPECS = Path(__file__).resolve().parent.parent / "specs"
-
 
 #: What the comparison leaves out: the times, and a spec's captured output (a worker child's file
 #: descriptors 1 and 2, e.g. a library's own warnings; in this process they go to the caller's, as

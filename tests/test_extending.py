@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 from approx_support import approx
+from spec_support import ROOT
 
 from stability.cli import main
 from stability.run import plugins
 from stability.spec.registry import FAMILIES, INVARIANTS
 
-ROOT = Path(__file__).resolve().parent.parent
 DOC = (ROOT / "docs" / "extending.md").read_text(encoding="utf-8")
 
 

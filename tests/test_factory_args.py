@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_support import Cli
 from spec_support import factory_block, spec_text, write_spec
 
 from stability.families.factory import Parameter, check_factory, signature_error, source_parameters
 from stability.spec.load import parse_spec
-
-Cli = Callable[..., tuple[int, str, str]]
 
 #: The module writes a marker when it is imported: the parent must never import it.
 BLOCKS = """\

@@ -5,17 +5,15 @@ imported; never the standard library or site-packages."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_support import Cli
 from gate_support import custom
 
 from stability.errors import SpecError
 from stability.families.factory import load_factory, locate_factory, source_roots
 from stability.spec.load import parse_spec
-
-Cli = Callable[..., tuple[int, str, str]]
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cli_support import PLAIN
+from cli_support import PLAIN, Cli
 from spec_support import make_spec
 
 import stability.run.probing
@@ -38,7 +38,6 @@ from stability.spec.case import corner_case
 from stability.spec.load import parse_spec
 from stability.spec.schema import Spec
 
-Cli = Callable[..., tuple[int, str, str]]
 SIZE = re.compile(r"\d+(\.\d+)? (KiB|MiB|GiB|TiB)")
 
 SPECS_DIR = Path(__file__).resolve().parent.parent / "specs"

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 from approx_support import approx
+from spec_support import ZOO
 
 from stability.errors import SpecError
 from stability.families.library import quiet_imports
@@ -24,8 +25,6 @@ from stability.measure.init_stats import InitRecord, Override, declared_config, 
 from stability.measure.measurements import Measurements
 from stability.spec.init_expect import InitConformance, InitRule, Undefined, evaluate
 from stability.spec.load import parse_spec
-
-ZOO = Path(__file__).resolve().parents[1] / "specs" / "zoo"
 
 transformers = pytest.importorskip("transformers")
 

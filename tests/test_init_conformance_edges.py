@@ -6,14 +6,10 @@ computes negative for the model is not measured."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cli_support import one_error
-
-Cli = Callable[..., tuple[int, str, str]]
-
+from cli_support import Cli, one_error
 
 NO_PARAMETERS = """
 import torch

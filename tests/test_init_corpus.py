@@ -17,12 +17,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from spec_support import ROOT
 
 from benchmarks import corpus
 from benchmarks.corpus import Bug, ReleaseUnavailable, load_bugs
 
 BUGS = load_bugs()
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _target(bug: Bug) -> str:

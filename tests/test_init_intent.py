@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import types
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,8 +19,6 @@ from stability.judge.init_tables import choose_table
 from stability.measure.init_recorder import InitRecorder
 from stability.measure.init_stats import InitRecord, Override, declared_config, init_record
 from stability.spec.init_expect import InitConformance
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 class _M:

@@ -15,10 +15,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from spec_support import ZOO
 
 from stability.cli import main
 
-ZOO = Path(__file__).resolve().parents[1] / "specs" / "zoo"
 PAIRS = (("lo", "hi"), ("entry_lo", "entry_hi"), ("variance_lo", "variance_hi"))
 
 FAMILIES = [

@@ -14,12 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_support import Cli
 
 import stability.report.outputs
 import stability.run.engine
 from stability.report.outputs import write_atomic
 
-Cli = Callable[..., tuple[int, str, str]]
 OLD_REPORT = (
     '{"schema_version": 1, "met": true, "interrupted": false, "seconds": 0.5, "from": "the previous '
     'run"}\n'

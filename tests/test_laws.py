@@ -4,12 +4,11 @@ ensembles, and failing verdicts that print the prediction next to the measuremen
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 from approx_support import approx
-from spec_support import make_case, make_spec
+from spec_support import SPECS, make_case, make_spec
 
 from stability import Case, load_spec
 from stability.families.build import build, derive_seed, make_input
@@ -18,8 +17,6 @@ from stability.measure.ensemble import ensemble_seeds
 from stability.measure.probe import probe
 from stability.run.engine import evaluate, judge, run_spec
 from stability.spec.schema import Spec
-
-SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 
 def _spec(family: str, block: str, space: str = "", expect: str = "[expect.variance_growth]\n") -> Spec:

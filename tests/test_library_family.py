@@ -12,13 +12,13 @@ import os
 import subprocess
 import sys
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from approx_support import approx
+from cli_support import Cli
 from shipped_support import require_shipped_libraries
 from spec_support import factory_block, library_text, spec_text, write_spec
 from torch import nn
@@ -36,7 +36,6 @@ from stability.spec.case import corner_case
 pytest.importorskip("transformers", reason="Hugging Face transformers is not installed (pip install -e '.[hf]')")
 warnings.filterwarnings("ignore", message="Failed to load image Python extension")
 
-Cli = Callable[..., tuple[int, str, str]]
 GPT2 = {"n_embd": "width", "n_layer": "depth", "n_head": 2, "vocab_size": 64, "bos_token_id": 1, "eos_token_id": 2}
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from spec_support import ZOO
 from torch import nn
 
 from stability.families.adapters import set_modes
@@ -29,7 +30,6 @@ from stability.spec.load import load_spec
 pytest.importorskip("transformers", reason="Hugging Face transformers is not installed (pip install -e '.[hf]')")
 warnings.filterwarnings("ignore", message="Failed to load image Python extension")
 
-ZOO = Path(__file__).resolve().parent.parent / "specs" / "zoo"
 CASE = {"depth": 3, "batch": 2, "tokens": 8, "seed": 0}
 
 

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from spec_support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 BLOCK = "import sys; sys.modules[{lib!r}] = None\n"
 
 

@@ -9,19 +9,19 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from approx_support import approx
+from cli_support import Cli
 
 from stability import Stack, probe
 from stability.families.adapters import set_modes
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "library-models.md"
-Cli = Callable[..., tuple[int, str, str]]
 
 
 def _snippets(lang: str) -> list[str]:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 import re
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from cli_support import Cli
 from torch import nn
 
 from stability.errors import SpecError
@@ -23,8 +23,6 @@ from stability.families.lm_models import TokenModel, library_parameter_group
 from stability.measure.lm_task import markov_chain
 from stability.spec.case import corner_case
 from stability.spec.load import load_spec, parse_spec
-
-Cli = Callable[..., tuple[int, str, str]]
 
 FACTORY = '''
 import torch

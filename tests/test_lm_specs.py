@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from spec_support import SPECS
 
 from stability.judge.verdict import is_evidence
 from stability.run.lm_training import evaluate_lm
@@ -19,7 +20,6 @@ from stability.spec.case import corner_case
 from stability.spec.lm_expect import LM_INVARIANTS
 from stability.spec.load import load_spec
 
-SPECS = Path(__file__).resolve().parent.parent / "specs"
 SEEDS = range(8)
 #: (control, fix) of each fact; the first ones run in ci, the rest in thorough only.
 CI_PAIRS = [

@@ -7,10 +7,10 @@ optimizer, fails `attention_logits` at lr 0.3 and holds at 0.01."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
+from spec_support import ROOT
 from torch import nn
 
 from stability.judge.verdict import is_evidence
@@ -21,7 +21,6 @@ from stability.spec.load import load_spec, parse_spec
 
 pytest.importorskip("transformers", reason="Hugging Face transformers is not installed (pip install -e '.[hf]')")
 
-ROOT = Path(__file__).resolve().parent.parent
 ZOO = ROOT / "specs" / "lm_zoo"
 FAMILIES = ("gpt2", "llama", "mistral", "qwen3", "gemma2")
 #: What each attention-logit spec expects at lr 0.3: the families without an attention stabiliser

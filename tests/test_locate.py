@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 from shipped_support import require_shipped_libraries
+from spec_support import SPECS
 
 from stability.spec.load import find_specs, load_spec
 from stability.spec.locate import expectation_line, locate_expectation, statements
-
-SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 HEAD = 'name = "x"\ndescription = "d"\nfamily = "plain"\n'
 

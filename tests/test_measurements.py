@@ -9,13 +9,12 @@ import math
 from pathlib import Path
 
 import pytest
+from spec_support import SPECS
 
 from stability.measure.measurements import SERIALIZABLE, Measurements, decode, encode, serializable
 from stability.run.engine import evaluate
 from stability.spec.case import corner_case
 from stability.spec.load import load_spec
-
-SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 
 def _same(a: object, b: object) -> bool:

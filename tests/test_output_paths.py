@@ -11,11 +11,11 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_support import one_error
+from cli_support import Cli, one_error
 
 from stability.errors import UsageError
 
@@ -33,8 +33,6 @@ batch = 2
 lo = 0.01
 hi = 100.0
 """
-
-Cli = Callable[..., tuple[int, str, str]]
 
 
 #: FIFOs a test made, and whether one had to be opened from outside to free a blocked command.

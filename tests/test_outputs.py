@@ -9,8 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-Cli = Callable[..., tuple[int, str, str]]
+from cli_support import Cli
 
 
 def refused(result: tuple[int, str, str], *fragments: str) -> str:

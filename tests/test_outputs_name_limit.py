@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 import os
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_support import Cli
 
 from stability.report.outputs import write_atomic
-
-Cli = Callable[..., tuple[int, str, str]]
 
 SPEC = """\
 name = "small"

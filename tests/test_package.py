@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spec_support import ROOT
 
 pytest.importorskip("build", reason="needs the build package (the test extra: pip install -e '.[test]')")
 
-ROOT = Path(__file__).resolve().parent.parent
 DIST = "stability_harness-0.1.0"
 EXAMPLES = ("stability/examples/quickstart/plain.toml", "stability/examples/quickstart/residual.toml")
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spec_support import ROOT
 
 from stability.cli import main
 from stability.numbers import number_text
@@ -37,7 +38,6 @@ from stability.spec.load import find_specs, load_spec
 from stability.spec.registry import INVARIANTS
 from stability.spec.schema import Spec
 
-ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted(find_specs([ROOT / "specs"]))
 #: A handful of cases every shipped spec can draw: the corner of its space, and the corner with another seed.
 CASES = ("seed=0", "seed=7")  # keys left out take the corner's values: seed=0 is the corner itself

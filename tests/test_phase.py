@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from matplotlib.figure import Figure
+from spec_support import SPECS
 
 from stability.report.phase import depth_scale, heatmap_figure, mean_field_chi1, to_png
 from stability.run.executor import InProcessExecutor
@@ -16,8 +17,6 @@ from stability.run.grid import parse_axis
 from stability.run.store import Store
 from stability.run.sweep import run_sweep
 from stability.spec.load import load_spec
-
-SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 
 def test_chi1_closed_forms() -> None:

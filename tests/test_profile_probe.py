@@ -7,11 +7,9 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
+from spec_support import ROOT
 
 
 @pytest.fixture(scope="module")

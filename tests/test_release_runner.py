@@ -14,13 +14,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from spec_support import ZOO
 
 from stability.errors import SpecError, UsageError
 from stability.run import release_sides, releases
 from stability.run.release_sides import check_sides, imports, run_side
 from stability.run.releases import LIBRARIES, Release, install, library_of_spec, matrix, parse_release
-
-ZOO = Path(__file__).resolve().parents[1] / "specs" / "zoo"
 
 # ----------------------------------------------------------------------------- naming and installing
 

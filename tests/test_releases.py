@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from spec_support import ROOT, ZOO
 
 from stability.errors import SpecError, UsageError
 from stability.families import library, library_lookup, library_support
@@ -22,9 +23,6 @@ from stability.families.library import resolve
 from stability.report.zoo_compare import direction_text, markdown, moved, terminal_rows
 from stability.run.releases import CACHE, Release, environment, matrix_specs, parse_release, requirements_to_add
 from stability.run.report_model import CompareRow
-
-ROOT = Path(__file__).resolve().parent.parent
-ZOO = ROOT / "specs" / "zoo"
 
 
 def test_a_release_is_library_equals_version_or_a_folder(tmp_path: Path) -> None:

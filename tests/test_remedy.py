@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import math
 import tomllib
-from pathlib import Path
 
 import pytest
 from approx_support import approx
-from spec_support import shipped_text, spec_text
+from spec_support import ROOT, shipped_text, spec_text
 
 from stability.judge.remedies import carry_gate_bias, layerscale_init
 from stability.spec.edit import edited_text
@@ -30,7 +29,6 @@ from stability.spec.remedy import (
     remedy,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 BUILT_IN = {
     "zero_branch",
     "shrink_branch",

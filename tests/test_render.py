@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from spec_support import ROOT
 
 from stability import RunOptions, SpecResult, load_spec, run_spec
 from stability.report.html import render_html
 from stability.report.render import Renderer, spec_pngs
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")

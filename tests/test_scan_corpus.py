@@ -10,10 +10,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from spec_support import ROOT
 
 from stability.cli import main
-
-ROOT = Path(__file__).resolve().parents[1]
 
 #: Each bug's parameters, as the diff must name them (a part of the parameter group).
 EXPECTED = {

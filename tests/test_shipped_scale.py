@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 from shipped_support import require_shipped_libraries
+from spec_support import ROOT
 
 from benchmarks.shipped_scale import BEGIN, END, SHIPPED, _merge, _parameters, shipped_spec
 from stability.families.library_family import library_model
 from stability.spec.load import load_spec
 
-ROOT = Path(__file__).resolve().parent.parent
 ZOO = sorted(p.stem for p in (ROOT / "specs" / "zoo").glob("*.toml"))
 
 #: Parameters of the released model the spec names (its base model class, no head; tied weights once).

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from shipped_support import require_shipped_libraries
+from spec_support import SPECS
 
 from stability import SpecError, load_spec, parse_spec
 from stability.spec.load import find_specs
 from stability.spec.registry import FAMILIES
-
-SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 MINIMAL = """
 name = "m"

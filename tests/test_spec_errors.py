@@ -13,11 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cli_support import one_error
+from cli_support import Cli, one_error
 
 import stability.spec.schema
-
-Cli = Callable[..., tuple[int, str, str]]
 
 
 def check_fails(cli: Cli, path: Path, *fragments: str) -> str:

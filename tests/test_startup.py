@@ -9,12 +9,10 @@ import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
+from spec_support import ROOT
 
 
 def _load(name: str) -> ModuleType:

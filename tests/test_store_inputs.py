@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+from cli_support import Cli
 from gate_support import SCALAR_CHAIN
 
 from stability.cli import main
@@ -29,8 +30,6 @@ from stability.run.sweep import run_sweep
 from stability.spec.load import load_spec
 
 LINEAR = SCALAR_CHAIN
-
-Cli = Callable[..., tuple[int, str, str]]
 
 
 def _files(folder: Path) -> dict[str, bytes]:

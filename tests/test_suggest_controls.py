@@ -10,6 +10,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from spec_support import SPECS
 
 from stability.cli import main
 from stability.run.engine import RunOptions, run_spec
@@ -17,9 +18,6 @@ from stability.run.suggest import map_case
 from stability.spec.case import parse_case_string
 from stability.spec.load import parse_spec, validate_spec
 from stability.spec.remedy import REMEDIES, apply_edit
-
-ROOT = Path(__file__).resolve().parent.parent
-SPECS = ROOT / "specs"
 
 # A plain tanh stack under PyTorch's default init (σ_w² = 1/3): χ₁ < 1, the gradient vanishes
 # geometrically (Schoenholz et al. 2017); Glorot's σ_w² = 1 is the critical point.

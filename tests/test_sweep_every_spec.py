@@ -8,12 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from spec_support import ROOT
 
 from stability.cli import main
 from stability.spec.load import find_specs, load_spec
 from stability.spec.registry import INVARIANTS
 
-ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted(find_specs([ROOT / "specs"]))
 SAMPLE = {"plain_mlp", "transformer_preln", "custom_rezero", "warmup_free_residual"}
 

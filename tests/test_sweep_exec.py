@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from spec_support import SPECS
 
 from stability.measure.measurements import Measurements
 from stability.run.executor import InProcessExecutor
@@ -20,7 +21,6 @@ from stability.spec.load import load_spec
 
 pytest.importorskip("distributed", reason="Dask distributed is not installed (pip install 'stability[sweep]')")
 
-SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 CRASHING = """
 import os

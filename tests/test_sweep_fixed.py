@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from spec_support import SPECS
 
 from stability.cli import main
 from stability.report.phase import heatmap_figure, x_axis_key
@@ -16,7 +17,6 @@ from stability.run.store import Store
 from stability.run.sweep import run_sweep
 from stability.spec.load import load_spec
 
-SPECS = Path(__file__).resolve().parent.parent / "specs"
 SCALED = SPECS / "control_scaled_skip.toml"  # preact, skip = "scaled", branch_init = ["zero"], width 8, batch 4
 
 

@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from spec_support import ROOT
 
 from stability import given_spec
 from stability.cli import main
 from stability.spec.case import Case, reproduce_command
 from stability.spec.load import parse_spec
 
-ROOT = Path(__file__).resolve().parent.parent
 CLAIM = "docs/examples/highway_claim.toml"  # the README's failing example: depth=3 fails
 
 

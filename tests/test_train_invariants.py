@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+from spec_support import SPECS
 
 from stability import RunOptions, load_spec, run_spec
 from stability.errors import SpecError
@@ -15,8 +16,6 @@ from stability.judge.train_invariants import residual_size, trainability, update
 from stability.measure.train import TrainRun
 from stability.measure.train_update import UpdateRecord, UpdateSweep, log_slope
 from stability.spec.load import parse_spec
-
-SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 
 def _sweep(widths: list[int], exponents: list[float]) -> UpdateSweep:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from spec_support import spec_text, write_spec
+from spec_support import SPECS, spec_text, write_spec
 
 from stability.measure.lm_train import language_model
 from stability.measure.train import TEACHER_HIDDEN, make_task, trainable
@@ -20,8 +20,6 @@ from stability.run.training import evaluate
 from stability.spec.case import corner_case
 from stability.spec.load import load_spec, parse_spec
 from stability.spec.registry import INVARIANTS
-
-SPECS = Path(__file__).resolve().parent.parent / "specs"
 
 EXPECTS = {
     "update_size": "[expect.update_size]\nwidths = [16, 32]",

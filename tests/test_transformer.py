@@ -12,7 +12,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spec_support import spec_text, write_spec
+from spec_support import SPECS, spec_text, write_spec
 from torch import nn
 
 from stability import RunOptions, load_spec, run_spec
@@ -25,7 +25,6 @@ from stability.run.strategies import cases
 from stability.spec.case import corner_case, parse_case_string
 from stability.spec.load import parse_spec, validate_spec
 
-SPECS = Path(__file__).resolve().parent.parent / "specs"
 CONTROLS = sorted(SPECS.glob("transformer_control_*.toml"))
 
 

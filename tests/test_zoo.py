@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from shipped_support import require_shipped_libraries
+from spec_support import ROOT
 from torch import nn
 
 from stability.errors import UsageError
@@ -18,7 +19,6 @@ from stability.report.zoo import BEGIN, END, markdown_table, render_zoo_html, up
 from stability.run.zoo import DEPTHS, ZOO, ZooRow, parameterisation, zoo_row
 from stability.spec.load import load_spec
 
-ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "zoo.md"
 warnings.filterwarnings("ignore", message="Failed to load image Python extension")
 

@@ -17,13 +17,12 @@ import re
 import sys
 import tomllib
 import warnings
-from pathlib import Path
 from typing import Any
 
 import pytest
 from shipped_support import require_shipped_libraries
+from spec_support import ZOO
 
-ZOO = Path(__file__).resolve().parent.parent / "specs" / "zoo"
 warnings.filterwarnings("ignore", message="Failed to load image Python extension")
 
 #: Keys a reduced probe changes on purpose: a 64-token vocabulary and its special ids, 32×32 images

@@ -7,18 +7,15 @@ and `--html`, exits 2 when a side refuses every spec and 5 when nothing was comp
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import one_error
+from cli_support import Cli, one_error
+from spec_support import ZOO
 
 from stability.report.zoo_compare import direction_text, markdown, terminal_rows
 from stability.run.report_model import CompareRow
-
-Cli = Callable[..., tuple[int, str, str]]
-ZOO = Path(__file__).resolve().parent.parent / "specs" / "zoo"
 
 PLAIN = """\
 name = "plain"

@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 import torch
 from shipped_support import require_shipped_libraries
+from spec_support import ZOO
 from torch import nn
 
 from stability.spec.load import load_spec
 
-ZOO = Path(__file__).resolve().parent.parent / "specs" / "zoo"
 warnings.filterwarnings("ignore", message="Failed to load image Python extension")
 
 

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 from shipped_support import require_shipped_libraries
+from spec_support import ZOO
 
 from stability.families.library_family import library_model
 from stability.spec.load import load_spec
 
-ROOT = Path(__file__).resolve().parent.parent
-ZOO = ROOT / "specs" / "zoo"
 warnings.filterwarnings("ignore", message="Failed to load image Python extension")
 
 
