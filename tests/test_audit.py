@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_support import Cli
 
 from stability import RunOptions, parse_spec, run_spec
 from stability.run.audit import rejudge
@@ -143,41 +144,46 @@ hi = 100.0
 @pytest.mark.parametrize(
     "in_process", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["worker", "in-process"]
 )
-def test_a_factory_that_rewrites_its_results_to_met_cannot_pass(tmp_path: Path, in_process: bool) -> None:
+def test_a_factory_that_rewrites_its_results_to_met_cannot_pass(
+    tmp_path: Path, in_process: bool, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The parent judges the measurements itself. In a worker the rewritten messages contradict
     that judgement, which is an error naming the case (exit 2); in this process nothing is
-    rewritten and the verdict stands (exit 1). Never exit 0."""
+    rewritten and the verdict stands (exit 1). Never exit 0. The worker run is this process's
+    `stability check` (the liar is imported in the worker alone); the in-process run is a
+    subprocess of its own, since the liar patches the module it is imported into."""
+    import stability.run.worker as worker
+
     (tmp_path / "stability_hardening_liar.py").write_text(LIAR, encoding="utf-8")
     (tmp_path / "liar.toml").write_text(LIAR_SPEC, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "STABILITY_PROFILE")}
-    cmd = [
-        sys.executable,
-        "-m",
-        "stability",
-        "check",
-        "liar.toml",
-        "--profile",
-        "ci",
-        "-q",
-        *(["--in-process"] if in_process else []),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
-    assert "Traceback" not in proc.stdout + proc.stderr
-    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("✗ ")]
-    assert "0 met, 1 not met" in proc.stdout
     if in_process:
-        assert proc.returncode == 1, proc.stdout + proc.stderr
+        env = {k: v for k, v in os.environ.items() if k not in ("CI", "STABILITY_PROFILE")}
+        cmd = [sys.executable, "-m", "stability", "check", "liar.toml", "--profile", "ci", "-q", "--in-process"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+        code, out, err = proc.returncode, proc.stdout, proc.stderr
+    else:
+        monkeypatch.chdir(tmp_path)
+        for name in ("CI", "STABILITY_PROFILE"):
+            monkeypatch.delenv(name, raising=False)
+        honest = worker._json
+        code, out, err = cli("check", "liar.toml", "--profile", "ci", "-q")
+        assert worker._json is honest  # the liar ran in its worker only
+    assert "Traceback" not in out + err
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("✗ ")]
+    assert "0 met, 1 not met" in out
+    if in_process:
+        assert code == 1, out + err
         assert (
             "liar.toml::gradient_arrival: expected to hold, but it fails at smallest failing case depth=2," in line
-            and proc.stderr == ""
+            and err == ""
         )
     else:
-        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert code == 2, out + err
         assert (
             "liar.toml::gradient_arrival: the worker reported it met, but case depth=2," in line
             and "fails it when judged again from its measurements" in line
         )
-        (error,) = proc.stderr.splitlines()
+        (error,) = err.splitlines()
         assert (
             error.startswith("stability: error: liar.toml::gradient_arrival: the worker reported it met")
             and "may have replaced part of the harness" in error

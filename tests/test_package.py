@@ -63,6 +63,7 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow  # python -m build; .ci/run runs this file's slow tests as their own step
 def test_build_makes_an_sdist_and_a_wheel_that_hold_the_whole_package(dist: Path) -> None:
     assert sorted(p.name for p in dist.iterdir()) == [f"{DIST}-py3-none-any.whl", f"{DIST}.tar.gz"]
     wheel = zipfile.ZipFile(dist / f"{DIST}-py3-none-any.whl")

@@ -37,44 +37,76 @@ MORE_USAGE_ERRORS = {
     "sweep-no-spec": ["sweep"],
 }
 
+#: One interpreter imports `stability.cli` (never torch), then forks a child per command: each
+#: child starts where a fresh `python -c "from stability.cli import main; main(ARGS)"` would, runs
+#: the command, and reports its exit code, whether torch got imported and what it wrote to stderr.
 _PROBE = """
-import sys
+import json, os, sys
 from stability.cli import main
-try:
-    code = main(sys.argv[1:])
-except SystemExit as exc:  # argparse's --help and --version
-    code = exc.code
-print("exit", code, "torch", "torch" in sys.modules, file=sys.stderr)
+assert "torch" not in sys.modules, "importing stability.cli imported torch"
+answers = {}
+for name, args in json.loads(sys.argv[1]).items():
+    result_r, result_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(result_r)
+        os.close(err_r)
+        os.dup2(err_w, 2)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        try:
+            code = main(args)
+        except SystemExit as exc:  # argparse's --help and --version
+            code = exc.code
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.write(result_w, json.dumps([code, "torch" in sys.modules]).encode())
+        os._exit(0)
+    os.close(result_w)
+    os.close(err_w)
+    with os.fdopen(err_r, encoding="utf-8", errors="replace") as f:
+        err = f.read()
+    with os.fdopen(result_r) as f:
+        code, torch = json.loads(f.read())
+    os.waitpid(pid, 0)
+    answers[name] = [code, torch, err.strip()]
+print(json.dumps(answers))
 """
 
 
-def _imports_torch(args: list[str]) -> tuple[int, bool, str]:
-    run = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    *rest, last = run.stderr.strip().splitlines()
-    _, code, _, torch = last.split()
-    return int(code), torch == "True", "\n".join(rest)
+def _answers(commands: dict[str, list[str]]) -> dict[str, tuple[int, bool, str]]:
+    """Each command's (exit code, whether it imported torch, its stderr), from `_PROBE`."""
+    run = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(commands)], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    return {name: (code, torch, err) for name, (code, torch, err) in json.loads(run.stdout).items()}
+
+
+@pytest.fixture(scope="module")
+def answers() -> dict[str, tuple[int, bool, str]]:
+    return _answers({**startup.COMMANDS, **MORE_USAGE_ERRORS})
 
 
 @pytest.mark.parametrize("name", list(startup.COMMANDS))
-def test_the_commands_that_never_probe_import_no_torch(name: str) -> None:
-    code, torch, err = _imports_torch(startup.COMMANDS[name])
+def test_the_commands_that_never_probe_import_no_torch(name: str, answers: dict[str, tuple[int, bool, str]]) -> None:
+    code, torch, err = answers[name]
     assert code == startup.EXIT[name], err
     assert not torch, f"stability {' '.join(startup.COMMANDS[name])} imported torch"
 
 
 @pytest.mark.parametrize("name", list(MORE_USAGE_ERRORS))
-def test_every_usage_error_answers_without_torch(name: str) -> None:
-    code, torch, err = _imports_torch(MORE_USAGE_ERRORS[name])
+def test_every_usage_error_answers_without_torch(name: str, answers: dict[str, tuple[int, bool, str]]) -> None:
+    code, torch, err = answers[name]
     assert code == 2 and err.startswith("stability: error: ") and len(err.splitlines()) == 1, err
     assert not torch, f"stability {' '.join(MORE_USAGE_ERRORS[name])} imported torch before refusing"
 
 
-@pytest.mark.slow  # startup subprocesses; nightly
+@pytest.mark.slow  # a check that probes, in the forked child; nightly
 def test_the_check_finds_a_command_that_imports_torch() -> None:
     """The probe itself can fail: a check that goes on to probe imports torch."""
-    code, torch, _ = _imports_torch(
-        ["check", str(ROOT / "specs" / "plain_mlp.toml"), "--case", "depth=1", "--profile", "ci", "-q"]
-    )
+    args = ["check", str(ROOT / "specs" / "plain_mlp.toml"), "--case", "depth=1", "--profile", "ci", "-q"]
+    code, torch, _ = _answers({"probes": args})["probes"]
     assert code == 0 and torch
 
 
