@@ -135,11 +135,11 @@ def test_a_model_that_breaks_its_own_declared_init_is_written_and_exits_1(
 def test_a_file_init_did_not_write_is_never_replaced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     mine = tmp_path / "mine.toml"
     mine.write_text("# my spec\nname = 'x'\n")
-    assert main(["init", "transformers:GPT2Model", "--out", str(mine), *FAST]) == 2
+    (tmp_path / "model.py").write_text(BAD)
+    assert main(["init", f"{tmp_path / 'model.py'}:crashes", "--out", str(mine), *FAST]) == 2  # before it builds
     line = _one_line(capsys.readouterr().err)
     assert "exists and was not written by stability init" in line and "give another file" in line
     assert mine.read_text() == "# my spec\nname = 'x'\n"
-    (tmp_path / "model.py").write_text(BAD)
     (tmp_path / "number.toml").write_text("# mine\n")
     target = parse_target(f"{tmp_path / 'model.py'}:number")
     from stability.run.init_draft import spec_path
@@ -164,8 +164,8 @@ def test_a_file_init_did_not_write_is_never_replaced(tmp_path: Path, capsys: pyt
 def test_bad_targets_are_one_line_exit_2(
     target: str, words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if target.startswith("timm"):
-        pytest.importorskip("timm")
+    if target.startswith(("timm:", "transformers:")):
+        pytest.importorskip(target.partition(":")[0])
     (tmp_path / "model.py").write_text(BAD)
     monkeypatch.chdir(tmp_path)
     assert main(["init", target, *FAST, "--case-timeout", "1"]) == 2
