@@ -34,16 +34,19 @@ ROOT = DATA.parent.parent
 
 
 def normalised(data: dict[str, Any]) -> dict[str, Any]:
-    """A report with what differs from run to run set aside: every `seconds`, and the harness's
-    code version (which changes with every edit of the package)."""
-    data = json.loads(json.dumps(data))
-    data["seconds"] = 0
+    """A report with what differs from run to run set aside: every `seconds`, at any depth (a
+    spec's, a case's, the init recording's in a case's measurements), and the harness's code
+    version (which changes with every edit of the package)."""
+
+    def timeless(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: 0 if k == "seconds" else timeless(v) for k, v in x.items()}
+        return [timeless(v) for v in x] if isinstance(x, list) else x
+
+    data = timeless(json.loads(json.dumps(data)))
     for spec in data["specs"]:
-        spec["seconds"] = 0
         if spec.get("provenance"):
             spec["provenance"]["harness"] = "(the harness's code version)"
-        for case in spec["cases"]:
-            case["seconds"] = 0
     return data
 
 
