@@ -7,7 +7,9 @@ what it varies (the family, its [block] keys, its [space], [probe], [train] and 
 - `write_spec`: a spec file written into a folder, with the factory modules it imports beside it;
 - `shipped_text`: a spec shipped in specs/, with some of its keys set to other values;
 - `training_spec`: the shipped degradation spec with its trainability claim, profiles and depths set;
-- `make_case`: a case, every field not given at a small float64 CPU default."""
+- `make_case`: a case, every field not given at a small float64 CPU default;
+- `make_measurements`: a probe's measurements, the fields not given empty (no parameter gradient,
+  no identity or input-gradient error, nothing non-finite)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Any
 
 import tomlkit
 
+from stability.measure.measurements import Measurements
 from stability.spec.case import Case
 from stability.spec.load import parse_spec
 from stability.spec.schema import Spec
@@ -30,6 +33,7 @@ __all__ = [
     "factory_block",
     "library_text",
     "make_case",
+    "make_measurements",
     "make_spec",
     "shipped_text",
     "spec_text",
@@ -166,3 +170,15 @@ CASE_DEFAULTS: dict[str, Any] = {
 def make_case(**fields: Any) -> Case:
     """A `Case` with the given fields and `CASE_DEFAULTS` for the rest."""
     return Case(**{**CASE_DEFAULTS, **fields})
+
+
+def make_measurements(**fields: Any) -> Measurements:
+    """`Measurements` with the given fields; `param_grad_norm` empty and `identity_error`,
+    `input_grad_error` and `nonfinite_at` None where not given."""
+    empty: dict[str, Any] = {
+        "param_grad_norm": {},
+        "identity_error": None,
+        "input_grad_error": None,
+        "nonfinite_at": None,
+    }
+    return Measurements(**{**empty, **fields})

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from approx_support import approx
+from spec_support import make_measurements
 from torch import nn
 
 from stability.judge.invariants import gradient_arrival
@@ -68,16 +69,7 @@ def _m(grad: list[float], *, embedded: bool, position: str | None) -> Measuremen
     if position is not None:
         extra["block_form"] = {"position": position, "pre_norm": position == "pre", "norms": ["LayerNorm"]}
     n = len(grad)
-    return Measurements(
-        grad_norm=grad,
-        act_var=[1.0] * n,
-        act_sq_mean=[1.0] * n,
-        param_grad_norm={},
-        identity_error=None,
-        input_grad_error=None,
-        nonfinite_at=None,
-        extra=extra,
-    )
+    return make_measurements(grad_norm=grad, act_var=[1.0] * n, act_sq_mean=[1.0] * n, extra=extra)
 
 
 GRAD = [100.0, 2.0, 1.5, 1.0]  # entry factor 50, g₁/g_L 2, g₀/g_L 100

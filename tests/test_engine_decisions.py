@@ -14,11 +14,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from spec_support import make_case
+from spec_support import make_case, make_measurements
 
 from stability import load_spec, parse_spec
 from stability.judge.invariants import Verdict
-from stability.measure.probe import Measurements
 from stability.run import conclude, engine
 from stability.run.engine import CaseRecord, RunOptions, run_spec
 from stability.spec.case import Case
@@ -175,14 +174,8 @@ def _halving(c: Case) -> CaseRecord:
     grad = [0.5 ** (c.depth - i) for i in range(c.depth + 1)]
     return CaseRecord(
         case=c,
-        measurements=Measurements(
-            grad_norm=grad,
-            act_var=[1.0] * (c.depth + 1),
-            act_sq_mean=[1.0] * (c.depth + 1),
-            param_grad_norm={},
-            identity_error=None,
-            input_grad_error=None,
-            nonfinite_at=None,
+        measurements=make_measurements(
+            grad_norm=grad, act_var=[1.0] * (c.depth + 1), act_sq_mean=[1.0] * (c.depth + 1)
         ),
     )
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 from hypothesis import settings
-from spec_support import make_case
+from spec_support import make_case, make_measurements
 
 from stability import parse_spec
 from stability.errors import BlockError, CaseError
@@ -133,15 +133,8 @@ def test_an_unmeasured_case_is_judged_failed_with_an_empty_bound() -> None:
 
 def test_apply_passes_every_bound_of_the_jacobian_invariant() -> None:
     sp = SimpleNamespace(mean_sq=1.0, mean_sq_se=0.0, max_sq=2.0, spread=2.0, method="exact", n=4)
-    m = Measurements(
-        grad_norm=[1.0, 1.0],
-        act_var=[1.0, 1.0],
-        act_sq_mean=[1.0, 1.0],
-        param_grad_norm={},
-        identity_error=None,
-        input_grad_error=None,
-        nonfinite_at=None,
-        extra={"jacobian_spectrum": sp},
+    m = make_measurements(
+        grad_norm=[1.0, 1.0], act_var=[1.0, 1.0], act_sq_mean=[1.0, 1.0], extra={"jacobian_spectrum": sp}
     )
     low = INVARIANTS.get("jacobian_spectrum").judge(m, SimpleNamespace(max_spread=4.0, mean_lo=1.5, mean_hi=None))
     high = INVARIANTS.get("jacobian_spectrum").judge(m, SimpleNamespace(max_spread=4.0, mean_lo=None, mean_hi=0.5))
@@ -244,14 +237,8 @@ def test_the_depth_bisection_keeps_the_failing_depth_itself() -> None:
         grad = [0.4 if c.depth == 15 else 1.0] + [1.0] * c.depth
         return CaseRecord(
             case=c,
-            measurements=Measurements(
-                grad_norm=grad,
-                act_var=[1.0] * (c.depth + 1),
-                act_sq_mean=[1.0] * (c.depth + 1),
-                param_grad_norm={},
-                identity_error=None,
-                input_grad_error=None,
-                nonfinite_at=None,
+            measurements=make_measurements(
+                grad_norm=grad, act_var=[1.0] * (c.depth + 1), act_sq_mean=[1.0] * (c.depth + 1)
             ),
         )
 
@@ -270,16 +257,7 @@ def test_mean_shift_is_judged_at_the_specs_bound() -> None:
     from stability.measure.channels import ChannelProfile
 
     prof = ChannelProfile([1.0, 1.4], [1.0, 1.0], [0.0, 0.0], [2, 2])  # ρ = M/V − 1 = 0.4 at the output
-    m = Measurements(
-        grad_norm=[1.0, 1.0],
-        act_var=[1.0, 1.0],
-        act_sq_mean=[1.0, 1.0],
-        param_grad_norm={},
-        identity_error=None,
-        input_grad_error=None,
-        nonfinite_at=None,
-        extra={"channels": prof},
-    )
+    m = make_measurements(grad_norm=[1.0, 1.0], act_var=[1.0, 1.0], act_sq_mean=[1.0, 1.0], extra={"channels": prof})
     assert INVARIANTS.get("mean_shift").judge(m, SimpleNamespace(max_ratio=0.5)).passed
     assert not INVARIANTS.get("mean_shift").judge(m, SimpleNamespace(max_ratio=0.3)).passed
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from spec_support import SPECS, make_case
+from spec_support import SPECS, make_case, make_measurements
 
 from stability import parse_spec
 from stability.errors import BlockError, CaseError
@@ -32,15 +32,7 @@ from stability.spec.registry import INVARIANTS
 from stability.spec.schema import Spec
 
 CASE = make_case(seed=11)
-_M = Measurements(
-    grad_norm=[1.0],
-    act_var=[1.0],
-    act_sq_mean=[1.0],
-    param_grad_norm={},
-    identity_error=None,
-    input_grad_error=None,
-    nonfinite_at=None,
-)
+_M = make_measurements(grad_norm=[1.0], act_var=[1.0], act_sq_mean=[1.0])
 
 
 def _plain(expect: str = "[expect.gradient_arrival]\nlo = 1e-6\nhi = 1e6\n", extra: str = "") -> Spec:

@@ -11,25 +11,16 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from spec_support import make_case, make_spec
+from spec_support import make_case, make_measurements, make_spec
 
 from stability import parse_spec
 from stability.judge.invariants import Verdict
-from stability.measure.probe import Measurements
 from stability.run import engine
 from stability.run.engine import CaseRecord, RunOptions, run_spec
 from stability.spec.case import Case, reproduce_command
 from stability.spec.schema import Spec
 
-_M = Measurements(
-    grad_norm=[1.0],
-    act_var=[1.0],
-    act_sq_mean=[1.0],
-    param_grad_norm={},
-    identity_error=None,
-    input_grad_error=None,
-    nonfinite_at=None,
-)
+_M = make_measurements(grad_norm=[1.0], act_var=[1.0], act_sq_mean=[1.0])
 
 
 def _spec(

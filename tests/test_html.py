@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from spec_support import make_measurements
 
 from stability import CaseRecord, Measurements, RunOptions, SpecResult, load_spec, run_spec
 from stability.cli import main
@@ -82,15 +83,7 @@ def _case(depth: int, **kw: object) -> Case:
 
 
 def _record(case: Case, grad: list[float], var: list[float]) -> CaseRecord:
-    m = Measurements(
-        grad_norm=grad,
-        act_var=var,
-        act_sq_mean=[2 * v for v in var],
-        param_grad_norm={},
-        identity_error=None,
-        input_grad_error=None,
-        nonfinite_at=None,
-    )
+    m = make_measurements(grad_norm=grad, act_var=var, act_sq_mean=[2 * v for v in var])
     return CaseRecord(case=case, measurements=m)
 
 

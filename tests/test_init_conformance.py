@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 from approx_support import approx
-from spec_support import ZOO
+from spec_support import ZOO, make_measurements
 
 from stability.errors import SpecError
 from stability.families.library import quiet_imports
@@ -142,14 +142,10 @@ def test_every_shipped_table_validates_and_its_chain_ends_in_a_base() -> None:
 
 def test_the_record_round_trips_through_the_one_serialisation() -> None:
     model = _hf("GPT2Model", n_embd=64, n_layer=2, n_head=2, vocab_size=64)
-    m = Measurements(
+    m = make_measurements(
         grad_norm=[1.0],
         act_var=[1.0],
         act_sq_mean=[1.0],
-        param_grad_norm={},
-        identity_error=None,
-        input_grad_error=None,
-        nonfinite_at=None,
         extra={
             "init_conformance": init_record(
                 model,

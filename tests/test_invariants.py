@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from spec_support import make_measurements
 
 from stability import gradient_arrival, identity_at_init, variance_growth
 from stability.measure.probe import Measurements
@@ -106,15 +107,7 @@ def _m(grad: list[float] | None = None, var: list[float] | None = None) -> Measu
     n = len(grad or var or [])
     grad = grad or [1.0] * n
     var = var or [1.0] * n
-    return Measurements(
-        grad_norm=grad,
-        act_var=var,
-        act_sq_mean=var,
-        param_grad_norm={},
-        identity_error=None,
-        input_grad_error=None,
-        nonfinite_at=None,
-    )
+    return make_measurements(grad_norm=grad, act_var=var, act_sq_mean=var)
 
 
 def test_gradient_ratio_exactly_at_lo_and_hi_holds_and_just_outside_fails() -> None:

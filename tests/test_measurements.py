@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
-from spec_support import SPECS
+from spec_support import SPECS, make_measurements
 
 from stability.measure.measurements import SERIALIZABLE, Measurements, decode, encode, serializable
 from stability.run.engine import evaluate
@@ -92,15 +92,7 @@ def test_a_second_class_under_a_registered_name_is_refused() -> None:
 
 
 def test_an_unknown_field_is_refused() -> None:
-    data = Measurements(
-        grad_norm=[1.0],
-        act_var=[1.0],
-        act_sq_mean=[1.0],
-        param_grad_norm={},
-        identity_error=None,
-        input_grad_error=None,
-        nonfinite_at=None,
-    ).to_dict()
+    data = make_measurements(grad_norm=[1.0], act_var=[1.0], act_sq_mean=[1.0]).to_dict()
     with pytest.raises(ValueError, match="unknown field"):
         Measurements.from_dict({**data, "verdict": "met"})
 

@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 from approx_support import approx
+from spec_support import make_measurements
 from torch import nn
 
 from stability.judge.stream import residual_stream, stream_numbers
@@ -113,15 +114,8 @@ def test_the_ensemble_median_is_judged_and_its_range_reported() -> None:
     profiles = [[8.0, 8.0, 1.0], [2.0, 2.0, 1.0], [1.0, 1.0, 1.0]]  # entry 1 each; stream 8, 2, 1
     ones = [[1.0, 1.0, 1.0]] * 3
     ens = Ensemble(seeds=[0, 1, 2], act_var=ones, act_sq_mean=ones, vectorised=True, grad_norm=profiles)
-    m = Measurements(
-        grad_norm=profiles[0],
-        act_var=[1.0] * 3,
-        act_sq_mean=[1.0] * 3,
-        param_grad_norm={},
-        identity_error=None,
-        input_grad_error=None,
-        nonfinite_at=None,
-        extra={"stream_ensemble": ens},
+    m = make_measurements(
+        grad_norm=profiles[0], act_var=[1.0] * 3, act_sq_mean=[1.0] * 3, extra={"stream_ensemble": ens}
     )
     v = residual_stream(m, lo=0.5, hi=4.0)
     assert v.passed and v.observed == 2.0 and v.extra["members"] == 3
@@ -139,16 +133,7 @@ def test_one_undefined_member_makes_the_ensembles_median_undefined() -> None:
     ens = Ensemble(
         seeds=[0, 1, 2], act_var=[[0.0, 1.0, 1.0], ones, ones], act_sq_mean=[ones] * 3, vectorised=True, grad_norm=grads
     )
-    m = Measurements(
-        grad_norm=grads[0],
-        act_var=ones,
-        act_sq_mean=ones,
-        param_grad_norm={},
-        identity_error=None,
-        input_grad_error=None,
-        nonfinite_at=None,
-        extra={"stream_ensemble": ens},
-    )
+    m = make_measurements(grad_norm=grads[0], act_var=ones, act_sq_mean=ones, extra={"stream_ensemble": ens})
     v = residual_stream(m, lo=0.5, hi=2.0, variance_lo=0.5, variance_hi=2.0)
     assert not v.passed and v.extra["variance"] is None and v.extra["per_member"]["variance"] == [None, 1.0, 1.0]
     assert v.detail.startswith("output variance Var(x_L)/Var(x₀) is undefined (a zero variance or gradient")
@@ -156,17 +141,7 @@ def test_one_undefined_member_makes_the_ensembles_median_undefined() -> None:
 
 
 def test_zero_and_non_finite_measurements_fail_with_what_happened() -> None:
-    zero = residual_stream(
-        Measurements(
-            grad_norm=[1.0, 1.0, 0.0],
-            act_var=[1.0] * 3,
-            act_sq_mean=[1.0] * 3,
-            param_grad_norm={},
-            identity_error=None,
-            input_grad_error=None,
-            nonfinite_at=None,
-        )
-    )
+    zero = residual_stream(make_measurements(grad_norm=[1.0, 1.0, 0.0], act_var=[1.0] * 3, act_sq_mean=[1.0] * 3))
     assert zero == Verdict(
         invariant="residual_stream",
         passed=False,
@@ -188,29 +163,11 @@ def test_zero_and_non_finite_measurements_fail_with_what_happened() -> None:
         )
     )
     assert not bad.passed and bad.block == 1 and math.isnan(bad.observed)
-    dead = residual_stream(
-        Measurements(
-            grad_norm=[1.0, 0.0, 1.0],
-            act_var=[1.0] * 3,
-            act_sq_mean=[1.0] * 3,
-            param_grad_norm={},
-            identity_error=None,
-            input_grad_error=None,
-            nonfinite_at=None,
-        )
-    )
+    dead = residual_stream(make_measurements(grad_norm=[1.0, 0.0, 1.0], act_var=[1.0] * 3, act_sq_mean=[1.0] * 3))
     assert not dead.passed and "is undefined" not in dead.detail  # g₁/g_L = 0 is a number
     assert dead.observed == 0.0 and "0 < 0.1" in dead.detail
     flat = residual_stream(
-        Measurements(
-            grad_norm=[1.0, 1.0, 1.0],
-            act_var=[0.0] * 3,
-            act_sq_mean=[0.0] * 3,
-            param_grad_norm={},
-            identity_error=None,
-            input_grad_error=None,
-            nonfinite_at=None,
-        ),
+        make_measurements(grad_norm=[1.0, 1.0, 1.0], act_var=[0.0] * 3, act_sq_mean=[0.0] * 3),
         variance_hi=2.0,
     )
     assert not flat.passed and "output variance Var(x_L)/Var(x₀) is undefined" in flat.detail

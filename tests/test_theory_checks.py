@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from spec_support import make_spec
+from spec_support import make_measurements, make_spec
 
 from stability import build, make_input, parse_spec, probe
 from stability.errors import SpecError
@@ -116,16 +116,7 @@ def test_default_init_weights_have_the_stated_variance() -> None:
 
 def _m(grad_norm: list[float], extra: dict[str, object]) -> Measurements:
     n = len(grad_norm)
-    return Measurements(
-        grad_norm=grad_norm,
-        act_var=[1.0] * n,
-        act_sq_mean=[1.0] * n,
-        param_grad_norm={},
-        identity_error=None,
-        input_grad_error=None,
-        nonfinite_at=None,
-        extra=extra,
-    )
+    return make_measurements(grad_norm=grad_norm, act_var=[1.0] * n, act_sq_mean=[1.0] * n, extra=extra)
 
 
 def test_mean_field_verdict_band_edges() -> None:
@@ -254,15 +245,8 @@ def test_lesion_on_dense_is_refused_and_jacobian_bounds_are_ordered() -> None:
 
 
 def test_lesion_is_judged_by_the_specs_statistic() -> None:
-    m = Measurements(
-        grad_norm=[1.0] * 4,
-        act_var=[1.0] * 4,
-        act_sq_mean=[1.0] * 4,
-        param_grad_norm={},
-        identity_error=None,
-        input_grad_error=None,
-        nonfinite_at=None,
-        extra={"lesion": [0.1, 0.2, 0.9]},
+    m = make_measurements(
+        grad_norm=[1.0] * 4, act_var=[1.0] * 4, act_sq_mean=[1.0] * 4, extra={"lesion": [0.1, 0.2, 0.9]}
     )
     assert INVARIANTS.get("lesion").judge(m, SimpleNamespace(max_change=0.5, statistic="median")).passed  # median 0.2
     assert not INVARIANTS.get("lesion").judge(m, SimpleNamespace(max_change=0.5, statistic="max")).passed
