@@ -106,13 +106,15 @@ def test_the_readme_shows_the_quickstart_spec_as_shipped() -> None:
     assert claim(plain) == claim(residual) and 'family = "plain"' in plain and 'family = "preact"' in residual
 
 
-def test_the_readme_first_example_prints_what_the_readme_shows() -> None:
+def test_the_readme_first_example_prints_what_the_readme_shows(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The README's first example, pasted from a terminal: every line the command prints today
     matches it, but the times ("… s") and the number of workers the summary names. (The command
-    stands in the prose, not in a block: the README's first two commands are the set-up's.)"""
-    import os
-    import subprocess
-    import sys
+    stands in the prose, not in a block: the README's first two commands are the set-up's.) It runs
+    as `stability`'s entry point runs it, `main(argv)` from the repository's root, output not a
+    terminal; the installed command itself is run by tests/test_package.py."""
+    from stability.cli import main
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     pasted = re.search(
@@ -120,18 +122,21 @@ def test_the_readme_first_example_prints_what_the_readme_shows() -> None:
     )
     assert pasted, "README.md shows no output of `stability check stability/examples/quickstart`"
     command, shown = pasted.groups()
-    drop = {"CI", "STABILITY_PROFILE", "GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY"}  # no job summary or annotations
-    env = {k: v for k, v in os.environ.items() if k not in drop} | {"COLUMNS": "200", "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "stability", *shlex.split(command)[1:]]
-    run = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
-    assert run.returncode == 1, run.stdout + run.stderr  # the control fails
+    for name in ("CI", "STABILITY_PROFILE", "GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY"):  # no job summary or annotations
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.chdir(ROOT)
+    capsys.readouterr()
+    code = main(shlex.split(command)[1:])
+    out, err = capsys.readouterr()
+    assert code == 1, out + err  # the control fails
 
     def untimed(lines: list[str]) -> list[str]:
         lines = [re.sub(r"(?:[0-9.]+|…) s\b", "T s", ln).rstrip() for ln in lines if not PROGRESS.match(ln)]
         return [re.sub(r"\(summed over \d+ workers: ", "(", ln) for ln in lines]
 
-    assert untimed(run.stdout.splitlines()) == untimed(shown.splitlines())
-    assert run.stderr == ""
+    assert untimed(out.splitlines()) == untimed(shown.splitlines())
+    assert err == ""
 
 
 # ----------------------------------------------------------------------------- docs/specs.md

@@ -153,7 +153,7 @@ def test_compare_refuses_two_sides_of_one_release_and_a_release_of_another_libra
 def test_a_crash_a_hang_and_an_exit_are_rows_and_the_other_models_are_scanned() -> None:
     from stability.run.worker import WorkerExecutor
 
-    options = ScanOptions(case_timeout=2.0)
+    options = ScanOptions(case_timeout=1.0)  # the hang waits it out; the crash and the exit end at once
     jobs = [
         PlantedJob("transformers", "Crashing", options=options, how="segfault"),
         PlantedJob("transformers", "Hanging", options=options, how="hang"),
@@ -161,7 +161,7 @@ def test_a_crash_a_hang_and_an_exit_are_rows_and_the_other_models_are_scanned() 
     ]
     rows = {o.result.name: o.result for o in WorkerExecutor(jobs=2).map(jobs)}
     assert rows["Crashing"].status == "failed" and "SIGSEGV" in (rows["Crashing"].reason or "")
-    assert rows["Hanging"].status == "timed out" and "2 s" in (rows["Hanging"].reason or "")
+    assert rows["Hanging"].status == "timed out" and "1 s" in (rows["Hanging"].reason or "")
     assert rows["Exiting"].status == "failed" and "exited with code 7" in (rows["Exiting"].reason or "")
 
 

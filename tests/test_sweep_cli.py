@@ -223,7 +223,7 @@ def test_an_address_that_answers_but_is_not_dask_is_one_line(sweep: object, tmp_
             conn, _ = server.accept()
             with conn:
                 conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n" * 4)
-                time.sleep(2)
+                time.sleep(0.3)
         except OSError:
             pass
 

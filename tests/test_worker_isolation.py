@@ -4,13 +4,18 @@ leaked global state stay inside the spec's own worker process (stability/run/wor
 
 from __future__ import annotations
 
+import io
 import json
+import subprocess
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
 import pytest
 from gate_support import custom, plain, run_check, write_factories
 from once_support import once_per_run
+
+from stability.cli import main
 
 #: name → (spec text, expected status of its invariants)
 SPECS: dict[str, tuple[str, str]] = {
@@ -37,17 +42,25 @@ TIMEOUT = 2.0  # per case: the swallowing block waits it out; every other case t
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One `stability check` over every spec above, in a subprocess, with -j 2 (once per test run)."""
+    """One `stability check` over every spec above, with -j 2, run as the entry point runs it
+    (`main(argv)`, in this process: every spec's code runs in the workers it starts) from the specs'
+    folder, once per test run."""
 
     def check(folder: Path) -> dict[str, Any]:
         write_factories(folder)
         for i, (name, (text, _)) in enumerate(SPECS.items()):
             (folder / f"{i:02d}_{name}.toml").write_text(text, encoding="utf-8")
         report = folder / "out" / "report.json"
-        proc = run_check(
-            folder, "--json", report, "--profile", "ci", "--case-timeout", TIMEOUT, "-j", "2", cwd=folder, timeout=900
-        )  # a hang guard only: the leaked thread sleeps an hour
+        argv = ["check", str(folder), "--json", str(report), "--profile", "ci", "-j", "2"]
+        argv += ["--case-timeout", str(TIMEOUT)]
+        out, err = io.StringIO(), io.StringIO()
+        with pytest.MonkeyPatch.context() as mp, redirect_stdout(out), redirect_stderr(err):
+            for name in ("CI", "STABILITY_PROFILE"):
+                mp.delenv(name, raising=False)
+            mp.chdir(folder)
+            code = main(argv)
         data = json.loads(report.read_text())
+        proc = subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
         return {"proc": proc, "json": data, "specs": {s["name"]: s for s in data["specs"]}}
 
     return once_per_run(tmp_path_factory, "worker-isolation", check)
