@@ -16,7 +16,7 @@ from stability.cli import main
 
 # The cycle collector, tuned for a suite from collection on: the youngest generation is collected every
 # 50,000 allocations instead of 700 (collection builds ~3,000 test items and imports the libraries, and at
-# 700 it walked the growing heap again and again: 10 s → 7 s per xdist worker); `pytest_collection_finish`
+# 700 it walked the growing heap again and again: 10 s → 6 s per xdist worker); `pytest_collection_finish`
 # freezes what collection leaves. Reference counting still frees what is not in a cycle at once.
 gc.set_threshold(50_000, 20, 20)
 

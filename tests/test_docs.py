@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import Cli
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
@@ -106,16 +107,12 @@ def test_the_readme_shows_the_quickstart_spec_as_shipped() -> None:
     assert claim(plain) == claim(residual) and 'family = "plain"' in plain and 'family = "preact"' in residual
 
 
-def test_the_readme_first_example_prints_what_the_readme_shows(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_readme_first_example_prints_what_the_readme_shows(monkeypatch: pytest.MonkeyPatch, cli: Cli) -> None:
     """The README's first example, pasted from a terminal: every line the command prints today
     matches it, but the times ("… s") and the number of workers the summary names. (The command
     stands in the prose, not in a block: the README's first two commands are the set-up's.) It runs
     as `stability`'s entry point runs it, `main(argv)` from the repository's root, output not a
     terminal; the installed command itself is run by tests/test_package.py."""
-    from stability.cli import main
-
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     pasted = re.search(
         r"`(stability check stability/examples/quickstart[^`]*)` prints.*?^```text\n(.*?)^```$", readme, re.S | re.M
@@ -126,9 +123,7 @@ def test_the_readme_first_example_prints_what_the_readme_shows(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.chdir(ROOT)
-    capsys.readouterr()
-    code = main(shlex.split(command)[1:])
-    out, err = capsys.readouterr()
+    code, out, err = cli(*shlex.split(command)[1:])
     assert code == 1, out + err  # the control fails
 
     def untimed(lines: list[str]) -> list[str]:
