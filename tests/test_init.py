@@ -111,13 +111,22 @@ def test_init_on_a_factory_writes_a_spec_beside_it_that_check_passes(
     assert main(["init", "model:gpt", *FAST]) == 0, capsys.readouterr()
     out = tmp_path / "gpt.toml"  # beside the factory: a spec finds its factory in its own folder
     data = tomllib.loads(out.read_text())
-    assert data["family"] == "custom" and data["block"] == {"factory": "model:gpt", "layer": "tokens"}
+    assert data["family"] == "custom" and data["block"]["factory"] == "model:gpt"
     assert data["space"]["width"] == 128  # the factory's own default
-    assert "token stream (2, 8, 128); norms pre; residual; causal" in out.read_text()
+    assert "Read off the built model (GPT, block 0 a Block)" in out.read_text()  # the whole model, run as it runs
+    assert "token stream (2, 8, 128); norms pre; residual; causal" in data["description"]
     capsys.readouterr()
     assert main(["check", str(out), "--profile", "ci", "--in-process", "-q"]) == 0, capsys.readouterr()
     # a second run replaces its own file
     assert main(["init", "model:gpt", *FAST]) == 0 and not (tmp_path / "gpt_2.toml").exists()
+    # the whole model runs from its embedding, so the spec sees the depth-scaled c_proj init go (docs/your-model.md)
+    model = tmp_path / "model.py"
+    scaled = "std=0.02 / math.sqrt(2 * config.n_layer)"
+    assert scaled in model.read_text()
+    model.write_text(model.read_text().replace(scaled, "std=0.02"))
+    capsys.readouterr()
+    assert main(["check", str(out), "--profile", "ci", "-q"]) == 1  # in a worker: this process holds the old module
+    assert "output variance Var(x_L)/Var(x₀)" in capsys.readouterr().out
 
 
 def test_a_model_that_breaks_its_own_declared_init_is_written_and_exits_1(

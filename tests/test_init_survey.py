@@ -109,8 +109,9 @@ def test_the_structure_of_known_blocks(tmp_path: Path) -> None:
 
 
 def test_a_nanogpt_block_is_pre_norm_residual_and_causal(tmp_path: Path) -> None:
-    (tmp_path / "model.py").write_text((DOCS / "examples" / "nanogpt" / "model.py").read_text())
-    specs = tuple(_spec(tmp_path, "model:gpt", layer) for layer in ("linear", "conv2d", "tokens"))
+    blocks = "\n\ndef blocks(depth: int, width: int = 128) -> nn.Module:\n    return gpt(depth, width).transformer\n"
+    (tmp_path / "model.py").write_text((DOCS / "examples" / "nanogpt" / "model.py").read_text() + blocks)
+    specs = tuple(_spec(tmp_path, "model:blocks", layer) for layer in ("linear", "conv2d", "tokens"))
     job = SurveyJob(specs, ("depth=2",) * 3)  # type: ignore[arg-type]
     (outcome,) = InProcessExecutor().map([job])
     found, index = outcome.result

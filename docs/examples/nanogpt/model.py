@@ -73,6 +73,12 @@ class GPT(nn.Module):
             if name.endswith("c_proj.weight"):  # the residual projections, scaled by depth (GPT-2)
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
 
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(idx.shape[1], device=idx.device))
+        for block in self.transformer.h:
+            x = block(x)
+        return self.transformer.ln_f(x)
+
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
@@ -82,6 +88,6 @@ class GPT(nn.Module):
 
 
 def gpt(depth: int, width: int = 128) -> nn.Module:
-    """The factory: a GPT of `depth` blocks of `width` channels (heads of 64); its blocks are `transformer.h`."""
+    """The factory: a GPT of `depth` blocks of `width` channels (heads of 64), called on token ids."""
     model = GPT(GPTConfig(n_layer=depth, n_embd=width, n_head=max(1, width // 64), vocab_size=64, block_size=64))
-    return model.transformer
+    return model
